@@ -1,0 +1,23 @@
+//! Ferrite's substrate: pool files, the persistence seam, native backends and accounting.
+//!
+//! Everything above this crate writes persistent memory through [`Persist`]; this crate and
+//! the crash simulator are the only places that turn pool offsets into memory accesses.
+
+pub mod cpu;
+mod error;
+pub mod header;
+pub mod latency;
+mod mapping;
+mod native;
+mod pool;
+mod seam;
+mod stats;
+
+pub use cpu::{CpuFeatures, FlushInstr};
+pub use error::PoolError;
+pub use header::Header;
+pub use latency::LatencyModel;
+pub use native::{Media, Native, NativeInfo, NativeOptions, PersistMode};
+pub use pool::{CreateOptions, DEFAULT_POOL_DIR, FileReport, Pool, Region, inspect, read_header};
+pub use seam::{CACHE_LINE, Persist, WriteClass, assert_in_bounds, line_of, lines_covering};
+pub use stats::{Counters, MAX_THREAD_SLOTS, Stats, thread_slot};

@@ -1,0 +1,313 @@
+//! The native backend: a mapped pool file, persisted with real CPU instructions (or `msync`
+//! for pools on ordinary file systems).
+
+use crate::cpu::{self, FlushInstr};
+use crate::latency::{LatencyModel, spin_ns};
+use crate::mapping::{self, Mapping};
+use crate::seam::{CACHE_LINE, Persist, WriteClass, assert_in_bounds, lines_covering};
+use crate::stats::Stats;
+use serde::Serialize;
+use std::fs::File;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// How stores are made durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PersistMode {
+    /// Caches are volatile (ADR): flush lines, then fence.
+    Adr,
+    /// Caches are in the persistence domain (eADR): flushes are no-ops, fences still order.
+    Eadr,
+    /// Page-cache file: `msync` the pages of each flushed range.
+    Msync,
+}
+
+impl PersistMode {
+    /// Every mode.
+    pub const ALL: [PersistMode; 3] = [PersistMode::Adr, PersistMode::Eadr, PersistMode::Msync];
+
+    /// Lower-case name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            PersistMode::Adr => "adr",
+            PersistMode::Eadr => "eadr",
+            PersistMode::Msync => "msync",
+        }
+    }
+
+    /// Parses a name as printed by [`PersistMode::name`].
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|mode| mode.name() == text)
+    }
+}
+
+/// What kind of memory backs the mapping (decides the default [`PersistMode`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Media {
+    /// A DAX file system granted `MAP_SYNC`: real persistent memory.
+    Dax,
+    /// tmpfs (`/dev/shm`): DRAM standing in for PM, flushed with real instructions.
+    EmulatedTmpfs,
+    /// An ordinary file system: the page cache, made durable with `msync`.
+    PageCache,
+}
+
+/// Options of the native backend. The default picks everything automatically.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NativeOptions {
+    /// Persistence mode; `None` chooses from the media (ADR on DAX without eADR and on
+    /// tmpfs, eADR when the platform reports a CPU-cache persistence domain, msync otherwise).
+    pub mode: Option<PersistMode>,
+    /// Flush instruction; `None` takes the best the CPU has (clwb, clflushopt, clflush).
+    pub flush: Option<FlushInstr>,
+    /// Emulated extra PM latency.
+    pub latency: LatencyModel,
+}
+
+impl NativeOptions {
+    /// Applies `FERRITE_PERSIST_MODE` (adr | eadr | msync) and `FERRITE_FLUSH`
+    /// (clwb | clflushopt | clflush) from the environment, where set and valid.
+    pub fn with_env_overrides(mut self) -> Self {
+        if let Some(mode) = std::env::var("FERRITE_PERSIST_MODE")
+            .ok()
+            .and_then(|v| PersistMode::parse(&v))
+        {
+            self.mode = Some(mode);
+        }
+        if let Some(flush) = std::env::var("FERRITE_FLUSH")
+            .ok()
+            .and_then(|v| FlushInstr::parse(&v))
+        {
+            self.flush = Some(flush);
+        }
+        self
+    }
+}
+
+/// Backend over a mapped pool file.
+#[derive(Debug)]
+pub struct Native {
+    map: Mapping,
+    len: u64,
+    mode: PersistMode,
+    flush: FlushInstr,
+    media: Media,
+    latency: LatencyModel,
+    stats: Stats,
+    /// Set when an `msync` failed: the pool's durability can no longer be trusted.
+    poisoned: AtomicBool,
+    /// Holds the advisory lock for as long as the backend lives.
+    _file: File,
+}
+
+/// A description of the backend, for `pool info` and reports.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct NativeInfo {
+    /// Persistence mode in use.
+    pub mode: PersistMode,
+    /// Flush instruction in use.
+    pub flush: FlushInstr,
+    /// Media kind.
+    pub media: Media,
+    /// Whether the kernel granted `MAP_SYNC`.
+    pub map_sync: bool,
+    /// Emulated latency.
+    pub latency: LatencyModel,
+}
+
+impl Native {
+    /// Maps all `len` bytes of `file` (which must be at least that long). The backend keeps
+    /// `file` open, so an advisory lock taken on it lasts as long as the backend.
+    pub fn map(file: File, len: u64, options: &NativeOptions) -> std::io::Result<Self> {
+        let flush = options.flush.unwrap_or_else(FlushInstr::best_available);
+        if !flush.is_supported() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                format!("this CPU does not implement {}", flush.name()),
+            ));
+        }
+        let size = usize::try_from(len).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+        let map = Mapping::new(&file, size)?;
+        let media = if map.is_sync() {
+            Media::Dax
+        } else if mapping::fs_type(&file)? == mapping::TMPFS_MAGIC {
+            Media::EmulatedTmpfs
+        } else {
+            Media::PageCache
+        };
+        let mode = options.mode.unwrap_or(match media {
+            Media::Dax if platform_has_eadr() => PersistMode::Eadr,
+            Media::Dax | Media::EmulatedTmpfs => PersistMode::Adr,
+            Media::PageCache => PersistMode::Msync,
+        });
+        Ok(Native {
+            map,
+            len,
+            mode,
+            flush,
+            media,
+            latency: options.latency,
+            stats: Stats::new(),
+            poisoned: AtomicBool::new(false),
+            _file: file,
+        })
+    }
+
+    /// What this backend is doing.
+    pub fn info(&self) -> NativeInfo {
+        NativeInfo {
+            mode: self.mode,
+            flush: self.flush,
+            media: self.media,
+            map_sync: self.map.is_sync(),
+            latency: self.latency,
+        }
+    }
+
+    /// Base address of the mapping. Dereferencing it is the caller's responsibility: stores
+    /// made through it bypass the seam and its accounting and are outside the crash model
+    /// (the direct-access path of the file system and of the threads runtime).
+    pub fn base_ptr(&self) -> *mut u8 {
+        self.map.base()
+    }
+
+    #[inline]
+    fn addr(&self, off: u64, len: usize) -> *mut u8 {
+        assert_in_bounds(off, len as u64, self.len);
+        // SAFETY: off + len <= self.len == mapping length (checked above), so the result
+        // points inside the mapping.
+        unsafe { self.map.base().add(off as usize) }
+    }
+
+    fn msync(&self, off: u64, len: u64) {
+        if self.map.msync(off as usize, len as usize).is_err() {
+            self.poisoned.store(true, Ordering::Release);
+        }
+    }
+
+    fn flush_lines(&self, off: u64, len: u64) {
+        let lines = lines_covering(off, len);
+        let count = lines.end - lines.start;
+        for line in lines {
+            let addr = self.addr(line * CACHE_LINE, CACHE_LINE as usize);
+            // SAFETY: addr is inside the mapping and self.flush was checked to be supported
+            // when the backend was built.
+            unsafe { cpu::flush_line(self.flush, addr) };
+        }
+        self.stats.record_flush(count);
+        spin_ns(count * self.latency.line_writeback_ns);
+    }
+}
+
+impl Persist for Native {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    #[inline]
+    fn read(&self, off: u64, dst: &mut [u8]) {
+        let src = self.addr(off, dst.len());
+        // SAFETY: src..src+dst.len() is inside the mapping; dst is a distinct Rust buffer.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) }
+    }
+
+    #[inline]
+    fn write(&self, off: u64, src: &[u8], class: WriteClass) {
+        let dst = self.addr(off, src.len());
+        // SAFETY: dst..dst+src.len() is inside the mapping; src is a distinct Rust buffer.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) }
+        self.stats.record_store(class, src.len() as u64);
+    }
+
+    #[inline]
+    fn write_u64(&self, off: u64, value: u64, class: WriteClass) {
+        if !off.is_multiple_of(8) {
+            return self.write(off, &value.to_le_bytes(), class);
+        }
+        let dst = self.addr(off, 8);
+        // SAFETY: dst is 8-byte aligned and inside the mapping; an atomic store guarantees a
+        // single untorn 8-byte store, which is what failure atomicity needs.
+        unsafe { AtomicU64::from_ptr(dst.cast()) }.store(value.to_le(), Ordering::Relaxed);
+        self.stats.record_store(class, 8);
+    }
+
+    #[inline]
+    fn read_u64(&self, off: u64) -> u64 {
+        if !off.is_multiple_of(8) {
+            let mut word = [0u8; 8];
+            self.read(off, &mut word);
+            return u64::from_le_bytes(word);
+        }
+        let src = self.addr(off, 8);
+        // SAFETY: src is 8-byte aligned and inside the mapping.
+        u64::from_le(unsafe { AtomicU64::from_ptr(src.cast()) }.load(Ordering::Relaxed))
+    }
+
+    fn write_nt(&self, off: u64, src: &[u8], class: WriteClass) {
+        let dst = self.addr(off, src.len());
+        self.stats.record_nt_store(class, src.len() as u64);
+        if self.mode == PersistMode::Msync {
+            // Streaming stores do not bypass the page cache; make the range durable now.
+            // SAFETY: dst..dst+src.len() is inside the mapping.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) }
+            return self.msync(off, src.len() as u64);
+        }
+        // SAFETY: dst..dst+src.len() is inside the mapping and does not overlap src.
+        let copy = unsafe { cpu::copy_nontemporal(dst, src) };
+        if let (Some((lo, hi)), PersistMode::Adr) = (copy.plain, self.mode) {
+            // Unaligned fringe bytes went through the cache: write them back so that the next
+            // fence makes the whole copy durable, as the seam promises.
+            let base = self.map.base() as usize;
+            self.flush_lines((lo - base) as u64, (hi - lo + 1) as u64);
+        }
+        let lines = lines_covering(off, src.len() as u64);
+        spin_ns((lines.end - lines.start) * self.latency.line_writeback_ns);
+    }
+
+    #[inline]
+    fn flush(&self, off: u64, len: u64) {
+        match self.mode {
+            PersistMode::Adr => self.flush_lines(off, len),
+            PersistMode::Eadr => assert_in_bounds(off, len, self.len),
+            PersistMode::Msync => {
+                assert_in_bounds(off, len, self.len);
+                let lines = lines_covering(off, len);
+                self.stats.record_flush(lines.end - lines.start);
+                self.msync(off, len);
+            }
+        }
+    }
+
+    #[inline]
+    fn fence(&self) {
+        cpu::sfence();
+        self.stats.record_fence();
+        spin_ns(self.latency.fence_ns);
+    }
+
+    fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    fn durability_point(&self) {
+        self.stats.record_durability_point();
+    }
+
+    fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+}
+
+/// Whether an NVDIMM region reports a CPU-cache persistence domain (eADR), as libpmem2 checks.
+fn platform_has_eadr() -> bool {
+    let Ok(regions) = std::fs::read_dir("/sys/bus/nd/devices") else {
+        return false;
+    };
+    let domains: Vec<String> = regions
+        .flatten()
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with("region"))
+        .filter_map(|entry| std::fs::read_to_string(entry.path().join("persistence_domain")).ok())
+        .collect();
+    !domains.is_empty() && domains.iter().all(|domain| domain.trim() == "cpu_cache")
+}

@@ -1,0 +1,358 @@
+//! Pools: a header, a root region and an arena, on any [`Persist`] backend.
+//!
+//! [`Pool::format`] and [`Pool::attach`] work on every backend (the crash simulator formats
+//! and reopens pools through them); [`Pool::create`] and [`Pool::open`] add the file
+//! handling of the native backend: exclusive creation with mode 0600, space reservation, an
+//! advisory lock against a second opener, and validation before mapping.
+
+use crate::error::PoolError;
+use crate::header::{self, FLAG_CLEAN, HEADER_LEN, Header, STATE_OFFSET};
+use crate::native::{Native, NativeOptions};
+use crate::seam::{Persist, WriteClass};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// Default directory for pools: tmpfs, DRAM standing in for PM.
+pub const DEFAULT_POOL_DIR: &str = "/dev/shm";
+
+/// A byte range of a pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Region {
+    /// Absolute offset in the pool.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+impl Region {
+    /// One past the last byte.
+    pub fn end(&self) -> u64 {
+        self.offset + self.len
+    }
+
+    /// Whether `[offset, offset + len)` lies inside this region.
+    pub fn contains(&self, offset: u64, len: u64) -> bool {
+        offset >= self.offset && offset.checked_add(len).is_some_and(|end| end <= self.end())
+    }
+}
+
+/// Parameters of a new pool.
+#[derive(Clone, Debug)]
+pub struct CreateOptions {
+    /// Total size in bytes (at least [`header::MIN_POOL_SIZE`]).
+    pub size: u64,
+    /// The application's layout name, checked on every open.
+    pub layout: String,
+    /// Size of the root region (rounded up to 4 KiB).
+    pub root_size: u64,
+    /// Backend options (native pools only).
+    pub native: NativeOptions,
+}
+
+impl CreateOptions {
+    /// A pool of `size` bytes with layout `layout` and a 4 KiB root region.
+    pub fn new(layout: &str, size: u64) -> Self {
+        CreateOptions {
+            size,
+            layout: layout.to_owned(),
+            root_size: 4096,
+            native: NativeOptions::default(),
+        }
+    }
+}
+
+/// An open pool over backend `B`.
+#[derive(Debug)]
+pub struct Pool<B: Persist> {
+    pm: B,
+    header: Header,
+    was_clean: bool,
+    path: Option<PathBuf>,
+    closed: bool,
+}
+
+impl<B: Persist> Pool<B> {
+    /// Writes a fresh pool onto `pm`, which must be exactly `options.size` bytes: header and
+    /// state word first, the magic last, so an interrupted format is "not a pool".
+    pub fn format(pm: B, options: &CreateOptions) -> Result<Self, PoolError> {
+        if pm.len() != options.size {
+            return Err(PoolError::InvalidArgument(format!(
+                "backend has {} bytes, pool size is {}",
+                pm.len(),
+                options.size
+            )));
+        }
+        let header = Header::new(&options.layout, options.size, options.root_size)?;
+        let bytes = header.encode();
+        pm.write(8, &bytes[8..], WriteClass::Meta);
+        pm.write_u64(
+            STATE_OFFSET,
+            header::encode_state(0, &header.uuid),
+            WriteClass::Meta,
+        );
+        pm.fill(header.root_offset, header.root_size, 0, WriteClass::Meta);
+        pm.flush(0, HEADER_LEN as u64);
+        pm.flush(STATE_OFFSET, 8);
+        pm.flush(header.root_offset, header.root_size);
+        pm.fence();
+        pm.write(0, &bytes[..8], WriteClass::Meta);
+        pm.persist(0, 8);
+        Ok(Pool {
+            pm,
+            header,
+            was_clean: true,
+            path: None,
+            closed: false,
+        })
+    }
+
+    /// Validates the header on `pm`, checks the layout, and marks the pool open (not clean)
+    /// with one failure-atomic store.
+    pub fn attach(pm: B, layout: &str) -> Result<Self, PoolError> {
+        let header = read_header(&pm)?;
+        if header.layout != layout {
+            return Err(PoolError::WrongLayout {
+                expected: layout.to_owned(),
+                found: header.layout.clone(),
+            });
+        }
+        if pm.len() != header.pool_size {
+            return Err(PoolError::SizeMismatch {
+                actual: pm.len(),
+                expected: header.pool_size,
+            });
+        }
+        let flags = header::decode_state(pm.read_u64(STATE_OFFSET), &header.uuid)?;
+        let pool = Pool {
+            pm,
+            header,
+            was_clean: flags & FLAG_CLEAN != 0,
+            path: None,
+            closed: false,
+        };
+        pool.write_state(flags & !FLAG_CLEAN);
+        Ok(pool)
+    }
+
+    fn write_state(&self, flags: u32) {
+        self.pm.write_u64(
+            STATE_OFFSET,
+            header::encode_state(flags, &self.header.uuid),
+            WriteClass::Meta,
+        );
+        self.pm.persist(STATE_OFFSET, 8);
+    }
+
+    /// The persistence seam of this pool.
+    #[inline]
+    pub fn pm(&self) -> &B {
+        &self.pm
+    }
+
+    /// The decoded header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Whether the previous session closed the pool cleanly (no crash since). Recovery runs
+    /// either way; this is informational.
+    pub fn was_clean(&self) -> bool {
+        self.was_clean
+    }
+
+    /// The application's root region (zeroed at creation).
+    pub fn root(&self) -> Region {
+        Region {
+            offset: self.header.root_offset,
+            len: self.header.root_size,
+        }
+    }
+
+    /// The arena: the rest of the pool, laid out by upper layers.
+    pub fn arena(&self) -> Region {
+        Region {
+            offset: self.header.arena_offset,
+            len: self.header.arena_size,
+        }
+    }
+
+    /// The pool's file, for native pools.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// Marks the pool clean and releases it.
+    pub fn close(mut self) -> Result<(), PoolError> {
+        self.mark_closed()
+    }
+
+    fn mark_closed(&mut self) -> Result<(), PoolError> {
+        if self.closed {
+            return Ok(());
+        }
+        self.closed = true;
+        if self.pm.is_poisoned() {
+            return Err(PoolError::Poisoned);
+        }
+        self.write_state(FLAG_CLEAN);
+        Ok(())
+    }
+
+    /// Releases the pool without marking it clean, as a crash would (the next open sees
+    /// `was_clean() == false`). Used by tests and crash drills.
+    pub fn abandon(mut self) {
+        self.closed = true;
+    }
+}
+
+impl<B: Persist> Drop for Pool<B> {
+    fn drop(&mut self) {
+        // A panicking thread may have left upper-layer state half-written; leave the pool
+        // marked unclean so the next opener knows.
+        if !std::thread::panicking() {
+            let _ = self.mark_closed();
+        }
+    }
+}
+
+/// Reads and validates the header through the seam.
+pub fn read_header<B: Persist>(pm: &B) -> Result<Header, PoolError> {
+    if pm.len() < header::HEADER_AREA {
+        return Err(PoolError::Truncated {
+            actual: pm.len(),
+            expected: header::HEADER_AREA,
+        });
+    }
+    let mut bytes = [0u8; HEADER_LEN];
+    pm.read(0, &mut bytes);
+    Header::decode(&bytes)
+}
+
+impl Pool<Native> {
+    /// Creates a pool file at `path` (which must not exist) with mode 0600, reserves its
+    /// space, maps it and formats it. The file is locked for as long as the pool is open.
+    pub fn create(path: impl AsRef<Path>, options: &CreateOptions) -> Result<Self, PoolError> {
+        let path = path.as_ref();
+        Header::new(&options.layout, options.size, options.root_size)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)?;
+        let pool = lock(&file)
+            .and_then(|()| reserve(&file, options.size))
+            .and_then(|()| Ok(Native::map(file, options.size, &options.native)?))
+            .and_then(|pm| Pool::format(pm, options));
+        match pool {
+            Ok(mut pool) => {
+                pool.path = Some(path.to_owned());
+                Ok(pool)
+            }
+            Err(error) => {
+                // Nothing of value is in the new file; do not leave a half-made pool behind.
+                let _ = std::fs::remove_file(path);
+                Err(error)
+            }
+        }
+    }
+
+    /// Opens the pool at `path`, checking that it has layout `layout`.
+    pub fn open(
+        path: impl AsRef<Path>,
+        layout: &str,
+        native: &NativeOptions,
+    ) -> Result<Self, PoolError> {
+        let path = path.as_ref();
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        lock(&file)?;
+        let header = validate_file(&file)?;
+        let pm = Native::map(file, header.pool_size, native)?;
+        let mut pool = Pool::attach(pm, layout)?;
+        pool.path = Some(path.to_owned());
+        Ok(pool)
+    }
+}
+
+/// What `pool check` reports about a pool file.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct FileReport {
+    /// The validated header.
+    pub header: Header,
+    /// Whether the pool was closed cleanly.
+    pub clean: bool,
+    /// Whether another process holds it open right now.
+    pub in_use: bool,
+}
+
+/// Validates a pool file without modifying it and without mapping it (safe on any file).
+pub fn inspect(path: impl AsRef<Path>) -> Result<FileReport, PoolError> {
+    let file = File::open(path.as_ref())?;
+    let header = validate_file(&file)?;
+    let mut state = [0u8; 8];
+    read_at(&file, STATE_OFFSET, &mut state)?;
+    let flags = header::decode_state(u64::from_le_bytes(state), &header.uuid)?;
+    let in_use = match file.try_lock_shared() {
+        Ok(()) => {
+            let _ = file.unlock();
+            false
+        }
+        Err(_) => true,
+    };
+    Ok(FileReport {
+        header,
+        clean: flags & FLAG_CLEAN != 0,
+        in_use,
+    })
+}
+
+/// Reads the header with ordinary file I/O and checks it against the file length, so a
+/// truncated file is rejected before it is mapped (touching a page past the end of a mapped
+/// file raises SIGBUS).
+fn validate_file(file: &File) -> Result<Header, PoolError> {
+    let file_len = file.metadata()?.len();
+    let mut bytes = vec![0u8; HEADER_LEN.min(file_len as usize)];
+    read_at(file, 0, &mut bytes)?;
+    let header = Header::decode(&bytes)?;
+    if file_len < header.pool_size {
+        return Err(PoolError::Truncated {
+            actual: file_len,
+            expected: header.pool_size,
+        });
+    }
+    if file_len > header.pool_size {
+        return Err(PoolError::SizeMismatch {
+            actual: file_len,
+            expected: header.pool_size,
+        });
+    }
+    Ok(header)
+}
+
+fn read_at(file: &File, offset: u64, buf: &mut [u8]) -> Result<(), PoolError> {
+    use std::os::unix::fs::FileExt;
+    file.read_exact_at(buf, offset).map_err(PoolError::from)
+}
+
+fn lock(file: &File) -> Result<(), PoolError> {
+    file.try_lock().map_err(|error| match error {
+        std::fs::TryLockError::WouldBlock => PoolError::AlreadyOpen,
+        std::fs::TryLockError::Error(error) => PoolError::from(error),
+    })
+}
+
+/// Allocates the file's blocks now, so running out of space is an error at creation rather
+/// than a SIGBUS on first touch of a sparse page.
+fn reserve(file: &File, size: u64) -> Result<(), PoolError> {
+    use std::os::fd::AsRawFd;
+    let len = libc::off_t::try_from(size)
+        .map_err(|_| PoolError::InvalidArgument(format!("pool size {size} too large")))?;
+    // SAFETY: posix_fallocate only reads its integer arguments and acts on our own fd.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
+        0 => Ok(()),
+        libc::ENOSPC | libc::EFBIG => Err(PoolError::OutOfSpace { requested: size }),
+        libc::EOPNOTSUPP | libc::EINVAL => Ok(file.set_len(size)?),
+        errno => Err(PoolError::Io(std::io::Error::from_raw_os_error(errno))),
+    }
+}

@@ -1,0 +1,343 @@
+//! Pool files on the native backend: lifecycle, locking, and every way a file can be bad.
+
+use pmem::{
+    CreateOptions, Media, NativeOptions, Persist, PersistMode, Pool, PoolError, WriteClass,
+};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+const LAYOUT: &str = "pool-file-test";
+const SIZE: u64 = 1 << 20;
+
+fn shm_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("ferrite-test")
+        .tempdir_in("/dev/shm")
+        .expect("tempdir")
+}
+
+fn create(dir: &Path) -> PathBuf {
+    let path = dir.join("p.pool");
+    Pool::create(&path, &CreateOptions::new(LAYOUT, SIZE))
+        .expect("create")
+        .close()
+        .expect("close");
+    path
+}
+
+fn open(path: &Path) -> Result<Pool<pmem::Native>, PoolError> {
+    Pool::open(path, LAYOUT, &NativeOptions::default())
+}
+
+#[test]
+fn create_write_reopen_reads_back_and_tracks_clean_shutdown() {
+    let dir = shm_dir();
+    let path = dir.path().join("p.pool");
+    let pool = Pool::create(&path, &CreateOptions::new(LAYOUT, SIZE)).expect("create");
+    let root = pool.root();
+    assert_eq!((root.offset, root.len), (4096, 4096));
+    assert_eq!(pool.arena().end(), SIZE);
+    pool.pm().write_u64(root.offset, 0xFEED, WriteClass::User);
+    pool.pm().persist(root.offset, 8);
+    pool.close().expect("close");
+
+    let mode = std::fs::metadata(&path)
+        .expect("metadata")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "new pools are private to their owner");
+
+    let pool = open(&path).expect("reopen");
+    assert!(pool.was_clean());
+    assert_eq!(pool.pm().read_u64(root.offset), 0xFEED);
+    pool.abandon(); // as if the process crashed
+
+    let pool = open(&path).expect("reopen after crash");
+    assert!(
+        !pool.was_clean(),
+        "a crash must be visible to the next opener"
+    );
+}
+
+#[test]
+fn tmpfs_pool_uses_adr_with_real_flushes_and_counts_them() {
+    let dir = shm_dir();
+    let pool =
+        Pool::create(dir.path().join("p"), &CreateOptions::new(LAYOUT, SIZE)).expect("create");
+    let pm = pool.pm();
+    let info = pm.info();
+    assert_eq!(
+        (info.media, info.mode),
+        (Media::EmulatedTmpfs, PersistMode::Adr)
+    );
+    let before = pm.stats().snapshot();
+    pm.write(8192, &[7u8; 100], WriteClass::Log);
+    pm.persist(8192 + 60, 100); // spans lines 128..=130 from an unaligned start
+    pm.write_nt(16384, &[9u8; 256], WriteClass::User);
+    pm.fence();
+    let delta = pm.stats().snapshot().since(&before);
+    assert_eq!(delta.stored_bytes[WriteClass::Log.index()], 100);
+    assert_eq!(delta.nt_bytes[WriteClass::User.index()], 256);
+    assert_eq!(delta.flushed_lines, 3);
+    assert_eq!(delta.fences, 2);
+    let mut back = [0u8; 256];
+    pm.read(16384, &mut back);
+    assert_eq!(back, [9u8; 256]);
+}
+
+#[test]
+fn eadr_mode_skips_flushes_but_keeps_fences() {
+    let dir = shm_dir();
+    let mut options = CreateOptions::new(LAYOUT, SIZE);
+    options.native.mode = Some(PersistMode::Eadr);
+    let pool = Pool::create(dir.path().join("p"), &options).expect("create");
+    let before = pool.pm().stats().snapshot();
+    pool.pm().write(8192, &[1u8; 64], WriteClass::User);
+    pool.pm().persist(8192, 64);
+    let delta = pool.pm().stats().snapshot().since(&before);
+    assert_eq!((delta.flushed_lines, delta.fences), (0, 1));
+}
+
+#[test]
+fn every_flush_instruction_the_cpu_has_works() {
+    let dir = shm_dir();
+    for flush in pmem::FlushInstr::ALL
+        .into_iter()
+        .filter(|f| f.is_supported())
+    {
+        let mut options = CreateOptions::new(LAYOUT, SIZE);
+        options.native.flush = Some(flush);
+        let path = dir.path().join(flush.name());
+        let pool = Pool::create(&path, &options).expect("create");
+        assert_eq!(pool.pm().info().flush, flush);
+        pool.pm().write(8192, &[3u8; 64], WriteClass::User);
+        pool.pm().persist(8192, 64);
+    }
+}
+
+#[test]
+fn page_cache_pool_uses_msync() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let pool =
+        Pool::create(dir.path().join("p"), &CreateOptions::new(LAYOUT, SIZE)).expect("create");
+    if pool.pm().info().media != Media::PageCache {
+        eprintln!(
+            "skipped: {} is not an ordinary file system",
+            dir.path().display()
+        );
+        return;
+    }
+    assert_eq!(pool.pm().info().mode, PersistMode::Msync);
+    pool.pm().write(8192, &[5u8; 10], WriteClass::User);
+    pool.pm().persist(8192, 10);
+    pool.pm().write_nt(12288, &[6u8; 10], WriteClass::User);
+    assert!(!pool.pm().is_poisoned());
+}
+
+#[test]
+fn second_open_in_the_same_process_is_refused() {
+    let dir = shm_dir();
+    let path = create(dir.path());
+    let _held = open(&path).expect("first open");
+    assert!(matches!(open(&path), Err(PoolError::AlreadyOpen)));
+}
+
+/// Helper run in a child process by `open_held_by_another_process_is_refused`.
+#[test]
+fn hold_pool_for_other_process() {
+    let Ok(path) = std::env::var("FERRITE_TEST_HOLD_POOL") else {
+        return;
+    };
+    let _pool = open(Path::new(&path)).expect("child opens");
+    println!("HELD");
+    std::thread::sleep(std::time::Duration::from_secs(30));
+}
+
+#[test]
+fn open_held_by_another_process_is_refused() {
+    use std::io::{BufRead, BufReader};
+    let dir = shm_dir();
+    let path = create(dir.path());
+    let mut child = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "hold_pool_for_other_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("FERRITE_TEST_HOLD_POOL", &path)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn child");
+    let stdout = child.stdout.take().expect("child stdout");
+    let held = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .any(|line| line.contains("HELD"));
+    assert!(held, "child did not report holding the pool");
+    let result = open(&path);
+    child.kill().expect("kill child");
+    let _ = child.wait();
+    assert!(
+        matches!(result, Err(PoolError::AlreadyOpen)),
+        "got {result:?}"
+    );
+    assert!(
+        pmem::inspect(&path).is_ok(),
+        "inspection does not need the lock"
+    );
+    open(&path).expect("open after the holder died");
+}
+
+#[test]
+fn create_refuses_an_existing_file_and_keeps_it() {
+    let dir = shm_dir();
+    let path = dir.path().join("precious");
+    std::fs::write(&path, b"data").expect("write");
+    let result = Pool::create(&path, &CreateOptions::new(LAYOUT, SIZE));
+    assert!(matches!(result, Err(PoolError::AlreadyExists)));
+    assert_eq!(std::fs::read(&path).expect("read"), b"data");
+}
+
+#[test]
+fn out_of_space_is_a_typed_error_and_leaves_no_file() {
+    let dir = shm_dir();
+    let path = dir.path().join("huge");
+    let result = Pool::create(&path, &CreateOptions::new(LAYOUT, 1 << 44));
+    assert!(
+        matches!(result, Err(PoolError::OutOfSpace { .. })),
+        "got {result:?}"
+    );
+    assert!(!path.exists());
+}
+
+#[test]
+fn bad_arguments_are_rejected_before_touching_the_disk() {
+    let dir = shm_dir();
+    let path = dir.path().join("p");
+    for options in [
+        CreateOptions::new(LAYOUT, 1000),
+        CreateOptions::new("", SIZE),
+    ] {
+        assert!(matches!(
+            Pool::create(&path, &options),
+            Err(PoolError::InvalidArgument(_))
+        ));
+        assert!(!path.exists());
+    }
+}
+
+#[test]
+fn wrong_layout_is_refused() {
+    let dir = shm_dir();
+    let path = create(dir.path());
+    let result = Pool::open(&path, "other", &NativeOptions::default());
+    assert!(
+        matches!(result, Err(PoolError::WrongLayout { .. })),
+        "got {result:?}"
+    );
+}
+
+fn corrupt(mutate: impl FnOnce(&Path)) -> PoolError {
+    let dir = shm_dir();
+    let path = create(dir.path());
+    mutate(&path);
+    let from_open = open(&path).expect_err("corrupt pool opened");
+    let from_inspect = pmem::inspect(&path).expect_err("corrupt pool inspected");
+    assert_eq!(from_open.to_string(), from_inspect.to_string());
+    from_open
+}
+
+fn flip_byte(path: &Path, at: usize) {
+    let mut bytes = std::fs::read(path).expect("read");
+    bytes[at] ^= 0x10;
+    std::fs::write(path, bytes).expect("write");
+}
+
+#[test]
+fn flipped_header_byte_is_a_checksum_error() {
+    for at in [9, 0x20, 0x60, 0xFC] {
+        let error = corrupt(|path| flip_byte(path, at));
+        assert!(
+            matches!(error, PoolError::ChecksumMismatch { .. }),
+            "byte {at}: {error}"
+        );
+    }
+}
+
+#[test]
+fn flipped_state_word_is_a_checksum_error() {
+    let error = corrupt(|path| flip_byte(path, 256 + 2));
+    assert!(matches!(
+        error,
+        PoolError::ChecksumMismatch {
+            what: "pool state word",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn truncated_pool_is_refused_before_mapping() {
+    let error = corrupt(|path| {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .expect("open");
+        file.set_len(SIZE / 2).expect("truncate");
+    });
+    assert!(matches!(error, PoolError::Truncated { .. }), "{error}");
+    let tiny = corrupt(|path| {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .expect("open");
+        file.set_len(100).expect("truncate");
+    });
+    assert!(matches!(tiny, PoolError::Truncated { .. }), "{tiny}");
+}
+
+#[test]
+fn extended_pool_is_a_size_mismatch() {
+    let error = corrupt(|path| {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .expect("open");
+        file.set_len(SIZE * 2).expect("extend");
+    });
+    assert!(matches!(error, PoolError::SizeMismatch { .. }), "{error}");
+}
+
+#[test]
+fn random_and_empty_files_are_not_pools() {
+    let dir = shm_dir();
+    let random = dir.path().join("random");
+    let bytes: Vec<u8> = (0..70_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&random, bytes).expect("write");
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, b"").expect("write");
+    for path in [random, empty] {
+        let error = open(&path).expect_err("not a pool");
+        assert!(
+            matches!(error, PoolError::NotAPool { .. }),
+            "{}: {error}",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn missing_file_is_an_io_error() {
+    let dir = shm_dir();
+    let error = open(&dir.path().join("missing")).expect_err("missing");
+    assert!(matches!(error, PoolError::Io(_)), "{error}");
+}
+
+#[test]
+fn directory_is_not_a_pool() {
+    let dir = shm_dir();
+    assert!(open(dir.path()).is_err());
+}
