@@ -371,7 +371,12 @@ impl<'a, S: Scenario> Checker<'a, S> {
     /// end); `points_before` the durability points declared before it started.
     fn check_point(&mut self, snapshot: &Snapshot, op: Option<usize>, points_before: u64) {
         let durability_only = self.config.points == Points::DurabilityOnly;
-        if durability_only && matches!(snapshot.kind, SnapshotKind::Fence(_)) {
+        if durability_only
+            && matches!(
+                snapshot.kind,
+                SnapshotKind::Fence(_) | SnapshotKind::Clflush(_)
+            )
+        {
             return;
         }
         self.report.crash_points += 1;

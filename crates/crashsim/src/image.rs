@@ -18,6 +18,9 @@ use std::sync::Arc;
 pub enum SnapshotKind {
     /// Just before fence number `n` (1-based, counted over the whole run) takes effect.
     Fence(u64),
+    /// Just before `clflush` call number `n` takes effect (clflush is durable on return, so
+    /// each one is a crash point of its own).
+    Clflush(u64),
     /// At declared durability point number `n` (1-based).
     Durability(u64),
     /// At the end of the run, or when `SimPm::crash_now` was called.
@@ -28,6 +31,7 @@ impl fmt::Display for SnapshotKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SnapshotKind::Fence(n) => write!(f, "fence #{n}"),
+            SnapshotKind::Clflush(n) => write!(f, "clflush #{n}"),
             SnapshotKind::Durability(n) => write!(f, "durability point #{n}"),
             SnapshotKind::End => write!(f, "end of run"),
         }
@@ -77,7 +81,7 @@ pub struct Snapshot {
     pub lines: Vec<(u64, Vec<PendingChunk>)>,
     /// Pending non-temporal chunks, in program order.
     pub nt: Vec<PendingChunk>,
-    /// Fences executed before this point.
+    /// Fences executed so far (including the one about to take effect at a fence point).
     pub fences: u64,
     /// Durability points declared before (and including) this point.
     pub durability_points: u64,

@@ -94,6 +94,7 @@ struct Shadow {
     nt: Vec<Chunk>,
     seq: u64,
     fences: u64,
+    clflushes: u64,
     durability_points: u64,
     capture: bool,
     snapshots: Vec<Snapshot>,
@@ -216,6 +217,7 @@ impl SimPm {
             nt: Vec::new(),
             seq: 0,
             fences: 0,
+            clflushes: 0,
             durability_points: 0,
             capture: false,
             snapshots: Vec::new(),
@@ -326,6 +328,13 @@ impl Persist for SimPm {
         let lines = lines_covering(off, len);
         self.inner.stats.record_flush(lines.end - lines.start);
         let mut shadow = self.inner.shadow.lock();
+        if self.inner.config.flush == FlushInstr::Clflush {
+            shadow.clflushes += 1;
+            if shadow.capture {
+                let n = shadow.clflushes;
+                shadow.snapshot(SnapshotKind::Clflush(n), self.inner.config.mode);
+            }
+        }
         for line in lines {
             let Some(entry) = shadow.lines.get_mut(&line) else {
                 continue;

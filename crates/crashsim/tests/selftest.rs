@@ -116,8 +116,21 @@ fn quick_mode_checks_durability_points_only() {
 }
 
 #[test]
-fn clflush_variant_passes_too() {
+fn clflush_correct_engine_passes_and_ordering_mutants_are_caught() {
     let mut config = Config::thorough(SimMode::Adr, 3);
     config.sim.flush = pmem::FlushInstr::Clflush;
     check(&ToyScenario::correct(LogWrites::Cacheable, OPS), &config).assert_passed();
+    // clflush orders write-backs, so a missing flush is still a bug but a missing fence
+    // between flushed stores is not; ordering and atomicity bugs must still be caught.
+    for mutation in [
+        Mutation::CommitBeforeLog,
+        Mutation::Torn16ByteUpdate,
+        Mutation::MissingLogFlush,
+    ] {
+        let report = check(&ToyScenario::mutant(mutation, OPS), &config);
+        assert!(
+            !report.passed(),
+            "{mutation:?} not caught with clflush: {report}"
+        );
+    }
 }

@@ -49,7 +49,7 @@ impl FlushInstr {
 
     /// Whether this CPU implements the instruction.
     pub fn is_supported(self) -> bool {
-        let features = CpuFeatures::detect();
+        let features = CpuFeatures::get();
         match self {
             FlushInstr::Clwb => features.clwb,
             FlushInstr::Clflushopt => features.clflushopt,
@@ -78,6 +78,12 @@ pub struct CpuFeatures {
 }
 
 impl CpuFeatures {
+    /// The features of this CPU (read from CPUID once; CPUID is slow under a hypervisor).
+    pub fn get() -> Self {
+        static FEATURES: std::sync::OnceLock<CpuFeatures> = std::sync::OnceLock::new();
+        *FEATURES.get_or_init(Self::detect)
+    }
+
     /// Reads the features from CPUID.
     pub fn detect() -> Self {
         // Leaf 0 reports the highest leaf; leaf 7 is only queried when it is within range.
@@ -128,9 +134,9 @@ pub fn sfence() {
 }
 
 /// Copies `src` to `dst` with non-temporal stores where alignment allows: 16-byte streaming
-/// stores for the aligned body, 8- and 4-byte `movnti` for aligned pieces. Returns the
-/// number of head and tail bytes that had to be written with ordinary stores (they lie in at
-/// most two cache lines, the first and the last), so the caller can flush them.
+/// stores for the aligned body, 8- and 4-byte `movnti` for aligned pieces. Reports the
+/// addresses of the few head and tail bytes that had to be written with ordinary stores, so
+/// the caller can flush their (at most two) cache lines.
 ///
 /// # Safety
 /// `dst..dst + src.len()` must be valid for writes and not overlap `src`.
@@ -190,19 +196,21 @@ pub unsafe fn copy_nontemporal(dst: *mut u8, src: &[u8]) -> NtCopy {
     plain
 }
 
-/// Addresses written with ordinary stores by [`copy_nontemporal`] (unaligned fringes).
+/// Bytes written with ordinary stores by [`copy_nontemporal`]: the unaligned fringes, at
+/// most three bytes at each end, so the first and the last such byte name every cache line
+/// that needs a write-back.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NtCopy {
-    /// Lowest and highest plainly-written address, if any.
-    pub plain: Option<(usize, usize)>,
+    /// The first ordinary-store address, if any.
+    pub first: Option<usize>,
+    /// The last ordinary-store address, if any.
+    pub last: Option<usize>,
 }
 
 impl NtCopy {
     fn note(&mut self, addr: usize) {
-        self.plain = Some(match self.plain {
-            None => (addr, addr),
-            Some((lo, hi)) => (lo.min(addr), hi.max(addr)),
-        });
+        self.first.get_or_insert(addr);
+        self.last = Some(addr);
     }
 }
 

@@ -71,6 +71,9 @@ pub enum PoolError {
     /// The operating system denied access to the file.
     #[error("permission denied")]
     PermissionDenied,
+    /// The file does not exist.
+    #[error("no such file")]
+    NotFound,
     /// `create` found an existing file.
     #[error("a file already exists at that path")]
     AlreadyExists,
@@ -98,16 +101,14 @@ impl From<io::Error> for PoolError {
                 PoolError::PermissionDenied
             }
             io::ErrorKind::AlreadyExists => PoolError::AlreadyExists,
-            io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded => {
-                PoolError::OutOfSpace { requested: 0 }
-            }
+            io::ErrorKind::NotFound => PoolError::NotFound,
             _ => PoolError::Io(error),
         }
     }
 }
 
 impl PoolError {
-    /// A stable exit code for command-line tools (documented in the README).
+    /// A stable exit code for command-line tools (listed in `docs/pool-format.md`).
     pub fn exit_code(&self) -> i32 {
         match self {
             PoolError::NotAPool { .. } => 10,
@@ -119,6 +120,7 @@ impl PoolError {
             PoolError::PermissionDenied => 16,
             PoolError::AlreadyExists => 17,
             PoolError::OutOfSpace { .. } => 18,
+            PoolError::NotFound => 19,
             PoolError::InvalidArgument(_) => 2,
             PoolError::Poisoned | PoolError::Io(_) => 1,
         }

@@ -86,18 +86,26 @@ impl Header {
     /// A header for a new pool of `pool_size` bytes with a root region of `root_size` bytes.
     pub fn new(layout: &str, pool_size: u64, root_size: u64) -> Result<Self, PoolError> {
         validate_layout_name(layout)?;
-        if pool_size < MIN_POOL_SIZE {
+        if pool_size < MIN_POOL_SIZE || !pool_size.is_multiple_of(REGION_ALIGN) {
             return Err(PoolError::InvalidArgument(format!(
-                "pool size {pool_size} is below the minimum of {MIN_POOL_SIZE} bytes"
+                "pool size {pool_size} must be a multiple of {REGION_ALIGN} bytes and at least {MIN_POOL_SIZE}"
             )));
         }
-        let root_size = root_size.max(1).next_multiple_of(REGION_ALIGN);
-        let arena_offset = HEADER_AREA + root_size;
-        if arena_offset + REGION_ALIGN > pool_size {
+        let arena_offset = root_size
+            .max(1)
+            .checked_next_multiple_of(REGION_ALIGN)
+            .and_then(|root| root.checked_add(HEADER_AREA))
+            .filter(|&arena| {
+                arena
+                    .checked_add(REGION_ALIGN)
+                    .is_some_and(|end| end <= pool_size)
+            });
+        let Some(arena_offset) = arena_offset else {
             return Err(PoolError::InvalidArgument(format!(
                 "root region of {root_size} bytes does not fit a pool of {pool_size} bytes"
             )));
-        }
+        };
+        let root_size = arena_offset - HEADER_AREA;
         let created_unix_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
@@ -202,8 +210,8 @@ impl Header {
     /// Checks that the regions tile the pool as the format requires.
     fn check_geometry(&self) -> Result<(), PoolError> {
         let fail = |what: &str| Err(PoolError::Corrupted(what.to_owned()));
-        if self.pool_size < MIN_POOL_SIZE {
-            return fail("pool size below the minimum");
+        if self.pool_size < MIN_POOL_SIZE || !self.pool_size.is_multiple_of(REGION_ALIGN) {
+            return fail("pool size below the minimum or not a multiple of 4 KiB");
         }
         if self.root_offset != HEADER_AREA || !self.root_size.is_multiple_of(REGION_ALIGN) {
             return fail("root region misplaced");
@@ -359,6 +367,14 @@ mod tests {
         assert!(Header::new(&"x".repeat(64), 1 << 20, 4096).is_err());
         assert!(Header::new("ok", 1024, 4096).is_err());
         assert!(Header::new("ok", 1 << 20, 1 << 20).is_err());
+        assert!(
+            Header::new("ok", (1 << 20) + 3, 4096).is_err(),
+            "sizes are whole pages"
+        );
+        assert!(
+            Header::new("ok", 1 << 20, u64::MAX - 10).is_err(),
+            "no overflow"
+        );
     }
 
     #[test]

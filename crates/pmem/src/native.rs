@@ -121,7 +121,7 @@ impl Native {
     /// `file` open, so an advisory lock taken on it lasts as long as the backend.
     pub fn map(file: File, len: u64, options: &NativeOptions) -> std::io::Result<Self> {
         let flush = options.flush.unwrap_or_else(FlushInstr::best_available);
-        if !flush.is_supported() {
+        if !flush.is_supported() && options.mode.is_none_or(|mode| mode == PersistMode::Adr) {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::Unsupported,
                 format!("this CPU does not implement {}", flush.name()),
@@ -186,16 +186,22 @@ impl Native {
         }
     }
 
-    fn flush_lines(&self, off: u64, len: u64) {
+    /// Writes back the lines of `[off, off + len)`; returns how many.
+    fn write_back(&self, off: u64, len: u64) -> u64 {
         let lines = lines_covering(off, len);
         let count = lines.end - lines.start;
         for line in lines {
             let addr = self.addr(line * CACHE_LINE, CACHE_LINE as usize);
-            // SAFETY: addr is inside the mapping and self.flush was checked to be supported
-            // when the backend was built.
+            // SAFETY: addr is inside the mapping; in ADR mode (the only caller) the flush
+            // instruction was checked to be supported when the backend was built.
             unsafe { cpu::flush_line(self.flush, addr) };
         }
         self.stats.record_flush(count);
+        count
+    }
+
+    fn flush_lines(&self, off: u64, len: u64) {
+        let count = self.write_back(off, len);
         spin_ns(count * self.latency.line_writeback_ns);
     }
 }
@@ -214,8 +220,13 @@ impl Persist for Native {
 
     #[inline]
     fn write(&self, off: u64, src: &[u8], class: WriteClass) {
+        if src.len() == 8 {
+            let word = u64::from_le_bytes(src.try_into().expect("8 bytes"));
+            return self.write_u64(off, word, class);
+        }
         let dst = self.addr(off, src.len());
         // SAFETY: dst..dst+src.len() is inside the mapping; src is a distinct Rust buffer.
+        // (x86 copy routines store aligned 8-byte words untorn, which the seam promises.)
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) }
         self.stats.record_store(class, src.len() as u64);
     }
@@ -255,11 +266,13 @@ impl Persist for Native {
         }
         // SAFETY: dst..dst+src.len() is inside the mapping and does not overlap src.
         let copy = unsafe { cpu::copy_nontemporal(dst, src) };
-        if let (Some((lo, hi)), PersistMode::Adr) = (copy.plain, self.mode) {
-            // Unaligned fringe bytes went through the cache: write them back so that the next
-            // fence makes the whole copy durable, as the seam promises.
+        if self.mode == PersistMode::Adr {
+            // Unaligned fringe bytes went through the cache: write their lines back so the
+            // next fence makes the whole copy durable, as the seam promises.
             let base = self.map.base() as usize;
-            self.flush_lines((lo - base) as u64, (hi - lo + 1) as u64);
+            for addr in [copy.first, copy.last].into_iter().flatten() {
+                self.write_back((addr - base) as u64, 1);
+            }
         }
         let lines = lines_covering(off, src.len() as u64);
         spin_ns((lines.end - lines.start) * self.latency.line_writeback_ns);

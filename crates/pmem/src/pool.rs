@@ -85,6 +85,9 @@ impl<B: Persist> Pool<B> {
         }
         let header = Header::new(&options.layout, options.size, options.root_size)?;
         let bytes = header.encode();
+        // Clear any old magic first: same-line order then guarantees that an interrupted
+        // format never shows the old magic over a half-written header.
+        pm.write(0, &[0; 8], WriteClass::Meta);
         pm.write(8, &bytes[8..], WriteClass::Meta);
         pm.write_u64(
             STATE_OFFSET,
@@ -224,7 +227,8 @@ pub fn read_header<B: Persist>(pm: &B) -> Result<Header, PoolError> {
             expected: header::HEADER_AREA,
         });
     }
-    let mut bytes = [0u8; HEADER_LEN];
+    // Read the whole header area: a future version may have a longer header.
+    let mut bytes = vec![0u8; header::HEADER_AREA as usize];
     pm.read(0, &mut bytes);
     Header::decode(&bytes)
 }
@@ -248,6 +252,7 @@ impl Pool<Native> {
         match pool {
             Ok(mut pool) => {
                 pool.path = Some(path.to_owned());
+                sync_parent(path);
                 Ok(pool)
             }
             Err(error) => {
@@ -282,7 +287,7 @@ pub struct FileReport {
     pub header: Header,
     /// Whether the pool was closed cleanly.
     pub clean: bool,
-    /// Whether another process holds it open right now.
+    /// Whether a process holds it open right now (from `/proc/locks`).
     pub in_use: bool,
 }
 
@@ -293,13 +298,7 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<FileReport, PoolError> {
     let mut state = [0u8; 8];
     read_at(&file, STATE_OFFSET, &mut state)?;
     let flags = header::decode_state(u64::from_le_bytes(state), &header.uuid)?;
-    let in_use = match file.try_lock_shared() {
-        Ok(()) => {
-            let _ = file.unlock();
-            false
-        }
-        Err(_) => true,
-    };
+    let in_use = is_flocked(&file.metadata()?);
     Ok(FileReport {
         header,
         clean: flags & FLAG_CLEAN != 0,
@@ -307,12 +306,26 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<FileReport, PoolError> {
     })
 }
 
+/// Whether some process holds a `flock` on the file, read from `/proc/locks` so that
+/// inspecting never takes a lock (which could make a concurrent open fail).
+fn is_flocked(metadata: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(locks) = std::fs::read_to_string("/proc/locks") else {
+        return false;
+    };
+    let (major, minor) = (libc::major(metadata.dev()), libc::minor(metadata.dev()));
+    let id = format!("{major:02x}:{minor:02x}:{}", metadata.ino());
+    locks
+        .lines()
+        .any(|line| line.contains("FLOCK") && line.split_whitespace().any(|field| field == id))
+}
+
 /// Reads the header with ordinary file I/O and checks it against the file length, so a
 /// truncated file is rejected before it is mapped (touching a page past the end of a mapped
 /// file raises SIGBUS).
 fn validate_file(file: &File) -> Result<Header, PoolError> {
     let file_len = file.metadata()?.len();
-    let mut bytes = vec![0u8; HEADER_LEN.min(file_len as usize)];
+    let mut bytes = vec![0u8; file_len.min(header::HEADER_AREA) as usize];
     read_at(file, 0, &mut bytes)?;
     let header = Header::decode(&bytes)?;
     if file_len < header.pool_size {
@@ -333,6 +346,17 @@ fn validate_file(file: &File) -> Result<Header, PoolError> {
 fn read_at(file: &File, offset: u64, buf: &mut [u8]) -> Result<(), PoolError> {
     use std::os::unix::fs::FileExt;
     file.read_exact_at(buf, offset).map_err(PoolError::from)
+}
+
+/// Makes the new directory entry durable (best effort: some file systems refuse it).
+fn sync_parent(path: &Path) {
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if let Ok(dir) = File::open(parent) {
+        let _ = dir.sync_all();
+    }
 }
 
 fn lock(file: &File) -> Result<(), PoolError> {

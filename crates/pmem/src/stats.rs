@@ -231,9 +231,11 @@ impl Counters {
     }
 
     /// Bytes that reach the media at cache-line granularity: flushed lines plus non-temporal
-    /// bytes rounded to lines. An upper bound on media traffic under ADR.
+    /// bytes (rounded up to whole lines in total). An estimate of media traffic under ADR; it
+    /// misses lines written back by eviction, and under eADR it counts no flushed lines.
     pub fn media_bytes(&self) -> u64 {
-        self.flushed_lines * crate::CACHE_LINE + self.nt_total().div_ceil(crate::CACHE_LINE) * 64
+        self.flushed_lines * crate::CACHE_LINE
+            + self.nt_total().div_ceil(crate::CACHE_LINE) * crate::CACHE_LINE
     }
 
     /// Write amplification: PM bytes stored per user byte requested (`None` without user bytes).

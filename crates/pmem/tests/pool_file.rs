@@ -186,7 +186,9 @@ fn open_held_by_another_process_is_refused() {
         pmem::inspect(&path).is_ok(),
         "inspection does not need the lock"
     );
-    open(&path).expect("open after the holder died");
+    let pool = open(&path).expect("open after the holder died");
+    drop(pool);
+    assert!(!pmem::inspect(&path).expect("inspect").in_use);
 }
 
 #[test]
@@ -330,10 +332,10 @@ fn random_and_empty_files_are_not_pools() {
 }
 
 #[test]
-fn missing_file_is_an_io_error() {
+fn missing_file_is_not_found() {
     let dir = shm_dir();
     let error = open(&dir.path().join("missing")).expect_err("missing");
-    assert!(matches!(error, PoolError::Io(_)), "{error}");
+    assert!(matches!(error, PoolError::NotFound), "{error}");
 }
 
 #[test]

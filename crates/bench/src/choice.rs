@@ -1,0 +1,232 @@
+//! What can be benchmarked: engines and workloads by name, and the visitors that turn a
+//! runtime choice into monomorphised code (the hot loop never goes through `dyn`).
+
+use crate::ideal::Ideal;
+use pmdk::Pmdk;
+use pmem::{CreateOptions, Native, NativeOptions, Pool};
+use std::fmt;
+use std::path::Path;
+use tx::{Engine, EngineOptions, LogMode, MemEngine, Redo, Undo};
+use workloads::array::ArrayWorkload;
+use workloads::bst::{Bst, timestone_bst};
+use workloads::btree::{BTree, silo_btree};
+use workloads::hash::{HashMap, silo_hash};
+use workloads::list::{LoadOrder, TimestoneMap, timestone_list};
+use workloads::queue::QueueWorkload;
+use workloads::rbtree::silo_rbtree;
+use workloads::tpcc::{TpccConfig, TpccNewOrder};
+use workloads::ycsb::{Ycsb, YcsbMix};
+use workloads::{Params, Workload};
+
+/// Layout name of benchmark pools.
+pub const LAYOUT: &str = "ferrite-bench";
+
+/// An engine to benchmark.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum EngineChoice {
+    /// Ferrite's undo engine.
+    Undo(LogMode),
+    /// Ferrite's redo engine.
+    Redo(LogMode),
+    /// PMDK libpmemobj (peer).
+    Pmdk,
+    /// The ideal redo reference (not crash-consistent).
+    Ideal,
+    /// Volatile, no persistence.
+    Mem,
+}
+
+impl EngineChoice {
+    /// Parses `undo`, `redo`, `undo:packed`, `redo:non-temporal`, `pmdk`, `ideal`, `mem`.
+    pub fn parse(text: &str) -> Option<Self> {
+        let (name, mode) = match text.split_once(':') {
+            Some((name, mode)) => (name, LogMode::parse(mode)?),
+            None => (text, LogMode::Auto),
+        };
+        match name {
+            "undo" => Some(EngineChoice::Undo(mode)),
+            "redo" => Some(EngineChoice::Redo(mode)),
+            "pmdk" => Some(EngineChoice::Pmdk),
+            "ideal" => Some(EngineChoice::Ideal),
+            "mem" => Some(EngineChoice::Mem),
+            _ => None,
+        }
+    }
+
+    /// Every name `parse` accepts (without log-mode suffixes).
+    pub const NAMES: [&'static str; 5] = ["undo", "redo", "pmdk", "ideal", "mem"];
+}
+
+impl fmt::Display for EngineChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EngineChoice::Undo(LogMode::Auto) => write!(f, "undo"),
+            EngineChoice::Redo(LogMode::Auto) => write!(f, "redo"),
+            EngineChoice::Undo(mode) => write!(f, "undo:{}", mode.name()),
+            EngineChoice::Redo(mode) => write!(f, "redo:{}", mode.name()),
+            EngineChoice::Pmdk => write!(f, "pmdk"),
+            EngineChoice::Ideal => write!(f, "ideal"),
+            EngineChoice::Mem => write!(f, "mem"),
+        }
+    }
+}
+
+/// A workload to benchmark.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum WorkloadChoice {
+    /// Silo: swap two 64 B elements of a large array.
+    Array,
+    /// Silo: enqueue/dequeue.
+    Queue,
+    /// Silo: hash table insert/update.
+    Hash,
+    /// Silo: B+tree insert/update.
+    BTree,
+    /// Silo: red-black tree insert/update.
+    RbTree,
+    /// TimeStone: sorted linked list lookups and insert/delete.
+    List,
+    /// TimeStone: hash table lookups and insert/delete.
+    TsHash,
+    /// TimeStone: binary search tree lookups and insert/delete.
+    Bst,
+    /// YCSB core workload over the B+tree.
+    Ycsb(YcsbMix),
+    /// TPC-C New-Order.
+    Tpcc,
+}
+
+impl WorkloadChoice {
+    /// Every workload.
+    pub const ALL: [WorkloadChoice; 16] = [
+        WorkloadChoice::Array,
+        WorkloadChoice::Queue,
+        WorkloadChoice::Hash,
+        WorkloadChoice::BTree,
+        WorkloadChoice::RbTree,
+        WorkloadChoice::List,
+        WorkloadChoice::TsHash,
+        WorkloadChoice::Bst,
+        WorkloadChoice::Ycsb(YcsbMix::A),
+        WorkloadChoice::Ycsb(YcsbMix::B),
+        WorkloadChoice::Ycsb(YcsbMix::C),
+        WorkloadChoice::Ycsb(YcsbMix::D),
+        WorkloadChoice::Ycsb(YcsbMix::E),
+        WorkloadChoice::Ycsb(YcsbMix::F),
+        WorkloadChoice::Ycsb(YcsbMix::Silo),
+        WorkloadChoice::Tpcc,
+    ];
+
+    /// Command-line name.
+    pub fn name(self) -> String {
+        match self {
+            WorkloadChoice::Array => "array".into(),
+            WorkloadChoice::Queue => "queue".into(),
+            WorkloadChoice::Hash => "hash".into(),
+            WorkloadChoice::BTree => "btree".into(),
+            WorkloadChoice::RbTree => "rbtree".into(),
+            WorkloadChoice::List => "list".into(),
+            WorkloadChoice::TsHash => "ts-hash".into(),
+            WorkloadChoice::Bst => "bst".into(),
+            WorkloadChoice::Ycsb(mix) => format!("ycsb-{}", mix.label()),
+            WorkloadChoice::Tpcc => "tpcc".into(),
+        }
+    }
+
+    /// Parses a name as printed by [`WorkloadChoice::name`].
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|w| w.name() == text)
+    }
+}
+
+/// Code that runs with a concrete engine type.
+pub trait EngineVisitor {
+    /// Result.
+    type Output;
+    /// Called with the opened engine.
+    fn visit<E: Engine>(self, engine: &E) -> Self::Output;
+}
+
+/// Code that runs with a concrete workload type.
+pub trait WorkloadVisitor {
+    /// Result.
+    type Output;
+    /// Called with the built workload.
+    fn visit<W: Workload>(self, workload: W) -> Self::Output;
+}
+
+/// Why an engine could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The pool file could not be created.
+    #[error(transparent)]
+    Pool(#[from] pmem::PoolError),
+    /// The engine could not format it.
+    #[error(transparent)]
+    Tx(#[from] tx::TxError),
+    /// The PMDK peer is unavailable.
+    #[error(transparent)]
+    Pmdk(#[from] pmdk::PmdkError),
+}
+
+/// Creates a fresh pool of `size` bytes at `path`, opens `choice` on it and runs `visitor`.
+/// The pool file is removed afterwards.
+pub fn with_engine<V: EngineVisitor>(
+    choice: EngineChoice,
+    path: &Path,
+    size: u64,
+    visitor: V,
+) -> Result<V::Output, OpenError> {
+    let _cleanup = RemoveOnDrop(path);
+    let native = |path: &Path| -> Result<Pool<Native>, OpenError> {
+        let mut options = CreateOptions::new(LAYOUT, size);
+        options.native = NativeOptions::default().with_env_overrides();
+        Ok(Pool::create(path, &options)?)
+    };
+    let engine_options = |mode| EngineOptions::default().with_log_mode(mode);
+    Ok(match choice {
+        EngineChoice::Undo(mode) => {
+            visitor.visit(&Undo::create(native(path)?, &engine_options(mode))?)
+        }
+        EngineChoice::Redo(mode) => {
+            visitor.visit(&Redo::create(native(path)?, &engine_options(mode))?)
+        }
+        EngineChoice::Ideal => visitor.visit(&Ideal::new(native(path)?)?),
+        EngineChoice::Pmdk => visitor.visit(&Pmdk::create(path, size)?),
+        EngineChoice::Mem => visitor.visit(&MemEngine::new(size)),
+    })
+}
+
+struct RemoveOnDrop<'a>(&'a Path);
+
+impl Drop for RemoveOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.0);
+    }
+}
+
+/// Builds workload `choice` with `params` and runs `visitor` on it.
+pub fn with_workload<V: WorkloadVisitor>(
+    choice: WorkloadChoice,
+    params: &Params,
+    visitor: V,
+) -> Result<V::Output, String> {
+    let params = params.clone();
+    Ok(match choice {
+        WorkloadChoice::Array => visitor.visit(ArrayWorkload::new(params)),
+        WorkloadChoice::Queue => visitor.visit(QueueWorkload::new(params)),
+        WorkloadChoice::Hash => visitor.visit(silo_hash(params)),
+        WorkloadChoice::BTree => visitor.visit(silo_btree(params)),
+        WorkloadChoice::RbTree => visitor.visit(silo_rbtree(params)),
+        WorkloadChoice::List => visitor.visit(timestone_list(params)),
+        WorkloadChoice::TsHash => {
+            visitor.visit(TimestoneMap::<HashMap>::new(params, LoadOrder::Shuffled))
+        }
+        WorkloadChoice::Bst => visitor.visit(timestone_bst(params)),
+        WorkloadChoice::Ycsb(mix) => visitor.visit(Ycsb::<BTree>::new(params, mix)),
+        WorkloadChoice::Tpcc => visitor.visit(TpccNewOrder::new(TpccConfig::from_params(&params))?),
+    })
+}
+
+/// Keeps the `Bst` import meaningful for readers: TimeStone's BST runs over it.
+pub type TimestoneBst = TimestoneMap<Bst>;

@@ -1,0 +1,187 @@
+//! The ideal reference: the least a redo-logging transaction must do on this machine — one
+//! log record streamed to PM, one fence, the new values written in place and flushed — with
+//! no allocator (a volatile bump pointer; `free` does nothing), no recovery and no
+//! watermark bookkeeping. It marks the distance between an engine and the machine's limit
+//! and is **not** crash-consistent; never use it for data.
+
+use parking_lot::MutexGuard;
+use pmem::{CACHE_LINE, Persist, Pool, WriteClass};
+use std::sync::atomic::{AtomicU64, Ordering};
+use tx::lanes::Lanes;
+use tx::writeset::WriteSet;
+use tx::{Engine, Isolation, Tx, TxError, TxResult};
+
+/// Log bytes per lane.
+const LANE_BYTES: u64 = 1 << 20;
+/// Lanes (concurrent transactions).
+const LANES: u64 = 16;
+
+/// The ideal reference engine over a pool on backend `P`.
+#[derive(Debug)]
+pub struct Ideal<P: Persist> {
+    pool: Pool<P>,
+    lanes: Lanes<Ring>,
+    bump: AtomicU64,
+    heap_end: u64,
+    tag: u16,
+}
+
+#[derive(Debug)]
+struct Ring {
+    base: u64,
+    head: u64,
+    record: Vec<u8>,
+}
+
+impl<P: Persist> Ideal<P> {
+    /// Uses the whole arena of `pool`: lanes first, then a bump-allocated heap.
+    pub fn new(pool: Pool<P>) -> TxResult<Self> {
+        let arena = pool.arena();
+        let lanes_end = arena.offset + LANES * LANE_BYTES;
+        if lanes_end + 4096 > arena.end() {
+            return Err(TxError::OutOfSpace {
+                size: LANES * LANE_BYTES,
+            });
+        }
+        let rings = (0..LANES).map(|lane| Ring {
+            base: arena.offset + lane * LANE_BYTES,
+            head: 0,
+            record: Vec::new(),
+        });
+        let tag = tx::pool_tag(&pool.header().uuid);
+        Ok(Ideal {
+            lanes: Lanes::new(rings),
+            bump: AtomicU64::new(lanes_end),
+            heap_end: arena.end(),
+            tag,
+            pool,
+        })
+    }
+}
+
+/// A transaction of the ideal engine.
+#[derive(Debug)]
+pub struct IdealTx<'e, P: Persist> {
+    engine: &'e Ideal<P>,
+    ring: MutexGuard<'e, Ring>,
+    writes: WriteSet,
+}
+
+impl<P: Persist> IdealTx<'_, P> {
+    fn commit(&mut self) {
+        if self.writes.is_empty() {
+            return;
+        }
+        let pm = self.engine.pool.pm();
+        let ranges = self.writes.coalesce();
+        let ring = &mut *self.ring;
+        ring.record.clear();
+        for (addr, bytes) in &ranges {
+            ring.record.extend_from_slice(&addr.to_le_bytes());
+            ring.record
+                .extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            ring.record.extend_from_slice(bytes);
+        }
+        ring.record
+            .resize(ring.record.len().next_multiple_of(CACHE_LINE as usize), 0);
+        let len = ring.record.len() as u64;
+        if ring.head + len > LANE_BYTES {
+            ring.head = 0;
+        }
+        pm.write_nt(ring.base + ring.head, &ring.record, WriteClass::Log);
+        ring.head += len;
+        pm.fence();
+        pm.durability_point();
+        for (addr, bytes) in &ranges {
+            pm.write(*addr, bytes, WriteClass::User);
+            pm.flush(*addr, bytes.len() as u64);
+        }
+        let user: u64 = ranges.iter().map(|(_, b)| b.len() as u64).sum();
+        pm.stats().record_user_bytes(user);
+    }
+}
+
+impl<P: Persist> Tx for IdealTx<'_, P> {
+    fn read_raw(&mut self, addr: u64, dst: &mut [u8]) -> TxResult<()> {
+        if !self.engine.pool.pm().check_range(addr, dst.len() as u64) {
+            return Err(TxError::OutOfBounds {
+                addr,
+                len: dst.len() as u64,
+            });
+        }
+        self.engine.pool.pm().read(addr, dst);
+        self.writes.overlay(addr, dst);
+        Ok(())
+    }
+
+    fn write_raw(&mut self, addr: u64, src: &[u8]) -> TxResult<()> {
+        if !self.engine.pool.pm().check_range(addr, src.len() as u64) {
+            return Err(TxError::OutOfBounds {
+                addr,
+                len: src.len() as u64,
+            });
+        }
+        self.writes.write(addr, src);
+        Ok(())
+    }
+
+    fn alloc_raw(&mut self, size: u64) -> TxResult<u64> {
+        let size = size.max(1).next_multiple_of(16);
+        let addr = self.engine.bump.fetch_add(size, Ordering::Relaxed);
+        if addr + size > self.engine.heap_end {
+            return Err(TxError::OutOfSpace { size });
+        }
+        Ok(addr)
+    }
+
+    fn free_raw(&mut self, _addr: u64) -> TxResult<()> {
+        Ok(())
+    }
+
+    fn pool_tag(&self) -> u16 {
+        self.engine.tag
+    }
+
+    fn root_offset(&self) -> u64 {
+        self.engine.pool.root().offset
+    }
+}
+
+impl<P: Persist> Engine for Ideal<P> {
+    type Tx<'e>
+        = IdealTx<'e, P>
+    where
+        Self: 'e;
+
+    fn name(&self) -> &'static str {
+        "ideal"
+    }
+
+    fn isolation(&self) -> Isolation {
+        Isolation::External
+    }
+
+    fn transaction<R, E>(
+        &self,
+        mut body: impl FnMut(&mut IdealTx<'_, P>) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<TxError>,
+    {
+        let (_, ring) = self.lanes.acquire();
+        let mut tx = IdealTx {
+            engine: self,
+            ring,
+            writes: WriteSet::default(),
+        };
+        let result = body(&mut tx);
+        if result.is_ok() {
+            tx.commit();
+        }
+        result
+    }
+
+    fn counters(&self) -> pmem::Counters {
+        self.pool.pm().stats().snapshot()
+    }
+}

@@ -1,0 +1,314 @@
+//! The benchmark runner: one (engine, workload, threads) configuration on a fresh pool.
+//!
+//! Setup is untimed. Then `runs` timed runs of `ops` operations each (split over the
+//! threads, which start together at a barrier); throughput is the median over runs; latency
+//! percentiles pool every timed operation; PM traffic is the seam's counter delta over the
+//! timed runs, divided per operation and per commit.
+
+use crate::choice::{
+    EngineChoice, EngineVisitor, OpenError, WorkloadChoice, WorkloadVisitor, with_engine,
+    with_workload,
+};
+use crate::measure::Summary;
+use pmem::{Counters, WriteClass};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Barrier;
+use std::time::Instant;
+use tx::{Engine, TxError};
+use workloads::{OpKind, Params, Workload};
+
+/// One configuration to measure.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunSpec {
+    /// Engine.
+    pub engine: EngineChoice,
+    /// Workload.
+    pub workload: WorkloadChoice,
+    /// Workload parameters (`params.threads` is the thread count).
+    pub params: Params,
+    /// Operations per timed run, over all threads.
+    pub ops: u64,
+    /// Untimed operations before the first run, over all threads.
+    pub warmup_ops: u64,
+    /// Timed runs.
+    pub runs: usize,
+    /// Directory for the pool file.
+    pub pool_dir: PathBuf,
+    /// Pool size in bytes.
+    pub pool_size: u64,
+}
+
+/// Per-operation PM traffic.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Traffic {
+    /// Fences per operation.
+    pub fences_per_op: f64,
+    /// Cache lines flushed per operation.
+    pub flushes_per_op: f64,
+    /// Fences per committed update transaction (`None` without commits or counters).
+    pub fences_per_commit: Option<f64>,
+    /// Flushed lines per committed update transaction.
+    pub flushes_per_commit: Option<f64>,
+    /// PM bytes stored per operation, all classes.
+    pub pm_bytes_per_op: f64,
+    /// Log bytes per operation.
+    pub log_bytes_per_op: f64,
+    /// User bytes requested per operation.
+    pub user_bytes_per_op: f64,
+    /// PM bytes per user byte.
+    pub write_amplification: Option<f64>,
+    /// Flushed and streamed lines' bytes per user byte.
+    pub media_write_amplification: Option<f64>,
+}
+
+/// The result of one configuration.
+#[derive(Clone, Debug, Serialize)]
+pub struct Measurement {
+    /// Engine.
+    pub engine: String,
+    /// Workload (with parameters in its name).
+    pub workload: String,
+    /// Threads.
+    pub threads: usize,
+    /// Timed operations in total.
+    pub ops: u64,
+    /// Operations per second, over runs.
+    pub throughput: Summary,
+    /// Latency percentiles in nanoseconds: p50, p99, p99.9.
+    pub latency_ns: [u64; 3],
+    /// PM traffic.
+    pub traffic: Traffic,
+    /// Raw counter delta over the timed runs.
+    pub counters: Counters,
+    /// Operations by kind.
+    pub mix: BTreeMap<String, u64>,
+    /// Whether the workload's invariant checker passed after the runs.
+    pub checked: bool,
+}
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The engine could not be opened.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// The workload could not be built.
+    #[error("workload: {0}")]
+    Workload(String),
+    /// An operation failed.
+    #[error("operation failed: {0}")]
+    Operation(#[from] TxError),
+    /// The invariant checker failed after the run.
+    #[error("invariant check failed after the run: {0}")]
+    Check(String),
+}
+
+/// Runs `spec`, calling `progress(done_ops)` now and then.
+pub fn run(spec: &RunSpec, progress: &(dyn Fn(u64) + Sync)) -> Result<Measurement, RunError> {
+    let name = format!("ferrite-bench-{}-{}.pool", std::process::id(), unique());
+    let path = spec.pool_dir.join(name);
+    with_engine(
+        spec.engine,
+        &path,
+        spec.pool_size,
+        OnEngine { spec, progress },
+    )?
+}
+
+fn unique() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+struct OnEngine<'a> {
+    spec: &'a RunSpec,
+    progress: &'a (dyn Fn(u64) + Sync),
+}
+
+impl EngineVisitor for OnEngine<'_> {
+    type Output = Result<Measurement, RunError>;
+
+    fn visit<E: Engine>(self, engine: &E) -> Self::Output {
+        let visitor = OnWorkload {
+            spec: self.spec,
+            progress: self.progress,
+            engine,
+        };
+        with_workload(self.spec.workload, &self.spec.params, visitor).map_err(RunError::Workload)?
+    }
+}
+
+struct OnWorkload<'a, E: Engine> {
+    spec: &'a RunSpec,
+    progress: &'a (dyn Fn(u64) + Sync),
+    engine: &'a E,
+}
+
+impl<E: Engine> WorkloadVisitor for OnWorkload<'_, E> {
+    type Output = Result<Measurement, RunError>;
+
+    fn visit<W: Workload>(self, workload: W) -> Self::Output {
+        measure(self.spec, self.engine, &workload, self.progress)
+    }
+}
+
+/// What one thread saw in one run.
+#[derive(Default)]
+struct ThreadLog {
+    latencies: Vec<u32>,
+    mix: BTreeMap<OpKind, u64>,
+}
+
+fn measure<E: Engine, W: Workload>(
+    spec: &RunSpec,
+    engine: &E,
+    workload: &W,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Measurement, RunError> {
+    workload.setup(engine)?;
+    let threads = spec.params.threads.max(1);
+    let per_thread = |total: u64| total.div_ceil(threads as u64);
+    let mut next_index = 0u64;
+    run_ops(
+        engine,
+        workload,
+        threads,
+        next_index,
+        per_thread(spec.warmup_ops),
+        &|_| {},
+    )?;
+    next_index += per_thread(spec.warmup_ops);
+    let before = engine.counters();
+    let mut rates = Vec::with_capacity(spec.runs);
+    let mut logs = Vec::new();
+    for run in 0..spec.runs.max(1) {
+        let done = run as u64 * spec.ops;
+        let report = |n: u64| progress(done + n);
+        let start = Instant::now();
+        let mut run_logs = run_ops(
+            engine,
+            workload,
+            threads,
+            next_index,
+            per_thread(spec.ops),
+            &report,
+        )?;
+        let elapsed = start.elapsed().as_secs_f64().max(1e-9);
+        next_index += per_thread(spec.ops);
+        rates.push((per_thread(spec.ops) * threads as u64) as f64 / elapsed);
+        logs.append(&mut run_logs);
+    }
+    let counters = engine.counters().since(&before);
+    workload.check(engine).map_err(RunError::Check)?;
+    let ops = per_thread(spec.ops) * threads as u64 * spec.runs.max(1) as u64;
+    Ok(summarise(spec, workload.name(), rates, logs, counters, ops))
+}
+
+/// Runs `count` operations per thread from `first_index`, all threads released together.
+fn run_ops<E: Engine, W: Workload>(
+    engine: &E,
+    workload: &W,
+    threads: usize,
+    first_index: u64,
+    count: u64,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Vec<ThreadLog>, RunError> {
+    let barrier = Barrier::new(threads);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|thread| {
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    let mut log = ThreadLog {
+                        latencies: Vec::with_capacity(count as usize),
+                        ..ThreadLog::default()
+                    };
+                    barrier.wait();
+                    for i in 0..count {
+                        let start = Instant::now();
+                        let kind = workload.run_op(engine, thread, first_index + i)?;
+                        log.latencies
+                            .push(start.elapsed().as_nanos().min(u128::from(u32::MAX)) as u32);
+                        *log.mix.entry(kind).or_default() += 1;
+                        if thread == 0 && i % 4096 == 4095 {
+                            progress((i + 1) * threads as u64);
+                        }
+                    }
+                    Ok::<_, TxError>(log)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                    .map_err(RunError::from)
+            })
+            .collect()
+    })
+}
+
+fn summarise(
+    spec: &RunSpec,
+    workload: String,
+    rates: Vec<f64>,
+    logs: Vec<ThreadLog>,
+    counters: Counters,
+    ops: u64,
+) -> Measurement {
+    let mut latencies: Vec<u32> = logs
+        .iter()
+        .flat_map(|l| l.latencies.iter().copied())
+        .collect();
+    latencies.sort_unstable();
+    let percentile = |p: f64| -> u64 {
+        if latencies.is_empty() {
+            return 0;
+        }
+        let index = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
+        u64::from(latencies[index])
+    };
+    let mut mix = BTreeMap::new();
+    for log in &logs {
+        for (kind, n) in &log.mix {
+            *mix.entry(format!("{kind:?}")).or_default() += n;
+        }
+    }
+    let per_op = |value: u64| value as f64 / ops.max(1) as f64;
+    let commits = counters.durability_points;
+    let traffic = Traffic {
+        fences_per_op: per_op(counters.fences),
+        flushes_per_op: per_op(counters.flushed_lines),
+        fences_per_commit: Counters::ratio(counters.fences, commits),
+        flushes_per_commit: Counters::ratio(counters.flushed_lines, commits),
+        pm_bytes_per_op: per_op(counters.pm_bytes()),
+        log_bytes_per_op: per_op(counters.class_bytes(WriteClass::Log)),
+        user_bytes_per_op: per_op(counters.user_bytes),
+        write_amplification: (counters.pm_bytes() > 0)
+            .then(|| counters.write_amplification())
+            .flatten(),
+        media_write_amplification: (counters.pm_bytes() > 0)
+            .then(|| counters.media_write_amplification())
+            .flatten(),
+    };
+    Measurement {
+        engine: spec.engine.to_string(),
+        workload,
+        threads: spec.params.threads.max(1),
+        ops,
+        throughput: Summary::of(&rates).unwrap_or(Summary {
+            median: 0.0,
+            min: 0.0,
+            max: 0.0,
+            runs: 0,
+        }),
+        latency_ns: [percentile(0.50), percentile(0.99), percentile(0.999)],
+        traffic,
+        counters,
+        mix,
+        checked: true,
+    }
+}

@@ -1,0 +1,166 @@
+//! `ferrite bench`: engines × workloads with the bench harness, printed side by side with
+//! ratios against a baseline engine measured in the same run.
+
+use anyhow::bail;
+use bench::choice::{EngineChoice, WorkloadChoice};
+use bench::runner::{Measurement, RunSpec};
+use comfy_table::Table;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::Write;
+use std::path::PathBuf;
+use workloads::Params;
+
+/// What `ferrite bench` was asked to run.
+#[derive(Clone, Debug)]
+pub struct BenchRequest {
+    /// Engines, in column order; ratios are against `baseline` (or the first engine).
+    pub engines: Vec<EngineChoice>,
+    /// Workloads.
+    pub workloads: Vec<WorkloadChoice>,
+    /// Thread counts.
+    pub threads: Vec<usize>,
+    /// Workload parameters (threads overridden per run).
+    pub params: Params,
+    /// Operations per timed run.
+    pub ops: u64,
+    /// Warm-up operations.
+    pub warmup: u64,
+    /// Timed runs per configuration.
+    pub runs: usize,
+    /// Pool size.
+    pub pool_size: u64,
+    /// Pool directory.
+    pub pool_dir: PathBuf,
+}
+
+/// Runs every configuration of `request`; a configuration whose engine is unavailable (PMDK
+/// not installed) is reported and skipped, any other failure stops the run.
+pub fn run(request: &BenchRequest, quiet: bool) -> anyhow::Result<Vec<Measurement>> {
+    let configs = configurations(request);
+    let bar = progress_bar(
+        configs.len() as u64 * request.ops * request.runs as u64,
+        quiet,
+    );
+    let mut results = Vec::new();
+    for (done, spec) in configs.iter().enumerate() {
+        bar.set_message(format!(
+            "{} on {} ×{}",
+            spec.workload.name(),
+            spec.engine,
+            spec.params.threads
+        ));
+        let base = done as u64 * request.ops * request.runs as u64;
+        match bench::runner::run(spec, &|n| bar.set_position(base + n)) {
+            Ok(measurement) => results.push(measurement),
+            Err(bench::runner::RunError::Open(bench::choice::OpenError::Pmdk(error))) => {
+                bar.suspend(|| eprintln!("ferrite: bench: skipping pmdk: {error}"));
+            }
+            Err(error) => bail!("{} on {}: {error}", spec.workload.name(), spec.engine),
+        }
+    }
+    bar.finish_and_clear();
+    Ok(results)
+}
+
+fn configurations(request: &BenchRequest) -> Vec<RunSpec> {
+    let mut specs = Vec::new();
+    for &workload in &request.workloads {
+        for &threads in &request.threads {
+            for &engine in &request.engines {
+                specs.push(RunSpec {
+                    engine,
+                    workload,
+                    params: Params {
+                        threads,
+                        ..request.params.clone()
+                    },
+                    ops: request.ops,
+                    warmup_ops: request.warmup,
+                    runs: request.runs,
+                    pool_dir: request.pool_dir.clone(),
+                    pool_size: request.pool_size,
+                });
+            }
+        }
+    }
+    specs
+}
+
+fn progress_bar(len: u64, quiet: bool) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    ProgressBar::new(len).with_style(
+        ProgressStyle::with_template("[{bar:30}] {pos}/{len} ops {msg} ({elapsed})")
+            .expect("the progress template is valid")
+            .progress_chars("=> "),
+    )
+}
+
+/// Prints one table per (workload, threads), with throughput ratios against the baseline.
+pub fn print_tables(
+    results: &[Measurement],
+    baseline: Option<&str>,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let mut groups: Vec<(String, usize)> = results
+        .iter()
+        .map(|m| (m.workload.clone(), m.threads))
+        .collect();
+    groups.dedup();
+    for (workload, threads) in groups {
+        let rows: Vec<&Measurement> = results
+            .iter()
+            .filter(|m| m.workload == workload && m.threads == threads)
+            .collect();
+        let base = baseline
+            .and_then(|name| rows.iter().find(|m| m.engine == name))
+            .or(rows.first())
+            .map(|m| (m.engine.clone(), m.throughput.median));
+        writeln!(out, "\n{workload}, {threads} thread(s)")?;
+        let mut table = Table::new();
+        let ratio_heading = base
+            .as_ref()
+            .map_or("ratio".to_owned(), |(name, _)| format!("× {name}"));
+        table.set_header(vec![
+            "engine".to_owned(),
+            "Kops/s (median)".into(),
+            ratio_heading,
+            "p50 µs".into(),
+            "p99 µs".into(),
+            "fences/commit".into(),
+            "flushes/commit".into(),
+            "PM B/op".into(),
+            "WA".into(),
+        ]);
+        for m in rows {
+            table.add_row(row(m, base.as_ref().map(|b| b.1)));
+        }
+        writeln!(out, "{table}")?;
+    }
+    Ok(())
+}
+
+/// One table row of a measurement.
+pub fn row(m: &Measurement, base_throughput: Option<f64>) -> Vec<String> {
+    let opt = |v: Option<f64>| v.map_or("n/a".to_owned(), |v| format!("{v:.2}"));
+    let ratio = base_throughput
+        .filter(|&b| b > 0.0)
+        .map(|b| m.throughput.median / b);
+    let counted = m.counters.pm_bytes() > 0;
+    vec![
+        m.engine.clone(),
+        format!("{:.1}", m.throughput.median / 1e3),
+        opt(ratio),
+        format!("{:.2}", m.latency_ns[0] as f64 / 1e3),
+        format!("{:.2}", m.latency_ns[1] as f64 / 1e3),
+        opt(m.traffic.fences_per_commit),
+        opt(m.traffic.flushes_per_commit),
+        if counted {
+            format!("{:.0}", m.traffic.pm_bytes_per_op)
+        } else {
+            "n/a".into()
+        },
+        opt(m.traffic.write_amplification),
+    ]
+}

@@ -1,0 +1,150 @@
+//! `ferrite eval`: runs the project's evaluation sections and assembles the report.
+//!
+//! Each section lives in its own module with an `ID`, a `TITLE` and a `run` function, and is
+//! listed once in [`SECTIONS`]; adding an evaluation is adding a module and a line there.
+//! A section that fails to run becomes a failed section of the report rather than aborting
+//! the others.
+
+mod crash_selftest;
+mod substrate;
+
+use crate::report::{Report, Section, Verdict};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+
+/// How to run the evaluation.
+#[derive(Clone, Debug)]
+pub struct EvalOptions {
+    /// Reduced sizes everywhere (tests, smoke runs): the numbers are indicative only.
+    pub quick: bool,
+    /// Directory for scratch pools (tmpfs by default).
+    pub pool_dir: PathBuf,
+}
+
+/// A section's entry point: builds the section, reporting progress on the bar (whose
+/// length it sets).
+type RunSection = fn(&EvalOptions, &ProgressBar) -> anyhow::Result<Section>;
+
+/// One evaluation section.
+#[derive(Debug)]
+pub struct SectionSpec {
+    /// Identifier: file names, anchors, `--only`.
+    pub id: &'static str,
+    /// Heading.
+    pub title: &'static str,
+    run: RunSection,
+}
+
+/// Every section, in report order.
+pub const SECTIONS: &[SectionSpec] = &[
+    SectionSpec {
+        id: substrate::ID,
+        title: substrate::TITLE,
+        run: substrate::run,
+    },
+    SectionSpec {
+        id: crash_selftest::ID,
+        title: crash_selftest::TITLE,
+        run: crash_selftest::run,
+    },
+];
+
+/// Runs the sections whose ids are in `only` (every section when it is empty), in report
+/// order, with a progress bar on stderr when it is a terminal.
+pub fn run(options: &EvalOptions, only: &[String]) -> Report {
+    let sections = SECTIONS
+        .iter()
+        .filter(|spec| only.is_empty() || only.iter().any(|id| id == spec.id))
+        .map(|spec| run_one(spec, options))
+        .collect();
+    Report {
+        title: "Ferrite evaluation".to_owned(),
+        generated: crate::time::now_rfc3339(),
+        quick: options.quick,
+        sections,
+    }
+}
+
+fn run_one(spec: &SectionSpec, options: &EvalOptions) -> Section {
+    let bar = ProgressBar::new(0).with_prefix(spec.title).with_style(
+        ProgressStyle::with_template("{prefix:.bold} [{bar:30}] {pos}/{len} {msg} ({elapsed})")
+            .expect("the progress template is valid")
+            .progress_chars("=> "),
+    );
+    let section = (spec.run)(options, &bar).unwrap_or_else(|error| {
+        bar.suspend(|| eprintln!("ferrite: eval: {}: {error:#}", spec.id));
+        Section::failed(spec.id, spec.title, &error)
+    });
+    bar.finish_and_clear();
+    debug_assert_eq!(section.id, spec.id, "a section reports under its own id");
+    section
+}
+
+/// A new section with `id` and `title`, nothing in it yet, verdict [`Verdict::Info`].
+fn empty_section(id: &str, title: &str) -> Section {
+    Section {
+        id: id.to_owned(),
+        title: title.to_owned(),
+        verdict: Verdict::Info,
+        summary: Vec::new(),
+        tables: Vec::new(),
+        plots: Vec::new(),
+        json: serde_json::Value::Null,
+    }
+}
+
+/// Nanoseconds with one decimal.
+fn ns(value: f64) -> String {
+    format!("{value:.1}")
+}
+
+/// Prints each section's verdict, summary and tables, then where the report is.
+pub fn print_summary(
+    report: &Report,
+    dir: &std::path::Path,
+    files: usize,
+    out: &mut dyn std::io::Write,
+) -> std::io::Result<()> {
+    let mode = if report.quick { " (quick)" } else { "" };
+    writeln!(out, "{}{mode}", report.title)?;
+    for section in &report.sections {
+        writeln!(out, "\n== {} [{}]", section.title, section.verdict.label())?;
+        for line in &section.summary {
+            writeln!(out, "  - {line}")?;
+        }
+        for table in &section.tables {
+            writeln!(out, "\n{}\n{}", table.title, terminal_table(table))?;
+        }
+    }
+    writeln!(
+        out,
+        "\nreport: {} ({files} files; open {})",
+        dir.display(),
+        dir.join("index.html").display()
+    )
+}
+
+fn terminal_table(table: &crate::report::Table) -> comfy_table::Table {
+    let mut rendered = comfy_table::Table::new();
+    rendered
+        .load_style(comfy_table::presets::UTF8_FULL_CONDENSED)
+        .set_header(&table.columns);
+    for row in &table.rows {
+        rendered.add_row(row);
+    }
+    // Right-align the columns that hold only numbers, so digits line up.
+    let numeric: Vec<bool> = (0..table.columns.len())
+        .map(|index| {
+            table.rows.iter().all(|row| {
+                row.get(index)
+                    .is_some_and(|cell| cell.parse::<f64>().is_ok())
+            })
+        })
+        .collect();
+    for (column, is_numeric) in rendered.column_iter_mut().zip(numeric) {
+        if is_numeric {
+            column.set_cell_alignment(comfy_table::CellAlignment::Right);
+        }
+    }
+    rendered
+}

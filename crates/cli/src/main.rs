@@ -1,0 +1,385 @@
+//! `ferrite`: pool administration and the project's evaluation report.
+//!
+//! Exit codes: 0 success; 2 usage errors (from clap, and invalid pool arguments); a pool
+//! error's [`pmem::PoolError::exit_code`] when a pool file is the problem; 1 for anything
+//! else, including an evaluation with a failed section. Errors are one line on stderr:
+//! `ferrite: <path>: <reason>`.
+
+#![forbid(unsafe_code)]
+
+mod bench_cmd;
+mod eval;
+mod plot;
+mod pool_cmd;
+mod report;
+mod size;
+mod time;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Ferrite: atomic durability on persistent memory.
+#[derive(Debug, Parser)]
+#[command(name = "ferrite", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create, inspect and validate pool files.
+    #[command(subcommand)]
+    Pool(PoolCommand),
+    /// Run every evaluation section and write the report folder.
+    Eval(EvalArgs),
+    /// Benchmark engines on workloads, side by side (PMDK and the ideal reference included).
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Args)]
+struct BenchArgs {
+    /// Engines (comma-separated): undo, redo, pmdk, ideal, mem; undo and redo take a log
+    /// mode suffix (redo:cacheable, redo:non-temporal, redo:packed, redo:auto).
+    #[arg(long, value_delimiter = ',', default_value = "redo,undo,pmdk,ideal", value_parser = parse_engine)]
+    engine: Vec<bench::choice::EngineChoice>,
+    /// Workloads (comma-separated): array, queue, hash, btree, rbtree, list, ts-hash, bst,
+    /// ycsb-a … ycsb-f, ycsb-silo, tpcc.
+    #[arg(long, value_delimiter = ',', default_value = "hash", value_parser = parse_workload)]
+    workload: Vec<bench::choice::WorkloadChoice>,
+    /// Thread counts (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    threads: Vec<usize>,
+    /// Keys (elements) loaded at setup.
+    #[arg(long, default_value_t = 100_000)]
+    keys: u64,
+    /// Value (element) size in bytes.
+    #[arg(long, default_value_t = 64)]
+    value_size: u32,
+    /// Update percentage of read/update mixes.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=100))]
+    update: u32,
+    /// Operations per timed run.
+    #[arg(long, default_value_t = 200_000)]
+    ops: u64,
+    /// Untimed warm-up operations.
+    #[arg(long, default_value_t = 20_000)]
+    warmup: u64,
+    /// Timed runs per configuration (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Pool size.
+    #[arg(long, default_value = "1G", value_parser = size::parse_size)]
+    pool_size: u64,
+    /// Directory for pool files.
+    #[arg(long, default_value = pmem::DEFAULT_POOL_DIR)]
+    pool_dir: PathBuf,
+    /// Engine the ratio column divides by (default: the first engine).
+    #[arg(long, value_parser = parse_engine)]
+    baseline: Option<bench::choice::EngineChoice>,
+    /// Also write the measurements as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn parse_engine(text: &str) -> Result<bench::choice::EngineChoice, String> {
+    bench::choice::EngineChoice::parse(text).ok_or_else(|| {
+        format!(
+            "unknown engine {text:?} (known: {})",
+            bench::choice::EngineChoice::NAMES.join(", ")
+        )
+    })
+}
+
+fn parse_workload(text: &str) -> Result<bench::choice::WorkloadChoice, String> {
+    bench::choice::WorkloadChoice::parse(text).ok_or_else(|| {
+        let known: Vec<String> = bench::choice::WorkloadChoice::ALL
+            .iter()
+            .map(|w| w.name())
+            .collect();
+        format!("unknown workload {text:?} (known: {})", known.join(", "))
+    })
+}
+
+#[derive(Debug, Subcommand)]
+enum PoolCommand {
+    /// Create and format a new pool file.
+    Create(CreateArgs),
+    /// Print a pool's header (read-only; works while the pool is open).
+    Info {
+        /// Pool file.
+        path: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate a pool file; exit 0 and print "ok: ..." when it is sound.
+    Check {
+        /// Pool file.
+        path: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+struct CreateArgs {
+    /// Path of the new pool file (must not exist).
+    path: PathBuf,
+    /// Pool size, with an optional K, M, G or T suffix (powers of 1024).
+    #[arg(long, value_parser = size::parse_size)]
+    size: u64,
+    /// Layout name the pool's users must ask for.
+    #[arg(long, default_value = "ferrite")]
+    layout: String,
+    /// Size of the root region (rounded up to 4 KiB).
+    #[arg(long, default_value = "4K", value_parser = size::parse_size)]
+    root_size: u64,
+    /// Persistence mode (default: FERRITE_PERSIST_MODE, else chosen from the media).
+    #[arg(long, value_enum)]
+    mode: Option<ModeArg>,
+    /// Flush instruction (default: FERRITE_FLUSH, else the best this CPU has).
+    #[arg(long, value_enum)]
+    flush: Option<FlushArg>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ModeArg {
+    Adr,
+    Eadr,
+    Msync,
+}
+
+impl From<ModeArg> for pmem::PersistMode {
+    fn from(mode: ModeArg) -> Self {
+        match mode {
+            ModeArg::Adr => pmem::PersistMode::Adr,
+            ModeArg::Eadr => pmem::PersistMode::Eadr,
+            ModeArg::Msync => pmem::PersistMode::Msync,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum FlushArg {
+    Clwb,
+    Clflushopt,
+    Clflush,
+}
+
+impl From<FlushArg> for pmem::FlushInstr {
+    fn from(flush: FlushArg) -> Self {
+        match flush {
+            FlushArg::Clwb => pmem::FlushInstr::Clwb,
+            FlushArg::Clflushopt => pmem::FlushInstr::Clflushopt,
+            FlushArg::Clflush => pmem::FlushInstr::Clflush,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+struct EvalArgs {
+    /// Report folder (created if needed).
+    #[arg(long, default_value = "report")]
+    out: PathBuf,
+    /// Small sizes everywhere: fast, numbers indicative only.
+    #[arg(long)]
+    quick: bool,
+    /// Run only these sections (repeatable).
+    #[arg(long, value_name = "SECTION", value_parser = clap::builder::PossibleValuesParser::new(
+        eval::SECTIONS.iter().map(|spec| spec.id)))]
+    only: Vec<String>,
+    /// Directory for scratch pools.
+    #[arg(long, default_value = pmem::DEFAULT_POOL_DIR)]
+    pool_dir: PathBuf,
+}
+
+fn main() -> ExitCode {
+    // Usage errors exit with 2 here, --help and --version with 0.
+    let cli = Cli::parse();
+    if matches!(cli.command, Command::Bench(_) | Command::Eval(_)) && needs_pmdk_environment() {
+        return rerun_with_pmdk_environment();
+    }
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("ferrite: {}", one_line(&error));
+            ExitCode::from(exit_code_of(&error))
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match cli.command {
+        Command::Pool(PoolCommand::Create(args)) => {
+            let request = pool_cmd::CreateRequest {
+                path: args.path,
+                size: args.size,
+                layout: args.layout,
+                root_size: args.root_size,
+                mode: args.mode.map(Into::into),
+                flush: args.flush.map(Into::into),
+            };
+            pool_cmd::create(&request, &mut stdout)
+        }
+        Command::Pool(PoolCommand::Info { path, json }) => pool_cmd::info(&path, json, &mut stdout),
+        Command::Pool(PoolCommand::Check { path, json }) => {
+            pool_cmd::check(&path, json, &mut stdout)
+        }
+        Command::Eval(args) => run_eval(&args, &mut stdout),
+        Command::Bench(args) => run_bench(&args, &mut stdout),
+    }
+}
+
+/// libpmem reads `PMEM_IS_PMEM_FORCE` once, when it loads; it must be in the environment
+/// from the start for the PMDK peer to flush like Ferrite does on tmpfs.
+fn needs_pmdk_environment() -> bool {
+    std::env::var_os(pmdk::FORCE_ENV).is_none()
+}
+
+/// Runs this same command again with `PMEM_IS_PMEM_FORCE=1` (setting it in-process would race
+/// with threads reading the environment) and exits with its status.
+fn rerun_with_pmdk_environment() -> ExitCode {
+    let status = std::env::current_exe().and_then(|exe| {
+        std::process::Command::new(exe)
+            .args(std::env::args_os().skip(1))
+            .env(pmdk::FORCE_ENV, "1")
+            .status()
+    });
+    match status {
+        Ok(status) => ExitCode::from(status.code().map_or(1, |code| code.clamp(0, 255) as u8)),
+        Err(error) => {
+            eprintln!("ferrite: re-running with {}=1: {error}", pmdk::FORCE_ENV);
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run_bench(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let request = bench_cmd::BenchRequest {
+        engines: args.engine.clone(),
+        workloads: args.workload.clone(),
+        threads: args.threads.clone(),
+        params: workloads::Params {
+            keys: args.keys,
+            value_size: args.value_size,
+            update_percent: args.update,
+            threads: 1,
+            seed: args.seed,
+        },
+        ops: args.ops,
+        warmup: args.warmup,
+        runs: args.runs,
+        pool_size: args.pool_size,
+        pool_dir: args.pool_dir.clone(),
+    };
+    let results = bench_cmd::run(&request, args.quiet)?;
+    let baseline = args.baseline.map(|b| b.to_string());
+    bench_cmd::print_tables(&results, baseline.as_deref(), out)?;
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&results)?;
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn run_eval(args: &EvalArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let options = eval::EvalOptions {
+        quick: args.quick,
+        pool_dir: args.pool_dir.clone(),
+    };
+    let report = eval::run(&options, &args.only);
+    let written = report::write(&report, &args.out)
+        .with_context(|| format!("writing the report to {}", args.out.display()))?;
+    eval::print_summary(&report, &args.out, written.len(), out)?;
+    let failed: Vec<&str> = report
+        .failed_sections()
+        .iter()
+        .map(|section| section.id.as_str())
+        .collect();
+    if !failed.is_empty() {
+        anyhow::bail!(
+            "eval: failed sections: {} (see {})",
+            failed.join(", "),
+            args.out.join("index.html").display()
+        );
+    }
+    Ok(())
+}
+
+/// The error and its causes on one line, joined with ": ". A cause whose text its wrapper
+/// already quotes (as pool errors quote their I/O error) is not repeated.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let message = cause.to_string();
+        if text.contains(&message) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&message);
+    }
+    text.replace(['\n', '\r'], " ")
+}
+
+/// The pool error's code when a pool file was the problem, 1 otherwise.
+fn exit_code_of(error: &anyhow::Error) -> u8 {
+    error
+        .downcast_ref::<pool_cmd::PoolFailure>()
+        .and_then(|failure| u8::try_from(failure.error.exit_code()).ok())
+        .filter(|&code| code != 0)
+        .unwrap_or(1)
+}
+
+/// The serde name of a unit enum variant (`Media::EmulatedTmpfs` -> "emulated-tmpfs").
+fn serde_name(value: &impl serde::Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        _ => "unknown".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn pool_failures_keep_their_exit_code_through_context() {
+        let failure = pool_cmd::PoolFailure {
+            path: "/x".into(),
+            error: pmem::PoolError::AlreadyExists,
+        };
+        let error = anyhow::Error::new(failure);
+        assert_eq!(exit_code_of(&error), 17);
+        assert_eq!(one_line(&error), "/x: a file already exists at that path");
+        assert_eq!(exit_code_of(&anyhow::anyhow!("other")), 1);
+        let nested = anyhow::Error::new(pmem::PoolError::from(std::io::Error::other("disk\ngone")))
+            .context("benchmarking");
+        assert_eq!(one_line(&nested), "benchmarking: I/O error: disk gone");
+    }
+
+    #[test]
+    fn media_names_match_their_serde_form() {
+        assert_eq!(serde_name(&pmem::Media::EmulatedTmpfs), "emulated-tmpfs");
+        assert_eq!(serde_name(&42), "unknown");
+    }
+}

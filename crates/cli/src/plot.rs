@@ -1,0 +1,218 @@
+//! SVG charts for the report, drawn with plotters' SVG backend.
+//!
+//! Built without plotters' font support: the SVG backend writes text as `<text>` elements
+//! that the browser lays out, so no font files are needed (plotters only estimates text
+//! widths for spacing).
+
+use anyhow::Result;
+use plotters::coord::ranged1d::{SegmentValue, SegmentedCoord};
+use plotters::coord::types::RangedCoordusize;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+/// Pixel size of every chart.
+const SIZE: (u32, u32) = (720, 420);
+/// Series colours (a colour-blind-friendly trio).
+const PALETTE: [RGBColor; 3] = [
+    RGBColor(0, 114, 178),
+    RGBColor(230, 159, 0),
+    RGBColor(0, 158, 115),
+];
+const FONT: &str = "sans-serif";
+
+/// A named line of `(x, y)` points.
+#[derive(Clone, Debug)]
+pub struct Series {
+    /// Legend entry.
+    pub name: String,
+    /// Points, in x order.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Headroom above the largest value, so labels above bars fit.
+fn y_limit(values: impl Iterator<Item = f64>) -> f64 {
+    let max = values.filter(|v| v.is_finite()).fold(0.0, f64::max);
+    if max > 0.0 { max * 1.18 } else { 1.0 }
+}
+
+/// `count` segments, one per bar. A segmented integer range includes its end, so `0..n`
+/// would draw an empty extra segment.
+fn segments(count: usize) -> SegmentedCoord<RangedCoordusize> {
+    (0..count.saturating_sub(1)).into_segmented()
+}
+
+/// A vertical bar chart with one labelled bar per `(label, value)`, the value printed above.
+pub fn bar_chart(title: &str, y_label: &str, bars: &[(String, f64)]) -> Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE)?;
+        let y_max = y_limit(bars.iter().map(|(_, v)| *v));
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, (FONT, 20))
+            .margin(16)
+            .x_label_area_size(36)
+            .y_label_area_size(64)
+            .build_cartesian_2d(segments(bars.len()), 0.0..y_max)?;
+        let label_of = |value: &SegmentValue<usize>| match value {
+            SegmentValue::CenterOf(i) => bars.get(*i).map(|(l, _)| l.clone()).unwrap_or_default(),
+            _ => String::new(),
+        };
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(bars.len().max(1))
+            .x_label_formatter(&label_of)
+            .y_label_formatter(&|v: &f64| format!("{v:.0}"))
+            .max_light_lines(1)
+            .y_desc(y_label)
+            .label_style((FONT, 14))
+            .draw()?;
+        chart.draw_series(bars.iter().enumerate().map(|(i, (_, value))| {
+            let color = PALETTE[i % PALETTE.len()];
+            let corners = [
+                (SegmentValue::Exact(i), 0.0),
+                (SegmentValue::Exact(i + 1), *value),
+            ];
+            let mut bar = Rectangle::new(corners, color.filled());
+            bar.set_margin(0, 0, 18, 18);
+            bar
+        }))?;
+        let value_style =
+            TextStyle::from((FONT, 14).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom));
+        chart.draw_series(bars.iter().enumerate().map(|(i, (_, value))| {
+            Text::new(
+                format!("{value:.1}"),
+                (SegmentValue::CenterOf(i), *value),
+                value_style.clone(),
+            )
+        }))?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+/// A line chart over a base-2 logarithmic x axis (e.g. transfer sizes 64 .. 4096), with a
+/// marker on every point and a legend. The x values must be positive.
+pub fn log2_line_chart(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+) -> Result<String> {
+    let xs = || {
+        series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.0.max(1.0).log2()))
+    };
+    let x_min = xs().fold(f64::INFINITY, f64::min);
+    let x_max = xs().fold(f64::NEG_INFINITY, f64::max);
+    // A single distinct x, or none at all, still needs a non-empty axis.
+    let (x_min, x_max) = if !x_min.is_finite() {
+        (0.0, 1.0)
+    } else if x_min < x_max {
+        (x_min, x_max)
+    } else {
+        (x_min - 1.0, x_min + 1.0)
+    };
+    let y_max = y_limit(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)));
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, (FONT, 20))
+            .margin(16)
+            .x_label_area_size(44)
+            .y_label_area_size(64)
+            .build_cartesian_2d((x_min - 0.15)..(x_max + 0.15), 0.0..y_max)?;
+        let distinct_x = (x_max - x_min).round() as usize + 1;
+        chart
+            .configure_mesh()
+            .x_labels(distinct_x.clamp(2, 16))
+            .x_label_formatter(&|log2: &f64| format!("{}", log2.exp2().round()))
+            .y_label_formatter(&|v: &f64| format!("{v:.0}"))
+            .max_light_lines(1)
+            .x_desc(x_label)
+            .y_desc(y_label)
+            .label_style((FONT, 14))
+            .draw()?;
+        for (index, line) in series.iter().enumerate() {
+            let color = PALETTE[index % PALETTE.len()];
+            let points: Vec<(f64, f64)> = line
+                .points
+                .iter()
+                .map(|&(x, y)| (x.max(1.0).log2(), y))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
+                .label(line.name.as_str())
+                .legend(move |(x, y)| {
+                    PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+            chart.draw_series(
+                points
+                    .into_iter()
+                    .map(|p| Circle::new(p, 4, color.filled())),
+            )?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK.mix(0.4))
+            .label_font((FONT, 14))
+            .draw()?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bar_chart_has_labels_values_and_bars() {
+        let bars = [("clwb".to_owned(), 41.25), ("clflush".to_owned(), 180.0)];
+        let svg = bar_chart("Persist <64 B>", "ns", &bars).expect("chart");
+        assert!(svg.starts_with("<svg"));
+        for text in ["clwb", "clflush", "41.2", "180.0", "Persist &lt;64 B&gt;"] {
+            assert!(svg.contains(text), "{text} missing");
+        }
+        assert!(
+            svg.matches("<rect").count() >= 3,
+            "background plus two bars"
+        );
+    }
+
+    #[test]
+    fn line_chart_labels_sizes_in_bytes() {
+        let series = [
+            Series {
+                name: "non-temporal".into(),
+                points: vec![(64.0, 20.0), (4096.0, 300.0)],
+            },
+            Series {
+                name: "store + clwb".into(),
+                points: vec![(64.0, 30.0), (4096.0, 250.0)],
+            },
+        ];
+        let svg = log2_line_chart("Copy", "bytes", "ns/op", &series).expect("chart");
+        for text in ["non-temporal", "store + clwb", "4096", "64", "ns/op"] {
+            assert!(svg.contains(text), "{text} missing");
+        }
+    }
+
+    #[test]
+    fn degenerate_inputs_still_draw() {
+        bar_chart("empty", "ns", &[]).expect("no bars");
+        bar_chart("zero", "ns", &[("a".into(), 0.0)]).expect("zero bar");
+        let one_point = [Series {
+            name: "one".into(),
+            points: vec![(64.0, 1.0)],
+        }];
+        log2_line_chart("one", "x", "y", &one_point).expect("one point");
+        log2_line_chart("none", "x", "y", &[]).expect("no series");
+    }
+}

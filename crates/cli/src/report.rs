@@ -1,0 +1,478 @@
+//! The evaluation report: sections of summary lines, tables, plots and raw data, written as a
+//! folder of JSON files, SVG plots and one `index.html`.
+//!
+//! Folder layout (see [`write`]):
+//! - `report.json`: every section, data included;
+//! - `<section>.json`: one section alone;
+//! - `<section>-<plot>.svg`: each plot;
+//! - `index.html`: every section's summary and tables, with its plots inlined.
+//!
+//! A new evaluation adds a [`Section`]; nothing here changes.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The outcome a section claims.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Measurements only: nothing to pass or fail.
+    Info,
+    /// Every check of the section held.
+    Pass,
+    /// A check failed, or the section could not run.
+    Fail,
+}
+
+impl Verdict {
+    /// Upper-case label for terminals and HTML.
+    pub fn label(self) -> &'static str {
+        match self {
+            Verdict::Info => "INFO",
+            Verdict::Pass => "PASS",
+            Verdict::Fail => "FAIL",
+        }
+    }
+}
+
+/// A table: named columns and rows of already-formatted cells.
+#[derive(Clone, Debug, Serialize)]
+pub struct Table {
+    /// Caption.
+    pub title: String,
+    /// Column headings.
+    pub columns: Vec<String>,
+    /// Rows, each with one cell per column.
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// An empty table with `columns`.
+    pub fn new(title: impl Into<String>, columns: &[&str]) -> Self {
+        Table {
+            title: title.into(),
+            columns: columns.iter().map(|&c| c.to_owned()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Appends a row; it must have one cell per column.
+    pub fn push(&mut self, row: Vec<String>) {
+        debug_assert_eq!(row.len(), self.columns.len(), "row width of {}", self.title);
+        self.rows.push(row);
+    }
+}
+
+/// A plot, already rendered to SVG.
+#[derive(Clone, Debug)]
+pub struct Plot {
+    /// Short identifier, part of the file name (`[a-z0-9-]+`).
+    pub id: String,
+    /// Caption.
+    pub title: String,
+    /// The SVG document.
+    pub svg: String,
+}
+
+/// One part of the evaluation.
+#[derive(Clone, Debug)]
+pub struct Section {
+    /// Short identifier, used in file names and anchors (`[a-z0-9-]+`).
+    pub id: String,
+    /// Heading.
+    pub title: String,
+    /// Whether the section passed, failed, or only measured.
+    pub verdict: Verdict,
+    /// The conclusions, one sentence each.
+    pub summary: Vec<String>,
+    /// Tables, in display order.
+    pub tables: Vec<Table>,
+    /// Plots, in display order.
+    pub plots: Vec<Plot>,
+    /// Every number behind the tables and plots, for further processing.
+    pub json: Value,
+}
+
+impl Section {
+    /// A section that could not run: its verdict is [`Verdict::Fail`] and its summary the
+    /// error.
+    pub fn failed(id: &str, title: &str, error: &anyhow::Error) -> Self {
+        Section {
+            id: id.to_owned(),
+            title: title.to_owned(),
+            verdict: Verdict::Fail,
+            summary: vec![format!("could not run: {}", crate::one_line(error))],
+            tables: Vec::new(),
+            plots: Vec::new(),
+            json: json!({ "error": crate::one_line(error) }),
+        }
+    }
+
+    fn plot_file(&self, plot: &Plot) -> String {
+        format!("{}-{}.svg", self.id, plot.id)
+    }
+
+    /// The section as it appears in the JSON files (plots by file name).
+    fn to_json(&self) -> Value {
+        let plots: Vec<Value> = self
+            .plots
+            .iter()
+            .map(|plot| json!({ "id": plot.id, "title": plot.title, "file": self.plot_file(plot) }))
+            .collect();
+        json!({
+            "id": self.id,
+            "title": self.title,
+            "verdict": self.verdict,
+            "summary": self.summary,
+            "tables": self.tables,
+            "plots": plots,
+            "data": self.json,
+        })
+    }
+}
+
+/// A whole report.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// Page title.
+    pub title: String,
+    /// When the report was made (RFC 3339).
+    pub generated: String,
+    /// Whether the sections ran at reduced size (`--quick`).
+    pub quick: bool,
+    /// The sections, in display order.
+    pub sections: Vec<Section>,
+}
+
+impl Report {
+    /// The sections whose verdict is [`Verdict::Fail`].
+    pub fn failed_sections(&self) -> Vec<&Section> {
+        self.sections
+            .iter()
+            .filter(|section| section.verdict == Verdict::Fail)
+            .collect()
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "title": self.title,
+            "generated": self.generated,
+            "quick": self.quick,
+            "sections": self.sections.iter().map(Section::to_json).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Writes `report` into `dir` (created if needed; files of the same names are replaced,
+/// others left alone) and returns the paths written, `index.html` last.
+pub fn write(report: &Report, dir: &Path) -> io::Result<Vec<PathBuf>> {
+    check_ids(report)?;
+    std::fs::create_dir_all(dir)?;
+    let mut written = Vec::new();
+    let mut put = |name: String, contents: &str| -> io::Result<()> {
+        let path = dir.join(name);
+        std::fs::write(&path, contents)?;
+        written.push(path);
+        Ok(())
+    };
+    for section in &report.sections {
+        put(format!("{}.json", section.id), &pretty(&section.to_json()))?;
+        for plot in &section.plots {
+            put(section.plot_file(plot), &plot.svg)?;
+        }
+    }
+    put("report.json".into(), &pretty(&report.to_json()))?;
+    put("index.html".into(), &render_html(report))?;
+    Ok(written)
+}
+
+fn pretty(value: &Value) -> String {
+    // Serialising a `Value` cannot fail: its map keys are strings by construction.
+    let mut text = serde_json::to_string_pretty(value).expect("a JSON value serialises");
+    text.push('\n');
+    text
+}
+
+/// Rejects ids that are unsafe in file names, and ids whose files would collide.
+fn check_ids(report: &Report) -> io::Result<()> {
+    let mut files = HashSet::new();
+    for section in &report.sections {
+        check_id(&section.id)?;
+        let plot_files = section.plots.iter().map(|plot| {
+            check_id(&plot.id)?;
+            Ok::<_, io::Error>(section.plot_file(plot))
+        });
+        for file in std::iter::once(Ok(format!("{}.json", section.id))).chain(plot_files) {
+            let file = file?;
+            if !files.insert(file.clone()) {
+                return Err(invalid_id(&file, "is used twice"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_id(id: &str) -> io::Result<()> {
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+    if id.is_empty() || !id.chars().all(allowed) {
+        return Err(invalid_id(
+            id,
+            "must be lower-case letters, digits and dashes",
+        ));
+    }
+    Ok(())
+}
+
+fn invalid_id(id: &str, problem: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("report id {id:?} {problem}"),
+    )
+}
+
+/// Escapes text for HTML element content and quoted attribute values.
+pub fn escape_html(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;\
+padding:0 1em;color:#222}h1{margin-bottom:.2em}.meta{color:#666}\
+table{border-collapse:collapse;margin:1em 0}caption{text-align:left;font-weight:600;\
+padding:.3em 0}th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left}\
+th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}\
+.verdict{font-size:.8em;padding:.1em .5em;border-radius:.3em;margin-left:.5em;\
+vertical-align:middle}.info{background:#e8eef8}.pass{background:#d9f2d9}\
+.fail{background:#f8d7d7}figure{margin:1em 0}figure svg{max-width:100%;height:auto}\
+nav li{margin:.2em 0}";
+
+/// The whole `index.html`. Every piece of report text goes through [`escape_html`]; the
+/// SVGs are inlined as they are (the plotting code escapes the text inside them).
+pub fn render_html(report: &Report) -> String {
+    let mut html = String::new();
+    let title = escape_html(&report.title);
+    let _ = write!(
+        html,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <title>{title}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<h1>{title}</h1>\n\
+         <p class=\"meta\">Generated {}{}.</p>\n",
+        escape_html(&report.generated),
+        if report.quick {
+            " with <code>--quick</code> (reduced sizes: numbers are indicative only)"
+        } else {
+            ""
+        }
+    );
+    html.push_str("<nav><ul>\n");
+    for section in &report.sections {
+        let _ = writeln!(
+            html,
+            "<li><a href=\"#{}\">{}</a> {}</li>",
+            escape_html(&section.id),
+            escape_html(&section.title),
+            verdict_badge(section.verdict)
+        );
+    }
+    html.push_str("</ul></nav>\n");
+    for section in &report.sections {
+        render_section(&mut html, section);
+    }
+    html.push_str("</body>\n</html>\n");
+    html
+}
+
+fn verdict_badge(verdict: Verdict) -> String {
+    format!(
+        "<span class=\"verdict {}\">{}</span>",
+        verdict.label().to_ascii_lowercase(),
+        verdict.label()
+    )
+}
+
+fn render_section(html: &mut String, section: &Section) {
+    let _ = writeln!(
+        html,
+        "<section id=\"{}\">\n<h2>{}{}</h2>",
+        escape_html(&section.id),
+        escape_html(&section.title),
+        verdict_badge(section.verdict)
+    );
+    if !section.summary.is_empty() {
+        html.push_str("<ul>\n");
+        for line in &section.summary {
+            let _ = writeln!(html, "<li>{}</li>", escape_html(line));
+        }
+        html.push_str("</ul>\n");
+    }
+    for table in &section.tables {
+        render_table(html, table);
+    }
+    for plot in &section.plots {
+        let _ = writeln!(
+            html,
+            "<figure>\n{}\n<figcaption>{} (<a href=\"{}\">SVG</a>)</figcaption>\n</figure>",
+            plot.svg.trim(),
+            escape_html(&plot.title),
+            escape_html(&section.plot_file(plot))
+        );
+    }
+    let _ = writeln!(
+        html,
+        "<p class=\"meta\">Data: <a href=\"{0}.json\">{0}.json</a></p>\n</section>",
+        escape_html(&section.id)
+    );
+}
+
+fn render_table(html: &mut String, table: &Table) {
+    let _ = writeln!(
+        html,
+        "<table>\n<caption>{}</caption>",
+        escape_html(&table.title)
+    );
+    html.push_str("<tr>");
+    for column in &table.columns {
+        let _ = write!(html, "<th>{}</th>", escape_html(column));
+    }
+    html.push_str("</tr>\n");
+    for cells in &table.rows {
+        html.push_str("<tr>");
+        for cell in cells {
+            // Numbers are right-aligned so their digits line up.
+            let class = if cell.parse::<f64>().is_ok() {
+                " class=\"num\""
+            } else {
+                ""
+            };
+            let _ = write!(html, "<td{class}>{}</td>", escape_html(cell));
+        }
+        html.push_str("</tr>\n");
+    }
+    html.push_str("</table>\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_section(id: &str) -> Section {
+        let mut table = Table::new("Costs <ns>", &["name", "value"]);
+        table.push(vec!["a & b".into(), "<script>alert(1)</script>".into()]);
+        Section {
+            id: id.to_owned(),
+            title: "Title with \"quotes\" & <tags>".into(),
+            verdict: Verdict::Pass,
+            summary: vec!["x < y && y > z".into()],
+            tables: vec![table],
+            plots: vec![Plot {
+                id: "bars".into(),
+                title: "Bars 'n' lines".into(),
+                svg: "<svg xmlns=\"http://www.w3.org/2000/svg\"></svg>".into(),
+            }],
+            json: json!({ "answer": 42 }),
+        }
+    }
+
+    fn sample_report() -> Report {
+        Report {
+            title: "Ferrite <evaluation>".into(),
+            generated: "2025-01-01T00:00:00Z".into(),
+            quick: true,
+            sections: vec![sample_section("first"), sample_section("second")],
+        }
+    }
+
+    #[test]
+    fn escapes_every_special_character() {
+        assert_eq!(
+            escape_html(r#"<a href="x">'&'</a>"#),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
+        );
+        assert_eq!(escape_html("plain text"), "plain text");
+    }
+
+    #[test]
+    fn html_escapes_report_text_but_inlines_svg() {
+        let html = render_html(&sample_report());
+        assert!(!html.contains("<script>"), "table cell was not escaped");
+        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        assert!(html.contains("x &lt; y &amp;&amp; y &gt; z"));
+        assert!(html.contains("Title with &quot;quotes&quot; &amp; &lt;tags&gt;"));
+        assert!(html.contains("<title>Ferrite &lt;evaluation&gt;</title>"));
+        assert!(html.contains("<caption>Costs &lt;ns&gt;</caption>"));
+        assert!(html.contains("<svg xmlns=\"http://www.w3.org/2000/svg\"></svg>"));
+        assert!(html.contains("href=\"first-bars.svg\""));
+        assert_eq!(html.matches("<section id=").count(), 2);
+    }
+
+    #[test]
+    fn writes_every_file_and_json_round_trips() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let written = write(&sample_report(), dir.path()).expect("report written");
+        let names: Vec<String> = written
+            .iter()
+            .map(|path| {
+                path.file_name()
+                    .expect("file name")
+                    .to_string_lossy()
+                    .into()
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "first.json",
+                "first-bars.svg",
+                "second.json",
+                "second-bars.svg",
+                "report.json",
+                "index.html"
+            ]
+        );
+        let text = std::fs::read_to_string(dir.path().join("report.json")).expect("read");
+        let report: Value = serde_json::from_str(&text).expect("report.json is JSON");
+        assert_eq!(report["sections"][1]["data"]["answer"], 42);
+        assert_eq!(report["sections"][0]["verdict"], "pass");
+        assert_eq!(report["sections"][0]["plots"][0]["file"], "first-bars.svg");
+        assert_eq!(report["sections"][0]["tables"][0]["rows"][0][0], "a & b");
+    }
+
+    #[test]
+    fn refuses_duplicate_or_unsafe_ids() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut report = sample_report();
+        report.sections[1].id = "first".into();
+        assert!(write(&report, dir.path()).is_err());
+        report.sections[1].id = "../escape".into();
+        assert!(write(&report, dir.path()).is_err());
+        assert_eq!(
+            std::fs::read_dir(dir.path()).expect("list").count(),
+            0,
+            "nothing written for a rejected report"
+        );
+    }
+
+    #[test]
+    fn failed_section_carries_the_error() {
+        let error = anyhow::anyhow!("disk on fire").context("creating pool");
+        let section = Section::failed("boom", "Boom", &error);
+        assert_eq!(section.verdict, Verdict::Fail);
+        assert_eq!(
+            section.summary,
+            ["could not run: creating pool: disk on fire"]
+        );
+    }
+}

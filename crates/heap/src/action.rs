@@ -1,0 +1,169 @@
+//! Heap actions: the persistent changes an allocation or free makes, carried in a
+//! transaction's commit record and applied at commit (and again by recovery).
+//!
+//! Every action is idempotent and is replayed in commit order, so applying a committed record
+//! twice, or after later records, gives the same result as applying it once in order.
+
+use crate::HeapError;
+use pmem::{Persist, WriteClass};
+
+/// Encoded size of one action.
+pub const ACTION_LEN: usize = 16;
+
+/// One persistent change to heap metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Store `value` at `addr`.
+    Set {
+        /// Absolute offset (8-byte aligned).
+        addr: u64,
+        /// New word.
+        value: u64,
+    },
+    /// Set the bits of `mask` in the word at `addr`.
+    Or {
+        /// Absolute offset (8-byte aligned).
+        addr: u64,
+        /// Bits to set.
+        mask: u64,
+    },
+    /// Clear the bits of `mask` in the word at `addr`.
+    AndNot {
+        /// Absolute offset (8-byte aligned).
+        addr: u64,
+        /// Bits to clear.
+        mask: u64,
+    },
+    /// Zero `len` bytes at `addr`.
+    Zero {
+        /// Absolute offset (8-byte aligned).
+        addr: u64,
+        /// Bytes (a multiple of 8).
+        len: u64,
+    },
+}
+
+const OP_SHIFT: u32 = 56;
+const ADDR_MASK: u64 = (1 << OP_SHIFT) - 1;
+
+impl Action {
+    fn parts(self) -> (u64, u64, u64) {
+        match self {
+            Action::Set { addr, value } => (1, addr, value),
+            Action::Or { addr, mask } => (2, addr, mask),
+            Action::AndNot { addr, mask } => (3, addr, mask),
+            Action::Zero { addr, len } => (4, addr, len),
+        }
+    }
+
+    /// The absolute offset the action changes.
+    pub fn addr(self) -> u64 {
+        self.parts().1
+    }
+
+    /// Bytes the action changes.
+    pub fn len(self) -> u64 {
+        match self {
+            Action::Zero { len, .. } => len,
+            _ => 8,
+        }
+    }
+
+    /// Whether the action changes nothing (a zero-length `Zero`).
+    pub fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+
+    /// The 16-byte encoding: op code in the top byte of the first word, then the operand.
+    pub fn encode(self) -> [u8; ACTION_LEN] {
+        let (op, addr, operand) = self.parts();
+        let mut bytes = [0u8; ACTION_LEN];
+        bytes[..8].copy_from_slice(&((op << OP_SHIFT) | addr).to_le_bytes());
+        bytes[8..].copy_from_slice(&operand.to_le_bytes());
+        bytes
+    }
+
+    /// Decodes an action, checking that it stays inside a region of `pool_len` bytes.
+    pub fn decode(bytes: &[u8; ACTION_LEN], pool_len: u64) -> Result<Self, HeapError> {
+        let first = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+        let operand = u64::from_le_bytes(bytes[8..].try_into().expect("8 bytes"));
+        let addr = first & ADDR_MASK;
+        let action = match first >> OP_SHIFT {
+            1 => Action::Set {
+                addr,
+                value: operand,
+            },
+            2 => Action::Or {
+                addr,
+                mask: operand,
+            },
+            3 => Action::AndNot {
+                addr,
+                mask: operand,
+            },
+            4 => Action::Zero { addr, len: operand },
+            op => return Err(HeapError::Corrupted(format!("unknown heap action {op}"))),
+        };
+        let in_bounds = addr
+            .checked_add(action.len())
+            .is_some_and(|end| end <= pool_len);
+        if !in_bounds || !addr.is_multiple_of(8) || !action.len().is_multiple_of(8) {
+            return Err(HeapError::Corrupted(format!(
+                "heap action {action:?} out of bounds"
+            )));
+        }
+        Ok(action)
+    }
+
+    /// Applies the action through the seam and flushes what it changed (no fence).
+    pub fn apply<P: Persist>(self, pm: &P) {
+        match self {
+            Action::Set { addr, value } => pm.write_u64(addr, value, WriteClass::Meta),
+            Action::Or { addr, mask } => {
+                pm.write_u64(addr, pm.read_u64(addr) | mask, WriteClass::Meta)
+            }
+            Action::AndNot { addr, mask } => {
+                pm.write_u64(addr, pm.read_u64(addr) & !mask, WriteClass::Meta)
+            }
+            Action::Zero { addr, len } => pm.fill(addr, len, 0, WriteClass::Meta),
+        }
+        pm.flush(self.addr(), self.len());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actions_round_trip_and_reject_garbage() {
+        let actions = [
+            Action::Set { addr: 64, value: 7 },
+            Action::Or {
+                addr: 128,
+                mask: 0b1010,
+            },
+            Action::AndNot { addr: 136, mask: 1 },
+            Action::Zero { addr: 192, len: 64 },
+        ];
+        for action in actions {
+            assert_eq!(
+                Action::decode(&action.encode(), 4096).expect("decodes"),
+                action
+            );
+        }
+        assert!(
+            Action::decode(
+                &Action::Set {
+                    addr: 4096,
+                    value: 0
+                }
+                .encode(),
+                4096
+            )
+            .is_err()
+        );
+        assert!(Action::decode(&Action::Set { addr: 3, value: 0 }.encode(), 4096).is_err());
+        assert!(Action::decode(&[0xFF; ACTION_LEN], 4096).is_err());
+    }
+}

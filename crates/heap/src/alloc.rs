@@ -1,0 +1,494 @@
+//! The volatile side of the heap: which units and chunks are free, rebuilt from the
+//! persistent descriptors and bitmaps at open.
+//!
+//! Allocation is two-phase, as transactions need it:
+//! - `reserve` picks a block and marks it used in DRAM only; the persistent change that
+//!   publishes it is an [`Action`] the transaction commits atomically with its data;
+//! - `prepare_free` marks a block as being freed; its [`Action`] is committed likewise, and
+//!   the block becomes reusable (`finish_free`) only after the commit is durable.
+//!
+//! An abort cancels both in DRAM; a crash loses only DRAM state, so nothing leaks.
+//!
+//! Creating a new run (a chunk turned into units of one size class) is a system change made
+//! durable at once, through a callback the engine provides, because later transactions on other
+//! threads may allocate from the run before the creating transaction commits.
+
+use crate::HeapError;
+use crate::action::Action;
+use crate::layout::{Descriptor, Layout, RunGeometry, SIZE_CLASSES};
+use parking_lot::Mutex;
+use pmem::{Persist, Region};
+use std::collections::HashSet;
+
+/// Makes a list of heap actions durable before returning (the engine's system commit).
+pub type SystemCommit<'a> = dyn FnMut(&[Action]) -> Result<(), HeapError> + 'a;
+
+/// The persistent heap allocator.
+#[derive(Debug)]
+pub struct Heap {
+    layout: Layout,
+    state: Mutex<State>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ChunkUse {
+    Free,
+    Run(u32),
+    LargeHead(u32),
+    LargeBody,
+}
+
+#[derive(Debug)]
+struct Run {
+    chunk: u64,
+    class: usize,
+    geometry: RunGeometry,
+    /// One bit per unit: allocated, reserved or being freed.
+    used: Vec<u64>,
+    free_units: u64,
+    /// Word to start the next search from.
+    hint: usize,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    chunks: Vec<ChunkUse>,
+    runs: Vec<Run>,
+    /// Per class, runs that may have free units (entries go stale; checked on use).
+    available: Vec<Vec<u32>>,
+    chunk_hint: u64,
+    being_freed: HashSet<u64>,
+    allocated_bytes: u64,
+    allocated_blocks: u64,
+}
+
+/// A block picked for a transaction, not yet published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reservation {
+    /// Absolute offset of the block.
+    pub addr: u64,
+    /// Usable size (the class size, or the span's bytes).
+    pub size: u64,
+    block: Block,
+}
+
+/// A block being freed by a transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Freeing {
+    /// Absolute offset of the block.
+    pub addr: u64,
+    block: Block,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Block {
+    Unit { run: u32, unit: u64 },
+    Span { chunk: u64, span: u32 },
+}
+
+/// Space accounting, for reports and leak checks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Usage {
+    /// Bytes in allocated (or reserved) blocks, at block size.
+    pub allocated_bytes: u64,
+    /// Allocated (or reserved) blocks.
+    pub allocated_blocks: u64,
+    /// Chunks neither in a run nor in a large span.
+    pub free_chunks: u64,
+    /// Runs.
+    pub runs: u64,
+}
+
+impl Heap {
+    /// Formats an empty heap in `region` with chunks of `1 << chunk_shift` bytes.
+    pub fn format<P: Persist>(pm: &P, region: Region, chunk_shift: u32) -> Result<Self, HeapError> {
+        let layout = Layout::format(pm, region, chunk_shift)?;
+        let heap = Self::open(pm, region)?;
+        debug_assert_eq!(heap.layout, layout);
+        Ok(heap)
+    }
+
+    /// Opens the heap in `region`, rebuilding the free-space index from the persistent
+    /// descriptors and bitmaps (run after the engine's log recovery).
+    pub fn open<P: Persist>(pm: &P, region: Region) -> Result<Self, HeapError> {
+        let layout = Layout::read(pm, region)?;
+        let state = rebuild(pm, &layout)?;
+        Ok(Heap {
+            layout,
+            state: Mutex::new(state),
+        })
+    }
+
+    /// The heap's geometry.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Current space accounting.
+    pub fn usage(&self) -> Usage {
+        let state = self.state.lock();
+        Usage {
+            allocated_bytes: state.allocated_bytes,
+            allocated_blocks: state.allocated_blocks,
+            free_chunks: state
+                .chunks
+                .iter()
+                .filter(|c| **c == ChunkUse::Free)
+                .count() as u64,
+            runs: state.runs.len() as u64,
+        }
+    }
+
+    /// Reserves a block of at least `size` bytes. `system` makes run creation durable.
+    pub fn reserve(
+        &self,
+        size: u64,
+        system: &mut SystemCommit<'_>,
+    ) -> Result<Reservation, HeapError> {
+        let size = size.max(1);
+        let mut state = self.state.lock();
+        match self.layout.class_for(size) {
+            Some(class) => self.reserve_unit(&mut state, class, system),
+            None => self.reserve_span(&mut state, size),
+        }
+    }
+
+    /// The action that publishes a reservation.
+    pub fn publish_action(&self, reservation: &Reservation) -> Action {
+        match reservation.block {
+            Block::Unit { run, unit } => {
+                let state = self.state.lock();
+                let (addr, mask) = self.bit_of(&state.runs[run as usize], unit);
+                Action::Or { addr, mask }
+            }
+            Block::Span { chunk, span } => Action::Set {
+                addr: self.layout.descriptor_at(chunk),
+                value: Descriptor::Large { span }.encode(chunk),
+            },
+        }
+    }
+
+    /// Gives a reservation back (the transaction aborted).
+    pub fn cancel(&self, reservation: &Reservation) {
+        self.release(&mut self.state.lock(), reservation.block);
+    }
+
+    /// Starts freeing the block at `addr`, which must be the start of an allocated block not
+    /// already being freed.
+    pub fn prepare_free(&self, addr: u64) -> Result<Freeing, HeapError> {
+        let mut state = self.state.lock();
+        let block = self
+            .block_at(&state, addr)
+            .ok_or(HeapError::InvalidFree(addr))?;
+        if !state.being_freed.insert(addr) {
+            return Err(HeapError::InvalidFree(addr));
+        }
+        Ok(Freeing { addr, block })
+    }
+
+    /// The action that frees a block.
+    pub fn free_action(&self, freeing: &Freeing) -> Action {
+        match freeing.block {
+            Block::Unit { run, unit } => {
+                let state = self.state.lock();
+                let (addr, mask) = self.bit_of(&state.runs[run as usize], unit);
+                Action::AndNot { addr, mask }
+            }
+            Block::Span { chunk, .. } => Action::Set {
+                addr: self.layout.descriptor_at(chunk),
+                value: 0,
+            },
+        }
+    }
+
+    /// Abandons a free (the transaction aborted).
+    pub fn cancel_free(&self, freeing: &Freeing) {
+        self.state.lock().being_freed.remove(&freeing.addr);
+    }
+
+    /// Makes a freed block reusable (its free action is durable).
+    pub fn finish_free(&self, freeing: &Freeing) {
+        let mut state = self.state.lock();
+        state.being_freed.remove(&freeing.addr);
+        self.release(&mut state, freeing.block);
+    }
+
+    fn bit_of(&self, run: &Run, unit: u64) -> (u64, u64) {
+        (
+            self.layout.chunk_start(run.chunk) + 8 * (unit / 64),
+            1 << (unit % 64),
+        )
+    }
+
+    fn unit_addr(&self, run: &Run, unit: u64) -> u64 {
+        self.layout.chunk_start(run.chunk) + run.geometry.data_offset + unit * run.geometry.unit
+    }
+
+    fn reserve_unit(
+        &self,
+        state: &mut State,
+        class: usize,
+        system: &mut SystemCommit<'_>,
+    ) -> Result<Reservation, HeapError> {
+        while let Some(&run) = state.available[class].last() {
+            if let Some(unit) = take_unit(&mut state.runs[run as usize]) {
+                let r = &state.runs[run as usize];
+                let (addr, size) = (self.unit_addr(r, unit), r.geometry.unit);
+                state.allocated_bytes += size;
+                state.allocated_blocks += 1;
+                return Ok(Reservation {
+                    addr,
+                    size,
+                    block: Block::Unit { run, unit },
+                });
+            }
+            state.available[class].pop();
+        }
+        self.create_run(state, class, system)?;
+        self.reserve_unit(state, class, system)
+    }
+
+    /// Turns a free chunk into an empty run of `class`, durably.
+    fn create_run(
+        &self,
+        state: &mut State,
+        class: usize,
+        system: &mut SystemCommit<'_>,
+    ) -> Result<(), HeapError> {
+        let geometry = self
+            .layout
+            .run_geometry(class)
+            .expect("class_for returns usable classes");
+        let chunk = find_free_span(state, 1).ok_or(HeapError::OutOfSpace {
+            size: geometry.unit,
+        })?;
+        let start = self.layout.chunk_start(chunk);
+        system(&[
+            Action::Zero {
+                addr: start,
+                len: 8 * geometry.bitmap_words,
+            },
+            Action::Set {
+                addr: self.layout.descriptor_at(chunk),
+                value: Descriptor::Run { class: class as u8 }.encode(chunk),
+            },
+        ])?;
+        let run = Run {
+            chunk,
+            class,
+            geometry,
+            used: vec![0; geometry.bitmap_words as usize],
+            free_units: geometry.units,
+            hint: 0,
+        };
+        let index = state.runs.len() as u32;
+        state.runs.push(run);
+        state.chunks[chunk as usize] = ChunkUse::Run(index);
+        state.available[class].push(index);
+        Ok(())
+    }
+
+    fn reserve_span(&self, state: &mut State, size: u64) -> Result<Reservation, HeapError> {
+        let span = size.div_ceil(self.layout.chunk_size());
+        let span = u32::try_from(span).map_err(|_| HeapError::OutOfSpace { size })?;
+        let chunk = find_free_span(state, span).ok_or(HeapError::OutOfSpace { size })?;
+        mark_span(state, chunk, span);
+        let bytes = u64::from(span) << self.layout.chunk_shift;
+        state.allocated_bytes += bytes;
+        state.allocated_blocks += 1;
+        Ok(Reservation {
+            addr: self.layout.chunk_start(chunk),
+            size: bytes,
+            block: Block::Span { chunk, span },
+        })
+    }
+
+    fn release(&self, state: &mut State, block: Block) {
+        match block {
+            Block::Unit { run, unit } => {
+                let r = &mut state.runs[run as usize];
+                let (word, bit) = ((unit / 64) as usize, 1u64 << (unit % 64));
+                debug_assert!(r.used[word] & bit != 0, "releasing a free unit");
+                r.used[word] &= !bit;
+                r.free_units += 1;
+                r.hint = r.hint.min(word);
+                let (size, class) = (r.geometry.unit, r.class);
+                if r.free_units == 1 {
+                    state.available[class].push(run);
+                }
+                state.allocated_bytes -= size;
+            }
+            Block::Span { chunk, span } => {
+                for c in chunk..chunk + u64::from(span) {
+                    state.chunks[c as usize] = ChunkUse::Free;
+                }
+                state.chunk_hint = state.chunk_hint.min(chunk);
+                state.allocated_bytes -= u64::from(span) << self.layout.chunk_shift;
+            }
+        }
+        state.allocated_blocks -= 1;
+    }
+
+    /// The allocated block starting at `addr`, if there is one.
+    fn block_at(&self, state: &State, addr: u64) -> Option<Block> {
+        let chunk = self.layout.chunk_of(addr)?;
+        match state.chunks[chunk as usize] {
+            ChunkUse::Run(run) => {
+                let r = &state.runs[run as usize];
+                let offset =
+                    addr.checked_sub(self.layout.chunk_start(chunk) + r.geometry.data_offset)?;
+                let unit = offset / r.geometry.unit;
+                let exact = offset % r.geometry.unit == 0 && unit < r.geometry.units;
+                let used = r
+                    .used
+                    .get((unit / 64) as usize)
+                    .is_some_and(|w| w & (1 << (unit % 64)) != 0);
+                (exact && used).then_some(Block::Unit { run, unit })
+            }
+            ChunkUse::LargeHead(span) if addr == self.layout.chunk_start(chunk) => {
+                Some(Block::Span { chunk, span })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Takes the first free unit of a run, if any.
+fn take_unit(run: &mut Run) -> Option<u64> {
+    if run.free_units == 0 {
+        return None;
+    }
+    for word in run.hint..run.used.len() {
+        let free = !run.used[word];
+        if free == 0 {
+            continue;
+        }
+        let unit = 64 * word as u64 + u64::from(free.trailing_zeros());
+        if unit >= run.geometry.units {
+            break;
+        }
+        run.used[word] |= 1 << (unit % 64);
+        run.free_units -= 1;
+        run.hint = word;
+        return Some(unit);
+    }
+    None
+}
+
+/// First-fit search for `span` contiguous free chunks.
+fn find_free_span(state: &mut State, span: u32) -> Option<u64> {
+    let count = state.chunks.len() as u64;
+    let span = u64::from(span);
+    let mut start = state.chunk_hint.min(count);
+    let mut wrapped = false;
+    loop {
+        if start + span > count {
+            if wrapped || state.chunk_hint == 0 {
+                return None;
+            }
+            (start, wrapped) = (0, true);
+            continue;
+        }
+        match (start..start + span).find(|&c| state.chunks[c as usize] != ChunkUse::Free) {
+            None => {
+                state.chunk_hint = start + span;
+                return Some(start);
+            }
+            Some(busy) => start = busy + 1,
+        }
+    }
+}
+
+fn mark_span(state: &mut State, chunk: u64, span: u32) {
+    state.chunks[chunk as usize] = ChunkUse::LargeHead(span);
+    for c in chunk + 1..chunk + u64::from(span) {
+        state.chunks[c as usize] = ChunkUse::LargeBody;
+    }
+}
+
+/// Rebuilds the volatile index from the persistent descriptors and run bitmaps, validating
+/// every word it reads.
+fn rebuild<P: Persist>(pm: &P, layout: &Layout) -> Result<State, HeapError> {
+    let mut state = State {
+        chunks: vec![ChunkUse::Free; layout.chunk_count as usize],
+        available: vec![Vec::new(); SIZE_CLASSES.len()],
+        ..State::default()
+    };
+    let mut chunk = 0;
+    while chunk < layout.chunk_count {
+        let descriptor = Descriptor::decode(pm.read_u64(layout.descriptor_at(chunk)), chunk)?;
+        chunk += match descriptor {
+            Descriptor::Free => 1,
+            Descriptor::Run { class } => {
+                rebuild_run(pm, layout, &mut state, chunk, class as usize)?
+            }
+            Descriptor::Large { span } => rebuild_span(pm, layout, &mut state, chunk, span)?,
+        };
+    }
+    Ok(state)
+}
+
+fn rebuild_run<P: Persist>(
+    pm: &P,
+    layout: &Layout,
+    state: &mut State,
+    chunk: u64,
+    class: usize,
+) -> Result<u64, HeapError> {
+    let geometry = layout.run_geometry(class).ok_or_else(|| {
+        HeapError::Corrupted(format!("chunk {chunk} is a run of unusable class {class}"))
+    })?;
+    let start = layout.chunk_start(chunk);
+    let used: Vec<u64> = (0..geometry.bitmap_words)
+        .map(|w| pm.read_u64(start + 8 * w))
+        .collect();
+    let tail_bits = geometry.units % 64;
+    if tail_bits != 0 && used.last().is_some_and(|&last| last >> tail_bits != 0) {
+        return Err(HeapError::Corrupted(format!(
+            "run in chunk {chunk} marks units past its end"
+        )));
+    }
+    let taken: u64 = used.iter().map(|w| u64::from(w.count_ones())).sum();
+    let index = state.runs.len() as u32;
+    state.allocated_bytes += taken * geometry.unit;
+    state.allocated_blocks += taken;
+    state.chunks[chunk as usize] = ChunkUse::Run(index);
+    if taken < geometry.units {
+        state.available[class].push(index);
+    }
+    state.runs.push(Run {
+        chunk,
+        class,
+        geometry,
+        used,
+        free_units: geometry.units - taken,
+        hint: 0,
+    });
+    Ok(1)
+}
+
+fn rebuild_span<P: Persist>(
+    pm: &P,
+    layout: &Layout,
+    state: &mut State,
+    chunk: u64,
+    span: u32,
+) -> Result<u64, HeapError> {
+    let end = chunk
+        .checked_add(u64::from(span))
+        .filter(|&end| span > 0 && end <= layout.chunk_count);
+    let end = end.ok_or_else(|| {
+        HeapError::Corrupted(format!("large span at chunk {chunk} of {span} chunks"))
+    })?;
+    for body in chunk + 1..end {
+        if pm.read_u64(layout.descriptor_at(body)) != 0 {
+            return Err(HeapError::Corrupted(format!(
+                "chunk {body} inside a large span is not free"
+            )));
+        }
+    }
+    mark_span(state, chunk, span);
+    state.allocated_bytes += u64::from(span) << layout.chunk_shift;
+    state.allocated_blocks += 1;
+    Ok(u64::from(span))
+}

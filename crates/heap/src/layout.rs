@@ -1,0 +1,346 @@
+//! The heap's persistent format (byte layout in `docs/heap-format.md`).
+//!
+//! ```text
+//! region start ─ header (64 B): magic, version, chunk size, chunk count, offsets, CRC-32
+//!              ─ descriptors: one u64 per chunk (FREE, RUN of a size class, LARGE span head)
+//!              ─ chunks (4 KiB aligned), each `chunk_size` bytes:
+//!                  RUN chunk:   [allocation bitmap, padded to 64 B][units of the class size]
+//!                  LARGE span:  one object covering `span` chunks
+//! ```
+//!
+//! A descriptor carries an 8-bit check (a CRC of its chunk index and value), so a garbage
+//! descriptor is detected with probability 255/256; `0` is FREE.
+
+use crate::HeapError;
+use pmem::{Persist, Region, WriteClass};
+
+/// Identifies a Ferrite heap.
+pub const MAGIC: [u8; 8] = *b"FERRHEAP";
+/// Format version.
+pub const VERSION: u32 = 1;
+/// Bytes of the header.
+pub const HEADER_LEN: u64 = 64;
+/// Alignment of the chunk area.
+pub const CHUNK_AREA_ALIGN: u64 = 4096;
+/// Smallest and largest chunk sizes (powers of two).
+pub const CHUNK_SHIFT_MIN: u32 = 12;
+/// Largest chunk size exponent.
+pub const CHUNK_SHIFT_MAX: u32 = 24;
+/// Allocation unit sizes of small objects, in bytes (all multiples of 16).
+pub const SIZE_CLASSES: [u64; 20] = [
+    16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192,
+    12288, 16384,
+];
+/// A class is used only if a run of it holds at least this many units.
+pub const MIN_UNITS_PER_RUN: u64 = 8;
+
+const KIND_RUN: u64 = 1;
+const KIND_LARGE: u64 = 2;
+const CHECK_SHIFT: u32 = 56;
+const VALUE_MASK: u64 = (1 << CHECK_SHIFT) - 1;
+
+/// What a chunk holds, as its descriptor says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Descriptor {
+    /// Unused (or the body of a large span).
+    Free,
+    /// A run of units of size class `class`.
+    Run {
+        /// Index into [`SIZE_CLASSES`].
+        class: u8,
+    },
+    /// The first chunk of a large object spanning `span` chunks.
+    Large {
+        /// Chunks in the span.
+        span: u32,
+    },
+}
+
+impl Descriptor {
+    /// The descriptor word of chunk `chunk`.
+    pub fn encode(self, chunk: u64) -> u64 {
+        let value = match self {
+            Descriptor::Free => return 0,
+            Descriptor::Run { class } => KIND_RUN | (u64::from(class) << 8),
+            Descriptor::Large { span } => KIND_LARGE | (u64::from(span) << 16),
+        };
+        (u64::from(check_byte(chunk, value)) << CHECK_SHIFT) | value
+    }
+
+    /// Decodes the descriptor word of chunk `chunk`.
+    pub fn decode(word: u64, chunk: u64) -> Result<Self, HeapError> {
+        if word == 0 {
+            return Ok(Descriptor::Free);
+        }
+        let value = word & VALUE_MASK;
+        if (word >> CHECK_SHIFT) as u8 != check_byte(chunk, value) {
+            return Err(HeapError::Corrupted(format!(
+                "descriptor of chunk {chunk} fails its check"
+            )));
+        }
+        match value & 0xFF {
+            KIND_RUN if value >> 16 == 0 => Ok(Descriptor::Run {
+                class: (value >> 8) as u8,
+            }),
+            KIND_LARGE if value & 0xFF00 == 0 => Ok(Descriptor::Large {
+                span: (value >> 16) as u32,
+            }),
+            _ => Err(HeapError::Corrupted(format!(
+                "descriptor of chunk {chunk} has kind {word:#x}"
+            ))),
+        }
+    }
+}
+
+fn check_byte(chunk: u64, value: u64) -> u8 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&chunk.to_le_bytes());
+    hasher.update(&value.to_le_bytes());
+    hasher.finalize() as u8
+}
+
+/// The geometry of one heap, derived from its header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Where the heap's region starts (the header).
+    pub start: u64,
+    /// log2 of the chunk size.
+    pub chunk_shift: u32,
+    /// Number of chunks.
+    pub chunk_count: u64,
+    /// Absolute offset of the descriptor array.
+    pub descriptors: u64,
+    /// Absolute offset of chunk 0.
+    pub chunks: u64,
+}
+
+/// Where a run's bitmap and units are, for one size class and chunk size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunGeometry {
+    /// Unit size.
+    pub unit: u64,
+    /// Units in the run.
+    pub units: u64,
+    /// Bitmap words.
+    pub bitmap_words: u64,
+    /// Offset of unit 0 from the chunk start (bitmap bytes rounded up to 64).
+    pub data_offset: u64,
+}
+
+impl Layout {
+    /// The geometry for a heap in `region` with chunks of `1 << chunk_shift` bytes.
+    pub fn plan(region: Region, chunk_shift: u32) -> Result<Self, HeapError> {
+        if !(CHUNK_SHIFT_MIN..=CHUNK_SHIFT_MAX).contains(&chunk_shift) {
+            return Err(HeapError::InvalidArgument(format!(
+                "chunk size 2^{chunk_shift} out of range"
+            )));
+        }
+        let chunk = 1u64 << chunk_shift;
+        let descriptors = region.offset + HEADER_LEN;
+        // Each chunk costs its size plus an 8-byte descriptor.
+        let usable = region.len.saturating_sub(HEADER_LEN + CHUNK_AREA_ALIGN);
+        let mut chunk_count = usable / (chunk + 8);
+        let chunks_at = |count: u64| (descriptors + 8 * count).next_multiple_of(CHUNK_AREA_ALIGN);
+        while chunk_count > 0 && chunks_at(chunk_count) + chunk_count * chunk > region.end() {
+            chunk_count -= 1;
+        }
+        if chunk_count == 0 {
+            return Err(HeapError::InvalidArgument(format!(
+                "region of {} bytes cannot hold one {chunk}-byte chunk",
+                region.len
+            )));
+        }
+        let start = region.offset;
+        Ok(Layout {
+            start,
+            chunk_shift,
+            chunk_count,
+            descriptors,
+            chunks: chunks_at(chunk_count),
+        })
+    }
+
+    /// Chunk size in bytes.
+    pub fn chunk_size(&self) -> u64 {
+        1 << self.chunk_shift
+    }
+
+    /// Absolute offset of chunk `chunk`.
+    pub fn chunk_start(&self, chunk: u64) -> u64 {
+        self.chunks + (chunk << self.chunk_shift)
+    }
+
+    /// Absolute offset of chunk `chunk`'s descriptor.
+    pub fn descriptor_at(&self, chunk: u64) -> u64 {
+        self.descriptors + 8 * chunk
+    }
+
+    /// One past the last byte of the heap's chunks.
+    pub fn end(&self) -> u64 {
+        self.chunk_start(self.chunk_count)
+    }
+
+    /// The chunk containing `addr`, if it is inside the chunk area.
+    pub fn chunk_of(&self, addr: u64) -> Option<u64> {
+        (addr >= self.chunks && addr < self.end()).then(|| (addr - self.chunks) >> self.chunk_shift)
+    }
+
+    /// Run geometry of class `class`, or `None` if runs of it would hold too few units.
+    pub fn run_geometry(&self, class: usize) -> Option<RunGeometry> {
+        let unit = *SIZE_CLASSES.get(class)?;
+        let chunk = self.chunk_size();
+        let mut units = chunk / unit;
+        loop {
+            let bitmap_words = units.div_ceil(64);
+            let data_offset = (8 * bitmap_words).next_multiple_of(64);
+            if data_offset + units * unit <= chunk {
+                return (units >= MIN_UNITS_PER_RUN).then_some(RunGeometry {
+                    unit,
+                    units,
+                    bitmap_words,
+                    data_offset,
+                });
+            }
+            units -= 1;
+        }
+    }
+
+    /// The smallest usable class that fits `size`, or `None` for a large allocation.
+    pub fn class_for(&self, size: u64) -> Option<usize> {
+        (0..SIZE_CLASSES.len())
+            .find(|&class| SIZE_CLASSES[class] >= size && self.run_geometry(class).is_some())
+    }
+
+    fn encode_header(&self) -> [u8; HEADER_LEN as usize] {
+        let mut b = [0u8; HEADER_LEN as usize];
+        b[0..8].copy_from_slice(&MAGIC);
+        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&self.chunk_shift.to_le_bytes());
+        b[16..24].copy_from_slice(&self.chunk_count.to_le_bytes());
+        b[24..32].copy_from_slice(&self.descriptors.to_le_bytes());
+        b[32..40].copy_from_slice(&self.chunks.to_le_bytes());
+        let crc = crc32fast::hash(&b[..60]);
+        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Writes a fresh heap (all chunks free) into `region` and persists it. The header is
+    /// persisted last, so an interrupted format leaves no valid heap.
+    pub fn format<P: Persist>(pm: &P, region: Region, chunk_shift: u32) -> Result<Self, HeapError> {
+        let layout = Self::plan(region, chunk_shift)?;
+        pm.fill(
+            layout.descriptors,
+            8 * layout.chunk_count,
+            0,
+            WriteClass::Meta,
+        );
+        pm.persist(layout.descriptors, 8 * layout.chunk_count);
+        pm.write(layout.start, &layout.encode_header(), WriteClass::Meta);
+        pm.persist(layout.start, HEADER_LEN);
+        Ok(layout)
+    }
+
+    /// Reads and validates the header of the heap at `region`.
+    pub fn read<P: Persist>(pm: &P, region: Region) -> Result<Self, HeapError> {
+        if region.len < HEADER_LEN || !pm.check_range(region.offset, region.len) {
+            return Err(HeapError::Corrupted("heap region out of the pool".into()));
+        }
+        let mut b = [0u8; HEADER_LEN as usize];
+        pm.read(region.offset, &mut b);
+        if b[0..8] != MAGIC {
+            return Err(HeapError::Corrupted("heap magic missing".into()));
+        }
+        let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+        let half = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+        let (stored, computed) = (half(60), crc32fast::hash(&b[..60]));
+        if stored != computed {
+            return Err(HeapError::Corrupted(format!(
+                "heap header checksum {stored:#x} != {computed:#x}"
+            )));
+        }
+        if half(8) != VERSION {
+            return Err(HeapError::Corrupted(format!(
+                "unsupported heap version {}",
+                half(8)
+            )));
+        }
+        let expected = Self::plan(region, half(12))?;
+        let found = Layout {
+            start: region.offset,
+            chunk_shift: half(12),
+            chunk_count: word(16),
+            descriptors: word(24),
+            chunks: word(32),
+        };
+        if found != expected {
+            return Err(HeapError::Corrupted(
+                "heap geometry does not match its region".into(),
+            ));
+        }
+        Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout() -> Layout {
+        Layout::plan(
+            Region {
+                offset: 8192,
+                len: 1 << 20,
+            },
+            14,
+        )
+        .expect("plan")
+    }
+
+    #[test]
+    fn plan_fits_the_region() {
+        let l = layout();
+        assert!(l.end() <= 8192 + (1 << 20));
+        assert!(l.chunks >= l.descriptors + 8 * l.chunk_count);
+        assert_eq!(l.chunks % CHUNK_AREA_ALIGN, 0);
+    }
+
+    #[test]
+    fn run_geometry_fits_in_a_chunk() {
+        let l = layout();
+        for class in 0..SIZE_CLASSES.len() {
+            if let Some(g) = l.run_geometry(class) {
+                assert!(g.data_offset + g.units * g.unit <= l.chunk_size());
+                assert!(g.bitmap_words * 64 >= g.units);
+            }
+        }
+        assert_eq!(l.class_for(1), Some(0));
+        assert_eq!(l.class_for(64), Some(3));
+        assert_eq!(l.class_for(1 << 14), None, "a chunk-sized object is large");
+    }
+
+    #[test]
+    fn descriptors_round_trip_and_detect_garbage() {
+        for (chunk, d) in [
+            (0, Descriptor::Free),
+            (3, Descriptor::Run { class: 5 }),
+            (9, Descriptor::Large { span: 7 }),
+        ] {
+            assert_eq!(
+                Descriptor::decode(d.encode(chunk), chunk).expect("decodes"),
+                d
+            );
+        }
+        let word = Descriptor::Run { class: 5 }.encode(3);
+        assert!(
+            Descriptor::decode(word, 4).is_err(),
+            "a descriptor is bound to its chunk"
+        );
+        let caught = (0..64)
+            .filter(|bit| Descriptor::decode(word ^ (1 << bit), 3).is_err())
+            .count();
+        assert!(
+            caught >= 60,
+            "only {caught} of 64 single-bit flips detected"
+        );
+    }
+}

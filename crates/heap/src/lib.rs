@@ -1,0 +1,38 @@
+//! Ferrite's persistent heap: a crash-safe allocator over a region of a pool.
+//!
+//! Small objects come from runs (a chunk split into units of one size class, with a
+//! persistent allocation bitmap); large objects are spans of whole chunks. Allocation and free
+//! are two-phase ([`Heap::reserve`] / [`Heap::prepare_free`] in DRAM, then persistent
+//! [`Action`]s committed with the transaction), so an abort or a crash never leaks a block and
+//! never hands one out twice.
+
+#![forbid(unsafe_code)]
+
+mod action;
+mod alloc;
+pub mod layout;
+
+pub use action::{ACTION_LEN, Action};
+pub use alloc::{Freeing, Heap, Reservation, SystemCommit, Usage};
+pub use layout::{Descriptor, Layout, SIZE_CLASSES};
+
+/// Errors of the heap.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HeapError {
+    /// No free block of the requested size.
+    #[error("out of persistent memory allocating {size} bytes")]
+    OutOfSpace {
+        /// Requested size.
+        size: u64,
+    },
+    /// `free` of something that is not an allocated block (or is already being freed).
+    #[error("free of {0:#x}, which is not an allocated block")]
+    InvalidFree(u64),
+    /// Persistent heap state is inconsistent.
+    #[error("corrupt heap: {0}")]
+    Corrupted(String),
+    /// A parameter is out of range.
+    #[error("invalid heap argument: {0}")]
+    InvalidArgument(String),
+}

@@ -1,0 +1,402 @@
+//! PMDK's libpmemobj (the industry's undo-logging transactions) as a peer engine behind
+//! Ferrite's [`tx::Engine`], so the same workload code runs on it in the same benchmark run.
+//!
+//! The library is the one Debian ships (`libpmemobj1`, 1.12), loaded at run time with
+//! libloading; when it is absent the peer is reported as unavailable, never a build failure.
+//! Transactions are begun with a null `jmp_buf`, so libpmemobj reports failures as return
+//! values instead of `longjmp` (which Rust cannot survive). Pools on tmpfs need
+//! `PMEM_IS_PMEM_FORCE=1` in the environment *before* the library loads, so it flushes with
+//! cache-line instructions like Ferrite does rather than calling `msync`.
+//!
+//! PMDK writes PM directly, not through Ferrite's persistence seam, so only user bytes are
+//! counted for it; its write amplification cannot be measured the same way.
+
+use libloading::Library;
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tx::{Engine, Isolation, Tx, TxError, TxResult};
+
+/// The library's file name.
+pub const LIBRARY: &str = "libpmemobj.so.1";
+/// The environment variable that makes libpmem treat tmpfs as PM.
+pub const FORCE_ENV: &str = "PMEM_IS_PMEM_FORCE";
+/// Smallest pool libpmemobj accepts.
+pub const MIN_POOL: u64 = 8 << 20;
+/// Size of the root object this peer asks for.
+pub const ROOT_SIZE: u64 = 4096;
+
+/// Why the peer could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PmdkError {
+    /// libpmemobj is not installed.
+    #[error("{LIBRARY} not found ({0}); install the Debian package libpmemobj1")]
+    NotInstalled(String),
+    /// The environment does not force PM mode.
+    #[error("{FORCE_ENV}=1 must be set before the process starts (libpmem reads it when it loads)")]
+    NotForced,
+    /// A libpmemobj call failed.
+    #[error("libpmemobj: {0}")]
+    Call(String),
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PmemOid {
+    pool_uuid_lo: u64,
+    off: u64,
+}
+
+type Create =
+    unsafe extern "C" fn(*const c_char, *const c_char, usize, libc::mode_t) -> *mut c_void;
+type Close = unsafe extern "C" fn(*mut c_void);
+type Root = unsafe extern "C" fn(*mut c_void, usize) -> PmemOid;
+type TxBegin = unsafe extern "C" fn(*mut c_void, *mut c_void, ...) -> c_int;
+type AddRange = unsafe extern "C" fn(*const c_void, usize) -> c_int;
+type TxAlloc = unsafe extern "C" fn(usize, u64) -> PmemOid;
+type TxFree = unsafe extern "C" fn(PmemOid) -> c_int;
+type TxVoid = unsafe extern "C" fn();
+type TxEnd = unsafe extern "C" fn() -> c_int;
+type TxAbort = unsafe extern "C" fn(c_int);
+type TxStage = unsafe extern "C" fn() -> c_int;
+type ErrorMsg = unsafe extern "C" fn() -> *const c_char;
+
+const TX_PARAM_NONE: c_int = 0;
+const TX_STAGE_WORK: c_int = 1;
+
+#[derive(Debug)]
+struct Functions {
+    create: Create,
+    close: Close,
+    root: Root,
+    tx_begin: TxBegin,
+    add_range: AddRange,
+    tx_alloc: TxAlloc,
+    tx_free: TxFree,
+    tx_commit: TxVoid,
+    tx_end: TxEnd,
+    tx_abort: TxAbort,
+    tx_stage: TxStage,
+    errormsg: ErrorMsg,
+}
+
+impl Functions {
+    fn load(library: &Library) -> Result<Self, PmdkError> {
+        fn get<T: Copy>(library: &Library, name: &str) -> Result<T, PmdkError> {
+            // SAFETY: each symbol is looked up with the signature of libpmemobj 1.12's public
+            // header (tx_base.h, pool_base.h, base.h); the function pointer is copied out and
+            // only used while `library` (kept alive by the engine) stays loaded.
+            unsafe { library.get::<T>(name.as_bytes()) }
+                .map(|symbol| *symbol)
+                .map_err(|e| PmdkError::NotInstalled(format!("symbol {name}: {e}")))
+        }
+        Ok(Functions {
+            create: get(library, "pmemobj_create")?,
+            close: get(library, "pmemobj_close")?,
+            root: get(library, "pmemobj_root")?,
+            tx_begin: get(library, "pmemobj_tx_begin")?,
+            add_range: get(library, "pmemobj_tx_add_range_direct")?,
+            tx_alloc: get(library, "pmemobj_tx_alloc")?,
+            tx_free: get(library, "pmemobj_tx_free")?,
+            tx_commit: get(library, "pmemobj_tx_commit")?,
+            tx_end: get(library, "pmemobj_tx_end")?,
+            tx_abort: get(library, "pmemobj_tx_abort")?,
+            tx_stage: get(library, "pmemobj_tx_stage")?,
+            errormsg: get(library, "pmemobj_errormsg")?,
+        })
+    }
+
+    fn last_error(&self) -> String {
+        // SAFETY: pmemobj_errormsg returns a pointer to a thread-local, NUL-terminated
+        // message owned by the library (or null), valid until the next libpmemobj call on this
+        // thread; it is copied out at once.
+        let message = unsafe { (self.errormsg)() };
+        if message.is_null() {
+            return "unknown error".into();
+        }
+        // SAFETY: non-null, NUL-terminated (see above).
+        unsafe { CStr::from_ptr(message) }
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+/// A libpmemobj pool used as a transactional engine.
+#[derive(Debug)]
+pub struct Pmdk {
+    functions: Functions,
+    pool: *mut c_void,
+    size: u64,
+    uuid_lo: u64,
+    root: u64,
+    tag: u16,
+    user_bytes: AtomicU64,
+    _library: Library,
+}
+
+// SAFETY: libpmemobj pools may be used from any thread, and transactions are per-thread
+// state inside the library; the raw pool pointer is only passed back to the library or offset
+// within the pool's mapping, which lives as long as this value.
+unsafe impl Send for Pmdk {}
+// SAFETY: as above; concurrent transactions on different threads are supported by
+// libpmemobj (isolation is the caller's job, as with every engine of `Isolation::External`).
+unsafe impl Sync for Pmdk {}
+
+impl Pmdk {
+    /// Whether the library can be loaded here.
+    pub fn available() -> Result<(), PmdkError> {
+        // SAFETY: loading libpmemobj runs its constructors, which only initialise the
+        // library's own state (and read the environment).
+        unsafe { Library::new(LIBRARY) }
+            .map(drop)
+            .map_err(|e| PmdkError::NotInstalled(e.to_string()))
+    }
+
+    /// Creates a pool file of `size` bytes at `path` (which must not exist).
+    pub fn create(path: &Path, size: u64) -> Result<Self, PmdkError> {
+        if std::env::var(FORCE_ENV).as_deref() != Ok("1") {
+            return Err(PmdkError::NotForced);
+        }
+        // SAFETY: as in `available`.
+        let library =
+            unsafe { Library::new(LIBRARY) }.map_err(|e| PmdkError::NotInstalled(e.to_string()))?;
+        let functions = Functions::load(&library)?;
+        let c_path = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|e| PmdkError::Call(e.to_string()))?;
+        let layout = CString::new("ferrite-peer").expect("no NUL in the layout name");
+        let size = size.max(MIN_POOL);
+        // SAFETY: valid NUL-terminated strings; the library creates and maps the file.
+        let pool =
+            unsafe { (functions.create)(c_path.as_ptr(), layout.as_ptr(), size as usize, 0o600) };
+        if pool.is_null() {
+            return Err(PmdkError::Call(functions.last_error()));
+        }
+        // SAFETY: `pool` is an open pool; pmemobj_root allocates the root object on demand.
+        let root = unsafe { (functions.root)(pool, ROOT_SIZE as usize) };
+        if root.off == 0 {
+            let error = functions.last_error();
+            // SAFETY: closing the pool we just opened.
+            unsafe { (functions.close)(pool) };
+            return Err(PmdkError::Call(error));
+        }
+        let tag = tx::pool_tag(
+            &[
+                root.pool_uuid_lo.to_le_bytes(),
+                root.pool_uuid_lo.to_le_bytes(),
+            ]
+            .concat()
+            .try_into()
+            .expect("16 bytes"),
+        );
+        Ok(Pmdk {
+            functions,
+            pool,
+            size,
+            uuid_lo: root.pool_uuid_lo,
+            root: root.off,
+            tag,
+            user_bytes: AtomicU64::new(0),
+            _library: library,
+        })
+    }
+
+    /// Bytes the application asked to write so far.
+    pub fn user_bytes(&self) -> u64 {
+        self.user_bytes.load(Ordering::Relaxed)
+    }
+
+    fn in_bounds(&self, addr: u64, len: usize) -> TxResult<*mut u8> {
+        match addr.checked_add(len as u64) {
+            Some(end) if addr > 0 && end <= self.size => {
+                // SAFETY: `pool` is the base of the pool's mapping of `size` bytes (libpmemobj
+                // maps the whole file there and PMEMoid offsets are relative to it), and
+                // [addr, addr + len) lies inside it.
+                Ok(unsafe { self.pool.cast::<u8>().add(addr as usize) })
+            }
+            _ => Err(TxError::OutOfBounds {
+                addr,
+                len: len as u64,
+            }),
+        }
+    }
+}
+
+impl Drop for Pmdk {
+    fn drop(&mut self) {
+        // SAFETY: the pool is open and no transaction can be running (they borrow self).
+        unsafe { (self.functions.close)(self.pool) };
+    }
+}
+
+/// A libpmemobj transaction (the library keeps its state per thread).
+#[derive(Debug)]
+pub struct PmdkTx<'e> {
+    engine: &'e Pmdk,
+    user_bytes: u64,
+}
+
+impl PmdkTx<'_> {
+    fn failed(&self, what: &str) -> TxError {
+        TxError::Corrupted(format!(
+            "libpmemobj {what}: {}",
+            self.engine.functions.last_error()
+        ))
+    }
+}
+
+impl Tx for PmdkTx<'_> {
+    fn read_raw(&mut self, addr: u64, dst: &mut [u8]) -> TxResult<()> {
+        let src = self.engine.in_bounds(addr, dst.len())?;
+        // SAFETY: `src` points to dst.len() readable bytes of the mapped pool (checked by
+        // in_bounds); `dst` is a distinct Rust buffer.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    fn write_raw(&mut self, addr: u64, src: &[u8]) -> TxResult<()> {
+        let dst = self.engine.in_bounds(addr, src.len())?;
+        // SAFETY: a transaction is in its work stage on this thread; the range is inside the
+        // pool (in_bounds), as pmemobj_tx_add_range_direct requires.
+        if unsafe { (self.engine.functions.add_range)(dst.cast(), src.len()) } != 0 {
+            return Err(self.failed("add_range"));
+        }
+        // SAFETY: the snapshot is taken; the destination is inside the mapping and does not
+        // overlap `src`.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+        self.user_bytes += src.len() as u64;
+        Ok(())
+    }
+
+    fn alloc_raw(&mut self, size: u64) -> TxResult<u64> {
+        // SAFETY: a transaction is in its work stage on this thread.
+        let oid = unsafe { (self.engine.functions.tx_alloc)(size as usize, 1) };
+        if oid.off == 0 {
+            return Err(TxError::OutOfSpace { size });
+        }
+        Ok(oid.off)
+    }
+
+    fn free_raw(&mut self, addr: u64) -> TxResult<()> {
+        self.engine.in_bounds(addr, 1)?;
+        let oid = PmemOid {
+            pool_uuid_lo: self.engine.uuid_lo,
+            off: addr,
+        };
+        // SAFETY: a transaction is in its work stage; the library validates the object.
+        if unsafe { (self.engine.functions.tx_free)(oid) } != 0 {
+            return Err(TxError::InvalidFree(addr));
+        }
+        Ok(())
+    }
+
+    fn pool_tag(&self) -> u16 {
+        self.engine.tag
+    }
+
+    fn root_offset(&self) -> u64 {
+        self.engine.root
+    }
+}
+
+impl Engine for Pmdk {
+    type Tx<'e> = PmdkTx<'e>;
+
+    fn name(&self) -> &'static str {
+        "pmdk"
+    }
+
+    fn isolation(&self) -> Isolation {
+        Isolation::External
+    }
+
+    fn transaction<R, E>(
+        &self,
+        mut body: impl FnMut(&mut PmdkTx<'_>) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<TxError>,
+    {
+        let functions = &self.functions;
+        // SAFETY: the pool is open; a null jmp_buf makes failures return instead of
+        // longjmp; the variadic parameter list is terminated by TX_PARAM_NONE.
+        if unsafe { (functions.tx_begin)(self.pool, std::ptr::null_mut(), TX_PARAM_NONE) } != 0 {
+            let error =
+                TxError::Corrupted(format!("libpmemobj tx_begin: {}", functions.last_error()));
+            // SAFETY: a failed begin still requires tx_end to reset the thread's stage.
+            unsafe { (functions.tx_end)() };
+            return Err(E::from(error));
+        }
+        let mut tx = PmdkTx {
+            engine: self,
+            user_bytes: 0,
+        };
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&mut tx)));
+        // SAFETY: the transaction begun above is still this thread's current one.
+        let still_working = unsafe { (functions.tx_stage)() } == TX_STAGE_WORK;
+        let committed = matches!(outcome, Ok(Ok(_))) && still_working;
+        // SAFETY: commit or abort the running transaction, then end it, as the library's
+        // state machine requires (abort is skipped if the library already aborted it).
+        let end = unsafe {
+            if committed {
+                (functions.tx_commit)();
+            } else if still_working {
+                (functions.tx_abort)(libc::ECANCELED);
+            }
+            (functions.tx_end)()
+        };
+        match outcome {
+            Ok(Ok(value)) if committed && end == 0 => {
+                self.user_bytes.fetch_add(tx.user_bytes, Ordering::Relaxed);
+                Ok(value)
+            }
+            Ok(Ok(_)) => Err(E::from(TxError::Corrupted(format!(
+                "libpmemobj commit failed: {}",
+                functions.last_error()
+            )))),
+            Ok(Err(error)) => Err(error),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+
+    fn counters(&self) -> pmem::Counters {
+        pmem::Counters {
+            user_bytes: self.user_bytes(),
+            ..Default::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs only where the library is installed and the environment forces PM mode (the
+    /// bench harness sets it in a child process; see the cli tests).
+    #[test]
+    fn transactions_commit_abort_and_allocate_when_available() {
+        if Pmdk::available().is_err() || std::env::var(FORCE_ENV).as_deref() != Ok("1") {
+            eprintln!("skipped: libpmemobj not installed or {FORCE_ENV} not set");
+            return;
+        }
+        let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir");
+        let engine = Pmdk::create(&dir.path().join("pool"), MIN_POOL).expect("create");
+        let obj: tx::PPtr = engine
+            .transaction(|tx| {
+                let obj = tx.alloc(64)?;
+                tx.write_u64(obj, 0, 41)?;
+                tx.write_ptr(tx.root::<()>(), 0, obj)?;
+                Ok::<_, TxError>(obj)
+            })
+            .expect("commit");
+        let aborted: TxResult<()> = engine.transaction(|tx| {
+            tx.write_u64(obj, 0, 99)?;
+            Err(TxError::abort("test"))
+        });
+        assert!(aborted.is_err());
+        assert_eq!(
+            engine.transaction(|tx| tx.read_u64(obj, 0)).expect("read"),
+            41
+        );
+    }
+}

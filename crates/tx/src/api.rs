@@ -1,0 +1,365 @@
+//! The transaction interface every workload is written against.
+//!
+//! One interface, many implementations: the `undo` and `redo` engines of this crate, the MVCC
+//! engine, PMDK (in the bench crate), the volatile [`crate::mem::MemEngine`], and the trace
+//! recorder of the Silo simulator. Workloads name only these traits, never an engine.
+//!
+//! Objects are addressed by typed persistent pointers ([`PPtr`]) plus a byte offset within the
+//! object (a field). Pointers stored in PM carry a 16-bit tag of their pool, so a pointer read
+//! from PM is checked against the pool it is used with.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+/// Result of transactional operations.
+pub type TxResult<T> = Result<T, TxError>;
+
+/// Why a transactional operation or a transaction failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TxError {
+    /// The application aborted the transaction.
+    #[error("transaction aborted: {0}")]
+    Aborted(String),
+    /// The heap has no block of the requested size.
+    #[error("out of persistent memory allocating {size} bytes")]
+    OutOfSpace {
+        /// Requested size.
+        size: u64,
+    },
+    /// The transaction's log does not fit its lane.
+    #[error("transaction log of {needed} bytes exceeds the lane capacity of {capacity} bytes")]
+    LogFull {
+        /// Bytes the record needs.
+        needed: u64,
+        /// Bytes the lane holds.
+        capacity: u64,
+    },
+    /// A pointer is null, misaligned, outside the pool, or from another pool.
+    #[error("invalid persistent pointer {0:#x}")]
+    InvalidPointer(u64),
+    /// An access falls outside the pool.
+    #[error("access of {len} bytes at {addr:#x} is outside the pool")]
+    OutOfBounds {
+        /// Absolute offset.
+        addr: u64,
+        /// Length.
+        len: u64,
+    },
+    /// `free` of something that is not an allocated block.
+    #[error("free of {0:#x}, which is not an allocated block")]
+    InvalidFree(u64),
+    /// A concurrent transaction holds what this one needs; engines with internal isolation
+    /// retry on it, it never reaches the caller of those.
+    #[error("conflict with a concurrent transaction")]
+    Conflict,
+    /// The pool was formatted by another engine.
+    #[error("pool belongs to the {found} engine, not {expected}")]
+    WrongEngine {
+        /// Engine asked for.
+        expected: &'static str,
+        /// Engine recorded in the pool.
+        found: &'static str,
+    },
+    /// Persistent state is inconsistent (detected by a checksum or a structural check).
+    #[error("corrupt persistent state: {0}")]
+    Corrupted(String),
+    /// An earlier write-back failed; the pool must be reopened.
+    #[error("pool poisoned by an earlier failed write-back")]
+    Poisoned,
+    /// The pool could not be created or opened.
+    #[error(transparent)]
+    Pool(#[from] pmem::PoolError),
+}
+
+impl From<heap::HeapError> for TxError {
+    fn from(error: heap::HeapError) -> Self {
+        match error {
+            heap::HeapError::OutOfSpace { size } => TxError::OutOfSpace { size },
+            heap::HeapError::InvalidFree(addr) => TxError::InvalidFree(addr),
+            other => TxError::Corrupted(other.to_string()),
+        }
+    }
+}
+
+impl TxError {
+    /// An application abort with a reason.
+    pub fn abort(reason: impl fmt::Display) -> Self {
+        TxError::Aborted(reason.to_string())
+    }
+}
+
+/// How concurrent transactions are isolated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Isolation {
+    /// The engine only makes transactions atomic and durable; callers isolate concurrent
+    /// transactions with their own locks, held around the whole `transaction` call (as with
+    /// PMDK). Releasing a lock inside the body, before commit, is a bug.
+    External,
+    /// The engine isolates transactions itself (e.g. MVCC); callers need no locks.
+    Internal,
+}
+
+/// Tag bits of a stored pointer: the high 16 bits hold the pool tag.
+const TAG_SHIFT: u32 = 48;
+const OFFSET_MASK: u64 = (1 << TAG_SHIFT) - 1;
+
+/// A typed persistent pointer: a pool offset plus the pool's tag. `T` is a marker for the
+/// object's layout (it is never stored or dereferenced as a Rust value).
+pub struct PPtr<T = ()> {
+    word: u64,
+    _type: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for PPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for PPtr<T> {}
+impl<T> PartialEq for PPtr<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.word == other.word
+    }
+}
+impl<T> Eq for PPtr<T> {}
+impl<T> std::hash::Hash for PPtr<T> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.word.hash(state);
+    }
+}
+impl<T> fmt::Debug for PPtr<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_null() {
+            write!(f, "PPtr(null)")
+        } else {
+            write!(f, "PPtr({:#x}@{:04x})", self.offset(), self.tag())
+        }
+    }
+}
+
+impl<T> PPtr<T> {
+    /// The null pointer.
+    pub const fn null() -> Self {
+        PPtr {
+            word: 0,
+            _type: PhantomData,
+        }
+    }
+
+    /// A pointer to `offset` in the pool tagged `tag`. Engines build pointers; workloads get
+    /// them from `alloc`, `root` and `read_ptr`.
+    pub fn from_parts(tag: u16, offset: u64) -> Self {
+        debug_assert!(offset <= OFFSET_MASK && offset != 0 && tag != 0);
+        PPtr {
+            word: (u64::from(tag) << TAG_SHIFT) | offset,
+            _type: PhantomData,
+        }
+    }
+
+    /// Decodes a stored pointer word without checking it.
+    pub const fn from_word(word: u64) -> Self {
+        PPtr {
+            word,
+            _type: PhantomData,
+        }
+    }
+
+    /// The word stored in PM for this pointer.
+    pub const fn word(self) -> u64 {
+        self.word
+    }
+
+    /// Whether this is the null pointer.
+    pub const fn is_null(self) -> bool {
+        self.word == 0
+    }
+
+    /// Offset in the pool.
+    pub const fn offset(self) -> u64 {
+        self.word & OFFSET_MASK
+    }
+
+    /// Tag of the pool the pointer belongs to.
+    pub const fn tag(self) -> u16 {
+        (self.word >> TAG_SHIFT) as u16
+    }
+
+    /// The same pointer with another layout marker.
+    pub const fn cast<U>(self) -> PPtr<U> {
+        PPtr {
+            word: self.word,
+            _type: PhantomData,
+        }
+    }
+
+    /// A pointer `bytes` further into the same object (for arrays of records).
+    pub fn offset_by(self, bytes: u64) -> Self {
+        PPtr {
+            word: self.word + bytes,
+            _type: PhantomData,
+        }
+    }
+}
+
+/// The 16-bit tag of a pool, derived from its UUID (never 0, which marks null).
+pub fn pool_tag(uuid: &[u8; 16]) -> u16 {
+    let tag = u16::from_le_bytes([uuid[0], uuid[1]]) ^ u16::from_le_bytes([uuid[14], uuid[15]]);
+    if tag == 0 { 1 } else { tag }
+}
+
+/// Operations inside one transaction.
+///
+/// Implementations provide the raw operations on absolute pool offsets; workloads use the
+/// typed, checked helpers.
+pub trait Tx {
+    /// Reads `dst.len()` bytes at absolute offset `addr` (seeing this transaction's writes).
+    fn read_raw(&mut self, addr: u64, dst: &mut [u8]) -> TxResult<()>;
+    /// Writes `src` at absolute offset `addr`; atomic and durable with the transaction.
+    fn write_raw(&mut self, addr: u64, src: &[u8]) -> TxResult<()>;
+    /// Allocates `size` bytes (contents unspecified); undone if the transaction aborts.
+    fn alloc_raw(&mut self, size: u64) -> TxResult<u64>;
+    /// Frees the block at `addr`; takes effect only if the transaction commits.
+    fn free_raw(&mut self, addr: u64) -> TxResult<()>;
+    /// The pool's tag.
+    fn pool_tag(&self) -> u16;
+    /// Absolute offset of the root object.
+    fn root_offset(&self) -> u64;
+
+    /// Checks that `ptr` is a non-null pointer of this pool.
+    fn check<T>(&self, ptr: PPtr<T>) -> TxResult<u64> {
+        if ptr.is_null() || ptr.tag() != self.pool_tag() {
+            return Err(TxError::InvalidPointer(ptr.word()));
+        }
+        Ok(ptr.offset())
+    }
+
+    /// The root object (a zeroed region at pool creation).
+    fn root<T>(&self) -> PPtr<T> {
+        PPtr::from_parts(self.pool_tag(), self.root_offset())
+    }
+
+    /// Reads bytes of field `field` of `obj`.
+    fn read<T>(&mut self, obj: PPtr<T>, field: u64, dst: &mut [u8]) -> TxResult<()> {
+        let base = self.check(obj)?;
+        self.read_raw(base + field, dst)
+    }
+
+    /// Writes bytes of field `field` of `obj`.
+    fn write<T>(&mut self, obj: PPtr<T>, field: u64, src: &[u8]) -> TxResult<()> {
+        let base = self.check(obj)?;
+        self.write_raw(base + field, src)
+    }
+
+    /// Reads a little-endian `u64` field.
+    fn read_u64<T>(&mut self, obj: PPtr<T>, field: u64) -> TxResult<u64> {
+        let mut word = [0u8; 8];
+        self.read(obj, field, &mut word)?;
+        Ok(u64::from_le_bytes(word))
+    }
+
+    /// Writes a little-endian `u64` field.
+    fn write_u64<T>(&mut self, obj: PPtr<T>, field: u64, value: u64) -> TxResult<()> {
+        self.write(obj, field, &value.to_le_bytes())
+    }
+
+    /// Reads a pointer field, checking that it is null or a pointer of this pool.
+    fn read_ptr<T, U>(&mut self, obj: PPtr<T>, field: u64) -> TxResult<PPtr<U>> {
+        let ptr = PPtr::from_word(self.read_u64(obj, field)?);
+        if !ptr.is_null() {
+            self.check(ptr)?;
+        }
+        Ok(ptr)
+    }
+
+    /// Writes a pointer field.
+    fn write_ptr<T, U>(&mut self, obj: PPtr<T>, field: u64, value: PPtr<U>) -> TxResult<()> {
+        if !value.is_null() {
+            self.check(value)?;
+        }
+        self.write_u64(obj, field, value.word())
+    }
+
+    /// Allocates an object of `size` bytes (contents unspecified).
+    fn alloc<T>(&mut self, size: u64) -> TxResult<PPtr<T>> {
+        let offset = self.alloc_raw(size)?;
+        Ok(PPtr::from_parts(self.pool_tag(), offset))
+    }
+
+    /// Allocates an object of `size` bytes, zero-filled.
+    fn alloc_zeroed<T>(&mut self, size: u64) -> TxResult<PPtr<T>> {
+        let obj = self.alloc(size)?;
+        const ZEROS: [u8; 256] = [0; 256];
+        let mut done = 0;
+        while done < size {
+            let n = (size - done).min(ZEROS.len() as u64);
+            self.write(obj, done, &ZEROS[..n as usize])?;
+            done += n;
+        }
+        Ok(obj)
+    }
+
+    /// Frees an object.
+    fn free<T>(&mut self, obj: PPtr<T>) -> TxResult<()> {
+        let offset = self.check(obj)?;
+        self.free_raw(offset)
+    }
+}
+
+/// A transactional persistent heap: the entry point workloads use.
+///
+/// `transaction` runs `body` atomically and durably: if it returns `Ok` the effects commit;
+/// if it returns `Err` (any error type that a [`TxError`] converts into) or panics, every
+/// effect is rolled back and the pool stays usable (a panic is then resumed). Engines with
+/// internal isolation may run `body` several times (on conflicts), so it must not have side
+/// effects outside the transaction that cannot be repeated.
+pub trait Engine: Send + Sync {
+    /// The transaction handle.
+    type Tx<'e>: Tx
+    where
+        Self: 'e;
+
+    /// Short name for reports (`undo`, `redo`, `pmdk`, ...).
+    fn name(&self) -> &'static str;
+
+    /// How concurrent transactions are isolated.
+    fn isolation(&self) -> Isolation;
+
+    /// Runs `body` as one failure-atomic transaction.
+    fn transaction<R, E>(
+        &self,
+        body: impl FnMut(&mut Self::Tx<'_>) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<TxError>;
+
+    /// Runs `body` as a read-only transaction (engines may make it cheaper).
+    fn read_only<R, E>(&self, body: impl FnMut(&mut Self::Tx<'_>) -> Result<R, E>) -> Result<R, E>
+    where
+        E: From<TxError>,
+    {
+        self.transaction(body)
+    }
+
+    /// PM traffic so far (zero for engines without a seam).
+    fn counters(&self) -> pmem::Counters;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pointer_words_round_trip_and_keep_their_tag() {
+        let ptr: PPtr<u8> = PPtr::from_parts(0xBEEF, 0x1234_5678);
+        assert_eq!((ptr.tag(), ptr.offset()), (0xBEEF, 0x1234_5678));
+        assert_eq!(PPtr::<u8>::from_word(ptr.word()), ptr);
+        assert!(PPtr::<u8>::null().is_null());
+        assert_eq!(ptr.offset_by(64).offset(), 0x1234_5678 + 64);
+    }
+
+    #[test]
+    fn pool_tags_are_never_zero() {
+        assert_ne!(pool_tag(&[0; 16]), 0);
+    }
+}

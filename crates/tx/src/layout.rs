@@ -1,0 +1,176 @@
+//! The engine area of a pool (byte layout in `docs/tx-format.md`):
+//!
+//! ```text
+//! arena start ─ engine header (64 B): magic, version, engine kind, lanes, lane size,
+//!               lane and heap offsets, CRC-32
+//!             ─ word at +64 (own cache line): redo's applied watermark
+//!             ─ lanes (4 KiB aligned): `lane_count` × `lane_size` bytes of log
+//!             ─ heap (the rest of the arena)
+//! ```
+
+use crate::api::TxError;
+use pmem::{Persist, Region, WriteClass};
+
+/// Identifies a Ferrite transaction area.
+pub const MAGIC: [u8; 8] = *b"FERRTXEN";
+/// Format version.
+pub const VERSION: u32 = 1;
+const HEADER_LEN: u64 = 64;
+/// Offset of the watermark word from the arena start.
+pub const WATERMARK_OFFSET: u64 = 64;
+const LANES_ALIGN: u64 = 4096;
+
+/// Which engine formatted the pool (their logs differ).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    /// Undo logging.
+    Undo = 1,
+    /// Redo logging.
+    Redo = 2,
+}
+
+impl EngineKind {
+    /// Lower-case name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            EngineKind::Undo => "undo",
+            EngineKind::Redo => "redo",
+        }
+    }
+
+    fn from_code(code: u32) -> Option<Self> {
+        match code {
+            1 => Some(EngineKind::Undo),
+            2 => Some(EngineKind::Redo),
+            _ => None,
+        }
+    }
+}
+
+/// The engine area's geometry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineLayout {
+    /// Engine that owns the pool.
+    pub kind: EngineKind,
+    /// Start of the arena (the engine header).
+    pub base: u64,
+    /// Number of lanes.
+    pub lane_count: u32,
+    /// Bytes per lane (a multiple of 4 KiB).
+    pub lane_size: u64,
+    /// Absolute offset of lane 0.
+    pub lanes: u64,
+    /// The heap's region.
+    pub heap: Region,
+}
+
+impl EngineLayout {
+    /// Plans the area for `kind` in `arena`.
+    pub fn plan(
+        kind: EngineKind,
+        arena: Region,
+        lane_count: u32,
+        lane_size: u64,
+    ) -> Result<Self, TxError> {
+        let lane_size = lane_size.next_multiple_of(LANES_ALIGN);
+        if lane_count == 0 || lane_count > 1024 || lane_size == 0 {
+            return Err(TxError::Corrupted(format!(
+                "bad lane geometry {lane_count} × {lane_size}"
+            )));
+        }
+        let lanes = (arena.offset + WATERMARK_OFFSET + 64).next_multiple_of(LANES_ALIGN);
+        let heap_start = lanes + u64::from(lane_count) * lane_size;
+        if heap_start + LANES_ALIGN > arena.end() {
+            return Err(TxError::OutOfSpace {
+                size: heap_start - arena.offset,
+            });
+        }
+        let heap = Region {
+            offset: heap_start,
+            len: arena.end() - heap_start,
+        };
+        Ok(EngineLayout {
+            kind,
+            base: arena.offset,
+            lane_count,
+            lane_size,
+            lanes,
+            heap,
+        })
+    }
+
+    /// Absolute offset of lane `lane`.
+    pub fn lane(&self, lane: usize) -> u64 {
+        self.lanes + lane as u64 * self.lane_size
+    }
+
+    /// Absolute offset of the watermark word.
+    pub fn watermark(&self) -> u64 {
+        self.base + WATERMARK_OFFSET
+    }
+
+    fn encode(&self) -> [u8; HEADER_LEN as usize] {
+        let mut b = [0u8; HEADER_LEN as usize];
+        b[0..8].copy_from_slice(&MAGIC);
+        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&(self.kind as u32).to_le_bytes());
+        b[16..20].copy_from_slice(&self.lane_count.to_le_bytes());
+        b[24..32].copy_from_slice(&self.lane_size.to_le_bytes());
+        b[32..40].copy_from_slice(&self.lanes.to_le_bytes());
+        b[40..48].copy_from_slice(&self.heap.offset.to_le_bytes());
+        b[48..56].copy_from_slice(&self.heap.len.to_le_bytes());
+        let crc = crc32fast::hash(&b[..60]);
+        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Writes the header (and a zero watermark) and persists them; the lanes must already
+    /// be initialised by the engine.
+    pub fn write<P: Persist>(&self, pm: &P) {
+        pm.write_u64(self.watermark(), 0, WriteClass::Meta);
+        pm.write(self.base, &self.encode(), WriteClass::Meta);
+        pm.persist(self.base, WATERMARK_OFFSET + 8);
+    }
+
+    /// Reads and validates the header in `arena`, which must belong to `kind`.
+    pub fn read<P: Persist>(pm: &P, arena: Region, kind: EngineKind) -> Result<Self, TxError> {
+        let mut b = [0u8; HEADER_LEN as usize];
+        pm.read(arena.offset, &mut b);
+        if b[0..8] != MAGIC {
+            return Err(TxError::Corrupted(
+                "no transaction area in this pool (not formatted by an engine)".into(),
+            ));
+        }
+        let half = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+        let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+        let (stored, computed) = (half(60), crc32fast::hash(&b[..60]));
+        if stored != computed {
+            return Err(TxError::Corrupted(format!(
+                "engine header checksum {stored:#x} != {computed:#x}"
+            )));
+        }
+        if half(8) != VERSION {
+            return Err(TxError::Corrupted(format!(
+                "unsupported engine area version {}",
+                half(8)
+            )));
+        }
+        let found = EngineKind::from_code(half(12))
+            .ok_or_else(|| TxError::Corrupted(format!("unknown engine kind {}", half(12))))?;
+        if found != kind {
+            return Err(TxError::WrongEngine {
+                expected: kind.name(),
+                found: found.name(),
+            });
+        }
+        let layout = Self::plan(kind, arena, half(16), word(24))?;
+        let stored_layout = (word(32), word(40), word(48));
+        if stored_layout != (layout.lanes, layout.heap.offset, layout.heap.len) {
+            return Err(TxError::Corrupted(
+                "engine header geometry does not match the pool".into(),
+            ));
+        }
+        Ok(layout)
+    }
+}

@@ -1,0 +1,28 @@
+//! Ferrite transactions: the interface workloads are written against, and its engines.
+//!
+//! - [`api`]: [`Engine`] and [`Tx`], typed persistent pointers, errors.
+//! - [`Redo`]: redo logging, one fence per transaction, lazy in-place apply.
+//! - [`Undo`]: undo logging (PMDK-style), old values persisted before each in-place write.
+//! - [`MemEngine`]: volatile reference (no persistence).
+//! - [`logwriter`]: the cacheable / non-temporal / packed log writes of seed 001.
+
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod lanes;
+pub mod layout;
+pub mod logwriter;
+pub mod mem;
+mod rangeset;
+pub mod record;
+mod redo;
+mod undo;
+pub mod writeset;
+
+pub use api::{Engine, Isolation, PPtr, Tx, TxError, TxResult, pool_tag};
+pub use lanes::EngineOptions;
+pub use layout::EngineKind;
+pub use logwriter::LogMode;
+pub use mem::MemEngine;
+pub use redo::{Redo, RedoTx};
+pub use undo::{Undo, UndoTx};

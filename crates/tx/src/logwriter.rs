@@ -1,0 +1,260 @@
+//! The log writer: how log bytes travel to PM, in the three modes studied by seed 001
+//! ("Logging in persistent memory: to cache, or not to cache?", MemSys'17).
+//!
+//! - `Cacheable`: ordinary stores; the dirty lines are written back with the flush
+//!   instruction when the log is sealed (store + clwb).
+//! - `NonTemporal`: streaming stores straight to memory, any size and alignment (partial
+//!   lines leave the write-combining buffers as partial, slower transfers).
+//! - `Packed`: write-combining aware; records are assembled into whole 64-byte lines in DRAM
+//!   and only full lines are streamed; a partial last line is streamed (padded) at seal.
+//! - `Auto`: cacheable for small appends, packed for large ones; the threshold comes from
+//!   the log-writer study (`ferrite bench logstudy`, see the README).
+//!
+//! Appends become durable at the first fence after [`LogWriter::seal`].
+
+use pmem::{CACHE_LINE, Persist, WriteClass};
+
+/// How log bytes are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogMode {
+    /// Stores, then flush at seal.
+    Cacheable,
+    /// Streaming stores.
+    NonTemporal,
+    /// Full-line streaming stores assembled in DRAM.
+    Packed,
+    /// Chosen per append by size ([`AUTO_THRESHOLD`]).
+    Auto,
+}
+
+/// In `Auto` mode, appends of at least this many bytes are packed and streamed; smaller ones
+/// are cached. Set from the log-writer study on this project's machines (see the README).
+pub const AUTO_THRESHOLD: usize = 128;
+
+impl LogMode {
+    /// Every mode.
+    pub const ALL: [LogMode; 4] = [
+        LogMode::Cacheable,
+        LogMode::NonTemporal,
+        LogMode::Packed,
+        LogMode::Auto,
+    ];
+
+    /// Name as used on the command line.
+    pub const fn name(self) -> &'static str {
+        match self {
+            LogMode::Cacheable => "cacheable",
+            LogMode::NonTemporal => "non-temporal",
+            LogMode::Packed => "packed",
+            LogMode::Auto => "auto",
+        }
+    }
+
+    /// Parses a name as printed by [`LogMode::name`].
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|mode| mode.name() == text)
+    }
+
+    /// The concrete mode for an append of `len` bytes.
+    pub fn resolve(self, len: usize) -> LogMode {
+        match self {
+            LogMode::Auto if len >= AUTO_THRESHOLD => LogMode::Packed,
+            LogMode::Auto => LogMode::Cacheable,
+            other => other,
+        }
+    }
+}
+
+/// Writes log bytes to PM in one [`LogMode`].
+#[derive(Debug)]
+pub struct LogWriter {
+    mode: LogMode,
+    /// Cacheable bytes stored but not yet flushed: `[start, end)`.
+    dirty: Option<(u64, u64)>,
+    /// The line being assembled in packed mode: its offset and content. It stays after a
+    /// seal (already streamed, `dirty == false`) so that the next record in the same line does
+    /// not have to read the line back from PM.
+    staged: Option<Staged>,
+}
+
+#[derive(Debug)]
+struct Staged {
+    line: u64,
+    content: [u8; CACHE_LINE as usize],
+    dirty: bool,
+}
+
+impl LogWriter {
+    /// A writer in `mode`.
+    pub fn new(mode: LogMode) -> Self {
+        LogWriter {
+            mode,
+            dirty: None,
+            staged: None,
+        }
+    }
+
+    /// The configured mode.
+    pub fn mode(&self) -> LogMode {
+        self.mode
+    }
+
+    /// Appends `bytes` at absolute offset `at` (log class).
+    pub fn append<P: Persist>(&mut self, pm: &P, at: u64, bytes: &[u8]) {
+        match self.mode.resolve(bytes.len()) {
+            LogMode::Cacheable => self.append_cached(pm, at, bytes),
+            LogMode::NonTemporal => pm.write_nt(at, bytes, WriteClass::Log),
+            LogMode::Packed | LogMode::Auto => self.append_packed(pm, at, bytes),
+        }
+    }
+
+    fn append_cached<P: Persist>(&mut self, pm: &P, at: u64, bytes: &[u8]) {
+        pm.write(at, bytes, WriteClass::Log);
+        let end = at + bytes.len() as u64;
+        self.dirty = match self.dirty {
+            Some((start, stop)) if at <= stop && at >= start => Some((start, stop.max(end))),
+            Some((start, stop)) => {
+                pm.flush(start, stop - start);
+                Some((at, end))
+            }
+            None => Some((at, end)),
+        };
+    }
+
+    fn append_packed<P: Persist>(&mut self, pm: &P, mut at: u64, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let line = at / CACHE_LINE * CACHE_LINE;
+            let within = (at - line) as usize;
+            let take = bytes.len().min(CACHE_LINE as usize - within);
+            if within == 0 && take == CACHE_LINE as usize {
+                // A whole line: stream it straight from the caller's buffer.
+                self.seal_staged(pm);
+                self.staged = None;
+                pm.write_nt(line, &bytes[..take], WriteClass::Log);
+            } else {
+                let staged = self.stage(pm, line, within);
+                staged.content[within..within + take].copy_from_slice(&bytes[..take]);
+                staged.dirty = true;
+                if within + take == CACHE_LINE as usize {
+                    self.seal_staged(pm);
+                    self.staged = None;
+                }
+            }
+            at += take as u64;
+            bytes = &bytes[take..];
+        }
+    }
+
+    /// The staged buffer for `line`, starting one if needed. A line started mid-way keeps the
+    /// bytes already in PM before `within`, since streaming the line rewrites all of it.
+    fn stage<P: Persist>(&mut self, pm: &P, line: u64, within: usize) -> &mut Staged {
+        if self.staged.as_ref().is_none_or(|s| s.line != line) {
+            self.seal_staged(pm);
+            let mut content = [0u8; CACHE_LINE as usize];
+            if within > 0 {
+                pm.read(line, &mut content[..within]);
+            }
+            self.staged = Some(Staged {
+                line,
+                content,
+                dirty: false,
+            });
+        }
+        self.staged.as_mut().expect("staged above")
+    }
+
+    /// Streams the staged line if it has bytes not yet streamed (and keeps it staged).
+    fn seal_staged<P: Persist>(&mut self, pm: &P) {
+        if let Some(staged) = self.staged.as_mut().filter(|s| s.dirty) {
+            pm.write_nt(staged.line, &staged.content, WriteClass::Log);
+            staged.dirty = false;
+        }
+    }
+
+    /// Issues every write-back still owed, so the next fence makes all appends durable.
+    pub fn seal<P: Persist>(&mut self, pm: &P) {
+        if let Some((start, stop)) = self.dirty.take() {
+            pm.flush(start, stop - start);
+        }
+        self.seal_staged(pm);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crashsim::{SimConfig, SimPm};
+
+    fn append_all(mode: LogMode, appends: &[(u64, Vec<u8>)]) -> SimPm {
+        let pm = SimPm::new(8192, SimConfig::default());
+        let mut writer = LogWriter::new(mode);
+        for (at, bytes) in appends {
+            writer.append(&pm, *at, bytes);
+        }
+        writer.seal(&pm);
+        pm.fence();
+        pm
+    }
+
+    #[test]
+    fn every_mode_makes_every_append_durable_after_seal_and_fence() {
+        let appends: Vec<(u64, Vec<u8>)> = vec![
+            (100, vec![1; 4]),
+            (104, vec![2; 30]),
+            (134, vec![3; 200]),
+            (1024, vec![4; 64]),
+            (2000, vec![5; 9]),
+        ];
+        for mode in LogMode::ALL {
+            let pm = append_all(mode, &appends);
+            let durable = pm.durable_image();
+            for (at, bytes) in &appends {
+                let at = *at as usize;
+                assert_eq!(
+                    &durable[at..at + bytes.len()],
+                    &bytes[..],
+                    "{mode:?} at {at}"
+                );
+            }
+            assert!(!pm.is_pending(0, 8192), "{mode:?} left stores pending");
+        }
+    }
+
+    #[test]
+    fn packed_mode_streams_only_whole_lines() {
+        let pm = append_all(LogMode::Packed, &[(64, vec![7; 10]), (74, vec![8; 10])]);
+        let counters = pmem::Persist::stats(&pm).snapshot();
+        assert_eq!(
+            counters.nt_bytes[WriteClass::Log.index()],
+            64,
+            "one padded line"
+        );
+        assert_eq!(counters.flushed_lines, 0);
+    }
+
+    #[test]
+    fn cacheable_mode_flushes_each_dirty_line_once() {
+        let pm = append_all(
+            LogMode::Cacheable,
+            &[(0, vec![1; 8]), (8, vec![2; 8]), (16, vec![3; 100])],
+        );
+        assert_eq!(pmem::Persist::stats(&pm).snapshot().flushed_lines, 2);
+    }
+
+    #[test]
+    fn packed_append_mid_line_keeps_earlier_bytes() {
+        let pm = SimPm::new(4096, SimConfig::default());
+        let mut writer = LogWriter::new(LogMode::Packed);
+        writer.append(&pm, 0, &[9; 20]);
+        writer.seal(&pm);
+        pm.fence();
+        let mut writer = LogWriter::new(LogMode::Packed);
+        writer.append(&pm, 20, &[6; 20]);
+        writer.seal(&pm);
+        pm.fence();
+        let image = pm.durable_image();
+        assert_eq!(&image[..20], &[9; 20]);
+        assert_eq!(&image[20..40], &[6; 20]);
+    }
+}

@@ -1,0 +1,530 @@
+//! The `undo` engine (PMDK-style): before the first in-place write to a range, its old bytes
+//! are logged and persisted; writes then go straight to their place. Commit persists the data,
+//! then invalidates the log by advancing the lane's generation (one 8-byte store). Heap
+//! actions ride on a small redo record tagged with the committing generation.
+//!
+//! Lane layout (offsets from the lane start; details in `docs/tx-format.md`):
+//! - `+0` generation `u64` — undo entries tagged with it are live;
+//! - `+8` applied `u64` — the generation whose heap actions are known applied;
+//! - `+64` action record: tag `u64`, count `u32`, CRC `u32`, then 16-byte actions;
+//! - entries (after the action area): tag `u64`, addr `u64`, len `u32`, CRC `u32`, old bytes
+//!   padded to 8.
+//!
+//! Recovery, per lane: if the action record is tagged `generation - 1` and `applied` is
+//! behind, apply it (the transaction committed but its actions may not have reached their
+//! place); then roll back every live entry (a transaction was in flight), newest first.
+
+use crate::api::{Engine, Isolation, Tx, TxError, TxResult, pool_tag};
+use crate::lanes::{EngineOptions, Lanes};
+use crate::layout::{EngineKind, EngineLayout};
+use crate::logwriter::{LogMode, LogWriter};
+use crate::rangeset::RangeSet;
+use heap::{ACTION_LEN, Action, Freeing, Heap, HeapError, Reservation};
+use parking_lot::{Mutex, MutexGuard};
+use pmem::{Persist, Pool, Region, WriteClass};
+
+const GENERATION_AT: u64 = 0;
+const APPLIED_AT: u64 = 8;
+const ACTIONS_AT: u64 = 64;
+const ACTION_HEADER_LEN: u64 = 16;
+const ENTRY_HEADER_LEN: u64 = 24;
+
+/// The undo-logging engine over a pool on backend `P`.
+#[derive(Debug)]
+pub struct Undo<P: Persist> {
+    pool: Pool<P>,
+    heap: Heap,
+    lanes: Lanes<UndoLane>,
+    actions: Mutex<()>,
+    mode: LogMode,
+    tag: u16,
+    user: Region,
+    chunks: Region,
+}
+
+/// A lane: its PM geometry and the DRAM mirror of its state.
+#[derive(Debug)]
+struct UndoLane {
+    base: u64,
+    /// Bytes of the action area (after the header line).
+    action_area: u64,
+    /// End of the lane.
+    end: u64,
+    generation: u64,
+    /// Next free byte of the entry area.
+    tail: u64,
+    writer: LogWriter,
+}
+
+impl UndoLane {
+    fn entries_start(&self) -> u64 {
+        self.base + ACTIONS_AT + self.action_area
+    }
+}
+
+fn action_area(lane_size: u64) -> u64 {
+    (lane_size / 4).next_multiple_of(64).max(128)
+}
+
+impl<P: Persist> Undo<P> {
+    /// Formats the engine area of a fresh pool and returns the engine.
+    pub fn create(pool: Pool<P>, options: &EngineOptions) -> TxResult<Self> {
+        let layout = EngineLayout::plan(
+            EngineKind::Undo,
+            pool.arena(),
+            options.lanes,
+            options.lane_size,
+        )?;
+        let pm = pool.pm();
+        let lanes_len = u64::from(layout.lane_count) * layout.lane_size;
+        pm.fill(layout.lanes, lanes_len, 0, WriteClass::Log);
+        for lane in 0..layout.lane_count as usize {
+            pm.write_u64(layout.lane(lane) + GENERATION_AT, 1, WriteClass::Log);
+            pm.write_u64(layout.lane(lane) + APPLIED_AT, 1, WriteClass::Log);
+        }
+        pm.persist(layout.lanes, lanes_len);
+        Heap::format(pm, layout.heap, options.chunk_shift)?;
+        layout.write(pm);
+        Self::open(pool, options)
+    }
+
+    /// Opens the engine area of `pool`, finishing committed and rolling back interrupted
+    /// transactions (recovery).
+    pub fn open(pool: Pool<P>, options: &EngineOptions) -> TxResult<Self> {
+        let layout = EngineLayout::read(pool.pm(), pool.arena(), EngineKind::Undo)?;
+        let mut lanes = Vec::with_capacity(layout.lane_count as usize);
+        for lane in 0..layout.lane_count as usize {
+            let base = layout.lane(lane);
+            let mut state = UndoLane {
+                base,
+                action_area: action_area(layout.lane_size),
+                end: base + layout.lane_size,
+                generation: 0,
+                tail: 0,
+                writer: LogWriter::new(options.log_mode),
+            };
+            recover_lane(pool.pm(), &mut state)?;
+            lanes.push(state);
+        }
+        let heap = Heap::open(pool.pm(), layout.heap)?;
+        let chunks = Region {
+            offset: heap.layout().chunks,
+            len: heap.layout().end() - heap.layout().chunks,
+        };
+        let (tag, user) = (pool_tag(&pool.header().uuid), pool.root());
+        Ok(Undo {
+            pool,
+            heap,
+            lanes: Lanes::new(lanes),
+            actions: Mutex::new(()),
+            mode: options.log_mode,
+            tag,
+            user,
+            chunks,
+        })
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Pool<P> {
+        &self.pool
+    }
+
+    /// The heap.
+    pub fn heap(&self) -> &Heap {
+        &self.heap
+    }
+
+    /// The log mode in use.
+    pub fn log_mode(&self) -> LogMode {
+        self.mode
+    }
+
+    /// Applies heap actions in place, each made durable before the next (run creation
+    /// needs its bitmap zeroed before its descriptor says "run").
+    fn apply_system(&self, actions: &[Action]) -> Result<(), HeapError> {
+        let pm = self.pool.pm();
+        let _serialised = self.actions.lock();
+        for action in actions {
+            action.apply(pm);
+            pm.fence();
+        }
+        Ok(())
+    }
+}
+
+/// Finishes a committed transaction's heap actions and rolls back live undo entries.
+fn recover_lane<P: Persist>(pm: &P, lane: &mut UndoLane) -> TxResult<()> {
+    lane.generation = pm.read_u64(lane.base + GENERATION_AT);
+    let applied = pm.read_u64(lane.base + APPLIED_AT);
+    if lane.generation == 0 || applied > lane.generation + 1 {
+        return Err(TxError::Corrupted(format!(
+            "undo lane at {:#x}: generation {} applied {applied}",
+            lane.base, lane.generation
+        )));
+    }
+    if applied < lane.generation
+        && let Some(actions) = read_action_record(pm, lane, lane.generation - 1)?
+    {
+        actions.iter().for_each(|a| a.apply(pm));
+        pm.fence();
+        set_word(pm, lane.base + APPLIED_AT, lane.generation);
+    }
+    let entries = read_live_entries(pm, lane)?;
+    if !entries.is_empty() {
+        for (addr, old) in entries.iter().rev() {
+            pm.write(*addr, old, WriteClass::User);
+            pm.flush(*addr, old.len() as u64);
+        }
+        pm.fence();
+        retire_entries(pm, lane);
+    }
+    Ok(())
+}
+
+/// Invalidates the lane's live entries without making its stale action record look pending:
+/// `applied` moves past the new generation first.
+fn retire_entries<P: Persist>(pm: &P, lane: &mut UndoLane) {
+    set_word(pm, lane.base + APPLIED_AT, lane.generation + 1);
+    lane.generation += 1;
+    set_word(pm, lane.base + GENERATION_AT, lane.generation);
+    lane.tail = 0;
+}
+
+fn set_word<P: Persist>(pm: &P, at: u64, value: u64) {
+    pm.write_u64(at, value, WriteClass::Log);
+    pm.persist(at, 8);
+}
+
+fn read_action_record<P: Persist>(
+    pm: &P,
+    lane: &UndoLane,
+    tag: u64,
+) -> TxResult<Option<Vec<Action>>> {
+    let at = lane.base + ACTIONS_AT;
+    let mut header = [0u8; ACTION_HEADER_LEN as usize];
+    pm.read(at, &mut header);
+    let found_tag = u64::from_le_bytes(header[..8].try_into().expect("8 bytes"));
+    let count = u64::from(u32::from_le_bytes(
+        header[8..12].try_into().expect("4 bytes"),
+    ));
+    let crc = u32::from_le_bytes(header[12..16].try_into().expect("4 bytes"));
+    if found_tag != tag || ACTION_HEADER_LEN + count * ACTION_LEN as u64 > lane.action_area {
+        return Ok(None);
+    }
+    let mut body = vec![0u8; count as usize * ACTION_LEN];
+    pm.read(at + ACTION_HEADER_LEN, &mut body);
+    if action_crc(tag, &body) != crc {
+        return Ok(None);
+    }
+    let actions = body
+        .chunks_exact(ACTION_LEN)
+        .map(|c| Action::decode(c.try_into().expect("16 bytes"), pm.len()))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Some(actions))
+}
+
+fn action_crc(tag: u64, body: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&tag.to_le_bytes());
+    hasher.update(body);
+    hasher.finalize()
+}
+
+fn entry_crc(tag: u64, addr: u64, old: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&tag.to_le_bytes());
+    hasher.update(&addr.to_le_bytes());
+    hasher.update(&(old.len() as u32).to_le_bytes());
+    hasher.update(old);
+    hasher.finalize()
+}
+
+/// The live entries (tagged with the lane's generation, checksum intact), oldest first.
+fn read_live_entries<P: Persist>(pm: &P, lane: &UndoLane) -> TxResult<Vec<(u64, Vec<u8>)>> {
+    let mut entries = Vec::new();
+    let mut at = lane.entries_start();
+    while at + ENTRY_HEADER_LEN <= lane.end {
+        let mut header = [0u8; ENTRY_HEADER_LEN as usize];
+        pm.read(at, &mut header);
+        let word = |i: usize| u64::from_le_bytes(header[i..i + 8].try_into().expect("8 bytes"));
+        let (tag, addr) = (word(0), word(8));
+        let len = u64::from(u32::from_le_bytes(
+            header[16..20].try_into().expect("4 bytes"),
+        ));
+        let crc = u32::from_le_bytes(header[20..24].try_into().expect("4 bytes"));
+        let next = at + ENTRY_HEADER_LEN + len.next_multiple_of(8);
+        if tag != lane.generation || next > lane.end {
+            break;
+        }
+        let mut old = vec![0u8; len as usize];
+        pm.read(at + ENTRY_HEADER_LEN, &mut old);
+        if entry_crc(tag, addr, &old) != crc {
+            break;
+        }
+        if !pm.check_range(addr, len) {
+            return Err(TxError::Corrupted(format!(
+                "intact undo entry for {addr:#x}+{len} outside the pool"
+            )));
+        }
+        entries.push((addr, old));
+        at = next;
+    }
+    Ok(entries)
+}
+
+/// A transaction of the undo engine.
+#[derive(Debug)]
+pub struct UndoTx<'e, P: Persist> {
+    engine: &'e Undo<P>,
+    lane: MutexGuard<'e, UndoLane>,
+    /// Ranges whose old bytes are logged, or that this transaction allocated.
+    covered: RangeSet,
+    /// Ranges written in place.
+    modified: RangeSet,
+    /// DRAM copies of the logged old bytes, for abort.
+    snapshots: Vec<(u64, Vec<u8>)>,
+    reservations: Vec<Reservation>,
+    frees: Vec<Freeing>,
+    user_bytes: u64,
+    scratch: Vec<u8>,
+}
+
+impl<P: Persist> UndoTx<'_, P> {
+    /// Logs and persists the old bytes of every part of `[addr, addr + len)` not yet covered.
+    fn snapshot(&mut self, addr: u64, len: u64) -> TxResult<()> {
+        let gaps = self.covered.gaps(addr, addr + len);
+        if gaps.is_empty() {
+            return Ok(());
+        }
+        let pm = self.engine.pool.pm();
+        for (start, end) in gaps {
+            let mut old = vec![0u8; (end - start) as usize];
+            pm.read(start, &mut old);
+            self.append_entry(start, &old)?;
+            self.snapshots.push((start, old));
+            self.covered.insert(start, end);
+        }
+        let lane = &mut *self.lane;
+        lane.writer.seal(pm);
+        pm.fence();
+        Ok(())
+    }
+
+    fn append_entry(&mut self, addr: u64, old: &[u8]) -> TxResult<()> {
+        let lane = &mut *self.lane;
+        let size = ENTRY_HEADER_LEN + (old.len() as u64).next_multiple_of(8);
+        let at = lane.entries_start() + lane.tail;
+        if at + size > lane.end {
+            return Err(TxError::LogFull {
+                needed: lane.tail + size,
+                capacity: lane.end - lane.entries_start(),
+            });
+        }
+        let scratch = &mut self.scratch;
+        scratch.clear();
+        scratch.extend_from_slice(&lane.generation.to_le_bytes());
+        scratch.extend_from_slice(&addr.to_le_bytes());
+        scratch.extend_from_slice(&(old.len() as u32).to_le_bytes());
+        scratch.extend_from_slice(&entry_crc(lane.generation, addr, old).to_le_bytes());
+        scratch.extend_from_slice(old);
+        scratch.resize(size as usize, 0);
+        lane.writer.append(self.engine.pool.pm(), at, scratch);
+        lane.tail += size;
+        Ok(())
+    }
+
+    fn commit(&mut self) -> TxResult<()> {
+        let engine = self.engine;
+        let pm = engine.pool.pm();
+        let actions: Vec<Action> = self
+            .reservations
+            .iter()
+            .map(|r| engine.heap.publish_action(r))
+            .chain(self.frees.iter().map(|f| engine.heap.free_action(f)))
+            .collect();
+        if self.modified.is_empty() && actions.is_empty() {
+            return self.finish_read_only();
+        }
+        if pm.is_poisoned() {
+            return Err(TxError::Poisoned);
+        }
+        let record_len = ACTION_HEADER_LEN + (actions.len() * ACTION_LEN) as u64;
+        if record_len > self.lane.action_area {
+            return Err(TxError::LogFull {
+                needed: record_len,
+                capacity: self.lane.action_area,
+            });
+        }
+        self.modified
+            .iter()
+            .for_each(|(start, end)| pm.flush(start, end - start));
+        if !actions.is_empty() {
+            self.write_action_record(&actions);
+        }
+        pm.fence();
+        let lane = &mut *self.lane;
+        lane.generation += 1;
+        set_word(pm, lane.base + GENERATION_AT, lane.generation);
+        pm.durability_point();
+        lane.tail = 0;
+        if !actions.is_empty() {
+            let _serialised = engine.actions.lock();
+            actions.iter().for_each(|a| a.apply(pm));
+            pm.fence();
+            set_word(pm, lane.base + APPLIED_AT, lane.generation);
+        }
+        self.reservations.clear();
+        self.frees
+            .drain(..)
+            .for_each(|f| engine.heap.finish_free(&f));
+        pm.stats().record_user_bytes(self.user_bytes);
+        Ok(())
+    }
+
+    fn finish_read_only(&mut self) -> TxResult<()> {
+        debug_assert!(self.snapshots.is_empty());
+        Ok(())
+    }
+
+    fn write_action_record(&mut self, actions: &[Action]) {
+        let lane = &mut *self.lane;
+        let body: Vec<u8> = actions.iter().flat_map(|a| a.encode()).collect();
+        let mut record = Vec::with_capacity(ACTION_HEADER_LEN as usize + body.len());
+        record.extend_from_slice(&lane.generation.to_le_bytes());
+        record.extend_from_slice(&(actions.len() as u32).to_le_bytes());
+        record.extend_from_slice(&action_crc(lane.generation, &body).to_le_bytes());
+        record.extend_from_slice(&body);
+        let pm = self.engine.pool.pm();
+        lane.writer.append(pm, lane.base + ACTIONS_AT, &record);
+        lane.writer.seal(pm);
+    }
+
+    fn abort(&mut self) {
+        let pm = self.engine.pool.pm();
+        if !self.snapshots.is_empty() {
+            for (addr, old) in self.snapshots.iter().rev() {
+                pm.write(*addr, old, WriteClass::User);
+                pm.flush(*addr, old.len() as u64);
+            }
+            pm.fence();
+            retire_entries(pm, &mut self.lane);
+        }
+        self.reservations
+            .drain(..)
+            .for_each(|r| self.engine.heap.cancel(&r));
+        self.frees
+            .drain(..)
+            .for_each(|f| self.engine.heap.cancel_free(&f));
+    }
+}
+
+impl<P: Persist> Tx for UndoTx<'_, P> {
+    fn read_raw(&mut self, addr: u64, dst: &mut [u8]) -> TxResult<()> {
+        if !self.engine.pool.pm().check_range(addr, dst.len() as u64) {
+            return Err(TxError::OutOfBounds {
+                addr,
+                len: dst.len() as u64,
+            });
+        }
+        self.engine.pool.pm().read(addr, dst);
+        Ok(())
+    }
+
+    fn write_raw(&mut self, addr: u64, src: &[u8]) -> TxResult<()> {
+        let len = src.len() as u64;
+        let engine = self.engine;
+        if !(engine.user.contains(addr, len) || engine.chunks.contains(addr, len)) {
+            return Err(TxError::OutOfBounds { addr, len });
+        }
+        self.snapshot(addr, len)?;
+        engine.pool.pm().write(addr, src, WriteClass::User);
+        self.modified.insert(addr, addr + len);
+        self.user_bytes += len;
+        Ok(())
+    }
+
+    fn alloc_raw(&mut self, size: u64) -> TxResult<u64> {
+        let engine = self.engine;
+        let reservation = engine
+            .heap
+            .reserve(size, &mut |actions| engine.apply_system(actions))?;
+        // A block allocated here needs no snapshot: if the transaction aborts, it is freed.
+        self.covered
+            .insert(reservation.addr, reservation.addr + reservation.size);
+        self.reservations.push(reservation);
+        Ok(reservation.addr)
+    }
+
+    fn free_raw(&mut self, addr: u64) -> TxResult<()> {
+        let freeing = self.engine.heap.prepare_free(addr)?;
+        self.frees.push(freeing);
+        Ok(())
+    }
+
+    fn pool_tag(&self) -> u16 {
+        self.engine.tag
+    }
+
+    fn root_offset(&self) -> u64 {
+        self.engine.user.offset
+    }
+}
+
+impl<P: Persist> Engine for Undo<P> {
+    type Tx<'e>
+        = UndoTx<'e, P>
+    where
+        Self: 'e;
+
+    fn name(&self) -> &'static str {
+        "undo"
+    }
+
+    fn isolation(&self) -> Isolation {
+        Isolation::External
+    }
+
+    fn transaction<R, E>(
+        &self,
+        mut body: impl FnMut(&mut UndoTx<'_, P>) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<TxError>,
+    {
+        let (_, lane) = self.lanes.acquire();
+        let mut tx = UndoTx {
+            engine: self,
+            lane,
+            covered: RangeSet::default(),
+            modified: RangeSet::default(),
+            snapshots: Vec::new(),
+            reservations: Vec::new(),
+            frees: Vec::new(),
+            user_bytes: 0,
+            scratch: Vec::new(),
+        };
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&mut tx)));
+        match outcome {
+            Ok(Ok(value)) => match tx.commit() {
+                Ok(()) => Ok(value),
+                Err(error) => {
+                    tx.abort();
+                    Err(E::from(error))
+                }
+            },
+            Ok(Err(error)) => {
+                tx.abort();
+                Err(error)
+            }
+            Err(panic) => {
+                tx.abort();
+                drop(tx);
+                std::panic::resume_unwind(panic)
+            }
+        }
+    }
+
+    fn counters(&self) -> pmem::Counters {
+        self.pool.pm().stats().snapshot()
+    }
+}

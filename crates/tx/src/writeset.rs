@@ -1,0 +1,191 @@
+//! The redo engine's write set: a transaction's writes buffered in DRAM, overlaid on reads,
+//! and coalesced into disjoint ranges at commit.
+
+use std::collections::BTreeSet;
+
+/// Above this many writes, lookups go through an ordered index instead of a scan.
+const INDEX_THRESHOLD: usize = 24;
+
+#[derive(Clone, Copy, Debug)]
+struct Write {
+    addr: u64,
+    len: u32,
+    /// Offset of the bytes in `data`.
+    at: u32,
+}
+
+impl Write {
+    fn end(&self) -> u64 {
+        self.addr + u64::from(self.len)
+    }
+}
+
+/// Buffered writes in program order; later writes win where they overlap.
+#[derive(Debug, Default)]
+pub struct WriteSet {
+    writes: Vec<Write>,
+    data: Vec<u8>,
+    /// One bit per (hashed) cache line written: a cheap "certainly not written" test.
+    lines: u64,
+    /// (start address, write index) of every write, built past [`INDEX_THRESHOLD`].
+    index: Option<BTreeSet<(u64, usize)>>,
+    /// Length of the longest write (bounds index range queries).
+    longest: u64,
+}
+
+fn line_bit(line: u64) -> u64 {
+    1 << (line.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58)
+}
+
+fn lines_mask(addr: u64, len: u64) -> u64 {
+    let (first, last) = (addr / 64, (addr + len.max(1) - 1) / 64);
+    if last - first >= 64 {
+        return u64::MAX;
+    }
+    (first..=last).fold(0, |mask, line| mask | line_bit(line))
+}
+
+impl WriteSet {
+    /// Whether nothing was written.
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    /// Buffers a write. A write that exactly repeats the newest write touching its range
+    /// overwrites it in place, so hot words do not grow the log.
+    pub fn write(&mut self, addr: u64, src: &[u8]) {
+        let mask = lines_mask(addr, src.len() as u64);
+        if self.lines & mask != 0 {
+            let touching = self.touching(addr, src.len() as u64);
+            if let Some(&newest) = touching.last() {
+                let w = self.writes[newest];
+                if w.addr == addr && w.len as usize == src.len() {
+                    let at = w.at as usize;
+                    self.data[at..at + src.len()].copy_from_slice(src);
+                    return;
+                }
+            }
+        }
+        self.lines |= mask;
+        let index = self.writes.len();
+        self.writes.push(Write {
+            addr,
+            len: src.len() as u32,
+            at: self.data.len() as u32,
+        });
+        self.data.extend_from_slice(src);
+        self.longest = self.longest.max(src.len() as u64);
+        if let Some(set) = &mut self.index {
+            set.insert((addr, index));
+        } else if self.writes.len() > INDEX_THRESHOLD {
+            self.index = Some(
+                self.writes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, w)| (w.addr, i))
+                    .collect(),
+            );
+        }
+    }
+
+    /// Indexes of the writes overlapping `[addr, addr + len)`, in program order.
+    fn touching(&self, addr: u64, len: u64) -> Vec<usize> {
+        let end = addr + len;
+        let overlaps = |w: &Write| w.addr < end && addr < w.end();
+        match &self.index {
+            None => (0..self.writes.len())
+                .filter(|&i| overlaps(&self.writes[i]))
+                .collect(),
+            Some(set) => {
+                let from = (addr.saturating_sub(self.longest), 0);
+                let mut hits: Vec<usize> = set
+                    .range(from..(end, 0))
+                    .map(|&(_, i)| i)
+                    .filter(|&i| overlaps(&self.writes[i]))
+                    .collect();
+                hits.sort_unstable();
+                hits
+            }
+        }
+    }
+
+    /// Overlays the buffered writes on `dst`, which holds the PM contents at `addr`.
+    pub fn overlay(&self, addr: u64, dst: &mut [u8]) {
+        let len = dst.len() as u64;
+        if self.lines & lines_mask(addr, len) == 0 {
+            return;
+        }
+        let end = addr + len;
+        for i in self.touching(addr, len) {
+            let w = self.writes[i];
+            let (from, to) = (w.addr.max(addr), w.end().min(end));
+            let src = w.at as usize + (from - w.addr) as usize;
+            let n = (to - from) as usize;
+            let dst_at = (from - addr) as usize;
+            dst[dst_at..dst_at + n].copy_from_slice(&self.data[src..src + n]);
+        }
+    }
+
+    /// The final bytes of every written location, as disjoint ranges in address order
+    /// (overlapping and adjacent writes merged).
+    pub fn coalesce(&self) -> Vec<(u64, Vec<u8>)> {
+        let mut spans: Vec<(u64, u64)> = self.writes.iter().map(|w| (w.addr, w.end())).collect();
+        spans.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::new();
+        for (start, end) in spans {
+            match merged.last_mut() {
+                Some((_, last_end)) if start <= *last_end => *last_end = (*last_end).max(end),
+                _ => merged.push((start, end)),
+            }
+        }
+        merged
+            .into_iter()
+            .map(|(start, end)| {
+                let mut bytes = vec![0u8; (end - start) as usize];
+                self.overlay(start, &mut bytes);
+                (start, bytes)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn overlay_and_coalesce_match_a_byte_model(writes in proptest::collection::vec((0u64..400, 1usize..40, any::<u8>()), 1..60)) {
+            let mut model = vec![0u8; 512];
+            let mut set = WriteSet::default();
+            for (addr, len, byte) in writes {
+                let bytes: Vec<u8> = (0..len).map(|i| byte.wrapping_add(i as u8)).collect();
+                set.write(addr, &bytes);
+                model[addr as usize..addr as usize + len].copy_from_slice(&bytes);
+                let mut view = vec![0u8; 512];
+                set.overlay(0, &mut view);
+                prop_assert_eq!(&view, &model);
+            }
+            let mut rebuilt = vec![0u8; 512];
+            let ranges = set.coalesce();
+            for pair in ranges.windows(2) {
+                prop_assert!(pair[0].0 + pair[0].1.len() as u64 <= pair[1].0);
+            }
+            for (addr, bytes) in ranges {
+                rebuilt[addr as usize..addr as usize + bytes.len()].copy_from_slice(&bytes);
+            }
+            prop_assert_eq!(rebuilt, model);
+        }
+    }
+
+    #[test]
+    fn repeated_writes_to_one_word_keep_one_range() {
+        let mut set = WriteSet::default();
+        for value in 0..100u64 {
+            set.write(64, &value.to_le_bytes());
+        }
+        assert_eq!(set.writes.len(), 1);
+        assert_eq!(set.coalesce(), vec![(64, 99u64.to_le_bytes().to_vec())]);
+    }
+}

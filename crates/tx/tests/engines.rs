@@ -1,0 +1,277 @@
+//! Behaviour of the undo and redo engines outside crashes: commit, abort, panic, heap
+//! accounting, concurrency, reopening, bad input.
+
+use crashsim::{SimConfig, SimPm};
+use pmem::{CreateOptions, Persist, Pool};
+use tx::{Engine, EngineOptions, LogMode, PPtr, Redo, Tx, TxError, TxResult, Undo};
+
+const SIZE: u64 = 1 << 20;
+
+fn sim_pool() -> Pool<SimPm> {
+    Pool::format(
+        SimPm::new(SIZE, SimConfig::default()),
+        &CreateOptions::new("engines", SIZE),
+    )
+    .expect("format")
+}
+
+/// Runs `check` on a fresh undo and a fresh redo engine, in every log mode.
+fn on_each_engine(check: impl Fn(&dyn Fn() -> Box<dyn Probe>)) {
+    for mode in LogMode::ALL {
+        let options = EngineOptions::small().with_log_mode(mode);
+        check(&move || Box::new(Undo::create(sim_pool(), &options).expect("undo")));
+        check(&move || Box::new(Redo::create(sim_pool(), &options).expect("redo")));
+    }
+}
+
+/// The engine operations these tests use, object-safe so one test body covers both engines.
+trait Probe {
+    fn name(&self) -> &'static str;
+    fn set(&self, field: u64, value: u64) -> TxResult<()>;
+    fn get(&self, field: u64) -> TxResult<u64>;
+    fn alloc_and_link(&self, size: u64) -> TxResult<()>;
+    fn free_linked(&self) -> TxResult<()>;
+    fn fail_after_writing(&self, value: u64) -> TxResult<()>;
+    fn panic_after_writing(&self, value: u64);
+    fn blocks(&self) -> u64;
+}
+
+impl<E: Engine + HasHeap> Probe for E {
+    fn name(&self) -> &'static str {
+        Engine::name(self)
+    }
+    fn set(&self, field: u64, value: u64) -> TxResult<()> {
+        self.transaction(|tx| tx.write_u64(tx.root::<()>(), field, value))
+    }
+    fn get(&self, field: u64) -> TxResult<u64> {
+        self.transaction(|tx| tx.read_u64(tx.root::<()>(), field))
+    }
+    fn alloc_and_link(&self, size: u64) -> TxResult<()> {
+        self.transaction(|tx| {
+            let block: PPtr = tx.alloc(size)?;
+            tx.write_u64(block, 0, 0xAB)?;
+            tx.write_ptr(tx.root::<()>(), 64, block)
+        })
+    }
+    fn free_linked(&self) -> TxResult<()> {
+        self.transaction(|tx| {
+            let block: PPtr = tx.read_ptr(tx.root::<()>(), 64)?;
+            tx.free(block)?;
+            tx.write_ptr(tx.root::<()>(), 64, PPtr::<()>::null())
+        })
+    }
+    fn fail_after_writing(&self, value: u64) -> TxResult<()> {
+        self.transaction(|tx| {
+            tx.write_u64(tx.root::<()>(), 0, value)?;
+            let _: PPtr = tx.alloc(100)?;
+            Err(TxError::abort("on purpose"))
+        })
+    }
+    fn panic_after_writing(&self, value: u64) {
+        let _: TxResult<()> = self.transaction(|tx| {
+            tx.write_u64(tx.root::<()>(), 0, value)?;
+            let _: PPtr = tx.alloc(100)?;
+            panic!("on purpose");
+        });
+    }
+    fn blocks(&self) -> u64 {
+        self.heap_blocks()
+    }
+}
+
+trait HasHeap {
+    fn heap_blocks(&self) -> u64;
+}
+impl<P: Persist> HasHeap for Undo<P> {
+    fn heap_blocks(&self) -> u64 {
+        self.heap().usage().allocated_blocks
+    }
+}
+impl<P: Persist> HasHeap for Redo<P> {
+    fn heap_blocks(&self) -> u64 {
+        self.heap().usage().allocated_blocks
+    }
+}
+
+#[test]
+fn committed_writes_are_visible_and_aborts_change_nothing() {
+    on_each_engine(|make| {
+        let engine = make();
+        engine.set(0, 11).expect("commit");
+        engine.set(8, 22).expect("commit");
+        assert!(matches!(
+            engine.fail_after_writing(99),
+            Err(TxError::Aborted(_))
+        ));
+        assert_eq!(engine.get(0).expect("read"), 11, "{}", engine.name());
+        assert_eq!(
+            engine.blocks(),
+            0,
+            "{}: aborted allocation leaked",
+            engine.name()
+        );
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            engine.panic_after_writing(77)
+        }));
+        assert!(caught.is_err());
+        assert_eq!(
+            engine.get(0).expect("read after panic"),
+            11,
+            "{}",
+            engine.name()
+        );
+        assert_eq!(engine.blocks(), 0);
+    });
+}
+
+#[test]
+fn alloc_and_free_balance() {
+    on_each_engine(|make| {
+        let engine = make();
+        for size in [8, 64, 500, 5000, 20_000] {
+            engine.alloc_and_link(size).expect("alloc");
+            assert_eq!(engine.blocks(), 1, "{}", engine.name());
+            engine.free_linked().expect("free");
+            assert_eq!(engine.blocks(), 0, "{}", engine.name());
+        }
+    });
+}
+
+#[test]
+fn reads_see_the_transactions_own_writes() {
+    let engine = Redo::create(sim_pool(), &EngineOptions::small()).expect("redo");
+    let seen = engine
+        .transaction(|tx| {
+            let root = tx.root::<()>();
+            tx.write(root, 4, &[1, 2, 3, 4, 5, 6, 7, 8])?;
+            tx.write(root, 6, &[9, 9])?;
+            let mut back = [0u8; 12];
+            tx.read(root, 0, &mut back)?;
+            Ok::<_, TxError>(back)
+        })
+        .expect("commit");
+    assert_eq!(seen, [0, 0, 0, 0, 1, 2, 9, 9, 5, 6, 7, 8]);
+}
+
+#[test]
+fn writes_outside_the_heap_and_root_are_refused() {
+    let engine = Redo::create(sim_pool(), &EngineOptions::small()).expect("redo");
+    let header = engine.transaction(|tx| tx.write_raw(0, &[0; 8]));
+    assert!(
+        matches!(header, Err(TxError::OutOfBounds { .. })),
+        "{header:?}"
+    );
+    let past_end = engine.transaction(|tx| tx.read_raw(SIZE - 4, &mut [0; 8]));
+    assert!(matches!(past_end, Err(TxError::OutOfBounds { .. })));
+}
+
+#[test]
+fn a_transaction_larger_than_its_lane_fails_cleanly() {
+    let engine = Redo::create(sim_pool(), &EngineOptions::small()).expect("redo");
+    let big: PPtr = engine.transaction(|tx| tx.alloc(64 * 1024)).expect("alloc");
+    let result = engine.transaction(|tx| tx.write(big, 0, &vec![7u8; 32 * 1024]));
+    assert!(matches!(result, Err(TxError::LogFull { .. })), "{result:?}");
+    let undo = Undo::create(sim_pool(), &EngineOptions::small()).expect("undo");
+    let big: PPtr = undo.transaction(|tx| tx.alloc(64 * 1024)).expect("alloc");
+    undo.transaction(|tx| tx.write(big, 0, &[1u8; 32]))
+        .expect("small write");
+    let result = undo.transaction(|tx| tx.write(big, 0, &vec![7u8; 32 * 1024]));
+    assert!(matches!(result, Err(TxError::LogFull { .. })), "{result:?}");
+    let first = undo.transaction(|tx| tx.read_u64(big, 0)).expect("read");
+    assert_eq!(
+        first,
+        u64::from_le_bytes([1; 8]),
+        "the failed transaction was rolled back"
+    );
+}
+
+#[test]
+fn many_small_transactions_wrap_the_redo_lanes() {
+    let engine = Redo::create(sim_pool(), &EngineOptions::small()).expect("redo");
+    for i in 0..5000u64 {
+        engine.set(8 * (i % 32), i).expect("commit");
+    }
+    assert_eq!(engine.get(8 * (4999 % 32)).expect("read"), 4999);
+}
+
+#[test]
+fn pools_reopen_with_their_contents_and_refuse_the_other_engine() {
+    let pm = SimPm::new(SIZE, SimConfig::default());
+    let pool = Pool::format(pm.clone(), &CreateOptions::new("engines", SIZE)).expect("format");
+    let engine = Redo::create(pool, &EngineOptions::small()).expect("redo");
+    engine.set(0, 5).expect("commit");
+    engine.alloc_and_link(100).expect("alloc");
+    drop(engine);
+    let reopen = || {
+        Pool::attach(
+            SimPm::from_image(pm.durable_image(), SimConfig::default()),
+            "engines",
+        )
+        .expect("attach")
+    };
+    let wrong = Undo::open(reopen(), &EngineOptions::small());
+    assert!(
+        matches!(wrong, Err(TxError::WrongEngine { .. })),
+        "{wrong:?}"
+    );
+    let engine = Redo::open(reopen(), &EngineOptions::small()).expect("reopen");
+    assert_eq!(engine.get(0).expect("read"), 5);
+    assert_eq!(engine.heap().usage().allocated_blocks, 1);
+}
+
+#[test]
+fn unformatted_pool_is_an_error_not_a_panic() {
+    let result = Redo::open(sim_pool(), &EngineOptions::small());
+    assert!(matches!(result, Err(TxError::Corrupted(_))), "{result:?}");
+}
+
+#[test]
+fn threads_with_external_locks_do_not_lose_updates() {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir");
+    for kind in ["undo", "redo"] {
+        let pool = Pool::create(
+            dir.path().join(kind),
+            &CreateOptions::new("engines", 32 << 20),
+        )
+        .expect("create");
+        let lock = parking_lot::Mutex::new(());
+        let run = |engine: &(dyn Probe + Sync)| {
+            std::thread::scope(|scope| {
+                for thread in 0..2u64 {
+                    let lock = &lock;
+                    scope.spawn(move || {
+                        for _ in 0..2000 {
+                            let _held = lock.lock();
+                            let value = engine.get(0).expect("read");
+                            engine.set(0, value + 1).expect("write");
+                            engine.set(8 + 8 * thread, value).expect("write own");
+                        }
+                    });
+                }
+            });
+            assert_eq!(engine.get(0).expect("read"), 4000, "{}", engine.name());
+        };
+        if kind == "undo" {
+            run(&Undo::create(pool, &EngineOptions::default()).expect("undo"));
+        } else {
+            run(&Redo::create(pool, &EngineOptions::default()).expect("redo"));
+        }
+    }
+}
+
+#[test]
+fn redo_needs_about_one_fence_per_small_transaction() {
+    let engine = Redo::create(sim_pool(), &EngineOptions::small()).expect("redo");
+    engine.set(0, 1).expect("warm up");
+    let before = engine.counters();
+    for i in 0..100 {
+        engine.set(8, i).expect("commit");
+    }
+    let delta = engine.counters().since(&before);
+    assert!(
+        delta.fences <= 110,
+        "{} fences for 100 transactions",
+        delta.fences
+    );
+    assert_eq!(delta.durability_points, 100);
+}

@@ -1,0 +1,188 @@
+//! A read/update mix over any [`PersistentMap`]: Silo's Hash, B+tree and RB-tree
+//! benchmarks, and TimeStone's list, hash and BST benchmarks at 2 %, 20 % and 80 % updates.
+
+use crate::dist::KeyDist;
+use crate::locks::StripedLocks;
+use crate::{OpKind, Params, PersistentMap, Workload, op_rng, root_link, set_root_link, value_for};
+use rand::Rng;
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use tx::{Engine, TxError, TxResult};
+
+/// What an update operation does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum UpdateStyle {
+    /// Half inserts, half deletes of random keys in a key space twice the initial size, so
+    /// the size stays about constant (TimeStone's list/hash/BST benchmarks).
+    InsertDelete,
+    /// Overwrite the value of an existing key (YCSB-style updates).
+    Overwrite,
+    /// Insert-or-overwrite a random key in the key space (Silo's insert/update benchmarks).
+    Upsert,
+}
+
+/// The mix workload over map `M`.
+#[derive(Debug)]
+pub struct MapWorkload<M: PersistentMap> {
+    params: Params,
+    style: UpdateStyle,
+    dist: KeyDist,
+    lock: StripedLocks,
+    _map: PhantomData<M>,
+}
+
+impl<M: PersistentMap> MapWorkload<M> {
+    /// A mix with `params.update_percent` updates of `style`, keys drawn by `dist`.
+    pub fn new(params: Params, style: UpdateStyle, dist: KeyDist) -> Self {
+        MapWorkload {
+            params,
+            style,
+            dist,
+            lock: StripedLocks::global(),
+            _map: PhantomData,
+        }
+    }
+
+    /// Keys are drawn from `0..key_space`; the initial keys are the even ones.
+    fn key_space(&self) -> u64 {
+        2 * self.params.keys.max(1)
+    }
+
+    fn initial_keys(&self) -> impl Iterator<Item = u64> {
+        (0..self.params.keys).map(|i| 2 * i)
+    }
+
+    /// The operation `index` of `thread`: `None` for a read of the key, `Some(change)`.
+    fn decide(&self, thread: usize, index: u64) -> (u64, Decision) {
+        let mut rng = op_rng(self.params.seed, thread, index);
+        let is_update = rng.random_range(0..100) < self.params.update_percent;
+        let version = ((thread as u64) << 40) | (index + 1);
+        let key = match self.style {
+            UpdateStyle::Overwrite => 2 * self.dist.sample(&mut rng, self.params.keys.max(1)),
+            UpdateStyle::InsertDelete | UpdateStyle::Upsert => {
+                self.dist.sample(&mut rng, self.key_space())
+            }
+        };
+        let decision = match (is_update, self.style) {
+            (false, _) => Decision::Read,
+            (true, UpdateStyle::InsertDelete) if rng.random_bool(0.5) => Decision::Insert(version),
+            (true, UpdateStyle::InsertDelete) => Decision::Delete,
+            (true, UpdateStyle::Overwrite | UpdateStyle::Upsert) => Decision::Put(version),
+        };
+        (key, decision)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Decision {
+    Read,
+    /// Insert if absent (no change if present).
+    Insert(u64),
+    Delete,
+    /// Insert or overwrite.
+    Put(u64),
+}
+
+impl<M: PersistentMap> Workload for MapWorkload<M> {
+    type Model = BTreeMap<u64, Vec<u8>>;
+
+    fn name(&self) -> String {
+        format!("{}-{}%", M::NAME, self.params.update_percent)
+    }
+
+    fn setup<E: Engine>(&self, engine: &E) -> TxResult<()> {
+        let size = self.params.value_size;
+        let capacity = self.key_space();
+        engine.transaction(|tx| {
+            let map = M::create(tx, capacity, size)?;
+            set_root_link(tx, map)
+        })?;
+        let keys: Vec<u64> = self.initial_keys().collect();
+        for batch in keys.chunks(64) {
+            engine.transaction(|tx| {
+                let map = root_link(tx)?;
+                for &key in batch {
+                    M::put(tx, map, key, &value_for(key, 0, size))?;
+                }
+                Ok::<_, TxError>(())
+            })?;
+        }
+        Ok(())
+    }
+
+    fn run_op<E: Engine>(&self, engine: &E, thread: usize, index: u64) -> TxResult<OpKind> {
+        let (key, decision) = self.decide(thread, index);
+        let size = self.params.value_size;
+        let isolation = engine.isolation();
+        if let Decision::Read = decision {
+            let _held = self.lock.read(isolation, 0);
+            let mut value = vec![0u8; size as usize];
+            engine.read_only(|tx| {
+                let map = root_link(tx)?;
+                M::get(tx, map, key, &mut value)
+            })?;
+            return Ok(OpKind::Read);
+        }
+        let _held = self.lock.write(isolation, 0);
+        engine.transaction(|tx| {
+            let map = root_link(tx)?;
+            match decision {
+                Decision::Read => unreachable!("handled above"),
+                Decision::Insert(version) => {
+                    let mut old = vec![0u8; size as usize];
+                    if M::get(tx, map, key, &mut old)? {
+                        return Ok(OpKind::Read);
+                    }
+                    M::put(tx, map, key, &value_for(key, version, size))?;
+                    Ok(OpKind::Insert)
+                }
+                Decision::Delete => Ok(if M::remove(tx, map, key)? {
+                    OpKind::Delete
+                } else {
+                    OpKind::Read
+                }),
+                Decision::Put(version) => {
+                    let new = M::put(tx, map, key, &value_for(key, version, size))?;
+                    Ok(if new { OpKind::Insert } else { OpKind::Update })
+                }
+            }
+        })
+    }
+
+    fn check<E: Engine>(&self, engine: &E) -> Result<Self::Model, String> {
+        let mut content = None;
+        engine
+            .read_only(|tx| {
+                let map = root_link(tx)?;
+                content = Some(M::check(tx, map));
+                Ok::<_, TxError>(())
+            })
+            .map_err(|e| e.to_string())?;
+        content.unwrap_or_else(|| Err("check did not run".into()))
+    }
+
+    fn initial_model(&self) -> Self::Model {
+        self.initial_keys()
+            .map(|key| (key, value_for(key, 0, self.params.value_size)))
+            .collect()
+    }
+
+    fn apply_to_model(&self, model: &mut Self::Model, thread: usize, index: u64) {
+        let (key, decision) = self.decide(thread, index);
+        let size = self.params.value_size;
+        match decision {
+            Decision::Read => {}
+            Decision::Insert(version) => {
+                model
+                    .entry(key)
+                    .or_insert_with(|| value_for(key, version, size));
+            }
+            Decision::Delete => {
+                model.remove(&key);
+            }
+            Decision::Put(version) => {
+                model.insert(key, value_for(key, version, size));
+            }
+        }
+    }
+}
