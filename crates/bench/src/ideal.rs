@@ -76,7 +76,7 @@ impl<P: Persist> IdealTx<'_, P> {
         let ranges = self.writes.coalesce();
         let ring = &mut *self.ring;
         ring.record.clear();
-        for (addr, bytes) in &ranges {
+        for (addr, bytes) in ranges.iter() {
             ring.record.extend_from_slice(&addr.to_le_bytes());
             ring.record
                 .extend_from_slice(&(bytes.len() as u64).to_le_bytes());
@@ -92,11 +92,11 @@ impl<P: Persist> IdealTx<'_, P> {
         ring.head += len;
         pm.fence();
         pm.durability_point();
-        for (addr, bytes) in &ranges {
-            pm.write(*addr, bytes, WriteClass::User);
-            pm.flush(*addr, bytes.len() as u64);
+        for (addr, bytes) in ranges.iter() {
+            pm.write(addr, bytes, WriteClass::User);
+            pm.flush(addr, bytes.len() as u64);
         }
-        let user: u64 = ranges.iter().map(|(_, b)| b.len() as u64).sum();
+        let user = ranges.bytes();
         pm.stats().record_user_bytes(user);
     }
 }

@@ -157,19 +157,26 @@ fn measure_interleaved(
     batch: usize,
 ) -> Vec<StudyPoint> {
     let pm = pool.pm();
+    // Each mode updates its own sequence of array elements (disjoint update numbers), so
+    // no mode runs on lines another mode just brought into the cache.
     let mut runners: Vec<Runner> = MODES
         .iter()
-        .map(|&mode| Runner {
+        .enumerate()
+        .map(|(index, &mode)| Runner {
             mode,
             writer: LogWriter::new(mode),
             head: 0,
-            next: 0,
+            next: (index as u64) << 40,
             samples: Vec::new(),
         })
         .collect();
     let mut deltas = vec![pmem::Counters::default(); runners.len()];
+    let count = runners.len();
     for round in 0..=settings.runs {
-        for (runner, delta) in runners.iter_mut().zip(&mut deltas) {
+        // Rotate which mode goes first, so no mode always follows the same neighbour.
+        for step in 0..count {
+            let which = (round + step) % count;
+            let (runner, delta) = (&mut runners[which], &mut deltas[which]);
             let before = pm.stats().snapshot();
             let start = Instant::now();
             run_updates(pool, settings, runner, record, batch);

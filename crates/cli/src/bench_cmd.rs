@@ -1,6 +1,7 @@
 //! `ferrite bench`: engines × workloads with the bench harness, printed side by side with
 //! ratios against a baseline engine measured in the same run.
 
+use crate::cells;
 use anyhow::bail;
 use bench::choice::{EngineChoice, WorkloadChoice};
 use bench::runner::{Measurement, RunSpec};
@@ -143,24 +144,15 @@ pub fn print_tables(
 
 /// One table row of a measurement.
 pub fn row(m: &Measurement, base_throughput: Option<f64>) -> Vec<String> {
-    let opt = |v: Option<f64>| v.map_or("n/a".to_owned(), |v| format!("{v:.2}"));
-    let ratio = base_throughput
-        .filter(|&b| b > 0.0)
-        .map(|b| m.throughput.median / b);
-    let counted = m.counters.pm_bytes() > 0;
     vec![
         m.engine.clone(),
-        format!("{:.1}", m.throughput.median / 1e3),
-        opt(ratio),
-        format!("{:.2}", m.latency_ns[0] as f64 / 1e3),
-        format!("{:.2}", m.latency_ns[1] as f64 / 1e3),
-        opt(m.traffic.fences_per_commit),
-        opt(m.traffic.flushes_per_commit),
-        if counted {
-            format!("{:.0}", m.traffic.pm_bytes_per_op)
-        } else {
-            "n/a".into()
-        },
-        opt(m.traffic.write_amplification),
+        cells::kops(m.throughput.median),
+        cells::optional(cells::ratio(m.throughput.median, base_throughput)),
+        cells::micros(m.latency_ns[0]),
+        cells::micros(m.latency_ns[1]),
+        cells::optional(m.traffic.fences_per_commit),
+        cells::optional(m.traffic.flushes_per_commit),
+        cells::pm_bytes_per_op(m),
+        cells::optional(m.traffic.write_amplification),
     ]
 }

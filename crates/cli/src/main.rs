@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 mod bench_cmd;
+mod cells;
 mod eval;
 mod plot;
 mod pool_cmd;

@@ -12,11 +12,15 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 /// Pixel size of every chart.
 const SIZE: (u32, u32) = (720, 420);
-/// Series colours (a colour-blind-friendly trio).
-const PALETTE: [RGBColor; 3] = [
+/// Series colours: Okabe and Ito's colour-blind-friendly palette, most distinct first.
+const PALETTE: [RGBColor; 7] = [
     RGBColor(0, 114, 178),
     RGBColor(230, 159, 0),
     RGBColor(0, 158, 115),
+    RGBColor(213, 94, 0),
+    RGBColor(204, 121, 167),
+    RGBColor(86, 180, 233),
+    RGBColor(90, 90, 90),
 ];
 const FONT: &str = "sans-serif";
 
@@ -168,6 +172,115 @@ pub fn log2_line_chart(
     Ok(svg)
 }
 
+/// One series of a grouped bar chart: a value per category, `None` where it has no bar.
+#[derive(Clone, Debug)]
+pub struct BarSeries {
+    /// Legend entry.
+    pub name: String,
+    /// One value per category, in category order.
+    pub values: Vec<Option<f64>>,
+}
+
+/// Steps of the integer x axis per category of a grouped bar chart.
+const SLOTS: i64 = 1000;
+
+/// Height share of the plot one legend entry takes (about 20 of 300 pixels): the y axis
+/// leaves that much room above the tallest bar, so the legend never covers a bar.
+const LEGEND_ENTRY_SHARE: f64 = 0.07;
+
+/// Bars grouped by category along the x axis, one colour per series, with a legend. The
+/// chart widens with the number of bars so that bars and category labels stay readable.
+pub fn grouped_bar_chart(
+    title: &str,
+    y_label: &str,
+    categories: &[String],
+    series: &[BarSeries],
+) -> Result<String> {
+    let count = categories.len().max(1);
+    let max = series
+        .iter()
+        .flat_map(|s| s.values.iter().flatten().copied())
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::max);
+    let legend_share = (LEGEND_ENTRY_SHARE * series.len() as f64 + 0.05).min(0.6);
+    let y_max = if max > 0.0 {
+        max / (1.0 - legend_share)
+    } else {
+        1.0
+    };
+    let width = grouped_width(categories.len(), series.len());
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (width, SIZE.1)).into_drawing_area();
+        root.fill(&WHITE)?;
+        // Category `i` spans [i, i + 1) in units of `SLOTS` steps (an integer axis, whose
+        // labels plotters can format), and its label sits at its centre.
+        let centres: Vec<i64> = (0..count as i64).map(|i| i * SLOTS + SLOTS / 2).collect();
+        let x_range = (0..count as i64 * SLOTS).with_key_points(centres);
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, (FONT, 20))
+            .margin(16)
+            .x_label_area_size(36)
+            .y_label_area_size(64)
+            .build_cartesian_2d(x_range, 0.0..y_max)?;
+        let label_of = |x: &i64| {
+            let centred = x.rem_euclid(SLOTS) == SLOTS / 2;
+            let category = usize::try_from(x.div_euclid(SLOTS)).ok();
+            category
+                .filter(|_| centred)
+                .and_then(|index| categories.get(index).cloned())
+                .unwrap_or_default()
+        };
+        let decimals = if max < 10.0 { 1 } else { 0 };
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_label_formatter(&label_of)
+            .y_label_formatter(&|v: &f64| format!("{v:.decimals$}"))
+            .max_light_lines(1)
+            .y_desc(y_label)
+            .label_style((FONT, 14))
+            .draw()?;
+        // The bars of a category fill its middle 80 %, one slot each, with a small gap.
+        let bar_width = SLOTS * 8 / 10 / series.len().max(1) as i64;
+        for (index, line) in series.iter().enumerate() {
+            let color = PALETTE[index % PALETTE.len()];
+            let bars = line
+                .values
+                .iter()
+                .enumerate()
+                .filter_map(|(category, value)| {
+                    let left = category as i64 * SLOTS + SLOTS / 10 + index as i64 * bar_width;
+                    let corners = [(left, 0.0), (left + bar_width * 9 / 10, (*value)?)];
+                    Some(Rectangle::new(corners, color.filled()))
+                });
+            chart
+                .draw_series(bars)?
+                .label(line.name.as_str())
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled())
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK.mix(0.4))
+            .label_font((FONT, 14))
+            .draw()?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+/// Pixel width of a grouped bar chart: room for every bar and every category label.
+fn grouped_width(categories: usize, series: usize) -> u32 {
+    let per_category = (series * 18).max(80);
+    u32::try_from(categories * per_category + 140)
+        .unwrap_or(u32::MAX)
+        .max(SIZE.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,5 +327,28 @@ mod tests {
         }];
         log2_line_chart("one", "x", "y", &one_point).expect("one point");
         log2_line_chart("none", "x", "y", &[]).expect("no series");
+    }
+
+    #[test]
+    fn grouped_bar_chart_draws_every_bar_and_legend_entry() {
+        let categories = ["array".to_owned(), "hash <20%>".to_owned()];
+        let series = [
+            BarSeries {
+                name: "redo".into(),
+                values: vec![Some(800.0), Some(700.0)],
+            },
+            BarSeries {
+                name: "pmdk".into(),
+                values: vec![Some(500.0), None],
+            },
+        ];
+        let svg = grouped_bar_chart("Throughput", "Kops/s", &categories, &series).expect("chart");
+        for text in ["array", "hash &lt;20%&gt;", "redo", "pmdk", "Kops/s"] {
+            assert!(svg.contains(text), "{text} missing");
+        }
+        // Background, three bars, two legend swatches (and the legend box).
+        assert!(svg.matches("<rect").count() >= 6, "{svg}");
+        grouped_bar_chart("empty", "x", &[], &[]).expect("no bars");
+        assert!(grouped_width(40, 6) > SIZE.0, "many bars widen the chart");
     }
 }

@@ -1,8 +1,9 @@
 //! Heap actions: the persistent changes an allocation or free makes, carried in a
 //! transaction's commit record and applied at commit (and again by recovery).
 //!
-//! Every action is idempotent and is replayed in commit order, so applying a committed record
-//! twice, or after later records, gives the same result as applying it once in order.
+//! Every action is idempotent. Recovery replays committed records in commit order, always
+//! including every later record, so applying a record again gives the same final state as
+//! applying the sequence once.
 
 use crate::HeapError;
 use pmem::{Persist, WriteClass};
@@ -77,6 +78,10 @@ impl Action {
     /// The 16-byte encoding: op code in the top byte of the first word, then the operand.
     pub fn encode(self) -> [u8; ACTION_LEN] {
         let (op, addr, operand) = self.parts();
+        debug_assert!(
+            addr <= ADDR_MASK,
+            "heap action address {addr:#x} needs more than 56 bits"
+        );
         let mut bytes = [0u8; ACTION_LEN];
         bytes[..8].copy_from_slice(&((op << OP_SHIFT) | addr).to_le_bytes());
         bytes[8..].copy_from_slice(&operand.to_le_bytes());
@@ -117,6 +122,13 @@ impl Action {
 
     /// Applies the action through the seam and flushes what it changed (no fence).
     pub fn apply<P: Persist>(self, pm: &P) {
+        self.store(pm);
+        pm.flush(self.addr(), self.len());
+    }
+
+    /// Applies the action through the seam without writing it back (the caller flushes
+    /// `addr()..addr() + len()` later).
+    pub fn store<P: Persist>(self, pm: &P) {
         match self {
             Action::Set { addr, value } => pm.write_u64(addr, value, WriteClass::Meta),
             Action::Or { addr, mask } => {
@@ -127,7 +139,6 @@ impl Action {
             }
             Action::Zero { addr, len } => pm.fill(addr, len, 0, WriteClass::Meta),
         }
-        pm.flush(self.addr(), self.len());
     }
 }
 

@@ -48,6 +48,8 @@ struct Run {
     free_units: u64,
     /// Word to start the next search from.
     hint: usize,
+    /// Whether the run is in its class's `available` list (keeps the list free of duplicates).
+    listed: bool,
 }
 
 #[derive(Debug, Default)]
@@ -243,6 +245,7 @@ impl Heap {
                 });
             }
             state.available[class].pop();
+            state.runs[run as usize].listed = false;
         }
         self.create_run(state, class, system)?;
         self.reserve_unit(state, class, system)
@@ -280,6 +283,7 @@ impl Heap {
             used: vec![0; geometry.bitmap_words as usize],
             free_units: geometry.units,
             hint: 0,
+            listed: true,
         };
         let index = state.runs.len() as u32;
         state.runs.push(run);
@@ -313,7 +317,8 @@ impl Heap {
                 r.free_units += 1;
                 r.hint = r.hint.min(word);
                 let (size, class) = (r.geometry.unit, r.class);
-                if r.free_units == 1 {
+                if !r.listed {
+                    r.listed = true;
                     state.available[class].push(run);
                 }
                 state.allocated_bytes -= size;
@@ -453,7 +458,8 @@ fn rebuild_run<P: Persist>(
     state.allocated_bytes += taken * geometry.unit;
     state.allocated_blocks += taken;
     state.chunks[chunk as usize] = ChunkUse::Run(index);
-    if taken < geometry.units {
+    let listed = taken < geometry.units;
+    if listed {
         state.available[class].push(index);
     }
     state.runs.push(Run {
@@ -463,6 +469,7 @@ fn rebuild_run<P: Persist>(
         used,
         free_units: geometry.units - taken,
         hint: 0,
+        listed,
     });
     Ok(1)
 }

@@ -1,15 +1,16 @@
 //! The heap's persistent format (byte layout in `docs/heap-format.md`).
 //!
 //! ```text
-//! region start ─ header (64 B): magic, version, chunk size, chunk count, offsets, CRC-32
+//! region start ─ header (64 B): magic, version, chunk shift, chunk count, offsets, CRC-32
 //!              ─ descriptors: one u64 per chunk (FREE, RUN of a size class, LARGE span head)
-//!              ─ chunks (4 KiB aligned), each `chunk_size` bytes:
+//!              ─ chunks (the chunk area starts 4 KiB aligned), each `chunk_size` bytes:
 //!                  RUN chunk:   [allocation bitmap, padded to 64 B][units of the class size]
 //!                  LARGE span:  one object covering `span` chunks
 //! ```
 //!
-//! A descriptor carries an 8-bit check (a CRC of its chunk index and value), so a garbage
-//! descriptor is detected with probability 255/256; `0` is FREE.
+//! A non-free descriptor carries a check byte (a CRC-7 of its chunk index and value, top bit
+//! set): every single-bit flip of any descriptor is detected, and garbage with probability
+//! 127/128; `0` is FREE.
 
 use crate::HeapError;
 use pmem::{Persist, Region, WriteClass};
@@ -22,7 +23,7 @@ pub const VERSION: u32 = 1;
 pub const HEADER_LEN: u64 = 64;
 /// Alignment of the chunk area.
 pub const CHUNK_AREA_ALIGN: u64 = 4096;
-/// Smallest and largest chunk sizes (powers of two).
+/// Smallest chunk size exponent (4 KiB chunks).
 pub const CHUNK_SHIFT_MIN: u32 = 12;
 /// Largest chunk size exponent.
 pub const CHUNK_SHIFT_MAX: u32 = 24;
@@ -82,7 +83,7 @@ impl Descriptor {
             KIND_RUN if value >> 16 == 0 => Ok(Descriptor::Run {
                 class: (value >> 8) as u8,
             }),
-            KIND_LARGE if value & 0xFF00 == 0 => Ok(Descriptor::Large {
+            KIND_LARGE if value & 0xFF00 == 0 && value >> 48 == 0 => Ok(Descriptor::Large {
                 span: (value >> 16) as u32,
             }),
             _ => Err(HeapError::Corrupted(format!(
@@ -92,11 +93,27 @@ impl Descriptor {
     }
 }
 
+/// CRC-7 (polynomial x^7 + x^3 + 1, primitive) of (chunk, value) with the top bit set.
+/// Chunk and value are 120 bits, shorter than the polynomial's period of 127, so every
+/// single-bit error in them changes the check; the set top bit means a non-free descriptor
+/// always has two bits set (this one and its kind), so no single flip turns it into FREE (0)
+/// and no single flip of FREE decodes as something else.
 fn check_byte(chunk: u64, value: u64) -> u8 {
-    let mut hasher = crc32fast::Hasher::new();
-    hasher.update(&chunk.to_le_bytes());
-    hasher.update(&value.to_le_bytes());
-    hasher.finalize() as u8
+    let bytes = chunk
+        .to_le_bytes()
+        .into_iter()
+        .chain(value.to_le_bytes().into_iter().take(7));
+    let mut crc: u8 = 0;
+    for byte in bytes {
+        for bit in (0..8).rev() {
+            let feedback = ((byte >> bit) ^ (crc >> 6)) & 1;
+            crc = (crc << 1) & 0x7F;
+            if feedback == 1 {
+                crc ^= 0x09;
+            }
+        }
+    }
+    crc | 0x80
 }
 
 /// The geometry of one heap, derived from its header.
@@ -335,12 +352,41 @@ mod tests {
             Descriptor::decode(word, 4).is_err(),
             "a descriptor is bound to its chunk"
         );
-        let caught = (0..64)
-            .filter(|bit| Descriptor::decode(word ^ (1 << bit), 3).is_err())
-            .count();
-        assert!(
-            caught >= 60,
-            "only {caught} of 64 single-bit flips detected"
-        );
+    }
+
+    #[test]
+    fn every_single_bit_flip_of_every_descriptor_kind_is_detected() {
+        // Including the smallest run class, whose value is a single bit, and FREE (0).
+        for chunk in 0..512 {
+            let kinds = [
+                Descriptor::Free,
+                Descriptor::Run { class: 0 },
+                Descriptor::Large { span: 1 },
+            ];
+            for descriptor in kinds {
+                let word = descriptor.encode(chunk);
+                for bit in 0..64 {
+                    assert!(
+                        Descriptor::decode(word ^ (1 << bit), chunk).is_err_or(descriptor),
+                        "flip of bit {bit} of {descriptor:?} at chunk {chunk} went unnoticed"
+                    );
+                }
+            }
+        }
+    }
+
+    trait ErrOr {
+        fn is_err_or(&self, original: Descriptor) -> bool;
+    }
+
+    impl ErrOr for Result<Descriptor, HeapError> {
+        /// A flip is caught if decoding fails; it would be silent only if it decoded to a
+        /// different descriptor (it can never decode to the same one).
+        fn is_err_or(&self, original: Descriptor) -> bool {
+            match self {
+                Err(_) => true,
+                Ok(decoded) => *decoded == original,
+            }
+        }
     }
 }

@@ -35,7 +35,7 @@ pub enum TxError {
         /// Bytes the lane holds.
         capacity: u64,
     },
-    /// A pointer is null, misaligned, outside the pool, or from another pool.
+    /// A pointer is null or belongs to another pool (its tag differs).
     #[error("invalid persistent pointer {0:#x}")]
     InvalidPointer(u64),
     /// An access falls outside the pool.
@@ -53,6 +53,9 @@ pub enum TxError {
     /// retry on it, it never reaches the caller of those.
     #[error("conflict with a concurrent transaction")]
     Conflict,
+    /// A parameter is out of range.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
     /// The pool was formatted by another engine.
     #[error("pool belongs to the {found} engine, not {expected}")]
     WrongEngine {
@@ -288,15 +291,22 @@ pub trait Tx {
 
     /// Allocates an object of `size` bytes, zero-filled.
     fn alloc_zeroed<T>(&mut self, size: u64) -> TxResult<PPtr<T>> {
-        let obj = self.alloc(size)?;
+        let offset = self.alloc_zeroed_raw(size)?;
+        Ok(PPtr::from_parts(self.pool_tag(), offset))
+    }
+
+    /// Allocates `size` zero-filled bytes. The default writes the zeros through
+    /// [`Tx::write_raw`]; engines override it to zero fresh blocks without logging every byte.
+    fn alloc_zeroed_raw(&mut self, size: u64) -> TxResult<u64> {
+        let addr = self.alloc_raw(size)?;
         const ZEROS: [u8; 256] = [0; 256];
         let mut done = 0;
         while done < size {
             let n = (size - done).min(ZEROS.len() as u64);
-            self.write(obj, done, &ZEROS[..n as usize])?;
+            self.write_raw(addr + done, &ZEROS[..n as usize])?;
             done += n;
         }
-        Ok(obj)
+        Ok(addr)
     }
 
     /// Frees an object.

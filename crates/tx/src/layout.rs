@@ -75,8 +75,8 @@ impl EngineLayout {
     ) -> Result<Self, TxError> {
         let lane_size = lane_size.next_multiple_of(LANES_ALIGN);
         if lane_count == 0 || lane_count > 1024 || lane_size == 0 {
-            return Err(TxError::Corrupted(format!(
-                "bad lane geometry {lane_count} × {lane_size}"
+            return Err(TxError::InvalidArgument(format!(
+                "lanes must be 1..=1024 and non-empty, got {lane_count} × {lane_size} bytes"
             )));
         }
         let lanes = (arena.offset + WATERMARK_OFFSET + 64).next_multiple_of(LANES_ALIGN);
@@ -128,9 +128,14 @@ impl EngineLayout {
     /// Writes the header (and a zero watermark) and persists them; the lanes must already
     /// be initialised by the engine.
     pub fn write<P: Persist>(&self, pm: &P) {
+        let header = self.encode();
         pm.write_u64(self.watermark(), 0, WriteClass::Meta);
-        pm.write(self.base, &self.encode(), WriteClass::Meta);
+        // Magic last, as for the pool header: an interrupted format is "not formatted".
+        pm.write(self.base, &[0; 8], WriteClass::Meta);
+        pm.write(self.base + 8, &header[8..], WriteClass::Meta);
         pm.persist(self.base, WATERMARK_OFFSET + 8);
+        pm.write(self.base, &header[..8], WriteClass::Meta);
+        pm.persist(self.base, 8);
     }
 
     /// Reads and validates the header in `arena`, which must belong to `kind`.
@@ -164,7 +169,8 @@ impl EngineLayout {
                 found: found.name(),
             });
         }
-        let layout = Self::plan(kind, arena, half(16), word(24))?;
+        let layout = Self::plan(kind, arena, half(16), word(24))
+            .map_err(|e| TxError::Corrupted(format!("engine header geometry: {e}")))?;
         let stored_layout = (word(32), word(40), word(48));
         if stored_layout != (layout.lanes, layout.heap.offset, layout.heap.len) {
             return Err(TxError::Corrupted(

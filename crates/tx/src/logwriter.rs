@@ -7,8 +7,8 @@
 //!   lines leave the write-combining buffers as partial, slower transfers).
 //! - `Packed`: write-combining aware; records are assembled into whole 64-byte lines in DRAM
 //!   and only full lines are streamed; a partial last line is streamed (padded) at seal.
-//! - `Auto`: cacheable for small appends, packed for large ones; the threshold comes from
-//!   the log-writer study (`ferrite bench logstudy`, see the README).
+//! - `Auto`: packed for appends shorter than a line, non-temporal for the rest
+//!   ([`AUTO_THRESHOLD`], from the log-writer study of `ferrite eval`).
 //!
 //! Appends become durable at the first fence after [`LogWriter::seal`].
 
@@ -28,9 +28,12 @@ pub enum LogMode {
     Auto,
 }
 
-/// In `Auto` mode, appends of at least this many bytes are packed and streamed; smaller ones
-/// are cached. Set from the log-writer study on this project's machines (see the README).
-pub const AUTO_THRESHOLD: usize = 128;
+/// In `Auto` mode, appends of at least this many bytes are streamed as they are
+/// (non-temporal); smaller ones are packed into whole lines. Chosen from the log-writer study
+/// (`ferrite eval`, section `logstudy`) for the engines' pattern, where every append is
+/// followed by a fence: streaming beat cacheable stores plus flush at every record size there,
+/// packing was as fast or faster below one line, and plain streaming was faster above it.
+pub const AUTO_THRESHOLD: usize = 64;
 
 impl LogMode {
     /// Every mode.
@@ -59,8 +62,8 @@ impl LogMode {
     /// The concrete mode for an append of `len` bytes.
     pub fn resolve(self, len: usize) -> LogMode {
         match self {
-            LogMode::Auto if len >= AUTO_THRESHOLD => LogMode::Packed,
-            LogMode::Auto => LogMode::Cacheable,
+            LogMode::Auto if len >= AUTO_THRESHOLD => LogMode::NonTemporal,
+            LogMode::Auto => LogMode::Packed,
             other => other,
         }
     }
@@ -103,9 +106,16 @@ impl LogWriter {
     /// Appends `bytes` at absolute offset `at` (log class).
     pub fn append<P: Persist>(&mut self, pm: &P, at: u64, bytes: &[u8]) {
         match self.mode.resolve(bytes.len()) {
-            LogMode::Cacheable => self.append_cached(pm, at, bytes),
-            LogMode::NonTemporal => pm.write_nt(at, bytes, WriteClass::Log),
             LogMode::Packed | LogMode::Auto => self.append_packed(pm, at, bytes),
+            other => {
+                // A staged line must not be streamed later over these bytes.
+                self.drop_staged(pm);
+                if other == LogMode::Cacheable {
+                    self.append_cached(pm, at, bytes);
+                } else {
+                    pm.write_nt(at, bytes, WriteClass::Log);
+                }
+            }
         }
     }
 
@@ -122,28 +132,41 @@ impl LogWriter {
         };
     }
 
-    fn append_packed<P: Persist>(&mut self, pm: &P, mut at: u64, mut bytes: &[u8]) {
-        while !bytes.is_empty() {
-            let line = at / CACHE_LINE * CACHE_LINE;
-            let within = (at - line) as usize;
-            let take = bytes.len().min(CACHE_LINE as usize - within);
-            if within == 0 && take == CACHE_LINE as usize {
-                // A whole line: stream it straight from the caller's buffer.
-                self.seal_staged(pm);
-                self.staged = None;
-                pm.write_nt(line, &bytes[..take], WriteClass::Log);
-            } else {
-                let staged = self.stage(pm, line, within);
-                staged.content[within..within + take].copy_from_slice(&bytes[..take]);
-                staged.dirty = true;
-                if within + take == CACHE_LINE as usize {
-                    self.seal_staged(pm);
-                    self.staged = None;
-                }
-            }
-            at += take as u64;
-            bytes = &bytes[take..];
+    /// Packed: partial lines are assembled in the staged buffer; the whole lines in between
+    /// are streamed straight from `bytes` in one call.
+    fn append_packed<P: Persist>(&mut self, pm: &P, at: u64, bytes: &[u8]) {
+        let end = at + bytes.len() as u64;
+        let first_full = at.next_multiple_of(CACHE_LINE).min(end);
+        let last_full = (end / CACHE_LINE * CACHE_LINE).max(first_full);
+        let (head, rest) = bytes.split_at((first_full - at) as usize);
+        let (middle, tail) = rest.split_at((last_full - first_full) as usize);
+        if !head.is_empty() {
+            self.stage_bytes(pm, at, head);
         }
+        if !middle.is_empty() {
+            pm.write_nt(first_full, middle, WriteClass::Log);
+        }
+        if !tail.is_empty() {
+            self.stage_bytes(pm, last_full, tail);
+        }
+    }
+
+    /// Copies `bytes` (all within one line) into the staged line, streaming it when full.
+    fn stage_bytes<P: Persist>(&mut self, pm: &P, at: u64, bytes: &[u8]) {
+        let line = at / CACHE_LINE * CACHE_LINE;
+        let within = (at - line) as usize;
+        let staged = self.stage(pm, line, within);
+        staged.content[within..within + bytes.len()].copy_from_slice(bytes);
+        staged.dirty = true;
+        if within + bytes.len() == CACHE_LINE as usize {
+            self.drop_staged(pm);
+        }
+    }
+
+    /// Streams the staged line if needed and forgets it.
+    fn drop_staged<P: Persist>(&mut self, pm: &P) {
+        self.seal_staged(pm);
+        self.staged = None;
     }
 
     /// The staged buffer for `line`, starting one if needed. A line started mid-way keeps the
@@ -240,6 +263,23 @@ mod tests {
             &[(0, vec![1; 8]), (8, vec![2; 8]), (16, vec![3; 100])],
         );
         assert_eq!(pmem::Persist::stats(&pm).snapshot().flushed_lines, 2);
+    }
+
+    #[test]
+    fn mixed_modes_in_one_line_never_stream_a_stale_copy() {
+        // Auto packs a short append into a staged line, then streams a long one: the long
+        // append must not be overwritten later by the staged copy of the line.
+        let pm = SimPm::new(4096, SimConfig::default());
+        let mut writer = LogWriter::new(LogMode::Auto);
+        writer.append(&pm, 0, &[1; 16]);
+        writer.append(&pm, 16, &[2; 100]);
+        writer.append(&pm, 116, &[3; 4]);
+        writer.seal(&pm);
+        pm.fence();
+        let image = pm.durable_image();
+        assert_eq!(&image[..16], &[1; 16]);
+        assert_eq!(&image[16..116], &[2; 100]);
+        assert_eq!(&image[116..120], &[3; 4]);
     }
 
     #[test]

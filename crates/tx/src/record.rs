@@ -4,7 +4,8 @@
 //! +0  magic u32 "FRD1"      +4 kind u16 (1 transaction, 2 system)   +6 zero u16
 //! +8  seq u64 (global commit order)
 //! +16 len u32 (bytes, header included)   +20 ranges u32   +24 actions u32
-//! +28 crc32 u32 over bytes [0, 28) and [32, len)
+//! +28 crc32 u32 over bytes [0, 28) and [32, len), then the record's absolute offset
+//!     (so a copy of a record elsewhere, e.g. inside another record's data, never verifies)
 //! +32 ranges: addr u64, len u32, zero u32, data padded to 8 bytes
 //!     then actions: 16 bytes each (heap::Action encoding)
 //! ```
@@ -46,32 +47,33 @@ pub struct Record {
 }
 
 /// The encoded size of a record with these contents.
-pub fn encoded_len(ranges: &[(u64, Vec<u8>)], actions: usize) -> usize {
-    HEADER_LEN
-        + ranges
-            .iter()
-            .map(|(_, b)| RANGE_HEADER_LEN + b.len().next_multiple_of(8))
-            .sum::<usize>()
-        + actions * ACTION_LEN
+pub fn encoded_len<'a>(ranges: impl Iterator<Item = (u64, &'a [u8])>, actions: usize) -> usize {
+    let ranges: usize = ranges
+        .map(|(_, b)| RANGE_HEADER_LEN + b.len().next_multiple_of(8))
+        .sum();
+    HEADER_LEN + ranges + actions * ACTION_LEN
 }
 
-/// Encodes a record into `out` (cleared first).
-pub fn encode(
+/// Encodes the record that will be written at absolute offset `at` into `out` (cleared
+/// first).
+pub fn encode<'a>(
+    at: u64,
     kind: RecordKind,
     seq: u64,
-    ranges: &[(u64, Vec<u8>)],
+    ranges: impl Iterator<Item = (u64, &'a [u8])> + Clone,
     actions: &[Action],
     out: &mut Vec<u8>,
 ) {
     out.clear();
-    let len = encoded_len(ranges, actions.len());
+    let range_count = ranges.clone().count();
+    let len = encoded_len(ranges.clone(), actions.len());
     out.reserve(len.next_multiple_of(64));
     out.extend_from_slice(&MAGIC.to_le_bytes());
     out.extend_from_slice(&(kind as u16).to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
     out.extend_from_slice(&seq.to_le_bytes());
     out.extend_from_slice(&(len as u32).to_le_bytes());
-    out.extend_from_slice(&(ranges.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(range_count as u32).to_le_bytes());
     out.extend_from_slice(&(actions.len() as u32).to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
     for (addr, bytes) in ranges {
@@ -85,14 +87,15 @@ pub fn encode(
         out.extend_from_slice(&action.encode());
     }
     debug_assert_eq!(out.len(), len);
-    let crc = checksum(out);
+    let crc = checksum(out, at);
     out[28..32].copy_from_slice(&crc.to_le_bytes());
 }
 
-fn checksum(record: &[u8]) -> u32 {
+fn checksum(record: &[u8], at: u64) -> u32 {
     let mut hasher = crc32fast::Hasher::new();
     hasher.update(&record[..28]);
     hasher.update(&record[HEADER_LEN..]);
+    hasher.update(&at.to_le_bytes());
     hasher.finalize()
 }
 
@@ -115,7 +118,7 @@ pub fn read<P: Persist>(pm: &P, at: u64, limit: u64) -> Result<Option<Record>, T
     }
     let mut bytes = vec![0u8; len as usize];
     pm.read(at, &mut bytes);
-    if checksum(&bytes) != half(28) {
+    if checksum(&bytes, at) != half(28) {
         return Ok(None);
     }
     decode(&bytes, pm.len()).map(Some)
@@ -170,6 +173,10 @@ mod tests {
     use crashsim::{SimConfig, SimPm};
     use pmem::WriteClass;
 
+    fn slices(ranges: &[(u64, Vec<u8>)]) -> impl Iterator<Item = (u64, &[u8])> + Clone {
+        ranges.iter().map(|(a, b)| (*a, b.as_slice()))
+    }
+
     fn sample() -> (Vec<(u64, Vec<u8>)>, Vec<Action>) {
         (
             vec![(4096, vec![1, 2, 3]), (8192, vec![9; 64])],
@@ -181,7 +188,14 @@ mod tests {
     fn round_trips_through_pm() {
         let (ranges, actions) = sample();
         let mut bytes = Vec::new();
-        encode(RecordKind::Transaction, 77, &ranges, &actions, &mut bytes);
+        encode(
+            1024,
+            RecordKind::Transaction,
+            77,
+            slices(&ranges),
+            &actions,
+            &mut bytes,
+        );
         let pm = SimPm::new(16384, SimConfig::default());
         pm.write(1024, &bytes, WriteClass::Log);
         let record = read(&pm, 1024, 4096).expect("valid").expect("present");
@@ -195,7 +209,14 @@ mod tests {
     fn any_damage_makes_the_record_absent_not_an_error() {
         let (ranges, actions) = sample();
         let mut bytes = Vec::new();
-        encode(RecordKind::Transaction, 5, &ranges, &actions, &mut bytes);
+        encode(
+            0,
+            RecordKind::Transaction,
+            5,
+            slices(&ranges),
+            &actions,
+            &mut bytes,
+        );
         for byte in 0..bytes.len() {
             let mut damaged = bytes.clone();
             damaged[byte] ^= 0x40;
@@ -209,10 +230,36 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_of_a_record_elsewhere_does_not_verify() {
+        let (ranges, actions) = sample();
+        let mut bytes = Vec::new();
+        encode(
+            0,
+            RecordKind::Transaction,
+            9,
+            slices(&ranges),
+            &actions,
+            &mut bytes,
+        );
+        let pm = SimPm::new(16384, SimConfig::default());
+        pm.write(0, &bytes, WriteClass::Log);
+        pm.write(4096, &bytes, WriteClass::Log);
+        assert!(read(&pm, 0, 4096).expect("no error").is_some());
+        assert!(read(&pm, 4096, 8192).expect("no error").is_none());
+    }
+
+    #[test]
     fn a_record_may_not_cross_its_limit() {
         let (ranges, actions) = sample();
         let mut bytes = Vec::new();
-        encode(RecordKind::System, 1, &ranges, &actions, &mut bytes);
+        encode(
+            0,
+            RecordKind::System,
+            1,
+            slices(&ranges),
+            &actions,
+            &mut bytes,
+        );
         let pm = SimPm::new(16384, SimConfig::default());
         pm.write(0, &bytes, WriteClass::Log);
         assert!(

@@ -1,26 +1,26 @@
 //! The `redo` engine: writes are buffered in DRAM; at commit one record (the coalesced new
 //! values plus the heap actions) is written to the thread's lane and made durable with a
-//! single fence; then the values are written in place and their lines flushed, without a
-//! fence. The next fence of the same thread completes those write-backs ("lazy apply").
+//! single fence; then the values are written in place *without* write-backs. Their lines are
+//! written back in bulk by a checkpoint when a lane needs log space (so a hot line is written
+//! back once per checkpoint rather than once per transaction).
 //!
 //! Records carry a global sequence number. Recovery replays, in sequence order, every intact
 //! record newer than the persisted *watermark*; a record may be overwritten only once the
-//! watermark covers it, and the watermark only passes a record whose in-place writes are
-//! durable. Replaying a suffix of committed records in order is therefore always correct,
-//! even across lanes (see `docs/tx-format.md` for the argument).
+//! watermark covers it, and a checkpoint moves the watermark only past records whose in-place
+//! writes it has written back and fenced. Replaying a suffix of committed records in order is
+//! therefore always correct, even across lanes (see `docs/tx-format.md` for the argument).
 
 use crate::api::{Engine, Isolation, Tx, TxError, TxResult, pool_tag};
 use crate::lanes::{EngineOptions, Lanes};
 use crate::layout::{EngineKind, EngineLayout};
 use crate::logwriter::{LogMode, LogWriter};
 use crate::record::{self, RecordKind};
-use crate::writeset::WriteSet;
+use crate::writeset::{Coalesced, WriteSet};
 use heap::{Action, Freeing, Heap, HeapError, Reservation};
 use parking_lot::{Mutex, MutexGuard};
 use pmem::{CACHE_LINE, Persist, Pool, Region, WriteClass};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::thread::ThreadId;
 
 const NONE: u64 = u64::MAX;
 
@@ -34,16 +34,20 @@ pub struct Redo<P: Persist> {
     progress: Box<[Progress]>,
     /// Next sequence number; also serialises reading the lanes' progress.
     next_seq: Mutex<u64>,
-    /// The persisted watermark (every record up to it is durable in place).
-    watermark: Mutex<u64>,
+    /// The persisted watermark: every record up to it is durable in place.
+    watermark: AtomicU64,
+    /// One checkpoint at a time.
+    checkpoint: Mutex<()>,
     /// Heap actions read-modify-write shared bitmap words.
     actions: Mutex<()>,
     mode: LogMode,
     tag: u16,
     user: Region,
+    chunks: Region,
 }
 
-/// A lane's log ring (owned by the transaction holding the lane).
+/// A lane's log ring and the buffers its transactions reuse (owned by the transaction
+/// holding the lane).
 #[derive(Debug)]
 struct Ring {
     base: u64,
@@ -52,22 +56,20 @@ struct Ring {
     records: VecDeque<(u64, u64, u64)>,
     writer: LogWriter,
     scratch: Vec<u8>,
+    writes: WriteSet,
+    coalesced: Coalesced,
+    actions: Vec<Action>,
 }
 
 /// A lane's commit progress, readable by every thread.
 #[derive(Debug)]
 struct Progress {
-    /// Sequence number of a commit between sequencing and apply, or NONE.
+    /// Sequence number of a commit between sequencing and the end of its apply, or NONE.
     inflight: AtomicU64,
-    /// Sequence number of the last applied record whose write-backs no fence has covered.
-    unfenced_seq: AtomicU64,
-    unfenced: Mutex<Option<Unfenced>>,
-}
-
-#[derive(Debug)]
-struct Unfenced {
-    ranges: Vec<(u64, u64)>,
-    thread: ThreadId,
+    /// Lowest sequence number whose in-place writes are in `dirty`, or NONE.
+    dirty_floor: AtomicU64,
+    /// Byte ranges written in place and not yet written back by a checkpoint.
+    dirty: Mutex<Vec<(u64, u64)>>,
 }
 
 impl Ring {
@@ -121,16 +123,23 @@ impl<P: Persist> Redo<P> {
             records: VecDeque::new(),
             writer: LogWriter::new(options.log_mode),
             scratch: Vec::new(),
+            writes: WriteSet::default(),
+            coalesced: Coalesced::default(),
+            actions: Vec::new(),
         }));
         let progress = (0..layout.lane_count)
             .map(|_| Progress {
                 inflight: AtomicU64::new(NONE),
-                unfenced_seq: AtomicU64::new(NONE),
-                unfenced: Mutex::new(None),
+                dirty_floor: AtomicU64::new(NONE),
+                dirty: Mutex::new(Vec::new()),
             })
             .collect();
         let tag = pool_tag(&pool.header().uuid);
         let user = pool.root();
+        let chunks = Region {
+            offset: heap.layout().chunks,
+            len: heap.layout().end() - heap.layout().chunks,
+        };
         Ok(Redo {
             pool,
             layout,
@@ -138,11 +147,13 @@ impl<P: Persist> Redo<P> {
             lanes,
             progress,
             next_seq: Mutex::new(watermark + 1),
-            watermark: Mutex::new(watermark),
+            watermark: AtomicU64::new(watermark),
+            checkpoint: Mutex::new(()),
             actions: Mutex::new(()),
             mode: options.log_mode,
             tag,
             user,
+            chunks,
         })
     }
 
@@ -164,45 +175,41 @@ impl<P: Persist> Redo<P> {
     /// Whether `[addr, addr + len)` is somewhere a transaction may write: the root object or
     /// the heap's chunks.
     fn writable(&self, addr: u64, len: u64) -> bool {
-        let chunks = Region {
-            offset: self.heap.layout().chunks,
-            len: self.heap.layout().end() - self.heap.layout().chunks,
-        };
-        self.user.contains(addr, len) || chunks.contains(addr, len)
+        self.user.contains(addr, len) || self.chunks.contains(addr, len)
     }
 
-    /// Writes, fences and applies one record in `lane`. Returns after the record is
-    /// durable and applied (write-backs issued, not fenced).
+    /// Writes, fences and applies one record in `lane`. Returns once the record is durable
+    /// and its contents are written in place (not yet written back: see `checkpoint`).
     fn commit_record(
         &self,
         lane: usize,
         ring: &mut Ring,
         kind: RecordKind,
-        ranges: &[(u64, Vec<u8>)],
+        ranges: &Coalesced,
         actions: &[Action],
     ) -> TxResult<()> {
         let pm = self.pool.pm();
         if pm.is_poisoned() {
             return Err(TxError::Poisoned);
         }
-        let len = record::encoded_len(ranges, actions.len()) as u64;
+        let len = record::encoded_len(ranges.iter(), actions.len()) as u64;
         let pos = self.reserve_space(ring, len)?;
         let seq = self.sequence(lane);
-        let mut scratch = std::mem::take(&mut ring.scratch);
-        record::encode(kind, seq, ranges, actions, &mut scratch);
-        ring.writer.append(pm, ring.base + pos, &scratch);
+        record::encode(
+            ring.base + pos,
+            kind,
+            seq,
+            ranges.iter(),
+            actions,
+            &mut ring.scratch,
+        );
+        ring.writer.append(pm, ring.base + pos, &ring.scratch);
         ring.writer.seal(pm);
-        ring.scratch = scratch;
-        self.cover_previous_apply(lane);
         pm.fence();
         if kind == RecordKind::Transaction {
             pm.durability_point();
         }
-        self.progress[lane]
-            .unfenced_seq
-            .store(NONE, Ordering::Release);
-        let flushed = self.apply(ranges, actions);
-        self.finish(lane, seq, flushed);
+        self.apply(lane, seq, ranges, actions);
         ring.records.push_back((seq, pos, len));
         Ok(())
     }
@@ -212,54 +219,37 @@ impl<P: Persist> Redo<P> {
         let mut next = self.next_seq.lock();
         let seq = *next;
         *next += 1;
-        self.progress[lane].inflight.store(seq, Ordering::Release);
+        self.progress[lane].inflight.store(seq, Ordering::SeqCst);
         seq
     }
 
-    /// Before this lane's commit fence: if the lane's previous record was applied by another
-    /// thread, write its lines back again from this thread, so this fence completes them.
-    fn cover_previous_apply(&self, lane: usize) {
-        let mut unfenced = self.progress[lane].unfenced.lock();
-        if let Some(previous) = unfenced.take()
-            && previous.thread != std::thread::current().id()
+    /// Writes the record's contents in place, without write-backs: the lines go to the lane's
+    /// dirty list, written back together by the next checkpoint (hot lines once per checkpoint
+    /// instead of once per transaction).
+    fn apply(&self, lane: usize, seq: u64, ranges: &Coalesced, actions: &[Action]) {
         {
-            previous
-                .ranges
-                .iter()
-                .for_each(|&(addr, len)| self.pool.pm().flush(addr, len));
+            // Heap actions read-modify-write bitmap words other lanes' actions share.
+            let _serialised = (!actions.is_empty()).then(|| self.actions.lock());
+            store_record(self.pool.pm(), ranges.iter(), actions);
         }
-    }
-
-    /// Writes the record's contents in place and issues the write-backs (no fence).
-    fn apply(&self, ranges: &[(u64, Vec<u8>)], actions: &[Action]) -> Vec<(u64, u64)> {
-        let pm = self.pool.pm();
-        let mut flushed = Vec::with_capacity(ranges.len() + actions.len());
-        for (addr, bytes) in ranges {
-            pm.write(*addr, bytes, WriteClass::User);
-            pm.flush(*addr, bytes.len() as u64);
-            flushed.push((*addr, bytes.len() as u64));
-        }
-        if !actions.is_empty() {
-            let _serialised = self.actions.lock();
-            for action in actions {
-                action.apply(pm);
-                flushed.push((action.addr(), action.len()));
-            }
-        }
-        flushed
-    }
-
-    fn finish(&self, lane: usize, seq: u64, ranges: Vec<(u64, u64)>) {
         let progress = &self.progress[lane];
-        *progress.unfenced.lock() = Some(Unfenced {
-            ranges,
-            thread: std::thread::current().id(),
-        });
-        progress.unfenced_seq.store(seq, Ordering::Release);
-        progress.inflight.store(NONE, Ordering::Release);
+        let mut dirty = progress.dirty.lock();
+        dirty.extend(
+            ranges
+                .iter()
+                .map(|(addr, bytes)| (addr, bytes.len() as u64)),
+        );
+        dirty.extend(actions.iter().map(|action| (action.addr(), action.len())));
+        // The floor is set before the sequence number stops being in flight, so a checkpoint
+        // that reads `inflight` and then `dirty_floor` always sees one of them.
+        if progress.dirty_floor.load(Ordering::SeqCst) == NONE {
+            progress.dirty_floor.store(seq, Ordering::SeqCst);
+        }
+        drop(dirty);
+        progress.inflight.store(NONE, Ordering::SeqCst);
     }
 
-    /// Finds room for `len` bytes in the ring, advancing the watermark if records must go.
+    /// Finds room for `len` bytes in the ring, checkpointing if old records must go.
     fn reserve_space(&self, ring: &mut Ring, len: u64) -> TxResult<u64> {
         if len > ring.size {
             return Err(TxError::LogFull {
@@ -268,7 +258,7 @@ impl<P: Persist> Redo<P> {
             });
         }
         loop {
-            let watermark = *self.watermark.lock();
+            let watermark = self.watermark.load(Ordering::Acquire);
             while ring
                 .records
                 .front()
@@ -280,41 +270,46 @@ impl<P: Persist> Redo<P> {
                 return Ok(pos);
             }
             let oldest = ring.records.front().map_or(0, |r| r.0);
-            self.advance_watermark(oldest);
+            self.checkpoint(oldest);
         }
     }
 
-    /// Makes the persisted watermark reach `target`, forcing lagging write-backs if needed.
-    fn advance_watermark(&self, target: u64) {
-        loop {
-            let reachable = self.reachable_watermark();
-            if reachable >= target {
-                return self.persist_watermark(reachable);
-            }
-            let mut forced = false;
-            for lane in self.progress.iter() {
-                if lane.unfenced_seq.load(Ordering::Acquire) <= target {
-                    forced |= self.force(lane);
+    /// Writes back every lane's dirty lines, fences, and moves the persisted watermark past
+    /// every record whose writes are now durable, until it reaches `target`.
+    fn checkpoint(&self, target: u64) {
+        let _one_at_a_time = self.checkpoint.lock();
+        let pm = self.pool.pm();
+        while self.watermark.load(Ordering::Acquire) < target {
+            let mut lines = Vec::new();
+            for progress in self.progress.iter() {
+                let mut dirty = progress.dirty.lock();
+                for &(addr, len) in dirty.iter() {
+                    lines.extend(pmem::lines_covering(addr, len));
                 }
+                dirty.clear();
+                progress.dirty_floor.store(NONE, Ordering::SeqCst);
             }
-            if !forced {
+            write_back_lines(pm, &mut lines);
+            pm.fence();
+            let reachable = self.reachable_watermark();
+            self.persist_watermark(reachable);
+            if reachable < target {
+                // A record below the target is still being applied by another thread.
                 std::thread::yield_now();
             }
         }
     }
 
-    /// The highest sequence number below every record that is in flight or not yet durable
-    /// in place.
+    /// The highest sequence number below every record that is in flight or whose in-place
+    /// writes are not yet written back.
     fn reachable_watermark(&self) -> u64 {
         let next = self.next_seq.lock();
         let floor = self
             .progress
             .iter()
-            .flat_map(|p| {
-                [
-                    p.inflight.load(Ordering::Acquire),
-                    p.unfenced_seq.load(Ordering::Acquire),
-                ]
+            .map(|p| {
+                let inflight = p.inflight.load(Ordering::SeqCst);
+                inflight.min(p.dirty_floor.load(Ordering::SeqCst))
             })
             .min()
             .unwrap_or(NONE)
@@ -322,41 +317,31 @@ impl<P: Persist> Redo<P> {
         floor - 1
     }
 
-    /// Completes a lane's pending write-backs from this thread. Returns whether it did.
-    fn force(&self, lane: &Progress) -> bool {
-        let mut unfenced = lane.unfenced.lock();
-        let Some(previous) = unfenced.take() else {
-            return false;
-        };
-        let pm = self.pool.pm();
-        previous
-            .ranges
-            .iter()
-            .for_each(|&(addr, len)| pm.flush(addr, len));
-        pm.fence();
-        lane.unfenced_seq.store(NONE, Ordering::Release);
-        true
-    }
-
     fn persist_watermark(&self, value: u64) {
-        let mut watermark = self.watermark.lock();
-        if value > *watermark {
+        if value > self.watermark.load(Ordering::Acquire) {
             let pm = self.pool.pm();
             pm.write_u64(self.layout.watermark(), value, WriteClass::Meta);
             pm.persist(self.layout.watermark(), 8);
-            *watermark = value;
+            self.watermark.store(value, Ordering::Release);
         }
     }
 
-    /// Completes every pending write-back and moves the watermark past every record, so the
-    /// next open has nothing to replay.
+    /// Writes back every pending in-place write and moves the watermark past every record,
+    /// so the next open has nothing to replay.
     pub fn quiesce(&self) {
-        for lane in self.progress.iter() {
-            self.force(lane);
-        }
-        self.pool.pm().fence();
         let last = *self.next_seq.lock() - 1;
-        self.persist_watermark(last);
+        self.checkpoint(last);
+    }
+}
+
+/// Writes back each distinct cache line of `lines` once, merging runs of adjacent lines.
+fn write_back_lines<P: Persist>(pm: &P, lines: &mut Vec<u64>) {
+    lines.sort_unstable();
+    lines.dedup();
+    let mut runs = lines.chunk_by(|a, b| b - a == 1);
+    for run in &mut runs {
+        let (first, count) = (run[0], run.len() as u64);
+        pm.flush(first * CACHE_LINE, count * CACHE_LINE);
     }
 }
 
@@ -386,13 +371,19 @@ fn recover<P: Persist>(pm: &P, layout: &EngineLayout) -> TxResult<u64> {
         }
     }
     pending.sort_by_key(|rec| rec.seq);
+    let mut lines = Vec::new();
     for rec in &pending {
-        for (addr, bytes) in &rec.ranges {
-            pm.write(*addr, bytes, WriteClass::User);
-            pm.flush(*addr, bytes.len() as u64);
+        let ranges = || {
+            rec.ranges
+                .iter()
+                .map(|(addr, bytes)| (*addr, bytes.as_slice()))
+        };
+        store_record(pm, ranges(), &rec.actions);
+        for (addr, len) in record_spans(ranges(), &rec.actions) {
+            lines.extend(pmem::lines_covering(addr, len));
         }
-        rec.actions.iter().for_each(|action| action.apply(pm));
     }
+    write_back_lines(pm, &mut lines);
     pm.fence();
     if newest > watermark {
         pm.write_u64(layout.watermark(), newest, WriteClass::Meta);
@@ -401,38 +392,94 @@ fn recover<P: Persist>(pm: &P, layout: &EngineLayout) -> TxResult<u64> {
     Ok(newest)
 }
 
+/// Zeroes the bytes of `dst` (which holds `[addr, addr + len)`) that fall in `zeroed`.
+fn zero_overlap(zeroed: &[(u64, u64)], addr: u64, dst: &mut [u8]) {
+    let end = addr + dst.len() as u64;
+    for &(start, len) in zeroed {
+        let (from, to) = (start.max(addr), (start + len).min(end));
+        if from < to {
+            dst[(from - addr) as usize..(to - addr) as usize].fill(0);
+        }
+    }
+}
+
+/// Applies a record's contents in place without write-backs, in replay order: `Zero`
+/// actions first (they clear blocks the record's ranges then fill), then the ranges, then
+/// the other actions. The caller writes back the lines of `record_spans` later.
+fn store_record<'a, P: Persist>(
+    pm: &P,
+    ranges: impl Iterator<Item = (u64, &'a [u8])>,
+    actions: &[Action],
+) {
+    let is_zero = |a: &&Action| matches!(a, Action::Zero { .. });
+    actions
+        .iter()
+        .filter(is_zero)
+        .for_each(|action| action.store(pm));
+    for (addr, bytes) in ranges {
+        pm.write(addr, bytes, WriteClass::User);
+    }
+    actions
+        .iter()
+        .filter(|a| !is_zero(a))
+        .for_each(|action| action.store(pm));
+}
+
+/// The byte ranges a record changes.
+fn record_spans<'a>(
+    ranges: impl Iterator<Item = (u64, &'a [u8])>,
+    actions: &[Action],
+) -> Vec<(u64, u64)> {
+    ranges
+        .map(|(addr, bytes)| (addr, bytes.len() as u64))
+        .chain(actions.iter().map(|action| (action.addr(), action.len())))
+        .collect()
+}
+
 /// A transaction of the redo engine.
 #[derive(Debug)]
 pub struct RedoTx<'e, P: Persist> {
     engine: &'e Redo<P>,
     lane: usize,
     ring: MutexGuard<'e, Ring>,
-    writes: WriteSet,
     reservations: Vec<Reservation>,
+    /// Fresh blocks that read as zeros; zeroed in place by `Zero` actions at commit.
+    zeroed: Vec<(u64, u64)>,
     frees: Vec<Freeing>,
     user_bytes: u64,
 }
 
 impl<P: Persist> RedoTx<'_, P> {
     fn commit(&mut self) -> TxResult<()> {
-        if self.writes.is_empty() && self.reservations.is_empty() && self.frees.is_empty() {
+        let engine = self.engine;
+        let ring = &mut *self.ring;
+        if ring.writes.is_empty() && self.reservations.is_empty() && self.frees.is_empty() {
             return Ok(());
         }
-        let engine = self.engine;
-        let ranges = self.writes.coalesce();
-        let actions: Vec<Action> = self
-            .reservations
-            .iter()
-            .map(|r| engine.heap.publish_action(r))
-            .chain(self.frees.iter().map(|f| engine.heap.free_action(f)))
-            .collect();
-        engine.commit_record(
+        let mut coalesced = std::mem::take(&mut ring.coalesced);
+        let mut actions = std::mem::take(&mut ring.actions);
+        ring.writes.coalesce_into(&mut coalesced);
+        actions.clear();
+        actions.extend(
+            self.zeroed
+                .iter()
+                .map(|&(addr, len)| Action::Zero { addr, len }),
+        );
+        actions.extend(
+            self.reservations
+                .iter()
+                .map(|r| engine.heap.publish_action(r)),
+        );
+        actions.extend(self.frees.iter().map(|f| engine.heap.free_action(f)));
+        let committed = engine.commit_record(
             self.lane,
-            &mut self.ring,
+            ring,
             RecordKind::Transaction,
-            &ranges,
+            &coalesced,
             &actions,
-        )?;
+        );
+        (ring.coalesced, ring.actions) = (coalesced, actions);
+        committed?;
         self.reservations.clear();
         self.frees
             .drain(..)
@@ -466,7 +513,10 @@ impl<P: Persist> Tx for RedoTx<'_, P> {
     fn read_raw(&mut self, addr: u64, dst: &mut [u8]) -> TxResult<()> {
         self.check_read(addr, dst.len())?;
         self.engine.pool.pm().read(addr, dst);
-        self.writes.overlay(addr, dst);
+        if !self.zeroed.is_empty() {
+            zero_overlap(&self.zeroed, addr, dst);
+        }
+        self.ring.writes.overlay(addr, dst);
         Ok(())
     }
 
@@ -477,7 +527,7 @@ impl<P: Persist> Tx for RedoTx<'_, P> {
                 len: src.len() as u64,
             });
         }
-        self.writes.write(addr, src);
+        self.ring.writes.write(addr, src);
         self.user_bytes += src.len() as u64;
         Ok(())
     }
@@ -486,12 +536,25 @@ impl<P: Persist> Tx for RedoTx<'_, P> {
         let (engine, lane, ring) = (self.engine, self.lane, &mut self.ring);
         let mut system = |actions: &[Action]| {
             engine
-                .commit_record(lane, ring, RecordKind::System, &[], actions)
+                .commit_record(
+                    lane,
+                    ring,
+                    RecordKind::System,
+                    &Coalesced::default(),
+                    actions,
+                )
                 .map_err(|e| HeapError::Corrupted(format!("run creation failed: {e}")))
         };
         let reservation = engine.heap.reserve(size, &mut system)?;
         self.reservations.push(reservation);
         Ok(reservation.addr)
+    }
+
+    fn alloc_zeroed_raw(&mut self, size: u64) -> TxResult<u64> {
+        let addr = self.alloc_raw(size)?;
+        let len = size.next_multiple_of(8);
+        self.zeroed.push((addr, len));
+        Ok(addr)
     }
 
     fn free_raw(&mut self, addr: u64) -> TxResult<()> {
@@ -530,13 +593,14 @@ impl<P: Persist> Engine for Redo<P> {
     where
         E: From<TxError>,
     {
-        let (lane, ring) = self.lanes.acquire();
+        let (lane, mut ring) = self.lanes.acquire();
+        ring.writes.clear();
         let mut tx = RedoTx {
             engine: self,
             lane,
             ring,
-            writes: WriteSet::default(),
             reservations: Vec::new(),
+            zeroed: Vec::new(),
             frees: Vec::new(),
             user_bytes: 0,
         };

@@ -170,14 +170,15 @@ fn recover_lane<P: Persist>(pm: &P, lane: &mut UndoLane) -> TxResult<()> {
         set_word(pm, lane.base + APPLIED_AT, lane.generation);
     }
     let entries = read_live_entries(pm, lane)?;
-    if !entries.is_empty() {
-        for (addr, old) in entries.iter().rev() {
-            pm.write(*addr, old, WriteClass::User);
-            pm.flush(*addr, old.len() as u64);
-        }
-        pm.fence();
-        retire_entries(pm, lane);
+    for (addr, old) in entries.iter().rev() {
+        pm.write(*addr, old, WriteClass::User);
+        pm.flush(*addr, old.len() as u64);
     }
+    pm.fence();
+    // Always retire the current generation: a transaction that crashed before its commit
+    // may have left an action record (or entries) tagged with it, which a later commit
+    // would otherwise make look committed.
+    retire_entries(pm, lane);
     Ok(())
 }
 
@@ -296,30 +297,40 @@ impl<P: Persist> UndoTx<'_, P> {
         if gaps.is_empty() {
             return Ok(());
         }
+        // All or nothing: a partly logged write would leave bytes marked covered whose old
+        // contents are not durable.
+        let needed: u64 = gaps
+            .iter()
+            .map(|(s, e)| ENTRY_HEADER_LEN + (e - s).next_multiple_of(8))
+            .sum();
+        let lane = &*self.lane;
+        let capacity = lane.end - lane.entries_start();
+        if lane.tail + needed > capacity {
+            return Err(TxError::LogFull {
+                needed: lane.tail + needed,
+                capacity,
+            });
+        }
         let pm = self.engine.pool.pm();
-        for (start, end) in gaps {
+        for &(start, end) in &gaps {
             let mut old = vec![0u8; (end - start) as usize];
             pm.read(start, &mut old);
-            self.append_entry(start, &old)?;
+            self.append_entry(start, &old);
             self.snapshots.push((start, old));
-            self.covered.insert(start, end);
         }
-        let lane = &mut *self.lane;
-        lane.writer.seal(pm);
+        self.lane.writer.seal(pm);
         pm.fence();
+        gaps.iter()
+            .for_each(|&(start, end)| self.covered.insert(start, end));
         Ok(())
     }
 
-    fn append_entry(&mut self, addr: u64, old: &[u8]) -> TxResult<()> {
+    /// Appends one entry (the caller checked that it fits).
+    fn append_entry(&mut self, addr: u64, old: &[u8]) {
         let lane = &mut *self.lane;
         let size = ENTRY_HEADER_LEN + (old.len() as u64).next_multiple_of(8);
         let at = lane.entries_start() + lane.tail;
-        if at + size > lane.end {
-            return Err(TxError::LogFull {
-                needed: lane.tail + size,
-                capacity: lane.end - lane.entries_start(),
-            });
-        }
+        debug_assert!(at + size <= lane.end);
         let scratch = &mut self.scratch;
         scratch.clear();
         scratch.extend_from_slice(&lane.generation.to_le_bytes());
@@ -330,7 +341,6 @@ impl<P: Persist> UndoTx<'_, P> {
         scratch.resize(size as usize, 0);
         lane.writer.append(self.engine.pool.pm(), at, scratch);
         lane.tail += size;
-        Ok(())
     }
 
     fn commit(&mut self) -> TxResult<()> {
@@ -453,6 +463,14 @@ impl<P: Persist> Tx for UndoTx<'_, P> {
             .insert(reservation.addr, reservation.addr + reservation.size);
         self.reservations.push(reservation);
         Ok(reservation.addr)
+    }
+
+    fn alloc_zeroed_raw(&mut self, size: u64) -> TxResult<u64> {
+        let addr = self.alloc_raw(size)?;
+        // A fresh block needs no snapshot: zero it in place and write it back at commit.
+        self.engine.pool.pm().fill(addr, size, 0, WriteClass::User);
+        self.modified.insert(addr, addr + size);
+        Ok(addr)
     }
 
     fn free_raw(&mut self, addr: u64) -> TxResult<()> {

@@ -20,6 +20,39 @@ impl Write {
     }
 }
 
+/// Disjoint written ranges in address order, their bytes in one buffer.
+#[derive(Debug, Default)]
+pub struct Coalesced {
+    /// (address, offset in `data`, length).
+    spans: Vec<(u64, usize, usize)>,
+    data: Vec<u8>,
+}
+
+impl Coalesced {
+    /// Empties the set, keeping its allocations.
+    pub fn clear(&mut self) {
+        self.spans.clear();
+        self.data.clear();
+    }
+
+    /// Whether there is no range.
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// The ranges and their bytes, in address order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &[u8])> + Clone + '_ {
+        self.spans
+            .iter()
+            .map(|&(addr, at, len)| (addr, &self.data[at..at + len]))
+    }
+
+    /// Total bytes in the ranges.
+    pub fn bytes(&self) -> u64 {
+        self.data.len() as u64
+    }
+}
+
 /// Buffered writes in program order; later writes win where they overlap.
 #[derive(Debug, Default)]
 pub struct WriteSet {
@@ -112,7 +145,7 @@ impl WriteSet {
     /// Overlays the buffered writes on `dst`, which holds the PM contents at `addr`.
     pub fn overlay(&self, addr: u64, dst: &mut [u8]) {
         let len = dst.len() as u64;
-        if self.lines & lines_mask(addr, len) == 0 {
+        if self.lines == 0 || self.lines & lines_mask(addr, len) == 0 {
             return;
         }
         let end = addr + len;
@@ -126,26 +159,43 @@ impl WriteSet {
         }
     }
 
+    /// Forgets every write, keeping the allocations for the next transaction.
+    pub fn clear(&mut self) {
+        self.writes.clear();
+        self.data.clear();
+        self.lines = 0;
+        self.index = None;
+        self.longest = 0;
+    }
+
     /// The final bytes of every written location, as disjoint ranges in address order
-    /// (overlapping and adjacent writes merged).
-    pub fn coalesce(&self) -> Vec<(u64, Vec<u8>)> {
+    /// (overlapping and adjacent writes merged), into `out` (cleared first).
+    pub fn coalesce_into(&self, out: &mut Coalesced) {
+        out.clear();
         let mut spans: Vec<(u64, u64)> = self.writes.iter().map(|w| (w.addr, w.end())).collect();
         spans.sort_unstable();
-        let mut merged: Vec<(u64, u64)> = Vec::new();
         for (start, end) in spans {
-            match merged.last_mut() {
-                Some((_, last_end)) if start <= *last_end => *last_end = (*last_end).max(end),
-                _ => merged.push((start, end)),
+            match out.spans.last_mut() {
+                Some(last) if start <= last.0 + last.2 as u64 => {
+                    let last_end = (last.0 + last.2 as u64).max(end);
+                    last.2 = (last_end - last.0) as usize;
+                }
+                _ => out.spans.push((start, 0, (end - start) as usize)),
             }
         }
-        merged
-            .into_iter()
-            .map(|(start, end)| {
-                let mut bytes = vec![0u8; (end - start) as usize];
-                self.overlay(start, &mut bytes);
-                (start, bytes)
-            })
-            .collect()
+        for span in &mut out.spans {
+            span.1 = out.data.len();
+            out.data.resize(span.1 + span.2, 0);
+            let at = span.1;
+            self.overlay(span.0, &mut out.data[at..at + span.2]);
+        }
+    }
+
+    /// [`WriteSet::coalesce_into`] a fresh buffer.
+    pub fn coalesce(&self) -> Coalesced {
+        let mut out = Coalesced::default();
+        self.coalesce_into(&mut out);
+        out
     }
 }
 
@@ -168,12 +218,13 @@ mod tests {
                 prop_assert_eq!(&view, &model);
             }
             let mut rebuilt = vec![0u8; 512];
-            let ranges = set.coalesce();
+            let coalesced = set.coalesce();
+            let ranges: Vec<(u64, &[u8])> = coalesced.iter().collect();
             for pair in ranges.windows(2) {
                 prop_assert!(pair[0].0 + pair[0].1.len() as u64 <= pair[1].0);
             }
             for (addr, bytes) in ranges {
-                rebuilt[addr as usize..addr as usize + bytes.len()].copy_from_slice(&bytes);
+                rebuilt[addr as usize..addr as usize + bytes.len()].copy_from_slice(bytes);
             }
             prop_assert_eq!(rebuilt, model);
         }
@@ -186,6 +237,10 @@ mod tests {
             set.write(64, &value.to_le_bytes());
         }
         assert_eq!(set.writes.len(), 1);
-        assert_eq!(set.coalesce(), vec![(64, 99u64.to_le_bytes().to_vec())]);
+        let coalesced = set.coalesce();
+        assert_eq!(
+            coalesced.iter().collect::<Vec<_>>(),
+            vec![(64, &99u64.to_le_bytes()[..])]
+        );
     }
 }

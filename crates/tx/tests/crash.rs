@@ -66,7 +66,8 @@ fn op_tx<T: Tx>(tx: &mut T, i: usize) -> TxResult<()> {
         tx.write_u64(accounts, 8 * to, b + amount)?;
     }
     if push {
-        let node: PPtr = tx.alloc(16)?;
+        // Zeroed, so recovery must replay the zeroing before the fields written after it.
+        let node: PPtr = tx.alloc_zeroed(24)?;
         tx.write_u64(node, 0, i as u64)?;
         let head: PPtr = tx.read_ptr(root, 8)?;
         tx.write_ptr(node, 8, head)?;
@@ -98,6 +99,11 @@ fn read_state<E: Engine>(engine: &E, blocks: u64) -> Result<State, String> {
                     return Err(TxError::Corrupted("list cycle".into()));
                 }
                 list.push(tx.read_u64(node, 0)?);
+                if tx.read_u64(node, 16)? != 0 {
+                    return Err(TxError::Corrupted(
+                        "a zeroed node's spare word is not zero".into(),
+                    ));
+                }
                 node = tx.read_ptr(node, 8)?;
             }
             Ok::<_, TxError>((balances, list))

@@ -34,6 +34,7 @@ trait Probe {
     fn fail_after_writing(&self, value: u64) -> TxResult<()>;
     fn panic_after_writing(&self, value: u64);
     fn blocks(&self) -> u64;
+    fn zeroed_block_is_zero(&self, size: u64) -> TxResult<bool>;
 }
 
 impl<E: Engine + HasHeap> Probe for E {
@@ -76,6 +77,36 @@ impl<E: Engine + HasHeap> Probe for E {
     }
     fn blocks(&self) -> u64 {
         self.heap_blocks()
+    }
+    fn zeroed_block_is_zero(&self, size: u64) -> TxResult<bool> {
+        let before = self.counters();
+        let block: PPtr = self.transaction(|tx| {
+            let block: PPtr = tx.alloc_zeroed(size)?;
+            let mut inside = vec![1u8; size as usize];
+            tx.read(block, 0, &mut inside)?;
+            assert!(
+                inside.iter().all(|&b| b == 0),
+                "zeroed block not zero inside its transaction"
+            );
+            tx.write_u64(block, 8, 5)?;
+            tx.write_ptr(tx.root::<()>(), 64, block)?;
+            Ok::<_, TxError>(block)
+        })?;
+        let logged = self
+            .counters()
+            .since(&before)
+            .class_bytes(pmem::WriteClass::Log);
+        assert!(
+            logged < size / 4,
+            "{}: {logged} log bytes for a {size}-byte zeroed block",
+            self.name()
+        );
+        let mut back = vec![1u8; size as usize];
+        self.transaction(|tx| tx.read(block, 0, &mut back))?;
+        Ok(back
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == if i == 8 { 5 } else { 0 }))
     }
 }
 
@@ -274,4 +305,61 @@ fn redo_needs_about_one_fence_per_small_transaction() {
         delta.fences
     );
     assert_eq!(delta.durability_points, 100);
+}
+
+#[test]
+fn zeroed_allocations_read_as_zero_and_log_no_zero_bytes() {
+    on_each_engine(|make| {
+        let engine = make();
+        engine.alloc_and_link(20_000).expect("dirty a big block");
+        engine.free_linked().expect("free it");
+        engine.set(0, 1).expect("warm up");
+        let zeroed = engine.zeroed_block_is_zero(20_000).expect("alloc_zeroed");
+        assert!(
+            zeroed,
+            "{}: a zeroed block read back non-zero",
+            engine.name()
+        );
+    });
+}
+
+/// A transaction that only allocates (its writes go to the fresh block, so it logs no undo
+/// entry) crashes after its action record is durable but before it commits. Recovery must
+/// retire that record: otherwise a later commit without heap actions makes it look
+/// committed, and the next open applies it (a leaked block).
+#[test]
+fn undo_recovery_retires_an_uncommitted_action_record() {
+    let pm = SimPm::new(SIZE, SimConfig::default());
+    let pool = Pool::format(pm.clone(), &CreateOptions::new("engines", SIZE)).expect("format");
+    let engine = Undo::create(pool, &EngineOptions::small()).expect("undo");
+    pm.set_capture(true);
+    engine
+        .transaction(|tx| {
+            let block: PPtr = tx.alloc(64)?;
+            tx.write_u64(block, 0, 1)
+        })
+        .expect("alloc-only transaction");
+    let snapshots = pm.take_snapshots();
+    assert!(!snapshots.is_empty());
+    let reopen = |image: Vec<u8>| {
+        let pm = SimPm::from_image(image, SimConfig::default());
+        let pool = Pool::attach(pm.clone(), "engines").expect("attach");
+        (
+            pm,
+            Undo::open(pool, &EngineOptions::small()).expect("recover"),
+        )
+    };
+    for snapshot in snapshots {
+        let (pm, recovered) = reopen(snapshot.image(&snapshot.everything()));
+        let blocks = recovered.heap().usage().allocated_blocks;
+        recovered.set(0, 9).expect("a commit without heap actions");
+        drop(recovered);
+        let (_, again) = reopen(pm.durable_image());
+        assert_eq!(
+            again.heap().usage().allocated_blocks,
+            blocks,
+            "at {}",
+            snapshot.kind
+        );
+    }
 }

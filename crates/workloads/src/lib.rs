@@ -159,14 +159,17 @@ pub fn set_root_link<T: Tx>(tx: &mut T, ptr: PPtr) -> TxResult<()> {
 /// A value of `size` bytes derived from `(key, version)`, so models and structures agree
 /// on content without storing it twice.
 pub fn value_for(key: u64, version: u64, size: u32) -> Vec<u8> {
+    // Never start from 0: xorshift would stay at 0 and key 0's first value would be all
+    // zeros, indistinguishable from memory that was never written.
     let mut state =
-        key.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ version.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
-    (0..size)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect()
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ version.wrapping_mul(0xC2B2_AE3D_27D4_EB4F)) | 1;
+    let mut bytes = Vec::with_capacity(size as usize + 8);
+    while bytes.len() < size as usize {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        bytes.extend_from_slice(&state.to_le_bytes());
+    }
+    bytes.truncate(size as usize);
+    bytes
 }

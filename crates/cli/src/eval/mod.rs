@@ -5,7 +5,10 @@
 //! A section that fails to run becomes a failed section of the report rather than aborting
 //! the others.
 
+mod crash_engines;
 mod crash_selftest;
+mod engines;
+mod logstudy;
 mod substrate;
 
 use crate::report::{Report, Section, Verdict};
@@ -46,6 +49,21 @@ pub const SECTIONS: &[SectionSpec] = &[
         id: crash_selftest::ID,
         title: crash_selftest::TITLE,
         run: crash_selftest::run,
+    },
+    SectionSpec {
+        id: logstudy::ID,
+        title: logstudy::TITLE,
+        run: logstudy::run,
+    },
+    SectionSpec {
+        id: engines::ID,
+        title: engines::TITLE,
+        run: engines::run,
+    },
+    SectionSpec {
+        id: crash_engines::ID,
+        title: crash_engines::TITLE,
+        run: crash_engines::run,
     },
 ];
 

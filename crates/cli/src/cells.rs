@@ -1,0 +1,34 @@
+//! Table cells of benchmark measurements, shared by `ferrite bench` and the evaluation's
+//! engines section, so that one quantity reads the same in both.
+
+use bench::runner::Measurement;
+
+/// Two decimals, or "n/a" when the quantity could not be measured (PMDK's stores bypass
+/// Ferrite's counters; read-only runs have no commits).
+pub fn optional(value: Option<f64>) -> String {
+    value.map_or("n/a".to_owned(), |v| format!("{v:.2}"))
+}
+
+/// Operations per second as thousands, one decimal.
+pub fn kops(ops_per_s: f64) -> String {
+    format!("{:.1}", ops_per_s / 1e3)
+}
+
+/// Nanoseconds as microseconds, two decimals.
+pub fn micros(ns: u64) -> String {
+    format!("{:.2}", ns as f64 / 1e3)
+}
+
+/// `value / base`, when there is a positive base.
+pub fn ratio(value: f64, base: Option<f64>) -> Option<f64> {
+    base.filter(|&b| b > 0.0).map(|b| value / b)
+}
+
+/// PM bytes stored per operation, or "n/a" when nothing was counted.
+pub fn pm_bytes_per_op(m: &Measurement) -> String {
+    if m.counters.pm_bytes() > 0 {
+        format!("{:.0}", m.traffic.pm_bytes_per_op)
+    } else {
+        "n/a".into()
+    }
+}
