@@ -1,34 +1,42 @@
 //! Redo log records (byte layout in `docs/tx-format.md`).
 //!
 //! ```text
-//! +0  magic u32 "FRD1"      +4 kind u16 (1 transaction, 2 system)   +6 zero u16
+//! +0  magic u32: "FRT2" (transaction) or "FRS2" (system)
+//! +4  len u32 (bytes, header included, padding excluded)
 //! +8  seq u64 (global commit order)
-//! +16 len u32 (bytes, header included)   +20 ranges u32   +24 actions u32
-//! +28 crc32 u32 over bytes [0, 28) and [32, len), then the record's absolute offset
+//! +16 ranges u16   +18 actions u16
+//! +20 crc32 u32 over bytes [0, 20) and [24, len), then the record's absolute offset
 //!     (so a copy of a record elsewhere, e.g. inside another record's data, never verifies)
-//! +32 ranges: addr u64, len u32, zero u32, data padded to 8 bytes
-//!     then actions: 16 bytes each (heap::Action encoding)
+//! +24 ranges: one u64 = addr (low 48 bits) | len (high 16 bits, 1..=65535), then the data
+//!     padded to 8 bytes; then actions: 16 bytes each (heap::Action encoding)
 //! ```
 //!
-//! A record starts on a 64-byte boundary of its lane. It counts as committed only if its
-//! checksum verifies: a torn record is simply absent.
+//! Longer writes are split into ranges of at most [`MAX_RANGE`] bytes. A record starts on a
+//! 64-byte boundary of its lane. It counts as committed only if its checksum verifies: a torn
+//! record is simply absent.
 
 use crate::api::TxError;
 use heap::{ACTION_LEN, Action};
 use pmem::Persist;
 
-const MAGIC: u32 = u32::from_le_bytes(*b"FRD1");
+const MAGIC_TRANSACTION: u32 = u32::from_le_bytes(*b"FRT2");
+const MAGIC_SYSTEM: u32 = u32::from_le_bytes(*b"FRS2");
 /// Bytes of the record header.
-pub const HEADER_LEN: usize = 32;
-const RANGE_HEADER_LEN: usize = 16;
+pub const HEADER_LEN: usize = 24;
+const RANGE_HEADER_LEN: usize = 8;
+/// Longest range one range header describes (a multiple of 8 below 2^16).
+pub const MAX_RANGE: usize = 0xFFF8;
+/// Most ranges and most actions in one record.
+pub const MAX_ENTRIES: usize = u16::MAX as usize;
+const ADDR_BITS: u32 = 48;
 
 /// Why a record was written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecordKind {
     /// A user transaction's writes and heap actions.
-    Transaction = 1,
+    Transaction,
     /// A heap-internal change made durable on its own (run creation).
-    System = 2,
+    System,
 }
 
 /// A decoded record.
@@ -42,20 +50,40 @@ pub struct Record {
     pub len: u32,
     /// New contents of written ranges.
     pub ranges: Vec<(u64, Vec<u8>)>,
-    /// Heap actions, applied after the ranges.
+    /// Heap actions (`Zero` ones are applied before the ranges, the others after).
     pub actions: Vec<Action>,
 }
 
-/// The encoded size of a record with these contents.
-pub fn encoded_len<'a>(ranges: impl Iterator<Item = (u64, &'a [u8])>, actions: usize) -> usize {
-    let ranges: usize = ranges
-        .map(|(_, b)| RANGE_HEADER_LEN + b.len().next_multiple_of(8))
-        .sum();
-    HEADER_LEN + ranges + actions * ACTION_LEN
+/// The pieces a write is encoded as: at most [`MAX_RANGE`] bytes each.
+fn pieces(addr: u64, bytes: &[u8]) -> impl Iterator<Item = (u64, &[u8])> {
+    bytes
+        .chunks(MAX_RANGE)
+        .enumerate()
+        .map(move |(i, piece)| (addr + (i * MAX_RANGE) as u64, piece))
+}
+
+/// The encoded size of a record with these contents, and its range count.
+pub fn encoded_size<'a>(
+    ranges: impl Iterator<Item = (u64, &'a [u8])>,
+    actions: usize,
+) -> (usize, usize) {
+    let (mut bytes, mut count) = (HEADER_LEN + actions * ACTION_LEN, 0);
+    for (addr, data) in ranges {
+        for (_, piece) in pieces(addr, data) {
+            bytes += RANGE_HEADER_LEN + piece.len().next_multiple_of(8);
+            count += 1;
+        }
+    }
+    (bytes, count)
+}
+
+/// Whether a record with these contents can be encoded (counts fit their 16-bit fields).
+pub fn fits(range_count: usize, actions: usize) -> bool {
+    range_count <= MAX_ENTRIES && actions <= MAX_ENTRIES
 }
 
 /// Encodes the record that will be written at absolute offset `at` into `out` (cleared
-/// first).
+/// first). The caller has checked [`fits`].
 pub fn encode<'a>(
     at: u64,
     kind: RecordKind,
@@ -64,36 +92,40 @@ pub fn encode<'a>(
     actions: &[Action],
     out: &mut Vec<u8>,
 ) {
+    let (len, range_count) = encoded_size(ranges.clone(), actions.len());
+    debug_assert!(fits(range_count, actions.len()));
     out.clear();
-    let range_count = ranges.clone().count();
-    let len = encoded_len(ranges.clone(), actions.len());
     out.reserve(len.next_multiple_of(64));
-    out.extend_from_slice(&MAGIC.to_le_bytes());
-    out.extend_from_slice(&(kind as u16).to_le_bytes());
-    out.extend_from_slice(&0u16.to_le_bytes());
-    out.extend_from_slice(&seq.to_le_bytes());
+    let magic = match kind {
+        RecordKind::Transaction => MAGIC_TRANSACTION,
+        RecordKind::System => MAGIC_SYSTEM,
+    };
+    out.extend_from_slice(&magic.to_le_bytes());
     out.extend_from_slice(&(len as u32).to_le_bytes());
-    out.extend_from_slice(&(range_count as u32).to_le_bytes());
-    out.extend_from_slice(&(actions.len() as u32).to_le_bytes());
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&(range_count as u16).to_le_bytes());
+    out.extend_from_slice(&(actions.len() as u16).to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
-    for (addr, bytes) in ranges {
-        out.extend_from_slice(&addr.to_le_bytes());
-        out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-        out.extend_from_slice(&0u32.to_le_bytes());
-        out.extend_from_slice(bytes);
-        out.resize(out.len().next_multiple_of(8), 0);
+    for (addr, data) in ranges {
+        for (piece_addr, piece) in pieces(addr, data) {
+            debug_assert!(piece_addr >> ADDR_BITS == 0);
+            let word = ((piece.len() as u64) << ADDR_BITS) | piece_addr;
+            out.extend_from_slice(&word.to_le_bytes());
+            out.extend_from_slice(piece);
+            out.resize(out.len().next_multiple_of(8), 0);
+        }
     }
     for action in actions {
         out.extend_from_slice(&action.encode());
     }
     debug_assert_eq!(out.len(), len);
     let crc = checksum(out, at);
-    out[28..32].copy_from_slice(&crc.to_le_bytes());
+    out[20..24].copy_from_slice(&crc.to_le_bytes());
 }
 
 fn checksum(record: &[u8], at: u64) -> u32 {
     let mut hasher = crc32fast::Hasher::new();
-    hasher.update(&record[..28]);
+    hasher.update(&record[..20]);
     hasher.update(&record[HEADER_LEN..]);
     hasher.update(&at.to_le_bytes());
     hasher.finalize()
@@ -109,42 +141,43 @@ pub fn read<P: Persist>(pm: &P, at: u64, limit: u64) -> Result<Option<Record>, T
     let mut header = [0u8; HEADER_LEN];
     pm.read(at, &mut header);
     let half = |i: usize| u32::from_le_bytes(header[i..i + 4].try_into().expect("4 bytes"));
-    if half(0) != MAGIC {
-        return Ok(None);
-    }
-    let len = half(16);
+    let kind = match half(0) {
+        MAGIC_TRANSACTION => RecordKind::Transaction,
+        MAGIC_SYSTEM => RecordKind::System,
+        _ => return Ok(None),
+    };
+    let len = half(4);
     if (len as usize) < HEADER_LEN || at + u64::from(len) > limit {
         return Ok(None);
     }
     let mut bytes = vec![0u8; len as usize];
     pm.read(at, &mut bytes);
-    if checksum(&bytes, at) != half(28) {
+    if checksum(&bytes, at) != half(20) {
         return Ok(None);
     }
-    decode(&bytes, pm.len()).map(Some)
+    decode(kind, &bytes, pm.len()).map(Some)
 }
 
-fn decode(bytes: &[u8], pool_len: u64) -> Result<Record, TxError> {
+fn decode(kind: RecordKind, bytes: &[u8], pool_len: u64) -> Result<Record, TxError> {
     let corrupt = |what: &str| TxError::Corrupted(format!("intact redo record with {what}"));
-    let kind = match u16::from_le_bytes([bytes[4], bytes[5]]) {
-        1 => RecordKind::Transaction,
-        2 => RecordKind::System,
-        _ => return Err(corrupt("an unknown kind")),
-    };
     let word = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
-    let half = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
-    let (range_count, action_count) = (half(20) as usize, half(24) as usize);
+    let short = |i: usize| usize::from(u16::from_le_bytes([bytes[i], bytes[i + 1]]));
+    let (range_count, action_count) = (short(16), short(18));
     let mut at = HEADER_LEN;
-    let mut ranges = Vec::with_capacity(range_count.min(1024));
+    let mut ranges = Vec::with_capacity(range_count);
     for _ in 0..range_count {
         if at + RANGE_HEADER_LEN > bytes.len() {
             return Err(corrupt("a truncated range"));
         }
-        let (addr, len) = (word(at), half(at + 8) as usize);
+        let header = word(at);
+        let (addr, len) = (
+            header & ((1 << ADDR_BITS) - 1),
+            (header >> ADDR_BITS) as usize,
+        );
         let data_at = at + RANGE_HEADER_LEN;
         let end = data_at + len.next_multiple_of(8);
         let in_pool = addr.checked_add(len as u64).is_some_and(|e| e <= pool_len);
-        if end > bytes.len() || !in_pool {
+        if len == 0 || end > bytes.len() || !in_pool {
             return Err(corrupt("a range outside the pool"));
         }
         ranges.push((addr, bytes[data_at..data_at + len].to_vec()));
@@ -246,6 +279,28 @@ mod tests {
         pm.write(4096, &bytes, WriteClass::Log);
         assert!(read(&pm, 0, 4096).expect("no error").is_some());
         assert!(read(&pm, 4096, 8192).expect("no error").is_none());
+    }
+
+    #[test]
+    fn long_writes_split_into_ranges_and_round_trip() {
+        let big = vec![(
+            8192u64,
+            (0..200_000u32).map(|i| i as u8).collect::<Vec<u8>>(),
+        )];
+        let mut bytes = Vec::new();
+        encode(0, RecordKind::Transaction, 3, slices(&big), &[], &mut bytes);
+        let pm = SimPm::new(1 << 20, SimConfig::default());
+        pm.write(0, &bytes, WriteClass::Log);
+        let record = read(&pm, 0, 1 << 19).expect("valid").expect("present");
+        assert_eq!(record.ranges.len(), 200_000usize.div_ceil(MAX_RANGE));
+        let joined: Vec<u8> = record.ranges.iter().flat_map(|(_, b)| b.clone()).collect();
+        assert_eq!(joined, big[0].1);
+        assert!(
+            record
+                .ranges
+                .windows(2)
+                .all(|w| w[0].0 + w[0].1.len() as u64 == w[1].0)
+        );
     }
 
     #[test]

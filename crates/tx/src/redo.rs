@@ -192,7 +192,14 @@ impl<P: Persist> Redo<P> {
         if pm.is_poisoned() {
             return Err(TxError::Poisoned);
         }
-        let len = record::encoded_len(ranges.iter(), actions.len()) as u64;
+        let (len, range_count) = record::encoded_size(ranges.iter(), actions.len());
+        let len = len as u64;
+        if !record::fits(range_count, actions.len()) {
+            return Err(TxError::LogFull {
+                needed: len,
+                capacity: ring.size,
+            });
+        }
         let pos = self.reserve_space(ring, len)?;
         let seq = self.sequence(lane);
         record::encode(

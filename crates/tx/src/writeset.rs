@@ -143,9 +143,17 @@ impl WriteSet {
     }
 
     /// Overlays the buffered writes on `dst`, which holds the PM contents at `addr`.
+    #[inline]
     pub fn overlay(&self, addr: u64, dst: &mut [u8]) {
+        // Reads in transactions that wrote nothing (most of them) stop here, inlined.
+        if self.lines != 0 {
+            self.overlay_written(addr, dst);
+        }
+    }
+
+    fn overlay_written(&self, addr: u64, dst: &mut [u8]) {
         let len = dst.len() as u64;
-        if self.lines == 0 || self.lines & lines_mask(addr, len) == 0 {
+        if self.lines & lines_mask(addr, len) == 0 {
             return;
         }
         let end = addr + len;
