@@ -7,6 +7,7 @@
 use parking_lot::MutexGuard;
 use pmem::{CACHE_LINE, Persist, Pool, WriteClass};
 use std::sync::atomic::{AtomicU64, Ordering};
+use tx::api::{Lifecycle, run_transaction};
 use tx::lanes::Lanes;
 use tx::writeset::WriteSet;
 use tx::{Engine, Isolation, Tx, TxError, TxResult};
@@ -67,10 +68,13 @@ pub struct IdealTx<'e, P: Persist> {
     writes: WriteSet,
 }
 
-impl<P: Persist> IdealTx<'_, P> {
-    fn commit(&mut self) {
+impl<P: Persist> Lifecycle for IdealTx<'_, P> {
+    /// Nothing was written anywhere before the commit: nothing to undo.
+    fn abort(&mut self) {}
+
+    fn commit(&mut self) -> TxResult<()> {
         if self.writes.is_empty() {
-            return;
+            return Ok(());
         }
         let pm = self.engine.pool.pm();
         let ranges = self.writes.coalesce();
@@ -98,6 +102,7 @@ impl<P: Persist> IdealTx<'_, P> {
         }
         let user = ranges.bytes();
         pm.stats().record_user_bytes(user);
+        Ok(())
     }
 }
 
@@ -163,22 +168,18 @@ impl<P: Persist> Engine for Ideal<P> {
 
     fn transaction<R, E>(
         &self,
-        mut body: impl FnMut(&mut IdealTx<'_, P>) -> Result<R, E>,
+        body: impl FnMut(&mut IdealTx<'_, P>) -> Result<R, E>,
     ) -> Result<R, E>
     where
         E: From<TxError>,
     {
         let (_, ring) = self.lanes.acquire();
-        let mut tx = IdealTx {
+        let tx = IdealTx {
             engine: self,
             ring,
             writes: WriteSet::default(),
         };
-        let result = body(&mut tx);
-        if result.is_ok() {
-            tx.commit();
-        }
-        result
+        run_transaction(tx, body)
     }
 
     fn counters(&self) -> pmem::Counters {

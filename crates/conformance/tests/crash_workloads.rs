@@ -64,7 +64,11 @@ fn every_workload<F: Factory + Clone>(factory: &F, mode: SimMode) {
     run(factory, silo_rbtree(params(80)), mode);
     run(factory, timestone_list(params(80)), mode);
     run(factory, timestone_bst(params(80)), mode);
-    run(factory, TimestoneMap::<HashMap>::new(params(80), LoadOrder::Shuffled), mode);
+    run(
+        factory,
+        TimestoneMap::<HashMap>::new(params(80), LoadOrder::Shuffled),
+        mode,
+    );
     for mix in [YcsbMix::A, YcsbMix::F, YcsbMix::Silo] {
         run(
             factory,

@@ -355,6 +355,42 @@ pub trait Engine: Send + Sync {
     fn counters(&self) -> pmem::Counters;
 }
 
+/// The end of a transaction, as an engine implements it.
+pub trait Lifecycle {
+    /// Makes the transaction's effects durable (or fails before anything is durable).
+    fn commit(&mut self) -> TxResult<()>;
+    /// Undoes every effect of the transaction.
+    fn abort(&mut self);
+}
+
+/// Runs `body` on `tx` with the semantics of [`Engine::transaction`]: commit when it returns
+/// `Ok`; abort when it returns `Err`, when the commit fails, or when it panics (the panic is
+/// then resumed, after the abort, with the pool usable).
+pub fn run_transaction<T: Lifecycle, R, E: From<TxError>>(
+    mut tx: T,
+    mut body: impl FnMut(&mut T) -> Result<R, E>,
+) -> Result<R, E> {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&mut tx)));
+    match outcome {
+        Ok(Ok(value)) => match tx.commit() {
+            Ok(()) => Ok(value),
+            Err(error) => {
+                tx.abort();
+                Err(E::from(error))
+            }
+        },
+        Ok(Err(error)) => {
+            tx.abort();
+            Err(error)
+        }
+        Err(panic) => {
+            tx.abort();
+            drop(tx);
+            std::panic::resume_unwind(panic)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@
 //! It is the "no persistence" reference point, the substrate of the Silo trace recorder, and
 //! a fast engine for unit-testing workloads.
 
-use crate::api::{Engine, Isolation, Tx, TxError, TxResult, pool_tag};
+use crate::api::{Engine, Isolation, Lifecycle, Tx, TxError, TxResult, pool_tag, run_transaction};
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
 
@@ -79,8 +79,10 @@ impl MemTx<'_> {
             }),
         }
     }
+}
 
-    fn rollback(&mut self) {
+impl Lifecycle for MemTx<'_> {
+    fn abort(&mut self) {
         while let Some((addr, old)) = self.undo.pop() {
             let start = addr as usize;
             self.state.bytes[start..start + old.len()].copy_from_slice(&old);
@@ -91,12 +93,13 @@ impl MemTx<'_> {
         self.freed.clear();
     }
 
-    fn commit(&mut self) {
+    fn commit(&mut self) -> TxResult<()> {
         for addr in std::mem::take(&mut self.freed) {
             self.state.release(addr);
         }
         self.undo.clear();
         self.allocated.clear();
+        Ok(())
     }
 }
 
@@ -178,36 +181,18 @@ impl Engine for MemEngine {
         Isolation::External
     }
 
-    fn transaction<R, E>(
-        &self,
-        mut body: impl FnMut(&mut MemTx<'_>) -> Result<R, E>,
-    ) -> Result<R, E>
+    fn transaction<R, E>(&self, body: impl FnMut(&mut MemTx<'_>) -> Result<R, E>) -> Result<R, E>
     where
         E: From<TxError>,
     {
-        let mut tx = MemTx {
+        let tx = MemTx {
             state: self.state.lock(),
             tag: self.tag,
             undo: Vec::new(),
             allocated: Vec::new(),
             freed: Vec::new(),
         };
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&mut tx)));
-        match outcome {
-            Ok(Ok(value)) => {
-                tx.commit();
-                Ok(value)
-            }
-            Ok(Err(error)) => {
-                tx.rollback();
-                Err(error)
-            }
-            Err(panic) => {
-                tx.rollback();
-                drop(tx);
-                std::panic::resume_unwind(panic)
-            }
-        }
+        run_transaction(tx, body)
     }
 
     fn counters(&self) -> pmem::Counters {

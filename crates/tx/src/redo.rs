@@ -10,7 +10,7 @@
 //! writes it has written back and fenced. Replaying a suffix of committed records in order is
 //! therefore always correct, even across lanes (see `docs/tx-format.md` for the argument).
 
-use crate::api::{Engine, Isolation, Tx, TxError, TxResult, pool_tag};
+use crate::api::{Engine, Isolation, Lifecycle, Tx, TxError, TxResult, pool_tag, run_transaction};
 use crate::lanes::{EngineOptions, Lanes};
 use crate::layout::{EngineKind, EngineLayout};
 use crate::logwriter::{LogMode, LogWriter};
@@ -456,7 +456,7 @@ pub struct RedoTx<'e, P: Persist> {
     user_bytes: u64,
 }
 
-impl<P: Persist> RedoTx<'_, P> {
+impl<P: Persist> Lifecycle for RedoTx<'_, P> {
     fn commit(&mut self) -> TxResult<()> {
         let engine = self.engine;
         let ring = &mut *self.ring;
@@ -503,7 +503,9 @@ impl<P: Persist> RedoTx<'_, P> {
             .drain(..)
             .for_each(|f| self.engine.heap.cancel_free(&f));
     }
+}
 
+impl<P: Persist> RedoTx<'_, P> {
     fn check_read(&self, addr: u64, len: usize) -> TxResult<()> {
         if self.engine.pool.pm().check_range(addr, len as u64) {
             Ok(())
@@ -595,14 +597,14 @@ impl<P: Persist> Engine for Redo<P> {
 
     fn transaction<R, E>(
         &self,
-        mut body: impl FnMut(&mut RedoTx<'_, P>) -> Result<R, E>,
+        body: impl FnMut(&mut RedoTx<'_, P>) -> Result<R, E>,
     ) -> Result<R, E>
     where
         E: From<TxError>,
     {
         let (lane, mut ring) = self.lanes.acquire();
         ring.writes.clear();
-        let mut tx = RedoTx {
+        let tx = RedoTx {
             engine: self,
             lane,
             ring,
@@ -611,25 +613,7 @@ impl<P: Persist> Engine for Redo<P> {
             frees: Vec::new(),
             user_bytes: 0,
         };
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&mut tx)));
-        match outcome {
-            Ok(Ok(value)) => match tx.commit() {
-                Ok(()) => Ok(value),
-                Err(error) => {
-                    tx.abort();
-                    Err(E::from(error))
-                }
-            },
-            Ok(Err(error)) => {
-                tx.abort();
-                Err(error)
-            }
-            Err(panic) => {
-                tx.abort();
-                drop(tx);
-                std::panic::resume_unwind(panic)
-            }
-        }
+        run_transaction(tx, body)
     }
 
     fn counters(&self) -> pmem::Counters {

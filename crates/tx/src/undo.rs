@@ -14,7 +14,7 @@
 //! behind, apply it (the transaction committed but its actions may not have reached their
 //! place); then roll back every live entry (a transaction was in flight), newest first.
 
-use crate::api::{Engine, Isolation, Tx, TxError, TxResult, pool_tag};
+use crate::api::{Engine, Isolation, Lifecycle, Tx, TxError, TxResult, pool_tag, run_transaction};
 use crate::lanes::{EngineOptions, Lanes};
 use crate::layout::{EngineKind, EngineLayout};
 use crate::logwriter::{LogMode, LogWriter};
@@ -343,6 +343,26 @@ impl<P: Persist> UndoTx<'_, P> {
         lane.tail += size;
     }
 
+    fn finish_read_only(&mut self) -> TxResult<()> {
+        debug_assert!(self.snapshots.is_empty());
+        Ok(())
+    }
+
+    fn write_action_record(&mut self, actions: &[Action]) {
+        let lane = &mut *self.lane;
+        let body: Vec<u8> = actions.iter().flat_map(|a| a.encode()).collect();
+        let mut record = Vec::with_capacity(ACTION_HEADER_LEN as usize + body.len());
+        record.extend_from_slice(&lane.generation.to_le_bytes());
+        record.extend_from_slice(&(actions.len() as u32).to_le_bytes());
+        record.extend_from_slice(&action_crc(lane.generation, &body).to_le_bytes());
+        record.extend_from_slice(&body);
+        let pm = self.engine.pool.pm();
+        lane.writer.append(pm, lane.base + ACTIONS_AT, &record);
+        lane.writer.seal(pm);
+    }
+}
+
+impl<P: Persist> Lifecycle for UndoTx<'_, P> {
     fn commit(&mut self) -> TxResult<()> {
         let engine = self.engine;
         let pm = engine.pool.pm();
@@ -389,24 +409,6 @@ impl<P: Persist> UndoTx<'_, P> {
             .for_each(|f| engine.heap.finish_free(&f));
         pm.stats().record_user_bytes(self.user_bytes);
         Ok(())
-    }
-
-    fn finish_read_only(&mut self) -> TxResult<()> {
-        debug_assert!(self.snapshots.is_empty());
-        Ok(())
-    }
-
-    fn write_action_record(&mut self, actions: &[Action]) {
-        let lane = &mut *self.lane;
-        let body: Vec<u8> = actions.iter().flat_map(|a| a.encode()).collect();
-        let mut record = Vec::with_capacity(ACTION_HEADER_LEN as usize + body.len());
-        record.extend_from_slice(&lane.generation.to_le_bytes());
-        record.extend_from_slice(&(actions.len() as u32).to_le_bytes());
-        record.extend_from_slice(&action_crc(lane.generation, &body).to_le_bytes());
-        record.extend_from_slice(&body);
-        let pm = self.engine.pool.pm();
-        lane.writer.append(pm, lane.base + ACTIONS_AT, &record);
-        lane.writer.seal(pm);
     }
 
     fn abort(&mut self) {
@@ -504,13 +506,13 @@ impl<P: Persist> Engine for Undo<P> {
 
     fn transaction<R, E>(
         &self,
-        mut body: impl FnMut(&mut UndoTx<'_, P>) -> Result<R, E>,
+        body: impl FnMut(&mut UndoTx<'_, P>) -> Result<R, E>,
     ) -> Result<R, E>
     where
         E: From<TxError>,
     {
         let (_, lane) = self.lanes.acquire();
-        let mut tx = UndoTx {
+        let tx = UndoTx {
             engine: self,
             lane,
             covered: RangeSet::default(),
@@ -521,25 +523,7 @@ impl<P: Persist> Engine for Undo<P> {
             user_bytes: 0,
             scratch: Vec::new(),
         };
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&mut tx)));
-        match outcome {
-            Ok(Ok(value)) => match tx.commit() {
-                Ok(()) => Ok(value),
-                Err(error) => {
-                    tx.abort();
-                    Err(E::from(error))
-                }
-            },
-            Ok(Err(error)) => {
-                tx.abort();
-                Err(error)
-            }
-            Err(panic) => {
-                tx.abort();
-                drop(tx);
-                std::panic::resume_unwind(panic)
-            }
-        }
+        run_transaction(tx, body)
     }
 
     fn counters(&self) -> pmem::Counters {
