@@ -9,8 +9,8 @@
 //! ```
 //!
 //! A non-free descriptor carries a check byte (a CRC-7 of its chunk index and value, top bit
-//! set): every single-bit flip of any descriptor is detected, and garbage with probability
-//! 127/128; `0` is FREE.
+//! set): every single-bit flip of any descriptor is detected, and a random word passes about
+//! once in 256 tries; `0` is FREE.
 
 use crate::HeapError;
 use pmem::{Persist, Region, WriteClass};

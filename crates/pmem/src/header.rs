@@ -177,11 +177,16 @@ impl Header {
             });
         }
         let version = get_u32(bytes, at::VERSION);
-        if version != FORMAT_VERSION || header_len != HEADER_LEN {
+        if version != FORMAT_VERSION {
             return Err(PoolError::UnsupportedVersion {
                 found: version,
                 supported: FORMAT_VERSION,
             });
+        }
+        if header_len != HEADER_LEN {
+            return Err(PoolError::Corrupted(format!(
+                "a version {version} header is {HEADER_LEN} bytes, this one records {header_len}"
+            )));
         }
         let incompat = get_u32(bytes, at::INCOMPAT);
         if incompat & !KNOWN_INCOMPAT != 0 {

@@ -85,9 +85,12 @@ impl<B: Persist> Pool<B> {
         }
         let header = Header::new(&options.layout, options.size, options.root_size)?;
         let bytes = header.encode();
-        // Clear any old magic first: same-line order then guarantees that an interrupted
-        // format never shows the old magic over a half-written header.
-        pm.write(0, &[0; 8], WriteClass::Meta);
+        // Clear any old magic durably first, so an interrupted re-format never shows the old
+        // magic over a half-written header (whose other lines could persist before line 0).
+        if pm.read_u64(0) != 0 {
+            pm.write_u64(0, 0, WriteClass::Meta);
+            pm.persist(0, 8);
+        }
         pm.write(8, &bytes[8..], WriteClass::Meta);
         pm.write_u64(
             STATE_OFFSET,
@@ -376,7 +379,10 @@ fn reserve(file: &File, size: u64) -> Result<(), PoolError> {
     match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
         0 => Ok(()),
         libc::ENOSPC | libc::EFBIG => Err(PoolError::OutOfSpace { requested: size }),
-        libc::EOPNOTSUPP | libc::EINVAL => Ok(file.set_len(size)?),
+        libc::EOPNOTSUPP | libc::EINVAL => file.set_len(size).map_err(|error| match error.kind() {
+            std::io::ErrorKind::StorageFull => PoolError::OutOfSpace { requested: size },
+            _ => PoolError::from(error),
+        }),
         errno => Err(PoolError::Io(std::io::Error::from_raw_os_error(errno))),
     }
 }

@@ -343,3 +343,16 @@ fn directory_is_not_a_pool() {
     let dir = shm_dir();
     assert!(open(dir.path()).is_err());
 }
+
+#[test]
+fn unaligned_word_writes_do_not_recurse() {
+    let dir = shm_dir();
+    let pool =
+        Pool::create(dir.path().join("p"), &CreateOptions::new(LAYOUT, SIZE)).expect("create");
+    pool.pm().write(8192 + 3, &[1; 8], WriteClass::User);
+    pool.pm().write_u64(8192 + 21, 7, WriteClass::User);
+    assert_eq!(pool.pm().read_u64(8192 + 21), 7);
+    let mut back = [0u8; 8];
+    pool.pm().read(8192 + 3, &mut back);
+    assert_eq!(back, [1; 8]);
+}

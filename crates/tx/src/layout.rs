@@ -74,7 +74,9 @@ impl EngineLayout {
         lane_size: u64,
     ) -> Result<Self, TxError> {
         let lane_size = lane_size.next_multiple_of(LANES_ALIGN);
-        if lane_count == 0 || lane_count > 1024 || lane_size == 0 {
+        // Redo records store their length as a u32, so a lane stays below 4 GiB.
+        if lane_count == 0 || lane_count > 1024 || lane_size == 0 || lane_size > u64::from(u32::MAX)
+        {
             return Err(TxError::InvalidArgument(format!(
                 "lanes must be 1..=1024 and non-empty, got {lane_count} × {lane_size} bytes"
             )));

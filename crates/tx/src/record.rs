@@ -178,7 +178,7 @@ fn decode(kind: RecordKind, bytes: &[u8], pool_len: u64) -> Result<Record, TxErr
         let end = data_at + len.next_multiple_of(8);
         let in_pool = addr.checked_add(len as u64).is_some_and(|e| e <= pool_len);
         if len == 0 || end > bytes.len() || !in_pool {
-            return Err(corrupt("a range outside the pool"));
+            return Err(corrupt("an empty range or one outside the pool"));
         }
         ranges.push((addr, bytes[data_at..data_at + len].to_vec()));
         at = end;
