@@ -8,7 +8,11 @@ use pmem::{CreateOptions, Pool, PoolError};
 const SIZE: u64 = 64 * 1024;
 
 /// Every crash image of every crash point of `program` must satisfy `judge`.
-fn every_image(pm: &SimPm, program: impl FnOnce(), judge: impl Fn(Result<Pool<SimPm>, PoolError>, SnapshotKind)) {
+fn every_image(
+    pm: &SimPm,
+    program: impl FnOnce(),
+    judge: impl Fn(Result<Pool<SimPm>, PoolError>, SnapshotKind),
+) {
     pm.set_capture(true);
     program();
     let mut snapshots = pm.take_snapshots();
@@ -24,11 +28,16 @@ fn every_image(pm: &SimPm, program: impl FnOnce(), judge: impl Fn(Result<Pool<Si
 #[test]
 fn interrupted_reformat_is_the_old_pool_or_not_a_pool() {
     let pm = SimPm::new(SIZE, SimConfig::default());
-    Pool::format(pm.clone(), &CreateOptions::new("layout-a", SIZE)).expect("first format").close().expect("close");
+    Pool::format(pm.clone(), &CreateOptions::new("layout-a", SIZE))
+        .expect("first format")
+        .close()
+        .expect("close");
     every_image(
         &pm,
         || {
-            Pool::format(pm.clone(), &CreateOptions::new("layout-b", SIZE)).expect("re-format").abandon();
+            Pool::format(pm.clone(), &CreateOptions::new("layout-b", SIZE))
+                .expect("re-format")
+                .abandon();
         },
         |opened, kind| match opened {
             Ok(_) | Err(PoolError::NotAPool { .. } | PoolError::WrongLayout { .. }) => {}
@@ -40,10 +49,17 @@ fn interrupted_reformat_is_the_old_pool_or_not_a_pool() {
 #[test]
 fn opening_is_failure_atomic() {
     let pm = SimPm::new(SIZE, SimConfig::default());
-    Pool::format(pm.clone(), &CreateOptions::new("layout-b", SIZE)).expect("format").close().expect("close");
+    Pool::format(pm.clone(), &CreateOptions::new("layout-b", SIZE))
+        .expect("format")
+        .close()
+        .expect("close");
     every_image(
         &pm,
-        || Pool::attach(pm.clone(), "layout-b").expect("attach").abandon(),
+        || {
+            Pool::attach(pm.clone(), "layout-b")
+                .expect("attach")
+                .abandon()
+        },
         |opened, kind| {
             opened.unwrap_or_else(|e| panic!("at {kind}: reopening failed: {e}"));
         },

@@ -1,0 +1,439 @@
+//! The binary trace format (byte layout in `docs/trace-format.md`).
+//!
+//! ```text
+//! file    magic "FERTRACE" (8) | version u32 | stream count u32 | metadata length u32
+//!         | crc32 u32 of the metadata | metadata (JSON, `TraceMeta`)
+//! stream  core u32 | event count u64 | byte length u64 | crc32 u32 of the bytes | bytes
+//! event   tag u8 (kind) then, by kind:
+//!           TxBegin, TxEnd   nothing
+//!           Load             size u8, address delta (zigzag LEB128, from the stream's previous address)
+//!           Store            size u8, address delta, old (LEB128), old ^ new (LEB128)
+//!           Compute          instructions (LEB128)
+//! ```
+//!
+//! All integers are little-endian. Loading validates the magic, version, checksums and every
+//! event, so decoding a loaded trace cannot fail.
+
+use crate::event::Event;
+use std::path::Path;
+
+const MAGIC: [u8; 8] = *b"FERTRACE";
+/// Format version.
+pub const VERSION: u32 = 1;
+const TAG_TX_BEGIN: u8 = 0;
+const TAG_TX_END: u8 = 1;
+const TAG_LOAD: u8 = 2;
+const TAG_STORE: u8 = 3;
+const TAG_COMPUTE: u8 = 4;
+
+/// Why a trace could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TraceError {
+    /// Not a trace file.
+    #[error("not a Ferrite trace (bad magic)")]
+    NotATrace,
+    /// Written by another format version.
+    #[error("unsupported trace version {0} (this build reads {VERSION})")]
+    UnsupportedVersion(u32),
+    /// The file ends early.
+    #[error("truncated trace: {0}")]
+    Truncated(&'static str),
+    /// A checksum does not match.
+    #[error("trace checksum mismatch in {0}")]
+    Checksum(&'static str),
+    /// The bytes do not decode.
+    #[error("malformed trace: {0}")]
+    Malformed(String),
+    /// I/O error.
+    #[error("trace I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// What a trace holds, for reports.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TraceMeta {
+    /// Workload name.
+    pub workload: String,
+    /// Generation parameters (workload parameters, seed, compute model).
+    pub params: serde_json::Value,
+}
+
+/// Encodes one core's events.
+#[derive(Clone, Debug, Default)]
+pub struct Encoder {
+    bytes: Vec<u8>,
+    last_addr: u64,
+    events: u64,
+}
+
+impl Encoder {
+    /// Appends an event.
+    pub fn push(&mut self, event: &Event) {
+        self.events += 1;
+        match *event {
+            Event::TxBegin => self.bytes.push(TAG_TX_BEGIN),
+            Event::TxEnd => self.bytes.push(TAG_TX_END),
+            Event::Load { addr, size } => {
+                self.bytes.extend_from_slice(&[TAG_LOAD, size]);
+                self.address(addr);
+            }
+            Event::Store {
+                addr,
+                size,
+                old,
+                new,
+            } => {
+                self.bytes.extend_from_slice(&[TAG_STORE, size]);
+                self.address(addr);
+                leb128(&mut self.bytes, old);
+                leb128(&mut self.bytes, old ^ new);
+            }
+            Event::Compute { instructions } => {
+                self.bytes.push(TAG_COMPUTE);
+                leb128(&mut self.bytes, u64::from(instructions));
+            }
+        }
+    }
+
+    fn address(&mut self, addr: u64) {
+        let delta = addr.wrapping_sub(self.last_addr) as i64;
+        leb128(&mut self.bytes, ((delta << 1) ^ (delta >> 63)) as u64);
+        self.last_addr = addr;
+    }
+
+    /// Events so far.
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+}
+
+fn leb128(out: &mut Vec<u8>, mut value: u64) {
+    loop {
+        let byte = (value & 0x7F) as u8;
+        value >>= 7;
+        if value == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// A trace: metadata plus one event stream per core.
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    /// Metadata.
+    pub meta: TraceMeta,
+    streams: Vec<(u32, u64, Vec<u8>)>,
+}
+
+impl Trace {
+    /// An empty trace.
+    pub fn new(meta: TraceMeta) -> Self {
+        Trace {
+            meta,
+            streams: Vec::new(),
+        }
+    }
+
+    /// Adds core `core`'s stream.
+    pub fn add_stream(&mut self, core: u32, encoder: Encoder) {
+        self.streams.push((core, encoder.events, encoder.bytes));
+    }
+
+    /// Number of streams (cores).
+    pub fn cores(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Total events of every stream.
+    pub fn total_events(&self) -> u64 {
+        self.streams.iter().map(|s| s.1).sum()
+    }
+
+    /// Events of stream `index` (in the order streams were added).
+    pub fn events(&self, index: usize) -> Decoder<'_> {
+        let (_, count, bytes) = &self.streams[index];
+        Decoder {
+            bytes,
+            at: 0,
+            last_addr: 0,
+            left: *count,
+        }
+    }
+
+    /// The serialised file.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let meta = serde_json::to_vec(&self.meta).expect("trace metadata serialises");
+        let mut out = Vec::with_capacity(
+            32 + meta.len() + self.streams.iter().map(|s| s.2.len() + 24).sum::<usize>(),
+        );
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&(self.streams.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+        out.extend_from_slice(&crc32fast::hash(&meta).to_le_bytes());
+        out.extend_from_slice(&meta);
+        for (core, count, bytes) in &self.streams {
+            out.extend_from_slice(&core.to_le_bytes());
+            out.extend_from_slice(&count.to_le_bytes());
+            out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            out.extend_from_slice(&crc32fast::hash(bytes).to_le_bytes());
+            out.extend_from_slice(bytes);
+        }
+        out
+    }
+
+    /// Parses and fully validates a serialised trace.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, TraceError> {
+        let mut at = 0usize;
+        let magic = take(bytes, &mut at, 8, "header")?;
+        if magic != MAGIC {
+            return Err(TraceError::NotATrace);
+        }
+        let version = u32_at(take(bytes, &mut at, 4, "header")?);
+        if version != VERSION {
+            return Err(TraceError::UnsupportedVersion(version));
+        }
+        let stream_count = u32_at(take(bytes, &mut at, 4, "header")?);
+        let meta_len = u32_at(take(bytes, &mut at, 4, "header")?) as usize;
+        let meta_crc = u32_at(take(bytes, &mut at, 4, "header")?);
+        let meta_bytes = take(bytes, &mut at, meta_len, "metadata")?;
+        if crc32fast::hash(meta_bytes) != meta_crc {
+            return Err(TraceError::Checksum("metadata"));
+        }
+        let meta = serde_json::from_slice(meta_bytes)
+            .map_err(|e| TraceError::Malformed(format!("metadata: {e}")))?;
+        let mut trace = Trace::new(meta);
+        for _ in 0..stream_count {
+            let core = u32_at(take(bytes, &mut at, 4, "stream header")?);
+            let count = u64::from_le_bytes(
+                take(bytes, &mut at, 8, "stream header")?
+                    .try_into()
+                    .expect("8 bytes"),
+            );
+            let len = u64::from_le_bytes(
+                take(bytes, &mut at, 8, "stream header")?
+                    .try_into()
+                    .expect("8 bytes"),
+            );
+            let crc = u32_at(take(bytes, &mut at, 4, "stream header")?);
+            let len = usize::try_from(len).map_err(|_| TraceError::Truncated("stream"))?;
+            let body = take(bytes, &mut at, len, "stream")?;
+            if crc32fast::hash(body) != crc {
+                return Err(TraceError::Checksum("stream"));
+            }
+            validate_stream(body, count)?;
+            trace.streams.push((core, count, body.to_vec()));
+        }
+        if at != bytes.len() {
+            return Err(TraceError::Malformed(format!(
+                "{} bytes after the last stream",
+                bytes.len() - at
+            )));
+        }
+        Ok(trace)
+    }
+
+    /// Writes the trace to a file.
+    pub fn write(&self, path: &Path) -> Result<(), TraceError> {
+        Ok(std::fs::write(path, self.to_bytes())?)
+    }
+
+    /// Reads and validates a trace file.
+    pub fn read(path: &Path) -> Result<Self, TraceError> {
+        Self::from_bytes(&std::fs::read(path)?)
+    }
+}
+
+fn take<'a>(
+    bytes: &'a [u8],
+    at: &mut usize,
+    len: usize,
+    what: &'static str,
+) -> Result<&'a [u8], TraceError> {
+    let end = at
+        .checked_add(len)
+        .filter(|&end| end <= bytes.len())
+        .ok_or(TraceError::Truncated(what))?;
+    let slice = &bytes[*at..end];
+    *at = end;
+    Ok(slice)
+}
+
+fn u32_at(bytes: &[u8]) -> u32 {
+    u32::from_le_bytes(bytes.try_into().expect("4 bytes"))
+}
+
+fn validate_stream(bytes: &[u8], count: u64) -> Result<(), TraceError> {
+    let mut decoder = Decoder {
+        bytes,
+        at: 0,
+        last_addr: 0,
+        left: u64::MAX,
+    };
+    for index in 0..count {
+        if decoder.try_next()?.is_none() {
+            return Err(TraceError::Malformed(format!(
+                "stream ends after {index} of {count} events"
+            )));
+        }
+    }
+    if decoder.at != bytes.len() {
+        return Err(TraceError::Malformed("bytes after the last event".into()));
+    }
+    Ok(())
+}
+
+/// Decodes one core's stream.
+#[derive(Clone, Debug)]
+pub struct Decoder<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    last_addr: u64,
+    left: u64,
+}
+
+impl Decoder<'_> {
+    fn byte(&mut self) -> Result<u8, TraceError> {
+        let byte = *self
+            .bytes
+            .get(self.at)
+            .ok_or(TraceError::Truncated("event"))?;
+        self.at += 1;
+        Ok(byte)
+    }
+
+    fn leb128(&mut self) -> Result<u64, TraceError> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = self.byte()?;
+            value |= u64::from(byte & 0x7F) << shift;
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err(TraceError::Malformed("integer longer than 64 bits".into()))
+    }
+
+    fn address(&mut self) -> Result<u64, TraceError> {
+        let zigzag = self.leb128()?;
+        let delta = ((zigzag >> 1) as i64) ^ -((zigzag & 1) as i64);
+        self.last_addr = self.last_addr.wrapping_add(delta as u64);
+        Ok(self.last_addr)
+    }
+
+    fn try_next(&mut self) -> Result<Option<Event>, TraceError> {
+        if self.at == self.bytes.len() {
+            return Ok(None);
+        }
+        let event = match self.byte()? {
+            TAG_TX_BEGIN => Event::TxBegin,
+            TAG_TX_END => Event::TxEnd,
+            TAG_LOAD => {
+                let size = self.byte()?;
+                if !(1..=64).contains(&size) {
+                    return Err(TraceError::Malformed(format!("load of {size} bytes")));
+                }
+                Event::Load {
+                    addr: self.address()?,
+                    size,
+                }
+            }
+            TAG_STORE => {
+                let size = self.byte()?;
+                let addr = self.address()?;
+                if size == 0 || (addr % 8) + u64::from(size) > 8 {
+                    return Err(TraceError::Malformed(format!(
+                        "store of {size} bytes at {addr:#x}"
+                    )));
+                }
+                let old = self.leb128()?;
+                Event::Store {
+                    addr,
+                    size,
+                    old,
+                    new: old ^ self.leb128()?,
+                }
+            }
+            TAG_COMPUTE => {
+                let n = u32::try_from(self.leb128()?)
+                    .map_err(|_| TraceError::Malformed("compute count".into()))?;
+                Event::Compute { instructions: n }
+            }
+            tag => return Err(TraceError::Malformed(format!("unknown event tag {tag}"))),
+        };
+        Ok(Some(event))
+    }
+}
+
+impl Iterator for Decoder<'_> {
+    type Item = Event;
+
+    fn next(&mut self) -> Option<Event> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        // Streams are validated when the trace is loaded or built by an Encoder.
+        self.try_next()
+            .expect("stream validated when the trace was loaded")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn event() -> impl Strategy<Value = Event> {
+        prop_oneof![
+            Just(Event::TxBegin),
+            Just(Event::TxEnd),
+            (any::<u64>(), 1u8..=64).prop_map(|(addr, size)| Event::Load { addr, size }),
+            (any::<u64>(), 1u8..=8, any::<u64>(), any::<u64>()).prop_map(|(a, s, old, new)| {
+                let addr = (a & !7) + u64::from(8 - s) / 2;
+                Event::Store {
+                    addr,
+                    size: s,
+                    old,
+                    new,
+                }
+            }),
+            any::<u32>().prop_map(|instructions| Event::Compute { instructions }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn round_trips(streams in proptest::collection::vec(proptest::collection::vec(event(), 0..50), 1..4)) {
+            let mut trace = Trace::new(TraceMeta { workload: "p".into(), params: serde_json::json!({"k": 1}) });
+            for (core, events) in streams.iter().enumerate() {
+                let mut encoder = Encoder::default();
+                events.iter().for_each(|e| encoder.push(e));
+                trace.add_stream(core as u32, encoder);
+            }
+            let loaded = Trace::from_bytes(&trace.to_bytes()).expect("valid");
+            prop_assert_eq!(&loaded.meta, &trace.meta);
+            for (core, events) in streams.iter().enumerate() {
+                prop_assert_eq!(&loaded.events(core).collect::<Vec<_>>(), events);
+            }
+        }
+
+        #[test]
+        fn damaged_files_are_errors_not_panics(flip in any::<usize>(), byte in any::<u8>()) {
+            let mut encoder = Encoder::default();
+            for e in [Event::TxBegin, Event::Store { addr: 64, size: 8, old: 1, new: 2 }, Event::TxEnd] {
+                encoder.push(&e);
+            }
+            let mut trace = Trace::new(TraceMeta::default());
+            trace.add_stream(0, encoder);
+            let mut bytes = trace.to_bytes();
+            let at = flip % bytes.len();
+            bytes[at] ^= byte.max(1);
+            let _ = Trace::from_bytes(&bytes);
+            let _ = Trace::from_bytes(&bytes[..at]);
+        }
+    }
+}
