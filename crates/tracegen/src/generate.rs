@@ -1,0 +1,218 @@
+//! Trace generation: one independent workload instance per simulated core, run unchanged on
+//! a [`Recorder`], the cores spread over the host's cores.
+
+use crate::recorder::{CORE_SHIFT, Recorder};
+use crate::spec::{SiloWorkload, TPCC_CUSTOMERS, TPCC_ORDER_CAPACITY, TraceSpec};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use trace::{Encoder, Trace, TraceMeta};
+use tx::{MemEngine, TxError};
+use workloads::array::ArrayWorkload;
+use workloads::btree::{BTree, silo_btree};
+use workloads::hash::silo_hash;
+use workloads::queue::QueueWorkload;
+use workloads::rbtree::silo_rbtree;
+use workloads::tpcc::{TpccConfig, TpccNewOrder};
+use workloads::ycsb::{Ycsb, YcsbMix};
+use workloads::{Params, Workload};
+
+/// Format of the generator's metadata (`params.generator` in the trace).
+pub const GENERATOR: &str = "ferrite-tracegen/1";
+
+/// Operations run per requested transaction before giving up (a workload that never
+/// commits would otherwise loop forever); TPC-C rolls back about 1 %.
+const MAX_OPS_PER_TRANSACTION: u64 = 4;
+
+/// Why a trace could not be generated.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GenError {
+    /// A parameter is out of range.
+    #[error("invalid trace spec: {0}")]
+    InvalidSpec(String),
+    /// The workload failed on a core.
+    #[error("{workload} on core {core}: {error}")]
+    Workload {
+        /// Workload name.
+        workload: &'static str,
+        /// Simulated core.
+        core: u32,
+        /// The error.
+        error: TxError,
+    },
+    /// The workload kept aborting.
+    #[error("{workload} on core {core}: only {committed} of {wanted} transactions committed")]
+    Stalled {
+        /// Workload name.
+        workload: &'static str,
+        /// Simulated core.
+        core: u32,
+        /// Committed transactions.
+        committed: u64,
+        /// Requested transactions.
+        wanted: u64,
+    },
+}
+
+/// Generates the trace of `spec`, using every host core.
+pub fn generate(spec: &TraceSpec) -> Result<Trace, GenError> {
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    generate_with_threads(spec, threads)
+}
+
+/// Generates the trace of `spec` on `threads` host threads (the result does not depend on
+/// `threads`: each core's stream is a function of the spec and the core alone).
+pub fn generate_with_threads(spec: &TraceSpec, threads: usize) -> Result<Trace, GenError> {
+    spec.validate().map_err(GenError::InvalidSpec)?;
+    let streams = record_all(spec, threads.clamp(1, spec.cores as usize))?;
+    let data_bytes: Vec<u64> = streams.iter().map(|s| s.data_bytes).collect();
+    let mut trace = Trace::new(metadata(spec, &data_bytes));
+    for (core, stream) in streams.into_iter().enumerate() {
+        trace.add_stream(core as u32, stream.encoder);
+    }
+    Ok(trace)
+}
+
+/// One core's recording.
+#[derive(Debug)]
+pub struct CoreStream {
+    /// The events.
+    pub encoder: Encoder,
+    /// Bytes the workload instance had allocated when setup ended (its data set).
+    pub data_bytes: u64,
+}
+
+/// Records every core, `threads` at a time; the streams in core order.
+fn record_all(spec: &TraceSpec, threads: usize) -> Result<Vec<CoreStream>, GenError> {
+    let next = AtomicU32::new(0);
+    let results: Mutex<Vec<Option<Result<CoreStream, GenError>>>> =
+        Mutex::new((0..spec.cores).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                loop {
+                    let core = next.fetch_add(1, Ordering::Relaxed);
+                    if core >= spec.cores {
+                        break;
+                    }
+                    let stream = record_core(spec, core);
+                    results.lock()[core as usize] = Some(stream);
+                }
+            });
+        }
+    });
+    results
+        .into_inner()
+        .into_iter()
+        .map(|result| result.expect("every core was recorded"))
+        .collect()
+}
+
+/// Records core `core`: untraced setup, then `spec.transactions` committed transactions.
+pub fn record_core(spec: &TraceSpec, core: u32) -> Result<CoreStream, GenError> {
+    spec.validate().map_err(GenError::InvalidSpec)?;
+    let recorder = Recorder::new(MemEngine::new(spec.memory_bytes()), core, spec.compute);
+    with_workload(spec, core, Runner { spec, recorder })
+}
+
+/// Builds the workload of `spec` for `core` and hands it to `runner`.
+fn with_workload(spec: &TraceSpec, core: u32, runner: Runner<'_>) -> Result<CoreStream, GenError> {
+    let params = Params {
+        keys: spec.keys,
+        value_size: spec.value_size,
+        update_percent: spec.update_percent,
+        threads: 1,
+        seed: spec.core_seed(core),
+    };
+    match spec.workload {
+        SiloWorkload::Array => runner.run(ArrayWorkload::with_fill(params, spec.fill)),
+        SiloWorkload::Btree => runner.run(silo_btree(params)),
+        SiloWorkload::Hash => runner.run(silo_hash(params)),
+        SiloWorkload::Queue => runner.run(QueueWorkload::new(params)),
+        SiloWorkload::Rbtree => runner.run(silo_rbtree(params)),
+        SiloWorkload::Ycsb => runner.run(Ycsb::<BTree>::new(params, YcsbMix::Silo)),
+        SiloWorkload::Tpcc => {
+            let workload =
+                TpccNewOrder::new(tpcc_config(spec, core)).map_err(GenError::InvalidSpec)?;
+            runner.run(workload)
+        }
+    }
+}
+
+/// TPC-C at `spec.keys` items: one warehouse, 10 districts, 3000 customers each.
+fn tpcc_config(spec: &TraceSpec, core: u32) -> TpccConfig {
+    TpccConfig {
+        warehouses: 1,
+        districts: 10,
+        customers: TPCC_CUSTOMERS,
+        items: u32::try_from(spec.keys).unwrap_or(u32::MAX),
+        order_capacity: TPCC_ORDER_CAPACITY,
+        seed: spec.core_seed(core),
+    }
+}
+
+/// Runs one core's workload on its recorder.
+struct Runner<'a> {
+    spec: &'a TraceSpec,
+    recorder: Recorder,
+}
+
+impl Runner<'_> {
+    fn run<W: Workload>(self, workload: W) -> Result<CoreStream, GenError> {
+        let (spec, recorder) = (self.spec, self.recorder);
+        let core = recorder.core();
+        let name = spec.workload.name();
+        let failed = |error| GenError::Workload {
+            workload: name,
+            core,
+            error,
+        };
+        recorder.set_recording(false);
+        workload.setup(&recorder).map_err(failed)?;
+        let data_bytes = recorder.inner().allocated_bytes();
+        recorder.set_recording(true);
+        let budget = spec.transactions.saturating_mul(MAX_OPS_PER_TRANSACTION);
+        let mut index = 0;
+        while recorder.transactions() < spec.transactions && index < budget {
+            workload.run_op(&recorder, 0, index).map_err(failed)?;
+            index += 1;
+        }
+        let committed = recorder.transactions();
+        if committed < spec.transactions {
+            return Err(GenError::Stalled {
+                workload: name,
+                core,
+                committed,
+                wanted: spec.transactions,
+            });
+        }
+        Ok(CoreStream {
+            encoder: recorder.into_encoder(),
+            data_bytes,
+        })
+    }
+}
+
+/// The trace metadata: the spec, each core's data-set size after setup, and the recorder's
+/// rules.
+pub fn metadata(spec: &TraceSpec, data_bytes: &[u64]) -> TraceMeta {
+    let params = serde_json::json!({
+        "generator": GENERATOR,
+        "spec": spec,
+        "data_bytes_per_core": data_bytes,
+        "core_seeds": "seed + core",
+        "address_space": format!("core << {CORE_SHIFT} | MemEngine offset (cores never share data)"),
+        "traced": "committed transactions after setup: Compute(per_transaction), TxBegin, \
+                   per read_raw: Compute(per_access) + one Load per 64 B line, \
+                   per write_raw: Compute(per_access) + 8 B-word store pieces with old and new \
+                   bytes, TxEnd",
+        "not_traced": "setup, aborted transactions, allocation and free (volatile allocator), \
+                       the recorder's own read of old bytes",
+        "compute_model": "assumed, not measured: per_access instructions before every access \
+                          call, per_transaction instructions before every TxBegin",
+    });
+    TraceMeta {
+        workload: spec.workload.name().to_string(),
+        params,
+    }
+}

@@ -1,0 +1,221 @@
+//! What to generate: Silo's workloads by name and the parameters of a trace.
+
+use crate::recorder::ComputeModel;
+use std::fmt;
+use workloads::array::ElementFill;
+
+/// The workloads of Silo's evaluation (HPCA'23 §VI-A).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum SiloWorkload {
+    /// Swap two random 64 B elements of a large array.
+    Array,
+    /// B+tree upserts (insert or update) of uniform random keys, 64 B values.
+    Btree,
+    /// Chained hash table upserts of uniform random keys, 64 B values.
+    Hash,
+    /// FIFO queue: 50 % enqueue of a 64 B item, 50 % dequeue.
+    Queue,
+    /// Red-black tree upserts of uniform random keys, 64 B values.
+    Rbtree,
+    /// TPC-C New-Order transactions.
+    Tpcc,
+    /// YCSB over the B+tree: 20 % read, 80 % update, Zipfian keys.
+    Ycsb,
+}
+
+impl SiloWorkload {
+    /// Every workload, in the paper's order.
+    pub const ALL: [SiloWorkload; 7] = [
+        SiloWorkload::Array,
+        SiloWorkload::Btree,
+        SiloWorkload::Hash,
+        SiloWorkload::Queue,
+        SiloWorkload::Rbtree,
+        SiloWorkload::Tpcc,
+        SiloWorkload::Ycsb,
+    ];
+
+    /// Short name (`array`, `btree`, `hash`, `queue`, `rbtree`, `tpcc`, `ycsb`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SiloWorkload::Array => "array",
+            SiloWorkload::Btree => "btree",
+            SiloWorkload::Hash => "hash",
+            SiloWorkload::Queue => "queue",
+            SiloWorkload::Rbtree => "rbtree",
+            SiloWorkload::Tpcc => "tpcc",
+            SiloWorkload::Ycsb => "ycsb",
+        }
+    }
+
+    /// Parses a name printed by [`SiloWorkload::name`].
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|w| w.name() == text)
+    }
+
+    /// Default size of one core's instance: array elements, initial keys of the maps,
+    /// initial queue items, YCSB records, or TPC-C items (see [`TraceSpec::keys`]).
+    ///
+    /// Chosen so each core's data set exceeds the simulated 8 MB LLC (the 8 cores' together
+    /// exceed it 8-fold again), except the queue, whose accesses touch only its two ends.
+    pub fn default_keys(self) -> u64 {
+        match self {
+            SiloWorkload::Array => 1 << 20,
+            SiloWorkload::Btree | SiloWorkload::Hash | SiloWorkload::Rbtree => 1 << 18,
+            SiloWorkload::Ycsb => 1 << 18,
+            SiloWorkload::Queue => 1 << 16,
+            SiloWorkload::Tpcc => 100_000,
+        }
+    }
+}
+
+impl fmt::Display for SiloWorkload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Default simulated cores.
+pub const DEFAULT_CORES: u32 = 8;
+/// Default committed transactions per core.
+pub const DEFAULT_TRANSACTIONS: u64 = 20_000;
+/// Default seed (core `c` runs with `seed + c`).
+pub const DEFAULT_SEED: u64 = 42;
+/// Silo's element / value size.
+pub const DEFAULT_VALUE_SIZE: u32 = 64;
+/// TPC-C customers per district (the standard's 3000).
+pub const TPCC_CUSTOMERS: u32 = 3000;
+/// TPC-C order ring capacity per district.
+pub const TPCC_ORDER_CAPACITY: u32 = 1024;
+/// Largest number of cores (addresses `core << 40` stay below 2^56).
+pub const MAX_CORES: u32 = 1 << 16;
+/// Largest value size accepted.
+pub const MAX_VALUE_SIZE: u32 = 4096;
+
+/// The parameters of one trace. Every field is recorded in the trace's metadata.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TraceSpec {
+    /// The workload.
+    pub workload: SiloWorkload,
+    /// Simulated cores; each runs an independent instance of the workload.
+    pub cores: u32,
+    /// Committed (traced) transactions per core.
+    pub transactions: u64,
+    /// Instance size: array elements, initial map keys (updates upsert keys from twice that
+    /// key space), initial queue items, YCSB records, TPC-C items (with one warehouse, 10
+    /// districts, [`TPCC_CUSTOMERS`] customers per district).
+    pub keys: u64,
+    /// Element / value size in bytes (TPC-C ignores it).
+    pub value_size: u32,
+    /// Percentage of upserts in the B+tree, hash and RB-tree workloads (Silo: 100).
+    pub update_percent: u32,
+    /// Seed; core `c` runs with `seed + c`.
+    pub seed: u64,
+    /// Initial array contents (Array only).
+    pub fill: ElementFill,
+    /// The assumed computation between memory accesses.
+    pub compute: ComputeModel,
+}
+
+impl TraceSpec {
+    /// The default trace of `workload`: 8 cores, 20 000 transactions per core, the
+    /// workload's default size, 64 B values, 100 % upserts, seed 42, the sparse array fill
+    /// and the default compute model.
+    pub fn new(workload: SiloWorkload) -> Self {
+        TraceSpec {
+            workload,
+            cores: DEFAULT_CORES,
+            transactions: DEFAULT_TRANSACTIONS,
+            keys: workload.default_keys(),
+            value_size: DEFAULT_VALUE_SIZE,
+            update_percent: 100,
+            seed: DEFAULT_SEED,
+            fill: ElementFill::Sparse,
+            compute: ComputeModel::DEFAULT,
+        }
+    }
+
+    /// The same spec with `cores` cores.
+    pub fn with_cores(mut self, cores: u32) -> Self {
+        self.cores = cores;
+        self
+    }
+
+    /// The same spec with `transactions` per core.
+    pub fn with_transactions(mut self, transactions: u64) -> Self {
+        self.transactions = transactions;
+        self
+    }
+
+    /// The same spec with instance size `keys`.
+    pub fn with_keys(mut self, keys: u64) -> Self {
+        self.keys = keys;
+        self
+    }
+
+    /// The same spec with seed `seed`.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// The same spec with array fill `fill`.
+    pub fn with_fill(mut self, fill: ElementFill) -> Self {
+        self.fill = fill;
+        self
+    }
+
+    /// The same spec with compute model `compute`.
+    pub fn with_compute(mut self, compute: ComputeModel) -> Self {
+        self.compute = compute;
+        self
+    }
+
+    /// Checks every parameter's range.
+    pub fn validate(&self) -> Result<(), String> {
+        let checks = [
+            (
+                (1..=MAX_CORES).contains(&self.cores),
+                "cores must be in 1..=65536",
+            ),
+            (self.transactions >= 1, "transactions must be at least 1"),
+            (
+                (2..=1 << 28).contains(&self.keys),
+                "keys must be in 2..=2^28",
+            ),
+            (
+                (1..=MAX_VALUE_SIZE).contains(&self.value_size),
+                "value_size must be in 1..=4096",
+            ),
+            (
+                self.update_percent <= 100,
+                "update_percent must be at most 100",
+            ),
+            (
+                self.workload != SiloWorkload::Tpcc || self.keys <= 1_000_000,
+                "TPC-C items (keys) must be at most 1 000 000",
+            ),
+        ];
+        match checks.iter().find(|(ok, _)| !ok) {
+            Some((_, why)) => Err((*why).to_string()),
+            None => Ok(()),
+        }
+    }
+
+    /// Bytes of the inner `MemEngine` of one core: room for the instance, the growth of
+    /// `transactions` operations and the allocator's slack. Only touched pages cost memory.
+    pub fn memory_bytes(&self) -> u64 {
+        let record = u64::from(self.value_size) + 256;
+        let instance = self.keys.saturating_mul(record).saturating_mul(3);
+        let growth = self.transactions.saturating_mul(record + 1024);
+        (64u64 << 20)
+            .saturating_add(instance)
+            .saturating_add(growth)
+            .min(1 << 39)
+    }
+
+    /// Core `core`'s seed.
+    pub fn core_seed(&self, core: u32) -> u64 {
+        self.seed.wrapping_add(u64::from(core))
+    }
+}
