@@ -70,6 +70,14 @@ pub struct Encoder {
 impl Encoder {
     /// Appends an event.
     pub fn push(&mut self, event: &Event) {
+        debug_assert!(
+            match *event {
+                Event::Load { size, .. } => (1..=64).contains(&size),
+                Event::Store { addr, size, .. } => size >= 1 && addr % 8 + u64::from(size) <= 8,
+                _ => true,
+            },
+            "malformed event {event:?}"
+        );
         self.events += 1;
         match *event {
             Event::TxBegin => self.bytes.push(TAG_TX_BEGIN),
