@@ -1,0 +1,448 @@
+//! Set-associative, write-back, LRU cache arrays (tags only: values live in the value tracker)
+//! and the inclusive three-level hierarchy built from them.
+
+use crate::config::{CacheConfig, Config};
+use serde::{Deserialize, Serialize};
+
+const INVALID: u64 = u64::MAX;
+
+/// A line pushed out of a cache level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Victim {
+    /// Line number (byte address / 64).
+    pub line: u64,
+    /// Whether it held modified data.
+    pub dirty: bool,
+    /// The level's per-line auxiliary word (L1: design tag; LLC: sharer mask).
+    pub aux: u64,
+}
+
+/// One cache level: flat arrays indexed by `set * ways + way`.
+#[derive(Clone, Debug)]
+pub struct Cache {
+    ways: usize,
+    set_mask: u64,
+    tags: Vec<u64>,
+    stamps: Vec<u64>,
+    dirty: Vec<bool>,
+    aux: Vec<u64>,
+    clock: u64,
+}
+
+impl Cache {
+    /// An empty cache (the number of sets must be a power of two; `Config::validate` checks).
+    pub fn new(cfg: &CacheConfig) -> Self {
+        let sets = cfg.sets();
+        let n = sets * cfg.ways;
+        Cache {
+            ways: cfg.ways,
+            set_mask: sets as u64 - 1,
+            tags: vec![INVALID; n],
+            stamps: vec![0; n],
+            dirty: vec![false; n],
+            aux: vec![0; n],
+            clock: 0,
+        }
+    }
+
+    fn set_base(&self, line: u64) -> usize {
+        (line & self.set_mask) as usize * self.ways
+    }
+
+    /// The slot holding `line`, if present.
+    #[inline]
+    pub fn find(&self, line: u64) -> Option<usize> {
+        let base = self.set_base(line);
+        self.tags[base..base + self.ways]
+            .iter()
+            .position(|&t| t == line)
+            .map(|way| base + way)
+    }
+
+    /// Marks a slot most recently used.
+    #[inline]
+    pub fn touch(&mut self, slot: usize) {
+        self.clock += 1;
+        self.stamps[slot] = self.clock;
+    }
+
+    /// Whether `line` is present.
+    pub fn contains(&self, line: u64) -> bool {
+        self.find(line).is_some()
+    }
+
+    /// Inserts `line` (absent) as most recently used, returning the valid line it replaced:
+    /// an invalid way if any, otherwise the least recently used one.
+    pub fn insert(&mut self, line: u64, dirty: bool, aux: u64) -> Option<Victim> {
+        debug_assert!(self.find(line).is_none(), "inserting a present line");
+        let base = self.set_base(line);
+        // The first invalid way if any, else the least recently used one.
+        let (mut slot, mut oldest) = (base, u64::MAX);
+        for s in base..base + self.ways {
+            if self.tags[s] == INVALID {
+                slot = s;
+                break;
+            }
+            if self.stamps[s] < oldest {
+                (slot, oldest) = (s, self.stamps[s]);
+            }
+        }
+        let victim = (self.tags[slot] != INVALID).then(|| Victim {
+            line: self.tags[slot],
+            dirty: self.dirty[slot],
+            aux: self.aux[slot],
+        });
+        self.tags[slot] = line;
+        self.dirty[slot] = dirty;
+        self.aux[slot] = aux;
+        self.touch(slot);
+        victim
+    }
+
+    /// Removes `line`; returns whether it was dirty (`None` if absent).
+    pub fn invalidate(&mut self, line: u64) -> Option<bool> {
+        let slot = self.find(line)?;
+        self.tags[slot] = INVALID;
+        let was = self.dirty[slot];
+        self.dirty[slot] = false;
+        self.aux[slot] = 0;
+        Some(was)
+    }
+
+    /// Sets or clears the dirty bit of a present line; returns the previous bit.
+    pub fn set_dirty(&mut self, line: u64, dirty: bool) -> Option<bool> {
+        let slot = self.find(line)?;
+        Some(std::mem::replace(&mut self.dirty[slot], dirty))
+    }
+
+    /// Whether `line` is present and dirty.
+    pub fn is_dirty(&self, line: u64) -> bool {
+        self.find(line).is_some_and(|s| self.dirty[s])
+    }
+
+    /// The auxiliary word of slot `slot`.
+    pub fn aux_at(&mut self, slot: usize) -> &mut u64 {
+        &mut self.aux[slot]
+    }
+
+    /// The auxiliary word of a present line.
+    pub fn aux(&self, line: u64) -> Option<u64> {
+        self.find(line).map(|s| self.aux[s])
+    }
+
+    /// Every valid line with its dirty bit and auxiliary word (for design walks such as LAD's
+    /// commit-time L1 tag walk).
+    pub fn lines(&self) -> impl Iterator<Item = (u64, bool, u64)> + '_ {
+        (0..self.tags.len())
+            .filter(|&s| self.tags[s] != INVALID)
+            .map(|s| (self.tags[s], self.dirty[s], self.aux[s]))
+    }
+}
+
+/// Which level served an access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    /// L1 hit.
+    L1,
+    /// L2 hit.
+    L2,
+    /// LLC hit.
+    Llc,
+    /// Missed every level: the line comes from PM.
+    Memory,
+}
+
+/// Outcome of one access to the hierarchy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Access {
+    /// The level that had the line.
+    pub level: Level,
+    /// A dirty line that left the LLC and must be written back to PM.
+    pub writeback: Option<u64>,
+}
+
+/// Hit/miss counters of one level.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LevelStats {
+    /// Accesses that found the line.
+    pub hits: u64,
+    /// Accesses that did not.
+    pub misses: u64,
+}
+
+/// Counters of the whole hierarchy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HierarchyStats {
+    /// L1 data caches (all cores).
+    pub l1: LevelStats,
+    /// L2 caches (all cores).
+    pub l2: LevelStats,
+    /// Shared LLC.
+    pub llc: LevelStats,
+    /// Dirty lines written back from the LLC to PM.
+    pub writebacks: u64,
+}
+
+/// Private L1 and L2 per core and a shared LLC, inclusive (L1 ⊆ L2 ⊆ LLC).
+///
+/// Inclusion is kept by back-invalidation: an L2 victim is removed from its core's L1, an LLC
+/// victim from every sharer's L1 and L2 (the LLC's auxiliary word is its sharer mask, so at most
+/// 64 cores). Dirtiness moves down with evictions, so when a line leaves the LLC it is dirty iff
+/// some copy was modified, and the data written back is the newest (which is why the value
+/// tracker can use the architectural value of the line at that moment). Coherence traffic
+/// between private caches is not timed: workloads run one independent instance per core.
+#[derive(Clone, Debug)]
+pub struct Hierarchy {
+    l1: Vec<Cache>,
+    l2: Vec<Cache>,
+    llc: Cache,
+    /// Counters.
+    pub stats: HierarchyStats,
+}
+
+impl Hierarchy {
+    /// Empty caches for `cfg.cores` cores.
+    pub fn new(cfg: &Config) -> Self {
+        Hierarchy {
+            l1: (0..cfg.cores).map(|_| Cache::new(&cfg.l1)).collect(),
+            l2: (0..cfg.cores).map(|_| Cache::new(&cfg.l2)).collect(),
+            llc: Cache::new(&cfg.llc),
+            stats: HierarchyStats::default(),
+        }
+    }
+
+    /// Core `core` reads (`write == false`) or writes `line`, allocating it in every level.
+    #[inline]
+    pub fn access(&mut self, core: usize, line: u64, write: bool) -> Access {
+        if let Some(slot) = self.l1[core].find(line) {
+            self.stats.l1.hits += 1;
+            self.l1[core].touch(slot);
+            if write {
+                self.l1[core].dirty[slot] = true;
+            }
+            return Access {
+                level: Level::L1,
+                writeback: None,
+            };
+        }
+        self.stats.l1.misses += 1;
+        let mut writeback = None;
+        let level = if let Some(slot) = self.l2[core].find(line) {
+            self.stats.l2.hits += 1;
+            self.l2[core].touch(slot);
+            Level::L2
+        } else {
+            self.stats.l2.misses += 1;
+            let level = if let Some(slot) = self.llc.find(line) {
+                self.stats.llc.hits += 1;
+                self.llc.touch(slot);
+                *self.llc.aux_at(slot) |= 1 << core;
+                Level::Llc
+            } else {
+                self.stats.llc.misses += 1;
+                writeback = self.fill_llc(core, line);
+                Level::Memory
+            };
+            self.fill_l2(core, line);
+            level
+        };
+        self.fill_l1(core, line, write);
+        Access { level, writeback }
+    }
+
+    fn fill_llc(&mut self, core: usize, line: u64) -> Option<u64> {
+        let victim = self.llc.insert(line, false, 1 << core)?;
+        let mut dirty = victim.dirty;
+        for sharer in (0..self.l1.len()).filter(|c| victim.aux & (1 << c) != 0) {
+            dirty |= self.l1[sharer].invalidate(victim.line).unwrap_or(false);
+            dirty |= self.l2[sharer].invalidate(victim.line).unwrap_or(false);
+        }
+        dirty.then(|| {
+            self.stats.writebacks += 1;
+            victim.line
+        })
+    }
+
+    fn fill_l2(&mut self, core: usize, line: u64) {
+        let Some(victim) = self.l2[core].insert(line, false, 0) else {
+            return;
+        };
+        let dirty = victim.dirty | self.l1[core].invalidate(victim.line).unwrap_or(false);
+        let slot = self
+            .llc
+            .find(victim.line)
+            .expect("inclusion: L2 line in LLC");
+        *self.llc.aux_at(slot) &= !(1 << core);
+        if dirty {
+            self.llc.dirty[slot] = true;
+        }
+    }
+
+    fn fill_l1(&mut self, core: usize, line: u64, write: bool) {
+        if let Some(victim) = self.l1[core].insert(line, write, 0)
+            && victim.dirty
+        {
+            self.l2[core]
+                .set_dirty(victim.line, true)
+                .expect("inclusion: L1 line in L2");
+        }
+    }
+
+    /// Cleans `line` in every level and core (a `clwb`): returns whether any copy was dirty,
+    /// in which case the caller writes the line back. The copies stay valid.
+    pub fn clean(&mut self, line: u64) -> bool {
+        let Some(slot) = self.llc.find(line) else {
+            return false; // inclusion: absent from the LLC means absent everywhere
+        };
+        let sharers = self.llc.aux[slot];
+        let mut dirty = std::mem::replace(&mut self.llc.dirty[slot], false);
+        for c in (0..self.l1.len()).filter(|c| sharers & (1 << c) != 0) {
+            dirty |= self.l1[c].set_dirty(line, false).unwrap_or(false);
+            dirty |= self.l2[c].set_dirty(line, false).unwrap_or(false);
+        }
+        dirty
+    }
+
+    /// Marks the LLC copy of a present line dirty (its data is newer than PM's).
+    pub fn mark_dirty(&mut self, line: u64) {
+        self.llc
+            .set_dirty(line, true)
+            .expect("the line was just filled");
+    }
+
+    /// Core `core`'s L1 (for design hooks that read line tags).
+    pub fn l1(&self, core: usize) -> &Cache {
+        &self.l1[core]
+    }
+
+    /// Core `core`'s L1, mutable (for design hooks that set line tags).
+    pub fn l1_mut(&mut self, core: usize) -> &mut Cache {
+        &mut self.l1[core]
+    }
+
+    /// Whether `line` is present in the given level of `core` (tests and assertions).
+    pub fn holds(&self, core: usize, level: Level, line: u64) -> bool {
+        match level {
+            Level::L1 => self.l1[core].contains(line),
+            Level::L2 => self.l2[core].contains(line),
+            Level::Llc => self.llc.contains(line),
+            Level::Memory => true,
+        }
+    }
+
+    /// Whether any copy of `line` is dirty.
+    pub fn is_dirty(&self, line: u64) -> bool {
+        self.l1.iter().chain(&self.l2).any(|c| c.is_dirty(line)) || self.llc.is_dirty(line)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny(sets: u64, ways: usize) -> CacheConfig {
+        CacheConfig {
+            size_bytes: sets * ways as u64 * 64,
+            ways,
+            latency: 1,
+        }
+    }
+
+    #[test]
+    fn lru_victim_is_the_least_recently_used_way() {
+        let mut c = Cache::new(&tiny(1, 4));
+        for line in [10, 11, 12, 13] {
+            assert_eq!(c.insert(line, false, 0), None, "fills invalid ways first");
+        }
+        // Touch 10 and 12: LRU order becomes 11, 13, 10, 12.
+        let s = c.find(10).unwrap();
+        c.touch(s);
+        let s = c.find(12).unwrap();
+        c.touch(s);
+        assert_eq!(c.insert(14, false, 0).map(|v| v.line), Some(11));
+        assert_eq!(c.insert(15, false, 0).map(|v| v.line), Some(13));
+        assert_eq!(c.insert(16, false, 0).map(|v| v.line), Some(10));
+        assert!(c.contains(12) && c.contains(14) && c.contains(15) && c.contains(16));
+    }
+
+    #[test]
+    fn sets_are_indexed_by_low_line_bits() {
+        let mut c = Cache::new(&tiny(4, 1));
+        assert_eq!(c.insert(1, true, 0), None);
+        assert_eq!(c.insert(2, false, 0), None, "different set");
+        let v = c
+            .insert(5, false, 0)
+            .expect("5 maps to set 1 and evicts line 1");
+        assert_eq!((v.line, v.dirty), (1, true));
+    }
+
+    fn small_config(cores: usize) -> Config {
+        // L1: 2 sets × 2 ways, L2: 4 sets × 2 ways, LLC: 4 sets × 4 ways.
+        Config {
+            cores,
+            l1: tiny(2, 2),
+            l2: tiny(4, 2),
+            llc: tiny(4, 4),
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn hits_and_misses_walk_the_levels() {
+        let mut h = Hierarchy::new(&small_config(1));
+        assert_eq!(h.access(0, 0, false).level, Level::Memory);
+        assert_eq!(h.access(0, 0, false).level, Level::L1);
+        // Lines 2 and 4 share L1 set 0 with line 0; after both, line 0 left the L1 only.
+        h.access(0, 2, false);
+        h.access(0, 4, false);
+        assert!(!h.holds(0, Level::L1, 0));
+        assert_eq!(h.access(0, 0, false).level, Level::L2);
+        assert_eq!(h.stats.l1.hits, 1);
+        assert_eq!(h.stats.l1.misses, 4);
+        assert_eq!(h.stats.llc.misses, 3);
+        assert_eq!(h.stats.l2.hits, 1);
+    }
+
+    #[test]
+    fn dirty_victims_move_down_and_leave_the_llc_as_writebacks() {
+        let mut h = Hierarchy::new(&small_config(1));
+        // Write line 0; then fill LLC set 0 (lines 0,4,8,12 map there) with 4 more lines.
+        assert_eq!(h.access(0, 0, true).writeback, None);
+        for line in [4, 8, 12] {
+            assert_eq!(h.access(0, line, false).writeback, None);
+        }
+        // LLC set 0 is full with LRU = line 0, which is still dirty in the L1 (or L2).
+        let a = h.access(0, 16, false);
+        assert_eq!(a.writeback, Some(0), "the dirty LRU line is written back");
+        assert!(
+            !h.holds(0, Level::L1, 0) && !h.holds(0, Level::L2, 0),
+            "back-invalidated"
+        );
+        // A clean victim is dropped silently.
+        let a = h.access(0, 20, false);
+        assert_eq!(a.writeback, None);
+        assert_eq!(h.stats.writebacks, 1);
+    }
+
+    #[test]
+    fn llc_eviction_back_invalidates_every_sharer() {
+        let mut h = Hierarchy::new(&small_config(2));
+        h.access(0, 0, false);
+        h.access(1, 0, true); // core 1 modifies line 0: dirty only in core 1's L1
+        for line in [4, 8, 12] {
+            h.access(0, line, false);
+        }
+        assert_eq!(h.access(0, 16, false).writeback, Some(0));
+        assert!(!h.holds(1, Level::L1, 0) && !h.holds(0, Level::L1, 0));
+    }
+
+    #[test]
+    fn clean_reports_dirtiness_once() {
+        let mut h = Hierarchy::new(&small_config(1));
+        h.access(0, 3, true);
+        assert!(h.is_dirty(3));
+        assert!(h.clean(3));
+        assert!(!h.clean(3));
+        assert!(h.holds(0, Level::L1, 3), "clwb keeps the line");
+    }
+}

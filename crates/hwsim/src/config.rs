@@ -1,0 +1,307 @@
+//! Simulator configuration. Defaults follow the Silo paper's Table II where it is known
+//! (8 cores at 2 GHz, L1D 32 KB/8-way/4 cycles, L2 256 KB/8-way/12 cycles, LLC 8 MB/16-way/28
+//! cycles, FR-FCFS MC with a 64-entry ADR write queue, PCM 50/150 ns, 680 B/20-entry log buffer
+//! with an 8-cycle access); the rest are documented assumptions (see `docs/hwsim.md`).
+
+use serde::{Deserialize, Serialize};
+
+/// Cache line size in bytes (fixed: every structure of the model is built on 64 B lines).
+pub const LINE_BYTES: u64 = 64;
+
+/// The whole machine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Simulated cores (1..=64). A trace must have at least this many streams; extra streams
+    /// are ignored.
+    pub cores: usize,
+    /// Core clock in GHz; every latency is kept in cycles of this clock.
+    pub freq_ghz: f64,
+    /// The simple core.
+    pub core: CoreConfig,
+    /// Private L1 data cache.
+    pub l1: CacheConfig,
+    /// Private L2.
+    pub l2: CacheConfig,
+    /// Shared last-level cache.
+    pub llc: CacheConfig,
+    /// One-way on-chip latency (cycles) between a core and the memory controller for traffic
+    /// that bypasses the caches (log entries, log writes, flushes, write-backs leaving the LLC).
+    pub path_cycles: u64,
+    /// Memory controller, PCM and on-PM buffer.
+    pub mem: MemConfig,
+    /// Silo's structures.
+    pub silo: SiloConfig,
+    /// The Base design's parameters.
+    pub base: BaseConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            cores: 8,
+            freq_ghz: 2.0,
+            core: CoreConfig::default(),
+            l1: CacheConfig {
+                size_bytes: 32 << 10,
+                ways: 8,
+                latency: 4,
+            },
+            l2: CacheConfig {
+                size_bytes: 256 << 10,
+                ways: 8,
+                latency: 12,
+            },
+            llc: CacheConfig {
+                size_bytes: 8 << 20,
+                ways: 16,
+                latency: 28,
+            },
+            path_cycles: 32,
+            mem: MemConfig::default(),
+            silo: SiloConfig::default(),
+            base: BaseConfig::default(),
+        }
+    }
+}
+
+/// The in-order core.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CoreConfig {
+    /// Cycles per `Compute` instruction.
+    pub cpi: u64,
+    /// Loads that may be outstanding at once (1 = blocking loads).
+    pub mlp: usize,
+    /// Store-buffer entries; stores retire into it and drain to the L1 in order.
+    pub store_buffer: usize,
+    /// Dirty LLC victims a core may have waiting for the memory controller's write queue
+    /// before it stalls (the write-back buffer).
+    pub writeback_buffer: usize,
+}
+
+impl Default for CoreConfig {
+    fn default() -> Self {
+        CoreConfig {
+            cpi: 1,
+            mlp: 1,
+            store_buffer: 32,
+            writeback_buffer: 16,
+        }
+    }
+}
+
+/// One cache level (64 B lines, write-back, write-allocate, LRU).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheConfig {
+    /// Capacity in bytes.
+    pub size_bytes: u64,
+    /// Associativity.
+    pub ways: usize,
+    /// Access latency in cycles (added to the latencies of the levels above on a miss there).
+    pub latency: u64,
+}
+
+impl CacheConfig {
+    /// Number of sets.
+    pub fn sets(&self) -> usize {
+        (self.size_bytes / LINE_BYTES) as usize / self.ways.max(1)
+    }
+}
+
+/// Memory controller, PCM and the on-PM buffer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemConfig {
+    /// Write-queue entries (inside the ADR persistence domain).
+    pub write_queue: usize,
+    /// Read-queue entries (reads waiting for their bank; exceeding it only counts an event).
+    pub read_queue: usize,
+    /// Write-drain high watermark: at this occupancy the MC switches to draining writes.
+    pub drain_high: usize,
+    /// Write-drain low watermark: draining stops at this occupancy.
+    pub drain_low: usize,
+    /// PCM banks (256 B-line interleaved).
+    pub banks: usize,
+    /// Media read latency (ns) per access.
+    pub read_ns: f64,
+    /// Media write latency (ns) per media-line write.
+    pub write_ns: f64,
+    /// Data-bus time (ns) per 64 B transferred (800 MHz DDR, 64-bit: 5 ns).
+    pub burst_ns: f64,
+    /// On-PM buffer lines (0 = no buffer: every request is written to the media at once).
+    pub onpm_lines: usize,
+    /// On-PM buffer line (and media write unit) in bytes: 256 like an Optane XPLine.
+    pub onpm_line_bytes: u64,
+}
+
+impl Default for MemConfig {
+    fn default() -> Self {
+        MemConfig {
+            write_queue: 64,
+            read_queue: 64,
+            drain_high: 48,
+            drain_low: 16,
+            banks: 16,
+            read_ns: 50.0,
+            write_ns: 150.0,
+            burst_ns: 5.0,
+            onpm_lines: 64,
+            onpm_line_bytes: 256,
+        }
+    }
+}
+
+/// Silo's log buffer and log region.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SiloConfig {
+    /// Log-buffer entries per core.
+    pub entries: usize,
+    /// Bytes per entry slot (680 B / 20 in the paper; only reported).
+    pub entry_bytes: u64,
+    /// Log-buffer access latency in cycles (the paper sweeps 8..=128).
+    pub buffer_latency: u64,
+    /// Undo record size written on overflow or failure (metadata + old word).
+    pub undo_record_bytes: u64,
+    /// Redo record size written on failure (metadata + new word).
+    pub redo_record_bytes: u64,
+    /// Bytes of one overflow batch write (one on-PM-buffer line).
+    pub batch_bytes: u64,
+}
+
+impl Default for SiloConfig {
+    fn default() -> Self {
+        SiloConfig {
+            entries: 20,
+            entry_bytes: 34,
+            buffer_latency: 8,
+            undo_record_bytes: 18,
+            redo_record_bytes: 18,
+            batch_bytes: 256,
+        }
+    }
+}
+
+impl SiloConfig {
+    /// Undo records per overflow batch (⌊256 / 18⌋ = 14).
+    pub fn records_per_batch(&self) -> usize {
+        (self.batch_bytes / self.undo_record_bytes.max(1)).max(1) as usize
+    }
+}
+
+/// The Base design.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BaseConfig {
+    /// Bytes of one undo+redo log record (tid, txid, address, old word, new word, padded).
+    pub record_bytes: u64,
+}
+
+impl Default for BaseConfig {
+    fn default() -> Self {
+        BaseConfig { record_bytes: 32 }
+    }
+}
+
+/// Why a configuration cannot be simulated.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    /// A value is out of range.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Checks the ranges the model relies on.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        if !(1..=64).contains(&self.cores) {
+            return bad(format!("cores = {} (1..=64)", self.cores));
+        }
+        if self.freq_ghz.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
+            return bad("freq_ghz must be positive".into());
+        }
+        for (name, c) in [("l1", &self.l1), ("l2", &self.l2), ("llc", &self.llc)] {
+            let sets = c.sets();
+            if c.ways == 0 || sets == 0 || !sets.is_power_of_two() {
+                return bad(format!("{name}: sets = {sets} must be a power of two ≥ 1"));
+            }
+        }
+        if self.core.store_buffer == 0 || self.core.mlp == 0 || self.core.writeback_buffer == 0 {
+            return bad("store_buffer, mlp and writeback_buffer must be ≥ 1".into());
+        }
+        let m = &self.mem;
+        if m.write_queue == 0 || m.banks == 0 {
+            return bad("write_queue and banks must be ≥ 1".into());
+        }
+        if m.drain_low >= m.drain_high || m.drain_high > m.write_queue {
+            return bad("need drain_low < drain_high ≤ write_queue".into());
+        }
+        if m.onpm_line_bytes != 256 {
+            return bad("onpm_line_bytes must be 256 (word masks are 32 bits)".into());
+        }
+        if self.silo.entries == 0 {
+            return bad("silo.entries must be ≥ 1".into());
+        }
+        Ok(())
+    }
+
+    /// Converts nanoseconds to core cycles (rounded, at least 1 for a positive time).
+    pub fn cycles(&self, ns: f64) -> u64 {
+        if ns <= 0.0 {
+            0
+        } else {
+            ((ns * self.freq_ghz).round() as u64).max(1)
+        }
+    }
+
+    /// A one-core variant of this configuration.
+    pub fn with_cores(&self, cores: usize) -> Config {
+        Config {
+            cores,
+            ..self.clone()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_papers_and_valid() {
+        let c = Config::default();
+        c.validate().expect("default config is valid");
+        assert_eq!(c.l1.sets(), 64);
+        assert_eq!(c.l2.sets(), 512);
+        assert_eq!(c.llc.sets(), 8192);
+        assert_eq!(c.cycles(c.mem.read_ns), 100);
+        assert_eq!(c.cycles(c.mem.write_ns), 300);
+        assert_eq!(c.silo.records_per_batch(), 14);
+        assert_eq!(c.silo.entries as u64 * c.silo.entry_bytes, 680);
+    }
+
+    #[test]
+    fn config_round_trips_through_json_and_partial_json_fills_defaults() {
+        let c = Config::default();
+        let json = serde_json::to_string(&c).unwrap();
+        assert_eq!(serde_json::from_str::<Config>(&json).unwrap(), c);
+        let partial: Config =
+            serde_json::from_str(r#"{"cores": 2, "silo": {"buffer_latency": 128}}"#).unwrap();
+        assert_eq!(partial.cores, 2);
+        assert_eq!(partial.silo.buffer_latency, 128);
+        assert_eq!(partial.silo.entries, 20);
+        assert!(serde_json::from_str::<Config>(r#"{"coars": 2}"#).is_err());
+    }
+
+    #[test]
+    fn invalid_configs_are_rejected() {
+        assert!(Config::default().with_cores(0).validate().is_err());
+        assert!(Config::default().with_cores(65).validate().is_err());
+        let mut c = Config::default();
+        c.l1.ways = 3;
+        assert!(c.validate().is_err());
+    }
+}

@@ -1,0 +1,494 @@
+//! Silo (Zhang & Hua, HPCA'23): speculative hardware logging.
+//!
+//! * **Log generator** (per core, at the L1): every non-silent transactional store produces an
+//!   undo+redo entry (word address, old word, new word) sent over the bypass path to the core's
+//!   battery-backed **log buffer** at the MC; the store does not wait for it. Silent stores
+//!   (old == new) produce nothing.
+//! * **Merging**: an entry for a word the running transaction already logged merges into the
+//!   live entry (the oldest old value stays, the newest new value wins); merging never crosses
+//!   transactions.
+//! * **Flush-bit**: when a line reaches PM by a cache eviction carrying an entry's newest value
+//!   (the write-back was captured after the entry's last store: `WriteReq::seq > entry.seq`),
+//!   the entry's flush-bit is set: PM already has the new value, the old value is kept for undo.
+//!   A later store to the word clears it again (the PM copy is stale once more).
+//! * **Commit**: once the transaction's last entry has arrived, the buffer acknowledges after
+//!   its access latency; at that instant the core's persistent commit register is set. Then
+//!   entries with flush-bit 1 free at once and the others queue an 8 B in-place update (LU) to
+//!   the MC write queue; each frees when its LU is accepted. LUs coalesce with evictions in the
+//!   on-PM buffer.
+//! * **Overflow**: a new entry finding no free slot waits while entries of committed
+//!   transactions (or entries already retiring) are draining; if every slot holds a live entry
+//!   of the running transaction, the oldest ones (up to ⌊256/18⌋ = 14) retire: their 18 B undo
+//!   records go to the core's PM log region in one batched write, and those with flush-bit 0
+//!   write their new word in place (LU). A retiring entry frees when both are accepted. The
+//!   core stalls only while no slot is free.
+//! * **Failure**: the battery flushes, per entry still in a buffer, the undo record (entries of
+//!   uncommitted transactions) or the redo record (entries of committed transactions with
+//!   flush-bit 0) to the log region.
+//! * **Recovery**: redo records of committed transactions (txid ≤ commit register) in log
+//!   order, then undo records of uncommitted ones, newest first (so the oldest old value wins).
+//!   Records of committed transactions' undo and uncommitted ones' redo are ignored.
+
+use super::{Design, Stall, Step, StoreInfo, Wake};
+use crate::config::{Config, SiloConfig};
+use crate::engine::Ctx;
+use crate::mem::{Payload, WriteKind, WriteReq};
+use crate::metrics::LogStats;
+use crate::pm::{LogRecord, PmImage, RecordKind};
+use std::collections::VecDeque;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Belongs to the running transaction, or to a committed one before commit processing.
+    Live,
+    /// Committed; its LU waits for the write queue.
+    LuQueued,
+    /// Retired by overflow: `undo` / `lu` tell which of its writes are still to be accepted.
+    Retiring { undo: bool, lu: bool },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    txid: u64,
+    word: u64,
+    old: u64,
+    new: u64,
+    flush: bool,
+    /// Order stamp of the last store merged into the entry.
+    seq: u64,
+    /// Allocation order (the buffer is FIFO).
+    order: u64,
+    state: State,
+}
+
+#[derive(Clone, Debug)]
+struct SiloCore {
+    slots: Vec<Option<Entry>>,
+    next_order: u64,
+    txid: u64,
+    committed: u64,
+    /// Latest arrival of one of the running transaction's entries at the buffer.
+    last_arrival: u64,
+    tx_entries: u64,
+    tx_overflowed: bool,
+    committing: bool,
+    /// A store waiting for room (its word).
+    waiting: Option<u64>,
+}
+
+impl SiloCore {
+    fn live(&mut self, word: u64) -> Option<&mut Entry> {
+        let txid = self.txid;
+        self.slots
+            .iter_mut()
+            .flatten()
+            .find(|e| e.state == State::Live && e.txid == txid && e.word == word)
+    }
+
+    fn free_slot(&self) -> Option<usize> {
+        self.slots.iter().position(Option::is_none)
+    }
+
+    fn has_room_for(&mut self, word: u64) -> bool {
+        self.live(word).is_some() || self.free_slot().is_some()
+    }
+
+    /// Slots holding entries, oldest first.
+    fn by_age(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = (0..self.slots.len())
+            .filter(|&s| self.slots[s].is_some())
+            .collect();
+        v.sort_by_key(|&s| self.slots[s].map(|e| e.order));
+        v
+    }
+}
+
+/// Work for the log controller's path into the write queue.
+#[derive(Clone, Debug)]
+enum Job {
+    /// In-place update of one entry's new word.
+    Lu {
+        core: usize,
+        slot: usize,
+        order: u64,
+    },
+    /// One batched write of undo records of retiring entries.
+    Undo {
+        core: usize,
+        entries: Vec<(usize, u64)>,
+    },
+}
+
+/// The Silo design.
+#[derive(Clone, Debug)]
+pub struct Silo {
+    cfg: SiloConfig,
+    path: u64,
+    cores: Vec<SiloCore>,
+    jobs: VecDeque<Job>,
+    stats: LogStats,
+}
+
+impl Silo {
+    /// Silo for `cfg`.
+    pub fn new(cfg: &Config) -> Self {
+        let core = SiloCore {
+            slots: vec![None; cfg.silo.entries],
+            next_order: 0,
+            txid: 0,
+            committed: 0,
+            last_arrival: 0,
+            tx_entries: 0,
+            tx_overflowed: false,
+            committing: false,
+            waiting: None,
+        };
+        Silo {
+            cfg: cfg.silo.clone(),
+            path: cfg.path_cycles,
+            cores: vec![core; cfg.cores],
+            jobs: VecDeque::new(),
+            stats: LogStats::default(),
+        }
+    }
+
+    fn room_wait() -> Step {
+        Step::block(Wake::Poll, Stall::LogBuffer)
+    }
+
+    /// No slot is free: retire the oldest live entries of the running transaction if every
+    /// slot holds one; otherwise slots are already on their way to being freed.
+    fn make_room(&mut self, ctx: &mut Ctx<'_>, core: usize) {
+        let c = &mut self.cores[core];
+        let txid = c.txid;
+        if c.slots
+            .iter()
+            .flatten()
+            .any(|e| e.txid != txid || e.state != State::Live)
+        {
+            return;
+        }
+        let batch: Vec<usize> = c
+            .by_age()
+            .into_iter()
+            .take(self.cfg.records_per_batch())
+            .collect();
+        let mut entries = Vec::with_capacity(batch.len());
+        for slot in batch {
+            let e = c.slots[slot].as_mut().expect("occupied");
+            e.state = State::Retiring {
+                undo: true,
+                lu: !e.flush,
+            };
+            entries.push((slot, e.order));
+            if !e.flush {
+                self.jobs.push_back(Job::Lu {
+                    core,
+                    slot,
+                    order: e.order,
+                });
+            }
+        }
+        self.stats.overflow_batches += 1;
+        self.stats.overflowed_entries += entries.len() as u64;
+        if !std::mem::replace(&mut c.tx_overflowed, true) {
+            self.stats.overflow_tx += 1;
+        }
+        self.jobs.push_front(Job::Undo { core, entries });
+        self.background(ctx);
+    }
+
+    fn commit(&mut self, ctx: &mut Ctx<'_>, core: usize) {
+        let c = &mut self.cores[core];
+        c.committed = c.txid;
+        let pm = ctx.pm();
+        pm.committed[core] = c.txid;
+        pm.logs[core].clear(); // truncation: overflow records of this tx are now garbage
+        for slot in c.by_age() {
+            let e = c.slots[slot].as_mut().expect("occupied");
+            if e.txid != c.txid || e.state != State::Live {
+                continue;
+            }
+            if e.flush {
+                c.slots[slot] = None;
+                self.stats.updates_skipped += 1;
+            } else {
+                e.state = State::LuQueued;
+                self.jobs.push_back(Job::Lu {
+                    core,
+                    slot,
+                    order: e.order,
+                });
+            }
+        }
+        self.background(ctx);
+    }
+
+    fn entry(&mut self, core: usize, slot: usize, order: u64) -> Option<&mut Entry> {
+        self.cores[core].slots[slot]
+            .as_mut()
+            .filter(|e| e.order == order)
+    }
+
+    /// Whether a queued job still has work (an LU may have been cancelled by an eviction).
+    fn job_live(&mut self, job: &Job) -> bool {
+        match *job {
+            Job::Lu { core, slot, order } => self.entry(core, slot, order).is_some_and(|e| {
+                matches!(e.state, State::LuQueued | State::Retiring { lu: true, .. })
+            }),
+            Job::Undo { .. } => true,
+        }
+    }
+
+    fn request(&mut self, ctx: &mut Ctx<'_>, job: &Job) -> WriteReq {
+        match *job {
+            Job::Lu { core, slot, order } => {
+                let e = *self.entry(core, slot, order).expect("live job");
+                let mut data = Payload::default();
+                let i = ((e.word >> 3) & 7) as usize;
+                data.mask = 1 << i;
+                data.words[i] = e.new;
+                WriteReq {
+                    data,
+                    seq: ctx.next_seq(),
+                    ..WriteReq::new(e.word, 8, WriteKind::InPlace, core)
+                }
+            }
+            Job::Undo { core, ref entries } => {
+                let bytes = (entries.len() as u64 * self.cfg.undo_record_bytes)
+                    .next_multiple_of(8)
+                    .min(self.cfg.batch_bytes);
+                let addr = ctx.log_addr(core, bytes);
+                WriteReq::new(addr, bytes, WriteKind::Log, core)
+            }
+        }
+    }
+
+    /// The job's write was accepted: record its effect and free finished entries.
+    fn completed(&mut self, ctx: &mut Ctx<'_>, job: Job) {
+        match job {
+            Job::Lu { core, slot, order } => {
+                self.stats.in_place_updates += 1;
+                let e = self.entry(core, slot, order).expect("live job");
+                match e.state {
+                    State::Retiring { undo, .. } => {
+                        e.flush = true;
+                        e.state = State::Retiring { undo, lu: false };
+                        if !undo {
+                            self.cores[core].slots[slot] = None;
+                        }
+                    }
+                    _ => self.cores[core].slots[slot] = None,
+                }
+            }
+            Job::Undo { core, entries } => {
+                for (slot, order) in entries {
+                    let e = self.entry(core, slot, order).expect("retiring entry");
+                    let record = LogRecord {
+                        kind: RecordKind::Undo,
+                        txid: e.txid,
+                        word: e.word,
+                        old: e.old,
+                        new: e.new,
+                    };
+                    let State::Retiring { lu, .. } = e.state else {
+                        unreachable!("undo job for a non-retiring entry")
+                    };
+                    e.state = State::Retiring { undo: false, lu };
+                    if !lu {
+                        self.cores[core].slots[slot] = None;
+                    }
+                    self.stats.undo_records += 1;
+                    ctx.pm().append(core, record);
+                }
+            }
+        }
+    }
+
+    /// An eviction of `line` captured at `seq` reached PM: flag the entries it covers.
+    fn line_persisted(&mut self, line: u64, seq: u64) {
+        for c in &mut self.cores {
+            for slot in c.slots.iter_mut() {
+                let Some(e) = slot else { continue };
+                if e.word >> 6 != line || e.seq > seq {
+                    continue;
+                }
+                e.flush = true;
+                match e.state {
+                    State::LuQueued => {
+                        *slot = None;
+                        self.stats.updates_skipped += 1;
+                    }
+                    State::Retiring { undo, lu: true } => {
+                        self.stats.updates_skipped += 1;
+                        e.state = State::Retiring { undo, lu: false };
+                        if !undo {
+                            *slot = None;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+impl Design for Silo {
+    fn name(&self) -> &'static str {
+        "silo"
+    }
+
+    fn tx_begin(&mut self, _ctx: &mut Ctx<'_>, core: usize) -> Step {
+        let c = &mut self.cores[core];
+        c.txid += 1;
+        c.last_arrival = 0;
+        c.tx_entries = 0;
+        c.tx_overflowed = false;
+        Step::Done
+    }
+
+    fn pre_store(&mut self, ctx: &mut Ctx<'_>, core: usize, st: &StoreInfo) -> Step {
+        // The store may update the L1 only once its entry has a place: otherwise an eviction
+        // could carry uncommitted data to PM with no undo information anywhere.
+        if st.silent || self.cores[core].has_room_for(st.word) {
+            return Step::Done;
+        }
+        self.cores[core].waiting = Some(st.word);
+        self.make_room(ctx, core);
+        Self::room_wait()
+    }
+
+    fn post_store(&mut self, _ctx: &mut Ctx<'_>, core: usize, st: &StoreInfo) -> Step {
+        self.stats.tx_stores += 1;
+        if st.silent {
+            self.stats.silent_ignored += 1;
+            return Step::Done;
+        }
+        self.stats.generated += 1;
+        let c = &mut self.cores[core];
+        c.last_arrival = c.last_arrival.max(st.perform_at + self.path);
+        if let Some(e) = c.live(st.word) {
+            e.new = st.new;
+            e.seq = st.seq;
+            e.flush = false;
+            self.stats.merged += 1;
+            return Step::Done;
+        }
+        let slot = c.free_slot().expect("pre_store reserved room");
+        c.slots[slot] = Some(Entry {
+            txid: c.txid,
+            word: st.word,
+            old: st.old,
+            new: st.new,
+            flush: false,
+            seq: st.seq,
+            order: c.next_order,
+            state: State::Live,
+        });
+        c.next_order += 1;
+        c.tx_entries += 1;
+        self.stats.appended += 1;
+        self.stats.max_entries_per_tx = self.stats.max_entries_per_tx.max(c.tx_entries);
+        Step::Done
+    }
+
+    fn tx_end(&mut self, ctx: &mut Ctx<'_>, core: usize) -> Step {
+        let c = &mut self.cores[core];
+        c.committing = true;
+        let ack = ctx.now().max(c.last_arrival) + self.cfg.buffer_latency;
+        Step::block(Wake::At(ack), Stall::Commit)
+    }
+
+    fn resume(&mut self, ctx: &mut Ctx<'_>, core: usize) -> Step {
+        let c = &mut self.cores[core];
+        if std::mem::take(&mut c.committing) {
+            self.commit(ctx, core);
+            return Step::Done;
+        }
+        if let Some(word) = c.waiting {
+            if c.has_room_for(word) {
+                c.waiting = None;
+                return Step::Done;
+            }
+            self.make_room(ctx, core);
+            return Self::room_wait();
+        }
+        Step::Done
+    }
+
+    fn on_accepted(&mut self, _ctx: &mut Ctx<'_>, req: &WriteReq) {
+        if matches!(req.kind, WriteKind::WriteBack | WriteKind::Flush) {
+            self.line_persisted(req.addr >> 6, req.seq);
+        }
+    }
+
+    fn background(&mut self, ctx: &mut Ctx<'_>) {
+        while let Some(job) = self.jobs.front().cloned() {
+            if !self.job_live(&job) {
+                self.jobs.pop_front();
+                continue;
+            }
+            if ctx.wq_free() == 0 {
+                return;
+            }
+            let req = self.request(ctx, &job);
+            let accepted = ctx.try_write(req);
+            debug_assert!(accepted, "the write queue had room");
+            self.jobs.pop_front();
+            self.completed(ctx, job);
+        }
+    }
+
+    fn failure_flush(&mut self, pm: &mut PmImage) {
+        for (core, c) in self.cores.iter().enumerate() {
+            for slot in c.by_age() {
+                let e = c.slots[slot].expect("occupied");
+                let kind = if e.txid > c.committed {
+                    RecordKind::Undo
+                } else if !e.flush {
+                    RecordKind::Redo
+                } else {
+                    continue;
+                };
+                self.stats.failure_records += 1;
+                pm.append(
+                    core,
+                    LogRecord {
+                        kind,
+                        txid: e.txid,
+                        word: e.word,
+                        old: e.old,
+                        new: e.new,
+                    },
+                );
+            }
+        }
+    }
+
+    fn recover(&self, pm: &mut PmImage) {
+        let cores = pm.logs.len();
+        for core in 0..cores {
+            let committed = pm.committed[core];
+            let redo: Vec<LogRecord> = pm.logs[core]
+                .iter()
+                .filter(|r| r.kind == RecordKind::Redo && r.txid <= committed)
+                .copied()
+                .collect();
+            redo.iter().for_each(|r| pm.write(r.word, r.new));
+        }
+        for core in 0..cores {
+            let committed = pm.committed[core];
+            let undo: Vec<LogRecord> = pm.logs[core]
+                .iter()
+                .rev()
+                .filter(|r| r.kind == RecordKind::Undo && r.txid > committed)
+                .copied()
+                .collect();
+            undo.iter().for_each(|r| pm.write(r.word, r.old));
+        }
+    }
+
+    fn log_stats(&self) -> Option<LogStats> {
+        Some(self.stats)
+    }
+}

@@ -1,0 +1,945 @@
+//! The timing engine: cores consume their trace streams, shared resources are used in global
+//! time order.
+//!
+//! Actors are the cores (each with a local clock), the memory controller (its next issue or
+//! admission time) and the design (its optional wakeup time). The engine always advances the
+//! actor with the smallest time; a core runs a batch of events while its clock stays below
+//! every other actor's time, so it never touches a shared resource "in the past" of another
+//! actor. Ties go to the memory controller, then the design, then the lowest core index, which
+//! makes runs deterministic.
+
+use crate::cache::{Hierarchy, Level};
+use crate::config::{Config, ConfigError};
+use crate::design::{Design, Evict, Stall, Step, StoreInfo, Wake};
+use crate::mem::{MemCtrl, NEVER, Payload, WriteKind, WriteReq};
+use crate::metrics::{CoreMetrics, Metrics};
+use crate::pm::{PmImage, Values, initial_words, merge_piece, piece_mask};
+use crate::util::FastMap;
+use std::collections::VecDeque;
+use trace::{Decoder, Event, Trace};
+
+/// Calls a design hook with a context at the current global time (the design and the world
+/// are disjoint fields, so both can be borrowed).
+macro_rules! hook {
+    ($sim:ident, $method:ident, $($arg:expr),*) => {{
+        let now = $sim.time;
+        $sim.design.$method(&mut Ctx { w: &mut $sim.w, now }, $($arg),*)
+    }};
+}
+
+/// Base of the PM log regions (far above any data address a trace uses).
+const LOG_BASE: u64 = 0xF000_0000_0000;
+/// Bytes of one core's log region (a ring).
+const LOG_REGION: u64 = 1 << 24;
+
+/// Why a simulation cannot start.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SimError {
+    /// Bad configuration.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The trace has fewer streams than the configuration has cores.
+    #[error("the trace has {have} streams, the configuration {need} cores")]
+    TooFewStreams {
+        /// Cores configured.
+        need: usize,
+        /// Streams in the trace.
+        have: usize,
+    },
+}
+
+/// How to run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunOptions {
+    /// Track word values (architectural, PM image, log records, the committed-state model).
+    /// Needed for crash checks; costs memory proportional to the words the trace stores to.
+    pub track_values: bool,
+    /// Stop every actor after this cycle (crash injection).
+    pub crash_at: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Outgoing {
+    arrive: u64,
+    req: WriteReq,
+}
+
+/// Everything the engine shares with designs through [`Ctx`].
+#[derive(Debug)]
+pub struct World {
+    cfg: Config,
+    hier: Hierarchy,
+    mc: MemCtrl,
+    outbox: Vec<VecDeque<Outgoing>>,
+    values: Option<Values>,
+    pm: PmImage,
+    seq: u64,
+    mem_dirty: bool,
+    log_cursor: Vec<u64>,
+}
+
+impl World {
+    fn accept(&mut self, req: &WriteReq) {
+        self.mc.accept(*req);
+        self.pm.apply(req);
+        self.mem_dirty = true;
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+}
+
+/// A design's view of the machine during a hook, at the current global time.
+#[derive(Debug)]
+pub struct Ctx<'a> {
+    w: &'a mut World,
+    now: u64,
+}
+
+impl Ctx<'_> {
+    /// The current cycle.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.w.cfg
+    }
+
+    /// A fresh global order stamp (see [`StoreInfo::seq`]).
+    pub fn next_seq(&mut self) -> u64 {
+        self.w.next_seq()
+    }
+
+    /// Free write-queue entries at the MC.
+    pub fn wq_free(&self) -> usize {
+        self.w.mc.free_entries()
+    }
+
+    /// A write issued by a structure at the MC: accepted (persistent) now if the write queue
+    /// has room; `false` otherwise (retry from `Design::background`).
+    pub fn try_write(&mut self, req: WriteReq) -> bool {
+        if !self.w.mc.has_space() {
+            return false;
+        }
+        self.w.accept(&req);
+        true
+    }
+
+    /// A write sent from core `req.core` over the on-chip path, reaching the MC at `arrive`;
+    /// it joins the core's FIFO to the MC, and `Design::on_accepted` reports its acceptance.
+    pub fn send(&mut self, req: WriteReq, arrive: u64) {
+        self.w.outbox[req.core].push_back(Outgoing { arrive, req });
+        self.w.mem_dirty = true;
+    }
+
+    /// Requests of `core` not yet accepted by the MC.
+    pub fn pending_sends(&self, core: usize) -> usize {
+        self.w.outbox[core].len()
+    }
+
+    /// The current values of 64 B line `line` (empty unless values are tracked).
+    pub fn capture_line(&self, line: u64) -> Payload {
+        self.w
+            .values
+            .as_ref()
+            .map(|v| v.line(line))
+            .unwrap_or_default()
+    }
+
+    /// Cleans `line` everywhere in the hierarchy; returns whether a copy was dirty.
+    pub fn clean_line(&mut self, line: u64) -> bool {
+        self.w.hier.clean(line)
+    }
+
+    /// The cache hierarchy (line tags for designs that keep per-line state).
+    pub fn hierarchy(&mut self) -> &mut Hierarchy {
+        &mut self.w.hier
+    }
+
+    /// The persistent image (commit registers, log regions, data words).
+    pub fn pm(&mut self) -> &mut PmImage {
+        &mut self.w.pm
+    }
+
+    /// Whether values and records are tracked (crash-check runs).
+    pub fn tracking(&self) -> bool {
+        self.w.pm.tracking()
+    }
+
+    /// Allocates `bytes` (≤ 256) in core `core`'s log region (a ring; a record never crosses
+    /// a 256 B line) and returns its address.
+    pub fn log_addr(&mut self, core: usize, bytes: u64) -> u64 {
+        let cursor = &mut self.w.log_cursor[core];
+        if *cursor % 256 + bytes > 256 {
+            *cursor = (*cursor | 255) + 1;
+        }
+        if *cursor + bytes > LOG_REGION {
+            *cursor = 0;
+        }
+        let addr = LOG_BASE + core as u64 * LOG_REGION + *cursor;
+        *cursor += bytes;
+        addr
+    }
+}
+
+/// What the core does when its clock comes, before reading its next event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pending {
+    None,
+    /// The store buffer was full when this store arrived.
+    SbFull(StoreInfo),
+    /// A hook blocked; call `resume`, then continue with `After`.
+    Design(After),
+    /// `TxEnd` waits for the store buffer.
+    TxEndDrain,
+    /// The write-back buffer is over its limit.
+    WbFull,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum After {
+    Nothing,
+    Perform(StoreInfo),
+    Commit,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Park {
+    No,
+    Outbox { extra: u64 },
+    Poll,
+}
+
+#[derive(Debug)]
+struct Core<'t> {
+    events: Decoder<'t>,
+    clock: u64,
+    done: bool,
+    pending: Pending,
+    park: Park,
+    park_since: u64,
+    park_cause: Stall,
+    in_tx: bool,
+    txid: u64,
+    /// Drain-completion times of the stores in the store buffer, oldest first.
+    sb: VecDeque<u64>,
+    sb_last: u64,
+    /// Completion times of outstanding loads (MLP window), oldest first.
+    loads: VecDeque<u64>,
+    m: CoreMetrics,
+}
+
+impl Core<'_> {
+    fn runnable(&self) -> bool {
+        !self.done && self.park == Park::No
+    }
+}
+
+/// The committed-state model for crash checks: per word, the value a correct recovery must
+/// produce.
+#[derive(Debug, Default)]
+pub(crate) struct Model {
+    pub(crate) expect: FastMap<u64, Expect>,
+    tx_words: Vec<Vec<u64>>,
+}
+
+/// Expected recovered value of one word.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Expect {
+    /// New value of the last committed transaction that wrote it, else the value before the
+    /// first transactional write.
+    pub(crate) value: u64,
+    /// Core whose transactions wrote it.
+    pub(crate) core: usize,
+    /// Transactions of several cores wrote it (no isolation: not checked).
+    pub(crate) shared: bool,
+    /// A store outside transactions wrote it (no atomicity promised: not checked).
+    pub(crate) plain: bool,
+    /// Transaction id of the last committed writer.
+    pub(crate) committed: Option<u64>,
+}
+
+impl Model {
+    fn tx_store(&mut self, core: usize, word: u64, before: u64) {
+        let e = self.expect.entry(word).or_insert(Expect {
+            value: before,
+            core,
+            shared: false,
+            plain: false,
+            committed: None,
+        });
+        e.shared |= e.core != core;
+        self.tx_words[core].push(word);
+    }
+
+    fn plain_store(&mut self, core: usize, word: u64, before: u64) {
+        self.expect
+            .entry(word)
+            .or_insert(Expect {
+                value: before,
+                core,
+                shared: false,
+                plain: false,
+                committed: None,
+            })
+            .plain = true;
+    }
+
+    fn commit(&mut self, core: usize, txid: u64, values: &Values) {
+        for word in self.tx_words[core].drain(..) {
+            let e = self
+                .expect
+                .get_mut(&word)
+                .expect("stored word has an entry");
+            e.value = values.get(word);
+            e.committed = Some(txid);
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Lat {
+    l1: u64,
+    l2: u64,
+    llc: u64,
+    path: u64,
+}
+
+/// One simulation of a design over a trace.
+#[derive(Debug)]
+pub struct Sim<'t> {
+    w: World,
+    design: Box<dyn Design>,
+    cores: Vec<Core<'t>>,
+    model: Option<Model>,
+    crash_at: u64,
+    mem_next: u64,
+    time: u64,
+    last_mem_event: u64,
+    rr: usize,
+    lat: Lat,
+    workload: String,
+    host_seconds: f64,
+}
+
+impl<'t> Sim<'t> {
+    /// A simulation of `design` on the first `cfg.cores` streams of `trace`.
+    pub fn new(
+        cfg: &Config,
+        design: Box<dyn Design>,
+        trace: &'t Trace,
+        opts: RunOptions,
+    ) -> Result<Self, SimError> {
+        cfg.validate()?;
+        if trace.cores() < cfg.cores {
+            return Err(SimError::TooFewStreams {
+                need: cfg.cores,
+                have: trace.cores(),
+            });
+        }
+        let initial = opts.track_values.then(|| initial_words(trace, cfg.cores));
+        let values = initial.as_ref().map(Values::new);
+        let model = opts.track_values.then(|| Model {
+            expect: FastMap::default(),
+            tx_words: vec![Vec::new(); cfg.cores],
+        });
+        let cores = (0..cfg.cores)
+            .map(|i| Core {
+                events: trace.events(i),
+                clock: 0,
+                done: false,
+                pending: Pending::None,
+                park: Park::No,
+                park_since: 0,
+                park_cause: Stall::Persist,
+                in_tx: false,
+                txid: 0,
+                sb: VecDeque::with_capacity(cfg.core.store_buffer),
+                sb_last: 0,
+                loads: VecDeque::with_capacity(cfg.core.mlp),
+                m: CoreMetrics::default(),
+            })
+            .collect();
+        Ok(Sim {
+            w: World {
+                cfg: cfg.clone(),
+                hier: Hierarchy::new(cfg),
+                mc: MemCtrl::new(cfg),
+                outbox: vec![VecDeque::new(); cfg.cores],
+                values,
+                pm: PmImage::new(cfg.cores, initial),
+                seq: 0,
+                mem_dirty: false,
+                log_cursor: vec![0; cfg.cores],
+            },
+            design,
+            cores,
+            model,
+            crash_at: opts.crash_at.unwrap_or(NEVER),
+            mem_next: NEVER,
+            time: 0,
+            last_mem_event: 0,
+            rr: 0,
+            lat: Lat {
+                l1: cfg.l1.latency,
+                l2: cfg.l2.latency,
+                llc: cfg.llc.latency,
+                path: cfg.path_cycles,
+            },
+            workload: trace.meta.workload.clone(),
+            host_seconds: 0.0,
+        })
+    }
+
+    /// Runs until every core finished and the memory system is idle, or until the crash cycle.
+    pub fn run(&mut self) {
+        let started = std::time::Instant::now();
+        loop {
+            self.refresh_mem_next();
+            let design_next = self.design_next();
+            let (core, core_time) = self.next_core(usize::MAX);
+            let t = core_time.min(self.mem_next).min(design_next);
+            if t == NEVER {
+                self.assert_finished();
+                break;
+            }
+            if t > self.crash_at {
+                break;
+            }
+            if self.mem_next <= core_time && self.mem_next <= design_next {
+                self.mem_step(t);
+            } else if design_next <= core_time {
+                self.design_wakeup(t);
+            } else {
+                self.run_core(core);
+            }
+        }
+        self.host_seconds += started.elapsed().as_secs_f64();
+    }
+
+    fn design_next(&self) -> u64 {
+        self.design.next_wakeup().unwrap_or(NEVER)
+    }
+
+    /// The runnable core with the smallest clock other than `except`.
+    fn next_core(&self, except: usize) -> (usize, u64) {
+        let mut best = (usize::MAX, NEVER);
+        for (i, c) in self.cores.iter().enumerate() {
+            if i != except && c.runnable() && c.clock < best.1 {
+                best = (i, c.clock);
+            }
+        }
+        best
+    }
+
+    fn assert_finished(&self) {
+        let stuck: Vec<usize> = (0..self.cores.len())
+            .filter(|&i| !self.cores[i].done)
+            .collect();
+        assert!(
+            stuck.is_empty(),
+            "hwsim deadlock at cycle {}: cores {stuck:?} wait with no event pending ({:?})",
+            self.time,
+            stuck
+                .iter()
+                .map(|&i| (self.cores[i].pending, self.cores[i].park))
+                .collect::<Vec<_>>()
+        );
+    }
+
+    fn refresh_mem_next(&mut self) {
+        if !self.w.mem_dirty {
+            return;
+        }
+        self.w.mem_dirty = false;
+        let mut t = self.w.mc.next_issue();
+        if self.w.mc.has_space() {
+            for ob in &self.w.outbox {
+                if let Some(head) = ob.front() {
+                    t = t.min(head.arrive);
+                }
+            }
+        }
+        self.mem_next = if t == NEVER { NEVER } else { t.max(self.time) };
+    }
+
+    /// Runs core `c` while its clock is below every other actor's time.
+    fn run_core(&mut self, c: usize) {
+        let others = self.next_core(c).1;
+        loop {
+            self.refresh_mem_next();
+            let core = &self.cores[c];
+            let limit = self.mem_next.min(self.design_next());
+            if !core.runnable()
+                || core.clock >= limit
+                || core.clock > others
+                || core.clock > self.crash_at
+            {
+                return;
+            }
+            self.time = self.time.max(core.clock);
+            self.step_core(c);
+        }
+    }
+
+    fn step_core(&mut self, c: usize) {
+        match std::mem::replace(&mut self.cores[c].pending, Pending::None) {
+            Pending::None => self.next_event(c),
+            Pending::SbFull(info) => self.store_enter(c, info),
+            Pending::TxEndDrain => self.tx_end(c),
+            Pending::WbFull => self.check_writeback_buffer(c),
+            Pending::Design(after) => {
+                let now = self.time;
+                let step = self.design.resume(
+                    &mut Ctx {
+                        w: &mut self.w,
+                        now,
+                    },
+                    c,
+                );
+                self.after_step(c, step, after);
+            }
+        }
+    }
+
+    fn after_step(&mut self, c: usize, step: Step, after: After) {
+        match step {
+            Step::Done => match after {
+                After::Nothing => {}
+                After::Perform(info) => self.perform_store(c, info),
+                After::Commit => self.commit(c),
+            },
+            Step::Block { wake, cause } => {
+                self.cores[c].pending = Pending::Design(after);
+                self.block(c, wake, cause);
+            }
+        }
+    }
+
+    fn block(&mut self, c: usize, wake: Wake, cause: Stall) {
+        let empty = self.w.outbox[c].is_empty();
+        let core = &mut self.cores[c];
+        match wake {
+            Wake::At(t) => {
+                let t = t.max(core.clock);
+                core.m.stalls.add(cause, t - core.clock);
+                core.clock = t;
+            }
+            Wake::OutboxDrained { extra } if empty => {
+                core.m.stalls.add(cause, extra);
+                core.clock += extra;
+            }
+            Wake::OutboxDrained { extra } => core.park(Park::Outbox { extra }, cause),
+            Wake::Poll => core.park(Park::Poll, cause),
+        }
+    }
+
+    fn next_event(&mut self, c: usize) {
+        let Some(event) = self.cores[c].events.next() else {
+            self.finish_core(c);
+            return;
+        };
+        self.cores[c].m.events += 1;
+        match event {
+            Event::Compute { instructions } => {
+                self.cores[c].clock += u64::from(instructions) * self.w.cfg.core.cpi;
+            }
+            Event::Load { addr, size } => self.load(c, addr, size),
+            Event::Store {
+                addr,
+                size,
+                old,
+                new,
+            } => self.store(c, addr, size, old, new),
+            Event::TxBegin => self.tx_begin(c),
+            Event::TxEnd => self.tx_end_event(c),
+        }
+        if self.cores[c].pending == Pending::None {
+            self.check_writeback_buffer(c);
+        }
+    }
+
+    fn finish_core(&mut self, c: usize) {
+        let core = &mut self.cores[c];
+        core.done = true;
+        let loads_done = core.loads.back().copied().unwrap_or(0);
+        core.m.cycles = core.clock.max(core.sb_last).max(loads_done);
+    }
+
+    fn check_writeback_buffer(&mut self, c: usize) {
+        if self.w.outbox[c].len() > self.w.cfg.core.writeback_buffer {
+            self.cores[c].pending = Pending::WbFull;
+            self.cores[c].park(Park::Poll, Stall::WriteBack);
+        }
+    }
+
+    /// Accesses `line` for core `c` at the current time; returns the level and the latency
+    /// until the data is in the L1. A dirty LLC victim is sent towards the MC.
+    fn access(&mut self, c: usize, line: u64, write: bool) -> (Level, u64) {
+        let a = self.w.hier.access(c, line, write);
+        let l = self.lat;
+        let latency = match a.level {
+            Level::L1 => l.l1,
+            Level::L2 => l.l1 + l.l2,
+            Level::Llc => l.l1 + l.l2 + l.llc,
+            Level::Memory if self.reclaim_writeback(line) => l.l1 + l.l2 + l.llc,
+            Level::Memory => {
+                // The read reserves its bank as of now; the on-chip trips are added around it.
+                let now = self.time;
+                let done = self.w.mc.read(now, line << 6);
+                self.w.mem_dirty = true;
+                l.l1 + l.l2 + l.llc + 2 * l.path + (done - now)
+            }
+        };
+        if let Some(victim) = a.writeback {
+            self.writeback(c, victim);
+        }
+        (a.level, latency)
+    }
+
+    /// A miss to a line whose write-back has not reached the MC yet is served from the
+    /// write-back buffer: the write-back is cancelled and the line comes back dirty. (Letting
+    /// the stale write-back go on would let it overwrite newer data that reached PM by
+    /// another path, e.g. Silo's in-place updates, which real hardware does not allow.)
+    fn reclaim_writeback(&mut self, line: u64) -> bool {
+        let addr = line << 6;
+        for ob in &mut self.w.outbox {
+            if let Some(i) = ob
+                .iter()
+                .position(|o| o.req.kind == WriteKind::WriteBack && o.req.addr == addr)
+            {
+                ob.remove(i);
+                self.w.hier.mark_dirty(line);
+                self.w.mem_dirty = true;
+                return true;
+            }
+        }
+        false
+    }
+
+    fn writeback(&mut self, c: usize, line: u64) {
+        let now = self.time;
+        let mut ctx = Ctx {
+            w: &mut self.w,
+            now,
+        };
+        if self.design.on_evict(&mut ctx, c, line) == Evict::Absorbed {
+            return;
+        }
+        let req = WriteReq {
+            seq: ctx.next_seq(),
+            data: ctx.capture_line(line),
+            ..WriteReq::new(line << 6, 64, WriteKind::WriteBack, c)
+        };
+        ctx.send(req, now + self.lat.path);
+    }
+
+    fn load(&mut self, c: usize, addr: u64, size: u8) {
+        self.cores[c].m.loads += 1;
+        let first = addr >> 6;
+        let last = (addr + u64::from(size.max(1)) - 1) >> 6;
+        let latency: u64 = (first..=last)
+            .map(|line| self.access(c, line, false).1)
+            .sum();
+        let mlp = self.w.cfg.core.mlp;
+        let l1 = self.lat.l1;
+        let core = &mut self.cores[c];
+        if mlp == 1 {
+            core.m.stalls.load += latency.saturating_sub(l1);
+            core.clock += latency;
+        } else {
+            let now = core.clock;
+            while core.loads.front().is_some_and(|&t| t <= now) {
+                core.loads.pop_front();
+            }
+            if core.loads.len() >= mlp {
+                let t = core.loads.pop_front().expect("window full");
+                core.m.stalls.load += t - core.clock;
+                core.clock = t;
+            }
+            core.loads.push_back(core.clock + latency);
+            core.clock += 1;
+        }
+        if self.cores[c].in_tx {
+            let step = hook!(self, load, c, addr, size);
+            self.after_step(c, step, After::Nothing);
+        }
+    }
+
+    fn store(&mut self, c: usize, addr: u64, size: u8, old: u64, new: u64) {
+        let core = &mut self.cores[c];
+        core.m.stores += 1;
+        if core.in_tx {
+            core.m.tx_stores += 1;
+        }
+        let word = addr & !7;
+        let (old_word, new_word) = match &self.w.values {
+            Some(v) => {
+                let cur = v.get(word);
+                (cur, merge_piece(cur, addr, size, new))
+            }
+            None => (
+                merge_piece(0, addr, size, old),
+                merge_piece(0, addr, size, new),
+            ),
+        };
+        let info = StoreInfo {
+            addr,
+            size,
+            word,
+            old: old_word,
+            new: new_word,
+            silent: old_word == new_word,
+            seq: 0,
+            perform_at: 0,
+        };
+        self.store_enter(c, info);
+    }
+
+    /// The store enters the store buffer (or waits for room), then asks the design.
+    fn store_enter(&mut self, c: usize, info: StoreInfo) {
+        let core = &mut self.cores[c];
+        let now = core.clock;
+        while core.sb.front().is_some_and(|&t| t <= now) {
+            core.sb.pop_front();
+        }
+        if core.sb.len() >= self.w.cfg.core.store_buffer {
+            let t = *core.sb.front().expect("full buffer");
+            core.m.stalls.store_buffer += t - now;
+            core.clock = t;
+            core.pending = Pending::SbFull(info);
+            return;
+        }
+        if core.in_tx {
+            let step = hook!(self, pre_store, c, &info);
+            if step != Step::Done {
+                self.after_step(c, step, After::Perform(info));
+                return;
+            }
+        }
+        self.perform_store(c, info);
+    }
+
+    /// The store updates the hierarchy (write-allocate; it drains from the store buffer in
+    /// order), the values and the model, then `post_store` runs.
+    fn perform_store(&mut self, c: usize, mut info: StoreInfo) {
+        if let Some(v) = &self.w.values {
+            // Refresh: the word may have changed while the store waited.
+            let mask = piece_mask(info.addr, info.size);
+            info.old = v.get(info.word);
+            info.new = (info.old & !mask) | (info.new & mask);
+        }
+        info.seq = self.w.next_seq();
+        let (level, latency) = self.access(c, info.word >> 6, true);
+        let core = &mut self.cores[c];
+        let now = core.clock;
+        let occupancy = if level == Level::L1 { 1 } else { latency };
+        let done = now.max(core.sb_last) + occupancy;
+        core.sb_last = done;
+        core.sb.push_back(done);
+        core.clock = now + 1;
+        info.perform_at = done;
+        let in_tx = core.in_tx;
+        if let (Some(v), Some(m)) = (&mut self.w.values, &mut self.model) {
+            if in_tx {
+                m.tx_store(c, info.word, info.old);
+            } else {
+                m.plain_store(c, info.word, info.old);
+            }
+            v.set(info.word, info.new);
+        }
+        if in_tx {
+            let step = hook!(self, post_store, c, &info);
+            self.after_step(c, step, After::Nothing);
+        }
+    }
+
+    fn tx_begin(&mut self, c: usize) {
+        let core = &mut self.cores[c];
+        if core.in_tx {
+            return; // flat nesting: an inner begin is part of the outer transaction
+        }
+        core.in_tx = true;
+        core.txid += 1;
+        let step = hook!(self, tx_begin, c);
+        self.after_step(c, step, After::Nothing);
+    }
+
+    fn tx_end_event(&mut self, c: usize) {
+        let core = &mut self.cores[c];
+        if !core.in_tx {
+            return;
+        }
+        if core.sb_last > core.clock {
+            core.m.stalls.drain += core.sb_last - core.clock;
+            core.clock = core.sb_last;
+            core.pending = Pending::TxEndDrain;
+            return;
+        }
+        self.tx_end(c);
+    }
+
+    fn tx_end(&mut self, c: usize) {
+        let step = hook!(self, tx_end, c);
+        self.after_step(c, step, After::Commit);
+    }
+
+    fn commit(&mut self, c: usize) {
+        let core = &mut self.cores[c];
+        core.in_tx = false;
+        core.m.committed_tx += 1;
+        if let (Some(m), Some(v)) = (&mut self.model, &self.w.values) {
+            m.commit(c, core.txid, v);
+        }
+    }
+
+    /// The memory controller's turn at `t`: admit requests from the cores' paths, let the
+    /// design use free entries, issue a write, repeat while something moved.
+    fn mem_step(&mut self, t: u64) {
+        self.time = self.time.max(t);
+        let now = self.time;
+        loop {
+            self.admit(now);
+            self.design.background(&mut Ctx {
+                w: &mut self.w,
+                now,
+            });
+            if self.w.mc.issue(now).is_none() {
+                break;
+            }
+            self.last_mem_event = now;
+        }
+        self.unpark(now);
+        self.w.mem_dirty = true;
+    }
+
+    fn admit(&mut self, now: u64) {
+        let n = self.cores.len();
+        while self.w.mc.has_space() {
+            // Round robin from `rr`, without a division per probe.
+            let arrived = |c: &usize| self.w.outbox[*c].front().is_some_and(|o| o.arrive <= now);
+            let Some(c) = (self.rr..n).chain(0..self.rr).find(arrived) else {
+                return;
+            };
+            let req = self.w.outbox[c].pop_front().expect("head exists").req;
+            self.rr = (c + 1) % n;
+            self.w.accept(&req);
+            self.last_mem_event = now;
+            self.design.on_accepted(
+                &mut Ctx {
+                    w: &mut self.w,
+                    now,
+                },
+                &req,
+            );
+        }
+    }
+
+    fn design_wakeup(&mut self, t: u64) {
+        self.time = self.time.max(t);
+        let now = self.time;
+        self.design.background(&mut Ctx {
+            w: &mut self.w,
+            now,
+        });
+        self.unpark(now);
+        self.w.mem_dirty = true;
+    }
+
+    /// Wakes parked cores whose condition may hold at `now`.
+    fn unpark(&mut self, now: u64) {
+        if self.cores.iter().all(|c| c.park == Park::No) {
+            return;
+        }
+        for (c, core) in self.cores.iter_mut().enumerate() {
+            let wake_at = match core.park {
+                Park::No => continue,
+                Park::Outbox { extra } if self.w.outbox[c].is_empty() => now + extra,
+                Park::Outbox { .. } => continue,
+                Park::Poll => now,
+            };
+            // A core may have parked with its clock ahead of the global time (the blocking
+            // event advanced it first); it resumes no earlier than that.
+            let wake_at = wake_at.max(core.clock);
+            core.m
+                .stalls
+                .add(core.park_cause, wake_at - core.park_since);
+            core.clock = wake_at;
+            core.park = Park::No;
+        }
+    }
+
+    /// The run's metrics.
+    pub fn metrics(&self) -> Metrics {
+        let per_core: Vec<CoreMetrics> = self
+            .cores
+            .iter()
+            .map(|c| {
+                let mut m = c.m.clone();
+                if !c.done {
+                    m.cycles = c.clock;
+                }
+                m
+            })
+            .collect();
+        let cycles = per_core.iter().map(|m| m.cycles).max().unwrap_or(0);
+        let committed: u64 = per_core.iter().map(|m| m.committed_tx).sum();
+        let events: u64 = per_core.iter().map(|m| m.events).sum();
+        let mut stalls = crate::metrics::StallCycles::default();
+        per_core.iter().for_each(|m| stalls.merge(&m.stalls));
+        let seconds = cycles as f64 / (self.w.cfg.freq_ghz * 1e9);
+        Metrics {
+            design: self.design.name().to_string(),
+            workload: self.workload.clone(),
+            cores: self.cores.len(),
+            freq_ghz: self.w.cfg.freq_ghz,
+            cycles,
+            drained_cycles: cycles.max(self.last_mem_event),
+            committed_tx: committed,
+            throughput_tx_per_s: if seconds > 0.0 {
+                committed as f64 / seconds
+            } else {
+                0.0
+            },
+            events,
+            stalls,
+            per_core,
+            pm: self.w.mc.stats(),
+            caches: self.w.hier.stats,
+            log: self.design.log_stats(),
+            host_seconds: self.host_seconds,
+            events_per_host_second: if self.host_seconds > 0.0 {
+                events as f64 / self.host_seconds
+            } else {
+                0.0
+            },
+        }
+    }
+
+    /// Whether every core has consumed its whole trace.
+    pub fn finished(&self) -> bool {
+        self.cores.iter().all(|c| c.done)
+    }
+
+    /// Cores inside a transaction now.
+    pub(crate) fn open_transactions(&self) -> usize {
+        self.cores.iter().filter(|c| c.in_tx).count()
+    }
+
+    /// Hands over the persistent image, the model and the running design (crash checks).
+    pub(crate) fn into_crash_parts(self) -> (PmImage, Option<Model>, Box<dyn Design>) {
+        (self.w.pm, self.model, self.design)
+    }
+}
+
+impl Core<'_> {
+    fn park(&mut self, park: Park, cause: Stall) {
+        self.park = park;
+        self.park_since = self.clock;
+        self.park_cause = cause;
+    }
+}

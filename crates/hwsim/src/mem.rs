@@ -1,0 +1,523 @@
+//! The memory controller and the PCM behind it.
+//!
+//! * **Write queue** (`write_queue` entries) inside the ADR persistence domain: a write is
+//!   persistent once accepted. Writes leave it FR-FCFS: the oldest *ready* write goes first
+//!   (ready = its 256 B line is in the on-PM buffer or the buffer can take it now, i.e. has a
+//!   free slot or some buffered line's bank is idle so that line can be evicted; without a
+//!   buffer: its own bank is idle).
+//! * **Read priority with drain watermarks**: writes are held while a read waits for a bank,
+//!   unless the queue reached `drain_high`, after which writes drain until `drain_low`.
+//! * **Reads** reserve their bank when they reach the controller (FCFS per bank, banks in
+//!   parallel: a later read to an idle bank finishes before an earlier one to a busy bank) and
+//!   take `read_ns` plus one burst; a read of a 64 B line fully held by the on-PM buffer takes
+//!   one burst.
+//! * **Data bus**: a write holds it for one burst per 64 B (at least one).
+//! * **Banks**: 256 B-line interleaved; a media write (an on-PM-buffer eviction — of the least
+//!   recently used line whose bank is idle —, or every write without a buffer) holds its bank `write_ns`, plus `read_ns` first when the line was only
+//!   partly written (read-modify-write).
+
+use crate::config::Config;
+use crate::onpm::{OnPmBuffer, Placement};
+use crate::util::FastMap;
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+
+/// "Never".
+pub const NEVER: u64 = u64::MAX;
+
+/// What a write request carries, for traffic accounting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum WriteKind {
+    /// A dirty line evicted from the LLC (a "cache-line eviction", CE).
+    WriteBack,
+    /// A line written back on purpose by a design (`clwb`-like flush).
+    Flush,
+    /// A word or line written in place by a design from its log (Silo's LU).
+    InPlace,
+    /// A write to a design's PM log region.
+    Log,
+}
+
+/// Word values carried by a data write (value-tracking runs only): `words[i]` is the word at
+/// `line_base + 8 i`, present iff bit `i` of `mask` is set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Payload {
+    /// Which of the line's eight words are carried.
+    pub mask: u8,
+    /// The words.
+    pub words: [u64; 8],
+}
+
+/// One write request to the memory controller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteReq {
+    /// Byte address (data region or a log region).
+    pub addr: u64,
+    /// Bytes written (8, 32, 64, 256 …; never crossing a 256 B line).
+    pub bytes: u64,
+    /// Traffic class.
+    pub kind: WriteKind,
+    /// Core the request belongs to.
+    pub core: usize,
+    /// Design-defined token, handed back on acceptance.
+    pub token: u64,
+    /// Global order stamp of the moment the data was captured (see `Ctx::next_seq`).
+    pub seq: u64,
+    /// Data words (`WriteBack`, `Flush`, `InPlace` in value-tracking runs).
+    pub data: Payload,
+}
+
+impl WriteReq {
+    /// A request without data.
+    pub fn new(addr: u64, bytes: u64, kind: WriteKind, core: usize) -> Self {
+        WriteReq {
+            addr,
+            bytes,
+            kind,
+            core,
+            token: 0,
+            seq: 0,
+            data: Payload::default(),
+        }
+    }
+}
+
+/// Requests and bytes of one traffic class.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Traffic {
+    /// Write requests accepted by the MC.
+    pub requests: u64,
+    /// Bytes of those requests.
+    pub bytes: u64,
+}
+
+/// Memory-side counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemStats {
+    /// Reads served.
+    pub reads: u64,
+    /// Reads served from the on-PM buffer.
+    pub reads_from_buffer: u64,
+    /// Reads that found the read queue full (counted, not stalled).
+    pub read_queue_overflows: u64,
+    /// All writes accepted by the MC.
+    pub writes: Traffic,
+    /// Cache write-backs.
+    pub writeback: Traffic,
+    /// Design flushes of lines.
+    pub flush: Traffic,
+    /// In-place updates from logs.
+    pub in_place: Traffic,
+    /// Log-region writes.
+    pub log: Traffic,
+    /// Media (256 B line) writes after the on-PM buffer, including the final drain.
+    pub media_writes: u64,
+    /// Media writes that needed a read-modify-write (partly written line).
+    pub media_rmw: u64,
+    /// Largest write-queue occupancy seen.
+    pub max_write_queue: u64,
+    /// Times the write queue reached the high watermark.
+    pub drain_episodes: u64,
+}
+
+/// The memory controller with its PCM banks and on-PM buffer.
+#[derive(Clone, Debug)]
+pub struct MemCtrl {
+    read_cycles: u64,
+    write_cycles: u64,
+    burst: u64,
+    capacity: usize,
+    high: usize,
+    low: usize,
+    read_queue: usize,
+    wq: VecDeque<WriteReq>,
+    draining: bool,
+    bus_free: u64,
+    bank_free: Vec<u64>,
+    /// Start times of reads still waiting for their bank.
+    waiting_reads: Vec<u64>,
+    reads_waiting_until: u64,
+    onpm: OnPmBuffer,
+    /// Queued writes per 256 B line.
+    wq_lines: FastMap<u64, u32>,
+    /// Queued writes whose line is in the on-PM buffer (ready at once).
+    wq_hits: usize,
+    /// Buffered lines per bank (which banks an eviction could use).
+    bank_lines: Vec<u32>,
+    stats: MemStats,
+}
+
+impl MemCtrl {
+    /// An idle controller.
+    pub fn new(cfg: &Config) -> Self {
+        let m = &cfg.mem;
+        MemCtrl {
+            read_cycles: cfg.cycles(m.read_ns),
+            write_cycles: cfg.cycles(m.write_ns),
+            burst: cfg.cycles(m.burst_ns),
+            capacity: m.write_queue,
+            high: m.drain_high,
+            low: m.drain_low,
+            read_queue: m.read_queue,
+            wq: VecDeque::with_capacity(m.write_queue),
+            draining: false,
+            bus_free: 0,
+            bank_free: vec![0; m.banks],
+            waiting_reads: Vec::new(),
+            reads_waiting_until: 0,
+            onpm: OnPmBuffer::new(m.onpm_lines),
+            wq_lines: FastMap::default(),
+            wq_hits: 0,
+            bank_lines: vec![0; m.banks],
+            stats: MemStats::default(),
+        }
+    }
+
+    fn bank(&self, addr: u64) -> usize {
+        ((addr >> 8) % self.bank_free.len() as u64) as usize
+    }
+
+    /// A read of the 64 B line at `addr` reaching the controller at `now`; returns when its
+    /// data is back at the controller.
+    pub fn read(&mut self, now: u64, addr: u64) -> u64 {
+        self.stats.reads += 1;
+        if self.onpm.holds_line64(addr) {
+            self.stats.reads_from_buffer += 1;
+            return now + self.burst;
+        }
+        let bank = self.bank(addr);
+        let start = now.max(self.bank_free[bank]);
+        self.bank_free[bank] = start + self.read_cycles;
+        if start > now {
+            self.waiting_reads.retain(|&s| s > now);
+            if self.waiting_reads.len() >= self.read_queue {
+                self.stats.read_queue_overflows += 1;
+            }
+            self.waiting_reads.push(start);
+            self.reads_waiting_until = self.reads_waiting_until.max(start);
+        }
+        start + self.read_cycles + self.burst
+    }
+
+    /// Whether the write queue can accept a request.
+    pub fn has_space(&self) -> bool {
+        self.wq.len() < self.capacity
+    }
+
+    /// Free write-queue entries.
+    pub fn free_entries(&self) -> usize {
+        self.capacity - self.wq.len()
+    }
+
+    /// Requests in the write queue.
+    pub fn queued(&self) -> usize {
+        self.wq.len()
+    }
+
+    /// Accepts a write at `now` (the caller checked `has_space`); from here it is persistent.
+    pub fn accept(&mut self, req: WriteReq) {
+        debug_assert!(self.has_space(), "accept into a full write queue");
+        let t = Traffic {
+            requests: 1,
+            bytes: req.bytes,
+        };
+        add(&mut self.stats.writes, t);
+        add(
+            match req.kind {
+                WriteKind::WriteBack => &mut self.stats.writeback,
+                WriteKind::Flush => &mut self.stats.flush,
+                WriteKind::InPlace => &mut self.stats.in_place,
+                WriteKind::Log => &mut self.stats.log,
+            },
+            t,
+        );
+        let line = req.addr >> 8;
+        *self.wq_lines.entry(line).or_insert(0) += 1;
+        self.wq_hits += usize::from(self.onpm.contains(line));
+        self.wq.push_back(req);
+        self.stats.max_write_queue = self.stats.max_write_queue.max(self.wq.len() as u64);
+        if !self.draining && self.wq.len() >= self.high {
+            self.draining = true;
+            self.stats.drain_episodes += 1;
+        }
+    }
+
+    /// Earliest time some buffered line can start its media write (its bank idle); 0 when
+    /// the buffer has a free slot.
+    fn evict_ready(&self) -> u64 {
+        if !self.onpm.is_full() {
+            return 0;
+        }
+        (0..self.bank_free.len())
+            .filter(|&b| self.bank_lines[b] > 0)
+            .map(|b| self.bank_free[b])
+            .min()
+            .unwrap_or(0)
+    }
+
+    fn direct(&self) -> bool {
+        self.onpm.placement(0) == Placement::Direct
+    }
+
+    /// The earliest time a queued write could be issued (`NEVER` if the queue is empty).
+    pub fn next_issue(&self) -> u64 {
+        if self.wq.is_empty() {
+            return NEVER;
+        }
+        let mut bound = self.bus_free;
+        if !self.draining {
+            bound = bound.max(self.reads_waiting_until);
+        }
+        let ready = if self.direct() {
+            // Without a buffer a write waits for its own bank.
+            self.wq
+                .iter()
+                .map(|w| self.bank_free[self.bank(w.addr)])
+                .min()
+                .unwrap_or(NEVER)
+        } else {
+            // With a buffer a write is ready if its line is buffered, or once a line can be
+            // evicted; hits are looked for only when that matters.
+            let evict = self.evict_ready();
+            if evict <= bound || self.wq_hits > 0 {
+                0
+            } else {
+                evict
+            }
+        };
+        bound.max(ready)
+    }
+
+    /// The oldest write that can leave the queue at `now` (FR-FCFS).
+    fn first_ready(&self, now: u64) -> Option<usize> {
+        if self.direct() {
+            return self
+                .wq
+                .iter()
+                .position(|w| self.bank_free[self.bank(w.addr)] <= now);
+        }
+        if self.evict_ready() <= now {
+            return Some(0);
+        }
+        self.wq
+            .iter()
+            .position(|w| self.onpm.placement(w.addr >> 8) == Placement::Hit)
+    }
+
+    /// Issues the oldest ready write at `now`, if the bus and the read-priority rule allow;
+    /// returns it (its queue entry is free from now on).
+    pub fn issue(&mut self, now: u64) -> Option<WriteReq> {
+        if self.wq.is_empty()
+            || self.bus_free > now
+            || (!self.draining && self.reads_waiting_until > now)
+        {
+            return None;
+        }
+        let index = self.first_ready(now)?;
+        let req = self.wq.remove(index).expect("index in range");
+        let bus_done = now + self.burst * req.bytes.div_ceil(64).max(1);
+        self.bus_free = bus_done;
+        let direct = self.direct();
+        let line = req.addr >> 8;
+        let was_buffered = self.onpm.contains(line);
+        self.dequeued(line, was_buffered);
+        let banks = self.bank_free.len() as u64;
+        let bank_free = &self.bank_free;
+        let idle = |line: u64| bank_free[(line % banks) as usize] <= now;
+        let media = self.onpm.write(req.addr, req.bytes, idle);
+        if !direct && !was_buffered {
+            self.buffered(line, media.map(|m| m.line));
+        }
+        if let Some(mw) = media {
+            let bank = self.bank(mw.line << 8);
+            let start = self.bank_free[bank].max(if direct { bus_done } else { now });
+            let busy = self.write_cycles + if mw.rmw { self.read_cycles } else { 0 };
+            self.bank_free[bank] = start + busy;
+            self.stats.media_writes += 1;
+            self.stats.media_rmw += u64::from(mw.rmw);
+        }
+        if self.draining && self.wq.len() <= self.low {
+            self.draining = false;
+        }
+        Some(req)
+    }
+
+    /// Bookkeeping for a write leaving the queue.
+    fn dequeued(&mut self, line: u64, buffered: bool) {
+        let n = self.wq_lines.get_mut(&line).expect("queued line counted");
+        *n -= 1;
+        if *n == 0 {
+            self.wq_lines.remove(&line);
+        }
+        self.wq_hits -= usize::from(buffered);
+    }
+
+    /// Bookkeeping for `line` entering the buffer, possibly in place of `evicted`: queued
+    /// writes to the one become hits, to the other stop being hits.
+    fn buffered(&mut self, line: u64, evicted: Option<u64>) {
+        let queued = |l: u64| self.wq_lines.get(&l).copied().unwrap_or(0) as usize;
+        self.wq_hits += queued(line);
+        let banks = self.bank_lines.len() as u64;
+        self.bank_lines[(line % banks) as usize] += 1;
+        if let Some(e) = evicted {
+            self.wq_hits -= queued(e);
+            self.bank_lines[(e % banks) as usize] -= 1;
+        }
+    }
+
+    /// Counters so far, with the lines still in the on-PM buffer counted as the media writes
+    /// their final drain will cost.
+    pub fn stats(&self) -> MemStats {
+        let mut s = self.stats;
+        for mw in self.onpm.residual() {
+            s.media_writes += 1;
+            s.media_rmw += u64::from(mw.rmw);
+        }
+        s
+    }
+
+    /// The queued writes, oldest first.
+    pub fn queue(&self) -> impl Iterator<Item = &WriteReq> {
+        self.wq.iter()
+    }
+}
+
+fn add(into: &mut Traffic, t: Traffic) {
+    into.requests += t.requests;
+    into.bytes += t.bytes;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2 GHz: read 100 cycles, write 300 cycles, burst 10 cycles.
+    fn mc(onpm_lines: usize) -> MemCtrl {
+        let mut cfg = Config::default();
+        cfg.mem.onpm_lines = onpm_lines;
+        cfg.mem.banks = 4;
+        cfg.mem.write_queue = 4;
+        cfg.mem.drain_high = 4;
+        cfg.mem.drain_low = 1;
+        MemCtrl::new(&cfg)
+    }
+
+    /// Byte address of 256 B line `n` (bank = n % 4).
+    fn at(n: u64) -> u64 {
+        n << 8
+    }
+
+    fn write(n: u64, token: u64) -> WriteReq {
+        WriteReq {
+            token,
+            ..WriteReq::new(at(n), 64, WriteKind::WriteBack, 0)
+        }
+    }
+
+    /// Issues every write at the earliest possible times; returns (token, issue time).
+    fn drain(m: &mut MemCtrl) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        while m.queued() > 0 {
+            let t = m.next_issue();
+            let w = m.issue(t).expect("next_issue is an issue time");
+            out.push((w.token, t));
+        }
+        out
+    }
+
+    #[test]
+    fn read_latency_and_bank_conflicts() {
+        let mut m = mc(0);
+        assert_eq!(m.read(0, at(0)), 110, "read 100 + burst 10");
+        assert_eq!(m.read(0, at(1)), 110, "another bank in parallel");
+        assert_eq!(m.read(0, at(4)), 210, "same bank as line 0: waits for it");
+        assert_eq!(m.read(500, at(0)), 610);
+    }
+
+    #[test]
+    fn write_latency_without_buffer_is_bus_plus_rmw_media_write() {
+        let mut m = mc(0);
+        m.accept(write(0, 1));
+        assert_eq!(m.next_issue(), 0);
+        m.issue(0).unwrap();
+        // The bank holds the partial 64 B-of-256 B write: from 10 (after the burst) for
+        // read 100 + write 300, so a read of the same bank starts at 410.
+        assert_eq!(m.read(20, at(0)), 520);
+        let s = m.stats();
+        assert_eq!(
+            (
+                s.media_writes,
+                s.media_rmw,
+                s.writes.requests,
+                s.writes.bytes
+            ),
+            (1, 1, 1, 64)
+        );
+    }
+
+    #[test]
+    fn fr_fcfs_issues_a_ready_younger_write_before_a_blocked_older_one() {
+        let mut m = mc(0);
+        m.accept(write(0, 1)); // bank 0
+        m.accept(write(4, 2)); // bank 0 again: must wait for write 1's media write
+        m.accept(write(1, 3)); // bank 1
+        // 1 at 0 (bus to 10, bank 0 busy 10..410); 3 at 10 (bus free, bank 1 idle);
+        // 2 at 410 when bank 0 frees.
+        assert_eq!(drain(&mut m), vec![(1, 0), (3, 10), (2, 410)]);
+    }
+
+    #[test]
+    fn reads_have_priority_until_the_high_watermark() {
+        let mut m = mc(0);
+        m.accept(write(0, 1));
+        m.issue(0).unwrap(); // bank 0 busy until 410
+        // A read to bank 0 at 20 waits until 410; meanwhile writes to other banks are held.
+        assert_eq!(m.read(20, at(0)), 520);
+        m.accept(write(1, 2));
+        assert_eq!(m.next_issue(), 410, "held behind the waiting read");
+        assert!(m.issue(100).is_none());
+        // Filling the queue to the high watermark (4) switches to draining.
+        m.accept(write(2, 3));
+        m.accept(write(3, 4));
+        m.accept(write(5, 5));
+        assert_eq!(m.next_issue(), 10, "draining ignores the waiting read");
+        assert_eq!(m.issue(100).map(|w| w.token), Some(2));
+    }
+
+    #[test]
+    fn write_queue_capacity() {
+        let mut m = mc(0);
+        for i in 0..4 {
+            assert!(m.has_space());
+            m.accept(write(i, i));
+        }
+        assert!(!m.has_space());
+        assert_eq!(m.issue(0).map(|w| w.token), Some(0));
+        assert!(m.has_space(), "an issued write frees its entry");
+    }
+
+    #[test]
+    fn on_pm_buffer_absorbs_writes_and_serves_reads() {
+        let mut m = mc(2);
+        // Two 8 B updates of one 256 B line and a full line elsewhere: no media write yet.
+        m.accept(WriteReq::new(at(0), 8, WriteKind::InPlace, 0));
+        m.accept(WriteReq::new(at(0) + 8, 8, WriteKind::InPlace, 0));
+        m.accept(WriteReq::new(at(1), 256, WriteKind::Log, 0));
+        assert_eq!(
+            drain(&mut m),
+            vec![(0, 0), (0, 10), (0, 20)],
+            "bursts: 1, 1, 4"
+        );
+        assert_eq!(m.stats.media_writes, 0);
+        assert_eq!(m.read(100, at(1) + 64), 110, "served from the buffer");
+        // A third line evicts the LRU (line 0, partial → RMW) to bank 0.
+        m.accept(WriteReq::new(at(2), 64, WriteKind::WriteBack, 0));
+        assert_eq!(drain(&mut m), vec![(0, 60)]);
+        assert_eq!((m.stats.media_writes, m.stats.media_rmw), (1, 1));
+        // Final accounting adds the two lines still buffered (line 1 full, line 2 partial).
+        let s = m.stats();
+        assert_eq!((s.media_writes, s.media_rmw), (3, 2));
+        assert_eq!(s.in_place.requests, 2);
+        assert_eq!(s.log.bytes, 256);
+    }
+}

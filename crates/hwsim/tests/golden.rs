@@ -1,0 +1,240 @@
+//! Golden single-core traces with hand-computed cycle counts, PM traffic and log statistics.
+//!
+//! Default machine (2 GHz): L1 4, L2 12, LLC 28 cycles; on-chip path 32 cycles each way;
+//! PCM read 100 cycles (50 ns), burst 10 cycles (5 ns); a cold miss at cycle t therefore
+//! costs 4 + 12 + 28 + 2 × 32 + (100 + 10) = 218 cycles.
+
+use hwsim::metrics::LogStats;
+use hwsim::{Config, DesignKind, Metrics, simulate};
+use trace::{Encoder, Event, Trace, TraceMeta};
+
+fn one_core(events: &[Event]) -> Trace {
+    let mut e = Encoder::default();
+    events.iter().for_each(|ev| e.push(ev));
+    let mut t = Trace::new(TraceMeta::default());
+    t.add_stream(0, e);
+    t
+}
+
+fn st(addr: u64, old: u64, new: u64) -> Event {
+    Event::Store {
+        addr,
+        size: 8,
+        old,
+        new,
+    }
+}
+
+fn run(design: DesignKind, cfg: &Config, events: &[Event]) -> Metrics {
+    simulate(cfg, design, &one_core(events)).expect("runs")
+}
+
+/// One transaction storing two words of one line.
+fn two_stores() -> Vec<Event> {
+    vec![Event::TxBegin, st(0, 0, 1), st(8, 0, 2), Event::TxEnd]
+}
+
+#[test]
+fn ideal_two_stores() {
+    // Store 1 misses: it drains at 0 + 218 = 218 (clock 1). Store 2 hits the filled line and
+    // drains at 219 (clock 2). TxEnd waits for the store buffer: 219, then commits at once.
+    let m = run(
+        DesignKind::Ideal,
+        &Config::default().with_cores(1),
+        &two_stores(),
+    );
+    assert_eq!(m.cycles, 219);
+    assert_eq!(m.committed_tx, 1);
+    assert_eq!(m.pm.writes.requests, 0);
+    assert_eq!(m.stalls.drain, 217);
+}
+
+#[test]
+fn base_two_stores() {
+    // Store 1: log record sent at 0, accepted at 32, ack at 64; the store misses (read at
+    // 64 → 174, in L1 at 282); the flush leaves at 282, accepted at 314, ack at 346.
+    // Store 2: record accepted at 378, ack 410; L1 hit, performed 411; flush accepted at
+    // 443, ack 475. Commit message to the MC: 475 + 32 = 507.
+    let m = run(
+        DesignKind::Base,
+        &Config::default().with_cores(1),
+        &two_stores(),
+    );
+    assert_eq!(m.cycles, 507);
+    assert_eq!(m.committed_tx, 1);
+    assert_eq!((m.pm.log.requests, m.pm.log.bytes), (2, 64));
+    assert_eq!((m.pm.flush.requests, m.pm.flush.bytes), (2, 128));
+    assert_eq!((m.pm.writes.requests, m.pm.writes.bytes), (4, 192));
+    // The on-PM buffer coalesces both records into one log line and both flushes into one
+    // data line; each line is partly written (read-modify-write).
+    assert_eq!((m.pm.media_writes, m.pm.media_rmw), (2, 2));
+    assert_eq!(m.stalls.persist, 64 + (346 - 65) + 64 + (475 - 411));
+    assert_eq!(m.stalls.commit, 32);
+}
+
+#[test]
+fn silo_two_stores() {
+    // Store 1 misses and is in the L1 at 218; its entry reaches the buffer at 250. Store 2
+    // hits at 219, entry at 251. TxEnd drains the store buffer (219); ACK = max(219, 251) + 8
+    // = 259. Then two 8 B in-place updates, issued at 259 and 269.
+    let m = run(
+        DesignKind::Silo,
+        &Config::default().with_cores(1),
+        &two_stores(),
+    );
+    assert_eq!(m.cycles, 259);
+    assert_eq!(m.drained_cycles, 269);
+    assert_eq!((m.pm.in_place.requests, m.pm.in_place.bytes), (2, 16));
+    assert_eq!(m.pm.writes.requests, 2);
+    assert_eq!(
+        (m.pm.media_writes, m.pm.media_rmw),
+        (1, 1),
+        "both LUs in one 256 B line"
+    );
+    assert_eq!(m.stalls.commit, 40);
+    assert_eq!(m.stalls.drain, 217);
+}
+
+#[test]
+fn silo_log_statistics_with_silent_and_repeated_stores() {
+    let events = vec![
+        Event::TxBegin,
+        st(0, 0, 1),
+        st(0, 1, 1), // silent
+        st(0, 1, 2), // merges into word 0's entry
+        st(8, 5, 5), // silent
+        st(16, 0, 7),
+        Event::TxEnd,
+        Event::TxBegin,
+        st(0, 2, 3), // new transaction: a new entry, no merge across transactions
+        st(0, 3, 4), // merges
+        Event::TxEnd,
+    ];
+    let m = run(DesignKind::Silo, &Config::default().with_cores(1), &events);
+    let log = m.log.expect("silo logs");
+    assert_eq!(
+        log,
+        LogStats {
+            tx_stores: 7,
+            silent_ignored: 2,
+            generated: 5,
+            merged: 2,
+            appended: 3,
+            max_entries_per_tx: 2,
+            in_place_updates: 3,
+            ..LogStats::default()
+        }
+    );
+    assert!((log.reduction() - 4.0 / 7.0).abs() < 1e-12);
+    assert_eq!(m.pm.in_place.requests, 3);
+    assert_eq!(m.committed_tx, 2);
+}
+
+#[test]
+fn silo_overflow_retires_a_batch_of_undo_records() {
+    let mut cfg = Config::default().with_cores(1);
+    cfg.silo.entries = 4;
+    let mut events = vec![Event::TxBegin];
+    events.extend((0..6).map(|w| st(64 * w, 0, w + 1)));
+    events.push(Event::TxEnd);
+    let m = run(DesignKind::Silo, &cfg, &events);
+    let log = m.log.expect("silo logs");
+    // The 5th entry finds 4 live entries of its own transaction: all 4 retire in one batch
+    // (4 × 18 B = 72 B undo write) and write their new words in place; entries 5 and 6 are
+    // applied after commit.
+    assert_eq!(
+        (
+            log.overflow_tx,
+            log.overflow_batches,
+            log.overflowed_entries,
+            log.undo_records
+        ),
+        (1, 1, 4, 4)
+    );
+    assert_eq!((m.pm.log.requests, m.pm.log.bytes), (1, 72));
+    assert_eq!((m.pm.in_place.requests, log.in_place_updates), (6, 6));
+    assert!(
+        m.stalls.log_buffer > 0,
+        "the 5th store waited for the retirement"
+    );
+}
+
+#[test]
+fn base_logs_every_store_silo_only_changed_words() {
+    let events = vec![
+        Event::TxBegin,
+        st(0, 9, 9),
+        st(0, 9, 9),
+        st(8, 1, 2),
+        Event::TxEnd,
+    ];
+    let cfg = Config::default().with_cores(1);
+    let base = run(DesignKind::Base, &cfg, &events);
+    let silo = run(DesignKind::Silo, &cfg, &events);
+    assert_eq!(
+        base.pm.log.requests, 3,
+        "naive: a record per store, silent or not"
+    );
+    assert_eq!(base.pm.flush.requests, 3);
+    assert_eq!(
+        silo.pm.writes.requests, 1,
+        "one LU for the one changed word"
+    );
+    assert!(silo.cycles < base.cycles);
+}
+
+#[test]
+fn metrics_serialise() {
+    let m = run(
+        DesignKind::Silo,
+        &Config::default().with_cores(1),
+        &two_stores(),
+    );
+    let json = serde_json::to_string(&m).unwrap();
+    let back: Metrics = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.cycles, m.cycles);
+    assert!((m.throughput_tx_per_s - 1.0 / (259.0 / 2e9)).abs() < 1e-3);
+}
+
+#[test]
+fn a_full_write_queue_stalls_the_core() {
+    // Tiny caches so every store's line is soon evicted dirty; a 1-entry write queue in
+    // front of media without a buffer (every write-back holds a bank for read + write).
+    let tiny = |sets: u64, ways: usize, latency: u64| hwsim::config::CacheConfig {
+        size_bytes: sets * ways as u64 * 64,
+        ways,
+        latency,
+    };
+    let mut cfg = Config::default().with_cores(1);
+    cfg.l1 = tiny(1, 1, 4);
+    cfg.l2 = tiny(1, 1, 12);
+    cfg.llc = tiny(1, 1, 28);
+    cfg.core.writeback_buffer = 1;
+    cfg.mem.banks = 1;
+    cfg.mem.onpm_lines = 0;
+    let events: Vec<Event> = (0..50).map(|i| st(64 * i, 0, 1)).collect();
+    let roomy = run(
+        DesignKind::Ideal,
+        &Config {
+            cores: 1,
+            ..cfg.clone()
+        },
+        &events,
+    );
+    cfg.mem.write_queue = 1;
+    cfg.mem.drain_high = 1;
+    cfg.mem.drain_low = 0;
+    let full = run(DesignKind::Ideal, &cfg, &events);
+    assert_eq!(
+        full.pm.writeback.requests, 49,
+        "every line but the last is written back"
+    );
+    assert!(full.stalls.writeback > 0, "{:?}", full.stalls);
+    assert!(
+        full.stalls.writeback > roomy.stalls.writeback,
+        "{:?} vs {:?}",
+        full.stalls,
+        roomy.stalls
+    );
+    assert_eq!(full.pm.max_write_queue, 1);
+}
