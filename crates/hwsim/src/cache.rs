@@ -22,6 +22,8 @@ pub struct Victim {
 pub struct Cache {
     ways: usize,
     set_mask: u64,
+    /// Fold high address bits into the set index (the shared LLC: see [`fold_index`]).
+    hashed: bool,
     tags: Vec<u64>,
     stamps: Vec<u64>,
     dirty: Vec<bool>,
@@ -37,6 +39,7 @@ impl Cache {
         Cache {
             ways: cfg.ways,
             set_mask: sets as u64 - 1,
+            hashed: false,
             tags: vec![INVALID; n],
             stamps: vec![0; n],
             dirty: vec![false; n],
@@ -45,8 +48,16 @@ impl Cache {
         }
     }
 
+    /// The same cache with a hashed set index (see [`fold_index`]).
+    pub fn hashed(mut self) -> Self {
+        self.hashed = true;
+        self
+    }
+
+    #[inline]
     fn set_base(&self, line: u64) -> usize {
-        (line & self.set_mask) as usize * self.ways
+        let index = if self.hashed { fold_index(line) } else { line };
+        (index & self.set_mask) as usize * self.ways
     }
 
     /// The slot holding `line`, if present.
@@ -139,6 +150,18 @@ impl Cache {
     }
 }
 
+/// A line number with its high bits (64 MiB granules and above: the core number of
+/// tracegen's `core << 40` address spaces among them) XORed into its low bits.
+///
+/// Why: every core runs its own instance of a workload at the same offsets of its own
+/// address space, so with a plain `line mod sets` index the hot lines of all cores would
+/// fight for the same LLC sets (and PCM banks), an artefact real machines do not have, since
+/// physical pages are scattered. Lines below 64 MiB map as with the plain index.
+#[inline]
+pub fn fold_index(line: u64) -> u64 {
+    line ^ (line >> 20) ^ (line >> 34)
+}
+
 /// Which level served an access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Level {
@@ -206,7 +229,7 @@ impl Hierarchy {
         Hierarchy {
             l1: (0..cfg.cores).map(|_| Cache::new(&cfg.l1)).collect(),
             l2: (0..cfg.cores).map(|_| Cache::new(&cfg.l2)).collect(),
-            llc: Cache::new(&cfg.llc),
+            llc: Cache::new(&cfg.llc).hashed(),
             stats: HierarchyStats::default(),
         }
     }

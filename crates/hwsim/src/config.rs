@@ -34,6 +34,12 @@ pub struct Config {
     pub silo: SiloConfig,
     /// The Base design's parameters.
     pub base: BaseConfig,
+    /// FWB's parameters.
+    pub fwb: FwbConfig,
+    /// MorLog's parameters.
+    pub morlog: MorLogConfig,
+    /// LAD's parameters.
+    pub lad: LadConfig,
 }
 
 impl Default for Config {
@@ -61,6 +67,9 @@ impl Default for Config {
             mem: MemConfig::default(),
             silo: SiloConfig::default(),
             base: BaseConfig::default(),
+            fwb: FwbConfig::default(),
+            morlog: MorLogConfig::default(),
+            lad: LadConfig::default(),
         }
     }
 }
@@ -169,6 +178,9 @@ pub struct SiloConfig {
     pub redo_record_bytes: u64,
     /// Bytes of one overflow batch write (one on-PM-buffer line).
     pub batch_bytes: u64,
+    /// Not in the paper (off by default): the log controller merges the queued in-place
+    /// updates of one 64 B line into one masked write (one bus burst instead of one per word).
+    pub coalesce_lus: bool,
 }
 
 impl Default for SiloConfig {
@@ -180,6 +192,7 @@ impl Default for SiloConfig {
             undo_record_bytes: 18,
             redo_record_bytes: 18,
             batch_bytes: 256,
+            coalesce_lus: false,
         }
     }
 }
@@ -202,6 +215,95 @@ pub struct BaseConfig {
 impl Default for BaseConfig {
     fn default() -> Self {
         BaseConfig { record_bytes: 32 }
+    }
+}
+
+/// FWB ("steal but no force", HPCA'18): per-store undo+redo records through a small log
+/// buffer into a circular PM log, with force-write-back scans so the log can wrap.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FwbConfig {
+    /// Log-buffer entries per core (records not yet accepted by the MC); ≈15 [unverified].
+    pub log_buffer: usize,
+    /// Bytes of one undo+redo record (torn bit, tid, txid, address, old and new word: ≈26 B,
+    /// padded to 32).
+    pub record_bytes: u64,
+    /// Records packed into one log write (2 × 32 B = one 64 B line write).
+    pub records_per_write: usize,
+    /// Bytes of each core's circular PM log; a force-write-back scan starts when half of it
+    /// holds live records, and stores stall when it is full.
+    pub log_bytes: u64,
+}
+
+impl Default for FwbConfig {
+    fn default() -> Self {
+        FwbConfig {
+            log_buffer: 15,
+            record_bytes: 32,
+            records_per_write: 2,
+            log_bytes: 1 << 20,
+        }
+    }
+}
+
+/// MorLog (ISCA'20): eager undo of the first store to a word, newest redo kept in a volatile
+/// redo buffer until commit, differential log-data compression (DLDC).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MorLogConfig {
+    /// Undo coalescing window in cycles (MorLog waits the minimum L1→NVM traversal time
+    /// before writing an undo record); 0 = l1 + l2 + llc latencies + the on-chip path.
+    pub undo_window: u64,
+    /// Redo-buffer entries per core (words whose newest redo is held on chip); when it is
+    /// full the oldest redo entry is written to the log early.
+    pub redo_buffer: usize,
+    /// Mixed log-buffer entries per core (records not yet accepted by the MC).
+    pub log_buffer: usize,
+    /// Per-record metadata bytes (address 6 B, tid + txid 3 B, DLDC dirty-byte mask 1 B).
+    pub meta_bytes: u64,
+    /// Factor applied to the data bytes left after DLDC drops clean bytes (1.0 = DLDC only;
+    /// < 1 models FPC compressing the rest further).
+    pub compression: f64,
+    /// Log writes carry at most this many bytes (records are packed).
+    pub write_bytes: u64,
+    /// Bytes of each core's circular PM log (force-write-back scan at half, stall when full).
+    pub log_bytes: u64,
+}
+
+impl Default for MorLogConfig {
+    fn default() -> Self {
+        MorLogConfig {
+            undo_window: 0,
+            redo_buffer: 32,
+            log_buffer: 16,
+            meta_bytes: 10,
+            compression: 1.0,
+            write_bytes: 64,
+            log_bytes: 1 << 20,
+        }
+    }
+}
+
+/// LAD (MICRO'19): speculative lines staged in the MC's persistent write queue.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LadConfig {
+    /// Most write-queue entries speculative lines may hold at once (the rest stays for
+    /// normal writes, so overflow logging can always make progress); more → undo logging.
+    pub spec_limit: usize,
+    /// Cycles between two tx-dirty lines leaving the L1 in the commit walk (pipelined).
+    pub issue_interval: u64,
+    /// Bytes of one overflow undo record (old 64 B line + 8 B metadata).
+    pub undo_record_bytes: u64,
+}
+
+impl Default for LadConfig {
+    fn default() -> Self {
+        LadConfig {
+            spec_limit: 48,
+            issue_interval: 1,
+            undo_record_bytes: 72,
+        }
     }
 }
 
@@ -245,7 +347,43 @@ impl Config {
         if self.silo.entries == 0 {
             return bad("silo.entries must be ≥ 1".into());
         }
+        self.validate_baselines()
+    }
+
+    fn validate_baselines(&self) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.to_string()));
+        let (f, m, l) = (&self.fwb, &self.morlog, &self.lad);
+        if f.log_buffer == 0 || f.records_per_write == 0 || f.record_bytes == 0 {
+            return bad("fwb: log_buffer, records_per_write and record_bytes must be ≥ 1");
+        }
+        if f.record_bytes * f.records_per_write as u64 > 256 {
+            return bad("fwb: one log write must fit a 256 B line");
+        }
+        if f.log_bytes < 4 * f.record_bytes * f.records_per_write as u64 {
+            return bad("fwb: log_bytes too small");
+        }
+        if m.redo_buffer == 0 || m.log_buffer == 0 || !(16..=256).contains(&m.write_bytes) {
+            return bad("morlog: redo_buffer, log_buffer ≥ 1 and write_bytes in 16..=256");
+        }
+        if !(m.compression > 0.0 && m.compression <= 1.0) || m.log_bytes < 4 * m.write_bytes {
+            return bad("morlog: compression in (0, 1] and log_bytes ≥ 4 writes");
+        }
+        if l.spec_limit == 0 {
+            return bad("lad: spec_limit must be ≥ 1 (it is capped at write_queue − 1)");
+        }
+        if l.undo_record_bytes == 0 || l.undo_record_bytes > 256 {
+            return bad("lad: undo_record_bytes must be in 1..=256");
+        }
         Ok(())
+    }
+
+    /// MorLog's undo coalescing window in cycles (the configured one, or the minimum
+    /// L1→NVM traversal time).
+    pub fn morlog_window(&self) -> u64 {
+        match self.morlog.undo_window {
+            0 => self.l1.latency + self.l2.latency + self.llc.latency + self.path_cycles,
+            w => w,
+        }
     }
 
     /// Converts nanoseconds to core cycles (rounded, at least 1 for a positive time).

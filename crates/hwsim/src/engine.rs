@@ -136,6 +136,36 @@ impl Ctx<'_> {
         self.w.mem_dirty = true;
     }
 
+    /// Holds one write-queue entry for a speculative line staged at the MC (LAD); `false`
+    /// when the queue has no free entry. Held entries count against the capacity for every
+    /// other write until [`Ctx::release_wq`].
+    pub fn reserve_wq(&mut self) -> bool {
+        self.w.mem_dirty = true;
+        self.w.mc.reserve()
+    }
+
+    /// Gives back `n` entries held with [`Ctx::reserve_wq`].
+    pub fn release_wq(&mut self, n: usize) {
+        self.w.mc.release(n);
+        self.w.mem_dirty = true;
+    }
+
+    /// A read of the 64 B line at byte address `addr` issued by a structure at the MC now
+    /// (e.g. LAD reading an old line for an undo record); returns when its data is back.
+    pub fn mem_read(&mut self, addr: u64) -> u64 {
+        self.w.mem_dirty = true;
+        self.w.mc.read(self.now, addr)
+    }
+
+    /// Whether a write-back of 64 B line `line` is on some core's path to the MC (evicted,
+    /// not yet persistent).
+    pub fn writeback_in_flight(&self, line: u64) -> bool {
+        let addr = line << 6;
+        self.w.outbox.iter().flatten().any(|o| {
+            matches!(o.req.kind, WriteKind::WriteBack | WriteKind::Flush) && o.req.addr == addr
+        })
+    }
+
     /// Requests of `core` not yet accepted by the MC.
     pub fn pending_sends(&self, core: usize) -> usize {
         self.w.outbox[core].len()
@@ -319,6 +349,8 @@ pub struct Sim<'t> {
     crash_at: u64,
     mem_next: u64,
     time: u64,
+    /// Cores parked (waiting for the MC or the design).
+    parked: usize,
     last_mem_event: u64,
     rr: usize,
     lat: Lat,
@@ -382,6 +414,7 @@ impl<'t> Sim<'t> {
             crash_at: opts.crash_at.unwrap_or(NEVER),
             mem_next: NEVER,
             time: 0,
+            parked: 0,
             last_mem_event: 0,
             rr: 0,
             lat: Lat {
@@ -401,7 +434,7 @@ impl<'t> Sim<'t> {
         loop {
             self.refresh_mem_next();
             let design_next = self.design_next();
-            let (core, core_time) = self.next_core(usize::MAX);
+            let (core, core_time, others) = self.next_two_cores();
             let t = core_time.min(self.mem_next).min(design_next);
             if t == NEVER {
                 self.assert_finished();
@@ -415,7 +448,7 @@ impl<'t> Sim<'t> {
             } else if design_next <= core_time {
                 self.design_wakeup(t);
             } else {
-                self.run_core(core);
+                self.run_core(core, others);
             }
         }
         self.host_seconds += started.elapsed().as_secs_f64();
@@ -425,15 +458,22 @@ impl<'t> Sim<'t> {
         self.design.next_wakeup().unwrap_or(NEVER)
     }
 
-    /// The runnable core with the smallest clock other than `except`.
-    fn next_core(&self, except: usize) -> (usize, u64) {
-        let mut best = (usize::MAX, NEVER);
+    /// The runnable core with the smallest clock (lowest index on ties), its clock, and the
+    /// smallest clock of the other runnable cores (one pass: this runs once per step).
+    fn next_two_cores(&self) -> (usize, u64, u64) {
+        let (mut best, mut best_t, mut second_t) = (usize::MAX, NEVER, NEVER);
         for (i, c) in self.cores.iter().enumerate() {
-            if i != except && c.runnable() && c.clock < best.1 {
-                best = (i, c.clock);
+            if !c.runnable() {
+                continue;
+            }
+            if c.clock < best_t {
+                second_t = best_t;
+                (best, best_t) = (i, c.clock);
+            } else if c.clock < second_t {
+                second_t = c.clock;
             }
         }
-        best
+        (best, best_t, second_t)
     }
 
     fn assert_finished(&self) {
@@ -467,9 +507,10 @@ impl<'t> Sim<'t> {
         self.mem_next = if t == NEVER { NEVER } else { t.max(self.time) };
     }
 
-    /// Runs core `c` while its clock is below every other actor's time.
-    fn run_core(&mut self, c: usize) {
-        let others = self.next_core(c).1;
+    /// Runs core `c` while its clock is below every other actor's time (`others`: the
+    /// smallest clock of the other runnable cores, which cannot change meanwhile: only this
+    /// core moves, and parked cores wake only in MC or design steps).
+    fn run_core(&mut self, c: usize, others: u64) {
         loop {
             self.refresh_mem_next();
             let core = &self.cores[c];
@@ -533,8 +574,14 @@ impl<'t> Sim<'t> {
                 core.m.stalls.add(cause, extra);
                 core.clock += extra;
             }
-            Wake::OutboxDrained { extra } => core.park(Park::Outbox { extra }, cause),
-            Wake::Poll => core.park(Park::Poll, cause),
+            Wake::OutboxDrained { extra } => {
+                core.park(Park::Outbox { extra }, cause);
+                self.parked += 1;
+            }
+            Wake::Poll => {
+                core.park(Park::Poll, cause);
+                self.parked += 1;
+            }
         }
     }
 
@@ -574,6 +621,7 @@ impl<'t> Sim<'t> {
         if self.w.outbox[c].len() > self.w.cfg.core.writeback_buffer {
             self.cores[c].pending = Pending::WbFull;
             self.cores[c].park(Park::Poll, Stall::WriteBack);
+            self.parked += 1;
         }
     }
 
@@ -852,7 +900,7 @@ impl<'t> Sim<'t> {
 
     /// Wakes parked cores whose condition may hold at `now`.
     fn unpark(&mut self, now: u64) {
-        if self.cores.iter().all(|c| c.park == Park::No) {
+        if self.parked == 0 {
             return;
         }
         for (c, core) in self.cores.iter_mut().enumerate() {
@@ -870,6 +918,7 @@ impl<'t> Sim<'t> {
                 .add(core.park_cause, wake_at - core.park_since);
             core.clock = wake_at;
             core.park = Park::No;
+            self.parked -= 1;
         }
     }
 

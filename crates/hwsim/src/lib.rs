@@ -14,8 +14,9 @@
 //! # Designs
 //!
 //! Designs implement [`Design`] (the contract is documented in [`design`]): [`design::Ideal`],
-//! [`design::Base`] and [`design::Silo`]. Add one by implementing the trait and a
-//! [`DesignKind`] variant; the engine does not change.
+//! [`design::Base`], [`design::Fwb`], [`design::MorLog`], [`design::Lad`] and [`design::Silo`].
+//! Add one by implementing the trait and a [`DesignKind`] variant; the engine does not change.
+//! [`battery`] computes the battery/energy table (eADR, BBB, Silo) of a configuration.
 //!
 //! # Use
 //!
@@ -26,6 +27,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod battery;
 pub mod cache;
 pub mod config;
 pub mod crash;

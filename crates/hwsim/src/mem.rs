@@ -118,6 +118,15 @@ pub struct MemStats {
     pub max_write_queue: u64,
     /// Times the write queue reached the high watermark.
     pub drain_episodes: u64,
+    /// Largest number of write-queue entries held by speculative lines (LAD) at once.
+    #[serde(default)]
+    pub max_reserved: u64,
+    /// Cycles the data bus carried writes.
+    #[serde(default)]
+    pub bus_busy_cycles: u64,
+    /// Bank-cycles spent on media writes (including read-modify-write reads).
+    #[serde(default)]
+    pub bank_write_cycles: u64,
 }
 
 /// The memory controller with its PCM banks and on-PM buffer.
@@ -131,6 +140,9 @@ pub struct MemCtrl {
     low: usize,
     read_queue: usize,
     wq: VecDeque<WriteReq>,
+    /// Entries held by a design's speculative lines (LAD): they count against the capacity
+    /// but are not writes yet (they become writes, or vanish, when the design releases them).
+    reserved: usize,
     draining: bool,
     bus_free: u64,
     bank_free: Vec<u64>,
@@ -144,6 +156,8 @@ pub struct MemCtrl {
     wq_hits: usize,
     /// Buffered lines per bank (which banks an eviction could use).
     bank_lines: Vec<u32>,
+    /// `compute_evict_ready()`, kept up to date by `read` and `issue`.
+    evict_ready_at: u64,
     stats: MemStats,
 }
 
@@ -160,6 +174,7 @@ impl MemCtrl {
             low: m.drain_low,
             read_queue: m.read_queue,
             wq: VecDeque::with_capacity(m.write_queue),
+            reserved: 0,
             draining: false,
             bus_free: 0,
             bank_free: vec![0; m.banks],
@@ -169,12 +184,13 @@ impl MemCtrl {
             wq_lines: FastMap::default(),
             wq_hits: 0,
             bank_lines: vec![0; m.banks],
+            evict_ready_at: 0,
             stats: MemStats::default(),
         }
     }
 
     fn bank(&self, addr: u64) -> usize {
-        ((addr >> 8) % self.bank_free.len() as u64) as usize
+        line_bank(addr >> 8, self.bank_free.len())
     }
 
     /// A read of the 64 B line at `addr` reaching the controller at `now`; returns when its
@@ -196,17 +212,42 @@ impl MemCtrl {
             self.waiting_reads.push(start);
             self.reads_waiting_until = self.reads_waiting_until.max(start);
         }
+        self.refresh_evict_ready();
         start + self.read_cycles + self.burst
     }
 
     /// Whether the write queue can accept a request.
+    #[inline]
     pub fn has_space(&self) -> bool {
-        self.wq.len() < self.capacity
+        self.wq.len() + self.reserved < self.capacity
     }
 
     /// Free write-queue entries.
     pub fn free_entries(&self) -> usize {
-        self.capacity - self.wq.len()
+        self.capacity - self.wq.len() - self.reserved
+    }
+
+    /// Holds one free entry for a speculative line; `false` if none is free.
+    pub fn reserve(&mut self) -> bool {
+        if !self.has_space() {
+            return false;
+        }
+        self.reserved += 1;
+        let held = (self.wq.len() + self.reserved) as u64;
+        self.stats.max_write_queue = self.stats.max_write_queue.max(held);
+        self.stats.max_reserved = self.stats.max_reserved.max(self.reserved as u64);
+        true
+    }
+
+    /// Gives back `n` held entries.
+    pub fn release(&mut self, n: usize) {
+        debug_assert!(n <= self.reserved, "releasing entries never reserved");
+        self.reserved -= n;
+    }
+
+    /// Entries held by speculative lines.
+    pub fn reserved(&self) -> usize {
+        self.reserved
     }
 
     /// Requests in the write queue.
@@ -235,7 +276,8 @@ impl MemCtrl {
         *self.wq_lines.entry(line).or_insert(0) += 1;
         self.wq_hits += usize::from(self.onpm.contains(line));
         self.wq.push_back(req);
-        self.stats.max_write_queue = self.stats.max_write_queue.max(self.wq.len() as u64);
+        let held = (self.wq.len() + self.reserved) as u64;
+        self.stats.max_write_queue = self.stats.max_write_queue.max(held);
         if !self.draining && self.wq.len() >= self.high {
             self.draining = true;
             self.stats.drain_episodes += 1;
@@ -243,8 +285,17 @@ impl MemCtrl {
     }
 
     /// Earliest time some buffered line can start its media write (its bank idle); 0 when
-    /// the buffer has a free slot.
+    /// the buffer has a free slot. Cached: it changes only with reads and issues.
+    #[inline]
     fn evict_ready(&self) -> u64 {
+        self.evict_ready_at
+    }
+
+    fn refresh_evict_ready(&mut self) {
+        self.evict_ready_at = self.compute_evict_ready();
+    }
+
+    fn compute_evict_ready(&self) -> u64 {
         if !self.onpm.is_full() {
             return 0;
         }
@@ -317,13 +368,14 @@ impl MemCtrl {
         let req = self.wq.remove(index).expect("index in range");
         let bus_done = now + self.burst * req.bytes.div_ceil(64).max(1);
         self.bus_free = bus_done;
+        self.stats.bus_busy_cycles += bus_done - now;
         let direct = self.direct();
         let line = req.addr >> 8;
         let was_buffered = self.onpm.contains(line);
         self.dequeued(line, was_buffered);
         let banks = self.bank_free.len() as u64;
         let bank_free = &self.bank_free;
-        let idle = |line: u64| bank_free[(line % banks) as usize] <= now;
+        let idle = |line: u64| bank_free[line_bank(line, banks as usize)] <= now;
         let media = self.onpm.write(req.addr, req.bytes, idle);
         if !direct && !was_buffered {
             self.buffered(line, media.map(|m| m.line));
@@ -333,12 +385,14 @@ impl MemCtrl {
             let start = self.bank_free[bank].max(if direct { bus_done } else { now });
             let busy = self.write_cycles + if mw.rmw { self.read_cycles } else { 0 };
             self.bank_free[bank] = start + busy;
+            self.stats.bank_write_cycles += busy;
             self.stats.media_writes += 1;
             self.stats.media_rmw += u64::from(mw.rmw);
         }
         if self.draining && self.wq.len() <= self.low {
             self.draining = false;
         }
+        self.refresh_evict_ready();
         Some(req)
     }
 
@@ -358,10 +412,10 @@ impl MemCtrl {
         let queued = |l: u64| self.wq_lines.get(&l).copied().unwrap_or(0) as usize;
         self.wq_hits += queued(line);
         let banks = self.bank_lines.len() as u64;
-        self.bank_lines[(line % banks) as usize] += 1;
+        self.bank_lines[line_bank(line, banks as usize)] += 1;
         if let Some(e) = evicted {
             self.wq_hits -= queued(e);
-            self.bank_lines[(e % banks) as usize] -= 1;
+            self.bank_lines[line_bank(e, banks as usize)] -= 1;
         }
     }
 
@@ -379,6 +433,19 @@ impl MemCtrl {
     /// The queued writes, oldest first.
     pub fn queue(&self) -> impl Iterator<Item = &WriteReq> {
         self.wq.iter()
+    }
+}
+
+/// The bank of 256 B line `line`: interleaved by line, with the high bits folded in (as for
+/// the LLC's sets, so that cores' instances at equal offsets spread over the banks); a mask
+/// when the bank count is a power of two (this runs for every line an eviction considers).
+#[inline]
+fn line_bank(line: u64, banks: usize) -> usize {
+    let line = crate::cache::fold_index(line);
+    if banks.is_power_of_two() {
+        (line & (banks as u64 - 1)) as usize
+    } else {
+        (line % banks as u64) as usize
     }
 }
 

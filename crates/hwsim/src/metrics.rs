@@ -80,8 +80,9 @@ pub struct CoreMetrics {
     pub stalls: StallCycles,
 }
 
-/// Log statistics of a logging design.
+/// Log statistics of a logging design (fields a design does not use stay 0).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct LogStats {
     /// Transactional store pieces seen by the log generator.
     pub tx_stores: u64,
@@ -109,6 +110,16 @@ pub struct LogStats {
     pub updates_skipped: u64,
     /// Records written by failure flushes.
     pub failure_records: u64,
+    /// Redo records written to the PM log during execution (MorLog).
+    pub redo_records: u64,
+    /// Force-write-back scans of the caches (FWB, MorLog: the circular log wrapped).
+    pub scans: u64,
+    /// Lines written back by those scans.
+    pub scan_flushes: u64,
+    /// Speculative lines staged in the MC's write queue (LAD).
+    pub speculative_lines: u64,
+    /// Stalls of a store because the circular PM log was full (FWB, MorLog).
+    pub log_full_waits: u64,
 }
 
 impl LogStats {

@@ -40,13 +40,23 @@ pub enum Placement {
 }
 
 /// The buffer.
+///
+/// Slots are kept on an intrusive recency list (`prev`/`next`, most recent at `head`), so an
+/// eviction walks from the least recently used end and usually stops at once.
 #[derive(Clone, Debug)]
 pub struct OnPmBuffer {
     capacity: usize,
     slots: Vec<Slot>,
     index: FastMap<u64, usize>,
     clock: u64,
+    prev: Vec<usize>,
+    next: Vec<usize>,
+    head: usize,
+    tail: usize,
 }
+
+/// No slot (list end).
+const NIL: usize = usize::MAX;
 
 impl OnPmBuffer {
     /// A buffer of `capacity` 256 B lines (0 = none).
@@ -56,6 +66,44 @@ impl OnPmBuffer {
             slots: Vec::with_capacity(capacity),
             index: FastMap::default(),
             clock: 0,
+            prev: Vec::with_capacity(capacity),
+            next: Vec::with_capacity(capacity),
+            head: NIL,
+            tail: NIL,
+        }
+    }
+
+    fn unlink(&mut self, i: usize) {
+        let (p, n) = (self.prev[i], self.next[i]);
+        if p == NIL {
+            self.head = n
+        } else {
+            self.next[p] = n
+        }
+        if n == NIL {
+            self.tail = p
+        } else {
+            self.prev[n] = p
+        }
+    }
+
+    fn push_front(&mut self, i: usize) {
+        self.prev[i] = NIL;
+        self.next[i] = self.head;
+        if self.head != NIL {
+            self.prev[self.head] = i;
+        }
+        self.head = i;
+        if self.tail == NIL {
+            self.tail = i;
+        }
+    }
+
+    /// Marks slot `i` most recently used.
+    fn touch(&mut self, i: usize) {
+        if self.head != i {
+            self.unlink(i);
+            self.push_front(i);
         }
     }
 
@@ -108,6 +156,7 @@ impl OnPmBuffer {
         if let Some(&i) = self.index.get(&line) {
             self.slots[i].valid |= mask;
             self.slots[i].stamp = self.clock;
+            self.touch(i);
             return None;
         }
         let slot = Slot {
@@ -116,25 +165,24 @@ impl OnPmBuffer {
             stamp: self.clock,
         };
         if self.slots.len() < self.capacity {
-            self.index.insert(line, self.slots.len());
+            let i = self.slots.len();
+            self.index.insert(line, i);
             self.slots.push(slot);
+            self.prev.push(NIL);
+            self.next.push(NIL);
+            self.push_front(i);
             return None;
         }
         // Least recently used among the evictable lines, else the least recently used.
-        let (mut best, mut best_stamp) = (None, u64::MAX);
-        let (mut lru, mut lru_stamp) = (0, u64::MAX);
-        for (i, s) in self.slots.iter().enumerate() {
-            if s.stamp < lru_stamp {
-                (lru, lru_stamp) = (i, s.stamp);
-            }
-            if s.stamp < best_stamp && evictable(s.line) {
-                (best, best_stamp) = (Some(i), s.stamp);
-            }
+        let mut i = self.tail;
+        while i != NIL && !evictable(self.slots[i].line) {
+            i = self.prev[i];
         }
-        let i = best.unwrap_or(lru);
+        let i = if i == NIL { self.tail } else { i };
         let old = std::mem::replace(&mut self.slots[i], slot);
         self.index.remove(&old.line);
         self.index.insert(line, i);
+        self.touch(i);
         Some(MediaWrite {
             line: old.line,
             rmw: old.valid != FULL,

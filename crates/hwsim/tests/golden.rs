@@ -238,3 +238,102 @@ fn a_full_write_queue_stalls_the_core() {
     );
     assert_eq!(full.pm.max_write_queue, 1);
 }
+
+#[test]
+fn fwb_two_stores() {
+    // Stores in the L1 at 218 and 219 (as for Silo). The two 32 B records make one 64 B log
+    // write, which leaves when the second exists (219), is accepted at 251; the ack is back
+    // at 283, the commit point. Data stay in the cache ("no force").
+    let m = run(
+        DesignKind::Fwb,
+        &Config::default().with_cores(1),
+        &two_stores(),
+    );
+    assert_eq!(m.cycles, 283);
+    assert_eq!((m.pm.log.requests, m.pm.log.bytes), (1, 64));
+    assert_eq!(m.pm.writes.requests, 1, "no data write");
+    assert_eq!(m.stalls.commit, 283 - 219);
+    let log = m.log.expect("fwb logs");
+    assert_eq!((log.tx_stores, log.appended, log.undo_records), (2, 2, 2));
+}
+
+#[test]
+fn morlog_two_stores() {
+    // Each store changes one byte: DLDC records are 10 B metadata + 1 B. Two undo records
+    // (waiting in their coalescing window) and, at commit, two redo records share one log
+    // write of 44 B (48 B on the bus) that leaves at 219: accepted 251, ack 283.
+    let m = run(
+        DesignKind::MorLog,
+        &Config::default().with_cores(1),
+        &two_stores(),
+    );
+    assert_eq!(m.cycles, 283);
+    assert_eq!((m.pm.log.requests, m.pm.log.bytes), (1, 48));
+    let log = m.log.expect("morlog logs");
+    assert_eq!((log.undo_records, log.redo_records), (2, 2));
+}
+
+#[test]
+fn morlog_drops_silent_stores_and_merges_redo() {
+    let events = vec![
+        Event::TxBegin,
+        st(0, 0, 1),
+        st(0, 1, 1),      // silent: nothing
+        st(0, 1, 0x0201), // byte 1 is new: one more undo byte (coalesced), redo updated
+        Event::TxEnd,
+    ];
+    let m = run(
+        DesignKind::MorLog,
+        &Config::default().with_cores(1),
+        &events,
+    );
+    let log = m.log.expect("morlog logs");
+    assert_eq!((log.silent_ignored, log.merged, log.appended), (1, 1, 1));
+    // One undo (10 + 2 B after coalescing) and one redo (10 + 2 B): 24 B.
+    assert_eq!((log.undo_records, log.redo_records), (1, 1));
+    assert_eq!(m.pm.log.bytes, 24);
+}
+
+#[test]
+fn lad_two_stores() {
+    // TxEnd at 219 walks the L1: the dirty line leaves at 219 and reaches the MC after
+    // L1 + L2 + LLC + path = 76 cycles (295), where it is staged speculatively. The ack
+    // (32) and the commit round trip (64) end at 391, when the line becomes a 64 B write.
+    let m = run(
+        DesignKind::Lad,
+        &Config::default().with_cores(1),
+        &two_stores(),
+    );
+    assert_eq!(m.cycles, 391);
+    assert_eq!((m.pm.flush.requests, m.pm.flush.bytes), (1, 64));
+    assert_eq!(m.pm.writes.requests, 1);
+    assert_eq!(m.pm.max_reserved, 1);
+    assert_eq!(m.log.expect("lad stats").speculative_lines, 1);
+}
+
+#[test]
+fn lad_overflow_undo_logs_lines_beyond_the_speculative_limit() {
+    let mut cfg = Config::default().with_cores(1);
+    cfg.lad.spec_limit = 2;
+    let mut events = vec![Event::TxBegin];
+    events.extend((0..5).map(|l| st(64 * l, 0, l + 1)));
+    events.push(Event::TxEnd);
+    let m = run(DesignKind::Lad, &cfg, &events);
+    let log = m.log.expect("lad stats");
+    // Two lines staged; three undo-logged: old line read, 72 B undo, 64 B in place.
+    assert_eq!((log.speculative_lines, log.overflowed_entries), (2, 3));
+    assert_eq!((m.pm.log.requests, m.pm.log.bytes), (3, 216));
+    assert_eq!((m.pm.in_place.requests, m.pm.flush.requests), (3, 2));
+    assert_eq!(log.overflow_tx, 1);
+}
+
+#[test]
+fn silo_coalescing_option_merges_a_lines_updates() {
+    // As `silo_two_stores`, but both LUs (words 0 and 1 of line 0) leave as one 16 B write.
+    let mut cfg = Config::default().with_cores(1);
+    cfg.silo.coalesce_lus = true;
+    let m = run(DesignKind::Silo, &cfg, &two_stores());
+    assert_eq!(m.cycles, 259);
+    assert_eq!((m.pm.in_place.requests, m.pm.in_place.bytes), (1, 16));
+    assert_eq!(m.log.expect("silo logs").in_place_updates, 2);
+}

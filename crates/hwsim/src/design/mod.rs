@@ -44,11 +44,18 @@ use crate::pm::PmImage;
 use serde::{Deserialize, Serialize};
 
 mod base;
+mod fwb;
 mod ideal;
+mod lad;
+mod morlog;
 mod silo;
+mod wal;
 
 pub use base::Base;
+pub use fwb::Fwb;
 pub use ideal::Ideal;
+pub use lad::Lad;
+pub use morlog::MorLog;
 pub use silo::Silo;
 
 /// What a blocked core waits for.
@@ -219,19 +226,36 @@ pub enum DesignKind {
     Ideal,
     /// Naive hardware undo+redo logging.
     Base,
+    /// "Steal but no force" undo+redo logging (HPCA'18).
+    Fwb,
+    /// Morphable logging (ISCA'20).
+    #[serde(rename = "morlog")]
+    MorLog,
+    /// Logless atomic durability (MICRO'19).
+    Lad,
     /// Speculative hardware logging (HPCA'23).
     Silo,
 }
 
 impl DesignKind {
-    /// Every design.
-    pub const ALL: [DesignKind; 3] = [DesignKind::Ideal, DesignKind::Base, DesignKind::Silo];
+    /// Every design, in the paper's order (slowest baseline first).
+    pub const ALL: [DesignKind; 6] = [
+        DesignKind::Ideal,
+        DesignKind::Base,
+        DesignKind::Fwb,
+        DesignKind::MorLog,
+        DesignKind::Lad,
+        DesignKind::Silo,
+    ];
 
     /// A fresh instance for `cfg`.
     pub fn build(self, cfg: &Config) -> Box<dyn Design> {
         match self {
             DesignKind::Ideal => Box::new(Ideal),
             DesignKind::Base => Box::new(Base::new(cfg)),
+            DesignKind::Fwb => Box::new(Fwb::new(cfg)),
+            DesignKind::MorLog => Box::new(MorLog::new(cfg)),
+            DesignKind::Lad => Box::new(Lad::new(cfg)),
             DesignKind::Silo => Box::new(Silo::new(cfg)),
         }
     }
@@ -241,6 +265,9 @@ impl DesignKind {
         match self {
             DesignKind::Ideal => "ideal",
             DesignKind::Base => "base",
+            DesignKind::Fwb => "fwb",
+            DesignKind::MorLog => "morlog",
+            DesignKind::Lad => "lad",
             DesignKind::Silo => "silo",
         }
     }

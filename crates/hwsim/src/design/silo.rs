@@ -264,6 +264,50 @@ impl Silo {
         }
     }
 
+    /// Option `coalesce_lus`: the queued LUs of committed entries of the same core and 64 B
+    /// line as `job` (an LU of a committed entry) join its write as one masked request. The
+    /// scan stops at a second entry of a word already in the write, so the LUs of one word
+    /// stay in commit order.
+    fn take_line_mates(&mut self, job: &Job, req: &mut WriteReq) -> Vec<Job> {
+        let Job::Lu { core, .. } = *job else {
+            return Vec::new();
+        };
+        let line = req.addr >> 6;
+        let mut words = 1u8 << ((req.addr >> 3) & 7);
+        let mut taken = Vec::new();
+        for (i, mate) in self.jobs.iter().enumerate().take(4 * self.cfg.entries) {
+            let Job::Lu {
+                core: c,
+                slot,
+                order,
+            } = *mate
+            else {
+                continue;
+            };
+            let Some(e) = self.cores[c].slots[slot].filter(|e| e.order == order) else {
+                continue;
+            };
+            if c != core || e.word >> 6 != line || e.state != State::LuQueued {
+                continue;
+            }
+            let bit = 1u8 << ((e.word >> 3) & 7);
+            if words & bit != 0 {
+                break;
+            }
+            words |= bit;
+            req.data.mask |= bit;
+            req.data.words[((e.word >> 3) & 7) as usize] = e.new;
+            taken.push(i);
+        }
+        req.addr = line << 6;
+        req.bytes = 8 * u64::from(words.count_ones());
+        taken
+            .into_iter()
+            .rev()
+            .map(|i| self.jobs.remove(i).expect("index from the scan"))
+            .collect()
+    }
+
     /// The job's write was accepted: record its effect and free finished entries.
     fn completed(&mut self, ctx: &mut Ctx<'_>, job: Job) {
         match job {
@@ -405,12 +449,14 @@ impl Design for Silo {
             self.commit(ctx, core);
             return Step::Done;
         }
-        if let Some(word) = c.waiting {
-            if c.has_room_for(word) {
+        if c.waiting.is_some() {
+            // While the core waits nothing is appended, so its word still has no live entry
+            // and the retirement `pre_store` started (if every slot was live) is under way:
+            // only a freed slot can let the store go.
+            if c.free_slot().is_some() {
                 c.waiting = None;
                 return Step::Done;
             }
-            self.make_room(ctx, core);
             return Self::room_wait();
         }
         Step::Done
@@ -431,11 +477,19 @@ impl Design for Silo {
             if ctx.wq_free() == 0 {
                 return;
             }
-            let req = self.request(ctx, &job);
+            let mut req = self.request(ctx, &job);
+            self.jobs.pop_front();
+            let merged = if self.cfg.coalesce_lus {
+                self.take_line_mates(&job, &mut req)
+            } else {
+                Vec::new()
+            };
             let accepted = ctx.try_write(req);
             debug_assert!(accepted, "the write queue had room");
-            self.jobs.pop_front();
             self.completed(ctx, job);
+            for mate in merged {
+                self.completed(ctx, mate);
+            }
         }
     }
 

@@ -1,0 +1,181 @@
+//! Markdown rendering of a [`Reproduction`] (the tables of `docs/hwsim.md`).
+
+use crate::results::{Reproduction, Sweep};
+use std::fmt::Write;
+
+/// Every table: design summary, per-workload runs, sweeps, battery, comparison, timing.
+pub fn markdown(rep: &Reproduction) -> String {
+    let mut out = String::new();
+    summary(&mut out, rep);
+    per_workload(&mut out, rep);
+    for s in &rep.sweeps {
+        sweep(&mut out, s);
+    }
+    sensitivity(&mut out, rep);
+    battery(&mut out, rep);
+    comparison(&mut out, rep);
+    timing(&mut out, rep);
+    out
+}
+
+fn summary(out: &mut String, rep: &Reproduction) {
+    out.push_str("### Designs (geometric means over workloads)\n\n");
+    out.push_str("| cores | design | × FWB | × Base | × Ideal | bytes × FWB | requests × FWB | media writes × FWB | B/tx |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|\n");
+    for s in &rep.summary {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} |",
+            s.cores,
+            s.design,
+            s.vs_fwb,
+            s.vs_base,
+            s.vs_ideal,
+            s.write_bytes_vs_fwb,
+            s.write_requests_vs_fwb,
+            s.media_writes_vs_fwb,
+            s.bytes_per_tx
+        );
+    }
+    out.push('\n');
+}
+
+fn per_workload(out: &mut String, rep: &Reproduction) {
+    let big = rep.spec.cores.iter().copied().max().unwrap_or(1);
+    let _ = writeln!(out, "### Per workload at 1 and {big} cores\n");
+    out.push_str("| workload | cores | design | Mtx/s | × FWB | × Base | B/tx | req/tx | media/tx | log reduction | max live | overflow tx |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for r in rep.runs.iter().filter(|r| r.cores == 1 || r.cores == big) {
+        let tx = r.committed_tx.max(1) as f64;
+        // Entry statistics only for designs that generate word entries (not LAD).
+        let (red, live, ovf) = r.log.map_or(("".into(), "".into(), "".into()), |l| {
+            let entries = l.generated > 0 || l.silent_ignored > 0;
+            (
+                if entries {
+                    format!("{:.0} %", 100.0 * l.reduction())
+                } else {
+                    String::new()
+                },
+                if l.max_entries_per_tx > 0 {
+                    l.max_entries_per_tx.to_string()
+                } else {
+                    String::new()
+                },
+                l.overflow_tx.to_string(),
+            )
+        });
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.0} | {:.1} | {:.2} | {red} | {live} | {ovf} |",
+            r.workload,
+            r.cores,
+            r.design,
+            r.throughput / 1e6,
+            r.vs_fwb,
+            r.vs_base,
+            r.bytes_per_tx(),
+            r.write_requests as f64 / tx,
+            r.media_writes as f64 / tx,
+        );
+    }
+    out.push('\n');
+}
+
+fn sweep(out: &mut String, s: &Sweep) {
+    let _ = writeln!(
+        out,
+        "### Sweep `{}` (relative to: {})\n",
+        s.name, s.reference
+    );
+    out.push_str(
+        "| value | throughput | write bytes/tx | per workload (throughput) |\n|---|---|---|---|\n",
+    );
+    for p in &s.points {
+        let per = p
+            .per_workload
+            .iter()
+            .map(|(w, t, _)| format!("{w} {t:.3}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let _ = writeln!(
+            out,
+            "| {} | {:.3} | {:.3} | {per} |",
+            p.value, p.relative_throughput, p.relative_write_bytes
+        );
+    }
+    out.push('\n');
+}
+
+fn sensitivity(out: &mut String, rep: &Reproduction) {
+    out.push_str("### Sensitivity of the largest-core comparison (geometric means)\n\n");
+    out.push_str("| variant | Silo/LAD | Silo/MorLog | Silo/FWB | MorLog/FWB | FWB/Ideal | Silo bytes/FWB | FWB load-stall share |\n|---|---|---|---|---|---|---|---|\n");
+    for s in &rep.sensitivity {
+        let _ = writeln!(
+            out,
+            "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} % |",
+            s.variant,
+            s.silo_vs_lad,
+            s.silo_vs_morlog,
+            s.silo_vs_fwb,
+            s.morlog_vs_fwb,
+            s.fwb_vs_ideal,
+            s.silo_write_bytes_vs_fwb,
+            100.0 * s.fwb_load_stall_fraction
+        );
+    }
+    out.push('\n');
+}
+
+fn battery(out: &mut String, rep: &Reproduction) {
+    let _ = writeln!(out, "### Battery ({} cores)\n", rep.battery.cores);
+    out.push_str("| design | flush size (KB) | energy (µJ) | super-cap (mm³) | Li thin film (mm³) | volume × Silo |\n|---|---|---|---|---|---|\n");
+    for r in &rep.battery.rows {
+        let _ = writeln!(
+            out,
+            "| {} | {:.4} | {:.1} | {:.3} | {:.5} | {:.1} |",
+            r.design, r.flush_kb, r.energy_uj, r.capacitor_mm3, r.lithium_mm3, r.volume_vs_silo
+        );
+    }
+    out.push('\n');
+}
+
+fn comparison(out: &mut String, rep: &Reproduction) {
+    out.push_str("### Paper vs reproduction\n\n| quantity | paper | ours | ours / paper | within ±25 % |\n|---|---|---|---|---|\n");
+    for c in &rep.comparison {
+        let _ = writeln!(
+            out,
+            "| {} | {:.3} | {:.3} | {:.2} | {} |",
+            c.quantity,
+            c.paper,
+            c.ours,
+            c.ratio,
+            if c.within { "yes" } else { "**no**" }
+        );
+    }
+    out.push_str("\nMisses:\n\n");
+    for c in rep.comparison.iter().filter(|c| !c.within) {
+        let _ = writeln!(out, "* **{}**: {}", c.quantity, c.explanation);
+    }
+    out.push('\n');
+}
+
+fn timing(out: &mut String, rep: &Reproduction) {
+    let t = &rep.timing;
+    let per = t
+        .per_design_events_per_second
+        .iter()
+        .map(|(d, e)| format!("{d} {:.2} M", e / 1e6))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let _ = writeln!(
+        out,
+        "### Timing\n\nwall {:.1} s (generation {:.1} s, simulation {:.1} s on {} threads); \
+         {:.0} M events at {:.2} M events/s per host thread; largest-core runs: {per} events/s\n",
+        t.wall_seconds,
+        t.generation_seconds,
+        t.simulation_wall_seconds,
+        t.threads,
+        t.events as f64 / 1e6,
+        t.events_per_host_second / 1e6
+    );
+}

@@ -1,0 +1,275 @@
+//! The serde results of a reproduction.
+
+use crate::spec::ReproSpec;
+use hwsim::battery::BatteryTable;
+use hwsim::metrics::{LogStats, StallCycles};
+use hwsim::{Config, Metrics};
+use serde::{Deserialize, Serialize};
+
+/// One simulation run, flattened for tables and plots.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunRow {
+    /// Workload (`array`, …, or `array-xK` for the transaction-size traces).
+    pub workload: String,
+    /// Design name.
+    pub design: String,
+    /// Simulated cores.
+    pub cores: usize,
+    /// What differs from the reference machine (`""`, `latency=128`, `entries=10`,
+    /// `entries=unbounded`).
+    pub variant: String,
+    /// Committed transactions.
+    pub committed_tx: u64,
+    /// Cycles until the last core finished.
+    pub cycles: u64,
+    /// Sum over cores of their cycles (for stall fractions).
+    pub core_cycles: u64,
+    /// Committed transactions per simulated second.
+    pub throughput: f64,
+    /// Throughput over FWB's on the same workload and cores (main runs; 0 if absent).
+    pub vs_fwb: f64,
+    /// Throughput over Base's.
+    pub vs_base: f64,
+    /// Throughput over Ideal's.
+    pub vs_ideal: f64,
+    /// MC write requests.
+    pub write_requests: u64,
+    /// Bytes of those requests.
+    pub write_bytes: u64,
+    /// Media (256 B line) writes after the on-PM buffer.
+    pub media_writes: u64,
+    /// Bytes by class: write-backs, design flushes, in-place updates, log writes.
+    pub writeback_bytes: u64,
+    /// Design flushes (Base's line flushes, LAD's committed lines, FWB/MorLog scans).
+    pub flush_bytes: u64,
+    /// In-place updates (Silo's LUs, LAD's overflowed lines).
+    pub in_place_bytes: u64,
+    /// Log-region writes.
+    pub log_bytes: u64,
+    /// Fraction of the run the PCM data bus carried writes.
+    pub bus_utilisation: f64,
+    /// Fraction of bank time spent on media writes.
+    pub bank_write_utilisation: f64,
+    /// Stall cycles summed over cores.
+    pub stalls: StallCycles,
+    /// Log statistics of logging designs.
+    pub log: Option<LogStats>,
+    /// Trace events simulated.
+    pub events: u64,
+    /// Host seconds of the simulation.
+    pub host_seconds: f64,
+    /// Events per host second.
+    pub events_per_host_second: f64,
+}
+
+impl RunRow {
+    /// Flattens a run's metrics.
+    pub fn from_metrics(m: &Metrics, workload: &str, variant: &str, cfg: &Config) -> Self {
+        let span = m.drained_cycles.max(1) as f64;
+        RunRow {
+            workload: workload.to_string(),
+            design: m.design.clone(),
+            cores: m.cores,
+            variant: variant.to_string(),
+            committed_tx: m.committed_tx,
+            cycles: m.cycles,
+            core_cycles: m.per_core.iter().map(|c| c.cycles).sum(),
+            throughput: m.throughput_tx_per_s,
+            vs_fwb: 0.0,
+            vs_base: 0.0,
+            vs_ideal: 0.0,
+            write_requests: m.pm.writes.requests,
+            write_bytes: m.pm.writes.bytes,
+            media_writes: m.pm.media_writes,
+            writeback_bytes: m.pm.writeback.bytes,
+            flush_bytes: m.pm.flush.bytes,
+            in_place_bytes: m.pm.in_place.bytes,
+            log_bytes: m.pm.log.bytes,
+            bus_utilisation: m.pm.bus_busy_cycles as f64 / span,
+            bank_write_utilisation: m.pm.bank_write_cycles as f64 / (span * cfg.mem.banks as f64),
+            stalls: m.stalls,
+            log: m.log,
+            events: m.events,
+            host_seconds: m.host_seconds,
+            events_per_host_second: m.events_per_host_second,
+        }
+    }
+
+    /// PM bytes written per committed transaction.
+    pub fn bytes_per_tx(&self) -> f64 {
+        self.write_bytes as f64 / self.committed_tx.max(1) as f64
+    }
+
+    /// Load stalls as a fraction of all core cycles.
+    pub fn load_stall_fraction(&self) -> f64 {
+        self.stalls.load as f64 / self.core_cycles.max(1) as f64
+    }
+
+    /// A stall class in cycles per committed transaction per core.
+    pub fn per_tx(&self, cycles: u64) -> f64 {
+        cycles as f64 / self.committed_tx.max(1) as f64
+    }
+}
+
+/// One point of a sensitivity sweep, averaged (geometric mean) over workloads.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SweepPoint {
+    /// The swept value (cycles, entries, or multiple of the buffer).
+    pub value: u64,
+    /// Throughput relative to the sweep's reference, geometric mean over workloads.
+    pub relative_throughput: f64,
+    /// PM write bytes relative to the reference, geometric mean over workloads.
+    pub relative_write_bytes: f64,
+    /// Per workload: (workload, relative throughput, relative write bytes).
+    pub per_workload: Vec<(String, f64, f64)>,
+}
+
+/// A sweep: what it varies, against what, and its points.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sweep {
+    /// `latency`, `entries`, `tx_size` or `cores`.
+    pub name: String,
+    /// The reference the points are relative to.
+    pub reference: String,
+    /// The points.
+    pub points: Vec<SweepPoint>,
+}
+
+/// One reproduced number beside the paper's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Comparison {
+    /// What is compared.
+    pub quantity: String,
+    /// The paper's value (ratios as ×, fractions as 0..1; orderings: 1 = holds).
+    pub paper: f64,
+    /// Ours.
+    pub ours: f64,
+    /// ours / paper.
+    pub ratio: f64,
+    /// Within ±25 % of the paper (orderings: holds).
+    pub within: bool,
+    /// For a miss: the mechanism behind the difference, with the computed facts.
+    pub explanation: String,
+}
+
+/// The largest-core comparison under a changed machine or workload size (geometric means).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sensitivity {
+    /// `reference`, `mlp=8` or `small-data`.
+    pub variant: String,
+    /// What changed.
+    pub description: String,
+    /// Throughput ratios.
+    pub silo_vs_lad: f64,
+    /// Silo / MorLog.
+    pub silo_vs_morlog: f64,
+    /// Silo / FWB.
+    pub silo_vs_fwb: f64,
+    /// MorLog / FWB.
+    pub morlog_vs_fwb: f64,
+    /// FWB / Ideal.
+    pub fwb_vs_ideal: f64,
+    /// Silo's PM write bytes per transaction over FWB's.
+    pub silo_write_bytes_vs_fwb: f64,
+    /// Load stalls as a fraction of all core cycles, mean over FWB's runs.
+    pub fwb_load_stall_fraction: f64,
+}
+
+/// Wall-clock and simulation speed of the reproduction.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
+    /// Host threads used for runs.
+    pub threads: usize,
+    /// Seconds generating traces.
+    pub generation_seconds: f64,
+    /// Wall-clock seconds of the simulations.
+    pub simulation_wall_seconds: f64,
+    /// Wall-clock seconds of the whole reproduction.
+    pub wall_seconds: f64,
+    /// Trace events simulated, all runs.
+    pub events: u64,
+    /// Events per host second per thread (sum of events / sum of per-run host seconds).
+    pub events_per_host_second: f64,
+    /// The same, per design, over its 8-core (largest) runs: (design, events/s).
+    pub per_design_events_per_second: Vec<(String, f64)>,
+}
+
+/// Everything a reproduction produces.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Reproduction {
+    /// The plan.
+    pub spec: ReproSpec,
+    /// Every run of the design matrix (all designs × workloads × core counts).
+    pub runs: Vec<RunRow>,
+    /// Runs of the sweeps (Silo variants, transaction-size traces).
+    pub sweep_runs: Vec<RunRow>,
+    /// Geometric-mean summaries per design and core count.
+    pub summary: Vec<DesignSummary>,
+    /// Latency, entries, transaction-size and core-count sweeps.
+    pub sweeps: Vec<Sweep>,
+    /// The largest-core comparison on the reference machine and its sensitivity variants.
+    pub sensitivity: Vec<Sensitivity>,
+    /// The battery table (eADR, BBB, Silo) of the machine at the largest core count.
+    pub battery: BatteryTable,
+    /// Each target of the paper beside our number.
+    pub comparison: Vec<Comparison>,
+    /// Speed.
+    pub timing: Timing,
+}
+
+/// One design at one core count, averaged over workloads (geometric means).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DesignSummary {
+    /// Design name.
+    pub design: String,
+    /// Simulated cores.
+    pub cores: usize,
+    /// Throughput relative to FWB.
+    pub vs_fwb: f64,
+    /// Throughput relative to Base.
+    pub vs_base: f64,
+    /// Throughput relative to Ideal.
+    pub vs_ideal: f64,
+    /// PM write bytes relative to FWB.
+    pub write_bytes_vs_fwb: f64,
+    /// PM write requests relative to FWB.
+    pub write_requests_vs_fwb: f64,
+    /// Media writes relative to FWB.
+    pub media_writes_vs_fwb: f64,
+    /// Mean PM bytes per transaction (arithmetic, over workloads).
+    pub bytes_per_tx: f64,
+}
+
+impl Reproduction {
+    /// The main run of `design` on `workload` with `cores` cores.
+    pub fn run(&self, workload: &str, design: &str, cores: usize) -> Option<&RunRow> {
+        self.runs
+            .iter()
+            .find(|r| r.workload == workload && r.design == design && r.cores == cores)
+    }
+
+    /// The summary of `design` at `cores`.
+    pub fn summary_of(&self, design: &str, cores: usize) -> Option<&DesignSummary> {
+        self.summary
+            .iter()
+            .find(|s| s.design == design && s.cores == cores)
+    }
+
+    /// The sweep named `name`.
+    pub fn sweep(&self, name: &str) -> Option<&Sweep> {
+        self.sweeps.iter().find(|s| s.name == name)
+    }
+}
+
+/// Geometric mean of positive values (1.0 for none).
+pub fn geomean(values: impl IntoIterator<Item = f64>) -> f64 {
+    let (sum, n) = values
+        .into_iter()
+        .filter(|v| *v > 0.0)
+        .fold((0.0, 0u32), |(s, n), v| (s + v.ln(), n + 1));
+    if n == 0 {
+        1.0
+    } else {
+        (sum / f64::from(n)).exp()
+    }
+}

@@ -1,0 +1,124 @@
+//! What to run: the paper's experiment plan as parameters.
+
+use hwsim::{Config, DesignKind};
+use serde::{Deserialize, Serialize};
+use tracegen::SiloWorkload;
+
+/// The experiment plan. [`ReproSpec::default`] is the full reproduction (minutes on two host
+/// cores); [`ReproSpec::quick`] is the same plan on small traces (seconds, for tests).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ReproSpec {
+    /// Committed transactions per core in the workload traces.
+    pub transactions: u64,
+    /// Instance size per core (`None`: tracegen's per-workload default, larger than the LLC).
+    pub keys: Option<u64>,
+    /// Workloads (the paper's seven by default).
+    pub workloads: Vec<SiloWorkload>,
+    /// Designs of the main comparison.
+    pub designs: Vec<DesignKind>,
+    /// Core counts every design runs on (the main comparison uses 1 and the largest).
+    pub cores: Vec<usize>,
+    /// Core count of the sensitivity sweeps (latency, entries, transaction size).
+    pub sweep_cores: usize,
+    /// Silo log-buffer access latencies (cycles); the first is the reference.
+    pub latencies: Vec<u64>,
+    /// Silo log-buffer entries per core.
+    pub entries: Vec<usize>,
+    /// Transaction sizes as multiples of the log buffer (live entries per transaction).
+    pub size_multiples: Vec<u32>,
+    /// Committed transactions per core in the transaction-size traces.
+    pub size_transactions: u64,
+    /// Bytes of each core's data set in the transaction-size traces.
+    pub size_data_bytes: u64,
+    /// Run the sensitivity variants of the largest-core matrix (Ideal, FWB, MorLog, LAD,
+    /// Silo): overlapping misses (`core.mlp = 8`) and data sets 16× smaller.
+    pub sensitivity: bool,
+    /// Host threads for independent runs (0: every host core).
+    pub threads: usize,
+    /// The simulated machine (its `cores` is overridden per run).
+    pub config: Config,
+}
+
+impl Default for ReproSpec {
+    fn default() -> Self {
+        ReproSpec {
+            transactions: 20_000,
+            keys: None,
+            workloads: SiloWorkload::ALL.to_vec(),
+            designs: DesignKind::ALL.to_vec(),
+            cores: vec![1, 2, 4, 8],
+            sweep_cores: 8,
+            latencies: vec![8, 16, 32, 64, 128],
+            entries: vec![10, 20, 40],
+            size_multiples: vec![1, 2, 4, 8, 16],
+            size_transactions: 2_000,
+            size_data_bytes: 16 << 20,
+            sensitivity: true,
+            threads: 0,
+            config: Config::default(),
+        }
+    }
+}
+
+impl ReproSpec {
+    /// The whole plan on small traces (a few hundred transactions, small instances): every
+    /// table is filled, in seconds.
+    pub fn quick() -> Self {
+        ReproSpec {
+            transactions: 150,
+            keys: Some(2048),
+            cores: vec![1, 2, 8],
+            latencies: vec![8, 128],
+            entries: vec![10, 20],
+            size_multiples: vec![1, 4],
+            size_transactions: 40,
+            size_data_bytes: 1 << 20,
+            ..ReproSpec::default()
+        }
+    }
+
+    /// The largest core count of the plan.
+    pub fn max_cores(&self) -> usize {
+        self.cores
+            .iter()
+            .copied()
+            .chain([self.sweep_cores])
+            .max()
+            .unwrap_or(1)
+    }
+
+    /// Host threads to use.
+    pub fn host_threads(&self) -> usize {
+        match self.threads {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            n => n,
+        }
+    }
+
+    /// Checks the plan.
+    pub fn validate(&self) -> Result<(), String> {
+        let checks = [
+            (self.transactions > 0, "transactions must be ≥ 1"),
+            (!self.workloads.is_empty(), "workloads must not be empty"),
+            (!self.designs.is_empty(), "designs must not be empty"),
+            (
+                self.cores.iter().all(|&c| (1..=64).contains(&c)) && !self.cores.is_empty(),
+                "cores must be in 1..=64",
+            ),
+            (!self.latencies.is_empty(), "latencies must not be empty"),
+            (
+                self.entries.iter().all(|&e| e > 0),
+                "entries must be positive",
+            ),
+            (
+                self.size_multiples.iter().all(|&m| (1..=64).contains(&m)),
+                "size multiples must be in 1..=64",
+            ),
+        ];
+        match checks.iter().find(|(ok, _)| !ok) {
+            Some((_, why)) => Err((*why).to_string()),
+            None => self.config.validate().map_err(|e| e.to_string()),
+        }
+    }
+}
