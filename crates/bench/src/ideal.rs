@@ -1,11 +1,11 @@
 //! The ideal reference: the least a redo-logging transaction must do on this machine — one
-//! log record streamed to PM, one fence, the new values written in place and flushed — with
-//! no allocator (a volatile bump pointer; `free` does nothing), no recovery and no
-//! watermark bookkeeping. It marks the distance between an engine and the machine's limit
-//! and is **not** crash-consistent; never use it for data.
+//! compact log record streamed to PM and one fence — with the new values stored in place but
+//! never written back, no allocator (a volatile bump pointer; `free` does nothing; zeroed
+//! blocks are cleared without logging), no recovery, no log-space bookkeeping. It marks the
+//! machine's limit for a redo design and is **not** crash-consistent; never use it for data.
 
 use parking_lot::MutexGuard;
-use pmem::{CACHE_LINE, Persist, Pool, WriteClass};
+use pmem::{Persist, Pool, WriteClass};
 use std::sync::atomic::{AtomicU64, Ordering};
 use tx::api::{Lifecycle, run_transaction};
 use tx::lanes::Lanes;
@@ -81,24 +81,28 @@ impl<P: Persist> Lifecycle for IdealTx<'_, P> {
         let ring = &mut *self.ring;
         ring.record.clear();
         for (addr, bytes) in ranges.iter() {
-            ring.record.extend_from_slice(&addr.to_le_bytes());
+            // One header word per range: address and length (no length limit is needed, the
+            // record is never read back).
             ring.record
-                .extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+                .extend_from_slice(&(addr ^ ((bytes.len() as u64) << 48)).to_le_bytes());
             ring.record.extend_from_slice(bytes);
         }
-        ring.record
-            .resize(ring.record.len().next_multiple_of(CACHE_LINE as usize), 0);
         let len = ring.record.len() as u64;
+        if len > LANE_BYTES {
+            return Err(TxError::LogFull {
+                needed: len,
+                capacity: LANE_BYTES,
+            });
+        }
         if ring.head + len > LANE_BYTES {
             ring.head = 0;
         }
         pm.write_nt(ring.base + ring.head, &ring.record, WriteClass::Log);
-        ring.head += len;
+        ring.head = (ring.head + len).next_multiple_of(8);
         pm.fence();
         pm.durability_point();
         for (addr, bytes) in ranges.iter() {
             pm.write(addr, bytes, WriteClass::User);
-            pm.flush(addr, bytes.len() as u64);
         }
         let user = ranges.bytes();
         pm.stats().record_user_bytes(user);
@@ -136,6 +140,12 @@ impl<P: Persist> Tx for IdealTx<'_, P> {
         if addr + size > self.engine.heap_end {
             return Err(TxError::OutOfSpace { size });
         }
+        Ok(addr)
+    }
+
+    fn alloc_zeroed_raw(&mut self, size: u64) -> TxResult<u64> {
+        let addr = self.alloc_raw(size)?;
+        self.engine.pool.pm().fill(addr, size, 0, WriteClass::User);
         Ok(addr)
     }
 

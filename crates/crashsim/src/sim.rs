@@ -127,9 +127,10 @@ impl Shadow {
     }
 
     /// Makes the first `count` pending writes of `line` durable.
-    fn retire(&mut self, line: u64, count: usize) {
+    /// Removes the first `count` pending writes of `line` and returns them.
+    fn take_pending(&mut self, line: u64, count: usize) -> Vec<Chunk> {
         let Some(entry) = self.lines.get_mut(&line) else {
-            return;
+            return Vec::new();
         };
         let done: Vec<Chunk> = entry
             .writes
@@ -139,31 +140,45 @@ impl Shadow {
         if entry.writes.is_empty() {
             self.lines.remove(&line);
         }
+        done
+    }
+
+    /// Makes `chunks` durable in program order (later stores to the same bytes win).
+    fn make_durable(&mut self, mut chunks: Vec<Chunk>) {
+        chunks.sort_by_key(|chunk| chunk.seq);
         let durable = self.durable_mut();
-        for chunk in &done {
+        for chunk in &chunks {
             chunk.apply(durable);
         }
     }
 
     fn apply_fence(&mut self, mode: SimMode) {
+        let mut retiring = std::mem::take(&mut self.nt);
         match mode {
             SimMode::Adr => {
                 for line in std::mem::take(&mut self.flushed) {
                     let count = self.lines.get(&line).map_or(0, |l| l.flushed);
-                    self.retire(line, count);
+                    retiring.extend(self.take_pending(line, count));
                 }
             }
             SimMode::Eadr => {
                 let lines: Vec<u64> = self.lines.keys().copied().collect();
                 for line in lines {
-                    self.retire(line, usize::MAX);
+                    retiring.extend(self.take_pending(line, usize::MAX));
                 }
             }
         }
-        let nt = std::mem::take(&mut self.nt);
-        let durable = self.durable_mut();
-        for chunk in &nt {
-            chunk.apply(durable);
+        self.make_durable(retiring);
+    }
+
+    /// A non-temporal store to a line evicts it first: the line's pending write-back stores
+    /// then persist no later than the streaming store (at the same fence, in program order).
+    fn evict_for_nt(&mut self, off: u64, len: u64) {
+        for line in lines_covering(off, len) {
+            if let Some(entry) = self.lines.get_mut(&line) {
+                entry.flushed = entry.writes.len();
+                self.flushed.insert(line);
+            }
         }
     }
 
@@ -317,6 +332,7 @@ impl Persist for SimPm {
         assert_in_bounds(off, src.len() as u64, self.inner.len);
         self.inner.stats.record_nt_store(class, src.len() as u64);
         let mut shadow = self.inner.shadow.lock();
+        shadow.evict_for_nt(off, src.len() as u64);
         shadow.split(off, src, |shadow, chunk| shadow.nt.push(chunk));
     }
 
@@ -341,7 +357,8 @@ impl Persist for SimPm {
             };
             entry.flushed = entry.writes.len();
             if self.inner.config.flush == FlushInstr::Clflush {
-                shadow.retire(line, usize::MAX);
+                let done = shadow.take_pending(line, usize::MAX);
+                shadow.make_durable(done);
             } else {
                 shadow.flushed.insert(line);
             }
@@ -450,6 +467,24 @@ mod tests {
         );
         pm.write_u64(0, 1, WriteClass::User);
         pm.flush(0, 8);
+        assert!(!pm.is_pending(0, 8));
+    }
+
+    #[test]
+    fn streaming_and_cached_stores_to_the_same_bytes_persist_in_program_order() {
+        // A streaming store, then a newer cached store to the same word, both made durable.
+        let pm = adr();
+        pm.write_nt(0, &1u64.to_le_bytes(), WriteClass::Log);
+        pm.write_u64(0, 2, WriteClass::Log);
+        pm.persist(0, 8);
+        assert_eq!(&pm.durable_image()[..8], &2u64.to_le_bytes());
+        // An older cached store, then a streaming store (which evicts the line first).
+        let pm = adr();
+        pm.write_u64(0, 1, WriteClass::Log);
+        pm.write_nt(0, &2u64.to_le_bytes(), WriteClass::Log);
+        pm.fence();
+        pm.persist(0, 8);
+        assert_eq!(&pm.durable_image()[..8], &2u64.to_le_bytes());
         assert!(!pm.is_pending(0, 8));
     }
 

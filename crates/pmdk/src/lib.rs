@@ -233,10 +233,22 @@ impl Drop for Pmdk {
 #[derive(Debug)]
 pub struct PmdkTx<'e> {
     engine: &'e Pmdk,
-    user_bytes: u64,
+    /// Distinct bytes added to the transaction (the same measure as Ferrite's engines).
+    written: tx::rangeset::RangeSet,
+    /// A read-only body runs outside any libpmemobj transaction.
+    read_only: bool,
 }
 
 impl PmdkTx<'_> {
+    fn writable(&self) -> TxResult<()> {
+        if self.read_only {
+            return Err(TxError::InvalidArgument(
+                "a read-only transaction cannot write".into(),
+            ));
+        }
+        Ok(())
+    }
+
     fn failed(&self, what: &str) -> TxError {
         TxError::Corrupted(format!(
             "libpmemobj {what}: {}",
@@ -255,6 +267,7 @@ impl Tx for PmdkTx<'_> {
     }
 
     fn write_raw(&mut self, addr: u64, src: &[u8]) -> TxResult<()> {
+        self.writable()?;
         let dst = self.engine.in_bounds(addr, src.len())?;
         // SAFETY: a transaction is in its work stage on this thread; the range is inside the
         // pool (in_bounds), as pmemobj_tx_add_range_direct requires.
@@ -264,11 +277,12 @@ impl Tx for PmdkTx<'_> {
         // SAFETY: the snapshot is taken; the destination is inside the mapping and does not
         // overlap `src`.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
-        self.user_bytes += src.len() as u64;
+        self.written.insert(addr, addr + src.len() as u64);
         Ok(())
     }
 
     fn alloc_raw(&mut self, size: u64) -> TxResult<u64> {
+        self.writable()?;
         // SAFETY: a transaction is in its work stage on this thread.
         let oid = unsafe { (self.engine.functions.tx_alloc)(size as usize, 1) };
         if oid.off == 0 {
@@ -278,6 +292,7 @@ impl Tx for PmdkTx<'_> {
     }
 
     fn free_raw(&mut self, addr: u64) -> TxResult<()> {
+        self.writable()?;
         self.engine.in_bounds(addr, 1)?;
         let oid = PmemOid {
             pool_uuid_lo: self.engine.uuid_lo,
@@ -329,7 +344,8 @@ impl Engine for Pmdk {
         }
         let mut tx = PmdkTx {
             engine: self,
-            user_bytes: 0,
+            written: Default::default(),
+            read_only: false,
         };
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&mut tx)));
         // SAFETY: the transaction begun above is still this thread's current one.
@@ -347,7 +363,8 @@ impl Engine for Pmdk {
         };
         match outcome {
             Ok(Ok(value)) if committed && end == 0 => {
-                self.user_bytes.fetch_add(tx.user_bytes, Ordering::Relaxed);
+                self.user_bytes
+                    .fetch_add(tx.written.total_len(), Ordering::Relaxed);
                 Ok(value)
             }
             Ok(Ok(_)) => Err(E::from(TxError::Corrupted(format!(
@@ -357,6 +374,20 @@ impl Engine for Pmdk {
             Ok(Err(error)) => Err(error),
             Err(panic) => std::panic::resume_unwind(panic),
         }
+    }
+
+    /// Reads need no libpmemobj transaction (it would only cost begin/commit/end): the body
+    /// runs directly on the pool, and any write in it is refused.
+    fn read_only<R, E>(&self, mut body: impl FnMut(&mut PmdkTx<'_>) -> Result<R, E>) -> Result<R, E>
+    where
+        E: From<TxError>,
+    {
+        let mut tx = PmdkTx {
+            engine: self,
+            written: Default::default(),
+            read_only: true,
+        };
+        body(&mut tx)
     }
 
     fn counters(&self) -> pmem::Counters {

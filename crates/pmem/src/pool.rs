@@ -12,6 +12,7 @@ use crate::seam::{Persist, WriteClass};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Default directory for pools: tmpfs, DRAM standing in for PM.
 pub const DEFAULT_POOL_DIR: &str = "/dev/shm";
@@ -69,7 +70,7 @@ pub struct Pool<B: Persist> {
     header: Header,
     was_clean: bool,
     path: Option<PathBuf>,
-    closed: bool,
+    closed: AtomicBool,
 }
 
 impl<B: Persist> Pool<B> {
@@ -109,7 +110,7 @@ impl<B: Persist> Pool<B> {
             header,
             was_clean: true,
             path: None,
-            closed: false,
+            closed: AtomicBool::new(false),
         })
     }
 
@@ -135,7 +136,7 @@ impl<B: Persist> Pool<B> {
             header,
             was_clean: flags & FLAG_CLEAN != 0,
             path: None,
-            closed: false,
+            closed: AtomicBool::new(false),
         };
         pool.write_state(flags & !FLAG_CLEAN);
         Ok(pool)
@@ -194,10 +195,9 @@ impl<B: Persist> Pool<B> {
     }
 
     fn mark_closed(&mut self) -> Result<(), PoolError> {
-        if self.closed {
+        if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        self.closed = true;
         if self.pm.is_poisoned() {
             return Err(PoolError::Poisoned);
         }
@@ -207,8 +207,14 @@ impl<B: Persist> Pool<B> {
 
     /// Releases the pool without marking it clean, as a crash would (the next open sees
     /// `was_clean() == false`). Used by tests and crash drills.
-    pub fn abandon(mut self) {
-        self.closed = true;
+    pub fn abandon(self) {
+        self.mark_unclean_on_drop();
+    }
+
+    /// Makes dropping the pool leave it marked unclean (for upper layers whose recovery
+    /// failed: the pool was not shut down cleanly and must not claim it was).
+    pub fn mark_unclean_on_drop(&self) {
+        self.closed.store(true, Ordering::Release);
     }
 }
 
@@ -273,7 +279,7 @@ impl Pool<Native> {
         native: &NativeOptions,
     ) -> Result<Self, PoolError> {
         let path = path.as_ref();
-        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        let file = open_regular(OpenOptions::new().read(true).write(true), path)?;
         lock(&file)?;
         let header = validate_file(&file)?;
         let pm = Native::map(file, header.pool_size, native)?;
@@ -296,7 +302,7 @@ pub struct FileReport {
 
 /// Validates a pool file without modifying it and without mapping it (safe on any file).
 pub fn inspect(path: impl AsRef<Path>) -> Result<FileReport, PoolError> {
-    let file = File::open(path.as_ref())?;
+    let file = open_regular(OpenOptions::new().read(true), path.as_ref())?;
     let header = validate_file(&file)?;
     let mut state = [0u8; 8];
     read_at(&file, STATE_OFFSET, &mut state)?;
@@ -321,6 +327,18 @@ fn is_flocked(metadata: &std::fs::Metadata) -> bool {
     locks
         .lines()
         .any(|line| line.contains("FLOCK") && line.split_whitespace().any(|field| field == id))
+}
+
+/// Opens `path` without blocking (a FIFO would otherwise block the open) and refuses anything
+/// but a regular file.
+fn open_regular(options: &mut OpenOptions, path: &Path) -> Result<File, PoolError> {
+    let file = options.custom_flags(libc::O_NONBLOCK).open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(PoolError::NotAPool {
+            reason: "not a regular file",
+        });
+    }
+    Ok(file)
 }
 
 /// Reads the header with ordinary file I/O and checks it against the file length, so a

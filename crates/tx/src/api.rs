@@ -67,8 +67,11 @@ pub enum TxError {
     /// Persistent state is inconsistent (detected by a checksum or a structural check).
     #[error("corrupt persistent state: {0}")]
     Corrupted(String),
-    /// An earlier write-back failed; the pool must be reopened.
-    #[error("pool poisoned by an earlier failed write-back")]
+    /// A write-back failed (now or earlier): the pool must be reopened. A transaction that
+    /// fails with it may or may not be durable; recovery decides.
+    #[error(
+        "pool poisoned by a failed write-back; reopen it (the transaction's outcome is unknown)"
+    )]
     Poisoned,
     /// The pool could not be created or opened.
     #[error(transparent)]
@@ -353,6 +356,12 @@ pub trait Engine: Send + Sync {
 
     /// PM traffic so far (zero for engines without a seam).
     fn counters(&self) -> pmem::Counters;
+
+    /// Completes work an engine defers past its commits (the redo engine's in-place
+    /// write-backs), so a benchmark can charge it to the timed operations.
+    fn sync(&self) -> TxResult<()> {
+        Ok(())
+    }
 }
 
 /// The end of a transaction, as an engine implements it.

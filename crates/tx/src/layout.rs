@@ -9,6 +9,7 @@
 //! ```
 
 use crate::api::TxError;
+use crate::checked;
 use pmem::{Persist, Region, WriteClass};
 
 /// Identifies a Ferrite transaction area.
@@ -73,12 +74,14 @@ impl EngineLayout {
         lane_count: u32,
         lane_size: u64,
     ) -> Result<Self, TxError> {
-        let lane_size = lane_size.next_multiple_of(LANES_ALIGN);
+        let lane_size = lane_size
+            .checked_next_multiple_of(LANES_ALIGN)
+            .unwrap_or(u64::MAX);
         // Redo records store their length as a u32, so a lane stays below 4 GiB.
         if lane_count == 0 || lane_count > 1024 || lane_size == 0 || lane_size > u64::from(u32::MAX)
         {
             return Err(TxError::InvalidArgument(format!(
-                "lanes must be 1..=1024 and non-empty, got {lane_count} × {lane_size} bytes"
+                "lanes must be 1..=1024, each of 1 byte to 4 GiB, got {lane_count} × {lane_size} bytes"
             )));
         }
         let lanes = (arena.offset + WATERMARK_OFFSET + 64).next_multiple_of(LANES_ALIGN);
@@ -131,7 +134,11 @@ impl EngineLayout {
     /// be initialised by the engine.
     pub fn write<P: Persist>(&self, pm: &P) {
         let header = self.encode();
-        pm.write_u64(self.watermark(), 0, WriteClass::Meta);
+        pm.write_u64(
+            self.watermark(),
+            checked::seal(0, self.watermark()),
+            WriteClass::Meta,
+        );
         // Magic last, as for the pool header: an interrupted format is "not formatted".
         pm.write(self.base, &[0; 8], WriteClass::Meta);
         pm.write(self.base + 8, &header[8..], WriteClass::Meta);

@@ -9,11 +9,12 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+mod checked;
 pub mod lanes;
 pub mod layout;
 pub mod logwriter;
 pub mod mem;
-mod rangeset;
+pub mod rangeset;
 pub mod record;
 mod redo;
 mod undo;

@@ -60,6 +60,11 @@ impl RangeSet {
         gaps
     }
 
+    /// Total bytes covered.
+    pub fn total_len(&self) -> u64 {
+        self.ranges.iter().map(|(&s, &e)| e - s).sum()
+    }
+
     /// The ranges, in order.
     pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.ranges.iter().map(|(&s, &e)| (s, e))

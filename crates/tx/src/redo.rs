@@ -11,6 +11,7 @@
 //! therefore always correct, even across lanes (see `docs/tx-format.md` for the argument).
 
 use crate::api::{Engine, Isolation, Lifecycle, Tx, TxError, TxResult, pool_tag, run_transaction};
+use crate::checked;
 use crate::lanes::{EngineOptions, Lanes};
 use crate::layout::{EngineKind, EngineLayout};
 use crate::logwriter::{LogMode, LogWriter};
@@ -114,9 +115,13 @@ impl<P: Persist> Redo<P> {
 
     /// Opens the engine area of `pool`, replaying committed records (recovery).
     pub fn open(pool: Pool<P>, options: &EngineOptions) -> TxResult<Self> {
-        let layout = EngineLayout::read(pool.pm(), pool.arena(), EngineKind::Redo)?;
-        let watermark = recover(pool.pm(), &layout)?;
-        let heap = Heap::open(pool.pm(), layout.heap)?;
+        let recovered =
+            EngineLayout::read(pool.pm(), pool.arena(), EngineKind::Redo).and_then(|layout| {
+                let watermark = recover(pool.pm(), &layout)?;
+                Ok((layout, watermark, Heap::open(pool.pm(), layout.heap)?))
+            });
+        // A pool that could not be recovered must not be marked as cleanly closed.
+        let (layout, watermark, heap) = recovered.inspect_err(|_| pool.mark_unclean_on_drop())?;
         let lanes = Lanes::new((0..layout.lane_count as usize).map(|lane| Ring {
             base: layout.lane(lane),
             size: layout.lane_size,
@@ -195,10 +200,11 @@ impl<P: Persist> Redo<P> {
         let (len, range_count) = record::encoded_size(ranges.iter(), actions.len());
         let len = len as u64;
         if !record::fits(range_count, actions.len()) {
-            return Err(TxError::LogFull {
-                needed: len,
-                capacity: ring.size,
-            });
+            return Err(TxError::InvalidArgument(format!(
+                "a transaction may write at most {} separate ranges and make {} heap changes",
+                record::MAX_ENTRIES,
+                record::MAX_ENTRIES
+            )));
         }
         let pos = self.reserve_space(ring, len)?;
         let seq = self.sequence(lane);
@@ -213,6 +219,11 @@ impl<P: Persist> Redo<P> {
         ring.writer.append(pm, ring.base + pos, &ring.scratch);
         ring.writer.seal(pm);
         pm.fence();
+        if pm.is_poisoned() {
+            // The record may not be durable: the commit fails (nothing was applied).
+            self.progress[lane].inflight.store(NONE, Ordering::SeqCst);
+            return Err(TxError::Poisoned);
+        }
         if kind == RecordKind::Transaction {
             pm.durability_point();
         }
@@ -277,13 +288,13 @@ impl<P: Persist> Redo<P> {
                 return Ok(pos);
             }
             let oldest = ring.records.front().map_or(0, |r| r.0);
-            self.checkpoint(oldest);
+            self.checkpoint(oldest)?;
         }
     }
 
     /// Writes back every lane's dirty lines, fences, and moves the persisted watermark past
     /// every record whose writes are now durable, until it reaches `target`.
-    fn checkpoint(&self, target: u64) {
+    fn checkpoint(&self, target: u64) -> TxResult<()> {
         let _one_at_a_time = self.checkpoint.lock();
         let pm = self.pool.pm();
         while self.watermark.load(Ordering::Acquire) < target {
@@ -298,6 +309,10 @@ impl<P: Persist> Redo<P> {
             }
             write_back_lines(pm, &mut lines);
             pm.fence();
+            if pm.is_poisoned() {
+                // The write-backs may have failed: never move the watermark past them.
+                return Err(TxError::Poisoned);
+            }
             let reachable = self.reachable_watermark();
             self.persist_watermark(reachable);
             if reachable < target {
@@ -305,6 +320,7 @@ impl<P: Persist> Redo<P> {
                 std::thread::yield_now();
             }
         }
+        Ok(())
     }
 
     /// The highest sequence number below every record that is in flight or whose in-place
@@ -327,17 +343,18 @@ impl<P: Persist> Redo<P> {
     fn persist_watermark(&self, value: u64) {
         if value > self.watermark.load(Ordering::Acquire) {
             let pm = self.pool.pm();
-            pm.write_u64(self.layout.watermark(), value, WriteClass::Meta);
-            pm.persist(self.layout.watermark(), 8);
+            let at = self.layout.watermark();
+            pm.write_u64(at, checked::seal(value, at), WriteClass::Meta);
+            pm.persist(at, 8);
             self.watermark.store(value, Ordering::Release);
         }
     }
 
     /// Writes back every pending in-place write and moves the watermark past every record,
     /// so the next open has nothing to replay.
-    pub fn quiesce(&self) {
+    pub fn quiesce(&self) -> TxResult<()> {
         let last = *self.next_seq.lock() - 1;
-        self.checkpoint(last);
+        self.checkpoint(last)
     }
 }
 
@@ -354,8 +371,9 @@ fn write_back_lines<P: Persist>(pm: &P, lines: &mut Vec<u64>) {
 
 impl<P: Persist> Drop for Redo<P> {
     fn drop(&mut self) {
+        // A failed write-back leaves the records in the log for the next open to replay.
         if !std::thread::panicking() {
-            self.quiesce();
+            let _ = self.quiesce();
         }
     }
 }
@@ -363,7 +381,11 @@ impl<P: Persist> Drop for Redo<P> {
 /// Replays every intact record newer than the watermark, in sequence order, then moves the
 /// watermark past them. Idempotent: a crash during it leaves the records to replay again.
 fn recover<P: Persist>(pm: &P, layout: &EngineLayout) -> TxResult<u64> {
-    let watermark = pm.read_u64(layout.watermark());
+    let watermark = checked::open(
+        pm.read_u64(layout.watermark()),
+        layout.watermark(),
+        "redo watermark",
+    )?;
     let mut newest = watermark;
     let mut pending = Vec::new();
     for lane in 0..layout.lane_count as usize {
@@ -393,7 +415,14 @@ fn recover<P: Persist>(pm: &P, layout: &EngineLayout) -> TxResult<u64> {
     write_back_lines(pm, &mut lines);
     pm.fence();
     if newest > watermark {
-        pm.write_u64(layout.watermark(), newest, WriteClass::Meta);
+        if pm.is_poisoned() {
+            return Err(TxError::Poisoned);
+        }
+        pm.write_u64(
+            layout.watermark(),
+            checked::seal(newest, layout.watermark()),
+            WriteClass::Meta,
+        );
         pm.persist(layout.watermark(), 8);
     }
     Ok(newest)
@@ -453,7 +482,6 @@ pub struct RedoTx<'e, P: Persist> {
     /// Fresh blocks that read as zeros; zeroed in place by `Zero` actions at commit.
     zeroed: Vec<(u64, u64)>,
     frees: Vec<Freeing>,
-    user_bytes: u64,
 }
 
 impl<P: Persist> Lifecycle for RedoTx<'_, P> {
@@ -491,7 +519,11 @@ impl<P: Persist> Lifecycle for RedoTx<'_, P> {
         self.frees
             .drain(..)
             .for_each(|f| engine.heap.finish_free(&f));
-        engine.pool.pm().stats().record_user_bytes(self.user_bytes);
+        engine
+            .pool
+            .pm()
+            .stats()
+            .record_user_bytes(ring.coalesced.bytes());
         Ok(())
     }
 
@@ -536,8 +568,15 @@ impl<P: Persist> Tx for RedoTx<'_, P> {
                 len: src.len() as u64,
             });
         }
+        // Buffered bytes can never exceed what one record (one lane) can hold.
+        let buffered = self.ring.writes.buffered_bytes() + src.len() as u64;
+        if buffered > self.ring.size {
+            return Err(TxError::LogFull {
+                needed: buffered,
+                capacity: self.ring.size,
+            });
+        }
         self.ring.writes.write(addr, src);
-        self.user_bytes += src.len() as u64;
         Ok(())
     }
 
@@ -611,12 +650,15 @@ impl<P: Persist> Engine for Redo<P> {
             reservations: Vec::new(),
             zeroed: Vec::new(),
             frees: Vec::new(),
-            user_bytes: 0,
         };
         run_transaction(tx, body)
     }
 
     fn counters(&self) -> pmem::Counters {
         self.pool.pm().stats().snapshot()
+    }
+
+    fn sync(&self) -> TxResult<()> {
+        self.quiesce()
     }
 }

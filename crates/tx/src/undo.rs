@@ -15,6 +15,7 @@
 //! place); then roll back every live entry (a transaction was in flight), newest first.
 
 use crate::api::{Engine, Isolation, Lifecycle, Tx, TxError, TxResult, pool_tag, run_transaction};
+use crate::checked;
 use crate::lanes::{EngineOptions, Lanes};
 use crate::layout::{EngineKind, EngineLayout};
 use crate::logwriter::{LogMode, LogWriter};
@@ -79,8 +80,10 @@ impl<P: Persist> Undo<P> {
         let lanes_len = u64::from(layout.lane_count) * layout.lane_size;
         pm.fill(layout.lanes, lanes_len, 0, WriteClass::Log);
         for lane in 0..layout.lane_count as usize {
-            pm.write_u64(layout.lane(lane) + GENERATION_AT, 1, WriteClass::Log);
-            pm.write_u64(layout.lane(lane) + APPLIED_AT, 1, WriteClass::Log);
+            let base = layout.lane(lane);
+            let word = |at: u64| checked::seal(1, base + at);
+            pm.write_u64(base + GENERATION_AT, word(GENERATION_AT), WriteClass::Log);
+            pm.write_u64(base + APPLIED_AT, word(APPLIED_AT), WriteClass::Log);
         }
         pm.persist(layout.lanes, lanes_len);
         Heap::format(pm, layout.heap, options.chunk_shift)?;
@@ -91,22 +94,9 @@ impl<P: Persist> Undo<P> {
     /// Opens the engine area of `pool`, finishing committed and rolling back interrupted
     /// transactions (recovery).
     pub fn open(pool: Pool<P>, options: &EngineOptions) -> TxResult<Self> {
-        let layout = EngineLayout::read(pool.pm(), pool.arena(), EngineKind::Undo)?;
-        let mut lanes = Vec::with_capacity(layout.lane_count as usize);
-        for lane in 0..layout.lane_count as usize {
-            let base = layout.lane(lane);
-            let mut state = UndoLane {
-                base,
-                action_area: action_area(layout.lane_size),
-                end: base + layout.lane_size,
-                generation: 0,
-                tail: 0,
-                writer: LogWriter::new(options.log_mode),
-            };
-            recover_lane(pool.pm(), &mut state)?;
-            lanes.push(state);
-        }
-        let heap = Heap::open(pool.pm(), layout.heap)?;
+        // A pool that could not be recovered must not be marked as cleanly closed.
+        let (lanes, heap) =
+            Self::recover(&pool, options).inspect_err(|_| pool.mark_unclean_on_drop())?;
         let chunks = Region {
             offset: heap.layout().chunks,
             len: heap.layout().end() - heap.layout().chunks,
@@ -122,6 +112,26 @@ impl<P: Persist> Undo<P> {
             user,
             chunks,
         })
+    }
+
+    /// Recovers every lane, then rebuilds the heap.
+    fn recover(pool: &Pool<P>, options: &EngineOptions) -> TxResult<(Vec<UndoLane>, Heap)> {
+        let layout = EngineLayout::read(pool.pm(), pool.arena(), EngineKind::Undo)?;
+        let mut lanes = Vec::with_capacity(layout.lane_count as usize);
+        for lane in 0..layout.lane_count as usize {
+            let base = layout.lane(lane);
+            let mut state = UndoLane {
+                base,
+                action_area: action_area(layout.lane_size),
+                end: base + layout.lane_size,
+                generation: 0,
+                tail: 0,
+                writer: LogWriter::new(options.log_mode),
+            };
+            recover_lane(pool.pm(), &mut state)?;
+            lanes.push(state);
+        }
+        Ok((lanes, Heap::open(pool.pm(), layout.heap)?))
     }
 
     /// The pool.
@@ -154,9 +164,13 @@ impl<P: Persist> Undo<P> {
 
 /// Finishes a committed transaction's heap actions and rolls back live undo entries.
 fn recover_lane<P: Persist>(pm: &P, lane: &mut UndoLane) -> TxResult<()> {
-    lane.generation = pm.read_u64(lane.base + GENERATION_AT);
-    let applied = pm.read_u64(lane.base + APPLIED_AT);
-    if lane.generation == 0 || applied > lane.generation + 1 {
+    let read = |at: u64, what| checked::open(pm.read_u64(lane.base + at), lane.base + at, what);
+    lane.generation = read(GENERATION_AT, "undo lane generation")?;
+    let applied = read(APPLIED_AT, "undo lane applied counter")?;
+    if lane.generation == 0
+        || lane.generation >= checked::MAX_VALUE
+        || applied > lane.generation + 1
+    {
         return Err(TxError::Corrupted(format!(
             "undo lane at {:#x}: generation {} applied {applied}",
             lane.base, lane.generation
@@ -175,6 +189,9 @@ fn recover_lane<P: Persist>(pm: &P, lane: &mut UndoLane) -> TxResult<()> {
         pm.flush(*addr, old.len() as u64);
     }
     pm.fence();
+    if pm.is_poisoned() {
+        return Err(TxError::Poisoned);
+    }
     // Always retire the current generation: a transaction that crashed before its commit
     // may have left an action record (or entries) tagged with it, which a later commit
     // would otherwise make look committed.
@@ -191,8 +208,9 @@ fn retire_entries<P: Persist>(pm: &P, lane: &mut UndoLane) {
     lane.tail = 0;
 }
 
+/// Stores a checked counter word and makes it durable.
 fn set_word<P: Persist>(pm: &P, at: u64, value: u64) {
-    pm.write_u64(at, value, WriteClass::Log);
+    pm.write_u64(at, checked::seal(value, at), WriteClass::Log);
     pm.persist(at, 8);
 }
 
@@ -286,7 +304,8 @@ pub struct UndoTx<'e, P: Persist> {
     snapshots: Vec<(u64, Vec<u8>)>,
     reservations: Vec<Reservation>,
     frees: Vec<Freeing>,
-    user_bytes: u64,
+    /// Fresh blocks zeroed in place (written back at commit; not user bytes).
+    zeroed: Vec<(u64, u64)>,
     scratch: Vec<u8>,
 }
 
@@ -320,6 +339,10 @@ impl<P: Persist> UndoTx<'_, P> {
         }
         self.lane.writer.seal(pm);
         pm.fence();
+        if pm.is_poisoned() {
+            // The old bytes may not be durable: the caller must not write in place.
+            return Err(TxError::Poisoned);
+        }
         gaps.iter()
             .for_each(|&(start, end)| self.covered.insert(start, end));
         Ok(())
@@ -372,7 +395,7 @@ impl<P: Persist> Lifecycle for UndoTx<'_, P> {
             .map(|r| engine.heap.publish_action(r))
             .chain(self.frees.iter().map(|f| engine.heap.free_action(f)))
             .collect();
-        if self.modified.is_empty() && actions.is_empty() {
+        if self.modified.is_empty() && self.zeroed.is_empty() && actions.is_empty() {
             return self.finish_read_only();
         }
         if pm.is_poisoned() {
@@ -388,10 +411,17 @@ impl<P: Persist> Lifecycle for UndoTx<'_, P> {
         self.modified
             .iter()
             .for_each(|(start, end)| pm.flush(start, end - start));
+        self.zeroed
+            .iter()
+            .for_each(|&(addr, len)| pm.flush(addr, len));
         if !actions.is_empty() {
             self.write_action_record(&actions);
         }
         pm.fence();
+        if pm.is_poisoned() {
+            // The data may not be durable: do not commit (the abort path rolls it back).
+            return Err(TxError::Poisoned);
+        }
         let lane = &mut *self.lane;
         lane.generation += 1;
         set_word(pm, lane.base + GENERATION_AT, lane.generation);
@@ -407,7 +437,7 @@ impl<P: Persist> Lifecycle for UndoTx<'_, P> {
         self.frees
             .drain(..)
             .for_each(|f| engine.heap.finish_free(&f));
-        pm.stats().record_user_bytes(self.user_bytes);
+        pm.stats().record_user_bytes(self.modified.total_len());
         Ok(())
     }
 
@@ -451,7 +481,6 @@ impl<P: Persist> Tx for UndoTx<'_, P> {
         self.snapshot(addr, len)?;
         engine.pool.pm().write(addr, src, WriteClass::User);
         self.modified.insert(addr, addr + len);
-        self.user_bytes += len;
         Ok(())
     }
 
@@ -471,7 +500,7 @@ impl<P: Persist> Tx for UndoTx<'_, P> {
         let addr = self.alloc_raw(size)?;
         // A fresh block needs no snapshot: zero it in place and write it back at commit.
         self.engine.pool.pm().fill(addr, size, 0, WriteClass::User);
-        self.modified.insert(addr, addr + size);
+        self.zeroed.push((addr, size));
         Ok(addr)
     }
 
@@ -520,7 +549,7 @@ impl<P: Persist> Engine for Undo<P> {
             snapshots: Vec::new(),
             reservations: Vec::new(),
             frees: Vec::new(),
-            user_bytes: 0,
+            zeroed: Vec::new(),
             scratch: Vec::new(),
         };
         run_transaction(tx, body)

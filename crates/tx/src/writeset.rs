@@ -79,6 +79,11 @@ fn lines_mask(addr: u64, len: u64) -> u64 {
 }
 
 impl WriteSet {
+    /// Bytes held in the buffer (writes repeated exactly are counted once).
+    pub fn buffered_bytes(&self) -> u64 {
+        self.data.len() as u64
+    }
+
     /// Whether nothing was written.
     pub fn is_empty(&self) -> bool {
         self.writes.is_empty()
