@@ -1,6 +1,7 @@
 //! `ferrite`: pool administration and the project's evaluation report.
 //!
-//! Exit codes: 0 success; 2 usage errors (from clap, and invalid pool arguments); a pool
+//! Exit codes: 0 success; 2 usage errors (from clap, invalid pool arguments, and arguments of
+//! `ferrite sim` clap cannot check: trace files, configurations); a pool
 //! error's [`pmem::PoolError::exit_code`] when a pool file is the problem; 1 for anything
 //! else, including an evaluation with a failed section. Errors are one line on stderr:
 //! `ferrite: <path>: <reason>`.
@@ -13,6 +14,7 @@ mod eval;
 mod plot;
 mod pool_cmd;
 mod report;
+mod sim;
 mod size;
 mod time;
 
@@ -39,6 +41,9 @@ enum Command {
     Eval(EvalArgs),
     /// Benchmark engines on workloads, side by side (PMDK and the ideal reference included).
     Bench(BenchArgs),
+    /// Simulate hardware logging designs (Silo and its baselines) on workload traces.
+    #[command(subcommand)]
+    Sim(sim::SimCommand),
 }
 
 #[derive(Debug, Args)]
@@ -240,6 +245,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Eval(args) => run_eval(&args, &mut stdout),
         Command::Bench(args) => run_bench(&args, &mut stdout),
+        Command::Sim(command) => sim::run(&command, &mut stdout),
     }
 }
 
@@ -336,8 +342,29 @@ fn one_line(error: &anyhow::Error) -> String {
     text.replace(['\n', '\r'], " ")
 }
 
-/// The pool error's code when a pool file was the problem, 1 otherwise.
+/// An argument clap accepted but the command cannot use (an unreadable trace file, a
+/// configuration out of range): it exits with 2, like clap's own usage errors. The text is
+/// the whole one-line message, starting with the file's path when a file is the problem.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Exit code of usage errors (clap's).
+const USAGE_EXIT: u8 = 2;
+
+/// 2 for a [`UsageError`]; the pool error's code when a pool file was the problem; 1
+/// otherwise.
 fn exit_code_of(error: &anyhow::Error) -> u8 {
+    if error.downcast_ref::<UsageError>().is_some() {
+        return USAGE_EXIT;
+    }
     error
         .downcast_ref::<pool_cmd::PoolFailure>()
         .and_then(|failure| u8::try_from(failure.error.exit_code()).ok())
@@ -373,6 +400,12 @@ mod tests {
         assert_eq!(exit_code_of(&error), 17);
         assert_eq!(one_line(&error), "/x: a file already exists at that path");
         assert_eq!(exit_code_of(&anyhow::anyhow!("other")), 1);
+        let usage = anyhow::Error::new(UsageError("t.trace: bad magic".into())).context("sim");
+        assert_eq!(
+            exit_code_of(&usage),
+            USAGE_EXIT,
+            "context keeps the usage code"
+        );
         let nested = anyhow::Error::new(pmem::PoolError::from(std::io::Error::other("disk\ngone")))
             .context("benchmarking");
         assert_eq!(one_line(&nested), "benchmarking: I/O error: disk gone");

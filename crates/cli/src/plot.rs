@@ -12,8 +12,10 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 /// Pixel size of every chart.
 const SIZE: (u32, u32) = (720, 420);
-/// Series colours: Okabe and Ito's colour-blind-friendly palette, most distinct first.
-const PALETTE: [RGBColor; 7] = [
+/// Series colours: Okabe and Ito's colour-blind-friendly palette, most distinct first, then
+/// black and a dark red for charts with more series (the Silo sweeps: seven workloads, their
+/// mean and the paper's point).
+const PALETTE: [RGBColor; 9] = [
     RGBColor(0, 114, 178),
     RGBColor(230, 159, 0),
     RGBColor(0, 158, 115),
@@ -21,6 +23,8 @@ const PALETTE: [RGBColor; 7] = [
     RGBColor(204, 121, 167),
     RGBColor(86, 180, 233),
     RGBColor(90, 90, 90),
+    RGBColor(0, 0, 0),
+    RGBColor(150, 20, 40),
 ];
 const FONT: &str = "sans-serif";
 
@@ -104,21 +108,7 @@ pub fn log2_line_chart(
     y_label: &str,
     series: &[Series],
 ) -> Result<String> {
-    let xs = || {
-        series
-            .iter()
-            .flat_map(|s| s.points.iter().map(|p| p.0.max(1.0).log2()))
-    };
-    let x_min = xs().fold(f64::INFINITY, f64::min);
-    let x_max = xs().fold(f64::NEG_INFINITY, f64::max);
-    // A single distinct x, or none at all, still needs a non-empty axis.
-    let (x_min, x_max) = if !x_min.is_finite() {
-        (0.0, 1.0)
-    } else if x_min < x_max {
-        (x_min, x_max)
-    } else {
-        (x_min - 1.0, x_min + 1.0)
-    };
+    let (x_min, x_max) = log2_x_range(series);
     let y_max = y_limit(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)));
     let mut svg = String::new();
     {
@@ -143,11 +133,7 @@ pub fn log2_line_chart(
             .draw()?;
         for (index, line) in series.iter().enumerate() {
             let color = PALETTE[index % PALETTE.len()];
-            let points: Vec<(f64, f64)> = line
-                .points
-                .iter()
-                .map(|&(x, y)| (x.max(1.0).log2(), y))
-                .collect();
+            let points = log2_points(line);
             chart
                 .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
                 .label(line.name.as_str())
@@ -170,6 +156,151 @@ pub fn log2_line_chart(
         root.present()?;
     }
     Ok(svg)
+}
+
+/// A series' points with x replaced by its base-2 logarithm (x below 1 counts as 1).
+fn log2_points(series: &Series) -> Vec<(f64, f64)> {
+    series
+        .points
+        .iter()
+        .map(|&(x, y)| (x.max(1.0).log2(), y))
+        .collect()
+}
+
+/// The smallest and largest log2(x) of every point; a single distinct x, or none at all,
+/// still gives a non-empty axis.
+fn log2_x_range(series: &[Series]) -> (f64, f64) {
+    let xs = || {
+        series
+            .iter()
+            .flat_map(|s| log2_points(s).into_iter().map(|p| p.0))
+    };
+    let x_min = xs().fold(f64::INFINITY, f64::min);
+    let x_max = xs().fold(f64::NEG_INFINITY, f64::max);
+    if !x_min.is_finite() {
+        (0.0, 1.0)
+    } else if x_min < x_max {
+        (x_min, x_max)
+    } else {
+        (x_min - 1.0, x_min + 1.0)
+    }
+}
+
+/// Steps of a fitted chart's integer x axis per doubling of x.
+const LOG2_STEPS: f64 = 1000.0;
+
+/// Pixel width of the legend panel right of a [`fitted_log2_line_chart`].
+const LEGEND_PANEL: u32 = 180;
+
+/// A line chart over a base-2 logarithmic x axis, labelled at exactly the x values of the
+/// points, whose y axis spans the data rather than starting at zero: made for relative
+/// changes of a few per cent (0.92 .. 1.00), which a zero-based axis flattens. The legend sits
+/// in a panel right of the plot, so it covers no line however many series there are.
+pub fn fitted_log2_line_chart(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+) -> Result<String> {
+    // plotters formats labels at key points only on integer axes: x is log2(x) in
+    // thousandths.
+    let milli = |log2: f64| (log2 * LOG2_STEPS).round() as i64;
+    let (x_min, x_max) = log2_x_range(series);
+    let mut key_xs: Vec<i64> = series
+        .iter()
+        .flat_map(log2_points)
+        .map(|p| milli(p.0))
+        .collect();
+    key_xs.sort_unstable();
+    key_xs.dedup();
+    let (y_min, y_max) = fitted_y_range(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)));
+    let decimals = decimals_for(y_max - y_min);
+    let mut svg = String::new();
+    {
+        let root =
+            SVGBackend::with_string(&mut svg, (SIZE.0 + LEGEND_PANEL, SIZE.1)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (plot_area, legend_area) = root.split_horizontally(SIZE.0);
+        let x_range = (milli(x_min - 0.15)..milli(x_max + 0.15)).with_key_points(key_xs);
+        let mut chart = ChartBuilder::on(&plot_area)
+            .caption(title, (FONT, 20))
+            .margin(16)
+            .x_label_area_size(44)
+            .y_label_area_size(64)
+            .build_cartesian_2d(x_range, y_min..y_max)?;
+        chart
+            .configure_mesh()
+            .x_label_formatter(&|x: &i64| format!("{}", (*x as f64 / LOG2_STEPS).exp2().round()))
+            .y_label_formatter(&|v: &f64| format!("{v:.decimals$}"))
+            .max_light_lines(1)
+            .x_desc(x_label)
+            .y_desc(y_label)
+            .label_style((FONT, 14))
+            .draw()?;
+        for (index, line) in series.iter().enumerate() {
+            let color = PALETTE[index % PALETTE.len()];
+            let points: Vec<(i64, f64)> = log2_points(line)
+                .into_iter()
+                .map(|(x, y)| (milli(x), y))
+                .collect();
+            chart.draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?;
+            chart.draw_series(
+                points
+                    .into_iter()
+                    .map(|p| Circle::new(p, 4, color.filled())),
+            )?;
+        }
+        draw_side_legend(&legend_area, series.iter().map(|s| s.name.as_str()))?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+/// The y range of a fitted chart: the data's span plus 8 % on each side (a flat series gets
+/// ±5 % of its value, or ±0.5 around zero).
+fn fitted_y_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (min, max) = values
+        .filter(|v| v.is_finite())
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+            (lo.min(v), hi.max(v))
+        });
+    if !min.is_finite() {
+        return (0.0, 1.0);
+    }
+    let span = max - min;
+    if span > 0.0 {
+        (min - 0.08 * span, max + 0.08 * span)
+    } else {
+        let pad = if min == 0.0 { 0.5 } else { 0.05 * min.abs() };
+        (min - pad, max + pad)
+    }
+}
+
+/// Decimals of the y labels of an axis spanning `span`: enough to tell the ticks apart.
+fn decimals_for(span: f64) -> usize {
+    match span {
+        s if s < 0.1 => 3,
+        s if s < 1.0 => 2,
+        s if s < 10.0 => 1,
+        _ => 0,
+    }
+}
+
+/// A legend drawn in its own area: a coloured line and the name per series, top down, in
+/// palette order (the order the series were drawn in).
+fn draw_side_legend<'a>(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    names: impl Iterator<Item = &'a str>,
+) -> Result<()> {
+    let style = TextStyle::from((FONT, 14).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+    for (index, name) in names.enumerate() {
+        let y = 56 + 22 * i32::try_from(index).unwrap_or(i32::MAX / 32);
+        let color = PALETTE[index % PALETTE.len()];
+        area.draw(&PathElement::new([(4, y), (28, y)], color.stroke_width(3)))?;
+        area.draw(&Circle::new((16, y), 4, color.filled()))?;
+        area.draw(&Text::new(name.to_owned(), (36, y), style.clone()))?;
+    }
+    Ok(())
 }
 
 /// One series of a grouped bar chart: a value per category, `None` where it has no bar.
@@ -327,6 +458,39 @@ mod tests {
         }];
         log2_line_chart("one", "x", "y", &one_point).expect("one point");
         log2_line_chart("none", "x", "y", &[]).expect("no series");
+    }
+
+    #[test]
+    fn fitted_chart_labels_the_data_xs_and_every_series() {
+        let series = [
+            Series {
+                name: "hash".into(),
+                points: vec![(8.0, 1.0), (32.0, 0.98), (128.0, 0.95)],
+            },
+            Series {
+                name: "geomean <all>".into(),
+                points: vec![(8.0, 1.0), (128.0, 0.96)],
+            },
+        ];
+        let svg =
+            fitted_log2_line_chart("Latency", "cycles", "× 8 cycles", &series).expect("chart");
+        for text in [
+            "hash",
+            "geomean &lt;all&gt;",
+            // plotters writes each label on a line of its own.
+            "\n8\n",
+            "\n32\n",
+            "\n128\n",
+            "cycles",
+        ] {
+            assert!(svg.contains(text), "{text} missing");
+        }
+        // The y axis is fitted: its labels have the decimals a 5 % span needs.
+        assert!(svg.contains("0.96"), "no fine y labels");
+        fitted_log2_line_chart("none", "x", "y", &[]).expect("no series");
+        let (low, high) = fitted_y_range([2.0, 2.0].into_iter());
+        assert!((low - 1.9).abs() < 1e-12 && (high - 2.1).abs() < 1e-12);
+        assert_eq!(decimals_for(0.05), 3);
     }
 
     #[test]

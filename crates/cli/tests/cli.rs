@@ -268,6 +268,11 @@ fn quick_eval_writes_a_complete_report() {
     assert_eq!(selftest["verdict"], "pass");
     assert_eq!(selftest["data"]["all_mutants_caught"], true);
     assert_eq!(selftest["data"]["correct_engine_passed"], true);
+    assert_eq!(
+        section("silo")["verdict"],
+        "info",
+        "the quick Silo reproduction ran"
+    );
     let substrate = section("substrate");
     assert!(
         substrate["data"]["persist_64b"]

@@ -15,6 +15,9 @@ pub struct Victim {
     pub dirty: bool,
     /// The level's per-line auxiliary word (L1: design tag; LLC: sharer mask).
     pub aux: u64,
+    /// Words of the line changed by stores since PM last received its data (the
+    /// hierarchy's sectored dirty mask, kept for data-comparison writes).
+    pub words: u8,
 }
 
 /// One cache level: flat arrays indexed by `set * ways + way`.
@@ -28,6 +31,8 @@ pub struct Cache {
     stamps: Vec<u64>,
     dirty: Vec<bool>,
     aux: Vec<u64>,
+    /// Per line: words changed since PM last received the line's data (see [`Victim`]).
+    words: Vec<u8>,
     clock: u64,
 }
 
@@ -44,6 +49,7 @@ impl Cache {
             stamps: vec![0; n],
             dirty: vec![false; n],
             aux: vec![0; n],
+            words: vec![0; n],
             clock: 0,
         }
     }
@@ -85,6 +91,11 @@ impl Cache {
     /// Inserts `line` (absent) as most recently used, returning the valid line it replaced:
     /// an invalid way if any, otherwise the least recently used one.
     pub fn insert(&mut self, line: u64, dirty: bool, aux: u64) -> Option<Victim> {
+        self.insert_slot(line, dirty, aux).1
+    }
+
+    /// [`Cache::insert`], also returning the slot the line went to.
+    fn insert_slot(&mut self, line: u64, dirty: bool, aux: u64) -> (usize, Option<Victim>) {
         debug_assert!(self.find(line).is_none(), "inserting a present line");
         let base = self.set_base(line);
         // The first invalid way if any, else the least recently used one.
@@ -102,22 +113,46 @@ impl Cache {
             line: self.tags[slot],
             dirty: self.dirty[slot],
             aux: self.aux[slot],
+            words: self.words[slot],
         });
         self.tags[slot] = line;
         self.dirty[slot] = dirty;
         self.aux[slot] = aux;
+        self.words[slot] = 0;
         self.touch(slot);
-        victim
+        (slot, victim)
     }
 
     /// Removes `line`; returns whether it was dirty (`None` if absent).
     pub fn invalidate(&mut self, line: u64) -> Option<bool> {
+        self.remove(line).map(|(dirty, _)| dirty)
+    }
+
+    /// Removes `line`; returns its dirty bit and changed words.
+    fn remove(&mut self, line: u64) -> Option<(bool, u8)> {
         let slot = self.find(line)?;
         self.tags[slot] = INVALID;
         let was = self.dirty[slot];
         self.dirty[slot] = false;
         self.aux[slot] = 0;
-        Some(was)
+        Some((was, std::mem::take(&mut self.words[slot])))
+    }
+
+    /// Cleans a line: takes its dirty bit and changed words (`(false, 0)` if absent).
+    fn take_dirt(&mut self, line: u64) -> (bool, u8) {
+        self.find(line).map_or((false, 0), |s| {
+            (
+                std::mem::take(&mut self.dirty[s]),
+                std::mem::take(&mut self.words[s]),
+            )
+        })
+    }
+
+    /// Clears `mask` from the changed words of a present line.
+    fn clear_words(&mut self, line: u64, mask: u8) {
+        if let Some(s) = self.find(line) {
+            self.words[s] &= !mask;
+        }
     }
 
     /// Sets or clears the dirty bit of a present line; returns the previous bit.
@@ -182,6 +217,8 @@ pub struct Access {
     pub level: Level,
     /// A dirty line that left the LLC and must be written back to PM.
     pub writeback: Option<u64>,
+    /// The written-back line's changed words (see [`Victim::words`]).
+    pub writeback_words: u8,
 }
 
 /// Hit/miss counters of one level.
@@ -237,19 +274,29 @@ impl Hierarchy {
     /// Core `core` reads (`write == false`) or writes `line`, allocating it in every level.
     #[inline]
     pub fn access(&mut self, core: usize, line: u64, write: bool) -> Access {
+        self.access_words(core, line, write, 0)
+    }
+
+    /// [`Hierarchy::access`] for a store that changes the words in `words` (0: a silent
+    /// store, or a load): they join the line's changed words.
+    #[inline]
+    pub fn access_words(&mut self, core: usize, line: u64, write: bool, words: u8) -> Access {
         if let Some(slot) = self.l1[core].find(line) {
             self.stats.l1.hits += 1;
             self.l1[core].touch(slot);
             if write {
                 self.l1[core].dirty[slot] = true;
+                self.l1[core].words[slot] |= words;
             }
             return Access {
                 level: Level::L1,
                 writeback: None,
+                writeback_words: 0,
             };
         }
         self.stats.l1.misses += 1;
         let mut writeback = None;
+        let mut words_out = 0;
         let level = if let Some(slot) = self.l2[core].find(line) {
             self.stats.l2.hits += 1;
             self.l2[core].touch(slot);
@@ -263,26 +310,35 @@ impl Hierarchy {
                 Level::Llc
             } else {
                 self.stats.llc.misses += 1;
-                writeback = self.fill_llc(core, line);
+                let wb = self.fill_llc(core, line);
+                writeback = wb.map(|(line, _)| line);
+                words_out = wb.map_or(0, |(_, w)| w);
                 Level::Memory
             };
             self.fill_l2(core, line);
             level
         };
-        self.fill_l1(core, line, write);
-        Access { level, writeback }
+        self.fill_l1(core, line, write, words);
+        Access {
+            level,
+            writeback,
+            writeback_words: words_out,
+        }
     }
 
-    fn fill_llc(&mut self, core: usize, line: u64) -> Option<u64> {
+    fn fill_llc(&mut self, core: usize, line: u64) -> Option<(u64, u8)> {
         let victim = self.llc.insert(line, false, 1 << core)?;
-        let mut dirty = victim.dirty;
+        let (mut dirty, mut words) = (victim.dirty, victim.words);
         for sharer in (0..self.l1.len()).filter(|c| victim.aux & (1 << c) != 0) {
-            dirty |= self.l1[sharer].invalidate(victim.line).unwrap_or(false);
-            dirty |= self.l2[sharer].invalidate(victim.line).unwrap_or(false);
+            for cache in [&mut self.l1[sharer], &mut self.l2[sharer]] {
+                let (d, w) = cache.remove(victim.line).unwrap_or((false, 0));
+                dirty |= d;
+                words |= w;
+            }
         }
         dirty.then(|| {
             self.stats.writebacks += 1;
-            victim.line
+            (victim.line, words)
         })
     }
 
@@ -290,7 +346,8 @@ impl Hierarchy {
         let Some(victim) = self.l2[core].insert(line, false, 0) else {
             return;
         };
-        let dirty = victim.dirty | self.l1[core].invalidate(victim.line).unwrap_or(false);
+        let (d, w) = self.l1[core].remove(victim.line).unwrap_or((false, 0));
+        let dirty = victim.dirty | d;
         let slot = self
             .llc
             .find(victim.line)
@@ -299,38 +356,71 @@ impl Hierarchy {
         if dirty {
             self.llc.dirty[slot] = true;
         }
+        self.llc.words[slot] |= victim.words | w;
     }
 
-    fn fill_l1(&mut self, core: usize, line: u64, write: bool) {
-        if let Some(victim) = self.l1[core].insert(line, write, 0)
-            && victim.dirty
+    fn fill_l1(&mut self, core: usize, line: u64, write: bool, words: u8) {
+        let l1 = &mut self.l1[core];
+        let (slot, victim) = l1.insert_slot(line, write, 0);
+        l1.words[slot] = words;
+        if let Some(victim) = victim
+            && (victim.dirty || victim.words != 0)
         {
-            self.l2[core]
-                .set_dirty(victim.line, true)
-                .expect("inclusion: L1 line in L2");
+            let l2 = &mut self.l2[core];
+            let slot = l2.find(victim.line).expect("inclusion: L1 line in L2");
+            l2.dirty[slot] |= victim.dirty;
+            l2.words[slot] |= victim.words;
         }
     }
 
     /// Cleans `line` in every level and core (a `clwb`): returns whether any copy was dirty,
     /// in which case the caller writes the line back. The copies stay valid.
     pub fn clean(&mut self, line: u64) -> bool {
+        self.clean_words(line).0
+    }
+
+    /// [`Hierarchy::clean`], also taking the line's changed words (they leave with the data).
+    pub fn clean_words(&mut self, line: u64) -> (bool, u8) {
         let Some(slot) = self.llc.find(line) else {
-            return false; // inclusion: absent from the LLC means absent everywhere
+            return (false, 0); // inclusion: absent from the LLC means absent everywhere
         };
         let sharers = self.llc.aux[slot];
         let mut dirty = std::mem::replace(&mut self.llc.dirty[slot], false);
+        let mut words = std::mem::take(&mut self.llc.words[slot]);
         for c in (0..self.l1.len()).filter(|c| sharers & (1 << c) != 0) {
-            dirty |= self.l1[c].set_dirty(line, false).unwrap_or(false);
-            dirty |= self.l2[c].set_dirty(line, false).unwrap_or(false);
+            for cache in [&mut self.l1[c], &mut self.l2[c]] {
+                let (d, w) = cache.take_dirt(line);
+                dirty |= d;
+                words |= w;
+            }
         }
-        dirty
+        (dirty, words)
+    }
+
+    /// PM received the newest data of the words in `mask` of `line` by another path (an
+    /// in-place update): they are no longer changed in any copy. The line stays dirty.
+    pub fn persisted_words(&mut self, line: u64, mask: u8) {
+        let Some(slot) = self.llc.find(line) else {
+            return;
+        };
+        self.llc.words[slot] &= !mask;
+        let sharers = self.llc.aux[slot];
+        for c in (0..self.l1.len()).filter(|c| sharers & (1 << c) != 0) {
+            self.l1[c].clear_words(line, mask);
+            self.l2[c].clear_words(line, mask);
+        }
     }
 
     /// Marks the LLC copy of a present line dirty (its data is newer than PM's).
     pub fn mark_dirty(&mut self, line: u64) {
-        self.llc
-            .set_dirty(line, true)
-            .expect("the line was just filled");
+        self.mark_dirty_words(line, 0);
+    }
+
+    /// [`Hierarchy::mark_dirty`] with the words in which the data is newer.
+    pub fn mark_dirty_words(&mut self, line: u64, words: u8) {
+        let slot = self.llc.find(line).expect("the line was just filled");
+        self.llc.dirty[slot] = true;
+        self.llc.words[slot] |= words;
     }
 
     /// Core `core`'s L1 (for design hooks that read line tags).
@@ -445,6 +535,30 @@ mod tests {
         let a = h.access(0, 20, false);
         assert_eq!(a.writeback, None);
         assert_eq!(h.stats.writebacks, 1);
+    }
+
+    #[test]
+    fn changed_words_follow_the_line_down_and_leave_with_it() {
+        let mut h = Hierarchy::new(&small_config(1));
+        h.access_words(0, 0, true, 0b01);
+        h.access(0, 2, false); // L1 set 0 (2 ways): line 0 stays
+        h.access_words(0, 0, true, 0b10);
+        h.access(0, 4, false);
+        h.access(0, 6, false); // line 0 leaves the L1 for the L2
+        assert!(!h.holds(0, Level::L1, 0));
+        // An in-place update persisted word 1; a flush would now carry word 0 only.
+        h.persisted_words(0, 0b10);
+        for line in [8, 12] {
+            h.access(0, line, false);
+        }
+        let a = h.access(0, 16, false);
+        assert_eq!((a.writeback, a.writeback_words), (Some(0), 0b01));
+        // A silent store dirties a line without changing a word; cleaning takes the words.
+        h.access_words(0, 20, true, 0);
+        assert_eq!(h.clean_words(20), (true, 0));
+        h.access_words(0, 20, true, 0b100);
+        assert_eq!(h.clean_words(20), (true, 0b100));
+        assert_eq!(h.clean_words(20), (false, 0));
     }
 
     #[test]

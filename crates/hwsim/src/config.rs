@@ -141,8 +141,27 @@ pub struct MemConfig {
     pub burst_ns: f64,
     /// On-PM buffer lines (0 = no buffer: every request is written to the media at once).
     pub onpm_lines: usize,
-    /// On-PM buffer line (and media write unit) in bytes: 256 like an Optane XPLine.
+    /// On-PM buffer line in bytes: 256 like an Optane XPLine.
     pub onpm_line_bytes: u64,
+    /// Media write unit in bytes (8, 64 or 256): every block of a written-back 256 B line
+    /// that holds a changed word costs one `write_ns` media write (plus one `read_ns` of the
+    /// line first if a block is only partly written). 64 B: the paper's PCM writes a 64 B
+    /// access in 150 ns (reference note §6.2; NVMain charges its write pulse per 64 B
+    /// request). 256 charges a whole buffer line as one write (the model before this field
+    /// existed); 8 with `write_ns` scaled down makes media time proportional to changed bytes
+    /// (a sensitivity variant, not a PCM the paper describes).
+    pub media_block_bytes: u64,
+    /// The write queue merges a write into a queued, not yet issued write of the same 64 B
+    /// block (one entry, one bus burst), as gem5's memory controller does for writes to a
+    /// queued burst and as Silo's Fig. 9 case 2 does for an in-place update meeting an
+    /// eviction of its line. A write still needs a free entry to be accepted.
+    pub merge_writes: bool,
+    /// Data-comparison writes (DCW): media blocks are written only where the data changes.
+    /// A write-back whose words the persistence domain already holds (e.g. a line evicted
+    /// after Silo's in-place updates wrote its changed words) costs a comparison read and no
+    /// write pulse. Silo's slides invoke DCW for exactly that case ("CE will not write
+    /// twice"); it applies to every design's data writes (log appends are always new data).
+    pub dcw: bool,
 }
 
 impl Default for MemConfig {
@@ -158,6 +177,9 @@ impl Default for MemConfig {
             burst_ns: 5.0,
             onpm_lines: 64,
             onpm_line_bytes: 256,
+            media_block_bytes: 64,
+            merge_writes: true,
+            dcw: true,
         }
     }
 }
@@ -343,6 +365,9 @@ impl Config {
         }
         if m.onpm_line_bytes != 256 {
             return bad("onpm_line_bytes must be 256 (word masks are 32 bits)".into());
+        }
+        if !matches!(m.media_block_bytes, 8 | 64 | 256) {
+            return bad("media_block_bytes must be 8, 64 or 256".into());
         }
         if self.silo.entries == 0 {
             return bad("silo.entries must be ≥ 1".into());

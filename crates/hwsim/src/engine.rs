@@ -76,13 +76,42 @@ pub struct World {
     seq: u64,
     mem_dirty: bool,
     log_cursor: Vec<u64>,
+    /// Data-comparison writes on: track which words of written lines changed.
+    dcw: bool,
+    /// Changed words (see `cache::Victim::words`) of line data that left the caches for PM
+    /// (write-backs on a path, flushed or staged lines) and has not been accepted yet.
+    inflight: FastMap<u64, u8>,
 }
 
 impl World {
     fn accept(&mut self, req: &WriteReq) {
-        self.mc.accept(*req);
+        let changed = self.changed_words(req);
+        self.mc.accept_changed(*req, changed);
         self.pm.apply(req);
         self.mem_dirty = true;
+    }
+
+    /// The words of `req` (a mask over its 256 B line) whose data the persistence domain does
+    /// not hold yet. A whole-line data write (write-back, flush, staged line) carries the
+    /// changed words its line had when it left the caches; a partial one (an in-place update
+    /// from a log) changes every word it carries; log writes are all new data.
+    fn changed_words(&mut self, req: &WriteReq) -> u32 {
+        if !self.dcw || req.kind == WriteKind::Log {
+            return u32::MAX;
+        }
+        if req.bytes < 64 {
+            return u32::MAX;
+        }
+        let line = req.addr >> 6;
+        let changed = self.inflight.remove(&line).unwrap_or(0);
+        u32::from(changed) << (8 * (line & 3))
+    }
+
+    /// Line data leaves the caches for PM with these changed words.
+    fn stash(&mut self, line: u64, words: u8) {
+        if self.dcw && words != 0 {
+            *self.inflight.entry(line).or_insert(0) |= words;
+        }
     }
 
     fn next_seq(&mut self) -> u64 {
@@ -180,9 +209,25 @@ impl Ctx<'_> {
             .unwrap_or_default()
     }
 
-    /// Cleans `line` everywhere in the hierarchy; returns whether a copy was dirty.
+    /// Cleans `line` everywhere in the hierarchy; returns whether a copy was dirty (the
+    /// caller then writes its data to PM).
     pub fn clean_line(&mut self, line: u64) -> bool {
-        self.w.hier.clean(line)
+        let (dirty, words) = self.w.hier.clean_words(line);
+        self.w.stash(line, words);
+        dirty
+    }
+
+    /// PM received the newest data of the words in `mask` of 64 B line `line` by a partial
+    /// write (an in-place update from a log): cached and in-flight copies of the line no
+    /// longer differ from PM in those words (for data-comparison writes).
+    pub fn persisted_words(&mut self, line: u64, mask: u8) {
+        if !self.w.dcw {
+            return;
+        }
+        self.w.hier.persisted_words(line, mask);
+        if let Some(w) = self.w.inflight.get_mut(&line) {
+            *w &= !mask;
+        }
     }
 
     /// The cache hierarchy (line tags for designs that keep per-line state).
@@ -407,6 +452,8 @@ impl<'t> Sim<'t> {
                 seq: 0,
                 mem_dirty: false,
                 log_cursor: vec![0; cfg.cores],
+                dcw: cfg.mem.dcw,
+                inflight: FastMap::default(),
             },
             design,
             cores,
@@ -627,8 +674,8 @@ impl<'t> Sim<'t> {
 
     /// Accesses `line` for core `c` at the current time; returns the level and the latency
     /// until the data is in the L1. A dirty LLC victim is sent towards the MC.
-    fn access(&mut self, c: usize, line: u64, write: bool) -> (Level, u64) {
-        let a = self.w.hier.access(c, line, write);
+    fn access(&mut self, c: usize, line: u64, write: bool, words: u8) -> (Level, u64) {
+        let a = self.w.hier.access_words(c, line, write, words);
         let l = self.lat;
         let latency = match a.level {
             Level::L1 => l.l1,
@@ -644,6 +691,7 @@ impl<'t> Sim<'t> {
             }
         };
         if let Some(victim) = a.writeback {
+            self.w.stash(victim, a.writeback_words);
             self.writeback(c, victim);
         }
         (a.level, latency)
@@ -661,7 +709,8 @@ impl<'t> Sim<'t> {
                 .position(|o| o.req.kind == WriteKind::WriteBack && o.req.addr == addr)
             {
                 ob.remove(i);
-                self.w.hier.mark_dirty(line);
+                let words = self.w.inflight.remove(&line).unwrap_or(0);
+                self.w.hier.mark_dirty_words(line, words);
                 self.w.mem_dirty = true;
                 return true;
             }
@@ -691,7 +740,7 @@ impl<'t> Sim<'t> {
         let first = addr >> 6;
         let last = (addr + u64::from(size.max(1)) - 1) >> 6;
         let latency: u64 = (first..=last)
-            .map(|line| self.access(c, line, false).1)
+            .map(|line| self.access(c, line, false, 0).1)
             .sum();
         let mlp = self.w.cfg.core.mlp;
         let l1 = self.lat.l1;
@@ -782,7 +831,12 @@ impl<'t> Sim<'t> {
             info.new = (info.old & !mask) | (info.new & mask);
         }
         info.seq = self.w.next_seq();
-        let (level, latency) = self.access(c, info.word >> 6, true);
+        let changed = if info.silent {
+            0
+        } else {
+            1 << ((info.word >> 3) & 7)
+        };
+        let (level, latency) = self.access(c, info.word >> 6, true, changed);
         let core = &mut self.cores[c];
         let now = core.clock;
         let occupancy = if level == Level::L1 { 1 } else { latency };

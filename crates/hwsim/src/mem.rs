@@ -11,13 +11,21 @@
 //!   parallel: a later read to an idle bank finishes before an earlier one to a busy bank) and
 //!   take `read_ns` plus one burst; a read of a 64 B line fully held by the on-PM buffer takes
 //!   one burst.
+//! * **Write merging** (`merge_writes`): a write of at most one 64 B block that finds a queued,
+//!   not yet issued write of the same block merges into it (one entry and one bus burst for
+//!   both; the merged entry writes the union of their words), as gem5's memory controller
+//!   merges writes to a queued burst. It still needs a free entry to be accepted.
 //! * **Data bus**: a write holds it for one burst per 64 B (at least one).
 //! * **Banks**: 256 B-line interleaved; a media write (an on-PM-buffer eviction — of the least
-//!   recently used line whose bank is idle —, or every write without a buffer) holds its bank `write_ns`, plus `read_ns` first when the line was only
-//!   partly written (read-modify-write).
+//!   recently used line whose bank is idle —, or every write without a buffer) holds its bank
+//!   `write_ns` per media block (64 B) holding changed words, plus one `read_ns` first when
+//!   some such block is only partly written (read-modify-write) or some written block only
+//!   repeats the persistent data (no write pulse for it: data-comparison write, whose
+//!   comparison read this is). Which words of a write are changed is the caller's to say
+//!   ([`MemCtrl::accept_changed`]; [`MemCtrl::accept`] treats every written word as changed).
 
 use crate::config::Config;
-use crate::onpm::{OnPmBuffer, Placement};
+use crate::onpm::{MediaWrite, OnPmBuffer, Placement, word_mask};
 use crate::util::FastMap;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -98,6 +106,10 @@ pub struct MemStats {
     pub reads: u64,
     /// Reads served from the on-PM buffer.
     pub reads_from_buffer: u64,
+    /// Reads served from a queued write holding the whole 64 B line (as gem5's controller
+    /// serves reads from its write queue).
+    #[serde(default)]
+    pub reads_from_write_queue: u64,
     /// Reads that found the read queue full (counted, not stalled).
     pub read_queue_overflows: u64,
     /// All writes accepted by the MC.
@@ -114,6 +126,17 @@ pub struct MemStats {
     pub media_writes: u64,
     /// Media writes that needed a read-modify-write (partly written line).
     pub media_rmw: u64,
+    /// Media block writes (64 B each by default): the unit the banks pay `write_ns` for.
+    #[serde(default)]
+    pub media_blocks: u64,
+    /// Media blocks whose written words all repeated the media's data (comparison read, no
+    /// write pulse).
+    #[serde(default)]
+    pub media_redundant_blocks: u64,
+    /// Write requests merged into a queued write of the same 64 B block (no entry, no burst
+    /// of their own; still counted in `writes`).
+    #[serde(default)]
+    pub merged_writes: u64,
     /// Largest write-queue occupancy seen.
     pub max_write_queue: u64,
     /// Times the write queue reached the high watermark.
@@ -129,6 +152,20 @@ pub struct MemStats {
     pub bank_write_cycles: u64,
 }
 
+/// A write in the queue.
+#[derive(Clone, Copy, Debug)]
+struct Queued {
+    req: WriteReq,
+    /// Words of the request's 256 B line it writes (merged writes add theirs).
+    words: u32,
+    /// Of those, words whose data the persistence domain did not have.
+    dirty: u32,
+    /// Data-bus bursts it takes.
+    bursts: u64,
+    /// The 64 B block it lies in, if it lies in one (a merge target).
+    block: Option<u64>,
+}
+
 /// The memory controller with its PCM banks and on-PM buffer.
 #[derive(Clone, Debug)]
 pub struct MemCtrl {
@@ -139,7 +176,8 @@ pub struct MemCtrl {
     high: usize,
     low: usize,
     read_queue: usize,
-    wq: VecDeque<WriteReq>,
+    merge: bool,
+    wq: VecDeque<Queued>,
     /// Entries held by a design's speculative lines (LAD): they count against the capacity
     /// but are not writes yet (they become writes, or vanish, when the design releases them).
     reserved: usize,
@@ -173,6 +211,7 @@ impl MemCtrl {
             high: m.drain_high,
             low: m.drain_low,
             read_queue: m.read_queue,
+            merge: m.merge_writes,
             wq: VecDeque::with_capacity(m.write_queue),
             reserved: 0,
             draining: false,
@@ -180,7 +219,7 @@ impl MemCtrl {
             bank_free: vec![0; m.banks],
             waiting_reads: Vec::new(),
             reads_waiting_until: 0,
-            onpm: OnPmBuffer::new(m.onpm_lines),
+            onpm: OnPmBuffer::new(m.onpm_lines, m.media_block_bytes),
             wq_lines: FastMap::default(),
             wq_hits: 0,
             bank_lines: vec![0; m.banks],
@@ -197,6 +236,10 @@ impl MemCtrl {
     /// data is back at the controller.
     pub fn read(&mut self, now: u64, addr: u64) -> u64 {
         self.stats.reads += 1;
+        if self.queue_holds_line64(addr) {
+            self.stats.reads_from_write_queue += 1;
+            return now + self.burst;
+        }
         if self.onpm.holds_line64(addr) {
             self.stats.reads_from_buffer += 1;
             return now + self.burst;
@@ -214,6 +257,17 @@ impl MemCtrl {
         }
         self.refresh_evict_ready();
         start + self.read_cycles + self.burst
+    }
+
+    /// Whether a queued write holds every word of the 64 B line at `addr`.
+    fn queue_holds_line64(&self, addr: u64) -> bool {
+        if !self.wq_lines.contains_key(&(addr >> 8)) {
+            return false;
+        }
+        let block = 0xFFu32 << (8 * ((addr >> 6) & 3));
+        self.wq
+            .iter()
+            .any(|q| q.req.addr >> 8 == addr >> 8 && q.words & block == block)
     }
 
     /// Whether the write queue can accept a request.
@@ -256,7 +310,14 @@ impl MemCtrl {
     }
 
     /// Accepts a write at `now` (the caller checked `has_space`); from here it is persistent.
+    /// Every word it writes counts as changed.
     pub fn accept(&mut self, req: WriteReq) {
+        self.accept_changed(req, u32::MAX);
+    }
+
+    /// Accepts a write of which only the words in `changed` (a mask over the request's 256 B
+    /// line) carry data the persistence domain does not hold yet.
+    pub fn accept_changed(&mut self, req: WriteReq, changed: u32) {
         debug_assert!(self.has_space(), "accept into a full write queue");
         let t = Traffic {
             requests: 1,
@@ -273,9 +334,29 @@ impl MemCtrl {
             t,
         );
         let line = req.addr >> 8;
-        *self.wq_lines.entry(line).or_insert(0) += 1;
+        let words = word_mask(req.addr, req.bytes);
+        let dirty = words & changed;
+        let block =
+            (req.addr >> 6 == (req.addr + req.bytes.max(1) - 1) >> 6).then_some(req.addr >> 6);
+        let queued = self.wq_lines.entry(line).or_insert(0);
+        if self.merge && block.is_some() && *queued > 0 {
+            // Writes of this 256 B line are queued: look for one of the same block.
+            if let Some(q) = self.wq.iter_mut().rev().find(|q| q.block == block) {
+                q.words |= words;
+                q.dirty |= dirty;
+                self.stats.merged_writes += 1;
+                return;
+            }
+        }
+        *queued += 1;
         self.wq_hits += usize::from(self.onpm.contains(line));
-        self.wq.push_back(req);
+        self.wq.push_back(Queued {
+            req,
+            words,
+            dirty,
+            bursts: req.bytes.div_ceil(64).max(1),
+            block,
+        });
         let held = (self.wq.len() + self.reserved) as u64;
         self.stats.max_write_queue = self.stats.max_write_queue.max(held);
         if !self.draining && self.wq.len() >= self.high {
@@ -323,7 +404,7 @@ impl MemCtrl {
             // Without a buffer a write waits for its own bank.
             self.wq
                 .iter()
-                .map(|w| self.bank_free[self.bank(w.addr)])
+                .map(|q| self.bank_free[self.bank(q.req.addr)])
                 .min()
                 .unwrap_or(NEVER)
         } else {
@@ -345,14 +426,14 @@ impl MemCtrl {
             return self
                 .wq
                 .iter()
-                .position(|w| self.bank_free[self.bank(w.addr)] <= now);
+                .position(|q| self.bank_free[self.bank(q.req.addr)] <= now);
         }
         if self.evict_ready() <= now {
             return Some(0);
         }
         self.wq
             .iter()
-            .position(|w| self.onpm.placement(w.addr >> 8) == Placement::Hit)
+            .position(|q| self.onpm.placement(q.req.addr >> 8) == Placement::Hit)
     }
 
     /// Issues the oldest ready write at `now`, if the bus and the read-priority rule allow;
@@ -365,8 +446,9 @@ impl MemCtrl {
             return None;
         }
         let index = self.first_ready(now)?;
-        let req = self.wq.remove(index).expect("index in range");
-        let bus_done = now + self.burst * req.bytes.div_ceil(64).max(1);
+        let q = self.wq.remove(index).expect("index in range");
+        let req = q.req;
+        let bus_done = now + self.burst * q.bursts;
         self.bus_free = bus_done;
         self.stats.bus_busy_cycles += bus_done - now;
         let direct = self.direct();
@@ -376,24 +458,32 @@ impl MemCtrl {
         let banks = self.bank_free.len() as u64;
         let bank_free = &self.bank_free;
         let idle = |line: u64| bank_free[line_bank(line, banks as usize)] <= now;
-        let media = self.onpm.write(req.addr, req.bytes, idle);
+        let media = self.onpm.write_words(line, q.words, q.dirty, idle);
         if !direct && !was_buffered {
             self.buffered(line, media.map(|m| m.line));
         }
         if let Some(mw) = media {
             let bank = self.bank(mw.line << 8);
             let start = self.bank_free[bank].max(if direct { bus_done } else { now });
-            let busy = self.write_cycles + if mw.rmw { self.read_cycles } else { 0 };
+            let busy = self.media_cycles(&mw);
             self.bank_free[bank] = start + busy;
             self.stats.bank_write_cycles += busy;
             self.stats.media_writes += 1;
             self.stats.media_rmw += u64::from(mw.rmw);
+            self.stats.media_blocks += u64::from(mw.blocks);
+            self.stats.media_redundant_blocks += u64::from(mw.redundant);
         }
         if self.draining && self.wq.len() <= self.low {
             self.draining = false;
         }
         self.refresh_evict_ready();
         Some(req)
+    }
+
+    /// Bank time of a media write: `write` per block written, plus one `read` of the line
+    /// first for a read-modify-write or a data comparison.
+    fn media_cycles(&self, mw: &MediaWrite) -> u64 {
+        u64::from(mw.blocks) * self.write_cycles + u64::from(mw.read) * self.read_cycles
     }
 
     /// Bookkeeping for a write leaving the queue.
@@ -426,13 +516,15 @@ impl MemCtrl {
         for mw in self.onpm.residual() {
             s.media_writes += 1;
             s.media_rmw += u64::from(mw.rmw);
+            s.media_blocks += u64::from(mw.blocks);
+            s.media_redundant_blocks += u64::from(mw.redundant);
         }
         s
     }
 
-    /// The queued writes, oldest first.
+    /// The queued writes, oldest first (a merged entry shows its first request).
     pub fn queue(&self) -> impl Iterator<Item = &WriteReq> {
-        self.wq.iter()
+        self.wq.iter().map(|q| &q.req)
     }
 }
 
@@ -502,24 +594,88 @@ mod tests {
     }
 
     #[test]
-    fn write_latency_without_buffer_is_bus_plus_rmw_media_write() {
+    fn write_latency_without_buffer_is_bus_plus_media_block_writes() {
         let mut m = mc(0);
         m.accept(write(0, 1));
         assert_eq!(m.next_issue(), 0);
         m.issue(0).unwrap();
-        // The bank holds the partial 64 B-of-256 B write: from 10 (after the burst) for
-        // read 100 + write 300, so a read of the same bank starts at 410.
-        assert_eq!(m.read(20, at(0)), 520);
+        // The bank holds the 64 B block write from 10 (after the burst) for 300 cycles, so a
+        // read of the same bank starts at 310.
+        assert_eq!(m.read(20, at(0)), 420);
         let s = m.stats();
         assert_eq!(
             (
                 s.media_writes,
                 s.media_rmw,
+                s.media_blocks,
                 s.writes.requests,
                 s.writes.bytes
             ),
-            (1, 1, 1, 64)
+            (1, 0, 1, 1, 64)
         );
+        // An 8 B write is a partly written block: read 100 + write 300 from 430.
+        m.accept(WriteReq::new(at(4), 8, WriteKind::InPlace, 0));
+        m.issue(420).unwrap();
+        assert_eq!(m.read(440, at(0)), 830 + 110);
+        // A 256 B write is four block writes: 1,200 cycles of its bank.
+        m.accept(WriteReq::new(at(1), 256, WriteKind::Log, 0));
+        m.issue(1000).unwrap();
+        assert_eq!(m.read(1000, at(1)), 1040 + 1200 + 110);
+        assert_eq!(m.stats().media_blocks, 1 + 1 + 4);
+    }
+
+    #[test]
+    fn a_256_byte_media_block_charges_a_line_once() {
+        let mut cfg = Config::default();
+        cfg.mem.onpm_lines = 0;
+        cfg.mem.media_block_bytes = 256;
+        let mut m = MemCtrl::new(&cfg);
+        m.accept(WriteReq::new(at(1), 256, WriteKind::Log, 0));
+        m.issue(0).unwrap();
+        // Bus 40 cycles (4 bursts of 5 ns), then one 300-cycle write.
+        assert_eq!(m.read(40, at(1)), 340 + 110);
+    }
+
+    #[test]
+    fn a_read_of_a_line_whose_whole_write_is_queued_is_served_from_the_queue() {
+        let mut m = mc(0);
+        m.accept(WriteReq::new(at(0), 8, WriteKind::InPlace, 0));
+        assert_eq!(
+            m.read(0, at(0)),
+            110,
+            "a partial write does not hold the line"
+        );
+        m.accept(WriteReq::new(at(1) + 64, 64, WriteKind::WriteBack, 0));
+        assert_eq!(m.read(5, at(1) + 64), 15, "one burst");
+        assert_eq!(m.read(5, at(1)), 115, "another line of the same 256 B line");
+        assert_eq!(m.stats().reads_from_write_queue, 1);
+    }
+
+    #[test]
+    fn writes_to_a_queued_block_merge() {
+        let mut m = mc(0);
+        m.accept(WriteReq::new(at(0), 8, WriteKind::InPlace, 0));
+        m.accept(WriteReq::new(at(0) + 16, 8, WriteKind::InPlace, 0));
+        m.accept(WriteReq::new(at(1), 8, WriteKind::InPlace, 0)); // another block
+        m.accept(write(0, 9)); // the whole first block
+        assert_eq!(m.queued(), 2);
+        assert_eq!(m.stats().merged_writes, 2);
+        assert_eq!(m.stats().writes.requests, 4, "merged writes still count");
+        // One burst per entry; the first block is fully written (no read-modify-write).
+        assert_eq!(drain(&mut m), vec![(0, 0), (0, 10)]);
+        let s = m.stats();
+        assert_eq!((s.media_blocks, s.bus_busy_cycles), (2, 20));
+        // An issued write is no merge target.
+        m.accept(WriteReq::new(at(0), 8, WriteKind::InPlace, 0));
+        assert_eq!(m.queued(), 1);
+        let mut off = {
+            let mut cfg = Config::default();
+            cfg.mem.merge_writes = false;
+            MemCtrl::new(&cfg)
+        };
+        off.accept(WriteReq::new(at(0), 8, WriteKind::InPlace, 0));
+        off.accept(WriteReq::new(at(0) + 8, 8, WriteKind::InPlace, 0));
+        assert_eq!(off.queued(), 2);
     }
 
     #[test]
@@ -528,20 +684,20 @@ mod tests {
         m.accept(write(0, 1)); // bank 0
         m.accept(write(4, 2)); // bank 0 again: must wait for write 1's media write
         m.accept(write(1, 3)); // bank 1
-        // 1 at 0 (bus to 10, bank 0 busy 10..410); 3 at 10 (bus free, bank 1 idle);
-        // 2 at 410 when bank 0 frees.
-        assert_eq!(drain(&mut m), vec![(1, 0), (3, 10), (2, 410)]);
+        // 1 at 0 (bus to 10, bank 0 busy 10..310); 3 at 10 (bus free, bank 1 idle);
+        // 2 at 310 when bank 0 frees.
+        assert_eq!(drain(&mut m), vec![(1, 0), (3, 10), (2, 310)]);
     }
 
     #[test]
     fn reads_have_priority_until_the_high_watermark() {
         let mut m = mc(0);
         m.accept(write(0, 1));
-        m.issue(0).unwrap(); // bank 0 busy until 410
-        // A read to bank 0 at 20 waits until 410; meanwhile writes to other banks are held.
-        assert_eq!(m.read(20, at(0)), 520);
+        m.issue(0).unwrap(); // bank 0 busy until 310
+        // A read to bank 0 at 20 waits until 310; meanwhile writes to other banks are held.
+        assert_eq!(m.read(20, at(0)), 420);
         m.accept(write(1, 2));
-        assert_eq!(m.next_issue(), 410, "held behind the waiting read");
+        assert_eq!(m.next_issue(), 310, "held behind the waiting read");
         assert!(m.issue(100).is_none());
         // Filling the queue to the high watermark (4) switches to draining.
         m.accept(write(2, 3));
@@ -566,9 +722,10 @@ mod tests {
     #[test]
     fn on_pm_buffer_absorbs_writes_and_serves_reads() {
         let mut m = mc(2);
-        // Two 8 B updates of one 256 B line and a full line elsewhere: no media write yet.
+        // Two 8 B updates of one 256 B line (different 64 B blocks) and a full line
+        // elsewhere: no media write yet.
         m.accept(WriteReq::new(at(0), 8, WriteKind::InPlace, 0));
-        m.accept(WriteReq::new(at(0) + 8, 8, WriteKind::InPlace, 0));
+        m.accept(WriteReq::new(at(0) + 64, 8, WriteKind::InPlace, 0));
         m.accept(WriteReq::new(at(1), 256, WriteKind::Log, 0));
         assert_eq!(
             drain(&mut m),
@@ -577,13 +734,23 @@ mod tests {
         );
         assert_eq!(m.stats.media_writes, 0);
         assert_eq!(m.read(100, at(1) + 64), 110, "served from the buffer");
-        // A third line evicts the LRU (line 0, partial → RMW) to bank 0.
+        // A third line evicts the LRU (line 0: two partly written blocks → one read of the
+        // line, two block writes) to bank 0.
         m.accept(WriteReq::new(at(2), 64, WriteKind::WriteBack, 0));
         assert_eq!(drain(&mut m), vec![(0, 60)]);
         assert_eq!((m.stats.media_writes, m.stats.media_rmw), (1, 1));
-        // Final accounting adds the two lines still buffered (line 1 full, line 2 partial).
+        assert_eq!(
+            m.stats.bank_write_cycles,
+            100 + 2 * 300,
+            "one read, two block writes"
+        );
+        // Final accounting adds the two lines still buffered (line 1 full: 4 blocks; line 2
+        // one whole 64 B block, no read-modify-write).
         let s = m.stats();
-        assert_eq!((s.media_writes, s.media_rmw), (3, 2));
+        assert_eq!(
+            (s.media_writes, s.media_rmw, s.media_blocks),
+            (3, 1, 2 + 4 + 1)
+        );
         assert_eq!(s.in_place.requests, 2);
         assert_eq!(s.log.bytes, 256);
     }

@@ -1,8 +1,13 @@
 //! The on-PM buffer: a small write-combining buffer inside the DIMM (ADR-protected) with
 //! 256 B lines, LRU replacement, 8 B-word valid masks. 8 B in-place updates and 64 B line
 //! write-backs to the same 256 B line coalesce; a media write happens when a line is evicted
-//! (or drained at the end), and a line that is not completely written needs a
-//! read-modify-write of the media line.
+//! (or drained at the end). The media is written in *blocks* (`media_block_bytes`, 64 B by
+//! default: the PCM's access unit, 150 ns each): an evicted line costs one block write per
+//! block holding a *changed* word. Each line also tracks which of its words carry data the
+//! media does not have yet (`dirty`, a subset of `valid`): a block whose written words all
+//! repeat the media's contents needs no write pulse (data-comparison write, DCW). The line is
+//! read once first when some written block is only partly written (read-modify-write) or
+//! some block is redundant (DCW's comparison read).
 
 use crate::util::FastMap;
 
@@ -14,6 +19,8 @@ const FULL: u32 = u32::MAX;
 struct Slot {
     line: u64,
     valid: u32,
+    /// Written words whose data differs from the media (⊆ `valid`).
+    dirty: u32,
     stamp: u64,
 }
 
@@ -22,8 +29,46 @@ struct Slot {
 pub struct MediaWrite {
     /// 256 B line number (byte address / 256).
     pub line: u64,
-    /// Whether the line was only partly written (read-modify-write of the media line).
+    /// Whether the line was only partly written (some block needs a read-modify-write).
     pub rmw: bool,
+    /// Whether the media line is read before it is written (read-modify-write of a partly
+    /// written block, or the comparison read of a redundant one).
+    pub read: bool,
+    /// Media blocks written (blocks holding at least one changed word).
+    pub blocks: u32,
+    /// Of those, blocks only partly written (each read before it is written).
+    pub partial: u32,
+    /// Blocks whose written words all repeat the media's data: a data-comparison read, no
+    /// write.
+    pub redundant: u32,
+}
+
+impl MediaWrite {
+    /// The media write of `line` whose written words are `valid`, `dirty` of them changed, in
+    /// blocks of `block_words` words (8: 64 B blocks; 32: the whole 256 B line is one block).
+    pub fn of(line: u64, valid: u32, dirty: u32, block_words: u32) -> MediaWrite {
+        let block_mask = if block_words >= WORDS {
+            FULL
+        } else {
+            (1u32 << block_words) - 1
+        };
+        let (mut blocks, mut partial, mut redundant) = (0, 0, 0);
+        for b in (0..WORDS).step_by(block_words.clamp(1, WORDS) as usize) {
+            let bits = (valid >> b) & block_mask;
+            let changed = (dirty >> b) & block_mask != 0;
+            blocks += u32::from(changed);
+            partial += u32::from(changed && bits != block_mask);
+            redundant += u32::from(bits != 0 && !changed);
+        }
+        MediaWrite {
+            line,
+            rmw: partial > 0,
+            read: partial + redundant > 0,
+            blocks,
+            partial,
+            redundant,
+        }
+    }
 }
 
 /// Where a write to a line would go.
@@ -46,6 +91,8 @@ pub enum Placement {
 #[derive(Clone, Debug)]
 pub struct OnPmBuffer {
     capacity: usize,
+    /// Words per media block (8 = 64 B blocks).
+    block_words: u32,
     slots: Vec<Slot>,
     index: FastMap<u64, usize>,
     clock: u64,
@@ -59,10 +106,12 @@ pub struct OnPmBuffer {
 const NIL: usize = usize::MAX;
 
 impl OnPmBuffer {
-    /// A buffer of `capacity` 256 B lines (0 = none).
-    pub fn new(capacity: usize) -> Self {
+    /// A buffer of `capacity` 256 B lines (0 = none) in front of a media written in blocks
+    /// of `block_bytes` (64 or 256).
+    pub fn new(capacity: usize, block_bytes: u64) -> Self {
         OnPmBuffer {
             capacity,
+            block_words: (block_bytes / 8).clamp(1, u64::from(WORDS)) as u32,
             slots: Vec::with_capacity(capacity),
             index: FastMap::default(),
             clock: 0,
@@ -144,17 +193,29 @@ impl OnPmBuffer {
         bytes: u64,
         evictable: impl Fn(u64) -> bool,
     ) -> Option<MediaWrite> {
-        let line = addr >> 8;
         let mask = word_mask(addr, bytes);
+        self.write_words(addr >> 8, mask, mask, evictable)
+    }
+
+    /// Writes the words of 256 B line `line` set in `mask`, `dirty` of them with data the
+    /// media does not have (see [`OnPmBuffer::write`]).
+    pub fn write_words(
+        &mut self,
+        line: u64,
+        mask: u32,
+        dirty: u32,
+        evictable: impl Fn(u64) -> bool,
+    ) -> Option<MediaWrite> {
         self.clock += 1;
+        let dirty = dirty & mask;
         if self.capacity == 0 {
-            return Some(MediaWrite {
-                line,
-                rmw: mask != FULL,
-            });
+            return Some(MediaWrite::of(line, mask, dirty, self.block_words));
         }
         if let Some(&i) = self.index.get(&line) {
             self.slots[i].valid |= mask;
+            // A write whose data repeats the persistence domain's leaves a buffered change
+            // of the word in place (the media still lacks it).
+            self.slots[i].dirty |= dirty;
             self.slots[i].stamp = self.clock;
             self.touch(i);
             return None;
@@ -162,6 +223,7 @@ impl OnPmBuffer {
         let slot = Slot {
             line,
             valid: mask,
+            dirty,
             stamp: self.clock,
         };
         if self.slots.len() < self.capacity {
@@ -183,10 +245,12 @@ impl OnPmBuffer {
         self.index.remove(&old.line);
         self.index.insert(line, i);
         self.touch(i);
-        Some(MediaWrite {
-            line: old.line,
-            rmw: old.valid != FULL,
-        })
+        Some(MediaWrite::of(
+            old.line,
+            old.valid,
+            old.dirty,
+            self.block_words,
+        ))
     }
 
     /// Whether the 64 B line at byte address `addr` is completely buffered (a read can be
@@ -199,16 +263,15 @@ impl OnPmBuffer {
 
     /// The media writes that draining every buffered line would cost (end of a run).
     pub fn residual(&self) -> impl Iterator<Item = MediaWrite> + '_ {
-        self.slots.iter().map(|s| MediaWrite {
-            line: s.line,
-            rmw: s.valid != FULL,
-        })
+        self.slots
+            .iter()
+            .map(|s| MediaWrite::of(s.line, s.valid, s.dirty, self.block_words))
     }
 }
 
 /// Valid-word mask of `bytes` at `addr` within its 256 B line (partial words count whole:
 /// the buffer tracks 8 B granules).
-fn word_mask(addr: u64, bytes: u64) -> u32 {
+pub fn word_mask(addr: u64, bytes: u64) -> u32 {
     let first = (addr % 256) / 8;
     let last = ((addr % 256) + bytes.max(1) - 1).min(255) / 8;
     let n = (last - first + 1) as u32;
@@ -231,7 +294,7 @@ mod tests {
 
     #[test]
     fn two_word_writes_to_one_line_make_one_media_write() {
-        let mut b = OnPmBuffer::new(1);
+        let mut b = OnPmBuffer::new(1, 64);
         assert_eq!(b.write_any(0x1000, 8), None);
         assert_eq!(
             b.write_any(0x1008, 8),
@@ -244,7 +307,11 @@ mod tests {
             b.write_any(0x2000, 64),
             Some(MediaWrite {
                 line: 0x10,
-                rmw: true
+                rmw: true,
+                read: true,
+                blocks: 1,
+                partial: 1,
+                redundant: 0
             })
         );
         assert_eq!(b.residual().count(), 1);
@@ -252,7 +319,7 @@ mod tests {
 
     #[test]
     fn a_fully_written_line_needs_no_read_modify_write() {
-        let mut b = OnPmBuffer::new(1);
+        let mut b = OnPmBuffer::new(1, 64);
         for i in 0..4 {
             assert_eq!(b.write_any(0x400 + i * 64, 64), None);
         }
@@ -262,14 +329,18 @@ mod tests {
             mw,
             MediaWrite {
                 line: 4,
-                rmw: false
+                rmw: false,
+                read: false,
+                blocks: 4,
+                partial: 0,
+                redundant: 0
             }
         );
     }
 
     #[test]
     fn lru_line_is_evicted_and_no_buffer_writes_through() {
-        let mut b = OnPmBuffer::new(2);
+        let mut b = OnPmBuffer::new(2, 64);
         b.write_any(0x000, 8);
         b.write_any(0x100, 8);
         b.write_any(0x008, 8); // line 0 is now most recent
@@ -278,15 +349,52 @@ mod tests {
         // Only line 0 is evictable (its bank is idle): it goes although line 2 is older.
         b.write_any(0x208, 8);
         assert_eq!(b.write(0x300, 8, |l| l == 0).map(|m| m.line), Some(0));
-        let mut direct = OnPmBuffer::new(0);
+        let mut direct = OnPmBuffer::new(0, 64);
         assert_eq!(direct.placement(7), Placement::Direct);
         assert_eq!(
             direct.write_any(0x700, 256),
             Some(MediaWrite {
                 line: 7,
-                rmw: false
+                rmw: false,
+                read: false,
+                blocks: 4,
+                partial: 0,
+                redundant: 0
             })
         );
+    }
+
+    #[test]
+    fn media_writes_count_64_byte_blocks() {
+        // Words 0 and 1 (block 0, partly) and the whole of block 2.
+        let words = 0b11 | 0xFF << 16;
+        let mw = MediaWrite::of(9, words, words, 8);
+        assert_eq!((mw.blocks, mw.partial, mw.rmw), (2, 1, true));
+        // With 256 B blocks the same line is one partly written block.
+        let mw = MediaWrite::of(9, words, words, 32);
+        assert_eq!((mw.blocks, mw.partial, mw.rmw), (1, 1, true));
+        assert_eq!(MediaWrite::of(9, FULL, FULL, 32).blocks, 1);
+        assert_eq!(MediaWrite::of(9, FULL, FULL, 8).partial, 0);
+        // Block 2 repeats the media's data: a comparison read, no write.
+        let mw = MediaWrite::of(9, words, 0b11, 8);
+        assert_eq!((mw.blocks, mw.partial, mw.redundant), (1, 1, 1));
+    }
+
+    #[test]
+    fn unchanged_rewrites_are_redundant_and_keep_buffered_changes() {
+        // A 64 B write-back repeating the persistent data: a comparison read only.
+        let mut b = OnPmBuffer::new(1, 64);
+        b.write_words(0, 0xFF, 0, |_| true);
+        let mw = b.residual().next().expect("buffered");
+        assert_eq!((mw.blocks, mw.partial, mw.redundant), (0, 0, 1));
+        // An 8 B change of word 0 still in the buffer, then a write-back carrying the same
+        // data (unchanged against the persistence domain): the media still needs word 0, and
+        // the block is now whole, so no read-modify-write (Silo's Fig. 9, case 2).
+        let mut b = OnPmBuffer::new(1, 64);
+        b.write_words(0, 1, 1, |_| true);
+        b.write_words(0, 0xFF, 0, |_| true);
+        let mw = b.residual().next().expect("buffered");
+        assert_eq!((mw.blocks, mw.partial, mw.redundant), (1, 0, 0));
     }
 
     #[test]

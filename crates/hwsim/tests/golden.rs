@@ -66,8 +66,12 @@ fn base_two_stores() {
     assert_eq!((m.pm.flush.requests, m.pm.flush.bytes), (2, 128));
     assert_eq!((m.pm.writes.requests, m.pm.writes.bytes), (4, 192));
     // The on-PM buffer coalesces both records into one log line and both flushes into one
-    // data line; each line is partly written (read-modify-write).
-    assert_eq!((m.pm.media_writes, m.pm.media_rmw), (2, 2));
+    // data line; each line writes one whole 64 B media block (no read-modify-write since
+    // media writes are per 64 B block; with whole 256 B lines both were read-modify-writes).
+    assert_eq!(
+        (m.pm.media_writes, m.pm.media_rmw, m.pm.media_blocks),
+        (2, 0, 2)
+    );
     assert_eq!(m.stalls.persist, 64 + (346 - 65) + 64 + (475 - 411));
     assert_eq!(m.stalls.commit, 32);
 }
@@ -76,20 +80,23 @@ fn base_two_stores() {
 fn silo_two_stores() {
     // Store 1 misses and is in the L1 at 218; its entry reaches the buffer at 250. Store 2
     // hits at 219, entry at 251. TxEnd drains the store buffer (219); ACK = max(219, 251) + 8
-    // = 259. Then two 8 B in-place updates, issued at 259 and 269.
+    // = 259. Then two 8 B in-place updates of one 64 B block: the second merges into the
+    // first in the write queue, and the merged write is issued at 259 (one burst). (Before
+    // write merging: two writes, issued at 259 and 269.)
     let m = run(
         DesignKind::Silo,
         &Config::default().with_cores(1),
         &two_stores(),
     );
     assert_eq!(m.cycles, 259);
-    assert_eq!(m.drained_cycles, 269);
+    assert_eq!(m.drained_cycles, 259);
     assert_eq!((m.pm.in_place.requests, m.pm.in_place.bytes), (2, 16));
-    assert_eq!(m.pm.writes.requests, 2);
+    assert_eq!((m.pm.writes.requests, m.pm.merged_writes), (2, 1));
+    assert_eq!(m.pm.bus_busy_cycles, 10);
     assert_eq!(
-        (m.pm.media_writes, m.pm.media_rmw),
-        (1, 1),
-        "both LUs in one 256 B line"
+        (m.pm.media_writes, m.pm.media_rmw, m.pm.media_blocks),
+        (1, 1, 1),
+        "both LUs in one partly written 64 B block"
     );
     assert_eq!(m.stalls.commit, 40);
     assert_eq!(m.stalls.drain, 217);
@@ -336,4 +343,51 @@ fn silo_coalescing_option_merges_a_lines_updates() {
     assert_eq!(m.cycles, 259);
     assert_eq!((m.pm.in_place.requests, m.pm.in_place.bytes), (1, 16));
     assert_eq!(m.log.expect("silo logs").in_place_updates, 2);
+}
+
+#[test]
+fn an_eviction_after_silos_in_place_update_is_a_redundant_media_write() {
+    // A tiny LLC (4 sets × 2 ways) and no on-PM buffer, so every write reaches the media by
+    // itself. One transaction changes word 0 of line 0; loads of lines 4, 8 and 12 (the same
+    // LLC set) then evict line 0, dirty.
+    let mut cfg = Config::default().with_cores(1);
+    for (c, sets) in [(&mut cfg.l1, 2), (&mut cfg.l2, 4), (&mut cfg.llc, 4)] {
+        c.size_bytes = sets * 2 * 64;
+        c.ways = 2;
+    }
+    cfg.mem.onpm_lines = 0;
+    let mut events = two_stores();
+    events.truncate(2);
+    events.push(Event::TxEnd);
+    events.push(Event::Compute { instructions: 500 });
+    for line in [4u64, 8, 12] {
+        events.push(Event::Load {
+            addr: line * 64,
+            size: 8,
+        });
+    }
+    let silo = run(DesignKind::Silo, &cfg, &events);
+    let ideal = run(DesignKind::Ideal, &cfg, &events);
+    assert_eq!(silo.pm.writeback.requests, 1);
+    assert_eq!(ideal.pm.writeback.requests, 1);
+    // Silo: the 8 B in-place update is a partly written block (read + write); the later
+    // write-back repeats PM's data everywhere (the LU wrote word 0): only the comparison read.
+    assert_eq!(
+        (silo.pm.media_blocks, silo.pm.media_redundant_blocks),
+        (1, 1)
+    );
+    assert_eq!(silo.pm.bank_write_cycles, (100 + 300) + 100);
+    // Ideal: the write-back carries the changed word: one whole block written.
+    assert_eq!(
+        (ideal.pm.media_blocks, ideal.pm.media_redundant_blocks),
+        (1, 0)
+    );
+    assert_eq!(ideal.pm.bank_write_cycles, 300);
+    // Without data-comparison writes, Silo's write-back is written again.
+    cfg.mem.dcw = false;
+    let plain = run(DesignKind::Silo, &cfg, &events);
+    assert_eq!(
+        (plain.pm.media_blocks, plain.pm.media_redundant_blocks),
+        (2, 0)
+    );
 }

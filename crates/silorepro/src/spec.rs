@@ -32,7 +32,9 @@ pub struct ReproSpec {
     /// Bytes of each core's data set in the transaction-size traces.
     pub size_data_bytes: u64,
     /// Run the sensitivity variants of the largest-core matrix (Ideal, FWB, MorLog, LAD,
-    /// Silo): overlapping misses (`core.mlp = 8`) and data sets 16× smaller.
+    /// Silo): overlapping misses (`core.mlp = 4`), 4 PCM banks, media time proportional to
+    /// the changed bytes, data sets 16× smaller; and Silo with line-coalesced in-place
+    /// updates.
     pub sensitivity: bool,
     /// Host threads for independent runs (0: every host core).
     pub threads: usize,

@@ -9,6 +9,8 @@ mod crash_engines;
 mod crash_selftest;
 mod engines;
 mod logstudy;
+pub(crate) mod silo;
+mod silo_plots;
 mod substrate;
 
 use crate::report::{Report, Section, Verdict};
@@ -64,6 +66,11 @@ pub const SECTIONS: &[SectionSpec] = &[
         id: crash_engines::ID,
         title: crash_engines::TITLE,
         run: crash_engines::run,
+    },
+    SectionSpec {
+        id: silo::ID,
+        title: silo::TITLE,
+        run: silo::run,
     },
 ];
 
@@ -142,7 +149,8 @@ pub fn print_summary(
     )
 }
 
-fn terminal_table(table: &crate::report::Table) -> comfy_table::Table {
+/// A report table for the terminal, numeric columns right-aligned.
+pub(crate) fn terminal_table(table: &crate::report::Table) -> comfy_table::Table {
     let mut rendered = comfy_table::Table::new();
     rendered
         .load_style(comfy_table::presets::UTF8_FULL_CONDENSED)

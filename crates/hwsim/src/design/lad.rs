@@ -40,6 +40,8 @@ struct Line {
     at: u64,
     /// Overflow: the undo record is persistent (the in-place write may go).
     logged: bool,
+    /// Order stamp of the data's capture.
+    seq: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -166,7 +168,7 @@ impl Lad {
             self.cores[core].overflow.pop_front();
             let data = WriteReq {
                 data: l.data,
-                seq: ctx.next_seq(),
+                seq: l.seq,
                 ..WriteReq::new(l.line * LINE_BYTES, LINE_BYTES, WriteKind::InPlace, core)
             };
             let ok = ctx.try_write(data);
@@ -236,6 +238,7 @@ impl Lad {
             sent += 1;
             let data = ctx.capture_line(line);
             let at = leave + self.walk_latency;
+            let seq = ctx.next_seq();
             self.travel(
                 now,
                 core,
@@ -244,6 +247,7 @@ impl Lad {
                     data,
                     at,
                     logged: false,
+                    seq,
                 },
             );
         }
@@ -304,6 +308,7 @@ impl Design for Lad {
         let data = ctx.capture_line(line);
         let now = ctx.now();
         let at = now + self.path;
+        let seq = ctx.next_seq();
         self.travel(
             now,
             owner,
@@ -312,6 +317,7 @@ impl Design for Lad {
                 data,
                 at,
                 logged: false,
+                seq,
             },
         );
         Evict::Absorbed

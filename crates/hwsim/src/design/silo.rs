@@ -248,9 +248,10 @@ impl Silo {
                 let i = ((e.word >> 3) & 7) as usize;
                 data.mask = 1 << i;
                 data.words[i] = e.new;
+                // The data was captured by the entry's last store.
                 WriteReq {
                     data,
-                    seq: ctx.next_seq(),
+                    seq: e.seq,
                     ..WriteReq::new(e.word, 8, WriteKind::InPlace, core)
                 }
             }
@@ -265,15 +266,16 @@ impl Silo {
     }
 
     /// Option `coalesce_lus`: the queued LUs of committed entries of the same core and 64 B
-    /// line as `job` (an LU of a committed entry) join its write as one masked request. The
-    /// scan stops at a second entry of a word already in the write, so the LUs of one word
-    /// stay in commit order.
+    /// line as `job` join its write as one masked request. The scan stops at a second entry
+    /// of a word already in the write, and a word whose LU is left behind (an overflow LU of
+    /// a retiring entry) is not taken later in the scan, so the LUs of one word stay in order.
     fn take_line_mates(&mut self, job: &Job, req: &mut WriteReq) -> Vec<Job> {
         let Job::Lu { core, .. } = *job else {
             return Vec::new();
         };
         let line = req.addr >> 6;
         let mut words = 1u8 << ((req.addr >> 3) & 7);
+        let mut left_behind = 0u8;
         let mut taken = Vec::new();
         for (i, mate) in self.jobs.iter().enumerate().take(4 * self.cfg.entries) {
             let Job::Lu {
@@ -287,14 +289,19 @@ impl Silo {
             let Some(e) = self.cores[c].slots[slot].filter(|e| e.order == order) else {
                 continue;
             };
-            if c != core || e.word >> 6 != line || e.state != State::LuQueued {
+            if c != core || e.word >> 6 != line {
                 continue;
             }
             let bit = 1u8 << ((e.word >> 3) & 7);
+            if e.state != State::LuQueued || left_behind & bit != 0 {
+                left_behind |= bit;
+                continue;
+            }
             if words & bit != 0 {
                 break;
             }
             words |= bit;
+            req.seq = req.seq.min(e.seq);
             req.data.mask |= bit;
             req.data.words[((e.word >> 3) & 7) as usize] = e.new;
             taken.push(i);
@@ -313,6 +320,17 @@ impl Silo {
         match job {
             Job::Lu { core, slot, order } => {
                 self.stats.in_place_updates += 1;
+                let e = *self.entry(core, slot, order).expect("live job");
+                // PM now has the word's newest value unless a later store made a newer entry
+                // (data-comparison writes then find nothing to write for it in the line).
+                let newer = self.cores[core]
+                    .slots
+                    .iter()
+                    .flatten()
+                    .any(|n| n.word == e.word && n.order > e.order);
+                if !newer {
+                    ctx.persisted_words(e.word >> 6, 1 << ((e.word >> 3) & 7));
+                }
                 let e = self.entry(core, slot, order).expect("live job");
                 match e.state {
                     State::Retiring { undo, .. } => {

@@ -1,0 +1,460 @@
+//! The `silo` section's figures, one per figure of the paper, drawn from a
+//! [`Reproduction`]: throughput and PM write bytes normalised to FWB at the smallest and the
+//! largest core count (Figs. 12 and 11, with the paper's geometric means beside ours at 8
+//! cores), Silo's log-entry reduction (Fig. 13), its overflows and the transaction-size sweep
+//! (Fig. 14), the log-buffer latency sweep (Fig. 15), the entries sweep and the core-count
+//! scaling.
+
+use super::silo::{
+    PAPER_CORES, PAPER_THROUGHPUT_VS_FWB, PAPER_WRITES_VS_FWB, core_extremes, cores_text,
+    display_name, figure_designs, workload_names,
+};
+use crate::plot::{BarSeries, Series, bar_chart, fitted_log2_line_chart, grouped_bar_chart};
+use crate::report::Plot;
+use anyhow::Result;
+use hwsim::metrics::LogStats;
+use silorepro::{DesignSummary, Reproduction, RunRow, Sweep};
+
+/// The paper's mean throughput loss at a 128-cycle log buffer (Fig. 15: −3.3 %).
+const PAPER_LATENCY_POINT: (f64, f64) = (128.0, 1.0 - 0.033);
+/// The paper's throughput at 16× log-buffer transactions (Fig. 14: −7.4 %) and its bound on
+/// their write traffic (≤ 1.9×).
+const PAPER_TX_SIZE_THROUGHPUT: (f64, f64) = (16.0, 1.0 - 0.074);
+const PAPER_TX_SIZE_WRITES: (f64, f64) = (16.0, 1.9);
+
+/// Every figure the reproduction has data for.
+pub fn plots(rep: &Reproduction) -> Result<Vec<Plot>> {
+    let (small, big) = core_extremes(rep);
+    let mut plots = Vec::new();
+    let extremes = if small == big {
+        vec![big]
+    } else {
+        vec![small, big]
+    };
+    for cores in extremes {
+        plots.push(throughput(rep, cores)?);
+        plots.push(writes(rep, cores)?);
+    }
+    plots.push(log_entries(rep, big)?);
+    plots.push(overflows(rep, big)?);
+    for sweep in &rep.sweeps {
+        if let Some(plot) = sweep_plot(rep, sweep)? {
+            plots.push(plot);
+        }
+    }
+    if rep.spec.cores.len() > 1 {
+        plots.push(core_scaling(rep)?);
+    }
+    Ok(plots)
+}
+
+/// "1-core", "8-cores": part of plot ids.
+fn cores_id(cores: usize) -> String {
+    match cores {
+        1 => "1-core".to_owned(),
+        n => format!("{n}-cores"),
+    }
+}
+
+/// A bar per design and workload, normalised to FWB on the same workload (`per_run(run,
+/// fwb_run)`), then the geometric mean over workloads (`geomean(summary)`), then — at the
+/// paper's core count — the paper's geometric mean where it gives one.
+fn normalised_bars(
+    rep: &Reproduction,
+    cores: usize,
+    per_run: &dyn Fn(&RunRow, &RunRow) -> f64,
+    geomean: &dyn Fn(&DesignSummary) -> f64,
+    paper: &[(&str, f64)],
+) -> (Vec<String>, Vec<BarSeries>) {
+    let workloads = workload_names(rep);
+    let with_paper = cores == PAPER_CORES;
+    let mut categories = workloads.clone();
+    categories.push("geomean".to_owned());
+    if with_paper {
+        categories.push("paper geomean".to_owned());
+    }
+    let series = figure_designs(rep)
+        .into_iter()
+        .map(|design| {
+            let mut values: Vec<Option<f64>> = workloads
+                .iter()
+                .map(|w| {
+                    let run = rep.run(w, design, cores)?;
+                    let fwb = rep.run(w, "fwb", cores)?;
+                    Some(per_run(run, fwb))
+                })
+                .collect();
+            values.push(rep.summary_of(design, cores).map(geomean));
+            if with_paper {
+                values.push(paper.iter().find(|(d, _)| *d == design).map(|p| p.1));
+            }
+            BarSeries {
+                name: display_name(design).to_owned(),
+                values,
+            }
+        })
+        .collect();
+    (categories, series)
+}
+
+fn throughput(rep: &Reproduction, cores: usize) -> Result<Plot> {
+    let (categories, series) = normalised_bars(
+        rep,
+        cores,
+        &|run, fwb| run.throughput / fwb.throughput.max(f64::MIN_POSITIVE),
+        &|s| s.vs_fwb,
+        &PAPER_THROUGHPUT_VS_FWB,
+    );
+    let title = format!("Throughput, {}, × FWB", cores_text(cores));
+    Ok(Plot {
+        id: format!("throughput-{}", cores_id(cores)),
+        title: format!(
+            "Fig. 12: committed transactions per second at {}, normalised to FWB on the same \
+             workload{}",
+            cores_text(cores),
+            paper_note(cores)
+        ),
+        svg: grouped_bar_chart(&title, "throughput × FWB", &categories, &series)?,
+    })
+}
+
+fn writes(rep: &Reproduction, cores: usize) -> Result<Plot> {
+    let (categories, series) = normalised_bars(
+        rep,
+        cores,
+        &|run, fwb| run.bytes_per_tx() / fwb.bytes_per_tx().max(f64::MIN_POSITIVE),
+        &|s| s.write_bytes_vs_fwb,
+        &PAPER_WRITES_VS_FWB,
+    );
+    let title = format!(
+        "PM write bytes per transaction, {}, × FWB",
+        cores_text(cores)
+    );
+    Ok(Plot {
+        id: format!("writes-{}", cores_id(cores)),
+        title: format!(
+            "Fig. 11: bytes written to PM per committed transaction at {}, normalised to FWB{}",
+            cores_text(cores),
+            paper_note(cores)
+        ),
+        svg: grouped_bar_chart(&title, "write bytes × FWB", &categories, &series)?,
+    })
+}
+
+fn paper_note(cores: usize) -> &'static str {
+    if cores == PAPER_CORES {
+        "; the last group is the paper's geometric mean (designs it gives)"
+    } else {
+        ""
+    }
+}
+
+/// Picks one counter of a design's log statistics.
+type CountOf = fn(&LogStats) -> u64;
+
+/// Silo's transactional word stores per workload: the shares that were silent (no entry),
+/// merged into an entry of the same word, or took a buffer slot (Fig. 13).
+fn log_entries(rep: &Reproduction, cores: usize) -> Result<Plot> {
+    let logs: Vec<(String, LogStats)> = workload_names(rep)
+        .into_iter()
+        .filter_map(|w| {
+            let log = rep.run(&w, "silo", cores)?.log?;
+            Some((w, log))
+        })
+        .collect();
+    let share = |part: u64, log: &LogStats| 100.0 * part as f64 / log.tx_stores.max(1) as f64;
+    let parts: [(&str, CountOf); 4] = [
+        ("generated (non-silent)", |l| l.generated),
+        ("silent, ignored", |l| l.silent_ignored),
+        ("merged", |l| l.merged),
+        ("took a slot (live)", |l| l.appended),
+    ];
+    let mut categories: Vec<String> = logs.iter().map(|(w, _)| w.clone()).collect();
+    categories.push("mean".to_owned());
+    let series = parts
+        .iter()
+        .map(|(name, part)| {
+            let mut values: Vec<Option<f64>> =
+                logs.iter().map(|(_, l)| Some(share(part(l), l))).collect();
+            let total: f64 = values.iter().flatten().sum();
+            values.push(Some(total / logs.len().max(1) as f64));
+            BarSeries {
+                name: (*name).to_owned(),
+                values,
+            }
+        })
+        .collect::<Vec<_>>();
+    let title = format!("Silo log entries, {}", cores_text(cores));
+    Ok(Plot {
+        id: "log-entries".to_owned(),
+        title: format!(
+            "Fig. 13: what became of Silo's transactional word stores at {}, as % of them (the \
+             paper: 64.3 % removed by ignoring silent stores and merging, on average)",
+            cores_text(cores)
+        ),
+        svg: grouped_bar_chart(&title, "% of transactional stores", &categories, &series)?,
+    })
+}
+
+/// The share of Silo's transactions that overflowed its log buffer, per workload.
+fn overflows(rep: &Reproduction, cores: usize) -> Result<Plot> {
+    let bars: Vec<(String, f64)> = workload_names(rep)
+        .into_iter()
+        .filter_map(|w| {
+            let run = rep.run(&w, "silo", cores)?;
+            let log = run.log?;
+            Some((
+                w,
+                100.0 * log.overflow_tx as f64 / run.committed_tx.max(1) as f64,
+            ))
+        })
+        .collect();
+    let entries = rep.spec.config.silo.entries;
+    let title = format!("Silo transactions that overflowed, {}", cores_text(cores));
+    Ok(Plot {
+        id: "overflow".to_owned(),
+        title: format!(
+            "Share of Silo's committed transactions that needed overflow retirement of its \
+             {entries}-entry log buffer, at {}",
+            cores_text(cores)
+        ),
+        svg: bar_chart(&title, "% of transactions", &bars)?,
+    })
+}
+
+/// The plot of a sweep silorepro ran (latency, entries, transaction size); the core-count
+/// sweep is drawn from the summaries instead ([`core_scaling`]).
+fn sweep_plot(rep: &Reproduction, sweep: &Sweep) -> Result<Option<Plot>> {
+    let plot = match sweep.name.as_str() {
+        "latency" => latency(rep, sweep)?,
+        "entries" => entries(rep, sweep)?,
+        "tx_size" => tx_size(sweep)?,
+        _ => return Ok(None),
+    };
+    Ok(Some(plot))
+}
+
+/// One line per workload (relative throughput at each value) and their geometric mean.
+fn per_workload_lines(rep: &Reproduction, sweep: &Sweep) -> Vec<Series> {
+    let mut lines: Vec<Series> = workload_names(rep)
+        .into_iter()
+        .map(|w| Series {
+            points: sweep
+                .points
+                .iter()
+                .filter_map(|p| {
+                    let (_, t, _) = p.per_workload.iter().find(|(name, _, _)| *name == w)?;
+                    Some((p.value as f64, *t))
+                })
+                .collect(),
+            name: w,
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect();
+    lines.push(Series {
+        name: "geomean".to_owned(),
+        points: sweep
+            .points
+            .iter()
+            .map(|p| (p.value as f64, p.relative_throughput))
+            .collect(),
+    });
+    lines
+}
+
+fn latency(rep: &Reproduction, sweep: &Sweep) -> Result<Plot> {
+    let mut lines = per_workload_lines(rep, sweep);
+    lines.push(Series {
+        name: "paper (mean)".to_owned(),
+        points: vec![PAPER_LATENCY_POINT],
+    });
+    Ok(Plot {
+        id: "latency".to_owned(),
+        title: format!(
+            "Fig. 15: Silo's throughput against its log-buffer access latency, relative to {}",
+            sweep.reference
+        ),
+        svg: fitted_log2_line_chart(
+            "Log-buffer latency",
+            "log-buffer access latency (cycles)",
+            "throughput × reference",
+            &lines,
+        )?,
+    })
+}
+
+fn entries(rep: &Reproduction, sweep: &Sweep) -> Result<Plot> {
+    let lines = per_workload_lines(rep, sweep);
+    Ok(Plot {
+        id: "entries".to_owned(),
+        title: format!(
+            "Silo's throughput against its log-buffer entries per core, relative to {}",
+            sweep.reference
+        ),
+        svg: fitted_log2_line_chart(
+            "Log-buffer entries",
+            "log-buffer entries per core",
+            "throughput × reference",
+            &lines,
+        )?,
+    })
+}
+
+fn tx_size(sweep: &Sweep) -> Result<Plot> {
+    let relative = |pick: fn(&silorepro::SweepPoint) -> f64| {
+        sweep
+            .points
+            .iter()
+            .map(|p| (p.value as f64, pick(p)))
+            .collect()
+    };
+    let lines = [
+        Series {
+            name: "throughput".to_owned(),
+            points: relative(|p| p.relative_throughput),
+        },
+        Series {
+            name: "write bytes/tx".to_owned(),
+            points: relative(|p| p.relative_write_bytes),
+        },
+        Series {
+            name: "paper: throughput".to_owned(),
+            points: vec![PAPER_TX_SIZE_THROUGHPUT],
+        },
+        Series {
+            name: "paper: writes (≤)".to_owned(),
+            points: vec![PAPER_TX_SIZE_WRITES],
+        },
+    ];
+    Ok(Plot {
+        id: "tx-size".to_owned(),
+        title: format!(
+            "Fig. 14: transactions of 1–16× the log buffer (Array swaps), relative to {}",
+            sweep.reference
+        ),
+        svg: fitted_log2_line_chart(
+            "Transaction size",
+            "live log entries per transaction, × buffer entries",
+            "× unbounded buffer",
+            &lines,
+        )?,
+    })
+}
+
+/// Each design's geometric-mean throughput × FWB at every core count of the plan.
+fn core_scaling(rep: &Reproduction) -> Result<Plot> {
+    let mut designs = figure_designs(rep);
+    if rep.spec.designs.iter().any(|d| d.name() == "ideal") {
+        designs.push("ideal");
+    }
+    let lines: Vec<Series> = designs
+        .into_iter()
+        .map(|design| Series {
+            name: display_name(design).to_owned(),
+            points: rep
+                .spec
+                .cores
+                .iter()
+                .filter_map(|&c| Some((c as f64, rep.summary_of(design, c)?.vs_fwb)))
+                .collect(),
+        })
+        .collect();
+    Ok(Plot {
+        id: "cores".to_owned(),
+        title: "Throughput × FWB (geometric mean over workloads) at each core count: the paper \
+                expects Silo's lead to grow with the cores"
+            .to_owned(),
+        svg: fitted_log2_line_chart(
+            "Core-count scaling",
+            "simulated cores",
+            "throughput × FWB",
+            &lines,
+        )?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::silo::tests::tiny;
+
+    #[test]
+    fn every_figure_is_drawn_with_its_series() {
+        let rep = tiny();
+        let plots = plots(rep).expect("plots");
+        let ids: Vec<&str> = plots.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "throughput-1-core",
+                "writes-1-core",
+                "throughput-2-cores",
+                "writes-2-cores",
+                "log-entries",
+                "overflow",
+                "latency",
+                "entries",
+                "tx-size",
+                "cores"
+            ]
+        );
+        for plot in &plots {
+            assert!(plot.svg.starts_with("<svg"), "{}", plot.id);
+        }
+        let throughput = &plots[2].svg;
+        for name in [
+            "Base", "FWB", "MorLog", "LAD", "Silo", "array", "hash", "geomean",
+        ] {
+            assert!(throughput.contains(name), "{name} missing");
+        }
+        // Not the paper's core count: no paper group.
+        assert!(!throughput.contains("paper geomean"));
+    }
+
+    #[test]
+    fn the_paper_group_appears_at_eight_cores_only() {
+        let rep = tiny();
+        let (categories, series) = normalised_bars(
+            rep,
+            2,
+            &|r, f| r.throughput / f.throughput,
+            &|s| s.vs_fwb,
+            &[],
+        );
+        assert_eq!(categories, ["array", "hash", "geomean"]);
+        // FWB normalised to itself is 1 on every workload.
+        let fwb = series.iter().find(|s| s.name == "FWB").expect("FWB series");
+        for value in &fwb.values[..2] {
+            assert!((value.expect("a run") - 1.0).abs() < 1e-12);
+        }
+        let mut eight = rep.clone();
+        for run in &mut eight.runs {
+            run.cores = if run.cores == 2 { 8 } else { run.cores };
+        }
+        for summary in &mut eight.summary {
+            summary.cores = if summary.cores == 2 { 8 } else { summary.cores };
+        }
+        let (categories, series) = normalised_bars(
+            &eight,
+            8,
+            &|r, f| r.throughput / f.throughput,
+            &|s| s.vs_fwb,
+            &PAPER_THROUGHPUT_VS_FWB,
+        );
+        assert_eq!(categories.last().map(String::as_str), Some("paper geomean"));
+        let silo = series
+            .iter()
+            .find(|s| s.name == "Silo")
+            .expect("Silo series");
+        assert_eq!(silo.values.last(), Some(&Some(6.4)));
+        let base = series
+            .iter()
+            .find(|s| s.name == "Base")
+            .expect("Base series");
+        assert_eq!(
+            base.values.last(),
+            Some(&None),
+            "the paper gives no Base mean"
+        );
+    }
+}

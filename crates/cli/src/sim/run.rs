@@ -1,0 +1,421 @@
+//! `ferrite sim run`: one design over one trace, summarised for people and, with `--json`,
+//! written whole for programs.
+
+use super::{RunArgs, generate, trace_spec};
+use crate::UsageError;
+use crate::size::format_bytes;
+use anyhow::Context;
+use hwsim::metrics::{LogStats, StallCycles};
+use hwsim::{Config, DesignKind, Metrics, SimError};
+use serde::Serialize;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use trace::Trace;
+
+/// Where the simulated trace came from.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "source", rename_all = "lowercase")]
+enum TraceSource {
+    /// Generated for this run by `tracegen`.
+    Generated { spec: tracegen::TraceSpec },
+    /// Read from a file.
+    File { path: PathBuf },
+}
+
+impl TraceSource {
+    /// What error messages name: the file, or the generated workload.
+    fn label(&self) -> String {
+        match self {
+            TraceSource::Generated { spec } => spec.workload.to_string(),
+            TraceSource::File { path } => path.display().to_string(),
+        }
+    }
+}
+
+/// Everything `--json` writes: enough to rerun the simulation and every number it produced.
+#[derive(Debug, Serialize)]
+struct RunRecord {
+    design: DesignKind,
+    workload: String,
+    cores: usize,
+    trace: TraceInfo,
+    per_tx: PerTransaction,
+    config: Config,
+    metrics: Metrics,
+}
+
+/// The trace as the record describes it.
+#[derive(Debug, Serialize)]
+struct TraceInfo {
+    #[serde(flatten)]
+    source: TraceSource,
+    /// Streams in the trace (the run simulates the first `cores`).
+    streams: usize,
+    /// Events of every stream.
+    events: u64,
+    /// The trace's own metadata (workload, generation parameters).
+    meta: trace::TraceMeta,
+}
+
+/// The headline quantities per committed transaction (the run's totals over its
+/// transactions), so runs of different lengths compare directly.
+#[derive(Debug, Serialize)]
+struct PerTransaction {
+    write_requests: f64,
+    write_bytes: f64,
+    media_writes: f64,
+    log_bytes: f64,
+    stall_cycles: StallsPerTx,
+}
+
+/// Stall cycles per committed transaction, by cause.
+#[derive(Debug, Serialize)]
+struct StallsPerTx {
+    load: f64,
+    store_buffer: f64,
+    writeback: f64,
+    persist: f64,
+    log_buffer: f64,
+    commit: f64,
+    drain: f64,
+}
+
+/// Runs `sim run`.
+pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let (trace, source) = obtain_trace(args)?;
+    let cores = cores_to_simulate(args, &trace, &source)?;
+    let config = machine(args, cores)?;
+    let metrics =
+        hwsim::simulate(&config, args.design, &trace).map_err(|e| sim_error(e, &source))?;
+    let record = RunRecord {
+        design: args.design,
+        workload: trace.meta.workload.clone(),
+        cores,
+        per_tx: per_transaction(&metrics),
+        trace: TraceInfo {
+            source,
+            streams: trace.cores(),
+            events: trace.total_events(),
+            meta: trace.meta.clone(),
+        },
+        config,
+        metrics,
+    };
+    print_summary(&record, out)?;
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&record)?;
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The trace file, or a trace generated from the workload options.
+fn obtain_trace(args: &RunArgs) -> anyhow::Result<(Trace, TraceSource)> {
+    if let Some(path) = &args.trace {
+        let trace = Trace::read(path)
+            .map_err(|error| UsageError(format!("{}: {error}", path.display())))?;
+        return Ok((trace, TraceSource::File { path: path.clone() }));
+    }
+    // clap requires --workload when --trace is absent.
+    let workload = args
+        .workload
+        .ok_or_else(|| UsageError("sim run: --workload or --trace is required".into()))?;
+    let spec = trace_spec(workload, args.cores.unwrap_or(8), &args.shape);
+    let trace = generate(&spec)?;
+    Ok((trace, TraceSource::Generated { spec }))
+}
+
+/// `--cores`, or every stream of the trace (at most hwsim's 64).
+fn cores_to_simulate(args: &RunArgs, trace: &Trace, source: &TraceSource) -> anyhow::Result<usize> {
+    match args.cores {
+        // clap keeps --cores in 1..=MAX_CORES.
+        Some(cores) => Ok(cores as usize),
+        None if trace.cores() == 0 => {
+            Err(UsageError(format!("{}: the trace has no streams", source.label())).into())
+        }
+        None => Ok(trace.cores().min(super::MAX_CORES as usize)),
+    }
+}
+
+/// The default machine, then `--config`, then the single-parameter options, checked.
+fn machine(args: &RunArgs, cores: usize) -> anyhow::Result<Config> {
+    let mut config = match &args.config {
+        Some(path) => read_config(path)?,
+        None => Config::default(),
+    };
+    config.cores = cores;
+    if let Some(latency) = args.log_latency {
+        config.silo.buffer_latency = latency;
+    }
+    if let Some(entries) = args.log_entries {
+        config.silo.entries = entries as usize;
+    }
+    if let Some(mlp) = args.mlp {
+        config.core.mlp = mlp as usize;
+    }
+    if let Some(lines) = args.onpm_lines {
+        config.mem.onpm_lines = lines as usize;
+    }
+    config.silo.coalesce_lus |= args.coalesce_lus;
+    config
+        .validate()
+        .map_err(|error| UsageError(error.to_string()))?;
+    Ok(config)
+}
+
+fn read_config(path: &Path) -> anyhow::Result<Config> {
+    let usage = |why: String| UsageError(format!("{}: {why}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| usage(e.to_string()))?;
+    serde_json::from_str(&text)
+        .map_err(|e| usage(format!("not a simulator configuration: {e}")).into())
+}
+
+/// A simulation refused to start: the configuration or the trace does not fit.
+fn sim_error(error: SimError, source: &TraceSource) -> anyhow::Error {
+    UsageError(format!("{}: {error}", source.label())).into()
+}
+
+fn per_transaction(m: &Metrics) -> PerTransaction {
+    let tx = m.committed_tx.max(1) as f64;
+    let per = |value: u64| value as f64 / tx;
+    let s = &m.stalls;
+    PerTransaction {
+        write_requests: per(m.pm.writes.requests),
+        write_bytes: per(m.pm.writes.bytes),
+        media_writes: per(m.pm.media_writes),
+        log_bytes: per(m.pm.log.bytes),
+        stall_cycles: StallsPerTx {
+            load: per(s.load),
+            store_buffer: per(s.store_buffer),
+            writeback: per(s.writeback),
+            persist: per(s.persist),
+            log_buffer: per(s.log_buffer),
+            commit: per(s.commit),
+            drain: per(s.drain),
+        },
+    }
+}
+
+/// The summary: one labelled line per aspect of the run.
+fn print_summary(record: &RunRecord, out: &mut dyn Write) -> std::io::Result<()> {
+    for (label, text) in summary_lines(record) {
+        writeln!(out, "{label:<12} {text}")?;
+    }
+    Ok(())
+}
+
+fn summary_lines(record: &RunRecord) -> Vec<(&'static str, String)> {
+    let m = &record.metrics;
+    let mut lines = vec![
+        ("run", run_line(record)),
+        ("throughput", throughput_line(m)),
+        ("PM writes", writes_line(m)),
+        ("  by class", classes_line(m)),
+        ("memory", memory_line(m, &record.config)),
+        ("caches", caches_line(m)),
+    ];
+    match &m.log {
+        Some(log) => {
+            lines.push(("log", log_line(log)));
+            lines.push(("overflow", overflow_line(log)));
+            if let Some(other) = other_log_line(log) {
+                lines.push(("  also", other));
+            }
+        }
+        None => lines.push(("log", format!("none ({} keeps no log)", m.design))),
+    }
+    lines.push(("stalls/tx", stalls_line(&m.stalls, m.committed_tx)));
+    lines.push(("host", host_line(m)));
+    lines
+}
+
+fn run_line(record: &RunRecord) -> String {
+    let source = match &record.trace.source {
+        TraceSource::Generated { spec } => format!(
+            "generated, {} tx per core, {} keys, seed {}",
+            spec.transactions, spec.keys, spec.seed
+        ),
+        TraceSource::File { path } => {
+            format!("{} ({} streams)", path.display(), record.trace.streams)
+        }
+    };
+    format!(
+        "{} on {}, {} at {} GHz; trace {source}",
+        record.design.name(),
+        record.workload,
+        crate::eval::silo::cores_text(record.cores),
+        record.config.freq_ghz
+    )
+}
+
+fn throughput_line(m: &Metrics) -> String {
+    let seconds = m.cycles as f64 / (m.freq_ghz * 1e9);
+    format!(
+        "{} tx/s ({} committed transactions in {} cycles = {:.3} ms simulated)",
+        si(m.throughput_tx_per_s),
+        m.committed_tx,
+        m.cycles,
+        seconds * 1e3
+    )
+}
+
+fn writes_line(m: &Metrics) -> String {
+    let tx = m.committed_tx.max(1) as f64;
+    format!(
+        "{} requests, {} ({:.0} B/tx, {:.1} requests/tx); {} media writes of 256 B lines \
+         ({:.2}/tx, {} read-modify-write)",
+        m.pm.writes.requests,
+        format_bytes(m.pm.writes.bytes),
+        m.pm.writes.bytes as f64 / tx,
+        m.pm.writes.requests as f64 / tx,
+        m.pm.media_writes,
+        m.pm.media_writes as f64 / tx,
+        m.pm.media_rmw
+    )
+}
+
+fn classes_line(m: &Metrics) -> String {
+    let p = &m.pm;
+    format!(
+        "log {}, write-backs {}, flushes {}, in-place updates {}",
+        format_bytes(p.log.bytes),
+        format_bytes(p.writeback.bytes),
+        format_bytes(p.flush.bytes),
+        format_bytes(p.in_place.bytes)
+    )
+}
+
+fn memory_line(m: &Metrics, config: &Config) -> String {
+    let span = m.drained_cycles.max(1) as f64;
+    let banks = config.mem.banks.max(1) as f64;
+    format!(
+        "PCM bus {:.0} % and banks {:.0} % busy with writes; write queue peak {} of {}, {} \
+         drain episodes; {} reads ({} from the on-PM buffer)",
+        100.0 * m.pm.bus_busy_cycles as f64 / span,
+        100.0 * m.pm.bank_write_cycles as f64 / (span * banks),
+        m.pm.max_write_queue,
+        config.mem.write_queue,
+        m.pm.drain_episodes,
+        m.pm.reads,
+        m.pm.reads_from_buffer
+    )
+}
+
+fn caches_line(m: &Metrics) -> String {
+    let c = &m.caches;
+    let miss =
+        |l: &hwsim::cache::LevelStats| 100.0 * l.misses as f64 / (l.hits + l.misses).max(1) as f64;
+    format!(
+        "miss rate L1 {:.1} %, L2 {:.1} %, LLC {:.1} %; {} LLC write-backs",
+        miss(&c.l1),
+        miss(&c.l2),
+        miss(&c.llc),
+        c.writebacks
+    )
+}
+
+fn log_line(log: &LogStats) -> String {
+    format!(
+        "{} transactional stores: {} generated entries, {} silent stores ignored, {} merged, \
+         {} took a slot ({:.0} % reduction); at most {} live entries in one transaction",
+        log.tx_stores,
+        log.generated,
+        log.silent_ignored,
+        log.merged,
+        log.appended,
+        100.0 * log.reduction(),
+        log.max_entries_per_tx
+    )
+}
+
+fn overflow_line(log: &LogStats) -> String {
+    format!(
+        "{} transactions overflowed ({} batches, {} entries retired); {} undo records, {} \
+         in-place updates ({} skipped: the line was already written back)",
+        log.overflow_tx,
+        log.overflow_batches,
+        log.overflowed_entries,
+        log.undo_records,
+        log.in_place_updates,
+        log.updates_skipped
+    )
+}
+
+/// The counters only some designs use, when any is non-zero.
+fn other_log_line(log: &LogStats) -> Option<String> {
+    let counters = [
+        ("redo records", log.redo_records),
+        ("force-write-back scans", log.scans),
+        ("lines written back by scans", log.scan_flushes),
+        ("speculative lines", log.speculative_lines),
+        ("stores waiting for a full log", log.log_full_waits),
+        ("failure records", log.failure_records),
+    ];
+    let used: Vec<String> = counters
+        .iter()
+        .filter(|(_, value)| *value > 0)
+        .map(|(name, value)| format!("{value} {name}"))
+        .collect();
+    (!used.is_empty()).then(|| used.join(", "))
+}
+
+fn stalls_line(s: &StallCycles, committed: u64) -> String {
+    let per = |cycles: u64| cycles as f64 / committed.max(1) as f64;
+    format!(
+        "load {:.0}, store buffer {:.0}, write-back buffer {:.0}, persist {:.0}, log buffer \
+         {:.0}, commit {:.0}, drain {:.0} cycles",
+        per(s.load),
+        per(s.store_buffer),
+        per(s.writeback),
+        per(s.persist),
+        per(s.log_buffer),
+        per(s.commit),
+        per(s.drain)
+    )
+}
+
+fn host_line(m: &Metrics) -> String {
+    format!(
+        "{} events simulated in {:.2} s ({} events/s)",
+        m.events,
+        m.host_seconds,
+        si(m.events_per_host_second)
+    )
+}
+
+/// A rate with a metric prefix: "1.23 M", "456.7 k", "12.0".
+fn si(value: f64) -> String {
+    match value {
+        v if v >= 1e9 => format!("{:.2} G", v / 1e9),
+        v if v >= 1e6 => format!("{:.2} M", v / 1e6),
+        v if v >= 1e3 => format!("{:.1} k", v / 1e3),
+        v => format!("{v:.1}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_get_a_metric_prefix() {
+        assert_eq!(si(3_456_789.0), "3.46 M");
+        assert_eq!(si(1_500.0), "1.5 k");
+        assert_eq!(si(12.0), "12.0");
+        assert_eq!(si(2.5e9), "2.50 G");
+    }
+
+    #[test]
+    fn only_used_design_counters_are_listed() {
+        assert_eq!(other_log_line(&LogStats::default()), None);
+        let log = LogStats {
+            scans: 2,
+            scan_flushes: 40,
+            ..LogStats::default()
+        };
+        assert_eq!(
+            other_log_line(&log).as_deref(),
+            Some("2 force-write-back scans, 40 lines written back by scans")
+        );
+    }
+}

@@ -1,0 +1,392 @@
+//! End-to-end tests of `ferrite sim` and the evaluation's `silo` section: JSON of a run for
+//! every design, trace files written and read back, usage errors (clap's and the command's
+//! own, such as corrupt trace files) as one line with exit code 2, the battery table, and the
+//! reproduction report on the quick plan. Traces are tiny; the reproduction is
+//! `ReproSpec::quick()` (seconds).
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// clap's exit code for usage errors, which `ferrite sim` also uses for bad files.
+const USAGE: i32 = 2;
+const DESIGNS: [&str; 6] = ["ideal", "base", "fwb", "morlog", "lad", "silo"];
+/// A tiny trace: 2 cores, 30 transactions each, a 512-key hash table.
+const TINY: [&str; 8] = [
+    "--workload",
+    "hash",
+    "--cores",
+    "2",
+    "--tx",
+    "30",
+    "--keys",
+    "512",
+];
+
+fn ferrite(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ferrite"))
+        .args(args)
+        .output()
+        .expect("the ferrite binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn text(path: &Path) -> &str {
+    path.to_str().expect("scratch paths are UTF-8")
+}
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir_in("/dev/shm").expect("scratch directory in /dev/shm")
+}
+
+fn read_json(path: &Path) -> Value {
+    let contents =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&contents).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn assert_success(output: &Output) {
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "stdout: {}\nstderr: {}",
+        stdout(output),
+        stderr(output)
+    );
+}
+
+/// `sim run` with `args`, writing its JSON into `dir`; returns the JSON.
+fn run_json(dir: &Path, name: &str, args: &[&str]) -> Value {
+    let json = dir.join(format!("{name}.json"));
+    let mut all = vec!["sim", "run", "--json", text(&json)];
+    all.extend_from_slice(args);
+    let output = ferrite(&all);
+    assert_success(&output);
+    let summary = stdout(&output);
+    for label in ["throughput", "PM writes", "log", "stalls/tx"] {
+        assert!(summary.contains(label), "no {label} line: {summary}");
+    }
+    read_json(&json)
+}
+
+/// Writes a tiny trace file with `sim trace` and returns its path.
+fn write_trace(dir: &Path) -> PathBuf {
+    let path = dir.join("tiny.trace");
+    let mut args = vec!["sim", "trace", "--out", text(&path)];
+    args.extend_from_slice(&TINY);
+    let output = ferrite(&args);
+    assert_success(&output);
+    assert!(stdout(&output).starts_with("wrote "), "{}", stdout(&output));
+    path
+}
+
+#[test]
+fn run_reports_every_metric_of_every_design_as_json() {
+    let dir = scratch();
+    for design in DESIGNS {
+        let mut args = vec!["--design", design];
+        args.extend_from_slice(&TINY);
+        let run = run_json(dir.path(), design, &args);
+        assert_eq!(run["design"], design);
+        assert_eq!(run["workload"], "hash");
+        assert_eq!(run["cores"], 2);
+        assert_eq!(run["trace"]["source"], "generated");
+        assert_eq!(run["config"]["cores"], 2);
+        let metrics = &run["metrics"];
+        assert_eq!(metrics["design"], design);
+        assert_eq!(metrics["committed_tx"], 60, "2 cores × 30 transactions");
+        assert!(
+            metrics["throughput_tx_per_s"].as_f64() > Some(0.0),
+            "{design}"
+        );
+        let requests = metrics["pm"]["writes"]["requests"]
+            .as_u64()
+            .expect("requests");
+        assert!(metrics["pm"]["writes"]["bytes"].is_u64());
+        assert!(metrics["pm"]["media_writes"].is_u64());
+        assert!(run["per_tx"]["stall_cycles"]["load"].as_f64() > Some(0.0));
+        if design == "ideal" {
+            // Ideal does no persistence work: no log, nothing written in 60 transactions
+            // whose instances fit the caches.
+            assert!(metrics["log"].is_null());
+            assert_eq!(requests, 0);
+        } else {
+            assert!(requests > 0, "{design} wrote nothing");
+            assert!(metrics["log"]["tx_stores"].as_u64() > Some(0), "{design}");
+        }
+    }
+}
+
+#[test]
+fn silo_run_counts_its_log_entries_and_takes_overrides() {
+    let dir = scratch();
+    let mut args = vec![
+        "--design",
+        "silo",
+        "--log-entries",
+        "4",
+        "--log-latency",
+        "64",
+    ];
+    args.extend_from_slice(&TINY);
+    let run = run_json(dir.path(), "silo", &args);
+    assert_eq!(run["config"]["silo"]["entries"], 4);
+    assert_eq!(run["config"]["silo"]["buffer_latency"], 64);
+    let log = &run["metrics"]["log"];
+    let count = |field: &str| log[field].as_u64().unwrap_or_else(|| panic!("{field}"));
+    // Every transactional store is either silent or generates an entry, and every entry
+    // either merges or takes a slot.
+    assert_eq!(
+        count("tx_stores"),
+        count("silent_ignored") + count("generated")
+    );
+    assert_eq!(count("generated"), count("merged") + count("appended"));
+    // Hash upserts change more than 4 words: a 4-entry buffer overflows.
+    assert!(count("overflow_tx") > 0, "{log}");
+    assert!(count("max_entries_per_tx") > 4, "{log}");
+}
+
+#[test]
+fn a_written_trace_simulates_like_the_generated_one() {
+    let dir = scratch();
+    let trace = write_trace(dir.path());
+    let from_file = run_json(
+        dir.path(),
+        "file",
+        &["--design", "fwb", "--trace", text(&trace)],
+    );
+    assert_eq!(from_file["trace"]["source"], "file");
+    assert_eq!(from_file["trace"]["streams"], 2);
+    assert_eq!(from_file["cores"], 2, "every stream by default");
+    let mut args = vec!["--design", "fwb"];
+    args.extend_from_slice(&TINY);
+    let generated = run_json(dir.path(), "generated", &args);
+    // Generation and simulation are deterministic: the same trace gives the same run.
+    for field in ["committed_tx", "cycles", "events", "pm"] {
+        assert_eq!(
+            from_file["metrics"][field], generated["metrics"][field],
+            "{field}"
+        );
+    }
+}
+
+/// A failure that must be a usage error on one stderr line, without a panic.
+fn assert_usage_error(output: &Output, prefix: &str, reason: &str) {
+    let err = stderr(output);
+    assert!(!err.contains("panicked"), "panicked: {err}");
+    assert_eq!(output.status.code(), Some(USAGE), "stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "one line on stderr, got: {err:?}");
+    assert!(
+        err.starts_with(prefix),
+        "{err:?} lacks the prefix {prefix:?}"
+    );
+    assert!(err.contains(reason), "{err:?} does not say {reason:?}");
+}
+
+#[test]
+fn bad_arguments_are_usage_errors() {
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &["--design", "hoop", "--workload", "hash"],
+            "unknown design",
+        ),
+        (
+            &["--design", "silo", "--workload", "list"],
+            "unknown workload",
+        ),
+        (
+            &["--design", "silo", "--workload", "hash", "--cores", "0"],
+            "0 is not in 1..=64",
+        ),
+        (
+            &["--design", "silo", "--workload", "hash", "--cores", "65"],
+            "not in 1..=64",
+        ),
+        (&["--design", "silo"], "--workload"),
+        (
+            &["--design", "silo", "--workload", "hash", "--tx", "0"],
+            "--tx",
+        ),
+        (
+            &[
+                "--design",
+                "silo",
+                "--workload",
+                "hash",
+                "--trace",
+                "x.trace",
+            ],
+            "cannot be used with",
+        ),
+    ];
+    for (args, reason) in cases {
+        let mut all = vec!["sim", "run"];
+        all.extend_from_slice(args);
+        let output = ferrite(&all);
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(USAGE), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(err.contains(reason), "{args:?}: {err}");
+    }
+    // Arguments clap accepts but the generator or the machine cannot use.
+    let one_key = ferrite(&[
+        "sim",
+        "run",
+        "--design",
+        "silo",
+        "--workload",
+        "hash",
+        "--keys",
+        "1",
+    ]);
+    assert_usage_error(&one_key, "ferrite: hash: ", "keys must be");
+    let unknown = ferrite(&["sim", "trace", "--workload", "nope", "--out", "/dev/null"]);
+    assert_eq!(unknown.status.code(), Some(USAGE), "{}", stderr(&unknown));
+}
+
+#[test]
+fn unreadable_or_corrupt_trace_files_are_one_line_usage_errors() {
+    let dir = scratch();
+    let good = write_trace(dir.path());
+    let bytes = std::fs::read(&good).expect("trace bytes");
+    let missing = dir.path().join("missing.trace");
+    let not_a_trace = dir.path().join("text.trace");
+    std::fs::write(&not_a_trace, b"this is not a trace file at all").expect("write");
+    let truncated = dir.path().join("truncated.trace");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).expect("write");
+    let flipped = dir.path().join("flipped.trace");
+    let mut damaged = bytes.clone();
+    let last = damaged.len() - 1;
+    damaged[last] ^= 0x55; // inside the last stream: its checksum no longer matches
+    std::fs::write(&flipped, &damaged).expect("write");
+    let config = dir.path().join("config.json");
+    std::fs::write(&config, "{\"silo\": {\"entries\": \"twenty\"}}").expect("write");
+    let cases: [(&Path, &[&str], &str); 6] = [
+        (&missing, &[], "No such file"),
+        (&not_a_trace, &[], "not a Ferrite trace"),
+        (&truncated, &[], "truncated"),
+        (&flipped, &[], "checksum"),
+        (&good, &["--cores", "4"], "2 streams"),
+        (
+            &config,
+            &["--config", text(&config)],
+            "not a simulator configuration",
+        ),
+    ];
+    for (path, extra, reason) in cases {
+        let trace = if path == config { &good } else { path };
+        let mut args = vec!["sim", "run", "--design", "silo", "--trace", text(trace)];
+        args.extend_from_slice(extra);
+        let output = ferrite(&args);
+        assert_usage_error(&output, &format!("ferrite: {}: ", path.display()), reason);
+    }
+}
+
+#[test]
+fn battery_prints_the_three_designs() {
+    let output = ferrite(&["sim", "battery"]);
+    assert_success(&output);
+    let table = stdout(&output);
+    for row in ["eadr", "bbb", "silo", "10496.0000", "5.3125"] {
+        assert!(table.contains(row), "{row} missing: {table}");
+    }
+    let json = ferrite(&["sim", "battery", "--json", "--cores", "4"]);
+    assert_success(&json);
+    let value: Value = serde_json::from_str(&stdout(&json)).expect("battery JSON");
+    assert_eq!(value["cores"], 4);
+    assert_eq!(value["rows"].as_array().map(Vec::len), Some(3));
+}
+
+/// The figures of the `silo` section (file names without the `silo-` prefix).
+const FIGURES: [&str; 10] = [
+    "throughput-1-core",
+    "throughput-8-cores",
+    "writes-1-core",
+    "writes-8-cores",
+    "log-entries",
+    "overflow",
+    "tx-size",
+    "latency",
+    "entries",
+    "cores",
+];
+
+/// Checks a report folder holding the `silo` section of a quick reproduction.
+fn assert_silo_report(out: &Path, summary: &str) {
+    for figure in FIGURES {
+        let path = out.join(format!("silo-{figure}.svg"));
+        let svg = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{figure}: {e}"));
+        assert!(svg.starts_with("<svg"), "{figure} is not an SVG");
+    }
+    let section = read_json(&out.join("silo.json"));
+    assert_eq!(section["data"]["plan"], "quick");
+    let rep = &section["data"]["reproduction"];
+    let comparison = rep["comparison"].as_array().expect("comparison");
+    assert!(comparison.len() >= 10, "{} targets", comparison.len());
+    assert_eq!(rep["battery"]["rows"].as_array().map(Vec::len), Some(3));
+    assert_eq!(rep["runs"].as_array().map(Vec::len), Some(7 * 6 * 3));
+    // Every miss is stated in the summary, with silorepro's explanation.
+    let lines = section["summary"].as_array().expect("summary");
+    for target in comparison.iter().filter(|c| c["within"] == false) {
+        let quantity = target["quantity"].as_str().expect("quantity");
+        assert!(
+            lines.iter().any(|l| l
+                .as_str()
+                .is_some_and(|l| l.starts_with("MISS") && l.contains(quantity))),
+            "miss {quantity} not in the summary"
+        );
+    }
+    let html = std::fs::read_to_string(out.join("index.html")).expect("index.html");
+    for caption in [
+        "Paper vs reproduction",
+        "Battery: what must be flushed",
+        "Sweep of the",
+    ] {
+        assert!(html.contains(caption), "{caption} missing from index.html");
+    }
+    assert!(summary.contains("Paper vs reproduction"), "{summary}");
+    assert!(summary.contains("within ±25 %"), "{summary}");
+}
+
+#[test]
+fn quick_eval_silo_section_writes_figures_tables_and_data() {
+    let dir = scratch();
+    let out = dir.path().join("report");
+    let output = ferrite(&[
+        "eval",
+        "--quick",
+        "--only",
+        "silo",
+        "--out",
+        text(&out),
+        "--pool-dir",
+        text(dir.path()),
+    ]);
+    assert_success(&output);
+    assert_silo_report(&out, &stdout(&output));
+}
+
+#[test]
+fn quick_reproduce_writes_the_report_and_markdown() {
+    let dir = scratch();
+    let out = dir.path().join("repro");
+    let output = ferrite(&[
+        "sim",
+        "reproduce",
+        "--quick",
+        "--quiet",
+        "--out",
+        text(&out),
+    ]);
+    assert_success(&output);
+    assert_silo_report(&out, &stdout(&output));
+    let markdown = std::fs::read_to_string(out.join("reproduction.md")).expect("markdown");
+    assert!(markdown.contains("### Paper vs reproduction"), "{markdown}");
+}

@@ -1,0 +1,214 @@
+//! Model probe: the 8-core comparison on cached workload traces under a configuration patch.
+//!
+//! ```text
+//! cargo run --release -p silorepro --example probe -- [--tx N] [--cores N] [--keys N]
+//!     [--designs ideal,fwb,morlog,lad,silo] [--workloads array,hash,...] [--set JSON]...
+//!     [--quiet] [--threads N]
+//! ```
+//!
+//! `--set` merges a JSON object into the default `hwsim::Config` (e.g.
+//! `--set '{"mem":{"banks":8}}'`); several are applied in order. Traces are cached in
+//! `/tmp/probe-*.trace`. Prints per-run diagnostics and the geometric-mean ratios the paper
+//! reports.
+
+use hwsim::{Config, DesignKind, Metrics, simulate};
+use silorepro::results::geomean;
+use std::sync::Mutex;
+use tracegen::{SiloWorkload, TraceSpec, generate};
+
+fn merge(into: &mut serde_json::Value, patch: &serde_json::Value) {
+    match (into, patch) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k.clone()).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (slot, v) => *slot = v.clone(),
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut tx = 3000u64;
+    let mut cores = 8usize;
+    let mut keys: Option<u64> = None;
+    let mut quiet = false;
+    let mut threads = 2usize;
+    let mut designs = vec![
+        DesignKind::Ideal,
+        DesignKind::Fwb,
+        DesignKind::MorLog,
+        DesignKind::Lad,
+        DesignKind::Silo,
+    ];
+    let mut workloads = SiloWorkload::ALL.to_vec();
+    let mut cfg = serde_json::to_value(Config::default())?;
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let mut value = || args.next().ok_or("missing value");
+        match flag.as_str() {
+            "--tx" => tx = value()?.parse()?,
+            "--cores" => cores = value()?.parse()?,
+            "--keys" => keys = Some(value()?.parse()?),
+            "--quiet" => quiet = true,
+            "--threads" => threads = value()?.parse()?,
+            "--designs" => {
+                designs = value()?
+                    .split(',')
+                    .map(|d| DesignKind::from_name(d).ok_or("design"))
+                    .collect::<Result<_, _>>()?
+            }
+            "--workloads" => {
+                workloads = value()?
+                    .split(',')
+                    .map(|w| SiloWorkload::parse(w).ok_or("workload"))
+                    .collect::<Result<_, _>>()?
+            }
+            "--set" => merge(&mut cfg, &serde_json::from_str(&value()?)?),
+            other => return Err(format!("unknown flag {other}").into()),
+        }
+    }
+    let cfg: Config = serde_json::from_value(cfg)?;
+    let cfg = cfg.with_cores(cores);
+    let traces: Vec<(SiloWorkload, trace::Trace)> = workloads
+        .iter()
+        .map(|&w| {
+            let k = keys.map_or(String::new(), |k| format!("-k{k}"));
+            let path = format!("/tmp/probe-{}-{tx}-{cores}{k}.trace", w.name());
+            let t = match trace::Trace::read(std::path::Path::new(&path)) {
+                Ok(t) => t,
+                Err(_) => {
+                    let mut s = TraceSpec::new(w)
+                        .with_cores(cores as u32)
+                        .with_transactions(tx);
+                    if let Some(k) = keys {
+                        s = s.with_keys(k);
+                    }
+                    let t = generate(&s).expect("trace");
+                    t.write(std::path::Path::new(&path)).expect("write trace");
+                    t
+                }
+            };
+            (w, t)
+        })
+        .collect();
+    let jobs: Vec<(usize, DesignKind)> = (0..traces.len())
+        .flat_map(|t| designs.iter().map(move |&d| (t, d)))
+        .collect();
+    let results: Mutex<Vec<Option<Metrics>>> = Mutex::new(vec![None; jobs.len()]);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(&(t, d)) = jobs.get(i) else { break };
+                    let m = simulate(&cfg, d, &traces[t].1).expect("simulation");
+                    results.lock().unwrap()[i] = Some(m);
+                }
+            });
+        }
+    });
+    let results: Vec<Metrics> = results.into_inner()?.into_iter().flatten().collect();
+    let get = |w: usize, d: DesignKind| {
+        jobs.iter()
+            .position(|&(t, dd)| t == w && dd == d)
+            .map(|i| &results[i])
+    };
+    if !quiet {
+        println!(
+            "{:<7} {:<7} {:>7} {:>6} {:>6} {:>6} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7}",
+            "wl",
+            "design",
+            "Mtx/s",
+            "xIdl",
+            "B/tx",
+            "req/tx",
+            "med/tx",
+            "bus%",
+            "bank%",
+            "wq",
+            "load",
+            "commit",
+            "logbuf",
+            "persist",
+            "wb",
+            "drain",
+            "Mev/s"
+        );
+    }
+    for (wi, (w, _)) in traces.iter().enumerate() {
+        let ideal = get(wi, DesignKind::Ideal).map(|m| m.throughput_tx_per_s);
+        for &d in &designs {
+            let m = get(wi, d).expect("ran");
+            let n = m.committed_tx.max(1) as f64;
+            let st = |c: u64| c as f64 / n;
+            if quiet {
+                continue;
+            }
+            println!(
+                "{:<7} {:<7} {:>7.2} {:>6.2} {:>6.0} {:>6.1} {:>6.2} {:>5.0} {:>5.0} {:>5} {:>6.0} {:>6.0} {:>6.0} {:>6.0} {:>6.0} {:>6.0} {:>7.2}",
+                w.name(),
+                d.name(),
+                m.throughput_tx_per_s / 1e6,
+                ideal.map_or(0.0, |i| m.throughput_tx_per_s / i),
+                m.pm.writes.bytes as f64 / n,
+                m.pm.writes.requests as f64 / n,
+                m.pm.media_writes as f64 / n,
+                100.0 * m.pm.bus_busy_cycles as f64 / m.cycles.max(1) as f64,
+                100.0 * m.pm.bank_write_cycles as f64
+                    / (m.cycles.max(1) * cfg.mem.banks as u64) as f64,
+                m.pm.max_write_queue,
+                st(m.stalls.load),
+                st(m.stalls.commit),
+                st(m.stalls.log_buffer),
+                st(m.stalls.persist),
+                st(m.stalls.writeback),
+                st(m.stalls.drain),
+                m.events_per_host_second / 1e6,
+            );
+        }
+    }
+    let ratio =
+        |a: DesignKind, b: DesignKind| {
+            geomean((0..traces.len()).filter_map(|w| {
+                Some(get(w, a)?.throughput_tx_per_s / get(w, b)?.throughput_tx_per_s)
+            }))
+        };
+    let bytes = |a: DesignKind, b: DesignKind| {
+        let per = |m: &Metrics| m.pm.writes.bytes as f64 / m.committed_tx.max(1) as f64;
+        1.0 - geomean((0..traces.len()).filter_map(|w| Some(per(get(w, a)?) / per(get(w, b)?))))
+    };
+    use DesignKind::*;
+    let has = |d| designs.contains(&d);
+    let mut line = String::new();
+    for (a, b, name) in [
+        (Silo, Lad, "silo/lad"),
+        (Silo, MorLog, "silo/morlog"),
+        (Silo, Fwb, "silo/fwb"),
+        (MorLog, Fwb, "morlog/fwb"),
+        (Fwb, Ideal, "fwb/ideal"),
+        (Lad, Ideal, "lad/ideal"),
+        (Silo, Ideal, "silo/ideal"),
+    ] {
+        if has(a) && has(b) {
+            line += &format!("{name} {:.2}  ", ratio(a, b));
+        }
+    }
+    for (a, b, name) in [(Silo, MorLog, "wr-vs-morlog"), (Silo, Fwb, "wr-vs-fwb")] {
+        if has(a) && has(b) {
+            line += &format!("{name} -{:.0}%  ", 100.0 * bytes(a, b));
+        }
+    }
+    println!("{line}");
+    let speed: Vec<String> = designs
+        .iter()
+        .map(|&d| {
+            let (ev, secs) = (0..traces.len())
+                .filter_map(|w| get(w, d))
+                .fold((0u64, 0.0), |(e, s), m| (e + m.events, s + m.host_seconds));
+            format!("{} {:.2}", d.name(), ev as f64 / secs.max(1e-9) / 1e6)
+        })
+        .collect();
+    println!("Mev/s: {}", speed.join("  "));
+    Ok(())
+}
