@@ -2,18 +2,22 @@
 //! runtime choice into monomorphised code (the hot loop never goes through `dyn`).
 
 use crate::ideal::Ideal;
+use mvcc::{Mvcc, MvccOptions};
 use pmdk::Pmdk;
 use pmem::{CreateOptions, Native, NativeOptions, Pool};
 use std::fmt;
 use std::path::Path;
-use tx::{Engine, EngineOptions, LogMode, MemEngine, Redo, Undo};
+use tx::{
+    Engine, EngineOptions, LogMode, MemEngine, NoReplay, Op, OpId, Redo, Replay, Tx, TxResult, Undo,
+};
 use workloads::array::ArrayWorkload;
 use workloads::bst::{Bst, timestone_bst};
 use workloads::btree::{BTree, silo_btree};
 use workloads::hash::{HashMap, silo_hash};
-use workloads::list::{LoadOrder, TimestoneMap, timestone_list};
+use workloads::list::{LoadOrder, SortedList, TimestoneMap, timestone_list};
+use workloads::map::MapOps;
 use workloads::queue::QueueWorkload;
-use workloads::rbtree::silo_rbtree;
+use workloads::rbtree::{RbTree, silo_rbtree};
 use workloads::tpcc::{TpccConfig, TpccNewOrder};
 use workloads::ycsb::{Ycsb, YcsbMix};
 use workloads::{Params, Workload};
@@ -34,10 +38,13 @@ pub enum EngineChoice {
     Ideal,
     /// Volatile, no persistence.
     Mem,
+    /// Ferrite's MVCC engine (TimeStone: version chains, operation log, checkpoint log).
+    Mvcc,
 }
 
 impl EngineChoice {
-    /// Parses `undo`, `redo`, `undo:packed`, `redo:non-temporal`, `pmdk`, `ideal`, `mem`.
+    /// Parses `undo`, `redo`, `undo:packed`, `redo:non-temporal`, `pmdk`, `ideal`, `mem`,
+    /// `mvcc`.
     pub fn parse(text: &str) -> Option<Self> {
         let (name, mode) = match text.split_once(':') {
             Some((name, mode)) => (name, LogMode::parse(mode)?),
@@ -49,12 +56,13 @@ impl EngineChoice {
             "pmdk" => Some(EngineChoice::Pmdk),
             "ideal" => Some(EngineChoice::Ideal),
             "mem" => Some(EngineChoice::Mem),
+            "mvcc" if !text.contains(':') => Some(EngineChoice::Mvcc),
             _ => None,
         }
     }
 
     /// Every name `parse` accepts (without log-mode suffixes).
-    pub const NAMES: [&'static str; 5] = ["undo", "redo", "pmdk", "ideal", "mem"];
+    pub const NAMES: [&'static str; 6] = ["undo", "redo", "pmdk", "ideal", "mem", "mvcc"];
 }
 
 impl fmt::Display for EngineChoice {
@@ -67,6 +75,7 @@ impl fmt::Display for EngineChoice {
             EngineChoice::Pmdk => write!(f, "pmdk"),
             EngineChoice::Ideal => write!(f, "ideal"),
             EngineChoice::Mem => write!(f, "mem"),
+            EngineChoice::Mvcc => write!(f, "mvcc"),
         }
     }
 }
@@ -170,11 +179,24 @@ pub enum OpenError {
 }
 
 /// Creates a fresh pool of `size` bytes at `path`, opens `choice` on it and runs `visitor`.
-/// The pool file is removed afterwards.
+/// The pool file is removed afterwards. The MVCC engine logs every commit as data (see
+/// [`with_engine_ops`]).
 pub fn with_engine<V: EngineVisitor>(
     choice: EngineChoice,
     path: &Path,
     size: u64,
+    visitor: V,
+) -> Result<V::Output, OpenError> {
+    with_engine_ops(choice, path, size, BenchOps::NONE, visitor)
+}
+
+/// [`with_engine`], with the handler of the workload's registered operations, which the
+/// MVCC engine then logs as operations (the other engines ignore it).
+pub fn with_engine_ops<V: EngineVisitor>(
+    choice: EngineChoice,
+    path: &Path,
+    size: u64,
+    ops: BenchOps,
     visitor: V,
 ) -> Result<V::Output, OpenError> {
     let _cleanup = RemoveOnDrop(path);
@@ -194,7 +216,58 @@ pub fn with_engine<V: EngineVisitor>(
         EngineChoice::Ideal => visitor.visit(&Ideal::new(native(path)?)?),
         EngineChoice::Pmdk => visitor.visit(&Pmdk::create(path, size)?),
         EngineChoice::Mem => visitor.visit(&MemEngine::new(size)),
+        EngineChoice::Mvcc => {
+            visitor.visit(&Mvcc::create(native(path)?, &MvccOptions::default(), ops)?)
+        }
     })
+}
+
+/// The registered operations of a benchmark workload, for the MVCC engine: the map
+/// workloads' inserts, deletes and puts (other workloads declare none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BenchOps {
+    workload: Option<WorkloadChoice>,
+    value_size: u32,
+}
+
+impl BenchOps {
+    /// No registered operation.
+    pub const NONE: BenchOps = BenchOps {
+        workload: None,
+        value_size: 0,
+    };
+
+    /// The operations of `workload` with `params`.
+    pub fn of(workload: WorkloadChoice, params: &Params) -> Self {
+        BenchOps {
+            workload: Some(workload),
+            value_size: params.value_size,
+        }
+    }
+}
+
+impl Replay for BenchOps {
+    fn handles(&self, id: OpId) -> bool {
+        use WorkloadChoice as W;
+        let maps = matches!(
+            self.workload,
+            Some(W::Hash | W::BTree | W::RbTree | W::List | W::TsHash | W::Bst)
+        );
+        maps && MapOps::<HashMap>::new(self.value_size).handles(id)
+    }
+
+    fn replay<T: Tx>(&self, tx: &mut T, op: Op<'_>) -> TxResult<()> {
+        use WorkloadChoice as W;
+        let size = self.value_size;
+        match self.workload {
+            Some(W::Hash | W::TsHash) => MapOps::<HashMap>::new(size).replay(tx, op),
+            Some(W::BTree) => MapOps::<BTree>::new(size).replay(tx, op),
+            Some(W::RbTree) => MapOps::<RbTree>::new(size).replay(tx, op),
+            Some(W::List) => MapOps::<SortedList>::new(size).replay(tx, op),
+            Some(W::Bst) => MapOps::<Bst>::new(size).replay(tx, op),
+            _ => NoReplay.replay(tx, op),
+        }
+    }
 }
 
 struct RemoveOnDrop<'a>(&'a Path);

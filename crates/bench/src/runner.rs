@@ -6,8 +6,8 @@
 //! timed runs, divided per operation and per commit.
 
 use crate::choice::{
-    EngineChoice, EngineVisitor, OpenError, WorkloadChoice, WorkloadVisitor, with_engine,
-    with_workload,
+    BenchOps, EngineChoice, EngineVisitor, OpenError, WorkloadChoice, WorkloadVisitor,
+    with_engine_ops, with_workload,
 };
 use crate::measure::Summary;
 use pmem::{Counters, WriteClass};
@@ -109,10 +109,11 @@ pub enum RunError {
 pub fn run(spec: &RunSpec, progress: &(dyn Fn(u64) + Sync)) -> Result<Measurement, RunError> {
     let name = format!("ferrite-bench-{}-{}.pool", std::process::id(), unique());
     let path = spec.pool_dir.join(name);
-    with_engine(
+    with_engine_ops(
         spec.engine,
         &path,
         spec.pool_size,
+        BenchOps::of(spec.workload, &spec.params),
         OnEngine { spec, progress },
     )?
 }

@@ -16,9 +16,10 @@
 pub mod kill;
 
 use crashsim::{Scenario, SimPm};
+use mvcc::{Mvcc, MvccOptions};
 use pmem::{CreateOptions, Persist, Pool};
 use std::fmt;
-use tx::{Engine, EngineOptions, LogMode, Redo, TxResult, Undo};
+use tx::{Engine, EngineOptions, LogMode, Redo, Replay, TxResult, Undo};
 use workloads::Workload;
 
 /// Layout name of conformance pools.
@@ -88,6 +89,43 @@ impl Factory for RedoFactory {
         Redo::open(pool, &self.0)
     }
     fn blocks<P: Persist>(&self, engine: &Redo<P>) -> u64 {
+        engine.heap().usage().allocated_blocks
+    }
+}
+
+/// The MVCC engine with small logs and chunks; `R` re-executes the workload's logged
+/// operations at recovery (use the workload's `ops()`, or `tx::NoReplay` for workloads that
+/// declare no operations: their commits are logged as data).
+#[derive(Clone, Debug)]
+pub struct MvccFactory<R> {
+    /// Engine options.
+    pub options: MvccOptions,
+    /// The operations handler given to every open.
+    pub replay: R,
+}
+
+impl<R: Replay + Clone + 'static> MvccFactory<R> {
+    /// Small geometry (checkpoints and write-backs every few operations).
+    pub fn small(replay: R) -> Self {
+        MvccFactory {
+            options: MvccOptions::small(),
+            replay,
+        }
+    }
+}
+
+impl<R: Replay + Clone + 'static> Factory for MvccFactory<R> {
+    type Engine<P: Persist> = Mvcc<P, R>;
+    fn name(&self) -> String {
+        format!("mvcc:{:?}", self.options.isolation).to_lowercase()
+    }
+    fn create<P: Persist>(&self, pool: Pool<P>) -> TxResult<Mvcc<P, R>> {
+        Mvcc::create(pool, &self.options, self.replay.clone())
+    }
+    fn open<P: Persist>(&self, pool: Pool<P>) -> TxResult<Mvcc<P, R>> {
+        Mvcc::open(pool, &self.options, self.replay.clone())
+    }
+    fn blocks<P: Persist>(&self, engine: &Mvcc<P, R>) -> u64 {
         engine.heap().usage().allocated_blocks
     }
 }

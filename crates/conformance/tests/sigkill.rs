@@ -2,9 +2,10 @@
 //! file, including kills during recovery; no acknowledged operation may be lost.
 
 use conformance::kill::{ChildSpec, KillConfig, campaign, child_main};
-use conformance::{Factory, RedoFactory, UndoFactory};
+use conformance::{Factory, MvccFactory, RedoFactory, UndoFactory};
+use mvcc::MvccOptions;
 use std::time::Duration;
-use tx::{EngineOptions, LogMode};
+use tx::{EngineOptions, LogMode, NoReplay, Replay};
 use workloads::array::ArrayWorkload;
 use workloads::hash::silo_hash;
 use workloads::queue::QueueWorkload;
@@ -32,11 +33,34 @@ fn options() -> EngineOptions {
     }
 }
 
+/// The MVCC engine with logs small enough that checkpoints and write-backs happen between
+/// kills; `replay` re-executes the workload's logged operations.
+fn mvcc<R: Replay + Clone + 'static>(replay: R) -> MvccFactory<R> {
+    MvccFactory {
+        options: MvccOptions {
+            lanes: 4,
+            olog_size: 64 << 10,
+            clog_size: 64 << 10,
+            chunk_shift: 16,
+            checkpoint_versions: 256,
+            ..MvccOptions::small()
+        },
+        replay,
+    }
+}
+
 fn dispatch(spec: &ChildSpec) -> Result<(), String> {
     let (engine, workload) = spec.case.split_once('/').ok_or("bad case")?;
     match engine {
         "undo" => run_workload(spec, &UndoFactory(options()), workload),
         "redo" => run_workload(spec, &RedoFactory(options()), workload),
+        "mvcc" => match workload {
+            "hash" => {
+                let hash = silo_hash(params());
+                child_main(spec, &mvcc(hash.ops()), &hash)
+            }
+            other => run_workload(spec, &mvcc(NoReplay), other),
+        },
         other => Err(format!("unknown engine {other}")),
     }
 }
@@ -129,6 +153,24 @@ fn undo_survives_sigkill() {
     kill_campaign(
         "undo/queue",
         &UndoFactory(options()),
+        &QueueWorkload::new(params()),
+        50,
+    );
+}
+
+#[test]
+fn mvcc_survives_sigkill() {
+    let hash = silo_hash(params());
+    kill_campaign("mvcc/hash", &mvcc(hash.ops()), &hash, 120);
+    kill_campaign(
+        "mvcc/array",
+        &mvcc(NoReplay),
+        &ArrayWorkload::new(params()),
+        50,
+    );
+    kill_campaign(
+        "mvcc/queue",
+        &mvcc(NoReplay),
         &QueueWorkload::new(params()),
         50,
     );

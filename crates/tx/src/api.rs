@@ -319,6 +319,55 @@ pub trait Tx {
     }
 }
 
+/// Identifies a registered operation (see [`Op`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpId(pub u16);
+
+/// What a transaction does, described for engines that make transactions durable by logging
+/// the operation instead of the data (the MVCC engine's operation log). `args` is the
+/// operation's serialised arguments; together with the persistent state they must determine
+/// everything the body does, so recovery can re-execute it through a [`Replay`] handler.
+/// Engines that log data ignore it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Op<'a> {
+    /// Which registered operation.
+    pub id: OpId,
+    /// Its serialised arguments.
+    pub args: &'a [u8],
+}
+
+/// Re-executes registered operations during recovery (supplied when an engine that logs
+/// operations is opened). `replay` must do exactly what the transaction body that declared
+/// `op` did, given the same persistent state.
+pub trait Replay: Send + Sync {
+    /// Runs operation `op` inside `tx`.
+    fn replay<T: Tx>(&self, tx: &mut T, op: Op<'_>) -> TxResult<()>;
+
+    /// Whether this handler re-executes operation `id` (an engine logs the data of a
+    /// transaction whose operation its handler does not know).
+    fn handles(&self, id: OpId) -> bool {
+        let _ = id;
+        true
+    }
+}
+
+/// A handler that knows no operation: replaying anything is an error.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoReplay;
+
+impl Replay for NoReplay {
+    fn handles(&self, _id: OpId) -> bool {
+        false
+    }
+
+    fn replay<T: Tx>(&self, _tx: &mut T, op: Op<'_>) -> TxResult<()> {
+        Err(TxError::InvalidArgument(format!(
+            "no handler registered for operation {}",
+            op.id.0
+        )))
+    }
+}
+
 /// A transactional persistent heap: the entry point workloads use.
 ///
 /// `transaction` runs `body` atomically and durably: if it returns `Ok` the effects commit;
@@ -351,6 +400,21 @@ pub trait Engine: Send + Sync {
     where
         E: From<TxError>,
     {
+        self.transaction(body)
+    }
+
+    /// Runs `body` as a transaction that performs the registered operation `op` (see
+    /// [`Op`]). Engines that log operations record `op` instead of the data it writes; the
+    /// default ignores it and runs [`Engine::transaction`].
+    fn transaction_op<R, E>(
+        &self,
+        op: Op<'_>,
+        body: impl FnMut(&mut Self::Tx<'_>) -> Result<R, E>,
+    ) -> Result<R, E>
+    where
+        E: From<TxError>,
+    {
+        let _ = op;
         self.transaction(body)
     }
 

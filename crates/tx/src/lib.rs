@@ -20,7 +20,9 @@ mod redo;
 mod undo;
 pub mod writeset;
 
-pub use api::{Engine, Isolation, PPtr, Tx, TxError, TxResult, pool_tag};
+pub use api::{
+    Engine, Isolation, NoReplay, Op, OpId, PPtr, Replay, Tx, TxError, TxResult, pool_tag,
+};
 pub use lanes::EngineOptions;
 pub use layout::EngineKind;
 pub use logwriter::LogMode;

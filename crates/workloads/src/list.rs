@@ -427,6 +427,11 @@ impl<M: PersistentMap> TimestoneMap<M> {
         }
     }
 
+    /// The handler that re-executes this workload's logged operations.
+    pub fn ops(&self) -> crate::map::MapOps<M> {
+        self.inner.ops()
+    }
+
     fn initial_entries(&self) -> Vec<(u64, Vec<u8>)> {
         let mut entries: Vec<_> = self.inner.initial_model().into_iter().collect();
         match self.order {

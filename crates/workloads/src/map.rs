@@ -7,7 +7,7 @@ use crate::{OpKind, Params, PersistentMap, Workload, op_rng, root_link, set_root
 use rand::Rng;
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
-use tx::{Engine, TxError, TxResult};
+use tx::{Engine, Op, OpId, Replay, Tx, TxError, TxResult};
 
 /// What an update operation does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -73,7 +73,7 @@ impl<M: PersistentMap> MapWorkload<M> {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Decision {
     Read,
     /// Insert if absent (no change if present).
@@ -81,6 +81,128 @@ enum Decision {
     Delete,
     /// Insert or overwrite.
     Put(u64),
+}
+
+impl Decision {
+    /// The registered operation an update decision is logged as.
+    fn op_id(self) -> OpId {
+        match self {
+            Decision::Read => OpId(0),
+            Decision::Insert(_) => OP_INSERT,
+            Decision::Delete => OP_DELETE,
+            Decision::Put(_) => OP_PUT,
+        }
+    }
+}
+
+/// Registered operation: insert a key if absent (args: key, version).
+pub const OP_INSERT: OpId = OpId(1);
+/// Registered operation: delete a key (args: key, version 0).
+pub const OP_DELETE: OpId = OpId(2);
+/// Registered operation: insert or overwrite a key (args: key, version).
+pub const OP_PUT: OpId = OpId(3);
+/// Bytes of a map operation's arguments: the key and the value's version, little-endian.
+const ARGS_LEN: usize = 16;
+
+fn encode_args(key: u64, decision: Decision) -> [u8; ARGS_LEN] {
+    let version = match decision {
+        Decision::Insert(v) | Decision::Put(v) => v,
+        Decision::Read | Decision::Delete => 0,
+    };
+    let mut args = [0u8; ARGS_LEN];
+    args[..8].copy_from_slice(&key.to_le_bytes());
+    args[8..].copy_from_slice(&version.to_le_bytes());
+    args
+}
+
+fn decode_args(op: Op<'_>) -> TxResult<(u64, Decision)> {
+    let bad = || TxError::Corrupted(format!("map operation {} with bad arguments", op.id.0));
+    let args: &[u8; ARGS_LEN] = op.args.try_into().map_err(|_| bad())?;
+    let key = u64::from_le_bytes(args[..8].try_into().expect("8 bytes"));
+    let version = u64::from_le_bytes(args[8..].try_into().expect("8 bytes"));
+    let decision = match op.id {
+        OP_INSERT => Decision::Insert(version),
+        OP_DELETE => Decision::Delete,
+        OP_PUT => Decision::Put(version),
+        _ => return Err(bad()),
+    };
+    Ok((key, decision))
+}
+
+/// The body of an update operation: the same code runs live and when recovery re-executes
+/// the logged operation.
+fn apply<M: PersistentMap, T: Tx>(
+    tx: &mut T,
+    key: u64,
+    decision: Decision,
+    size: u32,
+) -> TxResult<OpKind> {
+    let map = root_link(tx)?;
+    match decision {
+        Decision::Read => Ok(OpKind::Read),
+        Decision::Insert(version) => {
+            let mut old = vec![0u8; size as usize];
+            if M::get(tx, map, key, &mut old)? {
+                return Ok(OpKind::Read);
+            }
+            M::put(tx, map, key, &value_for(key, version, size))?;
+            Ok(OpKind::Insert)
+        }
+        Decision::Delete => Ok(if M::remove(tx, map, key)? {
+            OpKind::Delete
+        } else {
+            OpKind::Read
+        }),
+        Decision::Put(version) => {
+            let new = M::put(tx, map, key, &value_for(key, version, size))?;
+            Ok(if new { OpKind::Insert } else { OpKind::Update })
+        }
+    }
+}
+
+/// Re-executes the logged update operations of a [`MapWorkload`] over map `M` (the handler
+/// an operation-logging engine is opened with).
+#[derive(Debug)]
+pub struct MapOps<M: PersistentMap> {
+    value_size: u32,
+    _map: PhantomData<M>,
+}
+
+impl<M: PersistentMap> Clone for MapOps<M> {
+    fn clone(&self) -> Self {
+        MapOps {
+            value_size: self.value_size,
+            _map: PhantomData,
+        }
+    }
+}
+
+impl<M: PersistentMap> MapOps<M> {
+    /// The handler for maps of `value_size`-byte values.
+    pub fn new(value_size: u32) -> Self {
+        MapOps {
+            value_size,
+            _map: PhantomData,
+        }
+    }
+}
+
+impl<M: PersistentMap> Replay for MapOps<M> {
+    fn handles(&self, id: OpId) -> bool {
+        matches!(id, OP_INSERT | OP_DELETE | OP_PUT)
+    }
+
+    fn replay<T: Tx>(&self, tx: &mut T, op: Op<'_>) -> TxResult<()> {
+        let (key, decision) = decode_args(op)?;
+        apply::<M, T>(tx, key, decision, self.value_size).map(|_| ())
+    }
+}
+
+impl<M: PersistentMap> MapWorkload<M> {
+    /// The handler that re-executes this workload's logged operations.
+    pub fn ops(&self) -> MapOps<M> {
+        MapOps::new(self.params.value_size)
+    }
 }
 
 impl<M: PersistentMap> Workload for MapWorkload<M> {
@@ -124,29 +246,12 @@ impl<M: PersistentMap> Workload for MapWorkload<M> {
             return Ok(OpKind::Read);
         }
         let _held = self.lock.write(isolation, 0);
-        engine.transaction(|tx| {
-            let map = root_link(tx)?;
-            match decision {
-                Decision::Read => unreachable!("handled above"),
-                Decision::Insert(version) => {
-                    let mut old = vec![0u8; size as usize];
-                    if M::get(tx, map, key, &mut old)? {
-                        return Ok(OpKind::Read);
-                    }
-                    M::put(tx, map, key, &value_for(key, version, size))?;
-                    Ok(OpKind::Insert)
-                }
-                Decision::Delete => Ok(if M::remove(tx, map, key)? {
-                    OpKind::Delete
-                } else {
-                    OpKind::Read
-                }),
-                Decision::Put(version) => {
-                    let new = M::put(tx, map, key, &value_for(key, version, size))?;
-                    Ok(if new { OpKind::Insert } else { OpKind::Update })
-                }
-            }
-        })
+        let args = encode_args(key, decision);
+        let op = Op {
+            id: decision.op_id(),
+            args: &args,
+        };
+        engine.transaction_op(op, |tx| apply::<M, _>(tx, key, decision, size))
     }
 
     fn check<E: Engine>(&self, engine: &E) -> Result<Self::Model, String> {

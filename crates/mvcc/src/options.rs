@@ -1,0 +1,83 @@
+//! Options of the MVCC engine.
+
+/// How concurrent transactions are isolated (per engine, or per transaction with
+/// [`crate::Mvcc::transaction_with`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub enum Level {
+    /// Snapshot isolation: reads see the snapshot at begin; only write–write conflicts abort.
+    Snapshot,
+    /// Snapshot reads plus read-set validation at commit: a transaction whose reads changed
+    /// before it committed aborts and retries.
+    Serializable,
+    /// Serializable, and a read that is not of the newest version aborts at once.
+    Linearizable,
+}
+
+/// A deliberately broken protocol step, for the crash tests' self-check (never use one
+/// outside a test: each loses committed data in some crash).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub enum Mutant {
+    /// The correct engine.
+    #[default]
+    None,
+    /// The commit declares its durability point without fencing its OLog record.
+    NoCommitFence,
+    /// Write-back moves the watermark before the written-back masters are fenced.
+    EarlyWatermark,
+}
+
+/// Format-time and run-time options.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct MvccOptions {
+    /// Lanes: the most transactions that run at once, each lane with its operation log.
+    pub lanes: u32,
+    /// Bytes per lane (its operation log), a multiple of 4 KiB.
+    pub olog_size: u64,
+    /// Bytes of the checkpoint log, a multiple of 4 KiB.
+    pub clog_size: u64,
+    /// log2 of the heap's chunk size.
+    pub chunk_shift: u32,
+    /// Default isolation level (run-time).
+    pub isolation: Level,
+    /// Chunk versions committed since the last checkpoint that trigger the next one (the
+    /// bound of the DRAM version log, run-time).
+    pub checkpoint_versions: u64,
+    /// Test-only: a broken protocol step (see [`Mutant`]).
+    #[doc(hidden)]
+    pub mutant: Mutant,
+}
+
+impl Default for MvccOptions {
+    fn default() -> Self {
+        MvccOptions {
+            lanes: 16,
+            olog_size: 1 << 20,
+            clog_size: 8 << 20,
+            chunk_shift: 18,
+            isolation: Level::Snapshot,
+            checkpoint_versions: 1 << 15,
+            mutant: Mutant::None,
+        }
+    }
+}
+
+impl MvccOptions {
+    /// Small geometry for crash tests on pools of a few hundred KiB: checkpoints and
+    /// write-backs happen every few operations.
+    pub fn small() -> Self {
+        MvccOptions {
+            lanes: 2,
+            olog_size: 8 << 10,
+            clog_size: 8 << 10,
+            chunk_shift: 12,
+            isolation: Level::Snapshot,
+            checkpoint_versions: 24,
+            mutant: Mutant::None,
+        }
+    }
+
+    /// The same options with another default isolation level.
+    pub fn with_isolation(self, isolation: Level) -> Self {
+        MvccOptions { isolation, ..self }
+    }
+}

@@ -1,0 +1,338 @@
+//! The MVCC engine without the crash harness: visibility, aborts, recovery by
+//! re-execution, checkpoints and write-back, typed errors for bad pools, isolation levels,
+//! and a two-thread bank stress test.
+
+use crashsim::SimPm;
+use mvcc::{Level, Mvcc, MvccOptions};
+use pmem::{CreateOptions, Native, Pool};
+use std::sync::atomic::{AtomicBool, Ordering};
+use tx::{Engine, EngineOptions, NoReplay, Op, OpId, Redo, Replay, Tx, TxError, TxResult};
+
+const LAYOUT: &str = "mvcc-test";
+const POOL: u64 = 1 << 20;
+
+/// Operation 1: add the `u64` in `args` to the root's first word and record it in a list
+/// node (so re-execution allocates too).
+#[derive(Clone, Copy, Debug)]
+struct Adder;
+
+const ADD: OpId = OpId(1);
+
+fn add<T: Tx>(tx: &mut T, amount: u64) -> TxResult<()> {
+    let root = tx.root::<()>();
+    let sum = tx.read_u64(root, 0)?;
+    tx.write_u64(root, 0, sum + amount)?;
+    let node = tx.alloc::<()>(16)?;
+    tx.write_u64(node, 0, amount)?;
+    let head = tx.read_u64(root, 8)?;
+    tx.write_u64(node, 8, head)?;
+    tx.write_ptr(root, 8, node)
+}
+
+impl Replay for Adder {
+    fn replay<T: Tx>(&self, tx: &mut T, op: tx::Op<'_>) -> TxResult<()> {
+        assert_eq!(op.id, ADD);
+        add(tx, u64::from_le_bytes(op.args.try_into().expect("8 bytes")))
+    }
+}
+
+fn run_add<E: Engine>(engine: &E, amount: u64) {
+    let args = amount.to_le_bytes();
+    engine
+        .transaction_op(
+            Op {
+                id: ADD,
+                args: &args,
+            },
+            |tx| add(tx, amount),
+        )
+        .expect("add");
+}
+
+/// Sum and list contents.
+fn state<E: Engine>(engine: &E) -> (u64, Vec<u64>) {
+    engine
+        .read_only(|tx| {
+            let root = tx.root::<()>();
+            let sum = tx.read_u64(root, 0)?;
+            let mut items = Vec::new();
+            let mut cur: tx::PPtr = tx.read_ptr(root, 8)?;
+            while !cur.is_null() {
+                items.push(tx.read_u64(cur, 0)?);
+                cur = tx.read_ptr(cur, 8)?;
+            }
+            Ok::<_, TxError>((sum, items))
+        })
+        .expect("read")
+}
+
+fn sim_pool() -> Pool<SimPm> {
+    Pool::format(
+        SimPm::new(POOL, Default::default()),
+        &CreateOptions::new(LAYOUT, POOL),
+    )
+    .expect("format")
+}
+
+/// The pool image as a power failure right now would leave it (nothing pending persisted).
+fn crash<R: Replay>(engine: Mvcc<SimPm, R>) -> Pool<SimPm> {
+    let snapshot = engine.pool().pm().crash_now();
+    let image = snapshot.image(&snapshot.nothing());
+    std::mem::forget(engine);
+    Pool::attach(SimPm::from_image(image, Default::default()), LAYOUT).expect("attach")
+}
+
+#[test]
+fn committed_operations_survive_a_crash_by_re_execution() {
+    let options = MvccOptions::small();
+    let engine = Mvcc::create(sim_pool(), &options, Adder).expect("create");
+    let mut amount = 0;
+    // Many operations (checkpoints and write-backs happen), ending with at least one that
+    // no checkpoint covers.
+    loop {
+        let before = engine.stats().checkpoints;
+        amount += 1;
+        run_add(&engine, amount);
+        if amount >= 300 && engine.stats().checkpoints == before {
+            break;
+        }
+    }
+    let expected = state(&engine);
+    assert_eq!(expected.0, amount * (amount + 1) / 2);
+    let stats = engine.stats();
+    assert_eq!(stats.commits_logical, amount);
+    assert!(stats.checkpoints > 0, "{stats:?}");
+    assert!(stats.writebacks > 0, "{stats:?}");
+    let blocks = engine.heap().usage().allocated_blocks;
+    let recovered = Mvcc::open(crash(engine), &options, Adder).expect("recover");
+    assert!(recovered.stats().replayed > 0, "nothing was re-executed");
+    assert_eq!(state(&recovered), expected);
+    assert_eq!(recovered.heap().usage().allocated_blocks, blocks);
+    // A second recovery after a clean open replays nothing and changes nothing.
+    let again = Mvcc::open(crash(recovered), &options, Adder).expect("reopen");
+    assert_eq!(again.stats().replayed, 0);
+    assert_eq!(state(&again), expected);
+}
+
+#[test]
+fn an_unknown_operation_is_logged_as_data() {
+    let options = MvccOptions::small();
+    let engine = Mvcc::create(sim_pool(), &options, NoReplay).expect("create");
+    for amount in 1..=5 {
+        run_add(&engine, amount);
+    }
+    assert_eq!(engine.stats().commits_logical, 0);
+    assert_eq!(engine.stats().commits_physical, 5);
+    let expected = state(&engine);
+    let recovered = Mvcc::open(crash(engine), &options, NoReplay).expect("recover");
+    assert_eq!(state(&recovered), expected);
+}
+
+#[test]
+fn aborts_leave_nothing_and_reads_see_own_writes() {
+    let engine = Mvcc::create(sim_pool(), &MvccOptions::small(), NoReplay).expect("create");
+    let result: Result<(), TxError> = engine.transaction(|tx| {
+        let root = tx.root::<()>();
+        tx.write_u64(root, 0, 7)?;
+        assert_eq!(tx.read_u64(root, 0)?, 7);
+        tx.alloc::<()>(100)?;
+        Err(TxError::abort("no"))
+    });
+    assert!(result.is_err());
+    assert_eq!(state(&engine).0, 0);
+    assert_eq!(engine.heap().usage().allocated_blocks, 0);
+    // Writes crossing chunk boundaries read back whole.
+    let bytes: Vec<u8> = (0..200u8).collect();
+    engine
+        .transaction(|tx| {
+            let root = tx.root::<()>();
+            tx.write(root, 100, &bytes)?;
+            let mut back = vec![0u8; 200];
+            tx.read(root, 100, &mut back)?;
+            assert_eq!(back, bytes);
+            Ok::<_, TxError>(())
+        })
+        .expect("write");
+    let mut back = vec![0u8; 200];
+    engine
+        .read_only(|tx| tx.read(tx.root::<()>(), 100, &mut back))
+        .expect("read");
+    assert_eq!(back, bytes);
+}
+
+#[test]
+fn bad_pools_are_typed_errors() {
+    let pool = sim_pool();
+    let redo = Redo::create(pool, &EngineOptions::small()).expect("redo");
+    let image = redo.pool().pm().volatile_image();
+    drop(redo);
+    let attach = |image: Vec<u8>| {
+        Pool::attach(SimPm::from_image(image, Default::default()), LAYOUT).expect("attach")
+    };
+    let err = Mvcc::open(attach(image), &MvccOptions::small(), NoReplay).expect_err("redo pool");
+    assert!(matches!(err, TxError::WrongEngine { .. }), "{err}");
+    let err = Mvcc::open(sim_pool(), &MvccOptions::small(), NoReplay).expect_err("blank");
+    assert!(matches!(err, TxError::Corrupted(_)), "{err}");
+    let engine = Mvcc::create(sim_pool(), &MvccOptions::small(), NoReplay).expect("create");
+    let base = engine.pool().arena().offset;
+    let image = engine.pool().pm().volatile_image();
+    drop(engine);
+    // Any damaged header byte, lane header byte or watermark bit is an error, not a panic.
+    for at in (0..64).chain(64..72).chain(4096..4096 + 64) {
+        let mut damaged = image.clone();
+        damaged[(base + at) as usize] ^= 0x10;
+        let result = Mvcc::open(attach(damaged), &MvccOptions::small(), NoReplay);
+        assert!(matches!(result, Err(TxError::Corrupted(_))), "byte {at}");
+    }
+}
+
+fn native_pool(dir: &tempfile::TempDir) -> Pool<Native> {
+    let path = dir.path().join("bank.pool");
+    Pool::create(&path, &CreateOptions::new(LAYOUT, 16 << 20)).expect("pool")
+}
+
+const ACCOUNTS: u64 = 64;
+const START: u64 = 1000;
+
+fn total<T: Tx>(tx: &mut T) -> TxResult<u64> {
+    let root = tx.root::<()>();
+    (0..ACCOUNTS).try_fold(0, |sum, a| Ok(sum + tx.read_u64(root, 8 * a)?))
+}
+
+/// Transfers between accounts by two threads at `level`, with a third auditing the total
+/// in read-only snapshots: the total never changes.
+fn bank(level: Level) -> mvcc::MvccStats {
+    let dir = tempfile::tempdir_in(pmem::DEFAULT_POOL_DIR).expect("tmp");
+    let options = MvccOptions {
+        lanes: 4,
+        olog_size: 64 << 10,
+        clog_size: 64 << 10,
+        chunk_shift: 16,
+        checkpoint_versions: 256,
+        ..MvccOptions::small()
+    }
+    .with_isolation(level);
+    let engine = Mvcc::create(native_pool(&dir), &options, NoReplay).expect("create");
+    engine
+        .transaction(|tx| {
+            let root = tx.root::<()>();
+            (0..ACCOUNTS).try_for_each(|a| tx.write_u64(root, 8 * a, START))
+        })
+        .expect("open accounts");
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                let sum = engine.read_only(|tx| total(tx)).expect("audit");
+                assert_eq!(sum, ACCOUNTS * START, "an audit saw a torn transfer");
+            }
+        });
+        let workers: Vec<_> = (0..2u64)
+            .map(|thread| {
+                let engine = &engine;
+                s.spawn(move || {
+                    let mut x = thread * 7 + 1;
+                    for _ in 0..3000 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let (from, to, amount) =
+                            (x % ACCOUNTS, (x >> 8) % ACCOUNTS, (x >> 16) % 50);
+                        engine
+                            .transaction(|tx| {
+                                let root = tx.root::<()>();
+                                let a = tx.read_u64(root, 8 * from)?;
+                                if a < amount || from == to {
+                                    return Ok(());
+                                }
+                                let b = tx.read_u64(root, 8 * to)?;
+                                tx.write_u64(root, 8 * from, a - amount)?;
+                                tx.write_u64(root, 8 * to, b + amount)
+                            })
+                            .expect("transfer");
+                    }
+                })
+            })
+            .collect();
+        for worker in workers {
+            worker.join().expect("worker");
+        }
+        done.store(true, Ordering::Relaxed);
+    });
+    assert_eq!(
+        engine.read_only(|tx| total(tx)).expect("total"),
+        ACCOUNTS * START
+    );
+    let stats = engine.stats();
+    drop(engine);
+    let pool =
+        Pool::open(dir.path().join("bank.pool"), LAYOUT, &Default::default()).expect("reopen");
+    let engine = Mvcc::open(pool, &options, NoReplay).expect("recover");
+    assert_eq!(
+        engine.read_only(|tx| total(tx)).expect("total"),
+        ACCOUNTS * START
+    );
+    stats
+}
+
+#[test]
+fn bank_transfers_keep_the_total_under_every_level() {
+    for level in [Level::Snapshot, Level::Serializable, Level::Linearizable] {
+        let stats = bank(level);
+        assert!(stats.checkpoints > 0, "{level:?}: {stats:?}");
+    }
+}
+
+/// Write skew: two transactions each read both of two accounts and withdraw from a
+/// different one if the pair stays non-negative. Snapshot isolation allows both to commit;
+/// serializable must not.
+#[test]
+fn serializable_prevents_write_skew() {
+    let engine = Mvcc::create(sim_pool(), &MvccOptions::small(), NoReplay).expect("create");
+    // Accounts on different chunks, so the two writes never conflict.
+    let (x, y) = (0u64, 512u64);
+    let setup = |engine: &Mvcc<SimPm, NoReplay>| {
+        engine
+            .transaction(|tx| {
+                let root = tx.root::<()>();
+                tx.write_u64(root, x, 50)?;
+                tx.write_u64(root, y, 50)
+            })
+            .expect("setup")
+    };
+    let skew = |level: Level| {
+        setup(&engine);
+        // Interleave by hand: both read, then both write and commit.
+        let first_read = std::sync::Barrier::new(2);
+        std::thread::scope(|s| {
+            for (mine, _) in [(x, y), (y, x)] {
+                let (engine, barrier) = (&engine, &first_read);
+                s.spawn(move || {
+                    let mut waited = false;
+                    let _ = engine.transaction_with(level, |tx| {
+                        let root = tx.root::<()>();
+                        let sum = tx.read_u64(root, x)?.wrapping_add(tx.read_u64(root, y)?);
+                        if !waited {
+                            barrier.wait();
+                            waited = true;
+                        }
+                        if sum == 100 {
+                            let v = tx.read_u64(root, mine)?;
+                            tx.write_u64(root, mine, v.wrapping_sub(100))?;
+                        }
+                        Ok::<_, TxError>(())
+                    });
+                });
+            }
+        });
+        engine
+            .read_only(|tx| {
+                let root = tx.root::<()>();
+                Ok::<_, TxError>(tx.read_u64(root, x)?.wrapping_add(tx.read_u64(root, y)?))
+            })
+            .expect("sum")
+    };
+    assert_eq!(skew(Level::Serializable), 0, "exactly one withdrawal");
+    let snapshot_sum = skew(Level::Snapshot);
+    assert!(snapshot_sum == 0 || snapshot_sum == 100u64.wrapping_neg());
+}
