@@ -1,0 +1,84 @@
+//! Ferrite PMFS: a persistent-memory file system in user space, as a library over the
+//! persistence seam (`pmem::Persist`). The on-media format, every update protocol and
+//! recovery are specified in `docs/pmfs-format.md`.
+//!
+//! - [`layout`]: constants, the superblock (with a redundant copy), checked words.
+//! - [`journal`]: the fine-grained undo journal of 64-byte entries with generation ids.
+//! - [`inode`], [`tree`], [`dir`]: inodes, per-file radix trees, directory records.
+//! - [`alloc`]: the DRAM block allocator, rebuilt from the trees at every mount.
+//! - [`Fs`]: mkfs, mount and recovery, inode-level operations (`lookup`, `create`, `read`,
+//!   `write`, `setattr`, `rename`, …) and [`Fs::fsck`].
+//! - [`Posix`] (from [`Fs::posix`]): paths, descriptors and errno-valued errors.
+//!
+//! ```
+//! use crashsim::{SimConfig, SimPm};
+//! use fs::{Fs, MkfsOptions, MountOptions, posix::{O_CREAT, O_RDWR}};
+//! use pmem::{CreateOptions, Pool};
+//!
+//! let size = 4 << 20;
+//! let pool = Pool::format(SimPm::new(size, SimConfig::default()), &fs::pool_options(size))?;
+//! let fs = Fs::mkfs(pool, &MkfsOptions::default(), MountOptions::default())?;
+//! let px = fs.posix();
+//! px.mkdir("/docs", 0o755)?;
+//! let fd = px.open("/docs/hello", O_CREAT | O_RDWR, 0o644)?;
+//! px.write(fd, b"hello, persistent world")?;
+//! let mut buf = [0u8; 5];
+//! px.pread(fd, &mut buf, 0)?;
+//! assert_eq!(&buf, b"hello");
+//! px.close(fd)?;
+//! assert_eq!(px.stat("/docs/hello")?.size, 23);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod alloc;
+pub mod dir;
+pub mod error;
+mod fs;
+mod fsck;
+pub mod inode;
+pub mod journal;
+pub mod layout;
+mod ns;
+pub mod posix;
+mod recovery;
+pub mod tree;
+
+pub use error::{Corrupt, Errno, FsError};
+pub use fs::{
+    Attr, Clock, DataMode, DirEntry, Fs, JournalStats, MountOptions, SetAttr, StatFs, TimeSet,
+};
+pub use fsck::FsckReport;
+pub use inode::FileType;
+pub use layout::{LAYOUT, MkfsOptions, Superblock};
+pub use posix::{Fd, Posix, Whence};
+
+/// Pool creation options for a file system of `size` bytes (layout [`LAYOUT`], 4 KiB root).
+pub fn pool_options(size: u64) -> pmem::CreateOptions {
+    let mut options = pmem::CreateOptions::new(LAYOUT, size);
+    options.root_size = layout::ROOT_SIZE;
+    options
+}
+
+/// Deliberately broken variants, for the crash tests' self-test (they prove the tests can
+/// fail). Never set outside tests.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Mutant {
+    /// The correct file system.
+    #[default]
+    None,
+    /// Journal entries are not flushed before the log fence.
+    SkipLogFlush,
+    /// In-place metadata is not flushed before the commit word.
+    SkipDirtyFlush,
+    /// Recovery undoes entries oldest first.
+    ForwardRollback,
+    /// Recovery processes the truncate list before rolling back the journal.
+    TruncateBeforeRollback,
+    /// Rename rewrites the old record's name in place, outside the journal.
+    InPlaceRename,
+    /// File data is stored with cacheable stores and never flushed.
+    NoDataFence,
+}

@@ -1,0 +1,395 @@
+//! The POSIX-style API on the simulator backend: behaviour, errno values, persistence across
+//! a remount, and fsck after every step.
+
+use crashsim::{SimConfig, SimPm};
+use fs::posix::{O_APPEND, O_CREAT, O_DIRECTORY, O_EXCL, O_RDONLY, O_RDWR, O_TRUNC, O_WRONLY};
+use fs::{Clock, DataMode, Errno, FileType, Fs, MkfsOptions, MountOptions, TimeSet, Whence};
+use pmem::{Persist, Pool};
+
+const SIZE: u64 = 8 << 20;
+
+fn options(mode: DataMode) -> MountOptions {
+    MountOptions {
+        data_mode: mode,
+        clock: Clock::Fixed(1_000),
+        ..MountOptions::default()
+    }
+}
+
+fn new_fs(mode: DataMode) -> Fs<SimPm> {
+    let pool = Pool::format(
+        SimPm::new(SIZE, SimConfig::default()),
+        &fs::pool_options(SIZE),
+    )
+    .expect("pool");
+    Fs::mkfs(pool, &MkfsOptions::default(), options(mode)).expect("mkfs")
+}
+
+/// Unmounts and mounts again from the durable image only (what a crash right now leaves).
+fn remount(fs: Fs<SimPm>, mode: DataMode) -> Fs<SimPm> {
+    let image = fs.pool().pm().durable_image();
+    fs.abandon();
+    let pool =
+        Pool::attach(SimPm::from_image(image, SimConfig::default()), fs::LAYOUT).expect("attach");
+    let fs = Fs::mount(pool, options(mode)).expect("mount");
+    fs.fsck().expect("fsck after remount");
+    fs
+}
+
+fn read_all(fs: &Fs<SimPm>, path: &str) -> Vec<u8> {
+    let px = fs.posix();
+    let fd = px.open(path, O_RDONLY, 0).expect("open");
+    let size = px.fstat(fd).expect("fstat").size as usize;
+    let mut buf = vec![0u8; size + 10];
+    let n = px.read(fd, &mut buf).expect("read");
+    buf.truncate(n);
+    px.close(fd).expect("close");
+    buf
+}
+
+#[test]
+fn files_directories_and_errors() {
+    for mode in [DataMode::InPlace, DataMode::CopyOnWrite] {
+        let fs = new_fs(mode);
+        let px = fs.posix();
+        px.mkdir("/a", 0o755).expect("mkdir");
+        assert_eq!(px.mkdir("/a", 0o755), Err(Errno::EEXIST));
+        assert_eq!(px.mkdir("/missing/b", 0o755), Err(Errno::ENOENT));
+        let fd = px.open("/a/f", O_CREAT | O_RDWR, 0o644).expect("create");
+        assert_eq!(
+            px.open("/a/f", O_CREAT | O_EXCL | O_RDWR, 0o644),
+            Err(Errno::EEXIST)
+        );
+        assert_eq!(px.mkdir("/a/f/x", 0o755), Err(Errno::ENOTDIR));
+        assert_eq!(px.write(fd, b"hello").expect("write"), 5);
+        assert_eq!(px.lseek(fd, 0, Whence::Set), Ok(0));
+        let mut buf = [0u8; 16];
+        assert_eq!(px.read(fd, &mut buf), Ok(5));
+        assert_eq!(&buf[..5], b"hello");
+        assert_eq!(px.read(fd, &mut buf), Ok(0), "at EOF");
+        px.close(fd).expect("close");
+        assert_eq!(px.close(fd), Err(Errno::EBADF));
+        assert_eq!(px.rmdir("/a"), Err(Errno::ENOTEMPTY));
+        assert_eq!(px.unlink("/a"), Err(Errno::EISDIR));
+        assert_eq!(px.rmdir("/a/f"), Err(Errno::ENOTDIR));
+        assert_eq!(px.open("/a", O_WRONLY, 0), Err(Errno::EISDIR));
+        assert_eq!(
+            px.open("/a/f", O_RDONLY | O_DIRECTORY, 0),
+            Err(Errno::ENOTDIR)
+        );
+        let st = px.stat("/a").expect("stat");
+        assert_eq!(
+            (st.kind, st.nlink, st.perm),
+            (FileType::Directory, 2, 0o755)
+        );
+        assert_eq!(px.stat("/a/f").expect("stat").size, 5);
+        let names: Vec<Vec<u8>> = px
+            .readdir("/a")
+            .expect("readdir")
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(names, vec![b".".to_vec(), b"..".to_vec(), b"f".to_vec()]);
+        px.unlink("/a/f").expect("unlink");
+        assert_eq!(px.stat("/a/f"), Err(Errno::ENOENT));
+        px.rmdir("/a").expect("rmdir");
+        assert_eq!(px.stat("/").expect("root").nlink, 2);
+        fs.fsck().expect("fsck");
+        let fs = remount(fs, mode);
+        assert_eq!(fs.posix().readdir("/").expect("readdir").len(), 2);
+    }
+}
+
+#[test]
+fn writes_reads_holes_truncate_and_remount() {
+    for mode in [DataMode::InPlace, DataMode::CopyOnWrite] {
+        let fs = new_fs(mode);
+        let px = fs.posix();
+        let fd = px.open("/f", O_CREAT | O_RDWR, 0o600).expect("create");
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        assert_eq!(px.pwrite(fd, &data, 0), Ok(data.len()));
+        // A hole, then a write past it.
+        assert_eq!(px.pwrite(fd, b"tail", 5_000_000), Ok(4));
+        let size = 5_000_004;
+        assert_eq!(px.fstat(fd).expect("fstat").size, size);
+        let mut buf = vec![0u8; 100];
+        assert_eq!(px.pread(fd, &mut buf, 400_000), Ok(100));
+        assert!(buf.iter().all(|&b| b == 0), "hole reads as zeros");
+        // Unaligned overwrite across a block boundary.
+        px.pwrite(fd, &[0xEE; 100], 4090).expect("overwrite");
+        let mut expect = data.clone();
+        expect[4090..4190].fill(0xEE);
+        let mut got = vec![0u8; data.len()];
+        px.pread(fd, &mut got, 0).expect("read back");
+        assert_eq!(got, expect);
+        // Shrink to an unaligned size, then grow: the old bytes past EOF read as zeros.
+        px.ftruncate(fd, 5000).expect("shrink");
+        px.ftruncate(fd, 20_000).expect("grow");
+        let mut got = vec![0u8; 20_000];
+        px.pread(fd, &mut got, 0).expect("read");
+        assert_eq!(&got[..5000], &expect[..5000]);
+        assert!(got[5000..].iter().all(|&b| b == 0));
+        // A write past EOF inside the last block zeroes the gap too.
+        px.ftruncate(fd, 100).expect("shrink");
+        px.pwrite(fd, b"Z", 200).expect("write past EOF");
+        let mut got = vec![0u8; 201];
+        px.pread(fd, &mut got, 0).expect("read");
+        assert_eq!(&got[..100], &expect[..100]);
+        assert!(got[100..200].iter().all(|&b| b == 0));
+        assert_eq!(got[200], b'Z');
+        px.close(fd).expect("close");
+        fs.fsck().expect("fsck");
+        let before = fs.statfs().free_blocks;
+        let fs = remount(fs, mode);
+        assert_eq!(
+            fs.statfs().free_blocks,
+            before,
+            "free space rebuilt exactly"
+        );
+        assert_eq!(read_all(&fs, "/f"), got);
+    }
+}
+
+#[test]
+fn append_trunc_and_positions() {
+    let fs = new_fs(DataMode::InPlace);
+    let px = fs.posix();
+    let fd = px
+        .open("/log", O_CREAT | O_WRONLY | O_APPEND, 0o644)
+        .expect("create");
+    px.write(fd, b"one ").expect("write");
+    px.lseek(fd, 0, Whence::Set).expect("seek");
+    px.write(fd, b"two").expect("append ignores the position");
+    px.close(fd).expect("close");
+    assert_eq!(read_all(&fs, "/log"), b"one two");
+    let fd = px.open("/log", O_WRONLY | O_TRUNC, 0).expect("trunc");
+    assert_eq!(px.fstat(fd).expect("fstat").size, 0);
+    assert_eq!(px.read(fd, &mut [0u8; 4]), Err(Errno::EBADF), "write-only");
+    px.close(fd).expect("close");
+    let fd = px.open("/log", O_RDONLY, 0).expect("open");
+    assert_eq!(px.write(fd, b"x"), Err(Errno::EBADF), "read-only");
+    assert_eq!(px.ftruncate(fd, 0), Err(Errno::EINVAL));
+    assert_eq!(px.lseek(fd, -1, Whence::Set), Err(Errno::EINVAL));
+    assert_eq!(px.lseek(fd, 10, Whence::End), Ok(10));
+    px.close(fd).expect("close");
+}
+
+#[test]
+fn rename_cases() {
+    let fs = new_fs(DataMode::InPlace);
+    let px = fs.posix();
+    px.mkdir("/d1", 0o755).expect("mkdir");
+    px.mkdir("/d2", 0o755).expect("mkdir");
+    px.mkdir("/d1/sub", 0o755).expect("mkdir");
+    px.close(px.creat("/d1/f", 0o644).expect("creat"))
+        .expect("close");
+    px.close(px.creat("/d2/g", 0o644).expect("creat"))
+        .expect("close");
+    // File over file in another directory.
+    px.rename("/d1/f", "/d2/g").expect("rename over");
+    assert_eq!(px.stat("/d1/f"), Err(Errno::ENOENT));
+    assert_eq!(px.stat("/d2/g").expect("stat").nlink, 1);
+    // Directory into another directory: link counts move.
+    px.rename("/d1/sub", "/d2/sub").expect("move dir");
+    assert_eq!(px.stat("/d1").expect("d1").nlink, 2);
+    assert_eq!(px.stat("/d2").expect("d2").nlink, 3);
+    assert_eq!(
+        px.stat("/d2/sub/..").expect("..").ino,
+        px.stat("/d2").expect("d2").ino
+    );
+    // Errors.
+    assert_eq!(
+        px.rename("/d2", "/d2/sub/x"),
+        Err(Errno::EINVAL),
+        "into itself"
+    );
+    assert_eq!(px.rename("/d2/g", "/d2/sub"), Err(Errno::EISDIR));
+    assert_eq!(px.rename("/d2/sub", "/d2/g"), Err(Errno::ENOTDIR));
+    px.mkdir("/d1/full", 0o755).expect("mkdir");
+    px.mkdir("/d1/full/x", 0o755).expect("mkdir");
+    assert_eq!(px.rename("/d2/sub", "/d1/full"), Err(Errno::ENOTEMPTY));
+    // Directory over an empty directory.
+    px.rename("/d1/full/x", "/d2/sub")
+        .expect("dir over empty dir");
+    assert_eq!(px.stat("/d1/full").expect("full").nlink, 2);
+    // Same-directory rename and a no-op rename of a hard link to itself.
+    px.rename("/d2/g", "/d2/h").expect("same dir");
+    px.link("/d2/h", "/d2/h2").expect("link");
+    px.rename("/d2/h", "/d2/h2").expect("same inode: no-op");
+    assert_eq!(px.stat("/d2/h").expect("still there").nlink, 2);
+    fs.fsck().expect("fsck");
+    let fs = remount(fs, DataMode::InPlace);
+    assert_eq!(fs.posix().stat("/d2/h2").expect("h2").nlink, 2);
+}
+
+#[test]
+fn links_symlinks_and_attributes() {
+    let fs = new_fs(DataMode::InPlace);
+    let px = fs.posix();
+    px.mkdir("/d", 0o755).expect("mkdir");
+    let fd = px.creat("/d/f", 0o644).expect("creat");
+    px.write(fd, b"data").expect("write");
+    px.close(fd).expect("close");
+    px.link("/d/f", "/d/g").expect("link");
+    assert_eq!(px.link("/d", "/e"), Err(Errno::EPERM));
+    assert_eq!(px.stat("/d/g").expect("g").nlink, 2);
+    px.symlink("f", "/d/s").expect("symlink");
+    px.symlink("/d", "/top").expect("symlink to a dir");
+    assert_eq!(px.readlink("/d/s").expect("readlink"), b"f");
+    assert_eq!(px.lstat("/d/s").expect("lstat").kind, FileType::Symlink);
+    assert_eq!(px.stat("/d/s").expect("stat").size, 4, "followed");
+    assert_eq!(read_all(&fs, "/top/s"), b"data", "through two links");
+    px.symlink("loop2", "/loop1").expect("symlink");
+    px.symlink("loop1", "/loop2").expect("symlink");
+    assert_eq!(px.stat("/loop1"), Err(Errno::ELOOP));
+    assert_eq!(px.symlink("", "/empty"), Err(Errno::ENOENT));
+    px.chmod("/d/f", 0o600).expect("chmod");
+    px.chown("/d/f", Some(7), Some(8)).expect("chown");
+    px.utimens("/d/f", Some(TimeSet::At(5)), Some(TimeSet::At(6)))
+        .expect("utimens");
+    let st = px.stat("/d/g").expect("stat");
+    assert_eq!(
+        (st.perm, st.uid, st.gid, st.atime, st.mtime),
+        (0o600, 7, 8, 5, 6)
+    );
+    px.unlink("/d/f").expect("unlink");
+    assert_eq!(px.stat("/d/g").expect("g").nlink, 1);
+    assert_eq!(read_all(&fs, "/d/g"), b"data");
+    fs.fsck().expect("fsck");
+    remount(fs, DataMode::InPlace);
+}
+
+#[test]
+fn unlinked_open_file_lives_until_closed_and_is_freed_after_a_crash() {
+    let fs = new_fs(DataMode::InPlace);
+    let px = fs.posix();
+    // The root directory's first block stays once allocated; make it exist first.
+    px.close(px.creat("/keep", 0o644).expect("creat"))
+        .expect("close");
+    let free = fs.statfs().free_blocks;
+    let fd = px.creat("/tmpfile", 0o644).expect("creat");
+    px.write(fd, &vec![1u8; 100_000]).expect("write");
+    px.unlink("/tmpfile").expect("unlink");
+    assert_eq!(px.stat("/tmpfile"), Err(Errno::ENOENT));
+    assert_eq!(px.fstat(fd).expect("fstat").nlink, 0);
+    px.write(fd, b"more").expect("still writable");
+    px.ftruncate(fd, 10).expect("truncate an orphan");
+    assert_eq!(fs.fsck().expect("fsck").orphans, 1);
+    // Crash now: recovery frees the orphan through the truncate list.
+    let fs = remount(fs, DataMode::InPlace);
+    assert_eq!(fs.statfs().free_blocks, free);
+    // And the normal path: the last close frees it.
+    let px = fs.posix();
+    let fd = px.creat("/t2", 0o644).expect("creat");
+    px.write(fd, &vec![2u8; 50_000]).expect("write");
+    px.unlink("/t2").expect("unlink");
+    px.close(fd).expect("close");
+    assert_eq!(fs.statfs().free_blocks, free);
+    fs.fsck().expect("fsck");
+}
+
+#[test]
+fn many_entries_span_directory_blocks() {
+    let fs = new_fs(DataMode::InPlace);
+    let px = fs.posix();
+    px.mkdir("/big", 0o755).expect("mkdir");
+    for i in 0..400 {
+        let name = format!("/big/file-with-a-longish-name-{i:04}");
+        px.close(px.creat(&name, 0o644).expect("creat"))
+            .expect("close");
+    }
+    for i in (0..400).step_by(3) {
+        px.unlink(&format!("/big/file-with-a-longish-name-{i:04}"))
+            .expect("unlink");
+    }
+    for i in 0..50 {
+        px.mkdir(&format!("/big/d{i}"), 0o755).expect("mkdir");
+    }
+    assert!(px.stat("/big").expect("big").size > 4096);
+    assert_eq!(px.stat("/big").expect("big").nlink, 52);
+    fs.fsck().expect("fsck");
+    let fs = remount(fs, DataMode::InPlace);
+    assert_eq!(
+        fs.posix().readdir("/big").expect("readdir").len(),
+        2 + 266 + 50
+    );
+}
+
+#[test]
+fn out_of_space_is_enospc_and_leaves_a_consistent_fs() {
+    let size = 1 << 20;
+    let pool = Pool::format(
+        SimPm::new(size, SimConfig::default()),
+        &fs::pool_options(size),
+    )
+    .expect("pool");
+    let fs = Fs::mkfs(pool, &MkfsOptions::default(), options(DataMode::InPlace)).expect("mkfs");
+    let px = fs.posix();
+    let fd = px.creat("/fill", 0o644).expect("creat");
+    let mut total = 0;
+    loop {
+        match px.write(fd, &[7u8; 65536]) {
+            Ok(n) => total += n,
+            Err(e) => {
+                assert_eq!(e, Errno::ENOSPC);
+                break;
+            }
+        }
+    }
+    assert!(total > 0);
+    fs.fsck().expect("fsck when full");
+    px.ftruncate(fd, 0).expect("truncate");
+    px.close(fd).expect("close");
+    fs.fsck().expect("fsck after freeing");
+    let _ = fs.pool().pm().len();
+}
+
+#[test]
+fn huge_leaf_files() {
+    let size = 24 << 20;
+    let pool = Pool::format(
+        SimPm::new(size, SimConfig::default()),
+        &fs::pool_options(size),
+    )
+    .expect("pool");
+    let opts = MountOptions {
+        huge_files: true,
+        ..options(DataMode::InPlace)
+    };
+    let fs = Fs::mkfs(pool, &MkfsOptions::default(), opts).expect("mkfs");
+    let px = fs.posix();
+    let free = fs.statfs().free_blocks;
+    let fd = px.open("/big", O_CREAT | O_RDWR, 0o644).expect("create");
+    assert_eq!(px.fstat(fd).expect("fstat").blksize, 2 << 20);
+    let data: Vec<u8> = (0..(5 << 20) + 123).map(|i: u32| (i % 253) as u8).collect();
+    px.pwrite(fd, &data, 1000)
+        .expect("write across three huge leaves");
+    let st = px.fstat(fd).expect("fstat");
+    assert_eq!(st.size, data.len() as u64 + 1000);
+    assert_eq!(
+        st.blocks,
+        (3 * 512 + 1) * 8,
+        "three 2 MiB leaves and one tree node"
+    );
+    let mut back = vec![0u8; data.len()];
+    px.pread(fd, &mut back, 1000).expect("read");
+    assert_eq!(back, data);
+    px.ftruncate(fd, 3 << 20)
+        .expect("shrink into the second leaf");
+    assert_eq!(px.fstat(fd).expect("fstat").blocks, (2 * 512 + 1) * 8);
+    px.close(fd).expect("close");
+    fs.fsck().expect("fsck");
+    let fs = remount(fs, DataMode::InPlace);
+    let px = fs.posix();
+    let mut back = vec![0u8; 10];
+    let fd = px.open("/big", O_RDONLY, 0).expect("open");
+    px.pread(fd, &mut back, (3 << 20) - 10).expect("read");
+    px.close(fd).expect("close");
+    assert_eq!(&back[..], &data[(3 << 20) - 1010..(3 << 20) - 1000]);
+    px.unlink("/big").expect("unlink");
+    assert_eq!(
+        fs.statfs().free_blocks,
+        free - 1,
+        "all but the root directory block"
+    );
+}
