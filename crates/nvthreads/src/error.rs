@@ -1,0 +1,41 @@
+//! Errors of the runtime's persistent layer.
+
+#![forbid(unsafe_code)]
+
+use pmem::PoolError;
+
+/// What can go wrong opening, logging to or recovering an NVthreads pool.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NvtError {
+    /// The pool itself could not be created, opened or validated.
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+    /// A checksum-valid structure has inconsistent contents, or a checked word fails its check.
+    #[error("corrupted NVthreads pool: {0}")]
+    Corrupted(String),
+    /// The runtime header names a format version this build does not read.
+    #[error("unsupported NVthreads format version {found} (this build reads {supported})")]
+    UnsupportedVersion {
+        /// Version found on the media.
+        found: u32,
+        /// Version this build reads.
+        supported: u32,
+    },
+    /// A record does not fit in the free log space and uncommitted records prevent a
+    /// checkpoint (or the record is larger than the whole log).
+    #[error(
+        "redo log full: record of {needed} bytes, {free} bytes free, {pending} uncommitted records"
+    )]
+    LogFull {
+        /// Size of the record.
+        needed: u64,
+        /// Free bytes at the tail.
+        free: u64,
+        /// Records appended since the last commit.
+        pending: u64,
+    },
+    /// Invalid geometry or argument.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}

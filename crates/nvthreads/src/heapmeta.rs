@@ -1,0 +1,194 @@
+//! The persistent heap's own metadata, in heap page 0 (`docs/nvthreads.md` §4.5): a bump
+//! pointer and a directory of named objects. It lives in the tracked heap, so `nvmalloc`'s
+//! changes are logged and committed exactly like the program's own writes, in the same
+//! section. Pure code over the page's bytes.
+//!
+//! | Offset | Size | Field |
+//! |---|---|---|
+//! | 0 | 8 | magic `"NVTHEAP1"` |
+//! | 8 | 8 | `top`: heap offset of the first free byte (starts at 4096) |
+//! | 16 | 8 | number of directory entries in use |
+//! | 24 | 40 | reserved (zero) |
+//! | 64 + 64·i | 64 | entry `i` (`i < 63`): name (48 bytes, NUL-padded, at most 47 bytes), heap offset (`u64`), size (`u64`) |
+
+#![forbid(unsafe_code)]
+
+/// Metadata magic.
+pub const MAGIC: [u8; 8] = *b"NVTHEAP1";
+/// Size of the metadata (heap page 0).
+pub const META_LEN: usize = 4096;
+/// Longest name, in bytes.
+pub const NAME_MAX: usize = 47;
+/// Directory entries.
+pub const ENTRIES: usize = 63;
+/// Alignment of every allocation.
+pub const ALIGN: u64 = 16;
+const ENTRY_AT: usize = 64;
+const ENTRY_LEN: usize = 64;
+const NAME_FIELD: usize = 48;
+
+/// Why an allocation failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AllocError {
+    /// Not enough heap left.
+    #[error("persistent heap exhausted")]
+    OutOfMemory,
+    /// The directory is full.
+    #[error("all {ENTRIES} names are in use")]
+    DirectoryFull,
+    /// Name empty or longer than [`NAME_MAX`], or containing NUL.
+    #[error("invalid object name")]
+    BadName,
+}
+
+fn u64_at(meta: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(meta[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn put_u64(meta: &mut [u8], at: usize, value: u64) {
+    meta[at..at + 8].copy_from_slice(&value.to_le_bytes());
+}
+
+/// Whether the page holds metadata.
+pub fn is_formatted(meta: &[u8]) -> bool {
+    meta[..8] == MAGIC
+}
+
+/// Writes empty metadata.
+pub fn format(meta: &mut [u8]) {
+    assert_eq!(meta.len(), META_LEN);
+    meta[8..].fill(0);
+    put_u64(meta, 8, META_LEN as u64);
+    meta[..8].copy_from_slice(&MAGIC);
+}
+
+/// First free heap offset.
+pub fn top(meta: &[u8]) -> u64 {
+    u64_at(meta, 8)
+}
+
+/// Checks the metadata against a heap of `heap_len` bytes.
+pub fn validate(meta: &[u8], heap_len: u64) -> Result<(), String> {
+    let top = top(meta);
+    let count = u64_at(meta, 16);
+    if !(META_LEN as u64..=heap_len).contains(&top) || count > ENTRIES as u64 {
+        return Err(format!("heap metadata: top {top}, {count} names"));
+    }
+    for i in 0..count as usize {
+        let (offset, size) = entry(meta, i);
+        if offset < META_LEN as u64 || offset.checked_add(size).is_none_or(|end| end > top) {
+            return Err(format!("heap metadata: name {i} at {offset} size {size}"));
+        }
+    }
+    Ok(())
+}
+
+fn entry(meta: &[u8], i: usize) -> (u64, u64) {
+    let at = ENTRY_AT + i * ENTRY_LEN + NAME_FIELD;
+    (u64_at(meta, at), u64_at(meta, at + 8))
+}
+
+fn name_of(meta: &[u8], i: usize) -> &[u8] {
+    let at = ENTRY_AT + i * ENTRY_LEN;
+    let field = &meta[at..at + NAME_FIELD];
+    let len = field.iter().position(|&b| b == 0).unwrap_or(NAME_FIELD);
+    &field[..len]
+}
+
+/// The named object's `(heap offset, size)`.
+pub fn lookup(meta: &[u8], name: &[u8]) -> Option<(u64, u64)> {
+    let count = (u64_at(meta, 16) as usize).min(ENTRIES);
+    (0..count)
+        .find(|&i| name_of(meta, i) == name)
+        .map(|i| entry(meta, i))
+}
+
+/// Allocates `size` bytes (at least 1), aligned to [`ALIGN`], recording `name` if given.
+/// Returns the heap offset. Fresh heap bytes are zero.
+pub fn allocate(
+    meta: &mut [u8],
+    heap_len: u64,
+    size: u64,
+    name: Option<&[u8]>,
+) -> Result<u64, AllocError> {
+    if let Some(name) = name
+        && (name.is_empty() || name.len() > NAME_MAX || name.contains(&0))
+    {
+        return Err(AllocError::BadName);
+    }
+    let count = u64_at(meta, 16) as usize;
+    if name.is_some() && count >= ENTRIES {
+        return Err(AllocError::DirectoryFull);
+    }
+    let offset = top(meta).div_ceil(ALIGN) * ALIGN;
+    let end = offset
+        .checked_add(size.max(1))
+        .filter(|&end| end <= heap_len)
+        .ok_or(AllocError::OutOfMemory)?;
+    if let Some(name) = name {
+        let at = ENTRY_AT + count * ENTRY_LEN;
+        meta[at..at + NAME_FIELD].fill(0);
+        meta[at..at + name.len()].copy_from_slice(name);
+        put_u64(meta, at + NAME_FIELD, offset);
+        put_u64(meta, at + NAME_FIELD + 8, size);
+        put_u64(meta, 16, count as u64 + 1);
+    }
+    put_u64(meta, 8, end);
+    Ok(offset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_and_anonymous_allocations() {
+        let mut meta = vec![0u8; META_LEN];
+        assert!(!is_formatted(&meta));
+        format(&mut meta);
+        assert!(is_formatted(&meta));
+        let a = allocate(&mut meta, 1 << 20, 10, Some(b"alpha")).unwrap();
+        let b = allocate(&mut meta, 1 << 20, 3, None).unwrap();
+        let c = allocate(&mut meta, 1 << 20, 100, Some(b"gamma")).unwrap();
+        assert_eq!((a, b, c), (4096, 4112, 4128));
+        assert_eq!(lookup(&meta, b"alpha"), Some((4096, 10)));
+        assert_eq!(lookup(&meta, b"gamma"), Some((4128, 100)));
+        assert_eq!(lookup(&meta, b"beta"), None);
+        assert_eq!(top(&meta), 4228);
+        validate(&meta, 1 << 20).unwrap();
+    }
+
+    #[test]
+    fn limits() {
+        let mut meta = vec![0u8; META_LEN];
+        format(&mut meta);
+        assert_eq!(
+            allocate(&mut meta, 8192, 5000, None),
+            Err(AllocError::OutOfMemory)
+        );
+        assert_eq!(
+            allocate(&mut meta, 8192, 1, Some(b"")),
+            Err(AllocError::BadName)
+        );
+        assert_eq!(
+            allocate(&mut meta, 8192, 1, Some(&[b'x'; 48])),
+            Err(AllocError::BadName)
+        );
+        for i in 0..ENTRIES {
+            allocate(&mut meta, 1 << 20, 1, Some(format!("n{i}").as_bytes())).unwrap();
+        }
+        assert_eq!(
+            allocate(&mut meta, 1 << 20, 1, Some(b"one-more")),
+            Err(AllocError::DirectoryFull)
+        );
+        validate(&meta, 1 << 20).unwrap();
+    }
+
+    #[test]
+    fn corrupt_metadata_is_reported() {
+        let mut meta = vec![0u8; META_LEN];
+        format(&mut meta);
+        put_u64(&mut meta, 8, 1 << 30);
+        assert!(validate(&meta, 1 << 20).is_err());
+    }
+}

@@ -1,0 +1,621 @@
+//! The page tracker: a heap seen through two mappings of one shared-memory file, with the
+//! writes of this process found page by page (`docs/nvthreads.md` §3.2).
+//!
+//! - The **shared view** maps the file `MAP_SHARED`: the merged state every process sees.
+//! - The **private view** maps the same file `MAP_PRIVATE` and read-only, at the heap's fixed
+//!   address. The program reads and writes the heap there. A page this process has not
+//!   written shows the shared contents as they are now; the first write to it faults.
+//! - The `SIGSEGV` handler (on an alternate stack) makes the page writable, forces the
+//!   kernel's private copy (a volatile read and write back of one byte), copies the page to
+//!   its **twin**, and records the page in the dirty list. The write then retries and lands
+//!   in the private copy.
+//! - At a merge the runtime diffs each dirty page against its twin ([`crate::diff`]), logs
+//!   the runs and copies them into the shared view; [`Tracker::reset`] then write-protects
+//!   the pages again and, when other processes may have merged since, drops the private
+//!   copies (`MADV_DONTNEED`) so the next access sees the shared contents.
+//! - Besides the heap, existing memory can be *adopted* ([`Tracker::install_with`]): the
+//!   runtime adopts the program's writable data segment, so globals are shared the same way.
+//!
+//! One tracker per process ([`Tracker::install`]); a forked child inherits it (mappings,
+//! handler, alternate stack and dirty state are all copied by `fork`), which is how every
+//! thread-process gets its own dirty list.
+//!
+//! # Async-signal safety of the handler
+//! The handler only loads an `AtomicPtr` to state that is never freed, does arithmetic,
+//! calls `mprotect` and `sigaction` (plain system calls; `sigaction` is on the POSIX list and
+//! `mprotect` is a raw system call on Linux with no user-space state), copies 4 KiB between
+//! memory it owns, and updates atomics. It takes no lock, allocates nothing, and touches no
+//! thread-local or `std` state, so it is safe whatever code it interrupted — including the
+//! runtime itself, which never holds the dirty list while heap pages can fault.
+
+use crate::diff::{self, Span};
+use std::io;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+/// Tracking granularity.
+pub const PAGE: usize = 4096;
+const ALT_STACK: usize = 64 * 1024;
+
+static ACTIVE: AtomicPtr<Tracker> = AtomicPtr::new(ptr::null_mut());
+
+/// Most tracked regions (the heap plus adopted ranges such as the program's globals).
+pub const MAX_REGIONS: usize = 4;
+
+/// One tracked range: a private view the program uses and a shared view, both mapping one
+/// file. Pages are numbered globally: region `r` owns pages `first_page..first_page + len /
+/// PAGE`, and a global offset is `global page × PAGE + offset in the page`.
+#[derive(Debug, Clone, Copy)]
+struct Region {
+    private: *mut u8,
+    shared: *mut u8,
+    len: usize,
+    first_page: usize,
+}
+
+/// The heap's mappings, any adopted ranges, and this process's dirty pages.
+#[derive(Debug)]
+pub struct Tracker {
+    fd: i32,
+    /// Total tracked bytes (all regions).
+    len: usize,
+    regions: [Region; MAX_REGIONS],
+    region_count: usize,
+    twins: *mut u8,
+    /// One bit per page: written in the current interval (private copy, twin taken).
+    dirty_bits: Box<[AtomicU64]>,
+    /// The dirty pages, in fault order (`dirty_count` valid entries).
+    dirty: Box<[AtomicU32]>,
+    dirty_count: AtomicUsize,
+    /// One bit per page: a private copy kept across an interval (not dropped at reset).
+    kept_bits: Box<[AtomicU64]>,
+    kept: Box<[AtomicU32]>,
+    kept_count: AtomicUsize,
+    faults: AtomicU64,
+}
+
+// SAFETY: the raw pointers are mappings owned by the tracker for the life of the process;
+// every mutable field is an atomic, and the heap memory they point at is only accessed
+// through explicit raw copies by the single thread of each process.
+unsafe impl Sync for Tracker {}
+// SAFETY: as above; nothing is tied to the creating thread.
+unsafe impl Send for Tracker {}
+
+fn os_error<T>(what: &str) -> io::Result<T> {
+    let error = io::Error::last_os_error();
+    Err(io::Error::new(error.kind(), format!("{what}: {error}")))
+}
+
+fn bitmap(pages: usize) -> Box<[AtomicU64]> {
+    (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect()
+}
+
+fn list(pages: usize) -> Box<[AtomicU32]> {
+    (0..pages).map(|_| AtomicU32::new(0)).collect()
+}
+
+fn test_and_set(bits: &[AtomicU64], page: usize) -> bool {
+    let mask = 1u64 << (page % 64);
+    bits[page / 64].fetch_or(mask, Ordering::Relaxed) & mask != 0
+}
+
+fn is_set(bits: &[AtomicU64], page: usize) -> bool {
+    bits[page / 64].load(Ordering::Relaxed) & 1u64 << (page % 64) != 0
+}
+
+fn clear(bits: &[AtomicU64], page: usize) {
+    bits[page / 64].fetch_and(!(1u64 << (page % 64)), Ordering::Relaxed);
+}
+
+/// Makes a file of `len` bytes and maps it twice: shared (anywhere) and private read-only
+/// (at `addr`; `replace` maps over whatever is there, else `MAP_FIXED_NOREPLACE`). With
+/// `initial`, the file starts with those bytes.
+fn make_region(
+    addr: Option<usize>,
+    len: usize,
+    replace: bool,
+    initial: Option<*const u8>,
+    first_page: usize,
+) -> io::Result<(i32, Region)> {
+    assert!(
+        len > 0 && len.is_multiple_of(PAGE),
+        "region size {len} is not a page multiple"
+    );
+    // SAFETY: memfd_create with a NUL-terminated name; the result is checked.
+    let fd = unsafe { libc::memfd_create(c"nvthreads-heap".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return os_error("memfd_create");
+    }
+    // SAFETY: fd is the file just created.
+    if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
+        return os_error("ftruncate of the heap file");
+    }
+    let shared = map(
+        None,
+        len,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_SHARED,
+        fd,
+    )?;
+    if let Some(initial) = initial {
+        // SAFETY: the caller guarantees `initial` is readable for `len` bytes; the shared
+        // view is a fresh writable mapping of `len` bytes.
+        unsafe { ptr::copy_nonoverlapping(initial, shared, len) };
+    }
+    let private = if replace {
+        let at = addr.expect("replacing needs an address");
+        // SAFETY: MAP_FIXED over a range the caller owns and whose contents were just copied
+        // into the file; the process is single-threaded at this point.
+        let got = unsafe {
+            libc::mmap(
+                at as *mut libc::c_void,
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_FIXED,
+                fd,
+                0,
+            )
+        };
+        if got == libc::MAP_FAILED {
+            return os_error("mmap over adopted range");
+        }
+        got.cast()
+    } else {
+        map(addr, len, libc::PROT_READ, libc::MAP_PRIVATE, fd)?
+    };
+    Ok((
+        fd,
+        Region {
+            private,
+            shared,
+            len,
+            first_page,
+        },
+    ))
+}
+
+impl Tracker {
+    /// Creates the heap file and its mappings, installs the fault handler and an alternate
+    /// signal stack, and makes this the process's tracker. `len` is a multiple of [`PAGE`];
+    /// `fixed_addr` is where the private view must go (`None`: anywhere, for tests).
+    /// Fails if a tracker is already installed.
+    pub fn install(len: usize, fixed_addr: Option<usize>) -> io::Result<&'static Tracker> {
+        Self::install_with(len, fixed_addr, &[])
+    }
+
+    /// [`Tracker::install`], also adopting each `(address, length)` range of existing
+    /// memory (page-aligned; e.g. the program's writable data segment): its contents move
+    /// into a tracked file mapped over the same addresses, so writes to it are found and
+    /// merged like heap writes (global offsets after the heap's, in the order given).
+    pub fn install_with(
+        len: usize,
+        fixed_addr: Option<usize>,
+        adopt: &[(usize, usize)],
+    ) -> io::Result<&'static Tracker> {
+        assert!(adopt.len() < MAX_REGIONS, "too many adopted ranges");
+        assert!(len / PAGE <= u32::MAX as usize / 2, "heap too large");
+        if Self::active().is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "a tracker is installed",
+            ));
+        }
+        let empty = Region {
+            private: ptr::null_mut(),
+            shared: ptr::null_mut(),
+            len: 0,
+            first_page: 0,
+        };
+        let mut regions = [empty; MAX_REGIONS];
+        let (fd, heap) = make_region(fixed_addr, len, false, None, 0)?;
+        regions[0] = heap;
+        let mut pages = len / PAGE;
+        for (i, &(addr, size)) in adopt.iter().enumerate() {
+            assert!(
+                addr.is_multiple_of(PAGE),
+                "adopted range at {addr:#x} is not page-aligned"
+            );
+            let (_, region) = make_region(Some(addr), size, true, Some(addr as *const u8), pages)?;
+            regions[i + 1] = region;
+            pages += size / PAGE;
+        }
+        let total = pages * PAGE;
+        let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        let twins = map(None, total, libc::PROT_READ | libc::PROT_WRITE, anon, -1)?;
+        let tracker = Box::leak(Box::new(Tracker {
+            fd,
+            len: total,
+            regions,
+            region_count: adopt.len() + 1,
+            twins,
+            dirty_bits: bitmap(pages),
+            dirty: list(pages),
+            dirty_count: AtomicUsize::new(0),
+            kept_bits: bitmap(pages),
+            kept: list(pages),
+            kept_count: AtomicUsize::new(0),
+            faults: AtomicU64::new(0),
+        }));
+        if ACTIVE
+            .compare_exchange(
+                ptr::null_mut(),
+                tracker,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "a tracker is installed",
+            ));
+        }
+        install_handler()?;
+        Ok(tracker)
+    }
+
+    /// The region holding global page `page`.
+    fn region_of_page(&self, page: usize) -> &Region {
+        self.regions[..self.region_count]
+            .iter()
+            .rev()
+            .find(|region| region.first_page <= page)
+            .filter(|region| page < region.first_page + region.len / PAGE)
+            .unwrap_or_else(|| panic!("page {page} outside every tracked region"))
+    }
+
+    /// Private and shared addresses of global offset `offset` (which must not cross a page
+    /// boundary together with the length the caller uses).
+    fn addresses(&self, offset: usize) -> (*mut u8, *mut u8) {
+        let region = self.region_of_page(offset / PAGE);
+        let local = offset - region.first_page * PAGE;
+        // SAFETY: `local < region.len`, so both are inside their mappings.
+        unsafe { (region.private.add(local), region.shared.add(local)) }
+    }
+
+    fn runs(&self, pages: &[usize]) -> Vec<(usize, usize)> {
+        let mut starts = [0usize; MAX_REGIONS];
+        for (start, region) in starts.iter_mut().zip(&self.regions[..self.region_count]) {
+            *start = region.first_page;
+        }
+        runs_of_pages_in(pages, &starts[..self.region_count])
+    }
+
+    /// Pages of the heap (region 0); global pages from here on belong to adopted ranges.
+    pub fn heap_pages(&self) -> usize {
+        self.regions[0].len / PAGE
+    }
+
+    /// Makes every tracked page overlapping `[addr, addr + len)` writable for the kernel
+    /// (a system call that writes into it would otherwise fail with `EFAULT` instead of
+    /// faulting): touches one byte per page, so the fault handler runs as for a program write
+    /// and the page is dirty, with its twin, for the rest of the interval. Untracked memory is
+    /// left alone.
+    pub fn touch_for_kernel(&self, addr: usize, len: usize) {
+        if len == 0 {
+            return;
+        }
+        let end = addr.saturating_add(len);
+        for region in &self.regions[..self.region_count] {
+            let base = region.private as usize;
+            let start = addr.max(base);
+            let stop = end.min(base + region.len);
+            let mut page = start / PAGE * PAGE;
+            while page < stop {
+                let at = page.max(start) as *mut u8;
+                // SAFETY: `at` lies in the region's private mapping (always readable); the
+                // write stores back the byte just read, through the fault handler if the page
+                // is write-protected. The calling thread is the process's only thread.
+                unsafe { at.write_volatile(at.read_volatile()) };
+                page += PAGE;
+            }
+        }
+    }
+
+    /// The process's tracker, if installed.
+    pub fn active() -> Option<&'static Tracker> {
+        let tracker = ACTIVE.load(Ordering::Acquire);
+        // SAFETY: ACTIVE only ever holds null or a leaked (never freed) tracker.
+        unsafe { tracker.as_ref() }
+    }
+
+    /// Tracked bytes (heap and adopted ranges).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the heap is empty (never).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Start of the heap's private view (where the program sees the heap).
+    pub fn private_base(&self) -> *mut u8 {
+        self.regions[0].private
+    }
+
+    /// The heap file's descriptor.
+    pub fn fd(&self) -> i32 {
+        self.fd
+    }
+
+    /// Write faults taken so far.
+    pub fn faults(&self) -> u64 {
+        self.faults.load(Ordering::Relaxed)
+    }
+
+    /// Pages written in the current interval, in fault order.
+    pub fn dirty_pages(&self) -> Vec<usize> {
+        let count = self.dirty_count.load(Ordering::Acquire);
+        (0..count)
+            .map(|i| self.dirty[i].load(Ordering::Relaxed) as usize)
+            .collect()
+    }
+
+    /// Appends the runs this process changed in dirty page `page` (page-relative).
+    pub fn diff_page(&self, page: usize, out: &mut Vec<Span>) {
+        diff::spans(self.private_page(page), self.twin_page(page), out);
+    }
+
+    /// The private view of `page`. Only for pages that are dirty (private to this process):
+    /// other pages may change under the caller as other processes merge.
+    pub fn private_page(&self, page: usize) -> &[u8] {
+        let (private, _) = self.addresses(page * PAGE);
+        // SAFETY: a whole page of a private mapping, which is always readable; the caller
+        // reads only dirty pages, which no other process can change (they are private copies).
+        unsafe { std::slice::from_raw_parts(private, PAGE) }
+    }
+
+    fn twin_page(&self, page: usize) -> &[u8] {
+        assert!(page < self.len / PAGE, "page {page} outside the twins");
+        // SAFETY: in bounds of the twin mapping, which only this process writes (in the
+        // fault handler, never concurrently with this read on a single-threaded process).
+        unsafe { std::slice::from_raw_parts(self.twins.add(page * PAGE), PAGE) }
+    }
+
+    /// Copies `len` bytes at global offset `offset` (within one page) from the private view
+    /// into the shared view. The caller holds the commit token (no other process writes the
+    /// shared view) and the bytes lie in a dirty page.
+    pub fn publish(&self, offset: usize, len: usize) {
+        assert!(
+            offset % PAGE + len <= PAGE,
+            "publish across a page boundary"
+        );
+        let (private, shared) = self.addresses(offset);
+        // SAFETY: both ranges lie in one page of their mappings; the shared view is
+        // writable; the mappings are distinct virtual ranges, so the copy does not overlap.
+        unsafe { ptr::copy_nonoverlapping(private, shared, len) }
+    }
+
+    /// Writes `bytes` straight into the shared view at `offset` (initialisation from the
+    /// home image, before any tracked access).
+    pub fn load_shared(&self, offset: usize, bytes: &[u8]) {
+        let heap = &self.regions[0];
+        assert!(offset + bytes.len() <= heap.len, "load past the heap");
+        // SAFETY: in bounds of the heap's writable shared mapping; `bytes` is ordinary memory.
+        unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), heap.shared.add(offset), bytes.len()) }
+    }
+
+    /// Reads the shared view (the merged state) at `offset`.
+    pub fn read_shared(&self, offset: usize, dst: &mut [u8]) {
+        let heap = &self.regions[0];
+        assert!(offset + dst.len() <= heap.len, "read past the heap");
+        // SAFETY: in bounds of the heap's shared mapping; the caller holds the commit token,
+        // so no other process writes these bytes during the copy.
+        unsafe { ptr::copy_nonoverlapping(heap.shared.add(offset), dst.as_mut_ptr(), dst.len()) }
+    }
+
+    /// Ends an interval: write-protects every dirty page again and clears the dirty list.
+    /// With `drop_private`, the private copies (this interval's and any kept earlier) are
+    /// discarded so the next access sees the shared view; without it they are kept, which is
+    /// valid only while no other process has merged since they were taken (the runtime
+    /// tracks that with a merge generation).
+    pub fn reset(&self, drop_private: bool) -> io::Result<()> {
+        let count = self.dirty_count.load(Ordering::Acquire);
+        let mut pages = Vec::with_capacity(count);
+        for i in 0..count {
+            let page = self.dirty[i].load(Ordering::Relaxed) as usize;
+            pages.push(page);
+        }
+        pages.sort_unstable();
+        for range in self.runs(&pages) {
+            self.protect(range.0, range.1, libc::PROT_READ)?;
+        }
+        for &page in &pages {
+            clear(&self.dirty_bits, page);
+        }
+        self.dirty_count.store(0, Ordering::Release);
+        if drop_private {
+            for range in self.runs(&pages) {
+                self.discard(range.0, range.1)?;
+            }
+            self.drop_kept()?;
+        } else {
+            for &page in &pages {
+                if !test_and_set(&self.kept_bits, page) {
+                    let slot = self.kept_count.fetch_add(1, Ordering::Relaxed);
+                    self.kept[slot].store(page as u32, Ordering::Relaxed);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Discards every private copy kept by `reset(false)`, except those written again in the
+    /// current interval: they hold writes not merged yet, and the next `reset` decides.
+    pub fn drop_kept(&self) -> io::Result<()> {
+        let count = self.kept_count.swap(0, Ordering::AcqRel);
+        let mut pages: Vec<usize> = (0..count)
+            .map(|i| self.kept[i].load(Ordering::Relaxed) as usize)
+            .collect();
+        for &page in &pages {
+            clear(&self.kept_bits, page);
+        }
+        pages.retain(|&page| !is_set(&self.dirty_bits, page));
+        pages.sort_unstable();
+        for range in self.runs(&pages) {
+            self.discard(range.0, range.1)?;
+        }
+        Ok(())
+    }
+
+    fn protect(&self, first: usize, count: usize, prot: i32) -> io::Result<()> {
+        let (private, _) = self.addresses(first * PAGE);
+        // SAFETY: the run lies in one region's private mapping (runs never cross regions).
+        let rc = unsafe { libc::mprotect(private.cast(), count * PAGE, prot) };
+        if rc != 0 {
+            return os_error("mprotect of heap pages");
+        }
+        Ok(())
+    }
+
+    fn discard(&self, first: usize, count: usize) -> io::Result<()> {
+        let (private, _) = self.addresses(first * PAGE);
+        // SAFETY: the run lies in one region's private mapping; MADV_DONTNEED on a private
+        // file mapping drops our copies, and later accesses read the file (the shared view).
+        let rc = unsafe { libc::madvise(private.cast(), count * PAGE, libc::MADV_DONTNEED) };
+        if rc != 0 {
+            return os_error("madvise(MADV_DONTNEED) of heap pages");
+        }
+        Ok(())
+    }
+
+    /// Handles a write fault at `addr` if it lies in the private view. Returns false for
+    /// faults that are not ours (or a fault on a page already dirty: a real error).
+    fn on_fault(&self, addr: usize) -> bool {
+        let Some(region) = self.regions[..self.region_count].iter().find(|region| {
+            let base = region.private as usize;
+            addr >= base && addr < base + region.len
+        }) else {
+            return false;
+        };
+        let local = (addr - region.private as usize) / PAGE;
+        let page = region.first_page + local;
+        if test_and_set(&self.dirty_bits, page) {
+            return false;
+        }
+        // SAFETY: the page is inside the region's private mapping. mprotect is a system call;
+        // the volatile read+write of the page's first byte (now writable) makes the kernel
+        // give this process its private copy at once, so the twin copied next is exactly the
+        // private page the program's write will land on.
+        unsafe {
+            let start = region.private.add(local * PAGE);
+            if libc::mprotect(start.cast(), PAGE, libc::PROT_READ | libc::PROT_WRITE) != 0 {
+                return false;
+            }
+            let first = ptr::read_volatile(start);
+            ptr::write_volatile(start, first);
+            ptr::copy_nonoverlapping(start, self.twins.add(page * PAGE), PAGE);
+        }
+        let slot = self.dirty_count.load(Ordering::Relaxed);
+        self.dirty[slot].store(page as u32, Ordering::Relaxed);
+        self.dirty_count.store(slot + 1, Ordering::Release);
+        self.faults.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+}
+
+/// Coalesces sorted page numbers into `(first, count)` runs, never across a region start
+/// (`starts`: the first global page of every region).
+fn runs_of_pages_in(pages: &[usize], starts: &[usize]) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for &page in pages {
+        match out.last_mut() {
+            Some((first, count)) if *first + *count == page && !starts.contains(&page) => {
+                *count += 1
+            }
+            _ => out.push((page, 1)),
+        }
+    }
+    out
+}
+
+fn map(addr: Option<usize>, len: usize, prot: i32, flags: i32, fd: i32) -> io::Result<*mut u8> {
+    let (hint, extra) = match addr {
+        Some(addr) => (addr as *mut libc::c_void, libc::MAP_FIXED_NOREPLACE),
+        None => (ptr::null_mut(), 0),
+    };
+    // SAFETY: a fresh mapping; MAP_FIXED_NOREPLACE never replaces an existing one.
+    let got = unsafe { libc::mmap(hint, len, prot, flags | extra, fd, 0) };
+    if got == libc::MAP_FAILED {
+        return os_error("mmap of the heap");
+    }
+    if let Some(addr) = addr
+        && got as usize != addr
+    {
+        // Old kernels ignore MAP_FIXED_NOREPLACE and treat the address as a hint.
+        // SAFETY: unmapping the mapping just made.
+        unsafe { libc::munmap(got, len) };
+        return Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!("heap address {addr:#x} is not available"),
+        ));
+    }
+    Ok(got.cast())
+}
+
+extern "C" fn on_segv(signal: i32, info: *mut libc::siginfo_t, _context: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo for an SA_SIGINFO handler.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    if let Some(tracker) = Tracker::active()
+        && tracker.on_fault(addr)
+    {
+        return;
+    }
+    // Not a tracked write: restore the default action and return, so the faulting
+    // instruction runs again and the process dies of SIGSEGV as it would without us.
+    // SAFETY: sigaction with a zeroed (SIG_DFL) action is async-signal-safe.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(signal, &action, ptr::null_mut());
+    }
+}
+
+fn install_handler() -> io::Result<()> {
+    let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+    let stack = map(
+        None,
+        ALT_STACK,
+        libc::PROT_READ | libc::PROT_WRITE,
+        anon,
+        -1,
+    )?;
+    let alt = libc::stack_t {
+        ss_sp: stack.cast(),
+        ss_flags: 0,
+        ss_size: ALT_STACK,
+    };
+    // SAFETY: the stack is a fresh mapping that is never unmapped.
+    if unsafe { libc::sigaltstack(&alt, ptr::null_mut()) } != 0 {
+        return os_error("sigaltstack");
+    }
+    // SAFETY: a zeroed sigaction is a valid starting point; the handler has the SA_SIGINFO
+    // signature and is async-signal-safe (module documentation).
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        let handler: extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void) = on_segv;
+        action.sa_sigaction = handler as usize;
+        action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        if libc::sigaction(libc::SIGSEGV, &action, ptr::null_mut()) != 0 {
+            return os_error("sigaction(SIGSEGV)");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_runs_coalesce() {
+        assert_eq!(
+            runs_of_pages_in(&[1, 2, 3, 7, 9, 10], &[0]),
+            vec![(1, 3), (7, 1), (9, 2)]
+        );
+        assert!(runs_of_pages_in(&[], &[0]).is_empty());
+        assert_eq!(runs_of_pages_in(&[3, 4, 5], &[0, 4]), vec![(3, 1), (4, 2)]);
+    }
+}
