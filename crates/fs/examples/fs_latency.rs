@@ -1,161 +1,113 @@
 //! Per-operation latency of the library API on a native pool in /dev/shm against the same
-//! operations as system calls on tmpfs, one thread, plus PM traffic and journal entries per
-//! metadata operation.
+//! operations as system calls on tmpfs, one thread (medians of several runs), with PM
+//! traffic and journal bytes per library operation, in both data modes and with each write
+//! protection this machine has.
 //!
-//! `cargo run --release -p fs --example fs_latency [-- iterations]`
+//! `cargo run --release -p fs --example fs_latency [-- runs [quick]]`
 
-use fs::posix::{O_CREAT, O_RDWR};
+use fs::bench::{self, OpCost, Settings};
 use fs::{DataMode, Fs, MkfsOptions, MountOptions};
-use pmem::{Counters, Persist, Pool};
-use std::os::unix::fs::FileExt;
-use std::time::Instant;
+use pmem::{Pool, Protection};
 
-const FILE: u64 = 64 << 20;
-const IO: usize = 4096;
-
-/// A cheap deterministic sequence of 4 KiB-aligned offsets.
-fn offsets(n: usize) -> Vec<u64> {
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % (FILE / IO as u64)) * IO as u64
-        })
-        .collect()
-}
-
-fn ns_per(start: Instant, n: usize) -> f64 {
-    start.elapsed().as_nanos() as f64 / n as f64
-}
-
-fn per_op(c: &Counters, n: usize) -> String {
+fn pool_path(tag: &str) -> String {
     format!(
-        "{:.0} B stored, {:.0} B NT, {:.1} lines flushed, {:.1} fences",
-        c.stored_bytes.iter().sum::<u64>() as f64 / n as f64,
-        c.nt_bytes.iter().sum::<u64>() as f64 / n as f64,
-        c.flushed_lines as f64 / n as f64,
-        c.fences as f64 / n as f64
+        "/dev/shm/ferrite-fs-latency-{tag}-{}.pool",
+        std::process::id()
     )
 }
 
-fn library(mode: DataMode, iterations: usize) -> (f64, f64, f64) {
-    let path = format!("/dev/shm/ferrite-fs-bench-{}.pool", std::process::id());
+fn library(
+    mode: DataMode,
+    protection: Protection,
+    settings: &Settings,
+    runs: usize,
+) -> Option<Vec<OpCost>> {
+    let path = pool_path(protection.name());
     let _ = std::fs::remove_file(&path);
-    let pool = Pool::create(&path, &fs::pool_options(FILE * 2)).expect("pool");
+    let pool = Pool::create(
+        &path,
+        &fs::pool_options(settings.file_bytes * 2 + (64 << 20)),
+    )
+    .expect("pool");
+    if let Err(error) = pool.pm().protect(protection) {
+        println!("  {}: unavailable ({error})", protection.name());
+        pool.close().expect("close");
+        let _ = std::fs::remove_file(&path);
+        return None;
+    }
     let options = MountOptions {
         data_mode: mode,
         ..MountOptions::default()
     };
     let fs = Fs::mkfs(pool, &MkfsOptions::default(), options).expect("mkfs");
-    let px = fs.posix();
-    let fd = px.open("/data", O_CREAT | O_RDWR, 0o644).expect("open");
-    let block = vec![7u8; 1 << 20];
-    for off in (0..FILE).step_by(block.len()) {
-        px.pwrite(fd, &block, off).expect("fill");
-    }
-    let offs = offsets(iterations);
-    let mut buf = vec![0u8; IO];
-    let start = Instant::now();
-    for &off in &offs {
-        px.pread(fd, &mut buf, off).expect("pread");
-    }
-    let read = ns_per(start, iterations);
-    let stats = fs.pool().pm().stats();
-    let before = stats.snapshot();
-    let start = Instant::now();
-    for &off in &offs {
-        px.pwrite(fd, &buf, off).expect("pwrite");
-    }
-    let write = ns_per(start, iterations);
-    let traffic = stats.snapshot().since(&before);
-    println!(
-        "  {mode:?} pwrite 4 KiB traffic per op: {}",
-        per_op(&traffic, iterations)
-    );
-    let meta_n = iterations.min(20_000);
-    let before = stats.snapshot();
-    let journal_before = fs.journal_stats();
-    let start = Instant::now();
-    for i in 0..meta_n {
-        let name = format!("/f{i}");
-        px.close(px.open(&name, O_CREAT | O_RDWR, 0o644).expect("create"))
-            .expect("close");
-        px.unlink(&name).expect("unlink");
-    }
-    let meta = ns_per(start, meta_n * 2);
-    let traffic = stats.snapshot().since(&before);
-    let journal = fs.journal_stats();
-    let entries = (journal.entries - journal_before.entries) as f64 / (meta_n * 2) as f64;
-    println!(
-        "  {mode:?} create/unlink traffic per op: {}; {entries:.1} journal entries ({:.0} B)",
-        per_op(&traffic, meta_n * 2),
-        entries * 64.0
-    );
-    px.close(fd).expect("close");
+    let results: Vec<Vec<OpCost>> = (0..runs)
+        .map(|_| bench::library_run(&fs, settings))
+        .collect();
     fs.unmount().expect("unmount");
     std::fs::remove_file(&path).expect("remove");
-    (read, write, meta)
+    Some(bench::medians(&results))
 }
 
-fn tmpfs(iterations: usize) -> (f64, f64, f64) {
-    let dir = format!("/dev/shm/ferrite-fs-bench-dir-{}", std::process::id());
+fn tmpfs(settings: &Settings, runs: usize) -> Vec<OpCost> {
+    let results: Vec<Vec<OpCost>> = (0..runs)
+        .map(|_| {
+            let dir = tempfile_dir();
+            let run = bench::kernel_run(&dir, settings).expect("tmpfs run");
+            std::fs::remove_dir_all(&dir).expect("cleanup");
+            run
+        })
+        .collect();
+    bench::medians(&results)
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::path::PathBuf::from(format!(
+        "/dev/shm/ferrite-fs-latency-dir-{}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir(&dir).expect("dir");
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(format!("{dir}/data"))
-        .expect("open");
-    let block = vec![7u8; 1 << 20];
-    for off in (0..FILE).step_by(block.len()) {
-        file.write_all_at(&block, off).expect("fill");
-    }
-    let offs = offsets(iterations);
-    let mut buf = vec![0u8; IO];
-    let start = Instant::now();
-    for &off in &offs {
-        file.read_exact_at(&mut buf, off).expect("pread");
-    }
-    let read = ns_per(start, iterations);
-    let start = Instant::now();
-    for &off in &offs {
-        file.write_all_at(&buf, off).expect("pwrite");
-    }
-    let write = ns_per(start, iterations);
-    let meta_n = iterations.min(20_000);
-    let start = Instant::now();
-    for i in 0..meta_n {
-        let name = format!("{dir}/f{i}");
-        drop(std::fs::File::create(&name).expect("create"));
-        std::fs::remove_file(&name).expect("unlink");
-    }
-    let meta = ns_per(start, meta_n * 2);
-    std::fs::remove_dir_all(&dir).expect("cleanup");
-    (read, write, meta)
+    dir
 }
 
 fn main() {
-    let iterations: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(200_000);
-    println!("{iterations} random 4 KiB operations on a 64 MiB file, one thread");
-    let t = tmpfs(iterations);
-    let lib = library(DataMode::InPlace, iterations);
-    let cow = library(DataMode::CopyOnWrite, iterations);
+    let args: Vec<String> = std::env::args().collect();
+    let runs: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(5);
+    let settings = if args.get(2).is_some_and(|a| a == "quick") {
+        Settings::QUICK
+    } else {
+        Settings::DEFAULT
+    };
+    println!("{settings:?}, median of {runs} runs, one thread");
+    let kernel = tmpfs(&settings, runs);
+    let in_place = library(DataMode::InPlace, Protection::None, &settings, runs).expect("library");
+    let cow = library(DataMode::CopyOnWrite, Protection::None, &settings, runs).expect("library");
     println!(
-        "{:<34} {:>10} {:>10} {:>16}",
-        "", "pread ns", "pwrite ns", "create|unlink ns"
+        "{:<10} {:>10} {:>12} {:>9} {:>10} {:>9} {:>10} {:>8}",
+        "op", "tmpfs ns", "library ns", "ratio", "CoW ns", "journal B", "stored B", "fences"
     );
-    for (name, (r, w, m)) in [
-        ("tmpfs system calls", t),
-        ("ferrite-fs library, in place", lib),
-        ("ferrite-fs library, copy-on-write", cow),
-    ] {
-        println!("{name:<34} {r:>10.0} {w:>10.0} {m:>16.0}");
+    for ((k, l), c) in kernel.iter().zip(&in_place).zip(&cow) {
+        println!(
+            "{:<10} {:>10.0} {:>12.0} {:>9.2} {:>10.0} {:>9.0} {:>10.0} {:>8.1}",
+            k.op,
+            k.ns,
+            l.ns,
+            l.ns / k.ns,
+            c.ns,
+            l.journal_entries * 64.0,
+            l.stored_bytes + l.nt_bytes,
+            l.fences
+        );
+    }
+    for protection in [Protection::Mprotect, Protection::Mpk] {
+        if let Some(guarded) = library(DataMode::InPlace, protection, &settings, runs) {
+            println!(
+                "write protection {}: ns per op (ratio to unprotected)",
+                protection.name()
+            );
+            for (g, l) in guarded.iter().zip(&in_place) {
+                println!("  {:<10} {:>10.0} ({:.2}x)", g.op, g.ns, g.ns / l.ns);
+            }
+        }
     }
 }

@@ -50,6 +50,10 @@ errnos! {
     ELOOP: "too many levels of symbolic links",
     ENOSYS: "function not implemented",
     EOVERFLOW: "value too large for defined data type",
+    EFAULT: "bad address (a mapped access past the end of the file)",
+    ENXIO: "no such device or address (a mapping past the end of the file)",
+    ENODEV: "no such device (only regular files can be mapped)",
+    EOPNOTSUPP: "operation not supported",
 }
 
 impl Errno {

@@ -37,17 +37,28 @@ pub enum Clock {
     System,
     /// A fixed value (deterministic tests).
     Fixed(u64),
+    /// A deterministic clock that advances by one microsecond at every reading, starting at
+    /// the given value (crash tests: every operation gets a new time, so a torn pair of
+    /// times is visible, and a rerun of the same operations reads the same times).
+    Stepping(u64),
 }
 
 impl Clock {
-    /// Now, in ns since the Unix epoch.
-    pub fn now(self) -> u64 {
+    /// Now, in ns since the Unix epoch; `readings` is the mount's count of earlier
+    /// readings (used by [`Clock::Stepping`]).
+    pub fn at(self, readings: u64) -> u64 {
         match self {
             Clock::Fixed(t) => t,
+            Clock::Stepping(start) => start + readings * 1_000,
             Clock::System => std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as u64),
         }
+    }
+
+    /// Now, for clocks that need no state (a stepping clock reads its start).
+    pub fn now(self) -> u64 {
+        self.at(0)
     }
 }
 
@@ -107,6 +118,8 @@ pub struct Attr {
     pub generation: u32,
     /// Preferred I/O size.
     pub blksize: u32,
+    /// Device number (character and block devices; 0 otherwise).
+    pub rdev: u64,
 }
 
 impl Attr {
@@ -265,6 +278,14 @@ pub(crate) struct Inner {
     pub(crate) open: HashMap<u64, u32>,
     pub(crate) fds: FdTable,
     pub(crate) creds: (u32, u32),
+    /// Kernel references per inode number (FUSE lookup counts): a freed number that is
+    /// still referenced is not reused until the kernel forgets it.
+    pub(crate) pins: HashMap<u64, u64>,
+    /// Live memory mappings per inode (`crate::mmap`).
+    pub(crate) mapped: HashMap<u64, crate::mmap::Mapped>,
+    /// Blocks cut from a mapped file, handed to the allocator at its last unmap (a mapping
+    /// never points into a block someone else may reuse).
+    pub(crate) deferred: HashMap<u64, Vec<(u64, u64)>>,
 }
 
 impl Inner {
@@ -303,6 +324,8 @@ pub struct Fs<B: Persist> {
     pub(crate) sb: Superblock,
     pub(crate) options: MountOptions,
     pub(crate) inner: Mutex<Inner>,
+    /// Clock readings since mount (for [`Clock::Stepping`]).
+    pub(crate) readings: std::sync::atomic::AtomicU64,
 }
 
 impl<B: Persist> Fs<B> {
@@ -315,7 +338,10 @@ impl<B: Persist> Fs<B> {
     }
 
     pub(crate) fn now(&self) -> u64 {
-        self.options.clock.now()
+        let readings = self
+            .readings
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.options.clock.at(readings)
     }
 
     /// The pool.
@@ -341,6 +367,13 @@ impl<B: Persist> Fs<B> {
     /// Gives up the pool without marking it clean (as a crash would).
     pub fn abandon(self) {
         self.pool.abandon();
+    }
+
+    /// Gives the pool back without marking it clean (as a crash would), for a remount on
+    /// the same backend.
+    pub fn into_pool(self) -> Pool<B> {
+        self.pool.mark_unclean_on_drop();
+        self.pool
     }
 
     /// Reads and checks a live inode. A number out of range or a free inode is `ENOENT`.
@@ -396,6 +429,7 @@ impl<B: Persist> Fs<B> {
             btime: inode.btime,
             generation: inode.generation,
             blksize: inode.leaf_size() as u32,
+            rdev: inode.rdev,
         }
     }
 
@@ -453,7 +487,9 @@ impl<B: Persist> Fs<B> {
         let inode = Inode::read(self.pm(), &self.sb, ino);
         if !inode.is_live() {
             // Removed while open (a directory): its number is free only now.
-            inner.free_inodes.insert(ino);
+            if !inner.pins.contains_key(&ino) {
+                inner.free_inodes.insert(ino);
+            }
             return Ok(());
         }
         inode.validate(&self.sb, ino)?;
@@ -471,6 +507,7 @@ impl<B: Persist> Fs<B> {
         match inode.kind() {
             Some(FileType::Directory) => return Err(Errno::EISDIR),
             Some(FileType::Symlink) => return Err(Errno::EINVAL),
+            Some(kind) if kind.is_special() => return Err(Errno::EINVAL),
             _ => {}
         }
         self.read_inode(&inode, off, buf)
@@ -522,6 +559,7 @@ impl<B: Persist> Fs<B> {
         match inode.kind() {
             Some(FileType::Directory) => return Err(Errno::EISDIR),
             Some(FileType::Symlink) => return Err(Errno::EINVAL),
+            Some(kind) if kind.is_special() => return Err(Errno::EINVAL),
             _ => {}
         }
         if data.is_empty() {
@@ -567,7 +605,10 @@ impl<B: Persist> Fs<B> {
     ) -> Result<(), Errno> {
         let (pm, sb) = (self.pm(), &self.sb);
         let (leaf, huge) = (inode.leaf_size(), inode.is_huge());
-        let cow = self.options.data_mode == DataMode::CopyOnWrite;
+        // A mapped file is overwritten in place even in copy-on-write mode: the mapping
+        // must see every write (coherence wins over per-write atomicity, as in PMFS).
+        let cow =
+            self.options.data_mode == DataMode::CopyOnWrite && !inner.mapped.contains_key(&ino);
         let end = off + data.len() as u64;
         let old_size = inode.size;
         self.zero_after_eof(inode, off)?;
@@ -602,8 +643,14 @@ impl<B: Persist> Fs<B> {
             // Overwrite in place: data durable first, then the two times, ctime first.
             pm.fence();
             let at = sb.inode_offset(ino);
-            pm.write_u64(at + field::CTIME, now, WriteClass::Meta);
-            pm.write_u64(at + field::MTIME, now, WriteClass::Meta);
+            let order = if self.options.mutant == Mutant::TimesOutOfOrder {
+                [field::MTIME, field::CTIME]
+            } else {
+                [field::CTIME, field::MTIME]
+            };
+            for time in order {
+                pm.write_u64(at + time, now, WriteClass::Meta);
+            }
             pm.flush(at + field::MTIME, 16);
             pm.fence();
             (inode.ctime, inode.mtime) = (now, now);
@@ -720,6 +767,7 @@ impl<B: Persist> Fs<B> {
             match inode.kind() {
                 Some(FileType::Directory) => return Err(Errno::EISDIR),
                 Some(FileType::Symlink) => return Err(Errno::EINVAL),
+                Some(kind) if kind.is_special() => return Err(Errno::EINVAL),
                 _ => {}
             }
             self.set_size(inner, ino, &mut inode, size, now)?;
@@ -773,6 +821,9 @@ impl<B: Persist> Fs<B> {
         let mut updated = *inode;
         (updated.size, updated.mtime, updated.ctime) = (size, now, now);
         let mut batch = Batch::default();
+        if let Some(mapped) = inner.mapped.get_mut(&ino) {
+            mapped.floor = mapped.floor.min(size);
+        }
         if size >= inode.size {
             self.zero_after_eof(inode, size)?;
             batch.hot(sb, ino, &updated);
@@ -801,7 +852,11 @@ impl<B: Persist> Fs<B> {
                 self.finish_truncate(&mut inner.journal, ino, inode)?
             };
             let blocks: u64 = freed.iter().map(|r| r.1).sum();
-            inner.free_runs(sb, &freed);
+            if inner.mapped.contains_key(&ino) {
+                inner.deferred.entry(ino).or_default().extend(freed);
+            } else {
+                inner.free_runs(sb, &freed);
+            }
             inner.add_blocks(ino, -(blocks as i64));
         }
         Ok(())
@@ -857,8 +912,9 @@ impl<B: Persist> Fs<B> {
         inner.free_runs(&self.sb, blocks);
         inner.blocks.remove(&ino);
         inner.dirs.remove(&ino);
-        // A number still held by a handle is reused only after the last release.
-        if !inner.open.contains_key(&ino) {
+        // A number still held by a handle or the kernel is reused only after the last
+        // release or forget.
+        if !inner.open.contains_key(&ino) && !inner.pins.contains_key(&ino) {
             inner.free_inodes.insert(ino);
         }
     }

@@ -22,6 +22,8 @@ pub struct FsckReport {
     pub dirs: u64,
     /// Symbolic links.
     pub symlinks: u64,
+    /// FIFOs, devices and sockets.
+    pub specials: u64,
     /// Unlinked files still open.
     pub orphans: u64,
     /// Data blocks in use.
@@ -42,7 +44,10 @@ impl<B: Persist> Fs<B> {
         for ino in 1..sb.inode_count {
             let inode = Inode::read(pm, sb, ino);
             if !inode.is_live() {
-                if !inner.free_inodes.contains(&ino) && !inner.open.contains_key(&ino) {
+                if !inner.free_inodes.contains(&ino)
+                    && !inner.open.contains_key(&ino)
+                    && !inner.pins.contains_key(&ino)
+                {
                     return Err(Corrupt::new(format!(
                         "free inode {ino} not in the free list"
                     )));
@@ -61,6 +66,17 @@ impl<B: Persist> Fs<B> {
             }
             live.insert(ino, (inode, kind));
         }
+        // Blocks cut from a mapped file stay allocated, unreachable, until its last unmap.
+        for &(off, n) in inner.deferred.values().flatten() {
+            let first = (off - sb.data_offset) / BLOCK;
+            for block in first..first + n {
+                if std::mem::replace(&mut used[block as usize], true) {
+                    return Err(Corrupt::new(format!(
+                        "block {block} deferred for a mapping but still referenced"
+                    )));
+                }
+            }
+        }
         for (block, &in_use) in used.iter().enumerate() {
             if in_use == inner.alloc.is_free(block as u64) {
                 let what = if in_use { "in use but free" } else { "leaked" };
@@ -75,6 +91,7 @@ impl<B: Persist> Fs<B> {
                 FileType::Directory => report.dirs += 1,
                 FileType::Regular => report.files += 1,
                 FileType::Symlink => report.symlinks += 1,
+                _ => report.specials += 1,
             }
             if *kind == FileType::Directory {
                 if ino != ROOT_INO && found != 1 {

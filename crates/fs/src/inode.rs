@@ -57,6 +57,14 @@ pub const S_IFREG: u32 = 0o100_000;
 pub const S_IFDIR: u32 = 0o040_000;
 /// Symbolic link.
 pub const S_IFLNK: u32 = 0o120_000;
+/// Named pipe.
+pub const S_IFIFO: u32 = 0o010_000;
+/// Character device.
+pub const S_IFCHR: u32 = 0o020_000;
+/// Block device.
+pub const S_IFBLK: u32 = 0o060_000;
+/// Unix-domain socket.
+pub const S_IFSOCK: u32 = 0o140_000;
 /// Permission bits (including set-id and sticky).
 pub const PERM_MASK: u32 = 0o7777;
 
@@ -69,6 +77,14 @@ pub enum FileType {
     Directory,
     /// Symbolic link.
     Symlink,
+    /// Named pipe (FIFO): a name and attributes only, no data.
+    Fifo,
+    /// Character device: a device number, no data.
+    CharDevice,
+    /// Block device: a device number, no data.
+    BlockDevice,
+    /// Unix-domain socket: a name and attributes only, no data.
+    Socket,
 }
 
 impl FileType {
@@ -78,6 +94,10 @@ impl FileType {
             FileType::Regular => S_IFREG,
             FileType::Directory => S_IFDIR,
             FileType::Symlink => S_IFLNK,
+            FileType::Fifo => S_IFIFO,
+            FileType::CharDevice => S_IFCHR,
+            FileType::BlockDevice => S_IFBLK,
+            FileType::Socket => S_IFSOCK,
         }
     }
 
@@ -87,8 +107,20 @@ impl FileType {
             S_IFREG => Some(FileType::Regular),
             S_IFDIR => Some(FileType::Directory),
             S_IFLNK => Some(FileType::Symlink),
+            S_IFIFO => Some(FileType::Fifo),
+            S_IFCHR => Some(FileType::CharDevice),
+            S_IFBLK => Some(FileType::BlockDevice),
+            S_IFSOCK => Some(FileType::Socket),
             _ => None,
         }
+    }
+
+    /// Whether nodes of this type hold no data (FIFOs, devices, sockets).
+    pub const fn is_special(self) -> bool {
+        matches!(
+            self,
+            FileType::Fifo | FileType::CharDevice | FileType::BlockDevice | FileType::Socket
+        )
     }
 
     /// The `d_type` value stored in directory records.
@@ -97,6 +129,10 @@ impl FileType {
             FileType::Regular => 8,
             FileType::Directory => 4,
             FileType::Symlink => 10,
+            FileType::Fifo => 1,
+            FileType::CharDevice => 2,
+            FileType::BlockDevice => 6,
+            FileType::Socket => 12,
         }
     }
 
@@ -106,6 +142,10 @@ impl FileType {
             8 => Some(FileType::Regular),
             4 => Some(FileType::Directory),
             10 => Some(FileType::Symlink),
+            1 => Some(FileType::Fifo),
+            2 => Some(FileType::CharDevice),
+            6 => Some(FileType::BlockDevice),
+            12 => Some(FileType::Socket),
             _ => None,
         }
     }
@@ -257,6 +297,12 @@ impl Inode {
                 return fail(format!("parent {}", self.parent));
             }
         }
+        if kind.is_special() && (self.tree != 0 || self.size != 0) {
+            return fail(format!("special file with data (size {})", self.size));
+        }
+        if !matches!(kind, FileType::CharDevice | FileType::BlockDevice) && self.rdev != 0 {
+            return fail(format!("device number {:#x} on a {kind:?}", self.rdev));
+        }
         if self.trunc_next >= sb.inode_count {
             return fail(format!("truncate link {}", self.trunc_next));
         }
@@ -338,9 +384,9 @@ mod tests {
         assert!(good.validate(&sb, 1).is_ok());
         let bad = [
             Inode {
-                mode: 0o010_644,
+                mode: 0o030_644,
                 ..good
-            }, // FIFO: not stored
+            }, // no such type
             Inode { tree: 3, ..good }, // height without a root
             Inode {
                 tree: sb.data_offset + 8,

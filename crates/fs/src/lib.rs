@@ -9,6 +9,12 @@
 //! - [`Fs`]: mkfs, mount and recovery, inode-level operations (`lookup`, `create`, `read`,
 //!   `write`, `setattr`, `rename`, …) and [`Fs::fsck`].
 //! - [`Posix`] (from [`Fs::posix`]): paths, descriptors and errno-valued errors.
+//! - [`mmap`]: memory-mapped access straight onto PM with an explicit persist
+//!   (`docs/pmfs-mmap.md`).
+//! - The kernel-facing calls of the FUSE adapter (`crates/fsmount`): entries that pin
+//!   their inode number until `forget`, nodes created with the caller's credentials
+//!   ([`Caller`]), special files.
+//! - [`bench`]: per-operation latency of the library against system calls on tmpfs.
 //!
 //! ```
 //! use crashsim::{SimConfig, SimPm};
@@ -33,13 +39,16 @@
 #![forbid(unsafe_code)]
 
 pub mod alloc;
+pub mod bench;
 pub mod dir;
 pub mod error;
 mod fs;
 mod fsck;
 pub mod inode;
 pub mod journal;
+mod kernel;
 pub mod layout;
+pub mod mmap;
 mod ns;
 pub mod posix;
 mod recovery;
@@ -51,6 +60,7 @@ pub use fs::{
 };
 pub use fsck::FsckReport;
 pub use inode::FileType;
+pub use kernel::Caller;
 pub use layout::{LAYOUT, MkfsOptions, Superblock};
 pub use posix::{Fd, Posix, Whence};
 
@@ -81,4 +91,9 @@ pub enum Mutant {
     InPlaceRename,
     /// File data is stored with cacheable stores and never flushed.
     NoDataFence,
+    /// A mapping's persist fences without flushing the mapped lines.
+    MapNoFlush,
+    /// The overwrite path stores `mtime` before `ctime` (a crash can then show a new
+    /// `mtime` with an old `ctime`).
+    TimesOutOfOrder,
 }

@@ -13,6 +13,8 @@ use crate::layout::{BLOCK, LINK_MAX, MAX_FILE_SIZE, ROOT_INO};
 use crate::tree;
 use pmem::{Persist, WriteClass};
 
+/// The set-group-ID bit.
+const S_ISGID: u32 = 0o2000;
 const DOT: &[u8] = b".";
 const DOTDOT: &[u8] = b"..";
 
@@ -154,6 +156,24 @@ impl<B: Persist> Fs<B> {
         perm: u32,
         target: Option<&[u8]>,
     ) -> Result<Attr, Errno> {
+        self.make_node_locked(inner, parent, name, kind, perm, target, 0)
+    }
+
+    /// As `make_locked`, with a device number for character and block devices.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn make_node_locked(
+        &self,
+        inner: &mut Inner,
+        parent: u64,
+        name: &[u8],
+        kind: FileType,
+        perm: u32,
+        target: Option<&[u8]>,
+        rdev: u64,
+    ) -> Result<Attr, Errno> {
+        if rdev != 0 && !matches!(kind, FileType::CharDevice | FileType::BlockDevice) {
+            return Err(Errno::EINVAL);
+        }
         if name == DOT || name == DOTDOT {
             return Err(Errno::EEXIST);
         }
@@ -188,8 +208,7 @@ impl<B: Persist> Fs<B> {
             &mut pinode,
             &mut dir,
             name,
-            kind,
-            perm,
+            (kind, perm, rdev),
             target,
         )?;
         inner.dirs.insert(parent, dir);
@@ -204,15 +223,23 @@ impl<B: Persist> Fs<B> {
         pinode: &mut Inode,
         dir: &mut DirIndex,
         name: &[u8],
-        kind: FileType,
-        perm: u32,
+        (kind, perm, rdev): (FileType, u32, u64),
         target: Option<&[u8]>,
     ) -> Result<Attr, Errno> {
         let sb = &self.sb;
         let ino = inner.free_inodes.pop_first().ok_or(Errno::ENOSPC)?;
         let old = Inode::read(self.pm(), sb, ino);
         let now = self.now();
-        let (uid, gid) = inner.creds;
+        let (uid, mut gid) = inner.creds;
+        let mut perm = perm;
+        // A set-group-ID directory gives its group to new nodes, and the bit to new
+        // subdirectories (as Linux does).
+        if pinode.mode & S_ISGID != 0 {
+            gid = pinode.gid;
+            if kind == FileType::Directory {
+                perm |= S_ISGID;
+            }
+        }
         let huge = kind == FileType::Regular && self.options.huge_files;
         let mut inode = Inode {
             mode: kind.mode_bits() | perm,
@@ -230,6 +257,7 @@ impl<B: Persist> Fs<B> {
             },
             generation: old.generation.wrapping_add(1),
             flags: if huge { FLAG_HUGE } else { 0 },
+            rdev,
             ..Inode::default()
         };
         let mut taken = Vec::new();

@@ -650,3 +650,24 @@ impl<B: Persist> Posix<'_, B> {
         self.fs.readdir_locked(&mut inner, ino)
     }
 }
+
+impl<'a, B: Persist> Posix<'a, B> {
+    /// Maps `[off, off + len)` of the file open as `fd` (see [`crate::mmap`]): a readable
+    /// descriptor is required, and a writable one for a writable map (`EACCES`).
+    pub fn mmap(
+        &self,
+        fd: Fd,
+        off: u64,
+        len: u64,
+        writable: bool,
+    ) -> Result<crate::mmap::FileMap<'a, B>, Errno> {
+        let file = {
+            let inner = self.fs.lock();
+            self.file(&inner, fd)?
+        };
+        if !file.read || (writable && !file.write) {
+            return Err(Errno::EACCES);
+        }
+        self.fs.map(file.ino, off, len, writable)
+    }
+}

@@ -83,6 +83,7 @@ impl<B: Persist> Fs<B> {
                 sb,
                 options,
                 inner: Mutex::new(inner),
+                readings: std::sync::atomic::AtomicU64::new(0),
             }),
             Err(error) => {
                 pool.mark_unclean_on_drop();
@@ -124,6 +125,9 @@ fn mount_state<B: Persist>(
         open: HashMap::new(),
         fds: FdTable::default(),
         creds: (0, 0),
+        pins: HashMap::new(),
+        mapped: HashMap::new(),
+        deferred: HashMap::new(),
     };
     Ok((sb, inner))
 }

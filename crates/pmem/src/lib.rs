@@ -10,6 +10,7 @@ pub mod latency;
 mod mapping;
 mod native;
 mod pool;
+pub mod protect;
 mod seam;
 mod stats;
 
@@ -19,5 +20,6 @@ pub use header::Header;
 pub use latency::LatencyModel;
 pub use native::{Media, Native, NativeInfo, NativeOptions, PersistMode};
 pub use pool::{CreateOptions, DEFAULT_POOL_DIR, FileReport, Pool, Region, inspect, read_header};
+pub use protect::{Protection, mpk_supported};
 pub use seam::{CACHE_LINE, Persist, WriteClass, assert_in_bounds, line_of, lines_covering};
 pub use stats::{Counters, MAX_THREAD_SLOTS, Stats, thread_slot};

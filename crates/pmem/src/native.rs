@@ -4,10 +4,12 @@
 use crate::cpu::{self, FlushInstr};
 use crate::latency::{LatencyModel, spin_ns};
 use crate::mapping::{self, Mapping};
+use crate::protect::{Guard, Protection};
 use crate::seam::{CACHE_LINE, Persist, WriteClass, assert_in_bounds, lines_covering};
 use crate::stats::Stats;
 use serde::Serialize;
 use std::fs::File;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// How stores are made durable.
@@ -97,6 +99,8 @@ pub struct Native {
     stats: Stats,
     /// Set when an `msync` failed: the pool's durability can no longer be trusted.
     poisoned: AtomicBool,
+    /// Write protection, once installed by [`Native::protect`] (empty: unprotected).
+    guard: OnceLock<Guard>,
     /// Holds the advisory lock for as long as the backend lives.
     _file: File,
 }
@@ -150,6 +154,7 @@ impl Native {
             latency: options.latency,
             stats: Stats::new(),
             poisoned: AtomicBool::new(false),
+            guard: OnceLock::new(),
             _file: file,
         })
     }
@@ -170,6 +175,48 @@ impl Native {
     /// (the direct-access path of the file system and of the threads runtime).
     pub fn base_ptr(&self) -> *mut u8 {
         self.map.base()
+    }
+
+    /// Makes the mapping read-only and every store through the seam a short write window
+    /// (`crate::protect`); returns the mechanism in force ([`Protection::Auto`] picks MPK
+    /// where the CPU has it, `mprotect` otherwise). Install it before the backend is shared
+    /// with other threads. Protection cannot be changed or removed once installed.
+    /// Stores through [`Native::base_ptr`] outside a window fault with `SIGSEGV`.
+    pub fn protect(&self, mode: Protection) -> std::io::Result<Protection> {
+        if mode == Protection::None {
+            return Ok(self.protection());
+        }
+        if let Some(guard) = self.guard.get() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("already protected with {}", guard.mode().name()),
+            ));
+        }
+        let guard = Guard::install(self.map.base(), self.len as usize, mode)?;
+        let active = guard.mode();
+        self.guard
+            .set(guard)
+            .map_err(|_| std::io::Error::other("protected concurrently"))?;
+        Ok(active)
+    }
+
+    /// The protection in force.
+    pub fn protection(&self) -> Protection {
+        self.guard.get().map_or(Protection::None, Guard::mode)
+    }
+
+    /// Write windows opened since protection was installed.
+    pub fn write_windows(&self) -> u64 {
+        self.guard.get().map_or(0, Guard::windows)
+    }
+
+    /// Runs `store` (which writes `[off, off + len)`) inside a write window when protected.
+    #[inline]
+    fn storing<R>(&self, off: u64, len: usize, store: impl FnOnce() -> R) -> R {
+        match self.guard.get() {
+            None => store(),
+            Some(guard) => guard.window(off, len, store),
+        }
     }
 
     #[inline]
@@ -204,59 +251,9 @@ impl Native {
         let count = self.write_back(off, len);
         spin_ns(count * self.latency.line_writeback_ns);
     }
-}
 
-impl Persist for Native {
-    fn len(&self) -> u64 {
-        self.len
-    }
-
-    #[inline]
-    fn read(&self, off: u64, dst: &mut [u8]) {
-        let src = self.addr(off, dst.len());
-        // SAFETY: src..src+dst.len() is inside the mapping; dst is a distinct Rust buffer.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) }
-    }
-
-    #[inline]
-    fn write(&self, off: u64, src: &[u8], class: WriteClass) {
-        if src.len() == 8 && off.is_multiple_of(8) {
-            // One untorn store, as the seam promises for aligned words.
-            let word = u64::from_le_bytes(src.try_into().expect("8 bytes"));
-            return self.write_u64(off, word, class);
-        }
-        let dst = self.addr(off, src.len());
-        // SAFETY: dst..dst+src.len() is inside the mapping; src is a distinct Rust buffer.
-        // (x86 copy routines store aligned 8-byte words untorn, which the seam promises.)
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) }
-        self.stats.record_store(class, src.len() as u64);
-    }
-
-    #[inline]
-    fn write_u64(&self, off: u64, value: u64, class: WriteClass) {
-        if !off.is_multiple_of(8) {
-            return self.write(off, &value.to_le_bytes(), class);
-        }
-        let dst = self.addr(off, 8);
-        // SAFETY: dst is 8-byte aligned and inside the mapping; an atomic store guarantees a
-        // single untorn 8-byte store, which is what failure atomicity needs.
-        unsafe { AtomicU64::from_ptr(dst.cast()) }.store(value.to_le(), Ordering::Relaxed);
-        self.stats.record_store(class, 8);
-    }
-
-    #[inline]
-    fn read_u64(&self, off: u64) -> u64 {
-        if !off.is_multiple_of(8) {
-            let mut word = [0u8; 8];
-            self.read(off, &mut word);
-            return u64::from_le_bytes(word);
-        }
-        let src = self.addr(off, 8);
-        // SAFETY: src is 8-byte aligned and inside the mapping.
-        u64::from_le(unsafe { AtomicU64::from_ptr(src.cast()) }.load(Ordering::Relaxed))
-    }
-
-    fn write_nt(&self, off: u64, src: &[u8], class: WriteClass) {
+    /// The non-temporal copy of `write_nt`, without the write window.
+    fn write_nt_unguarded(&self, off: u64, src: &[u8], class: WriteClass) {
         let dst = self.addr(off, src.len());
         self.stats.record_nt_store(class, src.len() as u64);
         if self.mode == PersistMode::Msync {
@@ -277,6 +274,73 @@ impl Persist for Native {
         }
         let lines = lines_covering(off, src.len() as u64);
         spin_ns((lines.end - lines.start) * self.latency.line_writeback_ns);
+    }
+}
+
+impl Persist for Native {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    #[inline]
+    fn read(&self, off: u64, dst: &mut [u8]) {
+        if let Some(guard) = self.guard.get() {
+            guard.prepare_read();
+        }
+        let src = self.addr(off, dst.len());
+        // SAFETY: src..src+dst.len() is inside the mapping; dst is a distinct Rust buffer.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) }
+    }
+
+    #[inline]
+    fn write(&self, off: u64, src: &[u8], class: WriteClass) {
+        if src.len() == 8 && off.is_multiple_of(8) {
+            // One untorn store, as the seam promises for aligned words.
+            let word = u64::from_le_bytes(src.try_into().expect("8 bytes"));
+            return self.write_u64(off, word, class);
+        }
+        let dst = self.addr(off, src.len());
+        // SAFETY: dst..dst+src.len() is inside the mapping (writable inside the window);
+        // src is a distinct Rust buffer. (x86 copy routines store aligned 8-byte words
+        // untorn, which the seam promises.)
+        self.storing(off, src.len(), || unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len())
+        });
+        self.stats.record_store(class, src.len() as u64);
+    }
+
+    #[inline]
+    fn write_u64(&self, off: u64, value: u64, class: WriteClass) {
+        if !off.is_multiple_of(8) {
+            return self.write(off, &value.to_le_bytes(), class);
+        }
+        let dst = self.addr(off, 8);
+        self.storing(off, 8, || {
+            // SAFETY: dst is 8-byte aligned and inside the mapping (writable inside the
+            // window); an atomic store guarantees a single untorn 8-byte store, which is
+            // what failure atomicity needs.
+            unsafe { AtomicU64::from_ptr(dst.cast()) }.store(value.to_le(), Ordering::Relaxed)
+        });
+        self.stats.record_store(class, 8);
+    }
+
+    #[inline]
+    fn read_u64(&self, off: u64) -> u64 {
+        if !off.is_multiple_of(8) {
+            let mut word = [0u8; 8];
+            self.read(off, &mut word);
+            return u64::from_le_bytes(word);
+        }
+        if let Some(guard) = self.guard.get() {
+            guard.prepare_read();
+        }
+        let src = self.addr(off, 8);
+        // SAFETY: src is 8-byte aligned and inside the mapping.
+        u64::from_le(unsafe { AtomicU64::from_ptr(src.cast()) }.load(Ordering::Relaxed))
+    }
+
+    fn write_nt(&self, off: u64, src: &[u8], class: WriteClass) {
+        self.storing(off, src.len(), || self.write_nt_unguarded(off, src, class));
     }
 
     #[inline]

@@ -1,0 +1,336 @@
+//! `ferrite fs ...`: create, mount, unmount and check PMFS file systems (`crates/fs`,
+//! mounted through FUSE by `crates/fsmount`; `docs/pmfs-mount.md`).
+//!
+//! Exit codes: 0 success; `fsck` exits 4 when the file system is damaged (mount or
+//! consistency check failed) and 8 when it could not check (unreadable file, not a pool, pool
+//! in use), as e2fsck does; other failures follow the `ferrite` conventions.
+
+use crate::size::{format_bytes, parse_size};
+use anyhow::Context;
+use clap::{Args, Subcommand, ValueEnum};
+use fs::{DataMode, MkfsOptions, MountOptions};
+use pmem::NativeOptions;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// `ferrite fs` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum FsCommand {
+    /// Create a pool file and format a PMFS file system on it.
+    Mkfs(MkfsArgs),
+    /// Mount a file system on a directory through FUSE (foreground until Ctrl-C, SIGTERM
+    /// or an unmount; --background to detach once mounted).
+    Mount(MountArgs),
+    /// Unmount a mounted directory (the serving process then closes the pool cleanly).
+    Unmount {
+        /// The mount point.
+        dir: PathBuf,
+    },
+    /// Check a file system without modifying its pool: recovery runs on an in-memory copy,
+    /// then the consistency check. Exit 0 consistent, 4 damaged, 8 could not check.
+    Fsck {
+        /// Pool file (must not be mounted).
+        pool: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `ferrite fs mkfs` arguments.
+#[derive(Debug, Args)]
+pub struct MkfsArgs {
+    /// Path of the new pool file (must not exist).
+    pool: PathBuf,
+    /// Pool size, with an optional K, M, G or T suffix.
+    #[arg(long, default_value = "1G", value_parser = parse_size)]
+    size: u64,
+    /// Inodes (default: one per 16 KiB of pool).
+    #[arg(long)]
+    inodes: Option<u64>,
+    /// Journal entries of 64 bytes.
+    #[arg(long, default_value_t = fs::layout::JOURNAL_DEFAULT)]
+    journal_entries: u32,
+}
+
+/// How file data is written.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum DataModeArg {
+    /// Overwrites in place (metadata atomic, data ordered).
+    InPlace,
+    /// Every write of up to 4 MiB atomic (copy-on-write leaves).
+    Cow,
+}
+
+/// `ferrite fs mount` arguments.
+#[derive(Debug, Args)]
+pub struct MountArgs {
+    /// Pool file.
+    pool: PathBuf,
+    /// Mount point (an existing directory).
+    dir: PathBuf,
+    /// Detach once mounted; unmount with `ferrite fs unmount DIR` (or SIGTERM to the
+    /// printed pid).
+    #[arg(long)]
+    background: bool,
+    /// With --background: append the server's messages to this file.
+    #[arg(long)]
+    log: Option<PathBuf>,
+    /// Data write mode.
+    #[arg(long, value_enum, default_value = "in-place")]
+    data_mode: DataModeArg,
+    /// New regular files get 2 MiB leaves.
+    #[arg(long)]
+    huge_files: bool,
+    /// How long the kernel caches attributes and names, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    attr_ttl_ms: u64,
+    /// Write protection of the pool's mapping against stray writes: none, mprotect (write
+    /// windows by mprotect), mpk (protection keys; fails without CPU support), auto (mpk
+    /// where available, else mprotect).
+    #[arg(long, default_value = "none", value_parser = parse_protection)]
+    protect: pmem::Protection,
+    /// Internal: print one "ready PID" or "error MESSAGE" line on stdout for the parent of
+    /// a background mount, and nothing after.
+    #[arg(long, hide = true)]
+    notify_ready: bool,
+}
+
+/// Runs one `ferrite fs` command.
+pub fn run(command: &FsCommand, out: &mut dyn Write) -> anyhow::Result<()> {
+    match command {
+        FsCommand::Mkfs(args) => mkfs(args, out),
+        FsCommand::Mount(args) if args.background => mount_background(args, out),
+        FsCommand::Mount(args) => mount_foreground(args, out),
+        FsCommand::Unmount { dir } => {
+            fsmount::unmount(dir).with_context(|| format!("unmounting {}", dir.display()))?;
+            writeln!(out, "unmounted {}", dir.display())?;
+            Ok(())
+        }
+        FsCommand::Fsck { pool, json } => fsck(pool, *json, out),
+    }
+}
+
+fn mkfs(args: &MkfsArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let options = MkfsOptions {
+        inodes: args.inodes,
+        journal_entries: args.journal_entries,
+    };
+    let native = NativeOptions::default().with_env_overrides();
+    let fs = fsmount::mkfs(&args.pool, args.size, &options, native)
+        .with_context(|| format!("{}: mkfs", args.pool.display()))?;
+    let (sb, st) = (fs.superblock().clone(), fs.statfs());
+    fs.unmount()
+        .with_context(|| format!("{}: closing", args.pool.display()))?;
+    writeln!(
+        out,
+        "created {}: {} pool, {} data blocks of 4 KiB ({} free), {} inodes, journal of {} \
+         entries",
+        args.pool.display(),
+        format_bytes(args.size),
+        sb.data_blocks,
+        st.free_blocks,
+        sb.inode_count - 1,
+        sb.journal_entries
+    )?;
+    Ok(())
+}
+
+fn mount_options(args: &MountArgs) -> MountOptions {
+    MountOptions {
+        data_mode: match args.data_mode {
+            DataModeArg::InPlace => DataMode::InPlace,
+            DataModeArg::Cow => DataMode::CopyOnWrite,
+        },
+        huge_files: args.huge_files,
+        ..MountOptions::default()
+    }
+}
+
+fn mount_foreground(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let fs = match fsmount::open(
+        &args.pool,
+        mount_options(args),
+        &NativeOptions::default().with_env_overrides(),
+        args.protect,
+    ) {
+        Ok(fs) => fs,
+        Err(error) => {
+            return notify_failure(args, anyhow::Error::new(error), &args.pool);
+        }
+    };
+    let config = fsmount::MountConfig {
+        ttl: Duration::from_millis(args.attr_ttl_ms),
+        fsname: format!("ferrite-fs:{}", args.pool.display()),
+        ..fsmount::MountConfig::default()
+    };
+    let notify = args.notify_ready;
+    let mut ready_error = None;
+    let ended = fsmount::serve(fs, &args.dir, &config, || {
+        let line = if notify {
+            format!("ready {}", std::process::id())
+        } else {
+            format!(
+                "mounted {} on {} (Ctrl-C, SIGTERM or `ferrite fs unmount {}` to unmount)",
+                args.pool.display(),
+                args.dir.display(),
+                args.dir.display()
+            )
+        };
+        if let Err(error) = writeln!(out, "{line}").and_then(|()| out.flush()) {
+            ready_error = Some(error);
+        }
+    });
+    let ended = match ended {
+        Ok(ended) => ended,
+        Err(error) => return notify_failure(args, anyhow::Error::new(error), &args.dir),
+    };
+    if let Some(error) = ready_error {
+        eprintln!("ferrite: reporting the mount: {error}");
+    }
+    if !notify {
+        let how = match ended {
+            fsmount::Ended::External => "unmounted from outside".to_owned(),
+            fsmount::Ended::Signal(signal) => format!("unmounted on {signal}"),
+        };
+        writeln!(out, "{how}; {} closed cleanly", args.pool.display())?;
+    }
+    Ok(())
+}
+
+/// A failure before the mount was up: the background parent learns it on stdout.
+fn notify_failure(args: &MountArgs, error: anyhow::Error, what: &Path) -> anyhow::Result<()> {
+    let error = error.context(what.display().to_string());
+    if args.notify_ready {
+        // The parent may be gone (a failure after the mount was up): ignore a closed pipe.
+        let _ = writeln!(std::io::stdout(), "error {}", crate::one_line(&error));
+    }
+    Err(error)
+}
+
+/// Starts this same command in the foreground as a detached child (own process group,
+/// no terminal), waits for its "ready" line, and returns.
+fn mount_background(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("locating the ferrite executable")?;
+    let stderr = match &args.log {
+        Some(path) => Stdio::from(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("opening the log {}", path.display()))?,
+        ),
+        None => Stdio::null(),
+    };
+    let mut child = Command::new(exe)
+        .args(["fs", "mount", "--notify-ready"])
+        .arg(&args.pool)
+        .arg(&args.dir)
+        .args(["--attr-ttl-ms", &args.attr_ttl_ms.to_string()])
+        .args(["--data-mode", data_mode_name(args.data_mode)])
+        .args(args.huge_files.then_some("--huge-files"))
+        .args(["--protect", args.protect.name()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .process_group(0)
+        .spawn()
+        .context("starting the background server")?;
+    let stdout = child.stdout.take().context("the server's stdout")?;
+    let mut line = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .context("waiting for the server")?;
+    let line = line.trim_end();
+    if let Some(pid) = line.strip_prefix("ready ") {
+        writeln!(
+            out,
+            "mounted {} on {} (server pid {pid}; `ferrite fs unmount {}` to unmount)",
+            args.pool.display(),
+            args.dir.display(),
+            args.dir.display()
+        )?;
+        return Ok(());
+    }
+    let status = child.wait().context("waiting for the server")?;
+    match line.strip_prefix("error ") {
+        Some(message) => anyhow::bail!("{message}"),
+        None => anyhow::bail!("the background server exited ({status}) before mounting"),
+    }
+}
+
+fn parse_protection(text: &str) -> Result<pmem::Protection, String> {
+    pmem::Protection::parse(text)
+        .ok_or_else(|| format!("unknown protection {text:?} (none, mprotect, mpk, auto)"))
+}
+
+fn data_mode_name(mode: DataModeArg) -> &'static str {
+    match mode {
+        DataModeArg::InPlace => "in-place",
+        DataModeArg::Cow => "cow",
+    }
+}
+
+fn fsck(pool: &Path, json: bool, out: &mut dyn Write) -> anyhow::Result<()> {
+    match fsmount::check_offline(pool) {
+        Ok(report) => {
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+            } else {
+                print_check(pool, &report, out)?;
+            }
+            Ok(())
+        }
+        Err(error) => {
+            let verdict = if error.exit_code() == 4 {
+                "damaged"
+            } else {
+                "cannot check"
+            };
+            if json {
+                let value = serde_json::json!({
+                    "verdict": verdict,
+                    "error": error.to_string(),
+                    "exit_code": error.exit_code(),
+                });
+                writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
+            }
+            out.flush()?;
+            eprintln!("ferrite: {}: {verdict}: {error}", pool.display());
+            std::process::exit(i32::from(error.exit_code()));
+        }
+    }
+}
+
+fn print_check(
+    pool: &Path,
+    report: &fsmount::CheckReport,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let shutdown = if report.clean_shutdown {
+        "closed cleanly".to_owned()
+    } else if report.recovery_bytes > 0 {
+        format!(
+            "not closed cleanly; the next mount's recovery rewrites {} bytes",
+            report.recovery_bytes
+        )
+    } else {
+        "not closed cleanly; nothing to recover".to_owned()
+    };
+    writeln!(
+        out,
+        "ok: {}: consistent ({shutdown}); {} inodes ({} files, {} directories, {} symlinks), \
+         {} blocks used, {} free",
+        pool.display(),
+        report.inodes,
+        report.files,
+        report.dirs,
+        report.symlinks,
+        report.used_blocks,
+        report.free_blocks
+    )?;
+    Ok(())
+}

@@ -1,0 +1,490 @@
+//! The FUSE adapter: kernel requests (`fuser::Filesystem`) turned into calls of the
+//! inode-level API of `fs::Fs`.
+//!
+//! - Inode numbers are the file system's own (the root is 1, as FUSE wants); every entry
+//!   handed to the kernel takes a reference that `forget` drops (`fs::Fs::lookup_pinned`),
+//!   so a freed number is not reused while the kernel may still know it.
+//! - Open files and directories hold a handle (`Fs::open_inode`): an unlinked open file
+//!   lives until its last release, on the persistent truncate list.
+//! - Permission checks are the kernel's (`default_permissions`); new nodes get the caller's
+//!   uid and gid. The kernel applies the umask before it sends a mode.
+//! - Every operation is durable when it returns, so `flush`, `fsync` and `fsyncdir` have
+//!   nothing to do.
+
+use fs::{Attr, Caller, FileType, Fs, SetAttr, TimeSet};
+use fuser::{
+    AccessFlags, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, LockOwner,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+};
+use pmem::Persist;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A mounted `Fs` as a FUSE file system. Dropping the session (unmount) unmounts the
+/// file system cleanly (`destroy`).
+#[derive(Debug)]
+pub struct FuseFs<B: Persist + 'static> {
+    fs: Option<Fs<B>>,
+    ttl: Duration,
+}
+
+impl<B: Persist + 'static> FuseFs<B> {
+    /// Serves `fs`; the kernel caches attributes and entries for `ttl`.
+    pub fn new(fs: Fs<B>, ttl: Duration) -> Self {
+        FuseFs { fs: Some(fs), ttl }
+    }
+
+    fn fs(&self) -> &Fs<B> {
+        self.fs.as_ref().expect("no request arrives after destroy")
+    }
+
+    fn entry(&self, reply: ReplyEntry, result: Result<Attr, fs::Errno>) {
+        match result {
+            Ok(attr) => reply.entry(
+                &self.ttl,
+                &file_attr(&attr),
+                Generation(u64::from(attr.generation)),
+            ),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn empty(reply: ReplyEmpty, result: Result<(), fs::Errno>) {
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn make(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        kind: FileType,
+        mode: u32,
+        target: Option<&[u8]>,
+        rdev: u64,
+    ) -> Result<Attr, fs::Errno> {
+        let caller = Caller {
+            uid: req.uid(),
+            gid: req.gid(),
+        };
+        let perm = mode & 0o7777;
+        self.fs()
+            .make_pinned(parent.0, name.as_bytes(), kind, perm, target, rdev, caller)
+    }
+}
+
+/// The kernel's errno for a file-system error.
+pub fn errno(e: fs::Errno) -> fuser::Errno {
+    fuser::Errno::from_i32(e.raw())
+}
+
+fn time(ns: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_nanos(ns)
+}
+
+fn nanos(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+fn kind(kind: FileType) -> fuser::FileType {
+    match kind {
+        FileType::Regular => fuser::FileType::RegularFile,
+        FileType::Directory => fuser::FileType::Directory,
+        FileType::Symlink => fuser::FileType::Symlink,
+        FileType::Fifo => fuser::FileType::NamedPipe,
+        FileType::CharDevice => fuser::FileType::CharDevice,
+        FileType::BlockDevice => fuser::FileType::BlockDevice,
+        FileType::Socket => fuser::FileType::Socket,
+    }
+}
+
+/// The FUSE attributes of `attr`.
+pub fn file_attr(attr: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(attr.ino),
+        size: attr.size,
+        blocks: attr.blocks,
+        atime: time(attr.atime),
+        mtime: time(attr.mtime),
+        ctime: time(attr.ctime),
+        crtime: time(attr.btime),
+        kind: kind(attr.kind),
+        perm: (attr.perm & 0o7777) as u16,
+        nlink: attr.nlink,
+        uid: attr.uid,
+        gid: attr.gid,
+        rdev: u32::try_from(attr.rdev).unwrap_or(0),
+        blksize: attr.blksize,
+        flags: 0,
+    }
+}
+
+fn time_set(t: TimeOrNow) -> TimeSet {
+    match t {
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(at) => TimeSet::At(nanos(at)),
+    }
+}
+
+impl<B: Persist + 'static> Filesystem for FuseFs<B> {
+    fn destroy(&mut self) {
+        if let Some(fs) = self.fs.take() {
+            // Everything is durable already; this marks the pool clean.
+            if let Err(error) = fs.unmount() {
+                eprintln!("ferrite-fs: unmount: {error}");
+            }
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.entry(reply, self.fs().lookup_pinned(parent.0, name.as_bytes()));
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs().forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs().getattr(ino.0) {
+            Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            perm: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_set),
+            mtime: mtime.map(time_set),
+        };
+        let result = if set == SetAttr::default() {
+            self.fs().getattr(ino.0)
+        } else {
+            self.fs().setattr(ino.0, set)
+        };
+        match result {
+            Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs().readlink(ino.0) {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let Some(kind) = FileType::from_mode(mode) else {
+            return reply.error(fuser::Errno::EINVAL);
+        };
+        if kind == FileType::Directory || kind == FileType::Symlink {
+            return reply.error(fuser::Errno::EINVAL);
+        }
+        let rdev = if matches!(kind, FileType::CharDevice | FileType::BlockDevice) {
+            u64::from(rdev)
+        } else {
+            0
+        };
+        let made = self.make(req, parent, name, kind, mode, None, rdev);
+        self.entry(reply, made);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let made = self.make(req, parent, name, FileType::Directory, mode, None, 0);
+        self.entry(reply, made);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(reply, self.fs().unlink(parent.0, name.as_bytes()));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(reply, self.fs().rmdir(parent.0, name.as_bytes()));
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let target = target.as_os_str().as_bytes();
+        let made = self.make(
+            req,
+            parent,
+            link_name,
+            FileType::Symlink,
+            0o777,
+            Some(target),
+            0,
+        );
+        self.entry(reply, made);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let fs = self.fs();
+        if flags.contains(RenameFlags::RENAME_EXCHANGE)
+            || flags.contains(RenameFlags::RENAME_WHITEOUT)
+        {
+            return reply.error(fuser::Errno::EINVAL);
+        }
+        // One request at a time (the session runs one thread), so the check cannot race.
+        if flags.contains(RenameFlags::RENAME_NOREPLACE)
+            && fs.lookup(newparent.0, newname.as_bytes()).is_ok()
+        {
+            return reply.error(fuser::Errno::EEXIST);
+        }
+        let result = fs.rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes());
+        Self::empty(reply, result);
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        self.entry(
+            reply,
+            self.fs()
+                .link_pinned(ino.0, newparent.0, newname.as_bytes()),
+        );
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs().open_inode(ino.0) {
+            Ok(_) => reply.opened(FileHandle(ino.0), FopenFlags::empty()),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let mut buf = vec![0u8; size as usize];
+        match self.fs().read(ino.0, offset, &mut buf) {
+            Ok(n) => reply.data(&buf[..n]),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.fs().write(ino.0, offset, data) {
+            Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.fs().release_inode(ino.0));
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let fs = self.fs();
+        match fs.getattr(ino.0) {
+            Ok(attr) if attr.kind != FileType::Directory => reply.error(fuser::Errno::ENOTDIR),
+            Ok(_) => match fs.open_inode(ino.0) {
+                Ok(_) => reply.opened(FileHandle(ino.0), FopenFlags::empty()),
+                Err(e) => reply.error(errno(e)),
+            },
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let entries = match self.fs().readdir(ino.0) {
+            Ok(entries) => entries,
+            Err(e) => return reply.error(errno(e)),
+        };
+        for entry in entries.iter().filter(|e| e.cookie > offset) {
+            let name = OsStr::from_bytes(&entry.name);
+            if reply.add(INodeNo(entry.ino), entry.cookie, kind(entry.kind), name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.fs().release_inode(ino.0));
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let st = self.fs().statfs();
+        reply.statfs(
+            st.blocks,
+            st.free_blocks,
+            st.free_blocks,
+            st.inodes,
+            st.free_inodes,
+            st.block_size,
+            st.name_max,
+            st.block_size,
+        );
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // The kernel checks permissions itself (`default_permissions`).
+        reply.ok();
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let made = self
+            .make(req, parent, name, FileType::Regular, mode, None, 0)
+            .and_then(|attr| self.fs().open_inode(attr.ino));
+        match made {
+            Ok(attr) => reply.created(
+                &self.ttl,
+                &file_attr(&attr),
+                Generation(u64::from(attr.generation)),
+                FileHandle(attr.ino),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+}

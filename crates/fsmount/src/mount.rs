@@ -1,0 +1,177 @@
+//! Mounting: a FUSE session over a mounted `Fs`, either in the background of the calling
+//! process ([`spawn`], for tests and benchmarks) or in the foreground until a signal or an
+//! external unmount ([`serve`], for `ferrite fs mount`).
+
+use crate::adapter::FuseFs;
+use fs::Fs;
+use fuser::{Config, MountOption, Session, SessionACL};
+use nix::sys::signal::{SigSet, Signal};
+use pmem::Persist;
+use std::path::Path;
+use std::time::Duration;
+
+/// How the file system is presented to the kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountConfig {
+    /// How long the kernel may cache attributes and names.
+    pub ttl: Duration,
+    /// Let every user in (`allow_other`; permission checks stay the kernel's). Needs root.
+    pub allow_other: bool,
+    /// Source name shown in `/proc/mounts`.
+    pub fsname: String,
+}
+
+impl Default for MountConfig {
+    fn default() -> Self {
+        MountConfig {
+            ttl: Duration::from_secs(1),
+            allow_other: nix::unistd::geteuid().is_root(),
+            fsname: "ferrite-fs".to_owned(),
+        }
+    }
+}
+
+impl MountConfig {
+    fn fuser(&self) -> Config {
+        let mut config = Config::default();
+        config.mount_options = vec![
+            MountOption::FSName(self.fsname.clone()),
+            MountOption::Subtype("ferrite".to_owned()),
+            MountOption::DefaultPermissions,
+            MountOption::RW,
+        ];
+        config.acl = if self.allow_other {
+            SessionACL::All
+        } else {
+            SessionACL::Owner
+        };
+        // The file system serialises every operation behind one lock; one thread also
+        // makes the adapter's check-then-act sequences (RENAME_NOREPLACE) race-free.
+        config.n_threads = Some(1);
+        config
+    }
+}
+
+/// Why a mount failed or ended badly.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    /// The mount point is not a directory.
+    #[error("{0}: not a directory")]
+    NotADirectory(String),
+    /// The kernel refused the mount, or the session failed.
+    #[error("FUSE: {0}")]
+    Fuse(#[from] std::io::Error),
+    /// Signal handling failed.
+    #[error("signals: {0}")]
+    Signals(#[from] nix::Error),
+}
+
+/// A file system mounted by [`spawn`]; dropping it (or [`Mounted::unmount`]) unmounts.
+#[derive(Debug)]
+pub struct Mounted {
+    session: fuser::BackgroundSession,
+}
+
+impl Mounted {
+    /// Unmounts and waits for the session (and the pool's clean close) to finish.
+    pub fn unmount(self) -> Result<(), MountError> {
+        Ok(self.session.umount_and_join()?)
+    }
+}
+
+fn check_dir(dir: &Path) -> Result<(), MountError> {
+    if dir.is_dir() {
+        Ok(())
+    } else {
+        Err(MountError::NotADirectory(dir.display().to_string()))
+    }
+}
+
+/// Mounts `fs` on `dir`, served by a background thread of this process.
+pub fn spawn<B: Persist + 'static>(
+    fs: Fs<B>,
+    dir: &Path,
+    config: &MountConfig,
+) -> Result<Mounted, MountError> {
+    check_dir(dir)?;
+    let session = Session::new(FuseFs::new(fs, config.ttl), dir, &config.fuser())?;
+    Ok(Mounted {
+        session: session.spawn()?,
+    })
+}
+
+/// How a foreground mount ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// Unmounted from outside (`umount`, `fusermount3 -u`).
+    External,
+    /// Unmounted by this process after the signal.
+    Signal(Signal),
+}
+
+/// Mounts `fs` on `dir` and serves it until SIGINT, SIGTERM or SIGHUP (then unmounts) or an
+/// external unmount; the pool is closed cleanly either way. `ready` runs once the mount is
+/// up.
+///
+/// For a process whose only thread is the caller (the `ferrite` command): it blocks those
+/// signals and SIGUSR1 (the session thread's "ended" notice) in the calling thread, which
+/// the session thread inherits; another thread that does not block them could take them
+/// instead.
+pub fn serve<B: Persist + 'static>(
+    fs: Fs<B>,
+    dir: &Path,
+    config: &MountConfig,
+    ready: impl FnOnce(),
+) -> Result<Ended, MountError> {
+    check_dir(dir)?;
+    let mut signals = SigSet::empty();
+    for signal in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGUSR1,
+    ] {
+        signals.add(signal);
+    }
+    signals.thread_block()?;
+    let ended = serve_blocked(fs, dir, config, &signals, ready);
+    signals.thread_unblock()?;
+    ended
+}
+
+fn serve_blocked<B: Persist + 'static>(
+    fs: Fs<B>,
+    dir: &Path,
+    config: &MountConfig,
+    signals: &SigSet,
+    ready: impl FnOnce(),
+) -> Result<Ended, MountError> {
+    let mut session = Session::new(FuseFs::new(fs, config.ttl), dir, &config.fuser())?;
+    let mut unmounter = session.unmount_callable();
+    let worker = std::thread::Builder::new()
+        .name("ferrite-fuse".to_owned())
+        .spawn(move || {
+            let result = session.run();
+            // Wake the waiting thread; it consumes this signal before unblocking it.
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), Signal::SIGUSR1);
+            result
+        })?;
+    ready();
+    let mut ended = Ended::External;
+    loop {
+        match signals.wait()? {
+            Signal::SIGUSR1 => break,
+            signal => match unmounter.unmount() {
+                Ok(()) => ended = Ended::Signal(signal),
+                Err(error) => eprintln!(
+                    "ferrite: cannot unmount {} on {signal}: {error}; still serving",
+                    dir.display()
+                ),
+            },
+        }
+    }
+    worker
+        .join()
+        .map_err(|_| std::io::Error::other("the FUSE session thread panicked"))??;
+    Ok(ended)
+}
