@@ -1,37 +1,183 @@
 //! `libnvthreads_rt.so`: the C ABI of the NVthreads runtime (`include/nvthreads.h`).
 //!
-//! Exports the interposed pthread functions and the persistence API. Link a program with
-//! `-lnvthreads_rt` (before libc, which is the default order) or load it with `LD_PRELOAD`;
-//! either way these definitions come first in symbol lookup and replace libc's. The runtime
-//! implements every interposed pthread function itself (threads are processes, locks are
-//! futexes in shared memory). `read`, `pread` and `fread` are wrapped: they make the tracked
-//! pages of the destination writable first (a kernel write into a write-protected page would
-//! fail with `EFAULT` instead of faulting), then call the real function found with
-//! `dlsym(RTLD_NEXT)`. Everything here is a thin shell over `nvthreads::runtime`.
+//! Exports the interposed pthread functions, the `malloc` family and the persistence API.
+//! Link a program with `-lnvthreads_rt` (before libc, which is the default order) or load it
+//! with `LD_PRELOAD`; either way these definitions come first in symbol lookup and replace
+//! libc's. A constructor starts the runtime before `main` (so `main`'s own allocations are
+//! shared), unless the runtime must stay dormant (`NVT_DISABLE=1`, or a process of a running
+//! program on the same pool started this one): every export then forwards to the next
+//! definition (libc's), found with `dlsym(RTLD_NEXT)`, and the persistence API works on
+//! ordinary memory.
+//!
+//! - [`pthread`]: threads, mutexes (with their kinds), condition variables, barriers,
+//!   once-controls, read-write and spin locks (both as exclusive locks), detach, kill,
+//!   names and affinity of thread-processes.
+//! - [`heap`]: `malloc`, `calloc`, `realloc`, `reallocarray`, `free`, `posix_memalign`,
+//!   `aligned_alloc`, `memalign`, `valloc`, `pvalloc`, `malloc_usable_size`, `strdup`,
+//!   `strndup`. Calls made by libc or the dynamic loader themselves (stdio buffers, `DIR`
+//!   streams, locale data, `dlerror` strings) stay with glibc: that state is private to each
+//!   thread-process like libc's globals, and the kernel writes some of it (`read` into a
+//!   stream buffer) where a write-protected page would fail with `EFAULT`. The caller is
+//!   told apart by the return address, which small assembly entry points pass on.
+//! - the persistence API and the `read`/`pread`/`fread` wrappers (below).
+//!
+//! The Rust side of the library allocates from glibc directly (`__libc_malloc`, the global
+//! allocator below), so the runtime never calls its own `malloc`.
 
-use libc::{c_char, c_int, c_uint, c_void, pthread_t, size_t, ssize_t};
+mod heap;
+mod pthread;
+
+use libc::{c_char, c_int, c_void, size_t, ssize_t};
 use nvthreads::pages::Tracker;
-use nvthreads::runtime::runtime;
+use nvthreads::runtime::{Runtime, runtime};
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 
-type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
-
-fn key<T>(object: *const T) -> u64 {
-    object as u64
+unsafe extern "C" {
+    fn __libc_malloc(size: size_t) -> *mut c_void;
+    fn __libc_calloc(count: size_t, size: size_t) -> *mut c_void;
+    fn __libc_realloc(ptr: *mut c_void, size: size_t) -> *mut c_void;
+    fn __libc_free(ptr: *mut c_void);
+    fn __libc_memalign(align: size_t, size: size_t) -> *mut c_void;
 }
 
-/// Starts the runtime (opens or creates the pool, recovers it). Other entry points do it on
-/// first use too.
+/// The runtime's own allocations: glibc's allocator, called directly.
+struct LibcAllocator;
+
+// SAFETY: each method forwards to glibc's allocator with a size and alignment that satisfy
+// `Layout` (alignments above 16 go through `__libc_memalign`, whose blocks `__libc_free`
+// releases); glibc's functions are thread-safe.
+unsafe impl std::alloc::GlobalAlloc for LibcAllocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: forwarding a valid layout to glibc.
+        unsafe {
+            if layout.align() <= 16 {
+                __libc_malloc(layout.size()).cast()
+            } else {
+                __libc_memalign(layout.align(), layout.size()).cast()
+            }
+        }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        if layout.align() <= 16 {
+            // SAFETY: forwarding a valid layout to glibc.
+            unsafe { __libc_calloc(1, layout.size()).cast() }
+        } else {
+            // SAFETY: a fresh block of `layout.size()` bytes (or null).
+            unsafe {
+                let block = self.alloc(layout);
+                if !block.is_null() {
+                    std::ptr::write_bytes(block, 0, layout.size());
+                }
+                block
+            }
+        }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, _layout: std::alloc::Layout) {
+        // SAFETY: `ptr` came from this allocator, i.e. from glibc.
+        unsafe { __libc_free(ptr.cast()) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
+        if layout.align() <= 16 {
+            // SAFETY: `ptr` came from `__libc_malloc`/`__libc_calloc`.
+            return unsafe { __libc_realloc(ptr.cast(), size).cast() };
+        }
+        // SAFETY: a new aligned block, the old contents copied, the old block released.
+        unsafe {
+            let layout_new = std::alloc::Layout::from_size_align_unchecked(size, layout.align());
+            let fresh = self.alloc(layout_new);
+            if !fresh.is_null() {
+                std::ptr::copy_nonoverlapping(ptr, fresh, layout.size().min(size));
+                self.dealloc(ptr, layout);
+            }
+            fresh
+        }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: LibcAllocator = LibcAllocator;
+
+const UNDECIDED: u8 = 0;
+const ACTIVE: u8 = 1;
+const DORMANT: u8 = 2;
+static MODE: AtomicU8 = AtomicU8::new(UNDECIDED);
+
+/// Whether the runtime stays dormant in this process (decided once).
+fn dormant() -> bool {
+    match MODE.load(Ordering::Acquire) {
+        ACTIVE => false,
+        DORMANT => true,
+        _ => {
+            let mode = if nvthreads::runtime::should_stay_dormant() {
+                DORMANT
+            } else {
+                ACTIVE
+            };
+            MODE.store(mode, Ordering::Release);
+            mode == DORMANT
+        }
+    }
+}
+
+/// The running runtime, or `None` when dormant.
+fn active() -> Option<&'static Runtime> {
+    (!dormant()).then(runtime)
+}
+
+/// Starts the runtime before `main` (and before the program's own constructors): its
+/// allocations are then shared, and the program's globals are adopted before anything
+/// writes them.
+extern "C" fn start_before_main() {
+    heap::find_libc_text();
+    let _ = active();
+    heap::enable();
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static START_BEFORE_MAIN: extern "C" fn() = start_before_main;
+
+/// The next definition of `name` after this library (libc's), looked up once.
+fn real(cache: &AtomicPtr<c_void>, name: &CStr) -> *mut c_void {
+    let mut found = cache.load(Ordering::Acquire);
+    if found.is_null() {
+        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name.
+        found = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+        if found.is_null() {
+            nvthreads::runtime::fatal(&format!("no next definition of {name:?}"));
+        }
+        cache.store(found, Ordering::Release);
+    }
+    found
+}
+
+/// The next definition of a function, typed: `next!(c"name" => fn(args) -> ret)`.
+macro_rules! next {
+    ($name:expr => $ty:ty) => {{
+        static CACHE: std::sync::atomic::AtomicPtr<libc::c_void> =
+            std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+        let found = $crate::real(&CACHE, $name);
+        // SAFETY: dlsym returned the libc function of this name, whose C signature is `$ty`.
+        unsafe { std::mem::transmute::<*mut libc::c_void, $ty>(found) }
+    }};
+}
+pub(crate) use next;
+
+/// Starts the runtime (opens or creates the pool, recovers it). It also starts before
+/// `main` on its own.
 #[unsafe(no_mangle)]
 pub extern "C" fn nvt_init() {
-    runtime();
+    let _ = active();
 }
 
 /// Whether the previous run of the program did not exit cleanly.
 #[unsafe(no_mangle)]
 pub extern "C" fn crashed() -> c_int {
-    c_int::from(runtime().crashed())
+    active().map_or(0, |runtime| c_int::from(runtime.crashed()))
 }
 
 /// The original NVthreads name of [`crashed`].
@@ -43,13 +189,22 @@ pub extern "C" fn isCrashed() -> c_int {
 /// The last committed epoch (grows by one per global commit point).
 #[unsafe(no_mangle)]
 pub extern "C" fn nvt_durable_epoch() -> u64 {
-    runtime().durable_epoch()
+    active().map_or(0, Runtime::durable_epoch)
+}
+
+/// The epoch that makes the calling thread's writes up to its last synchronisation point
+/// durable.
+#[unsafe(no_mangle)]
+pub extern "C" fn nvt_section_epoch() -> u64 {
+    active().map_or(0, Runtime::section_epoch)
 }
 
 /// Commits the calling thread's writes made outside critical sections.
 #[unsafe(no_mangle)]
 pub extern "C" fn nvcheckpoint() {
-    runtime().sync_point();
+    if let Some(runtime) = active() {
+        runtime.sync_point();
+    }
 }
 
 fn name_of<'a>(name: *const c_char) -> Option<&'a [u8]> {
@@ -66,7 +221,10 @@ fn name_of<'a>(name: *const c_char) -> Option<&'a [u8]> {
 /// `name` is null or a NUL-terminated string.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmalloc(size: size_t, name: *const c_char) -> *mut c_void {
-    runtime().nvmalloc(size as u64, name_of(name)).cast()
+    match active() {
+        Some(runtime) => runtime.nvmalloc(size as u64, name_of(name)).cast(),
+        None => heap::dormant_nvmalloc(size, name_of(name)),
+    }
 }
 
 /// Copies at most `size` recovered bytes of the object `name` into `dest`.
@@ -75,178 +233,11 @@ pub unsafe extern "C" fn nvmalloc(size: size_t, name: *const c_char) -> *mut c_v
 /// `dest` is valid for `size` bytes of writes; `name` is a NUL-terminated string.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvrecover(dest: *mut c_void, size: size_t, name: *const c_char) -> size_t {
-    let Some(name) = name_of(name) else {
+    let (Some(name), Some(runtime)) = (name_of(name), active()) else {
         return 0;
     };
     // SAFETY: forwarded from the caller's contract.
-    unsafe { runtime().nvrecover(dest.cast(), size as u64, name) as size_t }
-}
-
-/// Mutexes need no initialisation: the runtime keys them by address.
-#[unsafe(no_mangle)]
-pub extern "C" fn pthread_mutex_init(
-    mutex: *mut libc::pthread_mutex_t,
-    _attr: *const libc::pthread_mutexattr_t,
-) -> c_int {
-    runtime();
-    let _ = key(mutex);
-    0
-}
-
-/// Kept for symmetry; the slot stays reserved for the address.
-#[unsafe(no_mangle)]
-pub extern "C" fn pthread_mutex_destroy(_mutex: *mut libc::pthread_mutex_t) -> c_int {
-    0
-}
-
-/// Acquires; at lock depth 0 → 1 this begins a durable section.
-#[unsafe(no_mangle)]
-pub extern "C" fn pthread_mutex_lock(mutex: *mut libc::pthread_mutex_t) -> c_int {
-    runtime().mutex_lock(key(mutex))
-}
-
-/// A real trylock: `EBUSY` if the mutex is held.
-#[unsafe(no_mangle)]
-pub extern "C" fn pthread_mutex_trylock(mutex: *mut libc::pthread_mutex_t) -> c_int {
-    runtime().mutex_trylock(key(mutex))
-}
-
-/// Releases; at lock depth 1 → 0 the section ends and is committed.
-#[unsafe(no_mangle)]
-pub extern "C" fn pthread_mutex_unlock(mutex: *mut libc::pthread_mutex_t) -> c_int {
-    runtime().mutex_unlock(key(mutex))
-}
-
-/// Condition variables need no initialisation.
-#[unsafe(no_mangle)]
-pub extern "C" fn pthread_cond_init(
-    _cond: *mut libc::pthread_cond_t,
-    _attr: *const libc::pthread_condattr_t,
-) -> c_int {
-    runtime();
-    0
-}
-
-/// Kept for symmetry.
-#[unsafe(no_mangle)]
-pub extern "C" fn pthread_cond_destroy(_cond: *mut libc::pthread_cond_t) -> c_int {
-    0
-}
-
-/// Waits; the mutex is released (and the section ends if it was the last lock).
-#[unsafe(no_mangle)]
-pub extern "C" fn pthread_cond_wait(
-    cond: *mut libc::pthread_cond_t,
-    mutex: *mut libc::pthread_mutex_t,
-) -> c_int {
-    runtime().cond_wait(key(cond), key(mutex))
-}
-
-/// Wakes one waiter.
-#[unsafe(no_mangle)]
-pub extern "C" fn pthread_cond_signal(cond: *mut libc::pthread_cond_t) -> c_int {
-    runtime().cond_signal(key(cond), false)
-}
-
-/// Wakes every waiter.
-#[unsafe(no_mangle)]
-pub extern "C" fn pthread_cond_broadcast(cond: *mut libc::pthread_cond_t) -> c_int {
-    runtime().cond_signal(key(cond), true)
-}
-
-/// Sets the barrier's thread count.
-#[unsafe(no_mangle)]
-pub extern "C" fn pthread_barrier_init(
-    barrier: *mut libc::pthread_barrier_t,
-    _attr: *const libc::pthread_barrierattr_t,
-    count: c_uint,
-) -> c_int {
-    runtime().barrier_init(key(barrier), count)
-}
-
-/// Kept for symmetry.
-#[unsafe(no_mangle)]
-pub extern "C" fn pthread_barrier_destroy(_barrier: *mut libc::pthread_barrier_t) -> c_int {
-    0
-}
-
-/// A synchronisation point, then waits for the other threads.
-#[unsafe(no_mangle)]
-pub extern "C" fn pthread_barrier_wait(barrier: *mut libc::pthread_barrier_t) -> c_int {
-    runtime().barrier_wait(key(barrier))
-}
-
-/// Creates a thread — a process sharing the heap.
-///
-/// # Safety
-/// `thread` is valid for a write; `start` is a valid start routine.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn pthread_create(
-    thread: *mut pthread_t,
-    _attr: *const libc::pthread_attr_t,
-    start: Option<StartRoutine>,
-    arg: *mut c_void,
-) -> c_int {
-    let Some(start) = start else {
-        return libc::EINVAL;
-    };
-    match runtime().spawn(start, arg as usize) {
-        Ok(handle) => {
-            // SAFETY: the caller passes a writable pthread_t.
-            unsafe { thread.write(handle as pthread_t) };
-            0
-        }
-        Err(errno) => errno,
-    }
-}
-
-/// Waits for a thread and reaps it.
-///
-/// # Safety
-/// `retval` is null or valid for a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn pthread_join(thread: pthread_t, retval: *mut *mut c_void) -> c_int {
-    match runtime().join(thread) {
-        Ok(value) => {
-            if !retval.is_null() {
-                // SAFETY: non-null, writable per the caller's contract.
-                unsafe { retval.write(value as *mut c_void) };
-            }
-            0
-        }
-        Err(errno) => errno,
-    }
-}
-
-/// Ends the calling thread (the main thread: waits for all others, then exits with 0).
-#[unsafe(no_mangle)]
-pub extern "C" fn pthread_exit(retval: *mut c_void) -> ! {
-    let runtime = runtime();
-    if runtime.is_child() {
-        runtime.exit_thread(retval as u64);
-    }
-    runtime.join_all();
-    std::process::exit(0)
-}
-
-/// This thread's handle.
-#[unsafe(no_mangle)]
-pub extern "C" fn pthread_self() -> pthread_t {
-    runtime().self_handle() as pthread_t
-}
-
-/// The next definition of `name` after this library (libc's), looked up once.
-fn real(cache: &AtomicPtr<c_void>, name: &CStr) -> *mut c_void {
-    let mut found = cache.load(Ordering::Acquire);
-    if found.is_null() {
-        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name.
-        found = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
-        if found.is_null() {
-            nvthreads::runtime::fatal(&format!("no next definition of {name:?}"));
-        }
-        cache.store(found, Ordering::Release);
-    }
-    found
+    unsafe { runtime.nvrecover(dest.cast(), size as u64, name) as size_t }
 }
 
 fn touch(buf: *mut c_void, len: usize) {
@@ -255,14 +246,6 @@ fn touch(buf: *mut c_void, len: usize) {
     }
 }
 
-type ReadFn = unsafe extern "C" fn(c_int, *mut c_void, size_t) -> ssize_t;
-type PreadFn = unsafe extern "C" fn(c_int, *mut c_void, size_t, libc::off_t) -> ssize_t;
-type FreadFn = unsafe extern "C" fn(*mut c_void, size_t, size_t, *mut libc::FILE) -> size_t;
-
-static REAL_READ: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-static REAL_PREAD: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-static REAL_FREAD: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-
 /// `read(2)` into tracked memory.
 ///
 /// # Safety
@@ -270,8 +253,7 @@ static REAL_FREAD: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
     touch(buf, count);
-    // SAFETY: dlsym returned libc's `read`, which has this signature.
-    let real: ReadFn = unsafe { std::mem::transmute(real(&REAL_READ, c"read")) };
+    let real = next!(c"read" => unsafe extern "C" fn(c_int, *mut c_void, size_t) -> ssize_t);
     // SAFETY: forwarded from the caller's contract.
     unsafe { real(fd, buf, count) }
 }
@@ -288,8 +270,8 @@ pub unsafe extern "C" fn pread(
     offset: libc::off_t,
 ) -> ssize_t {
     touch(buf, count);
-    // SAFETY: dlsym returned libc's `pread`, which has this signature.
-    let real: PreadFn = unsafe { std::mem::transmute(real(&REAL_PREAD, c"pread")) };
+    let real =
+        next!(c"pread" => unsafe extern "C" fn(c_int, *mut c_void, size_t, libc::off_t) -> ssize_t);
     // SAFETY: forwarded from the caller's contract.
     unsafe { real(fd, buf, count, offset) }
 }
@@ -306,8 +288,7 @@ pub unsafe extern "C" fn fread(
     stream: *mut libc::FILE,
 ) -> size_t {
     touch(ptr, size.saturating_mul(nmemb));
-    // SAFETY: dlsym returned libc's `fread`, which has this signature.
-    let real: FreadFn = unsafe { std::mem::transmute(real(&REAL_FREAD, c"fread")) };
+    let real = next!(c"fread" => unsafe extern "C" fn(*mut c_void, size_t, size_t, *mut libc::FILE) -> size_t);
     // SAFETY: forwarded from the caller's contract.
     unsafe { real(ptr, size, nmemb, stream) }
 }

@@ -3,39 +3,59 @@
  *
  * Link an unmodified pthreads program with -lnvthreads_rt (libnvthreads_rt.so, placed before
  * libc on the link line, which is the default), or run it with LD_PRELOAD=libnvthreads_rt.so.
- * The library replaces pthread_create/join/exit/self, pthread_mutex_*, pthread_cond_* and
- * pthread_barrier_*, and adds the persistence API below. Design: docs/nvthreads.md.
+ * The library replaces pthread_create/join/exit/self/detach/kill, pthread_mutex_*,
+ * pthread_cond_* (timed waits included), pthread_barrier_*, pthread_once, pthread_rwlock_*
+ * and pthread_spin_* (as exclusive locks) and the malloc family, and adds the persistence
+ * API below. It starts before main. Design: docs/nvthreads.md.
  *
- * Guarantee. Persistent data is what nvmalloc returns. After a crash (the whole program
- * killed, or power lost with the pool on real PM) and a restart, persistent data is as if the
- * program had stopped at a moment when no thread held a lock:
+ * Guarantee. Persistent data is what nvmalloc returns (and, with NVT_MALLOC=persistent,
+ * what malloc returns). After a crash (the whole program killed, or power lost with the pool
+ * on real PM) and a restart, persistent data is as if the program had stopped at a moment
+ * when no thread held a lock:
  *   - a durable code section runs from the lock that takes a thread from holding no mutex to
  *     holding one, to the unlock that returns it to holding none (nested and chained locks
  *     form one section); it is all or nothing;
  *   - writes made outside sections are committed at the thread's next synchronisation
  *     operation (lock, trylock, unlock to depth 0, cond wait/signal/broadcast, barrier wait,
- *     create, join, thread exit, nvmalloc, nvrecover, nvcheckpoint);
+ *     once, create, join, thread exit, nvmalloc, nvrecover, nvcheckpoint);
  *   - a section that ran while another thread had a section open (blocked in cond_wait with
  *     locks still held) becomes durable only together with that section;
  *   - when pthread_mutex_unlock returns 0 at depth 0 and no other section was open, the
- *     section is durable (nvt_durable_epoch() has advanced).
+ *     section is durable. In general a thread's writes up to its last synchronisation point
+ *     are durable once nvt_durable_epoch() >= nvt_section_epoch().
  *
- * Model and limits (first version). Threads are processes: the persistent heap, the
- * program's own globals (.data/.bss of the executable; shared, not persistent) and the
- * runtime's locks are shared, but stacks, malloc'd memory and other libraries' globals are
- * private to each thread after pthread_create (a child sees the parent's memory as it was at
- * creation). Share data between threads through nvmalloc'd memory or globals. Mutex
- * attributes are ignored (all mutexes are normal mutexes). read, pread and fread into the
- * heap or globals are wrapped to work; other system calls that write into such memory (recv,
- * readv, ...) fail with EFAULT unless the thread wrote to those pages since its last
- * synchronisation. Only one process may run the program on a pool at a time. NVT_GLOBALS=0
- * leaves globals private.
+ * Memory. Threads are processes. Shared between them, with pthreads semantics for
+ * data-race-free programs (a thread sees another's writes after synchronising with it):
+ * the persistent heap, the program's own globals (.data/.bss of the executable; not
+ * persistent), and memory from malloc, calloc, realloc, posix_memalign, aligned_alloc,
+ * memalign, valloc, pvalloc, strdup and strndup (NVT_MALLOC=shared, the default: not
+ * persistent; NVT_MALLOC=persistent: allocated in the persistent heap, logged and recovered
+ * like nvmalloc'd memory, never reused by a later run; NVT_MALLOC=private: glibc's
+ * allocator, private to each thread after pthread_create). Private to each thread (a copy of
+ * the creator's at creation): stacks, thread-local variables, other libraries' globals, and
+ * memory libc allocates for itself (stdio buffers, DIR streams, ...): a FILE is used by one
+ * thread at a time; streams are flushed at pthread_create and at each thread's exit.
+ *
+ * Limits. Mutex attributes other than the type are ignored; pthread_cancel returns ENOTSUP;
+ * thread attributes other than the detach state do not apply (a thread runs on a copy of its
+ * creator's stack); pthread_key destructors do not run; pthread_atfork handlers run at every
+ * pthread_create. read, pread and fread into the heap, globals or malloc'd memory are
+ * wrapped to work; other system calls that write into such memory (recv, readv, ...) fail
+ * with EFAULT unless the thread wrote to those pages since its last synchronisation. fork()
+ * outside pthread_create must be followed by exec. Only one process may run the program on a
+ * pool at a time; a process started from it (system()) with LD_PRELOAD inherited runs with
+ * the runtime dormant (plain pthreads).
  *
  * Environment: NVT_POOL (pool file; default /dev/shm/nvthreads-<program>-<uid>.pool),
  * NVT_HEAP_MB (heap size of a new pool, default 64), NVT_LOG_MB (log size, default 16),
- * NVT_CRASH_AT=n (kill the process group after the n-th fence of the log protocol, recovery
- * included; for tests),
- * FERRITE_PERSIST_MODE / FERRITE_FLUSH (see Ferrite's README).
+ * NVT_MALLOC (shared | persistent | private), NVT_MALLOC_MB (size of the shared malloc
+ * region, default 2048), NVT_PMALLOC_MB (size of the persistent malloc arena made on first
+ * use; default three quarters of the free heap), NVT_GLOBALS=0 (globals private),
+ * NVT_NVM_NS_PER_PAGE (emulated NVM write latency: nanoseconds per 4 KiB written to the
+ * log), NVT_DISABLE=1 (dormant: plain pthreads and glibc malloc; nvmalloc returns ordinary
+ * zeroed memory), NVT_CRASH_AT=n (kill the process group after the n-th fence of the log
+ * protocol, recovery included; for tests), FERRITE_PERSIST_MODE / FERRITE_FLUSH (see
+ * Ferrite's README).
  */
 #ifndef FERRITE_NVTHREADS_H
 #define FERRITE_NVTHREADS_H
@@ -88,7 +108,14 @@ NVT_API void nvcheckpoint(void);
 /* The last committed epoch: one more per global commit point. */
 NVT_API uint64_t nvt_durable_epoch(void);
 
-/* Starts the runtime now (it otherwise starts on first use). */
+/*
+ * The epoch that commits the calling thread's writes up to its last synchronisation point:
+ * they are durable once nvt_durable_epoch() >= nvt_section_epoch(). (A section that ended
+ * while another thread's section was open is durable only when that one ends.)
+ */
+NVT_API uint64_t nvt_section_epoch(void);
+
+/* Starts the runtime now (it otherwise starts before main, or on first use). */
 NVT_API void nvt_init(void);
 
 #ifdef __cplusplus

@@ -8,7 +8,10 @@
 //! | 0 | 8 | magic `"NVTHEAP1"` |
 //! | 8 | 8 | `top`: heap offset of the first free byte (starts at 4096) |
 //! | 16 | 8 | number of directory entries in use |
-//! | 24 | 40 | reserved (zero) |
+//! | 24 | 8 | bytes at the heap's end reserved for persistent globals (0: none) |
+//! | 32 | 8 | fingerprint of the executable whose globals are stored there (0: none yet) |
+//! | 40 | 8 | length of those globals |
+//! | 48 | 16 | reserved (zero) |
 //! | 64 + 64·i | 64 | entry `i` (`i < 63`): name (48 bytes, NUL-padded, at most 47 bytes), heap offset (`u64`), size (`u64`) |
 
 #![forbid(unsafe_code)]
@@ -62,6 +65,19 @@ pub fn format(meta: &mut [u8]) {
     meta[..8].copy_from_slice(&MAGIC);
 }
 
+/// The persistent-globals record: `(reserved bytes, fingerprint, length)`.
+pub fn globals(meta: &[u8]) -> (u64, u64, u64) {
+    (u64_at(meta, 24), u64_at(meta, 32), u64_at(meta, 40))
+}
+
+/// Records the persistent globals: bytes reserved at the heap's end, the executable's
+/// fingerprint, the globals' length.
+pub fn set_globals(meta: &mut [u8], reserved: u64, fingerprint: u64, len: u64) {
+    put_u64(meta, 24, reserved);
+    put_u64(meta, 32, fingerprint);
+    put_u64(meta, 40, len);
+}
+
 /// First free heap offset.
 pub fn top(meta: &[u8]) -> u64 {
     u64_at(meta, 8)
@@ -71,8 +87,18 @@ pub fn top(meta: &[u8]) -> u64 {
 pub fn validate(meta: &[u8], heap_len: u64) -> Result<(), String> {
     let top = top(meta);
     let count = u64_at(meta, 16);
-    if !(META_LEN as u64..=heap_len).contains(&top) || count > ENTRIES as u64 {
-        return Err(format!("heap metadata: top {top}, {count} names"));
+    let (reserved, _, globals_len) = globals(meta);
+    let usable = heap_len.saturating_sub(reserved);
+    if !reserved.is_multiple_of(4096)
+        || globals_len > reserved
+        || !(META_LEN as u64..=usable).contains(&top)
+    {
+        return Err(format!(
+            "heap metadata: top {top}, {reserved} bytes reserved for {globals_len} of globals"
+        ));
+    }
+    if count > ENTRIES as u64 {
+        return Err(format!("heap metadata: {count} names"));
     }
     for i in 0..count as usize {
         let (offset, size) = entry(meta, i);

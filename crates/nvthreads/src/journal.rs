@@ -146,15 +146,19 @@ pub enum Mutation {
     EarlyLapBump,
     /// Recovery accepts records of any lap.
     NoLapCheck,
+    /// Compaction rewrites the pending records over the old lap before advancing the lap, so
+    /// a crash in between can leave an older committed record valid in front of torn ones.
+    CompactBeforeLapBump,
 }
 
 impl Mutation {
     /// Every mutant.
-    pub const MUTANTS: [Mutation; 4] = [
+    pub const MUTANTS: [Mutation; 5] = [
         Mutation::NoLogFlush,
         Mutation::CommitPerRecord,
         Mutation::EarlyLapBump,
         Mutation::NoLapCheck,
+        Mutation::CompactBeforeLapBump,
     ];
 }
 
@@ -309,20 +313,25 @@ impl<P: Persist> Journal<P> {
     }
 
     /// Appends one record holding `runs` for epoch `committed + 1`, durable (flushed and
-    /// fenced) on return but not committed. When the record does not fit and nothing is
-    /// pending, checkpoints first. Returns the record's size.
+    /// fenced) on return but not committed. When the record does not fit, makes room first:
+    /// a checkpoint when nothing is pending, else a compaction (the pending records move to
+    /// the start of a new lap). `LogFull` only if the pending records and this one together
+    /// exceed the log. Returns the record's size.
     pub fn append(&self, state: &mut JournalState, runs: &[Run<'_>]) -> Result<u64, NvtError> {
         let len = record::record_len(record::body_len(runs));
-        if state.tail + len > self.geo.log_len {
-            if state.pending == 0 && len <= self.geo.log_len {
+        if state.tail + len > self.geo.log_len && len <= self.geo.log_len {
+            if state.pending == 0 {
                 self.checkpoint(state)?;
             } else {
-                return Err(NvtError::LogFull {
-                    needed: len,
-                    free: self.geo.log_len - state.tail,
-                    pending: state.pending,
-                });
+                self.compact(state)?;
             }
+        }
+        if state.tail + len > self.geo.log_len {
+            return Err(NvtError::LogFull {
+                needed: len,
+                free: self.geo.log_len - state.tail,
+                pending: state.pending,
+            });
         }
         let bytes = record::encode(state.lap, state.committed + 1, runs);
         debug_assert_eq!(bytes.len() as u64, len);
@@ -379,6 +388,102 @@ impl<P: Persist> Journal<P> {
         Ok(self.replay_lap(state, false)?.records)
     }
 
+    /// Makes room while records are pending (a section is open elsewhere, so no checkpoint
+    /// is allowed): replays the lap's committed records into the home image (fence), advances
+    /// the lap (persisted: from here on the old lap, its pending records included, is
+    /// ignored, which loses nothing a crash could not lose anyway, since they are
+    /// uncommitted), then writes the pending records again at the start of the new lap,
+    /// flushed and fenced. The commit word is untouched: the moved records keep their epoch
+    /// `C + 1` and commit with the next flip.
+    ///
+    /// Advancing the lap before overwriting the old lap's start matters: a crash while the
+    /// moved records are written could otherwise leave an old committed record intact in
+    /// front of torn ones, and recovery would replay it over newer bytes
+    /// ([`Mutation::CompactBeforeLapBump`]).
+    pub fn compact(&self, state: &mut JournalState) -> Result<(), NvtError> {
+        let mut pos = 0u64;
+        let mut last_epoch = 0u64;
+        let mut pending: Vec<Vec<u8>> = Vec::new();
+        while let Some((head, body)) = self.read_record(pos, state.lap) {
+            if head.epoch > state.committed {
+                if head.epoch != state.committed + 1 {
+                    return Err(NvtError::Corrupted(format!(
+                        "pending record at log offset {pos} has epoch {}, expected {}",
+                        head.epoch,
+                        state.committed + 1
+                    )));
+                }
+                pending.push(body);
+            } else {
+                if !pending.is_empty() || head.epoch < last_epoch {
+                    return Err(NvtError::Corrupted(format!(
+                        "committed record at log offset {pos} (epoch {}) out of order",
+                        head.epoch
+                    )));
+                }
+                last_epoch = head.epoch;
+                self.apply_record(&body)?;
+            }
+            pos += record::record_len(head.body_len);
+        }
+        if pos != state.tail || pending.len() as u64 != state.pending {
+            return Err(NvtError::Corrupted(format!(
+                "log scan ends at {pos} with {} pending records; expected {} and {}",
+                pending.len(),
+                state.tail,
+                state.pending
+            )));
+        }
+        let pm = self.pool.pm();
+        pm.fence();
+        self.fenced();
+        let next_lap = state.lap + 1;
+        if self.mutation != Mutation::CompactBeforeLapBump {
+            self.write_lap(next_lap);
+        }
+        state.lap = next_lap;
+        state.tail = 0;
+        for body in &pending {
+            let bytes = record::encode_with_body(next_lap, state.committed + 1, body);
+            let at = self.geo.log_off + state.tail;
+            pm.write(at, &bytes, WriteClass::Log);
+            pm.flush(at, bytes.len() as u64);
+            state.tail += bytes.len() as u64;
+        }
+        pm.fence();
+        self.fenced();
+        if self.mutation == Mutation::CompactBeforeLapBump {
+            self.write_lap(next_lap);
+        }
+        Ok(())
+    }
+
+    /// Zeroes `len` bytes of the home image at heap offset `offset` and makes them durable
+    /// (flush, fence). Only with nothing pending and after a checkpoint, so that no record
+    /// of the lap can write there again (the runtime clears another executable's globals).
+    pub fn clear_home(&self, offset: u64, len: u64) {
+        assert!(offset + len <= self.geo.heap_len, "clearing past the heap");
+        let pm = self.pool.pm();
+        let at = self.geo.heap_off + offset;
+        pm.fill(at, len, 0, WriteClass::User);
+        pm.flush(at, len);
+        pm.fence();
+        self.fenced();
+    }
+
+    /// Writes a record's runs into the home image and flushes them (no fence).
+    fn apply_record(&self, body: &[u8]) -> Result<u64, NvtError> {
+        let pm = self.pool.pm();
+        let mut bytes = 0;
+        for run in record::parse_body(body, self.geo.heap_len)? {
+            let at = self.geo.heap_off + run.offset;
+            pm.write(at, run.bytes, WriteClass::User);
+            pm.flush(at, run.bytes.len() as u64);
+            bytes += run.bytes.len() as u64;
+        }
+        Ok(bytes)
+    }
+
     /// Replays the committed records of the current lap into the home image, makes them
     /// durable, then advances the lap (an empty log). `recovering` only changes what a
     /// record above the commit epoch means: garbage of a crashed run, or a bug.
@@ -410,12 +515,7 @@ impl<P: Persist> Journal<P> {
                 )));
             }
             last_epoch = head.epoch;
-            for run in record::parse_body(&body, self.geo.heap_len)? {
-                let at = self.geo.heap_off + run.offset;
-                pm.write(at, run.bytes, WriteClass::User);
-                pm.flush(at, run.bytes.len() as u64);
-                recovery.bytes += run.bytes.len() as u64;
-            }
+            recovery.bytes += self.apply_record(&body)?;
             recovery.records += 1;
             pos += len;
         }

@@ -3,18 +3,31 @@
 //!
 //! Design: `docs/nvthreads.md`. Layers, bottom-up:
 //! - [`record`], [`word`], [`journal`]: the persistent redo log, the commit and lap words,
-//!   checkpoint and recovery, pure Rust over `pmem::Persist` (crash-tested with `crashsim`);
+//!   compaction, checkpoint and recovery, pure Rust over `pmem::Persist` (crash-tested with
+//!   `crashsim`);
 //! - [`diff`]: byte-precise runs between a page and its twin;
-//! - [`pages`]: the page tracker (private copy-on-write view, `mprotect`, a `SIGSEGV`
-//!   handler on an alternate stack, twins);
-//! - `futex`, `shared`, `runtime`, `ffi`: the C runtime (threads as processes, futex-based
-//!   locks in a shared mapping, the C ABI exported by the `cdylib`, `include/nvthreads.h`).
+//! - [`pages`]: the page tracker (private copy-on-write views, `mprotect`, a `SIGSEGV`
+//!   handler on an alternate stack, fault windows, twins);
+//! - [`alloc`], [`globals`], [`heapmeta`]: the allocator behind the interposed `malloc`
+//!   family, the program's globals and what the loader writes there, the persistent heap's
+//!   metadata;
+//! - [`shared`], [`runtime`] (and the private `malloc` module): the C runtime (threads as
+//!   processes, futex-based locks in a shared mapping, sections, merges, commits); the C ABI
+//!   itself is the `cdylib` example target `nvthreads_rt` (`ffi/`), with
+//!   `include/nvthreads.h`;
+//! - [`programs`], [`eval`]: building C programs at run time and the evaluation behind
+//!   `ferrite eval --only nvthreads`.
 
+pub mod alloc;
 pub mod diff;
 mod error;
+pub mod eval;
+pub mod globals;
 pub mod heapmeta;
 pub mod journal;
+mod malloc;
 pub mod pages;
+pub mod programs;
 pub mod record;
 pub mod runtime;
 pub mod shared;

@@ -39,6 +39,9 @@ const ALT_STACK: usize = 64 * 1024;
 
 static ACTIVE: AtomicPtr<Tracker> = AtomicPtr::new(ptr::null_mut());
 
+/// Most pages one write fault makes writable (and twins) for a sequential writer.
+const MAX_WINDOW: usize = 16;
+
 /// Most tracked regions (the heap plus adopted ranges such as the program's globals).
 pub const MAX_REGIONS: usize = 4;
 
@@ -51,16 +54,44 @@ struct Region {
     shared: *mut u8,
     len: usize,
     first_page: usize,
+    fd: i32,
+    /// Whether its runs go to the redo log (the persistent heap) or are only published.
+    logged: bool,
+}
+
+/// What to track: one region of a [`Tracker`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegionSpec {
+    /// Where the private view goes (`None`: anywhere, for tests).
+    pub addr: Option<usize>,
+    /// Bytes (a multiple of [`PAGE`]).
+    pub len: usize,
+    /// Its first global page number (regions are given in ascending order, without overlap).
+    pub first_page: usize,
+    /// Whether existing memory at `addr` is adopted (its contents move into the region's
+    /// file, mapped over the same addresses); otherwise the region starts zeroed at an
+    /// address that must be free.
+    pub adopt: bool,
+    /// Whether the runtime logs its runs (persistent) or only publishes them (shared).
+    pub logged: bool,
+    /// Whether writes are tracked from the start. Unlogged regions may be untracked: the
+    /// private view is then the shared mapping itself, written in place (the runtime's main
+    /// process works so; each thread-process turns tracking on after `fork`,
+    /// [`Tracker::set_tracking`]). Logged regions are always tracked.
+    pub tracked: bool,
 }
 
 /// The heap's mappings, any adopted ranges, and this process's dirty pages.
 #[derive(Debug)]
 pub struct Tracker {
     fd: i32,
-    /// Total tracked bytes (all regions).
-    len: usize,
+    /// Global pages covered (every region's pages are below this).
+    pages: usize,
     regions: [Region; MAX_REGIONS],
     region_count: usize,
+    /// Per region: whether its private view is the tracked copy-on-write mapping (else the
+    /// shared mapping itself, read-write).
+    tracked: [std::sync::atomic::AtomicBool; MAX_REGIONS],
     twins: *mut u8,
     /// One bit per page: written in the current interval (private copy, twin taken).
     dirty_bits: Box<[AtomicU64]>,
@@ -72,6 +103,10 @@ pub struct Tracker {
     kept: Box<[AtomicU32]>,
     kept_count: AtomicUsize,
     faults: AtomicU64,
+    /// The page after the last fault's window, and that window's size (sequential-write
+    /// detection in the fault handler).
+    window_end: AtomicUsize,
+    window: AtomicUsize,
 }
 
 // SAFETY: the raw pointers are mappings owned by the tracker for the life of the process;
@@ -87,11 +122,18 @@ fn os_error<T>(what: &str) -> io::Result<T> {
 }
 
 fn bitmap(pages: usize) -> Box<[AtomicU64]> {
-    (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect()
+    zeroed_atomics(pages.div_ceil(64))
 }
 
 fn list(pages: usize) -> Box<[AtomicU32]> {
-    (0..pages).map(|_| AtomicU32::new(0)).collect()
+    zeroed_atomics(pages)
+}
+
+/// A zeroed slice of atomics (large ones come from zero pages the kernel maps lazily).
+fn zeroed_atomics<T>(len: usize) -> Box<[T]> {
+    // SAFETY: only used with AtomicU32 and AtomicU64, for which all-zero bytes are a valid
+    // value (zero).
+    unsafe { Box::<[T]>::new_zeroed_slice(len).assume_init() }
 }
 
 fn test_and_set(bits: &[AtomicU64], page: usize) -> bool {
@@ -107,16 +149,11 @@ fn clear(bits: &[AtomicU64], page: usize) {
     bits[page / 64].fetch_and(!(1u64 << (page % 64)), Ordering::Relaxed);
 }
 
-/// Makes a file of `len` bytes and maps it twice: shared (anywhere) and private read-only
-/// (at `addr`; `replace` maps over whatever is there, else `MAP_FIXED_NOREPLACE`). With
-/// `initial`, the file starts with those bytes.
-fn make_region(
-    addr: Option<usize>,
-    len: usize,
-    replace: bool,
-    initial: Option<*const u8>,
-    first_page: usize,
-) -> io::Result<(i32, Region)> {
+/// Makes a file of `spec.len` bytes and maps it twice: shared (anywhere) and, at
+/// `spec.addr`, private read-only (tracked) or the shared file again read-write (untracked).
+/// An adopted range is mapped over the existing memory after its contents are copied.
+fn make_region(spec: &RegionSpec) -> io::Result<Region> {
+    let len = spec.len;
     assert!(
         len > 0 && len.is_multiple_of(PAGE),
         "region size {len} is not a page multiple"
@@ -137,41 +174,54 @@ fn make_region(
         libc::MAP_SHARED,
         fd,
     )?;
-    if let Some(initial) = initial {
-        // SAFETY: the caller guarantees `initial` is readable for `len` bytes; the shared
-        // view is a fresh writable mapping of `len` bytes.
-        unsafe { ptr::copy_nonoverlapping(initial, shared, len) };
+    if spec.adopt {
+        let at = spec.addr.expect("adopting needs an address");
+        // SAFETY: the caller guarantees the adopted range is mapped and readable for `len`
+        // bytes; the shared view is a fresh writable mapping of `len` bytes.
+        unsafe { ptr::copy_nonoverlapping(at as *const u8, shared, len) };
     }
-    let private = if replace {
-        let at = addr.expect("replacing needs an address");
-        // SAFETY: MAP_FIXED over a range the caller owns and whose contents were just copied
-        // into the file; the process is single-threaded at this point.
-        let got = unsafe {
-            libc::mmap(
-                at as *mut libc::c_void,
-                len,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE | libc::MAP_FIXED,
-                fd,
-                0,
-            )
-        };
-        if got == libc::MAP_FAILED {
-            return os_error("mmap over adopted range");
+    let tracked = spec.tracked || spec.logged;
+    let private = match (spec.adopt, spec.addr) {
+        (true, Some(at)) => {
+            remap_view(at as *mut u8, len, fd, tracked)?;
+            at as *mut u8
         }
-        got.cast()
-    } else {
-        map(addr, len, libc::PROT_READ, libc::MAP_PRIVATE, fd)?
+        _ => {
+            let (prot, flags) = view_mode(tracked);
+            map(spec.addr, len, prot, flags, fd)?
+        }
     };
-    Ok((
+    Ok(Region {
+        private,
+        shared,
+        len,
+        first_page: spec.first_page,
         fd,
-        Region {
-            private,
-            shared,
-            len,
-            first_page,
-        },
-    ))
+        logged: spec.logged,
+    })
+}
+
+/// Protection and flags of a private view: tracked (copy-on-write, read-only until a write
+/// faults) or untracked (the shared file, read-write).
+fn view_mode(tracked: bool) -> (i32, i32) {
+    if tracked {
+        (libc::PROT_READ, libc::MAP_PRIVATE)
+    } else {
+        (libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED)
+    }
+}
+
+/// Maps the region's file over its private view at `at` in the given mode.
+fn remap_view(at: *mut u8, len: usize, fd: i32, tracked: bool) -> io::Result<()> {
+    let (prot, flags) = view_mode(tracked);
+    // SAFETY: MAP_FIXED over a range the tracker owns (the region's private view, or an
+    // adopted range whose contents are in the file); each process has one thread, and no
+    // reference into the range is held across the call.
+    let got = unsafe { libc::mmap(at.cast(), len, prot, flags | libc::MAP_FIXED, fd, 0) };
+    if got == libc::MAP_FAILED {
+        return os_error("mmap over a tracked region");
+    }
+    Ok(())
 }
 
 impl Tracker {
@@ -186,14 +236,63 @@ impl Tracker {
     /// [`Tracker::install`], also adopting each `(address, length)` range of existing
     /// memory (page-aligned; e.g. the program's writable data segment): its contents move
     /// into a tracked file mapped over the same addresses, so writes to it are found and
-    /// merged like heap writes (global offsets after the heap's, in the order given).
+    /// merged like heap writes (global offsets after the heap's, in the order given; not
+    /// logged).
     pub fn install_with(
         len: usize,
         fixed_addr: Option<usize>,
         adopt: &[(usize, usize)],
     ) -> io::Result<&'static Tracker> {
-        assert!(adopt.len() < MAX_REGIONS, "too many adopted ranges");
-        assert!(len / PAGE <= u32::MAX as usize / 2, "heap too large");
+        let mut specs = vec![RegionSpec {
+            addr: fixed_addr,
+            len,
+            first_page: 0,
+            adopt: false,
+            logged: true,
+            tracked: true,
+        }];
+        let mut next = len / PAGE;
+        for &(addr, size) in adopt {
+            specs.push(RegionSpec {
+                addr: Some(addr),
+                len: size,
+                first_page: next,
+                adopt: true,
+                logged: false,
+                tracked: true,
+            });
+            next += size / PAGE;
+        }
+        Self::install_regions(&specs)
+    }
+
+    /// Installs a tracker over `specs`: the first is the persistent heap (logged, at page 0);
+    /// the others follow in ascending page order.
+    pub fn install_regions(specs: &[RegionSpec]) -> io::Result<&'static Tracker> {
+        assert!(
+            !specs.is_empty() && specs.len() <= MAX_REGIONS,
+            "1 to {MAX_REGIONS} regions"
+        );
+        assert!(
+            specs[0].first_page == 0 && specs[0].logged,
+            "the first region is the heap"
+        );
+        for pair in specs.windows(2) {
+            assert!(
+                pair[0].first_page + pair[0].len / PAGE <= pair[1].first_page,
+                "regions overlap or are out of order"
+            );
+        }
+        for spec in specs {
+            assert!(
+                spec.addr.is_none_or(|addr| addr.is_multiple_of(PAGE)),
+                "region at {:?} is not page-aligned",
+                spec.addr
+            );
+        }
+        let last = specs.last().expect("non-empty");
+        let pages = last.first_page + last.len / PAGE;
+        assert!(pages <= u32::MAX as usize / 2, "tracked space too large");
         if Self::active().is_some() {
             return Err(io::Error::new(
                 io::ErrorKind::AlreadyExists,
@@ -205,28 +304,29 @@ impl Tracker {
             shared: ptr::null_mut(),
             len: 0,
             first_page: 0,
+            fd: -1,
+            logged: false,
         };
         let mut regions = [empty; MAX_REGIONS];
-        let (fd, heap) = make_region(fixed_addr, len, false, None, 0)?;
-        regions[0] = heap;
-        let mut pages = len / PAGE;
-        for (i, &(addr, size)) in adopt.iter().enumerate() {
-            assert!(
-                addr.is_multiple_of(PAGE),
-                "adopted range at {addr:#x} is not page-aligned"
-            );
-            let (_, region) = make_region(Some(addr), size, true, Some(addr as *const u8), pages)?;
-            regions[i + 1] = region;
-            pages += size / PAGE;
+        let tracked: [std::sync::atomic::AtomicBool; MAX_REGIONS] = Default::default();
+        for (i, spec) in specs.iter().enumerate() {
+            regions[i] = make_region(spec)?;
+            tracked[i].store(spec.tracked || spec.logged, Ordering::Relaxed);
         }
-        let total = pages * PAGE;
         let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
-        let twins = map(None, total, libc::PROT_READ | libc::PROT_WRITE, anon, -1)?;
+        let twins = map(
+            None,
+            pages * PAGE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            anon,
+            -1,
+        )?;
         let tracker = Box::leak(Box::new(Tracker {
-            fd,
-            len: total,
+            fd: regions[0].fd,
+            pages,
             regions,
-            region_count: adopt.len() + 1,
+            region_count: specs.len(),
+            tracked,
             twins,
             dirty_bits: bitmap(pages),
             dirty: list(pages),
@@ -235,6 +335,8 @@ impl Tracker {
             kept: list(pages),
             kept_count: AtomicUsize::new(0),
             faults: AtomicU64::new(0),
+            window_end: AtomicUsize::new(usize::MAX),
+            window: AtomicUsize::new(1),
         }));
         if ACTIVE
             .compare_exchange(
@@ -252,6 +354,65 @@ impl Tracker {
         }
         install_handler()?;
         Ok(tracker)
+    }
+
+    /// Turns tracking of the unlogged regions on or off. Untracked, the private view is the
+    /// shared mapping itself: writes need no faults, twins or merges, they are visible to
+    /// other processes at once, and the kernel can write into the memory. Turning tracking
+    /// off requires that no page of those regions is dirty; their kept copies are dropped
+    /// with the mapping.
+    pub fn set_tracking(&self, on: bool) -> io::Result<()> {
+        for (index, region) in self.regions[..self.region_count].iter().enumerate() {
+            if region.logged || self.tracked[index].load(Ordering::Relaxed) == on {
+                continue;
+            }
+            let pages = region.first_page..region.first_page + region.len / PAGE;
+            if !on {
+                assert!(
+                    !self.dirty_pages().iter().any(|page| pages.contains(page)),
+                    "untracking a region with unmerged writes"
+                );
+                self.forget_kept(&pages);
+            }
+            remap_view(region.private, region.len, region.fd, on)?;
+            self.tracked[index].store(on, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Removes the pages in `range` from the kept list (their mapping is being replaced).
+    fn forget_kept(&self, range: &std::ops::Range<usize>) {
+        let count = self.kept_count.load(Ordering::Relaxed);
+        let mut write = 0;
+        for read in 0..count {
+            let page = self.kept[read].load(Ordering::Relaxed) as usize;
+            if range.contains(&page) {
+                clear(&self.kept_bits, page);
+            } else {
+                self.kept[write].store(page as u32, Ordering::Relaxed);
+                write += 1;
+            }
+        }
+        self.kept_count.store(write, Ordering::Relaxed);
+    }
+
+    /// Whether runs of global page `page` belong to the redo log (else only published).
+    pub fn is_logged(&self, page: usize) -> bool {
+        self.region_of_page(page).logged
+    }
+
+    /// The private view's address of global offset `offset` (for allocators over a region).
+    pub fn private_addr(&self, offset: usize) -> *mut u8 {
+        self.addresses(offset).0
+    }
+
+    /// Global page number of the first page of the region whose private view starts at
+    /// `addr`, and its length; `None` if no region starts there.
+    pub fn region_at(&self, addr: usize) -> Option<(usize, usize)> {
+        self.regions[..self.region_count]
+            .iter()
+            .find(|region| region.private as usize == addr)
+            .map(|region| (region.first_page, region.len))
     }
 
     /// The region holding global page `page`.
@@ -296,7 +457,10 @@ impl Tracker {
             return;
         }
         let end = addr.saturating_add(len);
-        for region in &self.regions[..self.region_count] {
+        for (index, region) in self.regions[..self.region_count].iter().enumerate() {
+            if !self.tracked[index].load(Ordering::Relaxed) {
+                continue;
+            }
             let base = region.private as usize;
             let start = addr.max(base);
             let stop = end.min(base + region.len);
@@ -319,14 +483,14 @@ impl Tracker {
         unsafe { tracker.as_ref() }
     }
 
-    /// Tracked bytes (heap and adopted ranges).
+    /// Bytes of global page space (every region lies below).
     pub fn len(&self) -> usize {
-        self.len
+        self.pages * PAGE
     }
 
-    /// Whether the heap is empty (never).
+    /// Whether the tracker covers nothing (never).
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.pages == 0
     }
 
     /// Start of the heap's private view (where the program sees the heap).
@@ -367,10 +531,26 @@ impl Tracker {
     }
 
     fn twin_page(&self, page: usize) -> &[u8] {
-        assert!(page < self.len / PAGE, "page {page} outside the twins");
+        assert!(page < self.pages, "page {page} outside the twins");
         // SAFETY: in bounds of the twin mapping, which only this process writes (in the
         // fault handler, never concurrently with this read on a single-threaded process).
         unsafe { std::slice::from_raw_parts(self.twins.add(page * PAGE), PAGE) }
+    }
+
+    /// The after-image of dirty page `page`: its shared contents with `spans` of the private
+    /// page applied (what the shared page holds once this process's runs are published).
+    /// The caller holds the commit token, so no other process changes the shared page.
+    pub fn after_image(&self, page: usize, spans: &[Span]) -> Vec<u8> {
+        let (_, shared) = self.addresses(page * PAGE);
+        // SAFETY: a whole page of the region's shared mapping, always readable; no other
+        // process writes it while the caller holds the token.
+        let mut image = unsafe { std::slice::from_raw_parts(shared, PAGE) }.to_vec();
+        let private = self.private_page(page);
+        for span in spans {
+            image[span.start..span.start + span.len]
+                .copy_from_slice(&private[span.start..span.start + span.len]);
+        }
+        image
     }
 
     /// Copies `len` bytes at global offset `offset` (within one page) from the private view
@@ -394,6 +574,95 @@ impl Tracker {
         assert!(offset + bytes.len() <= heap.len, "load past the heap");
         // SAFETY: in bounds of the heap's writable shared mapping; `bytes` is ordinary memory.
         unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), heap.shared.add(offset), bytes.len()) }
+    }
+
+    /// The tracked region holding `addr` in its private view: `(region index, region)`.
+    fn tracked_region_of(&self, addr: usize) -> Option<&Region> {
+        self.regions[..self.region_count]
+            .iter()
+            .enumerate()
+            .find(|(index, region)| {
+                let base = region.private as usize;
+                addr >= base
+                    && addr < base + region.len
+                    && self.tracked[*index].load(Ordering::Relaxed)
+            })
+            .map(|(_, region)| region)
+    }
+
+    /// Whether any page overlapping `[addr, addr + len)` of a tracked region is dirty (this
+    /// process may have unmerged writes there).
+    pub fn any_dirty(&self, addr: usize, len: usize) -> bool {
+        let Some(region) = self.tracked_region_of(addr) else {
+            return false;
+        };
+        let base = region.private as usize;
+        let end = (addr + len.max(1)).min(base + region.len);
+        ((addr - base) / PAGE..(end - base).div_ceil(PAGE))
+            .any(|local| is_set(&self.dirty_bits, region.first_page + local))
+    }
+
+    /// Makes this process's view of `[addr, addr + len)` (memory it was just handed by an
+    /// allocator) equal to the shared view: a dirty page gets the range's shared bytes in both
+    /// its private copy and its twin (so later writes diff against the current state, and the
+    /// stale bytes of a copy made before another process merged there are never published);
+    /// a kept copy is dropped. Clean pages map the shared file already.
+    pub fn refresh_range(&self, addr: usize, len: usize) -> io::Result<()> {
+        let Some(region) = self.tracked_region_of(addr) else {
+            return Ok(());
+        };
+        let base = region.private as usize;
+        let end = (addr + len).min(base + region.len);
+        let mut at = addr;
+        while at < end {
+            let local = (at - base) / PAGE;
+            let page = region.first_page + local;
+            let stop = end.min(base + (local + 1) * PAGE);
+            let offset = at - base;
+            if is_set(&self.dirty_bits, page) {
+                // SAFETY: `[offset, offset + stop - at)` lies in one page of the region's
+                // mappings; the page is dirty, so its private copy is writable; the twin
+                // mapping covers every page; the three ranges are distinct mappings.
+                unsafe {
+                    let shared = region.shared.add(offset);
+                    ptr::copy_nonoverlapping(shared, region.private.add(offset), stop - at);
+                    let twin = self.twins.add(page * PAGE + offset % PAGE);
+                    ptr::copy_nonoverlapping(shared, twin, stop - at);
+                }
+            } else if is_set(&self.kept_bits, page) {
+                self.forget_kept(&(page..page + 1));
+                self.discard(page, 1)?;
+            }
+            at = stop;
+        }
+        Ok(())
+    }
+
+    /// Reads the shared view of any region at global offset `offset` (page by page).
+    pub fn read_shared_at(&self, offset: usize, dst: &mut [u8]) {
+        let mut done = 0;
+        while done < dst.len() {
+            let at = offset + done;
+            let len = (PAGE - at % PAGE).min(dst.len() - done);
+            let (_, shared) = self.addresses(at);
+            // SAFETY: within one page of a region's shared mapping (always readable).
+            unsafe { ptr::copy_nonoverlapping(shared, dst[done..].as_mut_ptr(), len) };
+            done += len;
+        }
+    }
+
+    /// Writes the shared view of any region at global offset `offset` (initialisation from
+    /// the home image, before any thread-process exists).
+    pub fn write_shared_at(&self, offset: usize, bytes: &[u8]) {
+        let mut done = 0;
+        while done < bytes.len() {
+            let at = offset + done;
+            let len = (PAGE - at % PAGE).min(bytes.len() - done);
+            let (_, shared) = self.addresses(at);
+            // SAFETY: within one page of a region's writable shared mapping.
+            unsafe { ptr::copy_nonoverlapping(bytes[done..].as_ptr(), shared, len) };
+            done += len;
+        }
     }
 
     /// Reads the shared view (the merged state) at `offset`.
@@ -483,33 +752,69 @@ impl Tracker {
     /// Handles a write fault at `addr` if it lies in the private view. Returns false for
     /// faults that are not ours (or a fault on a page already dirty: a real error).
     fn on_fault(&self, addr: usize) -> bool {
-        let Some(region) = self.regions[..self.region_count].iter().find(|region| {
-            let base = region.private as usize;
-            addr >= base && addr < base + region.len
-        }) else {
+        let Some((index, region)) =
+            self.regions[..self.region_count]
+                .iter()
+                .enumerate()
+                .find(|(_, region)| {
+                    let base = region.private as usize;
+                    addr >= base && addr < base + region.len
+                })
+        else {
             return false;
         };
+        if !self.tracked[index].load(Ordering::Relaxed) {
+            return false;
+        }
         let local = (addr - region.private as usize) / PAGE;
         let page = region.first_page + local;
         if test_and_set(&self.dirty_bits, page) {
             return false;
         }
-        // SAFETY: the page is inside the region's private mapping. mprotect is a system call;
-        // the volatile read+write of the page's first byte (now writable) makes the kernel
-        // give this process its private copy at once, so the twin copied next is exactly the
-        // private page the program's write will land on.
+        // Sequential writers (filling an array) take one fault per window of pages instead of
+        // one per page: after a fault right behind the previous window, the window doubles
+        // (up to MAX_WINDOW), and every page of it is made writable, copied and twinned at
+        // once. A page of the window that is never written costs a copy and an empty diff.
+        let window = if page == self.window_end.load(Ordering::Relaxed) {
+            (self.window.load(Ordering::Relaxed) * 2).min(MAX_WINDOW)
+        } else {
+            1
+        };
+        let region_end = region.first_page + region.len / PAGE;
+        let mut count = 1;
+        while count < window && page + count < region_end && !is_set(&self.dirty_bits, page + count)
+        {
+            test_and_set(&self.dirty_bits, page + count);
+            count += 1;
+        }
+        self.window.store(window, Ordering::Relaxed);
+        self.window_end.store(page + count, Ordering::Relaxed);
+        // SAFETY: the pages lie inside the region's private mapping. mprotect is a system
+        // call; the volatile read+write of each page's first byte (now writable) makes the
+        // kernel give this process its private copy at once, so the twin copied next is
+        // exactly the private page the program's writes will land on.
         unsafe {
             let start = region.private.add(local * PAGE);
-            if libc::mprotect(start.cast(), PAGE, libc::PROT_READ | libc::PROT_WRITE) != 0 {
+            if libc::mprotect(
+                start.cast(),
+                count * PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+            ) != 0
+            {
                 return false;
             }
-            let first = ptr::read_volatile(start);
-            ptr::write_volatile(start, first);
-            ptr::copy_nonoverlapping(start, self.twins.add(page * PAGE), PAGE);
+            for i in 0..count {
+                let at = start.add(i * PAGE);
+                let first = ptr::read_volatile(at);
+                ptr::write_volatile(at, first);
+                ptr::copy_nonoverlapping(at, self.twins.add((page + i) * PAGE), PAGE);
+            }
         }
         let slot = self.dirty_count.load(Ordering::Relaxed);
-        self.dirty[slot].store(page as u32, Ordering::Relaxed);
-        self.dirty_count.store(slot + 1, Ordering::Release);
+        for i in 0..count {
+            self.dirty[slot + i].store((page + i) as u32, Ordering::Relaxed);
+        }
+        self.dirty_count.store(slot + count, Ordering::Release);
         self.faults.fetch_add(1, Ordering::Relaxed);
         true
     }
@@ -562,14 +867,31 @@ extern "C" fn on_segv(signal: i32, info: *mut libc::siginfo_t, _context: *mut li
     {
         return;
     }
-    // Not a tracked write: restore the default action and return, so the faulting
-    // instruction runs again and the process dies of SIGSEGV as it would without us.
+    // Not a tracked write: the program crashes. Let the runtime end the other processes of
+    // the run (as a crash of one thread ends a pthreads process), then restore the default
+    // action and return, so the faulting instruction runs again and the process dies of
+    // SIGSEGV as it would without us.
+    let hook = FATAL_HOOK.load(Ordering::Acquire);
+    if hook != 0 {
+        // SAFETY: FATAL_HOOK only ever holds 0 or a `fn()` stored by `set_fatal_hook`.
+        let hook: fn() = unsafe { std::mem::transmute::<usize, fn()>(hook) };
+        hook();
+    }
     // SAFETY: sigaction with a zeroed (SIG_DFL) action is async-signal-safe.
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = libc::SIG_DFL;
         libc::sigaction(signal, &action, ptr::null_mut());
     }
+}
+
+/// Called (in the signal handler) when a fault is not the tracker's.
+static FATAL_HOOK: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets the function the `SIGSEGV` handler calls before the process dies of a fault that is
+/// not a tracked write. It must be async-signal-safe.
+pub fn set_fatal_hook(hook: fn()) {
+    FATAL_HOOK.store(hook as usize, Ordering::Release);
 }
 
 fn install_handler() -> io::Result<()> {

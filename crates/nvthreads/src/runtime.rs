@@ -20,11 +20,15 @@
 //!   appended since the last one (including those of sections that ran while another was
 //!   open and may have observed it — the conservative form of the paper's dependences).
 
+use crate::diff::Span;
 use crate::heapmeta;
 use crate::journal::{Config, Journal, LAYOUT, Mutation};
-use crate::pages::{PAGE, Tracker};
+use crate::pages::{PAGE, RegionSpec, Tracker};
 use crate::record::Run;
-use crate::shared::{MAX_THREADS, Shared, Table, futex_wait, futex_wake, thread_state};
+use crate::shared::{
+    Clock, MAX_THREADS, Shared, SyncSlot, Table, futex_wait, futex_wait_for, futex_wait_until,
+    futex_wake, mutex_kind, thread_state,
+};
 use pmem::{CreateOptions, Native, NativeOptions, Pool};
 use std::io::Write;
 use std::path::PathBuf;
@@ -40,13 +44,55 @@ pub const DEFAULT_LOG_MB: u64 = 16;
 #[derive(Debug)]
 pub struct Runtime {
     journal: Mutex<Option<Journal<Native>>>,
-    tracker: &'static Tracker,
-    shared: &'static Shared,
+    pub(crate) tracker: &'static Tracker,
+    pub(crate) shared: &'static Shared,
     heap_len: u64,
     crashed: bool,
     /// Test-only protocol bug (`NVT_MUTANT`), which the C-program tests must catch.
     mutant: Mutant,
+    /// Global offsets `(start, end)` of the bytes of persistent globals that the dynamic
+    /// loader writes at every start: published but never logged (sorted).
+    excluded: Vec<(u64, u64)>,
+    /// Where `malloc`'d memory lives (`NVT_MALLOC`).
+    pub(crate) malloc_mode: MallocMode,
+    /// The allocator of the interposed `malloc` family (none in `private` mode).
+    pub(crate) arena: OnceLock<crate::alloc::Arena>,
+    /// Persistent mode: the arena's header chunk (private view), holding the high-water
+    /// marks.
+    pub(crate) arena_header: std::sync::atomic::AtomicUsize,
 }
+
+/// Where the interposed `malloc` family allocates (`NVT_MALLOC`, `docs/nvthreads.md` §3.6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MallocMode {
+    /// `shared` (default): a volatile region shared by all thread-processes and merged at
+    /// synchronisation points like globals; not persistent.
+    Shared,
+    /// `persistent`: a range of the persistent heap; logged and recovered like `nvmalloc`'d
+    /// memory (the paper's "every malloc persistent" setting). Memory malloc'd by an earlier
+    /// run is never reused.
+    Persistent,
+    /// `private`: glibc's allocator; each thread-process has its own copy after creation.
+    Private,
+}
+
+impl MallocMode {
+    fn from_env() -> MallocMode {
+        match std::env::var("NVT_MALLOC").as_deref() {
+            Err(_) | Ok("shared") => MallocMode::Shared,
+            Ok("persistent") => MallocMode::Persistent,
+            Ok("private") => MallocMode::Private,
+            Ok(other) => fatal(&format!(
+                "NVT_MALLOC={other}: expected shared, persistent or private"
+            )),
+        }
+    }
+}
+
+/// Default size of the volatile `malloc` region (`NVT_MALLOC_MB`).
+pub const DEFAULT_MALLOC_MB: u64 = 2048;
+/// Fixed address of the volatile `malloc` region (after any heap of up to 8 TiB).
+pub const MALLOC_BASE: u64 = 0x6800_0000_0000;
 
 /// Deliberate runtime bugs, selected by `NVT_MUTANT` (tests only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,6 +135,8 @@ static OPEN: AtomicBool = AtomicBool::new(false);
 static CHILD: AtomicBool = AtomicBool::new(false);
 /// The merge generation this process's private copies are consistent with.
 static SEEN_GEN: AtomicU64 = AtomicU64::new(0);
+/// The epoch that commits this thread's writes up to its last merge that logged something.
+static LAST_EPOCH: AtomicU64 = AtomicU64::new(0);
 
 fn get(flag: &AtomicBool) -> bool {
     flag.load(Ordering::Relaxed)
@@ -100,6 +148,11 @@ fn set(flag: &AtomicBool, value: bool) {
 
 fn depth() -> u32 {
     DEPTH.load(Ordering::Relaxed)
+}
+
+/// This thread's tag in mutex owner fields (slot + 1, never 0).
+fn me_tag() -> u32 {
+    ME.load(Ordering::Relaxed) + 1
 }
 
 /// Prints `message` and kills the run: every thread-process, then this one.
@@ -154,7 +207,10 @@ pub fn runtime() -> &'static Runtime {
 impl Runtime {
     fn start() -> Result<Runtime, String> {
         let path = pool_path();
-        let options = NativeOptions::default().with_env_overrides();
+        let mut options = NativeOptions::default().with_env_overrides();
+        // Emulated NVM: the paper charged each 4 KiB page written to its log; the pool charges
+        // each 64-byte line written back.
+        options.latency.line_writeback_ns = env_u64("NVT_NVM_NS_PER_PAGE", 0).div_ceil(64);
         let (journal, state, crashed) = if path.exists() {
             let pool = open_pool(&path, &options)?;
             let (journal, state, recovery) = Journal::open_in(pool, Mutation::None, Some(step))
@@ -166,34 +222,34 @@ impl Runtime {
                 log_len: env_u64("NVT_LOG_MB", DEFAULT_LOG_MB) << 20,
                 base_addr: crate::DEFAULT_BASE_ADDR,
             };
+            // Made under another name and renamed into place once formatted: a crash while
+            // creating leaves no half-made pool at `path` (the next run starts over).
+            let creating = path.with_extension("creating");
+            let _ = std::fs::remove_file(&creating);
             let mut create = CreateOptions::new(LAYOUT, config.pool_size());
             create.native = options;
-            let pool = Pool::create(&path, &create)
-                .map_err(|e| format!("creating {}: {e}", path.display()))?;
+            let pool = Pool::create(&creating, &create)
+                .map_err(|e| format!("creating {}: {e}", creating.display()))?;
             let (mut journal, state) =
                 Journal::create_in(pool, &config).map_err(|e| e.to_string())?;
+            std::fs::rename(&creating, &path)
+                .map_err(|e| format!("renaming {} into place: {e}", creating.display()))?;
             journal.set_fence_hook(Some(step));
             (journal, state, false)
         };
         let geo = journal.geometry();
-        let mut globals = if env_u64("NVT_GLOBALS", 1) == 0 {
-            Vec::new()
-        } else {
-            program_globals()
-        };
-        globals.truncate(crate::pages::MAX_REGIONS - 1);
-        let tracker = Tracker::install_with(
-            geo.heap_len as usize,
-            Some(geo.base_addr as usize),
-            &globals,
-        )
-        .map_err(|e| format!("mapping the heap: {e}"))?;
-        let formatted = load_home(&journal, tracker)?;
+        let malloc_mode = MallocMode::from_env();
+        let layout = GlobalsLayout::plan(&journal)?;
+        let specs = region_specs(&layout, geo.base_addr, malloc_mode);
+        let tracker =
+            Tracker::install_regions(&specs).map_err(|e| format!("mapping the heap: {e}"))?;
+        let formatted = load_home(&journal, tracker, &layout)?;
         let shared = Shared::map().map_err(|e| format!("mapping shared state: {e}"))?;
         shared
             .steps
             .store(EARLY_STEPS.load(Ordering::Relaxed), Ordering::Relaxed);
         let _ = SHARED.set(shared);
+        LAST_EPOCH.store(state.committed, Ordering::Relaxed);
         shared.set_journal_state(&state);
         shared.live_threads.store(1, Ordering::Relaxed);
         let main = &shared.threads[0];
@@ -202,18 +258,41 @@ impl Runtime {
         main.pid.store(unsafe { libc::getpid() }, Ordering::Relaxed);
         // SAFETY: registering a plain extern "C" function with no arguments.
         unsafe { libc::atexit(at_exit) };
+        install_fatal_handlers();
         let runtime = Runtime {
             journal: Mutex::new(Some(journal)),
             tracker,
             shared,
-            heap_len: geo.heap_len,
+            heap_len: layout.heap_len,
             crashed,
             mutant: Mutant::from_env(),
+            malloc_mode,
+            arena: OnceLock::new(),
+            arena_header: std::sync::atomic::AtomicUsize::new(0),
+            excluded: layout.excluded_offsets(),
         };
         if !formatted {
-            heapmeta::format(runtime.meta());
+            // The reservation for persistent globals is part of the format, so a crash
+            // before the globals are first logged cannot leave a heap without it.
+            let meta = runtime.meta();
+            heapmeta::format(meta);
+            heapmeta::set_globals(meta, layout.pool_heap_len - layout.heap_len, 0, 0);
             runtime.sync_point();
         }
+        if layout.persistent && !layout.recovered {
+            runtime.record_globals(&layout);
+        }
+        match malloc_mode {
+            MallocMode::Shared => {
+                let len = specs.last().expect("the malloc region").len;
+                let arena = crate::alloc::Arena::new(MALLOC_BASE as usize, len, 0)
+                    .map_err(|e| format!("mapping the allocator's metadata: {e}"))?;
+                let _ = runtime.arena.set(arena);
+            }
+            MallocMode::Persistent => runtime.open_persistent_arena()?,
+            MallocMode::Private => {}
+        }
+        mark_active(&path);
         Ok(runtime)
     }
 
@@ -225,6 +304,110 @@ impl Runtime {
     /// Last committed epoch.
     pub fn durable_epoch(&self) -> u64 {
         self.shared.journal_state().committed
+    }
+
+    /// This thread's slot in the thread table (0: main).
+    pub fn thread_index(&self) -> usize {
+        ME.load(Ordering::Relaxed) as usize
+    }
+
+    /// Size of the persistent heap.
+    pub fn heap_len(&self) -> u64 {
+        self.heap_len
+    }
+
+    /// Address of the persistent heap (the private view).
+    pub fn heap_base(&self) -> *mut u8 {
+        self.tracker.private_base()
+    }
+
+    /// The heap metadata page, read-only.
+    pub(crate) fn heap_meta(&self) -> &[u8] {
+        // SAFETY: page 0 of the private view, mapped for the life of the process and always
+        // readable; only this (single-threaded) process writes its private copy.
+        unsafe { std::slice::from_raw_parts(self.tracker.private_base(), heapmeta::META_LEN) }
+    }
+
+    /// First run of this executable with persistent globals: logs their current contents
+    /// (their initial values; excluded bytes left out) and records the executable's
+    /// fingerprint in the heap metadata, in one commit. If another executable's globals are
+    /// in the reservation, the log is checkpointed and the reservation cleared first (a
+    /// crash before the commit leaves the old fingerprint, and the next start does this
+    /// again).
+    fn record_globals(&self, layout: &GlobalsLayout) {
+        self.take_token();
+        let reserved = layout.pool_heap_len - layout.heap_len;
+        let mut images = Vec::new();
+        let mut offset = layout.heap_len as usize;
+        for &(_, len) in &layout.globals.ranges {
+            let mut bytes = vec![0u8; len];
+            self.tracker.read_shared_at(offset, &mut bytes);
+            images.push((offset, bytes));
+            offset += len;
+        }
+        // Only the non-zero bytes: the reservation is zero until now.
+        let zero = [0u8; PAGE];
+        let mut runs = Vec::new();
+        let mut spans = Vec::new();
+        for (offset, bytes) in &images {
+            for (index, page) in bytes.chunks(PAGE).enumerate() {
+                spans.clear();
+                crate::diff::spans(page, &zero[..page.len()], &mut spans);
+                let base = offset + index * PAGE;
+                runs.extend(spans.iter().flat_map(|span| {
+                    without(
+                        Run {
+                            offset: (base + span.start) as u64,
+                            bytes: &page[span.start..span.start + span.len],
+                        },
+                        &self.excluded,
+                    )
+                }));
+            }
+        }
+        {
+            let guard = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+            let journal = guard
+                .as_ref()
+                .unwrap_or_else(|| fatal("logging globals after close"));
+            let mut state = self.shared.journal_state();
+            let (_, fingerprint, _) = heapmeta::globals(self.heap_meta());
+            if fingerprint != 0 {
+                journal
+                    .checkpoint(&mut state)
+                    .unwrap_or_else(|e| fatal(&e.to_string()));
+                journal.clear_home(layout.heap_len, reserved);
+            }
+            let budget = journal.geometry().log_len / 4;
+            let mut start = 0;
+            while start < runs.len() {
+                let mut end = start;
+                let mut bytes = 0;
+                while end < runs.len() && (end == start || bytes < budget) {
+                    bytes += 16 + runs[end].bytes.len() as u64;
+                    end += 1;
+                }
+                journal
+                    .append(&mut state, &runs[start..end])
+                    .unwrap_or_else(|e| fatal(&log_error(&e)));
+                start = end;
+            }
+            self.shared.set_journal_state(&state);
+        }
+        heapmeta::set_globals(
+            self.meta(),
+            reserved,
+            layout.globals.fingerprint,
+            layout.globals.len() as u64,
+        );
+        self.merge(true, false);
+        self.give_token();
+    }
+
+    /// The epoch that commits this thread's writes up to its last synchronisation point
+    /// (they are durable once [`Runtime::durable_epoch`] reaches it).
+    pub fn section_epoch(&self) -> u64 {
+        LAST_EPOCH.load(Ordering::Relaxed)
     }
 
     /// The heap metadata page, through the private view (writes are tracked).
@@ -243,11 +426,19 @@ impl Runtime {
     }
 
     fn take_token(&self) {
+        self.take_token_until(None);
+    }
+
+    /// Takes the commit token, waiting until `deadline` at most; returns whether it is held.
+    fn take_token_until(&self, deadline: Option<(Clock, &libc::timespec)>) -> bool {
         if !get(&HOLDS) {
-            self.shared.token.lock();
+            if !self.shared.token.lock_until(deadline) {
+                return false;
+            }
             set(&HOLDS, true);
             self.refresh_kept();
         }
+        true
     }
 
     /// Drops the private copies kept from earlier intervals if another process has merged
@@ -274,23 +465,55 @@ impl Runtime {
         assert!(get(&HOLDS), "merge without the commit token");
         let tracker = self.tracker;
         // Heap runs are logged and published; runs in adopted ranges (the program's globals)
-        // are only published: they are shared but not persistent.
+        // and the shared malloc region are only published: shared, not persistent.
+        let dirty = tracker.dirty_pages();
+        self.shared.counters[3].fetch_add(dirty.len() as u64, Ordering::Relaxed);
+        let page_spans: Vec<(usize, Vec<Span>)> = dirty
+            .into_iter()
+            .map(|page| {
+                let mut spans = Vec::new();
+                tracker.diff_page(page, &mut spans);
+                (page, spans)
+            })
+            .collect();
+        // A page whose runs would take more log space than the page itself (many scattered
+        // changes) is logged as its after-image: the shared page with this merge's runs
+        // applied. That is exact because merges are serialised by the token and the log is
+        // replayed in merge order; bytes of other sections in it were merged earlier, and
+        // if they are not committed yet neither is this record (an open section holds back
+        // every commit).
+        let heap_pages = self.heap_len as usize / PAGE;
+        let images: Vec<(usize, Vec<u8>)> = page_spans
+            .iter()
+            .filter(|(page, spans)| {
+                *page < heap_pages && tracker.is_logged(*page) && encoded_len(spans) > PAGE + 16
+            })
+            .map(|(page, spans)| (*page, tracker.after_image(*page, spans)))
+            .collect();
         let mut runs = Vec::new();
+        let mut logged = Vec::new();
         let mut volatile = Vec::new();
-        let mut spans = Vec::new();
-        for page in tracker.dirty_pages() {
-            spans.clear();
-            tracker.diff_page(page, &mut spans);
-            let bytes = tracker.private_page(page);
-            let target = if page < tracker.heap_pages() {
-                &mut runs
-            } else {
-                &mut volatile
-            };
-            target.extend(spans.iter().map(|span| Run {
+        for (page, spans) in &page_spans {
+            let bytes = tracker.private_page(*page);
+            let page_runs = spans.iter().map(|span| Run {
                 offset: (page * PAGE + span.start) as u64,
                 bytes: &bytes[span.start..span.start + span.len],
-            }));
+            });
+            if !tracker.is_logged(*page) {
+                volatile.extend(page_runs);
+                continue;
+            }
+            runs.extend(page_runs.clone());
+            match images.iter().find(|(imaged, _)| imaged == page) {
+                Some((_, image)) => logged.push(Run {
+                    offset: (page * PAGE) as u64,
+                    bytes: image,
+                }),
+                None if *page >= heap_pages => {
+                    logged.extend(page_runs.flat_map(|run| without(run, &self.excluded)));
+                }
+                None => logged.extend(page_runs),
+            }
         }
         for run in &volatile {
             tracker.publish(run.offset as usize, run.bytes.len());
@@ -299,7 +522,8 @@ impl Runtime {
         let journal = guard.as_ref().unwrap_or_else(|| fatal("merge after close"));
         let mut state = self.shared.journal_state();
         if self.mutant == Mutant::CommitPerPage {
-            for page_runs in runs.chunk_by(|a, b| a.offset / PAGE as u64 == b.offset / PAGE as u64)
+            for page_runs in
+                logged.chunk_by(|a, b| a.offset / PAGE as u64 == b.offset / PAGE as u64)
             {
                 journal
                     .append(&mut state, page_runs)
@@ -311,16 +535,24 @@ impl Runtime {
                 .for_each(|run| tracker.publish(run.offset as usize, run.bytes.len()));
             drop(guard);
             self.end_interval(!runs.is_empty() || !volatile.is_empty(), true);
+            self.release_pending_frees();
             return;
         }
-        if !runs.is_empty() {
-            journal
-                .append(&mut state, &runs)
-                .unwrap_or_else(|e| fatal(&e.to_string()));
+        if !logged.is_empty() {
+            let lap = state.lap;
+            let record = journal
+                .append(&mut state, &logged)
+                .unwrap_or_else(|e| fatal(&log_error(&e)));
+            LAST_EPOCH.store(state.committed + 1, Ordering::Relaxed);
             self.shared.set_journal_state(&state);
-            let bytes: u64 = runs.iter().map(|run| run.bytes.len() as u64).sum();
-            self.shared.counters[1].fetch_add(1, Ordering::Relaxed);
-            self.shared.counters[2].fetch_add(bytes, Ordering::Relaxed);
+            let bytes: u64 = logged.iter().map(|run| run.bytes.len() as u64).sum();
+            let counters = &self.shared.counters;
+            counters[1].fetch_add(1, Ordering::Relaxed);
+            counters[2].fetch_add(bytes, Ordering::Relaxed);
+            counters[5].fetch_add(record, Ordering::Relaxed);
+            if state.lap != lap {
+                counters[4].fetch_add(1, Ordering::Relaxed);
+            }
         }
         let nothing_open = self.shared.open_sections.load(Ordering::Acquire) == 0;
         if commit && (nothing_open || self.mutant == Mutant::NoDependence) {
@@ -333,6 +565,7 @@ impl Runtime {
                 .unwrap_or_else(|e| fatal(&e.to_string()))
             {
                 self.shared.set_journal_state(&state);
+                self.shared.counters[4].fetch_add(1, Ordering::Relaxed);
             }
         }
         drop(guard);
@@ -340,12 +573,17 @@ impl Runtime {
             tracker.publish(run.offset as usize, run.bytes.len());
         }
         self.end_interval(!runs.is_empty() || !volatile.is_empty(), force_drop);
+        self.release_pending_frees();
     }
 
     /// After publishing: advances the merge generation if anything was published, and
     /// write-protects this interval's pages, keeping the private copies only if no other
     /// process has merged since this one's copies were taken (lazy dropping).
     fn end_interval(&self, published: bool, force_drop: bool) {
+        // The main process writes the unlogged regions in place (untracked): whenever it
+        // synchronises, the others must drop copies that may predate its writes.
+        let published =
+            published || (!self.is_child() && self.shared.live_threads.load(Ordering::Acquire) > 1);
         let stale =
             self.shared.merge_gen.load(Ordering::Acquire) != SEEN_GEN.load(Ordering::Relaxed);
         let generation = if published {
@@ -362,13 +600,23 @@ impl Runtime {
     /// Takes the token for a synchronisation operation; at depth 0 that commits the writes
     /// made since the thread's last synchronisation point.
     fn begin(&self) {
+        self.begin_until(None);
+    }
+
+    /// [`Runtime::begin`], giving up at `deadline` if the token is not free by then (a
+    /// section of another thread runs); returns whether the token is held.
+    fn begin_until(&self, deadline: Option<(Clock, &libc::timespec)>) -> bool {
         if get(&HOLDS) {
-            return;
+            return true;
         }
-        self.take_token();
+        self.apply_pending_name();
+        if !self.take_token_until(deadline) {
+            return false;
+        }
         if depth() == 0 {
             self.merge(true, false);
         }
+        true
     }
 
     /// Merges an open section without committing it, before giving up the token.
@@ -405,31 +653,109 @@ impl Runtime {
         self.give_token();
     }
 
-    /// `pthread_mutex_lock`.
-    pub fn mutex_lock(&self, key: u64) -> i32 {
-        let slot = self.sync_slot(Table::Mutex, key);
+    /// `pthread_mutex_init` (and the lock functions of read-write and spin locks): a fresh,
+    /// unlocked slot of `kind` ([`mutex_kind`]) for the object at `key`.
+    pub fn mutex_init(&self, key: u64, kind: u32) -> i32 {
+        let slot = self.shared.reinit(Table::Mutex, key, &|slot| {
+            slot.kind.store(kind, Ordering::Relaxed)
+        });
+        if slot.is_none() {
+            return libc::ENOMEM;
+        }
+        0
+    }
+
+    /// `pthread_mutex_destroy`: frees the slot (`EBUSY` if the mutex is held).
+    pub fn mutex_destroy(&self, key: u64) -> i32 {
+        if let Some(slot) = self.shared.find(Table::Mutex, key)
+            && slot.word.is_held()
+        {
+            return libc::EBUSY;
+        }
+        self.shared.release(Table::Mutex, key);
+        0
+    }
+
+    /// `pthread_mutex_lock`. `kind_at_first_use` gives the kind of a mutex never initialised
+    /// by `pthread_mutex_init` (from its static initialiser).
+    pub fn mutex_lock(&self, key: u64, kind_at_first_use: u32) -> i32 {
+        self.mutex_lock_until(key, kind_at_first_use, None)
+    }
+
+    /// `pthread_mutex_timedlock` (`deadline`) and `pthread_mutex_lock` (`None`).
+    pub fn mutex_lock_until(
+        &self,
+        key: u64,
+        kind_at_first_use: u32,
+        deadline: Option<(Clock, &libc::timespec)>,
+    ) -> i32 {
+        let slot = self.mutex_slot(key, kind_at_first_use);
+        if let Some(result) = self.relock(slot) {
+            return result;
+        }
         let mut contended = false;
         loop {
-            self.begin();
+            if !self.begin_until(deadline) {
+                return libc::ETIMEDOUT;
+            }
             if slot.word.try_lock(contended) {
-                DEPTH.fetch_add(1, Ordering::Relaxed);
+                self.acquired(slot);
                 return 0;
             }
             self.release_for_wait();
-            slot.word.wait_free();
+            let freed = slot.word.wait_free_until(deadline);
             contended = true;
             if depth() > 0 {
                 self.take_token();
             }
+            if !freed {
+                return libc::ETIMEDOUT;
+            }
         }
     }
 
+    fn mutex_slot(&self, key: u64, kind_at_first_use: u32) -> &'static SyncSlot {
+        self.sync_slot_with(Table::Mutex, key, &|slot| {
+            slot.kind.store(kind_at_first_use, Ordering::Relaxed)
+        })
+    }
+
+    /// A lock request by the mutex's holder: counted for a recursive mutex, `EDEADLK` for an
+    /// error-checking one; `None` if the caller does not hold it (or it is a normal mutex,
+    /// which then deadlocks as with pthreads).
+    fn relock(&self, slot: &SyncSlot) -> Option<i32> {
+        if slot.owner.load(Ordering::Acquire) != me_tag() {
+            return None;
+        }
+        match slot.kind.load(Ordering::Acquire) {
+            mutex_kind::RECURSIVE => {
+                slot.recursion.fetch_add(1, Ordering::Relaxed);
+                DEPTH.fetch_add(1, Ordering::Relaxed);
+                Some(0)
+            }
+            mutex_kind::ERRORCHECK => Some(libc::EDEADLK),
+            _ => None,
+        }
+    }
+
+    fn acquired(&self, slot: &SyncSlot) {
+        slot.owner.store(me_tag(), Ordering::Release);
+        slot.recursion.store(1, Ordering::Relaxed);
+        DEPTH.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// `pthread_mutex_trylock`: never blocks on the mutex (only on the commit token).
-    pub fn mutex_trylock(&self, key: u64) -> i32 {
-        let slot = self.sync_slot(Table::Mutex, key);
+    pub fn mutex_trylock(&self, key: u64, kind_at_first_use: u32) -> i32 {
+        let slot = self.mutex_slot(key, kind_at_first_use);
+        if slot.owner.load(Ordering::Acquire) == me_tag() {
+            return match self.relock(slot) {
+                Some(0) => 0,
+                _ => libc::EBUSY,
+            };
+        }
         self.begin();
         if slot.word.try_lock(false) {
-            DEPTH.fetch_add(1, Ordering::Relaxed);
+            self.acquired(slot);
             return 0;
         }
         if depth() == 0 {
@@ -439,11 +765,16 @@ impl Runtime {
     }
 
     /// `pthread_mutex_unlock`.
-    pub fn mutex_unlock(&self, key: u64) -> i32 {
-        let slot = self.sync_slot(Table::Mutex, key);
-        if depth() == 0 {
+    pub fn mutex_unlock(&self, key: u64, kind_at_first_use: u32) -> i32 {
+        let slot = self.mutex_slot(key, kind_at_first_use);
+        if depth() == 0 || slot.owner.load(Ordering::Acquire) != me_tag() {
             return libc::EPERM;
         }
+        if slot.recursion.fetch_sub(1, Ordering::Relaxed) > 1 {
+            DEPTH.fetch_sub(1, Ordering::Relaxed);
+            return 0;
+        }
+        slot.owner.store(0, Ordering::Release);
         let left = DEPTH.fetch_sub(1, Ordering::Relaxed) - 1;
         if left == 0 {
             self.end_section();
@@ -455,16 +786,49 @@ impl Runtime {
         0
     }
 
+    /// `pthread_cond_init`: a fresh slot whose deadlines are measured on `clock`.
+    pub fn cond_init(&self, key: u64, clock: Clock) -> i32 {
+        match self
+            .shared
+            .reinit(Table::Cond, key, &|slot| slot.set_clock(clock))
+        {
+            Some(_) => 0,
+            None => libc::ENOMEM,
+        }
+    }
+
+    /// `pthread_cond_destroy`: frees the slot.
+    pub fn cond_destroy(&self, key: u64) -> i32 {
+        self.shared.release(Table::Cond, key);
+        0
+    }
+
     /// `pthread_cond_wait`.
     pub fn cond_wait(&self, cond: u64, mutex: u64) -> i32 {
+        self.cond_wait_until(cond, mutex, None)
+    }
+
+    /// `pthread_cond_timedwait` / `pthread_cond_clockwait` (`deadline`: an absolute time on
+    /// `clock`, or the condition variable's own clock when `clock` is `None`) and
+    /// `pthread_cond_wait` (no deadline). The mutex is held again on return, also after a
+    /// timeout (`ETIMEDOUT`).
+    pub fn cond_wait_until(
+        &self,
+        cond: u64,
+        mutex: u64,
+        deadline: Option<(Option<Clock>, &libc::timespec)>,
+    ) -> i32 {
         let cond_slot = self.sync_slot(Table::Cond, cond);
-        let mutex_slot = self.sync_slot(Table::Mutex, mutex);
-        if depth() == 0 {
+        let mutex_slot = self.mutex_slot(mutex, mutex_kind::NORMAL);
+        if depth() == 0 || mutex_slot.owner.load(Ordering::Acquire) != me_tag() {
             return libc::EPERM;
         }
         self.begin();
         let seq = cond_slot.seq.load(Ordering::Acquire);
-        let left = DEPTH.fetch_sub(1, Ordering::Relaxed) - 1;
+        // A recursive mutex is released entirely and taken back at the same depth.
+        let levels = mutex_slot.recursion.swap(0, Ordering::Relaxed).max(1);
+        mutex_slot.owner.store(0, Ordering::Release);
+        let left = DEPTH.fetch_sub(levels, Ordering::Relaxed) - levels;
         if left == 0 {
             self.end_section();
         } else {
@@ -472,8 +836,23 @@ impl Runtime {
         }
         mutex_slot.word.unlock();
         self.give_token();
-        futex_wait(&cond_slot.seq, seq);
-        self.mutex_lock(mutex)
+        let timed_out = match deadline {
+            None => {
+                futex_wait(&cond_slot.seq, seq);
+                false
+            }
+            Some((clock, at)) => {
+                let clock = clock.unwrap_or_else(|| cond_slot.clock());
+                !futex_wait_until(&cond_slot.seq, seq, clock, at)
+                    && cond_slot.seq.load(Ordering::Acquire) == seq
+            }
+        };
+        self.mutex_lock(mutex, mutex_kind::NORMAL);
+        if levels > 1 {
+            mutex_slot.recursion.store(levels, Ordering::Relaxed);
+            DEPTH.fetch_add(levels - 1, Ordering::Relaxed);
+        }
+        if timed_out { libc::ETIMEDOUT } else { 0 }
     }
 
     /// `pthread_cond_signal` (`all`: broadcast).
@@ -492,19 +871,35 @@ impl Runtime {
         if count == 0 {
             return libc::EINVAL;
         }
-        let slot = self.sync_slot(Table::Barrier, key);
-        slot.arrived.store(0, Ordering::Relaxed);
-        slot.count.store(count, Ordering::Release);
+        match self.shared.reinit(Table::Barrier, key, &|slot| {
+            slot.count.store(count, Ordering::Relaxed)
+        }) {
+            Some(_) => 0,
+            None => libc::ENOMEM,
+        }
+    }
+
+    /// `pthread_barrier_destroy`: frees the slot (`EBUSY` while threads wait at it).
+    pub fn barrier_destroy(&self, key: u64) -> i32 {
+        if let Some(slot) = self.shared.find(Table::Barrier, key)
+            && slot.arrived.load(Ordering::Acquire) > 0
+        {
+            return libc::EBUSY;
+        }
+        self.shared.release(Table::Barrier, key);
         0
     }
 
     /// `pthread_barrier_wait`: a synchronisation point, then wait for the generation.
     pub fn barrier_wait(&self, key: u64) -> i32 {
         let slot = self.sync_slot(Table::Barrier, key);
+        let count = slot.count.load(Ordering::Acquire);
+        if count == 0 {
+            return libc::EINVAL;
+        }
         self.begin();
         self.release_for_wait();
         let generation = slot.seq.load(Ordering::Acquire);
-        let count = slot.count.load(Ordering::Acquire);
         let serial = if slot.arrived.fetch_add(1, Ordering::AcqRel) + 1 >= count {
             slot.arrived.store(0, Ordering::Release);
             slot.seq.fetch_add(1, Ordering::AcqRel);
@@ -516,17 +911,72 @@ impl Runtime {
             }
             0
         };
+        self.after_wait();
+        serial
+    }
+
+    /// After blocking: drop private copies others may have made stale, and take the token
+    /// back if a section is open.
+    fn after_wait(&self) {
         self.refresh_kept();
         if depth() > 0 {
             self.take_token();
         }
-        serial
     }
 
-    fn sync_slot(&self, table: Table, key: u64) -> &'static crate::shared::SyncSlot {
-        self.shared
-            .slot(table, key)
-            .unwrap_or_else(|| fatal(&format!("too many {table:?} objects")))
+    /// `pthread_once`: runs `init` once across all threads; its writes are published (and,
+    /// outside a section, committed) before any other caller returns.
+    pub fn once(&self, key: u64, init: extern "C" fn()) -> i32 {
+        const NOT_RUN: u32 = 0;
+        const RUNNING: u32 = 1;
+        const DONE: u32 = 2;
+        let slot = self.sync_slot(Table::Once, key);
+        loop {
+            match slot
+                .seq
+                .compare_exchange(NOT_RUN, RUNNING, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    init();
+                    if depth() == 0 {
+                        self.sync_point();
+                    } else {
+                        self.take_token();
+                        self.merge_open();
+                    }
+                    slot.seq.store(DONE, Ordering::Release);
+                    futex_wake(&slot.seq, i32::MAX);
+                    return 0;
+                }
+                Err(DONE) => {
+                    self.refresh_kept();
+                    return 0;
+                }
+                Err(_) => {
+                    self.begin();
+                    self.release_for_wait();
+                    futex_wait(&slot.seq, RUNNING);
+                    self.after_wait();
+                }
+            }
+        }
+    }
+
+    fn sync_slot(&self, table: Table, key: u64) -> &'static SyncSlot {
+        self.sync_slot_with(table, key, &|_| {})
+    }
+
+    fn sync_slot_with(
+        &self,
+        table: Table,
+        key: u64,
+        init: &dyn Fn(&SyncSlot),
+    ) -> &'static SyncSlot {
+        self.shared.slot(table, key, init).unwrap_or_else(|| {
+            fatal(&format!(
+                "too many live {table:?} objects (each needs a slot until it is destroyed)"
+            ))
+        })
     }
 
     /// `pthread_create`: a synchronisation point, then `fork`. Returns the new thread's
@@ -535,7 +985,9 @@ impl Runtime {
         &self,
         start: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void,
         arg: usize,
+        detached: bool,
     ) -> Result<u64, i32> {
+        reap_exited_children();
         self.take_token();
         if depth() == 0 {
             self.merge(true, true);
@@ -557,6 +1009,11 @@ impl Runtime {
             return Err(libc::EAGAIN);
         };
         let slot = &self.shared.threads[index];
+        slot.detached.store(u32::from(detached), Ordering::SeqCst);
+        slot.parent
+            .store(ME.load(Ordering::Relaxed), Ordering::Relaxed);
+        slot.retval.store(0, Ordering::Relaxed);
+        slot.name_pending.store(0, Ordering::Relaxed);
         self.shared.live_threads.fetch_add(1, Ordering::AcqRel);
         // Empty stdio buffers first: the child would otherwise inherit (and print again)
         // output the parent has not flushed yet. The child flushes its own at exit.
@@ -572,15 +1029,29 @@ impl Runtime {
             return Err(libc::EAGAIN);
         }
         if pid == 0 {
+            if ME.load(Ordering::Relaxed) == 0 {
+                // A thread dies with the program's main process (as with pthreads).
+                // SAFETY: prctl with an integer argument.
+                unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+            }
             ME.store(index as u32, Ordering::Relaxed);
+            // The main process works on the shared view of the unlogged regions directly;
+            // a thread-process tracks its writes. Fork copied no page-table entries of
+            // those shared mappings, so replacing them is cheap.
+            self.tracker
+                .set_tracking(true)
+                .unwrap_or_else(|e| fatal(&e.to_string()));
             DEPTH.store(0, Ordering::Relaxed);
+            crate::malloc::pending_frees().clear();
             set(&HOLDS, false);
             set(&OPEN, false);
             set(&CHILD, true);
+            children().clear();
             let result = start(arg as *mut libc::c_void);
             self.exit_thread(result as u64);
         }
         slot.pid.store(pid, Ordering::Release);
+        children().push(pid);
         self.leave_spawn();
         Ok(index as u64 + 1)
     }
@@ -604,7 +1075,10 @@ impl Runtime {
         let slot = &self.shared.threads[index];
         slot.retval.store(retval, Ordering::Release);
         self.shared.live_threads.fetch_sub(1, Ordering::AcqRel);
-        slot.state.store(thread_state::DONE, Ordering::Release);
+        slot.state.store(thread_state::DONE, Ordering::SeqCst);
+        if slot.detached.load(Ordering::SeqCst) == 1 {
+            free_if_done(slot);
+        }
         futex_wake(&slot.state, i32::MAX);
         self.give_token();
         // SAFETY: ends the thread-process without running the program's exit handlers (they
@@ -617,37 +1091,168 @@ impl Runtime {
         get(&CHILD)
     }
 
-    /// `pthread_join`: a synchronisation point, then wait for the thread's end.
-    pub fn join(&self, handle: u64) -> Result<u64, i32> {
+    /// The slot of a joinable or running thread handle, or an errno.
+    fn thread_slot(&self, handle: u64) -> Result<&'static crate::shared::ThreadSlot, i32> {
         let index = handle.wrapping_sub(1) as usize;
-        if index == 0 || index >= MAX_THREADS || index == ME.load(Ordering::Relaxed) as usize {
-            return Err(libc::EINVAL);
+        if index >= MAX_THREADS {
+            return Err(libc::ESRCH);
         }
         let slot = &self.shared.threads[index];
         if slot.state.load(Ordering::Acquire) == thread_state::FREE {
             return Err(libc::ESRCH);
         }
-        self.begin();
+        Ok(slot)
+    }
+
+    /// `pthread_join`: a synchronisation point, then wait for the thread's end.
+    pub fn join(&self, handle: u64) -> Result<u64, i32> {
+        self.join_until(handle, JoinWait::Block)
+    }
+
+    /// `pthread_join` (`Block`), `pthread_tryjoin_np` (`Try`: `EBUSY` if the thread runs)
+    /// and `pthread_timedjoin_np` (`Until`: `ETIMEDOUT` after the realtime deadline).
+    pub fn join_until(&self, handle: u64, wait: JoinWait<'_>) -> Result<u64, i32> {
+        let index = handle.wrapping_sub(1) as usize;
+        if index == 0 || index == ME.load(Ordering::Relaxed) as usize {
+            return Err(if index == 0 {
+                libc::ESRCH
+            } else {
+                libc::EDEADLK
+            });
+        }
+        let slot = self.thread_slot(handle)?;
+        if slot.detached.load(Ordering::SeqCst) == 1 {
+            return Err(libc::EINVAL);
+        }
+        if matches!(wait, JoinWait::Try) && slot.state.load(Ordering::Acquire) != thread_state::DONE
+        {
+            return Err(libc::EBUSY);
+        }
+        let token_deadline = match wait {
+            JoinWait::Until(at) => Some((Clock::Realtime, at)),
+            _ => None,
+        };
+        if !self.begin_until(token_deadline) {
+            return Err(libc::ETIMEDOUT);
+        }
         self.release_for_wait();
+        let mut timed_out = false;
         loop {
             let state = slot.state.load(Ordering::Acquire);
             if state == thread_state::DONE {
                 break;
             }
-            futex_wait(&slot.state, state);
+            match wait {
+                JoinWait::Until(deadline) => {
+                    if !futex_wait_until(&slot.state, state, Clock::Realtime, deadline) {
+                        timed_out = slot.state.load(Ordering::Acquire) != thread_state::DONE;
+                        if timed_out {
+                            break;
+                        }
+                    }
+                }
+                _ => futex_wait_for(&slot.state, state, JOIN_WATCHDOG),
+            }
+            self.check_alive(handle, slot);
         }
-        self.refresh_kept();
-        let pid = slot.pid.load(Ordering::Acquire);
-        // SAFETY: reaping our own child (a thread-process made by a sibling is not our
-        // child: waitpid then fails with ECHILD, which is harmless).
-        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        self.after_wait();
+        if timed_out {
+            return Err(libc::ETIMEDOUT);
+        }
+        reap_exited_children();
         let retval = slot.retval.load(Ordering::Acquire);
         slot.pid.store(0, Ordering::Relaxed);
         slot.state.store(thread_state::FREE, Ordering::Release);
-        if depth() > 0 {
-            self.take_token();
-        }
         Ok(retval)
+    }
+
+    /// Ends the run if the thread `handle` died without ending (a signal, or `exit` in a
+    /// thread-process that was not the program's): waiting for it would never return.
+    fn check_alive(&self, handle: u64, slot: &crate::shared::ThreadSlot) {
+        if slot.state.load(Ordering::Acquire) != thread_state::RUNNING {
+            return;
+        }
+        let pid = slot.pid.load(Ordering::Acquire);
+        if pid > 0
+            && !process_alive(pid)
+            && slot.state.load(Ordering::Acquire) == thread_state::RUNNING
+        {
+            fatal(&format!(
+                "thread {handle} (process {pid}) died without ending; ending the program"
+            ));
+        }
+    }
+
+    /// `pthread_detach`: the thread frees its own slot when it ends (at once if it has).
+    pub fn detach(&self, handle: u64) -> i32 {
+        let Ok(slot) = self.thread_slot(handle) else {
+            return libc::ESRCH;
+        };
+        if handle == 1 {
+            return 0; // the main thread's end is the process's
+        }
+        if slot.detached.swap(1, Ordering::SeqCst) == 1 {
+            return libc::EINVAL;
+        }
+        free_if_done(slot);
+        0
+    }
+
+    /// `pthread_kill`: sends `signal` to the thread-process (0 only checks it exists).
+    pub fn kill_thread(&self, handle: u64, signal: i32) -> i32 {
+        match self.thread_pid(handle) {
+            // SAFETY: kill has no memory preconditions.
+            Some(pid) => match unsafe { libc::kill(pid, signal) } {
+                0 => 0,
+                _ => std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::ESRCH),
+            },
+            None => libc::ESRCH,
+        }
+    }
+
+    /// The process id of a live thread handle.
+    pub fn thread_pid(&self, handle: u64) -> Option<i32> {
+        let slot = self.thread_slot(handle).ok()?;
+        if slot.state.load(Ordering::Acquire) != thread_state::RUNNING {
+            return None;
+        }
+        if handle == self.self_handle() {
+            // SAFETY: getpid has no preconditions.
+            return Some(unsafe { libc::getpid() });
+        }
+        Some(slot.pid.load(Ordering::Acquire)).filter(|&pid| pid > 0)
+    }
+
+    /// `pthread_setname_np` of another thread: recorded for it to apply at its next
+    /// synchronisation point (a process cannot rename another).
+    pub fn set_thread_name(&self, handle: u64, name: &[u8]) -> i32 {
+        match self.thread_slot(handle) {
+            Ok(slot) if handle == self.self_handle() => {
+                slot.name_pending.store(0, Ordering::Release);
+                set_own_name(name)
+            }
+            Ok(slot) => {
+                slot.set_pending_name(name);
+                0
+            }
+            Err(errno) => errno,
+        }
+    }
+
+    /// The name set for a thread by another that it has not applied yet.
+    pub fn pending_thread_name(&self, handle: u64) -> Option<[u8; 16]> {
+        self.thread_slot(handle).ok()?.pending_name()
+    }
+
+    fn apply_pending_name(&self) {
+        let slot = &self.shared.threads[ME.load(Ordering::Relaxed) as usize];
+        if let Some(name) = slot.pending_name() {
+            slot.name_pending.store(0, Ordering::Release);
+            let len = name.iter().position(|&b| b == 0).unwrap_or(15);
+            set_own_name(&name[..len]);
+        }
     }
 
     /// This thread's handle (`pthread_self`).
@@ -655,15 +1260,20 @@ impl Runtime {
         u64::from(ME.load(Ordering::Relaxed)) + 1
     }
 
-    /// Waits for every other thread-process (main's `pthread_exit`).
+    /// Waits for every other joinable thread-process (main's `pthread_exit`).
     pub fn join_all(&self) {
         for handle in 2..=MAX_THREADS as u64 {
-            let state = self.shared.threads[handle as usize - 1]
-                .state
-                .load(Ordering::Acquire);
-            if state != thread_state::FREE {
+            let slot = &self.shared.threads[handle as usize - 1];
+            if slot.state.load(Ordering::Acquire) != thread_state::FREE
+                && slot.detached.load(Ordering::SeqCst) == 0
+            {
                 let _ = self.join(handle);
             }
+        }
+        while self.shared.live_threads.load(Ordering::Acquire) > 1 {
+            // Detached threads still running: wait for them as the process would.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            reap_exited_children();
         }
     }
 
@@ -719,6 +1329,13 @@ impl Runtime {
     /// and no lock is held; otherwise leave the pool as a crash would.
     fn finish(&self) {
         if self.is_child() {
+            // `exit` called by a thread: with pthreads it ends the whole program.
+            let _ = writeln!(
+                std::io::stderr(),
+                "nvthreads: exit() called in thread {}: ending the program",
+                self.self_handle()
+            );
+            kill_other_processes();
             return;
         }
         let others = self
@@ -749,6 +1366,20 @@ impl Runtime {
         }
         self.take_token();
         self.merge(true, false);
+        if env_u64("NVT_STATS", 0) == 1 {
+            let [commits, records, bytes, pages, checkpoints, log_bytes] = &self.shared.counters;
+            let _ = writeln!(
+                std::io::stderr(),
+                "nvthreads-stats commits={} records={} logged_bytes={} merged_pages={} \
+                 checkpoints={} log_bytes={}",
+                commits.load(Ordering::Relaxed),
+                records.load(Ordering::Relaxed),
+                bytes.load(Ordering::Relaxed),
+                pages.load(Ordering::Relaxed),
+                checkpoints.load(Ordering::Relaxed),
+                log_bytes.load(Ordering::Relaxed)
+            );
+        }
         if let Some(journal) = self
             .journal
             .lock()
@@ -762,52 +1393,391 @@ impl Runtime {
     }
 }
 
+/// Log bytes of a page's runs as record entries (header plus bytes padded to 8).
+fn encoded_len(spans: &[Span]) -> usize {
+    spans
+        .iter()
+        .map(|span| 16 + span.len.next_multiple_of(8))
+        .sum()
+}
+
+/// The message for a failed log operation (a full log names the settings to change).
+fn log_error(error: &crate::NvtError) -> String {
+    match error {
+        crate::NvtError::LogFull { .. } => format!(
+            "{error}: the changes of one synchronisation interval, together with those of \
+             sections still open in cond_wait, must fit in the log; create the pool with a \
+             larger NVT_LOG_MB"
+        ),
+        _ => error.to_string(),
+    }
+}
+
+/// The page-aligned regions the tracker maps: the persistent heap, the program's globals
+/// (shared, unless `NVT_GLOBALS=0`; logged at the heap's end with `NVT_GLOBALS=persistent`)
+/// and, in shared `malloc` mode, the volatile region.
+fn region_specs(layout: &GlobalsLayout, base_addr: u64, malloc: MallocMode) -> Vec<RegionSpec> {
+    let mut specs = vec![RegionSpec {
+        addr: Some(base_addr as usize),
+        len: layout.heap_len as usize,
+        first_page: 0,
+        adopt: false,
+        logged: true,
+        tracked: true,
+    }];
+    let mut next = if layout.persistent {
+        layout.heap_len as usize / PAGE
+    } else {
+        layout.pool_heap_len as usize / PAGE
+    };
+    for &(addr, len) in layout
+        .globals
+        .ranges
+        .iter()
+        .take(crate::pages::MAX_REGIONS - 2)
+    {
+        specs.push(RegionSpec {
+            addr: Some(addr),
+            len,
+            first_page: next,
+            adopt: true,
+            logged: layout.persistent,
+            tracked: layout.persistent,
+        });
+        next += len / PAGE;
+    }
+    if layout.persistent {
+        next = next.max(layout.pool_heap_len as usize / PAGE);
+    }
+    if malloc == MallocMode::Shared {
+        let len = (env_u64("NVT_MALLOC_MB", DEFAULT_MALLOC_MB) << 20)
+            .next_multiple_of(crate::alloc::CHUNK as u64) as usize;
+        specs.push(RegionSpec {
+            addr: Some(MALLOC_BASE as usize),
+            len,
+            first_page: next,
+            adopt: false,
+            logged: false,
+            tracked: false,
+        });
+    }
+    specs
+}
+
+/// How the program's globals are placed (`NVT_GLOBALS`, `docs/nvthreads.md` §4.6).
+#[derive(Debug)]
+struct GlobalsLayout {
+    /// The globals (none with `NVT_GLOBALS=0`).
+    globals: crate::globals::ProgramGlobals,
+    /// The pool's heap size.
+    pool_heap_len: u64,
+    /// The heap the allocator may use: the pool's minus the globals' reservation.
+    heap_len: u64,
+    /// Whether the globals are logged into the reservation.
+    persistent: bool,
+    /// Whether the reservation holds this executable's globals from an earlier run.
+    recovered: bool,
+}
+
+impl GlobalsLayout {
+    /// Decides from `NVT_GLOBALS` and the heap metadata of the home image.
+    fn plan(journal: &Journal<Native>) -> Result<GlobalsLayout, String> {
+        let pool_heap_len = journal.geometry().heap_len;
+        let mode = std::env::var("NVT_GLOBALS").unwrap_or_default();
+        let globals = match mode.as_str() {
+            "0" | "private" => crate::globals::ProgramGlobals::default(),
+            "" | "1" | "shared" | "persistent" => crate::globals::program_globals(),
+            other => {
+                return Err(format!(
+                    "NVT_GLOBALS={other}: expected shared, persistent or private"
+                ));
+            }
+        };
+        let mut meta = vec![0u8; heapmeta::META_LEN];
+        journal.read_home(0, &mut meta);
+        let formatted = heapmeta::is_formatted(&meta);
+        let (recorded, fingerprint, recorded_len) = if formatted {
+            heapmeta::globals(&meta)
+        } else {
+            (0, 0, 0)
+        };
+        let wanted = mode == "persistent" && !globals.is_empty();
+        let needed = (globals.len() as u64).next_multiple_of(PAGE as u64);
+        let reserved = if formatted {
+            recorded
+        } else if wanted {
+            needed
+        } else {
+            0
+        };
+        let mut persistent = wanted;
+        if wanted && globals.fingerprint == 0 {
+            warn("NVT_GLOBALS=persistent: the executable has no build id; globals stay volatile");
+            persistent = false;
+        } else if wanted && reserved < needed {
+            warn(&format!(
+                "NVT_GLOBALS=persistent: the pool reserves {reserved} bytes for {needed} bytes \
+                 of globals (make a new pool); globals stay volatile"
+            ));
+            persistent = false;
+        }
+        if reserved + 2 * PAGE as u64 > pool_heap_len {
+            return Err(format!(
+                "the heap ({pool_heap_len} bytes) is too small for {reserved} bytes of globals"
+            ));
+        }
+        let recovered = persistent
+            && fingerprint == globals.fingerprint
+            && recorded_len == globals.len() as u64;
+        if persistent && formatted && fingerprint != 0 && !recovered {
+            warn("the executable changed: its persistent globals start from their initial values");
+        }
+        Ok(GlobalsLayout {
+            globals,
+            pool_heap_len,
+            heap_len: pool_heap_len - reserved,
+            persistent,
+            recovered,
+        })
+    }
+
+    /// The excluded bytes of persistent globals as global offsets `(start, end)`.
+    fn excluded_offsets(&self) -> Vec<(u64, u64)> {
+        if !self.persistent {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let mut offset = self.heap_len;
+        for &(addr, len) in &self.globals.ranges {
+            for &(start, size) in &self.globals.excluded {
+                let (from, to) = (start.max(addr), (start + size).min(addr + len));
+                if from < to {
+                    out.push((offset + (from - addr) as u64, offset + (to - addr) as u64));
+                }
+            }
+            offset += len as u64;
+        }
+        out
+    }
+}
+
+/// The parts of `run` outside the sorted `excluded` offset ranges.
+fn without<'a>(run: Run<'a>, excluded: &[(u64, u64)]) -> Vec<Run<'a>> {
+    let mut parts = Vec::new();
+    let (mut at, end) = (run.offset, run.offset + run.bytes.len() as u64);
+    for &(start, stop) in excluded {
+        if stop <= at {
+            continue;
+        }
+        if start >= end {
+            break;
+        }
+        if start > at {
+            parts.push(Run {
+                offset: at,
+                bytes: &run.bytes[(at - run.offset) as usize..(start - run.offset) as usize],
+            });
+        }
+        at = at.max(stop);
+    }
+    if at < end {
+        parts.push(Run {
+            offset: at,
+            bytes: &run.bytes[(at - run.offset) as usize..],
+        });
+    }
+    parts
+}
+
+fn warn(message: &str) {
+    let _ = writeln!(std::io::stderr(), "nvthreads: {message}");
+}
+
+/// Tells processes started from this one (a `system()` call inheriting `LD_PRELOAD`) that
+/// the pool at `path` is in use, so their copy of the runtime stays dormant instead of
+/// waiting for the pool's lock.
+fn mark_active(path: &std::path::Path) {
+    if let Ok(value) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) {
+        // SAFETY: called from the runtime's start, before the program creates threads; both
+        // strings are NUL-terminated and copied by setenv.
+        unsafe { libc::setenv(c"NVT_ACTIVE".as_ptr(), value.as_ptr(), 1) };
+    }
+}
+
+/// Whether the runtime must stay dormant in this process (every interposed function then
+/// forwards to libc): `NVT_DISABLE=1`, or a process of a running program on the same pool
+/// started this one.
+pub fn should_stay_dormant() -> bool {
+    if std::env::var("NVT_DISABLE").is_ok_and(|v| v == "1") {
+        return true;
+    }
+    std::env::var_os("NVT_ACTIVE").is_some_and(|active| active == pool_path().as_os_str())
+}
+
+/// How often a joiner checks that the thread it waits for still lives.
+const JOIN_WATCHDOG: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Whether `pid` is alive (not gone, not a zombie). A child of this process that has exited
+/// is reaped here.
+fn process_alive(pid: i32) -> bool {
+    if children().contains(&pid) {
+        // SAFETY: a non-blocking wait for one of our own children.
+        let reaped = unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+        if reaped == pid {
+            children().retain(|&child| child != pid);
+            return false;
+        }
+        return true;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_none_or(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Says on stderr which thread dies of which signal (async-signal-safe: no allocation,
+/// one `write`).
+fn report_fatal_signal(signal: i32) {
+    let mut message = *b"nvthreads: thread ### died of signal ##; ending the program\n";
+    let mut put = |at: usize, width: usize, mut value: u64| {
+        for i in (0..width).rev() {
+            message[at + i] = b'0' + (value % 10) as u8;
+            value /= 10;
+        }
+    };
+    put(18, 3, u64::from(ME.load(Ordering::Relaxed)) + 1);
+    put(37, 2, signal.unsigned_abs().into());
+    // SAFETY: write(2) of a stack buffer is async-signal-safe.
+    unsafe { libc::write(2, message.as_ptr().cast(), message.len()) };
+}
+
+/// The fatal hook of the page tracker: a fault that is not a tracked write.
+fn on_foreign_fault() {
+    report_fatal_signal(libc::SIGSEGV);
+    kill_other_processes();
+}
+
+/// Ends every other process of the run (async-signal-safe: atomics and `kill`): a thread
+/// that dies of a signal, or calls `exit`, ends the whole program as with pthreads.
+fn kill_other_processes() {
+    let Some(shared) = SHARED.get() else {
+        return;
+    };
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    for slot in &shared.threads {
+        let pid = slot.pid.load(Ordering::Relaxed);
+        if pid > 0 && pid != me && slot.state.load(Ordering::Relaxed) == thread_state::RUNNING {
+            // SAFETY: signalling a process of this run.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+extern "C" fn on_fatal_signal(signal: i32) {
+    report_fatal_signal(signal);
+    kill_other_processes();
+    // SAFETY: restoring the default action and re-raising is async-signal-safe; the process
+    // then dies of the signal as it would without the runtime.
+    unsafe {
+        libc::signal(signal, libc::SIG_DFL);
+        libc::raise(signal);
+    }
+}
+
+/// A fatal signal in any process of the run ends every process of it.
+fn install_fatal_handlers() {
+    crate::pages::set_fatal_hook(on_foreign_fault);
+    for signal in [
+        libc::SIGBUS,
+        libc::SIGFPE,
+        libc::SIGILL,
+        libc::SIGABRT,
+        libc::SIGTRAP,
+    ] {
+        let handler: extern "C" fn(i32) = on_fatal_signal;
+        // SAFETY: installing a handler with the plain one-argument signature; it only uses
+        // async-signal-safe calls.
+        unsafe { libc::signal(signal, handler as libc::sighandler_t) };
+    }
+}
+
+/// Names the calling process (`prctl(PR_SET_NAME)`); returns an errno.
+fn set_own_name(name: &[u8]) -> i32 {
+    let mut bytes = [0u8; 16];
+    bytes[..name.len().min(15)].copy_from_slice(&name[..name.len().min(15)]);
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    match unsafe { libc::prctl(libc::PR_SET_NAME, bytes.as_ptr()) } {
+        0 => 0,
+        _ => std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL),
+    }
+}
+
+/// How `join_until` waits.
+#[derive(Clone, Copy, Debug)]
+pub enum JoinWait<'a> {
+    /// Until the thread ends.
+    Block,
+    /// Not at all: `EBUSY` if it runs.
+    Try,
+    /// Until the absolute `CLOCK_REALTIME` deadline.
+    Until(&'a libc::timespec),
+}
+
+/// Thread-processes this process created and has not reaped (private to each process).
+fn children() -> std::sync::MutexGuard<'static, Vec<i32>> {
+    static CHILDREN: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+    CHILDREN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Reaps the children that have exited without being joined (detached threads).
+fn reap_exited_children() {
+    children().retain(|&pid| {
+        // SAFETY: a non-blocking wait for one of our own children.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) == 0 }
+    });
+}
+
+/// Frees a detached thread's slot once it has ended (called by the thread and by the
+/// detacher; the exchange makes exactly one of them do it).
+fn free_if_done(slot: &crate::shared::ThreadSlot) {
+    if slot
+        .state
+        .compare_exchange(
+            thread_state::DONE,
+            thread_state::FREE,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        )
+        .is_ok()
+    {
+        slot.pid.store(0, Ordering::Relaxed);
+    }
+}
+
 extern "C" fn at_exit() {
     if let Some(runtime) = RUNTIME.get() {
         runtime.finish();
     }
 }
 
-/// The page-aligned writable part of the program's own data segment (`.data`, `.bss`),
-/// without its RELRO part: shared between thread-processes like the heap (not persistent).
-fn program_globals() -> Vec<(usize, usize)> {
-    let mut found: Vec<(usize, usize)> = Vec::new();
-    // SAFETY: dl_iterate_phdr calls the callback with valid program headers; `data` is our
-    // `Vec`, used only during the call. The first object reported is the executable.
-    unsafe {
-        libc::dl_iterate_phdr(Some(first_object_globals), (&raw mut found).cast());
-    }
-    found
-}
-
-unsafe extern "C" fn first_object_globals(
-    info: *mut libc::dl_phdr_info,
-    _size: usize,
-    data: *mut libc::c_void,
-) -> i32 {
-    // SAFETY: per dl_iterate_phdr, `info` points to a valid header list of `dlpi_phnum`
-    // entries; `data` is the `Vec` passed by `program_globals`.
-    let (info, found) = unsafe { (&*info, &mut *data.cast::<Vec<(usize, usize)>>()) };
-    // SAFETY: as above.
-    let headers = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
-    let page = PAGE as u64;
-    let relro_end = headers
-        .iter()
-        .find(|h| h.p_type == libc::PT_GNU_RELRO)
-        .map_or(0, |h| {
-            (info.dlpi_addr + h.p_vaddr + h.p_memsz) / page * page
-        });
-    for header in headers {
-        if header.p_type != libc::PT_LOAD || header.p_flags & libc::PF_W == 0 {
-            continue;
+/// Restores the recovered globals from the reservation at the heap's end into the globals'
+/// shared view, except the excluded bytes (this run's loader wrote them).
+fn load_globals(journal: &Journal<Native>, tracker: &Tracker, layout: &GlobalsLayout) {
+    let mut offset = layout.heap_len as usize;
+    for &(addr, len) in &layout.globals.ranges {
+        for (part, size) in layout.globals.persistent_parts(addr, len) {
+            let at = offset + (part - addr);
+            let mut bytes = vec![0u8; size];
+            journal.read_home(at as u64, &mut bytes);
+            tracker.write_shared_at(at, &bytes);
         }
-        let start = ((info.dlpi_addr + header.p_vaddr) / page * page).max(relro_end);
-        let end = (info.dlpi_addr + header.p_vaddr + header.p_memsz).div_ceil(page) * page;
-        if end > start {
-            found.push((start as usize, (end - start) as usize));
-        }
+        offset += len;
     }
-    1 // stop after the executable
 }
 
 /// A persistence step (every fence of the log protocol: recovery, append, commit,
@@ -842,19 +1812,39 @@ fn open_pool(path: &std::path::Path, options: &NativeOptions) -> Result<Pool<Nat
 
 /// Copies the used part of the home image into the shared view. Returns whether the heap
 /// metadata was already there.
-fn load_home(journal: &Journal<Native>, tracker: &Tracker) -> Result<bool, String> {
+fn load_home(
+    journal: &Journal<Native>,
+    tracker: &Tracker,
+    layout: &GlobalsLayout,
+) -> Result<bool, String> {
     let mut meta = vec![0u8; heapmeta::META_LEN];
     journal.read_home(0, &mut meta);
-    let heap_len = journal.geometry().heap_len;
     if !heapmeta::is_formatted(&meta) {
         return Ok(false);
     }
-    heapmeta::validate(&meta, heap_len)?;
+    heapmeta::validate(&meta, layout.pool_heap_len)?;
+    if layout.recovered {
+        load_globals(journal, tracker, layout);
+    }
     let used = heapmeta::top(&meta).div_ceil(PAGE as u64) * PAGE as u64;
+    // The persistent malloc arena is mostly never-used (zero) chunks above its high-water
+    // mark: only its used part is copied.
+    let skipped =
+        crate::malloc::unused_arena_range(&meta, |offset, bytes| journal.read_home(offset, bytes));
     let mut buf = vec![0u8; 1 << 20];
     let mut at = 0u64;
     while at < used {
-        let len = (used - at).min(buf.len() as u64) as usize;
+        if let Some((start, end)) = skipped
+            && (start..end).contains(&at)
+        {
+            at = end;
+            continue;
+        }
+        let stop = skipped.map_or(
+            used,
+            |(start, _)| if at < start { start.min(used) } else { used },
+        );
+        let len = (stop - at).min(buf.len() as u64) as usize;
         journal.read_home(at, &mut buf[..len]);
         tracker.load_shared(at as usize, &buf[..len]);
         at += len as u64;

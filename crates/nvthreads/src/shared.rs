@@ -11,12 +11,18 @@ use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// Most thread-processes alive or unjoined at once (the main thread included).
 pub const MAX_THREADS: usize = 256;
-/// Most distinct mutexes.
-pub const MAX_MUTEXES: usize = 4096;
-/// Most distinct condition variables.
-pub const MAX_CONDS: usize = 1024;
-/// Most distinct barriers.
-pub const MAX_BARRIERS: usize = 256;
+/// Most distinct live mutexes (read-write locks and spin locks included). Slots are freed by
+/// `*_destroy` and reset by `*_init`.
+pub const MAX_MUTEXES: usize = 1 << 16;
+/// Most distinct live condition variables.
+pub const MAX_CONDS: usize = 1 << 13;
+/// Most distinct live barriers.
+pub const MAX_BARRIERS: usize = 1024;
+/// Most distinct `pthread_once_t` objects.
+pub const MAX_ONCES: usize = 1024;
+
+/// A slot key that was released: lookups continue past it, claims may reuse it.
+const TOMBSTONE: u64 = u64::MAX;
 
 /// Blocks while `*word == expected` (process-shared futex; spurious wake-ups are possible).
 pub fn futex_wait(word: &AtomicU32, expected: u32) {
@@ -31,6 +37,114 @@ pub fn futex_wait(word: &AtomicU32, expected: u32) {
             std::ptr::null::<libc::timespec>(),
         );
     }
+}
+
+/// The clock an absolute deadline is measured on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Clock {
+    /// `CLOCK_REALTIME` (the default of condition variables and timed locks).
+    Realtime,
+    /// `CLOCK_MONOTONIC`.
+    Monotonic,
+}
+
+impl Clock {
+    /// The clock of a `clockid_t`, if supported.
+    pub fn from_id(id: libc::clockid_t) -> Option<Clock> {
+        match id {
+            libc::CLOCK_REALTIME => Some(Clock::Realtime),
+            libc::CLOCK_MONOTONIC => Some(Clock::Monotonic),
+            _ => None,
+        }
+    }
+
+    fn code(self) -> u32 {
+        match self {
+            Clock::Realtime => 0,
+            Clock::Monotonic => 1,
+        }
+    }
+
+    fn from_code(code: u32) -> Clock {
+        if code == 1 {
+            Clock::Monotonic
+        } else {
+            Clock::Realtime
+        }
+    }
+}
+
+/// Blocks while `*word == expected`, for `timeout` at most.
+pub fn futex_wait_for(word: &AtomicU32, expected: u32, timeout: std::time::Duration) {
+    let relative = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: FUTEX_WAIT on a valid, aligned u32 in shared memory with a relative timeout
+    // read from a valid timespec.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &relative as *const libc::timespec,
+        );
+    }
+}
+
+/// Blocks while `*word == expected` until the absolute time `deadline` on `clock`. Returns
+/// false if the deadline passed (spurious wake-ups return true).
+pub fn futex_wait_until(
+    word: &AtomicU32,
+    expected: u32,
+    clock: Clock,
+    deadline: &libc::timespec,
+) -> bool {
+    let mut op = libc::FUTEX_WAIT_BITSET;
+    if clock == Clock::Realtime {
+        op |= libc::FUTEX_CLOCK_REALTIME;
+    }
+    // SAFETY: FUTEX_WAIT_BITSET on a valid, aligned u32 in shared memory with an absolute
+    // timeout read from `deadline` (a valid timespec) and the match-any bitset.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            op,
+            expected,
+            deadline as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            libc::FUTEX_BITSET_MATCH_ANY,
+        )
+    };
+    !(rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT))
+}
+
+/// Whether `deadline` on `clock` has passed.
+pub fn deadline_passed(clock: Clock, deadline: &libc::timespec) -> bool {
+    let id = match clock {
+        Clock::Realtime => libc::CLOCK_REALTIME,
+        Clock::Monotonic => libc::CLOCK_MONOTONIC,
+    };
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into `now`.
+    unsafe { libc::clock_gettime(id, &mut now) };
+    (now.tv_sec, now.tv_nsec) >= (deadline.tv_sec, deadline.tv_nsec)
+}
+
+/// Sends `SIGKILL` to the process group `group` (a program started in its own group, its
+/// thread-processes included).
+pub fn kill_process_group(group: u32) -> io::Result<()> {
+    let group = i32::try_from(group).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: kill has no memory preconditions; a negative pid names a process group.
+    if unsafe { libc::kill(-group, libc::SIGKILL) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Wakes up to `count` waiters of `word`.
@@ -49,12 +163,26 @@ pub struct LockWord(AtomicU32);
 impl LockWord {
     /// Takes the lock, blocking.
     pub fn lock(&self) {
+        self.lock_until(None);
+    }
+
+    /// Takes the lock, blocking until the absolute `deadline` at most. Returns whether it
+    /// was taken.
+    pub fn lock_until(&self, deadline: Option<(Clock, &libc::timespec)>) -> bool {
         if self.try_lock(false) {
-            return;
+            return true;
         }
         while self.0.swap(2, Ordering::Acquire) != 0 {
-            futex_wait(&self.0, 2);
+            match deadline {
+                None => futex_wait(&self.0, 2),
+                Some((clock, at)) => {
+                    if !futex_wait_until(&self.0, 2, clock, at) || deadline_passed(clock, at) {
+                        return self.0.swap(2, Ordering::Acquire) == 0;
+                    }
+                }
+            }
         }
+        true
     }
 
     /// Takes the lock if free. `contended` marks it as having waiters, for a caller that has
@@ -75,10 +203,16 @@ impl LockWord {
 
     /// Blocks until the lock looks free (without taking it).
     pub fn wait_free(&self) {
+        self.wait_free_until(None);
+    }
+
+    /// Blocks until the lock looks free or the absolute `deadline` passes. Returns false on
+    /// timeout.
+    pub fn wait_free_until(&self, deadline: Option<(Clock, &libc::timespec)>) -> bool {
         loop {
             let seen = self.0.load(Ordering::Acquire);
             if seen == 0 {
-                return;
+                return true;
             }
             if seen == 1
                 && self
@@ -88,8 +222,20 @@ impl LockWord {
             {
                 continue;
             }
-            futex_wait(&self.0, 2);
+            match deadline {
+                None => futex_wait(&self.0, 2),
+                Some((clock, at)) => {
+                    if !futex_wait_until(&self.0, 2, clock, at) || deadline_passed(clock, at) {
+                        return self.0.load(Ordering::Acquire) == 0;
+                    }
+                }
+            }
         }
+    }
+
+    /// Whether the lock is held.
+    pub fn is_held(&self) -> bool {
+        self.0.load(Ordering::Acquire) != 0
     }
 
     /// Forces the lock free (after the processes that could hold it were killed).
@@ -118,22 +264,104 @@ pub struct ThreadSlot {
     pub state: AtomicU32,
     /// The start routine's result.
     pub retval: AtomicU64,
+    /// 1 if detached: the thread frees its own slot when it ends.
+    pub detached: AtomicU32,
+    /// Slot index of the thread that created it (its parent process).
+    pub parent: AtomicU32,
+    /// A name set by `pthread_setname_np` from another thread (NUL-padded, at most 15
+    /// bytes), which the thread applies to itself at its next synchronisation point.
+    pub name: [AtomicU64; 2],
+    /// 1 while `name` waits to be applied.
+    pub name_pending: AtomicU32,
 }
 
-/// A mutex, condition variable or barrier, keyed by the program's object address.
+impl ThreadSlot {
+    /// Records a name for the thread to take (at most 15 bytes).
+    pub fn set_pending_name(&self, name: &[u8]) {
+        let mut bytes = [0u8; 16];
+        bytes[..name.len().min(15)].copy_from_slice(&name[..name.len().min(15)]);
+        self.name[0].store(
+            u64::from_le_bytes(bytes[..8].try_into().expect("8")),
+            Ordering::Relaxed,
+        );
+        self.name[1].store(
+            u64::from_le_bytes(bytes[8..].try_into().expect("8")),
+            Ordering::Relaxed,
+        );
+        self.name_pending.store(1, Ordering::Release);
+    }
+
+    /// The name last set from another thread (NUL-padded), if not yet applied.
+    pub fn pending_name(&self) -> Option<[u8; 16]> {
+        if self.name_pending.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&self.name[0].load(Ordering::Relaxed).to_le_bytes());
+        bytes[8..].copy_from_slice(&self.name[1].load(Ordering::Relaxed).to_le_bytes());
+        Some(bytes)
+    }
+}
+
+/// Mutex kinds (the type of `pthread_mutexattr_settype`).
+pub mod mutex_kind {
+    /// `PTHREAD_MUTEX_NORMAL` (and the default, and adaptive).
+    pub const NORMAL: u32 = 0;
+    /// `PTHREAD_MUTEX_RECURSIVE`.
+    pub const RECURSIVE: u32 = 1;
+    /// `PTHREAD_MUTEX_ERRORCHECK`.
+    pub const ERRORCHECK: u32 = 2;
+}
+
+/// A mutex, condition variable, barrier or once-control, keyed by the program's object
+/// address.
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct SyncSlot {
-    /// The object's address, 0 if unused.
+    /// The object's address; 0 if never used, [`TOMBSTONE`] if released.
     pub key: AtomicU64,
     /// Mutex: the lock word.
     pub word: LockWord,
-    /// Condition variable: the wake-up sequence. Barrier: the generation.
+    /// Condition variable: the wake-up sequence. Barrier: the generation. Once: 0 not run,
+    /// 1 running, 2 done.
     pub seq: AtomicU32,
     /// Barrier: threads arrived in this generation.
     pub arrived: AtomicU32,
     /// Barrier: threads per generation.
     pub count: AtomicU32,
+    /// Mutex: one of [`mutex_kind`]. Condition variable: its clock (0 realtime, 1
+    /// monotonic).
+    pub kind: AtomicU32,
+    /// Mutex: holder's thread slot + 1 (0: free).
+    pub owner: AtomicU32,
+    /// Mutex: recursion depth of the holder (recursive mutexes).
+    pub recursion: AtomicU32,
+}
+
+impl SyncSlot {
+    fn reset(&self) {
+        self.word.force_free();
+        for field in [
+            &self.seq,
+            &self.arrived,
+            &self.count,
+            &self.kind,
+            &self.owner,
+            &self.recursion,
+        ] {
+            field.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// A condition variable's clock.
+    pub fn clock(&self) -> Clock {
+        Clock::from_code(self.kind.load(Ordering::Acquire))
+    }
+
+    /// Sets a condition variable's clock.
+    pub fn set_clock(&self, clock: Clock) {
+        self.kind.store(clock.code(), Ordering::Release);
+    }
 }
 
 /// The shared control block.
@@ -154,13 +382,17 @@ pub struct Shared {
     /// older generation must drop them before it reads shared data again.
     pub merge_gen: AtomicU64,
     journal: [AtomicU64; 4],
-    /// Commits, records, logged bytes (statistics).
-    pub counters: [AtomicU64; 4],
+    /// Commits, records, bytes of runs logged, merged pages, checkpoints (and compactions),
+    /// bytes of records written (statistics, `NVT_STATS=1`).
+    pub counters: [AtomicU64; 6],
     /// Thread table; slot 0 is the main thread.
     pub threads: [ThreadSlot; MAX_THREADS],
+    /// Serialises claims and releases of each table's slots (lookups take no lock).
+    table_locks: [LockWord; 4],
     mutexes: [SyncSlot; MAX_MUTEXES],
     conds: [SyncSlot; MAX_CONDS],
     barriers: [SyncSlot; MAX_BARRIERS],
+    onces: [SyncSlot; MAX_ONCES],
 }
 
 /// Which table to look in.
@@ -172,6 +404,19 @@ pub enum Table {
     Cond,
     /// Barriers.
     Barrier,
+    /// `pthread_once_t` objects.
+    Once,
+}
+
+impl Table {
+    fn index(self) -> usize {
+        match self {
+            Table::Mutex => 0,
+            Table::Cond => 1,
+            Table::Barrier => 2,
+            Table::Once => 3,
+        }
+    }
 }
 
 impl Shared {
@@ -216,26 +461,102 @@ impl Shared {
         pending.store(state.pending, Ordering::Release);
     }
 
-    /// The slot for the object at `key`, claimed on first use; `None` if the table is full.
-    pub fn slot(&self, table: Table, key: u64) -> Option<&SyncSlot> {
-        assert_ne!(key, 0, "null synchronisation object");
-        let slots: &[SyncSlot] = match table {
+    fn table(&self, table: Table) -> &[SyncSlot] {
+        match table {
             Table::Mutex => &self.mutexes,
             Table::Cond => &self.conds,
             Table::Barrier => &self.barriers,
-        };
+            Table::Once => &self.onces,
+        }
+    }
+
+    /// Probe order of `key` in a table of `len` slots.
+    fn probes(key: u64, len: usize) -> impl Iterator<Item = usize> {
         let start = (key >> 3).wrapping_mul(0x9e37_79b9_7f4a_7c15) as usize;
-        for probe in 0..slots.len() {
-            let slot = &slots[(start + probe) % slots.len()];
-            match slot
-                .key
-                .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return Some(slot),
-                Err(found) if found == key => return Some(slot),
-                Err(_) => {}
+        (0..len).map(move |probe| (start + probe) % len)
+    }
+
+    /// The slot of the object at `key` if it has one (no lock: keys never move, and a slot
+    /// being claimed concurrently is found by [`Shared::slot`]'s locked rescan).
+    pub fn find(&self, table: Table, key: u64) -> Option<&SyncSlot> {
+        let slots = self.table(table);
+        for index in Self::probes(key, slots.len()) {
+            let slot = &slots[index];
+            match slot.key.load(Ordering::Acquire) {
+                found if found == key => return Some(slot),
+                0 => return None,
+                _ => {}
             }
         }
         None
+    }
+
+    /// The slot for the object at `key`; on first use it is claimed, every field reset and
+    /// `init` run on it before other processes can find it. `None` if the table is full.
+    pub fn slot(&self, table: Table, key: u64, init: &dyn Fn(&SyncSlot)) -> Option<&SyncSlot> {
+        assert!(
+            key != 0 && key != TOMBSTONE,
+            "bad synchronisation object {key:#x}"
+        );
+        if let Some(slot) = self.find(table, key) {
+            return Some(slot);
+        }
+        let lock = &self.table_locks[table.index()];
+        lock.lock();
+        let claimed = self.claim_locked(table, key, init);
+        lock.unlock();
+        claimed
+    }
+
+    /// [`Shared::slot`], resetting the slot and running `init` even if it exists (`*_init`).
+    pub fn reinit(&self, table: Table, key: u64, init: &dyn Fn(&SyncSlot)) -> Option<&SyncSlot> {
+        let lock = &self.table_locks[table.index()];
+        lock.lock();
+        let slot = self.claim_locked(table, key, &|_| {}).inspect(|slot| {
+            slot.reset();
+            init(slot);
+        });
+        lock.unlock();
+        slot
+    }
+
+    fn claim_locked(&self, table: Table, key: u64, init: &dyn Fn(&SyncSlot)) -> Option<&SyncSlot> {
+        if let Some(slot) = self.find(table, key) {
+            return Some(slot);
+        }
+        let slots = self.table(table);
+        let free = Self::probes(key, slots.len()).find(|&index| {
+            let seen = slots[index].key.load(Ordering::Acquire);
+            seen == 0 || seen == TOMBSTONE
+        })?;
+        let slot = &slots[free];
+        slot.reset();
+        init(slot);
+        slot.key.store(key, Ordering::Release);
+        Some(slot)
+    }
+
+    /// Releases the slot of the object at `key` (`*_destroy`), so a later object at any
+    /// address can use it. Returns whether it had one.
+    pub fn release(&self, table: Table, key: u64) -> bool {
+        let lock = &self.table_locks[table.index()];
+        lock.lock();
+        let found = self.find(table, key).inspect(|slot| {
+            slot.reset();
+            slot.key.store(TOMBSTONE, Ordering::Release);
+        });
+        lock.unlock();
+        found.is_some()
+    }
+
+    /// Slots in use in `table` (for tests and statistics).
+    pub fn slots_in_use(&self, table: Table) -> usize {
+        self.table(table)
+            .iter()
+            .filter(|slot| {
+                let key = slot.key.load(Ordering::Acquire);
+                key != 0 && key != TOMBSTONE
+            })
+            .count()
     }
 }

@@ -42,19 +42,48 @@ fn crc32fast_hash(bytes: &[u8]) -> u32 {
     })
 }
 
+/// Where every op stores its own number (8 bytes): replaying an older record after a newer
+/// one (a regression) shows up in the model.
+const COUNTER_AT: u64 = HEAP - 8;
+
 /// Op `i`: one to three runs; every third op splits them over two records of one epoch
 /// (an open section's merge, then its end), and op 5 is an empty section after an open
-/// merge (a record, then a commit with nothing new).
+/// merge (a record, then a commit with nothing new). Every op also stores its number at
+/// [`COUNTER_AT`].
 fn runs_of(op: usize) -> Vec<(u64, Vec<u8>)> {
     let count = 1 + op % 3;
-    (0..count)
+    let mut runs: Vec<(u64, Vec<u8>)> = (0..count)
         .map(|j| {
-            let offset = ((op * 1237 + j * 611) as u64) % (HEAP - 64);
+            let offset = ((op * 1237 + j * 611) as u64) % (HEAP - 128);
             let len = 1 + (op * 7 + j * 13) % 60;
             let bytes = (0..len).map(|k| (op * 31 + j * 7 + k + 1) as u8).collect();
             (offset, bytes)
         })
+        .collect();
+    runs.push((COUNTER_AT, (op as u64 + 1).to_le_bytes().to_vec()));
+    runs
+}
+
+/// Ops with `op % 7 == 3` stand for a long open section (a `cond_wait` with locks held,
+/// merged several times before it ends): four records of about 300 bytes in one epoch, so
+/// the log fills while records are pending and the journal must compact.
+fn long_section_records(op: usize) -> Vec<(u64, Vec<u8>)> {
+    (0..4)
+        .map(|j| {
+            let offset = ((op * 389 + j * 977) as u64) % (HEAP - 400);
+            let bytes = (0..280).map(|k| (op * 13 + j * 5 + k + 3) as u8).collect();
+            (offset, bytes)
+        })
         .collect()
+}
+
+fn is_long_section(op: usize) -> bool {
+    op % 7 == 3 && !is_restart(op)
+}
+
+/// Ops with `op % 5 == 4` crash and restart the journal ([`restart_op`]).
+fn is_restart(op: usize) -> bool {
+    op % 5 == 4
 }
 
 struct JournalScenario {
@@ -88,7 +117,11 @@ impl Scenario for JournalScenario {
     }
 
     fn apply_to_model(&self, model: &mut Image, op: usize) {
-        for (offset, bytes) in runs_of(op) {
+        let mut all = runs_of(op);
+        if is_long_section(op) {
+            all.splice(0..0, long_section_records(op));
+        }
+        for (offset, bytes) in all {
             let at = offset as usize;
             model.0[at..at + bytes.len()].copy_from_slice(&bytes);
         }
@@ -109,10 +142,19 @@ impl Scenario for JournalScenario {
                 bytes,
             })
             .collect();
-        if op % 5 == 4 {
+        if is_restart(op) {
             return restart_op(live, &runs);
         }
         let (journal, state) = (&live.journal, &mut live.state);
+        if is_long_section(op) {
+            for (offset, bytes) in long_section_records(op) {
+                let run = [Run {
+                    offset,
+                    bytes: &bytes,
+                }];
+                journal.append(state, &run).expect("append an open merge");
+            }
+        }
         if op % 3 == 1 {
             journal
                 .append(state, &runs[..1])
@@ -198,6 +240,9 @@ fn every_mutant_is_caught() {
         let scenario = JournalScenario { ops: 14, mutation };
         let report = check(&scenario, &harness(SimMode::Adr, FlushInstr::Clwb));
         eprintln!("{report}");
+        if let Some(first) = report.failures.first() {
+            eprintln!("  first failure: {first:?}");
+        }
         assert!(!report.passed(), "mutant {mutation:?} was not caught");
     }
 }
@@ -218,10 +263,67 @@ fn small_log_forces_checkpoints_and_laps() {
     }
     state = live.state;
     assert!(state.lap > 4, "expected several laps, got {state:?}");
+    let compactions = (0..40).filter(|&op| is_long_section(op)).count();
+    assert!(compactions >= 5, "long sections: {compactions}");
     assert!(state.committed >= 40, "{state:?}");
     drop(live.journal);
     let recovered = scenario.recover(SimPm::from_image(pm.volatile_image(), SimConfig::default()));
     assert_eq!(recovered.unwrap(), model);
+}
+
+#[test]
+fn pending_records_are_compacted_instead_of_failing() {
+    let pm = SimPm::new(config().pool_size(), SimConfig::default());
+    let (journal, mut state) = Journal::create(pm.clone(), &config()).unwrap();
+    let filler = vec![7u8; 600];
+    let committed = [Run {
+        offset: 0,
+        bytes: &filler,
+    }];
+    journal.append(&mut state, &committed).unwrap();
+    journal.commit(&mut state);
+    let pending_bytes = vec![9u8; 500];
+    for i in 0..3u64 {
+        let run = [Run {
+            offset: 1000 + i * 600,
+            bytes: &pending_bytes,
+        }];
+        journal.append(&mut state, &run).unwrap();
+    }
+    // 704 + 3 × 576 bytes: the third append had to compact with two records pending.
+    assert_eq!(state.pending, 3, "{state:?}");
+    assert_eq!(state.lap, nvthreads::journal::FIRST_LAP + 1, "{state:?}");
+    let before_commit = SimPm::from_image(pm.volatile_image(), SimConfig::default());
+    journal.commit(&mut state);
+    let (recovered, _, _) = Journal::open(before_commit).unwrap();
+    let mut home = vec![0u8; HEAP as usize];
+    recovered.read_home(0, &mut home);
+    assert_eq!(
+        &home[..600],
+        &filler[..],
+        "the committed record was checkpointed"
+    );
+    assert!(
+        home[1000..3000].iter().all(|&b| b == 0),
+        "pending data leaked"
+    );
+    let (recovered, _, _) =
+        Journal::open(SimPm::from_image(pm.volatile_image(), SimConfig::default())).unwrap();
+    recovered.read_home(0, &mut home);
+    assert!(
+        home[1000..1500].iter().all(|&b| b == 9),
+        "moved records lost"
+    );
+    // Pending records that fill the log alone are still refused.
+    let big = vec![1u8; 900];
+    let run = [Run {
+        offset: 4000,
+        bytes: &big,
+    }];
+    journal.append(&mut state, &run).unwrap();
+    journal.append(&mut state, &run).unwrap();
+    let error = journal.append(&mut state, &run).unwrap_err();
+    assert!(error.to_string().contains("redo log full"), "{error}");
 }
 
 #[test]

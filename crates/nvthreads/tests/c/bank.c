@@ -168,5 +168,10 @@ int main(int argc, char **argv) {
         pthread_join(handles[t], NULL);
     }
     printf("DONE seq=%" PRIu64 "\n", bank->count);
+    int64_t weighted = 0;
+    for (int i = 0; i < ACCOUNTS; i++) {
+        weighted += bank->accounts[i].balance * (i + 1);
+    }
+    printf("RESULT count=%" PRIu64 " weighted=%" PRId64 "\n", bank->count, weighted);
     return 0;
 }

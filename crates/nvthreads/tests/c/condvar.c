@@ -1,18 +1,31 @@
 /*
  * The condition-variable dependence case (NVthreads paper, Fig. 3):
- *   T1: lock m1; lock m2; x = 42; while (!flag) cond_wait(c, m2); unlock m2; ... unlock m1
- *   T2: lock m2; y = x; flag = 1; signal c; unlock m2
- * T2's section observed T1's open section (x = 42), so it may become durable only with it.
- * Usage: condvar crash   -> T1 kills the process group before unlocking m1
- *        condvar commit  -> T1 unlocks m1; both sections become durable
+ *   T1: lock m1; lock m2; x = r; ready = r; while (flag != r) cond_wait(c, m2); unlock m2;
+ *       round = r; unlock m1
+ *   T2: lock m2; while (ready != r) cond_wait(c2, m2); y = x; flag = r; signal c; unlock m2
+ * T2's section observed T1's open section (x = r), so it may become durable only with it.
+ *
+ * Usage: condvar crash   -> one round; T1 kills the process group before unlocking m1
+ *        condvar commit  -> one round; T1 unlocks m1; both sections become durable
  *        condvar check   -> prints the recovered "XY x=.. y=.. flag=.. busy=.." and exits
- * Also records whether T2's pthread_mutex_trylock(m1) saw EBUSY while T1 held m1.
+ *        condvar loop ROUNDS [check]
+ *                        -> ROUNDS rounds, T1 acknowledging each round on ACK_FD once
+ *                           nvt_durable_epoch() covers it, while a third thread runs
+ *                           sections of its own (which end while T1's is open, so they
+ *                           commit only with it). At start it prints
+ *                             STATE run=R seq=ROUND crashed=C ok=1
+ *                           with ok=0 if x, y, flag and ready are not all equal to round
+ *                           (a torn or lost dependent section) or the bystander's two
+ *                           counters differ.
+ * The one-round modes also record whether T2's pthread_mutex_trylock(m1) saw EBUSY while T1
+ * held m1.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -24,13 +37,23 @@ struct shared {
     uint64_t flag;
     uint64_t busy;
     uint64_t ready; /* set by T1 inside its open section, just before it waits */
+    uint64_t run;
+    uint64_t round;
+    uint64_t others_a;
+    char pad[4096];
+    uint64_t others_b;
 };
 
 static struct shared *s;
 static pthread_mutex_t m1 = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t m2 = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t m3 = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t c2 = PTHREAD_COND_INITIALIZER;
 static int crash_mode;
+static uint64_t first_round, last_round;
+static int ack_fd = -1;
+static volatile int t1_done;
 
 static void *t1(void *arg) {
     (void)arg;
@@ -69,9 +92,110 @@ static void *t2(void *arg) {
     return NULL;
 }
 
+static void ack(uint64_t value) {
+    if (ack_fd >= 0 && write(ack_fd, &value, sizeof value) != (ssize_t)sizeof value) {
+        _exit(3);
+    }
+}
+
+static void *loop_t1(void *arg) {
+    (void)arg;
+    for (uint64_t r = first_round; r <= last_round; r++) {
+        pthread_mutex_lock(&m1);
+        pthread_mutex_lock(&m2);
+        s->x = r;
+        s->ready = r;
+        pthread_cond_signal(&c2);
+        while (s->flag != r) {
+            pthread_cond_wait(&c, &m2);
+        }
+        pthread_mutex_unlock(&m2);
+        s->round = r;
+        pthread_mutex_unlock(&m1);
+        /* Nothing else holds a lock across a wait, so the unlock committed the round. */
+        if (nvt_durable_epoch() < nvt_section_epoch()) {
+            fprintf(stderr, "round %" PRIu64 " not durable after its outer unlock\n", r);
+            _exit(4);
+        }
+        ack(r);
+    }
+    t1_done = 1;
+    return NULL;
+}
+
+static void *loop_t2(void *arg) {
+    (void)arg;
+    for (uint64_t r = first_round; r <= last_round; r++) {
+        pthread_mutex_lock(&m2);
+        while (s->ready != r) {
+            pthread_cond_wait(&c2, &m2);
+        }
+        s->y = s->x;
+        s->flag = r;
+        pthread_cond_signal(&c);
+        pthread_mutex_unlock(&m2);
+    }
+    return NULL;
+}
+
+static void *bystander(void *arg) {
+    (void)arg;
+    while (!t1_done) {
+        pthread_mutex_lock(&m3);
+        s->others_a += 1;
+        s->others_b += 1;
+        pthread_mutex_unlock(&m3);
+        usleep(200);
+    }
+    return NULL;
+}
+
+static int loop_main(int argc, char **argv) {
+    if (argc < 3) {
+        return 2;
+    }
+    uint64_t rounds = strtoull(argv[2], NULL, 10);
+    const char *fd = getenv("ACK_FD");
+    if (fd != NULL) {
+        ack_fd = atoi(fd);
+    }
+    int was_crashed = crashed();
+    s = nvmalloc(sizeof *s, "xy");
+    if (s == NULL) {
+        return 1;
+    }
+    uint64_t r = s->round;
+    int ok = s->x == r && s->y == r && s->flag == r && s->ready == r && s->others_a == s->others_b;
+    printf("STATE run=%" PRIu64 " seq=%" PRIu64 " crashed=%d ok=%d x=%" PRIu64 " y=%" PRIu64
+           " flag=%" PRIu64 " ready=%" PRIu64 "\n",
+           s->run, r, was_crashed, ok, s->x, s->y, s->flag, s->ready);
+    fflush(stdout);
+    if (!ok || (argc > 3 && strcmp(argv[3], "check") == 0)) {
+        return ok ? 0 : 1;
+    }
+    pthread_mutex_lock(&m1);
+    s->run += 1;
+    pthread_mutex_unlock(&m1);
+    first_round = r + 1;
+    last_round = r + rounds;
+    pthread_t a, b, other;
+    pthread_create(&a, NULL, loop_t1, NULL);
+    pthread_create(&b, NULL, loop_t2, NULL);
+    pthread_create(&other, NULL, bystander, NULL);
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    pthread_join(other, NULL);
+    printf("DONE seq=%" PRIu64 "\n", s->round);
+    printf("RESULT round=%" PRIu64 " x=%" PRIu64 " y=%" PRIu64 "\n", s->round, s->x, s->y);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         return 2;
+    }
+    if (strcmp(argv[1], "loop") == 0) {
+        return loop_main(argc, argv);
     }
     s = nvmalloc(sizeof *s, "xy");
     if (s == NULL) {
@@ -90,5 +214,7 @@ int main(int argc, char **argv) {
     pthread_join(a, NULL);
     pthread_join(b, NULL);
     printf("DONE epoch=%" PRIu64 "\n", nvt_durable_epoch());
+    printf("RESULT x=%" PRIu64 " y=%" PRIu64 " flag=%" PRIu64 " busy=%" PRIu64 "\n", s->x, s->y,
+           s->flag, s->busy);
     return 0;
 }

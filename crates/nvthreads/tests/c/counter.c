@@ -18,7 +18,7 @@
 
 #include "nvthreads.h"
 
-#define MAX_LOG 200000
+#define MAX_LOG 400000
 #define MAX_RUNS 1024
 #define MAX_THREADS 16
 
@@ -142,5 +142,6 @@ int main(int argc, char **argv) {
         pthread_join(handles[t], NULL);
     }
     printf("DONE seq=%" PRIu64 " epoch=%" PRIu64 "\n", st->seq, nvt_durable_epoch());
+    printf("RESULT seq=%" PRIu64 " a=%" PRIu64 " b=%" PRIu64 "\n", st->seq, st->a, st->b);
     return 0;
 }

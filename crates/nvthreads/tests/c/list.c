@@ -6,6 +6,8 @@
  *   STATE run=R seq=N crashed=C ok=1
  * (seq = the list's length; ok=0 if the walks disagree with each other or with the stored
  * length, or if a thread's values are not consecutive). Usage: list THREADS ITERS [check]
+ * With LIST_NODES=malloc in the environment the nodes come from plain malloc (persistent
+ * only when the runtime runs with NVT_MALLOC=persistent).
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -37,12 +39,20 @@ static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
 static int iters;
 static int ack_fd = -1;
 static uint64_t run_id;
+static int nodes_from_malloc;
+
+static struct node *new_node(void) {
+    if (nodes_from_malloc) {
+        return malloc(sizeof(struct node));
+    }
+    return nvmalloc(sizeof(struct node), NULL);
+}
 
 static void *worker(void *arg) {
     uint64_t tid = (uint64_t)(uintptr_t)arg;
     for (int i = 0; i < iters; i++) {
         pthread_mutex_lock(&m);
-        struct node *e = nvmalloc(sizeof *e, NULL);
+        struct node *e = new_node();
         if (e == NULL) {
             pthread_mutex_unlock(&m);
             break;
@@ -112,6 +122,8 @@ int main(int argc, char **argv) {
     if (fd != NULL) {
         ack_fd = atoi(fd);
     }
+    const char *nodes = getenv("LIST_NODES");
+    nodes_from_malloc = nodes != NULL && strcmp(nodes, "malloc") == 0;
     int was_crashed = crashed();
     list = nvmalloc(sizeof *list, "list");
     if (list == NULL) {
@@ -139,5 +151,10 @@ int main(int argc, char **argv) {
         pthread_join(handles[t], NULL);
     }
     printf("DONE seq=%" PRIu64 "\n", list->length);
+    uint64_t sum = 0;
+    for (struct node *e = list->head; e != NULL; e = e->next) {
+        sum += e->value & 0xffffffffffu;
+    }
+    printf("RESULT length=%" PRIu64 " sum=%" PRIu64 "\n", list->length, sum);
     return 0;
 }

@@ -23,6 +23,7 @@
 struct phases {
     uint64_t run;
     uint64_t phase;
+    uint64_t threads; /* of the last run, for the check */
     uint64_t part[MAX_THREADS][PART];
 };
 
@@ -53,8 +54,12 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-static int check(int threads, const char **why) {
-    for (int t = 0; t < threads; t++) {
+static int check(const char **why) {
+    if (st->threads > MAX_THREADS) {
+        *why = "thread count out of range";
+        return 0;
+    }
+    for (int t = 0; t < (int)st->threads; t++) {
         uint64_t v = st->part[t][0];
         if (v != st->phase && v != st->phase + 1) {
             *why = "partition not at the phase or the next";
@@ -89,7 +94,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     const char *why = "";
-    int ok = check(threads, &why);
+    int ok = check(&why);
     printf("STATE run=%" PRIu64 " seq=%" PRIu64 " crashed=%d ok=%d %s\n", st->run, st->phase,
            was_crashed, ok, ok ? "" : why);
     fflush(stdout);
@@ -98,6 +103,15 @@ int main(int argc, char **argv) {
     }
     pthread_mutex_lock(&m);
     st->run += 1;
+    if (st->threads != (uint64_t)threads) {
+        /* Partitions of a different thread count start over at the current phase. */
+        for (int t = 0; t < MAX_THREADS; t++) {
+            for (int k = 0; k < PART; k++) {
+                st->part[t][k] = t < threads ? st->phase : 0;
+            }
+        }
+        st->threads = (uint64_t)threads;
+    }
     pthread_mutex_unlock(&m);
     pthread_barrier_init(&filled, NULL, (unsigned)threads);
     pthread_barrier_init(&advanced, NULL, (unsigned)threads);
@@ -109,5 +123,12 @@ int main(int argc, char **argv) {
         pthread_join(handles[t], NULL);
     }
     printf("DONE seq=%" PRIu64 "\n", st->phase);
+    uint64_t sum = 0;
+    for (int t = 0; t < threads; t++) {
+        for (int k = 0; k < PART; k++) {
+            sum += st->part[t][k];
+        }
+    }
+    printf("RESULT phase=%" PRIu64 " sum=%" PRIu64 "\n", st->phase, sum);
     return 0;
 }

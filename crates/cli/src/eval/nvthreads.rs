@@ -1,0 +1,718 @@
+//! Section "nvthreads": seed 003's evaluation of the NVthreads runtime (`docs/nvthreads.md`
+//! §10), on C programs built at run time with the system compiler:
+//!
+//! - eight Phoenix-style kernels (our own C), each one source built against plain pthreads
+//!   and against `libnvthreads_rt.so`, run with plain pthreads, with the runtime's defaults,
+//!   and with every `malloc` persistent under emulated NVM write latency (the paper's
+//!   worst-case setting): slowdowns against pthreads, result digests compared;
+//! - the paper's page micro-benchmark: 4 threads modifying 5–100 % of each of 1000 pages per
+//!   critical section, NVthreads (page tracking, one redo record per section) against the
+//!   fine-grained `undo` engine of `tx` (every 8-byte store logged and persisted before it is
+//!   made), with and without the emulated latency;
+//! - the crash-tolerant k-means killed after iteration n, recovered and continued to
+//!   convergence, against a restart from scratch.
+//!
+//! Skipped, with a message, only when there is no C compiler.
+
+use super::{EvalOptions, empty_section};
+use crate::plot::{BarSeries, Series, grouped_bar_chart, log2_line_chart};
+use crate::report::{Plot, Section, Table, Verdict};
+use anyhow::Context;
+use indicatif::ProgressBar;
+use nvthreads::eval::{
+    self, KERNELS, KernelResult, KmeansRecovery, PAGE_BENCH, PAGE_PERCENTS, Programs, Settings,
+    Variant,
+};
+use pmem::{CreateOptions, LatencyModel, NativeOptions, Pool};
+use serde_json::{Value, json};
+use std::time::Instant;
+use tx::{Engine, EngineOptions, PPtr, Tx, TxError, Undo};
+
+/// Section id.
+pub const ID: &str = "nvthreads";
+/// Section heading.
+pub const TITLE: &str =
+    "NVthreads: Phoenix kernels, page micro-benchmark, k-means recovery (seed 003)";
+
+/// The issue's goal for most kernels.
+const SLOWDOWN_GOAL: f64 = 1.2;
+/// Emulated latencies of the micro-benchmark, ns per 4 KiB page written (the paper: 1000).
+const PAGE_LATENCIES: [u64; 2] = [0, 1000];
+/// Crash points of the k-means experiment, as fractions of an uninterrupted run's iterations.
+const CRASH_FRACTIONS: [f64; 4] = [0.1, 0.5, 0.75, 0.95];
+
+/// Runs the whole evaluation (quick sizes with `--quick`).
+pub fn run(options: &EvalOptions, bar: &ProgressBar) -> anyhow::Result<Section> {
+    if nvthreads::programs::find_cc().is_none() {
+        let mut section = empty_section(ID, TITLE);
+        section.summary = vec![
+            "Skipped: no C compiler (`cc` is not on PATH). The NVthreads evaluation builds its \
+             C programs at run time; install gcc to run it."
+                .to_owned(),
+        ];
+        section.json = json!({ "skipped": "no C compiler" });
+        return Ok(section);
+    }
+    let scratch = tempfile::Builder::new()
+        .prefix("ferrite-nvthreads-eval")
+        .tempdir_in(&options.pool_dir)
+        .with_context(|| format!("scratch directory in {}", options.pool_dir.display()))?;
+    let settings = Settings::new(scratch.path().to_path_buf(), options.quick);
+    let steps = KERNELS.len() * settings.runs * Variant::ALL.len()
+        + latencies(options.quick).len() * PAGE_PERCENTS.len() * 3
+        + settings.runs
+        + 2 * CRASH_FRACTIONS.len();
+    bar.set_length(steps as u64 + 1);
+    bar.set_message("building the C programs");
+    let programs = Programs::build(&settings).context("building the evaluation programs")?;
+    bar.inc(1);
+    let mut progress = |what: &str| {
+        bar.set_message(what.to_owned());
+        bar.inc(1);
+    };
+    let kernels = eval::kernels(&programs, &settings, &mut progress)?;
+    let pages = page_benchmark(&programs, &settings, options, &mut progress)?;
+    let fractions: &[f64] = if options.quick {
+        &CRASH_FRACTIONS[1..2]
+    } else {
+        &CRASH_FRACTIONS
+    };
+    let recovery = eval::kmeans_recovery(&programs, &settings, fractions, &mut progress)?;
+    section_of(&settings, &programs, &kernels, &pages, &recovery)
+}
+
+fn latencies(quick: bool) -> &'static [u64] {
+    if quick {
+        &PAGE_LATENCIES[1..]
+    } else {
+        &PAGE_LATENCIES
+    }
+}
+
+/// One point of the page micro-benchmark: seconds per round of each engine.
+#[derive(Clone, Copy, Debug)]
+struct PagePoint {
+    latency_ns: u64,
+    percent: u64,
+    pthreads_s: f64,
+    nvthreads_s: f64,
+    undo_s: f64,
+    /// Bytes of redo records NVthreads wrote (all rounds).
+    nvthreads_logged: u64,
+    nvthreads_rounds: u64,
+}
+
+impl PagePoint {
+    fn nvthreads_slowdown(&self) -> f64 {
+        self.nvthreads_s / self.pthreads_s
+    }
+
+    fn undo_slowdown(&self) -> f64 {
+        self.undo_s / self.pthreads_s
+    }
+
+    fn speedup(&self) -> f64 {
+        self.undo_s / self.nvthreads_s
+    }
+}
+
+/// Rounds per run, so each run stays short: pthreads is fast, NVthreads pays per page, the
+/// fine-grained engine per 8-byte store.
+fn page_rounds(percent: u64, quick: bool) -> (u64, u64, u64) {
+    let words = PAGE_BENCH.pages * (512 * percent / 100);
+    let scale = if quick { 8 } else { 1 };
+    let undo = (1_000_000 / words / scale).clamp(2, 200);
+    ((200 / scale).max(10), (30 / scale).max(4), undo)
+}
+
+fn page_benchmark(
+    programs: &Programs,
+    settings: &Settings,
+    options: &EvalOptions,
+    progress: &mut dyn FnMut(&str),
+) -> anyhow::Result<Vec<PagePoint>> {
+    let mut points = Vec::new();
+    for &latency_ns in latencies(options.quick) {
+        for &percent in &PAGE_PERCENTS {
+            let (plain_rounds, nvt_rounds, undo_rounds) = page_rounds(percent, options.quick);
+            progress(&format!("pages {percent}% pthreads"));
+            let (pthreads_s, _) = eval::page_round_time(
+                programs,
+                settings,
+                Variant::Pthreads,
+                percent,
+                plain_rounds,
+                0,
+            )?;
+            progress(&format!("pages {percent}% nvthreads, {latency_ns} ns/page"));
+            let (nvthreads_s, stats) = eval::page_round_time(
+                programs,
+                settings,
+                Variant::PersistentMalloc,
+                percent,
+                nvt_rounds,
+                latency_ns,
+            )?;
+            progress(&format!("pages {percent}% undo, {latency_ns} ns/page"));
+            let undo_s = undo_round_time(settings, percent, undo_rounds, latency_ns)?;
+            points.push(PagePoint {
+                latency_ns,
+                percent,
+                pthreads_s,
+                nvthreads_s,
+                undo_s,
+                nvthreads_logged: stats.log_bytes,
+                nvthreads_rounds: nvt_rounds,
+            });
+        }
+    }
+    Ok(points)
+}
+
+/// The fine-grained side of the micro-benchmark: the same work as `pagebench.c` on the
+/// `undo` engine (4 threads, disjoint pages, one transaction per thread and round, every
+/// 8-byte read-modify-write a `Tx` read and write, so each store's old value is logged and
+/// persisted before it is made). Median seconds per round.
+fn undo_round_time(
+    settings: &Settings,
+    percent: u64,
+    rounds: u64,
+    latency_ns: u64,
+) -> anyhow::Result<f64> {
+    let words = 512 * percent / 100;
+    let mut per_round = Vec::new();
+    for run in 0..settings.runs {
+        let path = settings.scratch.join(format!("undo-{percent}-{run}.pool"));
+        let _ = std::fs::remove_file(&path);
+        let mut create = CreateOptions::new("ferrite-nvthreads-eval", 192 << 20);
+        create.native = NativeOptions {
+            latency: LatencyModel {
+                line_writeback_ns: latency_ns.div_ceil(64),
+                fence_ns: 0,
+            },
+            ..NativeOptions::default().with_env_overrides()
+        };
+        let pool =
+            Pool::create(&path, &create).with_context(|| format!("creating {}", path.display()))?;
+        let engine_options = EngineOptions {
+            lanes: PAGE_BENCH.threads as u32,
+            lane_size: 24 << 20,
+            chunk_shift: 22,
+            ..EngineOptions::default()
+        };
+        let engine = Undo::create(pool, &engine_options).context("formatting the undo engine")?;
+        let region: PPtr = engine
+            .transaction(|tx| tx.alloc_zeroed::<()>(PAGE_BENCH.pages * 4096))
+            .context("allocating the pages")?;
+        let seconds = timed_rounds(&engine, region, words, rounds)?;
+        per_round.push(seconds / rounds as f64);
+        drop(engine);
+        let _ = std::fs::remove_file(&path);
+    }
+    Ok(eval::median(&per_round))
+}
+
+/// Runs `rounds` rounds on every thread at once; returns the seconds from the common start
+/// to the last thread's end.
+fn timed_rounds(
+    engine: &Undo<pmem::Native>,
+    region: PPtr,
+    words: u64,
+    rounds: u64,
+) -> anyhow::Result<f64> {
+    let threads = PAGE_BENCH.threads as u64;
+    let pages = PAGE_BENCH.pages;
+    let barrier = std::sync::Barrier::new(PAGE_BENCH.threads + 1);
+    let (elapsed, results) = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    let (first, last) = (pages * t / threads, pages * (t + 1) / threads);
+                    let mut seed = 0x9a9e + t;
+                    barrier.wait();
+                    for round in 0..rounds {
+                        engine.transaction(|tx| {
+                            for page in first..last {
+                                let start = next_random(&mut seed) % 512;
+                                for w in 0..words {
+                                    let field = page * 4096 + (start + w) % 512 * 8;
+                                    let old = tx.read_u64(region, field)?;
+                                    let new = old
+                                        .wrapping_add((round + 1) * 0x1_0000_0001)
+                                        .wrapping_add(w);
+                                    tx.write_u64(region, field, new)?;
+                                }
+                            }
+                            Ok::<(), TxError>(())
+                        })?;
+                    }
+                    Ok::<(), TxError>(())
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let results: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
+        (start.elapsed(), results)
+    });
+    for result in results {
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => return Err(error).context("an undo transaction failed"),
+            Err(_) => anyhow::bail!("an undo benchmark thread panicked"),
+        }
+    }
+    Ok(elapsed.as_secs_f64())
+}
+
+/// The same generator as the C programs' `next_random`.
+fn next_random(state: &mut u64) -> u64 {
+    let mut x = *state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+}
+
+fn section_of(
+    settings: &Settings,
+    programs: &Programs,
+    kernels: &[KernelResult],
+    pages: &[PagePoint],
+    recovery: &KmeansRecovery,
+) -> anyhow::Result<Section> {
+    let mut section = empty_section(ID, TITLE);
+    let digests_ok = kernels.iter().all(|k| k.digests_match);
+    let recovery_ok = recovery
+        .points
+        .iter()
+        .all(|p| p.same_result && p.resumed_from >= p.killed_after);
+    section.verdict = if digests_ok && recovery_ok {
+        Verdict::Pass
+    } else {
+        Verdict::Fail
+    };
+    section.summary = summary(settings, programs, kernels, pages, recovery, digests_ok);
+    section.tables = vec![
+        kernel_table(kernels),
+        kernel_stats_table(kernels),
+        page_table(pages),
+        recovery_table(recovery),
+    ];
+    section.plots = vec![kernel_plot(kernels)?, page_plot(pages)?];
+    section.json = json!({
+        "settings": {
+            "quick": settings.quick,
+            "threads": settings.threads,
+            "runs": settings.runs,
+            "nvm_ns_per_page": settings.nvm_ns_per_page,
+            "runtime_library": programs.library().display().to_string(),
+        },
+        "kernels": kernels.iter().map(kernel_json).collect::<Vec<_>>(),
+        "page_benchmark": pages.iter().map(page_json).collect::<Vec<_>>(),
+        "kmeans_recovery": recovery_json(recovery),
+    });
+    Ok(section)
+}
+
+fn summary(
+    settings: &Settings,
+    programs: &Programs,
+    kernels: &[KernelResult],
+    pages: &[PagePoint],
+    recovery: &KmeansRecovery,
+    digests_ok: bool,
+) -> Vec<String> {
+    let within: Vec<&str> = kernels
+        .iter()
+        .filter(|k| k.slowdown(Variant::Nvthreads) <= SLOWDOWN_GOAL)
+        .map(|k| k.kernel.name)
+        .collect();
+    let over: Vec<String> = kernels
+        .iter()
+        .filter(|k| k.slowdown(Variant::Nvthreads) > SLOWDOWN_GOAL)
+        .map(|k| format!("{} {:.2}×", k.kernel.name, k.slowdown(Variant::Nvthreads)))
+        .collect();
+    let mut lines = vec![
+        format!(
+            "Kernels, runtime defaults (malloc shared, not persistent): {} of {} within the \
+             {SLOWDOWN_GOAL}× goal of plain pthreads in the compute phase (median of {} \
+             runs, {} threads){}.",
+            within.len(),
+            kernels.len(),
+            settings.runs,
+            settings.threads,
+            if over.is_empty() {
+                String::new()
+            } else {
+                format!("; over it: {}", over.join(", "))
+            }
+        ),
+        "Why kernels exceed it: every critical section costs the runtime tens of microseconds \
+         (the commit token handed between processes, a write fault, mprotect and a twin copy \
+         per dirty page, a diff and a merge), so a kernel that takes a lock per item \
+         (reverse_index: one section per link) is dominated by it — the paper reports 5.5× \
+         for its reverse_index; a kernel whose compute phase lasts only tens of milliseconds \
+         also pays the fork of each thread-process and its first faults."
+            .to_owned(),
+        persistent_line(kernels, settings),
+        page_line(pages),
+        recovery_line(recovery),
+        if digests_ok {
+            "Every run under the runtime printed the same result digest as plain pthreads."
+                .to_owned()
+        } else {
+            "RESULT MISMATCH: a run under the runtime printed another digest than pthreads."
+                .to_owned()
+        },
+        format!(
+            "Programs built with the system `cc` at run time from the sources embedded in \
+             the nvthreads crate, linked with {}; pools on tmpfs; the machine is shared, so \
+             the numbers are indicative. Rerun: `ferrite eval --only nvthreads`.",
+            programs.library().display()
+        ),
+    ];
+    if settings.quick {
+        lines.push("Quick run: tiny inputs and one run each; indicative only.".to_owned());
+    }
+    lines
+}
+
+fn persistent_line(kernels: &[KernelResult], settings: &Settings) -> String {
+    let slowdowns: Vec<f64> = kernels
+        .iter()
+        .map(|k| k.slowdown(Variant::PersistentMalloc))
+        .collect();
+    let within = slowdowns.iter().filter(|&&s| s <= SLOWDOWN_GOAL).count();
+    let logged: u64 = kernels
+        .iter()
+        .map(|k| k.stats(Variant::PersistentMalloc).log_bytes)
+        .sum();
+    format!(
+        "With every malloc persistent and {} ns of emulated NVM latency per 4 KiB written (the \
+         paper's setting): {within} of {} kernels within {SLOWDOWN_GOAL}× in the compute \
+         phase; the inputs main writes before the threads start are logged too ({:.0} MiB \
+         in all), which shows in the whole-program times.",
+        settings.nvm_ns_per_page,
+        kernels.len(),
+        logged as f64 / f64::from(1 << 20)
+    )
+}
+
+fn page_line(pages: &[PagePoint]) -> String {
+    let at = |latency: u64| -> Vec<&PagePoint> {
+        pages.iter().filter(|p| p.latency_ns == latency).collect()
+    };
+    let describe = |points: &[&PagePoint]| -> String {
+        let (Some(low), Some(high)) = (points.first(), points.last()) else {
+            return "not measured".to_owned();
+        };
+        let speedups: Vec<f64> = points.iter().map(|p| p.speedup()).collect();
+        let min = speedups.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = speedups.iter().copied().fold(0.0, f64::max);
+        format!(
+            "NVthreads {:.1}× pthreads at {}% of each page modified and {:.1}× at {}%, undo \
+             {:.0}× and {:.0}×: NVthreads {min:.1}–{max:.1}× faster",
+            low.nvthreads_slowdown(),
+            low.percent,
+            high.nvthreads_slowdown(),
+            high.percent,
+            low.undo_slowdown(),
+            high.undo_slowdown()
+        )
+    };
+    let parts: Vec<String> = latencies_in(pages)
+        .into_iter()
+        .map(|latency| format!("at {latency} ns/page: {}", describe(&at(latency))))
+        .collect();
+    format!(
+        "Page micro-benchmark ({} threads, {} pages, one section per thread and round; the \
+         paper: NVthreads 3–30× faster than fine-grained tracking): {}.",
+        PAGE_BENCH.threads,
+        PAGE_BENCH.pages,
+        parts.join("; ")
+    )
+}
+
+fn latencies_in(pages: &[PagePoint]) -> Vec<u64> {
+    let mut latencies: Vec<u64> = pages.iter().map(|p| p.latency_ns).collect();
+    latencies.dedup();
+    latencies
+}
+
+fn recovery_line(recovery: &KmeansRecovery) -> String {
+    let parts: Vec<String> = recovery
+        .points
+        .iter()
+        .map(|p| {
+            format!(
+                "killed after iteration {} → resumed at {}, {} more iterations, {:.2}× faster \
+                 than a restart",
+                p.killed_after,
+                p.resumed_from,
+                p.iterations_after,
+                recovery.full_wall_s / p.resume_wall_s
+            )
+        })
+        .collect();
+    let same = recovery.points.iter().all(|p| p.same_result);
+    format!(
+        "K-means ({} iterations uninterrupted): {}; {}",
+        recovery.iterations,
+        parts.join("; "),
+        if same {
+            "every resumed run converged to the uninterrupted run's centroids."
+        } else {
+            "A RESUMED RUN CONVERGED ELSEWHERE."
+        }
+    )
+}
+
+fn ms(seconds: f64) -> String {
+    format!("{:.1}", seconds * 1e3)
+}
+
+fn ratio(value: f64) -> String {
+    format!("{value:.2}")
+}
+
+fn kernel_table(kernels: &[KernelResult]) -> Table {
+    let mut table = Table::new(
+        "Phoenix-style kernels: compute phase (ms, median) and slowdown vs pthreads; whole \
+         program in the last columns",
+        &[
+            "kernel",
+            "size",
+            "pthreads ms",
+            "nvthreads ms",
+            "slowdown",
+            "persistent malloc ms",
+            "slowdown (persistent)",
+            "whole: nvthreads",
+            "whole: persistent",
+            "same result",
+        ],
+    );
+    for k in kernels {
+        table.push(vec![
+            k.kernel.name.to_owned(),
+            k.size.to_string(),
+            ms(k.compute(Variant::Pthreads)),
+            ms(k.compute(Variant::Nvthreads)),
+            ratio(k.slowdown(Variant::Nvthreads)),
+            ms(k.compute(Variant::PersistentMalloc)),
+            ratio(k.slowdown(Variant::PersistentMalloc)),
+            ratio(k.wall_slowdown(Variant::Nvthreads)),
+            ratio(k.wall_slowdown(Variant::PersistentMalloc)),
+            if k.digests_match { "yes" } else { "NO" }.to_owned(),
+        ]);
+    }
+    table
+}
+
+fn kernel_stats_table(kernels: &[KernelResult]) -> Table {
+    let mut table = Table::new(
+        "Runtime counters of one run (cf. the paper's Table 2): commit points, dirty pages \
+         merged, bytes logged",
+        &[
+            "kernel",
+            "input",
+            "commits",
+            "pages merged",
+            "log KiB",
+            "commits (persistent)",
+            "pages (persistent)",
+            "log MiB (persistent)",
+        ],
+    );
+    for k in kernels {
+        let nvt = k.stats(Variant::Nvthreads);
+        let persistent = k.stats(Variant::PersistentMalloc);
+        table.push(vec![
+            k.kernel.name.to_owned(),
+            k.kernel.input.to_owned(),
+            nvt.commits.to_string(),
+            nvt.merged_pages.to_string(),
+            format!("{:.1}", nvt.log_bytes as f64 / 1024.0),
+            persistent.commits.to_string(),
+            persistent.merged_pages.to_string(),
+            format!("{:.1}", persistent.log_bytes as f64 / f64::from(1 << 20)),
+        ]);
+    }
+    table
+}
+
+fn page_table(pages: &[PagePoint]) -> Table {
+    let mut table = Table::new(
+        "Page micro-benchmark: µs per round (all threads), slowdown vs pthreads, NVthreads' \
+         speedup over the fine-grained undo engine",
+        &[
+            "latency ns/page",
+            "% of page",
+            "pthreads µs",
+            "nvthreads µs",
+            "undo µs",
+            "nvthreads ×",
+            "undo ×",
+            "nvthreads faster by",
+            "log KiB per round",
+        ],
+    );
+    for p in pages {
+        table.push(vec![
+            p.latency_ns.to_string(),
+            p.percent.to_string(),
+            format!("{:.1}", p.pthreads_s * 1e6),
+            format!("{:.1}", p.nvthreads_s * 1e6),
+            format!("{:.1}", p.undo_s * 1e6),
+            format!("{:.1}", p.nvthreads_slowdown()),
+            format!("{:.1}", p.undo_slowdown()),
+            format!("{:.1}", p.speedup()),
+            format!(
+                "{:.0}",
+                p.nvthreads_logged as f64 / 1024.0 / p.nvthreads_rounds as f64
+            ),
+        ]);
+    }
+    table
+}
+
+fn recovery_table(recovery: &KmeansRecovery) -> Table {
+    let mut table = Table::new(
+        format!(
+            "K-means killed mid-way, recovered and continued (input size {}, {} iterations \
+             uninterrupted, {:.0} ms from scratch)",
+            recovery.size,
+            recovery.iterations,
+            recovery.full_wall_s * 1e3
+        ),
+        &[
+            "killed after",
+            "resumed from",
+            "iterations saved",
+            "iterations run",
+            "resume ms",
+            "speedup vs restart",
+            "same centroids",
+        ],
+    );
+    for p in &recovery.points {
+        table.push(vec![
+            p.killed_after.to_string(),
+            p.resumed_from.to_string(),
+            p.resumed_from.to_string(),
+            p.iterations_after.to_string(),
+            format!("{:.0}", p.resume_wall_s * 1e3),
+            ratio(recovery.full_wall_s / p.resume_wall_s),
+            if p.same_result { "yes" } else { "NO" }.to_owned(),
+        ]);
+    }
+    table
+}
+
+fn kernel_plot(kernels: &[KernelResult]) -> anyhow::Result<Plot> {
+    let categories: Vec<String> = kernels.iter().map(|k| k.kernel.name.to_owned()).collect();
+    let series = [Variant::Nvthreads, Variant::PersistentMalloc].map(|variant| BarSeries {
+        name: match variant {
+            Variant::Nvthreads => "nvthreads (malloc shared)".to_owned(),
+            _ => "nvthreads (every malloc persistent, NVM latency)".to_owned(),
+        },
+        values: kernels.iter().map(|k| Some(k.slowdown(variant))).collect(),
+    });
+    let title = "Kernel slowdown vs pthreads (compute phase)";
+    Ok(Plot {
+        id: "kernels".to_owned(),
+        title: title.to_owned(),
+        svg: grouped_bar_chart(title, "slowdown (×)", &categories, &series)?,
+    })
+}
+
+fn page_plot(pages: &[PagePoint]) -> anyhow::Result<Plot> {
+    let mut series = Vec::new();
+    for latency in latencies_in(pages) {
+        let points: Vec<&PagePoint> = pages.iter().filter(|p| p.latency_ns == latency).collect();
+        series.push(Series {
+            name: format!("nvthreads, {latency} ns/page"),
+            points: points
+                .iter()
+                .map(|p| (p.percent as f64, p.nvthreads_slowdown()))
+                .collect(),
+        });
+        series.push(Series {
+            name: format!("undo, {latency} ns/page"),
+            points: points
+                .iter()
+                .map(|p| (p.percent as f64, p.undo_slowdown()))
+                .collect(),
+        });
+    }
+    let title = "Page micro-benchmark: slowdown vs pthreads";
+    Ok(Plot {
+        id: "pages".to_owned(),
+        title: format!("{title} by % of each page modified (log scales)"),
+        svg: log2_line_chart(title, "% of each page modified", "slowdown (×)", &series)?,
+    })
+}
+
+fn kernel_json(k: &KernelResult) -> Value {
+    let variant = |variant: Variant| {
+        let stats = k.stats(variant);
+        json!({
+            "compute_s": k.compute(variant),
+            "wall_s": k.wall(variant),
+            "slowdown": k.slowdown(variant),
+            "wall_slowdown": k.wall_slowdown(variant),
+            "commits": stats.commits,
+            "records": stats.records,
+            "logged_bytes": stats.logged_bytes,
+            "log_bytes": stats.log_bytes,
+            "checkpoints": stats.checkpoints,
+            "merged_pages": stats.merged_pages,
+            "runs": k.runs.get(&variant).map(|runs| runs.iter().map(|r| json!({
+                "compute_s": r.compute_s, "wall_s": r.wall_s })).collect::<Vec<_>>()),
+        })
+    };
+    json!({
+        "kernel": k.kernel.name,
+        "size": k.size,
+        "input": k.kernel.input,
+        "digest": k.digest,
+        "digests_match": k.digests_match,
+        "pthreads": variant(Variant::Pthreads),
+        "nvthreads": variant(Variant::Nvthreads),
+        "persistent_malloc": variant(Variant::PersistentMalloc),
+    })
+}
+
+fn page_json(p: &PagePoint) -> Value {
+    json!({
+        "latency_ns_per_page": p.latency_ns,
+        "percent": p.percent,
+        "pthreads_s_per_round": p.pthreads_s,
+        "nvthreads_s_per_round": p.nvthreads_s,
+        "undo_s_per_round": p.undo_s,
+        "nvthreads_slowdown": p.nvthreads_slowdown(),
+        "undo_slowdown": p.undo_slowdown(),
+        "nvthreads_speedup_over_undo": p.speedup(),
+        "nvthreads_log_bytes": p.nvthreads_logged,
+        "nvthreads_rounds": p.nvthreads_rounds,
+    })
+}
+
+fn recovery_json(recovery: &KmeansRecovery) -> Value {
+    json!({
+        "size": recovery.size,
+        "iterations": recovery.iterations,
+        "full_wall_s": recovery.full_wall_s,
+        "points": recovery.points.iter().map(|p| json!({
+            "killed_after": p.killed_after,
+            "resumed_from": p.resumed_from,
+            "iterations_after": p.iterations_after,
+            "resume_wall_s": p.resume_wall_s,
+            "speedup_vs_restart": recovery.full_wall_s / p.resume_wall_s,
+            "same_result": p.same_result,
+        })).collect::<Vec<_>>(),
+    })
+}

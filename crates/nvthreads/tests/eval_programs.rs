@@ -1,0 +1,89 @@
+//! The evaluation's C programs in quick mode: every kernel built from one source gives the
+//! pthreads result under the runtime (with `malloc` shared, and with every `malloc`
+//! persistent), the page benchmark runs, and the crash-tolerant k-means killed mid-way
+//! resumes and converges to the uninterrupted run's centroids. (`ferrite eval --only
+//! nvthreads` runs the full-size measurements.)
+
+use nvthreads::eval::{self, PAGE_PERCENTS, Programs, Settings, Variant};
+use std::path::Path;
+
+/// Points the programs at the library `cargo test` built (target/<profile>/examples).
+fn use_built_library() {
+    let exe = std::env::current_exe().expect("test executable");
+    let library = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>")
+        .join("examples/libnvthreads_rt.so");
+    assert!(
+        library.exists(),
+        "{} missing: build it with `cargo build -p nvthreads --examples`",
+        library.display()
+    );
+    // SAFETY: set before any thread of this test reads the environment (one test).
+    unsafe { std::env::set_var("NVT_RUNTIME_LIB", &library) };
+}
+
+#[test]
+fn kernels_page_benchmark_and_kmeans_recovery_in_quick_mode() {
+    assert!(
+        nvthreads::programs::find_cc().is_some(),
+        "the evaluation programs need a C compiler `cc` (apt-get install gcc)"
+    );
+    use_built_library();
+    let scratch = tempfile::Builder::new()
+        .prefix("nvthreads-eval")
+        .tempdir_in(pmem::DEFAULT_POOL_DIR)
+        .expect("scratch dir");
+    let settings = Settings::new(scratch.path().to_path_buf(), true);
+    let programs = Programs::build(&settings).expect("build the programs");
+    let results = eval::kernels(&programs, &settings, &mut |_| {}).expect("run the kernels");
+    assert_eq!(results.len(), eval::KERNELS.len());
+    for result in &results {
+        assert!(
+            result.digests_match,
+            "{}: a runtime run's result differs from pthreads'",
+            result.kernel.name
+        );
+        let persistent = result.stats(Variant::PersistentMalloc);
+        assert!(
+            persistent.logged_bytes > 0 && persistent.commits > 0,
+            "{}: with every malloc persistent the input must be logged: {persistent:?}",
+            result.kernel.name
+        );
+        eprintln!(
+            "{}: pthreads {:.4} s, nvthreads {:.4} s ({:.2}x), persistent malloc {:.4} s",
+            result.kernel.name,
+            result.compute(Variant::Pthreads),
+            result.compute(Variant::Nvthreads),
+            result.slowdown(Variant::Nvthreads),
+            result.compute(Variant::PersistentMalloc)
+        );
+    }
+    let (per_round, stats) = eval::page_round_time(
+        &programs,
+        &settings,
+        Variant::PersistentMalloc,
+        PAGE_PERCENTS[0],
+        5,
+        0,
+    )
+    .expect("page benchmark");
+    assert!(per_round > 0.0 && stats.logged_bytes > 0, "{stats:?}");
+    let recovery = eval::kmeans_recovery(&programs, &settings, &[0.5], &mut |_| {})
+        .expect("k-means crash experiment");
+    let point = &recovery.points[0];
+    assert!(
+        point.same_result,
+        "resumed k-means must converge to the same centroids: {recovery:?}"
+    );
+    assert!(
+        point.resumed_from >= point.killed_after && point.resumed_from > 0,
+        "the restart must resume from the recovered iteration: {recovery:?}"
+    );
+    assert_eq!(
+        point.resumed_from + point.iterations_after,
+        recovery.iterations,
+        "resumed run: {recovery:?}"
+    );
+}
