@@ -84,6 +84,9 @@ pub struct Measurement {
     pub counters: Counters,
     /// Operations by kind.
     pub mix: BTreeMap<String, u64>,
+    /// The engine's own event counters over the timed runs (empty for most engines; see
+    /// `tx::Engine::event_counters`). Gauges such as `headers` hold their value at the end.
+    pub events: BTreeMap<String, u64>,
     /// Whether the workload's invariant checker passed after the runs.
     pub checked: bool,
 }
@@ -187,6 +190,7 @@ fn measure<E: Engine, W: Workload>(
     )?;
     next_index += per_thread(spec.warmup_ops);
     let before = engine.counters();
+    let events_before: BTreeMap<&str, u64> = engine.event_counters().into_iter().collect();
     let mut rates = Vec::with_capacity(spec.runs);
     let mut logs = Vec::new();
     for run in 0..spec.runs.max(1) {
@@ -210,9 +214,22 @@ fn measure<E: Engine, W: Workload>(
         logs.append(&mut run_logs);
     }
     let counters = engine.counters().since(&before);
+    let events = engine
+        .event_counters()
+        .into_iter()
+        .map(|(name, value)| {
+            let delta = match name {
+                "headers" => value,
+                _ => value.saturating_sub(events_before.get(name).copied().unwrap_or(0)),
+            };
+            (name.to_string(), delta)
+        })
+        .collect();
     workload.check(engine).map_err(RunError::Check)?;
     let ops = per_thread(spec.ops) * threads as u64 * spec.runs.max(1) as u64;
-    Ok(summarise(spec, workload.name(), rates, logs, counters, ops))
+    let mut measurement = summarise(spec, workload.name(), rates, logs, counters, ops);
+    measurement.events = events;
+    Ok(measurement)
 }
 
 /// Runs `count` operations per thread from `first_index`, all threads released together.
@@ -327,6 +344,7 @@ fn summarise(
         traffic,
         counters,
         mix,
+        events: BTreeMap::new(),
         checked: true,
     }
 }

@@ -126,7 +126,7 @@ impl<R: Replay + Clone + 'static> Factory for MvccFactory<R> {
         Mvcc::open(pool, &self.options, self.replay.clone())
     }
     fn blocks<P: Persist>(&self, engine: &Mvcc<P, R>) -> u64 {
-        engine.heap().usage().allocated_blocks
+        engine.allocated_blocks()
     }
 }
 

@@ -42,7 +42,7 @@ fn mvcc<R: Replay + Clone + 'static>(replay: R) -> MvccFactory<R> {
             olog_size: 64 << 10,
             clog_size: 64 << 10,
             chunk_shift: 16,
-            checkpoint_versions: 256,
+            tlog_versions: 256,
             ..MvccOptions::small()
         },
         replay,

@@ -208,6 +208,23 @@ impl Heap {
         self.state.lock().being_freed.remove(&freeing.addr);
     }
 
+    /// Bytes of a block being freed.
+    pub fn freeing_len(&self, freeing: &Freeing) -> u64 {
+        self.len_of(&self.state.lock(), freeing.block)
+    }
+
+    /// Whether a block being freed is a large span (a span's chunks may later hold a run).
+    pub fn freeing_is_span(freeing: &Freeing) -> bool {
+        matches!(freeing.block, Block::Span { .. })
+    }
+
+    fn len_of(&self, state: &State, block: Block) -> u64 {
+        match block {
+            Block::Unit { run, .. } => state.runs[run as usize].geometry.unit,
+            Block::Span { span, .. } => u64::from(span) << self.layout.chunk_shift,
+        }
+    }
+
     /// Makes a freed block reusable (its free action is durable).
     pub fn finish_free(&self, freeing: &Freeing) {
         let mut state = self.state.lock();

@@ -1,22 +1,24 @@
-//! The engine: open and recovery, the commit path, checkpoints and write-back.
+//! The engine: open and recovery, the transaction loop, and what commits hand to the
+//! reclaimer. Checkpoints, write-back and reclamation are in [`crate::reclaim`].
 
-use crate::chunks::{CHUNK, PENDING, Table};
-use crate::layout::{MvccLayout, checked};
-use crate::options::{Level, Mutant, MvccOptions};
+use crate::chain::{CHUNK, Versions};
+use crate::clock::Clock;
+use crate::lane::{Lane, NONE, Shared, WriteEntry};
+use crate::layout::MvccLayout;
+use crate::options::{Level, MvccOptions};
+use crate::reclaim::{Ckpt, Retired};
 use crate::record::{self, Kind, Record};
-use crate::txn::{MvccTx, Outcome};
+use crate::table::Table;
+use crate::txn::{MvccTx, Outcome, Replaying, Retry};
 use crossbeam_utils::CachePadded;
-use heap::{Action, Descriptor, Heap, HeapError};
+use heap::{Action, Descriptor, Freeing, Heap};
 use parking_lot::Mutex;
 use pmem::{CACHE_LINE, Persist, Pool, Region, WriteClass};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tx::api::{Engine, Isolation, NoReplay, Op, OpId, Replay, TxError, TxResult};
 use tx::lanes::Lanes;
 use tx::pool_tag;
-
-/// No timestamp (an idle slot).
-pub(crate) const NONE: u64 = u64::MAX;
 
 /// The MVCC engine over a pool on backend `P`; `R` re-executes logged operations during
 /// recovery.
@@ -27,78 +29,32 @@ pub struct Mvcc<P: Persist, R: Replay = NoReplay> {
     pub(crate) heap: Heap,
     pub(crate) replay: R,
     pub(crate) table: Table,
+    pub(crate) versions: Versions,
     pub(crate) lanes: Lanes<Lane>,
     pub(crate) shared: Box<[CachePadded<Shared>]>,
-    /// Serialises taking a commit timestamp, validation and marking versions pending.
-    pub(crate) seq: Mutex<()>,
-    /// The newest commit timestamp handed out (snapshots read it).
-    pub(crate) clock: AtomicU64,
-    /// Time of the last durable checkpoint: operations at or before it may leave the OLog.
+    pub(crate) clock: Clock,
+    /// Boundary of the newest durable checkpoint: OLog records at or before it may go.
     pub(crate) checkpointed: AtomicU64,
-    /// Chunk versions committed since the last checkpoint.
-    pub(crate) dirty_versions: AtomicU64,
     pub(crate) ckpt: Mutex<Ckpt>,
     /// Heap metadata written in place and not yet written back.
     pub(crate) meta_dirty: Mutex<Vec<(u64, u64)>>,
     /// Heap actions read-modify-write shared bitmap words.
     pub(crate) actions: Mutex<()>,
+    /// Blocks freed by committed transactions, with the commit timestamp: reusable once a
+    /// durable checkpoint covers the free (and no snapshot can still reach them).
+    pub(crate) frees: Mutex<Vec<(u64, Freeing)>>,
+    /// Versions and headers waiting for their grace period.
+    pub(crate) retired: Mutex<VecDeque<Retired>>,
+    /// A running checkpoint's or write-back's announcement (it reads version chains), or
+    /// `NONE`.
+    pub(crate) reclaimer: CachePadded<AtomicU64>,
     pub(crate) options: MvccOptions,
     pub(crate) tag: u16,
     pub(crate) user: Region,
     pub(crate) chunks: Region,
     pub(crate) stats: Stats,
-    /// Odd while a write-back rewrites masters (readers of clean chunks retry then).
-    pub(crate) wb_epoch: AtomicU64,
     /// Set when recovery failed: the engine must not write anything on drop.
     failed: AtomicBool,
-}
-
-/// What every thread can see of a lane.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    /// Snapshot of the transaction holding the lane, or NONE.
-    pub(crate) snapshot: AtomicU64,
-    /// Commit timestamp between sequencing and publication, or NONE.
-    pub(crate) inflight: AtomicU64,
-    /// Chunks that got versions since the last checkpoint.
-    pub(crate) dirty: Mutex<Vec<u64>>,
-}
-
-/// A lane's operation log and the buffers its transactions reuse.
-#[derive(Debug)]
-pub(crate) struct Lane {
-    pub(crate) base: u64,
-    pub(crate) size: u64,
-    /// Live records in ring order: (ts, offset in the lane's log, length).
-    pub(crate) records: VecDeque<(u64, u64, u64)>,
-    pub(crate) scratch: Vec<u8>,
-    pub(crate) writes: Vec<WriteEntry>,
-    pub(crate) index: HashMap<u64, usize>,
-    pub(crate) reads: Vec<u64>,
-    pub(crate) args: Vec<u8>,
-}
-
-/// A chunk locked by a transaction, with its private copy.
-#[derive(Clone, Debug)]
-pub(crate) struct WriteEntry {
-    pub(crate) index: u64,
-    pub(crate) data: [u8; CHUNK as usize],
-    /// Bytes written (bit i = byte i).
-    pub(crate) mask: u64,
-}
-
-/// Checkpoint-log state (one checkpoint or write-back at a time).
-#[derive(Debug, Default)]
-pub(crate) struct Ckpt {
-    /// Next free offset in the CLog (everything before it is live until the next write-back).
-    head: u64,
-    /// Time of the newest durable checkpoint.
-    last_t: u64,
-    /// Chunks checkpointed since the last write-back.
-    writeback: Vec<u64>,
-    /// Chunks to look at again at the next checkpoint (newer versions, untrimmed chains).
-    retrim: Vec<u64>,
-    scratch: Vec<u8>,
 }
 
 /// Counters of the engine's own events.
@@ -108,8 +64,13 @@ pub(crate) struct Stats {
     pub(crate) commits_physical: AtomicU64,
     pub(crate) conflicts: AtomicU64,
     pub(crate) checkpoints: AtomicU64,
+    pub(crate) trims: AtomicU64,
     pub(crate) writebacks: AtomicU64,
     pub(crate) replayed: AtomicU64,
+    pub(crate) tlog_bytes: AtomicU64,
+    pub(crate) checkpointed_versions: AtomicU64,
+    pub(crate) coalesced_versions: AtomicU64,
+    pub(crate) cooled: AtomicU64,
 }
 
 /// A snapshot of the engine's event counters.
@@ -123,88 +84,40 @@ pub struct MvccStats {
     pub conflicts: u64,
     /// Checkpoints written to the CLog.
     pub checkpoints: u64,
+    /// Best-effort reclamations (versions dropped without a checkpoint).
+    pub trims: u64,
     /// Write-backs of checkpointed chunks to their masters.
     pub writebacks: u64,
     /// Operations re-executed or re-applied by the last recovery.
     pub replayed: u64,
-}
-
-impl Lane {
-    fn end_of(&self, (_, pos, len): (u64, u64, u64)) -> u64 {
-        (pos + len).next_multiple_of(CACHE_LINE).min(self.size)
-    }
-
-    /// Where a record of `len` bytes fits in the ring, if anywhere.
-    fn fit(&self, len: u64) -> Option<u64> {
-        let (Some(&first), Some(&last)) = (self.records.front(), self.records.back()) else {
-            return (len <= self.size).then_some(0);
-        };
-        let (tail, head) = (first.1, self.end_of(last));
-        if head > tail {
-            if head + len <= self.size {
-                return Some(head);
-            }
-            return (len <= tail).then_some(0);
-        }
-        (head + len <= tail).then_some(head)
-    }
-
-    /// Bytes of the ring in use.
-    pub(crate) fn used(&self) -> u64 {
-        let (Some(&first), Some(&last)) = (self.records.front(), self.records.back()) else {
-            return 0;
-        };
-        let (tail, head) = (first.1, self.end_of(last));
-        if head > tail {
-            head - tail
-        } else {
-            self.size - tail + head
-        }
-    }
-
-    pub(crate) fn find(&self, index: u64) -> Option<usize> {
-        if self.writes.len() <= 16 {
-            self.writes.iter().position(|w| w.index == index)
-        } else {
-            self.index.get(&index).copied()
-        }
-    }
-
-    pub(crate) fn push_write(&mut self, entry: WriteEntry) -> usize {
-        let at = self.writes.len();
-        self.writes.push(entry);
-        if self.writes.len() == 17 {
-            self.index = self
-                .writes
-                .iter()
-                .enumerate()
-                .map(|(i, w)| (w.index, i))
-                .collect();
-        } else if self.writes.len() > 17 {
-            self.index.insert(self.writes[at].index, at);
-        }
-        at
-    }
-
-    pub(crate) fn reset(&mut self) {
-        self.writes.clear();
-        self.index.clear();
-        self.reads.clear();
-        self.args.clear();
-    }
+    /// Bytes copied into the transient version log (64 per version): TimeStone's
+    /// denominator of write amplification.
+    pub tlog_bytes: u64,
+    /// Versions that became a checkpoint's content.
+    pub checkpointed_versions: u64,
+    /// Versions reclaimed without ever reaching PM (superseded before a checkpoint).
+    pub coalesced_versions: u64,
+    /// Headers of cold chunks written back and taken out between write-backs.
+    pub cooled: u64,
+    /// Chunks with a control header now.
+    pub headers: u64,
+    /// The clock: `"tsc"` or `"counter"`.
+    pub clock: &'static str,
+    /// The TSC uncertainty boundary in cycles (0 for the counter).
+    pub clock_boundary: u64,
 }
 
 /// The byte ranges of a write set (sorted by chunk, adjacent ranges merged).
 pub(crate) fn written_ranges(writes: &[WriteEntry]) -> Vec<(u64, Vec<u8>)> {
     let mut order: Vec<&WriteEntry> = writes.iter().collect();
-    order.sort_unstable_by_key(|w| w.index);
+    order.sort_unstable_by_key(|w| w.chunk);
     let mut ranges: Vec<(u64, Vec<u8>)> = Vec::new();
     for w in order {
         let mut mask = w.mask;
         while mask != 0 {
             let start = mask.trailing_zeros() as usize;
             let run = (!(mask >> start)).trailing_zeros() as usize;
-            let addr = w.index * CHUNK + start as u64;
+            let addr = w.chunk * CHUNK + start as u64;
             let bytes = &w.data[start..start + run];
             match ranges.last_mut() {
                 Some((at, data)) if *at + data.len() as u64 == addr => {
@@ -222,24 +135,8 @@ pub(crate) fn written_ranges(writes: &[WriteEntry]) -> Vec<(u64, Vec<u8>)> {
     ranges
 }
 
-/// The 8-byte words that differ between `old` and `new`, merged into ranges, relative to the
-/// chunk start.
-fn changed_words(old: &[u8; 64], new: &[u8; 64]) -> Vec<(usize, usize)> {
-    let mut out: Vec<(usize, usize)> = Vec::new();
-    for word in 0..8 {
-        let r = word * 8..word * 8 + 8;
-        if old[r.clone()] != new[r] {
-            match out.last_mut() {
-                Some((start, len)) if *start + *len == word * 8 => *len += 8,
-                _ => out.push((word * 8, 8)),
-            }
-        }
-    }
-    out
-}
-
 /// Writes back each distinct line of `lines` once, merging runs of adjacent lines.
-fn write_back_lines<P: Persist>(pm: &P, lines: &mut Vec<u64>) {
+pub(crate) fn write_back_lines<P: Persist>(pm: &P, lines: &mut Vec<u64>) {
     lines.sort_unstable();
     lines.dedup();
     for run in lines.chunk_by(|a, b| b - a == 1) {
@@ -251,9 +148,9 @@ fn write_back_lines<P: Persist>(pm: &P, lines: &mut Vec<u64>) {
 struct Scanned {
     layout: MvccLayout,
     heap: Heap,
-    /// Time of the newest durable checkpoint.
-    checkpoint: u64,
-    /// The newest timestamp of any intact record.
+    /// The write-back watermark after the CLog replay.
+    watermark: crate::layout::Watermark,
+    /// The newest timestamp of any intact record (or the watermark).
     newest: u64,
     /// Operations after the checkpoint, in timestamp order.
     pending: Vec<Record>,
@@ -262,6 +159,7 @@ struct Scanned {
 impl<P: Persist, R: Replay> Mvcc<P, R> {
     /// Formats the engine area of a fresh pool and returns the engine.
     pub fn create(pool: Pool<P>, options: &MvccOptions, replay: R) -> TxResult<Self> {
+        check_options(options)?;
         let layout = MvccLayout::plan(
             pool.arena(),
             options.lanes,
@@ -278,6 +176,7 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
     /// Opens the engine area of `pool`: replays the checkpoint log, then re-executes the
     /// operations logged after the newest checkpoint, in timestamp order (recovery).
     pub fn open(pool: Pool<P>, options: &MvccOptions, replay: R) -> TxResult<Self> {
+        check_options(options)?;
         let scanned = match scan(&pool) {
             Ok(scanned) => scanned,
             Err(error) => {
@@ -288,16 +187,18 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
         let Scanned {
             layout,
             heap,
-            checkpoint,
+            watermark,
             newest,
             pending,
         } = scanned;
-        let engine = Self::assemble(pool, options, replay, layout, heap, checkpoint);
-        if let Err(error) = engine.replay_all(pending, newest) {
+        let mut engine = Self::assemble(pool, options, replay, layout, heap, watermark);
+        if let Err(error) = engine.replay_all(pending) {
             engine.failed.store(true, Ordering::SeqCst);
             engine.pool.mark_unclean_on_drop();
             return Err(error);
         }
+        // Every later timestamp exceeds every logged one.
+        engine.clock = Clock::new(options.clock, newest.max(engine.clock.now()));
         Ok(engine)
     }
 
@@ -307,29 +208,20 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
         replay: R,
         layout: MvccLayout,
         heap: Heap,
-        checkpoint: u64,
+        watermark: crate::layout::Watermark,
     ) -> Self {
-        let lanes = Lanes::new((0..layout.lane_count as usize).map(|lane| {
-            let (base, size) = layout.olog(lane);
-            Lane {
+        let per_lane = options.tlog_versions;
+        let lanes = Lanes::new((0..layout.lane_count).map(|lane| {
+            let (base, size) = layout.olog(lane as usize);
+            Lane::new(
+                lane as usize,
                 base,
                 size,
-                records: VecDeque::new(),
-                scratch: Vec::new(),
-                writes: Vec::new(),
-                index: HashMap::new(),
-                reads: Vec::new(),
-                args: Vec::new(),
-            }
+                lane * per_lane + 1..=(lane + 1) * per_lane,
+            )
         }));
         let shared = (0..layout.lane_count)
-            .map(|_| {
-                CachePadded::new(Shared {
-                    snapshot: AtomicU64::new(NONE),
-                    inflight: AtomicU64::new(NONE),
-                    dirty: Mutex::new(Vec::new()),
-                })
-            })
+            .map(|_| CachePadded::new(Shared::new()))
             .collect();
         let tag = pool_tag(&pool.header().uuid);
         let user = pool.root();
@@ -337,40 +229,43 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             offset: heap.layout().chunks,
             len: heap.layout().end() - heap.layout().chunks,
         };
+        let checkpoint = watermark.value;
         Mvcc {
-            table: Table::new(pool.pm().len()),
+            table: Table::new(pool.pm().len(), options.max_headers),
+            versions: Versions::new((layout.lane_count * per_lane) as usize),
+            // Recovery's clock: a counter that follows the re-executed records.
+            clock: Clock::recovery(watermark.value),
             pool,
             layout,
             heap,
             replay,
             lanes,
             shared,
-            seq: Mutex::new(()),
-            clock: AtomicU64::new(checkpoint),
             checkpointed: AtomicU64::new(checkpoint),
-            dirty_versions: AtomicU64::new(0),
-            ckpt: Mutex::new(Ckpt {
-                last_t: checkpoint,
-                ..Ckpt::default()
-            }),
+            ckpt: Mutex::new(Ckpt::new(checkpoint, watermark)),
             meta_dirty: Mutex::new(Vec::new()),
             actions: Mutex::new(()),
+            frees: Mutex::new(Vec::new()),
+            retired: Mutex::new(VecDeque::new()),
+            reclaimer: CachePadded::new(AtomicU64::new(NONE)),
             options: *options,
             tag,
             user,
             chunks,
             stats: Stats::default(),
-            wb_epoch: AtomicU64::new(0),
             failed: AtomicBool::new(false),
         }
     }
 
     /// Re-executes the operations logged after the checkpoint, then checkpoints and writes
-    /// back their effects so the logs are empty.
-    fn replay_all(&self, pending: Vec<Record>, newest: u64) -> TxResult<()> {
+    /// back their effects so the logs are empty. The clock stays below each record's
+    /// timestamp until it is re-executed, so a checkpoint that reclamation starts meanwhile
+    /// covers only re-executed records.
+    fn replay_all(&self, pending: Vec<Record>) -> TxResult<()> {
+        let replayed_any = !pending.is_empty();
         for record in &pending {
-            let allocs = self.allocations_of(record)?;
-            self.replay_one(record, allocs).map_err(|e| {
+            self.clock.advance(record.ts - 1);
+            self.replay_one(record).map_err(|e| {
                 TxError::Corrupted(format!(
                     "recovery could not re-execute the operation logged at {:#x} (ts {}): {e}",
                     record.pos, record.ts
@@ -378,36 +273,52 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             })?;
             self.stats.replayed.fetch_add(1, Ordering::Relaxed);
         }
-        self.clock.fetch_max(newest, Ordering::SeqCst);
-        if self.clock.load(Ordering::SeqCst) > self.checkpointed.load(Ordering::SeqCst) {
+        if let Some(last) = pending.last() {
+            self.clock.advance(last.ts);
+        }
+        if replayed_any {
             self.quiesce()?;
         }
         Ok(())
     }
 
-    fn replay_one(&self, record: &Record, allocs: VecDeque<u64>) -> TxResult<()> {
-        let outcome = Outcome::default();
-        let (lane, state) = self.lanes.acquire();
-        let snapshot = self.clock.load(Ordering::SeqCst);
-        let mut tx = MvccTx::new(self, lane, state, snapshot, Level::Snapshot, None, &outcome);
-        tx.replaying = Some((record.ts, allocs));
-        tx::api::run_transaction(tx, |tx| match record.kind {
-            Kind::Logical => self.replay.replay(
-                tx,
-                Op {
-                    id: OpId(record.op),
-                    args: &record.args,
-                },
-            ),
-            _ => record
-                .ranges
-                .iter()
-                .try_for_each(|(addr, bytes)| tx::Tx::write_raw(tx, *addr, bytes)),
-        })
+    fn replay_one(&self, record: &Record) -> TxResult<()> {
+        let mut need = None;
+        loop {
+            let outcome = Outcome::default();
+            let (lane, mut state) = self.lanes.acquire();
+            self.prepare(&mut state, need.take())?;
+            state.reset();
+            let snapshot = self.clock.now();
+            let mut tx = MvccTx::new(self, lane, state, snapshot, Level::Snapshot, None, &outcome);
+            tx.replaying = Some(Replaying {
+                ts: record.ts,
+                allocs: self.allocations_of(record)?,
+                blocks: Vec::new(),
+            });
+            let result = tx::api::run_transaction(tx, |tx| match record.kind {
+                Kind::Logical => self.replay.replay(
+                    tx,
+                    Op {
+                        id: OpId(record.op),
+                        args: &record.args,
+                    },
+                ),
+                _ => record
+                    .ranges
+                    .iter()
+                    .try_for_each(|(addr, bytes)| tx::Tx::write_raw(tx, *addr, bytes)),
+            });
+            match outcome.retry.get() {
+                Some(retry @ Retry::Versions(_)) if result.is_err() => need = Some(retry),
+                _ => return result,
+            }
+        }
     }
 
-    /// The blocks a logged operation allocated, in order, derived from its publish actions.
-    fn allocations_of(&self, record: &Record) -> TxResult<VecDeque<u64>> {
+    /// The blocks a logged operation allocated, `(addr, len)` in order, derived from its
+    /// publish actions (the heap cannot tell: a later logged free may have released them).
+    fn allocations_of(&self, record: &Record) -> TxResult<VecDeque<(u64, u64)>> {
         let layout = *self.heap.layout();
         let pm = self.pool.pm();
         let bad = |what: String| TxError::Corrupted(format!("logged heap action: {what}"));
@@ -434,9 +345,10 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
                     if mask.count_ones() != 1 || unit >= geometry.units {
                         return Err(bad(format!("mask {mask:#x} at {addr:#x}")));
                     }
-                    out.push_back(
+                    out.push_back((
                         layout.chunk_start(chunk) + geometry.data_offset + unit * geometry.unit,
-                    );
+                        geometry.unit,
+                    ));
                 }
                 Action::Set { addr, value } if value != 0 => {
                     let chunk = addr
@@ -444,7 +356,13 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
                         .map(|d| d / 8)
                         .filter(|&c| c < layout.chunk_count)
                         .ok_or_else(|| bad(format!("descriptor at {addr:#x}")))?;
-                    out.push_back(layout.chunk_start(chunk));
+                    let Descriptor::Large { span } = Descriptor::decode(value, chunk)? else {
+                        return Err(bad(format!("descriptor {value:#x} is no large span")));
+                    };
+                    out.push_back((
+                        layout.chunk_start(chunk),
+                        u64::from(span) << layout.chunk_shift,
+                    ));
                 }
                 _ => {}
             }
@@ -462,6 +380,13 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
         &self.heap
     }
 
+    /// Blocks allocated as committed transactions see them: the heap's count less the
+    /// blocks freed by committed transactions that are not reusable yet.
+    pub fn allocated_blocks(&self) -> u64 {
+        let deferred = self.frees.lock().len() as u64;
+        self.heap.usage().allocated_blocks - deferred
+    }
+
     /// The engine's event counters.
     pub fn stats(&self) -> MvccStats {
         let s = &self.stats;
@@ -471,8 +396,20 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             commits_physical: get(&s.commits_physical),
             conflicts: get(&s.conflicts),
             checkpoints: get(&s.checkpoints),
+            trims: get(&s.trims),
             writebacks: get(&s.writebacks),
             replayed: get(&s.replayed),
+            tlog_bytes: get(&s.tlog_bytes),
+            checkpointed_versions: get(&s.checkpointed_versions),
+            coalesced_versions: get(&s.coalesced_versions),
+            cooled: get(&s.cooled),
+            headers: self.table.live(),
+            clock: if self.clock.is_tsc() {
+                "tsc"
+            } else {
+                "counter"
+            },
+            clock_boundary: self.clock.boundary(),
         }
     }
 
@@ -503,303 +440,83 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
         E: From<TxError>,
     {
         let mut attempt = 0u32;
+        let mut need = None;
+        let id = op.map(|o| o.id).filter(|&id| self.replay.handles(id));
         loop {
             let outcome = Outcome::default();
             let (lane, mut state) = self.lanes.acquire();
+            // Reclamation happens here, between transactions, never inside one.
+            self.prepare(&mut state, need.take()).map_err(E::from)?;
             state.reset();
             if let Some(op) = op {
                 state.args.extend_from_slice(op.args);
             }
-            // Announce a lower bound first, then read the snapshot: a reclaimer that missed
-            // the announcement trimmed nothing this snapshot needs.
-            let announced = self.clock.load(Ordering::SeqCst);
-            self.shared[lane]
-                .snapshot
-                .store(announced, Ordering::SeqCst);
-            let snapshot = self.clock.load(Ordering::SeqCst);
-            let id = op.map(|o| o.id).filter(|&id| self.replay.handles(id));
+            // Announce a lower bound first (the lane's previous snapshot, less the clock's
+            // uncertainty), then read the snapshot: a reclaimer that missed the announcement
+            // computed its boundary from an earlier clock reading.
+            let shared = &self.shared[lane];
+            let bound = state.last_snapshot.saturating_sub(self.clock.boundary());
+            shared.active.store(bound, Ordering::SeqCst);
+            let snapshot = self.clock.now();
+            state.last_snapshot = snapshot;
             let tx = MvccTx::new(self, lane, state, snapshot, level, id, &outcome);
             let result = tx::api::run_transaction(tx, &mut body);
-            if result.is_err() && outcome.conflict.get() {
-                self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
-                attempt += 1;
-                backoff(attempt);
-                continue;
-            }
-            if outcome.checkpoint.get()
-                || self.dirty_versions.load(Ordering::Relaxed) >= self.options.checkpoint_versions
-            {
-                self.checkpoint(None).map_err(E::from)?;
-            }
-            return result;
-        }
-    }
-
-    /// Finds room for `len` bytes in the lane's OLog, checkpointing while it is full.
-    pub(crate) fn reserve_olog(&self, lane: &mut Lane, len: u64) -> TxResult<u64> {
-        if len > lane.size {
-            return Err(TxError::LogFull {
-                needed: len,
-                capacity: lane.size,
-            });
-        }
-        loop {
-            let done = self.checkpointed.load(Ordering::Acquire);
-            while lane.records.front().is_some_and(|&(ts, _, _)| ts <= done) {
-                lane.records.pop_front();
-            }
-            if let Some(pos) = lane.fit(len) {
-                return Ok(pos);
-            }
-            let oldest = lane.records.front().map_or(0, |r| r.0);
-            self.checkpoint(Some(oldest))?;
-        }
-    }
-
-    /// The newest time every commit at or before which is published.
-    fn reachable(&self) -> u64 {
-        let _seq = self.seq.lock();
-        let floor = self
-            .shared
-            .iter()
-            .map(|s| s.inflight.load(Ordering::SeqCst))
-            .min()
-            .unwrap_or(NONE);
-        let clock = self.clock.load(Ordering::SeqCst);
-        if floor == NONE {
-            clock
-        } else {
-            clock.min(floor - 1)
-        }
-    }
-
-    /// The oldest snapshot of a running transaction (versions it may need are kept).
-    fn oldest_snapshot(&self) -> u64 {
-        self.shared
-            .iter()
-            .map(|s| s.snapshot.load(Ordering::SeqCst))
-            .min()
-            .unwrap_or(NONE)
-    }
-
-    /// Checkpoints the newest version at or before the reachable time of every chunk changed
-    /// since the last checkpoint, looping until the checkpoint time reaches `target`.
-    pub(crate) fn checkpoint(&self, target: Option<u64>) -> TxResult<()> {
-        let mut ck = self.ckpt.lock();
-        loop {
-            let t = self.reachable();
-            self.checkpoint_once(&mut ck, t)?;
-            match target {
-                Some(target) if t < target => std::thread::yield_now(),
-                _ => return Ok(()),
+            match outcome.retry.get() {
+                Some(retry) if result.is_err() => {
+                    self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+                    if retry == Retry::Conflict {
+                        attempt += 1;
+                        backoff(attempt);
+                    } else {
+                        need = Some(retry);
+                    }
+                }
+                _ => return result,
             }
         }
     }
 
-    fn checkpoint_once(&self, ck: &mut Ckpt, t: u64) -> TxResult<()> {
-        let pm = self.pool.pm();
-        self.dirty_versions.store(0, Ordering::Relaxed);
-        let mut indexes = std::mem::take(&mut ck.retrim);
-        for shared in self.shared.iter() {
-            indexes.append(&mut shared.dirty.lock());
-        }
-        indexes.sort_unstable();
-        indexes.dedup();
-        let meta = std::mem::take(&mut *self.meta_dirty.lock());
-        if indexes.is_empty() && meta.is_empty() && t <= ck.last_t {
-            return Ok(());
-        }
-        if pm.is_poisoned() {
-            return Err(TxError::Poisoned);
-        }
-        let mut changes: Vec<(u64, [u8; CHUNK as usize])> = Vec::new();
-        let mut ranges: Vec<(u64, Vec<u8>)> = Vec::new();
-        for &index in &indexes {
-            let chunk = self.table.get(index).expect("dirty chunks have headers");
-            let chain = chunk.chain.read();
-            let Some(i) = chain
-                .versions
-                .iter()
-                .position(|v| v.ts & PENDING == 0 && v.ts <= t)
-            else {
-                ck.retrim.push(index);
-                continue;
-            };
-            let data = chain.versions[i].data;
-            if i > 0 {
-                ck.retrim.push(index);
-            }
-            for (start, len) in changed_words(&chain.durable, &data) {
-                ranges.push((
-                    index * CHUNK + start as u64,
-                    data[start..start + len].to_vec(),
-                ));
-            }
-            if data != chain.durable {
-                changes.push((index, data));
-            }
-        }
-        // Heap metadata of the checkpointed commits is durable before the record says so.
-        if !meta.is_empty() {
-            let mut lines: Vec<u64> = meta
-                .iter()
-                .flat_map(|&(addr, len)| pmem::lines_covering(addr, len))
-                .collect();
-            write_back_lines(pm, &mut lines);
-            pm.fence();
-        }
-        let (len, _) = record::encoded_len(0, ranges.iter().map(|(a, b)| (*a, &b[..])), 0);
-        let len = len as u64;
-        if ck.head + len > self.layout.clog_size {
-            self.write_back(ck)?;
-        }
-        if len > self.layout.clog_size {
-            return Err(TxError::LogFull {
-                needed: len,
-                capacity: self.layout.clog_size,
-            });
-        }
-        let at = self.layout.clog + ck.head;
-        let mut scratch = std::mem::take(&mut ck.scratch);
-        record::encode(
-            at,
-            Kind::Checkpoint,
-            t,
-            0,
-            &[],
-            ranges.iter().map(|(a, b)| (*a, &b[..])),
-            &[],
-            &mut scratch,
-        );
-        pm.write(at, &scratch, WriteClass::Log);
-        pm.flush(at, len);
-        pm.fence();
-        ck.scratch = scratch;
-        if pm.is_poisoned() {
-            return Err(TxError::Poisoned);
-        }
-        ck.head = (ck.head + len).next_multiple_of(CACHE_LINE);
-        ck.last_t = t;
-        self.checkpointed.store(t, Ordering::Release);
-        self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
-        for (index, data) in changes {
-            let chunk = self.table.get(index).expect("dirty chunks have headers");
-            chunk.chain.write().durable = data;
-            ck.writeback.push(index);
-        }
-        let floor = self.oldest_snapshot().min(t);
-        for &index in &indexes {
-            let chunk = self.table.get(index).expect("dirty chunks have headers");
-            if !chunk.chain.write().trim(floor) {
-                ck.retrim.push(index);
-            }
-        }
-        ck.retrim.sort_unstable();
-        ck.retrim.dedup();
-        if ck.head * 4 > self.layout.clog_size * 3 {
-            self.write_back(ck)?;
-        }
-        Ok(())
-    }
-
-    /// Writes every checkpointed chunk back to its master, then moves the watermark to the
-    /// last checkpoint: the CLog is empty afterwards.
-    fn write_back(&self, ck: &mut Ckpt) -> TxResult<()> {
-        let pm = self.pool.pm();
-        ck.writeback.sort_unstable();
-        ck.writeback.dedup();
-        let mut lines = Vec::new();
-        self.wb_epoch.fetch_add(1, Ordering::SeqCst);
-        for &index in &ck.writeback {
-            let chunk = self
-                .table
-                .get(index)
-                .expect("checkpointed chunks have headers");
-            let durable = chunk.chain.read().durable;
-            let mut master = [0u8; CHUNK as usize];
-            pm.read(index * CHUNK, &mut master);
-            for (start, len) in changed_words(&master, &durable) {
-                let addr = index * CHUNK + start as u64;
-                pm.write(addr, &durable[start..start + len], WriteClass::User);
-                lines.push(index);
-            }
-        }
-        self.wb_epoch.fetch_add(1, Ordering::SeqCst);
-        if self.options.mutant == Mutant::EarlyWatermark {
-            self.persist_watermark(ck.last_t);
-        }
-        write_back_lines(pm, &mut lines);
-        pm.fence();
-        if pm.is_poisoned() {
-            return Err(TxError::Poisoned);
-        }
-        self.persist_watermark(ck.last_t);
-        for &index in &ck.writeback {
-            self.mark_clean(index);
-        }
-        ck.head = 0;
-        ck.writeback.clear();
-        self.stats.writebacks.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Marks a written-back chunk clean if its master is now its only version, holding its
-    /// write lock so no writer changes it meanwhile.
-    fn mark_clean(&self, index: u64) {
-        let chunk = self
-            .table
-            .get(index)
-            .expect("checkpointed chunks have headers");
-        if chunk
-            .owner
-            .compare_exchange(0, NONE, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
+    /// Applies a durable commit's heap actions in place (written back before the checkpoint
+    /// that covers the commit).
+    pub(crate) fn apply_actions(&self, actions: &[Action]) {
+        if actions.is_empty() {
             return;
         }
-        let chain = chunk.chain.read();
-        if chain.versions.len() == 1 && chain.versions[0].data == chain.durable {
-            self.table.set_clean(index, true);
-        }
-        drop(chain);
-        chunk.owner.store(0, Ordering::Release);
-    }
-
-    fn persist_watermark(&self, value: u64) {
         let pm = self.pool.pm();
-        let at = self.layout.watermark();
-        pm.write_u64(at, checked::seal(value, at), WriteClass::Meta);
-        pm.persist(at, 8);
+        {
+            let _serialised = self.actions.lock();
+            for action in actions {
+                action.store(pm);
+            }
+        }
+        self.meta_dirty
+            .lock()
+            .extend(actions.iter().map(|a| (a.addr(), a.len())));
     }
 
-    /// Checkpoints every commit and writes everything back: the next open replays nothing.
-    pub fn quiesce(&self) -> TxResult<()> {
-        let target = self.clock.load(Ordering::SeqCst);
-        self.checkpoint(Some(target))?;
-        let mut ck = self.ckpt.lock();
-        self.write_back(&mut ck)
+    /// Keeps the blocks a commit at `ts` freed until a checkpoint covers the free.
+    pub(crate) fn defer_frees(&self, ts: u64, frees: impl Iterator<Item = Freeing>) {
+        if self.options.mutant == crate::options::Mutant::EagerFree {
+            for freeing in frees {
+                self.heap.finish_free(&freeing);
+            }
+            return;
+        }
+        let mut deferred = self.frees.lock();
+        deferred.extend(frees.map(|f| (ts, f)));
     }
+}
 
-    /// The heap's run creation, made durable at once. Lines of the new run's bitmap that
-    /// were versioned as data (an earlier large block) are checkpointed and written back
-    /// first, so no later write-back can overwrite the bitmap with old data.
-    pub(crate) fn system_commit(&self, actions: &[Action]) -> Result<(), HeapError> {
-        let pm = self.pool.pm();
-        let versioned = actions.iter().any(|action| {
-            let (addr, len) = (action.addr(), action.len());
-            (addr / CHUNK..(addr + len).div_ceil(CHUNK)).any(|i| self.table.get(i).is_some())
-        });
-        if versioned {
-            self.quiesce()
-                .map_err(|e| HeapError::Corrupted(format!("run creation failed: {e}")))?;
-        }
-        let _serialised = self.actions.lock();
-        for action in actions {
-            action.apply(pm);
-            pm.fence();
-        }
-        Ok(())
+fn check_options(options: &MvccOptions) -> TxResult<()> {
+    let versions = u64::from(options.lanes) * u64::from(options.tlog_versions);
+    if options.tlog_versions < 8 || versions >= u64::from(u32::MAX) {
+        return Err(TxError::InvalidArgument(format!(
+            "mvcc needs 8 or more TLog versions per lane and fewer than 2^32 in all, got \
+             {} × {}",
+            options.lanes, options.tlog_versions
+        )));
     }
+    Ok(())
 }
 
 /// Waits a little longer after each failed attempt.
@@ -816,8 +533,7 @@ fn backoff(attempt: u32) {
 fn scan<P: Persist>(pool: &Pool<P>) -> TxResult<Scanned> {
     let pm = pool.pm();
     let layout = MvccLayout::read(pm, pool.arena())?;
-    let at = layout.watermark();
-    let written_back = checked::open(pm.read_u64(at), at, "mvcc write-back watermark")?;
+    let mut watermark = layout.read_watermark(pm)?;
     let clog_end = layout.clog + layout.clog_size;
     let mut checkpoints = Vec::new();
     for pos in (layout.clog..clog_end).step_by(CACHE_LINE as usize) {
@@ -827,11 +543,14 @@ fn scan<P: Persist>(pool: &Pool<P>) -> TxResult<Scanned> {
                     "an operation record in the checkpoint log at {pos:#x}"
                 )));
             }
-            if rec.ts > written_back {
+            if rec.ts > watermark.value {
                 checkpoints.push(rec);
             }
         }
     }
+    // Oldest first, so each byte ends with the value of the newest checkpoint that holds it.
+    // (A chunk written in place since has no bytes in a live record: it had no header, and
+    // headers leave only at a write-back, which empties the CLog.)
     checkpoints.sort_by_key(|r| r.ts);
     let mut lines = Vec::new();
     for rec in &checkpoints {
@@ -842,14 +561,13 @@ fn scan<P: Persist>(pool: &Pool<P>) -> TxResult<Scanned> {
     }
     write_back_lines(pm, &mut lines);
     pm.fence();
-    let checkpoint = checkpoints.last().map_or(written_back, |r| r.ts);
-    if checkpoint > written_back {
+    if let Some(newest) = checkpoints.last() {
         if pm.is_poisoned() {
             return Err(TxError::Poisoned);
         }
-        pm.write_u64(at, checked::seal(checkpoint, at), WriteClass::Meta);
-        pm.persist(at, 8);
+        watermark = layout.write_watermark(pm, watermark, newest.ts);
     }
+    let checkpoint = watermark.value;
     let (newest, pending) = scan_olog(pm, &layout, checkpoint)?;
     let mut lines = Vec::new();
     for rec in &pending {
@@ -864,13 +582,14 @@ fn scan<P: Persist>(pool: &Pool<P>) -> TxResult<Scanned> {
     Ok(Scanned {
         layout,
         heap,
-        checkpoint,
+        watermark,
         newest,
         pending,
     })
 }
 
-/// Every intact operation record newer than `checkpoint`, in timestamp order, and the
+/// Every intact operation record newer than `checkpoint`, in timestamp order (records with
+/// equal timestamps never touch the same chunk, so their order does not matter), and the
 /// newest timestamp of any intact record.
 fn scan_olog<P: Persist>(
     pm: &P,
@@ -888,6 +607,12 @@ fn scan_olog<P: Persist>(
                         "a checkpoint record in an operation log at {pos:#x}"
                     )));
                 }
+                if rec.ts > crate::chain::MAX_TS {
+                    return Err(TxError::Corrupted(format!(
+                        "operation record at {pos:#x} with timestamp {:#x}",
+                        rec.ts
+                    )));
+                }
                 newest = newest.max(rec.ts);
                 if rec.ts > checkpoint {
                     pending.push(rec);
@@ -895,12 +620,7 @@ fn scan_olog<P: Persist>(
             }
         }
     }
-    pending.sort_by_key(|r| r.ts);
-    if pending.windows(2).any(|w| w[0].ts == w[1].ts) {
-        return Err(TxError::Corrupted(
-            "two operation records with the same timestamp".into(),
-        ));
-    }
+    pending.sort_by_key(|r| (r.ts, r.pos));
     Ok((newest, pending))
 }
 
@@ -951,7 +671,30 @@ impl<P: Persist, R: Replay> Engine for Mvcc<P, R> {
         self.pool.pm().stats().snapshot()
     }
 
+    fn event_counters(&self) -> Vec<(&'static str, u64)> {
+        let s = self.stats();
+        vec![
+            ("commits_logical", s.commits_logical),
+            ("commits_physical", s.commits_physical),
+            ("conflicts", s.conflicts),
+            ("checkpoints", s.checkpoints),
+            ("trims", s.trims),
+            ("writebacks", s.writebacks),
+            ("tlog_bytes", s.tlog_bytes),
+            ("checkpointed_versions", s.checkpointed_versions),
+            ("coalesced_versions", s.coalesced_versions),
+            ("cooled_headers", s.cooled),
+            ("headers", s.headers),
+        ]
+    }
+
+    /// A checkpoint covering every commit so far: nothing is left to re-execute. The masters
+    /// are rewritten only when the checkpoint log fills (TimeStone's delayed write-back);
+    /// [`Mvcc::quiesce`] also writes everything back.
     fn sync(&self) -> TxResult<()> {
-        self.quiesce()
+        if std::env::var_os("MVCC_SYNC_QUIESCE").is_some() {
+            return self.quiesce();
+        }
+        self.checkpoint_all()
     }
 }

@@ -3,7 +3,8 @@
 //! ```text
 //! arena start ─ engine header (64 B): magic "FERRMVCC", version, lanes, log sizes,
 //!               offsets, CRC-32
-//!             ─ word at +64 (own cache line): the write-back watermark (a checked word)
+//!             ─ at +64 (own cache line): the write-back watermark, two 16-byte slots
+//!               written alternately (the valid one with the larger sequence counts)
 //!             ─ lanes (4 KiB aligned): `lane_count` × `olog_size` bytes, each a 64-byte
 //!               lane header then the lane's operation log (OLog)
 //!             ─ checkpoint log (CLog): `clog_size` bytes
@@ -18,11 +19,13 @@ pub const MAGIC: [u8; 8] = *b"FERRMVCC";
 /// The undo/redo engines' magic: a pool formatted by one of them is `WrongEngine`.
 const TX_MAGIC: [u8; 8] = *b"FERRTXEN";
 /// Format version of every MVCC structure.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Bytes of the engine header.
 pub const HEADER_LEN: u64 = 64;
-/// Offset of the write-back watermark from the arena start.
+/// Offset of the write-back watermark's two slots from the arena start.
 pub const WATERMARK_OFFSET: u64 = 64;
+/// Bytes of one watermark slot.
+pub const WATERMARK_SLOT: u64 = 16;
 /// Alignment of the lanes, of the CLog and of their sizes.
 pub const ALIGN: u64 = 4096;
 /// Magic of a lane header.
@@ -51,37 +54,14 @@ pub struct MvccLayout {
     pub heap: Region,
 }
 
-/// A checked word: a 48-bit value and a 16-bit check bound to the word's address.
-pub mod checked {
-    use tx::{TxError, TxResult};
-
-    const VALUE_BITS: u32 = 48;
-    /// Largest value a checked word holds.
-    pub const MAX_VALUE: u64 = (1 << VALUE_BITS) - 1;
-
-    fn check(value: u64, addr: u64) -> u64 {
-        let mut hasher = crc32fast::Hasher::new();
-        hasher.update(&value.to_le_bytes());
-        hasher.update(&addr.to_le_bytes());
-        u64::from(hasher.finalize() as u16)
-    }
-
-    /// The stored form of `value` at absolute offset `addr`.
-    pub fn seal(value: u64, addr: u64) -> u64 {
-        assert!(value <= MAX_VALUE, "checked value {value} exceeds 48 bits");
-        (check(value, addr) << VALUE_BITS) | value
-    }
-
-    /// The value of the stored `word` at `addr`, or `Corrupted` naming `what`.
-    pub fn open(word: u64, addr: u64, what: &str) -> TxResult<u64> {
-        let value = word & MAX_VALUE;
-        if word >> VALUE_BITS != check(value, addr) {
-            return Err(TxError::Corrupted(format!(
-                "{what} at {addr:#x} fails its check ({word:#x})"
-            )));
-        }
-        Ok(value)
-    }
+/// The write-back watermark: every checkpoint at or before `value` is written back to the
+/// masters. `seq` orders the two slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Watermark {
+    /// Time of the newest written-back checkpoint.
+    pub value: u64,
+    /// Sequence number of the slot that holds it.
+    pub seq: u32,
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -110,7 +90,7 @@ impl MvccLayout {
                  {lane_count} × {olog_size} B lanes and a {clog_size} B checkpoint log"
             )));
         }
-        let lanes = (arena.offset + WATERMARK_OFFSET + 64).next_multiple_of(ALIGN);
+        let lanes = (arena.offset + WATERMARK_OFFSET + 2 * WATERMARK_SLOT).next_multiple_of(ALIGN);
         let clog = lanes + u64::from(lane_count) * olog_size;
         let heap_start = clog + clog_size;
         if heap_start + ALIGN > arena.end() {
@@ -145,9 +125,53 @@ impl MvccLayout {
         )
     }
 
-    /// Absolute offset of the write-back watermark.
-    pub fn watermark(&self) -> u64 {
-        self.base + WATERMARK_OFFSET
+    /// Absolute offset of watermark slot `slot` (0 or 1).
+    pub fn watermark_slot(&self, slot: u32) -> u64 {
+        self.base + WATERMARK_OFFSET + u64::from(slot % 2) * WATERMARK_SLOT
+    }
+
+    fn encode_watermark(&self, mark: Watermark) -> [u8; WATERMARK_SLOT as usize] {
+        let at = self.watermark_slot(mark.seq);
+        let mut b = [0u8; WATERMARK_SLOT as usize];
+        b[0..8].copy_from_slice(&mark.value.to_le_bytes());
+        b[8..12].copy_from_slice(&mark.seq.to_le_bytes());
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&b[..12]);
+        hasher.update(&at.to_le_bytes());
+        b[12..16].copy_from_slice(&hasher.finalize().to_le_bytes());
+        b
+    }
+
+    /// The watermark: the intact slot with the larger sequence number (a slot torn by a
+    /// crash fails its CRC, and the other one still holds the previous value).
+    pub fn read_watermark<P: Persist>(&self, pm: &P) -> TxResult<Watermark> {
+        let intact = (0..2).filter_map(|slot| {
+            let mut b = [0u8; WATERMARK_SLOT as usize];
+            pm.read(self.watermark_slot(slot), &mut b);
+            let mark = Watermark {
+                value: u64_at(&b, 0),
+                seq: u32_at(&b, 8),
+            };
+            (mark.seq % 2 == slot && self.encode_watermark(mark) == b).then_some(mark)
+        });
+        intact.max_by_key(|m| m.seq).ok_or_else(|| {
+            TxError::Corrupted(format!(
+                "both mvcc write-back watermark slots at {:#x} are damaged",
+                self.watermark_slot(0)
+            ))
+        })
+    }
+
+    /// Persists `value` as the watermark after `current`, in the other slot.
+    pub fn write_watermark<P: Persist>(&self, pm: &P, current: Watermark, value: u64) -> Watermark {
+        let next = Watermark {
+            value,
+            seq: current.seq.wrapping_add(1),
+        };
+        let at = self.watermark_slot(next.seq);
+        pm.write(at, &self.encode_watermark(next), WriteClass::Meta);
+        pm.persist(at, WATERMARK_SLOT);
+        next
     }
 
     fn encode(&self) -> [u8; HEADER_LEN as usize] {
@@ -190,17 +214,20 @@ impl MvccLayout {
         pm.persist(self.lanes, logs);
     }
 
-    /// Writes the header (and a zero watermark) and persists them, magic last.
+    /// Writes the header (and a zero watermark in both slots) and persists them, magic last.
     pub fn write<P: Persist>(&self, pm: &P) {
         let header = self.encode();
-        pm.write_u64(
-            self.watermark(),
-            checked::seal(0, self.watermark()),
-            WriteClass::Meta,
-        );
+        for seq in [0, 1] {
+            let mark = Watermark { value: 0, seq };
+            pm.write(
+                self.watermark_slot(seq),
+                &self.encode_watermark(mark),
+                WriteClass::Meta,
+            );
+        }
         pm.write(self.base, &[0; 8], WriteClass::Meta);
         pm.write(self.base + 8, &header[8..], WriteClass::Meta);
-        pm.persist(self.base, WATERMARK_OFFSET + 8);
+        pm.persist(self.base, WATERMARK_OFFSET + 2 * WATERMARK_SLOT);
         pm.write(self.base, &header[..8], WriteClass::Meta);
         pm.persist(self.base, 8);
     }
@@ -263,16 +290,38 @@ impl MvccLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crashsim::SimPm;
+
+    fn layout() -> MvccLayout {
+        let arena = Region {
+            offset: 4096,
+            len: 1 << 20,
+        };
+        MvccLayout::plan(arena, 2, 8192, 8192).expect("plan")
+    }
 
     #[test]
-    fn checked_words_catch_every_single_bit_flip() {
-        for (value, addr) in [(0, 64), (1, 4096), (checked::MAX_VALUE, 8)] {
-            let word = checked::seal(value, addr);
-            assert_eq!(checked::open(word, addr, "w").expect("valid"), value);
-            assert!(checked::open(word, addr + 8, "w").is_err());
-            for bit in 0..64 {
-                assert!(checked::open(word ^ (1 << bit), addr, "w").is_err());
-            }
+    fn the_watermark_survives_a_torn_slot_and_catches_every_bit_flip() {
+        let pm = SimPm::new(1 << 21, Default::default());
+        let l = layout();
+        l.write(&pm);
+        let zero = l.read_watermark(&pm).expect("fresh");
+        assert_eq!(zero.value, 0);
+        let one = l.write_watermark(&pm, zero, 1 << 62);
+        assert_eq!(l.read_watermark(&pm).expect("written"), one);
+        // A torn write of the next slot leaves the previous value readable.
+        let at = l.watermark_slot(one.seq + 1);
+        for byte in 0..WATERMARK_SLOT {
+            let mut b = [0u8; 1];
+            pm.read(at + byte, &mut b);
+            pm.write(at + byte, &[b[0] ^ 0x10], WriteClass::Meta);
+            assert_eq!(l.read_watermark(&pm).expect("other slot"), one);
+            pm.write(at + byte, &b, WriteClass::Meta);
         }
+        // Damage to both slots is an error, never a guess.
+        for slot in [0, 1] {
+            pm.write(l.watermark_slot(slot) + 3, &[0xAA], WriteClass::Meta);
+        }
+        assert!(l.read_watermark(&pm).is_err());
     }
 }

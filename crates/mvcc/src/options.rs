@@ -1,5 +1,7 @@
 //! Options of the MVCC engine.
 
+pub use crate::clock::ClockMode;
+
 /// How concurrent transactions are isolated (per engine, or per transaction with
 /// [`crate::Mvcc::transaction_with`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -24,6 +26,11 @@ pub enum Mutant {
     NoCommitFence,
     /// Write-back moves the watermark before the written-back masters are fenced.
     EarlyWatermark,
+    /// Checkpoints do not write back the blocks written in place before their record, whose
+    /// operations then leave the OLog.
+    NoFreshFlush,
+    /// A freed block is reusable at once, before a checkpoint covers its free.
+    EagerFree,
 }
 
 /// Format-time and run-time options.
@@ -39,9 +46,13 @@ pub struct MvccOptions {
     pub chunk_shift: u32,
     /// Default isolation level (run-time).
     pub isolation: Level,
-    /// Chunk versions committed since the last checkpoint that trigger the next one (the
-    /// bound of the DRAM version log, run-time).
-    pub checkpoint_versions: u64,
+    /// Where timestamps come from (run-time).
+    pub clock: ClockMode,
+    /// Versions in each lane's transient version log (run-time; DRAM, 128 bytes each).
+    /// Reclamation starts at half of them in use, checkpoints at three quarters.
+    pub tlog_versions: u32,
+    /// Most chunks with a control header at once (run-time; DRAM, about 100 bytes each).
+    pub max_headers: u32,
     /// Test-only: a broken protocol step (see [`Mutant`]).
     #[doc(hidden)]
     pub mutant: Mutant,
@@ -55,7 +66,9 @@ impl Default for MvccOptions {
             clog_size: 8 << 20,
             chunk_shift: 18,
             isolation: Level::Snapshot,
-            checkpoint_versions: 1 << 15,
+            clock: ClockMode::Auto,
+            tlog_versions: 8192,
+            max_headers: 1 << 24,
             mutant: Mutant::None,
         }
     }
@@ -71,7 +84,9 @@ impl MvccOptions {
             clog_size: 8 << 10,
             chunk_shift: 12,
             isolation: Level::Snapshot,
-            checkpoint_versions: 24,
+            clock: ClockMode::Counter,
+            tlog_versions: 48,
+            max_headers: 1 << 16,
             mutant: Mutant::None,
         }
     }
@@ -79,5 +94,10 @@ impl MvccOptions {
     /// The same options with another default isolation level.
     pub fn with_isolation(self, isolation: Level) -> Self {
         MvccOptions { isolation, ..self }
+    }
+
+    /// The same options with another clock.
+    pub fn with_clock(self, clock: ClockMode) -> Self {
+        MvccOptions { clock, ..self }
     }
 }

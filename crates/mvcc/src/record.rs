@@ -282,6 +282,7 @@ mod tests {
             pm.write(0x4000, &bytes, WriteClass::Log);
             let rec = read(&pm, 0x4000, 0x8000).expect("ok").expect("intact");
             assert_eq!((rec.kind, rec.ts), (kind, 42));
+
             // The same bytes elsewhere do not verify.
             pm.write(0x6000, &bytes, WriteClass::Log);
             assert!(read(&pm, 0x6000, 0x8000).expect("ok").is_none());

@@ -1,10 +1,13 @@
 //! A transaction of the MVCC engine: snapshot reads through the version chains, writes to
-//! private copies of locked chunks, and the commit path (one OLog append, one fence).
+//! private copies of locked chunks (or in place, into blocks the transaction allocated),
+//! and the commit protocol (push, stamp, validate, one OLog append and one fence, publish).
 
-use crate::chunks::{CHUNK, PENDING, Seen, Version};
-use crate::engine::{Lane, Mvcc, NONE, WriteEntry, written_ranges};
+use crate::chain::{Bytes, CHUNK, Lock, Seen};
+use crate::engine::Mvcc;
+use crate::lane::{Lane, NONE, WriteEntry, merge_ranges};
 use crate::options::{Level, Mutant};
 use crate::record::{self, Kind};
+use crate::table::{FRESH, NO_HEADER};
 use heap::{Action, Freeing, Reservation};
 use parking_lot::MutexGuard;
 use pmem::{Persist, WriteClass};
@@ -13,13 +16,45 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use tx::api::{Lifecycle, OpId, Replay, Tx, TxError, TxResult};
 
+/// The size mvcc allocates for `size` bytes: objects above 16 bytes get whole 64-byte
+/// chunks (the versioning unit), so a new object is written in place without sharing a
+/// chunk with a neighbour (whose control header would force versioned writes), and
+/// neighbours never conflict falsely. Costs up to a third more memory for mid-sized
+/// objects (an 80-byte node takes 128 bytes instead of 96).
+pub(crate) fn chunk_aligned(size: u64) -> u64 {
+    if size <= 16 {
+        size
+    } else {
+        size.next_multiple_of(CHUNK)
+    }
+}
+
+/// What a failed attempt needs before it is run again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// A conflict with a concurrent transaction: back off.
+    Conflict,
+    /// This many free versions in the lane's TLog.
+    Versions(u32),
+    /// Room in the lane's OLog (a checkpoint).
+    Olog,
+}
+
 /// How a transaction attempt ended, for the retry loop.
 #[derive(Debug, Default)]
 pub(crate) struct Outcome {
-    /// The attempt hit a conflict: retry it.
-    pub(crate) conflict: Cell<bool>,
-    /// The lane's log is filling up: checkpoint after the transaction.
-    pub(crate) checkpoint: Cell<bool>,
+    pub(crate) retry: Cell<Option<Retry>>,
+}
+
+/// Recovery's re-execution of one logged commit.
+#[derive(Debug)]
+pub(crate) struct Replaying {
+    /// The logged commit timestamp.
+    pub(crate) ts: u64,
+    /// The blocks the logged commit allocated, `(addr, len)`, handed out in order.
+    pub(crate) allocs: VecDeque<(u64, u64)>,
+    /// Blocks handed out so far, `(addr, len)`: written in place.
+    pub(crate) blocks: Vec<(u64, u64)>,
 }
 
 /// A transaction of the MVCC engine.
@@ -31,15 +66,17 @@ pub struct MvccTx<'a, P: Persist, R: Replay> {
     snapshot: u64,
     level: Level,
     op: Option<OpId>,
-    /// Recovery: the commit timestamp to reuse and the logged blocks to hand out.
-    pub(crate) replaying: Option<(u64, VecDeque<u64>)>,
+    pub(crate) replaying: Option<Replaying>,
     reservations: Vec<Reservation>,
     frees: Vec<Freeing>,
     outcome: &'a Outcome,
-    conflicted: bool,
+    failed: bool,
+    /// Reads are recorded for validation at commit.
+    tracking: bool,
 }
 
 impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         engine: &'a Mvcc<P, R>,
         lane: usize,
@@ -60,7 +97,8 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             reservations: Vec::new(),
             frees: Vec::new(),
             outcome,
-            conflicted: false,
+            failed: false,
+            tracking: level != Level::Snapshot || op.is_some(),
         }
     }
 
@@ -69,117 +107,130 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         self.snapshot
     }
 
-    fn conflict<T>(&mut self) -> TxResult<T> {
-        self.conflicted = true;
-        self.outcome.conflict.set(true);
+    fn fail<T>(&mut self, why: Retry) -> TxResult<T> {
+        self.failed = true;
+        self.outcome.retry.set(Some(why));
         Err(TxError::Conflict)
     }
 
-    fn tracks_reads(&self) -> bool {
-        self.replaying.is_none() && (self.level != Level::Snapshot || self.op.is_some())
+    fn conflict<T>(&mut self) -> TxResult<T> {
+        self.fail(Retry::Conflict)
     }
 
-    /// Copies bytes of chunk `index` (not in the write set) as this snapshot sees them.
-    fn read_chunk(&mut self, index: u64, offset: usize, dst: &mut [u8]) -> TxResult<()> {
-        if self.tracks_reads() {
-            self.state.reads.push(index);
+    fn owner(&self) -> u64 {
+        self.lane as u64 + 1
+    }
+
+    fn tracks_reads(&self) -> bool {
+        self.tracking && self.replaying.is_none()
+    }
+
+    /// Copies bytes of chunk `chunk` (not in the write set) as this snapshot sees them.
+    fn read_chunk(&mut self, chunk: u64, offset: usize, dst: &mut [u8]) -> TxResult<()> {
+        if self.tracking {
+            self.state.reads.push(chunk);
         }
         let engine = self.engine;
-        let master = index * CHUNK + offset as u64;
-        if engine.table.is_clean(index) && self.level != Level::Linearizable {
-            // The master is the only version; a write-back running meanwhile (it rewrites
-            // masters) sends the read down the chain path instead.
-            let epoch = engine.wb_epoch.load(Ordering::Acquire);
-            if epoch.is_multiple_of(2) {
-                engine.pool.pm().read(master, dst);
-                std::sync::atomic::fence(Ordering::Acquire);
-                if engine.wb_epoch.load(Ordering::Relaxed) == epoch {
-                    return Ok(());
-                }
+        match engine.table.slot(chunk) {
+            NO_HEADER | FRESH => {
+                engine.pool.pm().read(chunk * CHUNK + offset as u64, dst);
+                Ok(())
             }
-        }
-        let Some(chunk) = engine.table.get(index) else {
-            engine.pool.pm().read(master, dst);
-            return Ok(());
-        };
-        let mut spins = 0u32;
-        loop {
-            let seen = chunk.chain.read().read_at(self.snapshot, offset, dst);
-            match seen {
-                Seen::Copied(newest) => {
-                    if !newest && self.level == Level::Linearizable {
-                        return self.conflict();
-                    }
-                    return Ok(());
-                }
-                Seen::Pending => {
-                    spins += 1;
-                    if spins > 64 {
-                        std::thread::yield_now();
-                    } else {
-                        std::hint::spin_loop();
-                    }
-                }
-                Seen::TooOld => return self.conflict(),
-            }
+            r => match engine
+                .table
+                .header(r)
+                .read_at(&engine.versions, self.snapshot, offset, dst)
+            {
+                Seen::Copied { newest } if newest || self.level != Level::Linearizable => Ok(()),
+                _ => self.conflict(),
+            },
         }
     }
 
-    /// Locks chunk `index` for writing and adds its newest version to the write set.
-    fn lock_chunk(&mut self, index: u64) -> TxResult<usize> {
+    /// Locks chunk `chunk` for writing and adds its newest version to the write set.
+    fn lock_chunk(&mut self, chunk: u64) -> TxResult<usize> {
         let engine = self.engine;
         let pm = engine.pool.pm();
-        let chunk = engine.table.get_or_create(index, || {
-            let mut master = [0u8; CHUNK as usize];
-            pm.read(index * CHUNK, &mut master);
-            master
-        });
-        let me = self.lane as u64 + 1;
-        if chunk
-            .owner
-            .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            return self.conflict();
-        }
-        engine.table.set_clean(index, false);
-        let chain = chunk.chain.read();
-        let head = &chain.versions[0];
+        let (href, header) = loop {
+            let href = engine.table.get_or_create(chunk, || {
+                let mut master = [0u8; CHUNK as usize];
+                pm.read(chunk * CHUNK, &mut master);
+                master
+            })?;
+            let header = engine.table.header(href);
+            match header.lock(self.owner()) {
+                Lock::Taken => break (href, header),
+                Lock::Busy => return self.conflict(),
+                Lock::Retired => continue,
+            }
+        };
+        let mut data: Bytes = [0; CHUNK as usize];
+        let newest = header.newest(&engine.versions, &mut data);
         // First committer wins: a version newer than the snapshot means a concurrent
         // transaction already changed the chunk.
-        if head.ts & PENDING != 0 || (self.replaying.is_none() && head.ts > self.snapshot) {
-            drop(chain);
-            chunk.owner.store(0, Ordering::Release);
+        if self.replaying.is_none() && newest > self.snapshot {
+            header.unlock();
             return self.conflict();
         }
-        let data = head.data;
-        drop(chain);
         Ok(self.state.push_write(WriteEntry {
-            index,
+            chunk,
+            header: href,
             data,
             mask: 0,
         }))
     }
 
-    /// Whether every chunk this transaction read is unchanged since its snapshot (called
-    /// under the sequencer lock, so every commit with a smaller timestamp is visible).
-    fn validate(&self) -> bool {
+    /// Whether `[addr, addr + len)` lies in a block this transaction allocated.
+    fn in_own_block(&self, addr: u64, len: u64) -> bool {
+        let inside = |(start, size): (u64, u64)| start <= addr && addr + len <= start + size;
+        match &self.replaying {
+            Some(replaying) => replaying.blocks.iter().any(|&b| inside(b)),
+            None => self.reservations.iter().any(|r| inside((r.addr, r.size))),
+        }
+    }
+
+    /// Writes `src` at `addr` (in chunk `chunk`) straight to the master if the chunk has no
+    /// header (TimeStone writes new objects in place): nobody can reach the block yet, and
+    /// the master's other bytes do not change.
+    fn write_fresh(&mut self, chunk: u64, addr: u64, src: &[u8]) -> bool {
+        let table = &self.engine.table;
+        if !table.try_fresh(chunk) {
+            return false;
+        }
+        self.engine.pool.pm().write(addr, src, WriteClass::User);
+        table.end_fresh(chunk);
+        self.state.note_fresh(addr, src.len() as u64);
+        true
+    }
+
+    /// Whether no chunk this transaction read changed between its snapshot and `ts`.
+    fn validate(&self, ts: u64) -> bool {
+        let engine = self.engine;
         let state = &*self.state;
-        state.reads.iter().all(|&index| {
-            state.find(index).is_some()
-                || self
-                    .engine
-                    .table
-                    .get(index)
-                    .is_none_or(|chunk| chunk.chain.read().head_ts() <= self.snapshot)
+        state.reads.iter().all(|&chunk| {
+            state.find(chunk).is_some()
+                || match engine.table.slot(chunk) {
+                    NO_HEADER | FRESH => true,
+                    r => !engine
+                        .table
+                        .header(r)
+                        .changed_after(&engine.versions, self.snapshot, ts),
+                }
         })
     }
 
+    /// Unlocks the write set after an abort; its headers go on the dirty list, so a
+    /// checkpoint takes out those left without versions.
     fn release_locks(&mut self) {
+        let engine = self.engine;
         for w in &self.state.writes {
-            if let Some(chunk) = self.engine.table.get(w.index) {
-                chunk.owner.store(0, Ordering::Release);
-            }
+            engine.table.header(w.header).unlock();
+        }
+        if !self.state.writes.is_empty() {
+            engine.shared[self.lane]
+                .dirty
+                .lock()
+                .extend(self.state.writes.iter().map(|w| (w.header, w.chunk)));
         }
     }
 
@@ -188,6 +239,10 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         let pm = engine.pool.pm();
         if pm.is_poisoned() {
             return Err(TxError::Poisoned);
+        }
+        let needed = self.state.writes.len() as u32;
+        if (self.state.free.len() as u32) < needed {
+            return self.fail(Retry::Versions(needed));
         }
         let mut actions: Vec<Action> = self
             .reservations
@@ -201,7 +256,8 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
                 record::MAX_ACTIONS
             )));
         }
-        let ranges = written_ranges(&self.state.writes);
+        merge_ranges(&mut self.state.fresh);
+        let ranges = self.physical_ranges();
         let ranges_iter = || ranges.iter().map(|(a, b)| (*a, &b[..]));
         let (physical, count) = record::encoded_len(0, ranges_iter(), actions.len());
         if count > u32::MAX as usize {
@@ -211,11 +267,35 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             record::encoded_len(self.state.args.len(), std::iter::empty(), actions.len()).0
         });
         let need = physical.max(logical) as u64;
-        let pos = engine.reserve_olog(&mut self.state, need)?;
-        let (ts, as_op) = match self.sequence() {
-            Some(sequenced) => sequenced,
-            None => return self.conflict(),
+        if need > self.state.size {
+            return Err(TxError::LogFull {
+                needed: need,
+                capacity: self.state.size,
+            });
+        }
+        self.state
+            .drop_covered(engine.checkpointed.load(Ordering::Acquire));
+        let Some(pos) = self.state.fit(need) else {
+            return self.fail(Retry::Olog);
         };
+
+        // Push (after announcing a lower bound of the timestamp to checkpointers), stamp.
+        let shared = &engine.shared[self.lane];
+        shared.inflight.store(engine.clock.now(), Ordering::SeqCst);
+        let pushed = self.push_all();
+        let ts = engine.clock.stamp();
+        for &r in &pushed {
+            engine.versions.stamp(r, ts);
+        }
+        engine.clock.wait_past(ts);
+        let valid = !self.tracks_reads() || self.validate(ts);
+        if !valid && self.level != Level::Snapshot {
+            self.unpush(&pushed);
+            return self.conflict();
+        }
+        let as_op = valid && self.op.is_some();
+
+        // The record, one fence: the durability point.
         let state = &mut *self.state;
         let at = state.base + pos;
         let mut scratch = std::mem::take(&mut state.scratch);
@@ -249,15 +329,15 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         }
         state.scratch = scratch;
         if pm.is_poisoned() {
-            self.unpublish();
+            self.unpush(&pushed);
             return Err(TxError::Poisoned);
         }
         pm.durability_point();
-        self.finish(ts, &actions);
+
+        engine.apply_actions(&actions);
+        engine.clock.wait_visible(ts);
+        self.publish(&pushed, ts);
         self.state.records.push_back((ts, pos, len));
-        engine.shared[self.lane]
-            .inflight
-            .store(NONE, Ordering::SeqCst);
         let counter = if as_op {
             &engine.stats.commits_logical
         } else {
@@ -265,130 +345,118 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         };
         counter.fetch_add(1, Ordering::Relaxed);
         self.reservations.clear();
-        for freeing in self.frees.drain(..) {
-            engine.heap.finish_free(&freeing);
-        }
+        engine.defer_frees(ts, self.frees.drain(..));
         let user: u64 = self
             .state
             .writes
             .iter()
             .map(|w| u64::from(w.mask.count_ones()))
+            .chain(self.state.fresh.iter().map(|&(_, n)| n))
             .sum();
         pm.stats().record_user_bytes(user);
-        if self.state.used() * 2 > self.state.size {
-            self.outcome.checkpoint.set(true);
-        }
+        engine
+            .stats
+            .tlog_bytes
+            .fetch_add(u64::from(needed) * CHUNK, Ordering::Relaxed);
         self.state.writes.clear();
         Ok(())
     }
 
-    /// Takes the commit timestamp, validates, and installs the write set as pending
-    /// versions. Returns `None` on a failed validation that must abort, else the timestamp
-    /// and whether the commit may be logged as its operation.
-    fn sequence(&mut self) -> Option<(u64, bool)> {
-        let engine = self.engine;
-        let _seq = engine.seq.lock();
-        let ts = engine.clock.load(Ordering::Relaxed) + 1;
-        let valid = !self.tracks_reads() || self.validate();
-        if !valid && self.level != Level::Snapshot {
-            return None;
+    /// The bytes a physical record holds: each locked chunk's written bytes, and the bytes
+    /// written in place (read back from the masters), in address order.
+    fn physical_ranges(&self) -> Vec<(u64, Vec<u8>)> {
+        let mut ranges = crate::engine::written_ranges(&self.state.writes);
+        let pm = self.engine.pool.pm();
+        for &(addr, len) in &self.state.fresh {
+            let mut bytes = vec![0u8; len as usize];
+            pm.read(addr, &mut bytes);
+            ranges.push((addr, bytes));
         }
-        for w in &self.state.writes {
-            let chunk = engine
-                .table
-                .get(w.index)
-                .expect("locked chunks have headers");
-            chunk.chain.write().versions.insert(
-                0,
-                Version {
-                    ts: ts | PENDING,
-                    data: w.data,
-                },
-            );
-        }
-        engine.shared[self.lane]
-            .inflight
-            .store(ts, Ordering::SeqCst);
-        engine.clock.store(ts, Ordering::Release);
-        Some((ts, valid && self.op.is_some()))
+        ranges.sort_by_key(|(addr, _)| *addr);
+        ranges
     }
 
-    /// Removes this transaction's pending versions (the commit failed after sequencing).
-    fn unpublish(&mut self) {
+    /// Pushes every private copy as an unstamped version of its chunk.
+    fn push_all(&mut self) -> Vec<u32> {
         let engine = self.engine;
-        for w in &self.state.writes {
-            let chunk = engine
+        let state = &mut *self.state;
+        let mut pushed = Vec::with_capacity(state.writes.len());
+        for w in &state.writes {
+            let r = state.free.pop().expect("checked before pushing");
+            engine.versions.check_ownership(r, true);
+            engine
                 .table
-                .get(w.index)
-                .expect("locked chunks have headers");
-            chunk.chain.write().versions.remove(0);
+                .header(w.header)
+                .push(&engine.versions, r, &w.data);
+            pushed.push(r);
         }
+        pushed
+    }
+
+    /// Takes the pushed versions back after a failed commit (readers skip them; they are
+    /// reused after a grace period).
+    fn unpush(&mut self, pushed: &[u32]) {
+        let engine = self.engine;
+        for (w, &r) in self.state.writes.iter().zip(pushed) {
+            engine.table.header(w.header).unpush(&engine.versions, r);
+        }
+        engine.retire_versions(pushed.to_vec());
         engine.shared[self.lane]
             .inflight
             .store(NONE, Ordering::SeqCst);
     }
 
-    /// After the commit is durable: heap actions in place, versions published, locks
-    /// released, chunks marked dirty.
-    fn finish(&mut self, ts: u64, actions: &[Action]) {
+    /// After the commit is durable: versions committed, locks released, chunks listed for
+    /// the next checkpoint.
+    fn publish(&mut self, pushed: &[u32], ts: u64) {
         let engine = self.engine;
-        let pm = engine.pool.pm();
-        if !actions.is_empty() {
-            let _serialised = engine.actions.lock();
-            for action in actions {
-                action.store(pm);
-            }
-            engine
-                .meta_dirty
+        for (w, &r) in self.state.writes.iter().zip(pushed) {
+            engine.versions.publish(r, ts);
+            engine.table.header(w.header).unlock();
+        }
+        self.list_for_checkpoint();
+        engine.shared[self.lane]
+            .inflight
+            .store(NONE, Ordering::SeqCst);
+    }
+
+    /// Lists the written chunks and the in-place ranges for the next checkpoint.
+    fn list_for_checkpoint(&mut self) {
+        let shared = &self.engine.shared[self.lane];
+        let state = &*self.state;
+        if !state.writes.is_empty() {
+            shared
+                .dirty
                 .lock()
-                .extend(actions.iter().map(|a| (a.addr(), a.len())));
+                .extend(state.writes.iter().map(|w| (w.header, w.chunk)));
         }
-        for w in &self.state.writes {
-            let chunk = engine
-                .table
-                .get(w.index)
-                .expect("locked chunks have headers");
-            chunk.chain.write().versions[0].ts = ts;
-            chunk.owner.store(0, Ordering::Release);
+        if !state.fresh.is_empty() {
+            shared.fresh.lock().extend_from_slice(&state.fresh);
         }
-        let shared = &engine.shared[self.lane];
-        shared
-            .dirty
-            .lock()
-            .extend(self.state.writes.iter().map(|w| w.index));
-        engine
-            .dirty_versions
-            .fetch_add(self.state.writes.len() as u64, Ordering::Relaxed);
     }
 
     /// Recovery's commit: the versions get the logged timestamp; nothing is logged.
     fn commit_replay(&mut self) -> TxResult<()> {
-        let (ts, allocs) = self.replaying.as_ref().expect("replaying");
-        if !allocs.is_empty() {
+        let replaying = self.replaying.as_ref().expect("replaying");
+        if !replaying.allocs.is_empty() {
             return Err(TxError::Corrupted(format!(
                 "re-executed operation allocated {} fewer blocks than logged",
-                allocs.len()
+                replaying.allocs.len()
             )));
         }
-        let ts = *ts;
-        let engine = self.engine;
-        for w in &self.state.writes {
-            let chunk = engine
-                .table
-                .get(w.index)
-                .expect("locked chunks have headers");
-            chunk
-                .chain
-                .write()
-                .versions
-                .insert(0, Version { ts, data: w.data });
-            chunk.owner.store(0, Ordering::Release);
+        let ts = replaying.ts;
+        let needed = self.state.writes.len() as u32;
+        if (self.state.free.len() as u32) < needed {
+            return self.fail(Retry::Versions(needed));
         }
-        engine.shared[self.lane]
-            .dirty
-            .lock()
-            .extend(self.state.writes.iter().map(|w| w.index));
-        engine.clock.fetch_max(ts, Ordering::SeqCst);
+        let pushed = self.push_all();
+        let engine = self.engine;
+        for (w, &r) in self.state.writes.iter().zip(&pushed) {
+            engine.versions.publish(r, ts);
+            engine.table.header(w.header).unlock();
+        }
+        merge_ranges(&mut self.state.fresh);
+        self.list_for_checkpoint();
         self.state.writes.clear();
         Ok(())
     }
@@ -397,14 +465,14 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
 impl<P: Persist, R: Replay> Drop for MvccTx<'_, P, R> {
     fn drop(&mut self) {
         self.engine.shared[self.lane]
-            .snapshot
-            .store(NONE, Ordering::SeqCst);
+            .active
+            .store(NONE, Ordering::Release);
     }
 }
 
 impl<P: Persist, R: Replay> Lifecycle for MvccTx<'_, P, R> {
     fn commit(&mut self) -> TxResult<()> {
-        if self.conflicted {
+        if self.failed {
             return Err(TxError::Conflict);
         }
         if self.replaying.is_some() {
@@ -419,7 +487,7 @@ impl<P: Persist, R: Replay> Lifecycle for MvccTx<'_, P, R> {
     fn abort(&mut self) {
         self.release_locks();
         self.state.writes.clear();
-        self.state.index.clear();
+        self.state.by_chunk.clear();
         for r in self.reservations.drain(..) {
             self.engine.heap.cancel(&r);
         }
@@ -431,22 +499,34 @@ impl<P: Persist, R: Replay> Lifecycle for MvccTx<'_, P, R> {
 
 impl<P: Persist, R: Replay> Tx for MvccTx<'_, P, R> {
     fn read_raw(&mut self, addr: u64, dst: &mut [u8]) -> TxResult<()> {
-        if self.conflicted {
+        if self.failed {
             return Err(TxError::Conflict);
         }
         let len = dst.len() as u64;
-        if !self.engine.pool.pm().check_range(addr, len) {
+        let pm = self.engine.pool.pm();
+        if !pm.check_range(addr, len) {
             return Err(TxError::OutOfBounds { addr, len });
+        }
+        // The common case: a read inside one chunk that has no header, by a transaction
+        // that neither wrote it nor records its reads — the master, as for any engine.
+        let chunk = addr / CHUNK;
+        if !self.tracking
+            && (addr + len.max(1) - 1) / CHUNK == chunk
+            && matches!(self.engine.table.slot(chunk), NO_HEADER | FRESH)
+            && (self.state.writes.is_empty() || self.state.find(chunk).is_none())
+        {
+            pm.read(addr, dst);
+            return Ok(());
         }
         let mut done = 0usize;
         while done < dst.len() {
             let at = addr + done as u64;
-            let (index, offset) = (at / CHUNK, (at % CHUNK) as usize);
+            let (chunk, offset) = (at / CHUNK, (at % CHUNK) as usize);
             let n = (CHUNK as usize - offset).min(dst.len() - done);
             let piece = &mut dst[done..done + n];
-            match self.state.find(index) {
+            match self.state.find(chunk) {
                 Some(i) => piece.copy_from_slice(&self.state.writes[i].data[offset..offset + n]),
-                None => self.read_chunk(index, offset, piece)?,
+                None => self.read_chunk(chunk, offset, piece)?,
             }
             done += n;
         }
@@ -454,7 +534,7 @@ impl<P: Persist, R: Replay> Tx for MvccTx<'_, P, R> {
     }
 
     fn write_raw(&mut self, addr: u64, src: &[u8]) -> TxResult<()> {
-        if self.conflicted {
+        if self.failed {
             return Err(TxError::Conflict);
         }
         let len = src.len() as u64;
@@ -464,34 +544,39 @@ impl<P: Persist, R: Replay> Tx for MvccTx<'_, P, R> {
         let mut done = 0usize;
         while done < src.len() {
             let at = addr + done as u64;
-            let (index, offset) = (at / CHUNK, (at % CHUNK) as usize);
+            let (chunk, offset) = (at / CHUNK, (at % CHUNK) as usize);
             let n = (CHUNK as usize - offset).min(src.len() - done);
-            let i = match self.state.find(index) {
+            let piece = &src[done..done + n];
+            done += n;
+            let i = match self.state.find(chunk) {
                 Some(i) => i,
-                None => self.lock_chunk(index)?,
+                None if self.in_own_block(at, n as u64) && self.write_fresh(chunk, at, piece) => {
+                    continue;
+                }
+                None => self.lock_chunk(chunk)?,
             };
             let entry = &mut self.state.writes[i];
-            entry.data[offset..offset + n].copy_from_slice(&src[done..done + n]);
-            let bits = if n == 64 {
+            entry.data[offset..offset + n].copy_from_slice(piece);
+            entry.mask |= if n == 64 {
                 u64::MAX
             } else {
                 ((1u64 << n) - 1) << offset
             };
-            entry.mask |= bits;
-            done += n;
         }
         Ok(())
     }
 
     fn alloc_raw(&mut self, size: u64) -> TxResult<u64> {
-        if let Some((_, allocs)) = &mut self.replaying {
-            return allocs.pop_front().ok_or_else(|| {
+        if let Some(replaying) = &mut self.replaying {
+            let (addr, len) = replaying.allocs.pop_front().ok_or_else(|| {
                 TxError::Corrupted("re-executed operation allocates more blocks than logged".into())
-            });
+            })?;
+            replaying.blocks.push((addr, len));
+            return Ok(addr);
         }
         let engine = self.engine;
         let mut system = |actions: &[Action]| engine.system_commit(actions);
-        let reservation = engine.heap.reserve(size, &mut system)?;
+        let reservation = engine.heap.reserve(chunk_aligned(size), &mut system)?;
         self.reservations.push(reservation);
         Ok(reservation.addr)
     }

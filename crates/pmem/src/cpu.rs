@@ -241,6 +241,63 @@ pub fn rdtsc() -> u64 {
     unsafe { core::arch::x86_64::_rdtsc() }
 }
 
+/// Reads the time-stamp counter with `rdtscp`, which waits until every earlier instruction
+/// has executed (the read cannot be hoisted above preceding loads and stores).
+///
+/// Callers must check [`has_rdtscp`] first; on a CPU without it this falls back to
+/// [`rdtsc`] after a full fence, which orders the same way.
+#[inline]
+pub fn rdtscp() -> u64 {
+    if has_rdtscp() {
+        let mut aux = 0u32;
+        // SAFETY: the CPU reports rdtscp (CPUID 0x8000_0001 EDX bit 27); the instruction only
+        // writes the counter and `aux`, a valid local.
+        unsafe { core::arch::x86_64::__rdtscp(&mut aux) }
+    } else {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        rdtsc()
+    }
+}
+
+/// Reads the time-stamp counter in program order: no earlier instruction completes after
+/// it and no later one starts before it (`lfence; rdtsc; lfence`).
+#[inline]
+pub fn rdtsc_ordered() -> u64 {
+    // SAFETY: lfence and rdtsc exist on every x86_64 CPU (SSE2 is baseline) and touch no
+    // memory.
+    unsafe {
+        core::arch::x86_64::_mm_lfence();
+        let t = core::arch::x86_64::_rdtsc();
+        core::arch::x86_64::_mm_lfence();
+        t
+    }
+}
+
+/// Whether the CPU has `rdtscp`.
+pub fn has_rdtscp() -> bool {
+    tsc_features().0
+}
+
+/// Whether the time-stamp counter is invariant: it ticks at a constant rate in every
+/// power state and is synchronised across cores (CPUID 0x8000_0007 EDX bit 8), so it can
+/// serve as a global clock up to a small cross-core uncertainty.
+pub fn has_invariant_tsc() -> bool {
+    tsc_features().1
+}
+
+/// `(rdtscp, invariant TSC)`, read from CPUID once.
+fn tsc_features() -> (bool, bool) {
+    static FEATURES: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
+    *FEATURES.get_or_init(|| {
+        let max_extended = __cpuid_count(0x8000_0000, 0).eax;
+        let rdtscp =
+            max_extended >= 0x8000_0001 && __cpuid_count(0x8000_0001, 0).edx & (1 << 27) != 0;
+        let invariant =
+            max_extended >= 0x8000_0007 && __cpuid_count(0x8000_0007, 0).edx & (1 << 8) != 0;
+        (rdtscp, invariant)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -426,6 +426,12 @@ pub trait Engine: Send + Sync {
     fn sync(&self) -> TxResult<()> {
         Ok(())
     }
+
+    /// The engine's own event counters (conflicts, checkpoints, ...), cumulative since it
+    /// was opened, by name; a benchmark reports their change over its timed runs.
+    fn event_counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// The end of a transaction, as an engine implements it.

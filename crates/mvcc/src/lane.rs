@@ -1,0 +1,216 @@
+//! Per-lane state: what the lane's transactions own (under the lane's lock) and what every
+//! thread can see of the lane.
+
+use crate::chain::Bytes;
+use parking_lot::Mutex;
+use pmem::CACHE_LINE;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::AtomicU64;
+
+/// No timestamp (an idle announcement slot).
+pub(crate) const NONE: u64 = u64::MAX;
+
+/// Write sets up to this many chunks are searched linearly; larger ones get a map.
+const LINEAR_WRITES: usize = 16;
+
+/// What a lane's transactions own: its operation log, reusable buffers, its share of the
+/// transient version log.
+#[derive(Debug)]
+pub(crate) struct Lane {
+    /// The lane's number.
+    pub(crate) index: usize,
+    /// The OLog's absolute offset and length.
+    pub(crate) base: u64,
+    pub(crate) size: u64,
+    /// Live records in ring order: (ts, offset in the lane's log, length).
+    pub(crate) records: VecDeque<(u64, u64, u64)>,
+    pub(crate) scratch: Vec<u8>,
+    pub(crate) writes: Vec<WriteEntry>,
+    /// Chunk → position in `writes`, for large write sets.
+    pub(crate) by_chunk: HashMap<u64, usize>,
+    /// Chunks read (when reads are validated).
+    pub(crate) reads: Vec<u64>,
+    pub(crate) args: Vec<u8>,
+    /// Byte ranges this transaction wrote in place (blocks it allocated).
+    pub(crate) fresh: Vec<(u64, u64)>,
+    /// Free versions of this lane's share of the TLog.
+    pub(crate) free: Vec<u32>,
+    /// Versions in this lane's share.
+    pub(crate) capacity: u32,
+    /// Versions in use after this lane's last reclamation (trims are paced by growth).
+    pub(crate) used_at_reclaim: u32,
+    /// The snapshot of the lane's previous transaction: a lower bound to announce before the
+    /// next one reads the clock.
+    pub(crate) last_snapshot: u64,
+}
+
+/// A chunk locked by a transaction, with its private copy.
+#[derive(Clone, Debug)]
+pub(crate) struct WriteEntry {
+    pub(crate) chunk: u64,
+    /// Its control header.
+    pub(crate) header: u32,
+    pub(crate) data: Bytes,
+    /// Bytes written (bit i = byte i).
+    pub(crate) mask: u64,
+}
+
+/// What every thread can see of a lane.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// A lower bound of the snapshot of the transaction holding the lane, or [`NONE`]: the
+    /// quiescence detector's view (no version a snapshot at or after it needs is reclaimed,
+    /// and nothing reclaimed after it was announced is reused while it stays).
+    pub(crate) active: AtomicU64,
+    /// A lower bound of the timestamp of a commit between its first push and its
+    /// publication, or [`NONE`].
+    pub(crate) inflight: AtomicU64,
+    /// Headers (and their chunks) that got versions since the last checkpoint.
+    pub(crate) dirty: Mutex<Vec<(u32, u64)>>,
+    /// Byte ranges written in place by committed transactions since the last checkpoint.
+    pub(crate) fresh: Mutex<Vec<(u64, u64)>>,
+    /// Versions of this lane back from a grace period.
+    pub(crate) returned: Mutex<Vec<u32>>,
+}
+
+impl Shared {
+    pub(crate) fn new() -> Self {
+        Shared {
+            active: AtomicU64::new(NONE),
+            inflight: AtomicU64::new(NONE),
+            dirty: Mutex::new(Vec::new()),
+            fresh: Mutex::new(Vec::new()),
+            returned: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl Lane {
+    /// State of lane `index` over the OLog at `base` (`size` bytes), owning versions
+    /// `versions`.
+    pub(crate) fn new(
+        index: usize,
+        base: u64,
+        size: u64,
+        versions: std::ops::RangeInclusive<u32>,
+    ) -> Self {
+        let capacity = versions.end() - versions.start() + 1;
+        Lane {
+            index,
+            base,
+            size,
+            records: VecDeque::new(),
+            scratch: Vec::new(),
+            writes: Vec::new(),
+            by_chunk: HashMap::new(),
+            reads: Vec::new(),
+            args: Vec::new(),
+            fresh: Vec::new(),
+            free: versions.rev().collect(),
+            capacity,
+            used_at_reclaim: 0,
+            last_snapshot: 0,
+        }
+    }
+
+    fn end_of(&self, (_, pos, len): (u64, u64, u64)) -> u64 {
+        (pos + len).next_multiple_of(CACHE_LINE).min(self.size)
+    }
+
+    /// Where a record of `len` bytes fits in the ring, if anywhere.
+    pub(crate) fn fit(&self, len: u64) -> Option<u64> {
+        let (Some(&first), Some(&last)) = (self.records.front(), self.records.back()) else {
+            return (len <= self.size).then_some(0);
+        };
+        let (tail, head) = (first.1, self.end_of(last));
+        if head > tail {
+            if head + len <= self.size {
+                return Some(head);
+            }
+            return (len <= tail).then_some(0);
+        }
+        (head + len <= tail).then_some(head)
+    }
+
+    /// Bytes of the ring in use.
+    pub(crate) fn olog_used(&self) -> u64 {
+        let (Some(&first), Some(&last)) = (self.records.front(), self.records.back()) else {
+            return 0;
+        };
+        let (tail, head) = (first.1, self.end_of(last));
+        if head > tail {
+            head - tail
+        } else {
+            self.size - tail + head
+        }
+    }
+
+    /// Forgets the records a durable checkpoint at `checkpointed` covers.
+    pub(crate) fn drop_covered(&mut self, checkpointed: u64) {
+        while self
+            .records
+            .front()
+            .is_some_and(|&(ts, _, _)| ts <= checkpointed)
+        {
+            self.records.pop_front();
+        }
+    }
+
+    /// Versions of this lane's share in use.
+    pub(crate) fn tlog_used(&self) -> u32 {
+        self.capacity - self.free.len() as u32
+    }
+
+    pub(crate) fn find(&self, chunk: u64) -> Option<usize> {
+        if self.writes.len() <= LINEAR_WRITES {
+            self.writes.iter().position(|w| w.chunk == chunk)
+        } else {
+            self.by_chunk.get(&chunk).copied()
+        }
+    }
+
+    pub(crate) fn push_write(&mut self, entry: WriteEntry) -> usize {
+        let at = self.writes.len();
+        self.writes.push(entry);
+        if self.writes.len() == LINEAR_WRITES + 1 {
+            self.by_chunk = self
+                .writes
+                .iter()
+                .enumerate()
+                .map(|(i, w)| (w.chunk, i))
+                .collect();
+        } else if self.writes.len() > LINEAR_WRITES + 1 {
+            self.by_chunk.insert(self.writes[at].chunk, at);
+        }
+        at
+    }
+
+    /// Records an in-place write of `[addr, addr + len)`, merging with the previous one.
+    pub(crate) fn note_fresh(&mut self, addr: u64, len: u64) {
+        match self.fresh.last_mut() {
+            Some((at, n)) if *at + *n == addr => *n += len,
+            _ => self.fresh.push((addr, len)),
+        }
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.writes.clear();
+        self.by_chunk.clear();
+        self.reads.clear();
+        self.args.clear();
+        self.fresh.clear();
+    }
+}
+
+/// Sorts `ranges` and merges overlapping or adjacent ones.
+pub(crate) fn merge_ranges(ranges: &mut Vec<(u64, u64)>) {
+    ranges.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for &(addr, len) in ranges.iter() {
+        match merged.last_mut() {
+            Some((at, n)) if *at + *n >= addr => *n = (*n).max(addr + len - *at),
+            _ => merged.push((addr, len)),
+        }
+    }
+    *ranges = merged;
+}

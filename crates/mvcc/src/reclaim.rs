@@ -1,0 +1,700 @@
+//! Reclamation, TimeStone's watermark-driven log management: best-effort trims of the
+//! transient version log, checkpoints (TLog → CLog), delayed write-back (CLog → masters),
+//! and grace periods from the quiescence detector.
+//!
+//! - **Watermarks** (checked by a lane before each transaction, never inside one): half
+//!   its TLog share in use → a best-effort trim; three quarters of its TLog share or of its
+//!   OLog in use → a checkpoint; a checkpoint that leaves the CLog three quarters full →
+//!   a write-back.
+//! - **Quiescence**: every lane announces a lower bound of its snapshot while it runs a
+//!   transaction ([`crate::lane::Shared::active`]). The boundary of a trim or checkpoint is
+//!   at most the smallest announcement, so no running or future transaction needs what they
+//!   unlink; what they unlink is reused only once every announcement is newer than the
+//!   unlinking (the grace period), so no reader still holds it.
+
+use crate::chain::{Bytes, CHECKPOINTER, CHUNK, Header, Seen};
+use crate::engine::{Mvcc, write_back_lines};
+use crate::lane::{Lane, NONE, merge_ranges};
+use crate::layout::Watermark;
+use crate::options::Mutant;
+use crate::record::{self, Kind};
+use crate::table::NO_HEADER;
+use crate::txn::Retry;
+use heap::{Action, Freeing, Heap, HeapError};
+use pmem::{CACHE_LINE, Persist, WriteClass};
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use tx::api::{Replay, TxError, TxResult};
+
+/// Checkpoint-log state (one checkpoint or write-back at a time).
+#[derive(Debug)]
+pub(crate) struct Ckpt {
+    /// Next free offset in the CLog (everything before it is live until the next write-back).
+    head: u64,
+    /// Boundary of the newest durable checkpoint.
+    last_t: u64,
+    /// The persisted write-back watermark.
+    watermark: Watermark,
+    /// Headers whose chains kept versions newer than the last boundary.
+    retained: Vec<(u32, u64)>,
+    /// Headers checkpointed since the last write-back (and empty headers to take out).
+    writeback: Vec<(u32, u64)>,
+    /// Headers whose chains the last checkpoint emptied: if they stay empty until the next
+    /// one, their content goes to the master and they leave the table (cold chunks are then
+    /// read from the master directly).
+    cooling: Vec<(u32, u64)>,
+    /// Chunks with bytes in live CLog records.
+    clog_chunks: HashSet<u64>,
+    scratch: Vec<u8>,
+}
+
+/// A reclaimer's announcement in the quiescence detector, withdrawn on drop.
+struct Reclaiming<'a> {
+    slot: &'a std::sync::atomic::AtomicU64,
+}
+
+impl Drop for Reclaiming<'_> {
+    fn drop(&mut self) {
+        self.slot.store(NONE, Ordering::SeqCst);
+    }
+}
+
+/// Versions and headers unlinked at `time`, reusable after a grace period.
+#[derive(Debug)]
+pub(crate) struct Retired {
+    time: u64,
+    versions: Vec<u32>,
+    headers: Vec<u32>,
+}
+
+impl Ckpt {
+    pub(crate) fn new(last_t: u64, watermark: Watermark) -> Self {
+        Ckpt {
+            head: 0,
+            last_t,
+            watermark,
+            retained: Vec::new(),
+            writeback: Vec::new(),
+            cooling: Vec::new(),
+            clog_chunks: HashSet::new(),
+            scratch: Vec::new(),
+        }
+    }
+}
+
+/// The 8-byte words that differ between `old` and `new`, merged into ranges, relative to the
+/// chunk start.
+fn changed_words(old: &Bytes, new: &Bytes) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for word in 0..8 {
+        let r = word * 8..word * 8 + 8;
+        if old[r.clone()] != new[r] {
+            match out.last_mut() {
+                Some((start, len)) if *start + *len == word * 8 => *len += 8,
+                _ => out.push((word * 8, 8)),
+            }
+        }
+    }
+    out
+}
+
+/// The region `MVCC_VERIFY=<offset>:<len>` names (read once).
+#[cfg(debug_assertions)]
+fn verify_region() -> Option<(u64, u64)> {
+    static REGION: std::sync::OnceLock<Option<(u64, u64)>> = std::sync::OnceLock::new();
+    *REGION.get_or_init(|| {
+        let spec = std::env::var("MVCC_VERIFY").ok()?;
+        let (off, len) = spec.split_once(':')?;
+        Some((off.parse().ok()?, len.parse().ok()?))
+    })
+}
+
+/// Bytes of a checkpoint record's entry for one chunk, at most (header and 64 bytes).
+const MAX_ENTRY: u64 = 8 + CHUNK;
+
+impl<P: Persist, R: Replay> Mvcc<P, R> {
+    /// Runs before each transaction on the lane: takes back versions whose grace period
+    /// ended, and reclaims by the watermarks until `need` is satisfied.
+    pub(crate) fn prepare(&self, state: &mut Lane, need: Option<Retry>) -> TxResult<()> {
+        let capacity = state.capacity;
+        let used = state.tlog_used();
+        // The common case costs a few comparisons: nothing asked for, below every watermark.
+        if need.is_none() && used * 2 <= capacity && state.olog_used() * 4 <= state.size * 3 {
+            return Ok(());
+        }
+        self.refill(state);
+        state.drop_covered(self.checkpointed.load(Ordering::Acquire));
+        let wanted = match need {
+            Some(Retry::Versions(n)) if n > capacity * 3 / 4 => {
+                return Err(TxError::InvalidArgument(format!(
+                    "a transaction writes {n} chunks; the version log holds {} per lane \
+                     (raise MvccOptions::tlog_versions)",
+                    capacity * 3 / 4
+                )));
+            }
+            Some(Retry::Versions(n)) => n.max(capacity / 4),
+            _ => capacity / 4,
+        };
+        let olog_full = state.olog_used() * 4 > state.size * 3 || need == Some(Retry::Olog);
+        let used = state.tlog_used();
+        // Each reclamation runs once per eighth of the share used since the last one (a
+        // trim or checkpoint that freed little is not repeated on every transaction).
+        let grown = used >= state.used_at_reclaim + capacity / 8;
+        if olog_full || (used * 4 > capacity * 3 && grown) {
+            self.checkpoint_and_release()?;
+            state.drop_covered(self.checkpointed.load(Ordering::Acquire));
+            state.used_at_reclaim = used;
+        } else if used * 2 > capacity && grown {
+            self.trim();
+            state.used_at_reclaim = used;
+        }
+        let mut rounds = 0u32;
+        loop {
+            let olog_ok = need != Some(Retry::Olog) || state.olog_used() * 2 <= state.size;
+            if state.free.len() as u32 >= wanted && olog_ok {
+                return Ok(());
+            }
+            self.free_expired();
+            self.refill(state);
+            state.used_at_reclaim = state.used_at_reclaim.min(state.tlog_used());
+            if state.free.len() as u32 >= wanted && olog_ok {
+                return Ok(());
+            }
+            // Others' transactions hold the boundary or the grace period back: let them
+            // finish, then reclaim again.
+            rounds += 1;
+            std::thread::yield_now();
+            if rounds.is_multiple_of(4) {
+                self.checkpoint_and_release()?;
+                state.drop_covered(self.checkpointed.load(Ordering::Acquire));
+            }
+        }
+    }
+
+    /// Moves versions back from the lane's grace-period return list.
+    fn refill(&self, state: &mut Lane) {
+        let mut returned = self.shared[state.index].returned.lock();
+        state.free.append(&mut returned);
+    }
+
+    /// Announces a reclaimer that reads version chains until the guard drops.
+    fn reclaiming(&self) -> Reclaiming<'_> {
+        self.reclaimer.store(self.clock.floor(), Ordering::SeqCst);
+        Reclaiming {
+            slot: &self.reclaimer,
+        }
+    }
+
+    /// The newest time at or before which every commit has published its versions.
+    fn reachable(&self) -> u64 {
+        let now = self.clock.now();
+        let floor = self
+            .shared
+            .iter()
+            .map(|s| s.inflight.load(Ordering::SeqCst))
+            .min()
+            .unwrap_or(NONE);
+        if floor == NONE {
+            now
+        } else {
+            now.min(floor - 1)
+        }
+    }
+
+    /// The quiescence detector: the oldest announcement of a running transaction ([`NONE`]
+    /// when none runs).
+    fn grace_floor(&self) -> u64 {
+        self.shared
+            .iter()
+            .map(|s| s.active.load(Ordering::SeqCst))
+            .min()
+            .unwrap_or(NONE)
+    }
+
+    /// The oldest announcement of anyone who may still hold a reference to a version or a
+    /// header: running transactions and a running checkpoint or write-back.
+    fn reference_floor(&self) -> u64 {
+        self.grace_floor()
+            .min(self.reclaimer.load(Ordering::SeqCst))
+    }
+
+    /// Chunk content at `snapshot` as the checkpointer reads it.
+    fn content_at(&self, header: &Header, snapshot: u64, out: &mut Bytes) -> TxResult<()> {
+        match header.content_at(&self.versions, snapshot, out) {
+            Seen::Copied { .. } => Ok(()),
+            Seen::TooOld => Err(TxError::Corrupted(format!(
+                "the versions of a chunk at checkpoint time {snapshot} were reclaimed"
+            ))),
+        }
+    }
+
+    /// Hands versions unlinked just now to the grace-period list.
+    pub(crate) fn retire_versions(&self, versions: Vec<u32>) {
+        self.retire(versions, Vec::new());
+    }
+
+    fn retire(&self, versions: Vec<u32>, headers: Vec<u32>) {
+        if versions.is_empty() && headers.is_empty() {
+            return;
+        }
+        let time = self.clock.retire_time();
+        self.retired.lock().push_back(Retired {
+            time,
+            versions,
+            headers,
+        });
+    }
+
+    /// Returns everything whose grace period has ended: every running transaction was
+    /// announced after it was unlinked.
+    pub(crate) fn free_expired(&self) {
+        let per_lane = self.options.tlog_versions;
+        let mut retired = self.retired.lock();
+        // Read the floor only now: every batch in the list was unlinked before it, so a
+        // reader that might still hold one of them is announced in it. (A floor read before
+        // the lock could predate a batch pushed meanwhile and free it under a reader.)
+        let floor = self.reference_floor();
+        while retired
+            .front()
+            .is_some_and(|b| floor == NONE || b.time < floor)
+        {
+            let batch = retired.pop_front().expect("checked");
+            let mut by_lane: Vec<Vec<u32>> = vec![Vec::new(); self.shared.len()];
+            for r in batch.versions {
+                self.versions.check_ownership(r, false);
+                by_lane[((r - 1) / per_lane) as usize].push(r);
+            }
+            for (lane, versions) in by_lane.into_iter().enumerate() {
+                if !versions.is_empty() {
+                    self.shared[lane].returned.lock().extend(versions);
+                }
+            }
+            for h in batch.headers {
+                self.table.release(h);
+            }
+        }
+    }
+
+    /// Best-effort reclamation: drops versions no snapshot can need, without a checkpoint
+    /// (skipped if a checkpoint is running).
+    pub(crate) fn trim(&self) {
+        let Some(mut ck) = self.ckpt.try_lock() else {
+            return;
+        };
+        let _reading = self.reclaiming();
+        // Never past the last checkpoint: the next one still reads each chunk's content at
+        // that time (its diff, the write-back), which a chunk that was busy then keeps only
+        // in its chain.
+        let boundary = self.reachable().min(self.grace_floor()).min(ck.last_t);
+        let dirty = self.gather_dirty(&mut ck);
+        let mut retired = Vec::new();
+        for &(href, _) in &dirty {
+            let header = self.table.header(href);
+            if header.try_lock(CHECKPOINTER) {
+                header.trim(&self.versions, boundary, &mut retired);
+                header.unlock();
+            }
+        }
+        ck.retained = dirty;
+        drop(ck);
+        self.stats
+            .coalesced_versions
+            .fetch_add(retired.len() as u64, Ordering::Relaxed);
+        self.stats.trims.fetch_add(1, Ordering::Relaxed);
+        self.retire_versions(retired);
+    }
+
+    /// The retained headers and every lane's dirty list, sorted, without duplicates.
+    fn gather_dirty(&self, ck: &mut Ckpt) -> Vec<(u32, u64)> {
+        let mut dirty = std::mem::take(&mut ck.retained);
+        for shared in self.shared.iter() {
+            dirty.append(&mut shared.dirty.lock());
+        }
+        dirty.sort_unstable();
+        dirty.dedup();
+        dirty
+    }
+
+    /// A checkpoint, then the frees it made reusable.
+    fn checkpoint_and_release(&self) -> TxResult<u64> {
+        let (boundary, ready) = {
+            let mut ck = self.ckpt.lock();
+            let _reading = self.reclaiming();
+            let boundary = self.checkpoint_once(&mut ck)?;
+            (boundary, self.ready_frees(boundary, &ck))
+        };
+        for freeing in ready {
+            self.heap.finish_free(&freeing);
+        }
+        Ok(boundary)
+    }
+
+    /// Checkpoints until every commit so far is covered, then writes back and takes out
+    /// every header the checkpoints left empty (no transaction of the calling thread may be
+    /// running): what remains deferred afterwards is only the write-back of chunks that
+    /// still have versions.
+    pub(crate) fn checkpoint_all(&self) -> TxResult<()> {
+        let target = self.clock.now();
+        while self.checkpoint_and_release()? < target {
+            std::thread::yield_now();
+        }
+        let mut ck = self.ckpt.lock();
+        let _reading = self.reclaiming();
+        self.cool(&mut ck, Vec::new());
+        Ok(())
+    }
+
+    /// One checkpoint: for every chunk with versions, the newest one at or before the
+    /// boundary becomes its base and goes to the CLog (the changed words), older ones are
+    /// unlinked. Returns the boundary.
+    fn checkpoint_once(&self, ck: &mut Ckpt) -> TxResult<u64> {
+        let pm = self.pool.pm();
+        // Boundaries never go back (a new announcement may lie a TSC boundary behind the
+        // last one); everything at or before the last boundary is already in the CLog.
+        let boundary = self.reachable().min(self.grace_floor()).max(ck.last_t);
+        let dirty = self.gather_dirty(ck);
+        let mut fresh: Vec<(u64, u64)> = Vec::new();
+        for shared in self.shared.iter() {
+            fresh.append(&mut shared.fresh.lock());
+        }
+        merge_ranges(&mut fresh);
+        if boundary <= ck.last_t && fresh.is_empty() && self.meta_dirty.lock().is_empty() {
+            // Nothing can be covered that the last record does not cover already.
+            ck.retained = dirty;
+            return Ok(ck.last_t);
+        }
+        let meta = std::mem::take(&mut *self.meta_dirty.lock());
+        if pm.is_poisoned() {
+            return Err(TxError::Poisoned);
+        }
+        // Make room first: a write-back after the cuts below would put the new bases into
+        // the masters before the record that covers them is durable.
+        let bound = record::HEADER_LEN as u64 + dirty.len() as u64 * MAX_ENTRY;
+        if ck.head + bound > self.layout.clog_size {
+            self.write_back(ck)?;
+        }
+        let mut ranges: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut retired = Vec::new();
+        let (mut old, mut new): (Bytes, Bytes) = ([0; CHUNK as usize], [0; CHUNK as usize]);
+        let mut emptied = Vec::new();
+        for (href, chunk) in dirty {
+            if self.table.slot(chunk) != href {
+                continue; // taken out since it was listed
+            }
+            let header = self.table.header(href);
+            // The record's content is read as a reader at the boundary would (no lock): a
+            // chunk a writer holds right now is covered all the same.
+            self.content_at(header, ck.last_t, &mut old)?;
+            self.content_at(header, boundary, &mut new)?;
+            for (start, len) in changed_words(&old, &new) {
+                let addr = chunk * CHUNK + start as u64;
+                ranges.push((addr, new[start..start + len].to_vec()));
+            }
+            // Reclaiming needs the lock; a busy chunk is reclaimed next time.
+            if header.try_lock(CHECKPOINTER) {
+                let before = retired.len();
+                if header.cut(&self.versions, boundary, &mut retired).is_some() {
+                    self.stats
+                        .checkpointed_versions
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.stats
+                        .coalesced_versions
+                        .fetch_add((retired.len() - before - 1) as u64, Ordering::Relaxed);
+                }
+                header.unlock();
+            }
+            // Checkpointed (or made and never used): the next write-back writes it and
+            // takes it out if its chain is empty by then.
+            ck.writeback.push((href, chunk));
+            if header.is_empty() {
+                emptied.push((href, chunk));
+            } else {
+                ck.retained.push((href, chunk));
+            }
+        }
+        // What the record covers is durable before it: the heap metadata of the covered
+        // commits and the blocks written in place (their operations leave the OLog).
+        if self.options.mutant == Mutant::NoFreshFlush {
+            fresh.clear();
+        }
+        let mut lines: Vec<u64> = meta
+            .iter()
+            .chain(&fresh)
+            .flat_map(|&(addr, len)| pmem::lines_covering(addr, len))
+            .collect();
+        if !lines.is_empty() {
+            write_back_lines(pm, &mut lines);
+            pm.fence();
+        }
+        let (len, _) = record::encoded_len(0, ranges.iter().map(|(a, b)| (*a, &b[..])), 0);
+        let len = len as u64;
+        if ck.head + len > self.layout.clog_size {
+            return Err(TxError::LogFull {
+                needed: len,
+                capacity: self.layout.clog_size - ck.head,
+            });
+        }
+        let at = self.layout.clog + ck.head;
+        let mut scratch = std::mem::take(&mut ck.scratch);
+        record::encode(
+            at,
+            Kind::Checkpoint,
+            boundary,
+            0,
+            &[],
+            ranges.iter().map(|(a, b)| (*a, &b[..])),
+            &[],
+            &mut scratch,
+        );
+        pm.write(at, &scratch, WriteClass::Log);
+        pm.flush(at, len);
+        pm.fence();
+        ck.scratch = scratch;
+        if pm.is_poisoned() {
+            return Err(TxError::Poisoned);
+        }
+        ck.head = (ck.head + len).next_multiple_of(CACHE_LINE);
+        ck.last_t = ck.last_t.max(boundary);
+        self.checkpointed.store(ck.last_t, Ordering::Release);
+        for (addr, bytes) in &ranges {
+            let (first, last) = (addr / CHUNK, (addr + bytes.len() as u64 - 1) / CHUNK);
+            ck.clog_chunks.extend(first..=last);
+        }
+        self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+        self.retire_versions(retired);
+        if ck.head * 4 > self.layout.clog_size * 3 {
+            self.write_back(ck)?;
+            self.verify(ck, "after checkpoint + write-back");
+        } else {
+            self.cool(ck, emptied);
+            self.verify(ck, "after checkpoint + cool");
+        }
+        Ok(boundary)
+    }
+
+    /// Writes the content of the headers that stayed empty since the previous checkpoint
+    /// to their masters and takes them out of the table; `emptied` cool down until the
+    /// next one. The checkpoint log still holds that content until the next write-back
+    /// (which flushes nothing more for them), so a freed block is reused only once none of
+    /// its chunks has bytes in a live record ([`Mvcc::ready_frees`]).
+    fn cool(&self, ck: &mut Ckpt, emptied: Vec<(u32, u64)>) {
+        let pm = self.pool.pm();
+        let recent: HashSet<u32> = emptied.iter().map(|&(href, _)| href).collect();
+        let mut removed = HashSet::new();
+        let (mut content, mut master): (Bytes, Bytes) = ([0; CHUNK as usize], [0; CHUNK as usize]);
+        for (href, chunk) in std::mem::replace(&mut ck.cooling, emptied) {
+            if recent.contains(&href) || self.table.slot(chunk) != href {
+                continue;
+            }
+            let header = self.table.header(href);
+            if !header.try_retire() {
+                continue;
+            }
+            header.base(&mut content);
+            pm.read(chunk * CHUNK, &mut master);
+            for (start, len) in changed_words(&master, &content) {
+                let addr = chunk * CHUNK + start as u64;
+                pm.write(addr, &content[start..start + len], WriteClass::User);
+                pm.flush(addr, len as u64);
+            }
+            self.table.remove(chunk, href);
+            removed.insert(href);
+        }
+        if !removed.is_empty() {
+            ck.writeback.retain(|(href, _)| !removed.contains(href));
+            self.stats
+                .cooled
+                .fetch_add(removed.len() as u64, Ordering::Relaxed);
+            self.retire(Vec::new(), removed.into_iter().collect());
+        }
+    }
+
+    /// Debug builds, `MVCC_VERIFY=<offset>:<len>` set: checks that what recovery would
+    /// rebuild for that region right now (the masters plus the live CLog records) equals
+    /// the content at the newest checkpoint; on a difference it prints `mvcc verify: …`
+    /// with the chunk's chain to stderr and aborts (the SIGKILL tests run their children
+    /// with it).
+    fn verify(&self, ck: &Ckpt, when: &str) {
+        #[cfg(debug_assertions)]
+        if let Some((off, len)) = verify_region()
+            && let Err(report) = self.recovery_view_matches(off, len, ck)
+        {
+            eprintln!("mvcc verify: {when}: {report}");
+            std::process::abort();
+        }
+        #[cfg(not(debug_assertions))]
+        let _ = (ck, when);
+    }
+
+    #[cfg(debug_assertions)]
+    fn recovery_view_matches(&self, off: u64, len: u64, ck: &Ckpt) -> Result<(), String> {
+        let pm = self.pool.pm();
+        let mut image = vec![0u8; len as usize];
+        pm.read(off, &mut image);
+        let mark = self.layout.read_watermark(pm).map_err(|e| e.to_string())?;
+        let end = self.layout.clog + self.layout.clog_size;
+        let mut records = Vec::new();
+        for pos in (self.layout.clog..end).step_by(CACHE_LINE as usize) {
+            if let Ok(Some(r)) = record::read(pm, pos, end)
+                && r.ts > mark.value
+            {
+                records.push(r);
+            }
+        }
+        records.sort_by_key(|r| r.ts);
+        for (addr, bytes) in records.iter().flat_map(|r| &r.ranges) {
+            for (i, b) in bytes.iter().enumerate() {
+                let a = addr + i as u64;
+                if (off..off + len).contains(&a) {
+                    image[(a - off) as usize] = *b;
+                }
+            }
+        }
+        let newest = records.last().map_or(mark.value, |r| r.ts);
+        let mut content: Bytes = [0; CHUNK as usize];
+        for chunk in off / CHUNK..(off + len) / CHUNK {
+            let slot = self.table.slot(chunk);
+            let chain = match slot {
+                NO_HEADER | crate::table::FRESH => {
+                    pm.read(chunk * CHUNK, &mut content);
+                    String::new()
+                }
+                href => {
+                    let header = self.table.header(href);
+                    let _ = header.content_at(&self.versions, newest, &mut content);
+                    header.describe(&self.versions)
+                }
+            };
+            let at = (chunk * CHUNK - off) as usize;
+            if image[at..at + CHUNK as usize] != content {
+                return Err(format!(
+                    "chunk {chunk:#x}: recovery would read {:?}, the content at {newest} is \
+                     {:?} (slot {slot}, last checkpoint {}, {mark:?}, {} live records; \
+                     chain {chain})",
+                    &image[at..at + 16],
+                    &content[..16],
+                    ck.last_t,
+                    records.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees committed at or before `boundary` that may be reused now: none of the block's
+    /// chunks has bytes in a live CLog record (recovery would put them back over what a
+    /// new owner writes in place). A large span also waits until none of its chunks has a
+    /// header: its chunks may become a run, whose bitmap is written in place outside any
+    /// log.
+    fn ready_frees(&self, boundary: u64, ck: &Ckpt) -> Vec<Freeing> {
+        let mut ready = Vec::new();
+        self.frees.lock().retain(|(ts, freeing)| {
+            let reusable = *ts <= boundary && self.reusable(freeing, ck);
+            if reusable {
+                ready.push(*freeing);
+            }
+            !reusable
+        });
+        ready
+    }
+
+    fn reusable(&self, freeing: &Freeing, ck: &Ckpt) -> bool {
+        let len = self.heap.freeing_len(freeing);
+        let span = Heap::freeing_is_span(freeing);
+        (freeing.addr / CHUNK..(freeing.addr + len).div_ceil(CHUNK))
+            .all(|c| !ck.clog_chunks.contains(&c) && (!span || self.table.slot(c) == NO_HEADER))
+    }
+
+    /// Writes every checkpointed base back to its master, then moves the watermark to the
+    /// last checkpoint (the CLog is empty afterwards) and takes empty headers out.
+    pub(crate) fn write_back(&self, ck: &mut Ckpt) -> TxResult<()> {
+        let pm = self.pool.pm();
+        ck.writeback.sort_unstable();
+        ck.writeback.dedup();
+        let mut lines = Vec::new();
+        let (mut content, mut master): (Bytes, Bytes) = ([0; CHUNK as usize], [0; CHUNK as usize]);
+        ck.writeback
+            .retain(|&(href, chunk)| self.table.slot(chunk) == href);
+        for &(href, chunk) in &ck.writeback {
+            // The content at the last checkpoint, whether or not its versions were cut.
+            self.content_at(self.table.header(href), ck.last_t, &mut content)?;
+            pm.read(chunk * CHUNK, &mut master);
+            for (start, len) in changed_words(&master, &content) {
+                let addr = chunk * CHUNK + start as u64;
+                pm.write(addr, &content[start..start + len], WriteClass::User);
+                lines.push(chunk);
+            }
+        }
+        if self.options.mutant == Mutant::EarlyWatermark {
+            ck.watermark = self.layout.write_watermark(pm, ck.watermark, ck.last_t);
+        }
+        write_back_lines(pm, &mut lines);
+        pm.fence();
+        if pm.is_poisoned() {
+            return Err(TxError::Poisoned);
+        }
+        ck.watermark = self.layout.write_watermark(pm, ck.watermark, ck.last_t);
+        ck.head = 0;
+        ck.clog_chunks.clear();
+        ck.cooling.clear();
+        let mut headers = Vec::new();
+        for (href, chunk) in std::mem::take(&mut ck.writeback) {
+            if self.table.header(href).try_retire() {
+                self.table.remove(chunk, href);
+                headers.push(href);
+            }
+        }
+        self.retire(Vec::new(), headers);
+        self.stats.writebacks.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Checkpoints every commit and writes everything back: the next open replays nothing.
+    pub fn quiesce(&self) -> TxResult<()> {
+        self.checkpoint_all()?;
+        {
+            let mut ck = self.ckpt.lock();
+            let _reading = self.reclaiming();
+            self.write_back(&mut ck)?;
+        }
+        self.free_expired();
+        Ok(())
+    }
+
+    /// The heap's run creation, made durable at once. The run's chunks were free large
+    /// space, which is reused only once no header and no live CLog record covers it; if one
+    /// does anyway, everything is written back first, so no recovery or write-back can put
+    /// old bytes over the new bitmap.
+    pub(crate) fn system_commit(&self, actions: &[Action]) -> Result<(), HeapError> {
+        let pm = self.pool.pm();
+        let chunks_of = |action: &Action| {
+            let (addr, len) = (action.addr(), action.len());
+            addr / CHUNK..(addr + len).div_ceil(CHUNK)
+        };
+        {
+            let mut ck = self.ckpt.lock();
+            let _reading = self.reclaiming();
+            let stale = |ck: &Ckpt| {
+                actions
+                    .iter()
+                    .flat_map(chunks_of)
+                    .any(|c| self.table.slot(c) != NO_HEADER || ck.clog_chunks.contains(&c))
+            };
+            if stale(&ck) {
+                self.write_back(&mut ck)
+                    .map_err(|e| HeapError::Corrupted(format!("run creation failed: {e}")))?;
+                if stale(&ck) {
+                    return Err(HeapError::Corrupted(
+                        "run creation over chunks that still have versions".into(),
+                    ));
+                }
+            }
+        }
+        let _serialised = self.actions.lock();
+        for action in actions {
+            action.apply(pm);
+            pm.fence();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,166 @@
+//! Where a chunk's control header is: a table from chunk number to a header reference
+//! (one `u32` per chunk of the pool, allocated zeroed, so the operating system provides
+//! pages only for the parts of the pool that get headers), and the slab the headers live
+//! in.
+//!
+//! A table slot holds [`NO_HEADER`] (the master is the chunk's only version: readers read
+//! it directly), a header reference, or [`FRESH`] while a transaction writes the master in
+//! place (a block it allocated; readers still read the master, whose other bytes do not
+//! change) or while a header is being made (its base is read from the master). Leaves are
+//! made on first use; headers are made when a transaction first locks a chunk and taken
+//! out again after a write-back leaves their chain empty ([`Table::remove`]). A removed
+//! header is reused only after a grace period (the engine's retire list), so a reader that
+//! still holds its reference reads its base, which equals the master.
+
+use crate::chain::{Bytes, Header};
+use crate::sync::Backoff;
+use parking_lot::Mutex;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use tx::{TxError, TxResult};
+
+/// Slot value: the chunk has no header.
+pub const NO_HEADER: u32 = 0;
+/// Slot value: the master is being written in place, or a header is being made.
+pub const FRESH: u32 = u32::MAX;
+/// Headers per slab segment.
+const SEGMENT: u32 = 1024;
+
+/// The chunk table and the header slab.
+#[derive(Debug)]
+pub struct Table {
+    slots: Box<[AtomicU32]>,
+    segments: Box<[OnceLock<Box<[Header]>>]>,
+    /// Headers never handed out start here.
+    next: AtomicU32,
+    free: Mutex<Vec<u32>>,
+    /// Debug builds: headers handed out and not released (catches a header released twice
+    /// or handed out while in use).
+    #[cfg(debug_assertions)]
+    out: Mutex<std::collections::HashSet<u32>>,
+}
+
+impl Table {
+    /// A table for a pool of `pool_len` bytes with room for `max_headers` headers.
+    pub fn new(pool_len: u64, max_headers: u32) -> Self {
+        let chunks = pool_len.div_ceil(crate::chain::CHUNK);
+        let segments = max_headers.div_ceil(SEGMENT).max(1);
+        Table {
+            // Zeroed memory: every slot starts as NO_HEADER without being written.
+            slots: bytemuck::zeroed_slice_box(chunks as usize),
+            segments: (0..segments).map(|_| OnceLock::new()).collect(),
+            next: AtomicU32::new(1),
+            free: Mutex::new(Vec::new()),
+            #[cfg(debug_assertions)]
+            out: Mutex::new(std::collections::HashSet::new()),
+        }
+    }
+
+    /// The slot of `chunk`: [`NO_HEADER`], [`FRESH`] or a header reference.
+    #[inline]
+    pub fn slot(&self, chunk: u64) -> u32 {
+        self.slots[chunk as usize].load(Ordering::Acquire)
+    }
+
+    fn cell(&self, chunk: u64) -> &AtomicU32 {
+        &self.slots[chunk as usize]
+    }
+
+    /// Header `r`.
+    #[inline]
+    pub fn header(&self, r: u32) -> &Header {
+        let index = r - 1;
+        let segment = self.segments[(index / SEGMENT) as usize]
+            .get()
+            .expect("a handed-out header's segment exists");
+        &segment[(index % SEGMENT) as usize]
+    }
+
+    /// The header of `chunk`, made (with `master()` as its base) if it has none.
+    pub fn get_or_create(&self, chunk: u64, master: impl FnOnce() -> Bytes) -> TxResult<u32> {
+        let cell = self.cell(chunk);
+        let mut backoff = Backoff::default();
+        loop {
+            match cell.load(Ordering::Acquire) {
+                FRESH => backoff.snooze(),
+                NO_HEADER => {
+                    if cell
+                        .compare_exchange(NO_HEADER, FRESH, Ordering::Acquire, Ordering::Relaxed)
+                        .is_err()
+                    {
+                        continue;
+                    }
+                    let r = match self.alloc() {
+                        Ok(r) => r,
+                        Err(e) => {
+                            cell.store(NO_HEADER, Ordering::Release);
+                            return Err(e);
+                        }
+                    };
+                    self.header(r).reset(&master());
+                    cell.store(r, Ordering::Release);
+                    return Ok(r);
+                }
+                r => return Ok(r),
+            }
+        }
+    }
+
+    /// Claims `chunk` for an in-place write if it has no header (see the module docs);
+    /// [`Table::end_fresh`] releases it.
+    pub fn try_fresh(&self, chunk: u64) -> bool {
+        self.cell(chunk)
+            .compare_exchange(NO_HEADER, FRESH, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Ends an in-place write of `chunk`.
+    pub fn end_fresh(&self, chunk: u64) {
+        self.cell(chunk).store(NO_HEADER, Ordering::Release);
+    }
+
+    /// Takes header `r` (retired by [`Header::try_retire`]) out of `chunk`'s slot; it may be
+    /// reused after a grace period ([`Table::release`]).
+    pub fn remove(&self, chunk: u64, r: u32) {
+        let swapped =
+            self.cell(chunk)
+                .compare_exchange(r, NO_HEADER, Ordering::AcqRel, Ordering::Relaxed);
+        debug_assert!(swapped.is_ok(), "a retired header leaves its own slot");
+    }
+
+    /// Returns header `r` to the free list (no reader can hold it any more).
+    pub fn release(&self, r: u32) {
+        #[cfg(debug_assertions)]
+        assert!(self.out.lock().remove(&r), "header {r} released twice");
+        self.free.lock().push(r);
+    }
+
+    /// Headers in use.
+    pub fn live(&self) -> u64 {
+        u64::from(self.next.load(Ordering::Relaxed) - 1) - self.free.lock().len() as u64
+    }
+
+    fn alloc(&self) -> TxResult<u32> {
+        let r = self.alloc_ref()?;
+        #[cfg(debug_assertions)]
+        assert!(self.out.lock().insert(r), "header {r} handed out twice");
+        Ok(r)
+    }
+
+    fn alloc_ref(&self) -> TxResult<u32> {
+        if let Some(r) = self.free.lock().pop() {
+            return Ok(r);
+        }
+        let r = self.next.fetch_add(1, Ordering::Relaxed);
+        let index = r - 1;
+        let Some(segment) = self.segments.get((index / SEGMENT) as usize) else {
+            self.next.fetch_sub(1, Ordering::Relaxed);
+            return Err(TxError::InvalidArgument(format!(
+                "more than {} chunks have versions at once (raise MvccOptions::max_headers)",
+                self.segments.len() as u64 * u64::from(SEGMENT)
+            )));
+        };
+        segment.get_or_init(|| (0..SEGMENT).map(|_| Header::default()).collect());
+        Ok(r)
+    }
+}

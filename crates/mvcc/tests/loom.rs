@@ -1,0 +1,255 @@
+//! Model tests of the lock / commit / dereference protocol of the version chains
+//! (`mvcc::chain`) under every interleaving loom explores.
+//!
+//! Run with: `RUSTFLAGS="--cfg loom" cargo test -p mvcc --release --test loom`
+//! (CI runs them; under a normal build this file is empty).
+#![cfg(loom)]
+
+use loom::sync::Arc;
+use loom::thread;
+use mvcc::chain::{Bytes, CHECKPOINTER, Header, Lock, Seen, Versions};
+
+/// Explores the interleavings of `f` with at most three preemptions per execution (the
+/// usual bound: bugs of these protocols show with two or three) and room for the bounded
+/// waits a reader makes on a pending version.
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.max_branches = 100_000;
+    builder.check(f);
+}
+
+/// A chunk whose eight words all hold `value` (a torn read would mix values).
+fn chunk(value: u8) -> Bytes {
+    [value; 64]
+}
+
+/// Reads the whole chunk at `snapshot` and checks it is untorn; returns its value.
+fn read_whole(header: &Header, versions: &Versions, snapshot: u64) -> Option<u8> {
+    let mut out = [0u8; 64];
+    match header.read_at(versions, snapshot, 0, &mut out) {
+        Seen::Copied { .. } => {
+            assert!(out.iter().all(|&b| b == out[0]), "torn read: {out:?}");
+            Some(out[0])
+        }
+        Seen::TooOld => None,
+    }
+}
+
+/// A committed version on the chain: lock, push, stamp, publish, unlock.
+fn commit(header: &Header, versions: &Versions, r: u32, value: u8, ts: u64) {
+    assert_eq!(header.lock(1), Lock::Taken);
+    header.push(versions, r, &chunk(value));
+    versions.stamp(r, ts);
+    versions.publish(r, ts);
+    header.unlock();
+}
+
+/// A reader concurrent with a commit sees the old or the new version, never a torn mix,
+/// and the new one only if its snapshot covers the commit timestamp.
+#[test]
+fn a_reader_sees_an_untorn_committed_version_of_its_snapshot() {
+    model(|| {
+        let versions = Arc::new(Versions::new(2));
+        let header = Arc::new(Header::default());
+        header.reset(&chunk(1));
+        let writer = {
+            let (versions, header) = (Arc::clone(&versions), Arc::clone(&header));
+            thread::spawn(move || commit(&header, &versions, 1, 2, 5))
+        };
+        let reader = {
+            let (versions, header) = (Arc::clone(&versions), Arc::clone(&header));
+            thread::spawn(move || {
+                for snapshot in [3, 7] {
+                    let seen = read_whole(&header, &versions, snapshot).expect("old enough");
+                    assert!(
+                        seen == 1 || (seen == 2 && snapshot >= 5),
+                        "{seen} at {snapshot}"
+                    );
+                }
+            })
+        };
+        writer.join().expect("writer");
+        reader.join().expect("reader");
+        assert_eq!(read_whole(&header, &versions, 7), Some(2));
+        assert_eq!(read_whole(&header, &versions, 3), Some(1));
+    });
+}
+
+/// A commit that fails after pushing (an unpush) is never seen, even by a reader that
+/// reached the pushed version while it was pending.
+#[test]
+fn an_aborted_commit_is_never_read() {
+    model(|| {
+        let versions = Arc::new(Versions::new(2));
+        let header = Arc::new(Header::default());
+        header.reset(&chunk(1));
+        let writer = {
+            let (versions, header) = (Arc::clone(&versions), Arc::clone(&header));
+            thread::spawn(move || {
+                assert_eq!(header.lock(1), Lock::Taken);
+                header.push(&versions, 1, &chunk(9));
+                versions.stamp(1, 5);
+                header.unpush(&versions, 1);
+                header.unlock();
+            })
+        };
+        let reader = {
+            let (versions, header) = (Arc::clone(&versions), Arc::clone(&header));
+            thread::spawn(move || assert_eq!(read_whole(&header, &versions, 7), Some(1)))
+        };
+        writer.join().expect("writer");
+        reader.join().expect("reader");
+        assert_eq!(read_whole(&header, &versions, 7), Some(1));
+    });
+}
+
+/// Two writers of one chunk: exactly one holds the lock at a time (first committer wins),
+/// and the chain ends with both commits in lock order.
+#[test]
+fn writers_exclude_each_other() {
+    model(|| {
+        let versions = Arc::new(Versions::new(2));
+        let header = Arc::new(Header::default());
+        header.reset(&chunk(0));
+        let spawn = |r: u32, value: u8, ts: u64| {
+            let (versions, header) = (Arc::clone(&versions), Arc::clone(&header));
+            thread::spawn(move || {
+                if header.lock(u64::from(r)) != Lock::Taken {
+                    return false;
+                }
+                header.push(&versions, r, &chunk(value));
+                versions.stamp(r, ts);
+                versions.publish(r, ts);
+                header.unlock();
+                true
+            })
+        };
+        let (a, b) = (spawn(1, 1, 10), spawn(2, 2, 20));
+        let (a, b) = (a.join().expect("a"), b.join().expect("b"));
+        assert!(a || b, "one writer always gets the lock");
+        let newest = read_whole(&header, &versions, 100).expect("readable");
+        match (a, b) {
+            (true, true) => assert!(newest == 1 || newest == 2),
+            (true, false) => assert_eq!(newest, 1),
+            (false, true) => assert_eq!(newest, 2),
+            (false, false) => unreachable!(),
+        }
+    });
+}
+
+/// A checkpoint cut at a boundary no larger than the reader's snapshot, concurrent with
+/// the read: the reader gets the newest version at or before its snapshot, whether it
+/// finds it in the chain or in the rewritten base, and never a version the cut unlinked
+/// as older.
+#[test]
+fn a_cut_never_changes_what_a_snapshot_at_or_after_its_boundary_reads() {
+    model(|| {
+        let versions = Arc::new(Versions::new(3));
+        let header = Arc::new(Header::default());
+        header.reset(&chunk(1));
+        commit(&header, &versions, 1, 2, 2);
+        commit(&header, &versions, 2, 3, 4);
+        let checkpointer = {
+            let (versions, header) = (Arc::clone(&versions), Arc::clone(&header));
+            thread::spawn(move || {
+                assert_eq!(header.lock(CHECKPOINTER), Lock::Taken);
+                let mut retired = Vec::new();
+                assert_eq!(header.cut(&versions, 4, &mut retired), Some(4));
+                header.unlock();
+                retired
+            })
+        };
+        let reader = {
+            let (versions, header) = (Arc::clone(&versions), Arc::clone(&header));
+            thread::spawn(move || assert_eq!(read_whole(&header, &versions, 5), Some(3)))
+        };
+        let retired = checkpointer.join().expect("checkpointer");
+        reader.join().expect("reader");
+        assert_eq!(retired, vec![2, 1]);
+        assert!(header.is_empty());
+        assert_eq!(read_whole(&header, &versions, 6), Some(3));
+    });
+}
+
+/// Validation against a concurrent commit: a transaction that read the chunk at snapshot
+/// 3 and commits at 8 sees the change stamped at 5 once it is pushed (waiting while it is
+/// unstamped), and no change when the other commit's timestamp is above its own.
+#[test]
+fn validation_catches_a_commit_between_snapshot_and_timestamp() {
+    model(|| {
+        let versions = Arc::new(Versions::new(2));
+        let header = Arc::new(Header::default());
+        header.reset(&chunk(1));
+        let pushed = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (versions, header, pushed) = (
+                Arc::clone(&versions),
+                Arc::clone(&header),
+                Arc::clone(&pushed),
+            );
+            thread::spawn(move || {
+                assert_eq!(header.lock(1), Lock::Taken);
+                header.push(&versions, 1, &chunk(2));
+                pushed.store(true, loom::sync::atomic::Ordering::SeqCst);
+                versions.stamp(1, 5);
+                versions.publish(1, 5);
+                header.unlock();
+            })
+        };
+        let validator = {
+            let (versions, header, pushed) = (
+                Arc::clone(&versions),
+                Arc::clone(&header),
+                Arc::clone(&pushed),
+            );
+            thread::spawn(move || {
+                // A push that happened before the check started is always caught.
+                let was_pushed = pushed.load(loom::sync::atomic::Ordering::SeqCst);
+                let changed = header.changed_after(&versions, 3, 8);
+                assert!(
+                    changed || !was_pushed,
+                    "missed a commit pushed before validation"
+                );
+            })
+        };
+        writer.join().expect("writer");
+        validator.join().expect("validator");
+        assert!(header.changed_after(&versions, 3, 8));
+        assert!(!header.changed_after(&versions, 3, 4), "stamped after 4");
+    });
+}
+
+/// A retired header stays locked: a writer holding its stale reference fails to lock it
+/// and looks the chunk up again instead of pushing onto a header the table no longer has.
+#[test]
+fn a_writer_never_pushes_onto_a_retired_header() {
+    model(|| {
+        let versions = Arc::new(Versions::new(1));
+        let header = Arc::new(Header::default());
+        header.reset(&chunk(1));
+        let writer = {
+            let (versions, header) = (Arc::clone(&versions), Arc::clone(&header));
+            thread::spawn(move || match header.lock(1) {
+                Lock::Taken => {
+                    header.push(&versions, 1, &chunk(2));
+                    versions.stamp(1, 5);
+                    versions.publish(1, 5);
+                    header.unlock();
+                    true
+                }
+                Lock::Busy | Lock::Retired => false,
+            })
+        };
+        let remover = {
+            let header = Arc::clone(&header);
+            thread::spawn(move || header.try_retire())
+        };
+        let wrote = writer.join().expect("writer");
+        let retired = remover.join().expect("remover");
+        assert!(!(retired && wrote), "a retired header got a version");
+        if retired {
+            assert_eq!(header.lock(1), Lock::Retired);
+        }
+    });
+}
