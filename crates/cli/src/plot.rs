@@ -100,6 +100,67 @@ pub fn bar_chart(title: &str, y_label: &str, bars: &[(String, f64)]) -> Result<S
     Ok(svg)
 }
 
+/// A bar per label on a base-10 logarithmic y axis (for values spanning orders of
+/// magnitude, e.g. battery energy), each bar labelled with its value. Values must be
+/// positive.
+pub fn log_bar_chart(title: &str, y_label: &str, bars: &[(String, f64)]) -> Result<String> {
+    let positive = || bars.iter().map(|(_, v)| *v).filter(|v| *v > 0.0);
+    let low = positive().fold(f64::INFINITY, f64::min);
+    let high = positive().fold(0.0, f64::max);
+    let (y_min, y_max) = if high > 0.0 {
+        (
+            10f64.powf(low.log10().floor()),
+            10f64.powf(high.log10().floor() + 1.0),
+        )
+    } else {
+        (0.1, 1.0)
+    };
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, (FONT, 20))
+            .margin(16)
+            .x_label_area_size(36)
+            .y_label_area_size(72)
+            .build_cartesian_2d(segments(bars.len()), (y_min..y_max).log_scale())?;
+        let label_of = |value: &SegmentValue<usize>| match value {
+            SegmentValue::CenterOf(i) => bars.get(*i).map(|(l, _)| l.clone()).unwrap_or_default(),
+            _ => String::new(),
+        };
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(bars.len().max(1))
+            .x_label_formatter(&label_of)
+            .y_label_formatter(&|v: &f64| format!("{v}"))
+            .y_desc(y_label)
+            .label_style((FONT, 14))
+            .draw()?;
+        chart.draw_series(bars.iter().enumerate().map(|(i, (_, value))| {
+            let corners = [
+                (SegmentValue::Exact(i), y_min),
+                (SegmentValue::Exact(i + 1), value.max(y_min)),
+            ];
+            let mut bar = Rectangle::new(corners, PALETTE[i % PALETTE.len()].filled());
+            bar.set_margin(0, 0, 18, 18);
+            bar
+        }))?;
+        let value_style =
+            TextStyle::from((FONT, 14).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom));
+        chart.draw_series(bars.iter().enumerate().map(|(i, (_, value))| {
+            Text::new(
+                format!("{value}"),
+                (SegmentValue::CenterOf(i), value.max(y_min)),
+                value_style.clone(),
+            )
+        }))?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
 /// A line chart over a base-2 logarithmic x axis (e.g. transfer sizes 64 .. 4096), with a
 /// marker on every point and a legend. The x values must be positive.
 pub fn log2_line_chart(

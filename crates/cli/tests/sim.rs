@@ -304,8 +304,32 @@ fn battery_prints_the_three_designs() {
     assert_eq!(value["rows"].as_array().map(Vec::len), Some(3));
 }
 
+#[test]
+fn crash_checks_a_recorded_trace_for_every_consistent_design() {
+    for design in ["base", "fwb", "morlog", "lad", "silo"] {
+        let mut args = vec!["sim", "crash", "--design", design, "--points", "12"];
+        args.extend(TINY);
+        let output = ferrite(&args);
+        assert_success(&output);
+        let report = stdout(&output);
+        assert!(
+            report.contains("13 crash points") && report.contains("all recovered all-or-nothing"),
+            "{report}"
+        );
+        assert!(
+            report.contains("60 transactions committed by the end"),
+            "{report}"
+        );
+    }
+    let mut args = vec!["sim", "crash", "--design", "ideal"];
+    args.extend(TINY);
+    let ideal = ferrite(&args);
+    assert_eq!(ideal.status.code(), Some(USAGE));
+    assert!(stderr(&ideal).contains("promises no atomic durability"));
+}
+
 /// The figures of the `silo` section (file names without the `silo-` prefix).
-const FIGURES: [&str; 10] = [
+const FIGURES: [&str; 11] = [
     "throughput-1-core",
     "throughput-8-cores",
     "writes-1-core",
@@ -316,6 +340,7 @@ const FIGURES: [&str; 10] = [
     "latency",
     "entries",
     "cores",
+    "battery",
 ];
 
 /// Checks a report folder holding the `silo` section of a quick reproduction.

@@ -13,27 +13,71 @@ pub struct Victim {
     pub line: u64,
     /// Whether it held modified data.
     pub dirty: bool,
-    /// The level's per-line auxiliary word (L1: design tag; LLC: sharer mask).
+    /// The level's per-line auxiliary word (L1: the line's L2 slot; L2: its LLC slot; LLC:
+    /// its sharer mask).
     pub aux: u64,
     /// Words of the line changed by stores since PM last received its data (the
     /// hierarchy's sectored dirty mask, kept for data-comparison writes).
     pub words: u8,
 }
 
-/// One cache level: flat arrays indexed by `set * ways + way`.
+/// Most ways a cache may have: a set's recency order is one `u64` of 4-bit way numbers.
+pub const MAX_WAYS: usize = 16;
+
+const NIBBLES: u64 = 0x1111_1111_1111_1111;
+
+/// One cache level: flat arrays indexed by `set * ways + way`, and per set the ways in
+/// recency order (true LRU: 4 bits per way, most recently used in the low nibble, so a
+/// set's replacement state is one word instead of a timestamp per way).
 #[derive(Clone, Debug)]
 pub struct Cache {
     ways: usize,
     set_mask: u64,
     /// Fold high address bits into the set index (the shared LLC: see [`fold_index`]).
     hashed: bool,
-    tags: Vec<u64>,
-    stamps: Vec<u64>,
-    dirty: Vec<bool>,
-    aux: Vec<u64>,
-    /// Per line: words changed since PM last received the line's data (see [`Victim`]).
-    words: Vec<u8>,
-    clock: u64,
+    /// `log2(ways)` when the ways are a power of two (slot → set without a division).
+    way_shift: Option<u32>,
+    /// Per slot its line and state, together (one host cache line per access).
+    slots: Vec<Way>,
+    order: Vec<u64>,
+}
+
+/// One way of a set.
+#[derive(Clone, Copy, Debug)]
+struct Way {
+    /// The line, or `INVALID`.
+    tag: u64,
+    /// The level's auxiliary word (LLC: sharer mask).
+    aux: u64,
+    dirty: bool,
+    /// Words changed since PM last received the line's data (see [`Victim`]).
+    words: u8,
+}
+
+impl Way {
+    const EMPTY: Way = Way {
+        tag: INVALID,
+        aux: 0,
+        dirty: false,
+        words: 0,
+    };
+}
+
+/// `order` with `way` (at nibble position `at`) moved to the front.
+#[inline]
+fn promote(order: u64, way: u64, at: u32) -> u64 {
+    let shift = 4 * at;
+    let below = order & ((1u64 << shift) - 1);
+    let above = order.checked_shr(shift + 4).unwrap_or(0);
+    (above.checked_shl(shift + 4).unwrap_or(0)) | (below << 4) | way
+}
+
+/// Nibble position of `way` in `order` (it occurs in the first `ways` nibbles).
+#[inline]
+fn position(order: u64, way: u64) -> u32 {
+    let x = order ^ (way * NIBBLES);
+    let zero = x.wrapping_sub(NIBBLES) & !x & (NIBBLES << 3);
+    zero.trailing_zeros() / 4
 }
 
 impl Cache {
@@ -41,16 +85,17 @@ impl Cache {
     pub fn new(cfg: &CacheConfig) -> Self {
         let sets = cfg.sets();
         let n = sets * cfg.ways;
+        let identity = (0..cfg.ways as u64).fold(0, |o, w| o | w << (4 * w));
         Cache {
             ways: cfg.ways,
             set_mask: sets as u64 - 1,
             hashed: false,
-            tags: vec![INVALID; n],
-            stamps: vec![0; n],
-            dirty: vec![false; n],
-            aux: vec![0; n],
-            words: vec![0; n],
-            clock: 0,
+            way_shift: cfg
+                .ways
+                .is_power_of_two()
+                .then(|| cfg.ways.trailing_zeros()),
+            slots: vec![Way::EMPTY; n],
+            order: vec![identity; sets],
         }
     }
 
@@ -70,17 +115,27 @@ impl Cache {
     #[inline]
     pub fn find(&self, line: u64) -> Option<usize> {
         let base = self.set_base(line);
-        self.tags[base..base + self.ways]
+        self.slots[base..base + self.ways]
             .iter()
-            .position(|&t| t == line)
+            .position(|w| w.tag == line)
             .map(|way| base + way)
+    }
+
+    #[inline]
+    fn set_of(&self, slot: usize) -> usize {
+        match self.way_shift {
+            Some(shift) => slot >> shift,
+            None => slot / self.ways,
+        }
     }
 
     /// Marks a slot most recently used.
     #[inline]
     pub fn touch(&mut self, slot: usize) {
-        self.clock += 1;
-        self.stamps[slot] = self.clock;
+        let set = self.set_of(slot);
+        let way = (slot - set * self.ways) as u64;
+        let order = self.order[set];
+        self.order[set] = promote(order, way, position(order, way));
     }
 
     /// Whether `line` is present.
@@ -99,26 +154,26 @@ impl Cache {
         debug_assert!(self.find(line).is_none(), "inserting a present line");
         let base = self.set_base(line);
         // The first invalid way if any, else the least recently used one.
-        let (mut slot, mut oldest) = (base, u64::MAX);
-        for s in base..base + self.ways {
-            if self.tags[s] == INVALID {
-                slot = s;
-                break;
+        let slot = match self.slots[base..base + self.ways]
+            .iter()
+            .position(|w| w.tag == INVALID)
+        {
+            Some(way) => base + way,
+            None => {
+                let lru = (self.order[self.set_of(base)] >> (4 * (self.ways - 1))) & 0xF;
+                base + lru as usize
             }
-            if self.stamps[s] < oldest {
-                (slot, oldest) = (s, self.stamps[s]);
-            }
-        }
-        let victim = (self.tags[slot] != INVALID).then(|| Victim {
-            line: self.tags[slot],
-            dirty: self.dirty[slot],
-            aux: self.aux[slot],
-            words: self.words[slot],
+        };
+        let victim = (self.slots[slot].tag != INVALID).then(|| Victim {
+            line: self.slots[slot].tag,
+            dirty: self.slots[slot].dirty,
+            aux: self.slots[slot].aux,
+            words: self.slots[slot].words,
         });
-        self.tags[slot] = line;
-        self.dirty[slot] = dirty;
-        self.aux[slot] = aux;
-        self.words[slot] = 0;
+        self.slots[slot].tag = line;
+        self.slots[slot].dirty = dirty;
+        self.slots[slot].aux = aux;
+        self.slots[slot].words = 0;
         self.touch(slot);
         (slot, victim)
     }
@@ -131,19 +186,19 @@ impl Cache {
     /// Removes `line`; returns its dirty bit and changed words.
     fn remove(&mut self, line: u64) -> Option<(bool, u8)> {
         let slot = self.find(line)?;
-        self.tags[slot] = INVALID;
-        let was = self.dirty[slot];
-        self.dirty[slot] = false;
-        self.aux[slot] = 0;
-        Some((was, std::mem::take(&mut self.words[slot])))
+        self.slots[slot].tag = INVALID;
+        let was = self.slots[slot].dirty;
+        self.slots[slot].dirty = false;
+        self.slots[slot].aux = 0;
+        Some((was, std::mem::take(&mut self.slots[slot].words)))
     }
 
     /// Cleans a line: takes its dirty bit and changed words (`(false, 0)` if absent).
     fn take_dirt(&mut self, line: u64) -> (bool, u8) {
         self.find(line).map_or((false, 0), |s| {
             (
-                std::mem::take(&mut self.dirty[s]),
-                std::mem::take(&mut self.words[s]),
+                std::mem::take(&mut self.slots[s].dirty),
+                std::mem::take(&mut self.slots[s].words),
             )
         })
     }
@@ -151,37 +206,37 @@ impl Cache {
     /// Clears `mask` from the changed words of a present line.
     fn clear_words(&mut self, line: u64, mask: u8) {
         if let Some(s) = self.find(line) {
-            self.words[s] &= !mask;
+            self.slots[s].words &= !mask;
         }
     }
 
     /// Sets or clears the dirty bit of a present line; returns the previous bit.
     pub fn set_dirty(&mut self, line: u64, dirty: bool) -> Option<bool> {
         let slot = self.find(line)?;
-        Some(std::mem::replace(&mut self.dirty[slot], dirty))
+        Some(std::mem::replace(&mut self.slots[slot].dirty, dirty))
     }
 
     /// Whether `line` is present and dirty.
     pub fn is_dirty(&self, line: u64) -> bool {
-        self.find(line).is_some_and(|s| self.dirty[s])
+        self.find(line).is_some_and(|s| self.slots[s].dirty)
     }
 
     /// The auxiliary word of slot `slot`.
     pub fn aux_at(&mut self, slot: usize) -> &mut u64 {
-        &mut self.aux[slot]
+        &mut self.slots[slot].aux
     }
 
     /// The auxiliary word of a present line.
     pub fn aux(&self, line: u64) -> Option<u64> {
-        self.find(line).map(|s| self.aux[s])
+        self.find(line).map(|s| self.slots[s].aux)
     }
 
     /// Every valid line with its dirty bit and auxiliary word (for design walks such as LAD's
     /// commit-time L1 tag walk).
     pub fn lines(&self) -> impl Iterator<Item = (u64, bool, u64)> + '_ {
-        (0..self.tags.len())
-            .filter(|&s| self.tags[s] != INVALID)
-            .map(|s| (self.tags[s], self.dirty[s], self.aux[s]))
+        (0..self.slots.len())
+            .filter(|&s| self.slots[s].tag != INVALID)
+            .map(|s| (self.slots[s].tag, self.slots[s].dirty, self.slots[s].aux))
     }
 }
 
@@ -285,8 +340,8 @@ impl Hierarchy {
             self.stats.l1.hits += 1;
             self.l1[core].touch(slot);
             if write {
-                self.l1[core].dirty[slot] = true;
-                self.l1[core].words[slot] |= words;
+                self.l1[core].slots[slot].dirty = true;
+                self.l1[core].slots[slot].words |= words;
             }
             return Access {
                 level: Level::L1,
@@ -297,28 +352,27 @@ impl Hierarchy {
         self.stats.l1.misses += 1;
         let mut writeback = None;
         let mut words_out = 0;
-        let level = if let Some(slot) = self.l2[core].find(line) {
+        let (level, l2_slot) = if let Some(slot) = self.l2[core].find(line) {
             self.stats.l2.hits += 1;
             self.l2[core].touch(slot);
-            Level::L2
+            (Level::L2, slot)
         } else {
             self.stats.l2.misses += 1;
-            let level = if let Some(slot) = self.llc.find(line) {
+            let (level, llc_slot) = if let Some(slot) = self.llc.find(line) {
                 self.stats.llc.hits += 1;
                 self.llc.touch(slot);
                 *self.llc.aux_at(slot) |= 1 << core;
-                Level::Llc
+                (Level::Llc, slot)
             } else {
                 self.stats.llc.misses += 1;
-                let wb = self.fill_llc(core, line);
+                let (slot, wb) = self.fill_llc(core, line);
                 writeback = wb.map(|(line, _)| line);
                 words_out = wb.map_or(0, |(_, w)| w);
-                Level::Memory
+                (Level::Memory, slot)
             };
-            self.fill_l2(core, line);
-            level
+            (level, self.fill_l2(core, line, llc_slot))
         };
-        self.fill_l1(core, line, write, words);
+        self.fill_l1(core, line, write, words, l2_slot);
         Access {
             level,
             writeback,
@@ -326,50 +380,68 @@ impl Hierarchy {
         }
     }
 
-    fn fill_llc(&mut self, core: usize, line: u64) -> Option<(u64, u8)> {
-        let victim = self.llc.insert(line, false, 1 << core)?;
+    /// Inserts `line` into the LLC for `core`; returns its slot and the dirty victim to
+    /// write back, if any.
+    fn fill_llc(&mut self, core: usize, line: u64) -> (usize, Option<(u64, u8)>) {
+        let (slot, victim) = self.llc.insert_slot(line, false, 1 << core);
+        let Some(victim) = victim else {
+            return (slot, None);
+        };
         let (mut dirty, mut words) = (victim.dirty, victim.words);
-        for sharer in (0..self.l1.len()).filter(|c| victim.aux & (1 << c) != 0) {
+        let mut sharers = victim.aux;
+        while sharers != 0 {
+            let sharer = sharers.trailing_zeros() as usize;
+            sharers &= sharers - 1;
             for cache in [&mut self.l1[sharer], &mut self.l2[sharer]] {
                 let (d, w) = cache.remove(victim.line).unwrap_or((false, 0));
                 dirty |= d;
                 words |= w;
             }
         }
-        dirty.then(|| {
+        let writeback = dirty.then(|| {
             self.stats.writebacks += 1;
             (victim.line, words)
-        })
+        });
+        (slot, writeback)
     }
 
-    fn fill_l2(&mut self, core: usize, line: u64) {
-        let Some(victim) = self.l2[core].insert(line, false, 0) else {
-            return;
+    /// Inserts `line` (at LLC slot `llc_slot`) into `core`'s L2; returns its slot. An L2
+    /// way's auxiliary word is its line's LLC slot (inclusion keeps it there), so an L2
+    /// victim updates the LLC without a lookup.
+    fn fill_l2(&mut self, core: usize, line: u64, llc_slot: usize) -> usize {
+        let (l2_slot, victim) = self.l2[core].insert_slot(line, false, llc_slot as u64);
+        let Some(victim) = victim else {
+            return l2_slot;
         };
         let (d, w) = self.l1[core].remove(victim.line).unwrap_or((false, 0));
         let dirty = victim.dirty | d;
-        let slot = self
-            .llc
-            .find(victim.line)
-            .expect("inclusion: L2 line in LLC");
+        let slot = victim.aux as usize;
+        debug_assert_eq!(
+            self.llc.slots[slot].tag, victim.line,
+            "inclusion: L2 line in LLC"
+        );
         *self.llc.aux_at(slot) &= !(1 << core);
         if dirty {
-            self.llc.dirty[slot] = true;
+            self.llc.slots[slot].dirty = true;
         }
-        self.llc.words[slot] |= victim.words | w;
+        self.llc.slots[slot].words |= victim.words | w;
+        l2_slot
     }
 
-    fn fill_l1(&mut self, core: usize, line: u64, write: bool, words: u8) {
+    /// Inserts `line` (at L2 slot `l2_slot`) into `core`'s L1; an L1 way's auxiliary word is
+    /// its line's L2 slot.
+    fn fill_l1(&mut self, core: usize, line: u64, write: bool, words: u8, l2_slot: usize) {
         let l1 = &mut self.l1[core];
-        let (slot, victim) = l1.insert_slot(line, write, 0);
-        l1.words[slot] = words;
+        let (slot, victim) = l1.insert_slot(line, write, l2_slot as u64);
+        l1.slots[slot].words = words;
         if let Some(victim) = victim
             && (victim.dirty || victim.words != 0)
         {
             let l2 = &mut self.l2[core];
-            let slot = l2.find(victim.line).expect("inclusion: L1 line in L2");
-            l2.dirty[slot] |= victim.dirty;
-            l2.words[slot] |= victim.words;
+            let slot = victim.aux as usize;
+            debug_assert_eq!(l2.slots[slot].tag, victim.line, "inclusion: L1 line in L2");
+            l2.slots[slot].dirty |= victim.dirty;
+            l2.slots[slot].words |= victim.words;
         }
     }
 
@@ -384,10 +456,12 @@ impl Hierarchy {
         let Some(slot) = self.llc.find(line) else {
             return (false, 0); // inclusion: absent from the LLC means absent everywhere
         };
-        let sharers = self.llc.aux[slot];
-        let mut dirty = std::mem::replace(&mut self.llc.dirty[slot], false);
-        let mut words = std::mem::take(&mut self.llc.words[slot]);
-        for c in (0..self.l1.len()).filter(|c| sharers & (1 << c) != 0) {
+        let mut sharers = self.llc.slots[slot].aux;
+        let mut dirty = std::mem::replace(&mut self.llc.slots[slot].dirty, false);
+        let mut words = std::mem::take(&mut self.llc.slots[slot].words);
+        while sharers != 0 {
+            let c = sharers.trailing_zeros() as usize;
+            sharers &= sharers - 1;
             for cache in [&mut self.l1[c], &mut self.l2[c]] {
                 let (d, w) = cache.take_dirt(line);
                 dirty |= d;
@@ -403,9 +477,11 @@ impl Hierarchy {
         let Some(slot) = self.llc.find(line) else {
             return;
         };
-        self.llc.words[slot] &= !mask;
-        let sharers = self.llc.aux[slot];
-        for c in (0..self.l1.len()).filter(|c| sharers & (1 << c) != 0) {
+        self.llc.slots[slot].words &= !mask;
+        let mut sharers = self.llc.slots[slot].aux;
+        while sharers != 0 {
+            let c = sharers.trailing_zeros() as usize;
+            sharers &= sharers - 1;
             self.l1[c].clear_words(line, mask);
             self.l2[c].clear_words(line, mask);
         }
@@ -419,8 +495,8 @@ impl Hierarchy {
     /// [`Hierarchy::mark_dirty`] with the words in which the data is newer.
     pub fn mark_dirty_words(&mut self, line: u64, words: u8) {
         let slot = self.llc.find(line).expect("the line was just filled");
-        self.llc.dirty[slot] = true;
-        self.llc.words[slot] |= words;
+        self.llc.slots[slot].dirty = true;
+        self.llc.slots[slot].words |= words;
     }
 
     /// Core `core`'s L1 (for design hooks that read line tags).
@@ -431,6 +507,19 @@ impl Hierarchy {
     /// Core `core`'s L1, mutable (for design hooks that set line tags).
     pub fn l1_mut(&mut self, core: usize) -> &mut Cache {
         &mut self.l1[core]
+    }
+
+    /// The level an access of core `core` to `line` would be served from (no side effects).
+    pub fn level(&self, core: usize, line: u64) -> Level {
+        if self.l1[core].contains(line) {
+            Level::L1
+        } else if self.l2[core].contains(line) {
+            Level::L2
+        } else if self.llc.contains(line) {
+            Level::Llc
+        } else {
+            Level::Memory
+        }
     }
 
     /// Whether `line` is present in the given level of `core` (tests and assertions).
@@ -459,6 +548,20 @@ mod tests {
             ways,
             latency: 1,
         }
+    }
+
+    #[test]
+    fn recency_order_moves_a_way_to_the_front() {
+        let order = 0x3210; // ways 0..4, way 0 most recent
+        assert_eq!(position(order, 2), 2);
+        assert_eq!(promote(order, 2, 2), 0x3102);
+        assert_eq!(promote(order, 0, 0), order);
+        assert_eq!(promote(order, 3, 3), 0x2103);
+        // Sixteen ways fill the word: moving the last one to the front.
+        let full = 0xFEDC_BA98_7654_3210_u64;
+        assert_eq!(position(full, 15), 15);
+        assert_eq!(promote(full, 15, 15), 0xEDCB_A987_6543_210F);
+        assert_eq!(position(full, 0), 0);
     }
 
     #[test]

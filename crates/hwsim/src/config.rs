@@ -131,11 +131,14 @@ pub struct MemConfig {
     pub drain_high: usize,
     /// Write-drain low watermark: draining stops at this occupancy.
     pub drain_low: usize,
-    /// PCM banks (256 B-line interleaved).
+    /// PCM banks (256 B-line interleaved). 4: NVMain's PCM configuration
+    /// (`PCM_ISSCC_2012_4GB.config`: 1 channel, 1 rank, 4 banks; its capacity grows with the
+    /// rows, so the paper's 16 GB keeps 4 banks), the simulator the paper used with gem5.
     pub banks: usize,
     /// Media read latency (ns) per access.
     pub read_ns: f64,
-    /// Media write latency (ns) per media-line write.
+    /// Media write (programming) time (ns) per 64 B of changed data (see
+    /// `media_block_bytes`).
     pub write_ns: f64,
     /// Data-bus time (ns) per 64 B transferred (800 MHz DDR, 64-bit: 5 ns).
     pub burst_ns: f64,
@@ -143,13 +146,16 @@ pub struct MemConfig {
     pub onpm_lines: usize,
     /// On-PM buffer line in bytes: 256 like an Optane XPLine.
     pub onpm_line_bytes: u64,
-    /// Media write unit in bytes (8, 64 or 256): every block of a written-back 256 B line
-    /// that holds a changed word costs one `write_ns` media write (plus one `read_ns` of the
-    /// line first if a block is only partly written). 64 B: the paper's PCM writes a 64 B
-    /// access in 150 ns (reference note §6.2; NVMain charges its write pulse per 64 B
-    /// request). 256 charges a whole buffer line as one write (the model before this field
-    /// existed); 8 with `write_ns` scaled down makes media time proportional to changed bytes
-    /// (a sensitivity variant, not a PCM the paper describes).
+    /// Media write granularity in bytes (8, 64 or 256). `write_ns` is the time to program
+    /// 64 B; a media write programs every block of this size that holds a changed word, at
+    /// `write_ns × media_block_bytes / 64` per block, plus one `read_ns` first (the
+    /// data-comparison read when `dcw` is on, or the read-modify-write of a partly written
+    /// block). 8 (default): PCM with data-comparison writes programs only the changed data,
+    /// and its program bandwidth is power-limited (NVMain's PCM config is built on a PRAM
+    /// of 40 MB/s program bandwidth per chip), so a write's time follows the data it
+    /// changes: an 8 B in-place update costs 1/8 of a 64 B line write. 64: every touched
+    /// 64 B block costs a whole 150 ns write pulse (NVMain's fixed `tWP` per request). 256:
+    /// whole 256 B lines (an Optane-like XPLine media).
     pub media_block_bytes: u64,
     /// The write queue merges a write into a queued, not yet issued write of the same 64 B
     /// block (one entry, one bus burst), as gem5's memory controller does for writes to a
@@ -162,6 +168,12 @@ pub struct MemConfig {
     /// write pulse. Silo's slides invoke DCW for exactly that case ("CE will not write
     /// twice"); it applies to every design's data writes (log appends are always new data).
     pub dcw: bool,
+    /// FR-FCFS with write-drain watermarks (NVMain's FRFCFS-WQF, gem5's write mode): once
+    /// the write queue reaches `drain_high`, the controller issues only writes until it is
+    /// down to `drain_low`, and a read miss arriving meanwhile waits for the drain to end
+    /// (unless a queued write or the on-PM buffer holds its line). `false`: reads are never
+    /// held by a drain (they only wait for their bank).
+    pub reads_wait_for_drain: bool,
 }
 
 impl Default for MemConfig {
@@ -171,7 +183,7 @@ impl Default for MemConfig {
             read_queue: 64,
             drain_high: 48,
             drain_low: 16,
-            banks: 16,
+            banks: 4,
             read_ns: 50.0,
             write_ns: 150.0,
             burst_ns: 5.0,
@@ -180,6 +192,7 @@ impl Default for MemConfig {
             media_block_bytes: 64,
             merge_writes: true,
             dcw: true,
+            reads_wait_for_drain: true,
         }
     }
 }
@@ -352,13 +365,16 @@ impl Config {
             if c.ways == 0 || sets == 0 || !sets.is_power_of_two() {
                 return bad(format!("{name}: sets = {sets} must be a power of two ≥ 1"));
             }
+            if c.ways > crate::cache::MAX_WAYS {
+                return bad(format!("{name}: at most {} ways", crate::cache::MAX_WAYS));
+            }
         }
         if self.core.store_buffer == 0 || self.core.mlp == 0 || self.core.writeback_buffer == 0 {
             return bad("store_buffer, mlp and writeback_buffer must be ≥ 1".into());
         }
         let m = &self.mem;
-        if m.write_queue == 0 || m.banks == 0 {
-            return bad("write_queue and banks must be ≥ 1".into());
+        if m.write_queue == 0 || !(1..=64).contains(&m.banks) {
+            return bad("write_queue must be ≥ 1 and banks in 1..=64".into());
         }
         if m.drain_low >= m.drain_high || m.drain_high > m.write_queue {
             return bad("need drain_low < drain_high ≤ write_queue".into());

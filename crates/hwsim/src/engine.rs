@@ -11,7 +11,7 @@
 use crate::cache::{Hierarchy, Level};
 use crate::config::{Config, ConfigError};
 use crate::design::{Design, Evict, Stall, Step, StoreInfo, Wake};
-use crate::mem::{MemCtrl, NEVER, Payload, WriteKind, WriteReq};
+use crate::mem::{DataRef, MemCtrl, NEVER, Payload, WriteKind, WriteReq};
 use crate::metrics::{CoreMetrics, Metrics};
 use crate::pm::{PmImage, Values, initial_words, merge_piece, piece_mask};
 use crate::util::FastMap;
@@ -71,6 +71,8 @@ pub struct World {
     hier: Hierarchy,
     mc: MemCtrl,
     outbox: Vec<VecDeque<Outgoing>>,
+    /// Cores whose outbox is not empty, one bit each.
+    outbox_busy: u64,
     values: Option<Values>,
     pm: PmImage,
     seq: u64,
@@ -78,17 +80,32 @@ pub struct World {
     log_cursor: Vec<u64>,
     /// Data-comparison writes on: track which words of written lines changed.
     dcw: bool,
+    /// Data words of write requests (value-tracking runs; entry 0 is unused, `DataRef`
+    /// indexes it).
+    payloads: Vec<Payload>,
     /// Changed words (see `cache::Victim::words`) of line data that left the caches for PM
     /// (write-backs on a path, flushed or staged lines) and has not been accepted yet.
     inflight: FastMap<u64, u8>,
 }
 
 impl World {
-    fn accept(&mut self, req: &WriteReq) {
+    fn accept(&mut self, now: u64, req: &WriteReq) {
+        self.mc.advance(now);
         let changed = self.changed_words(req);
         self.mc.accept_changed(*req, changed);
-        self.pm.apply(req);
+        if req.data.is_some() {
+            self.pm.apply(req.addr, &self.payloads[req.data.0 as usize]);
+        }
         self.mem_dirty = true;
+    }
+
+    /// Stores `p` in the payload arena (value-tracking runs; `DataRef::NONE` otherwise).
+    fn attach(&mut self, p: Payload) -> DataRef {
+        if self.values.is_none() {
+            return DataRef::NONE;
+        }
+        self.payloads.push(p);
+        DataRef(u32::try_from(self.payloads.len() - 1).expect("payload arena overflow"))
     }
 
     /// The words of `req` (a mask over its 256 B line) whose data the persistence domain does
@@ -117,6 +134,33 @@ impl World {
     fn next_seq(&mut self) -> u64 {
         self.seq += 1;
         self.seq
+    }
+
+    /// Whether a request of a kind `kind` accepts, for 64 B line `line`, is on some core's
+    /// path to the MC.
+    fn any_outgoing(&self, line: u64, kind: impl Fn(WriteKind) -> bool) -> bool {
+        let addr = line << 6;
+        let mut bits = self.outbox_busy;
+        while bits != 0 {
+            let c = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            if self.outbox[c]
+                .iter()
+                .any(|o| o.req.addr == addr && kind(o.req.kind))
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The oldest request on core `c`'s path leaves it.
+    fn pop_outgoing(&mut self, c: usize) -> Outgoing {
+        let out = self.outbox[c].pop_front().expect("head exists");
+        if self.outbox[c].is_empty() {
+            self.outbox_busy &= !(1 << c);
+        }
+        out
     }
 }
 
@@ -148,13 +192,18 @@ impl Ctx<'_> {
         self.w.mc.free_entries()
     }
 
+    /// Writes waiting in the MC's write queue (entries held by speculative lines excluded).
+    pub fn wq_queued(&self) -> usize {
+        self.w.mc.queued()
+    }
+
     /// A write issued by a structure at the MC: accepted (persistent) now if the write queue
     /// has room; `false` otherwise (retry from `Design::background`).
     pub fn try_write(&mut self, req: WriteReq) -> bool {
         if !self.w.mc.has_space() {
             return false;
         }
-        self.w.accept(&req);
+        self.w.accept(self.now, &req);
         true
     }
 
@@ -162,6 +211,7 @@ impl Ctx<'_> {
     /// it joins the core's FIFO to the MC, and `Design::on_accepted` reports its acceptance.
     pub fn send(&mut self, req: WriteReq, arrive: u64) {
         self.w.outbox[req.core].push_back(Outgoing { arrive, req });
+        self.w.outbox_busy |= 1 << req.core;
         self.w.mem_dirty = true;
     }
 
@@ -170,11 +220,13 @@ impl Ctx<'_> {
     /// other write until [`Ctx::release_wq`].
     pub fn reserve_wq(&mut self) -> bool {
         self.w.mem_dirty = true;
+        self.w.mc.advance(self.now);
         self.w.mc.reserve()
     }
 
     /// Gives back `n` entries held with [`Ctx::reserve_wq`].
     pub fn release_wq(&mut self, n: usize) {
+        self.w.mc.advance(self.now);
         self.w.mc.release(n);
         self.w.mem_dirty = true;
     }
@@ -189,9 +241,8 @@ impl Ctx<'_> {
     /// Whether a write-back of 64 B line `line` is on some core's path to the MC (evicted,
     /// not yet persistent).
     pub fn writeback_in_flight(&self, line: u64) -> bool {
-        let addr = line << 6;
-        self.w.outbox.iter().flatten().any(|o| {
-            matches!(o.req.kind, WriteKind::WriteBack | WriteKind::Flush) && o.req.addr == addr
+        self.w.any_outgoing(line, |k| {
+            matches!(k, WriteKind::WriteBack | WriteKind::Flush)
         })
     }
 
@@ -201,12 +252,29 @@ impl Ctx<'_> {
     }
 
     /// The current values of 64 B line `line` (empty unless values are tracked).
-    pub fn capture_line(&self, line: u64) -> Payload {
+    pub fn line_values(&self, line: u64) -> Payload {
         self.w
             .values
             .as_ref()
             .map(|v| v.line(line))
             .unwrap_or_default()
+    }
+
+    /// The current values of 64 B line `line`, as the data of a write request.
+    pub fn capture_line(&mut self, line: u64) -> DataRef {
+        let p = self.line_values(line);
+        self.w.attach(p)
+    }
+
+    /// `p` as the data of a write request (`DataRef::NONE` unless values are tracked).
+    pub fn attach(&mut self, p: Payload) -> DataRef {
+        self.w.attach(p)
+    }
+
+    /// The data words a request carries, to change them (`None` for no data).
+    pub fn payload_mut(&mut self, data: DataRef) -> Option<&mut Payload> {
+        data.is_some()
+            .then(|| &mut self.w.payloads[data.0 as usize])
     }
 
     /// Cleans `line` everywhere in the hierarchy; returns whether a copy was dirty (the
@@ -273,6 +341,15 @@ enum Pending {
     TxEndDrain,
     /// The write-back buffer is over its limit.
     WbFull,
+    /// A miss waits for the memory controller's write drain to end (then retried).
+    DrainWait(Retry),
+}
+
+/// An access retried once the memory controller stops draining writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Retry {
+    Load { addr: u64, size: u8 },
+    Store(StoreInfo),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -285,24 +362,31 @@ enum After {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Park {
     No,
-    Outbox { extra: u64 },
+    Outbox {
+        extra: u64,
+    },
     Poll,
+    /// Until the memory controller leaves write-drain mode.
+    Drain,
 }
 
+/// The fields the scheduler reads every step come first, in one host cache line
+/// (`repr(C)` keeps the order).
 #[derive(Debug)]
+#[repr(C)]
 struct Core<'t> {
-    events: Decoder<'t>,
     clock: u64,
-    done: bool,
-    pending: Pending,
     park: Park,
+    done: bool,
+    in_tx: bool,
+    sb_last: u64,
+    events: Decoder<'t>,
+    pending: Pending,
     park_since: u64,
     park_cause: Stall,
-    in_tx: bool,
     txid: u64,
     /// Drain-completion times of the stores in the store buffer, oldest first.
     sb: VecDeque<u64>,
-    sb_last: u64,
     /// Completion times of outstanding loads (MLP window), oldest first.
     loads: VecDeque<u64>,
     m: CoreMetrics,
@@ -394,8 +478,19 @@ pub struct Sim<'t> {
     crash_at: u64,
     mem_next: u64,
     time: u64,
-    /// Cores parked (waiting for the MC or the design).
-    parked: usize,
+    /// Cores parked (waiting for the MC or the design), one bit each (at most 64 cores).
+    parked: u64,
+    /// Of the parked cores, those waiting for their path to the MC to drain, and those
+    /// waiting for the MC's write drain to end.
+    parked_outbox: u64,
+    parked_drain: u64,
+    /// Cores that finished their trace, one bit each.
+    finished: u64,
+    /// Each core's clock as of when it last stopped running or woke (the scheduler reads
+    /// only runnable cores' entries, which are current; a compact copy of `Core::clock`).
+    clocks: Vec<u64>,
+    /// One bit per core.
+    all: u64,
     last_mem_event: u64,
     rr: usize,
     lat: Lat,
@@ -447,12 +542,14 @@ impl<'t> Sim<'t> {
                 hier: Hierarchy::new(cfg),
                 mc: MemCtrl::new(cfg),
                 outbox: vec![VecDeque::new(); cfg.cores],
+                outbox_busy: 0,
                 values,
                 pm: PmImage::new(cfg.cores, initial),
                 seq: 0,
                 mem_dirty: false,
                 log_cursor: vec![0; cfg.cores],
                 dcw: cfg.mem.dcw,
+                payloads: vec![Payload::default()],
                 inflight: FastMap::default(),
             },
             design,
@@ -462,6 +559,15 @@ impl<'t> Sim<'t> {
             mem_next: NEVER,
             time: 0,
             parked: 0,
+            parked_outbox: 0,
+            parked_drain: 0,
+            finished: 0,
+            clocks: vec![0; cfg.cores],
+            all: if cfg.cores == 64 {
+                u64::MAX
+            } else {
+                (1u64 << cfg.cores) - 1
+            },
             last_mem_event: 0,
             rr: 0,
             lat: Lat {
@@ -509,15 +615,16 @@ impl<'t> Sim<'t> {
     /// smallest clock of the other runnable cores (one pass: this runs once per step).
     fn next_two_cores(&self) -> (usize, u64, u64) {
         let (mut best, mut best_t, mut second_t) = (usize::MAX, NEVER, NEVER);
-        for (i, c) in self.cores.iter().enumerate() {
-            if !c.runnable() {
-                continue;
-            }
-            if c.clock < best_t {
+        let mut bits = self.all & !(self.parked | self.finished);
+        while bits != 0 {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let t = self.clocks[i];
+            if t < best_t {
                 second_t = best_t;
-                (best, best_t) = (i, c.clock);
-            } else if c.clock < second_t {
-                second_t = c.clock;
+                (best, best_t) = (i, t);
+            } else if t < second_t {
+                second_t = t;
             }
         }
         (best, best_t, second_t)
@@ -529,7 +636,9 @@ impl<'t> Sim<'t> {
             .collect();
         assert!(
             stuck.is_empty(),
-            "hwsim deadlock at cycle {}: cores {stuck:?} wait with no event pending ({:?})",
+            "hwsim deadlock at cycle {}: cores {stuck:?} wait with no event pending ({:?}); a \
+             design waits for room that can never free, e.g. an FWB or MorLog circular log \
+             smaller than one transaction's records (fwb.log_bytes, morlog.log_bytes)",
             self.time,
             stuck
                 .iter()
@@ -545,8 +654,11 @@ impl<'t> Sim<'t> {
         self.w.mem_dirty = false;
         let mut t = self.w.mc.next_issue();
         if self.w.mc.has_space() {
-            for ob in &self.w.outbox {
-                if let Some(head) = ob.front() {
+            let mut bits = self.w.outbox_busy;
+            while bits != 0 {
+                let c = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if let Some(head) = self.w.outbox[c].front() {
                     t = t.min(head.arrive);
                 }
             }
@@ -567,6 +679,7 @@ impl<'t> Sim<'t> {
                 || core.clock > others
                 || core.clock > self.crash_at
             {
+                self.clocks[c] = core.clock;
                 return;
             }
             self.time = self.time.max(core.clock);
@@ -580,6 +693,8 @@ impl<'t> Sim<'t> {
             Pending::SbFull(info) => self.store_enter(c, info),
             Pending::TxEndDrain => self.tx_end(c),
             Pending::WbFull => self.check_writeback_buffer(c),
+            Pending::DrainWait(Retry::Load { addr, size }) => self.load_lines(c, addr, size),
+            Pending::DrainWait(Retry::Store(info)) => self.perform_store(c, info),
             Pending::Design(after) => {
                 let now = self.time;
                 let step = self.design.resume(
@@ -623,11 +738,12 @@ impl<'t> Sim<'t> {
             }
             Wake::OutboxDrained { extra } => {
                 core.park(Park::Outbox { extra }, cause);
-                self.parked += 1;
+                self.parked |= 1 << c;
+                self.parked_outbox |= 1 << c;
             }
             Wake::Poll => {
                 core.park(Park::Poll, cause);
-                self.parked += 1;
+                self.parked |= 1 << c;
             }
         }
     }
@@ -658,6 +774,7 @@ impl<'t> Sim<'t> {
     }
 
     fn finish_core(&mut self, c: usize) {
+        self.finished |= 1 << c;
         let core = &mut self.cores[c];
         core.done = true;
         let loads_done = core.loads.back().copied().unwrap_or(0);
@@ -668,7 +785,7 @@ impl<'t> Sim<'t> {
         if self.w.outbox[c].len() > self.w.cfg.core.writeback_buffer {
             self.cores[c].pending = Pending::WbFull;
             self.cores[c].park(Park::Poll, Stall::WriteBack);
-            self.parked += 1;
+            self.parked |= 1 << c;
         }
     }
 
@@ -703,12 +820,19 @@ impl<'t> Sim<'t> {
     /// another path, e.g. Silo's in-place updates, which real hardware does not allow.)
     fn reclaim_writeback(&mut self, line: u64) -> bool {
         let addr = line << 6;
-        for ob in &mut self.w.outbox {
+        let mut bits = self.w.outbox_busy;
+        while bits != 0 {
+            let c = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let ob = &mut self.w.outbox[c];
             if let Some(i) = ob
                 .iter()
                 .position(|o| o.req.kind == WriteKind::WriteBack && o.req.addr == addr)
             {
                 ob.remove(i);
+                if ob.is_empty() {
+                    self.w.outbox_busy &= !(1 << c);
+                }
                 let words = self.w.inflight.remove(&line).unwrap_or(0);
                 self.w.hier.mark_dirty_words(line, words);
                 self.w.mem_dirty = true;
@@ -737,8 +861,35 @@ impl<'t> Sim<'t> {
 
     fn load(&mut self, c: usize, addr: u64, size: u8) {
         self.cores[c].m.loads += 1;
+        self.load_lines(c, addr, size);
+    }
+
+    /// Whether a miss of core `c` to `line` now would be a PCM read that must wait for the
+    /// memory controller's write drain (FR-FCFS with watermarks: while draining, the
+    /// controller issues only writes).
+    fn read_blocked(&self, c: usize, line: u64) -> bool {
+        self.w.mc.draining()
+            && self.w.hier.level(c, line) == Level::Memory
+            && self.w.mc.read_waits_for_drain(line << 6)
+            && !self.w.any_outgoing(line, |k| k == WriteKind::WriteBack)
+    }
+
+    /// Parks core `c` until the write drain ends; then `retry` runs again.
+    fn wait_for_drain(&mut self, c: usize, retry: Retry) {
+        let core = &mut self.cores[c];
+        core.pending = Pending::DrainWait(retry);
+        core.park(Park::Drain, Stall::MemDrain);
+        self.parked |= 1 << c;
+        self.parked_drain |= 1 << c;
+    }
+
+    fn load_lines(&mut self, c: usize, addr: u64, size: u8) {
         let first = addr >> 6;
         let last = (addr + u64::from(size.max(1)) - 1) >> 6;
+        if (first..=last).any(|line| self.read_blocked(c, line)) {
+            self.wait_for_drain(c, Retry::Load { addr, size });
+            return;
+        }
         let latency: u64 = (first..=last)
             .map(|line| self.access(c, line, false, 0).1)
             .sum();
@@ -824,6 +975,11 @@ impl<'t> Sim<'t> {
     /// The store updates the hierarchy (write-allocate; it drains from the store buffer in
     /// order), the values and the model, then `post_store` runs.
     fn perform_store(&mut self, c: usize, mut info: StoreInfo) {
+        if self.read_blocked(c, info.word >> 6) {
+            // The read-for-ownership would wait for the drain; the blocking core waits too.
+            self.wait_for_drain(c, Retry::Store(info));
+            return;
+        }
         if let Some(v) = &self.w.values {
             // Refresh: the word may have changed while the store waited.
             let mask = piece_mask(info.addr, info.size);
@@ -921,15 +1077,29 @@ impl<'t> Sim<'t> {
 
     fn admit(&mut self, now: u64) {
         let n = self.cores.len();
-        while self.w.mc.has_space() {
-            // Round robin from `rr`, without a division per probe.
-            let arrived = |c: &usize| self.w.outbox[*c].front().is_some_and(|o| o.arrive <= now);
-            let Some(c) = (self.rr..n).chain(0..self.rr).find(arrived) else {
+        while self.w.outbox_busy != 0 && self.w.mc.has_space() {
+            // Round robin from `rr` over the cores with requests on their path.
+            let busy = self.w.outbox_busy;
+            let arrived = |c: usize| self.w.outbox[c].front().is_some_and(|o| o.arrive <= now);
+            let from_rr = busy & (u64::MAX << self.rr);
+            let order = [from_rr, busy & !from_rr];
+            let Some(c) = order.into_iter().find_map(|mut bits| {
+                while bits != 0 {
+                    let c = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    if arrived(c) {
+                        return Some(c);
+                    }
+                }
+                None
+            }) else {
                 return;
             };
-            let req = self.w.outbox[c].pop_front().expect("head exists").req;
+            let out = self.w.pop_outgoing(c);
+            let req = out.req;
             self.rr = (c + 1) % n;
-            self.w.accept(&req);
+            self.w.mc.note_admit_wait(now - out.arrive);
+            self.w.accept(now, &req);
             self.last_mem_event = now;
             self.design.on_accepted(
                 &mut Ctx {
@@ -954,15 +1124,27 @@ impl<'t> Sim<'t> {
 
     /// Wakes parked cores whose condition may hold at `now`.
     fn unpark(&mut self, now: u64) {
-        if self.parked == 0 {
-            return;
-        }
-        for (c, core) in self.cores.iter_mut().enumerate() {
+        // Cores waiting for their path to drain wake only once it has; cores waiting for the
+        // write drain only once it is over; the others re-check at every change.
+        let poll = self.parked & !(self.parked_outbox | self.parked_drain);
+        let drained = self.parked_outbox & !self.w.outbox_busy;
+        let undrained = if self.w.mc.draining() {
+            0
+        } else {
+            self.parked_drain
+        };
+        let mut bits = poll | drained | undrained;
+        while bits != 0 {
+            let c = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let core = &mut self.cores[c];
             let wake_at = match core.park {
                 Park::No => continue,
                 Park::Outbox { extra } if self.w.outbox[c].is_empty() => now + extra,
                 Park::Outbox { .. } => continue,
                 Park::Poll => now,
+                Park::Drain if !self.w.mc.draining() => now,
+                Park::Drain => continue,
             };
             // A core may have parked with its clock ahead of the global time (the blocking
             // event advanced it first); it resumes no earlier than that.
@@ -971,8 +1153,11 @@ impl<'t> Sim<'t> {
                 .stalls
                 .add(core.park_cause, wake_at - core.park_since);
             core.clock = wake_at;
+            self.clocks[c] = wake_at;
             core.park = Park::No;
-            self.parked -= 1;
+            self.parked &= !(1 << c);
+            self.parked_outbox &= !(1 << c);
+            self.parked_drain &= !(1 << c);
         }
     }
 

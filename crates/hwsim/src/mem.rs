@@ -25,8 +25,7 @@
 //!   ([`MemCtrl::accept_changed`]; [`MemCtrl::accept`] treats every written word as changed).
 
 use crate::config::Config;
-use crate::onpm::{MediaWrite, OnPmBuffer, Placement, word_mask};
-use crate::util::FastMap;
+use crate::onpm::{MediaWrite, OnPmBuffer, line_bank, word_mask};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
@@ -56,6 +55,22 @@ pub struct Payload {
     pub words: [u64; 8],
 }
 
+/// A handle on the data words a write carries (value-tracking runs only; timing runs
+/// carry none, which keeps requests small). The words live in the engine's payload
+/// arena, see [`crate::engine::Ctx::attach`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DataRef(pub u32);
+
+impl DataRef {
+    /// No data.
+    pub const NONE: DataRef = DataRef(0);
+
+    /// Whether the request carries data.
+    pub fn is_some(self) -> bool {
+        self != DataRef::NONE
+    }
+}
+
 /// One write request to the memory controller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WriteReq {
@@ -67,12 +82,10 @@ pub struct WriteReq {
     pub kind: WriteKind,
     /// Core the request belongs to.
     pub core: usize,
-    /// Design-defined token, handed back on acceptance.
-    pub token: u64,
     /// Global order stamp of the moment the data was captured (see `Ctx::next_seq`).
     pub seq: u64,
     /// Data words (`WriteBack`, `Flush`, `InPlace` in value-tracking runs).
-    pub data: Payload,
+    pub data: DataRef,
 }
 
 impl WriteReq {
@@ -83,9 +96,8 @@ impl WriteReq {
             bytes,
             kind,
             core,
-            token: 0,
             seq: 0,
-            data: Payload::default(),
+            data: DataRef::NONE,
         }
     }
 }
@@ -150,6 +162,22 @@ pub struct MemStats {
     /// Bank-cycles spent on media writes (including read-modify-write reads).
     #[serde(default)]
     pub bank_write_cycles: u64,
+    /// Cycles reads waited for their bank (busy with an earlier read or a media write).
+    #[serde(default)]
+    pub read_wait_cycles: u64,
+    /// Cycles the write queue was full (entries held by speculative lines included).
+    #[serde(default)]
+    pub queue_full_cycles: u64,
+    /// Cycles the controller was draining writes (high watermark reached, low not yet).
+    #[serde(default)]
+    pub drain_cycles: u64,
+    /// Sum over time of the write queue's occupancy (divide by the run's cycles for the mean).
+    #[serde(default)]
+    pub queue_occupancy_integral: u64,
+    /// Cycles core-side requests (write-backs, logs, flushes) waited on their path for
+    /// write-queue room after arriving at the controller.
+    #[serde(default)]
+    pub admit_wait_cycles: u64,
 }
 
 /// A write in the queue.
@@ -164,19 +192,26 @@ struct Queued {
     bursts: u64,
     /// The 64 B block it lies in, if it lies in one (a merge target).
     block: Option<u64>,
+    /// Its 256 B line is in the on-PM buffer (it can leave at once).
+    hit: bool,
 }
 
 /// The memory controller with its PCM banks and on-PM buffer.
 #[derive(Clone, Debug)]
 pub struct MemCtrl {
     read_cycles: u64,
-    write_cycles: u64,
+    /// Programming time of one media block.
+    block_write_cycles: u64,
+    /// Every media write reads the line first (data-comparison writes).
+    dcw: bool,
     burst: u64,
     capacity: usize,
     high: usize,
     low: usize,
     read_queue: usize,
     merge: bool,
+    /// Reads wait while writes drain (`MemConfig::reads_wait_for_drain`).
+    hold_reads: bool,
     wq: VecDeque<Queued>,
     /// Entries held by a design's speculative lines (LAD): they count against the capacity
     /// but are not writes yet (they become writes, or vanish, when the design releases them).
@@ -189,13 +224,15 @@ pub struct MemCtrl {
     reads_waiting_until: u64,
     onpm: OnPmBuffer,
     /// Queued writes per 256 B line.
-    wq_lines: FastMap<u64, u32>,
+    wq_lines: LineFilter,
     /// Queued writes whose line is in the on-PM buffer (ready at once).
     wq_hits: usize,
     /// Buffered lines per bank (which banks an eviction could use).
     bank_lines: Vec<u32>,
     /// `compute_evict_ready()`, kept up to date by `read` and `issue`.
     evict_ready_at: u64,
+    /// Time up to which the occupancy counters are integrated.
+    integrated_to: u64,
     stats: MemStats,
 }
 
@@ -205,13 +242,15 @@ impl MemCtrl {
         let m = &cfg.mem;
         MemCtrl {
             read_cycles: cfg.cycles(m.read_ns),
-            write_cycles: cfg.cycles(m.write_ns),
+            block_write_cycles: cfg.cycles(m.write_ns * m.media_block_bytes as f64 / 64.0),
+            dcw: m.dcw,
             burst: cfg.cycles(m.burst_ns),
             capacity: m.write_queue,
             high: m.drain_high,
             low: m.drain_low,
             read_queue: m.read_queue,
             merge: m.merge_writes,
+            hold_reads: m.reads_wait_for_drain,
             wq: VecDeque::with_capacity(m.write_queue),
             reserved: 0,
             draining: false,
@@ -219,11 +258,12 @@ impl MemCtrl {
             bank_free: vec![0; m.banks],
             waiting_reads: Vec::new(),
             reads_waiting_until: 0,
-            onpm: OnPmBuffer::new(m.onpm_lines, m.media_block_bytes),
-            wq_lines: FastMap::default(),
+            onpm: OnPmBuffer::new(m.onpm_lines, m.media_block_bytes, m.banks),
+            wq_lines: LineFilter::default(),
             wq_hits: 0,
             bank_lines: vec![0; m.banks],
             evict_ready_at: 0,
+            integrated_to: 0,
             stats: MemStats::default(),
         }
     }
@@ -235,6 +275,7 @@ impl MemCtrl {
     /// A read of the 64 B line at `addr` reaching the controller at `now`; returns when its
     /// data is back at the controller.
     pub fn read(&mut self, now: u64, addr: u64) -> u64 {
+        self.advance(now);
         self.stats.reads += 1;
         if self.queue_holds_line64(addr) {
             self.stats.reads_from_write_queue += 1;
@@ -248,6 +289,7 @@ impl MemCtrl {
         let start = now.max(self.bank_free[bank]);
         self.bank_free[bank] = start + self.read_cycles;
         if start > now {
+            self.stats.read_wait_cycles += start - now;
             self.waiting_reads.retain(|&s| s > now);
             if self.waiting_reads.len() >= self.read_queue {
                 self.stats.read_queue_overflows += 1;
@@ -261,13 +303,29 @@ impl MemCtrl {
 
     /// Whether a queued write holds every word of the 64 B line at `addr`.
     fn queue_holds_line64(&self, addr: u64) -> bool {
-        if !self.wq_lines.contains_key(&(addr >> 8)) {
+        if !self.wq_lines.may_hold(addr >> 8) {
             return false;
         }
         let block = 0xFFu32 << (8 * ((addr >> 6) & 3));
         self.wq
             .iter()
             .any(|q| q.req.addr >> 8 == addr >> 8 && q.words & block == block)
+    }
+
+    /// Whether the controller is draining writes (reads wait, if `reads_wait_for_drain`).
+    #[inline]
+    pub fn draining(&self) -> bool {
+        self.draining
+    }
+
+    /// Whether a read of the 64 B line at `addr` arriving now must wait for the write drain
+    /// to end: the controller is draining, holds reads while it does, and the read cannot be
+    /// served from a queued write or the on-PM buffer.
+    pub fn read_waits_for_drain(&self, addr: u64) -> bool {
+        self.draining
+            && self.hold_reads
+            && !self.queue_holds_line64(addr)
+            && !self.onpm.holds_line64(addr)
     }
 
     /// Whether the write queue can accept a request.
@@ -338,8 +396,7 @@ impl MemCtrl {
         let dirty = words & changed;
         let block =
             (req.addr >> 6 == (req.addr + req.bytes.max(1) - 1) >> 6).then_some(req.addr >> 6);
-        let queued = self.wq_lines.entry(line).or_insert(0);
-        if self.merge && block.is_some() && *queued > 0 {
+        if self.merge && block.is_some() && self.wq_lines.may_hold(line) {
             // Writes of this 256 B line are queued: look for one of the same block.
             if let Some(q) = self.wq.iter_mut().rev().find(|q| q.block == block) {
                 q.words |= words;
@@ -348,14 +405,16 @@ impl MemCtrl {
                 return;
             }
         }
-        *queued += 1;
-        self.wq_hits += usize::from(self.onpm.contains(line));
+        self.wq_lines.add(line);
+        let hit = self.onpm.contains(line);
+        self.wq_hits += usize::from(hit);
         self.wq.push_back(Queued {
             req,
             words,
             dirty,
             bursts: req.bytes.div_ceil(64).max(1),
             block,
+            hit,
         });
         let held = (self.wq.len() + self.reserved) as u64;
         self.stats.max_write_queue = self.stats.max_write_queue.max(held);
@@ -387,8 +446,9 @@ impl MemCtrl {
             .unwrap_or(0)
     }
 
+    #[inline]
     fn direct(&self) -> bool {
-        self.onpm.placement(0) == Placement::Direct
+        self.onpm.capacity() == 0
     }
 
     /// The earliest time a queued write could be issued (`NEVER` if the queue is empty).
@@ -431,14 +491,16 @@ impl MemCtrl {
         if self.evict_ready() <= now {
             return Some(0);
         }
-        self.wq
-            .iter()
-            .position(|q| self.onpm.placement(q.req.addr >> 8) == Placement::Hit)
+        if self.wq_hits == 0 {
+            return None;
+        }
+        self.wq.iter().position(|q| q.hit)
     }
 
     /// Issues the oldest ready write at `now`, if the bus and the read-priority rule allow;
     /// returns it (its queue entry is free from now on).
     pub fn issue(&mut self, now: u64) -> Option<WriteReq> {
+        self.advance(now);
         if self.wq.is_empty()
             || self.bus_free > now
             || (!self.draining && self.reads_waiting_until > now)
@@ -453,11 +515,13 @@ impl MemCtrl {
         self.stats.bus_busy_cycles += bus_done - now;
         let direct = self.direct();
         let line = req.addr >> 8;
-        let was_buffered = self.onpm.contains(line);
+        let was_buffered = q.hit;
         self.dequeued(line, was_buffered);
-        let banks = self.bank_free.len() as u64;
-        let bank_free = &self.bank_free;
-        let idle = |line: u64| bank_free[line_bank(line, banks as usize)] <= now;
+        let idle = self
+            .bank_free
+            .iter()
+            .enumerate()
+            .fold(0u64, |m, (b, &free)| m | (u64::from(free <= now) << b));
         let media = self.onpm.write_words(line, q.words, q.dirty, idle);
         if !direct && !was_buffered {
             self.buffered(line, media.map(|m| m.line));
@@ -480,31 +544,61 @@ impl MemCtrl {
         Some(req)
     }
 
+    /// Integrates the occupancy counters up to `now` (state changes happen only at calls
+    /// that pass the time, so the state since the last call was constant).
+    pub fn advance(&mut self, now: u64) {
+        if now <= self.integrated_to {
+            return;
+        }
+        let dt = now - self.integrated_to;
+        self.integrated_to = now;
+        let held = self.wq.len() + self.reserved;
+        self.stats.queue_occupancy_integral += dt * held as u64;
+        if held >= self.capacity {
+            self.stats.queue_full_cycles += dt;
+        }
+        if self.draining {
+            self.stats.drain_cycles += dt;
+        }
+    }
+
+    /// A core-side request waited `cycles` on its path for write-queue room.
+    pub fn note_admit_wait(&mut self, cycles: u64) {
+        self.stats.admit_wait_cycles += cycles;
+    }
+
     /// Bank time of a media write: `write` per block written, plus one `read` of the line
     /// first for a read-modify-write or a data comparison.
     fn media_cycles(&self, mw: &MediaWrite) -> u64 {
-        u64::from(mw.blocks) * self.write_cycles + u64::from(mw.read) * self.read_cycles
+        let read = self.dcw || mw.rmw;
+        u64::from(mw.blocks) * self.block_write_cycles + u64::from(read) * self.read_cycles
     }
 
     /// Bookkeeping for a write leaving the queue.
     fn dequeued(&mut self, line: u64, buffered: bool) {
-        let n = self.wq_lines.get_mut(&line).expect("queued line counted");
-        *n -= 1;
-        if *n == 0 {
-            self.wq_lines.remove(&line);
-        }
+        self.wq_lines.remove(line);
         self.wq_hits -= usize::from(buffered);
     }
 
     /// Bookkeeping for `line` entering the buffer, possibly in place of `evicted`: queued
     /// writes to the one become hits, to the other stop being hits.
     fn buffered(&mut self, line: u64, evicted: Option<u64>) {
-        let queued = |l: u64| self.wq_lines.get(&l).copied().unwrap_or(0) as usize;
-        self.wq_hits += queued(line);
+        let filter = &self.wq_lines;
+        if filter.may_hold(line) || evicted.is_some_and(|e| filter.may_hold(e)) {
+            for q in &mut self.wq {
+                let l = q.req.addr >> 8;
+                if l == line && !q.hit {
+                    q.hit = true;
+                    self.wq_hits += 1;
+                } else if Some(l) == evicted && q.hit {
+                    q.hit = false;
+                    self.wq_hits -= 1;
+                }
+            }
+        }
         let banks = self.bank_lines.len() as u64;
         self.bank_lines[line_bank(line, banks as usize)] += 1;
         if let Some(e) = evicted {
-            self.wq_hits -= queued(e);
             self.bank_lines[line_bank(e, banks as usize)] -= 1;
         }
     }
@@ -528,16 +622,41 @@ impl MemCtrl {
     }
 }
 
-/// The bank of 256 B line `line`: interleaved by line, with the high bits folded in (as for
-/// the LLC's sets, so that cores' instances at equal offsets spread over the banks); a mask
-/// when the bank count is a power of two (this runs for every line an eviction considers).
-#[inline]
-fn line_bank(line: u64, banks: usize) -> usize {
-    let line = crate::cache::fold_index(line);
-    if banks.is_power_of_two() {
-        (line & (banks as u64 - 1)) as usize
-    } else {
-        (line % banks as u64) as usize
+/// Counts of queued writes per 256 B line, hashed into a small table: `may_hold` has no
+/// false negatives (a line with queued writes always answers yes), so it gates the exact
+/// scans of the queue (merging, reads served from the queue, buffer hits) cheaply.
+#[derive(Clone, Debug)]
+struct LineFilter(Vec<u16>);
+
+impl Default for LineFilter {
+    fn default() -> Self {
+        LineFilter(vec![0; 1 << LineFilter::BITS])
+    }
+}
+
+impl LineFilter {
+    const BITS: u32 = 10;
+
+    #[inline]
+    fn slot(line: u64) -> usize {
+        (line.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - Self::BITS)) as usize
+    }
+
+    #[inline]
+    fn may_hold(&self, line: u64) -> bool {
+        self.0[Self::slot(line)] > 0
+    }
+
+    #[inline]
+    fn add(&mut self, line: u64) {
+        self.0[Self::slot(line)] += 1;
+    }
+
+    #[inline]
+    fn remove(&mut self, line: u64) {
+        let n = &mut self.0[Self::slot(line)];
+        debug_assert!(*n > 0, "removing a line never added");
+        *n -= 1;
     }
 }
 
@@ -550,7 +669,9 @@ fn add(into: &mut Traffic, t: Traffic) {
 mod tests {
     use super::*;
 
-    /// 2 GHz: read 100 cycles, write 300 cycles, burst 10 cycles.
+    /// 2 GHz: read 100 cycles, write 300 cycles, burst 10 cycles; 4 banks, a 4-entry queue
+    /// draining at 4 down to 1. Without data-comparison writes (no comparison read before a
+    /// media write; `dcw_reads_before_every_media_write` covers it).
     fn mc(onpm_lines: usize) -> MemCtrl {
         let mut cfg = Config::default();
         cfg.mem.onpm_lines = onpm_lines;
@@ -558,6 +679,7 @@ mod tests {
         cfg.mem.write_queue = 4;
         cfg.mem.drain_high = 4;
         cfg.mem.drain_low = 1;
+        cfg.mem.dcw = false;
         MemCtrl::new(&cfg)
     }
 
@@ -568,7 +690,7 @@ mod tests {
 
     fn write(n: u64, token: u64) -> WriteReq {
         WriteReq {
-            token,
+            seq: token,
             ..WriteReq::new(at(n), 64, WriteKind::WriteBack, 0)
         }
     }
@@ -579,7 +701,7 @@ mod tests {
         while m.queued() > 0 {
             let t = m.next_issue();
             let w = m.issue(t).expect("next_issue is an issue time");
-            out.push((w.token, t));
+            out.push((w.seq, t));
         }
         out
     }
@@ -625,15 +747,39 @@ mod tests {
     }
 
     #[test]
-    fn a_256_byte_media_block_charges_a_line_once() {
+    fn media_time_follows_the_write_granularity() {
+        // An 8 B write, no buffer, no comparison read: with 256 B media blocks the whole
+        // line is programmed (4 × 300 = 1,200 cycles); with 8 B blocks only the word (300 / 8
+        // = 38 cycles, rounded); with 64 B blocks, a read-modify-write of its block.
+        for (block, busy) in [(256, 100 + 1200), (8, 38), (64, 100 + 300)] {
+            let mut cfg = Config::default();
+            cfg.mem.onpm_lines = 0;
+            cfg.mem.dcw = false;
+            cfg.mem.media_block_bytes = block;
+            let mut m = MemCtrl::new(&cfg);
+            m.accept(WriteReq::new(at(1), 8, WriteKind::InPlace, 0));
+            m.issue(0).unwrap();
+            // Bus 10 cycles, then the media write; a read of the bank waits for it.
+            assert_eq!(m.read(10, at(1)), 10 + busy + 110, "{block} B blocks");
+        }
+    }
+
+    #[test]
+    fn dcw_reads_before_every_media_write() {
         let mut cfg = Config::default();
         cfg.mem.onpm_lines = 0;
-        cfg.mem.media_block_bytes = 256;
+        assert!(cfg.mem.dcw, "on by default");
         let mut m = MemCtrl::new(&cfg);
-        m.accept(WriteReq::new(at(1), 256, WriteKind::Log, 0));
+        // A whole new 64 B block: the comparison read (100) then the write (300).
+        m.accept(write(0, 1));
         m.issue(0).unwrap();
-        // Bus 40 cycles (4 bursts of 5 ns), then one 300-cycle write.
-        assert_eq!(m.read(40, at(1)), 340 + 110);
+        assert_eq!(m.read(10, at(0)), 10 + 400 + 110);
+        // A block the media already holds: the comparison read only.
+        let mut m = MemCtrl::new(&cfg);
+        m.accept_changed(write(0, 1), 0);
+        m.issue(0).unwrap();
+        assert_eq!(m.read(10, at(0)), 10 + 100 + 110);
+        assert_eq!(m.stats().media_redundant_blocks, 1);
     }
 
     #[test]
@@ -704,7 +850,7 @@ mod tests {
         m.accept(write(3, 4));
         m.accept(write(5, 5));
         assert_eq!(m.next_issue(), 10, "draining ignores the waiting read");
-        assert_eq!(m.issue(100).map(|w| w.token), Some(2));
+        assert_eq!(m.issue(100).map(|w| w.seq), Some(2));
     }
 
     #[test]
@@ -715,7 +861,7 @@ mod tests {
             m.accept(write(i, i));
         }
         assert!(!m.has_space());
-        assert_eq!(m.issue(0).map(|w| w.token), Some(0));
+        assert_eq!(m.issue(0).map(|w| w.seq), Some(0));
         assert!(m.has_space(), "an issued write frees its entry");
     }
 

@@ -22,6 +22,9 @@ pub struct StallCycles {
     pub commit: u64,
     /// Store-buffer drain before commit.
     pub drain: u64,
+    /// Misses waiting for the memory controller's write drain (reads held by FR-FCFS).
+    #[serde(default)]
+    pub mem_drain: u64,
 }
 
 impl StallCycles {
@@ -34,6 +37,7 @@ impl StallCycles {
             Stall::LogBuffer => &mut self.log_buffer,
             Stall::Commit => &mut self.commit,
             Stall::Drain => &mut self.drain,
+            Stall::MemDrain => &mut self.mem_drain,
         };
         *slot += cycles;
     }
@@ -47,6 +51,7 @@ impl StallCycles {
         self.log_buffer += o.log_buffer;
         self.commit += o.commit;
         self.drain += o.drain;
+        self.mem_drain += o.mem_drain;
     }
 
     /// All causes.
@@ -58,6 +63,7 @@ impl StallCycles {
             + self.log_buffer
             + self.commit
             + self.drain
+            + self.mem_drain
     }
 }
 

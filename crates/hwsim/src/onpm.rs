@@ -86,8 +86,9 @@ pub enum Placement {
 
 /// The buffer.
 ///
-/// Slots are kept on an intrusive recency list (`prev`/`next`, most recent at `head`), so an
-/// eviction walks from the least recently used end and usually stops at once.
+/// Slots are kept on one intrusive recency list per bank (`prev`/`next`, most recent at the
+/// head), so the least recently used line of any set of banks is the oldest of those
+/// banks' tails: an eviction looks at one line per bank.
 #[derive(Clone, Debug)]
 pub struct OnPmBuffer {
     capacity: usize,
@@ -98,17 +99,19 @@ pub struct OnPmBuffer {
     clock: u64,
     prev: Vec<usize>,
     next: Vec<usize>,
-    head: usize,
-    tail: usize,
+    /// Per bank: its most and least recently used buffered lines.
+    heads: Vec<usize>,
+    tails: Vec<usize>,
 }
 
 /// No slot (list end).
 const NIL: usize = usize::MAX;
 
 impl OnPmBuffer {
-    /// A buffer of `capacity` 256 B lines (0 = none) in front of a media written in blocks
-    /// of `block_bytes` (64 or 256).
-    pub fn new(capacity: usize, block_bytes: u64) -> Self {
+    /// A buffer of `capacity` 256 B lines (0 = none) in front of a media of `banks` banks
+    /// (at most 64) written in blocks of `block_bytes` (8, 64 or 256).
+    pub fn new(capacity: usize, block_bytes: u64, banks: usize) -> Self {
+        let banks = banks.clamp(1, 64);
         OnPmBuffer {
             capacity,
             block_words: (block_bytes / 8).clamp(1, u64::from(WORDS)) as u32,
@@ -117,43 +120,60 @@ impl OnPmBuffer {
             clock: 0,
             prev: Vec::with_capacity(capacity),
             next: Vec::with_capacity(capacity),
-            head: NIL,
-            tail: NIL,
+            heads: vec![NIL; banks],
+            tails: vec![NIL; banks],
         }
     }
 
+    fn bank(&self, i: usize) -> usize {
+        line_bank(self.slots[i].line, self.heads.len())
+    }
+
     fn unlink(&mut self, i: usize) {
+        let bank = self.bank(i);
         let (p, n) = (self.prev[i], self.next[i]);
         if p == NIL {
-            self.head = n
+            self.heads[bank] = n
         } else {
             self.next[p] = n
         }
         if n == NIL {
-            self.tail = p
+            self.tails[bank] = p
         } else {
             self.prev[n] = p
         }
     }
 
     fn push_front(&mut self, i: usize) {
+        let bank = self.bank(i);
+        let head = self.heads[bank];
         self.prev[i] = NIL;
-        self.next[i] = self.head;
-        if self.head != NIL {
-            self.prev[self.head] = i;
+        self.next[i] = head;
+        if head != NIL {
+            self.prev[head] = i;
         }
-        self.head = i;
-        if self.tail == NIL {
-            self.tail = i;
+        self.heads[bank] = i;
+        if self.tails[bank] == NIL {
+            self.tails[bank] = i;
         }
     }
 
     /// Marks slot `i` most recently used.
     fn touch(&mut self, i: usize) {
-        if self.head != i {
+        if self.heads[self.bank(i)] != i {
             self.unlink(i);
             self.push_front(i);
         }
+    }
+
+    /// The least recently used line of the banks in `banks` (a mask), if they hold any.
+    fn oldest_in(&self, banks: u64) -> Option<usize> {
+        self.tails
+            .iter()
+            .enumerate()
+            .filter(|&(b, &t)| banks & (1 << b) != 0 && t != NIL)
+            .map(|(_, &t)| t)
+            .min_by_key(|&t| self.slots[t].stamp)
     }
 
     /// Where a write to 256 B line `line` would go now.
@@ -174,6 +194,12 @@ impl OnPmBuffer {
         self.index.contains_key(&line)
     }
 
+    /// Lines the buffer holds at most (0: no buffer).
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     /// Whether every slot is taken (a new line needs an eviction).
     pub fn is_full(&self) -> bool {
         self.capacity > 0 && self.slots.len() == self.capacity
@@ -185,16 +211,12 @@ impl OnPmBuffer {
     }
 
     /// Writes `bytes` at byte address `addr` (within one 256 B line). Returns the media write
-    /// this causes: with a buffer, the eviction of the least recently used line among those
-    /// `evictable` accepts (the LRU line if it accepts none); without, the write itself.
-    pub fn write(
-        &mut self,
-        addr: u64,
-        bytes: u64,
-        evictable: impl Fn(u64) -> bool,
-    ) -> Option<MediaWrite> {
+    /// this causes: with a buffer, the eviction of the least recently used line of the
+    /// banks in `idle_banks` (a mask; the least recently used line of all if none of them
+    /// holds one); without, the write itself.
+    pub fn write(&mut self, addr: u64, bytes: u64, idle_banks: u64) -> Option<MediaWrite> {
         let mask = word_mask(addr, bytes);
-        self.write_words(addr >> 8, mask, mask, evictable)
+        self.write_words(addr >> 8, mask, mask, idle_banks)
     }
 
     /// Writes the words of 256 B line `line` set in `mask`, `dirty` of them with data the
@@ -204,7 +226,7 @@ impl OnPmBuffer {
         line: u64,
         mask: u32,
         dirty: u32,
-        evictable: impl Fn(u64) -> bool,
+        idle_banks: u64,
     ) -> Option<MediaWrite> {
         self.clock += 1;
         let dirty = dirty & mask;
@@ -235,16 +257,16 @@ impl OnPmBuffer {
             self.push_front(i);
             return None;
         }
-        // Least recently used among the evictable lines, else the least recently used.
-        let mut i = self.tail;
-        while i != NIL && !evictable(self.slots[i].line) {
-            i = self.prev[i];
-        }
-        let i = if i == NIL { self.tail } else { i };
+        // Least recently used among the lines of idle banks, else the least recently used.
+        let i = self
+            .oldest_in(idle_banks)
+            .or_else(|| self.oldest_in(u64::MAX))
+            .expect("a full buffer holds lines");
+        self.unlink(i);
         let old = std::mem::replace(&mut self.slots[i], slot);
         self.index.remove(&old.line);
         self.index.insert(line, i);
-        self.touch(i);
+        self.push_front(i);
         Some(MediaWrite::of(
             old.line,
             old.valid,
@@ -269,6 +291,19 @@ impl OnPmBuffer {
     }
 }
 
+/// The bank of 256 B line `line` among `banks`: interleaved by line, with the high bits
+/// folded in (as for the LLC's sets, so that cores' instances at equal offsets spread over
+/// the banks); a mask when the bank count is a power of two.
+#[inline]
+pub fn line_bank(line: u64, banks: usize) -> usize {
+    let line = crate::cache::fold_index(line);
+    if banks.is_power_of_two() {
+        (line & (banks as u64 - 1)) as usize
+    } else {
+        (line % banks as u64) as usize
+    }
+}
+
 /// Valid-word mask of `bytes` at `addr` within its 256 B line (partial words count whole:
 /// the buffer tracks 8 B granules).
 pub fn word_mask(addr: u64, bytes: u64) -> u32 {
@@ -288,13 +323,13 @@ mod tests {
 
     impl OnPmBuffer {
         fn write_any(&mut self, addr: u64, bytes: u64) -> Option<MediaWrite> {
-            self.write(addr, bytes, |_| true)
+            self.write(addr, bytes, u64::MAX)
         }
     }
 
     #[test]
     fn two_word_writes_to_one_line_make_one_media_write() {
-        let mut b = OnPmBuffer::new(1, 64);
+        let mut b = OnPmBuffer::new(1, 64, 4);
         assert_eq!(b.write_any(0x1000, 8), None);
         assert_eq!(
             b.write_any(0x1008, 8),
@@ -319,7 +354,7 @@ mod tests {
 
     #[test]
     fn a_fully_written_line_needs_no_read_modify_write() {
-        let mut b = OnPmBuffer::new(1, 64);
+        let mut b = OnPmBuffer::new(1, 64, 4);
         for i in 0..4 {
             assert_eq!(b.write_any(0x400 + i * 64, 64), None);
         }
@@ -340,7 +375,7 @@ mod tests {
 
     #[test]
     fn lru_line_is_evicted_and_no_buffer_writes_through() {
-        let mut b = OnPmBuffer::new(2, 64);
+        let mut b = OnPmBuffer::new(2, 64, 4);
         b.write_any(0x000, 8);
         b.write_any(0x100, 8);
         b.write_any(0x008, 8); // line 0 is now most recent
@@ -348,8 +383,11 @@ mod tests {
         assert_eq!(b.write_any(0x200, 8).map(|m| m.line), Some(1));
         // Only line 0 is evictable (its bank is idle): it goes although line 2 is older.
         b.write_any(0x208, 8);
-        assert_eq!(b.write(0x300, 8, |l| l == 0).map(|m| m.line), Some(0));
-        let mut direct = OnPmBuffer::new(0, 64);
+        assert_eq!(
+            b.write(0x300, 8, 1 << line_bank(0, 4)).map(|m| m.line),
+            Some(0)
+        );
+        let mut direct = OnPmBuffer::new(0, 64, 4);
         assert_eq!(direct.placement(7), Placement::Direct);
         assert_eq!(
             direct.write_any(0x700, 256),
@@ -383,16 +421,16 @@ mod tests {
     #[test]
     fn unchanged_rewrites_are_redundant_and_keep_buffered_changes() {
         // A 64 B write-back repeating the persistent data: a comparison read only.
-        let mut b = OnPmBuffer::new(1, 64);
-        b.write_words(0, 0xFF, 0, |_| true);
+        let mut b = OnPmBuffer::new(1, 64, 4);
+        b.write_words(0, 0xFF, 0, u64::MAX);
         let mw = b.residual().next().expect("buffered");
         assert_eq!((mw.blocks, mw.partial, mw.redundant), (0, 0, 1));
         // An 8 B change of word 0 still in the buffer, then a write-back carrying the same
         // data (unchanged against the persistence domain): the media still needs word 0, and
         // the block is now whole, so no read-modify-write (Silo's Fig. 9, case 2).
-        let mut b = OnPmBuffer::new(1, 64);
-        b.write_words(0, 1, 1, |_| true);
-        b.write_words(0, 0xFF, 0, |_| true);
+        let mut b = OnPmBuffer::new(1, 64, 4);
+        b.write_words(0, 1, 1, u64::MAX);
+        b.write_words(0, 0xFF, 0, u64::MAX);
         let mw = b.residual().next().expect("buffered");
         assert_eq!((mw.blocks, mw.partial, mw.redundant), (1, 0, 0));
     }

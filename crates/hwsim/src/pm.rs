@@ -4,7 +4,7 @@
 //! Only value-tracking runs (crash checks) keep values and records; timing runs keep nothing
 //! here, so a long trace costs no memory for them.
 
-use crate::mem::{Payload, WriteReq};
+use crate::mem::Payload;
 use crate::util::FastMap;
 use serde::{Deserialize, Serialize};
 use trace::{Event, Trace};
@@ -87,15 +87,16 @@ impl PmImage {
         self.initial.get(&word).copied().unwrap_or(0)
     }
 
-    /// Applies the data a write request carries (called when the MC accepts it).
-    pub fn apply(&mut self, req: &WriteReq) {
-        if !self.tracking || req.data.mask == 0 {
+    /// Applies the data words of a write to byte address `addr` (called when the MC
+    /// accepts it).
+    pub fn apply(&mut self, addr: u64, data: &Payload) {
+        if !self.tracking || data.mask == 0 {
             return;
         }
-        let base = req.addr & !63;
+        let base = addr & !63;
         for i in 0..8 {
-            if req.data.mask & (1 << i) != 0 {
-                self.words.insert(base + 8 * i as u64, req.data.words[i]);
+            if data.mask & (1 << i) != 0 {
+                self.words.insert(base + 8 * i as u64, data.words[i]);
             }
         }
     }

@@ -409,6 +409,7 @@ impl Design for Mutant {
 /// Crash points (of 300 spread over the run) at which `bug` in `design` is caught; the real
 /// design must pass at every one of them.
 fn caught(cfg: &Config, design: DesignKind, bug: Bug, trace: &Trace) -> usize {
+    let points = 300;
     let end = total_cycles(cfg, design, trace);
     let make = move |c: &Config| -> Box<dyn Design> {
         Box::new(Mutant {
@@ -416,8 +417,8 @@ fn caught(cfg: &Config, design: DesignKind, bug: Bug, trace: &Trace) -> usize {
             bug,
         })
     };
-    (0..=300)
-        .map(|i| end * i / 300)
+    (0..=points)
+        .map(|i| end * i / points)
         .filter(|&cycle| {
             crash_check(cfg, design, trace, cycle)
                 .unwrap_or_else(|v| panic!("real {design:?} fails at {cycle}: {v}"));
@@ -438,10 +439,8 @@ fn a_broken_variant_of_every_design_is_caught() {
         seed: 5,
     });
     let cfg = tiny(2);
-    // Crash points caught (tiny + congested) with 64 B media blocks and write merging: FWB
-    // 0 / 485 / 35 (plain eviction: 4 on the packed machine below), MorLog 12 / 425 / 22,
-    // LAD 29 / 76, Base 473, Silo 111. (With 256 B media blocks and no merging, when this was
-    // written: FWB 1 / 438 / 25, MorLog 26 / 433 / 27, LAD 29 / 62, Base 487, Silo 138.)
+    // Each broken variant must fail at some crash point of the two machines (the real
+    // design passes at every one of them, checked in `caught`).
     for (design, bug) in [
         (DesignKind::Fwb, Bug::PlainEviction),
         (DesignKind::Fwb, Bug::NoRedo),
@@ -454,17 +453,46 @@ fn a_broken_variant_of_every_design_is_caught() {
         (DesignKind::Base, Bug::NoUndo),
         (DesignKind::Silo, Bug::NoRedo),
     ] {
-        // FWB's timing argument (a record reaches PM before its dirty line could) mostly holds
-        // on these machines, so its plain-eviction bug is looked for where records wait longer
-        // in the log buffer: four to a pack (caught at 4 of 301 crash points).
+        // FWB's timing argument (a record reaches PM before its dirty line could) holds on
+        // these machines for the synthetic trace, so its plain-eviction bug is looked for
+        // on a trace built to break it (see `eviction_before_record_trace`).
         let mut n = caught(&cfg, design, bug, &trace) + caught(&congested(2), design, bug, &trace);
         if (design, bug) == (DesignKind::Fwb, Bug::PlainEviction) {
-            let mut packed = congested(2);
-            packed.fwb.records_per_write = 4;
-            n += caught(&packed, design, bug, &trace);
+            let mut packed = tiny(1);
+            packed.fwb.records_per_write = 8;
+            n += caught(&packed, design, bug, &eviction_before_record_trace());
         }
         assert!(n > 0, "{design:?} with {bug:?} survived every crash point");
     }
+}
+
+/// One transaction on the tiny machine (LLC: 4 sets × 2 ways, lines 0, 4 and 8 share set
+/// 0): a store to line 0 makes a record that stays in FWB's open pack (8 records to a pack),
+/// loads of lines 4 and 8 evict line 0 dirty, and a long computation keeps the transaction
+/// open. Written back at once, the line reaches PM before its undo record: a crash in the
+/// computation leaves the uncommitted store in PM with nothing to undo it.
+fn eviction_before_record_trace() -> Trace {
+    let mut out = Encoder::default();
+    for event in [
+        Event::TxBegin,
+        Event::Store {
+            addr: 0,
+            size: 8,
+            old: 0,
+            new: 7,
+        },
+        Event::Load { addr: 256, size: 8 },
+        Event::Load { addr: 512, size: 8 },
+        Event::Compute {
+            instructions: 20_000,
+        },
+        Event::TxEnd,
+    ] {
+        out.push(&event);
+    }
+    let mut t = Trace::new(TraceMeta::default());
+    t.add_stream(0, out);
+    t
 }
 
 /// The tiny machine exercises the paths the crash tests are meant to cover.

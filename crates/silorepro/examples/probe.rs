@@ -1,15 +1,28 @@
-//! Model probe: the 8-core comparison on cached workload traces under a configuration patch.
+//! Diagnostic probe: the largest-core comparison on the workload traces under a changed
+//! machine, with the per-run facts the comparison's explanations are made of — throughput
+//! and × Ideal; PM bytes, write requests and media writes per transaction; bank time spent
+//! writing, mean write-queue occupancy, share of time the write queue was full and the
+//! controller was draining; read waits for banks and core-side waits for queue room per
+//! transaction; stalls by cause per transaction; simulation speed — then the geometric-mean
+//! ratios the paper reports and the events per host second of each design.
 //!
 //! ```text
 //! cargo run --release -p silorepro --example probe -- [--tx N] [--cores N] [--keys N]
 //!     [--designs ideal,fwb,morlog,lad,silo] [--workloads array,hash,...] [--set JSON]...
-//!     [--quiet] [--threads N]
+//!     [--quiet] [--threads N] [--dump FILE]
 //! ```
 //!
 //! `--set` merges a JSON object into the default `hwsim::Config` (e.g.
-//! `--set '{"mem":{"banks":8}}'`); several are applied in order. Traces are cached in
-//! `/tmp/probe-*.trace`. Prints per-run diagnostics and the geometric-mean ratios the paper
-//! reports.
+//! `--set '{"mem":{"banks":16}}'`); several are applied in order. Traces are generated once
+//! and cached as `/tmp/probe-<workload>-<tx>-<cores>[-k<keys>].trace`. `--dump` writes every
+//! run's metrics without the host timings as JSON: two builds that simulate identically
+//! write identical files (how the speed work checked that results did not change).
+//!
+//! Columns: `B/tx` bytes, `req` write requests, `med` media writes, `bank%` bank time
+//! writing, `occ` mean write-queue entries, `full` / `drn` % of time the queue was full /
+//! draining, `rdwt` read cycles waiting for a bank, `admwt` cycles core-side writes waited
+//! for queue room, then stalls (load, commit, log buffer, write drain, store-buffer drain
+//! at commit, store buffer), all per transaction.
 
 use hwsim::{Config, DesignKind, Metrics, simulate};
 use silorepro::results::geomean;
@@ -32,6 +45,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut cores = 8usize;
     let mut keys: Option<u64> = None;
     let mut quiet = false;
+    let mut dump: Option<String> = None;
     let mut threads = 2usize;
     let mut designs = vec![
         DesignKind::Ideal,
@@ -50,6 +64,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--cores" => cores = value()?.parse()?,
             "--keys" => keys = Some(value()?.parse()?),
             "--quiet" => quiet = true,
+            "--dump" => dump = Some(value()?),
             "--threads" => threads = value()?.parse()?,
             "--designs" => {
                 designs = value()?
@@ -95,6 +110,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .flat_map(|t| designs.iter().map(move |&d| (t, d)))
         .collect();
     let results: Mutex<Vec<Option<Metrics>>> = Mutex::new(vec![None; jobs.len()]);
+    let cpu: Mutex<Vec<f64>> = Mutex::new(vec![0.0; jobs.len()]);
+    let thread_cpu = || {
+        nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+            .map_or(0.0, |t| t.tv_sec() as f64 + t.tv_nsec() as f64 * 1e-9)
+    };
     let next = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
         for _ in 0..threads {
@@ -102,13 +122,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some(&(t, d)) = jobs.get(i) else { break };
+                    let start = thread_cpu();
                     let m = simulate(&cfg, d, &traces[t].1).expect("simulation");
+                    cpu.lock().unwrap()[i] = thread_cpu() - start;
                     results.lock().unwrap()[i] = Some(m);
                 }
             });
         }
     });
     let results: Vec<Metrics> = results.into_inner()?.into_iter().flatten().collect();
+    let cpu = cpu.into_inner()?;
+    if let Some(path) = &dump {
+        let timeless: Vec<Metrics> = results
+            .iter()
+            .map(|m| Metrics {
+                host_seconds: 0.0,
+                events_per_host_second: 0.0,
+                ..m.clone()
+            })
+            .collect();
+        std::fs::write(path, serde_json::to_string_pretty(&timeless)?)?;
+    }
     let get = |w: usize, d: DesignKind| {
         jobs.iter()
             .position(|&(t, dd)| t == w && dd == d)
@@ -116,23 +150,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     if !quiet {
         println!(
-            "{:<7} {:<7} {:>7} {:>6} {:>6} {:>6} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7}",
+            "{:<7} {:<7} {:>6} {:>5} {:>5} {:>5} {:>5} {:>5} {:>4} {:>4} {:>4} {:>5} {:>6} {:>6} {:>6} {:>5} {:>5} {:>5} {:>5} {:>5}",
             "wl",
             "design",
             "Mtx/s",
             "xIdl",
             "B/tx",
-            "req/tx",
-            "med/tx",
-            "bus%",
+            "req",
+            "med",
             "bank%",
-            "wq",
+            "occ",
+            "full",
+            "drn",
+            "rdwt",
+            "admwt",
             "load",
             "commit",
-            "logbuf",
-            "persist",
-            "wb",
+            "logb",
+            "mdrn",
             "drain",
+            "sb",
             "Mev/s"
         );
     }
@@ -145,8 +182,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             if quiet {
                 continue;
             }
+            let span = m.drained_cycles.max(1) as f64;
             println!(
-                "{:<7} {:<7} {:>7.2} {:>6.2} {:>6.0} {:>6.1} {:>6.2} {:>5.0} {:>5.0} {:>5} {:>6.0} {:>6.0} {:>6.0} {:>6.0} {:>6.0} {:>6.0} {:>7.2}",
+                "{:<7} {:<7} {:>6.2} {:>5.2} {:>5.0} {:>5.1} {:>5.2} {:>5.0} {:>4.0} {:>4.0} {:>4.0} {:>5.0} {:>6.0} {:>6.0} {:>6.0} {:>5.0} {:>5.0} {:>5.0} {:>5.0} {:>5.2}",
                 w.name(),
                 d.name(),
                 m.throughput_tx_per_s / 1e6,
@@ -154,16 +192,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 m.pm.writes.bytes as f64 / n,
                 m.pm.writes.requests as f64 / n,
                 m.pm.media_writes as f64 / n,
-                100.0 * m.pm.bus_busy_cycles as f64 / m.cycles.max(1) as f64,
-                100.0 * m.pm.bank_write_cycles as f64
-                    / (m.cycles.max(1) * cfg.mem.banks as u64) as f64,
-                m.pm.max_write_queue,
+                100.0 * m.pm.bank_write_cycles as f64 / (span * cfg.mem.banks as f64),
+                m.pm.queue_occupancy_integral as f64 / span,
+                100.0 * m.pm.queue_full_cycles as f64 / span,
+                100.0 * m.pm.drain_cycles as f64 / span,
+                st(m.pm.read_wait_cycles),
+                st(m.pm.admit_wait_cycles),
                 st(m.stalls.load),
                 st(m.stalls.commit),
                 st(m.stalls.log_buffer),
-                st(m.stalls.persist),
-                st(m.stalls.writeback),
+                st(m.stalls.mem_drain),
                 st(m.stalls.drain),
+                st(m.stalls.store_buffer),
                 m.events_per_host_second / 1e6,
             );
         }
@@ -203,12 +243,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let speed: Vec<String> = designs
         .iter()
         .map(|&d| {
-            let (ev, secs) = (0..traces.len())
-                .filter_map(|w| get(w, d))
-                .fold((0u64, 0.0), |(e, s), m| (e + m.events, s + m.host_seconds));
-            format!("{} {:.2}", d.name(), ev as f64 / secs.max(1e-9) / 1e6)
+            let (ev, wall, cpu_s) = jobs
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, dd))| *dd == d)
+                .fold((0u64, 0.0, 0.0), |(e, w, c), (i, _)| {
+                    (
+                        e + results[i].events,
+                        w + results[i].host_seconds,
+                        c + cpu[i],
+                    )
+                });
+            format!(
+                "{} {:.2} ({:.2} cpu)",
+                d.name(),
+                ev as f64 / wall.max(1e-9) / 1e6,
+                ev as f64 / cpu_s.max(1e-9) / 1e6
+            )
         })
         .collect();
-    println!("Mev/s: {}", speed.join("  "));
+    println!("Mev/s wall (per CPU second): {}", speed.join("  "));
     Ok(())
 }

@@ -1,10 +1,24 @@
-//! The paper's numeric targets (reference note §6.5) beside ours, with a ±25 % verdict and,
-//! for each miss, the computed facts behind the difference.
+//! The paper's numeric targets (reference note §6.5) beside ours, with a strict verdict
+//! and, for each miss, the mechanism behind the difference with the numbers measured in
+//! the same reproduction.
+//!
+//! Verdicts:
+//! * a ratio or fraction passes when ours is within ±25 % of the paper's (ours / paper in
+//!   0.75..=1.25);
+//! * PM-write cuts compare what is *left* of the other design's bytes (Silo's bytes over
+//!   theirs: the paper's −76.5 % is 0.235), not the cut itself, so a 2× difference in
+//!   Silo's traffic cannot hide behind a small difference in a large percentage;
+//! * the paper's bound on the write growth of large transactions (≤ 1.9×) passes only when
+//!   ours is at or below it;
+//! * orderings pass when they hold for the geometric means.
 
-use crate::results::{Comparison, Reproduction, RunRow, geomean};
+use crate::results::{Comparison, Reproduction, RunRow, SweepPoint, geomean};
 
 /// Within ±25 % of the target.
 const TOLERANCE: f64 = 0.25;
+
+/// The designs of the paper's throughput ordering, slowest first.
+const ORDER: [&str; 5] = ["base", "fwb", "morlog", "lad", "silo"];
 
 /// Every comparison of the plan (those whose runs are missing are left out).
 pub(crate) fn compare(rep: &Reproduction) -> Vec<Comparison> {
@@ -22,8 +36,8 @@ pub(crate) fn compare(rep: &Reproduction) -> Vec<Comparison> {
         out.extend(speedup(rep, "silo", "morlog", 1, 1.4));
         out.extend(speedup(rep, "silo", "lad", 1, 1.1));
     }
-    out.extend(write_cut(rep, "morlog", big, 0.765));
-    out.extend(write_cut(rep, "fwb", big, 0.82));
+    out.extend(write_share(rep, "morlog", big, 1.0 - 0.765));
+    out.extend(write_share(rep, "fwb", big, 1.0 - 0.82));
     out.extend(orderings(rep, big));
     out.extend(log_reduction(rep, big));
     out.extend(sweep_losses(rep));
@@ -31,9 +45,13 @@ pub(crate) fn compare(rep: &Reproduction) -> Vec<Comparison> {
     out
 }
 
+fn within(ratio: f64) -> bool {
+    (ratio - 1.0).abs() <= TOLERANCE
+}
+
 fn verdict(quantity: String, paper: f64, ours: f64, explanation: String) -> Comparison {
     let ratio = if paper != 0.0 { ours / paper } else { 0.0 };
-    let within = (ratio - 1.0).abs() <= TOLERANCE;
+    let within = within(ratio);
     Comparison {
         quantity,
         paper,
@@ -57,57 +75,71 @@ fn mean(values: impl Iterator<Item = f64>) -> f64 {
     s / n.max(1) as f64
 }
 
-/// Where `design`'s time goes at `cores` (means over workloads).
+/// "array 1.23, btree 0.98, …" for per-workload values.
+fn per_workload(values: &[(String, f64)], digits: usize) -> String {
+    values
+        .iter()
+        .map(|(w, x)| format!("{w} {x:.digits$}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Per workload, `f(a's run, b's run)` at `cores`.
+fn paired(
+    rep: &Reproduction,
+    (a, b): (&str, &str),
+    cores: usize,
+    f: &dyn Fn(&RunRow, &RunRow) -> f64,
+) -> Vec<(String, f64)> {
+    runs(rep, a, cores)
+        .into_iter()
+        .filter_map(|r| Some((r.workload.clone(), f(r, rep.run(&r.workload, b, cores)?))))
+        .collect()
+}
+
+/// Where `design`'s time and PCM work go at `cores` (means over workloads).
 fn facts(rep: &Reproduction, design: &str, cores: usize) -> String {
     let rs = runs(rep, design, cores);
     let per_tx = |f: &dyn Fn(&RunRow) -> u64| mean(rs.iter().map(|r| r.per_tx(f(r))));
-    let vs_ideal = geomean(rs.iter().map(|r| r.vs_ideal));
     format!(
-        "{design} at {cores} cores: {:.0} % of Ideal; per transaction {:.0} B in {:.1} MC write \
-         requests, stalls commit {:.0} / persist {:.0} / log-buffer {:.0} / load {:.0} / drain \
-         {:.0} cycles (loads {:.0} % of core cycles); PCM bus {:.0} % and banks {:.0} % busy \
-         with writes",
-        100.0 * vs_ideal,
+        "{design} at {cores} cores runs at {:.0} % of Ideal; per transaction it writes {:.0} B \
+         in {:.1} write requests ({:.1} media blocks, {:.0} bank cycles of media writes) and \
+         stalls {:.0} cycles on loads, {:.0} waiting for write drains, {:.0} on commit, {:.0} \
+         for log-buffer room; the PCM banks are {:.0} % busy with writes and the controller \
+         drains writes {:.0} % of the time",
+        100.0 * geomean(rs.iter().map(|r| r.vs_ideal)),
         mean(rs.iter().map(|r| r.bytes_per_tx())),
         mean(rs.iter().map(|r| r.per_tx(r.write_requests))),
-        per_tx(&|r| r.stalls.commit),
-        per_tx(&|r| r.stalls.persist),
-        per_tx(&|r| r.stalls.log_buffer),
+        mean(rs.iter().map(|r| r.media_blocks_per_tx)),
+        mean(rs.iter().map(|r| r.media_cycles_per_tx)),
         per_tx(&|r| r.stalls.load),
-        per_tx(&|r| r.stalls.drain),
-        100.0 * mean(rs.iter().map(|r| r.load_stall_fraction())),
-        100.0 * mean(rs.iter().map(|r| r.bus_utilisation)),
+        per_tx(&|r| r.stalls.mem_drain),
+        per_tx(&|r| r.stalls.commit),
+        per_tx(&|r| r.stalls.log_buffer),
         100.0 * mean(rs.iter().map(|r| r.bank_write_utilisation)),
+        100.0 * mean(rs.iter().map(|r| r.drain_fraction)),
     )
 }
 
-/// Per-workload ratios `a / b` of throughput at `cores`, and their geometric mean.
-fn ratios(rep: &Reproduction, a: &str, b: &str, cores: usize) -> Option<(f64, String)> {
-    let per: Vec<(String, f64)> = runs(rep, a, cores)
-        .into_iter()
-        .filter_map(|r| {
-            let other = rep.run(&r.workload, b, cores)?;
-            Some((r.workload.clone(), r.throughput / other.throughput))
-        })
-        .collect();
-    if per.is_empty() {
+/// Throughput `a / b` at `cores` against the paper's `paper`.
+fn speedup(rep: &Reproduction, a: &str, b: &str, cores: usize, paper: f64) -> Option<Comparison> {
+    let ratios = paired(rep, (a, b), cores, &|x, y| {
+        x.throughput / y.throughput.max(f64::MIN_POSITIVE)
+    });
+    if ratios.is_empty() {
         return None;
     }
-    let list = per
-        .iter()
-        .map(|(w, x)| format!("{w} {x:.2}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    Some((geomean(per.iter().map(|p| p.1)), list))
-}
-
-fn speedup(rep: &Reproduction, a: &str, b: &str, cores: usize, paper: f64) -> Option<Comparison> {
-    let (ours, list) = ratios(rep, a, b, cores)?;
+    let ours = geomean(ratios.iter().map(|p| p.1));
+    let media = paired(rep, (b, a), cores, &|x, y| {
+        x.media_cycles_per_tx / y.media_cycles_per_tx.max(1.0)
+    });
     let why = format!(
-        "Per workload: {list}. {}. {}. The paper's {paper}× needs {b} to run at {:.0} % of {a}'s \
+        "Per workload: {}. {}. {}. {} The paper's {paper}× needs {b} to run at {:.0} % of {a}'s \
          throughput; here it runs at {:.0} %.{}",
+        per_workload(&ratios, 2),
         facts(rep, a, cores),
         facts(rep, b, cores),
+        bandwidth_note(rep, (a, b), cores, &media),
         100.0 / paper,
         100.0 / ours,
         sensitivity_facts(rep, (a, b), cores, paper),
@@ -118,6 +150,28 @@ fn speedup(rep: &Reproduction, a: &str, b: &str, cores: usize, paper: f64) -> Op
         ours,
         why,
     ))
+}
+
+/// How far the PCM's write work explains a throughput ratio: when the banks are the
+/// bottleneck, throughput follows the inverse of the media cycles a transaction costs.
+fn bandwidth_note(
+    rep: &Reproduction,
+    (a, b): (&str, &str),
+    cores: usize,
+    media: &[(String, f64)],
+) -> String {
+    let busy = |d: &str| mean(runs(rep, d, cores).iter().map(|r| r.bank_write_utilisation));
+    format!(
+        "Media write work per transaction, {b} over {a}: {} (geomean {:.2}); with the banks \
+         {:.0} % ({b}) and {:.0} % ({a}) busy with writes, throughput follows that ratio only \
+         where the banks saturate, and loads that miss to PCM (blocking, {:.0} cycles per \
+         transaction for {a}) set the rest.",
+        per_workload(media, 2),
+        geomean(media.iter().map(|p| p.1)),
+        100.0 * busy(b),
+        100.0 * busy(a),
+        mean(runs(rep, a, cores).iter().map(|r| r.per_tx(r.stalls.load))),
+    )
 }
 
 /// The same ratio under the sensitivity variants (largest core count only).
@@ -135,26 +189,25 @@ fn sensitivity_facts(rep: &Reproduction, (a, b): (&str, &str), cores: usize, pap
     let values: Vec<(String, f64)> = rep
         .sensitivity
         .iter()
-        .filter(|s| s.variant != "reference")
         .filter_map(|s| Some((s.variant.clone(), pick(s)?)))
         .collect();
     if values.is_empty() {
         return String::new();
     }
-    let list: Vec<String> = values.iter().map(|(v, x)| format!("{v} {x:.2}×")).collect();
     let closing: Vec<&str> = values
         .iter()
-        .filter(|(_, x)| (x / paper - 1.0).abs() <= TOLERANCE)
+        .filter(|(_, x)| within(x / paper))
         .map(|(v, _)| v.as_str())
         .collect();
     let verdict = if closing.is_empty() {
-        "none of these variants comes within ±25 % of the paper".to_string()
+        "no variant comes within ±25 % of the paper".to_string()
     } else {
         format!("within ±25 % of the paper with: {}", closing.join(", "))
     };
     format!(
-        " Sensitivity (the same ratio): {}; {verdict}.",
-        list.join(", ")
+        " The same ratio on the sensitivity runs ({} transactions per core): {}; {verdict}.",
+        rep.spec.sensitivity_transactions,
+        per_workload(&values, 2),
     )
 }
 
@@ -163,7 +216,7 @@ fn traffic(rep: &Reproduction, design: &str, cores: usize) -> String {
     let rs = runs(rep, design, cores);
     let per = |f: &dyn Fn(&RunRow) -> u64| mean(rs.iter().map(|r| r.per_tx(f(r))));
     format!(
-        "{design}: {:.0} B/tx = log {:.0} + write-backs {:.0} + flushes {:.0} + in-place {:.0}",
+        "{design} {:.0} B/tx = log {:.0} + write-backs {:.0} + flushes {:.0} + in-place {:.0}",
         mean(rs.iter().map(|r| r.bytes_per_tx())),
         per(&|r| r.log_bytes),
         per(&|r| r.writeback_bytes),
@@ -172,26 +225,38 @@ fn traffic(rep: &Reproduction, design: &str, cores: usize) -> String {
     )
 }
 
-fn write_cut(rep: &Reproduction, other: &str, cores: usize, paper: f64) -> Option<Comparison> {
-    let silo = rep.summary_of("silo", cores)?;
-    let base = rep.summary_of(other, cores)?;
-    let ours = 1.0 - silo.write_bytes_vs_fwb / base.write_bytes_vs_fwb;
+/// Silo's PM write bytes as a share of `other`'s at `cores` (the paper: 1 − its cut).
+fn write_share(rep: &Reproduction, other: &str, cores: usize, paper: f64) -> Option<Comparison> {
+    let shares = paired(rep, ("silo", other), cores, &|s, o| {
+        s.bytes_per_tx() / o.bytes_per_tx().max(f64::MIN_POSITIVE)
+    });
+    if shares.is_empty() {
+        return None;
+    }
+    let ours = geomean(shares.iter().map(|p| p.1));
+    let silo = runs(rep, "silo", cores);
+    let logs = runs(rep, other, cores);
+    let silo_bytes = mean(silo.iter().map(|r| r.bytes_per_tx()));
+    let data = mean(silo.iter().map(|r| r.per_tx(r.writeback_bytes)));
+    let other_log = mean(logs.iter().map(|r| r.per_tx(r.log_bytes)));
     let why = format!(
-        "{}; {}. Silo's bytes are write-backs of evicted lines plus 8 B in-place updates; {other}'s \
-         log is {:.1}× Silo's total, so the cut is set by how much of the traffic is data \
-         write-backs every design pays (large data sets: most dirty lines are evicted).",
+        "Silo's bytes over {other}'s per workload: {}. {}; {}. {other}'s log alone is {:.0} B \
+         per transaction, {:.1}× all of Silo's bytes; what keeps Silo's share up is the \
+         write-backs of evicted dirty lines every design pays ({data:.0} B of Silo's \
+         {silo_bytes:.0} B: the data sets are many times the LLC) and that our workloads \
+         change almost every word they store (ignore + merge remove little, so Silo's in-place \
+         updates are as many as the stores). The paper's −{:.1} % needs Silo at {:.2}× \
+         {other}'s bytes.",
+        per_workload(&shares, 2),
         traffic(rep, "silo", cores),
         traffic(rep, other, cores),
-        mean(runs(rep, other, cores).iter().map(|r| r.log_bytes as f64))
-            / mean(
-                runs(rep, "silo", cores)
-                    .iter()
-                    .map(|r| r.write_bytes as f64)
-            )
-            .max(1.0),
+        other_log,
+        other_log / silo_bytes.max(1.0),
+        100.0 * (1.0 - paper),
+        paper,
     );
     Some(verdict(
-        format!("{cores}-core PM write bytes, Silo vs {other} (reduction)"),
+        format!("{cores}-core PM write bytes, Silo ÷ {other} (paper: 1 − its cut)"),
         paper,
         ours,
         why,
@@ -199,16 +264,15 @@ fn write_cut(rep: &Reproduction, other: &str, cores: usize, paper: f64) -> Optio
 }
 
 fn orderings(rep: &Reproduction, cores: usize) -> Vec<Comparison> {
-    let order = ["base", "fwb", "morlog", "lad", "silo"];
-    let tp: Vec<(String, f64)> = order
+    let tp: Vec<(String, f64)> = ORDER
         .iter()
         .filter_map(|d| Some((d.to_string(), rep.summary_of(d, cores)?.vs_fwb)))
         .collect();
-    if tp.len() < order.len() {
+    if tp.len() < ORDER.len() {
         return Vec::new();
     }
     let holds = tp.windows(2).all(|w| w[0].1 < w[1].1);
-    let listing = |v: &[(String, f64)]| {
+    let sorted = |v: &[(String, f64)]| {
         let mut v = v.to_vec();
         v.sort_by(|a, b| a.1.total_cmp(&b.1));
         v.iter()
@@ -216,35 +280,52 @@ fn orderings(rep: &Reproduction, cores: usize) -> Vec<Comparison> {
             .collect::<Vec<_>>()
             .join(" < ")
     };
-    let bytes: Vec<(String, f64)> = order
+    let bytes: Vec<(String, f64)> = ORDER
         .iter()
         .filter_map(|d| Some((d.to_string(), rep.summary_of(d, cores)?.write_bytes_vs_fwb)))
         .collect();
-    let max = bytes
-        .iter()
-        .max_by(|a, b| a.1.total_cmp(&b.1))
-        .map(|b| b.0.clone());
-    let min = bytes
-        .iter()
-        .min_by(|a, b| a.1.total_cmp(&b.1))
-        .map(|b| b.0.clone());
-    let writes_hold = max.as_deref() == Some("base") && min.as_deref() == Some("silo");
+    let max = bytes.iter().max_by(|a, b| a.1.total_cmp(&b.1));
+    let min = bytes.iter().min_by(|a, b| a.1.total_cmp(&b.1));
+    let writes_hold = max.is_some_and(|m| m.0 == "base") && min.is_some_and(|m| m.0 == "silo");
     vec![
         ordering(
             format!("{cores}-core throughput ordering Base < FWB < MorLog < LAD < Silo"),
             holds,
             format!(
-                "Ours (× FWB, geomean): {}. {}",
-                listing(&tp),
-                facts(rep, "fwb", cores)
+                "Ours (× FWB, geomean): {}. Pairs out of order per workload: {}.",
+                sorted(&tp),
+                inversions(rep, cores)
             ),
         ),
         ordering(
             format!("{cores}-core PM writes: Base highest, Silo lowest"),
             writes_hold,
-            format!("Ours (bytes × FWB, geomean): {}", listing(&bytes)),
+            format!("Ours (bytes × FWB, geomean): {}", sorted(&bytes)),
         ),
     ]
+}
+
+/// Adjacent pairs of the paper's ordering that are inverted, per workload.
+fn inversions(rep: &Reproduction, cores: usize) -> String {
+    let mut out = Vec::new();
+    for pair in ORDER.windows(2) {
+        let (slow, fast) = (pair[0], pair[1]);
+        let wrong: Vec<String> = paired(rep, (fast, slow), cores, &|f, s| {
+            f.throughput / s.throughput.max(f64::MIN_POSITIVE)
+        })
+        .into_iter()
+        .filter(|(_, x)| *x < 1.0)
+        .map(|(w, x)| format!("{w} {x:.2}"))
+        .collect();
+        if !wrong.is_empty() {
+            out.push(format!("{fast} ÷ {slow} below 1 on {}", wrong.join(", ")));
+        }
+    }
+    if out.is_empty() {
+        "none".into()
+    } else {
+        out.join("; ")
+    }
 }
 
 fn ordering(quantity: String, holds: bool, facts: String) -> Comparison {
@@ -271,17 +352,22 @@ fn log_reduction(rep: &Reproduction, cores: usize) -> Vec<Comparison> {
         .iter()
         .map(|(w, l)| {
             format!(
-                "{w} {:.0} % ({:.0} % silent)",
+                "{w} {:.0} % ({:.0} % silent, {:.0} % merged)",
                 100.0 * l.reduction(),
-                100.0 * l.silent_fraction()
+                100.0 * l.silent_fraction(),
+                100.0 * l.merged as f64 / l.tx_stores.max(1) as f64
             )
         })
         .collect::<Vec<_>>()
         .join(", ");
     let why = format!(
-        "Entry reduction per workload: {per}. The shared workloads write each changed word once \
-         with fresh values (docs/trace-format.md §8), so only Array has silent stores to ignore \
-         and almost nothing merges; the paper's PMDK-style workloads re-assign and copy fields."
+        "Entry reduction per workload: {per}. The shared workloads write each changed word \
+         once per operation, with fresh values (B+tree and RB-tree nodes are written once per \
+         operation covering only their changed words, a property their tests check; hash and \
+         queue nodes are written whole when fresh; map values come from (key, version)), so \
+         only Array's sparse elements give silent stores and almost nothing merges. The \
+         paper's PMDK-style workloads re-assign fields and copy elements (§III-C: \"copy and \
+         assignment\", \"only the oldest and newest data are required\")."
     );
     let mut out = vec![verdict(
         format!("{cores}-core log entries removed by ignore + merge (mean)"),
@@ -302,15 +388,35 @@ fn log_reduction(rep: &Reproduction, cores: usize) -> Vec<Comparison> {
         .map(|(w, l)| (w.clone(), l.max_entries_per_tx))
         .max_by_key(|x| x.1)
         .expect("non-empty");
+    let overflowing: Vec<String> = silo
+        .iter()
+        .filter_map(|r| {
+            let l = r.log?;
+            (l.overflow_tx > 0).then(|| {
+                format!(
+                    "{} {:.0} % of transactions",
+                    r.workload,
+                    100.0 * l.overflow_tx as f64 / r.committed_tx.max(1) as f64
+                )
+            })
+        })
+        .collect();
     out.push(verdict(
         "max live log entries per transaction".into(),
         20.0,
         max as f64,
         format!(
-            "The maximum is {worst}'s: {max} changed words in one transaction. Our B+tree keeps \
-             64 B values inline in its leaves (shifts and splits move whole values) and our TPC-C \
-             New-Order writes 4 words per order line (docs/trace-format.md §8); the paper's \
-             maximum, 20, is Hash's."
+            "The maximum is {worst}'s: {max} distinct words changed by one transaction. Our \
+             B+tree keeps its 64 B values inline in 16-key leaves (an insert shifts the \
+             entries after its slot, a split moves half a leaf) and our TPC-C New-Order \
+             updates a stock row and inserts an order line per item (5–15 items: 4 words \
+             each); the paper's maximum, 20, is Hash's. Transactions that overflowed Silo's \
+             buffer: {}.",
+            if overflowing.is_empty() {
+                "none".to_string()
+            } else {
+                overflowing.join(", ")
+            }
         ),
     ));
     out
@@ -320,39 +426,112 @@ fn sweep_losses(rep: &Reproduction) -> Vec<Comparison> {
     let mut out = Vec::new();
     let last = |name: &str| rep.sweep(name).and_then(|s| s.points.last().cloned());
     if let Some(p) = last("latency") {
-        let per = listing(&p.per_workload);
         out.push(verdict(
             format!("throughput loss at a {}-cycle log buffer", p.value),
             0.033,
             1.0 - p.relative_throughput,
-            format!(
-                "Relative throughput per workload: {per}. The buffer latency adds to every \
-                 commit's acknowledgement ({} cycles more per transaction), so the loss is that \
-                 delay over the transaction's length; it is larger where transactions are short.",
-                p.value.saturating_sub(rep.spec.latencies[0])
-            ),
+            latency_why(rep, &p),
         ));
     }
     if let Some(p) = last("tx_size") {
-        let per = listing(&p.per_workload);
         out.push(verdict(
             format!("throughput loss at {}× log-buffer transactions", p.value),
             0.074,
             1.0 - p.relative_throughput,
-            format!(
-                "Silo with the 20-entry buffer relative to an unbounded buffer, same trace: {per}. \
-                 Overflow writes 18 B undo records in batches and the new words in place before \
-                 commit; the loss is the share of the run these extra writes and the stalls for \
-                 free slots take."
-            ),
+            tx_size_why(rep, &p),
         ));
-        out.push(write_growth(&p));
+        out.push(write_growth(rep, &p));
     }
     out
 }
 
-fn write_growth(p: &crate::results::SweepPoint) -> Comparison {
-    let within = p.relative_write_bytes <= 1.9 * (1.0 + TOLERANCE);
+/// Commit stall per transaction of Silo on `workload` in a sweep variant (`""`: the main
+/// run at the sweep's core count).
+fn commit_stall(rep: &Reproduction, workload: &str, variant: &str) -> Option<f64> {
+    let cores = rep.spec.sweep_cores;
+    let run = if variant.is_empty() {
+        rep.run(workload, "silo", cores)
+    } else {
+        rep.sweep_runs
+            .iter()
+            .find(|r| r.workload == workload && r.design == "silo" && r.variant == variant)
+    }?;
+    Some(run.per_tx(run.stalls.commit))
+}
+
+fn latency_why(rep: &Reproduction, p: &SweepPoint) -> String {
+    let first = rep.spec.latencies.first().copied().unwrap_or(8);
+    let variant = format!("latency={}", p.value);
+    let first_variant = if first == rep.spec.config.silo.buffer_latency {
+        String::new()
+    } else {
+        format!("latency={first}")
+    };
+    let growth: Vec<(String, f64)> = p
+        .per_workload
+        .iter()
+        .filter_map(|(w, _, _)| {
+            let slow = commit_stall(rep, w, &variant)?;
+            let fast = commit_stall(rep, w, &first_variant)?;
+            Some((w.clone(), slow - fast))
+        })
+        .collect();
+    format!(
+        "Relative throughput per workload: {}. The buffer's access latency is on the commit \
+         path only through the last entry of a transaction (the acknowledgement waits until \
+         it is written into the buffer): commit stalls grow by {} cycles per transaction \
+         from {first} to {} cycles. The loss is that delay over a transaction's length, so it \
+         is largest for short transactions (Queue, Array, Hash); the paper's −3.3 % average \
+         implies transactions about {:.0} cycles long at its 120-cycle difference.",
+        listing(&p.per_workload),
+        per_workload(&growth, 0),
+        p.value,
+        120.0 / 0.033,
+    )
+}
+
+fn tx_size_why(rep: &Reproduction, p: &SweepPoint) -> String {
+    let sizes: Vec<String> = rep
+        .size_traces
+        .iter()
+        .filter(|s| u64::from(s.multiple) == p.value)
+        .map(|s| {
+            format!(
+                "{} {} ops/tx, {:.0} live entries (max {})",
+                s.workload, s.ops_per_transaction, s.live_entries_mean, s.live_entries_max
+            )
+        })
+        .collect();
+    let runs_of = |variant: &str| -> Vec<&RunRow> {
+        rep.sweep_runs
+            .iter()
+            .filter(|r| r.workload.ends_with(&format!("-x{}", p.value)) && r.variant == variant)
+            .collect()
+    };
+    let bounded = runs_of("");
+    let per_tx = |rs: &[&RunRow], f: &dyn Fn(&RunRow) -> f64| mean(rs.iter().map(|r| f(r)));
+    format!(
+        "Silo with its {}-entry buffer over Silo with room for every entry, same trace, per \
+         workload: {}. Transactions: {}. Each entry beyond the buffer retires early: an 18 B \
+         undo record (14 per 256 B batch) and its new word written in place before commit; \
+         bounded runs write {:.0} B of undo records per transaction and stall {:.0} cycles \
+         per transaction for buffer room, and their banks are {:.0} % busy with writes \
+         (unbounded: {:.0} %). With the PCM near saturation at 8 cores the extra undo traffic \
+         (every changed word of our workloads is distinct, so none merge away) costs \
+         throughput almost in proportion.",
+        rep.spec.config.silo.entries,
+        listing(&p.per_workload),
+        sizes.join("; "),
+        per_tx(&bounded, &|r| r.per_tx(r.log_bytes)),
+        per_tx(&bounded, &|r| r.per_tx(r.stalls.log_buffer)),
+        100.0 * per_tx(&bounded, &|r| r.bank_write_utilisation),
+        100.0 * per_tx(&runs_of("entries=unbounded"), &|r| r.bank_write_utilisation),
+    )
+}
+
+/// The paper's bound: large transactions grow Silo's write traffic by at most ~1.9×.
+fn write_growth(rep: &Reproduction, p: &SweepPoint) -> Comparison {
+    let within = p.relative_write_bytes <= 1.9;
     let growth = p
         .per_workload
         .iter()
@@ -361,13 +540,26 @@ fn write_growth(p: &crate::results::SweepPoint) -> Comparison {
         .join(", ");
     let explanation = format!(
         "Bytes per transaction over the unbounded buffer's: {growth}. Each overflowed entry \
-         costs an 18 B undo record plus an 8 B in-place write (one bus request), and an element \
-         swap's words are all distinct (nothing merges), so overflow adds ~26 B to every changed \
-         word beyond the buffer, on top of Silo's 8 B in-place update of it."
+         adds an 18 B undo record to the 8 B in-place update it needs anyway (and whose \
+         write-back would often have been written anyway); our transactions change distinct \
+         words only (nothing merges inside a transaction, {} entries of {} stores were merged \
+         at the largest size), so the growth approaches (18 + 8) / 8 = 3.25× for the \
+         entries beyond the buffer. The paper saw Array, TPC-C and YCSB stay flat \"thanks \
+         to locality\".",
+        rep.sweep_runs
+            .iter()
+            .filter(|r| r.workload.ends_with(&format!("-x{}", p.value)) && r.variant.is_empty())
+            .filter_map(|r| r.log.map(|l| l.merged))
+            .sum::<u64>(),
+        rep.sweep_runs
+            .iter()
+            .filter(|r| r.workload.ends_with(&format!("-x{}", p.value)) && r.variant.is_empty())
+            .filter_map(|r| r.log.map(|l| l.tx_stores))
+            .sum::<u64>(),
     );
     Comparison {
         quantity: format!(
-            "write growth at {}× log-buffer transactions (≤ 1.9×)",
+            "write growth at {}× log-buffer transactions (paper: ≤ 1.9×)",
             p.value
         ),
         paper: 1.9,
@@ -388,17 +580,17 @@ fn listing(per: &[(String, f64, f64)]) -> String {
 fn battery(rep: &Reproduction) -> Vec<Comparison> {
     let t = &rep.battery;
     let mut out = Vec::new();
+    if t.cores != 8 {
+        return out; // the paper's table is for 8 cores
+    }
     for (design, kb, uj, volume) in [
         ("eadr", 10_496.0, 54_377.0, 888.2),
         ("bbb", 16.0, 194.0, 3.2),
         ("silo", 5.3125, 62.0, 1.0),
     ] {
         let Some(r) = t.row(design) else { continue };
-        if t.cores != 8 {
-            continue; // the paper's table is for 8 cores
-        }
         let why = "BBB's 194 µJ is not 16 KB × 11.228 nJ/B (= 184 µJ): the paper took it from \
-                   BBB's own model; the 3.2× volume ratio is 194 µJ / 61.1 µJ."
+                   BBB's own model; its 3.2× volume ratio is 194 µJ / 61.1 µJ."
             .to_string();
         out.push(verdict(
             format!("battery {design}: flush size (KB)"),

@@ -34,7 +34,8 @@ mod run;
 pub mod spec;
 
 pub use results::{
-    Comparison, DesignSummary, Reproduction, RunRow, Sensitivity, Sweep, SweepPoint, Timing,
+    Comparison, DesignSummary, Reproduction, RunRow, Sensitivity, SizeTraceInfo, Sweep, SweepPoint,
+    Timing,
 };
 pub use spec::ReproSpec;
 
@@ -59,11 +60,17 @@ pub fn reproduce(spec: &ReproSpec) -> Result<Reproduction, ReproError> {
     spec.validate().map_err(ReproError::Spec)?;
     let started = Instant::now();
     let workloads = run::workload_traces(spec).map_err(ReproError::Run)?;
-    let sizes = run::size_traces(spec).map_err(ReproError::Run)?;
     let smalls = run::small_traces(spec).map_err(ReproError::Run)?;
+    let prefixes = run::prefix_traces(spec, &workloads);
+    let sizes = run::size_traces(spec, &workloads);
     let generation_seconds = started.elapsed().as_secs_f64();
-    let all: Vec<&Workload> = workloads.iter().chain(&sizes).chain(&smalls).collect();
-    let plan = Plan::new(spec, &workloads, &sizes, &smalls);
+    let all: Vec<&Workload> = workloads
+        .iter()
+        .chain(sizes.iter().map(|s| &s.workload))
+        .chain(&prefixes)
+        .chain(&smalls)
+        .collect();
+    let plan = Plan::new(spec, &all, (workloads.len(), &sizes, prefixes.len()));
     let sim_started = Instant::now();
     let rows = run::run_jobs(&plan.jobs, &all, spec.host_threads()).map_err(ReproError::Run)?;
     let simulation_wall_seconds = sim_started.elapsed().as_secs_f64();
@@ -83,6 +90,16 @@ pub fn reproduce(spec: &ReproSpec) -> Result<Reproduction, ReproError> {
         comparison: Vec::new(),
         timing: Timing::default(),
         sensitivity: Vec::new(),
+        size_traces: sizes
+            .iter()
+            .map(|s| SizeTraceInfo {
+                workload: s.base.clone(),
+                multiple: s.multiple,
+                ops_per_transaction: s.ops,
+                live_entries_mean: s.live_mean,
+                live_entries_max: s.live_max,
+            })
+            .collect(),
         runs,
         sweep_runs,
     };
@@ -105,68 +122,61 @@ struct Plan {
 }
 
 impl Plan {
+    /// `all` holds the traces in this order: the workloads (`counts.0` of them), the
+    /// transaction-size traces (`counts.1`), the sensitivity prefixes (`counts.2`), then the
+    /// small-data traces.
     fn new(
         spec: &ReproSpec,
-        workloads: &[Workload],
-        sizes: &[Workload],
-        smalls: &[Workload],
+        all: &[&Workload],
+        (workloads, sizes, prefixes): (usize, &[run::SizeTrace], usize),
     ) -> Self {
         let mut jobs = Vec::new();
-        let job = |trace: usize, t: &Workload, design, config: Config, variant: String| Job {
+        let job = |trace: usize, design, config: Config, variant: &str| Job {
             trace,
             design,
-            cost: events(&t.trace, config.cores) * design_weight(design),
+            cost: events(&all[trace].trace, config.cores) * design_weight(design),
             config,
-            variant,
+            variant: variant.to_string(),
         };
-        for (i, w) in workloads.iter().enumerate() {
+        for i in 0..workloads {
             for &cores in &spec.cores {
                 for &d in &spec.designs {
-                    jobs.push(job(i, w, d, spec.config.with_cores(cores), String::new()));
+                    jobs.push(job(i, d, spec.config.with_cores(cores), ""));
                 }
             }
             for cfg in silo_variants(spec) {
                 let variant = variant_name(&cfg, &spec.config);
-                jobs.push(job(i, w, DesignKind::Silo, cfg, variant));
+                jobs.push(job(i, DesignKind::Silo, cfg, &variant));
             }
         }
-        for (k, (w, &multiple)) in sizes.iter().zip(&spec.size_multiples).enumerate() {
-            let i = workloads.len() + k;
+        for (k, size) in sizes.iter().enumerate() {
+            let i = workloads + k;
             let cfg = spec.config.with_cores(spec.sweep_cores);
             let mut unbounded = cfg.clone();
-            // Room for every live entry of the largest transaction (2 elements' words).
-            unbounded.silo.entries = cfg.silo.entries * multiple as usize * 2 + 8;
-            jobs.push(job(i, w, DesignKind::Silo, cfg, String::new()));
-            jobs.push(job(
-                i,
-                w,
-                DesignKind::Silo,
-                unbounded,
-                "entries=unbounded".into(),
-            ));
+            // Room for every live entry of the largest transaction.
+            unbounded.silo.entries = (size.live_max as usize + 8).max(cfg.silo.entries);
+            jobs.push(job(i, DesignKind::Silo, cfg, ""));
+            jobs.push(job(i, DesignKind::Silo, unbounded, UNBOUNDED));
         }
         if spec.sensitivity {
             let big = spec.config.with_cores(spec.max_cores());
-            let mut coalesced = big.clone();
-            coalesced.silo.coalesce_lus = true;
-            for (i, w) in workloads.iter().enumerate() {
-                jobs.push(job(
-                    i,
-                    w,
-                    DesignKind::Silo,
-                    coalesced.clone(),
-                    "coalesced-lu".into(),
-                ));
-            }
-            let first_small = workloads.len() + sizes.len();
-            for &d in SENSITIVITY_DESIGNS.iter() {
-                for (name, _, cfg) in machine_variants(&big) {
-                    for (i, w) in workloads.iter().enumerate() {
-                        jobs.push(job(i, w, d, cfg.clone(), name.into()));
+            let first_prefix = workloads + sizes.len();
+            let first_small = first_prefix + prefixes;
+            for i in first_prefix..first_small {
+                for &d in SENSITIVITY_DESIGNS.iter() {
+                    jobs.push(job(i, d, big.clone(), &sensitivity_variant("reference")));
+                    for (name, _, cfg) in machine_variants(&big) {
+                        jobs.push(job(i, d, cfg, &sensitivity_variant(name)));
                     }
                 }
-                for (k, w) in smalls.iter().enumerate() {
-                    jobs.push(job(first_small + k, w, d, big.clone(), "small-data".into()));
+                let mut coalesced = big.clone();
+                coalesced.silo.coalesce_lus = true;
+                let variant = sensitivity_variant(COALESCED);
+                jobs.push(job(i, DesignKind::Silo, coalesced, &variant));
+            }
+            for i in first_small..all.len() {
+                for &d in SENSITIVITY_DESIGNS.iter() {
+                    jobs.push(job(i, d, big.clone(), &sensitivity_variant(SMALL)));
                 }
             }
         }
@@ -174,17 +184,30 @@ impl Plan {
     }
 }
 
+/// Variant of the transaction-size runs with a buffer large enough for every transaction.
+const UNBOUNDED: &str = "entries=unbounded";
+/// Sensitivity variant: Silo's log controller coalesces one line's in-place updates.
+const COALESCED: &str = "coalesced-lu";
+/// Sensitivity variant: instances 16× smaller.
+const SMALL: &str = "small-data";
+
+/// The variant name of a sensitivity run.
+fn sensitivity_variant(name: &str) -> String {
+    format!("sensitivity/{name}")
+}
+
 /// Machine variants of the sensitivity study (name, description, configuration), each one
-/// assumption changed from `big`, the reference machine at the largest core count. The
-/// values stay inside the ranges the reference note gives, or name their source.
+/// assumption of the reference machine `big` changed, within the ranges the reference note
+/// gives or naming their source.
 fn machine_variants(big: &Config) -> Vec<(&'static str, &'static str, Config)> {
     let mut mlp = big.clone();
     mlp.core.mlp = 4;
     let mut banks = big.clone();
-    banks.mem.banks = 4;
+    banks.mem.banks = 16;
     let mut bytes = big.clone();
     bytes.mem.media_block_bytes = 8;
-    bytes.mem.write_ns = big.mem.write_ns * 8.0 / 64.0;
+    let mut reads = big.clone();
+    reads.mem.reads_wait_for_drain = false;
     vec![
         (
             "mlp=4",
@@ -193,15 +216,23 @@ fn machine_variants(big: &Config) -> Vec<(&'static str, &'static str, Config)> {
             mlp,
         ),
         (
-            "banks=4",
-            "4 PCM banks (NVMain's PCM_ISSCC_2012 configuration; the note's range is 8-16)",
+            "banks=16",
+            "16 PCM banks instead of NVMain's 4 (the upper end of the note's 8-16): four \
+             times the media write bandwidth",
             banks,
         ),
         (
             "byte-media",
-            "media write time proportional to the changed bytes (150 ns per 64 B, in 8 B \
-             units, no read-modify-write): an 8 B in-place update costs 1/8 of a line write",
+            "media programming time proportional to the changed words (150 ns per 64 B, in \
+             8 B units, with data-comparison writes): an 8 B in-place update costs 1/8 of a \
+             line write",
             bytes,
+        ),
+        (
+            "reads-not-held",
+            "reads never wait for a write drain (only for their bank): FR-FCFS without the \
+             write-drain mode",
+            reads,
         ),
     ]
 }
@@ -215,35 +246,36 @@ const SENSITIVITY_DESIGNS: [DesignKind; 5] = [
     DesignKind::Silo,
 ];
 
-/// The largest-core comparison on the reference rows and on each sensitivity variant.
+/// The largest-core comparison on the reference machine and on each sensitivity variant,
+/// all on the same trace prefixes (`spec.sensitivity_transactions` per core).
 fn sensitivity(rep: &Reproduction) -> Vec<Sensitivity> {
-    let big = rep.spec.max_cores();
-    let reference: Vec<RunRow> = rep
-        .runs
-        .iter()
-        .filter(|r| r.cores == big)
-        .cloned()
-        .collect();
+    let rows = |variant: &str| -> Vec<RunRow> {
+        let name = sensitivity_variant(variant);
+        rep.sweep_runs
+            .iter()
+            .filter(|r| r.variant == name)
+            .cloned()
+            .collect()
+    };
+    let reference = rows("reference");
+    if reference.is_empty() {
+        return Vec::new();
+    }
+    let big_config = rep.spec.config.with_cores(rep.spec.max_cores());
     let mut out = vec![sensitivity_of(
         "reference",
-        "the reference machine and traces",
+        "the reference machine (on the same trace prefixes as the variants)",
         &reference,
     )];
-    let big_config = rep.spec.config.with_cores(big);
     let variants = machine_variants(&big_config)
         .into_iter()
         .map(|(name, description, _)| (name, description))
         .chain([(
-            "small-data",
+            SMALL,
             "instances 16× smaller (data sets nearer the LLC's size)",
         )]);
     for (variant, description) in variants {
-        let rows: Vec<RunRow> = rep
-            .sweep_runs
-            .iter()
-            .filter(|r| r.variant == variant)
-            .cloned()
-            .collect();
+        let rows = rows(variant);
         if !rows.is_empty() {
             out.push(sensitivity_of(variant, description, &rows));
         }
@@ -252,17 +284,14 @@ fn sensitivity(rep: &Reproduction) -> Vec<Sensitivity> {
     let coalesced: Vec<RunRow> = reference
         .iter()
         .filter(|r| r.design != "silo")
-        .chain(
-            rep.sweep_runs
-                .iter()
-                .filter(|r| r.variant == "coalesced-lu"),
-        )
         .cloned()
+        .chain(rows(COALESCED))
         .collect();
     if coalesced.iter().any(|r| r.design == "silo") {
         out.push(sensitivity_of(
-            "coalesced-lu",
-            "Silo's log controller merges one line's in-place updates into one write",
+            COALESCED,
+            "Silo's log controller merges one line's in-place updates into one write (not in \
+             the paper)",
             &coalesced,
         ));
     }
@@ -356,10 +385,10 @@ fn sweeps(rep: &Reproduction, names: &[String]) -> Vec<Sweep> {
     let lats: Vec<u64> = spec.latencies.clone();
     let ents: Vec<u64> = spec.entries.iter().map(|&e| e as u64).collect();
     let sizes: Vec<u64> = spec.size_multiples.iter().map(|&k| u64::from(k)).collect();
-    let size_run = |k: u64, variant: &str| {
+    let size_run = |w: &str, k: u64, variant: &str| {
         rep.sweep_runs
             .iter()
-            .find(|r| r.workload == format!("array-x{k}") && r.variant == variant)
+            .find(|r| r.workload == format!("{w}-x{k}") && r.variant == variant)
             .cloned()
     };
     let core_counts: Vec<u64> = spec.cores.iter().map(|&c| c as u64).collect();
@@ -382,11 +411,11 @@ fn sweeps(rep: &Reproduction, names: &[String]) -> Vec<Sweep> {
         ),
         run::sweep(
             "tx_size",
-            "Silo with an unbounded log buffer on the same trace",
+            "Silo with a log buffer holding every live entry, on the same trace",
             &sizes,
-            &["array".to_string()],
-            &|_, k| size_run(k, ""),
-            &|_, k| size_run(k, "entries=unbounded"),
+            names,
+            &|w, k| size_run(w, k, ""),
+            &|w, k| size_run(w, k, UNBOUNDED),
         ),
         run::sweep(
             "cores",
@@ -409,19 +438,21 @@ fn timing(
     let all: Vec<&RunRow> = rep.runs.iter().chain(&rep.sweep_runs).collect();
     let events: u64 = all.iter().map(|r| r.events).sum();
     let host: f64 = all.iter().map(|r| r.host_seconds).sum();
+    let cpu: f64 = all.iter().map(|r| r.cpu_seconds).sum();
     let big = spec.max_cores();
-    let per_design = spec
-        .designs
-        .iter()
-        .map(|d| {
-            let rs = rep
-                .runs
-                .iter()
-                .filter(|r| r.design == d.name() && r.cores == big);
-            let (e, s) = rs.fold((0u64, 0.0), |(e, s), r| (e + r.events, s + r.host_seconds));
-            (d.name().to_string(), e as f64 / s.max(1e-9))
-        })
-        .collect();
+    let per_design = |seconds: fn(&RunRow) -> f64| -> Vec<(String, f64)> {
+        spec.designs
+            .iter()
+            .map(|d| {
+                let rs = rep
+                    .runs
+                    .iter()
+                    .filter(|r| r.design == d.name() && r.cores == big);
+                let (e, s) = rs.fold((0u64, 0.0), |(e, s), r| (e + r.events, s + seconds(r)));
+                (d.name().to_string(), e as f64 / s.max(1e-9))
+            })
+            .collect()
+    };
     Timing {
         threads: spec.host_threads(),
         generation_seconds,
@@ -429,6 +460,9 @@ fn timing(
         wall_seconds: started.elapsed().as_secs_f64(),
         events,
         events_per_host_second: events as f64 / host.max(1e-9),
-        per_design_events_per_second: per_design,
+        per_design_events_per_second: per_design(|r| r.host_seconds),
+        events_per_cpu_second: events as f64 / cpu.max(1e-9),
+        per_design_events_per_cpu_second: per_design(|r| r.cpu_seconds),
+        simulation_cpu_seconds: cpu,
     }
 }

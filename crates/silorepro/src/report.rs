@@ -7,10 +7,12 @@ use std::fmt::Write;
 pub fn markdown(rep: &Reproduction) -> String {
     let mut out = String::new();
     summary(&mut out, rep);
+    memory_system(&mut out, rep);
     per_workload(&mut out, rep);
     for s in &rep.sweeps {
         sweep(&mut out, s);
     }
+    size_traces(&mut out, rep);
     sensitivity(&mut out, rep);
     battery(&mut out, rep);
     comparison(&mut out, rep);
@@ -35,6 +37,71 @@ fn summary(out: &mut String, rep: &Reproduction) {
             s.write_requests_vs_fwb,
             s.media_writes_vs_fwb,
             s.bytes_per_tx
+        );
+    }
+    out.push('\n');
+}
+
+/// Where each design's time and PCM work go at the largest core count (means over
+/// workloads): the facts behind the throughput ratios.
+fn memory_system(out: &mut String, rep: &Reproduction) {
+    let big = rep.spec.cores.iter().copied().max().unwrap_or(1);
+    let _ = writeln!(
+        out,
+        "### Memory system and stalls at {big} cores (means over workloads, per transaction)\n"
+    );
+    out.push_str(
+        "| design | × Ideal | B/tx | write req/tx | media blocks/tx | media bank cycles/tx | \
+         banks busy writing | draining | WQ occupancy | load stall | drain-wait stall | \
+         commit stall | log-buffer stall |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for design in &rep.spec.designs {
+        let rs: Vec<&crate::RunRow> = rep
+            .runs
+            .iter()
+            .filter(|r| r.cores == big && r.design == design.name())
+            .collect();
+        if rs.is_empty() {
+            continue;
+        }
+        let mean = |f: &dyn Fn(&crate::RunRow) -> f64| {
+            rs.iter().map(|r| f(r)).sum::<f64>() / rs.len() as f64
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {:.2} | {:.0} | {:.1} | {:.2} | {:.0} | {:.0} % | {:.0} % | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            design.name(),
+            crate::results::geomean(rs.iter().map(|r| r.vs_ideal)),
+            mean(&|r| r.bytes_per_tx()),
+            mean(&|r| r.per_tx(r.write_requests)),
+            mean(&|r| r.media_blocks_per_tx),
+            mean(&|r| r.media_cycles_per_tx),
+            100.0 * mean(&|r| r.bank_write_utilisation),
+            100.0 * mean(&|r| r.drain_fraction),
+            mean(&|r| r.queue_occupancy),
+            mean(&|r| r.per_tx(r.stalls.load)),
+            mean(&|r| r.per_tx(r.stalls.mem_drain)),
+            mean(&|r| r.per_tx(r.stalls.commit)),
+            mean(&|r| r.per_tx(r.stalls.log_buffer)),
+        );
+    }
+    out.push('\n');
+}
+
+/// The transaction-size traces: operations grouped per transaction and the live entries.
+fn size_traces(out: &mut String, rep: &Reproduction) {
+    if rep.size_traces.is_empty() {
+        return;
+    }
+    out.push_str("### Transaction-size traces (operations grouped per transaction)\n\n");
+    out.push_str(
+        "| workload | × buffer | ops/tx | live entries/tx (mean) | max |\n|---|---|---|---|---|\n",
+    );
+    for s in &rep.size_traces {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {:.1} | {} |",
+            s.workload, s.multiple, s.ops_per_transaction, s.live_entries_mean, s.live_entries_max
         );
     }
     out.push('\n');
@@ -161,21 +228,27 @@ fn comparison(out: &mut String, rep: &Reproduction) {
 
 fn timing(out: &mut String, rep: &Reproduction) {
     let t = &rep.timing;
-    let per = t
-        .per_design_events_per_second
-        .iter()
-        .map(|(d, e)| format!("{d} {:.2} M", e / 1e6))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let per = |values: &[(String, f64)]| {
+        values
+            .iter()
+            .map(|(d, e)| format!("{d} {:.2} M", e / 1e6))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let _ = writeln!(
         out,
-        "### Timing\n\nwall {:.1} s (generation {:.1} s, simulation {:.1} s on {} threads); \
-         {:.0} M events at {:.2} M events/s per host thread; largest-core runs: {per} events/s\n",
+        "### Timing\n\nwall {:.1} s (generation {:.1} s, simulation {:.1} s on {} threads, {:.1} \
+         CPU seconds); {:.0} M events at {:.2} M events per CPU second ({:.2} M per wall \
+         second per thread). Largest-core runs per CPU second: {}; per wall second: {}.\n",
         t.wall_seconds,
         t.generation_seconds,
         t.simulation_wall_seconds,
         t.threads,
+        t.simulation_cpu_seconds,
         t.events as f64 / 1e6,
-        t.events_per_host_second / 1e6
+        t.events_per_cpu_second / 1e6,
+        t.events_per_host_second / 1e6,
+        per(&t.per_design_events_per_cpu_second),
+        per(&t.per_design_events_per_second),
     );
 }

@@ -9,14 +9,14 @@ use serde::{Deserialize, Serialize};
 /// One simulation run, flattened for tables and plots.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunRow {
-    /// Workload (`array`, …, or `array-xK` for the transaction-size traces).
+    /// Workload (`array`, …, or `{workload}-x{K}` for the transaction-size traces).
     pub workload: String,
     /// Design name.
     pub design: String,
     /// Simulated cores.
     pub cores: usize,
     /// What differs from the reference machine (`""`, `latency=128`, `entries=10`,
-    /// `entries=unbounded`).
+    /// `entries=unbounded`, `sensitivity/<variant>`).
     pub variant: String,
     /// Committed transactions.
     pub committed_tx: u64,
@@ -50,14 +50,30 @@ pub struct RunRow {
     pub bus_utilisation: f64,
     /// Fraction of bank time spent on media writes.
     pub bank_write_utilisation: f64,
+    /// Bank cycles of media writes (programming and comparison/merge reads) per committed
+    /// transaction: the PCM write work a transaction costs.
+    #[serde(default)]
+    pub media_cycles_per_tx: f64,
+    /// Fraction of the run the memory controller spent draining writes (reads held).
+    #[serde(default)]
+    pub drain_fraction: f64,
+    /// Mean write-queue occupancy (entries, speculative ones included).
+    #[serde(default)]
+    pub queue_occupancy: f64,
+    /// Media (64 B block) writes per committed transaction.
+    #[serde(default)]
+    pub media_blocks_per_tx: f64,
     /// Stall cycles summed over cores.
     pub stalls: StallCycles,
     /// Log statistics of logging designs.
     pub log: Option<LogStats>,
     /// Trace events simulated.
     pub events: u64,
-    /// Host seconds of the simulation.
+    /// Host seconds of the simulation (wall clock).
     pub host_seconds: f64,
+    /// CPU seconds of the host thread that ran it.
+    #[serde(default)]
+    pub cpu_seconds: f64,
     /// Events per host second.
     pub events_per_host_second: f64,
 }
@@ -87,10 +103,15 @@ impl RunRow {
             log_bytes: m.pm.log.bytes,
             bus_utilisation: m.pm.bus_busy_cycles as f64 / span,
             bank_write_utilisation: m.pm.bank_write_cycles as f64 / (span * cfg.mem.banks as f64),
+            media_cycles_per_tx: m.pm.bank_write_cycles as f64 / m.committed_tx.max(1) as f64,
+            drain_fraction: m.pm.drain_cycles as f64 / span,
+            queue_occupancy: m.pm.queue_occupancy_integral as f64 / span,
+            media_blocks_per_tx: m.pm.media_blocks as f64 / m.committed_tx.max(1) as f64,
             stalls: m.stalls,
             log: m.log,
             events: m.events,
             host_seconds: m.host_seconds,
+            cpu_seconds: 0.0,
             events_per_host_second: m.events_per_host_second,
         }
     }
@@ -192,6 +213,16 @@ pub struct Timing {
     pub events_per_host_second: f64,
     /// The same, per design, over its 8-core (largest) runs: (design, events/s).
     pub per_design_events_per_second: Vec<(String, f64)>,
+    /// Events per CPU second of the simulating threads (the speed per host core whatever
+    /// else runs on the host), all runs.
+    #[serde(default)]
+    pub events_per_cpu_second: f64,
+    /// The same, per design, over its largest-core runs.
+    #[serde(default)]
+    pub per_design_events_per_cpu_second: Vec<(String, f64)>,
+    /// CPU seconds of the simulations (both host threads together).
+    #[serde(default)]
+    pub simulation_cpu_seconds: f64,
 }
 
 /// Everything a reproduction produces.
@@ -215,6 +246,25 @@ pub struct Reproduction {
     pub comparison: Vec<Comparison>,
     /// Speed.
     pub timing: Timing,
+    /// The transaction-size traces: operations grouped per transaction and the live log
+    /// entries per transaction they reach.
+    #[serde(default)]
+    pub size_traces: Vec<SizeTraceInfo>,
+}
+
+/// One transaction-size trace of the `tx_size` sweep.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SizeTraceInfo {
+    /// The workload it groups.
+    pub workload: String,
+    /// The targeted multiple of the log buffer.
+    pub multiple: u32,
+    /// Operations per transaction.
+    pub ops_per_transaction: u32,
+    /// Mean live log entries (distinct changed words) per transaction.
+    pub live_entries_mean: f64,
+    /// The most live log entries of one transaction.
+    pub live_entries_max: u64,
 }
 
 /// One design at one core count, averaged over workloads (geometric means).

@@ -7,7 +7,7 @@ use hwsim::{Config, DesignKind, simulate};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use trace::Trace;
-use tracegen::{ElementFill, SiloWorkload, TraceSpec, generate};
+use tracegen::{TraceSpec, generate, group_transactions};
 
 /// A named trace.
 pub(crate) struct Workload {
@@ -47,7 +47,8 @@ pub(crate) fn workload_traces(spec: &ReproSpec) -> Result<Vec<Workload>, String>
         .collect()
 }
 
-/// The workload traces with 16× smaller instances (sensitivity to the data-set size).
+/// The workload traces with 16× smaller instances (sensitivity to the data-set size), with
+/// the sensitivity runs' transactions.
 pub(crate) fn small_traces(spec: &ReproSpec) -> Result<Vec<Workload>, String> {
     if !spec.sensitivity {
         return Ok(Vec::new());
@@ -59,7 +60,7 @@ pub(crate) fn small_traces(spec: &ReproSpec) -> Result<Vec<Workload>, String> {
             let keys = (spec.keys.unwrap_or(w.default_keys()) / 16).max(64);
             let t = TraceSpec::new(w)
                 .with_cores(cores)
-                .with_transactions(spec.transactions)
+                .with_transactions(spec.sensitivity_transactions.min(spec.transactions))
                 .with_keys(keys);
             let trace = generate(&t).map_err(|e| e.to_string())?;
             Ok(Workload {
@@ -70,33 +71,90 @@ pub(crate) fn small_traces(spec: &ReproSpec) -> Result<Vec<Workload>, String> {
         .collect()
 }
 
-/// Live log entries per transaction at a multiple `k` of the log buffer: an Array swap of two
-/// elements with random contents writes every word of both, so an element of
-/// `entries × k × 4` bytes gives `entries × k` changed words.
-pub(crate) fn size_trace_spec(spec: &ReproSpec, multiple: u32) -> TraceSpec {
-    let value_size = (spec.config.silo.entries as u32 * multiple * 4).next_multiple_of(8);
-    let keys = (spec.size_data_bytes / u64::from(value_size)).max(64);
-    let mut t = TraceSpec::new(SiloWorkload::Array)
-        .with_cores(spec.sweep_cores as u32)
-        .with_transactions(spec.size_transactions)
-        .with_keys(keys)
-        .with_fill(ElementFill::Random);
-    t.value_size = value_size;
-    t
-}
-
-/// The transaction-size traces, named `array-x{k}`.
-pub(crate) fn size_traces(spec: &ReproSpec) -> Result<Vec<Workload>, String> {
-    spec.size_multiples
+/// The first `spec.sensitivity_transactions` transactions of each workload trace (the
+/// sensitivity variants run on these, and so does their reference).
+pub(crate) fn prefix_traces(spec: &ReproSpec, workloads: &[Workload]) -> Vec<Workload> {
+    if !spec.sensitivity {
+        return Vec::new();
+    }
+    workloads
         .iter()
-        .map(|&k| {
-            let trace = generate(&size_trace_spec(spec, k)).map_err(|e| e.to_string())?;
-            Ok(Workload {
-                name: format!("array-x{k}"),
-                trace,
-            })
+        .map(|w| Workload {
+            name: w.name.clone(),
+            trace: group_transactions(&w.trace, 1, spec.sensitivity_transactions),
         })
         .collect()
+}
+
+/// One transaction-size trace: `workload`'s operations grouped `ops` per transaction so
+/// that a transaction's live log entries are about `multiple` × the log buffer.
+pub(crate) struct SizeTrace {
+    pub(crate) workload: Workload,
+    pub(crate) base: String,
+    pub(crate) multiple: u32,
+    pub(crate) ops: u32,
+    /// Mean and largest live log entries (distinct changed words) per transaction.
+    pub(crate) live_mean: f64,
+    pub(crate) live_max: u64,
+}
+
+/// The transaction-size traces, named `{workload}-x{multiple}`: for each workload, its
+/// trace's first `spec.size_operations` operations per core, grouped into transactions of
+/// `ceil(multiple × entries / mean live entries per operation)` operations (Silo's Fig. 14
+/// scales write sets to 1–16× the log buffer).
+pub(crate) fn size_traces(spec: &ReproSpec, workloads: &[Workload]) -> Vec<SizeTrace> {
+    let entries = spec.config.silo.entries as f64;
+    let mut out = Vec::new();
+    for w in workloads {
+        let per_op = live_entries(&w.trace, 1, 2_000).0.max(0.5);
+        for &multiple in &spec.size_multiples {
+            let ops = (f64::from(multiple) * entries / per_op).ceil().max(1.0) as u32;
+            let groups = (spec.size_operations / u64::from(ops)).max(1);
+            let trace = group_transactions(&w.trace, ops, groups);
+            let (live_mean, live_max) = live_entries(&trace, usize::MAX, u64::MAX);
+            out.push(SizeTrace {
+                workload: Workload {
+                    name: format!("{}-x{multiple}", w.name),
+                    trace,
+                },
+                base: w.name.clone(),
+                multiple,
+                ops,
+                live_mean,
+                live_max,
+            });
+        }
+    }
+    out
+}
+
+/// Mean and largest number of distinct words changed per transaction (Silo's live log
+/// entries after ignore + merge) over the first `cores` streams' first `max_tx`
+/// transactions.
+fn live_entries(trace: &Trace, cores: usize, max_tx: u64) -> (f64, u64) {
+    let (mut sum, mut count, mut max) = (0u64, 0u64, 0u64);
+    let mut words: Vec<u64> = Vec::new();
+    for i in 0..trace.cores().min(cores) {
+        let mut seen = 0;
+        for event in trace.events(i) {
+            match event {
+                trace::Event::TxBegin => words.clear(),
+                trace::Event::Store { addr, old, new, .. } if old != new => words.push(addr & !7),
+                trace::Event::TxEnd => {
+                    words.sort_unstable();
+                    words.dedup();
+                    let n = words.len() as u64;
+                    (sum, count, max) = (sum + n, count + 1, max.max(n));
+                    seen += 1;
+                    if seen >= max_tx {
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    (sum as f64 / count.max(1) as f64, max)
 }
 
 /// Runs every job over `threads` host threads, longest first; rows in job order.
@@ -129,8 +187,18 @@ pub(crate) fn run_jobs(
 
 fn run_one(job: &Job, traces: &[&Workload]) -> Result<RunRow, String> {
     let w = traces[job.trace];
+    let cpu = thread_cpu_seconds();
     let m = simulate(&job.config, job.design, &w.trace).map_err(|e| e.to_string())?;
-    Ok(RunRow::from_metrics(&m, &w.name, &job.variant, &job.config))
+    let mut row = RunRow::from_metrics(&m, &w.name, &job.variant, &job.config);
+    row.cpu_seconds = thread_cpu_seconds() - cpu;
+    Ok(row)
+}
+
+/// CPU time of the calling thread (0 where the clock is unavailable): the simulations'
+/// speed per host core, independent of what else the host runs.
+pub(crate) fn thread_cpu_seconds() -> f64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map_or(0.0, |t| t.tv_sec() as f64 + t.tv_nsec() as f64 * 1e-9)
 }
 
 /// Events of the first `cores` streams of a trace (a job's cost).

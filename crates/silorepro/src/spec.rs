@@ -25,17 +25,19 @@ pub struct ReproSpec {
     pub latencies: Vec<u64>,
     /// Silo log-buffer entries per core.
     pub entries: Vec<usize>,
-    /// Transaction sizes as multiples of the log buffer (live entries per transaction).
+    /// Transaction sizes as multiples of the log buffer (mean live entries per
+    /// transaction over the buffer's entries): each workload's operations are grouped into
+    /// transactions of `ceil(multiple × entries / live entries per operation)` operations.
     pub size_multiples: Vec<u32>,
-    /// Committed transactions per core in the transaction-size traces.
-    pub size_transactions: u64,
-    /// Bytes of each core's data set in the transaction-size traces.
-    pub size_data_bytes: u64,
+    /// Operations per core in each transaction-size trace (a prefix of the workload trace).
+    pub size_operations: u64,
     /// Run the sensitivity variants of the largest-core matrix (Ideal, FWB, MorLog, LAD,
-    /// Silo): overlapping misses (`core.mlp = 4`), 4 PCM banks, media time proportional to
-    /// the changed bytes, data sets 16× smaller; and Silo with line-coalesced in-place
-    /// updates.
+    /// Silo; each one assumption changed, see `machine_variants`), data sets 16× smaller,
+    /// and Silo with line-coalesced in-place updates.
     pub sensitivity: bool,
+    /// Transactions per core of the sensitivity runs (a prefix of the workload traces; the
+    /// variants are compared with the reference machine on the same prefix).
+    pub sensitivity_transactions: u64,
     /// Host threads for independent runs (0: every host core).
     pub threads: usize,
     /// The simulated machine (its `cores` is overridden per run).
@@ -54,9 +56,9 @@ impl Default for ReproSpec {
             latencies: vec![8, 16, 32, 64, 128],
             entries: vec![10, 20, 40],
             size_multiples: vec![1, 2, 4, 8, 16],
-            size_transactions: 2_000,
-            size_data_bytes: 16 << 20,
+            size_operations: 6_000,
             sensitivity: true,
+            sensitivity_transactions: 5_000,
             threads: 0,
             config: Config::default(),
         }
@@ -74,8 +76,8 @@ impl ReproSpec {
             latencies: vec![8, 128],
             entries: vec![10, 20],
             size_multiples: vec![1, 4],
-            size_transactions: 40,
-            size_data_bytes: 1 << 20,
+            size_operations: 120,
+            sensitivity_transactions: 100,
             ..ReproSpec::default()
         }
     }
@@ -116,6 +118,11 @@ impl ReproSpec {
             (
                 self.size_multiples.iter().all(|&m| (1..=64).contains(&m)),
                 "size multiples must be in 1..=64",
+            ),
+            (self.size_operations > 0, "size_operations must be ≥ 1"),
+            (
+                self.sensitivity_transactions > 0,
+                "sensitivity_transactions must be ≥ 1",
             ),
         ];
         match checks.iter().find(|(ok, _)| !ok) {

@@ -114,6 +114,16 @@ impl Encoder {
     pub fn events(&self) -> u64 {
         self.events
     }
+
+    /// A decoder over the events encoded so far.
+    pub fn decode(&self) -> Decoder<'_> {
+        Decoder {
+            bytes: &self.bytes,
+            at: 0,
+            last_addr: 0,
+            left: self.events,
+        }
+    }
 }
 
 fn leb128(out: &mut Vec<u8>, mut value: u64) {
@@ -386,6 +396,15 @@ impl Decoder<'_> {
     }
 }
 
+/// The 7-bit groups of up to 8 LEB128 bytes (`word`, little-endian), packed together.
+#[inline]
+fn leb128_groups(word: u64) -> u64 {
+    let x = word & 0x7F7F_7F7F_7F7F_7F7F;
+    let x = (x & 0x007F_007F_007F_007F) | ((x & 0x7F00_7F00_7F00_7F00) >> 1);
+    let x = (x & 0x0000_3FFF_0000_3FFF) | ((x & 0x3FFF_0000_3FFF_0000) >> 2);
+    (x & 0x0000_0000_0FFF_FFFF) | ((x & 0x0FFF_FFFF_0000_0000) >> 4)
+}
+
 /// Decoding of validated streams: no error paths (a stream is validated when a trace is
 /// loaded, and an [`Encoder`] writes only what the decoder reads), about twice as fast as
 /// [`Decoder::try_next`]. Indexing still bounds-checks, so damaged bytes panic, never misread
@@ -400,15 +419,35 @@ impl Decoder<'_> {
 
     #[inline]
     fn next_leb128(&mut self) -> u64 {
-        let byte = self.next_byte();
-        if byte & 0x80 == 0 {
-            return u64::from(byte);
+        let first = self.next_byte();
+        if first & 0x80 == 0 {
+            return u64::from(first);
         }
-        let mut value = u64::from(byte & 0x7F);
-        let mut shift = 7;
+        self.at -= 1;
+        // Fast path: the number's first 8 bytes in one read; its end is the first byte
+        // without the continuation bit.
+        if let Some(chunk) = self.bytes.get(self.at..self.at + 8) {
+            let word = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+            let ends = !word & 0x8080_8080_8080_8080;
+            if ends != 0 {
+                let len = ends.trailing_zeros() / 8 + 1;
+                self.at += len as usize;
+                let keep = u64::MAX >> (64 - 8 * len);
+                return leb128_groups(word & keep);
+            }
+            self.at += 8;
+            return self.leb128_tail(leb128_groups(word), 56);
+        }
+        self.at += 1;
+        self.leb128_tail(u64::from(first & 0x7F), 7)
+    }
+
+    /// The rest of a LEB128 number whose low `shift` bits are `value`.
+    #[inline]
+    fn leb128_tail(&mut self, mut value: u64, mut shift: u32) -> u64 {
         loop {
             let byte = self.next_byte();
-            value |= u64::from(byte & 0x7F) << shift;
+            value |= u64::from(byte & 0x7F).checked_shl(shift).unwrap_or(0);
             if byte & 0x80 == 0 {
                 return value;
             }

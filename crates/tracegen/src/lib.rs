@@ -9,7 +9,8 @@
 //! - [`recorder`]: the recording engine, its rules and the compute model.
 //! - [`spec`]: the workloads by name ([`SiloWorkload`]) and the trace parameters
 //!   ([`TraceSpec`]).
-//! - [`generate()`]: one independent instance per simulated core, spread over host threads.
+//! - [`generate()`]: one independent instance per simulated core, spread over host threads;
+//!   [`group_transactions`] merges consecutive transactions (large-transaction traces).
 //! - [`calibration`]: the statistics compared with the paper's workload facts.
 //!
 //! ```no_run
@@ -32,7 +33,7 @@ pub mod recorder;
 pub mod spec;
 
 pub use calibration::{CalibrationReport, calibrate};
-pub use generate::{CoreStream, GenError, generate, generate_with_threads};
+pub use generate::{CoreStream, GenError, generate, generate_with_threads, group_transactions};
 pub use recorder::{ComputeModel, Recorder, core_base};
 pub use spec::{SiloWorkload, TraceSpec};
 pub use workloads::array::ElementFill;

@@ -115,6 +115,15 @@ pub struct TraceSpec {
     pub fill: ElementFill,
     /// The assumed computation between memory accesses.
     pub compute: ComputeModel,
+    /// Committed operations per traced transaction (1: each operation is a transaction).
+    /// Larger values group consecutive operations into one transaction, scaling its write
+    /// set (Silo's large-transaction experiment, Fig. 14); `transactions` counts groups.
+    #[serde(default = "one")]
+    pub ops_per_transaction: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl TraceSpec {
@@ -132,7 +141,20 @@ impl TraceSpec {
             seed: DEFAULT_SEED,
             fill: ElementFill::Sparse,
             compute: ComputeModel::DEFAULT,
+            ops_per_transaction: 1,
         }
+    }
+
+    /// The same spec with `ops` operations per traced transaction.
+    pub fn with_ops_per_transaction(mut self, ops: u32) -> Self {
+        self.ops_per_transaction = ops;
+        self
+    }
+
+    /// Committed operations per core (`transactions × ops_per_transaction`).
+    pub fn operations(&self) -> u64 {
+        self.transactions
+            .saturating_mul(u64::from(self.ops_per_transaction.max(1)))
     }
 
     /// The same spec with `cores` cores.
@@ -180,6 +202,10 @@ impl TraceSpec {
             ),
             (self.transactions >= 1, "transactions must be at least 1"),
             (
+                (1..=1 << 16).contains(&self.ops_per_transaction),
+                "ops_per_transaction must be in 1..=65536",
+            ),
+            (
                 (2..=1 << 28).contains(&self.keys),
                 "keys must be in 2..=2^28",
             ),
@@ -207,7 +233,7 @@ impl TraceSpec {
     pub fn memory_bytes(&self) -> u64 {
         let record = u64::from(self.value_size) + 256;
         let instance = self.keys.saturating_mul(record).saturating_mul(3);
-        let growth = self.transactions.saturating_mul(record + 1024);
+        let growth = self.operations().saturating_mul(record + 1024);
         (64u64 << 20)
             .saturating_add(instance)
             .saturating_add(growth)

@@ -161,3 +161,47 @@ fn calibration_of_every_workload() {
         }
     }
 }
+
+#[test]
+fn grouped_transactions_hold_the_same_operations() {
+    let spec = small(SiloWorkload::Hash).with_transactions(40);
+    let plain = generate(&spec).expect("trace");
+    let grouped = tracegen::group_transactions(&plain, 4, 7);
+    // Seven transactions of four operations each, per core; the other events unchanged.
+    let kept = |t: &Trace, i: usize| -> Vec<Event> {
+        t.events(i)
+            .filter(|e| !matches!(e, Event::TxBegin | Event::TxEnd))
+            .collect()
+    };
+    for i in 0..plain.cores() {
+        let ends = grouped.events(i).filter(|e| *e == Event::TxEnd).count();
+        assert_eq!(ends, 7);
+        let mut prefix = Vec::new();
+        let mut ops = 0;
+        for event in plain.events(i) {
+            if event == Event::TxEnd {
+                ops += 1;
+                if ops == 28 {
+                    break;
+                }
+            } else if event != Event::TxBegin {
+                prefix.push(event);
+            }
+        }
+        assert_eq!(kept(&grouped, i), prefix);
+    }
+    assert_eq!(grouped.meta.params["ops_per_transaction"], 4);
+    // A spec asking for grouped operations gives the same trace.
+    let direct = generate(
+        &small(SiloWorkload::Hash)
+            .with_transactions(7)
+            .with_ops_per_transaction(4),
+    )
+    .expect("trace");
+    for i in 0..plain.cores() {
+        assert_eq!(
+            direct.events(i).collect::<Vec<_>>(),
+            grouped.events(i).collect::<Vec<_>>()
+        );
+    }
+}

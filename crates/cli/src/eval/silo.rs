@@ -221,15 +221,24 @@ fn plan_line(rep: &Reproduction, plan: PlanName) -> String {
 
 fn timing_line(rep: &Reproduction) -> String {
     let t = &rep.timing;
+    let per: Vec<String> = t
+        .per_design_events_per_cpu_second
+        .iter()
+        .map(|(d, e)| format!("{} {:.1} M", display_name(d), e / 1e6))
+        .collect();
     format!(
-        "Took {:.1} s: trace generation {:.1} s, simulation {:.1} s on {} host threads; {:.1} M \
-         trace events at {:.2} M events/s per thread.",
+        "Took {:.1} s: trace generation {:.1} s, simulation {:.1} s on {} host threads \
+         ({:.1} CPU seconds); {:.1} M trace events at {:.2} M events per CPU second \
+         ({:.2} M per wall second per thread); largest-core runs per CPU second: {}.",
         t.wall_seconds,
         t.generation_seconds,
         t.simulation_wall_seconds,
         t.threads,
+        t.simulation_cpu_seconds,
         t.events as f64 / 1e6,
-        t.events_per_host_second / 1e6
+        t.events_per_cpu_second / 1e6,
+        t.events_per_host_second / 1e6,
+        per.join(", ")
     )
 }
 
@@ -615,8 +624,7 @@ pub(crate) mod tests {
                 latencies: vec![8, 32],
                 entries: vec![10, 20],
                 size_multiples: vec![1, 2],
-                size_transactions: 10,
-                size_data_bytes: 256 << 10,
+                size_operations: 40,
                 sensitivity: false,
                 ..ReproSpec::quick()
             };

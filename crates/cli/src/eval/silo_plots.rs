@@ -9,7 +9,9 @@ use super::silo::{
     PAPER_CORES, PAPER_THROUGHPUT_VS_FWB, PAPER_WRITES_VS_FWB, core_extremes, cores_text,
     display_name, figure_designs, workload_names,
 };
-use crate::plot::{BarSeries, Series, bar_chart, fitted_log2_line_chart, grouped_bar_chart};
+use crate::plot::{
+    BarSeries, Series, bar_chart, fitted_log2_line_chart, grouped_bar_chart, log_bar_chart,
+};
 use crate::report::Plot;
 use anyhow::Result;
 use hwsim::metrics::LogStats;
@@ -45,7 +47,45 @@ pub fn plots(rep: &Reproduction) -> Result<Vec<Plot>> {
     if rep.spec.cores.len() > 1 {
         plots.push(core_scaling(rep)?);
     }
+    plots.push(battery(rep)?);
     Ok(plots)
+}
+
+/// Table IV as a figure: each design's failure-time flush energy (log scale: eADR's is
+/// about 900× Silo's), the paper's value beside ours.
+fn battery(rep: &Reproduction) -> Result<Plot> {
+    let t = &rep.battery;
+    let mut bars = Vec::new();
+    for row in &t.rows {
+        bars.push((row.design.clone(), round3(row.energy_uj)));
+        if t.cores == PAPER_CORES
+            && let Some((_, paper)) = PAPER_BATTERY_UJ.iter().find(|(d, _)| *d == row.design)
+        {
+            bars.push((format!("{} (paper)", row.design), *paper));
+        }
+    }
+    Ok(Plot {
+        id: "battery".to_owned(),
+        title: format!(
+            "Table IV: energy to flush what each design keeps on chip at a power failure, {}: \
+             eADR the whole cache hierarchy (45 % dirty), BBB its persist buffers, Silo its log \
+             buffers (11.228 nJ/B)",
+            cores_text(t.cores)
+        ),
+        svg: log_bar_chart("Battery: failure-time flush energy", "energy (µJ)", &bars)?,
+    })
+}
+
+/// The paper's flush energies (Table IV), µJ.
+const PAPER_BATTERY_UJ: [(&str, f64); 3] = [("eadr", 54_377.0), ("bbb", 194.0), ("silo", 62.0)];
+
+/// `value` with three significant figures (bar labels).
+fn round3(value: f64) -> f64 {
+    if value <= 0.0 {
+        return value;
+    }
+    let scale = 10f64.powf(2.0 - value.log10().floor());
+    (value * scale).round() / scale
 }
 
 /// "1-core", "8-cores": part of plot ids.
@@ -228,7 +268,7 @@ fn sweep_plot(rep: &Reproduction, sweep: &Sweep) -> Result<Option<Plot>> {
     let plot = match sweep.name.as_str() {
         "latency" => latency(rep, sweep)?,
         "entries" => entries(rep, sweep)?,
-        "tx_size" => tx_size(sweep)?,
+        "tx_size" => tx_size(rep, sweep)?,
         _ => return Ok(None),
     };
     Ok(Some(plot))
@@ -300,36 +340,29 @@ fn entries(rep: &Reproduction, sweep: &Sweep) -> Result<Plot> {
     })
 }
 
-fn tx_size(sweep: &Sweep) -> Result<Plot> {
-    let relative = |pick: fn(&silorepro::SweepPoint) -> f64| {
-        sweep
+fn tx_size(rep: &Reproduction, sweep: &Sweep) -> Result<Plot> {
+    let mut lines = per_workload_lines(rep, sweep);
+    lines.push(Series {
+        name: "geomean write bytes/tx".to_owned(),
+        points: sweep
             .points
             .iter()
-            .map(|p| (p.value as f64, pick(p)))
-            .collect()
-    };
-    let lines = [
-        Series {
-            name: "throughput".to_owned(),
-            points: relative(|p| p.relative_throughput),
-        },
-        Series {
-            name: "write bytes/tx".to_owned(),
-            points: relative(|p| p.relative_write_bytes),
-        },
-        Series {
-            name: "paper: throughput".to_owned(),
-            points: vec![PAPER_TX_SIZE_THROUGHPUT],
-        },
-        Series {
-            name: "paper: writes (≤)".to_owned(),
-            points: vec![PAPER_TX_SIZE_WRITES],
-        },
-    ];
+            .map(|p| (p.value as f64, p.relative_write_bytes))
+            .collect(),
+    });
+    lines.push(Series {
+        name: "paper: throughput".to_owned(),
+        points: vec![PAPER_TX_SIZE_THROUGHPUT],
+    });
+    lines.push(Series {
+        name: "paper: writes (≤)".to_owned(),
+        points: vec![PAPER_TX_SIZE_WRITES],
+    });
     Ok(Plot {
         id: "tx-size".to_owned(),
         title: format!(
-            "Fig. 14: transactions of 1–16× the log buffer (Array swaps), relative to {}",
+            "Fig. 14: each workload's operations grouped into transactions of 1–16× the log \
+             buffer (mean live entries), Silo's throughput relative to {}",
             sweep.reference
         ),
         svg: fitted_log2_line_chart(
@@ -395,7 +428,8 @@ mod tests {
                 "latency",
                 "entries",
                 "tx-size",
-                "cores"
+                "cores",
+                "battery"
             ]
         );
         for plot in &plots {

@@ -4,7 +4,8 @@
 //!   readable summary and optionally the whole metrics as JSON;
 //! - `sim trace`: generate a workload's trace and write it to a file;
 //! - `sim reproduce`: the paper's experiment plan (`silorepro`) and its report;
-//! - `sim battery`: the battery table.
+//! - `sim battery`: the battery table;
+//! - `sim crash`: crash injection at many cycles of a workload's recorded trace.
 //!
 //! Everything clap can check it checks (names, ranges: exit 2 from clap). What only the
 //! command can find out — a trace file that cannot be read or does not decode, more cores
@@ -12,6 +13,7 @@
 //! one line, exit 2 as well.
 
 mod battery;
+mod crash_cmd;
 mod reproduce;
 mod run;
 mod trace_cmd;
@@ -41,6 +43,53 @@ pub enum SimCommand {
     Reproduce(ReproduceArgs),
     /// Print the battery table (eADR, BBB, Silo): what each must flush on a power failure.
     Battery(BatteryArgs),
+    /// Crash-check a design on a workload's recorded trace: crashes at evenly spread
+    /// cycles, the design's failure flush and recovery, an all-or-nothing check each time.
+    Crash(CrashArgs),
+}
+
+/// `ferrite sim crash`.
+#[derive(Debug, Args)]
+pub struct CrashArgs {
+    /// Design: base, fwb, morlog, lad, silo (ideal promises nothing).
+    #[arg(long, value_parser = parse_design)]
+    pub design: DesignKind,
+    /// Workload: array, btree, hash, queue, rbtree, tpcc, ycsb.
+    #[arg(long, value_parser = parse_workload)]
+    pub workload: SiloWorkload,
+    /// Simulated cores.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=MAX_CORES))]
+    pub cores: u64,
+    #[command(flatten)]
+    pub shape: CrashShape,
+    /// Crash points after the start (cycle `end × i / points` for i in 0..=points).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub points: u64,
+}
+
+/// A small trace by default: value tracking keeps every word the trace writes.
+#[derive(Debug, Args)]
+pub struct CrashShape {
+    /// Committed transactions per core.
+    #[arg(long = "tx", value_name = "N", default_value_t = 200,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub transactions: u64,
+    /// Instance size per core.
+    #[arg(long, default_value_t = 4096)]
+    pub keys: u64,
+    /// Seed (core c runs with seed + c).
+    #[arg(long, default_value_t = DEFAULT_SEED)]
+    pub seed: u64,
+}
+
+impl CrashShape {
+    fn workload_args(&self) -> WorkloadArgs {
+        WorkloadArgs {
+            transactions: self.transactions,
+            keys: Some(self.keys),
+            seed: self.seed,
+        }
+    }
 }
 
 /// The trace a workload generates: what `sim run` (without `--trace`) and `sim trace` share.
@@ -156,6 +205,7 @@ pub fn run(command: &SimCommand, out: &mut dyn Write) -> anyhow::Result<()> {
         SimCommand::Trace(args) => trace_cmd::run(args, out),
         SimCommand::Reproduce(args) => reproduce::run(args, out),
         SimCommand::Battery(args) => battery::run(args, out),
+        SimCommand::Crash(args) => crash_cmd::run(args, out),
     }
 }
 

@@ -167,7 +167,7 @@ impl Lad {
             }
             self.cores[core].overflow.pop_front();
             let data = WriteReq {
-                data: l.data,
+                data: ctx.attach(l.data),
                 seq: l.seq,
                 ..WriteReq::new(l.line * LINE_BYTES, LINE_BYTES, WriteKind::InPlace, core)
             };
@@ -209,7 +209,7 @@ impl Lad {
         self.staged_total -= staged.len();
         for (line, data) in staged {
             let req = WriteReq {
-                data,
+                data: ctx.attach(data),
                 seq: ctx.next_seq(),
                 ..WriteReq::new(line * LINE_BYTES, LINE_BYTES, WriteKind::Flush, core)
             };
@@ -236,7 +236,7 @@ impl Lad {
             }
             let leave = now + sent * self.cfg.issue_interval;
             sent += 1;
-            let data = ctx.capture_line(line);
+            let data = ctx.line_values(line);
             let at = leave + self.walk_latency;
             let seq = ctx.next_seq();
             self.travel(
@@ -305,7 +305,7 @@ impl Design for Lad {
         let Some(owner) = self.cores.iter().position(|c| c.tx_set.contains(&line)) else {
             return Evict::WriteBack;
         };
-        let data = ctx.capture_line(line);
+        let data = ctx.line_values(line);
         let now = ctx.now();
         let at = now + self.path;
         let seq = ctx.next_seq();

@@ -89,6 +89,8 @@ pub enum Stall {
     Commit,
     /// Draining the store buffer before commit.
     Drain,
+    /// A miss waiting for the memory controller's write drain to end.
+    MemDrain,
 }
 
 /// A hook's verdict.

@@ -53,14 +53,42 @@ struct MorCore {
     committing: bool,
     waiting: bool,
     words: FastMap<u64, WordLog>,
+    /// The distinct lines of `words` (a write-back looks here before looking up its words).
+    lines: Vec<u64>,
     /// Words in the redo buffer, oldest first (entries no longer `in_redo` are skipped).
     redo: VecDeque<u64>,
     redo_len: usize,
     /// Log position (record count) of the newest live redo record per word.
-    redo_logged: FastMap<u64, u64>,
+    redo_logged: RedoLog,
     records_made: u64,
     /// `records_made` when the running scan started (its truncation drops those records).
     scan_cut: u64,
+}
+
+/// The words of the redo records live in a core's PM log, in log order with their positions
+/// (record counts). Appends are the common operation (one per redo record); the question
+/// "does this word have a live redo record?" is asked only when a write-back becomes
+/// persistent while the word's newest redo is still on chip, so it scans.
+#[derive(Clone, Debug, Default)]
+struct RedoLog {
+    records: VecDeque<(u64, u64)>,
+}
+
+impl RedoLog {
+    fn push(&mut self, word: u64, position: u64) {
+        self.records.push_back((word, position));
+    }
+
+    fn holds(&self, word: u64) -> bool {
+        self.records.iter().any(|&(w, _)| w == word)
+    }
+
+    /// The log was truncated: records at positions up to `position` are gone.
+    fn truncate_through(&mut self, position: u64) {
+        while self.records.front().is_some_and(|&(_, at)| at <= position) {
+            self.records.pop_front();
+        }
+    }
 }
 
 /// The MorLog design.
@@ -138,7 +166,7 @@ impl MorLog {
         let m = &mut self.cores[core];
         m.records_made += 1;
         if record.kind == RecordKind::Redo {
-            m.redo_logged.insert(record.word, m.records_made);
+            m.redo_logged.push(record.word, m.records_made);
             self.stats.redo_records += 1;
         } else {
             self.stats.undo_records += 1;
@@ -204,17 +232,15 @@ impl MorLog {
     /// carries are no longer needed, unless an older redo record of the word is live.
     fn line_persisted(&mut self, line: u64, seq: u64) {
         for m in &mut self.cores {
-            if m.words.is_empty() {
+            if !m.lines.contains(&line) {
                 continue;
             }
             for i in 0..8 {
                 let word = (line << 6) + 8 * i;
-                if m.redo_logged.contains_key(&word) {
-                    continue;
-                }
                 if let Some(w) = m.words.get_mut(&word)
                     && w.in_redo
                     && w.seq <= seq
+                    && !m.redo_logged.holds(word)
                 {
                     w.in_redo = false;
                     m.redo_len -= 1;
@@ -225,13 +251,14 @@ impl MorLog {
 
     /// The log was truncated: redo records older than the kept suffix are gone.
     fn forget_truncated(&mut self, core: usize, kept_from: u64) {
-        self.cores[core].redo_logged.retain(|_, at| *at > kept_from);
+        self.cores[core].redo_logged.truncate_through(kept_from);
     }
 
     fn commit(&mut self, ctx: &mut Ctx<'_>, core: usize) {
         let m = &mut self.cores[core];
         ctx.pm().committed[core] = m.txid;
         m.words.clear();
+        m.lines.clear();
         m.redo.clear();
         m.redo_len = 0;
         let before = self.wal.cores[core].scanning();
@@ -307,6 +334,9 @@ impl Design for MorLog {
                 (false, extra, w.in_redo)
             }
             None => {
+                if !m.lines.contains(&st.line()) {
+                    m.lines.push(st.line());
+                }
                 m.words.insert(
                     st.word,
                     WordLog {

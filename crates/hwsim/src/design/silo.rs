@@ -64,6 +64,20 @@ struct Entry {
 #[derive(Clone, Debug)]
 struct SiloCore {
     slots: Vec<Option<Entry>>,
+    /// Free slots (a stack; slot numbers carry no meaning, age is `Entry::order`).
+    free: Vec<usize>,
+    /// Allocated slots with their entries' order stamps, oldest first. Entries freed out of
+    /// order stay until they reach the front; a pair whose slot now holds another entry (or
+    /// none) is stale and skipped.
+    fifo: VecDeque<(usize, u64)>,
+    /// Slots holding live entries of the running transaction.
+    running_live: usize,
+    /// Per slot: the word of its entry (`NO_WORD` when free). Compact copies of the slots'
+    /// keys, scanned instead of the entries (a store, a write-back, an in-place update).
+    slot_words: Vec<u64>,
+    /// Per slot: the word of its entry if it is a live entry of the running transaction
+    /// (the entries a store can merge into), else `NO_WORD`.
+    live_words: Vec<u64>,
     next_order: u64,
     txid: u64,
     committed: u64,
@@ -78,15 +92,49 @@ struct SiloCore {
 
 impl SiloCore {
     fn live(&mut self, word: u64) -> Option<&mut Entry> {
-        let txid = self.txid;
-        self.slots
-            .iter_mut()
-            .flatten()
-            .find(|e| e.state == State::Live && e.txid == txid && e.word == word)
+        let slot = self.live_words.iter().position(|&w| w == word)?;
+        let e = self.slots[slot].as_mut();
+        debug_assert!(
+            e.as_ref()
+                .is_some_and(|e| e.state == State::Live && e.txid == self.txid)
+        );
+        e
+    }
+
+    /// The slot's entry is no longer a live entry of the running transaction.
+    fn unlive(&mut self, slot: usize) {
+        self.live_words[slot] = NO_WORD;
+        self.running_live -= 1;
     }
 
     fn free_slot(&self) -> Option<usize> {
-        self.slots.iter().position(Option::is_none)
+        self.free.last().copied()
+    }
+
+    /// Puts a new live entry of the running transaction into a free slot.
+    fn alloc(&mut self, entry: Entry) -> usize {
+        let slot = self.free.pop().expect("a free slot");
+        self.slots[slot] = Some(entry);
+        self.slot_words[slot] = entry.word;
+        self.live_words[slot] = entry.word;
+        self.fifo.push_back((slot, entry.order));
+        self.running_live += 1;
+        slot
+    }
+
+    /// Frees a slot.
+    fn release(&mut self, slot: usize) {
+        debug_assert!(self.slots[slot].is_some(), "freeing a free slot");
+        debug_assert_eq!(self.live_words[slot], NO_WORD, "freeing a live entry");
+        self.slots[slot] = None;
+        self.slot_words[slot] = NO_WORD;
+        self.free.push(slot);
+        while let Some(&(s, order)) = self.fifo.front() {
+            if self.slots[s].is_some_and(|e| e.order == order) {
+                break;
+            }
+            self.fifo.pop_front();
+        }
     }
 
     fn has_room_for(&mut self, word: u64) -> bool {
@@ -95,13 +143,16 @@ impl SiloCore {
 
     /// Slots holding entries, oldest first.
     fn by_age(&self) -> Vec<usize> {
-        let mut v: Vec<usize> = (0..self.slots.len())
-            .filter(|&s| self.slots[s].is_some())
-            .collect();
-        v.sort_by_key(|&s| self.slots[s].map(|e| e.order));
-        v
+        self.fifo
+            .iter()
+            .filter(|&&(s, order)| self.slots[s].is_some_and(|e| e.order == order))
+            .map(|&(s, _)| s)
+            .collect()
     }
 }
+
+/// A free slot's word (no 8-byte-aligned word address has its low bits set).
+const NO_WORD: u64 = u64::MAX;
 
 /// Work for the log controller's path into the write queue.
 #[derive(Clone, Debug)]
@@ -134,6 +185,11 @@ impl Silo {
     pub fn new(cfg: &Config) -> Self {
         let core = SiloCore {
             slots: vec![None; cfg.silo.entries],
+            free: (0..cfg.silo.entries).rev().collect(),
+            fifo: VecDeque::new(),
+            running_live: 0,
+            slot_words: vec![NO_WORD; cfg.silo.entries],
+            live_words: vec![NO_WORD; cfg.silo.entries],
             next_order: 0,
             txid: 0,
             committed: 0,
@@ -160,19 +216,17 @@ impl Silo {
     /// slot holds one; otherwise slots are already on their way to being freed.
     fn make_room(&mut self, ctx: &mut Ctx<'_>, core: usize) {
         let c = &mut self.cores[core];
-        let txid = c.txid;
-        if c.slots
-            .iter()
-            .flatten()
-            .any(|e| e.txid != txid || e.state != State::Live)
-        {
+        if c.running_live < c.slots.len() {
             return;
         }
         let batch: Vec<usize> = c
-            .by_age()
-            .into_iter()
+            .fifo
+            .iter()
+            .filter(|&&(s, order)| c.slots[s].is_some_and(|e| e.order == order))
             .take(self.cfg.records_per_batch())
+            .map(|&(s, _)| s)
             .collect();
+        batch.iter().for_each(|&s| c.unlive(s));
         let mut entries = Vec::with_capacity(batch.len());
         for slot in batch {
             let e = c.slots[slot].as_mut().expect("occupied");
@@ -209,8 +263,11 @@ impl Silo {
             if e.txid != c.txid || e.state != State::Live {
                 continue;
             }
-            if e.flush {
-                c.slots[slot] = None;
+            let flush = e.flush;
+            c.unlive(slot);
+            let e = c.slots[slot].as_mut().expect("occupied");
+            if flush {
+                c.release(slot);
                 self.stats.updates_skipped += 1;
             } else {
                 e.state = State::LuQueued;
@@ -228,6 +285,16 @@ impl Silo {
         self.cores[core].slots[slot]
             .as_mut()
             .filter(|e| e.order == order)
+    }
+
+    /// Whether a job belongs to an overflow retirement (its slot is needed now).
+    fn retiring(&mut self, job: &Job) -> bool {
+        match *job {
+            Job::Undo { .. } => true,
+            Job::Lu { core, slot, order } => self
+                .entry(core, slot, order)
+                .is_some_and(|e| matches!(e.state, State::Retiring { .. })),
+        }
     }
 
     /// Whether a queued job still has work (an LU may have been cancelled by an eviction).
@@ -250,7 +317,7 @@ impl Silo {
                 data.words[i] = e.new;
                 // The data was captured by the entry's last store.
                 WriteReq {
-                    data,
+                    data: ctx.attach(data),
                     seq: e.seq,
                     ..WriteReq::new(e.word, 8, WriteKind::InPlace, core)
                 }
@@ -269,7 +336,7 @@ impl Silo {
     /// line as `job` join its write as one masked request. The scan stops at a second entry
     /// of a word already in the write, and a word whose LU is left behind (an overflow LU of
     /// a retiring entry) is not taken later in the scan, so the LUs of one word stay in order.
-    fn take_line_mates(&mut self, job: &Job, req: &mut WriteReq) -> Vec<Job> {
+    fn take_line_mates(&mut self, ctx: &mut Ctx<'_>, job: &Job, req: &mut WriteReq) -> Vec<Job> {
         let Job::Lu { core, .. } = *job else {
             return Vec::new();
         };
@@ -302,8 +369,10 @@ impl Silo {
             }
             words |= bit;
             req.seq = req.seq.min(e.seq);
-            req.data.mask |= bit;
-            req.data.words[((e.word >> 3) & 7) as usize] = e.new;
+            if let Some(data) = ctx.payload_mut(req.data) {
+                data.mask |= bit;
+                data.words[((e.word >> 3) & 7) as usize] = e.new;
+            }
             taken.push(i);
         }
         req.addr = line << 6;
@@ -323,11 +392,11 @@ impl Silo {
                 let e = *self.entry(core, slot, order).expect("live job");
                 // PM now has the word's newest value unless a later store made a newer entry
                 // (data-comparison writes then find nothing to write for it in the line).
-                let newer = self.cores[core]
-                    .slots
-                    .iter()
-                    .flatten()
-                    .any(|n| n.word == e.word && n.order > e.order);
+                let c = &self.cores[core];
+                let newer =
+                    c.slot_words.iter().enumerate().any(|(s, &w)| {
+                        w == e.word && c.slots[s].is_some_and(|n| n.order > e.order)
+                    });
                 if !newer {
                     ctx.persisted_words(e.word >> 6, 1 << ((e.word >> 3) & 7));
                 }
@@ -337,10 +406,10 @@ impl Silo {
                         e.flush = true;
                         e.state = State::Retiring { undo, lu: false };
                         if !undo {
-                            self.cores[core].slots[slot] = None;
+                            self.cores[core].release(slot);
                         }
                     }
-                    _ => self.cores[core].slots[slot] = None,
+                    _ => self.cores[core].release(slot),
                 }
             }
             Job::Undo { core, entries } => {
@@ -358,7 +427,7 @@ impl Silo {
                     };
                     e.state = State::Retiring { undo: false, lu };
                     if !lu {
-                        self.cores[core].slots[slot] = None;
+                        self.cores[core].release(slot);
                     }
                     self.stats.undo_records += 1;
                     ctx.pm().append(core, record);
@@ -370,22 +439,25 @@ impl Silo {
     /// An eviction of `line` captured at `seq` reached PM: flag the entries it covers.
     fn line_persisted(&mut self, line: u64, seq: u64) {
         for c in &mut self.cores {
-            for slot in c.slots.iter_mut() {
-                let Some(e) = slot else { continue };
-                if e.word >> 6 != line || e.seq > seq {
+            for slot in 0..c.slots.len() {
+                if c.slot_words[slot] >> 6 != line {
+                    continue;
+                }
+                let e = c.slots[slot].as_mut().expect("occupied");
+                if e.seq > seq {
                     continue;
                 }
                 e.flush = true;
                 match e.state {
                     State::LuQueued => {
-                        *slot = None;
+                        c.release(slot);
                         self.stats.updates_skipped += 1;
                     }
                     State::Retiring { undo, lu: true } => {
                         self.stats.updates_skipped += 1;
                         e.state = State::Retiring { undo, lu: false };
                         if !undo {
-                            *slot = None;
+                            c.release(slot);
                         }
                     }
                     _ => {}
@@ -420,7 +492,7 @@ impl Design for Silo {
         Self::room_wait()
     }
 
-    fn post_store(&mut self, _ctx: &mut Ctx<'_>, core: usize, st: &StoreInfo) -> Step {
+    fn post_store(&mut self, ctx: &mut Ctx<'_>, core: usize, st: &StoreInfo) -> Step {
         self.stats.tx_stores += 1;
         if st.silent {
             self.stats.silent_ignored += 1;
@@ -436,8 +508,7 @@ impl Design for Silo {
             self.stats.merged += 1;
             return Step::Done;
         }
-        let slot = c.free_slot().expect("pre_store reserved room");
-        c.slots[slot] = Some(Entry {
+        c.alloc(Entry {
             txid: c.txid,
             word: st.word,
             old: st.old,
@@ -451,13 +522,21 @@ impl Design for Silo {
         c.tx_entries += 1;
         self.stats.appended += 1;
         self.stats.max_entries_per_tx = self.stats.max_entries_per_tx.max(c.tx_entries);
+        if c.free_slot().is_none() {
+            // The buffer is full of this transaction's entries: start retiring the oldest
+            // now, in parallel with the next appends (§III-F), rather than when the next
+            // entry finds no slot.
+            self.make_room(ctx, core);
+        }
         Step::Done
     }
 
     fn tx_end(&mut self, ctx: &mut Ctx<'_>, core: usize) -> Step {
         let c = &mut self.cores[core];
         c.committing = true;
-        let ack = ctx.now().max(c.last_arrival) + self.cfg.buffer_latency;
+        // The controller acknowledges once the last entry is written into the buffer (its
+        // arrival plus the buffer's access latency) and the commit request is there.
+        let ack = ctx.now().max(c.last_arrival + self.cfg.buffer_latency);
         Step::block(Wake::At(ack), Stall::Commit)
     }
 
@@ -487,6 +566,12 @@ impl Design for Silo {
     }
 
     fn background(&mut self, ctx: &mut Ctx<'_>) {
+        // Post-commit in-place updates are already persistent in the battery-backed buffer,
+        // so the log controller feeds them to the write queue only below its drain
+        // watermark (they never start a drain that would hold the cores' reads), unless a
+        // store waits for a slot; overflow retirements are always urgent.
+        let limit = ctx.config().mem.drain_high.saturating_sub(1).max(1);
+        let urgent = self.cores.iter().any(|c| c.waiting.is_some());
         while let Some(job) = self.jobs.front().cloned() {
             if !self.job_live(&job) {
                 self.jobs.pop_front();
@@ -495,10 +580,13 @@ impl Design for Silo {
             if ctx.wq_free() == 0 {
                 return;
             }
+            if !urgent && ctx.wq_queued() >= limit && !self.retiring(&job) {
+                return;
+            }
             let mut req = self.request(ctx, &job);
             self.jobs.pop_front();
             let merged = if self.cfg.coalesce_lus {
-                self.take_line_mates(&job, &mut req)
+                self.take_line_mates(ctx, &job, &mut req)
             } else {
                 Vec::new()
             };

@@ -17,7 +17,6 @@ use crate::config::LINE_BYTES;
 use crate::engine::Ctx;
 use crate::mem::{WriteKind, WriteReq};
 use crate::pm::LogRecord;
-use crate::util::{FastMap, FastSet};
 use std::collections::VecDeque;
 
 /// A record not yet accepted by the MC.
@@ -55,13 +54,15 @@ pub(crate) struct CoreWal {
     pub(crate) pack_id: u64,
     /// Bytes of the pending records.
     pending_bytes: u64,
-    /// Pending records per line.
-    pending_lines: FastMap<u64, u32>,
+    /// Lines of the pending records, in the same order (a short list: at most a log
+    /// buffer's worth plus the open pack).
+    pending_lines: VecDeque<u64>,
     /// Accepted records and bytes since the last truncation.
     records: usize,
     bytes: u64,
-    /// Lines of records created since the last scan start.
-    logged_lines: FastSet<u64>,
+    /// Lines of records created since the last scan start (with repeats; a scan sorts and
+    /// dedups them).
+    logged_lines: Vec<u64>,
     scan: Option<Scan>,
 }
 
@@ -78,7 +79,7 @@ impl CoreWal {
 
     /// Whether `line` has a pending record.
     pub(crate) fn has_pending(&self, line: u64) -> bool {
-        self.pending_lines.contains_key(&line)
+        self.pending_lines.contains(&line)
     }
 
     /// Whether the open pack holds records.
@@ -132,8 +133,10 @@ impl Wal {
         c.open += 1;
         c.open_bytes += bytes;
         c.open_ready = c.open_ready.max(ready);
-        *c.pending_lines.entry(line).or_insert(0) += 1;
-        c.logged_lines.insert(line);
+        c.pending_lines.push_back(line);
+        if c.logged_lines.last() != Some(&line) {
+            c.logged_lines.push(line);
+        }
     }
 
     /// Adds bytes to the open pack without a new record (a store coalesced into a record
@@ -179,12 +182,7 @@ impl Wal {
             .expect("an accepted log write was in flight");
         for _ in 0..n {
             let p = c.pending.pop_front().expect("flight records are pending");
-            let line = p.record.word >> 6;
-            let count = c.pending_lines.get_mut(&line).expect("counted");
-            *count -= 1;
-            if *count == 0 {
-                c.pending_lines.remove(&line);
-            }
+            c.pending_lines.pop_front();
             c.records += 1;
             c.bytes += p.bytes;
             c.pending_bytes -= p.bytes;
@@ -225,8 +223,9 @@ impl Wal {
             c.pending.is_empty(),
             "scans start when every record is accepted"
         );
-        let mut lines: Vec<u64> = c.logged_lines.drain().collect();
+        let mut lines = std::mem::take(&mut c.logged_lines);
         lines.sort_unstable();
+        lines.dedup();
         c.scan = Some(Scan {
             lines: lines.into(),
             records_before: c.records,
@@ -255,7 +254,7 @@ impl Wal {
         while budget > 0 && ctx.wq_free() > half {
             budget -= 1;
             let line = scan.lines.pop_front().expect("budget ≤ len");
-            let record_pending = c.pending_lines.contains_key(&line);
+            let record_pending = c.pending_lines.contains(&line);
             if record_pending || ctx.writeback_in_flight(line) {
                 waits_for_open_pack |= record_pending && c.open > 0;
                 scan.lines.push_back(line); // its log record or data is still on the way
