@@ -11,6 +11,7 @@
 mod bench_cmd;
 mod cells;
 mod eval;
+mod fs_cmd;
 mod plot;
 mod pool_cmd;
 mod report;
@@ -44,6 +45,9 @@ enum Command {
     /// Simulate hardware logging designs (Silo and its baselines) on workload traces.
     #[command(subcommand)]
     Sim(sim::SimCommand),
+    /// Create, mount, unmount and check PMFS file systems (FUSE).
+    #[command(subcommand)]
+    Fs(fs_cmd::FsCommand),
 }
 
 #[derive(Debug, Args)]
@@ -246,6 +250,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Eval(args) => run_eval(&args, &mut stdout),
         Command::Bench(args) => run_bench(&args, &mut stdout),
         Command::Sim(command) => sim::run(&command, &mut stdout),
+        Command::Fs(command) => fs_cmd::run(&command, &mut stdout),
     }
 }
 

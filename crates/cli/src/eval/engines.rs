@@ -758,6 +758,7 @@ mod tests {
                 },
                 counters: pmem::Counters::default(),
                 mix: Default::default(),
+                events: Default::default(),
                 checked: true,
             },
         }

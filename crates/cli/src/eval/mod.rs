@@ -9,6 +9,8 @@ mod crash_engines;
 mod crash_selftest;
 mod engines;
 mod logstudy;
+mod nvthreads;
+mod pmfs;
 pub(crate) mod silo;
 mod silo_plots;
 mod substrate;
@@ -71,6 +73,16 @@ pub const SECTIONS: &[SectionSpec] = &[
         id: silo::ID,
         title: silo::TITLE,
         run: silo::run,
+    },
+    SectionSpec {
+        id: pmfs::ID,
+        title: pmfs::TITLE,
+        run: pmfs::run,
+    },
+    SectionSpec {
+        id: nvthreads::ID,
+        title: nvthreads::TITLE,
+        run: nvthreads::run,
     },
 ];
 
