@@ -134,12 +134,34 @@ pub fn print_tables(
             "PM B/op".into(),
             "WA".into(),
         ]);
-        for m in rows {
+        for m in &rows {
             table.add_row(row(m, base.as_ref().map(|b| b.1)));
         }
         writeln!(out, "{table}")?;
+        for m in rows.iter().filter(|m| !m.events.is_empty()) {
+            writeln!(out, "{}", events_line(m))?;
+        }
     }
     Ok(())
+}
+
+/// An engine's own event counters over the timed runs, one line. When the engine logs
+/// transaction bytes (`tlog_bytes`, the MVCC engine), also the write amplification as
+/// TimeStone defines it: PM bytes written per byte of the transactions' write sets, which
+/// counts a key rewritten twice as two user bytes (the WA column counts distinct requests).
+pub fn events_line(m: &Measurement) -> String {
+    let mut parts: Vec<String> = m
+        .events
+        .iter()
+        .map(|(name, value)| format!("{name} {value}"))
+        .collect();
+    if let Some(&logged) = m.events.get("tlog_bytes").filter(|&&b| b > 0) {
+        parts.push(format!(
+            "PM B / tlog B {:.2}",
+            m.counters.pm_bytes() as f64 / logged as f64
+        ));
+    }
+    format!("  {} events: {}", m.engine, parts.join(", "))
 }
 
 /// One table row of a measurement.

@@ -52,8 +52,9 @@ enum Command {
 
 #[derive(Debug, Args)]
 struct BenchArgs {
-    /// Engines (comma-separated): undo, redo, pmdk, ideal, mem; undo and redo take a log
-    /// mode suffix (redo:cacheable, redo:non-temporal, redo:packed, redo:auto).
+    /// Engines (comma-separated): undo, redo, mvcc (TimeStone), pmdk, ideal, mem; undo and
+    /// redo take a log mode suffix (redo:cacheable, redo:non-temporal, redo:packed,
+    /// redo:auto).
     #[arg(long, value_delimiter = ',', default_value = "redo,undo,pmdk,ideal", value_parser = parse_engine)]
     engine: Vec<bench::choice::EngineChoice>,
     /// Workloads (comma-separated): array, queue, hash, btree, rbtree, list, ts-hash, bst,

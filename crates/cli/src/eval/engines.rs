@@ -31,11 +31,13 @@ const REDO: EngineChoice = EngineChoice::Redo(LogMode::Auto);
 const UNDO: EngineChoice = EngineChoice::Undo(LogMode::Auto);
 const PMDK: EngineChoice = EngineChoice::Pmdk;
 const IDEAL: EngineChoice = EngineChoice::Ideal;
+const MVCC: EngineChoice = EngineChoice::Mvcc;
 
 /// The ideal reference is a redo log stripped to the minimum; it only makes sense next to
 /// the single-threaded Silo micro-benchmarks it was written for.
 const SILO_ENGINES: [EngineChoice; 4] = [REDO, UNDO, PMDK, IDEAL];
-const PEER_ENGINES: [EngineChoice; 3] = [REDO, UNDO, PMDK];
+/// TimeStone's structures, YCSB and TPC-C: the MVCC engine beside the logging engines.
+const PEER_ENGINES: [EngineChoice; 4] = [MVCC, REDO, UNDO, PMDK];
 
 /// Seed of every workload's random choices (fixed, so runs are comparable).
 const SEED: u64 = 42;
@@ -367,6 +369,7 @@ fn summary(plan: &Plan, outcomes: &Outcomes, goals: &[Goal], quick: bool) -> Vec
         plan.runs
     )];
     lines.extend(goals.iter().map(Goal::line));
+    lines.extend(scaling_line(&outcomes.runs));
     if let Some(error) = &outcomes.pmdk_skipped {
         lines.push(format!(
             "PMDK peer skipped: {error}. Its columns and the goals against it are n/a."
@@ -422,7 +425,148 @@ fn goals(runs: &[Run]) -> Vec<Goal> {
         ratio_goal(runs, "btree", PMDK, 2.0, "B+tree: redo at least 2× PMDK"),
         amplification_goal(runs),
         fence_goal(runs),
+        read_mostly_goal(runs),
+        mvcc_amplification_goal(runs),
+        lowest_amplification_goal(runs),
     ]
+}
+
+/// The TimeStone-family run of `engine` on `label` at `threads`.
+fn timestone_run<'a>(
+    runs: &'a [Run],
+    label: &str,
+    threads: usize,
+    engine: EngineChoice,
+) -> Option<&'a Run> {
+    runs.iter()
+        .find(|run| run.group() == (Family::TimeStone, label, threads) && run.is(engine))
+}
+
+/// TimeStone's read-mostly claim: mvcc beats every other engine on the 2 %-update hash
+/// table and BST, at each thread count measured.
+fn read_mostly_goal(runs: &[Run]) -> Goal {
+    let mut worst: Option<(f64, String)> = None;
+    for label in ["ts-hash 2%", "bst 2%"] {
+        for threads in [1, 2] {
+            let Some(mvcc) = timestone_run(runs, label, threads, MVCC) else {
+                continue;
+            };
+            for other in [REDO, UNDO, PMDK] {
+                let Some(peer) = timestone_run(runs, label, threads, other) else {
+                    continue;
+                };
+                let ratio = mvcc.measurement.throughput.median / peer.measurement.throughput.median;
+                if worst.as_ref().is_none_or(|(w, _)| ratio < *w) {
+                    worst = Some((ratio, format!("{other} on {}", mvcc.place())));
+                }
+            }
+        }
+    }
+    Goal {
+        statement: "TimeStone: mvcc faster than undo, redo and PMDK on the 2 %-update hash \
+                    table and BST at 1 and 2 threads"
+            .to_owned(),
+        measured: worst
+            .as_ref()
+            .map_or("not measured".to_owned(), |(r, place)| {
+                format!("lowest ratio mvcc / peer {r:.2}, against {place}")
+            }),
+        holds: worst.map(|(r, _)| r > 1.0),
+    }
+}
+
+/// TimeStone's write-amplification claim on the 80 %-update hash table. Two definitions:
+/// ours (PM bytes per distinct byte the operations asked to write, as for every engine)
+/// and TimeStone's (PM bytes per byte copied into the version log, `tlog_bytes`).
+fn mvcc_amplification_goal(runs: &[Run]) -> Goal {
+    let run = timestone_run(runs, "ts-hash 80%", 1, MVCC);
+    let ours = run.and_then(|r| r.measurement.traffic.write_amplification);
+    let timestone = run.and_then(|r| {
+        let logged = *r.measurement.events.get("tlog_bytes")?;
+        (logged > 0).then(|| r.measurement.counters.pm_bytes() as f64 / logged as f64)
+    });
+    Goal {
+        statement: "TimeStone: mvcc write amplification at most 1.0 on the 80 %-update hash \
+                    table (1 thread)"
+            .to_owned(),
+        measured: match (ours, timestone) {
+            (Some(ours), Some(ts)) => format!(
+                "{ours:.2} PM bytes per user byte; {ts:.2} per version-log byte (TimeStone's \
+                 definition)"
+            ),
+            _ => "not measured".to_owned(),
+        },
+        holds: ours.map(|wa| wa <= 1.0),
+    }
+}
+
+/// mvcc's write amplification is the lowest of the counted engines on every 80 %-update
+/// run (PMDK writes PM directly and is not counted).
+fn lowest_amplification_goal(runs: &[Run]) -> Goal {
+    let mut checked = 0;
+    let mut beaten = Vec::new();
+    for run in runs
+        .iter()
+        .filter(|r| r.family == Family::TimeStone && r.label.ends_with(" 80%") && r.is(MVCC))
+    {
+        let Some(mine) = run.measurement.traffic.write_amplification else {
+            continue;
+        };
+        checked += 1;
+        for other in [REDO, UNDO] {
+            let peer = timestone_run(runs, &run.label, run.threads(), other)
+                .and_then(|p| p.measurement.traffic.write_amplification);
+            if let Some(theirs) = peer.filter(|&theirs| theirs < mine) {
+                beaten.push(format!(
+                    "{other} {theirs:.2} < {mine:.2} on {}",
+                    run.place()
+                ));
+            }
+        }
+    }
+    Goal {
+        statement: "TimeStone: mvcc has the lowest write amplification of the counted engines \
+                    on the 80 %-update structures"
+            .to_owned(),
+        measured: if beaten.is_empty() {
+            format!("lowest on all {checked} runs")
+        } else {
+            format!(
+                "{} of {checked} runs beaten: {}",
+                beaten.len(),
+                beaten.join("; ")
+            )
+        },
+        holds: (checked > 0).then_some(beaten.is_empty()),
+    }
+}
+
+/// How mvcc's throughput and PM traffic change from 1 to 2 threads (the machine has two
+/// cores, so scaling beyond cannot be measured). Informational: not a goal.
+fn scaling_line(runs: &[Run]) -> Option<String> {
+    let mut parts = Vec::new();
+    for label in ["ts-hash 2%", "ts-hash 80%", "bst 2%", "bst 80%"] {
+        let (Some(one), Some(two)) = (
+            timestone_run(runs, label, 1, MVCC),
+            timestone_run(runs, label, 2, MVCC),
+        ) else {
+            continue;
+        };
+        let speedup = two.measurement.throughput.median / one.measurement.throughput.median;
+        let bytes = |r: &Run| r.measurement.traffic.pm_bytes_per_op;
+        parts.push(format!(
+            "{label}: {speedup:.2}× throughput, {:.0} → {:.0} PM B/op",
+            bytes(one),
+            bytes(two)
+        ));
+    }
+    (!parts.is_empty()).then(|| {
+        format!(
+            "TimeStone, mvcc from 1 to 2 threads (scaling past 2 cores cannot be measured on \
+             this 2-core machine): {}.",
+            parts.join("; ")
+        )
+    })
 }
 
 /// The single-threaded Silo throughput of `engine` on `label`.
@@ -785,7 +929,10 @@ mod tests {
                 Some(false),
                 None,
                 Some(false),
-                Some(true)
+                Some(true),
+                None,
+                None,
+                None
             ]
         );
         assert!(goals[0].measured.contains("8.00× pmdk"), "{:?}", goals[0]);
@@ -796,6 +943,56 @@ mod tests {
         );
         assert!(goals[4].measured.contains("undo: at most 3 in 1 of 1"));
         assert!(goals[3].line().contains("not measured"));
+    }
+
+    /// A TimeStone-family run of `engine` on `label` at `threads`.
+    fn fake_timestone(
+        label: &str,
+        threads: usize,
+        engine: EngineChoice,
+        kops: f64,
+        wa: Option<f64>,
+    ) -> Run {
+        let mut run = fake("hash", engine, kops, wa);
+        run.family = Family::TimeStone;
+        run.label = label.to_owned();
+        run.measurement.threads = threads;
+        run
+    }
+
+    #[test]
+    fn timestone_goals_compare_mvcc_with_every_peer() {
+        let mut runs = Vec::new();
+        for threads in [1, 2] {
+            for (label, mvcc) in [("ts-hash 2%", 500.0), ("bst 2%", 300.0)] {
+                runs.push(fake_timestone(label, threads, MVCC, mvcc, None));
+                runs.push(fake_timestone(label, threads, REDO, 400.0, None));
+                runs.push(fake_timestone(label, threads, PMDK, 200.0, None));
+            }
+        }
+        let mut hot = fake_timestone("ts-hash 80%", 1, MVCC, 100.0, Some(0.9));
+        hot.measurement.events.insert("tlog_bytes".into(), 1000);
+        runs.push(hot);
+        runs.push(fake_timestone("ts-hash 80%", 1, REDO, 100.0, Some(0.8)));
+        let goals = goals(&runs);
+        let [read_mostly, wa, lowest] = [&goals[6], &goals[7], &goals[8]];
+        // bst 2%: mvcc 300 < redo 400 at both thread counts.
+        assert_eq!(read_mostly.holds, Some(false), "{read_mostly:?}");
+        assert!(read_mostly.measured.contains("0.75"), "{read_mostly:?}");
+        assert!(
+            read_mostly.measured.contains("redo on bst 2%"),
+            "{read_mostly:?}"
+        );
+        assert_eq!(wa.holds, Some(true), "{wa:?}");
+        assert_eq!(
+            lowest.holds,
+            Some(false),
+            "redo's 0.8 beats 0.9: {lowest:?}"
+        );
+        assert!(
+            lowest.measured.starts_with("1 of 1 runs beaten"),
+            "{lowest:?}"
+        );
     }
 
     #[test]
@@ -822,8 +1019,11 @@ mod tests {
         for engine in SILO_ENGINES {
             assert!(cases.iter().any(|c| c.spec.engine == engine), "{engine}");
         }
+        for engine in PEER_ENGINES {
+            assert!(cases.iter().any(|c| c.spec.engine == engine), "{engine}");
+        }
         let full = cases_count(&FULL);
-        assert_eq!(full, 5 * 4 + 3 * 3 * 2 * 3 + 7 * 3);
+        assert_eq!(full, 5 * 4 + 3 * 3 * 2 * 4 + 7 * 4);
     }
 
     fn cases_count(plan: &Plan) -> usize {
