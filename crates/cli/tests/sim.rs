@@ -73,6 +73,11 @@ fn run_json(dir: &Path, name: &str, args: &[&str]) -> Value {
     for label in ["throughput", "PM writes", "log", "stalls/tx"] {
         assert!(summary.contains(label), "no {label} line: {summary}");
     }
+    let stalls = summary
+        .lines()
+        .find(|line| line.starts_with("stalls/tx"))
+        .expect("stalls/tx line");
+    assert!(stalls.contains("mem_drain"), "no mem_drain stall: {stalls}");
     read_json(&json)
 }
 
@@ -112,6 +117,7 @@ fn run_reports_every_metric_of_every_design_as_json() {
         assert!(metrics["pm"]["writes"]["bytes"].is_u64());
         assert!(metrics["pm"]["media_writes"].is_u64());
         assert!(run["per_tx"]["stall_cycles"]["load"].as_f64() > Some(0.0));
+        assert!(run["per_tx"]["stall_cycles"]["mem_drain"].is_f64());
         if design == "ideal" {
             // Ideal does no persistence work: no log, nothing written in 60 transactions
             // whose instances fit the caches.

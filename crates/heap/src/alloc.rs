@@ -79,6 +79,9 @@ pub struct Reservation {
 pub struct Freeing {
     /// Absolute offset of the block.
     pub addr: u64,
+    /// Bytes of the block (its unit or span size), fixed when the free starts so that
+    /// callers holding their own locks can ask for it without taking the heap's.
+    pub len: u64,
     block: Block,
 }
 
@@ -185,7 +188,8 @@ impl Heap {
         if !state.being_freed.insert(addr) {
             return Err(HeapError::InvalidFree(addr));
         }
-        Ok(Freeing { addr, block })
+        let len = self.len_of(&state, block);
+        Ok(Freeing { addr, len, block })
     }
 
     /// The action that frees a block.
@@ -206,11 +210,6 @@ impl Heap {
     /// Abandons a free (the transaction aborted).
     pub fn cancel_free(&self, freeing: &Freeing) {
         self.state.lock().being_freed.remove(&freeing.addr);
-    }
-
-    /// Bytes of a block being freed.
-    pub fn freeing_len(&self, freeing: &Freeing) -> u64 {
-        self.len_of(&self.state.lock(), freeing.block)
     }
 
     /// Whether a block being freed is a large span (a span's chunks may later hold a run).

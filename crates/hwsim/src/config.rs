@@ -148,14 +148,14 @@ pub struct MemConfig {
     pub onpm_line_bytes: u64,
     /// Media write granularity in bytes (8, 64 or 256). `write_ns` is the time to program
     /// 64 B; a media write programs every block of this size that holds a changed word, at
-    /// `write_ns × media_block_bytes / 64` per block, plus one `read_ns` first (the
-    /// data-comparison read when `dcw` is on, or the read-modify-write of a partly written
-    /// block). 8 (default): PCM with data-comparison writes programs only the changed data,
-    /// and its program bandwidth is power-limited (NVMain's PCM config is built on a PRAM
-    /// of 40 MB/s program bandwidth per chip), so a write's time follows the data it
-    /// changes: an 8 B in-place update costs 1/8 of a 64 B line write. 64: every touched
-    /// 64 B block costs a whole 150 ns write pulse (NVMain's fixed `tWP` per request). 256:
-    /// whole 256 B lines (an Optane-like XPLine media).
+    /// `write_ns × media_block_bytes / 64` per block, plus one `read_ns` first (before every
+    /// media write when `dcw` is on: its data-comparison read; with `dcw` off, only for the
+    /// read-modify-write of a partly written block). 64 (default): every touched 64 B block
+    /// costs a whole 150 ns write pulse (NVMain's fixed `tWP` per request). 8: PCM with
+    /// data-comparison writes programs only the changed data, and its program bandwidth is
+    /// power-limited (NVMain's PCM config is built on a PRAM of 40 MB/s program bandwidth per
+    /// chip), so a write's time follows the data it changes: an 8 B in-place update costs
+    /// 1/8 of a 64 B line write. 256: whole 256 B lines (an Optane-like XPLine media).
     pub media_block_bytes: u64,
     /// The write queue merges a write into a queued, not yet issued write of the same 64 B
     /// block (one entry, one bus burst), as gem5's memory controller does for writes to a

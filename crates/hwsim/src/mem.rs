@@ -18,10 +18,11 @@
 //! * **Data bus**: a write holds it for one burst per 64 B (at least one).
 //! * **Banks**: 256 B-line interleaved; a media write (an on-PM-buffer eviction — of the least
 //!   recently used line whose bank is idle —, or every write without a buffer) holds its bank
-//!   `write_ns` per media block (64 B) holding changed words, plus one `read_ns` first when
-//!   some such block is only partly written (read-modify-write) or some written block only
-//!   repeats the persistent data (no write pulse for it: data-comparison write, whose
-//!   comparison read this is). Which words of a write are changed is the caller's to say
+//!   `write_ns` per media block (`media_block_bytes`, 64 B by default) holding changed
+//!   words, plus one `read_ns` first: with data-comparison writes (`dcw`, on by default)
+//!   before *every* media write (the comparison read; a written block that only repeats the
+//!   persistent data gets no write pulse), without them only when some changed block is
+//!   partly written (read-modify-write). Which words of a write are changed is the caller's to say
 //!   ([`MemCtrl::accept_changed`]; [`MemCtrl::accept`] treats every written word as changed).
 
 use crate::config::Config;
@@ -568,7 +569,7 @@ impl MemCtrl {
     }
 
     /// Bank time of a media write: `write` per block written, plus one `read` of the line
-    /// first for a read-modify-write or a data comparison.
+    /// first: always with data-comparison writes (`dcw`), else for a read-modify-write.
     fn media_cycles(&self, mw: &MediaWrite) -> u64 {
         let read = self.dcw || mw.rmw;
         u64::from(mw.blocks) * self.block_write_cycles + u64::from(read) * self.read_cycles

@@ -5,9 +5,10 @@
 //! default: the PCM's access unit, 150 ns each): an evicted line costs one block write per
 //! block holding a *changed* word. Each line also tracks which of its words carry data the
 //! media does not have yet (`dirty`, a subset of `valid`): a block whose written words all
-//! repeat the media's contents needs no write pulse (data-comparison write, DCW). The line is
-//! read once first when some written block is only partly written (read-modify-write) or
-//! some block is redundant (DCW's comparison read).
+//! repeat the media's contents needs no write pulse (data-comparison write, DCW). The memory
+//! controller charges one media read before the write: before every media write when DCW is
+//! on (`MemConfig::dcw`, the default: the comparison read), otherwise only when some changed
+//! block is partly written (read-modify-write); see `MemCtrl::media_cycles`.
 
 use crate::util::FastMap;
 
@@ -31,8 +32,9 @@ pub struct MediaWrite {
     pub line: u64,
     /// Whether the line was only partly written (some block needs a read-modify-write).
     pub rmw: bool,
-    /// Whether the media line is read before it is written (read-modify-write of a partly
-    /// written block, or the comparison read of a redundant one).
+    /// Whether some block needs a read (partly written, or redundant). Informational: the
+    /// memory controller's timing reads before every media write when `dcw` is on and uses
+    /// `rmw` otherwise.
     pub read: bool,
     /// Media blocks written (blocks holding at least one changed word).
     pub blocks: u32,

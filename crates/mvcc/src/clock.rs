@@ -75,7 +75,7 @@ pub(crate) struct Clock {
 }
 
 impl Clock {
-    /// A clock whose every timestamp is larger than `after`.
+    /// A clock whose snapshots are at least `after` and whose commit stamps are larger.
     pub(crate) fn new(mode: ClockMode, after: u64) -> Self {
         let tsc = mode.resolve() == ClockMode::Tsc;
         let boundary = if tsc {

@@ -550,7 +550,8 @@ fn scan<P: Persist>(pool: &Pool<P>) -> TxResult<Scanned> {
     }
     // Oldest first, so each byte ends with the value of the newest checkpoint that holds it.
     // (A chunk written in place since has no bytes in a live record: it had no header, and
-    // headers leave only at a write-back, which empties the CLog.)
+    // a block is only reused, hence written in place, once no live CLog record holds its
+    // chunks — `ready_frees` checks `clog_chunks`.)
     checkpoints.sort_by_key(|r| r.ts);
     let mut lines = Vec::new();
     for rec in &checkpoints {

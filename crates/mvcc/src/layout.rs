@@ -154,12 +154,22 @@ impl MvccLayout {
             };
             (mark.seq % 2 == slot && self.encode_watermark(mark) == b).then_some(mark)
         });
-        intact.max_by_key(|m| m.seq).ok_or_else(|| {
-            TxError::Corrupted(format!(
-                "both mvcc write-back watermark slots at {:#x} are damaged",
-                self.watermark_slot(0)
-            ))
-        })
+        // Sequence numbers wrap: the newer of two slots is the one the other is behind by
+        // serial-number arithmetic (two slots hold consecutive numbers).
+        intact
+            .reduce(|a, b| {
+                if (b.seq.wrapping_sub(a.seq) as i32) > 0 {
+                    b
+                } else {
+                    a
+                }
+            })
+            .ok_or_else(|| {
+                TxError::Corrupted(format!(
+                    "both mvcc write-back watermark slots at {:#x} are damaged",
+                    self.watermark_slot(0)
+                ))
+            })
     }
 
     /// Persists `value` as the watermark after `current`, in the other slot.
@@ -323,5 +333,22 @@ mod tests {
             pm.write(l.watermark_slot(slot) + 3, &[0xAA], WriteClass::Meta);
         }
         assert!(l.read_watermark(&pm).is_err());
+    }
+
+    #[test]
+    fn the_newer_watermark_wins_across_sequence_wrap() {
+        let pm = SimPm::new(1 << 21, Default::default());
+        let l = layout();
+        l.write(&pm);
+        let last = Watermark {
+            value: 7,
+            seq: u32::MAX - 1,
+        };
+        let mut mark = l.write_watermark(&pm, last, 8);
+        for value in 9..12 {
+            mark = l.write_watermark(&pm, mark, value);
+            assert_eq!(l.read_watermark(&pm).expect("intact"), mark, "{mark:?}");
+        }
+        assert_eq!(mark.seq, 2, "wrapped");
     }
 }

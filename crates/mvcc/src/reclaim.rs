@@ -374,22 +374,42 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             self.write_back(ck)?;
         }
         let mut ranges: Vec<(u64, Vec<u8>)> = Vec::new();
-        let mut retired = Vec::new();
         let (mut old, mut new): (Bytes, Bytes) = ([0; CHUNK as usize], [0; CHUNK as usize]);
-        let mut emptied = Vec::new();
-        for (href, chunk) in dirty {
-            if self.table.slot(chunk) != href {
-                continue; // taken out since it was listed
-            }
+        let dirty: Vec<(u32, u64)> = dirty
+            .into_iter()
+            .filter(|&(href, chunk)| self.table.slot(chunk) == href) // not taken out since
+            .collect();
+        for &(href, chunk) in &dirty {
             let header = self.table.header(href);
             // The record's content is read as a reader at the boundary would (no lock): a
-            // chunk a writer holds right now is covered all the same.
+            // chunk a writer holds right now is covered all the same. Versions at or before
+            // the boundary no longer change, so the cuts below may come after this pass.
             self.content_at(header, ck.last_t, &mut old)?;
             self.content_at(header, boundary, &mut new)?;
             for (start, len) in changed_words(&old, &new) {
                 let addr = chunk * CHUNK + start as u64;
                 ranges.push((addr, new[start..start + len].to_vec()));
             }
+        }
+        // Fail before anything changes: after a cut, the versions the record must cover
+        // exist nowhere else.
+        let (len, _) = record::encoded_len(0, ranges.iter().map(|(a, b)| (*a, &b[..])), 0);
+        let len = len as u64;
+        if ck.head + len > self.layout.clog_size {
+            ck.retained = dirty;
+            self.meta_dirty.lock().extend(meta);
+            if let Some(shared) = self.shared.first() {
+                shared.fresh.lock().extend(fresh);
+            }
+            return Err(TxError::LogFull {
+                needed: len,
+                capacity: self.layout.clog_size - ck.head,
+            });
+        }
+        let mut retired = Vec::new();
+        let mut emptied = Vec::new();
+        for (href, chunk) in dirty {
+            let header = self.table.header(href);
             // Reclaiming needs the lock; a busy chunk is reclaimed next time.
             if header.try_lock(CHECKPOINTER) {
                 let before = retired.len();
@@ -425,14 +445,6 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
         if !lines.is_empty() {
             write_back_lines(pm, &mut lines);
             pm.fence();
-        }
-        let (len, _) = record::encoded_len(0, ranges.iter().map(|(a, b)| (*a, &b[..])), 0);
-        let len = len as u64;
-        if ck.head + len > self.layout.clog_size {
-            return Err(TxError::LogFull {
-                needed: len,
-                capacity: self.layout.clog_size - ck.head,
-            });
         }
         let at = self.layout.clog + ck.head;
         let mut scratch = std::mem::take(&mut ck.scratch);
@@ -598,10 +610,11 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
         ready
     }
 
+    /// Takes no heap lock: it runs under `ckpt`, and the heap calls `system_commit` (which
+    /// takes `ckpt`) while holding its own lock to create a run.
     fn reusable(&self, freeing: &Freeing, ck: &Ckpt) -> bool {
-        let len = self.heap.freeing_len(freeing);
         let span = Heap::freeing_is_span(freeing);
-        (freeing.addr / CHUNK..(freeing.addr + len).div_ceil(CHUNK))
+        (freeing.addr / CHUNK..(freeing.addr + freeing.len).div_ceil(CHUNK))
             .all(|c| !ck.clog_chunks.contains(&c) && (!span || self.table.slot(c) == NO_HEADER))
     }
 

@@ -6,9 +6,10 @@
 //! A table slot holds [`NO_HEADER`] (the master is the chunk's only version: readers read
 //! it directly), a header reference, or [`FRESH`] while a transaction writes the master in
 //! place (a block it allocated; readers still read the master, whose other bytes do not
-//! change) or while a header is being made (its base is read from the master). Leaves are
-//! made on first use; headers are made when a transaction first locks a chunk and taken
-//! out again after a write-back leaves their chain empty ([`Table::remove`]). A removed
+//! change) or while a header is being made (its base is read from the master). Headers are
+//! made when a transaction first locks a chunk and taken out again once their chain is
+//! empty and their base is durable: by cooling after a checkpoint (the base's bytes written
+//! to the master) or after a write-back ([`Table::remove`]). A removed
 //! header is reused only after a grace period (the engine's retire list), so a reader that
 //! still holds its reference reads its base, which equals the master.
 

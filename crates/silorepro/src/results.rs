@@ -176,7 +176,8 @@ pub struct Comparison {
 /// The largest-core comparison under a changed machine or workload size (geometric means).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Sensitivity {
-    /// `reference`, `mlp=8` or `small-data`.
+    /// `reference`, a machine variant (`mlp=4`, `banks=16`, `byte-media`, `reads-not-held`),
+    /// `small-data` or `coalesced-lu`.
     pub variant: String,
     /// What changed.
     pub description: String,

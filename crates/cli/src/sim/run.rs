@@ -78,6 +78,7 @@ struct StallsPerTx {
     log_buffer: f64,
     commit: f64,
     drain: f64,
+    mem_drain: f64,
 }
 
 /// Runs `sim run`.
@@ -192,6 +193,7 @@ fn per_transaction(m: &Metrics) -> PerTransaction {
             log_buffer: per(s.log_buffer),
             commit: per(s.commit),
             drain: per(s.drain),
+            mem_drain: per(s.mem_drain),
         },
     }
 }
@@ -363,14 +365,15 @@ fn stalls_line(s: &StallCycles, committed: u64) -> String {
     let per = |cycles: u64| cycles as f64 / committed.max(1) as f64;
     format!(
         "load {:.0}, store buffer {:.0}, write-back buffer {:.0}, persist {:.0}, log buffer \
-         {:.0}, commit {:.0}, drain {:.0} cycles",
+         {:.0}, commit {:.0}, drain {:.0}, mem_drain {:.0} cycles",
         per(s.load),
         per(s.store_buffer),
         per(s.writeback),
         per(s.persist),
         per(s.log_buffer),
         per(s.commit),
-        per(s.drain)
+        per(s.drain),
+        per(s.mem_drain)
     )
 }
 

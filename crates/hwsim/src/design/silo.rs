@@ -525,7 +525,9 @@ impl Design for Silo {
         if c.free_slot().is_none() {
             // The buffer is full of this transaction's entries: start retiring the oldest
             // now, in parallel with the next appends (§III-F), rather than when the next
-            // entry finds no slot.
+            // entry finds no slot. This also retires entries of a transaction that fits
+            // exactly (no further append comes): a known model issue, see docs/hwsim.md,
+            // "Known model issues".
             self.make_room(ctx, core);
         }
         Step::Done
@@ -569,7 +571,10 @@ impl Design for Silo {
         // Post-commit in-place updates are already persistent in the battery-backed buffer,
         // so the log controller feeds them to the write queue only below its drain
         // watermark (they never start a drain that would hold the cores' reads), unless a
-        // store waits for a slot; overflow retirements are always urgent.
+        // store waits for a slot. An overflow retirement at the head of `jobs` is never held
+        // by the watermark, but `jobs` is one FIFO queue for all cores and both kinds: a held
+        // in-place update at its head also holds every retirement queued behind it (a known
+        // model issue, see docs/hwsim.md, "Known model issues").
         let limit = ctx.config().mem.drain_high.saturating_sub(1).max(1);
         let urgent = self.cores.iter().any(|c| c.waiting.is_some());
         while let Some(job) = self.jobs.front().cloned() {
