@@ -6,7 +6,7 @@
 //!   address. The program reads and writes the heap there. A page this process has not
 //!   written shows the shared contents as they are now; the first write to it faults.
 //! - The `SIGSEGV` handler (on an alternate stack) makes the page writable, forces the
-//!   kernel's private copy (a volatile read and write back of one byte), copies the page to
+//!   kernel's private copy (an atomic no-op write of its first word), copies the page to
 //!   its **twin**, and records the page in the dirty list. The write then retries and lands
 //!   in the private copy.
 //! - At a merge the runtime diffs each dirty page against its twin ([`crate::diff`]), logs
@@ -466,11 +466,12 @@ impl Tracker {
             let stop = end.min(base + region.len);
             let mut page = start / PAGE * PAGE;
             while page < stop {
-                let at = page.max(start) as *mut u8;
-                // SAFETY: `at` lies in the region's private mapping (always readable); the
-                // write stores back the byte just read, through the fault handler if the page
-                // is write-protected. The calling thread is the process's only thread.
-                unsafe { at.write_volatile(at.read_volatile()) };
+                // The aligned word holding the range's first byte of this page (in the page).
+                let at = (page.max(start) & !7) as *mut u8;
+                // SAFETY: `at` is an aligned word of the region's private mapping (always
+                // readable); the no-op write goes through the fault handler if the page is
+                // write-protected. The calling thread is the process's only thread.
+                unsafe { make_private(at) };
                 page += PAGE;
             }
         }
@@ -556,15 +557,21 @@ impl Tracker {
     /// Copies `len` bytes at global offset `offset` (within one page) from the private view
     /// into the shared view. The caller holds the commit token (no other process writes the
     /// shared view) and the bytes lie in a dirty page.
+    ///
+    /// Other processes read the shared view while this happens (every page they have not
+    /// written maps it), so each aligned 8-byte word changes in one store ([`copy_words`]):
+    /// a reader sees a word as it was or as it is published, never a mix (a GOT slot of the
+    /// program, rewritten by lazy binding in every process, must never be seen torn).
     pub fn publish(&self, offset: usize, len: usize) {
         assert!(
             offset % PAGE + len <= PAGE,
             "publish across a page boundary"
         );
         let (private, shared) = self.addresses(offset);
-        // SAFETY: both ranges lie in one page of their mappings; the shared view is
-        // writable; the mappings are distinct virtual ranges, so the copy does not overlap.
-        unsafe { ptr::copy_nonoverlapping(private, shared, len) }
+        // SAFETY: both ranges lie in one page of their mappings, at the same offset in the
+        // page (so equally aligned); the shared view is writable; the mappings are distinct
+        // virtual ranges; the private bytes lie in a dirty page only this thread writes.
+        unsafe { copy_words(private, shared, len) }
     }
 
     /// Writes `bytes` straight into the shared view at `offset` (initialisation from the
@@ -790,9 +797,9 @@ impl Tracker {
         self.window.store(window, Ordering::Relaxed);
         self.window_end.store(page + count, Ordering::Relaxed);
         // SAFETY: the pages lie inside the region's private mapping. mprotect is a system
-        // call; the volatile read+write of each page's first byte (now writable) makes the
-        // kernel give this process its private copy at once, so the twin copied next is
-        // exactly the private page the program's writes will land on.
+        // call; the no-op atomic write of each page's first word (now writable, page-aligned)
+        // makes the kernel give this process its private copy at once, so the twin copied
+        // next is exactly the private page the program's writes will land on.
         unsafe {
             let start = region.private.add(local * PAGE);
             if libc::mprotect(
@@ -805,8 +812,7 @@ impl Tracker {
             }
             for i in 0..count {
                 let at = start.add(i * PAGE);
-                let first = ptr::read_volatile(at);
-                ptr::write_volatile(at, first);
+                make_private(at);
                 ptr::copy_nonoverlapping(at, self.twins.add((page + i) * PAGE), PAGE);
             }
         }
@@ -817,6 +823,89 @@ impl Tracker {
         self.dirty_count.store(slot + count, Ordering::Release);
         self.faults.fetch_add(1, Ordering::Relaxed);
         true
+    }
+}
+
+/// Makes the kernel give this process its private copy of the copy-on-write page holding
+/// `at` (an aligned word, writable) without changing any byte of it: a compare-and-swap of
+/// the word with itself, repeated until it succeeds.
+///
+/// Its write faults before it reads, so the value it stores back is read from the fresh
+/// private copy. A separate read and write back (what this replaces) is not enough: the
+/// read sees the shared page, which another process may publish into before the write's
+/// fault copies it, and the write then stores the value read before into the copy: a word
+/// half old and half new in this process's view (and twin, so it is never corrected). That
+/// tore the program's GOT slots (in the first word of the globals' page) and killed
+/// thread-processes with `SIGSEGV` or `SIGTRAP` at a mixed-up jump target.
+///
+/// # Safety
+/// `at` is 8-byte aligned, in a mapping this process may write; no other thread of this
+/// process accesses the word meanwhile. Async-signal-safe (atomics only).
+unsafe fn make_private(at: *mut u8) {
+    debug_assert!((at as usize).is_multiple_of(8), "unaligned word {at:p}");
+    // SAFETY: per the contract: aligned, mapped and writable, not accessed concurrently by
+    // this process (other processes only write the shared page behind it).
+    let word = unsafe { AtomicU64::from_ptr(at.cast::<u64>()) };
+    let mut seen = word.load(Ordering::Relaxed);
+    while let Err(now) =
+        word.compare_exchange_weak(seen, seen, Ordering::Relaxed, Ordering::Relaxed)
+    {
+        seen = now;
+    }
+}
+
+/// Copies `len` bytes from `src` to `dst`, which are equally aligned modulo 8, changing each
+/// aligned word of `dst` in one store: whole words by an atomic store, a word the range
+/// covers only partly by a compare-and-swap that keeps its other bytes (another process
+/// writing them meanwhile — the main process writes unlogged regions in place — is not
+/// overwritten).
+///
+/// # Safety
+/// `src` is readable and `dst` writable for `len` bytes; the ranges do not overlap; no other
+/// thread of this process writes `src` meanwhile.
+unsafe fn copy_words(src: *const u8, dst: *mut u8, len: usize) {
+    assert_eq!(
+        src as usize % 8,
+        dst as usize % 8,
+        "copy between differently aligned views"
+    );
+    let mut done = 0;
+    while done < len {
+        let to = dst as usize + done;
+        let in_word = to % 8;
+        let n = (8 - in_word).min(len - done);
+        // SAFETY: the aligned word holding `to` lies in `dst`'s page (pages are word
+        // multiples), which is mapped and writable; it is only accessed atomically here.
+        let word = unsafe { AtomicU64::from_ptr((to - in_word) as *mut u64) };
+        if n == 8 {
+            // SAFETY: 8 readable bytes of `src`, aligned like `to`.
+            let value = unsafe { src.add(done).cast::<u64>().read() };
+            word.store(value, Ordering::Relaxed);
+        } else {
+            let mut current = word.load(Ordering::Relaxed);
+            loop {
+                let mut merged = current;
+                // SAFETY: `n` readable bytes of `src` over bytes `in_word..in_word + n` of a
+                // local word (in memory order, as they lie in `dst`); `in_word + n <= 8`.
+                unsafe {
+                    ptr::copy_nonoverlapping(
+                        src.add(done),
+                        (&raw mut merged).cast::<u8>().add(in_word),
+                        n,
+                    );
+                }
+                match word.compare_exchange_weak(
+                    current,
+                    merged,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => break,
+                    Err(now) => current = now,
+                }
+            }
+        }
+        done += n;
     }
 }
 
