@@ -36,6 +36,34 @@ fn read_whole(header: &Header, versions: &Versions, snapshot: u64) -> Option<u8>
     }
 }
 
+/// One chunk's header and a version slab of `slots`, shared by a model's threads.
+#[derive(Clone)]
+struct Chain {
+    versions: Arc<Versions>,
+    header: Arc<Header>,
+}
+
+impl Chain {
+    /// A header whose base holds `chunk(base)`, with no versions.
+    fn new(slots: usize, base: u8) -> Self {
+        let chain = Chain {
+            versions: Arc::new(Versions::new(slots)),
+            header: Arc::new(Header::default()),
+        };
+        chain.header.reset(&chunk(base));
+        chain
+    }
+
+    /// Runs `f` on a new model thread with the chain.
+    fn spawn<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Header, &Versions) -> T + Send + 'static,
+    ) -> thread::JoinHandle<T> {
+        let chain = self.clone();
+        thread::spawn(move || f(&chain.header, &chain.versions))
+    }
+}
+
 /// A committed version on the chain: lock, push, stamp, publish, unlock.
 fn commit(header: &Header, versions: &Versions, r: u32, value: u8, ts: u64) {
     assert_eq!(header.lock(1), Lock::Taken);
@@ -50,29 +78,22 @@ fn commit(header: &Header, versions: &Versions, r: u32, value: u8, ts: u64) {
 #[test]
 fn a_reader_sees_an_untorn_committed_version_of_its_snapshot() {
     model(|| {
-        let versions = Arc::new(Versions::new(2));
-        let header = Arc::new(Header::default());
-        header.reset(&chunk(1));
-        let writer = {
-            let (versions, header) = (Arc::clone(&versions), Arc::clone(&header));
-            thread::spawn(move || commit(&header, &versions, 1, 2, 5))
-        };
-        let reader = {
-            let (versions, header) = (Arc::clone(&versions), Arc::clone(&header));
-            thread::spawn(move || {
-                for snapshot in [3, 7] {
-                    let seen = read_whole(&header, &versions, snapshot).expect("old enough");
-                    assert!(
-                        seen == 1 || (seen == 2 && snapshot >= 5),
-                        "{seen} at {snapshot}"
-                    );
-                }
-            })
-        };
+        let chain = Chain::new(2, 1);
+        let (versions, header) = (&chain.versions, &chain.header);
+        let writer = chain.spawn(move |header, versions| commit(header, versions, 1, 2, 5));
+        let reader = chain.spawn(move |header, versions| {
+            for snapshot in [3, 7] {
+                let seen = read_whole(header, versions, snapshot).expect("old enough");
+                assert!(
+                    seen == 1 || (seen == 2 && snapshot >= 5),
+                    "{seen} at {snapshot}"
+                );
+            }
+        });
         writer.join().expect("writer");
         reader.join().expect("reader");
-        assert_eq!(read_whole(&header, &versions, 7), Some(2));
-        assert_eq!(read_whole(&header, &versions, 3), Some(1));
+        assert_eq!(read_whole(header, versions, 7), Some(2));
+        assert_eq!(read_whole(header, versions, 3), Some(1));
     });
 }
 
@@ -81,26 +102,20 @@ fn a_reader_sees_an_untorn_committed_version_of_its_snapshot() {
 #[test]
 fn an_aborted_commit_is_never_read() {
     model(|| {
-        let versions = Arc::new(Versions::new(2));
-        let header = Arc::new(Header::default());
-        header.reset(&chunk(1));
-        let writer = {
-            let (versions, header) = (Arc::clone(&versions), Arc::clone(&header));
-            thread::spawn(move || {
-                assert_eq!(header.lock(1), Lock::Taken);
-                header.push(&versions, 1, &chunk(9));
-                versions.stamp(1, 5);
-                header.unpush(&versions, 1);
-                header.unlock();
-            })
-        };
-        let reader = {
-            let (versions, header) = (Arc::clone(&versions), Arc::clone(&header));
-            thread::spawn(move || assert_eq!(read_whole(&header, &versions, 7), Some(1)))
-        };
+        let chain = Chain::new(2, 1);
+        let (versions, header) = (&chain.versions, &chain.header);
+        let writer = chain.spawn(move |header, versions| {
+            assert_eq!(header.lock(1), Lock::Taken);
+            header.push(versions, 1, &chunk(9));
+            versions.stamp(1, 5);
+            header.unpush(versions, 1);
+            header.unlock();
+        });
+        let reader = chain
+            .spawn(move |header, versions| assert_eq!(read_whole(header, versions, 7), Some(1)));
         writer.join().expect("writer");
         reader.join().expect("reader");
-        assert_eq!(read_whole(&header, &versions, 7), Some(1));
+        assert_eq!(read_whole(header, versions, 7), Some(1));
     });
 }
 
@@ -109,16 +124,14 @@ fn an_aborted_commit_is_never_read() {
 #[test]
 fn writers_exclude_each_other() {
     model(|| {
-        let versions = Arc::new(Versions::new(2));
-        let header = Arc::new(Header::default());
-        header.reset(&chunk(0));
+        let chain = Chain::new(2, 0);
+        let (versions, header) = (&chain.versions, &chain.header);
         let spawn = |r: u32, value: u8, ts: u64| {
-            let (versions, header) = (Arc::clone(&versions), Arc::clone(&header));
-            thread::spawn(move || {
+            chain.spawn(move |header, versions| {
                 if header.lock(u64::from(r)) != Lock::Taken {
                     return false;
                 }
-                header.push(&versions, r, &chunk(value));
+                header.push(versions, r, &chunk(value));
                 versions.stamp(r, ts);
                 versions.publish(r, ts);
                 header.unlock();
@@ -128,7 +141,7 @@ fn writers_exclude_each_other() {
         let (a, b) = (spawn(1, 1, 10), spawn(2, 2, 20));
         let (a, b) = (a.join().expect("a"), b.join().expect("b"));
         assert!(a || b, "one writer always gets the lock");
-        let newest = read_whole(&header, &versions, 100).expect("readable");
+        let newest = read_whole(header, versions, 100).expect("readable");
         match (a, b) {
             (true, true) => assert!(newest == 1 || newest == 2),
             (true, false) => assert_eq!(newest, 1),
@@ -145,30 +158,24 @@ fn writers_exclude_each_other() {
 #[test]
 fn a_cut_never_changes_what_a_snapshot_at_or_after_its_boundary_reads() {
     model(|| {
-        let versions = Arc::new(Versions::new(3));
-        let header = Arc::new(Header::default());
-        header.reset(&chunk(1));
-        commit(&header, &versions, 1, 2, 2);
-        commit(&header, &versions, 2, 3, 4);
-        let checkpointer = {
-            let (versions, header) = (Arc::clone(&versions), Arc::clone(&header));
-            thread::spawn(move || {
-                assert_eq!(header.lock(CHECKPOINTER), Lock::Taken);
-                let mut retired = Vec::new();
-                assert_eq!(header.cut(&versions, 4, &mut retired), Some(4));
-                header.unlock();
-                retired
-            })
-        };
-        let reader = {
-            let (versions, header) = (Arc::clone(&versions), Arc::clone(&header));
-            thread::spawn(move || assert_eq!(read_whole(&header, &versions, 5), Some(3)))
-        };
+        let chain = Chain::new(3, 1);
+        let (versions, header) = (&chain.versions, &chain.header);
+        commit(header, versions, 1, 2, 2);
+        commit(header, versions, 2, 3, 4);
+        let checkpointer = chain.spawn(move |header, versions| {
+            assert_eq!(header.lock(CHECKPOINTER), Lock::Taken);
+            let mut retired = Vec::new();
+            assert_eq!(header.cut(versions, 4, &mut retired), Some(4));
+            header.unlock();
+            retired
+        });
+        let reader = chain
+            .spawn(move |header, versions| assert_eq!(read_whole(header, versions, 5), Some(3)));
         let retired = checkpointer.join().expect("checkpointer");
         reader.join().expect("reader");
         assert_eq!(retired, vec![2, 1]);
         assert!(header.is_empty());
-        assert_eq!(read_whole(&header, &versions, 6), Some(3));
+        assert_eq!(read_whole(header, versions, 6), Some(3));
     });
 }
 
@@ -178,19 +185,14 @@ fn a_cut_never_changes_what_a_snapshot_at_or_after_its_boundary_reads() {
 #[test]
 fn validation_catches_a_commit_between_snapshot_and_timestamp() {
     model(|| {
-        let versions = Arc::new(Versions::new(2));
-        let header = Arc::new(Header::default());
-        header.reset(&chunk(1));
+        let chain = Chain::new(2, 1);
+        let (versions, header) = (&chain.versions, &chain.header);
         let pushed = Arc::new(loom::sync::atomic::AtomicBool::new(false));
         let writer = {
-            let (versions, header, pushed) = (
-                Arc::clone(&versions),
-                Arc::clone(&header),
-                Arc::clone(&pushed),
-            );
-            thread::spawn(move || {
+            let pushed = Arc::clone(&pushed);
+            chain.spawn(move |header, versions| {
                 assert_eq!(header.lock(1), Lock::Taken);
-                header.push(&versions, 1, &chunk(2));
+                header.push(versions, 1, &chunk(2));
                 pushed.store(true, loom::sync::atomic::Ordering::SeqCst);
                 versions.stamp(1, 5);
                 versions.publish(1, 5);
@@ -198,15 +200,11 @@ fn validation_catches_a_commit_between_snapshot_and_timestamp() {
             })
         };
         let validator = {
-            let (versions, header, pushed) = (
-                Arc::clone(&versions),
-                Arc::clone(&header),
-                Arc::clone(&pushed),
-            );
-            thread::spawn(move || {
+            let pushed = Arc::clone(&pushed);
+            chain.spawn(move |header, versions| {
                 // A push that happened before the check started is always caught.
                 let was_pushed = pushed.load(loom::sync::atomic::Ordering::SeqCst);
-                let changed = header.changed_after(&versions, 3, 8);
+                let changed = header.changed_after(versions, 3, 8);
                 assert!(
                     changed || !was_pushed,
                     "missed a commit pushed before validation"
@@ -215,8 +213,8 @@ fn validation_catches_a_commit_between_snapshot_and_timestamp() {
         };
         writer.join().expect("writer");
         validator.join().expect("validator");
-        assert!(header.changed_after(&versions, 3, 8));
-        assert!(!header.changed_after(&versions, 3, 4), "stamped after 4");
+        assert!(header.changed_after(versions, 3, 8));
+        assert!(!header.changed_after(versions, 3, 4), "stamped after 4");
     });
 }
 
@@ -225,26 +223,19 @@ fn validation_catches_a_commit_between_snapshot_and_timestamp() {
 #[test]
 fn a_writer_never_pushes_onto_a_retired_header() {
     model(|| {
-        let versions = Arc::new(Versions::new(1));
-        let header = Arc::new(Header::default());
-        header.reset(&chunk(1));
-        let writer = {
-            let (versions, header) = (Arc::clone(&versions), Arc::clone(&header));
-            thread::spawn(move || match header.lock(1) {
-                Lock::Taken => {
-                    header.push(&versions, 1, &chunk(2));
-                    versions.stamp(1, 5);
-                    versions.publish(1, 5);
-                    header.unlock();
-                    true
-                }
-                Lock::Busy | Lock::Retired => false,
-            })
-        };
-        let remover = {
-            let header = Arc::clone(&header);
-            thread::spawn(move || header.try_retire())
-        };
+        let chain = Chain::new(1, 1);
+        let header = &chain.header;
+        let writer = chain.spawn(move |header, versions| match header.lock(1) {
+            Lock::Taken => {
+                header.push(versions, 1, &chunk(2));
+                versions.stamp(1, 5);
+                versions.publish(1, 5);
+                header.unlock();
+                true
+            }
+            Lock::Busy | Lock::Retired => false,
+        });
+        let remover = chain.spawn(|header, _| header.try_retire());
         let wrote = writer.join().expect("writer");
         let retired = remover.join().expect("remover");
         assert!(!(retired && wrote), "a retired header got a version");
