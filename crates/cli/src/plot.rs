@@ -49,6 +49,43 @@ fn segments(count: usize) -> SegmentedCoord<RangedCoordusize> {
     (0..count.saturating_sub(1)).into_segmented()
 }
 
+/// The x label of a bar chart's segment: its bar's label at the centre, nothing elsewhere.
+fn segment_label(bars: &[(String, f64)]) -> impl Fn(&SegmentValue<usize>) -> String + '_ {
+    move |value| match value {
+        SegmentValue::CenterOf(i) => bars.get(*i).map(|(l, _)| l.clone()).unwrap_or_default(),
+        _ => String::new(),
+    }
+}
+
+/// Draws one bar per `(label, value)` from `floor` up (at least to `floor`), each in its
+/// palette colour and topped by `text(value)`.
+fn draw_bars<Y: Ranged<ValueType = f64>>(
+    chart: &mut ChartContext<'_, SVGBackend<'_>, Cartesian2d<SegmentedCoord<RangedCoordusize>, Y>>,
+    bars: &[(String, f64)],
+    floor: f64,
+    text: impl Fn(f64) -> String,
+) -> Result<()> {
+    chart.draw_series(bars.iter().enumerate().map(|(i, (_, value))| {
+        let corners = [
+            (SegmentValue::Exact(i), floor),
+            (SegmentValue::Exact(i + 1), value.max(floor)),
+        ];
+        let mut bar = Rectangle::new(corners, PALETTE[i % PALETTE.len()].filled());
+        bar.set_margin(0, 0, 18, 18);
+        bar
+    }))?;
+    let value_style =
+        TextStyle::from((FONT, 14).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom));
+    chart.draw_series(bars.iter().enumerate().map(|(i, (_, value))| {
+        Text::new(
+            text(*value),
+            (SegmentValue::CenterOf(i), value.max(floor)),
+            value_style.clone(),
+        )
+    }))?;
+    Ok(())
+}
+
 /// A vertical bar chart with one labelled bar per `(label, value)`, the value printed above.
 pub fn bar_chart(title: &str, y_label: &str, bars: &[(String, f64)]) -> Result<String> {
     let mut svg = String::new();
@@ -62,10 +99,7 @@ pub fn bar_chart(title: &str, y_label: &str, bars: &[(String, f64)]) -> Result<S
             .x_label_area_size(36)
             .y_label_area_size(64)
             .build_cartesian_2d(segments(bars.len()), 0.0..y_max)?;
-        let label_of = |value: &SegmentValue<usize>| match value {
-            SegmentValue::CenterOf(i) => bars.get(*i).map(|(l, _)| l.clone()).unwrap_or_default(),
-            _ => String::new(),
-        };
+        let label_of = segment_label(bars);
         chart
             .configure_mesh()
             .disable_x_mesh()
@@ -76,25 +110,7 @@ pub fn bar_chart(title: &str, y_label: &str, bars: &[(String, f64)]) -> Result<S
             .y_desc(y_label)
             .label_style((FONT, 14))
             .draw()?;
-        chart.draw_series(bars.iter().enumerate().map(|(i, (_, value))| {
-            let color = PALETTE[i % PALETTE.len()];
-            let corners = [
-                (SegmentValue::Exact(i), 0.0),
-                (SegmentValue::Exact(i + 1), *value),
-            ];
-            let mut bar = Rectangle::new(corners, color.filled());
-            bar.set_margin(0, 0, 18, 18);
-            bar
-        }))?;
-        let value_style =
-            TextStyle::from((FONT, 14).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom));
-        chart.draw_series(bars.iter().enumerate().map(|(i, (_, value))| {
-            Text::new(
-                format!("{value:.1}"),
-                (SegmentValue::CenterOf(i), *value),
-                value_style.clone(),
-            )
-        }))?;
+        draw_bars(&mut chart, bars, 0.0, |value| format!("{value:.1}"))?;
         root.present()?;
     }
     Ok(svg)
@@ -125,10 +141,7 @@ pub fn log_bar_chart(title: &str, y_label: &str, bars: &[(String, f64)]) -> Resu
             .x_label_area_size(36)
             .y_label_area_size(72)
             .build_cartesian_2d(segments(bars.len()), (y_min..y_max).log_scale())?;
-        let label_of = |value: &SegmentValue<usize>| match value {
-            SegmentValue::CenterOf(i) => bars.get(*i).map(|(l, _)| l.clone()).unwrap_or_default(),
-            _ => String::new(),
-        };
+        let label_of = segment_label(bars);
         chart
             .configure_mesh()
             .disable_x_mesh()
@@ -138,24 +151,7 @@ pub fn log_bar_chart(title: &str, y_label: &str, bars: &[(String, f64)]) -> Resu
             .y_desc(y_label)
             .label_style((FONT, 14))
             .draw()?;
-        chart.draw_series(bars.iter().enumerate().map(|(i, (_, value))| {
-            let corners = [
-                (SegmentValue::Exact(i), y_min),
-                (SegmentValue::Exact(i + 1), value.max(y_min)),
-            ];
-            let mut bar = Rectangle::new(corners, PALETTE[i % PALETTE.len()].filled());
-            bar.set_margin(0, 0, 18, 18);
-            bar
-        }))?;
-        let value_style =
-            TextStyle::from((FONT, 14).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom));
-        chart.draw_series(bars.iter().enumerate().map(|(i, (_, value))| {
-            Text::new(
-                format!("{value}"),
-                (SegmentValue::CenterOf(i), value.max(y_min)),
-                value_style.clone(),
-            )
-        }))?;
+        draw_bars(&mut chart, bars, y_min, |value| format!("{value}"))?;
         root.present()?;
     }
     Ok(svg)
