@@ -12,12 +12,18 @@
 //! to the master) or after a write-back ([`Table::remove`]). A removed
 //! header is reused only after a grace period (the engine's retire list), so a reader that
 //! still holds its reference reads its base, which equals the master.
+//!
+//! Beside the slots, a one-byte summary per 4 KiB page counts the page's chunks whose slot
+//! holds a header reference. A reader checks it first: the summaries of a large pool fit in
+//! the cache where the slots do not, so a read of a chunk on a page with no header costs no
+//! second cache miss. The count rises before a header reference is stored in a slot and
+//! falls after it is taken out, so a zero count means every slot of the page is
+//! [`NO_HEADER`] or [`FRESH`] — both read as the master.
 
 use crate::chain::{Bytes, Header};
-use crate::sync::Backoff;
+use crate::sync::{AtomicU8, AtomicU32, Backoff, Ordering};
 use parking_lot::Mutex;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, Ordering};
 use tx::{TxError, TxResult};
 
 /// Slot value: the chunk has no header.
@@ -25,12 +31,20 @@ pub const NO_HEADER: u32 = 0;
 /// Slot value: the master is being written in place, or a header is being made.
 pub const FRESH: u32 = u32::MAX;
 /// Headers per slab segment.
+#[cfg(not(loom))]
 const SEGMENT: u32 = 1024;
+/// Headers per slab segment (small under loom, which tracks every atomic it makes).
+#[cfg(loom)]
+const SEGMENT: u32 = 4;
+/// Chunks per summary byte (a 4 KiB page; at most 64 headers, so a `u8` count suffices).
+const SUMMARY_CHUNKS: u64 = 64;
 
 /// The chunk table and the header slab.
 #[derive(Debug)]
 pub struct Table {
     slots: Box<[AtomicU32]>,
+    /// Per page of [`SUMMARY_CHUNKS`] chunks: how many of its slots hold a header.
+    summaries: Box<[AtomicU8]>,
     segments: Box<[OnceLock<Box<[Header]>>]>,
     /// Headers never handed out start here.
     next: AtomicU32,
@@ -47,8 +61,8 @@ impl Table {
         let chunks = pool_len.div_ceil(crate::chain::CHUNK);
         let segments = max_headers.div_ceil(SEGMENT).max(1);
         Table {
-            // Zeroed memory: every slot starts as NO_HEADER without being written.
-            slots: bytemuck::zeroed_slice_box(chunks as usize),
+            slots: zeroed(chunks),
+            summaries: zeroed(chunks.div_ceil(SUMMARY_CHUNKS)),
             segments: (0..segments).map(|_| OnceLock::new()).collect(),
             next: AtomicU32::new(1),
             free: Mutex::new(Vec::new()),
@@ -61,6 +75,32 @@ impl Table {
     #[inline]
     pub fn slot(&self, chunk: u64) -> u32 {
         self.slots[chunk as usize].load(Ordering::Acquire)
+    }
+
+    /// The slot of `chunk`, or [`NO_HEADER`] without loading it when no chunk of its page
+    /// has a header: what a reader acts on.
+    #[inline]
+    pub fn reader_slot(&self, chunk: u64) -> u32 {
+        // SeqCst pairs with the SeqCst increment in `get_or_create`: a reader whose load
+        // follows the increment in that order sees the page counted and loads the slot. A
+        // zero read from the last decrement (Release, in `remove`) shows the reader what
+        // was written before that header was taken out.
+        if self.summary(chunk).load(Ordering::SeqCst) == 0 {
+            NO_HEADER
+        } else {
+            self.slot(chunk)
+        }
+    }
+
+    /// Whether a reader reads `chunk` from its master ([`Table::reader_slot`] is
+    /// [`NO_HEADER`] or [`FRESH`]).
+    #[inline]
+    pub fn reads_master(&self, chunk: u64) -> bool {
+        matches!(self.reader_slot(chunk), NO_HEADER | FRESH)
+    }
+
+    fn summary(&self, chunk: u64) -> &AtomicU8 {
+        &self.summaries[(chunk / SUMMARY_CHUNKS) as usize]
     }
 
     fn cell(&self, chunk: u64) -> &AtomicU32 {
@@ -99,7 +139,9 @@ impl Table {
                         }
                     };
                     self.header(r).reset(&master());
-                    cell.store(r, Ordering::Release);
+                    // Counted before the reference is visible (see the module docs).
+                    self.summary(chunk).fetch_add(1, Ordering::SeqCst);
+                    cell.store(r, Ordering::SeqCst);
                     return Ok(r);
                 }
                 r => return Ok(r),
@@ -127,6 +169,10 @@ impl Table {
             self.cell(chunk)
                 .compare_exchange(r, NO_HEADER, Ordering::AcqRel, Ordering::Relaxed);
         debug_assert!(swapped.is_ok(), "a retired header leaves its own slot");
+        // Uncounted only after the slot is empty; Release so a reader that sees the count
+        // at zero also sees what was written before the header was taken out.
+        let before = self.summary(chunk).fetch_sub(1, Ordering::Release);
+        debug_assert!(before > 0, "a page's header count never goes below zero");
     }
 
     /// Returns header `r` to the free list (no reader can hold it any more).
@@ -164,4 +210,17 @@ impl Table {
         segment.get_or_init(|| (0..SEGMENT).map(|_| Header::default()).collect());
         Ok(r)
     }
+}
+
+/// `n` atomics at zero. Zeroed memory: the operating system provides pages only for the
+/// parts of a large pool's table that get written.
+#[cfg(not(loom))]
+fn zeroed<T: bytemuck::Zeroable>(n: u64) -> Box<[T]> {
+    bytemuck::zeroed_slice_box(n as usize)
+}
+
+/// `n` atomics at zero (loom's atomics are not plain memory).
+#[cfg(loom)]
+fn zeroed<T: Default>(n: u64) -> Box<[T]> {
+    (0..n).map(|_| T::default()).collect()
 }

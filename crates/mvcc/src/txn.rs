@@ -131,7 +131,7 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             self.state.reads.push(chunk);
         }
         let engine = self.engine;
-        match engine.table.slot(chunk) {
+        match engine.table.reader_slot(chunk) {
             NO_HEADER | FRESH => {
                 engine.pool.pm().read(chunk * CHUNK + offset as u64, dst);
                 Ok(())
@@ -145,6 +145,17 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
                 _ => self.conflict(),
             },
         }
+    }
+
+    /// Whether every chunk of `[addr, addr + len)` reads as its master for this transaction:
+    /// none has a header, and none is in the write set.
+    fn reads_masters(&self, addr: u64, len: u64) -> bool {
+        let table = &self.engine.table;
+        let (first, last) = (addr / CHUNK, (addr + len.max(1) - 1) / CHUNK);
+        (first..=last).all(|chunk| {
+            table.reads_master(chunk)
+                && (self.state.writes.is_empty() || self.state.find(chunk).is_none())
+        })
     }
 
     /// Locks chunk `chunk` for writing and adds its newest version to the write set.
@@ -507,14 +518,9 @@ impl<P: Persist, R: Replay> Tx for MvccTx<'_, P, R> {
         if !pm.check_range(addr, len) {
             return Err(TxError::OutOfBounds { addr, len });
         }
-        // The common case: a read inside one chunk that has no header, by a transaction
-        // that neither wrote it nor records its reads — the master, as for any engine.
-        let chunk = addr / CHUNK;
-        if !self.tracking
-            && (addr + len.max(1) - 1) / CHUNK == chunk
-            && matches!(self.engine.table.slot(chunk), NO_HEADER | FRESH)
-            && (self.state.writes.is_empty() || self.state.find(chunk).is_none())
-        {
+        // The common case: chunks without headers, read by a transaction that neither
+        // wrote them nor records its reads — the master, as for any engine.
+        if !self.tracking && self.reads_masters(addr, len) {
             pm.read(addr, dst);
             return Ok(());
         }

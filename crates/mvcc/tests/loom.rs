@@ -1,13 +1,16 @@
 //! Model tests of the lock / commit / dereference protocol of the version chains
-//! (`mvcc::chain`) under every interleaving loom explores.
+//! (`mvcc::chain`) and of the chunk table's page summaries (`mvcc::table`) under every
+//! interleaving loom explores.
 //!
 //! Run with: `RUSTFLAGS="--cfg loom" cargo test -p mvcc --release --test loom`
 //! (CI runs them; under a normal build this file is empty).
 #![cfg(loom)]
 
 use loom::sync::Arc;
+use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::thread;
 use mvcc::chain::{Bytes, CHECKPOINTER, Header, Lock, Seen, Versions};
+use mvcc::table::{FRESH, NO_HEADER, Table};
 
 /// Explores the interleavings of `f` with at most three preemptions per execution (the
 /// usual bound: bugs of these protocols show with two or three) and room for the bounded
@@ -242,5 +245,58 @@ fn a_writer_never_pushes_onto_a_retired_header() {
         if retired {
             assert_eq!(header.lock(1), Lock::Retired);
         }
+    });
+}
+
+/// A table of two summary pages (128 chunks) with room for `headers` headers.
+fn small_table(headers: u32) -> Arc<Table> {
+    Arc::new(Table::new(128 * 64, headers))
+}
+
+/// The page summary is counted before a header reference reaches the slot: a reader that
+/// could see the reference through the slot never skips it because the summary says the
+/// page has no header.
+#[test]
+fn a_reader_never_skips_a_header_the_slot_already_shows() {
+    model(|| {
+        let table = small_table(4);
+        let reader = {
+            let table = table.clone();
+            thread::spawn(move || (table.slot(70), table.reader_slot(70)))
+        };
+        let r = table.get_or_create(70, || chunk(1)).expect("header");
+        let (raw, seen) = reader.join().expect("reader");
+        if raw != NO_HEADER && raw != FRESH {
+            assert_eq!(seen, r, "the summary hid a header the slot showed");
+        }
+    });
+}
+
+/// A header taken out after its content was written back to the master: a reader that saw
+/// the header and then finds the page's summary at zero reads the written-back master (the
+/// summary's decrement publishes the write-back).
+#[test]
+fn a_reader_past_a_removal_sees_the_written_back_master() {
+    model(|| {
+        let table = small_table(4);
+        let master = Arc::new(AtomicU64::new(1));
+        let r = table.get_or_create(70, || chunk(1)).expect("header");
+        let remover = {
+            let (table, master) = (table.clone(), master.clone());
+            thread::spawn(move || {
+                master.store(2, Ordering::Relaxed); // the write-back
+                table.remove(70, r);
+            })
+        };
+        let before = table.reader_slot(70);
+        let after = table.reader_slot(70);
+        if before == r && after == NO_HEADER {
+            assert_eq!(
+                master.load(Ordering::Relaxed),
+                2,
+                "stale master after removal"
+            );
+        }
+        remover.join().expect("remover");
     });
 }
