@@ -189,6 +189,8 @@ fn measure<E: Engine, W: Workload>(
         &|_| {},
     )?;
     next_index += per_thread(spec.warmup_ops);
+    // The setup's and warm-up's deferred persistence work is not charged to the first run.
+    engine.sync()?;
     let before = engine.counters();
     let events_before: BTreeMap<&str, u64> = engine.event_counters().into_iter().collect();
     let mut rates = Vec::with_capacity(spec.runs);

@@ -198,6 +198,14 @@ fn load_words(words: &[AtomicU64; WORDS], offset: usize, dst: &mut [u8]) {
         dst.copy_from_slice(&words[offset / 8].load(Ordering::Relaxed).to_le_bytes());
         return;
     }
+    // Whole aligned words (a record's fields, a value).
+    if offset.is_multiple_of(8) && dst.len().is_multiple_of(8) {
+        let first = offset / 8;
+        for (word, out) in words[first..].iter().zip(dst.chunks_exact_mut(8)) {
+            out.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
+        }
+        return;
+    }
     let end = offset + dst.len();
     let mut at = offset;
     while at < end {

@@ -147,6 +147,25 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         }
     }
 
+    /// Reads `[addr, addr + dst.len())` chunk by chunk: from the write set, a version chain
+    /// or the master (kept out of `read_raw`, whose common case stays small).
+    #[inline(never)]
+    fn read_versions(&mut self, addr: u64, dst: &mut [u8]) -> TxResult<()> {
+        let mut done = 0usize;
+        while done < dst.len() {
+            let at = addr + done as u64;
+            let (chunk, offset) = (at / CHUNK, (at % CHUNK) as usize);
+            let n = (CHUNK as usize - offset).min(dst.len() - done);
+            let piece = &mut dst[done..done + n];
+            match self.state.find(chunk) {
+                Some(i) => piece.copy_from_slice(&self.state.writes[i].data[offset..offset + n]),
+                None => self.read_chunk(chunk, offset, piece)?,
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
     /// Whether every chunk of `[addr, addr + len)` reads as its master for this transaction:
     /// none has a header, and none is in the write set.
     fn reads_masters(&self, addr: u64, len: u64) -> bool {
@@ -524,19 +543,7 @@ impl<P: Persist, R: Replay> Tx for MvccTx<'_, P, R> {
             pm.read(addr, dst);
             return Ok(());
         }
-        let mut done = 0usize;
-        while done < dst.len() {
-            let at = addr + done as u64;
-            let (chunk, offset) = (at / CHUNK, (at % CHUNK) as usize);
-            let n = (CHUNK as usize - offset).min(dst.len() - done);
-            let piece = &mut dst[done..done + n];
-            match self.state.find(chunk) {
-                Some(i) => piece.copy_from_slice(&self.state.writes[i].data[offset..offset + n]),
-                None => self.read_chunk(chunk, offset, piece)?,
-            }
-            done += n;
-        }
-        Ok(())
+        self.read_versions(addr, dst)
     }
 
     fn write_raw(&mut self, addr: u64, src: &[u8]) -> TxResult<()> {
