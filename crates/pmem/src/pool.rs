@@ -211,6 +211,33 @@ impl<B: Persist> Pool<B> {
         self.mark_unclean_on_drop();
     }
 
+    /// The same open pool on a wrapper of its backend (a test backend that observes every
+    /// access, such as one that simulates power failures). Nothing is written: the pool
+    /// stays open and its state word unchanged. If `wrap` fails, the backend is gone and the
+    /// pool is left as a crash leaves it (not marked clean).
+    pub fn wrap_backend<C: Persist, E>(
+        self,
+        wrap: impl FnOnce(B) -> Result<C, E>,
+    ) -> Result<Pool<C>, E> {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped or used again after these reads, so each field is
+        // moved out exactly once (the usual way to take fields out of a type with `Drop`).
+        let (pm, header, path) = unsafe {
+            (
+                std::ptr::read(&this.pm),
+                std::ptr::read(&this.header),
+                std::ptr::read(&this.path),
+            )
+        };
+        Ok(Pool {
+            pm: wrap(pm)?,
+            header,
+            was_clean: this.was_clean,
+            path,
+            closed: AtomicBool::new(this.closed.load(Ordering::Acquire)),
+        })
+    }
+
     /// Makes dropping the pool leave it marked unclean (for upper layers whose recovery
     /// failed: the pool was not shut down cleanly and must not claim it was).
     pub fn mark_unclean_on_drop(&self) {
