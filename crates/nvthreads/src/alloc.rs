@@ -20,7 +20,7 @@
 
 use crate::shared::LockWord;
 use std::io;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
 
 /// Chunk size: the unit of large blocks and of small-block runs.
 pub const CHUNK: usize = 64 << 10;
@@ -35,6 +35,17 @@ pub const CLASSES: [u32; 40] = [
     1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096, 5120, 6144, 7168, 8192, 10240, 12288, 14336,
     16384, 20480, 24576, 28672, 32768,
 ];
+
+/// Blocks per small chunk, per class (a table: a division by the class size is slow).
+const BLOCKS: [u16; CLASSES.len()] = {
+    let mut blocks = [0u16; CLASSES.len()];
+    let mut class = 0;
+    while class < CLASSES.len() {
+        blocks[class] = (CHUNK / CLASSES[class] as usize) as u16;
+        class += 1;
+    }
+    blocks
+};
 
 // Chunk states: 0 means never handed out (at or above `top`).
 const KIND_MASK: u32 = 0xf000_0000;
@@ -68,7 +79,9 @@ struct ChunkMeta {
     /// Kind and value (see the constants above).
     state: AtomicU32,
     /// Small chunk: free blocks.
-    free: AtomicU32,
+    free: AtomicU16,
+    /// Small chunk: no bitmap word before this one has a free block.
+    hint: AtomicU16,
     /// Small chunk with free blocks: next and previous chunk of its class's list, + 1.
     next: AtomicU32,
     prev: AtomicU32,
@@ -212,10 +225,8 @@ impl Arena {
             None => self.alloc_large(size.div_ceil(CHUNK), align.div_ceil(CHUNK).max(1)),
         };
         if let Some(block) = block {
-            self.header
-                .live_bytes
-                .fetch_add(block.size as u64, Ordering::Relaxed);
-            self.header.allocs.fetch_add(1, Ordering::Relaxed);
+            add(&self.header.live_bytes, block.size as u64);
+            add(&self.header.allocs, 1);
         }
         self.header.lock.unlock();
         block
@@ -282,17 +293,26 @@ impl Arena {
             0 => self.new_small_chunk(class)?,
             n => n as usize - 1,
         };
-        let blocks = CHUNK / CLASSES[class] as usize;
+        let blocks = BLOCKS[class] as usize;
         let words = &self.bitmaps[chunk * WORDS..chunk * WORDS + blocks.div_ceil(64)];
-        let bit = words.iter().enumerate().find_map(|(index, word)| {
-            let value = word.load(Ordering::Relaxed);
-            let free = (!value).trailing_zeros() as usize;
-            (value != u64::MAX && index * 64 + free < blocks).then_some((index, free))
-        });
-        let (index, free) = bit.expect("a chunk on the free list has a free block");
-        words[index].fetch_or(1 << free, Ordering::Relaxed);
         let meta = &self.meta[chunk];
-        if meta.free.fetch_sub(1, Ordering::Relaxed) == 1 {
+        let hint = meta.hint.load(Ordering::Relaxed) as usize;
+        let bit = words
+            .iter()
+            .enumerate()
+            .skip(hint)
+            .find_map(|(index, word)| {
+                let value = word.load(Ordering::Relaxed);
+                let free = (!value).trailing_zeros() as usize;
+                (value != u64::MAX && index * 64 + free < blocks).then_some((index, value, free))
+            });
+        let (index, value, free) = bit.expect("a chunk on the free list has a free block");
+        // Under the arena's lock, so a load and a store are enough (no read-modify-write).
+        words[index].store(value | 1 << free, Ordering::Relaxed);
+        meta.hint.store(index as u16, Ordering::Relaxed);
+        let left = meta.free.load(Ordering::Relaxed) - 1;
+        meta.free.store(left, Ordering::Relaxed);
+        if left == 0 {
             self.unlink(class, chunk);
         }
         let size = CLASSES[class] as usize;
@@ -307,8 +327,8 @@ impl Arena {
         let (chunk, _) = self.take_span(1, 1)?;
         let meta = &self.meta[chunk];
         meta.state.store(SMALL | class as u32, Ordering::Release);
-        meta.free
-            .store((CHUNK / CLASSES[class] as usize) as u32, Ordering::Relaxed);
+        meta.free.store(BLOCKS[class], Ordering::Relaxed);
+        meta.hint.store(0, Ordering::Relaxed);
         for word in &self.bitmaps[chunk * WORDS..(chunk + 1) * WORDS] {
             word.store(0, Ordering::Relaxed);
         }
@@ -446,26 +466,30 @@ impl Arena {
     }
 
     fn account_free(&self, bytes: usize) {
-        self.header
-            .live_bytes
-            .fetch_sub(bytes as u64, Ordering::Relaxed);
-        self.header.frees.fetch_add(1, Ordering::Relaxed);
+        sub(&self.header.live_bytes, bytes as u64);
+        add(&self.header.frees, 1);
     }
 
     fn free_small(&self, chunk: usize, offset: usize, class: usize) -> Result<(), FreeError> {
         let size = CLASSES[class] as usize;
         let bit = offset / size;
-        if !offset.is_multiple_of(size) || bit >= CHUNK / size {
+        if !offset.is_multiple_of(size) || bit >= BLOCKS[class] as usize {
             return Err(FreeError::Invalid);
         }
         let word = &self.bitmaps[chunk * WORDS + bit / 64];
         let mask = 1u64 << (bit % 64);
-        if word.fetch_and(!mask, Ordering::Relaxed) & mask == 0 {
+        let value = word.load(Ordering::Relaxed);
+        if value & mask == 0 {
             return Err(FreeError::DoubleFree);
         }
+        word.store(value & !mask, Ordering::Relaxed);
         self.account_free(size);
         let meta = &self.meta[chunk];
-        let free = meta.free.fetch_add(1, Ordering::Relaxed) + 1;
+        if bit / 64 < meta.hint.load(Ordering::Relaxed) as usize {
+            meta.hint.store((bit / 64) as u16, Ordering::Relaxed);
+        }
+        let free = meta.free.load(Ordering::Relaxed) + 1;
+        meta.free.store(free, Ordering::Relaxed);
         if free == 1 {
             self.push(class, chunk);
         }
@@ -473,7 +497,7 @@ impl Arena {
         // room (keeping one avoids churn when a program allocates and frees one block).
         let head = self.header.nonfull[class].load(Ordering::Relaxed);
         let alone = head as usize == chunk + 1 && meta.next.load(Ordering::Relaxed) == 0;
-        if free as usize == CHUNK / size && !alone {
+        if free == BLOCKS[class] && !alone {
             self.unlink(class, chunk);
             self.release_span(chunk, 1);
         }
@@ -521,8 +545,22 @@ impl Arena {
     }
 }
 
+/// `counter += delta` for a counter written only under the arena's lock.
+fn add(counter: &AtomicU64, delta: u64) {
+    counter.store(counter.load(Ordering::Relaxed) + delta, Ordering::Relaxed);
+}
+
+/// `counter -= delta` for a counter written only under the arena's lock.
+fn sub(counter: &AtomicU64, delta: u64) {
+    counter.store(counter.load(Ordering::Relaxed) - delta, Ordering::Relaxed);
+}
+
 /// The smallest class that holds `size` bytes at alignment `align`, if any.
 fn small_class(size: usize, align: usize) -> Option<usize> {
+    if size <= 128 && align <= 16 {
+        // Classes 16, 32, …, 128 are the first eight.
+        return Some(size.max(1).div_ceil(16) - 1);
+    }
     let start = CLASSES.partition_point(|&class| (class as usize) < size);
     (start..CLASSES.len()).find(|&index| (CLASSES[index] as usize).is_multiple_of(align.max(16)))
 }
@@ -547,6 +585,15 @@ mod tests {
         assert_eq!(CLASSES[small_class(100, 64).unwrap()], 128);
         assert_eq!(CLASSES[small_class(100, 4096).unwrap()], 4096);
         assert_eq!(small_class(MAX_SMALL + 1, 16), None);
+        for size in 1..=2048 {
+            for align in [1usize, 8, 16, 32, 4096] {
+                let slow = (CLASSES.partition_point(|&class| (class as usize) < size)
+                    ..CLASSES.len())
+                    .find(|&index| (CLASSES[index] as usize).is_multiple_of(align.max(16)));
+                assert_eq!(small_class(size, align), slow, "size {size} align {align}");
+            }
+        }
+        assert!((0..CLASSES.len()).all(|c| BLOCKS[c] as usize * CLASSES[c] as usize <= CHUNK));
     }
 
     #[test]

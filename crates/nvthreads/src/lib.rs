@@ -15,6 +15,8 @@
 //!   processes, futex-based locks in a shared mapping, sections, merges, commits); the C ABI
 //!   itself is the `cdylib` example target `nvthreads_rt` (`ffi/`), with
 //!   `include/nvthreads.h`;
+//! - [`pfail`]: power-failure images of whole runs for the tests (`NVT_PFAIL`): the native
+//!   backend with a shared table of pending lines, rolled back at the crash point;
 //! - [`programs`], [`eval`]: building C programs at run time and the evaluation behind
 //!   `ferrite eval --only nvthreads`.
 
@@ -27,6 +29,7 @@ pub mod heapmeta;
 pub mod journal;
 mod malloc;
 pub mod pages;
+pub mod pfail;
 pub mod programs;
 pub mod record;
 pub mod runtime;

@@ -5,14 +5,18 @@
 //! - The **private view** maps the same file `MAP_PRIVATE` and read-only, at the heap's fixed
 //!   address. The program reads and writes the heap there. A page this process has not
 //!   written shows the shared contents as they are now; the first write to it faults.
-//! - The `SIGSEGV` handler (on an alternate stack) makes the page writable, forces the
-//!   kernel's private copy (an atomic no-op write of its first word), copies the page to
-//!   its **twin**, and records the page in the dirty list. The write then retries and lands
-//!   in the private copy.
-//! - At a merge the runtime diffs each dirty page against its twin ([`crate::diff`]), logs
-//!   the runs and copies them into the shared view; [`Tracker::reset`] then write-protects
-//!   the pages again and, when other processes may have merged since, drops the private
-//!   copies (`MADV_DONTNEED`) so the next access sees the shared contents.
+//! - The `SIGSEGV` handler (on an alternate stack) makes the page (or a window of pages)
+//!   writable, forces the kernel's private copies (`MADV_POPULATE_WRITE`, or an atomic no-op
+//!   write of each page's first word), copies each page to its **twin**, and records the
+//!   pages in the dirty list. The write then retries and lands in the private copy.
+//! - At a merge the runtime diffs each logged dirty page against its twin ([`crate::diff`])
+//!   and logs the runs, and publishes every dirty page's changed bytes into the shared view
+//!   ([`Tracker::publish_page`]), noting the page in the **publish log** shared by all
+//!   processes; [`Tracker::reset`] then write-protects the pages again and keeps their
+//!   private copies, except those of pages another process published into since they were
+//!   taken, which it drops (`MADV_DONTNEED`) so the next access sees the shared contents.
+//!   When the process synchronises, [`Tracker::catch_up`] drops the kept copies of pages
+//!   others published into.
 //! - Besides the heap, existing memory can be *adopted* ([`Tracker::install_with`]): the
 //!   runtime adopts the program's writable data segment, so globals are shared the same way.
 //!
@@ -22,16 +26,19 @@
 //!
 //! # Async-signal safety of the handler
 //! The handler only loads an `AtomicPtr` to state that is never freed, does arithmetic,
-//! calls `mprotect` and `sigaction` (plain system calls; `sigaction` is on the POSIX list and
-//! `mprotect` is a raw system call on Linux with no user-space state), copies 4 KiB between
-//! memory it owns, and updates atomics. It takes no lock, allocates nothing, and touches no
-//! thread-local or `std` state, so it is safe whatever code it interrupted — including the
-//! runtime itself, which never holds the dirty list while heap pages can fault.
+//! calls `mprotect`, `madvise` and `sigaction` (plain system calls; `sigaction` is on the
+//! POSIX list and the others are raw system calls on Linux with no user-space state), copies
+//! 4 KiB between memory it owns, and updates atomics. It takes no lock, allocates nothing,
+//! and touches no `std` state; of thread-local state only `errno`, which it saves and
+//! restores. So it is safe whatever code it interrupted — including the runtime itself, which
+//! never holds the dirty list while heap pages can fault.
 
 use crate::diff::{self, Span};
 use std::io;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+};
 
 /// Tracking granularity.
 pub const PAGE: usize = 4096;
@@ -39,11 +46,103 @@ const ALT_STACK: usize = 64 * 1024;
 
 static ACTIVE: AtomicPtr<Tracker> = AtomicPtr::new(ptr::null_mut());
 
+/// Whether the kernel supports `MADV_POPULATE_WRITE` (Linux 5.14; probed at installation).
+static POPULATE_WRITE: AtomicBool = AtomicBool::new(false);
+
+/// Twin slots populated at once when a fault needs one not mapped yet.
+const TWIN_BATCH: usize = 64;
+
 /// Most pages one write fault makes writable (and twins) for a sequential writer.
 const MAX_WINDOW: usize = 16;
 
 /// Most tracked regions (the heap plus adopted ranges such as the program's globals).
 pub const MAX_REGIONS: usize = 4;
+
+/// Entries of the publish log: a process that falls further behind drops every kept copy.
+const LOG_ENTRIES: usize = 1 << 16;
+/// A publish-log entry meaning "any page may have changed".
+const ALL_PAGES: u32 = u32::MAX;
+
+/// The pages published by every process, in merge order: a ring in memory shared by all
+/// processes (mapped before the first fork), written by the commit-token holder only.
+/// `reserved` counts the entries begun, `published` those complete; entry `n` is in slot
+/// `n % LOG_ENTRIES`.
+#[repr(C)]
+struct PublishLog {
+    reserved: AtomicU64,
+    published: AtomicU64,
+    pages: [AtomicU32; LOG_ENTRIES],
+}
+
+impl std::fmt::Debug for PublishLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PublishLog")
+            .field("reserved", &self.reserved)
+            .field("published", &self.published)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PublishLog {
+    fn map() -> io::Result<&'static PublishLog> {
+        let len = std::mem::size_of::<PublishLog>().next_multiple_of(PAGE);
+        let at = map(
+            None,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+        )?;
+        // SAFETY: a fresh, zeroed, suitably aligned shared mapping of at least the struct's
+        // size, never unmapped; all-zero bytes are valid atomics.
+        Ok(unsafe { &*at.cast::<PublishLog>() })
+    }
+}
+
+/// A set of page numbers: one bit per page, and one summary bit per word of bits, so taking
+/// every member costs in proportion to the words in use rather than to all pages.
+#[derive(Debug)]
+struct PageSet {
+    bits: Box<[AtomicU64]>,
+    summary: Box<[AtomicU64]>,
+}
+
+impl PageSet {
+    fn new(pages: usize) -> PageSet {
+        let bits = bitmap(pages);
+        let summary = bitmap(bits.len());
+        PageSet { bits, summary }
+    }
+
+    fn insert(&self, page: usize) {
+        test_and_set(&self.bits, page);
+        test_and_set(&self.summary, page / 64);
+    }
+
+    /// Removes `page`; returns whether it was a member.
+    fn remove(&self, page: usize) -> bool {
+        let mask = 1u64 << (page % 64);
+        self.bits[page / 64].fetch_and(!mask, Ordering::Relaxed) & mask != 0
+    }
+
+    /// Empties the set; returns its members in ascending order.
+    fn take_all(&self) -> Vec<usize> {
+        let mut pages = Vec::new();
+        for (index, summary) in self.summary.iter().enumerate() {
+            let mut words = summary.swap(0, Ordering::Relaxed);
+            while words != 0 {
+                let word = index * 64 + words.trailing_zeros() as usize;
+                words &= words - 1;
+                let mut bits = self.bits[word].swap(0, Ordering::Relaxed);
+                while bits != 0 {
+                    pages.push(word * 64 + bits.trailing_zeros() as usize);
+                    bits &= bits - 1;
+                }
+            }
+        }
+        pages
+    }
+}
 
 /// One tracked range: a private view the program uses and a shared view, both mapping one
 /// file. Pages are numbered globally: region `r` owns pages `first_page..first_page + len /
@@ -92,16 +191,27 @@ pub struct Tracker {
     /// Per region: whether its private view is the tracked copy-on-write mapping (else the
     /// shared mapping itself, read-write).
     tracked: [std::sync::atomic::AtomicBool; MAX_REGIONS],
+    /// Twin slots: the twin of the `k`-th page of the dirty list is at slot `k`, so an
+    /// interval reuses the slots (already mapped) of the intervals before it.
     twins: *mut u8,
+    /// Per page: its twin's slot while it is dirty.
+    twin_slot: Box<[AtomicU32]>,
+    /// Twin slots known to be mapped writable in this process (populated ahead in batches).
+    twins_ready: AtomicUsize,
     /// One bit per page: written in the current interval (private copy, twin taken).
     dirty_bits: Box<[AtomicU64]>,
     /// The dirty pages, in fault order (`dirty_count` valid entries).
     dirty: Box<[AtomicU32]>,
     dirty_count: AtomicUsize,
-    /// One bit per page: a private copy kept across an interval (not dropped at reset).
-    kept_bits: Box<[AtomicU64]>,
-    kept: Box<[AtomicU32]>,
-    kept_count: AtomicUsize,
+    /// The private copies kept across intervals (not dropped at reset).
+    kept: PageSet,
+    /// One bit per dirty page: another process published into it since its private copy
+    /// was taken, so the copy is dropped (not kept) when the interval ends.
+    stale_bits: Box<[AtomicU64]>,
+    /// The pages every process published into, in merge order (shared by all processes).
+    log: &'static PublishLog,
+    /// How many entries of `log` this process has taken into account.
+    log_seen: AtomicU64,
     faults: AtomicU64,
     /// The page after the last fault's window, and that window's size (sequential-write
     /// detection in the fault handler).
@@ -328,12 +438,15 @@ impl Tracker {
             region_count: specs.len(),
             tracked,
             twins,
+            twin_slot: list(pages),
+            twins_ready: AtomicUsize::new(0),
             dirty_bits: bitmap(pages),
             dirty: list(pages),
             dirty_count: AtomicUsize::new(0),
-            kept_bits: bitmap(pages),
-            kept: list(pages),
-            kept_count: AtomicUsize::new(0),
+            kept: PageSet::new(pages),
+            stale_bits: bitmap(pages),
+            log: PublishLog::map()?,
+            log_seen: AtomicU64::new(0),
             faults: AtomicU64::new(0),
             window_end: AtomicUsize::new(usize::MAX),
             window: AtomicUsize::new(1),
@@ -380,20 +493,11 @@ impl Tracker {
         Ok(())
     }
 
-    /// Removes the pages in `range` from the kept list (their mapping is being replaced).
+    /// Removes the pages in `range` from the kept set (their mapping is being replaced).
     fn forget_kept(&self, range: &std::ops::Range<usize>) {
-        let count = self.kept_count.load(Ordering::Relaxed);
-        let mut write = 0;
-        for read in 0..count {
-            let page = self.kept[read].load(Ordering::Relaxed) as usize;
-            if range.contains(&page) {
-                clear(&self.kept_bits, page);
-            } else {
-                self.kept[write].store(page as u32, Ordering::Relaxed);
-                write += 1;
-            }
+        for page in range.clone() {
+            self.kept.remove(page);
         }
-        self.kept_count.store(write, Ordering::Relaxed);
     }
 
     /// Whether runs of global page `page` belong to the redo log (else only published).
@@ -440,6 +544,21 @@ impl Tracker {
             *start = region.first_page;
         }
         runs_of_pages_in(pages, &starts[..self.region_count])
+    }
+
+    /// For sorted `pages`: per region holding any, the `(first, count)` range from its first
+    /// to its last page in `pages`.
+    fn spans_per_region(&self, pages: &[usize]) -> Vec<(usize, usize)> {
+        let mut out: Vec<(usize, usize)> = Vec::new();
+        for region in &self.regions[..self.region_count] {
+            let end = region.first_page + region.len / PAGE;
+            let inside = &pages[pages.partition_point(|&page| page < region.first_page)
+                ..pages.partition_point(|&page| page < end)];
+            if let (Some(&first), Some(&last)) = (inside.first(), inside.last()) {
+                out.push((first, last + 1 - first));
+            }
+        }
+        out
     }
 
     /// Pages of the heap (region 0); global pages from here on belong to adopted ranges.
@@ -532,10 +651,46 @@ impl Tracker {
     }
 
     fn twin_page(&self, page: usize) -> &[u8] {
-        assert!(page < self.pages, "page {page} outside the twins");
-        // SAFETY: in bounds of the twin mapping, which only this process writes (in the
-        // fault handler, never concurrently with this read on a single-threaded process).
-        unsafe { std::slice::from_raw_parts(self.twins.add(page * PAGE), PAGE) }
+        assert!(is_set(&self.dirty_bits, page), "page {page} has no twin");
+        // SAFETY: a dirty page's slot is below the dirty count, so in bounds of the twin
+        // mapping, which only this process writes (in the fault handler, never concurrently
+        // with this read on a single-threaded process).
+        unsafe { std::slice::from_raw_parts(self.twin_ptr(page), PAGE) }
+    }
+
+    /// The twin of dirty page `page`.
+    fn twin_ptr(&self, page: usize) -> *mut u8 {
+        let slot = self.twin_slot[page].load(Ordering::Relaxed) as usize;
+        // SAFETY: slots are below the page count, the twin mapping's size in pages.
+        unsafe { self.twins.add(slot * PAGE) }
+    }
+
+    /// Makes sure twin slots `..upto` are mapped writable, populating them in batches (one
+    /// system call for many twins instead of a page fault each). Async-signal-safe.
+    fn prepare_twins(&self, upto: usize) {
+        let ready = self.twins_ready.load(Ordering::Relaxed);
+        if upto <= ready {
+            return;
+        }
+        let next = upto.max(ready + TWIN_BATCH).min(self.pages);
+        if POPULATE_WRITE.load(Ordering::Relaxed) {
+            // SAFETY: slots `ready..next` lie inside the twin mapping; populating changes no
+            // byte. A failure only leaves the pages to fault on first use.
+            unsafe {
+                libc::madvise(
+                    self.twins.add(ready * PAGE).cast(),
+                    (next - ready) * PAGE,
+                    libc::MADV_POPULATE_WRITE,
+                );
+            }
+        }
+        self.twins_ready.store(next, Ordering::Relaxed);
+    }
+
+    /// In a process just forked: its twin slots are shared copy-on-write with the parent's,
+    /// so they are populated (copied) again in batches rather than faulted one by one.
+    pub fn after_fork(&self) {
+        self.twins_ready.store(0, Ordering::Relaxed);
     }
 
     /// The after-image of dirty page `page`: its shared contents with `spans` of the private
@@ -572,6 +727,31 @@ impl Tracker {
         // page (so equally aligned); the shared view is writable; the mappings are distinct
         // virtual ranges; the private bytes lie in a dirty page only this thread writes.
         unsafe { copy_words(private, shared, len) }
+    }
+
+    /// Publishes dirty page `page`: copies every byte where the private page differs from its
+    /// twin — exactly the bytes of [`Tracker::diff_page`]'s runs — into the shared view, each
+    /// aligned 8-byte word in one store as [`Tracker::publish`] does, in one pass over the
+    /// page (no runs are built; a page of scattered small changes, such as the low bytes of
+    /// every integer of an array, would otherwise cost one call and one compare-and-swap per
+    /// run). Returns whether any byte was published; if so, the page is logged for the other
+    /// processes ([`Tracker::catch_up`]). Same contract as [`Tracker::publish`]: the caller
+    /// holds the commit token and `page` is dirty.
+    pub fn publish_page(&self, page: usize) -> bool {
+        let (private, shared) = self.addresses(page * PAGE);
+        let twin = self.twin_page(page).as_ptr();
+        // Logged regions are tracked in every process, so only the token holder writes
+        // their shared view; unlogged ones the main process writes in place at any time.
+        let exclusive = self.region_of_page(page).logged;
+        // SAFETY: whole pages of the region's private view (dirty: a private copy only this
+        // thread writes), of the twin mapping, and of the region's writable shared view; the
+        // three are distinct mappings and page-aligned; with `exclusive`, no other thread or
+        // process writes the shared page meanwhile (the caller holds the commit token).
+        let published = unsafe { publish_changed_words(private, twin, shared, exclusive) };
+        if published {
+            self.log_published(page as u32);
+        }
+        published
     }
 
     /// Writes `bytes` straight into the shared view at `offset` (initialisation from the
@@ -633,11 +813,10 @@ impl Tracker {
                 unsafe {
                     let shared = region.shared.add(offset);
                     ptr::copy_nonoverlapping(shared, region.private.add(offset), stop - at);
-                    let twin = self.twins.add(page * PAGE + offset % PAGE);
+                    let twin = self.twin_ptr(page).add(offset % PAGE);
                     ptr::copy_nonoverlapping(shared, twin, stop - at);
                 }
-            } else if is_set(&self.kept_bits, page) {
-                self.forget_kept(&(page..page + 1));
+            } else if self.kept.remove(page) {
                 self.discard(page, 1)?;
             }
             at = stop;
@@ -683,10 +862,16 @@ impl Tracker {
 
     /// Ends an interval: write-protects every dirty page again and clears the dirty list.
     /// With `drop_private`, the private copies (this interval's and any kept earlier) are
-    /// discarded so the next access sees the shared view; without it they are kept, which is
-    /// valid only while no other process has merged since they were taken (the runtime
-    /// tracks that with a merge generation).
+    /// discarded so the next access sees the shared view. Without it, this interval's copies
+    /// are kept — except those of pages another process published into since they were
+    /// taken ([`Tracker::catch_up`], which this calls first) — and stay valid until another
+    /// process publishes into their page. Called after publishing, by the holder of the
+    /// commit token (or with no other process publishing).
     pub fn reset(&self, drop_private: bool) -> io::Result<()> {
+        if !drop_private {
+            self.catch_up()?;
+        }
+        let seen = self.log.published.load(Ordering::Acquire);
         let count = self.dirty_count.load(Ordering::Acquire);
         let mut pages = Vec::with_capacity(count);
         for i in 0..count {
@@ -694,25 +879,34 @@ impl Tracker {
             pages.push(page);
         }
         pages.sort_unstable();
-        for range in self.runs(&pages) {
+        // In a tracked region exactly the dirty pages are writable, so one call per region,
+        // from its first dirty page to its last, write-protects them all: a call per run of
+        // pages would split and merge the mapping once for every scattered page.
+        for range in self.spans_per_region(&pages) {
             self.protect(range.0, range.1, libc::PROT_READ)?;
         }
+        let mut stale = Vec::new();
         for &page in &pages {
             clear(&self.dirty_bits, page);
+            let was_stale = is_set(&self.stale_bits, page);
+            if was_stale {
+                clear(&self.stale_bits, page);
+            }
+            if drop_private || was_stale {
+                self.kept.remove(page);
+                stale.push(page);
+            } else {
+                self.kept.insert(page);
+            }
         }
         self.dirty_count.store(0, Ordering::Release);
+        for range in self.runs(&stale) {
+            self.discard(range.0, range.1)?;
+        }
         if drop_private {
-            for range in self.runs(&pages) {
-                self.discard(range.0, range.1)?;
-            }
             self.drop_kept()?;
-        } else {
-            for &page in &pages {
-                if !test_and_set(&self.kept_bits, page) {
-                    let slot = self.kept_count.fetch_add(1, Ordering::Relaxed);
-                    self.kept[slot].store(page as u32, Ordering::Relaxed);
-                }
-            }
+            // No private copy is left: every publish logged so far is taken into account.
+            self.log_seen.fetch_max(seen, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -720,19 +914,90 @@ impl Tracker {
     /// Discards every private copy kept by `reset(false)`, except those written again in the
     /// current interval: they hold writes not merged yet, and the next `reset` decides.
     pub fn drop_kept(&self) -> io::Result<()> {
-        let count = self.kept_count.swap(0, Ordering::AcqRel);
-        let mut pages: Vec<usize> = (0..count)
-            .map(|i| self.kept[i].load(Ordering::Relaxed) as usize)
-            .collect();
-        for &page in &pages {
-            clear(&self.kept_bits, page);
-        }
+        let mut pages = self.kept.take_all();
         pages.retain(|&page| !is_set(&self.dirty_bits, page));
-        pages.sort_unstable();
         for range in self.runs(&pages) {
             self.discard(range.0, range.1)?;
         }
         Ok(())
+    }
+
+    /// Takes into account what other processes published since this process last did: a
+    /// kept copy of a page they published into is dropped (the next access reads the shared
+    /// view), a dirty page they published into is marked to be dropped when its interval
+    /// ends. Called when the process synchronises (and by [`Tracker::reset`]); costs nothing
+    /// when nobody published. A process that fell a whole log behind, or a publish of every
+    /// page ([`Tracker::publish_everything`]), drops every kept copy.
+    pub fn catch_up(&self) -> io::Result<()> {
+        let log = self.log;
+        let seen = self.log_seen.load(Ordering::Relaxed);
+        let published = log.published.load(Ordering::Acquire);
+        if published == seen {
+            return Ok(());
+        }
+        let mut everything = published - seen > LOG_ENTRIES as u64;
+        let mut pages = Vec::new();
+        if !everything {
+            for at in seen..published {
+                let page = log.pages[(at % LOG_ENTRIES as u64) as usize].load(Ordering::Relaxed);
+                if page == ALL_PAGES {
+                    everything = true;
+                    break;
+                }
+                pages.push(page as usize);
+            }
+            // Entries overwritten while they were read: a writer reserves its slot (and
+            // fences) before writing it.
+            fence(Ordering::Acquire);
+            everything |= log.reserved.load(Ordering::Relaxed) - seen > LOG_ENTRIES as u64;
+        }
+        if everything {
+            for page in self.dirty_pages() {
+                test_and_set(&self.stale_bits, page);
+            }
+            self.drop_kept()?;
+        } else {
+            let mut dropped = Vec::new();
+            for page in pages.into_iter().filter(|&page| page < self.pages) {
+                if is_set(&self.dirty_bits, page) {
+                    test_and_set(&self.stale_bits, page);
+                } else if self.kept.remove(page) {
+                    dropped.push(page);
+                }
+            }
+            dropped.sort_unstable();
+            for range in self.runs(&dropped) {
+                self.discard(range.0, range.1)?;
+            }
+        }
+        self.log_seen.store(published, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Records that this process published into `page` (`ALL_PAGES`: anywhere). The caller
+    /// holds the commit token: one writer at a time.
+    fn log_published(&self, page: u32) {
+        let log = self.log;
+        let at = log.reserved.load(Ordering::Relaxed);
+        log.reserved.store(at + 1, Ordering::Relaxed);
+        // A reader that sees the entry below also sees the reservation (and so knows when
+        // the slot it read was overwritten).
+        fence(Ordering::Release);
+        log.pages[(at % LOG_ENTRIES as u64) as usize].store(page, Ordering::Relaxed);
+        log.published.store(at + 1, Ordering::Release);
+        // This process's own publish leaves its copies valid: taken into account at once if
+        // every earlier entry was (otherwise it is conservatively treated as another's).
+        if self.log_seen.load(Ordering::Relaxed) == at {
+            self.log_seen.store(at + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// Records that this process may have changed any page of the shared views without
+    /// publishing (the runtime's main process writes the unlogged regions in place): every
+    /// other process drops its kept copies when it next synchronises. The caller holds the
+    /// commit token.
+    pub fn publish_everything(&self) {
+        self.log_published(ALL_PAGES);
     }
 
     fn protect(&self, first: usize, count: usize, prot: i32) -> io::Result<()> {
@@ -796,10 +1061,11 @@ impl Tracker {
         }
         self.window.store(window, Ordering::Relaxed);
         self.window_end.store(page + count, Ordering::Relaxed);
-        // SAFETY: the pages lie inside the region's private mapping. mprotect is a system
-        // call; the no-op atomic write of each page's first word (now writable, page-aligned)
-        // makes the kernel give this process its private copy at once, so the twin copied
-        // next is exactly the private page the program's writes will land on.
+        // SAFETY: the pages lie inside the region's private mapping. mprotect and madvise
+        // are system calls; `MADV_POPULATE_WRITE` (or, without it, the no-op atomic write of
+        // each page's first word, now writable and page-aligned) makes the kernel give this
+        // process its private copies at once, so each twin copied next is exactly the private
+        // page the program's writes will land on.
         unsafe {
             let start = region.private.add(local * PAGE);
             if libc::mprotect(
@@ -810,10 +1076,20 @@ impl Tracker {
             {
                 return false;
             }
+            // One system call makes the whole window private, where a write per page would
+            // take a page fault each (and a read fault mapping the file's pages first, which
+            // the copies then replace). The kernel copies each page as a write fault would.
+            let populated = POPULATE_WRITE.load(Ordering::Relaxed)
+                && libc::madvise(start.cast(), count * PAGE, libc::MADV_POPULATE_WRITE) == 0;
+            let slot = self.dirty_count.load(Ordering::Relaxed);
+            self.prepare_twins(slot + count);
             for i in 0..count {
                 let at = start.add(i * PAGE);
-                make_private(at);
-                ptr::copy_nonoverlapping(at, self.twins.add((page + i) * PAGE), PAGE);
+                if !populated {
+                    make_private(at);
+                }
+                self.twin_slot[page + i].store((slot + i) as u32, Ordering::Relaxed);
+                ptr::copy_nonoverlapping(at, self.twins.add((slot + i) * PAGE), PAGE);
             }
         }
         let slot = self.dirty_count.load(Ordering::Relaxed);
@@ -909,6 +1185,69 @@ unsafe fn copy_words(src: *const u8, dst: *mut u8, len: usize) {
     }
 }
 
+/// `0xff` in every byte where `x` has a non-zero byte, `0x00` elsewhere.
+fn nonzero_bytes(x: u64) -> u64 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    // Bit 7 of each byte: set if its low 7 bits are non-zero (the sum cannot carry into the
+    // next byte: 0x7f + 0x7f = 0xfe) or its own bit 7 is set.
+    let high = (((x & LOW7) + LOW7) | x) & !LOW7;
+    (high >> 7) * 0xff
+}
+
+/// Copies the bytes where `private` differs from `twin` (a page each) into `shared`, each
+/// aligned word of `shared` in one store: a word changed in all 8 bytes by an atomic store,
+/// one changed in part by a compare-and-swap that keeps its other bytes (see
+/// [`copy_words`]) — or, when the caller is the only writer of `shared` (`exclusive`), by a
+/// load and one store of the merged word. Returns whether any byte differed.
+///
+/// # Safety
+/// The three pointers are page-aligned pages: `private` and `twin` readable and not written
+/// meanwhile by this process, `shared` writable; no overlap; with `exclusive`, nothing else
+/// writes `shared` meanwhile.
+unsafe fn publish_changed_words(
+    private: *const u8,
+    twin: *const u8,
+    shared: *mut u8,
+    exclusive: bool,
+) -> bool {
+    let mut any = false;
+    for index in 0..PAGE / 8 {
+        // SAFETY: word `index` of two readable, aligned pages.
+        let (mine, before) = unsafe {
+            (
+                private.cast::<u64>().add(index).read(),
+                twin.cast::<u64>().add(index).read(),
+            )
+        };
+        let changed = mine ^ before;
+        if changed == 0 {
+            continue;
+        }
+        any = true;
+        // SAFETY: an aligned word of the writable shared page, only accessed atomically here.
+        let word = unsafe { AtomicU64::from_ptr(shared.cast::<u64>().add(index)) };
+        let mask = nonzero_bytes(changed);
+        if mask == u64::MAX {
+            word.store(mine, Ordering::Relaxed);
+            continue;
+        }
+        let mut current = word.load(Ordering::Relaxed);
+        if exclusive {
+            word.store((current & !mask) | (mine & mask), Ordering::Relaxed);
+            continue;
+        }
+        while let Err(now) = word.compare_exchange_weak(
+            current,
+            (current & !mask) | (mine & mask),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            current = now;
+        }
+    }
+    any
+}
+
 /// Coalesces sorted page numbers into `(first, count)` runs, never across a region start
 /// (`starts`: the first global page of every region).
 fn runs_of_pages_in(pages: &[usize], starts: &[usize]) -> Vec<(usize, usize)> {
@@ -949,11 +1288,18 @@ fn map(addr: Option<usize>, len: usize, prot: i32, flags: i32, fd: i32) -> io::R
 }
 
 extern "C" fn on_segv(signal: i32, info: *mut libc::siginfo_t, _context: *mut libc::c_void) {
+    // The interrupted code may be about to read `errno`; the system calls below must not
+    // change it.
+    // SAFETY: `__errno_location` returns this thread's errno, valid for the thread's life.
+    let errno = unsafe { libc::__errno_location() };
+    // SAFETY: as above.
+    let saved_errno = unsafe { *errno };
     // SAFETY: the kernel passes a valid siginfo for an SA_SIGINFO handler.
     let addr = unsafe { (*info).si_addr() } as usize;
-    if let Some(tracker) = Tracker::active()
-        && tracker.on_fault(addr)
-    {
+    let handled = Tracker::active().is_some_and(|tracker| tracker.on_fault(addr));
+    // SAFETY: as above.
+    unsafe { *errno = saved_errno };
+    if handled {
         return;
     }
     // Not a tracked write: the program crashes. Let the runtime end the other processes of
@@ -1001,6 +1347,10 @@ fn install_handler() -> io::Result<()> {
     if unsafe { libc::sigaltstack(&alt, ptr::null_mut()) } != 0 {
         return os_error("sigaltstack");
     }
+    // Probe MADV_POPULATE_WRITE on the stack's first page (writable, private, unused yet).
+    // SAFETY: madvise on a mapping this function owns; populating changes no byte.
+    let populate = unsafe { libc::madvise(stack.cast(), PAGE, libc::MADV_POPULATE_WRITE) } == 0;
+    POPULATE_WRITE.store(populate, Ordering::Relaxed);
     // SAFETY: a zeroed sigaction is a valid starting point; the handler has the SA_SIGINFO
     // signature and is async-signal-safe (module documentation).
     unsafe {
@@ -1019,6 +1369,73 @@ fn install_handler() -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nonzero_bytes_marks_each_changed_byte() {
+        assert_eq!(nonzero_bytes(0), 0);
+        assert_eq!(nonzero_bytes(u64::MAX), u64::MAX);
+        assert_eq!(nonzero_bytes(0x0100_8000_0000_7f01), 0xff00_ff00_0000_ffff);
+        for byte in 0..8 {
+            for value in [1u64, 0x7f, 0x80, 0xff] {
+                assert_eq!(nonzero_bytes(value << (8 * byte)), 0xff << (8 * byte));
+            }
+        }
+    }
+
+    /// Publishing a page word by word writes exactly the bytes of its diff runs.
+    #[test]
+    fn publishing_a_page_writes_exactly_its_runs() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let words = PAGE / 8;
+        for round in 0..200 {
+            let twin: Vec<u64> = (0..words).map(|_| rng.random()).collect();
+            let mut private = twin.clone();
+            // Sparse byte changes, whole words, and runs across words.
+            let changes = [0, 1, 5, 50, 600, 5000][round % 6];
+            let bytes = bytemuck_mut(&mut private);
+            for _ in 0..changes {
+                let at = rng.random_range(0..PAGE);
+                let len = rng.random_range(1..=12).min(PAGE - at);
+                for b in &mut bytes[at..at + len] {
+                    *b = rng.random();
+                }
+            }
+            let old_shared: Vec<u64> = (0..words).map(|_| rng.random()).collect();
+            let mut expected = old_shared.clone();
+            let mut spans = Vec::new();
+            diff::spans(bytemuck(&private), bytemuck(&twin), &mut spans);
+            for span in &spans {
+                let range = span.start..span.start + span.len;
+                bytemuck_mut(&mut expected)[range.clone()]
+                    .copy_from_slice(&bytemuck(&private)[range]);
+            }
+            for exclusive in [false, true] {
+                let mut shared = old_shared.clone();
+                // SAFETY: three distinct, aligned page-sized buffers, written by no one else.
+                let any = unsafe {
+                    publish_changed_words(
+                        private.as_ptr().cast(),
+                        twin.as_ptr().cast(),
+                        shared.as_mut_ptr().cast(),
+                        exclusive,
+                    )
+                };
+                assert_eq!(any, !spans.is_empty());
+                assert_eq!(shared, expected, "round {round}, exclusive {exclusive}");
+            }
+        }
+    }
+
+    fn bytemuck(words: &[u64]) -> &[u8] {
+        // SAFETY: u64 has no padding; the byte view covers the same memory.
+        unsafe { std::slice::from_raw_parts(words.as_ptr().cast(), words.len() * 8) }
+    }
+
+    fn bytemuck_mut(words: &mut [u64]) -> &mut [u8] {
+        // SAFETY: as above; any byte pattern is a valid u64.
+        unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast(), words.len() * 8) }
+    }
 
     #[test]
     fn page_runs_coalesce() {

@@ -4,8 +4,8 @@
 //! Every process of a run is single-threaded (a "thread" is a process made by `fork`), so
 //! the per-process state below is plain atomics used with relaxed ordering; `fork` copies it
 //! into each child. What all processes share is in [`Shared`]; what persists is in the
-//! [`Journal`]. The entry points are called by the `cdylib` (`ffi/lib.rs`), never by Rust
-//! code in the same process as a test harness: they fork, and they own the process's
+//! journal ([`RtJournal`]). The entry points are called by the `cdylib` (`ffi/lib.rs`), never
+//! by Rust code in the same process as a test harness: they fork, and they own the process's
 //! `SIGSEGV` handler.
 //!
 //! Section rules:
@@ -22,14 +22,15 @@
 
 use crate::diff::Span;
 use crate::heapmeta;
-use crate::journal::{Config, Journal, LAYOUT, Mutation};
+use crate::journal::{Config, LAYOUT, Mutation};
 use crate::pages::{PAGE, RegionSpec, Tracker};
+use crate::pfail::{RtJournal, RtPool};
 use crate::record::Run;
 use crate::shared::{
     Clock, MAX_THREADS, Shared, SyncSlot, Table, futex_wait, futex_wait_for, futex_wait_until,
     futex_wake, mutex_kind, thread_state,
 };
-use pmem::{CreateOptions, Native, NativeOptions, Pool};
+use pmem::{CreateOptions, NativeOptions};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -43,7 +44,7 @@ pub const DEFAULT_LOG_MB: u64 = 16;
 /// The per-run runtime (one per process; children inherit the parent's by `fork`).
 #[derive(Debug)]
 pub struct Runtime {
-    journal: Mutex<Option<Journal<Native>>>,
+    journal: Mutex<Option<RtJournal>>,
     pub(crate) tracker: &'static Tracker,
     pub(crate) shared: &'static Shared,
     heap_len: u64,
@@ -116,6 +117,15 @@ impl Mutant {
     }
 }
 
+/// The journal's own bug selected by `NVT_MUTANT` (tests only): `no-log-flush` fences the
+/// records without flushing them, which only a power failure (`NVT_PFAIL`) can expose.
+fn journal_mutation() -> Mutation {
+    match std::env::var("NVT_MUTANT").as_deref() {
+        Ok("no-log-flush") => Mutation::NoLogFlush,
+        _ => Mutation::None,
+    }
+}
+
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 /// The shared block, for the fence hook (set once it is mapped).
 static SHARED: OnceLock<&'static Shared> = OnceLock::new();
@@ -133,8 +143,8 @@ static HOLDS: AtomicBool = AtomicBool::new(false);
 static OPEN: AtomicBool = AtomicBool::new(false);
 /// Whether this process is a thread-process (not the main one).
 static CHILD: AtomicBool = AtomicBool::new(false);
-/// The merge generation this process's private copies are consistent with.
-static SEEN_GEN: AtomicU64 = AtomicU64::new(0);
+/// Whether this thread-process is ending (its last merge need not reset its pages).
+static EXITING: AtomicBool = AtomicBool::new(false);
 /// The epoch that commits this thread's writes up to its last merge that logged something.
 static LAST_EPOCH: AtomicU64 = AtomicU64::new(0);
 
@@ -213,8 +223,9 @@ impl Runtime {
         options.latency.line_writeback_ns = env_u64("NVT_NVM_NS_PER_PAGE", 0).div_ceil(64);
         let (journal, state, crashed) = if path.exists() {
             let pool = open_pool(&path, &options)?;
-            let (journal, state, recovery) = Journal::open_in(pool, Mutation::None, Some(step))
-                .map_err(|e| format!("recovering {}: {e}", path.display()))?;
+            let (journal, state, recovery) =
+                RtJournal::open_in(pool, journal_mutation(), Some(step))
+                    .map_err(|e| format!("recovering {}: {e}", path.display()))?;
             (journal, state, !recovery.was_clean)
         } else {
             let config = Config {
@@ -228,13 +239,14 @@ impl Runtime {
             let _ = std::fs::remove_file(&creating);
             let mut create = CreateOptions::new(LAYOUT, config.pool_size());
             create.native = options;
-            let pool = Pool::create(&creating, &create)
+            let pool = RtPool::create(&creating, &create)
                 .map_err(|e| format!("creating {}: {e}", creating.display()))?;
             let (mut journal, state) =
-                Journal::create_in(pool, &config).map_err(|e| e.to_string())?;
+                RtJournal::create_in(pool, &config).map_err(|e| e.to_string())?;
             std::fs::rename(&creating, &path)
                 .map_err(|e| format!("renaming {} into place: {e}", creating.display()))?;
             journal.set_fence_hook(Some(step));
+            journal.set_mutation(journal_mutation());
             (journal, state, false)
         };
         let geo = journal.geometry();
@@ -441,14 +453,13 @@ impl Runtime {
         true
     }
 
-    /// Drops the private copies kept from earlier intervals if another process has merged
-    /// since they were taken (called before reading shared data after synchronising).
+    /// Drops the private copies kept from earlier intervals of pages another process has
+    /// published into since they were taken (called before reading shared data after
+    /// synchronising, and before merging).
     fn refresh_kept(&self) {
-        if self.shared.merge_gen.load(Ordering::Acquire) != SEEN_GEN.load(Ordering::Relaxed) {
-            self.tracker
-                .drop_kept()
-                .unwrap_or_else(|e| fatal(&e.to_string()));
-        }
+        self.tracker
+            .catch_up()
+            .unwrap_or_else(|e| fatal(&e.to_string()));
     }
 
     fn give_token(&self) {
@@ -464,18 +475,25 @@ impl Runtime {
     fn merge(&self, commit: bool, force_drop: bool) {
         assert!(get(&HOLDS), "merge without the commit token");
         let tracker = self.tracker;
+        // Others' publishes first, so that this merge's own are not mistaken for theirs.
+        self.refresh_kept();
         // Heap runs are logged and published; runs in adopted ranges (the program's globals)
         // and the shared malloc region are only published: shared, not persistent.
         let dirty = tracker.dirty_pages();
         self.shared.counters[3].fetch_add(dirty.len() as u64, Ordering::Relaxed);
-        let page_spans: Vec<(usize, Vec<Span>)> = dirty
-            .into_iter()
-            .map(|page| {
+        // Unlogged pages are published at once, word by word from the page and its twin,
+        // without building runs (a page of small scattered changes would cost a call and a
+        // compare-and-swap per run); logged pages are diffed into runs for the log first.
+        let mut page_spans: Vec<(usize, Vec<Span>)> = Vec::new();
+        for page in dirty {
+            if tracker.is_logged(page) {
                 let mut spans = Vec::new();
                 tracker.diff_page(page, &mut spans);
-                (page, spans)
-            })
-            .collect();
+                page_spans.push((page, spans));
+            } else {
+                tracker.publish_page(page);
+            }
+        }
         // A page whose runs would take more log space than the page itself (many scattered
         // changes) is logged as its after-image: the shared page with this merge's runs
         // applied. That is exact because merges are serialised by the token and the log is
@@ -483,29 +501,22 @@ impl Runtime {
         // if they are not committed yet neither is this record (an open section holds back
         // every commit).
         let heap_pages = self.heap_len as usize / PAGE;
-        let images: Vec<(usize, Vec<u8>)> = page_spans
+        let images: Vec<Option<Vec<u8>>> = page_spans
             .iter()
-            .filter(|(page, spans)| {
-                *page < heap_pages && tracker.is_logged(*page) && encoded_len(spans) > PAGE + 16
+            .map(|(page, spans)| {
+                (*page < heap_pages && encoded_len(spans) > PAGE + 16)
+                    .then(|| tracker.after_image(*page, spans))
             })
-            .map(|(page, spans)| (*page, tracker.after_image(*page, spans)))
             .collect();
-        let mut runs = Vec::new();
         let mut logged = Vec::new();
-        let mut volatile = Vec::new();
-        for (page, spans) in &page_spans {
+        for ((page, spans), image) in page_spans.iter().zip(&images) {
             let bytes = tracker.private_page(*page);
             let page_runs = spans.iter().map(|span| Run {
                 offset: (page * PAGE + span.start) as u64,
                 bytes: &bytes[span.start..span.start + span.len],
             });
-            if !tracker.is_logged(*page) {
-                volatile.extend(page_runs);
-                continue;
-            }
-            runs.extend(page_runs.clone());
-            match images.iter().find(|(imaged, _)| imaged == page) {
-                Some((_, image)) => logged.push(Run {
+            match image {
+                Some(image) => logged.push(Run {
                     offset: (page * PAGE) as u64,
                     bytes: image,
                 }),
@@ -514,9 +525,6 @@ impl Runtime {
                 }
                 None => logged.extend(page_runs),
             }
-        }
-        for run in &volatile {
-            tracker.publish(run.offset as usize, run.bytes.len());
         }
         let guard = self.journal.lock().unwrap_or_else(|e| e.into_inner());
         let journal = guard.as_ref().unwrap_or_else(|| fatal("merge after close"));
@@ -531,10 +539,11 @@ impl Runtime {
                 journal.commit(&mut state);
                 self.shared.set_journal_state(&state);
             }
-            runs.iter()
-                .for_each(|run| tracker.publish(run.offset as usize, run.bytes.len()));
+            for (page, _) in &page_spans {
+                tracker.publish_page(*page);
+            }
             drop(guard);
-            self.end_interval(!runs.is_empty() || !volatile.is_empty(), true);
+            self.end_interval(true);
             self.release_pending_frees();
             return;
         }
@@ -569,32 +578,30 @@ impl Runtime {
             }
         }
         drop(guard);
-        for run in &runs {
-            tracker.publish(run.offset as usize, run.bytes.len());
+        for (page, spans) in &page_spans {
+            if !spans.is_empty() {
+                tracker.publish_page(*page);
+            }
         }
-        self.end_interval(!runs.is_empty() || !volatile.is_empty(), force_drop);
+        self.end_interval(force_drop);
         self.release_pending_frees();
     }
 
-    /// After publishing: advances the merge generation if anything was published, and
-    /// write-protects this interval's pages, keeping the private copies only if no other
-    /// process has merged since this one's copies were taken (lazy dropping).
-    fn end_interval(&self, published: bool, force_drop: bool) {
+    /// After publishing: write-protects this interval's pages, keeping the private copies of
+    /// pages no other process has published into since they were taken (lazy dropping, §3.2).
+    fn end_interval(&self, force_drop: bool) {
         // The main process writes the unlogged regions in place (untracked): whenever it
         // synchronises, the others must drop copies that may predate its writes.
-        let published =
-            published || (!self.is_child() && self.shared.live_threads.load(Ordering::Acquire) > 1);
-        let stale =
-            self.shared.merge_gen.load(Ordering::Acquire) != SEEN_GEN.load(Ordering::Relaxed);
-        let generation = if published {
-            self.shared.merge_gen.fetch_add(1, Ordering::AcqRel) + 1
-        } else {
-            self.shared.merge_gen.load(Ordering::Acquire)
-        };
-        self.tracker
-            .reset(force_drop || stale)
-            .unwrap_or_else(|e| fatal(&e.to_string()));
-        SEEN_GEN.store(generation, Ordering::Relaxed);
+        if !self.is_child() && self.shared.live_threads.load(Ordering::Acquire) > 1 {
+            self.tracker.publish_everything();
+        }
+        // A thread-process that is ending never touches these pages again: write-protecting
+        // them and dropping its copies would only delay the thread's end (and its joiner).
+        if !get(&EXITING) {
+            self.tracker
+                .reset(force_drop)
+                .unwrap_or_else(|e| fatal(&e.to_string()));
+        }
     }
 
     /// Takes the token for a synchronisation operation; at depth 0 that commits the writes
@@ -1041,6 +1048,7 @@ impl Runtime {
             self.tracker
                 .set_tracking(true)
                 .unwrap_or_else(|e| fatal(&e.to_string()));
+            self.tracker.after_fork();
             DEPTH.store(0, Ordering::Relaxed);
             crate::malloc::pending_frees().clear();
             set(&HOLDS, false);
@@ -1071,6 +1079,7 @@ impl Runtime {
         unsafe { libc::fflush(std::ptr::null_mut()) };
         self.take_token();
         DEPTH.store(0, Ordering::Relaxed);
+        set(&EXITING, true);
         self.end_section();
         let slot = &self.shared.threads[index];
         slot.retval.store(retval, Ordering::Release);
@@ -1360,7 +1369,7 @@ impl Runtime {
                 .unwrap_or_else(|e| e.into_inner())
                 .take()
             {
-                journal.pool().mark_unclean_on_drop();
+                journal.mark_unclean_on_drop();
             }
             return;
         }
@@ -1481,7 +1490,7 @@ struct GlobalsLayout {
 
 impl GlobalsLayout {
     /// Decides from `NVT_GLOBALS` and the heap metadata of the home image.
-    fn plan(journal: &Journal<Native>) -> Result<GlobalsLayout, String> {
+    fn plan(journal: &RtJournal) -> Result<GlobalsLayout, String> {
         let pool_heap_len = journal.geometry().heap_len;
         let mode = std::env::var("NVT_GLOBALS").unwrap_or_default();
         let globals = match mode.as_str() {
@@ -1767,7 +1776,7 @@ extern "C" fn at_exit() {
 
 /// Restores the recovered globals from the reservation at the heap's end into the globals'
 /// shared view, except the excluded bytes (this run's loader wrote them).
-fn load_globals(journal: &Journal<Native>, tracker: &Tracker, layout: &GlobalsLayout) {
+fn load_globals(journal: &RtJournal, tracker: &Tracker, layout: &GlobalsLayout) {
     let mut offset = layout.heap_len as usize;
     for &(addr, len) in &layout.globals.ranges {
         for (part, size) in layout.globals.persistent_parts(addr, len) {
@@ -1782,7 +1791,8 @@ fn load_globals(journal: &Journal<Native>, tracker: &Tracker, layout: &GlobalsLa
 
 /// A persistence step (every fence of the log protocol: recovery, append, commit,
 /// checkpoint): counts it across all thread-processes and, at the `NVT_CRASH_AT`-th, kills
-/// the process group.
+/// the process group — with `NVT_PFAIL`, after rolling back the pool's pending lines as a
+/// power failure just before that fence would (`crate::pfail`).
 fn step() {
     let n = match SHARED.get() {
         Some(shared) => shared.steps.fetch_add(1, Ordering::Relaxed) + 1,
@@ -1790,6 +1800,7 @@ fn step() {
     };
     let crash_at = *CRASH_AT.get_or_init(|| env_u64("NVT_CRASH_AT", 0));
     if crash_at != 0 && n == crash_at {
+        crate::pfail::power_failure(n);
         // SAFETY: kill(0, SIGKILL) signals our own process group.
         unsafe { libc::kill(0, libc::SIGKILL) };
     }
@@ -1797,10 +1808,10 @@ fn step() {
 
 /// Opens the pool, waiting up to 3 s while it is locked: after a crash, the killed run's
 /// thread-processes (which share the lock) may still be exiting.
-fn open_pool(path: &std::path::Path, options: &NativeOptions) -> Result<Pool<Native>, String> {
+fn open_pool(path: &std::path::Path, options: &NativeOptions) -> Result<RtPool, String> {
     let mut tries = 0;
     loop {
-        match Pool::open(path, LAYOUT, options) {
+        match RtPool::open(path, options) {
             Err(pmem::PoolError::AlreadyOpen) if tries < 300 => {
                 tries += 1;
                 std::thread::sleep(std::time::Duration::from_millis(10));
@@ -1813,7 +1824,7 @@ fn open_pool(path: &std::path::Path, options: &NativeOptions) -> Result<Pool<Nat
 /// Copies the used part of the home image into the shared view. Returns whether the heap
 /// metadata was already there.
 fn load_home(
-    journal: &Journal<Native>,
+    journal: &RtJournal,
     tracker: &Tracker,
     layout: &GlobalsLayout,
 ) -> Result<bool, String> {

@@ -378,9 +378,6 @@ pub struct Shared {
     pub live_threads: AtomicU32,
     /// Persistence steps taken (for `NVT_CRASH_AT`).
     pub steps: AtomicU64,
-    /// Merges that published something: a process whose private copies were taken at an
-    /// older generation must drop them before it reads shared data again.
-    pub merge_gen: AtomicU64,
     journal: [AtomicU64; 4],
     /// Commits, records, bytes of runs logged, merged pages, checkpoints (and compactions),
     /// bytes of records written (statistics, `NVT_STATS=1`).

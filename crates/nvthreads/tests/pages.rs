@@ -245,6 +245,104 @@ fn tracker_end_to_end() {
     assert_eq!(tracker.dirty_pages(), (1..8).collect::<Vec<_>>());
     assert_eq!(merge(tracker).len(), 7);
     tracker.reset(true).expect("reset");
+
+    kept_copies_follow_the_publish_log(tracker);
+}
+
+/// Lazy dropping per page: a kept copy is dropped when another process publishes into its
+/// page (and only then), a dirty page another process published into is dropped when its
+/// interval ends, and a publish of everything (or a process falling a whole log behind)
+/// drops every kept copy.
+fn kept_copies_follow_the_publish_log(tracker: &Tracker) {
+    // Pages 12 and 13 written and kept; page 14 written and still dirty.
+    write(tracker, 12 * PAGE, &[1]);
+    write(tracker, 13 * PAGE + 64, &[2]);
+    for page in tracker.dirty_pages() {
+        tracker.publish_page(page);
+    }
+    tracker.reset(false).expect("reset keep");
+    write(tracker, 14 * PAGE, &[3]);
+    // A child publishes into pages 12 and 14 (other bytes than ours).
+    // SAFETY: as in `tracker_end_to_end`.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        tracker.catch_up().expect("catch up");
+        write(tracker, 12 * PAGE + 1, &[7]);
+        write(tracker, 14 * PAGE + 1, &[8]);
+        let published: Vec<bool> = [12, 14].map(|page| tracker.publish_page(page)).to_vec();
+        // SAFETY: ends the child without running the test harness's exit path.
+        unsafe { libc::_exit(if published == [true, true] { 0 } else { 1 }) };
+    }
+    assert_eq!(wait(pid), Ok(0), "child publishes");
+    tracker.load_shared(13 * PAGE + 65, &[9]);
+    assert_eq!(read(tracker, 12 * PAGE + 1), 0, "kept copy until caught up");
+    tracker.catch_up().expect("catch up");
+    assert_eq!(
+        read(tracker, 12 * PAGE + 1),
+        7,
+        "page 12 dropped: the child wrote it"
+    );
+    assert_eq!(read(tracker, 12 * PAGE), 1);
+    assert_eq!(
+        read(tracker, 13 * PAGE + 65),
+        0,
+        "page 13 still kept: nobody published"
+    );
+    assert_eq!(
+        read(tracker, 14 * PAGE + 1),
+        0,
+        "dirty page 14 is private until reset"
+    );
+    for page in tracker.dirty_pages() {
+        tracker.publish_page(page);
+    }
+    tracker.reset(false).expect("reset keep");
+    assert_eq!(
+        (read(tracker, 14 * PAGE), read(tracker, 14 * PAGE + 1)),
+        (3, 8),
+        "stale dirty page dropped at the end of its interval"
+    );
+    // A publish of everything drops page 13's kept copy.
+    // SAFETY: as above.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        tracker.publish_everything();
+        // SAFETY: as above.
+        unsafe { libc::_exit(0) };
+    }
+    assert_eq!(wait(pid), Ok(0));
+    tracker.catch_up().expect("catch up");
+    assert_eq!(
+        read(tracker, 13 * PAGE + 65),
+        9,
+        "everything published: page 13 dropped"
+    );
+    // A process a whole log behind drops every kept copy: page 15 is kept, the child
+    // publishes page 2 more often than the log holds.
+    write(tracker, 15 * PAGE, &[4]);
+    for page in tracker.dirty_pages() {
+        tracker.publish_page(page);
+    }
+    tracker.reset(false).expect("reset keep");
+    tracker.load_shared(15 * PAGE + 1, &[5]);
+    // SAFETY: as above.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        write(tracker, 2 * PAGE, &[6]);
+        for _ in 0..70_000 {
+            tracker.publish_page(2);
+        }
+        // SAFETY: as above.
+        unsafe { libc::_exit(0) };
+    }
+    assert_eq!(wait(pid), Ok(0));
+    assert_eq!(read(tracker, 15 * PAGE + 1), 0);
+    tracker.catch_up().expect("catch up");
+    assert_eq!(
+        read(tracker, 15 * PAGE + 1),
+        5,
+        "log overrun: every kept copy dropped"
+    );
 }
 
 /// Exit code, or the signal that killed the child.

@@ -1,0 +1,512 @@
+//! What the C-program tests share (`c_programs.rs`, `c_power_failure.rs`): building the
+//! programs with the system C compiler against the runtime library, pools on tmpfs, the
+//! programs' specifications, runs with acknowledgements over a pipe, and crashing a small
+//! run at every persistence step (with its recoveries crashed at their fences).
+
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::thread;
+
+pub const ACK_FD: i32 = 3;
+
+/// Panics with a clear message when there is no C compiler: these tests must not pass
+/// without running.
+pub fn require_cc() {
+    let found = Command::new("cc")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    assert!(
+        found,
+        "the NVthreads C-program tests need a C compiler `cc` on PATH (apt-get install gcc)"
+    );
+}
+
+/// The directory holding `libnvthreads_rt.so` (target/<profile>/examples).
+pub fn library_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    let dir = profile_dir.join("examples");
+    let library = dir.join("libnvthreads_rt.so");
+    assert!(
+        library.exists(),
+        "{} missing: build it with `cargo build -p nvthreads --examples` (plain `cargo test` does)",
+        library.display()
+    );
+    let built = modified(&library);
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for source_dir in ["src", "ffi"] {
+        for entry in std::fs::read_dir(manifest.join(source_dir)).expect("source dir") {
+            let path = entry.expect("dir entry").path();
+            assert!(
+                modified(&path) <= built,
+                "libnvthreads_rt.so is older than {}: rebuild it with `cargo build -p nvthreads \
+                 --examples` (a filtered `cargo test --test …` does not)",
+                path.display()
+            );
+        }
+    }
+    dir
+}
+
+pub fn modified(path: &Path) -> std::time::SystemTime {
+    std::fs::metadata(path)
+        .and_then(|meta| meta.modified())
+        .expect("mtime")
+}
+
+pub struct Built {
+    pub _dir: tempfile::TempDir,
+    pub linked: PathBuf,
+    pub preload: PathBuf,
+}
+
+pub fn compile(source: &Path, output: &Path, extra: &[String]) {
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
+    let status = Command::new("cc")
+        .args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(output)
+        .arg(source)
+        .arg("-I")
+        .arg(&include)
+        .args(extra)
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "cc failed: {}", output.display());
+}
+
+/// Builds `tests/c/<name>.c` twice: linked against the runtime, and without it (the API as
+/// weak references, bound at run time to the library given in `LD_PRELOAD`).
+pub fn build(name: &str) -> Built {
+    require_cc();
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let source = manifest.join(format!("tests/c/{name}.c"));
+    let lib = library_dir();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let linked = dir.path().join(name);
+    let preload = dir.path().join(format!("{name}-preload"));
+    compile(
+        &source,
+        &linked,
+        &[
+            format!("-L{}", lib.display()),
+            "-lnvthreads_rt".into(),
+            format!("-Wl,-rpath,{}", lib.display()),
+        ],
+    );
+    compile(
+        &source,
+        &preload,
+        &["-DNVT_WEAK_API".into(), "-pthread".into()],
+    );
+    Built {
+        _dir: dir,
+        linked,
+        preload,
+    }
+}
+
+/// `tests/c/<name>.c`, built once per test process.
+pub fn program(name: &'static str) -> &'static Built {
+    static BUILT: Mutex<Vec<(&'static str, &'static Built)>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, found)) = built.iter().find(|(known, _)| *known == name) {
+        return found;
+    }
+    let fresh: &'static Built = Box::leak(Box::new(build(name)));
+    built.push((name, fresh));
+    fresh
+}
+
+/// A fresh pool path on tmpfs (the file does not exist yet).
+pub fn pool_path(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("nvthreads-test")
+        .tempdir_in(pmem::DEFAULT_POOL_DIR)
+        .expect("tempdir on /dev/shm");
+    let path = dir.path().join(format!("{name}.pool"));
+    (dir, path)
+}
+
+pub fn command(program: &Path, pool: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .env("NVT_POOL", pool)
+        .env("NVT_HEAP_MB", "8")
+        .env("NVT_LOG_MB", "2")
+        .env("NVT_MALLOC_MB", "256")
+        .env_remove("NVT_CRASH_AT")
+        .env_remove("NVT_ACTIVE")
+        .env_remove("NVT_DISABLE")
+        .env_remove("NVT_MALLOC")
+        .env_remove("NVT_PFAIL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    command
+}
+
+/// The recovered state a run printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct State {
+    pub run: u64,
+    pub seq: u64,
+    pub crashed: bool,
+}
+
+pub fn field(line: &str, name: &str) -> Option<u64> {
+    line.split_whitespace()
+        .find_map(|word| word.strip_prefix(name)?.strip_prefix('='))
+        .and_then(|value| value.parse().ok())
+}
+
+pub fn try_parse_state(line: &str) -> Result<State, String> {
+    let need = |name: &str| field(line, name).ok_or_else(|| format!("no {name} in {line:?}"));
+    if !line.starts_with("STATE ") {
+        return Err(format!("not a state line: {line:?}"));
+    }
+    let a_matches = !line.contains(" a=") || need("a")? == need("seq")?;
+    if need("ok")? != 1 || !a_matches {
+        return Err(format!("invariant violated after recovery: {line}"));
+    }
+    Ok(State {
+        run: need("run")?,
+        seq: need("seq")?,
+        crashed: need("crashed")? == 1,
+    })
+}
+
+pub fn parse_state(line: &str) -> State {
+    try_parse_state(line).unwrap_or_else(|problem| panic!("{problem}"))
+}
+
+/// A state line without its `crashed=` flag (a completed recovery closes the pool cleanly,
+/// so the flag of the next check differs; everything else must not).
+pub fn state_key(line: &str) -> String {
+    line.split_whitespace()
+        .filter(|word| !word.starts_with("crashed="))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Runs to completion; returns stdout lines.
+pub fn run(mut command: Command) -> Vec<String> {
+    let output = command.output().expect("spawn");
+    let text = String::from_utf8(output.stdout).expect("utf8");
+    assert!(
+        output.status.success(),
+        "program failed: {:?}\n{text}",
+        output.status
+    );
+    text.lines().map(str::to_owned).collect()
+}
+
+/// A C test program with its arguments for a run and for a check run (which prints the
+/// recovered state and exits).
+#[derive(Clone, Copy)]
+pub struct Spec {
+    pub name: &'static str,
+    pub args: &'static [&'static str],
+    pub check: &'static [&'static str],
+    /// Unacknowledged sections that may additionally appear after a crash.
+    pub slack: u64,
+    pub env: &'static [(&'static str, &'static str)],
+}
+
+impl Spec {
+    pub fn path(&self) -> &'static Path {
+        &program(self.name).linked
+    }
+
+    pub fn command(&self, pool: &Path, args: &[&str]) -> Command {
+        let mut command = command(self.path(), pool, args);
+        command.envs(self.env.iter().copied());
+        command
+    }
+
+    pub fn check_line(&self, pool: &Path, crash_at: Option<u64>) -> Option<String> {
+        self.check_line_with(pool, crash_at, &[])
+    }
+
+    /// [`Spec::check_line`] with `env` added to the check run's environment.
+    pub fn check_line_with(
+        &self,
+        pool: &Path,
+        crash_at: Option<u64>,
+        env: &[(&str, &str)],
+    ) -> Option<String> {
+        let mut command = self.command(pool, self.check);
+        command.envs(env.iter().copied()).process_group(0);
+        if let Some(step) = crash_at {
+            command.env("NVT_CRASH_AT", step.to_string());
+        }
+        let output = command.output().expect("spawn check");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let line = text.lines().next().map(str::to_owned);
+        if crash_at.is_none() {
+            assert!(
+                line.is_some(),
+                "{}: check run printed nothing: {:?}",
+                self.name,
+                output.status
+            );
+        }
+        line
+    }
+}
+
+pub const COUNTER: Spec = Spec {
+    name: "counter",
+    args: &["2", "5"],
+    check: &["1", "1", "check"],
+    slack: 2,
+    env: &[],
+};
+pub const BANK: Spec = Spec {
+    name: "bank",
+    args: &["2", "4"],
+    check: &["1", "1", "check"],
+    slack: 2,
+    env: &[],
+};
+pub const LIST: Spec = Spec {
+    name: "list",
+    args: &["2", "5"],
+    check: &["1", "1", "check"],
+    slack: 2,
+    env: &[("NVT_HEAP_MB", "16")],
+};
+pub const PHASES: Spec = Spec {
+    name: "phases",
+    args: &["2", "3"],
+    check: &["1", "1", "check"],
+    slack: 1,
+    env: &[],
+};
+pub const CONDVAR_LOOP: Spec = Spec {
+    name: "condvar",
+    args: &["loop", "3"],
+    check: &["loop", "1", "check"],
+    slack: 1,
+    env: &[],
+};
+pub const STRESS: Spec = Spec {
+    name: "stress",
+    args: &["2", "3"],
+    check: &["1", "1", "check"],
+    slack: 2,
+    env: &[],
+};
+pub const GCOUNTER: Spec = Spec {
+    name: "gcounter",
+    args: &["2", "5"],
+    check: &["1", "1", "check"],
+    slack: 2,
+    env: &[("NVT_GLOBALS", "persistent"), ("NVT_HEAP_MB", "16")],
+};
+pub const MALLOC_LIST: Spec = Spec {
+    name: "list",
+    args: &["2", "5"],
+    check: &["1", "1", "check"],
+    slack: 2,
+    env: &[
+        ("LIST_NODES", "malloc"),
+        ("NVT_MALLOC", "persistent"),
+        ("NVT_HEAP_MB", "64"),
+    ],
+};
+
+/// A running program with its acknowledgements pipe.
+pub struct Running {
+    child: Child,
+    acks: Option<thread::JoinHandle<u64>>,
+}
+
+pub fn start(mut command: Command, crash_at: Option<u64>, mutant: Option<&str>) -> Running {
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 fills two descriptors, both close-on-exec.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both descriptors are fresh and owned here.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    command.env("ACK_FD", ACK_FD.to_string()).process_group(0);
+    if let Some(step) = crash_at {
+        command.env("NVT_CRASH_AT", step.to_string());
+    }
+    if let Some(mutant) = mutant {
+        command.env("NVT_MUTANT", mutant);
+    }
+    let write_raw = write_end.as_raw_fd();
+    // SAFETY: between fork and exec only dup2 (async-signal-safe) runs; the duplicate at
+    // ACK_FD is not close-on-exec, so the program inherits exactly that descriptor.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::dup2(write_raw, ACK_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = command.spawn().expect("spawn");
+    drop(write_end);
+    let acks = thread::spawn(move || {
+        let mut reader = std::fs::File::from(read_end);
+        let mut best = 0u64;
+        let mut word = [0u8; 8];
+        while reader.read_exact(&mut word).is_ok() {
+            best = best.max(u64::from_le_bytes(word));
+        }
+        best
+    });
+    Running {
+        child,
+        acks: Some(acks),
+    }
+}
+
+/// Kills the whole process group (the program and its thread-processes), reaps it, and
+/// returns the highest acknowledgement plus the program's output.
+pub fn kill_and_collect(running: &mut Running, kill: bool) -> (u64, Vec<String>) {
+    let pid = running.child.id() as i32;
+    if kill {
+        // SAFETY: signalling the process group we created for the child.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+    }
+    let mut stdout = running.child.stdout.take().expect("stdout");
+    let _ = running.child.wait();
+    // Thread-processes are children of the program, not ours: wait for the pipe to close.
+    let acked = running
+        .acks
+        .take()
+        .expect("collected once")
+        .join()
+        .expect("ack reader");
+    let mut text = String::new();
+    let _ = stdout.read_to_string(&mut text);
+    (acked, text.lines().map(str::to_owned).collect())
+}
+
+/// Checks the state printed at the start of a run against what earlier runs acknowledged:
+/// nothing acknowledged is lost, and at most `slack` unacknowledged sections appear.
+pub fn check_against(state: State, acked: u64, slack: u64, context: &str) {
+    assert!(
+        acked <= state.seq && state.seq <= acked + slack,
+        "{context}: recovered seq {} but {acked} acknowledged (slack {slack})",
+        state.seq
+    );
+}
+
+/// What crashing every persistence step of a small run did.
+#[derive(Debug, Default)]
+pub struct StepReport {
+    /// Runs crashed at a step (the last run finished).
+    pub crashed_runs: u64,
+    /// Recoveries crashed at one of their own fences (then recovered again).
+    pub recovery_crashes: u64,
+}
+
+/// Crashes a small run of `spec` at persistence step 1, 2, … until a run finishes. After
+/// each crash, with `double`, the recovery is crashed at each of its own fences in turn
+/// (every one a fresh recovery of the pool the previous one left) until one completes;
+/// every completed recovery must print the same state as an uninterrupted recovery of a copy
+/// of the crashed pool, with nothing acknowledged lost and at most `slack` unacknowledged
+/// sections. Returns the counts, or the first violation.
+pub fn crash_every_step(
+    spec: &Spec,
+    mutant: Option<&str>,
+    double: bool,
+) -> Result<StepReport, String> {
+    crash_every_step_with(spec, mutant, double, CrashEnv::default())
+}
+
+/// Environment added to the runs that are crashed (for instance `NVT_PFAIL`, to crash them
+/// with power-failure images).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CrashEnv<'a> {
+    /// For the run crashed at each persistence step.
+    pub run: &'a [(&'a str, &'a str)],
+    /// For the recoveries crashed at their fences (with `double`).
+    pub recovery: &'a [(&'a str, &'a str)],
+}
+
+/// [`crash_every_step`] with `env` added to the crashed runs.
+pub fn crash_every_step_with(
+    spec: &Spec,
+    mutant: Option<&str>,
+    double: bool,
+    env: CrashEnv<'_>,
+) -> Result<StepReport, String> {
+    let mut report = StepReport::default();
+    for step in 1..5000u64 {
+        let (dir, pool) = pool_path("steps");
+        let mut run = spec.command(&pool, spec.args);
+        run.envs(env.run.iter().copied());
+        let mut running = start(run, Some(step), mutant);
+        let (acked, lines) = kill_and_collect(&mut running, false);
+        let finished = lines.iter().any(|line| line.starts_with("DONE"));
+        let reference = if double && !finished {
+            let copy = dir.path().join("reference.pool");
+            std::fs::copy(&pool, &copy).expect("copy pool");
+            spec.check_line(&copy, None)
+        } else {
+            None
+        };
+        if let Some(reference) = &reference
+            && !try_parse_state(reference).is_ok_and(|state| state.crashed)
+        {
+            return Err(format!(
+                "step {step}: recovery of a crash says {reference:?}"
+            ));
+        }
+        if let Some(reference) = &reference {
+            for fence in 1..100u64 {
+                let Some(line) = spec.check_line_with(&pool, Some(fence), env.recovery) else {
+                    report.recovery_crashes += 1;
+                    continue;
+                };
+                if state_key(&line) != state_key(reference) {
+                    return Err(format!(
+                        "crash at step {step}, recovery crashed at fences 1..{fence}: \
+                         {line:?} differs from {reference:?}"
+                    ));
+                }
+                break;
+            }
+        }
+        let line = spec.check_line(&pool, None).unwrap_or_default();
+        let state = try_parse_state(&line).map_err(|p| format!("crash at step {step}: {p}"))?;
+        if let Some(reference) = &reference
+            && state_key(&line) != state_key(reference)
+        {
+            return Err(format!(
+                "crash at step {step}: {line:?} differs from {reference:?}"
+            ));
+        }
+        if !(acked <= state.seq && state.seq <= acked + spec.slack) {
+            return Err(format!(
+                "crash at step {step}: seq {} with {acked} acknowledged",
+                state.seq
+            ));
+        }
+        if reference.is_none() && state.crashed == finished {
+            return Err(format!("step {step}: crashed() disagrees"));
+        }
+        if finished {
+            report.crashed_runs = step - 1;
+            return Ok(report);
+        }
+    }
+    Err("run never finished".into())
+}
