@@ -40,14 +40,14 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Defaults: 2 threads (the machine's cores), 3 runs (5 of the kernels' pthreads and
+    /// Defaults: 2 threads (the machine's cores), 3 runs (11 of the kernels' pthreads and
     /// runtime-default settings), 1000 ns per page (the paper's).
     pub fn new(scratch: PathBuf, quick: bool) -> Settings {
         Settings {
             quick,
             threads: 2,
             runs: if quick { 1 } else { 3 },
-            kernel_runs: if quick { 1 } else { 5 },
+            kernel_runs: if quick { 1 } else { 11 },
             scratch,
             nvm_ns_per_page: 1000,
         }
