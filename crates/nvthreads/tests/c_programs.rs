@@ -175,13 +175,16 @@ fn campaign(spec: &Spec, args: &[&str], slack: u64, seed: u64) -> CampaignReport
          final seq {}",
         spec.name, report.before_state, report.mid_run, report.finished, state.seq
     );
+    // Guards against a campaign that tests little (kills all in start-up, or all after the
+    // end). Recovery's share grows with the state over a long campaign (bank at 1,000 kills:
+    // a third of them in start-up or recovery), so the bounds are a third and 60 %.
     assert!(
-        report.mid_run * 2 >= kills,
-        "{}: most kills must land while the workload runs: {report:?}",
+        report.mid_run * 3 >= kills,
+        "{}: a third of the kills must land while the workload runs: {report:?}",
         spec.name
     );
     assert!(
-        (report.mid_run + report.finished) * 10 >= kills * 7,
+        (report.mid_run + report.finished) * 10 >= kills * 6,
         "{}: most runs must get past recovery: {report:?}",
         spec.name
     );
