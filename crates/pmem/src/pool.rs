@@ -220,8 +220,9 @@ impl<B: Persist> Pool<B> {
         wrap: impl FnOnce(B) -> Result<C, E>,
     ) -> Result<Pool<C>, E> {
         let this = std::mem::ManuallyDrop::new(self);
-        // SAFETY: `this` is never dropped or used again after these reads, so each field is
-        // moved out exactly once (the usual way to take fields out of a type with `Drop`).
+        // SAFETY: `this` is never dropped, and these three fields are not touched again
+        // after being read, so each is moved out exactly once (the usual way to take fields
+        // out of a type with `Drop`); `was_clean` and `closed` are plain values read below.
         let (pm, header, path) = unsafe {
             (
                 std::ptr::read(&this.pm),
