@@ -156,24 +156,13 @@ impl Arena {
         let meta_len = chunks as usize * std::mem::size_of::<ChunkMeta>();
         let bitmap_len = chunks as usize * WORDS * 8;
         let total = header_len + meta_len + bitmap_len;
+        let at = crate::pages::map_shared_zeroed(total)?;
         // SAFETY: a fresh shared anonymous mapping (zero-filled, never unmapped, so the
         // 'static references below stay valid); all-zero bytes are valid values of every
         // type placed in it (atomics only). The three parts are laid out without overlap and
         // suitably aligned (mmap returns page-aligned memory; each part's length is a
         // multiple of 16).
         let (header, meta, bitmaps) = unsafe {
-            let at = libc::mmap(
-                std::ptr::null_mut(),
-                total,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            );
-            if at == libc::MAP_FAILED {
-                return Err(io::Error::last_os_error());
-            }
-            let at = at.cast::<u8>();
             (
                 &*at.cast::<Header>(),
                 std::slice::from_raw_parts(at.add(header_len).cast::<ChunkMeta>(), chunks as usize),

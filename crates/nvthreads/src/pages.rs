@@ -86,13 +86,7 @@ impl std::fmt::Debug for PublishLog {
 impl PublishLog {
     fn map() -> io::Result<&'static PublishLog> {
         let len = std::mem::size_of::<PublishLog>().next_multiple_of(PAGE);
-        let at = map(
-            None,
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-            -1,
-        )?;
+        let at = map_shared_zeroed(len)?;
         // SAFETY: a fresh, zeroed, suitably aligned shared mapping of at least the struct's
         // size, never unmapped; all-zero bytes are valid atomics.
         Ok(unsafe { &*at.cast::<PublishLog>() })
@@ -1263,6 +1257,18 @@ fn runs_of_pages_in(pages: &[usize], starts: &[usize]) -> Vec<(usize, usize)> {
     out
 }
 
+/// A fresh zero-filled `MAP_SHARED | MAP_ANONYMOUS` mapping of `len` bytes, shared with every
+/// process forked after it is made; untouched pages cost nothing (`MAP_NORESERVE`).
+pub(crate) fn map_shared_zeroed(len: usize) -> io::Result<*mut u8> {
+    map(
+        None,
+        len,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+        -1,
+    )
+}
+
 fn map(addr: Option<usize>, len: usize, prot: i32, flags: i32, fd: i32) -> io::Result<*mut u8> {
     let (hint, extra) = match addr {
         Some(addr) => (addr as *mut libc::c_void, libc::MAP_FIXED_NOREPLACE),
@@ -1271,7 +1277,7 @@ fn map(addr: Option<usize>, len: usize, prot: i32, flags: i32, fd: i32) -> io::R
     // SAFETY: a fresh mapping; MAP_FIXED_NOREPLACE never replaces an existing one.
     let got = unsafe { libc::mmap(hint, len, prot, flags | extra, fd, 0) };
     if got == libc::MAP_FAILED {
-        return os_error("mmap of the heap");
+        return os_error(&format!("mmap of {len} bytes"));
     }
     if let Some(addr) = addr
         && got as usize != addr

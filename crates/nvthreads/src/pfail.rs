@@ -191,23 +191,8 @@ impl Sim {
         let pre_at = (list_at + 4 * lines).next_multiple_of(LINE);
         let flushed_at = pre_at + len as usize;
         let total = flushed_at + len as usize;
-        // SAFETY: a fresh anonymous shared mapping; no address hint, no file. Untouched
-        // pages cost nothing (NORESERVE), and anonymous memory starts zeroed (every line
-        // CLEAN, an unlocked, empty control block).
-        let at = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                total,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if at == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        let at = at.cast::<u8>();
+        // Zeroed: every line CLEAN, an unlocked, empty control block.
+        let at = crate::pages::map_shared_zeroed(total)?;
         // SAFETY: all offsets are inside the `total` bytes just mapped.
         let sim = unsafe {
             Sim {
@@ -859,8 +844,8 @@ mod tests {
 
     #[test]
     fn journal_on_the_wrapper_recovers_what_it_committed() {
-        // A pool formatted and used through the wrapper, failed with mode `all` right after
-        // a commit: the commit survives (it was fenced before the failure's fence).
+        // A pool used through the wrapper, failed with mode `all` right after a commit: the
+        // commit survives (it was fenced before the failure's fence).
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("j.pool");
         let config = Config {
@@ -870,16 +855,10 @@ mod tests {
         };
         let mut create = CreateOptions::new(LAYOUT, config.pool_size());
         create.native = NativeOptions::default();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .expect("create");
-        file.set_len(config.pool_size()).expect("size");
-        let native = Native::map(file, config.pool_size(), &create.native).expect("map");
-        let pool =
-            Pool::format(PfailPm::new(native, Mode::All).expect("wrap"), &create).expect("format");
+        let pool = Pool::create(&path, &create)
+            .expect("create")
+            .wrap_backend(|native| PfailPm::new(native, Mode::All))
+            .expect("wrap");
         let (journal, mut state) = Journal::create_in(pool, &config).expect("journal");
         let run = Run {
             offset: 100,

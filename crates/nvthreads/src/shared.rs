@@ -420,22 +420,10 @@ impl Shared {
     /// Maps a zeroed control block shared with every future child.
     pub fn map() -> io::Result<&'static Shared> {
         let len = std::mem::size_of::<Shared>();
+        let at = crate::pages::map_shared_zeroed(len)?;
         // SAFETY: a fresh anonymous shared mapping; all-zero bytes are a valid `Shared`
         // (every field is an atomic integer); it is never unmapped, so 'static holds.
-        unsafe {
-            let at = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            if at == libc::MAP_FAILED {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(&*at.cast::<Shared>())
-        }
+        Ok(unsafe { &*at.cast::<Shared>() })
     }
 
     /// The log state (read only while holding the token).

@@ -45,17 +45,7 @@ fn power_fails_at_every_step(spec: &Spec, minimum: u64, seeds: usize) {
              recoveries failed and redone",
             spec.name, report.crashed_runs, report.recovery_crashes
         );
-        assert!(
-            report.crashed_runs >= minimum,
-            "{}: too few persistence steps: {}",
-            spec.name,
-            report.crashed_runs
-        );
-        assert!(
-            report.recovery_crashes >= report.crashed_runs,
-            "{}: every crashed run's recovery must be crashed too",
-            spec.name
-        );
+        report.assert_covers(spec.name, minimum);
     }
 }
 

@@ -27,17 +27,7 @@ fn every_step(spec: &Spec, minimum: u64) {
         "{}: crashed at each of {} persistence steps; {} recoveries crashed and redone",
         spec.name, report.crashed_runs, report.recovery_crashes
     );
-    assert!(
-        report.crashed_runs >= minimum,
-        "{}: too few persistence steps: {}",
-        spec.name,
-        report.crashed_runs
-    );
-    assert!(
-        report.recovery_crashes >= report.crashed_runs,
-        "{}: every crashed run's recovery must be crashed too",
-        spec.name
-    );
+    report.assert_covers(spec.name, minimum);
 }
 
 #[test]

@@ -417,6 +417,22 @@ pub struct StepReport {
     pub recovery_crashes: u64,
 }
 
+impl StepReport {
+    /// Asserts the run was thorough: at least `minimum` persistence steps crashed, and the
+    /// recovery of every crashed run crashed too (`what` names the run in the messages).
+    pub fn assert_covers(&self, what: &str, minimum: u64) {
+        assert!(
+            self.crashed_runs >= minimum,
+            "{what}: too few persistence steps: {}",
+            self.crashed_runs
+        );
+        assert!(
+            self.recovery_crashes >= self.crashed_runs,
+            "{what}: every crashed run's recovery must be crashed too"
+        );
+    }
+}
+
 /// Crashes a small run of `spec` at persistence step 1, 2, … until a run finishes. After
 /// each crash, with `double`, the recovery is crashed at each of its own fences in turn
 /// (every one a fresh recovery of the pool the previous one left) until one completes;
