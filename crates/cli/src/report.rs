@@ -78,6 +78,61 @@ pub struct Plot {
     pub svg: String,
 }
 
+/// Whether one of a paper's headline claims holds in our measurements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClaimVerdict {
+    /// Ours is within the stated tolerance of the paper's, or meets the stated goal.
+    Met,
+    /// Ours misses the paper's claim; the section says why.
+    NotMet,
+    /// Not measurable here (missing tool or hardware, or a `--quick` run).
+    NotMeasured,
+}
+
+impl ClaimVerdict {
+    /// `Met` when `holds`, else `NotMet`.
+    pub fn from_holds(holds: bool) -> Self {
+        if holds {
+            ClaimVerdict::Met
+        } else {
+            ClaimVerdict::NotMet
+        }
+    }
+
+    /// Lower-case label for tables and HTML.
+    pub fn label(self) -> &'static str {
+        match self {
+            ClaimVerdict::Met => "met",
+            ClaimVerdict::NotMet => "not met",
+            ClaimVerdict::NotMeasured => "not measured",
+        }
+    }
+}
+
+/// One headline claim of a paper (or one goal of ours) beside what we measured: the rows of
+/// the report's first screen.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Headline {
+    /// The claim as the paper (venue and year) or the goal states it, with its number.
+    pub claim: String,
+    /// What we measured, with its number.
+    pub ours: String,
+    /// Whether the claim holds here.
+    pub verdict: ClaimVerdict,
+}
+
+impl Headline {
+    /// A headline row.
+    pub fn new(claim: impl Into<String>, ours: impl Into<String>, verdict: ClaimVerdict) -> Self {
+        Headline {
+            claim: claim.into(),
+            ours: ours.into(),
+            verdict,
+        }
+    }
+}
+
 /// One part of the evaluation.
 #[derive(Clone, Debug)]
 pub struct Section {
@@ -87,6 +142,8 @@ pub struct Section {
     pub title: String,
     /// Whether the section passed, failed, or only measured.
     pub verdict: Verdict,
+    /// The paper's headline claims beside ours, shown on the report's first screen.
+    pub headlines: Vec<Headline>,
     /// The conclusions, one sentence each.
     pub summary: Vec<String>,
     /// Tables, in display order.
@@ -105,6 +162,7 @@ impl Section {
             id: id.to_owned(),
             title: title.to_owned(),
             verdict: Verdict::Fail,
+            headlines: Vec::new(),
             summary: vec![format!("could not run: {}", crate::one_line(error))],
             tables: Vec::new(),
             plots: Vec::new(),
@@ -127,6 +185,7 @@ impl Section {
             "id": self.id,
             "title": self.title,
             "verdict": self.verdict,
+            "headlines": self.headlines,
             "summary": self.summary,
             "tables": self.tables,
             "plots": plots,
@@ -258,7 +317,8 @@ th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .verdict{font-size:.8em;padding:.1em .5em;border-radius:.3em;margin-left:.5em;\
 vertical-align:middle}.info{background:#e8eef8}.pass{background:#d9f2d9}\
 .fail{background:#f8d7d7}figure{margin:1em 0}figure svg{max-width:100%;height:auto}\
-nav li{margin:.2em 0}";
+nav li{margin:.2em 0}td.met{background:#d9f2d9}td.not-met{background:#f8d7d7}\
+td.not-measured{background:#eee}";
 
 /// The whole `index.html`. Every piece of report text goes through [`escape_html`]; the
 /// SVGs are inlined as they are (the plotting code escapes the text inside them).
@@ -288,11 +348,49 @@ pub fn render_html(report: &Report) -> String {
         );
     }
     html.push_str("</ul></nav>\n");
+    render_headlines(&mut html, report);
     for section in &report.sections {
         render_section(&mut html, section);
     }
     html.push_str("</body>\n</html>\n");
     html
+}
+
+/// The first screen: every section's headline claims, ours beside them, and the verdict, each
+/// row linking to its section.
+fn render_headlines(html: &mut String, report: &Report) {
+    let rows: Vec<(&Section, &Headline)> = report
+        .sections
+        .iter()
+        .flat_map(|section| {
+            section
+                .headlines
+                .iter()
+                .map(move |headline| (section, headline))
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    html.push_str(
+        "<table class=\"headlines\">\n<caption>What was reproduced: each system's headline \
+         claims, ours, and the verdict</caption>\n<tr><th>System</th><th>Claim</th>\
+         <th>Ours</th><th>Verdict</th></tr>\n",
+    );
+    for (section, headline) in rows {
+        let _ = writeln!(
+            html,
+            "<tr><td><a href=\"#{}\">{}</a></td><td>{}</td><td>{}</td>\
+             <td class=\"claim {}\">{}</td></tr>",
+            escape_html(&section.id),
+            escape_html(&section.title),
+            escape_html(&headline.claim),
+            escape_html(&headline.ours),
+            headline.verdict.label().replace(' ', "-"),
+            headline.verdict.label()
+        );
+    }
+    html.push_str("</table>\n");
 }
 
 fn verdict_badge(verdict: Verdict) -> String {
@@ -375,6 +473,11 @@ mod tests {
             id: id.to_owned(),
             title: "Title with \"quotes\" & <tags>".into(),
             verdict: Verdict::Pass,
+            headlines: vec![Headline::new(
+                "Paper <X>: 2× faster",
+                "1.9×",
+                ClaimVerdict::Met,
+            )],
             summary: vec!["x < y && y > z".into()],
             tables: vec![table],
             plots: vec![Plot {
@@ -416,6 +519,19 @@ mod tests {
         assert!(html.contains("<svg xmlns=\"http://www.w3.org/2000/svg\"></svg>"));
         assert!(html.contains("href=\"first-bars.svg\""));
         assert_eq!(html.matches("<section id=").count(), 2);
+    }
+
+    #[test]
+    fn headlines_come_first_and_link_to_their_sections() {
+        let html = render_html(&sample_report());
+        let table = html
+            .find("class=\"headlines\"")
+            .expect("a first-screen table");
+        let first_section = html.find("<section id=").expect("sections");
+        assert!(table < first_section, "the headline table opens the report");
+        assert!(html.contains("<a href=\"#first\">"));
+        assert!(html.contains("Paper &lt;X&gt;: 2× faster"));
+        assert!(html.contains("<td class=\"claim met\">met</td>"));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! Everything above this crate writes persistent memory through [`Persist`]; this crate and
 //! the crash simulator are the only places that turn pool offsets into memory accesses.
 
+pub mod checked;
 pub mod cpu;
 mod error;
 pub mod header;

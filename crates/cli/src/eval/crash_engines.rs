@@ -5,7 +5,7 @@
 //! recovery. The verdict is Pass only if no image of any scenario failed.
 
 use super::{EvalOptions, empty_section};
-use crate::report::{Section, Table, Verdict};
+use crate::report::{ClaimVerdict, Headline, Section, Table, Verdict};
 use conformance::{EngineScenario, Factory, RedoFactory, UndoFactory};
 use crashsim::{Config, SimMode};
 use indicatif::ProgressBar;
@@ -309,6 +309,21 @@ fn section_of(runs: &[Run], wall_ms: u128) -> Section {
     } else {
         Verdict::Fail
     };
+    let images: u64 = runs.iter().map(|run| run.report.images).sum();
+    section.headlines = vec![Headline::new(
+        "Every engine keeps every acknowledged transaction and nothing else, after a crash \
+         at any fence and after a crash during recovery",
+        format!(
+            "{} of {} engine × workload scenarios pass ({images} crash images)",
+            runs.len() - failed.len(),
+            runs.len()
+        ),
+        if runs.is_empty() {
+            ClaimVerdict::NotMeasured
+        } else {
+            ClaimVerdict::from_holds(failed.is_empty())
+        },
+    )];
     section.summary = summary(runs, &failed, wall_ms);
     section.tables = vec![table(runs)];
     section.json = json!({

@@ -102,17 +102,33 @@ pub fn run(options: &EvalOptions, only: &[String]) -> Report {
     }
 }
 
+/// Runs one section. With a terminal on stderr a progress bar shows its steps; without one
+/// (a pipe, a log file, CI) the bar is hidden, so one line marks the section's start and one
+/// its end with the elapsed time.
 fn run_one(spec: &SectionSpec, options: &EvalOptions) -> Section {
     let bar = ProgressBar::new(0).with_prefix(spec.title).with_style(
         ProgressStyle::with_template("{prefix:.bold} [{bar:30}] {pos}/{len} {msg} ({elapsed})")
             .expect("the progress template is valid")
             .progress_chars("=> "),
     );
+    let plain_lines = bar.is_hidden();
+    let started = std::time::Instant::now();
+    if plain_lines {
+        eprintln!("ferrite: eval: {} ({}) started", spec.id, spec.title);
+    }
     let section = (spec.run)(options, &bar).unwrap_or_else(|error| {
         bar.suspend(|| eprintln!("ferrite: eval: {}: {error:#}", spec.id));
         Section::failed(spec.id, spec.title, &error)
     });
     bar.finish_and_clear();
+    if plain_lines {
+        eprintln!(
+            "ferrite: eval: {} finished in {:.1} s [{}]",
+            spec.id,
+            started.elapsed().as_secs_f64(),
+            section.verdict.label()
+        );
+    }
     debug_assert_eq!(section.id, spec.id, "a section reports under its own id");
     section
 }
@@ -123,6 +139,7 @@ fn empty_section(id: &str, title: &str) -> Section {
         id: id.to_owned(),
         title: title.to_owned(),
         verdict: Verdict::Info,
+        headlines: Vec::new(),
         summary: Vec::new(),
         tables: Vec::new(),
         plots: Vec::new(),
@@ -144,6 +161,23 @@ pub fn print_summary(
 ) -> std::io::Result<()> {
     let mode = if report.quick { " (quick)" } else { "" };
     writeln!(out, "{}{mode}", report.title)?;
+    let mut headlines = crate::report::Table::new(
+        "What was reproduced (details in each section)",
+        &["System", "Claim", "Ours", "Verdict"],
+    );
+    for section in &report.sections {
+        for headline in &section.headlines {
+            headlines.push(vec![
+                section.title.clone(),
+                headline.claim.clone(),
+                headline.ours.clone(),
+                headline.verdict.label().to_owned(),
+            ]);
+        }
+    }
+    if !headlines.rows.is_empty() {
+        writeln!(out, "\n{}\n{}", headlines.title, terminal_table(&headlines))?;
+    }
     for section in &report.sections {
         writeln!(out, "\n== {} [{}]", section.title, section.verdict.label())?;
         for line in &section.summary {
