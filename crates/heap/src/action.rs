@@ -142,6 +142,18 @@ impl Action {
     }
 }
 
+/// Makes `actions` durable now, in order: each is applied, written back and fenced before
+/// the next. Run creation needs the order (its bitmap reads as zeros before its descriptor
+/// says "run"), so a crash between two actions leaves a prefix, which is consistent. The
+/// caller serialises this with its other action stores: actions read-modify-write bitmap
+/// words that other blocks share.
+pub fn apply_durably<P: Persist>(pm: &P, actions: &[Action]) {
+    for action in actions {
+        action.apply(pm);
+        pm.fence();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

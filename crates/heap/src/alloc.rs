@@ -20,8 +20,10 @@ use parking_lot::Mutex;
 use pmem::{Persist, Region};
 use std::collections::HashSet;
 
-/// Makes a list of heap actions durable before returning (the engine's system commit).
-pub type SystemCommit<'a> = dyn FnMut(&[Action]) -> Result<(), HeapError> + 'a;
+/// Makes a list of heap actions durable before returning (the engine's system commit). Its
+/// error type `E` is the engine's own, so an engine failure (a full log, a poisoned pool)
+/// reaches the allocating transaction unchanged.
+pub type SystemCommit<'a, E> = dyn FnMut(&[Action]) -> Result<(), E> + 'a;
 
 /// The persistent heap allocator.
 #[derive(Debug)]
@@ -145,16 +147,16 @@ impl Heap {
     }
 
     /// Reserves a block of at least `size` bytes. `system` makes run creation durable.
-    pub fn reserve(
+    pub fn reserve<E: From<HeapError>>(
         &self,
         size: u64,
-        system: &mut SystemCommit<'_>,
-    ) -> Result<Reservation, HeapError> {
+        system: &mut SystemCommit<'_, E>,
+    ) -> Result<Reservation, E> {
         let size = size.max(1);
         let mut state = self.state.lock();
         match self.layout.class_for(size) {
             Some(class) => self.reserve_unit(&mut state, class, system),
-            None => self.reserve_span(&mut state, size),
+            None => Ok(self.reserve_span(&mut state, size)?),
         }
     }
 
@@ -242,12 +244,12 @@ impl Heap {
         self.layout.chunk_start(run.chunk) + run.geometry.data_offset + unit * run.geometry.unit
     }
 
-    fn reserve_unit(
+    fn reserve_unit<E: From<HeapError>>(
         &self,
         state: &mut State,
         class: usize,
-        system: &mut SystemCommit<'_>,
-    ) -> Result<Reservation, HeapError> {
+        system: &mut SystemCommit<'_, E>,
+    ) -> Result<Reservation, E> {
         while let Some(&run) = state.available[class].last() {
             if let Some(unit) = take_unit(&mut state.runs[run as usize]) {
                 let r = &state.runs[run as usize];
@@ -268,12 +270,12 @@ impl Heap {
     }
 
     /// Turns a free chunk into an empty run of `class`, durably.
-    fn create_run(
+    fn create_run<E: From<HeapError>>(
         &self,
         state: &mut State,
         class: usize,
-        system: &mut SystemCommit<'_>,
-    ) -> Result<(), HeapError> {
+        system: &mut SystemCommit<'_, E>,
+    ) -> Result<(), E> {
         let geometry = self
             .layout
             .run_geometry(class)

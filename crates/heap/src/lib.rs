@@ -12,7 +12,7 @@ mod action;
 mod alloc;
 pub mod layout;
 
-pub use action::{ACTION_LEN, Action};
+pub use action::{ACTION_LEN, Action, apply_durably};
 pub use alloc::{Freeing, Heap, Reservation, SystemCommit, Usage};
 pub use layout::{Descriptor, Layout, SIZE_CLASSES};
 

@@ -3,9 +3,9 @@
 
 use crate::chain::Bytes;
 use parking_lot::Mutex;
-use pmem::CACHE_LINE;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
+use tx::ring::LogRing;
 
 /// No timestamp (an idle announcement slot).
 pub(crate) const NONE: u64 = u64::MAX;
@@ -19,11 +19,10 @@ const LINEAR_WRITES: usize = 16;
 pub(crate) struct Lane {
     /// The lane's number.
     pub(crate) index: usize,
-    /// The OLog's absolute offset and length.
+    /// The OLog's absolute offset.
     pub(crate) base: u64,
-    pub(crate) size: u64,
-    /// Live records in ring order: (ts, offset in the lane's log, length).
-    pub(crate) records: VecDeque<(u64, u64, u64)>,
+    /// Where the OLog's live records are (stamped with their commit timestamps).
+    pub(crate) olog: LogRing,
     pub(crate) scratch: Vec<u8>,
     pub(crate) writes: Vec<WriteEntry>,
     /// Chunk → position in `writes`, for large write sets.
@@ -98,8 +97,7 @@ impl Lane {
         Lane {
             index,
             base,
-            size,
-            records: VecDeque::new(),
+            olog: LogRing::new(size),
             scratch: Vec::new(),
             writes: Vec::new(),
             by_chunk: HashMap::new(),
@@ -110,49 +108,6 @@ impl Lane {
             capacity,
             used_at_reclaim: 0,
             last_snapshot: 0,
-        }
-    }
-
-    fn end_of(&self, (_, pos, len): (u64, u64, u64)) -> u64 {
-        (pos + len).next_multiple_of(CACHE_LINE).min(self.size)
-    }
-
-    /// Where a record of `len` bytes fits in the ring, if anywhere.
-    pub(crate) fn fit(&self, len: u64) -> Option<u64> {
-        let (Some(&first), Some(&last)) = (self.records.front(), self.records.back()) else {
-            return (len <= self.size).then_some(0);
-        };
-        let (tail, head) = (first.1, self.end_of(last));
-        if head > tail {
-            if head + len <= self.size {
-                return Some(head);
-            }
-            return (len <= tail).then_some(0);
-        }
-        (head + len <= tail).then_some(head)
-    }
-
-    /// Bytes of the ring in use.
-    pub(crate) fn olog_used(&self) -> u64 {
-        let (Some(&first), Some(&last)) = (self.records.front(), self.records.back()) else {
-            return 0;
-        };
-        let (tail, head) = (first.1, self.end_of(last));
-        if head > tail {
-            head - tail
-        } else {
-            self.size - tail + head
-        }
-    }
-
-    /// Forgets the records a durable checkpoint at `checkpointed` covers.
-    pub(crate) fn drop_covered(&mut self, checkpointed: u64) {
-        while self
-            .records
-            .front()
-            .is_some_and(|&(ts, _, _)| ts <= checkpointed)
-        {
-            self.records.pop_front();
         }
     }
 

@@ -20,7 +20,7 @@ use crate::options::Mutant;
 use crate::record::{self, Kind};
 use crate::table::NO_HEADER;
 use crate::txn::Retry;
-use heap::{Action, Freeing, Heap, HeapError};
+use heap::{Action, Freeing, Heap};
 use pmem::{CACHE_LINE, Persist, WriteClass};
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -119,11 +119,14 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
         let capacity = state.capacity;
         let used = state.tlog_used();
         // The common case costs a few comparisons: nothing asked for, below every watermark.
-        if need.is_none() && used * 2 <= capacity && state.olog_used() * 4 <= state.size * 3 {
+        if need.is_none() && used * 2 <= capacity && state.olog.used() * 4 <= state.olog.size() * 3
+        {
             return Ok(());
         }
         self.refill(state);
-        state.drop_covered(self.checkpointed.load(Ordering::Acquire));
+        state
+            .olog
+            .drop_covered(self.checkpointed.load(Ordering::Acquire));
         let wanted = match need {
             Some(Retry::Versions(n)) if n > capacity * 3 / 4 => {
                 return Err(TxError::InvalidArgument(format!(
@@ -135,14 +138,16 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             Some(Retry::Versions(n)) => n.max(capacity / 4),
             _ => capacity / 4,
         };
-        let olog_full = state.olog_used() * 4 > state.size * 3 || need == Some(Retry::Olog);
+        let olog_full = state.olog.used() * 4 > state.olog.size() * 3 || need == Some(Retry::Olog);
         let used = state.tlog_used();
         // Each reclamation runs once per eighth of the share used since the last one (a
         // trim or checkpoint that freed little is not repeated on every transaction).
         let grown = used >= state.used_at_reclaim + capacity / 8;
         if olog_full || (used * 4 > capacity * 3 && grown) {
             self.checkpoint_and_release()?;
-            state.drop_covered(self.checkpointed.load(Ordering::Acquire));
+            state
+                .olog
+                .drop_covered(self.checkpointed.load(Ordering::Acquire));
             state.used_at_reclaim = used;
         } else if used * 2 > capacity && grown {
             self.trim();
@@ -150,7 +155,7 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
         }
         let mut rounds = 0u32;
         loop {
-            let olog_ok = need != Some(Retry::Olog) || state.olog_used() * 2 <= state.size;
+            let olog_ok = need != Some(Retry::Olog) || state.olog.used() * 2 <= state.olog.size();
             if state.free.len() as u32 >= wanted && olog_ok {
                 return Ok(());
             }
@@ -166,7 +171,9 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             std::thread::yield_now();
             if rounds.is_multiple_of(4) {
                 self.checkpoint_and_release()?;
-                state.drop_covered(self.checkpointed.load(Ordering::Acquire));
+                state
+                    .olog
+                    .drop_covered(self.checkpointed.load(Ordering::Acquire));
             }
         }
     }
@@ -678,7 +685,7 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
     /// space, which is reused only once no header and no live CLog record covers it; if one
     /// does anyway, everything is written back first, so no recovery or write-back can put
     /// old bytes over the new bitmap.
-    pub(crate) fn system_commit(&self, actions: &[Action]) -> Result<(), HeapError> {
+    pub(crate) fn system_commit(&self, actions: &[Action]) -> TxResult<()> {
         let pm = self.pool.pm();
         let chunks_of = |action: &Action| {
             let (addr, len) = (action.addr(), action.len());
@@ -694,20 +701,16 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
                     .any(|c| self.table.slot(c) != NO_HEADER || ck.clog_chunks.contains(&c))
             };
             if stale(&ck) {
-                self.write_back(&mut ck)
-                    .map_err(|e| HeapError::Corrupted(format!("run creation failed: {e}")))?;
+                self.write_back(&mut ck)?;
                 if stale(&ck) {
-                    return Err(HeapError::Corrupted(
+                    return Err(TxError::Corrupted(
                         "run creation over chunks that still have versions".into(),
                     ));
                 }
             }
         }
         let _serialised = self.actions.lock();
-        for action in actions {
-            action.apply(pm);
-            pm.fence();
-        }
+        heap::apply_durably(pm, actions);
         Ok(())
     }
 }

@@ -297,15 +297,16 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             record::encoded_len(self.state.args.len(), std::iter::empty(), actions.len()).0
         });
         let need = physical.max(logical) as u64;
-        if need > self.state.size {
+        if need > self.state.olog.size() {
             return Err(TxError::LogFull {
                 needed: need,
-                capacity: self.state.size,
+                capacity: self.state.olog.size(),
             });
         }
         self.state
+            .olog
             .drop_covered(engine.checkpointed.load(Ordering::Acquire));
-        let Some(pos) = self.state.fit(need) else {
+        let Some(pos) = self.state.olog.fit(need) else {
             return self.fail(Retry::Olog);
         };
 
@@ -367,7 +368,7 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         engine.apply_actions(&actions);
         engine.clock.wait_visible(ts);
         self.publish(&pushed, ts);
-        self.state.records.push_back((ts, pos, len));
+        self.state.olog.push(ts, pos, len);
         let counter = if as_op {
             &engine.stats.commits_logical
         } else {

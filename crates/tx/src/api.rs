@@ -67,6 +67,15 @@ pub enum TxError {
     /// Persistent state is inconsistent (detected by a checksum or a structural check).
     #[error("corrupt persistent state: {0}")]
     Corrupted(String),
+    /// A counter kept in a checked word (the redo sequence, an undo lane's generation) has
+    /// no room left below its 48-bit limit: the pool takes no more transactions.
+    #[error(
+        "{what} has reached the 48-bit limit of its checked word; the pool takes no more transactions"
+    )]
+    CounterExhausted {
+        /// Which counter.
+        what: &'static str,
+    },
     /// A write-back failed (now or earlier): the pool must be reopened. A transaction that
     /// fails with it may or may not be durable; recovery decides.
     #[error(
@@ -84,6 +93,19 @@ impl From<heap::HeapError> for TxError {
             heap::HeapError::OutOfSpace { size } => TxError::OutOfSpace { size },
             heap::HeapError::InvalidFree(addr) => TxError::InvalidFree(addr),
             other => TxError::Corrupted(other.to_string()),
+        }
+    }
+}
+
+impl From<pmem::checked::CheckedError> for TxError {
+    fn from(error: pmem::checked::CheckedError) -> Self {
+        match error {
+            pmem::checked::CheckedError::TooLarge { what, .. } => {
+                TxError::CounterExhausted { what }
+            }
+            bad @ pmem::checked::CheckedError::BadCheck { .. } => {
+                TxError::Corrupted(bad.to_string())
+            }
         }
     }
 }

@@ -9,7 +9,7 @@
 //! ```
 
 use crate::api::TxError;
-use crate::checked;
+use pmem::checked;
 use pmem::{Persist, Region, WriteClass};
 
 /// Identifies a Ferrite transaction area.
@@ -132,19 +132,17 @@ impl EngineLayout {
 
     /// Writes the header (and a zero watermark) and persists them; the lanes must already
     /// be initialised by the engine.
-    pub fn write<P: Persist>(&self, pm: &P) {
+    pub fn write<P: Persist>(&self, pm: &P) -> Result<(), TxError> {
         let header = self.encode();
-        pm.write_u64(
-            self.watermark(),
-            checked::seal(0, self.watermark()),
-            WriteClass::Meta,
-        );
+        let watermark = checked::seal(0, self.watermark(), "engine watermark")?;
+        pm.write_u64(self.watermark(), watermark, WriteClass::Meta);
         // Magic last, as for the pool header: an interrupted format is "not formatted".
         pm.write(self.base, &[0; 8], WriteClass::Meta);
         pm.write(self.base + 8, &header[8..], WriteClass::Meta);
         pm.persist(self.base, WATERMARK_OFFSET + 8);
         pm.write(self.base, &header[..8], WriteClass::Meta);
         pm.persist(self.base, 8);
+        Ok(())
     }
 
     /// Reads and validates the header in `arena`, which must belong to `kind`.

@@ -9,7 +9,6 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
-mod checked;
 pub mod lanes;
 pub mod layout;
 pub mod logwriter;
@@ -17,6 +16,7 @@ pub mod mem;
 pub mod rangeset;
 pub mod record;
 mod redo;
+pub mod ring;
 mod undo;
 pub mod writeset;
 

@@ -11,19 +11,21 @@
 //! therefore always correct, even across lanes (see `docs/tx-format.md` for the argument).
 
 use crate::api::{Engine, Isolation, Lifecycle, Tx, TxError, TxResult, pool_tag, run_transaction};
-use crate::checked;
 use crate::lanes::{EngineOptions, Lanes};
 use crate::layout::{EngineKind, EngineLayout};
 use crate::logwriter::{LogMode, LogWriter};
 use crate::record::{self, RecordKind};
+use crate::ring::LogRing;
 use crate::writeset::{Coalesced, WriteSet};
-use heap::{Action, Freeing, Heap, HeapError, Reservation};
+use heap::{Action, Freeing, Heap, Reservation};
 use parking_lot::{Mutex, MutexGuard};
+use pmem::checked;
 use pmem::{CACHE_LINE, Persist, Pool, Region, WriteClass};
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const NONE: u64 = u64::MAX;
+/// The watermark word's name in errors.
+const WATERMARK: &str = "redo watermark";
 
 /// The redo-logging engine over a pool on backend `P`.
 #[derive(Debug)]
@@ -52,9 +54,8 @@ pub struct Redo<P: Persist> {
 #[derive(Debug)]
 struct Ring {
     base: u64,
-    size: u64,
-    /// Live records in ring order: (seq, position, length).
-    records: VecDeque<(u64, u64, u64)>,
+    /// Where the lane's live records are.
+    log: LogRing,
     writer: LogWriter,
     scratch: Vec<u8>,
     writes: WriteSet,
@@ -73,28 +74,6 @@ struct Progress {
     dirty: Mutex<Vec<(u64, u64)>>,
 }
 
-impl Ring {
-    fn end_of(&self, (_, pos, len): (u64, u64, u64)) -> u64 {
-        (pos + len).next_multiple_of(CACHE_LINE).min(self.size)
-    }
-
-    /// Where a record of `len` bytes fits, if anywhere.
-    fn fit(&self, len: u64) -> Option<u64> {
-        let (Some(&first), Some(&last)) = (self.records.front(), self.records.back()) else {
-            return (len <= self.size).then_some(0);
-        };
-        let (tail, head) = (first.1, self.end_of(last));
-        // head == tail only when the ring is exactly full.
-        if head > tail {
-            if head + len <= self.size {
-                return Some(head);
-            }
-            return (len <= tail).then_some(0);
-        }
-        (head + len <= tail).then_some(head)
-    }
-}
-
 impl<P: Persist> Redo<P> {
     /// Formats the engine area of a fresh pool and returns the engine.
     pub fn create(pool: Pool<P>, options: &EngineOptions) -> TxResult<Self> {
@@ -109,7 +88,7 @@ impl<P: Persist> Redo<P> {
         pm.fill(layout.lanes, lanes_len, 0, WriteClass::Log);
         pm.persist(layout.lanes, lanes_len);
         Heap::format(pm, layout.heap, options.chunk_shift)?;
-        layout.write(pm);
+        layout.write(pm)?;
         Self::open(pool, options)
     }
 
@@ -124,8 +103,7 @@ impl<P: Persist> Redo<P> {
         let (layout, watermark, heap) = recovered.inspect_err(|_| pool.mark_unclean_on_drop())?;
         let lanes = Lanes::new((0..layout.lane_count as usize).map(|lane| Ring {
             base: layout.lane(lane),
-            size: layout.lane_size,
-            records: VecDeque::new(),
+            log: LogRing::new(layout.lane_size),
             writer: LogWriter::new(options.log_mode),
             scratch: Vec::new(),
             writes: WriteSet::default(),
@@ -207,7 +185,7 @@ impl<P: Persist> Redo<P> {
             )));
         }
         let pos = self.reserve_space(ring, len)?;
-        let seq = self.sequence(lane);
+        let seq = self.sequence(lane)?;
         record::encode(
             ring.base + pos,
             kind,
@@ -228,17 +206,23 @@ impl<P: Persist> Redo<P> {
             pm.durability_point();
         }
         self.apply(lane, seq, ranges, actions);
-        ring.records.push_back((seq, pos, len));
+        ring.log.push(seq, pos, len);
         Ok(())
     }
 
-    /// Takes the next sequence number and marks it in flight in `lane`.
-    fn sequence(&self, lane: usize) -> u64 {
+    /// Takes the next sequence number and marks it in flight in `lane`. A sequence number the
+    /// watermark's checked word could not hold is refused before anything is written.
+    fn sequence(&self, lane: usize) -> TxResult<u64> {
         let mut next = self.next_seq.lock();
         let seq = *next;
+        if seq > checked::MAX_VALUE {
+            return Err(TxError::CounterExhausted {
+                what: "redo sequence",
+            });
+        }
         *next += 1;
         self.progress[lane].inflight.store(seq, Ordering::SeqCst);
-        seq
+        Ok(seq)
     }
 
     /// Writes the record's contents in place, without write-backs: the lines go to the lane's
@@ -269,25 +253,19 @@ impl<P: Persist> Redo<P> {
 
     /// Finds room for `len` bytes in the ring, checkpointing if old records must go.
     fn reserve_space(&self, ring: &mut Ring, len: u64) -> TxResult<u64> {
-        if len > ring.size {
+        if len > ring.log.size() {
             return Err(TxError::LogFull {
                 needed: len,
-                capacity: ring.size,
+                capacity: ring.log.size(),
             });
         }
         loop {
-            let watermark = self.watermark.load(Ordering::Acquire);
-            while ring
-                .records
-                .front()
-                .is_some_and(|&(seq, _, _)| seq <= watermark)
-            {
-                ring.records.pop_front();
-            }
-            if let Some(pos) = ring.fit(len) {
+            ring.log
+                .drop_covered(self.watermark.load(Ordering::Acquire));
+            if let Some(pos) = ring.log.fit(len) {
                 return Ok(pos);
             }
-            let oldest = ring.records.front().map_or(0, |r| r.0);
+            let oldest = ring.log.oldest().unwrap_or(0);
             self.checkpoint(oldest)?;
         }
     }
@@ -314,7 +292,7 @@ impl<P: Persist> Redo<P> {
                 return Err(TxError::Poisoned);
             }
             let reachable = self.reachable_watermark();
-            self.persist_watermark(reachable);
+            self.persist_watermark(reachable)?;
             if reachable < target {
                 // A record below the target is still being applied by another thread.
                 std::thread::yield_now();
@@ -340,14 +318,15 @@ impl<P: Persist> Redo<P> {
         floor - 1
     }
 
-    fn persist_watermark(&self, value: u64) {
+    fn persist_watermark(&self, value: u64) -> TxResult<()> {
         if value > self.watermark.load(Ordering::Acquire) {
             let pm = self.pool.pm();
             let at = self.layout.watermark();
-            pm.write_u64(at, checked::seal(value, at), WriteClass::Meta);
+            pm.write_u64(at, checked::seal(value, at, WATERMARK)?, WriteClass::Meta);
             pm.persist(at, 8);
             self.watermark.store(value, Ordering::Release);
         }
+        Ok(())
     }
 
     /// Writes back every pending in-place write and moves the watermark past every record,
@@ -384,7 +363,7 @@ fn recover<P: Persist>(pm: &P, layout: &EngineLayout) -> TxResult<u64> {
     let watermark = checked::open(
         pm.read_u64(layout.watermark()),
         layout.watermark(),
-        "redo watermark",
+        WATERMARK,
     )?;
     let mut newest = watermark;
     let mut pending = Vec::new();
@@ -418,11 +397,8 @@ fn recover<P: Persist>(pm: &P, layout: &EngineLayout) -> TxResult<u64> {
         if pm.is_poisoned() {
             return Err(TxError::Poisoned);
         }
-        pm.write_u64(
-            layout.watermark(),
-            checked::seal(newest, layout.watermark()),
-            WriteClass::Meta,
-        );
+        let word = checked::seal(newest, layout.watermark(), WATERMARK)?;
+        pm.write_u64(layout.watermark(), word, WriteClass::Meta);
         pm.persist(layout.watermark(), 8);
     }
     Ok(newest)
@@ -570,10 +546,10 @@ impl<P: Persist> Tx for RedoTx<'_, P> {
         }
         // Buffered bytes can never exceed what one record (one lane) can hold.
         let buffered = self.ring.writes.buffered_bytes() + src.len() as u64;
-        if buffered > self.ring.size {
+        if buffered > self.ring.log.size() {
             return Err(TxError::LogFull {
                 needed: buffered,
-                capacity: self.ring.size,
+                capacity: self.ring.log.size(),
             });
         }
         self.ring.writes.write(addr, src);
@@ -582,16 +558,17 @@ impl<P: Persist> Tx for RedoTx<'_, P> {
 
     fn alloc_raw(&mut self, size: u64) -> TxResult<u64> {
         let (engine, lane, ring) = (self.engine, self.lane, &mut self.ring);
+        // A system record, not stores in place: replay keeps it in sequence order, after
+        // older records that may still write the chunk and before every transaction that can
+        // use the new run.
         let mut system = |actions: &[Action]| {
-            engine
-                .commit_record(
-                    lane,
-                    ring,
-                    RecordKind::System,
-                    &Coalesced::default(),
-                    actions,
-                )
-                .map_err(|e| HeapError::Corrupted(format!("run creation failed: {e}")))
+            engine.commit_record(
+                lane,
+                ring,
+                RecordKind::System,
+                &Coalesced::default(),
+                actions,
+            )
         };
         let reservation = engine.heap.reserve(size, &mut system)?;
         self.reservations.push(reservation);

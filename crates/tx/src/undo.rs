@@ -15,13 +15,13 @@
 //! place); then roll back every live entry (a transaction was in flight), newest first.
 
 use crate::api::{Engine, Isolation, Lifecycle, Tx, TxError, TxResult, pool_tag, run_transaction};
-use crate::checked;
 use crate::lanes::{EngineOptions, Lanes};
 use crate::layout::{EngineKind, EngineLayout};
 use crate::logwriter::{LogMode, LogWriter};
 use crate::rangeset::RangeSet;
-use heap::{ACTION_LEN, Action, Freeing, Heap, HeapError, Reservation};
+use heap::{ACTION_LEN, Action, Freeing, Heap, Reservation};
 use parking_lot::{Mutex, MutexGuard};
+use pmem::checked;
 use pmem::{Persist, Pool, Region, WriteClass};
 
 const GENERATION_AT: u64 = 0;
@@ -29,6 +29,9 @@ const APPLIED_AT: u64 = 8;
 const ACTIONS_AT: u64 = 64;
 const ACTION_HEADER_LEN: u64 = 16;
 const ENTRY_HEADER_LEN: u64 = 24;
+/// The lane words' names in errors.
+const GENERATION: &str = "undo lane generation";
+const APPLIED: &str = "undo lane applied counter";
 
 /// The undo-logging engine over a pool on backend `P`.
 #[derive(Debug)]
@@ -81,13 +84,14 @@ impl<P: Persist> Undo<P> {
         pm.fill(layout.lanes, lanes_len, 0, WriteClass::Log);
         for lane in 0..layout.lane_count as usize {
             let base = layout.lane(lane);
-            let word = |at: u64| checked::seal(1, base + at);
-            pm.write_u64(base + GENERATION_AT, word(GENERATION_AT), WriteClass::Log);
-            pm.write_u64(base + APPLIED_AT, word(APPLIED_AT), WriteClass::Log);
+            for (at, what) in [(GENERATION_AT, GENERATION), (APPLIED_AT, APPLIED)] {
+                let word = checked::seal(1, base + at, what)?;
+                pm.write_u64(base + at, word, WriteClass::Log);
+            }
         }
         pm.persist(layout.lanes, lanes_len);
         Heap::format(pm, layout.heap, options.chunk_shift)?;
-        layout.write(pm);
+        layout.write(pm)?;
         Self::open(pool, options)
     }
 
@@ -149,15 +153,10 @@ impl<P: Persist> Undo<P> {
         self.mode
     }
 
-    /// Applies heap actions in place, each made durable before the next (run creation
-    /// needs its bitmap zeroed before its descriptor says "run").
-    fn apply_system(&self, actions: &[Action]) -> Result<(), HeapError> {
-        let pm = self.pool.pm();
+    /// Makes a system change (run creation) durable in place at once.
+    fn apply_system(&self, actions: &[Action]) -> TxResult<()> {
         let _serialised = self.actions.lock();
-        for action in actions {
-            action.apply(pm);
-            pm.fence();
-        }
+        heap::apply_durably(self.pool.pm(), actions);
         Ok(())
     }
 }
@@ -165,17 +164,16 @@ impl<P: Persist> Undo<P> {
 /// Finishes a committed transaction's heap actions and rolls back live undo entries.
 fn recover_lane<P: Persist>(pm: &P, lane: &mut UndoLane) -> TxResult<()> {
     let read = |at: u64, what| checked::open(pm.read_u64(lane.base + at), lane.base + at, what);
-    lane.generation = read(GENERATION_AT, "undo lane generation")?;
-    let applied = read(APPLIED_AT, "undo lane applied counter")?;
-    if lane.generation == 0
-        || lane.generation >= checked::MAX_VALUE
-        || applied > lane.generation + 1
-    {
+    lane.generation = read(GENERATION_AT, GENERATION)?;
+    let applied = read(APPLIED_AT, APPLIED)?;
+    if lane.generation == 0 || applied > lane.generation + 1 {
         return Err(TxError::Corrupted(format!(
             "undo lane at {:#x}: generation {} applied {applied}",
             lane.base, lane.generation
         )));
     }
+    // Recovery ends by retiring the generation, which needs the next one.
+    check_generation_room(lane)?;
     if applied < lane.generation
         && let Some(actions) = read_action_record(pm, lane, lane.generation - 1)?
     {
@@ -208,9 +206,22 @@ fn retire_entries<P: Persist>(pm: &P, lane: &mut UndoLane) {
     lane.tail = 0;
 }
 
-/// Stores a checked counter word and makes it durable.
+/// Refuses to start work on a lane whose generation has no successor: a commit, an abort
+/// and a recovery each move the generation (and `applied`) one up, and every value must fit
+/// the lane's checked words.
+fn check_generation_room(lane: &UndoLane) -> TxResult<()> {
+    if lane.generation >= checked::MAX_VALUE {
+        return Err(TxError::CounterExhausted { what: GENERATION });
+    }
+    Ok(())
+}
+
+/// Stores a checked counter word and makes it durable. Every caller stores at most one past
+/// a generation [`check_generation_room`] accepted, so the value fits.
 fn set_word<P: Persist>(pm: &P, at: u64, value: u64) {
-    pm.write_u64(at, checked::seal(value, at), WriteClass::Log);
+    let word = checked::seal(value, at, "undo lane counter")
+        .expect("a lane only starts work below its generation limit");
+    pm.write_u64(at, word, WriteClass::Log);
     pm.persist(at, 8);
 }
 
@@ -541,6 +552,7 @@ impl<P: Persist> Engine for Undo<P> {
         E: From<TxError>,
     {
         let (_, lane) = self.lanes.acquire();
+        check_generation_room(&lane)?;
         let tx = UndoTx {
             engine: self,
             lane,

@@ -16,6 +16,9 @@ const SIZE: u64 = 256 * 1024;
 const THREADS: usize = 2;
 const TXS: u64 = 20_000;
 const LAYOUT: &str = "concurrency";
+/// Crash snapshots the committers wait for, spread over their run, so a crasher starved of
+/// CPU on a loaded machine still samples the whole run.
+const MIN_CRASHES: u64 = 64;
 
 /// Root layout: word 0 = shared total (under a lock), words 1..=THREADS = per-thread counts,
 /// word 8 = pointer to a block whose words mirror the per-thread counts. Threads update only
@@ -83,24 +86,29 @@ fn campaign<E: Engine>(
     let lock = Mutex::new(());
     let acked: Vec<AtomicU64> = (0..THREADS).map(|_| AtomicU64::new(0)).collect();
     let done = AtomicBool::new(false);
+    let taken = AtomicU64::new(0);
     let crashes = std::thread::scope(|scope| {
         let committers: Vec<_> = (0..THREADS)
             .map(|thread| {
-                let (engine, lock, acked) = (&engine, &lock, &acked);
+                let (engine, lock, acked, taken) = (&engine, &lock, &acked, &taken);
                 scope.spawn(move || {
                     for k in 1..=TXS {
+                        while taken.load(Ordering::SeqCst) < k * MIN_CRASHES / TXS {
+                            std::thread::yield_now();
+                        }
                         one_tx(engine, lock, thread, k);
                         acked[thread].store(k, Ordering::SeqCst);
                     }
                 })
             })
             .collect();
-        let (pm, acked, done) = (&pm, &acked, &done);
+        let (pm, acked, done, taken) = (&pm, &acked, &done, &taken);
         let crasher = scope.spawn(move || {
             let mut crashes = Vec::new();
             while !done.load(Ordering::SeqCst) && crashes.len() < 300 {
                 let before: Vec<u64> = acked.iter().map(|a| a.load(Ordering::SeqCst)).collect();
                 crashes.push((before, pm.crash_now()));
+                taken.fetch_add(1, Ordering::SeqCst);
                 std::thread::yield_now();
             }
             crashes

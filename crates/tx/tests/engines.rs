@@ -363,3 +363,56 @@ fn undo_recovery_retires_an_uncommitted_action_record() {
         );
     }
 }
+
+/// The simulator with a switch that makes the pool report a failed write-back.
+#[derive(Debug)]
+struct Poisonable {
+    inner: SimPm,
+    poisoned: std::sync::atomic::AtomicBool,
+}
+
+impl Persist for Poisonable {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read(&self, off: u64, dst: &mut [u8]) {
+        self.inner.read(off, dst);
+    }
+    fn write(&self, off: u64, src: &[u8], class: pmem::WriteClass) {
+        self.inner.write(off, src, class);
+    }
+    fn write_nt(&self, off: u64, src: &[u8], class: pmem::WriteClass) {
+        self.inner.write_nt(off, src, class);
+    }
+    fn flush(&self, off: u64, len: u64) {
+        self.inner.flush(off, len);
+    }
+    fn fence(&self) {
+        self.inner.fence();
+    }
+    fn stats(&self) -> &pmem::Stats {
+        self.inner.stats()
+    }
+    fn is_poisoned(&self) -> bool {
+        self.poisoned.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[test]
+fn a_failed_run_creation_reaches_the_transaction_with_its_own_error() {
+    let inner = SimPm::new(SIZE, SimConfig::default());
+    let pm = Poisonable {
+        inner,
+        poisoned: false.into(),
+    };
+    let pool = Pool::format(pm, &CreateOptions::new("engines", SIZE)).expect("format");
+    let engine = Redo::create(pool, &EngineOptions::small()).expect("redo");
+    engine
+        .pool()
+        .pm()
+        .poisoned
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    // The first allocation of a size class creates its run through a system record.
+    let result = engine.transaction(|tx| tx.alloc::<()>(64).map(|_| ()));
+    assert!(matches!(result, Err(TxError::Poisoned)), "{result:?}");
+}
