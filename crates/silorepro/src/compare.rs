@@ -1,6 +1,6 @@
-//! The paper's numeric targets (reference note §6.5) beside ours, with a strict verdict
-//! and, for each miss, the mechanism behind the difference with the numbers measured in
-//! the same reproduction.
+//! The paper's numeric targets ([`crate::paper`]) beside ours, with a strict verdict and,
+//! for each miss, the mechanism behind the difference with the numbers measured in the same
+//! reproduction.
 //!
 //! Verdicts:
 //! * a ratio or fraction passes when ours is within ±25 % of the paper's (ours / paper in
@@ -12,32 +12,29 @@
 //!   ours is at or below it;
 //! * orderings pass when they hold for the geometric means.
 
+use crate::paper::{self, BatteryQuantity, Target};
 use crate::results::{Comparison, Reproduction, RunRow, SweepPoint, geomean};
+use hwsim::DesignKind;
 
 /// Within ±25 % of the target.
 const TOLERANCE: f64 = 0.25;
-
-/// The designs of the paper's throughput ordering, slowest first.
-const ORDER: [&str; 5] = ["base", "fwb", "morlog", "lad", "silo"];
 
 /// Every comparison of the plan (those whose runs are missing are left out).
 pub(crate) fn compare(rep: &Reproduction) -> Vec<Comparison> {
     let big = rep.spec.cores.iter().copied().max().unwrap_or(1);
     let mut out = Vec::new();
-    for (a, b, paper) in [
-        ("silo", "lad", 1.5),
-        ("silo", "morlog", 4.3),
-        ("silo", "fwb", 6.4),
-        ("morlog", "fwb", 1.5),
-    ] {
-        out.extend(speedup(rep, a, b, big, paper));
+    // The paper's 8-core ratios are compared at the plan's largest core count.
+    for s in paper::SPEEDUPS.iter().filter(|s| s.cores == paper::CORES) {
+        out.extend(speedup(rep, (s.design, s.over), big, s.paper));
     }
     if rep.spec.cores.contains(&1) {
-        out.extend(speedup(rep, "silo", "morlog", 1, 1.4));
-        out.extend(speedup(rep, "silo", "lad", 1, 1.1));
+        for s in paper::SPEEDUPS.iter().filter(|s| s.cores == 1) {
+            out.extend(speedup(rep, (s.design, s.over), 1, s.paper));
+        }
     }
-    out.extend(write_share(rep, "morlog", big, 1.0 - 0.765));
-    out.extend(write_share(rep, "fwb", big, 1.0 - 0.82));
+    for cut in &paper::WRITE_CUTS {
+        out.extend(write_share(rep, cut.over, big, cut.share()));
+    }
     out.extend(orderings(rep, big));
     out.extend(log_reduction(rep, big));
     out.extend(sweep_losses(rep));
@@ -49,10 +46,17 @@ fn within(ratio: f64) -> bool {
     (ratio - 1.0).abs() <= TOLERANCE
 }
 
-fn verdict(quantity: String, paper: f64, ours: f64, explanation: String) -> Comparison {
+fn verdict(
+    target: Target,
+    quantity: String,
+    paper: f64,
+    ours: f64,
+    explanation: String,
+) -> Comparison {
     let ratio = if paper != 0.0 { ours / paper } else { 0.0 };
     let within = within(ratio);
     Comparison {
+        target,
         quantity,
         paper,
         ours,
@@ -63,7 +67,7 @@ fn verdict(quantity: String, paper: f64, ours: f64, explanation: String) -> Comp
 }
 
 /// Runs of `design` at `cores` over every workload.
-fn runs<'a>(rep: &'a Reproduction, design: &str, cores: usize) -> Vec<&'a RunRow> {
+fn runs(rep: &Reproduction, design: DesignKind, cores: usize) -> Vec<&RunRow> {
     rep.runs
         .iter()
         .filter(|r| r.design == design && r.cores == cores)
@@ -87,7 +91,7 @@ fn per_workload(values: &[(String, f64)], digits: usize) -> String {
 /// Per workload, `f(a's run, b's run)` at `cores`.
 fn paired(
     rep: &Reproduction,
-    (a, b): (&str, &str),
+    (a, b): (DesignKind, DesignKind),
     cores: usize,
     f: &dyn Fn(&RunRow, &RunRow) -> f64,
 ) -> Vec<(String, f64)> {
@@ -98,15 +102,16 @@ fn paired(
 }
 
 /// Where `design`'s time and PCM work go at `cores` (means over workloads).
-fn facts(rep: &Reproduction, design: &str, cores: usize) -> String {
+fn facts(rep: &Reproduction, design: DesignKind, cores: usize) -> String {
     let rs = runs(rep, design, cores);
     let per_tx = |f: &dyn Fn(&RunRow) -> u64| mean(rs.iter().map(|r| r.per_tx(f(r))));
     format!(
-        "{design} at {cores} cores runs at {:.0} % of Ideal; per transaction it writes {:.0} B \
+        "{} at {cores} cores runs at {:.0} % of Ideal; per transaction it writes {:.0} B \
          in {:.1} write requests ({:.1} media blocks, {:.0} bank cycles of media writes) and \
          stalls {:.0} cycles on loads, {:.0} waiting for write drains, {:.0} on commit, {:.0} \
          for log-buffer room; the PCM banks are {:.0} % busy with writes and the controller \
          drains writes {:.0} % of the time",
+        design.name(),
         100.0 * geomean(rs.iter().map(|r| r.vs_ideal)),
         mean(rs.iter().map(|r| r.bytes_per_tx())),
         mean(rs.iter().map(|r| r.per_tx(r.write_requests))),
@@ -122,7 +127,12 @@ fn facts(rep: &Reproduction, design: &str, cores: usize) -> String {
 }
 
 /// Throughput `a / b` at `cores` against the paper's `paper`.
-fn speedup(rep: &Reproduction, a: &str, b: &str, cores: usize, paper: f64) -> Option<Comparison> {
+fn speedup(
+    rep: &Reproduction,
+    (a, b): (DesignKind, DesignKind),
+    cores: usize,
+    paper: f64,
+) -> Option<Comparison> {
     let ratios = paired(rep, (a, b), cores, &|x, y| {
         x.throughput / y.throughput.max(f64::MIN_POSITIVE)
     });
@@ -134,18 +144,29 @@ fn speedup(rep: &Reproduction, a: &str, b: &str, cores: usize, paper: f64) -> Op
         x.media_cycles_per_tx / y.media_cycles_per_tx.max(1.0)
     });
     let why = format!(
-        "Per workload: {}. {}. {}. {} The paper's {paper}× needs {b} to run at {:.0} % of {a}'s \
+        "Per workload: {}. {}. {}. {} The paper's {paper}× needs {} to run at {:.0} % of {}'s \
          throughput; here it runs at {:.0} %.{}",
         per_workload(&ratios, 2),
         facts(rep, a, cores),
         facts(rep, b, cores),
         bandwidth_note(rep, (a, b), cores, &media),
+        b.name(),
         100.0 / paper,
+        a.name(),
         100.0 / ours,
         sensitivity_facts(rep, (a, b), cores, paper),
     );
     Some(verdict(
-        format!("{cores}-core throughput {a} / {b} (×, geomean)"),
+        Target::Speedup {
+            design: a,
+            over: b,
+            cores,
+        },
+        format!(
+            "{cores}-core throughput {} / {} (×, geomean)",
+            a.name(),
+            b.name()
+        ),
         paper,
         ours,
         why,
@@ -156,16 +177,17 @@ fn speedup(rep: &Reproduction, a: &str, b: &str, cores: usize, paper: f64) -> Op
 /// bottleneck, throughput follows the inverse of the media cycles a transaction costs.
 fn bandwidth_note(
     rep: &Reproduction,
-    (a, b): (&str, &str),
+    (a, b): (DesignKind, DesignKind),
     cores: usize,
     media: &[(String, f64)],
 ) -> String {
-    let busy = |d: &str| mean(runs(rep, d, cores).iter().map(|r| r.bank_write_utilisation));
+    let busy = |d| mean(runs(rep, d, cores).iter().map(|r| r.bank_write_utilisation));
+    let (a_name, b_name) = (a.name(), b.name());
     format!(
-        "Media write work per transaction, {b} over {a}: {} (geomean {:.2}); with the banks \
-         {:.0} % ({b}) and {:.0} % ({a}) busy with writes, throughput follows that ratio only \
-         where the banks saturate, and loads that miss to PCM (blocking, {:.0} cycles per \
-         transaction for {a}) set the rest.",
+        "Media write work per transaction, {b_name} over {a_name}: {} (geomean {:.2}); with \
+         the banks {:.0} % ({b_name}) and {:.0} % ({a_name}) busy with writes, throughput \
+         follows that ratio only where the banks saturate, and loads that miss to PCM \
+         (blocking, {:.0} cycles per transaction for {a_name}) set the rest.",
         per_workload(media, 2),
         geomean(media.iter().map(|p| p.1)),
         100.0 * busy(b),
@@ -175,15 +197,20 @@ fn bandwidth_note(
 }
 
 /// The same ratio under the sensitivity variants (largest core count only).
-fn sensitivity_facts(rep: &Reproduction, (a, b): (&str, &str), cores: usize, paper: f64) -> String {
+fn sensitivity_facts(
+    rep: &Reproduction,
+    (a, b): (DesignKind, DesignKind),
+    cores: usize,
+    paper: f64,
+) -> String {
     if cores != rep.spec.max_cores() {
         return String::new();
     }
     let pick = |s: &crate::results::Sensitivity| match (a, b) {
-        ("silo", "lad") => Some(s.silo_vs_lad),
-        ("silo", "morlog") => Some(s.silo_vs_morlog),
-        ("silo", "fwb") => Some(s.silo_vs_fwb),
-        ("morlog", "fwb") => Some(s.morlog_vs_fwb),
+        (DesignKind::Silo, DesignKind::Lad) => Some(s.silo_vs_lad),
+        (DesignKind::Silo, DesignKind::MorLog) => Some(s.silo_vs_morlog),
+        (DesignKind::Silo, DesignKind::Fwb) => Some(s.silo_vs_fwb),
+        (DesignKind::MorLog, DesignKind::Fwb) => Some(s.morlog_vs_fwb),
         _ => None,
     };
     let values: Vec<(String, f64)> = rep
@@ -212,11 +239,12 @@ fn sensitivity_facts(rep: &Reproduction, (a, b): (&str, &str), cores: usize, pap
 }
 
 /// Bytes written per transaction by class, for explanations.
-fn traffic(rep: &Reproduction, design: &str, cores: usize) -> String {
+fn traffic(rep: &Reproduction, design: DesignKind, cores: usize) -> String {
     let rs = runs(rep, design, cores);
     let per = |f: &dyn Fn(&RunRow) -> u64| mean(rs.iter().map(|r| r.per_tx(f(r))));
     format!(
-        "{design} {:.0} B/tx = log {:.0} + write-backs {:.0} + flushes {:.0} + in-place {:.0}",
+        "{} {:.0} B/tx = log {:.0} + write-backs {:.0} + flushes {:.0} + in-place {:.0}",
+        design.name(),
         mean(rs.iter().map(|r| r.bytes_per_tx())),
         per(&|r| r.log_bytes),
         per(&|r| r.writeback_bytes),
@@ -226,16 +254,22 @@ fn traffic(rep: &Reproduction, design: &str, cores: usize) -> String {
 }
 
 /// Silo's PM write bytes as a share of `other`'s at `cores` (the paper: 1 − its cut).
-fn write_share(rep: &Reproduction, other: &str, cores: usize, paper: f64) -> Option<Comparison> {
-    let shares = paired(rep, ("silo", other), cores, &|s, o| {
+fn write_share(
+    rep: &Reproduction,
+    over: DesignKind,
+    cores: usize,
+    paper: f64,
+) -> Option<Comparison> {
+    let other = over.name();
+    let shares = paired(rep, (DesignKind::Silo, over), cores, &|s, o| {
         s.bytes_per_tx() / o.bytes_per_tx().max(f64::MIN_POSITIVE)
     });
     if shares.is_empty() {
         return None;
     }
     let ours = geomean(shares.iter().map(|p| p.1));
-    let silo = runs(rep, "silo", cores);
-    let logs = runs(rep, other, cores);
+    let silo = runs(rep, DesignKind::Silo, cores);
+    let logs = runs(rep, over, cores);
     let silo_bytes = mean(silo.iter().map(|r| r.bytes_per_tx()));
     let data = mean(silo.iter().map(|r| r.per_tx(r.writeback_bytes)));
     let other_log = mean(logs.iter().map(|r| r.per_tx(r.log_bytes)));
@@ -248,14 +282,15 @@ fn write_share(rep: &Reproduction, other: &str, cores: usize, paper: f64) -> Opt
          updates are as many as the stores). The paper's −{:.1} % needs Silo at {:.2}× \
          {other}'s bytes.",
         per_workload(&shares, 2),
-        traffic(rep, "silo", cores),
-        traffic(rep, other, cores),
+        traffic(rep, DesignKind::Silo, cores),
+        traffic(rep, over, cores),
         other_log,
         other_log / silo_bytes.max(1.0),
         100.0 * (1.0 - paper),
         paper,
     );
     Some(verdict(
+        Target::WriteShare { over, cores },
         format!("{cores}-core PM write bytes, Silo ÷ {other} (paper: 1 − its cut)"),
         paper,
         ours,
@@ -264,31 +299,34 @@ fn write_share(rep: &Reproduction, other: &str, cores: usize, paper: f64) -> Opt
 }
 
 fn orderings(rep: &Reproduction, cores: usize) -> Vec<Comparison> {
-    let tp: Vec<(String, f64)> = ORDER
+    let order = paper::THROUGHPUT_ORDER;
+    let tp: Vec<(DesignKind, f64)> = order
         .iter()
-        .filter_map(|d| Some((d.to_string(), rep.summary_of(d, cores)?.vs_fwb)))
+        .filter_map(|&d| Some((d, rep.summary_of(d, cores)?.vs_fwb)))
         .collect();
-    if tp.len() < ORDER.len() {
+    if tp.len() < order.len() {
         return Vec::new();
     }
     let holds = tp.windows(2).all(|w| w[0].1 < w[1].1);
-    let sorted = |v: &[(String, f64)]| {
+    let sorted = |v: &[(DesignKind, f64)]| {
         let mut v = v.to_vec();
         v.sort_by(|a, b| a.1.total_cmp(&b.1));
         v.iter()
-            .map(|(d, x)| format!("{d} {x:.2}"))
+            .map(|(d, x)| format!("{} {x:.2}", d.name()))
             .collect::<Vec<_>>()
             .join(" < ")
     };
-    let bytes: Vec<(String, f64)> = ORDER
+    let bytes: Vec<(DesignKind, f64)> = order
         .iter()
-        .filter_map(|d| Some((d.to_string(), rep.summary_of(d, cores)?.write_bytes_vs_fwb)))
+        .filter_map(|&d| Some((d, rep.summary_of(d, cores)?.write_bytes_vs_fwb)))
         .collect();
     let max = bytes.iter().max_by(|a, b| a.1.total_cmp(&b.1));
     let min = bytes.iter().min_by(|a, b| a.1.total_cmp(&b.1));
-    let writes_hold = max.is_some_and(|m| m.0 == "base") && min.is_some_and(|m| m.0 == "silo");
+    let writes_hold = max.is_some_and(|m| m.0 == paper::MOST_WRITES)
+        && min.is_some_and(|m| m.0 == paper::FEWEST_WRITES);
     vec![
         ordering(
+            Target::ThroughputOrder { cores },
             format!("{cores}-core throughput ordering Base < FWB < MorLog < LAD < Silo"),
             holds,
             format!(
@@ -298,6 +336,7 @@ fn orderings(rep: &Reproduction, cores: usize) -> Vec<Comparison> {
             ),
         ),
         ordering(
+            Target::WriteOrder { cores },
             format!("{cores}-core PM writes: Base highest, Silo lowest"),
             writes_hold,
             format!("Ours (bytes × FWB, geomean): {}", sorted(&bytes)),
@@ -308,7 +347,7 @@ fn orderings(rep: &Reproduction, cores: usize) -> Vec<Comparison> {
 /// Adjacent pairs of the paper's ordering that are inverted, per workload.
 fn inversions(rep: &Reproduction, cores: usize) -> String {
     let mut out = Vec::new();
-    for pair in ORDER.windows(2) {
+    for pair in paper::THROUGHPUT_ORDER.windows(2) {
         let (slow, fast) = (pair[0], pair[1]);
         let wrong: Vec<String> = paired(rep, (fast, slow), cores, &|f, s| {
             f.throughput / s.throughput.max(f64::MIN_POSITIVE)
@@ -318,7 +357,12 @@ fn inversions(rep: &Reproduction, cores: usize) -> String {
         .map(|(w, x)| format!("{w} {x:.2}"))
         .collect();
         if !wrong.is_empty() {
-            out.push(format!("{fast} ÷ {slow} below 1 on {}", wrong.join(", ")));
+            out.push(format!(
+                "{} ÷ {} below 1 on {}",
+                fast.name(),
+                slow.name(),
+                wrong.join(", ")
+            ));
         }
     }
     if out.is_empty() {
@@ -328,8 +372,9 @@ fn inversions(rep: &Reproduction, cores: usize) -> String {
     }
 }
 
-fn ordering(quantity: String, holds: bool, facts: String) -> Comparison {
+fn ordering(target: Target, quantity: String, holds: bool, facts: String) -> Comparison {
     Comparison {
+        target,
         quantity,
         paper: 1.0,
         ours: f64::from(u8::from(holds)),
@@ -340,7 +385,7 @@ fn ordering(quantity: String, holds: bool, facts: String) -> Comparison {
 }
 
 fn log_reduction(rep: &Reproduction, cores: usize) -> Vec<Comparison> {
-    let silo = runs(rep, "silo", cores);
+    let silo = runs(rep, DesignKind::Silo, cores);
     let logs: Vec<(String, hwsim::metrics::LogStats)> = silo
         .iter()
         .filter_map(|r| Some((r.workload.clone(), r.log?)))
@@ -370,15 +415,17 @@ fn log_reduction(rep: &Reproduction, cores: usize) -> Vec<Comparison> {
          assignment\", \"only the oldest and newest data are required\")."
     );
     let mut out = vec![verdict(
+        Target::LogReduction,
         format!("{cores}-core log entries removed by ignore + merge (mean)"),
-        0.643,
+        paper::LOG_REDUCTION,
         mean(logs.iter().map(|(_, l)| l.reduction())),
         why.clone(),
     )];
     if let Some((_, array)) = logs.iter().find(|(w, _)| w == "array") {
         out.push(verdict(
+            Target::ArraySilent,
             "Array silent word stores".into(),
-            0.904,
+            paper::ARRAY_SILENT,
             array.silent_fraction(),
             why,
         ));
@@ -402,8 +449,9 @@ fn log_reduction(rep: &Reproduction, cores: usize) -> Vec<Comparison> {
         })
         .collect();
     out.push(verdict(
+        Target::MaxLiveEntries,
         "max live log entries per transaction".into(),
-        20.0,
+        paper::MAX_LIVE_ENTRIES as f64,
         max as f64,
         format!(
             "The maximum is {worst}'s: {max} distinct words changed by one transaction. Our \
@@ -427,16 +475,18 @@ fn sweep_losses(rep: &Reproduction) -> Vec<Comparison> {
     let last = |name: &str| rep.sweep(name).and_then(|s| s.points.last().cloned());
     if let Some(p) = last("latency") {
         out.push(verdict(
+            Target::LatencyLoss,
             format!("throughput loss at a {}-cycle log buffer", p.value),
-            0.033,
+            paper::LATENCY_LOSS.loss,
             1.0 - p.relative_throughput,
             latency_why(rep, &p),
         ));
     }
     if let Some(p) = last("tx_size") {
         out.push(verdict(
+            Target::TxSizeLoss,
             format!("throughput loss at {}× log-buffer transactions", p.value),
-            0.074,
+            paper::TX_SIZE_LOSS.loss,
             1.0 - p.relative_throughput,
             tx_size_why(rep, &p),
         ));
@@ -450,11 +500,11 @@ fn sweep_losses(rep: &Reproduction) -> Vec<Comparison> {
 fn commit_stall(rep: &Reproduction, workload: &str, variant: &str) -> Option<f64> {
     let cores = rep.spec.sweep_cores;
     let run = if variant.is_empty() {
-        rep.run(workload, "silo", cores)
+        rep.run(workload, DesignKind::Silo, cores)
     } else {
-        rep.sweep_runs
-            .iter()
-            .find(|r| r.workload == workload && r.design == "silo" && r.variant == variant)
+        rep.sweep_runs.iter().find(|r| {
+            r.workload == workload && r.design == DesignKind::Silo && r.variant == variant
+        })
     }?;
     Some(run.per_tx(run.stalls.commit))
 }
@@ -486,7 +536,7 @@ fn latency_why(rep: &Reproduction, p: &SweepPoint) -> String {
         listing(&p.per_workload),
         per_workload(&growth, 0),
         p.value,
-        120.0 / 0.033,
+        120.0 / paper::LATENCY_LOSS.loss,
     )
 }
 
@@ -531,7 +581,8 @@ fn tx_size_why(rep: &Reproduction, p: &SweepPoint) -> String {
 
 /// The paper's bound: large transactions grow Silo's write traffic by at most ~1.9×.
 fn write_growth(rep: &Reproduction, p: &SweepPoint) -> Comparison {
-    let within = p.relative_write_bytes <= 1.9;
+    let bound = paper::TX_SIZE_WRITE_GROWTH_MAX;
+    let within = p.relative_write_bytes <= bound;
     let growth = p
         .per_workload
         .iter()
@@ -558,13 +609,14 @@ fn write_growth(rep: &Reproduction, p: &SweepPoint) -> Comparison {
             .sum::<u64>(),
     );
     Comparison {
+        target: Target::TxSizeWriteGrowth,
         quantity: format!(
-            "write growth at {}× log-buffer transactions (paper: ≤ 1.9×)",
+            "write growth at {}× log-buffer transactions (paper: ≤ {bound}×)",
             p.value
         ),
-        paper: 1.9,
+        paper: bound,
         ours: p.relative_write_bytes,
-        ratio: p.relative_write_bytes / 1.9,
+        ratio: p.relative_write_bytes / bound,
         within,
         explanation: if within { String::new() } else { explanation },
     }
@@ -580,32 +632,38 @@ fn listing(per: &[(String, f64, f64)]) -> String {
 fn battery(rep: &Reproduction) -> Vec<Comparison> {
     let t = &rep.battery;
     let mut out = Vec::new();
-    if t.cores != 8 {
+    if t.cores != paper::CORES {
         return out; // the paper's table is for 8 cores
     }
-    for (design, kb, uj, volume) in [
-        ("eadr", 10_496.0, 54_377.0, 888.2),
-        ("bbb", 16.0, 194.0, 3.2),
-        ("silo", 5.3125, 62.0, 1.0),
-    ] {
-        let Some(r) = t.row(design) else { continue };
+    for target in &paper::BATTERY {
+        let Some(r) = t.row(target.scheme) else {
+            continue;
+        };
+        let design = target.scheme.name();
+        let key = |quantity| Target::Battery {
+            scheme: target.scheme,
+            quantity,
+        };
         let why = "BBB's 194 µJ is not 16 KB × 11.228 nJ/B (= 184 µJ): the paper took it from \
                    BBB's own model; its 3.2× volume ratio is 194 µJ / 61.1 µJ."
             .to_string();
         out.push(verdict(
+            key(BatteryQuantity::FlushKb),
             format!("battery {design}: flush size (KB)"),
-            kb,
+            target.flush_kb,
             r.flush_kb,
             String::new(),
         ));
         out.push(verdict(
+            key(BatteryQuantity::EnergyUj),
             format!("battery {design}: energy (µJ)"),
-            uj,
+            target.energy_uj,
             r.energy_uj,
             why.clone(),
         ));
-        if design != "silo" {
+        if let Some(volume) = target.volume_vs_silo {
             out.push(verdict(
+                key(BatteryQuantity::VolumeVsSilo),
                 format!("battery {design}: volume vs Silo (×)"),
                 volume,
                 r.volume_vs_silo,

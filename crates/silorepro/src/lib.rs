@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 mod compare;
+pub mod paper;
 pub mod report;
 pub mod results;
 mod run;
@@ -197,8 +198,8 @@ fn sensitivity_variant(name: &str) -> String {
 }
 
 /// Machine variants of the sensitivity study (name, description, configuration), each one
-/// assumption of the reference machine `big` changed, within the ranges the reference note
-/// gives or naming their source.
+/// assumption of the reference machine `big` changed, within the ranges the literature on
+/// the paper's simulators (gem5, NVMain) gives, or naming their source.
 fn machine_variants(big: &Config) -> Vec<(&'static str, &'static str, Config)> {
     let mut mlp = big.clone();
     mlp.core.mlp = 4;
@@ -283,11 +284,11 @@ fn sensitivity(rep: &Reproduction) -> Vec<Sensitivity> {
     // Silo with line-coalesced in-place updates against the reference baselines.
     let coalesced: Vec<RunRow> = reference
         .iter()
-        .filter(|r| r.design != "silo")
+        .filter(|r| r.design != DesignKind::Silo)
         .cloned()
         .chain(rows(COALESCED))
         .collect();
-    if coalesced.iter().any(|r| r.design == "silo") {
+    if coalesced.iter().any(|r| r.design == DesignKind::Silo) {
         out.push(sensitivity_of(
             COALESCED,
             "Silo's log controller merges one line's in-place updates into one write (not in \
@@ -299,24 +300,27 @@ fn sensitivity(rep: &Reproduction) -> Vec<Sensitivity> {
 }
 
 fn sensitivity_of(variant: &str, description: &str, rows: &[RunRow]) -> Sensitivity {
-    let find = |w: &str, d: &str| rows.iter().find(|r| r.workload == w && r.design == d);
-    let ratio = |a: &str, b: &str, f: &dyn Fn(&RunRow) -> f64| {
+    let find = |w: &str, d| rows.iter().find(|r| r.workload == w && r.design == d);
+    let ratio = |a, b, f: &dyn Fn(&RunRow) -> f64| {
         results::geomean(rows.iter().filter(|r| r.design == a).filter_map(|r| {
             let other = find(&r.workload, b)?;
             Some(f(r) / f(other))
         }))
     };
     let tp = |r: &RunRow| r.throughput;
-    let fwb: Vec<&RunRow> = rows.iter().filter(|r| r.design == "fwb").collect();
+    let fwb: Vec<&RunRow> = rows
+        .iter()
+        .filter(|r| r.design == DesignKind::Fwb)
+        .collect();
     Sensitivity {
         variant: variant.to_string(),
         description: description.to_string(),
-        silo_vs_lad: ratio("silo", "lad", &tp),
-        silo_vs_morlog: ratio("silo", "morlog", &tp),
-        silo_vs_fwb: ratio("silo", "fwb", &tp),
-        morlog_vs_fwb: ratio("morlog", "fwb", &tp),
-        fwb_vs_ideal: ratio("fwb", "ideal", &tp),
-        silo_write_bytes_vs_fwb: ratio("silo", "fwb", &|r| r.bytes_per_tx()),
+        silo_vs_lad: ratio(DesignKind::Silo, DesignKind::Lad, &tp),
+        silo_vs_morlog: ratio(DesignKind::Silo, DesignKind::MorLog, &tp),
+        silo_vs_fwb: ratio(DesignKind::Silo, DesignKind::Fwb, &tp),
+        morlog_vs_fwb: ratio(DesignKind::MorLog, DesignKind::Fwb, &tp),
+        fwb_vs_ideal: ratio(DesignKind::Fwb, DesignKind::Ideal, &tp),
+        silo_write_bytes_vs_fwb: ratio(DesignKind::Silo, DesignKind::Fwb, &|r| r.bytes_per_tx()),
         fwb_load_stall_fraction: fwb.iter().map(|r| r.load_stall_fraction()).sum::<f64>()
             / fwb.len().max(1) as f64,
     }
@@ -364,12 +368,12 @@ fn sweeps(rep: &Reproduction, names: &[String]) -> Vec<Sweep> {
     let reference = &spec.config.silo;
     let silo_run = |w: &str, variant: String| -> Option<RunRow> {
         let main = (variant == "reference")
-            .then(|| rep.run(w, "silo", cores).cloned())
+            .then(|| rep.run(w, DesignKind::Silo, cores).cloned())
             .flatten();
         main.or_else(|| {
             rep.sweep_runs
                 .iter()
-                .find(|r| r.workload == w && r.design == "silo" && r.variant == variant)
+                .find(|r| r.workload == w && r.design == DesignKind::Silo && r.variant == variant)
                 .cloned()
         })
     };
@@ -422,8 +426,8 @@ fn sweeps(rep: &Reproduction, names: &[String]) -> Vec<Sweep> {
             "Silo throughput relative to FWB at the same core count",
             &core_counts,
             names,
-            &|w, c| rep.run(w, "silo", c as usize).cloned(),
-            &|w, c| rep.run(w, "fwb", c as usize).cloned(),
+            &|w, c| rep.run(w, DesignKind::Silo, c as usize).cloned(),
+            &|w, c| rep.run(w, DesignKind::Fwb, c as usize).cloned(),
         ),
     ]
 }
@@ -440,16 +444,13 @@ fn timing(
     let host: f64 = all.iter().map(|r| r.host_seconds).sum();
     let cpu: f64 = all.iter().map(|r| r.cpu_seconds).sum();
     let big = spec.max_cores();
-    let per_design = |seconds: fn(&RunRow) -> f64| -> Vec<(String, f64)> {
+    let per_design = |seconds: fn(&RunRow) -> f64| -> Vec<(DesignKind, f64)> {
         spec.designs
             .iter()
-            .map(|d| {
-                let rs = rep
-                    .runs
-                    .iter()
-                    .filter(|r| r.design == d.name() && r.cores == big);
+            .map(|&d| {
+                let rs = rep.runs.iter().filter(|r| r.design == d && r.cores == big);
                 let (e, s) = rs.fold((0u64, 0.0), |(e, s), r| (e + r.events, s + seconds(r)));
-                (d.name().to_string(), e as f64 / s.max(1e-9))
+                (d, e as f64 / s.max(1e-9))
             })
             .collect()
     };

@@ -29,7 +29,7 @@ fn summary(out: &mut String, rep: &Reproduction) {
             out,
             "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} |",
             s.cores,
-            s.design,
+            s.design.name(),
             s.vs_fwb,
             s.vs_base,
             s.vs_ideal,
@@ -59,7 +59,7 @@ fn memory_system(out: &mut String, rep: &Reproduction) {
         let rs: Vec<&crate::RunRow> = rep
             .runs
             .iter()
-            .filter(|r| r.cores == big && r.design == design.name())
+            .filter(|r| r.cores == big && r.design == *design)
             .collect();
         if rs.is_empty() {
             continue;
@@ -136,7 +136,7 @@ fn per_workload(out: &mut String, rep: &Reproduction) {
             "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.0} | {:.1} | {:.2} | {red} | {live} | {ovf} |",
             r.workload,
             r.cores,
-            r.design,
+            r.design.name(),
             r.throughput / 1e6,
             r.vs_fwb,
             r.vs_base,
@@ -200,7 +200,12 @@ fn battery(out: &mut String, rep: &Reproduction) {
         let _ = writeln!(
             out,
             "| {} | {:.4} | {:.1} | {:.3} | {:.5} | {:.1} |",
-            r.design, r.flush_kb, r.energy_uj, r.capacitor_mm3, r.lithium_mm3, r.volume_vs_silo
+            r.design.name(),
+            r.flush_kb,
+            r.energy_uj,
+            r.capacitor_mm3,
+            r.lithium_mm3,
+            r.volume_vs_silo
         );
     }
     out.push('\n');
@@ -227,28 +232,5 @@ fn comparison(out: &mut String, rep: &Reproduction) {
 }
 
 fn timing(out: &mut String, rep: &Reproduction) {
-    let t = &rep.timing;
-    let per = |values: &[(String, f64)]| {
-        values
-            .iter()
-            .map(|(d, e)| format!("{d} {:.2} M", e / 1e6))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let _ = writeln!(
-        out,
-        "### Timing\n\nwall {:.1} s (generation {:.1} s, simulation {:.1} s on {} threads, {:.1} \
-         CPU seconds); {:.0} M events at {:.2} M events per CPU second ({:.2} M per wall \
-         second per thread). Largest-core runs per CPU second: {}; per wall second: {}.\n",
-        t.wall_seconds,
-        t.generation_seconds,
-        t.simulation_wall_seconds,
-        t.threads,
-        t.simulation_cpu_seconds,
-        t.events as f64 / 1e6,
-        t.events_per_cpu_second / 1e6,
-        t.events_per_host_second / 1e6,
-        per(&t.per_design_events_per_cpu_second),
-        per(&t.per_design_events_per_second),
-    );
+    let _ = writeln!(out, "### Timing\n\n{}\n", rep.timing.line());
 }

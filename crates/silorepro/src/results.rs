@@ -1,9 +1,10 @@
 //! The serde results of a reproduction.
 
+use crate::paper::Target;
 use crate::spec::ReproSpec;
 use hwsim::battery::BatteryTable;
 use hwsim::metrics::{LogStats, StallCycles};
-use hwsim::{Config, Metrics};
+use hwsim::{Config, DesignKind, Metrics};
 use serde::{Deserialize, Serialize};
 
 /// One simulation run, flattened for tables and plots.
@@ -11,8 +12,8 @@ use serde::{Deserialize, Serialize};
 pub struct RunRow {
     /// Workload (`array`, …, or `{workload}-x{K}` for the transaction-size traces).
     pub workload: String,
-    /// Design name.
-    pub design: String,
+    /// Design.
+    pub design: DesignKind,
     /// Simulated cores.
     pub cores: usize,
     /// What differs from the reference machine (`""`, `latency=128`, `entries=10`,
@@ -79,12 +80,18 @@ pub struct RunRow {
 }
 
 impl RunRow {
-    /// Flattens a run's metrics.
-    pub fn from_metrics(m: &Metrics, workload: &str, variant: &str, cfg: &Config) -> Self {
+    /// Flattens the metrics of `design`'s run.
+    pub fn from_metrics(
+        m: &Metrics,
+        design: DesignKind,
+        workload: &str,
+        variant: &str,
+        cfg: &Config,
+    ) -> Self {
         let span = m.drained_cycles.max(1) as f64;
         RunRow {
             workload: workload.to_string(),
-            design: m.design.clone(),
+            design,
             cores: m.cores,
             variant: variant.to_string(),
             committed_tx: m.committed_tx,
@@ -159,6 +166,8 @@ pub struct Sweep {
 /// One reproduced number beside the paper's.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Comparison {
+    /// Which of the paper's numbers this is.
+    pub target: Target,
     /// What is compared.
     pub quantity: String,
     /// The paper's value (ratios as ×, fractions as 0..1; orderings: 1 = holds).
@@ -213,17 +222,46 @@ pub struct Timing {
     /// Events per host second per thread (sum of events / sum of per-run host seconds).
     pub events_per_host_second: f64,
     /// The same, per design, over its 8-core (largest) runs: (design, events/s).
-    pub per_design_events_per_second: Vec<(String, f64)>,
+    pub per_design_events_per_second: Vec<(DesignKind, f64)>,
     /// Events per CPU second of the simulating threads (the speed per host core whatever
     /// else runs on the host), all runs.
     #[serde(default)]
     pub events_per_cpu_second: f64,
     /// The same, per design, over its largest-core runs.
     #[serde(default)]
-    pub per_design_events_per_cpu_second: Vec<(String, f64)>,
+    pub per_design_events_per_cpu_second: Vec<(DesignKind, f64)>,
     /// CPU seconds of the simulations (both host threads together).
     #[serde(default)]
     pub simulation_cpu_seconds: f64,
+}
+
+impl Timing {
+    /// The timing in one sentence (the report's summary and `reproduction.md` both use it).
+    pub fn line(&self) -> String {
+        let per = |values: &[(DesignKind, f64)]| {
+            values
+                .iter()
+                .map(|(d, e)| format!("{} {:.1} M", d.label(), e / 1e6))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        format!(
+            "Took {:.1} s: trace generation {:.1} s, simulation {:.1} s on {} host threads \
+             ({:.1} CPU seconds); {:.1} M trace events at {:.2} M events per CPU second \
+             ({:.2} M per wall second per thread); largest-core runs per CPU second: {}; per \
+             wall second: {}.",
+            self.wall_seconds,
+            self.generation_seconds,
+            self.simulation_wall_seconds,
+            self.threads,
+            self.simulation_cpu_seconds,
+            self.events as f64 / 1e6,
+            self.events_per_cpu_second / 1e6,
+            self.events_per_host_second / 1e6,
+            per(&self.per_design_events_per_cpu_second),
+            per(&self.per_design_events_per_second),
+        )
+    }
 }
 
 /// Everything a reproduction produces.
@@ -271,8 +309,8 @@ pub struct SizeTraceInfo {
 /// One design at one core count, averaged over workloads (geometric means).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DesignSummary {
-    /// Design name.
-    pub design: String,
+    /// Design.
+    pub design: DesignKind,
     /// Simulated cores.
     pub cores: usize,
     /// Throughput relative to FWB.
@@ -293,17 +331,22 @@ pub struct DesignSummary {
 
 impl Reproduction {
     /// The main run of `design` on `workload` with `cores` cores.
-    pub fn run(&self, workload: &str, design: &str, cores: usize) -> Option<&RunRow> {
+    pub fn run(&self, workload: &str, design: DesignKind, cores: usize) -> Option<&RunRow> {
         self.runs
             .iter()
             .find(|r| r.workload == workload && r.design == design && r.cores == cores)
     }
 
     /// The summary of `design` at `cores`.
-    pub fn summary_of(&self, design: &str, cores: usize) -> Option<&DesignSummary> {
+    pub fn summary_of(&self, design: DesignKind, cores: usize) -> Option<&DesignSummary> {
         self.summary
             .iter()
             .find(|s| s.design == design && s.cores == cores)
+    }
+
+    /// The comparison with the paper's number `target`, if the plan measured it.
+    pub fn comparison_of(&self, target: Target) -> Option<&Comparison> {
+        self.comparison.iter().find(|c| c.target == target)
     }
 
     /// The sweep named `name`.

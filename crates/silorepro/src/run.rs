@@ -189,7 +189,7 @@ fn run_one(job: &Job, traces: &[&Workload]) -> Result<RunRow, String> {
     let w = traces[job.trace];
     let cpu = thread_cpu_seconds();
     let m = simulate(&job.config, job.design, &w.trace).map_err(|e| e.to_string())?;
-    let mut row = RunRow::from_metrics(&m, &w.name, &job.variant, &job.config);
+    let mut row = RunRow::from_metrics(&m, job.design, &w.name, &job.variant, &job.config);
     row.cpu_seconds = thread_cpu_seconds() - cpu;
     Ok(row)
 }
@@ -210,7 +210,7 @@ pub(crate) fn events(trace: &Trace, cores: usize) -> u64 {
 
 /// Fills `vs_fwb`, `vs_base`, `vs_ideal` of the main runs.
 pub(crate) fn normalise(rows: &mut [RunRow]) {
-    let throughput = |rows: &[RunRow], w: &str, d: &str, c: usize| {
+    let throughput = |rows: &[RunRow], w: &str, d: DesignKind, c: usize| {
         rows.iter()
             .find(|r| r.workload == w && r.design == d && r.cores == c)
             .map_or(0.0, |r| r.throughput)
@@ -219,9 +219,9 @@ pub(crate) fn normalise(rows: &mut [RunRow]) {
         .iter()
         .map(|r| {
             (
-                throughput(rows, &r.workload, "fwb", r.cores),
-                throughput(rows, &r.workload, "base", r.cores),
-                throughput(rows, &r.workload, "ideal", r.cores),
+                throughput(rows, &r.workload, DesignKind::Fwb, r.cores),
+                throughput(rows, &r.workload, DesignKind::Base, r.cores),
+                throughput(rows, &r.workload, DesignKind::Ideal, r.cores),
             )
         })
         .collect();
@@ -237,14 +237,14 @@ pub(crate) fn normalise(rows: &mut [RunRow]) {
 pub(crate) fn summarise(rows: &[RunRow], spec: &ReproSpec) -> Vec<DesignSummary> {
     let mut out = Vec::new();
     for &cores in &spec.cores {
-        for design in &spec.designs {
+        for &design in &spec.designs {
             let mine: Vec<&RunRow> = rows
                 .iter()
-                .filter(|r| r.design == design.name() && r.cores == cores)
+                .filter(|r| r.design == design && r.cores == cores)
                 .collect();
             let fwb = |w: &str| {
                 rows.iter()
-                    .find(|r| r.design == "fwb" && r.cores == cores && r.workload == w)
+                    .find(|r| r.design == DesignKind::Fwb && r.cores == cores && r.workload == w)
             };
             let rel = |f: &dyn Fn(&RunRow) -> f64| {
                 geomean(mine.iter().filter_map(|r| {
@@ -254,7 +254,7 @@ pub(crate) fn summarise(rows: &[RunRow], spec: &ReproSpec) -> Vec<DesignSummary>
                 }))
             };
             out.push(DesignSummary {
-                design: design.name().to_string(),
+                design,
                 cores,
                 vs_fwb: geomean(mine.iter().map(|r| r.vs_fwb)),
                 vs_base: geomean(mine.iter().map(|r| r.vs_base)),

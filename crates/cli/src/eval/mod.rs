@@ -13,6 +13,7 @@ mod nvthreads;
 mod pmfs;
 pub(crate) mod silo;
 mod silo_plots;
+pub(crate) mod silo_tables;
 mod substrate;
 
 use crate::report::{Report, Section, Verdict};

@@ -18,8 +18,6 @@ mod reproduce;
 mod run;
 mod trace_cmd;
 
-pub use battery::battery_table;
-
 use clap::{Args, Subcommand};
 use hwsim::DesignKind;
 use std::io::Write;

@@ -274,6 +274,19 @@ impl DesignKind {
         }
     }
 
+    /// The spelling of the Silo paper (HPCA'23) and its tables: `Ideal`, `Base`, `FWB`,
+    /// `MorLog`, `LAD`, `Silo`.
+    pub fn label(self) -> &'static str {
+        match self {
+            DesignKind::Ideal => "Ideal",
+            DesignKind::Base => "Base",
+            DesignKind::Fwb => "FWB",
+            DesignKind::MorLog => "MorLog",
+            DesignKind::Lad => "LAD",
+            DesignKind::Silo => "Silo",
+        }
+    }
+
     /// Parses a name.
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|d| d.name() == name)
