@@ -6,6 +6,7 @@
 //! - [`runner`]: engines × workloads ([`choice`]), including the PMDK peer and the [`ideal`]
 //!   reference, with throughput, latency and PM traffic per operation.
 //! - [`logstudy`]: seed 001's cacheable vs non-temporal vs packed log writes.
+//! - [`pmfs`]: the PMFS library, its FUSE mount and the kernel side by side.
 
 #![forbid(unsafe_code)]
 
@@ -13,6 +14,7 @@ pub mod choice;
 pub mod ideal;
 pub mod logstudy;
 pub mod measure;
+pub mod pmfs;
 pub mod runner;
 pub mod substrate;
 

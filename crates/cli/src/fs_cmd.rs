@@ -1,4 +1,4 @@
-//! `ferrite fs ...`: create, mount, unmount and check PMFS file systems (`crates/fs`,
+//! `ferrite fs ...`: create, mount, unmount and check PMFS file systems (`crates/pmfs`,
 //! mounted through FUSE by `crates/fsmount`; `docs/pmfs-mount.md`).
 //!
 //! Exit codes: 0 success; `fsck` exits 4 when the file system is damaged (mount or
@@ -8,8 +8,8 @@
 use crate::size::{format_bytes, parse_size};
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
-use fs::{DataMode, MkfsOptions, MountOptions};
 use pmem::NativeOptions;
+use pmfs::{DataMode, MkfsOptions, MountOptions};
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -51,7 +51,7 @@ pub struct MkfsArgs {
     #[arg(long)]
     inodes: Option<u64>,
     /// Journal entries of 64 bytes.
-    #[arg(long, default_value_t = fs::layout::JOURNAL_DEFAULT)]
+    #[arg(long, default_value_t = pmfs::layout::JOURNAL_DEFAULT)]
     journal_entries: u32,
 }
 

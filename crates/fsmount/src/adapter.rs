@@ -1,8 +1,8 @@
 //! The FUSE adapter: kernel requests (`fuser::Filesystem`) turned into calls of the
-//! inode-level API of `fs::Fs`.
+//! inode-level API of `pmfs::Fs`.
 //!
 //! - Inode numbers are the file system's own (the root is 1, as FUSE wants); every entry
-//!   handed to the kernel takes a reference that `forget` drops (`fs::Fs::lookup_pinned`),
+//!   handed to the kernel takes a reference that `forget` drops (`pmfs::Fs::lookup_pinned`),
 //!   so a freed number is not reused while the kernel may still know it.
 //! - Open files and directories hold a handle (`Fs::open_inode`): an unlinked open file
 //!   lives until its last release, on the persistent truncate list.
@@ -11,13 +11,13 @@
 //! - Every operation is durable when it returns, so `flush`, `fsync` and `fsyncdir` have
 //!   nothing to do.
 
-use fs::{Attr, Caller, FileType, Fs, SetAttr, TimeSet};
 use fuser::{
     AccessFlags, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, LockOwner,
     OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use pmem::Persist;
+use pmfs::{Attr, Caller, FileType, Fs, SetAttr, TimeSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -41,7 +41,7 @@ impl<B: Persist + 'static> FuseFs<B> {
         self.fs.as_ref().expect("no request arrives after destroy")
     }
 
-    fn entry(&self, reply: ReplyEntry, result: Result<Attr, fs::Errno>) {
+    fn entry(&self, reply: ReplyEntry, result: Result<Attr, pmfs::Errno>) {
         match result {
             Ok(attr) => reply.entry(
                 &self.ttl,
@@ -52,7 +52,7 @@ impl<B: Persist + 'static> FuseFs<B> {
         }
     }
 
-    fn empty(reply: ReplyEmpty, result: Result<(), fs::Errno>) {
+    fn empty(reply: ReplyEmpty, result: Result<(), pmfs::Errno>) {
         match result {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
@@ -69,7 +69,7 @@ impl<B: Persist + 'static> FuseFs<B> {
         mode: u32,
         target: Option<&[u8]>,
         rdev: u64,
-    ) -> Result<Attr, fs::Errno> {
+    ) -> Result<Attr, pmfs::Errno> {
         let caller = Caller {
             uid: req.uid(),
             gid: req.gid(),
@@ -81,7 +81,7 @@ impl<B: Persist + 'static> FuseFs<B> {
 }
 
 /// The kernel's errno for a file-system error.
-pub fn errno(e: fs::Errno) -> fuser::Errno {
+pub fn errno(e: pmfs::Errno) -> fuser::Errno {
     fuser::Errno::from_i32(e.raw())
 }
 

@@ -6,8 +6,8 @@
 //! recovery is pending and how many bytes it would rewrite.
 
 use crate::memory::MemPm;
-use fs::{Fs, FsckReport, MountOptions};
 use pmem::Pool;
+use pmfs::{Fs, FsckReport, MountOptions};
 use std::path::Path;
 
 /// What a successful check found.
@@ -69,7 +69,7 @@ pub fn check_offline(path: &Path) -> Result<CheckReport, CheckError> {
     let image = std::fs::read(path)?;
     let header_area = report.header.root_offset.min(image.len() as u64) as usize;
     let before = image[header_area..].to_vec();
-    let pool = Pool::attach(MemPm::new(image), fs::LAYOUT)?;
+    let pool = Pool::attach(MemPm::new(image), pmfs::LAYOUT)?;
     let fs = Fs::mount(pool, MountOptions::default())
         .map_err(|e| CheckError::Damaged(format!("mount: {e}")))?;
     let fsck: FsckReport = fs

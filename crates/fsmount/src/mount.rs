@@ -3,10 +3,10 @@
 //! external unmount ([`serve`], for `ferrite fs mount`).
 
 use crate::adapter::FuseFs;
-use fs::Fs;
 use fuser::{Config, MountOption, Session, SessionACL};
 use nix::sys::signal::{SigSet, Signal};
 use pmem::Persist;
+use pmfs::Fs;
 use std::path::Path;
 use std::time::Duration;
 

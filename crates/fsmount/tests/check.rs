@@ -3,16 +3,16 @@
 //! and damage is reported as such.
 
 use crashsim::{SimConfig, SimPm, SnapshotKind};
-use fs::{Fs, MkfsOptions, MountOptions};
 use fsmount::{CheckError, check_offline};
 use pmem::Pool;
+use pmfs::{Fs, MkfsOptions, MountOptions, Posix};
 
 const SIZE: u64 = 1 << 20;
 
 fn formatted() -> Fs<SimPm> {
     let pool = Pool::format(
         SimPm::new(SIZE, SimConfig::default()),
-        &fs::pool_options(SIZE),
+        &pmfs::pool_options(SIZE),
     )
     .expect("pool");
     let mkfs = MkfsOptions {
@@ -24,11 +24,11 @@ fn formatted() -> Fs<SimPm> {
 
 #[test]
 fn a_crash_image_needs_recovery_and_is_consistent_after_it() {
-    let fs = formatted();
-    fs.posix().mkdir("/kept", 0o755).expect("mkdir");
-    let pm = fs.pool().pm();
+    let px = Posix::new(formatted());
+    px.mkdir("/kept", 0o755).expect("mkdir");
+    let pm = px.fs().pool().pm();
     pm.set_capture(true);
-    fs.posix().mkdir("/in-flight", 0o755).expect("mkdir");
+    px.mkdir("/in-flight", 0o755).expect("mkdir");
     let snapshots = pm.take_snapshots();
     // Just before the commit word's fence, with the commit word not persisted: the
     // transaction's in-place stores are durable (fenced before it), its generation is not.

@@ -4,20 +4,21 @@
 
 use crate::Mutant;
 use crate::alloc::Allocator;
+use crate::batch::{Batch, commit};
 use crate::error::{Corrupt, FsError};
-use crate::fs::{
-    Batch, Fs, Inner, MountOptions, commit, cut_tree, free_inode_fields, unlink_from_list,
-};
+use crate::filesystem::Fs;
 use crate::inode::{FileType, Inode, S_IFDIR};
 use crate::journal::{Journal, zero_nt};
 use crate::layout::{
     BLOCK, BLOCKS_PER_HUGE, HUGE_BLOCK, INODE_SIZE, LAYOUT, MkfsOptions, ROOT_INO, SB_COPY, SB_LEN,
-    SB_PRIMARY, SbProblem, Superblock, checked,
+    SB_PRIMARY, SbProblem, Superblock,
 };
-use crate::posix::FdTable;
+use crate::options::MountOptions;
+use crate::state::Inner;
 use crate::tree::{self, Visit};
+use crate::truncate::{cut_tree, free_inode_fields, unlink_from_list};
 use parking_lot::Mutex;
-use pmem::{Header, Persist, Pool, WriteClass};
+use pmem::{Header, Persist, Pool, WriteClass, checked};
 use std::collections::{BTreeSet, HashMap};
 
 impl<B: Persist> Fs<B> {
@@ -60,7 +61,8 @@ impl<B: Persist> Fs<B> {
         };
         pm.write_nt(sb.inode_offset(ROOT_INO), &root.encode(), WriteClass::Meta);
         let head = sb.truncate_head();
-        pm.write_u64(head, checked::seal(0, head), WriteClass::Meta);
+        let empty = checked::seal(0, head, "truncate-list head").map_err(Corrupt::from)?;
+        pm.write_u64(head, empty, WriteClass::Meta);
         pm.flush(head, 8);
         Journal::format(pm, &sb, 1);
         // Each slot gets its magic last, so a torn slot never carries one: an interrupted
@@ -116,19 +118,7 @@ fn mount_state<B: Persist>(
     let mut journal = Journal::recover(pm, &sb, options.mutant)?;
     process_truncate_list(pm, &sb, &mut journal)?;
     let rebuilt = rebuild(pm, &sb)?;
-    let inner = Inner {
-        journal,
-        alloc: rebuilt.alloc,
-        free_inodes: rebuilt.free_inodes,
-        blocks: rebuilt.blocks,
-        dirs: HashMap::new(),
-        open: HashMap::new(),
-        fds: FdTable::default(),
-        creds: (0, 0),
-        pins: HashMap::new(),
-        mapped: HashMap::new(),
-        deferred: HashMap::new(),
-    };
+    let inner = Inner::new(journal, rebuilt.alloc, rebuilt.free_inodes, rebuilt.blocks);
     Ok((sb, inner))
 }
 

@@ -2,14 +2,21 @@
 //! working directory), symbolic links followed as the system calls do, file descriptors with
 //! a position, `open` flags, errors as errno values. Reached through [`Fs::posix`].
 //!
+//! A [`Posix`] owns the [`Fs`] it serves and its own descriptor table (descriptors are a
+//! property of this layer, not of the file system: the FUSE adapter keeps kernel handles
+//! instead). Its lock is taken before the file system's.
+//!
 //! There are no permission checks: the library acts with the rights of its caller (the FUSE
 //! mount will let the kernel check permissions). New inodes get the credentials set with
 //! [`Posix::set_credentials`] (0:0 by default).
 
+use crate::attr::{Attr, DirEntry, SetAttr, TimeSet};
 use crate::error::Errno;
-use crate::fs::{Attr, DirEntry, Fs, Inner, SetAttr, TimeSet};
+use crate::filesystem::Fs;
 use crate::inode::FileType;
 use crate::layout::{NAME_MAX, ROOT_INO};
+use crate::state::Inner;
+use parking_lot::Mutex;
 use pmem::Persist;
 use std::collections::BTreeMap;
 
@@ -48,9 +55,9 @@ struct OpenFile {
     append: bool,
 }
 
-/// Open descriptors.
+/// Open descriptors: the lowest free number is handed out, as the kernel does.
 #[derive(Debug, Default)]
-pub(crate) struct FdTable {
+struct FdTable {
     files: BTreeMap<u32, OpenFile>,
 }
 
@@ -63,23 +70,22 @@ impl FdTable {
         Fd(fd)
     }
 
-    /// Number of open descriptors.
-    pub(crate) fn len(&self) -> usize {
-        self.files.len()
+    fn get(&self, fd: Fd) -> Result<OpenFile, Errno> {
+        self.files.get(&fd.0).copied().ok_or(Errno::EBADF)
+    }
+
+    fn set_pos(&mut self, fd: Fd, pos: u64) {
+        if let Some(file) = self.files.get_mut(&fd.0) {
+            file.pos = pos;
+        }
     }
 }
 
-/// The POSIX-style view of a file system.
+/// The POSIX-style API over a file system it owns.
 #[derive(Debug)]
-pub struct Posix<'a, B: Persist> {
-    fs: &'a Fs<B>,
-}
-
-impl<B: Persist> Fs<B> {
-    /// The path-and-descriptor API.
-    pub fn posix(&self) -> Posix<'_, B> {
-        Posix { fs: self }
-    }
+pub struct Posix<B: Persist> {
+    fs: Fs<B>,
+    fds: Mutex<FdTable>,
 }
 
 /// A path split into its directory and last component.
@@ -90,7 +96,26 @@ struct Split {
     trailing_slash: bool,
 }
 
-impl<B: Persist> Posix<'_, B> {
+impl<B: Persist> Posix<B> {
+    /// The path-and-descriptor API over `fs`, with no descriptor open.
+    pub fn new(fs: Fs<B>) -> Self {
+        Posix {
+            fs,
+            fds: Mutex::new(FdTable::default()),
+        }
+    }
+
+    /// The file system.
+    pub fn fs(&self) -> &Fs<B> {
+        &self.fs
+    }
+
+    /// Gives the file system back. Descriptors still open keep their files open in it (an
+    /// unlinked one is then freed by the next mount, as after a crash).
+    pub fn into_fs(self) -> Fs<B> {
+        self.fs
+    }
+
     /// The owner and group of inodes created from now on.
     pub fn set_credentials(&self, uid: u32, gid: u32) {
         self.fs.lock().creds = (uid, gid);
@@ -224,7 +249,8 @@ impl<B: Persist> Posix<'_, B> {
 
     /// Opens (and with `O_CREAT` creates) a file or directory.
     pub fn open(&self, path: &str, flags: i32, perm: u32) -> Result<Fd, Errno> {
-        let fs = self.fs;
+        let fs = &self.fs;
+        let mut fds = self.fds.lock();
         let mut inner = fs.lock();
         let (read, write) = match flags & O_ACCMODE {
             O_RDONLY => (true, false),
@@ -259,7 +285,7 @@ impl<B: Persist> Posix<'_, B> {
         }
         let inode = fs.inode(ino)?;
         *inner.open.entry(ino).or_insert(0) += 1;
-        let fd = inner.fds.insert(OpenFile {
+        let fd = fds.insert(OpenFile {
             ino,
             generation: inode.generation,
             pos: 0,
@@ -329,8 +355,10 @@ impl<B: Persist> Posix<'_, B> {
         self.open(path, O_CREAT | O_WRONLY | O_TRUNC, perm)
     }
 
-    fn file(&self, inner: &Inner, fd: Fd) -> Result<OpenFile, Errno> {
-        let file = *inner.fds.files.get(&fd.0).ok_or(Errno::EBADF)?;
+    /// The open file of `fd`, checked against its inode (freed and reused: `EBADF`). Called
+    /// with the file system's lock held.
+    fn file(&self, fds: &FdTable, fd: Fd) -> Result<OpenFile, Errno> {
+        let file = fds.get(fd)?;
         let inode = self.fs.inode(file.ino).map_err(|_| Errno::EBADF)?;
         if inode.generation != file.generation {
             return Err(Errno::EBADF);
@@ -340,29 +368,32 @@ impl<B: Persist> Posix<'_, B> {
 
     /// Closes a descriptor (the last close of an unlinked file frees it).
     pub fn close(&self, fd: Fd) -> Result<(), Errno> {
+        let mut fds = self.fds.lock();
         let mut inner = self.fs.lock();
-        let file = inner.fds.files.remove(&fd.0).ok_or(Errno::EBADF)?;
+        let file = fds.files.remove(&fd.0).ok_or(Errno::EBADF)?;
         self.fs.release_locked(&mut inner, file.ino)
     }
 
     /// Open descriptors.
     pub fn open_count(&self) -> usize {
-        self.fs.lock().fds.len()
+        self.fds.lock().files.len()
     }
 
     /// Reads at the descriptor's position and advances it.
     pub fn read(&self, fd: Fd, buf: &mut [u8]) -> Result<usize, Errno> {
-        let mut inner = self.fs.lock();
-        let file = self.file(&inner, fd)?;
+        let mut fds = self.fds.lock();
+        let _inner = self.fs.lock();
+        let file = self.file(&fds, fd)?;
         let n = self.read_at(&file, buf, file.pos)?;
-        inner.fds.files.get_mut(&fd.0).expect("open").pos += n as u64;
+        fds.set_pos(fd, file.pos + n as u64);
         Ok(n)
     }
 
     /// Reads at `off` (the position is unchanged).
     pub fn pread(&self, fd: Fd, buf: &mut [u8], off: u64) -> Result<usize, Errno> {
-        let inner = self.fs.lock();
-        let file = self.file(&inner, fd)?;
+        let fds = self.fds.lock();
+        let _inner = self.fs.lock();
+        let file = self.file(&fds, fd)?;
         self.read_at(&file, buf, off)
     }
 
@@ -379,22 +410,24 @@ impl<B: Persist> Posix<'_, B> {
 
     /// Writes at the descriptor's position (at the end with `O_APPEND`) and advances it.
     pub fn write(&self, fd: Fd, data: &[u8]) -> Result<usize, Errno> {
+        let mut fds = self.fds.lock();
         let mut inner = self.fs.lock();
-        let file = self.file(&inner, fd)?;
+        let file = self.file(&fds, fd)?;
         let off = if file.append {
             self.fs.inode(file.ino)?.size
         } else {
             file.pos
         };
         let n = self.write_at(&mut inner, &file, data, off)?;
-        inner.fds.files.get_mut(&fd.0).expect("open").pos = off + n as u64;
+        fds.set_pos(fd, off + n as u64);
         Ok(n)
     }
 
     /// Writes at `off` (the position is unchanged).
     pub fn pwrite(&self, fd: Fd, data: &[u8], off: u64) -> Result<usize, Errno> {
+        let fds = self.fds.lock();
         let mut inner = self.fs.lock();
-        let file = self.file(&inner, fd)?;
+        let file = self.file(&fds, fd)?;
         self.write_at(&mut inner, &file, data, off)
     }
 
@@ -415,22 +448,24 @@ impl<B: Persist> Posix<'_, B> {
 
     /// Moves the position; returns the new one.
     pub fn lseek(&self, fd: Fd, off: i64, whence: Whence) -> Result<u64, Errno> {
-        let mut inner = self.fs.lock();
-        let file = self.file(&inner, fd)?;
+        let mut fds = self.fds.lock();
+        let _inner = self.fs.lock();
+        let file = self.file(&fds, fd)?;
         let base = match whence {
             Whence::Set => 0,
             Whence::Cur => file.pos,
             Whence::End => self.fs.inode(file.ino)?.size,
         };
         let pos = base.checked_add_signed(off).ok_or(Errno::EINVAL)?;
-        inner.fds.files.get_mut(&fd.0).expect("open").pos = pos;
+        fds.set_pos(fd, pos);
         Ok(pos)
     }
 
     /// Sets the size of an open file.
     pub fn ftruncate(&self, fd: Fd, size: u64) -> Result<(), Errno> {
+        let fds = self.fds.lock();
         let mut inner = self.fs.lock();
-        let file = self.file(&inner, fd)?;
+        let file = self.file(&fds, fd)?;
         if !file.write {
             return Err(Errno::EINVAL);
         }
@@ -449,16 +484,18 @@ impl<B: Persist> Posix<'_, B> {
 
     /// Makes the file durable: every operation already is, so this only checks `fd`.
     pub fn fsync(&self, fd: Fd) -> Result<(), Errno> {
-        let inner = self.fs.lock();
-        self.file(&inner, fd)?;
+        let fds = self.fds.lock();
+        let _inner = self.fs.lock();
+        self.file(&fds, fd)?;
         self.fs.pm().durability_point();
         Ok(())
     }
 
     /// Attributes of an open file.
     pub fn fstat(&self, fd: Fd) -> Result<Attr, Errno> {
+        let fds = self.fds.lock();
         let inner = self.fs.lock();
-        let file = self.file(&inner, fd)?;
+        let file = self.file(&fds, fd)?;
         let inode = self.fs.inode(file.ino)?;
         Ok(self.fs.attr(&inner, file.ino, &inode))
     }
@@ -651,7 +688,7 @@ impl<B: Persist> Posix<'_, B> {
     }
 }
 
-impl<'a, B: Persist> Posix<'a, B> {
+impl<B: Persist> Posix<B> {
     /// Maps `[off, off + len)` of the file open as `fd` (see [`crate::mmap`]): a readable
     /// descriptor is required, and a writable one for a writable map (`EACCES`).
     pub fn mmap(
@@ -660,10 +697,11 @@ impl<'a, B: Persist> Posix<'a, B> {
         off: u64,
         len: u64,
         writable: bool,
-    ) -> Result<crate::mmap::FileMap<'a, B>, Errno> {
+    ) -> Result<crate::mmap::FileMap<'_, B>, Errno> {
         let file = {
-            let inner = self.fs.lock();
-            self.file(&inner, fd)?
+            let fds = self.fds.lock();
+            let _inner = self.fs.lock();
+            self.file(&fds, fd)?
         };
         if !file.read || (writable && !file.write) {
             return Err(Errno::EACCES);

@@ -3,17 +3,17 @@
 //! input from disk").
 
 use crashsim::{SimConfig, SimPm};
-use fs::posix::{O_CREAT, O_RDWR};
-use fs::{Clock, FileType, Fs, MkfsOptions, MountOptions};
 use pmem::{Persist, Pool};
+use pmfs::posix::{O_CREAT, O_RDWR};
+use pmfs::{Clock, FileType, Fs, MkfsOptions, MountOptions, Posix};
 use proptest::prelude::*;
 
 const SIZE: u64 = 1 << 20;
 
-fn populated_image() -> (Vec<u8>, fs::Superblock) {
+fn populated_image() -> (Vec<u8>, pmfs::Superblock) {
     let pool = Pool::format(
         SimPm::new(SIZE, SimConfig::default()),
-        &fs::pool_options(SIZE),
+        &pmfs::pool_options(SIZE),
     )
     .expect("pool");
     let mkfs = MkfsOptions {
@@ -25,7 +25,8 @@ fn populated_image() -> (Vec<u8>, fs::Superblock) {
         ..MountOptions::default()
     };
     let fs = Fs::mkfs(pool, &mkfs, options).expect("mkfs");
-    let px = fs.posix();
+    let px = Posix::new(fs);
+    let fs = px.fs();
     px.mkdir("/d", 0o755).expect("mkdir");
     px.mkdir("/d/e", 0o755).expect("mkdir");
     for (i, len) in [(0, 10), (1, 5000), (2, 70_000)] {
@@ -44,20 +45,22 @@ fn populated_image() -> (Vec<u8>, fs::Superblock) {
     px.unlink("/o").expect("unlink");
     let sb = fs.superblock().clone();
     let image = fs.pool().pm().volatile_image();
-    fs.abandon();
+    px.into_fs().abandon();
     (image, sb)
 }
 
 /// Mounts, checks and walks everything; returns how far it got.
 fn exercise(image: Vec<u8>) -> &'static str {
-    let Ok(pool) = Pool::attach(SimPm::from_image(image, SimConfig::default()), fs::LAYOUT) else {
+    let Ok(pool) = Pool::attach(SimPm::from_image(image, SimConfig::default()), pmfs::LAYOUT)
+    else {
         return "pool";
     };
     let Ok(fs) = Fs::mount(pool, MountOptions::default()) else {
         return "mount";
     };
     let _ = fs.fsck();
-    let px = fs.posix();
+    let px = Posix::new(fs);
+    let fs = px.fs();
     let mut dirs = vec!["/".to_owned()];
     let mut steps = 0;
     while let Some(dir) = dirs.pop() {
@@ -125,7 +128,7 @@ fn undamaged_image_mounts_and_recovers_the_orphan() {
     let (image, _) = populated_image();
     assert_eq!(exercise(image.clone()), "walked");
     let pool =
-        Pool::attach(SimPm::from_image(image, SimConfig::default()), fs::LAYOUT).expect("attach");
+        Pool::attach(SimPm::from_image(image, SimConfig::default()), pmfs::LAYOUT).expect("attach");
     let fs = Fs::mount(pool, MountOptions::default()).expect("mount");
     let report = fs.fsck().expect("fsck");
     assert_eq!((report.orphans, report.files, report.dirs), (0, 3, 3));

@@ -9,8 +9,8 @@
 
 use crate::Mutant;
 use crate::error::Corrupt;
-use crate::layout::{ENTRY_DATA, ENTRY_SIZE, Superblock, checked};
-use pmem::{Persist, WriteClass};
+use crate::layout::{ENTRY_DATA, ENTRY_SIZE, Superblock};
+use pmem::{Persist, WriteClass, checked};
 
 const KIND_UNDO: u8 = 1;
 
@@ -70,7 +70,9 @@ impl Journal {
         let bytes = u64::from(sb.journal_entries) * ENTRY_SIZE;
         zero_nt(pm, sb.journal_offset, bytes);
         let word = sb.journal_word();
-        pm.write_u64(word, checked::seal(generation, word), WriteClass::Meta);
+        let sealed = checked::seal(generation, word, "journal generation")
+            .expect("journal generation space exhausted");
+        pm.write_u64(word, sealed, WriteClass::Meta);
         pm.flush(word, 8);
         pm.fence();
         Journal::new(sb, generation, Mutant::None)
@@ -167,15 +169,9 @@ impl Journal {
     /// Stores the next generation (the commit point) and persists it.
     fn advance<B: Persist>(&mut self, pm: &B) {
         self.generation += 1;
-        assert!(
-            self.generation <= checked::MAX_VALUE,
-            "journal generation space exhausted"
-        );
-        pm.write_u64(
-            self.word,
-            checked::seal(self.generation, self.word),
-            WriteClass::Meta,
-        );
+        let sealed = checked::seal(self.generation, self.word, "journal generation")
+            .expect("journal generation space exhausted");
+        pm.write_u64(self.word, sealed, WriteClass::Meta);
         pm.flush(self.word, 8);
         pm.fence();
         self.ensure_usable(pm);

@@ -5,9 +5,9 @@
 //! crash at that moment) must change nothing.
 
 use crashsim::{SimConfig, SimPm};
-use fs::posix::{O_CREAT, O_RDONLY, O_RDWR, O_WRONLY};
-use fs::{Clock, DataMode, Errno, Fd, FileType, Fs, MkfsOptions, MountOptions};
 use pmem::Pool;
+use pmfs::posix::{O_CREAT, O_RDONLY, O_RDWR, O_WRONLY};
+use pmfs::{Clock, DataMode, Errno, Fd, FileType, Fs, MkfsOptions, MountOptions, Posix};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -69,7 +69,7 @@ fn data(len: usize, seed: u8) -> Vec<u8> {
 // ---------------------------------------------------------------- the file system under test
 
 struct FsTarget {
-    fs: Option<Fs<SimPm>>,
+    px: Option<Posix<SimPm>>,
     mode: DataMode,
     slots: [Option<Fd>; SLOTS],
 }
@@ -87,7 +87,7 @@ impl FsTarget {
         let size = 8 << 20;
         let pool = Pool::format(
             SimPm::new(size, SimConfig::default()),
-            &fs::pool_options(size),
+            &pmfs::pool_options(size),
         )
         .expect("pool");
         let options = MkfsOptions {
@@ -96,17 +96,17 @@ impl FsTarget {
         };
         let fs = Fs::mkfs(pool, &options, mount_options(mode)).expect("mkfs");
         FsTarget {
-            fs: Some(fs),
+            px: Some(Posix::new(fs)),
             mode,
             slots: [None; SLOTS],
         }
     }
 
-    fn fs(&self) -> &Fs<SimPm> {
-        self.fs.as_ref().expect("mounted")
+    fn px(&self) -> &Posix<SimPm> {
+        self.px.as_ref().expect("mounted")
     }
 
-    fn stat(a: fs::Attr) -> Value {
+    fn stat(a: pmfs::Attr) -> Value {
         Value::Stat(StatV {
             kind: a.kind,
             size: (a.kind != FileType::Directory).then_some(a.size),
@@ -117,12 +117,14 @@ impl FsTarget {
 
     fn remount(&mut self) {
         self.slots = [None; SLOTS];
-        let fs = self.fs.take().expect("mounted");
+        let fs = self.px.take().expect("mounted").into_fs();
         let image = fs.pool().pm().durable_image();
         fs.abandon();
         let pm = SimPm::from_image(image, SimConfig::default());
-        let pool = Pool::attach(pm, fs::LAYOUT).expect("attach");
-        self.fs = Some(Fs::mount(pool, mount_options(self.mode)).expect("mount"));
+        let pool = Pool::attach(pm, pmfs::LAYOUT).expect("attach");
+        self.px = Some(Posix::new(
+            Fs::mount(pool, mount_options(self.mode)).expect("mount"),
+        ));
     }
 
     fn apply(&mut self, op: &Op) -> Outcome {
@@ -133,18 +135,18 @@ impl FsTarget {
         }
         if let Op::Open(slot, path, write) = op {
             if let Some(fd) = self.slots[*slot].take() {
-                self.fs().posix().close(fd).expect("close");
+                self.px().close(fd).expect("close");
             }
             let flags = if *write { O_RDWR } else { O_RDONLY };
-            let fd = self.fs().posix().open(path, flags, 0).map_err(Errno::raw)?;
+            let fd = self.px().open(path, flags, 0).map_err(Errno::raw)?;
             self.slots[*slot] = Some(fd);
             return Ok(Value::Unit);
         }
         if let Op::Close(slot) = op {
             let fd = self.slots[*slot].take().ok_or(libc::EBADF)?;
-            return unit(self.fs().posix().close(fd));
+            return unit(self.px().close(fd));
         }
-        let px = self.fs().posix();
+        let px = self.px();
         let fd = |slot: &usize| self.slots[*slot].ok_or(libc::EBADF);
         match op {
             Op::Mkdir(p) => unit(px.mkdir(p, 0o755)),
@@ -976,13 +978,13 @@ fn run(ops: &[Op], mode: DataMode) -> Result<(), TestCaseError> {
         prop_assert_eq!(&got, &want, "op {} {:?}: file system vs tmpfs", i, op);
         prop_assert_eq!(&modeled, &want, "op {} {:?}: model vs tmpfs", i, op);
     }
-    if let Err(c) = fs.fs().fsck() {
+    if let Err(c) = fs.px().fs().fsck() {
         return Err(TestCaseError::fail(format!("fsck: {}", c.0)));
     }
     fs.apply(&Op::Remount).expect("remount");
     model.apply(&Op::Remount).expect("close all");
     host.apply(&Op::Remount).expect("close all");
-    if let Err(c) = fs.fs().fsck() {
+    if let Err(c) = fs.px().fs().fsck() {
         return Err(TestCaseError::fail(format!("fsck after remount: {}", c.0)));
     }
     for p in all_paths() {

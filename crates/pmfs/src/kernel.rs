@@ -7,9 +7,11 @@
 //! always, but its number is not handed out again before [`Fs::forget`] drops the last
 //! reference: the kernel never sees one number name two different files.
 
+use crate::attr::Attr;
 use crate::error::Errno;
-use crate::fs::{Attr, Fs, Inner};
+use crate::filesystem::Fs;
 use crate::inode::{FileType, Inode};
+use crate::state::Inner;
 use pmem::Persist;
 
 /// Who asks for a new node: its owner and group (before set-group-ID inheritance).

@@ -2,9 +2,11 @@
 //! a remount, and fsck after every step.
 
 use crashsim::{SimConfig, SimPm};
-use fs::posix::{O_APPEND, O_CREAT, O_DIRECTORY, O_EXCL, O_RDONLY, O_RDWR, O_TRUNC, O_WRONLY};
-use fs::{Clock, DataMode, Errno, FileType, Fs, MkfsOptions, MountOptions, TimeSet, Whence};
 use pmem::{Persist, Pool};
+use pmfs::posix::{O_APPEND, O_CREAT, O_DIRECTORY, O_EXCL, O_RDONLY, O_RDWR, O_TRUNC, O_WRONLY};
+use pmfs::{
+    Clock, DataMode, Errno, FileType, Fs, MkfsOptions, MountOptions, Posix, TimeSet, Whence,
+};
 
 const SIZE: u64 = 8 << 20;
 
@@ -16,28 +18,28 @@ fn options(mode: DataMode) -> MountOptions {
     }
 }
 
-fn new_fs(mode: DataMode) -> Fs<SimPm> {
+fn new_fs(mode: DataMode) -> Posix<SimPm> {
     let pool = Pool::format(
         SimPm::new(SIZE, SimConfig::default()),
-        &fs::pool_options(SIZE),
+        &pmfs::pool_options(SIZE),
     )
     .expect("pool");
-    Fs::mkfs(pool, &MkfsOptions::default(), options(mode)).expect("mkfs")
+    Posix::new(Fs::mkfs(pool, &MkfsOptions::default(), options(mode)).expect("mkfs"))
 }
 
 /// Unmounts and mounts again from the durable image only (what a crash right now leaves).
-fn remount(fs: Fs<SimPm>, mode: DataMode) -> Fs<SimPm> {
+fn remount(px: Posix<SimPm>, mode: DataMode) -> Posix<SimPm> {
+    let fs = px.into_fs();
     let image = fs.pool().pm().durable_image();
     fs.abandon();
     let pool =
-        Pool::attach(SimPm::from_image(image, SimConfig::default()), fs::LAYOUT).expect("attach");
+        Pool::attach(SimPm::from_image(image, SimConfig::default()), pmfs::LAYOUT).expect("attach");
     let fs = Fs::mount(pool, options(mode)).expect("mount");
     fs.fsck().expect("fsck after remount");
-    fs
+    Posix::new(fs)
 }
 
-fn read_all(fs: &Fs<SimPm>, path: &str) -> Vec<u8> {
-    let px = fs.posix();
+fn read_all(px: &Posix<SimPm>, path: &str) -> Vec<u8> {
     let fd = px.open(path, O_RDONLY, 0).expect("open");
     let size = px.fstat(fd).expect("fstat").size as usize;
     let mut buf = vec![0u8; size + 10];
@@ -50,8 +52,7 @@ fn read_all(fs: &Fs<SimPm>, path: &str) -> Vec<u8> {
 #[test]
 fn files_directories_and_errors() {
     for mode in [DataMode::InPlace, DataMode::CopyOnWrite] {
-        let fs = new_fs(mode);
-        let px = fs.posix();
+        let px = new_fs(mode);
         px.mkdir("/a", 0o755).expect("mkdir");
         assert_eq!(px.mkdir("/a", 0o755), Err(Errno::EEXIST));
         assert_eq!(px.mkdir("/missing/b", 0o755), Err(Errno::ENOENT));
@@ -94,17 +95,16 @@ fn files_directories_and_errors() {
         assert_eq!(px.stat("/a/f"), Err(Errno::ENOENT));
         px.rmdir("/a").expect("rmdir");
         assert_eq!(px.stat("/").expect("root").nlink, 2);
-        fs.fsck().expect("fsck");
-        let fs = remount(fs, mode);
-        assert_eq!(fs.posix().readdir("/").expect("readdir").len(), 2);
+        px.fs().fsck().expect("fsck");
+        let px = remount(px, mode);
+        assert_eq!(px.readdir("/").expect("readdir").len(), 2);
     }
 }
 
 #[test]
 fn writes_reads_holes_truncate_and_remount() {
     for mode in [DataMode::InPlace, DataMode::CopyOnWrite] {
-        let fs = new_fs(mode);
-        let px = fs.posix();
+        let px = new_fs(mode);
         let fd = px.open("/f", O_CREAT | O_RDWR, 0o600).expect("create");
         let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
         assert_eq!(px.pwrite(fd, &data, 0), Ok(data.len()));
@@ -138,22 +138,21 @@ fn writes_reads_holes_truncate_and_remount() {
         assert!(got[100..200].iter().all(|&b| b == 0));
         assert_eq!(got[200], b'Z');
         px.close(fd).expect("close");
-        fs.fsck().expect("fsck");
-        let before = fs.statfs().free_blocks;
-        let fs = remount(fs, mode);
+        px.fs().fsck().expect("fsck");
+        let before = px.fs().statfs().free_blocks;
+        let px = remount(px, mode);
         assert_eq!(
-            fs.statfs().free_blocks,
+            px.fs().statfs().free_blocks,
             before,
             "free space rebuilt exactly"
         );
-        assert_eq!(read_all(&fs, "/f"), got);
+        assert_eq!(read_all(&px, "/f"), got);
     }
 }
 
 #[test]
 fn append_trunc_and_positions() {
-    let fs = new_fs(DataMode::InPlace);
-    let px = fs.posix();
+    let px = new_fs(DataMode::InPlace);
     let fd = px
         .open("/log", O_CREAT | O_WRONLY | O_APPEND, 0o644)
         .expect("create");
@@ -161,7 +160,7 @@ fn append_trunc_and_positions() {
     px.lseek(fd, 0, Whence::Set).expect("seek");
     px.write(fd, b"two").expect("append ignores the position");
     px.close(fd).expect("close");
-    assert_eq!(read_all(&fs, "/log"), b"one two");
+    assert_eq!(read_all(&px, "/log"), b"one two");
     let fd = px.open("/log", O_WRONLY | O_TRUNC, 0).expect("trunc");
     assert_eq!(px.fstat(fd).expect("fstat").size, 0);
     assert_eq!(px.read(fd, &mut [0u8; 4]), Err(Errno::EBADF), "write-only");
@@ -176,8 +175,7 @@ fn append_trunc_and_positions() {
 
 #[test]
 fn rename_cases() {
-    let fs = new_fs(DataMode::InPlace);
-    let px = fs.posix();
+    let px = new_fs(DataMode::InPlace);
     px.mkdir("/d1", 0o755).expect("mkdir");
     px.mkdir("/d2", 0o755).expect("mkdir");
     px.mkdir("/d1/sub", 0o755).expect("mkdir");
@@ -217,15 +215,14 @@ fn rename_cases() {
     px.link("/d2/h", "/d2/h2").expect("link");
     px.rename("/d2/h", "/d2/h2").expect("same inode: no-op");
     assert_eq!(px.stat("/d2/h").expect("still there").nlink, 2);
-    fs.fsck().expect("fsck");
-    let fs = remount(fs, DataMode::InPlace);
-    assert_eq!(fs.posix().stat("/d2/h2").expect("h2").nlink, 2);
+    px.fs().fsck().expect("fsck");
+    let px = remount(px, DataMode::InPlace);
+    assert_eq!(px.stat("/d2/h2").expect("h2").nlink, 2);
 }
 
 #[test]
 fn links_symlinks_and_attributes() {
-    let fs = new_fs(DataMode::InPlace);
-    let px = fs.posix();
+    let px = new_fs(DataMode::InPlace);
     px.mkdir("/d", 0o755).expect("mkdir");
     let fd = px.creat("/d/f", 0o644).expect("creat");
     px.write(fd, b"data").expect("write");
@@ -238,7 +235,7 @@ fn links_symlinks_and_attributes() {
     assert_eq!(px.readlink("/d/s").expect("readlink"), b"f");
     assert_eq!(px.lstat("/d/s").expect("lstat").kind, FileType::Symlink);
     assert_eq!(px.stat("/d/s").expect("stat").size, 4, "followed");
-    assert_eq!(read_all(&fs, "/top/s"), b"data", "through two links");
+    assert_eq!(read_all(&px, "/top/s"), b"data", "through two links");
     px.symlink("loop2", "/loop1").expect("symlink");
     px.symlink("loop1", "/loop2").expect("symlink");
     assert_eq!(px.stat("/loop1"), Err(Errno::ELOOP));
@@ -254,19 +251,18 @@ fn links_symlinks_and_attributes() {
     );
     px.unlink("/d/f").expect("unlink");
     assert_eq!(px.stat("/d/g").expect("g").nlink, 1);
-    assert_eq!(read_all(&fs, "/d/g"), b"data");
-    fs.fsck().expect("fsck");
-    remount(fs, DataMode::InPlace);
+    assert_eq!(read_all(&px, "/d/g"), b"data");
+    px.fs().fsck().expect("fsck");
+    remount(px, DataMode::InPlace);
 }
 
 #[test]
 fn unlinked_open_file_lives_until_closed_and_is_freed_after_a_crash() {
-    let fs = new_fs(DataMode::InPlace);
-    let px = fs.posix();
+    let px = new_fs(DataMode::InPlace);
     // The root directory's first block stays once allocated; make it exist first.
     px.close(px.creat("/keep", 0o644).expect("creat"))
         .expect("close");
-    let free = fs.statfs().free_blocks;
+    let free = px.fs().statfs().free_blocks;
     let fd = px.creat("/tmpfile", 0o644).expect("creat");
     px.write(fd, &vec![1u8; 100_000]).expect("write");
     px.unlink("/tmpfile").expect("unlink");
@@ -274,24 +270,22 @@ fn unlinked_open_file_lives_until_closed_and_is_freed_after_a_crash() {
     assert_eq!(px.fstat(fd).expect("fstat").nlink, 0);
     px.write(fd, b"more").expect("still writable");
     px.ftruncate(fd, 10).expect("truncate an orphan");
-    assert_eq!(fs.fsck().expect("fsck").orphans, 1);
+    assert_eq!(px.fs().fsck().expect("fsck").orphans, 1);
     // Crash now: recovery frees the orphan through the truncate list.
-    let fs = remount(fs, DataMode::InPlace);
-    assert_eq!(fs.statfs().free_blocks, free);
+    let px = remount(px, DataMode::InPlace);
+    assert_eq!(px.fs().statfs().free_blocks, free);
     // And the normal path: the last close frees it.
-    let px = fs.posix();
     let fd = px.creat("/t2", 0o644).expect("creat");
     px.write(fd, &vec![2u8; 50_000]).expect("write");
     px.unlink("/t2").expect("unlink");
     px.close(fd).expect("close");
-    assert_eq!(fs.statfs().free_blocks, free);
-    fs.fsck().expect("fsck");
+    assert_eq!(px.fs().statfs().free_blocks, free);
+    px.fs().fsck().expect("fsck");
 }
 
 #[test]
 fn many_entries_span_directory_blocks() {
-    let fs = new_fs(DataMode::InPlace);
-    let px = fs.posix();
+    let px = new_fs(DataMode::InPlace);
     px.mkdir("/big", 0o755).expect("mkdir");
     for i in 0..400 {
         let name = format!("/big/file-with-a-longish-name-{i:04}");
@@ -307,12 +301,9 @@ fn many_entries_span_directory_blocks() {
     }
     assert!(px.stat("/big").expect("big").size > 4096);
     assert_eq!(px.stat("/big").expect("big").nlink, 52);
-    fs.fsck().expect("fsck");
-    let fs = remount(fs, DataMode::InPlace);
-    assert_eq!(
-        fs.posix().readdir("/big").expect("readdir").len(),
-        2 + 266 + 50
-    );
+    px.fs().fsck().expect("fsck");
+    let px = remount(px, DataMode::InPlace);
+    assert_eq!(px.readdir("/big").expect("readdir").len(), 2 + 266 + 50);
 }
 
 #[test]
@@ -320,11 +311,12 @@ fn out_of_space_is_enospc_and_leaves_a_consistent_fs() {
     let size = 1 << 20;
     let pool = Pool::format(
         SimPm::new(size, SimConfig::default()),
-        &fs::pool_options(size),
+        &pmfs::pool_options(size),
     )
     .expect("pool");
-    let fs = Fs::mkfs(pool, &MkfsOptions::default(), options(DataMode::InPlace)).expect("mkfs");
-    let px = fs.posix();
+    let px = Posix::new(
+        Fs::mkfs(pool, &MkfsOptions::default(), options(DataMode::InPlace)).expect("mkfs"),
+    );
     let fd = px.creat("/fill", 0o644).expect("creat");
     let mut total = 0;
     loop {
@@ -337,11 +329,11 @@ fn out_of_space_is_enospc_and_leaves_a_consistent_fs() {
         }
     }
     assert!(total > 0);
-    fs.fsck().expect("fsck when full");
+    px.fs().fsck().expect("fsck when full");
     px.ftruncate(fd, 0).expect("truncate");
     px.close(fd).expect("close");
-    fs.fsck().expect("fsck after freeing");
-    let _ = fs.pool().pm().len();
+    px.fs().fsck().expect("fsck after freeing");
+    let _ = px.fs().pool().pm().len();
 }
 
 #[test]
@@ -349,16 +341,15 @@ fn huge_leaf_files() {
     let size = 24 << 20;
     let pool = Pool::format(
         SimPm::new(size, SimConfig::default()),
-        &fs::pool_options(size),
+        &pmfs::pool_options(size),
     )
     .expect("pool");
     let opts = MountOptions {
         huge_files: true,
         ..options(DataMode::InPlace)
     };
-    let fs = Fs::mkfs(pool, &MkfsOptions::default(), opts).expect("mkfs");
-    let px = fs.posix();
-    let free = fs.statfs().free_blocks;
+    let px = Posix::new(Fs::mkfs(pool, &MkfsOptions::default(), opts).expect("mkfs"));
+    let free = px.fs().statfs().free_blocks;
     let fd = px.open("/big", O_CREAT | O_RDWR, 0o644).expect("create");
     assert_eq!(px.fstat(fd).expect("fstat").blksize, 2 << 20);
     let data: Vec<u8> = (0..(5 << 20) + 123).map(|i: u32| (i % 253) as u8).collect();
@@ -378,9 +369,8 @@ fn huge_leaf_files() {
         .expect("shrink into the second leaf");
     assert_eq!(px.fstat(fd).expect("fstat").blocks, (2 * 512 + 1) * 8);
     px.close(fd).expect("close");
-    fs.fsck().expect("fsck");
-    let fs = remount(fs, DataMode::InPlace);
-    let px = fs.posix();
+    px.fs().fsck().expect("fsck");
+    let px = remount(px, DataMode::InPlace);
     let mut back = vec![0u8; 10];
     let fd = px.open("/big", O_RDONLY, 0).expect("open");
     px.pread(fd, &mut back, (3 << 20) - 10).expect("read");
@@ -388,7 +378,7 @@ fn huge_leaf_files() {
     assert_eq!(&back[..], &data[(3 << 20) - 1010..(3 << 20) - 1000]);
     px.unlink("/big").expect("unlink");
     assert_eq!(
-        fs.statfs().free_blocks,
+        px.fs().statfs().free_blocks,
         free - 1,
         "all but the root directory block"
     );

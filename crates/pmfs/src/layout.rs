@@ -1,6 +1,6 @@
-//! On-media layout: constants, the superblock (primary and redundant copy), checked words,
-//! and the geometry that places the journal, the inode table and the data area
-//! (`docs/pmfs-format.md` §1–§3).
+//! On-media layout: constants, the superblock (primary and redundant copy), and the geometry
+//! that places the journal, the inode table and the data area (`docs/pmfs-format.md` §1–§3).
+//! Words updated in place are `pmem::checked` words.
 
 use crate::error::{Corrupt, FsError};
 use pmem::Header;
@@ -365,45 +365,10 @@ pub(crate) fn get_u64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(w)
 }
 
-/// Self-checked words: a 48-bit value and a 16-bit check bound to the word's address
-/// (`docs/pmfs-format.md` §3).
-pub mod checked {
-    use crate::error::Corrupt;
-
-    /// Largest value a checked word holds.
-    pub const MAX_VALUE: u64 = (1 << 48) - 1;
-
-    fn check(value: u64, addr: u64) -> u64 {
-        let mut hasher = crc32fast::Hasher::new();
-        hasher.update(&value.to_le_bytes());
-        hasher.update(&addr.to_le_bytes());
-        u64::from(hasher.finalize() as u16)
-    }
-
-    /// The stored form of `value` at absolute offset `addr`.
-    pub fn seal(value: u64, addr: u64) -> u64 {
-        assert!(
-            value <= MAX_VALUE,
-            "checked word value {value} exceeds 48 bits"
-        );
-        (check(value, addr) << 48) | value
-    }
-
-    /// The value of the stored `word` at `addr`, or `Corrupt` naming `what`.
-    pub fn open(word: u64, addr: u64, what: &str) -> Result<u64, Corrupt> {
-        let value = word & MAX_VALUE;
-        if word >> 48 != check(value, addr) {
-            return Err(Corrupt::new(format!(
-                "{what} at {addr:#x} fails its check ({word:#x})"
-            )));
-        }
-        Ok(value)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pmem::checked;
 
     fn pool_header(size: u64) -> Header {
         Header::new(LAYOUT, size, ROOT_SIZE).expect("header")
@@ -449,7 +414,7 @@ mod tests {
     #[test]
     fn checked_words_bind_value_and_address() {
         for (value, addr) in [(0, 0x1100), (1, 0x1140), (checked::MAX_VALUE, 8)] {
-            let word = checked::seal(value, addr);
+            let word = checked::seal(value, addr, "w").expect("48 bits");
             assert_eq!(checked::open(word, addr, "w"), Ok(value));
             assert!(checked::open(word, addr + 64, "w").is_err());
             for bit in 0..64 {
@@ -460,6 +425,15 @@ mod tests {
             checked::open(0, 0x1100, "w").is_err(),
             "a zero word is invalid"
         );
+    }
+
+    /// The stored words of version 1 images, computed independently (CRC-32 of the value's
+    /// then the offset's little-endian bytes, low 16 bits on top): the shared checked word
+    /// writes the same bytes as the format always did.
+    #[test]
+    fn checked_words_keep_their_stored_form() {
+        assert_eq!(checked::seal(1, 0x1100, "w"), Ok(0x4dbe_0000_0000_0001));
+        assert_eq!(checked::seal(0, 0x140, "w"), Ok(0x820c_0000_0000_0000));
     }
 
     #[test]

@@ -16,8 +16,8 @@
 use crashsim::{
     Budget, Config, DoubleCrash, Points, Report, Scenario, SimConfig, SimMode, SimPm, check,
 };
-use fs::{Clock, DataMode, Fd, FileType, Fs, MkfsOptions, MountOptions, Mutant, TimeSet};
 use pmem::{Persist, Pool};
+use pmfs::{Clock, DataMode, Fd, FileType, Fs, MkfsOptions, MountOptions, Mutant, Posix, TimeSet};
 use std::collections::BTreeMap;
 
 const POOL: u64 = 512 << 10;
@@ -76,9 +76,8 @@ fn options(mode: DataMode, mutant: Mutant) -> MountOptions {
 /// The pre-populated namespace: /A (dir) with foo (2.5 blocks), sub (empty dir) and a hard
 /// link foo2; /B (empty dir); /C (empty dir); /foo (100 bytes); /bar (3 blocks); /l →
 /// foo; /q (1.5 blocks, not open); an unlinked file still open. Handles: 0 = /foo, 1 = /bar, 2 = the unlinked file.
-fn populate(fs: &Fs<SimPm>) -> Vec<Fd> {
-    use fs::posix::{O_CREAT, O_RDWR};
-    let px = fs.posix();
+fn populate(px: &Posix<SimPm>) -> Vec<Fd> {
+    use pmfs::posix::{O_CREAT, O_RDWR};
     for d in ["/A", "/B", "/C", "/A/sub"] {
         px.mkdir(d, 0o755).expect("mkdir");
     }
@@ -100,8 +99,7 @@ fn populate(fs: &Fs<SimPm>) -> Vec<Fd> {
     vec![small, bar, orphan]
 }
 
-fn dump(fs: &Fs<SimPm>) -> Result<State, String> {
-    let px = fs.posix();
+fn dump(px: &Posix<SimPm>) -> Result<State, String> {
     let mut state = State::new();
     let mut dirs = vec!["/".to_owned()];
     while let Some(dir) = dirs.pop() {
@@ -128,7 +126,8 @@ fn dump(fs: &Fs<SimPm>) -> Result<State, String> {
                 _ if st.kind.is_special() => Vec::new(),
                 _ => {
                     let mut buf = vec![0u8; st.size as usize];
-                    fs.read(st.ino, 0, &mut buf)
+                    px.fs()
+                        .read(st.ino, 0, &mut buf)
                         .map_err(|e| format!("read {path}: {e}"))?;
                     buf
                 }
@@ -151,12 +150,11 @@ fn dump(fs: &Fs<SimPm>) -> Result<State, String> {
     Ok(state)
 }
 
-fn run_op(fs: &Fs<SimPm>, fds: &mut [Option<Fd>], op: &Op) {
-    try_op(fs, fds, op).unwrap_or_else(|e| panic!("{op:?}: {e}"));
+fn run_op(px: &Posix<SimPm>, fds: &mut [Option<Fd>], op: &Op) {
+    try_op(px, fds, op).unwrap_or_else(|e| panic!("{op:?}: {e}"));
 }
 
-fn try_op(fs: &Fs<SimPm>, fds: &mut [Option<Fd>], op: &Op) -> Result<(), fs::Errno> {
-    let px = fs.posix();
+fn try_op(px: &Posix<SimPm>, fds: &mut [Option<Fd>], op: &Op) -> Result<(), pmfs::Errno> {
     match *op {
         Op::Creat(p) => px.creat(p, 0o640).and_then(|fd| {
             // Closing a fresh file writes nothing (it has links).
@@ -169,13 +167,13 @@ fn try_op(fs: &Fs<SimPm>, fds: &mut [Option<Fd>], op: &Op) -> Result<(), fs::Err
         Op::Rmdir(p) => px.rmdir(p),
         Op::Rename(a, b) => px.rename(a, b),
         Op::Pwrite(h, off, len, seed) => px
-            .pwrite(fds[h].ok_or(fs::Errno::EBADF)?, &pattern(len, seed), off)
+            .pwrite(fds[h].ok_or(pmfs::Errno::EBADF)?, &pattern(len, seed), off)
             .map(|_| ()),
         Op::Truncate(p, len) => px.truncate(p, len),
         Op::Chmod(p, m) => px.chmod(p, m),
         Op::Chown(p, u, g) => px.chown(p, Some(u), Some(g)),
         Op::Utimens(p, t) => px.utimens(p, Some(TimeSet::At(t)), Some(TimeSet::At(t + 1))),
-        Op::Close(h) => px.close(fds[h].take().ok_or(fs::Errno::EBADF)?),
+        Op::Close(h) => px.close(fds[h].take().ok_or(pmfs::Errno::EBADF)?),
     }
 }
 
@@ -220,7 +218,7 @@ struct FsScenario {
 }
 
 struct Live {
-    fs: Fs<SimPm>,
+    px: Posix<SimPm>,
     fds: Vec<Option<Fd>>,
 }
 
@@ -237,10 +235,10 @@ impl FsScenario {
             recoveries: std::cell::Cell::new(0),
         };
         let mut live = scenario.setup(SimPm::new(POOL, SimConfig::default()));
-        let mut models = vec![dump(&live.fs).expect("dump")];
+        let mut models = vec![dump(&live.px).expect("dump")];
         for op in &scenario.ops {
-            run_op(&live.fs, &mut live.fds, op);
-            models.push(dump(&live.fs).expect("dump"));
+            run_op(&live.px, &mut live.fds, op);
+            models.push(dump(&live.px).expect("dump"));
         }
         scenario.models = models;
         scenario
@@ -297,11 +295,12 @@ impl FsScenario {
     /// A file created, written, read back and removed in every directory; then everything
     /// removed: no inode but the root and no block but the root directory's may stay in use.
     fn usability(&self, image: Vec<u8>) -> Result<(), String> {
-        let pool = Pool::attach(SimPm::from_image(image, SimConfig::default()), fs::LAYOUT)
+        let pool = Pool::attach(SimPm::from_image(image, SimConfig::default()), pmfs::LAYOUT)
             .map_err(|e| e.to_string())?;
-        let fs = Fs::mount(pool, options(self.mode, Mutant::None)).map_err(|e| e.to_string())?;
-        let state = dump(&fs)?;
-        let px = fs.posix();
+        let px = Posix::new(
+            Fs::mount(pool, options(self.mode, Mutant::None)).map_err(|e| e.to_string())?,
+        );
+        let state = dump(&px)?;
         let dirs: Vec<String> = std::iter::once("/".to_owned())
             .chain(
                 state
@@ -313,7 +312,7 @@ impl FsScenario {
         let probe_data = pattern(5000, 9);
         for dir in &dirs {
             let probe = format!("{}/zz-probe", dir.trim_end_matches('/'));
-            let flags = fs::posix::O_CREAT | fs::posix::O_RDWR;
+            let flags = pmfs::posix::O_CREAT | pmfs::posix::O_RDWR;
             let fd = px
                 .open(&probe, flags, 0o600)
                 .map_err(|e| format!("probe {probe}: {e}"))?;
@@ -339,7 +338,8 @@ impl FsScenario {
             };
             r.map_err(|e| format!("remove {path}: {e}"))?;
         }
-        let report = fs
+        let report = px
+            .fs()
             .fsck()
             .map_err(|e| format!("fsck after removing everything: {}", e.0))?;
         let root_blocks = px.stat("/").map_err(|e| e.to_string())?.blocks / 8;
@@ -372,27 +372,28 @@ impl Scenario for FsScenario {
         *model = self.models[op + 1].clone();
     }
     fn setup(&self, pm: SimPm) -> Live {
-        let pool = Pool::format(pm, &fs::pool_options(POOL)).expect("pool");
+        let pool = Pool::format(pm, &pmfs::pool_options(POOL)).expect("pool");
         let mkfs = MkfsOptions {
             inodes: Some(64),
             journal_entries: 128,
         };
-        let fs = Fs::mkfs(pool, &mkfs, options(self.mode, self.mutant)).expect("mkfs");
-        let fds = populate(&fs).into_iter().map(Some).collect();
-        Live { fs, fds }
+        let px = Posix::new(Fs::mkfs(pool, &mkfs, options(self.mode, self.mutant)).expect("mkfs"));
+        let fds = populate(&px).into_iter().map(Some).collect();
+        Live { px, fds }
     }
     fn run_op(&self, live: &mut Live, op: usize) {
-        run_op(&live.fs, &mut live.fds, &self.ops[op]);
+        run_op(&live.px, &mut live.fds, &self.ops[op]);
     }
     fn recover(&self, pm: SimPm) -> Result<State, String> {
-        let pool = Pool::attach(pm, fs::LAYOUT).map_err(|e| e.to_string())?;
+        let pool = Pool::attach(pm, pmfs::LAYOUT).map_err(|e| e.to_string())?;
         let fs = Fs::mount(pool, options(self.mode, self.mutant)).map_err(|e| e.to_string())?;
         fs.fsck().map_err(|e| format!("fsck: {}", e.0))?;
-        let mut state = dump(&fs)?;
+        let px = Posix::new(fs);
+        let mut state = dump(&px)?;
         self.normalize(&mut state);
         self.recoveries.set(self.recoveries.get() + 1);
         if self.check_usability && self.recoveries.get() % 3 == 1 {
-            self.usability(fs.pool().pm().volatile_image())?;
+            self.usability(px.fs().pool().pm().volatile_image())?;
         }
         Ok(state)
     }
@@ -545,7 +546,7 @@ fn runnable(ops: &[Op]) -> bool {
     };
     let mut live = scenario.setup(SimPm::new(POOL, SimConfig::default()));
     ops.iter()
-        .all(|op| try_op(&live.fs, &mut live.fds, op).is_ok())
+        .all(|op| try_op(&live.px, &mut live.fds, op).is_ok())
 }
 
 /// `ForwardRollback` is not here: every file-system transaction logs all its ranges in one
@@ -657,7 +658,7 @@ impl Scenario for MkfsScenario {
         *model = Some(State::new());
     }
     fn setup(&self, pm: SimPm) -> MkfsLive {
-        MkfsLive::Pool(Pool::format(pm, &fs::pool_options(POOL)).expect("pool"))
+        MkfsLive::Pool(Pool::format(pm, &pmfs::pool_options(POOL)).expect("pool"))
     }
     fn run_op(&self, live: &mut MkfsLive, _op: usize) {
         let MkfsLive::Pool(pool) = std::mem::replace(live, MkfsLive::Gone) else {
@@ -669,13 +670,13 @@ impl Scenario for MkfsScenario {
         fs.abandon();
     }
     fn recover(&self, pm: SimPm) -> Result<Option<State>, String> {
-        let pool = Pool::attach(pm, fs::LAYOUT).map_err(|e| e.to_string())?;
+        let pool = Pool::attach(pm, pmfs::LAYOUT).map_err(|e| e.to_string())?;
         match Fs::mount(pool, options(DataMode::InPlace, Mutant::None)) {
-            Err(fs::FsError::NotFormatted(_)) => Ok(None),
+            Err(pmfs::FsError::NotFormatted(_)) => Ok(None),
             Err(e) => Err(e.to_string()),
             Ok(fs) => {
                 fs.fsck().map_err(|e| format!("fsck: {}", e.0))?;
-                dump(&fs).map(Some)
+                dump(&Posix::new(fs)).map(Some)
             }
         }
     }
@@ -706,7 +707,7 @@ impl SbRepairScenario {
 
 impl Scenario for SbRepairScenario {
     type Model = State;
-    type Live = Option<Fs<SimPm>>;
+    type Live = Option<Posix<SimPm>>;
 
     fn name(&self) -> String {
         format!("fs/superblock-repair/{:#x}", self.slot)
@@ -726,53 +727,52 @@ impl Scenario for SbRepairScenario {
             .clone()
     }
     fn apply_to_model(&self, _model: &mut State, _op: usize) {}
-    fn setup(&self, pm: SimPm) -> Option<Fs<SimPm>> {
-        let pool = Pool::format(pm, &fs::pool_options(POOL)).expect("pool");
+    fn setup(&self, pm: SimPm) -> Option<Posix<SimPm>> {
+        let pool = Pool::format(pm, &pmfs::pool_options(POOL)).expect("pool");
         let mkfs = MkfsOptions {
             inodes: Some(32),
             journal_entries: 64,
         };
-        let fs = Fs::mkfs(pool, &mkfs, Self::mount_options()).expect("mkfs");
-        let px = fs.posix();
+        let px = Posix::new(Fs::mkfs(pool, &mkfs, Self::mount_options()).expect("mkfs"));
         px.mkdir("/A", 0o755).expect("mkdir");
         let fd = px
-            .open("/A/f", fs::posix::O_CREAT | fs::posix::O_RDWR, 0o644)
+            .open("/A/f", pmfs::posix::O_CREAT | pmfs::posix::O_RDWR, 0o644)
             .expect("create");
         px.write(fd, &pattern(5000, 3)).expect("write");
         px.close(fd).expect("close");
-        Some(fs)
+        Some(px)
     }
-    fn run_op(&self, live: &mut Option<Fs<SimPm>>, _op: usize) {
-        let fs = live.take().expect("mounted");
+    fn run_op(&self, live: &mut Option<Posix<SimPm>>, _op: usize) {
+        let fs = live.take().expect("mounted").into_fs();
         let at = fs.superblock().root_offset + self.slot + 0x20;
         let pool = fs.into_pool();
         pool.pm().write(at, &[0xA5; 16], pmem::WriteClass::Meta);
         pool.pm().persist(at, 16);
         let fs = Fs::mount(pool, Self::mount_options()).expect("mount repairs");
         fs.pool().pm().durability_point();
-        *live = Some(fs);
+        *live = Some(Posix::new(fs));
     }
     fn recover(&self, pm: SimPm) -> Result<State, String> {
-        let pool = Pool::attach(pm, fs::LAYOUT).map_err(|e| e.to_string())?;
+        let pool = Pool::attach(pm, pmfs::LAYOUT).map_err(|e| e.to_string())?;
         let fs = Fs::mount(pool, Self::mount_options()).map_err(|e| e.to_string())?;
         fs.fsck().map_err(|e| format!("fsck: {}", e.0))?;
         let root = fs.superblock().root_offset;
         let read = |slot: u64| {
-            let mut bytes = vec![0u8; fs::layout::SB_LEN];
+            let mut bytes = vec![0u8; pmfs::layout::SB_LEN];
             fs.pool().pm().read(root + slot, &mut bytes);
             bytes
         };
-        let (primary, copy) = (read(fs::layout::SB_PRIMARY), read(fs::layout::SB_COPY));
-        if primary != copy || primary[..8] != fs::layout::SB_MAGIC {
+        let (primary, copy) = (read(pmfs::layout::SB_PRIMARY), read(pmfs::layout::SB_COPY));
+        if primary != copy || primary[..8] != pmfs::layout::SB_MAGIC {
             return Err("the superblock slots differ after mount".into());
         }
-        dump(&fs)
+        dump(&Posix::new(fs))
     }
 }
 
 #[test]
 fn superblock_fallback_and_repair_survive_crashes() {
-    for slot in [fs::layout::SB_PRIMARY, fs::layout::SB_COPY] {
+    for slot in [pmfs::layout::SB_PRIMARY, pmfs::layout::SB_COPY] {
         let scenario = SbRepairScenario {
             slot,
             model: std::cell::OnceCell::new(),
@@ -803,21 +803,20 @@ mod large {
         }
     }
 
-    fn mkfs(pm: SimPm, mode: DataMode, huge: bool) -> Fs<SimPm> {
-        let pool = Pool::format(pm, &fs::pool_options(LARGE_POOL)).expect("pool");
+    fn mkfs(pm: SimPm, mode: DataMode, huge: bool) -> Posix<SimPm> {
+        let pool = Pool::format(pm, &pmfs::pool_options(LARGE_POOL)).expect("pool");
         // The default journal: copy-on-write pieces reach 4 MiB only with at least 187
         // entries (docs/pmfs-format.md §9.3).
         let mkfs = MkfsOptions {
             inodes: Some(32),
-            journal_entries: fs::layout::JOURNAL_DEFAULT,
+            journal_entries: pmfs::layout::JOURNAL_DEFAULT,
         };
-        Fs::mkfs(pool, &mkfs, mount_options(mode, huge)).expect("mkfs")
+        Posix::new(Fs::mkfs(pool, &mkfs, mount_options(mode, huge)).expect("mkfs"))
     }
 
-    fn write_file(fs: &Fs<SimPm>, path: &str, off: u64, len: usize, seed: u8) {
-        let px = fs.posix();
+    fn write_file(px: &Posix<SimPm>, path: &str, off: u64, len: usize, seed: u8) {
         let fd = px
-            .open(path, fs::posix::O_CREAT | fs::posix::O_RDWR, 0o644)
+            .open(path, pmfs::posix::O_CREAT | pmfs::posix::O_RDWR, 0o644)
             .expect("open");
         px.pwrite(fd, &pattern(len, seed), off).expect("write");
         px.close(fd).expect("close");
@@ -849,17 +848,17 @@ mod large {
     /// images, and requires every recovered state to satisfy `allowed` (told whether the
     /// operation had returned); returns the images checked.
     fn sampled_check(
-        setup: &dyn Fn(SimPm) -> Fs<SimPm>,
-        op: &dyn Fn(&Fs<SimPm>),
+        setup: &dyn Fn(SimPm) -> Posix<SimPm>,
+        op: &dyn Fn(&Posix<SimPm>),
         allowed: &dyn Fn(&State, bool) -> Result<(), String>,
         mode: DataMode,
         huge: bool,
     ) -> usize {
-        let fs = setup(SimPm::new(LARGE_POOL, SimConfig::default()));
-        let pm = fs.pool().pm();
+        let px = setup(SimPm::new(LARGE_POOL, SimConfig::default()));
+        let pm = px.fs().pool().pm();
         let base = pm.durability_points();
         pm.set_capture(true);
-        op(&fs);
+        op(&px);
         let mut snapshots = pm.take_snapshots();
         snapshots.push(pm.crash_now());
         let mut images = 0;
@@ -870,13 +869,14 @@ mod large {
                     continue;
                 }
                 let image = snapshot.image(&choice);
-                let pool = Pool::attach(SimPm::from_image(image, SimConfig::default()), fs::LAYOUT)
-                    .expect("attach");
+                let pool =
+                    Pool::attach(SimPm::from_image(image, SimConfig::default()), pmfs::LAYOUT)
+                        .expect("attach");
                 let fs = Fs::mount(pool, mount_options(mode, huge))
                     .unwrap_or_else(|e| panic!("{} {choice:?}: mount: {e}", snapshot.kind));
                 fs.fsck()
                     .unwrap_or_else(|e| panic!("{}: fsck: {}", snapshot.kind, e.0));
-                let state = dump(&fs).expect("dump");
+                let state = dump(&Posix::new(fs)).expect("dump");
                 if let Err(why) = allowed(&state, returned) {
                     panic!("{} (returned: {returned}): {why}", snapshot.kind);
                 }
@@ -920,22 +920,22 @@ mod large {
         ))
     }
 
-    fn models(setup: &dyn Fn(SimPm) -> Fs<SimPm>, op: &dyn Fn(&Fs<SimPm>)) -> (State, State) {
-        let fs = setup(SimPm::new(LARGE_POOL, SimConfig::default()));
-        let pre = dump(&fs).expect("dump");
-        op(&fs);
-        (pre, dump(&fs).expect("dump"))
+    fn models(setup: &dyn Fn(SimPm) -> Posix<SimPm>, op: &dyn Fn(&Posix<SimPm>)) -> (State, State) {
+        let px = setup(SimPm::new(LARGE_POOL, SimConfig::default()));
+        let pre = dump(&px).expect("dump");
+        op(&px);
+        (pre, dump(&px).expect("dump"))
     }
 
     #[test]
     fn appends_over_one_mib_commit_piece_by_piece_in_place_and_at_once_with_cow() {
         for mode in [DataMode::InPlace, DataMode::CopyOnWrite] {
             let setup = move |pm: SimPm| {
-                let fs = mkfs(pm, mode, false);
-                write_file(&fs, "/big", 0, 600 << 10, 1);
-                fs
+                let px = mkfs(pm, mode, false);
+                write_file(&px, "/big", 0, 600 << 10, 1);
+                px
             };
-            let op = |fs: &Fs<SimPm>| write_file(fs, "/big", 600 << 10, 1536 << 10, 2);
+            let op = |px: &Posix<SimPm>| write_file(px, "/big", 600 << 10, 1536 << 10, 2);
             let (pre, post) = models(&setup, &op);
             // In place: pieces of 1 MiB (aligned), so the size may stop at 1 MiB or 2 MiB;
             // copy-on-write: one transaction (up to 4 MiB), all or nothing.
@@ -955,23 +955,23 @@ mod large {
     #[test]
     fn files_with_two_mib_leaves() {
         let setup = |pm: SimPm| {
-            let fs = mkfs(pm, DataMode::InPlace, true);
-            write_file(&fs, "/h", 0, 1 << 20, 1);
-            write_file(&fs, "/small", 0, 3000, 2);
-            fs
+            let px = mkfs(pm, DataMode::InPlace, true);
+            write_file(&px, "/h", 0, 1 << 20, 1);
+            write_file(&px, "/small", 0, 3000, 2);
+            px
         };
-        type Op = (&'static str, fn(&Fs<SimPm>));
+        type Op = (&'static str, fn(&Posix<SimPm>));
         let ops: [Op; 4] = [
-            ("append across a leaf boundary", |fs| {
-                write_file(fs, "/h", 1 << 20, 1536 << 10, 3)
+            ("append across a leaf boundary", |px| {
+                write_file(px, "/h", 1 << 20, 1536 << 10, 3)
             }),
-            ("overwrite inside a leaf", |fs| {
-                write_file(fs, "/h", 4096, 300 << 10, 4)
+            ("overwrite inside a leaf", |px| {
+                write_file(px, "/h", 4096, 300 << 10, 4)
             }),
-            ("truncate into the first leaf", |fs| {
-                fs.posix().truncate("/h", 100 << 10).expect("truncate")
+            ("truncate into the first leaf", |px| {
+                px.truncate("/h", 100 << 10).expect("truncate")
             }),
-            ("unlink", |fs| fs.posix().unlink("/h").expect("unlink")),
+            ("unlink", |px| px.unlink("/h").expect("unlink")),
         ];
         for (name, op) in ops {
             let (pre, post) = models(&setup, &op);

@@ -4,11 +4,11 @@
 
 use crate::dir::DirIndex;
 use crate::error::Corrupt;
-use crate::fs::Fs;
+use crate::filesystem::Fs;
 use crate::inode::{FileType, Inode};
-use crate::layout::{BLOCK, BLOCKS_PER_HUGE, ROOT_INO, checked};
+use crate::layout::{BLOCK, BLOCKS_PER_HUGE, ROOT_INO};
 use crate::tree::{self, Visit};
-use pmem::Persist;
+use pmem::{Persist, checked};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// What fsck counted.

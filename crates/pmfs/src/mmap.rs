@@ -28,22 +28,15 @@
 //! whatever the lines hold, whoever stored it), which the simulator checks through `write`.
 
 use crate::Mutant;
+use crate::batch::Batch;
 use crate::error::Errno;
-use crate::fs::{Batch, Fs, Inner};
+use crate::filesystem::Fs;
 use crate::inode::{FileType, field};
 use crate::layout::BLOCK;
+use crate::state::{Inner, Mapped};
 use crate::tree;
 use pmem::{Native, Persist, WriteClass};
 use std::sync::atomic::{AtomicBool, Ordering};
-
-/// Per-inode mapping state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Mapped {
-    /// Live mappings.
-    pub(crate) count: u32,
-    /// The smallest size since the first mapping: the handle's accesses stop there.
-    pub(crate) floor: u64,
-}
 
 /// A contiguous piece of a mapped range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

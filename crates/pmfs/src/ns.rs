@@ -5,12 +5,16 @@
 //! if the operation failed after planning changes into it.
 
 use crate::Mutant;
+use crate::attr::{Attr, DirEntry};
+use crate::batch::Batch;
 use crate::dir::{self, DirIndex, Placement, Removal, SlotOf};
 use crate::error::Errno;
-use crate::fs::{Attr, Batch, DirEntry, Fs, Inner, free_inode_fields};
+use crate::filesystem::Fs;
 use crate::inode::{FLAG_HUGE, FileType, Inode, field, root_word};
 use crate::layout::{BLOCK, LINK_MAX, MAX_FILE_SIZE, ROOT_INO};
+use crate::state::Inner;
 use crate::tree;
+use crate::truncate::free_inode_fields;
 use pmem::{Persist, WriteClass};
 
 /// The set-group-ID bit.
@@ -515,7 +519,7 @@ impl<B: Persist> Fs<B> {
             if inner.open.contains_key(&ino) {
                 (child.trunc_next, child.trunc_size) = (self.truncate_head()?, 0);
                 batch.cold(sb, ino, child, field::TRUNC_NEXT, field::GENERATION);
-                batch.head(sb, ino);
+                batch.head(sb, ino)?;
             } else {
                 freed = Some(tree::blocks(self.pm(), sb, child.tree, child.is_huge())?);
                 free_inode_fields(child);

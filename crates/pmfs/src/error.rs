@@ -92,6 +92,12 @@ impl Corrupt {
     }
 }
 
+impl From<pmem::checked::CheckedError> for Corrupt {
+    fn from(error: pmem::checked::CheckedError) -> Self {
+        Corrupt(error.to_string())
+    }
+}
+
 impl From<Corrupt> for Errno {
     fn from(_: Corrupt) -> Self {
         Errno::EIO

@@ -1,4 +1,4 @@
-//! Memory-mapped access (`fs::mmap`, `/work/shared/reference/pmfs.md` §4 L4): stores through
+//! Memory-mapped access (`pmfs::mmap`, `/work/shared/reference/pmfs.md` §4 L4): stores through
 //! a mapping are durable in every crash image after `persist` and, before it, each 8-byte
 //! word of the stored range is old or new; `write()` and mapped loads are coherent (both
 //! data modes); truncate while mapped turns accesses past the end into `EFAULT` and keeps the
@@ -6,9 +6,9 @@
 //! pointers of a native pool store straight into PM.
 
 use crashsim::{Budget, Config, DoubleCrash, Points, Scenario, SimConfig, SimMode, SimPm, check};
-use fs::posix::{O_CREAT, O_RDONLY, O_RDWR};
-use fs::{Clock, DataMode, Errno, Fs, MkfsOptions, MountOptions, Mutant};
 use pmem::Pool;
+use pmfs::posix::{O_CREAT, O_RDONLY, O_RDWR};
+use pmfs::{Clock, DataMode, Errno, Fs, MkfsOptions, MountOptions, Mutant, Posix};
 
 fn options(mode: DataMode, clock: Clock, mutant: Mutant, huge: bool) -> MountOptions {
     MountOptions {
@@ -22,7 +22,7 @@ fn options(mode: DataMode, clock: Clock, mutant: Mutant, huge: bool) -> MountOpt
 fn sim_fs(size: u64, options: MountOptions) -> Fs<SimPm> {
     let pool = Pool::format(
         SimPm::new(size, SimConfig::default()),
-        &fs::pool_options(size),
+        &pmfs::pool_options(size),
     )
     .expect("pool");
     let mkfs = MkfsOptions {
@@ -45,7 +45,8 @@ fn mapped_stores_and_write_are_coherent_in_both_modes() {
             4 << 20,
             options(mode, Clock::Stepping(1_000), Mutant::None, false),
         );
-        let px = fs.posix();
+        let px = Posix::new(fs);
+        let fs = px.fs();
         let fd = px.open("/f", O_CREAT | O_RDWR, 0o644).expect("open");
         px.pwrite(fd, &pattern(20_000, 1), 0).expect("fill");
         let map = px.mmap(fd, 4096, 12_000, true).expect("map");
@@ -80,7 +81,8 @@ fn mapping_checks_its_arguments_and_fills_holes() {
         4 << 20,
         options(DataMode::InPlace, Clock::Fixed(5), Mutant::None, false),
     );
-    let px = fs.posix();
+    let px = Posix::new(fs);
+    let fs = px.fs();
     px.mkdir("/d", 0o755).expect("mkdir");
     let fd = px.open("/sparse", O_CREAT | O_RDWR, 0o644).expect("open");
     px.ftruncate(fd, 64 << 10).expect("sparse file");
@@ -117,7 +119,8 @@ fn truncate_while_mapped_faults_past_the_end_and_defers_the_free() {
         4 << 20,
         options(DataMode::InPlace, Clock::Fixed(5), Mutant::None, false),
     );
-    let px = fs.posix();
+    let px = Posix::new(fs);
+    let fs = px.fs();
     let fd = px.open("/f", O_CREAT | O_RDWR, 0o644).expect("open");
     px.pwrite(fd, &pattern(40_960, 3), 0).expect("fill");
     let free_before = fs.statfs().free_blocks;
@@ -151,7 +154,8 @@ fn a_huge_leaf_file_maps_as_one_extent_per_leaf() {
         16 << 20,
         options(DataMode::InPlace, Clock::Fixed(5), Mutant::None, true),
     );
-    let px = fs.posix();
+    let px = Posix::new(fs);
+    let fs = px.fs();
     let fd = px.open("/h", O_CREAT | O_RDWR, 0o644).expect("open");
     px.ftruncate(fd, 4 << 20).expect("size");
     let map = px.mmap(fd, 0, 4 << 20, true).expect("map");
@@ -178,12 +182,12 @@ fn raw_pointers_store_straight_into_the_native_pool() {
     let _ = std::fs::remove_file(&path);
     let size = 8 << 20;
     let fs = Fs::mkfs(
-        Pool::create(&path, &fs::pool_options(size)).expect("pool"),
+        Pool::create(&path, &pmfs::pool_options(size)).expect("pool"),
         &MkfsOptions::default(),
         MountOptions::default(),
     )
     .expect("mkfs");
-    let px = fs.posix();
+    let px = Posix::new(fs);
     let fd = px.open("/direct", O_CREAT | O_RDWR, 0o644).expect("open");
     px.ftruncate(fd, 3 * 4096).expect("size");
     let map = px.mmap(fd, 0, 3 * 4096, true).expect("map");
@@ -196,16 +200,16 @@ fn raw_pointers_store_straight_into_the_native_pool() {
     map.persist(0, message.len() as u64).expect("persist");
     drop(map);
     px.close(fd).expect("close");
-    fs.unmount().expect("unmount");
-    let pool = Pool::open(&path, fs::LAYOUT, &pmem::NativeOptions::default()).expect("reopen");
+    px.into_fs().unmount().expect("unmount");
+    let pool = Pool::open(&path, pmfs::LAYOUT, &pmem::NativeOptions::default()).expect("reopen");
     let fs = Fs::mount(pool, MountOptions::default()).expect("mount");
     let mut buf = vec![0u8; message.len()];
-    let px = fs.posix();
+    let px = Posix::new(fs);
     let fd = px.open("/direct", O_RDONLY, 0).expect("open");
     px.pread(fd, &mut buf, 0).expect("read");
     assert_eq!(&buf, message);
     px.close(fd).expect("close");
-    fs.unmount().expect("unmount");
+    px.into_fs().unmount().expect("unmount");
     std::fs::remove_file(&path).expect("remove");
 }
 
@@ -322,7 +326,7 @@ impl Scenario for MapScenario {
         *model = self.models[op + 1].clone();
     }
     fn setup(&self, pm: SimPm) -> Fs<SimPm> {
-        let pool = Pool::format(pm, &fs::pool_options(POOL)).expect("pool");
+        let pool = Pool::format(pm, &pmfs::pool_options(POOL)).expect("pool");
         let mkfs = MkfsOptions {
             inodes: Some(32),
             journal_entries: 64,
@@ -334,17 +338,17 @@ impl Scenario for MapScenario {
             false,
         );
         let fs = Fs::mkfs(pool, &mkfs, options).expect("mkfs");
-        let px = fs.posix();
+        let px = Posix::new(fs);
         let fd = px.open("/m", O_CREAT | O_RDWR, 0o644).expect("create");
         px.pwrite(fd, &pattern(FILE_LEN, 9), 0).expect("fill");
         px.close(fd).expect("close");
-        fs
+        px.into_fs()
     }
     fn run_op(&self, live: &mut Fs<SimPm>, op: usize) {
         run(live, op);
     }
     fn recover(&self, pm: SimPm) -> Result<FileState, String> {
-        let pool = Pool::attach(pm, fs::LAYOUT).map_err(|e| e.to_string())?;
+        let pool = Pool::attach(pm, pmfs::LAYOUT).map_err(|e| e.to_string())?;
         let fs = Fs::mount(
             pool,
             options(DataMode::InPlace, Clock::Fixed(1), Mutant::None, false),

@@ -1,16 +1,16 @@
-//! The kernel-facing API (`fs::kernel`): pinned numbers are not reused before `forget`,
+//! The kernel-facing API (`pmfs::kernel`): pinned numbers are not reused before `forget`,
 //! nodes get the caller's credentials (and a set-group-ID parent's group), special files
 //! (FIFOs, sockets, devices) carry no data and survive a remount.
 
 use crashsim::{SimConfig, SimPm};
-use fs::{Caller, Clock, Errno, FileType, Fs, MkfsOptions, MountOptions};
 use pmem::Pool;
+use pmfs::{Caller, Clock, Errno, FileType, Fs, MkfsOptions, MountOptions};
 
 fn fresh() -> Fs<SimPm> {
     let size = 2 << 20;
     let pool = Pool::format(
         SimPm::new(size, SimConfig::default()),
-        &fs::pool_options(size),
+        &pmfs::pool_options(size),
     )
     .expect("pool");
     let options = MountOptions {
@@ -103,7 +103,7 @@ fn special_files_and_set_group_id_directories() {
     assert_eq!(report.specials, 2);
     let image = fs.pool().pm().durable_image();
     let pool =
-        Pool::attach(SimPm::from_image(image, SimConfig::default()), fs::LAYOUT).expect("attach");
+        Pool::attach(SimPm::from_image(image, SimConfig::default()), pmfs::LAYOUT).expect("attach");
     let fs = Fs::mount(pool, MountOptions::default()).expect("remount");
     let again = fs.lookup(dir.ino, b"null").expect("lookup");
     assert_eq!((again.kind, again.rdev), (FileType::CharDevice, 0x0103));

@@ -2,29 +2,31 @@
 //! persistence seam (`pmem::Persist`). The on-media format, every update protocol and
 //! recovery are specified in `docs/pmfs-format.md`.
 //!
-//! - [`layout`]: constants, the superblock (with a redundant copy), checked words.
-//! - [`journal`]: the fine-grained undo journal of 64-byte entries with generation ids.
+//! - [`layout`]: constants, the superblock (with a redundant copy); words updated in place
+//!   are `pmem::checked` words.
+//! - [`journal`]: the fine-grained undo journal of 64-byte entries with generation ids, and
+//!   the batch driver (`batch.rs`) that runs a planned change as one journal transaction.
 //! - [`inode`], [`tree`], [`dir`]: inodes, per-file radix trees, directory records.
 //! - [`alloc`]: the DRAM block allocator, rebuilt from the trees at every mount.
-//! - [`Fs`]: mkfs, mount and recovery, inode-level operations (`lookup`, `create`, `read`,
-//!   `write`, `setattr`, `rename`, …) and [`Fs::fsck`].
-//! - [`Posix`] (from [`Fs::posix`]): paths, descriptors and errno-valued errors.
+//! - [`Fs`]: mkfs, mount and recovery (`recovery.rs`), namespace operations (`ns.rs`: `lookup`,
+//!   `create`, `rename`, …), data (`data.rs`: `read`, `write`, truncation), attributes
+//!   (`attr.rs`), the truncate list (`truncate.rs`) and [`Fs::fsck`].
+//! - [`Posix`] (over an [`Fs`] it owns): paths, its own descriptor table, errno-valued
+//!   errors.
 //! - [`mmap`]: memory-mapped access straight onto PM with an explicit persist
 //!   (`docs/pmfs-mmap.md`).
 //! - The kernel-facing calls of the FUSE adapter (`crates/fsmount`): entries that pin
 //!   their inode number until `forget`, nodes created with the caller's credentials
 //!   ([`Caller`]), special files.
-//! - [`bench`]: per-operation latency of the library against system calls on tmpfs.
 //!
 //! ```
 //! use crashsim::{SimConfig, SimPm};
-//! use fs::{Fs, MkfsOptions, MountOptions, posix::{O_CREAT, O_RDWR}};
+//! use pmfs::{Fs, MkfsOptions, MountOptions, Posix, posix::{O_CREAT, O_RDWR}};
 //! use pmem::{CreateOptions, Pool};
 //!
 //! let size = 4 << 20;
-//! let pool = Pool::format(SimPm::new(size, SimConfig::default()), &fs::pool_options(size))?;
-//! let fs = Fs::mkfs(pool, &MkfsOptions::default(), MountOptions::default())?;
-//! let px = fs.posix();
+//! let pool = Pool::format(SimPm::new(size, SimConfig::default()), &pmfs::pool_options(size))?;
+//! let px = Posix::new(Fs::mkfs(pool, &MkfsOptions::default(), MountOptions::default())?);
 //! px.mkdir("/docs", 0o755)?;
 //! let fd = px.open("/docs/hello", O_CREAT | O_RDWR, 0o644)?;
 //! px.write(fd, b"hello, persistent world")?;
@@ -39,10 +41,12 @@
 #![forbid(unsafe_code)]
 
 pub mod alloc;
-pub mod bench;
+mod attr;
+mod batch;
+mod data;
 pub mod dir;
 pub mod error;
-mod fs;
+mod filesystem;
 mod fsck;
 pub mod inode;
 pub mod journal;
@@ -50,18 +54,21 @@ mod kernel;
 pub mod layout;
 pub mod mmap;
 mod ns;
+mod options;
 pub mod posix;
 mod recovery;
+mod state;
 pub mod tree;
+mod truncate;
 
+pub use attr::{Attr, DirEntry, JournalStats, SetAttr, StatFs, TimeSet};
 pub use error::{Corrupt, Errno, FsError};
-pub use fs::{
-    Attr, Clock, DataMode, DirEntry, Fs, JournalStats, MountOptions, SetAttr, StatFs, TimeSet,
-};
+pub use filesystem::Fs;
 pub use fsck::FsckReport;
 pub use inode::FileType;
 pub use kernel::Caller;
 pub use layout::{LAYOUT, MkfsOptions, Superblock};
+pub use options::{Clock, DataMode, MountOptions};
 pub use posix::{Fd, Posix, Whence};
 
 /// Pool creation options for a file system of `size` bytes (layout [`LAYOUT`], 4 KiB root).

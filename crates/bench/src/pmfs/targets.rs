@@ -1,0 +1,207 @@
+//! The file systems the fio jobs run on, each set up on a fresh directory and torn down when
+//! dropped: a PMFS pool mounted through FUSE by this process, tmpfs, and ext4 on a loop
+//! device. All sit on the same medium (DRAM): the pool and the ext4 image are files in the
+//! pool directory (`/dev/shm` by default).
+
+use fsmount::{MountConfig, Mounted};
+use pmem::{Pool, Protection};
+use pmfs::{Fs, MkfsOptions, MountOptions};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where a fio job runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum FioTarget {
+    /// A PMFS pool mounted through FUSE (every write durable on return).
+    #[serde(rename = "ferrite-fs (FUSE)")]
+    Fuse,
+    /// tmpfs (the kernel's page cache, nothing durable).
+    #[serde(rename = "tmpfs")]
+    Tmpfs,
+    /// ext4 on a loop device over an image in the pool directory.
+    #[serde(rename = "ext4 (loop)")]
+    Ext4Loop,
+}
+
+impl FioTarget {
+    /// Every target, in table order.
+    pub const ALL: [FioTarget; 3] = [FioTarget::Fuse, FioTarget::Tmpfs, FioTarget::Ext4Loop];
+
+    /// The target's name in tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            FioTarget::Fuse => "ferrite-fs (FUSE)",
+            FioTarget::Tmpfs => "tmpfs",
+            FioTarget::Ext4Loop => "ext4 (loop)",
+        }
+    }
+
+    /// Sets the target up in `pool_dir` with room for `size` bytes.
+    pub fn set_up(self, pool_dir: &Path, size: u64) -> Result<Box<dyn TargetDir>, String> {
+        match self {
+            FioTarget::Fuse => Ok(Box::new(FuseTarget::new(pool_dir, size, Protection::None)?)),
+            FioTarget::Tmpfs => Ok(Box::new(TmpfsTarget::new(pool_dir)?)),
+            FioTarget::Ext4Loop => Ok(Box::new(Ext4Loop::new(pool_dir, size)?)),
+        }
+    }
+}
+
+/// A target that is set up: its directory, torn down on drop.
+pub trait TargetDir: std::fmt::Debug {
+    /// The directory the jobs run in.
+    fn dir(&self) -> &Path;
+}
+
+/// A scratch directory on tmpfs (the pool directory), removed on drop.
+#[derive(Debug)]
+pub struct TmpfsTarget {
+    dir: tempfile::TempDir,
+}
+
+impl TmpfsTarget {
+    /// A fresh directory in `pool_dir`.
+    pub fn new(pool_dir: &Path) -> Result<Self, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("ferrite-eval-pmfs-")
+            .tempdir_in(pool_dir)
+            .map_err(|e| format!("a scratch directory in {}: {e}", pool_dir.display()))?;
+        Ok(TmpfsTarget { dir })
+    }
+}
+
+impl TargetDir for TmpfsTarget {
+    fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// A PMFS pool in `pool_dir` mounted on a fresh directory through FUSE, by this process.
+#[derive(Debug)]
+pub struct FuseTarget {
+    mounted: Option<Mounted>,
+    dir: PathBuf,
+    pool: PathBuf,
+}
+
+impl FuseTarget {
+    /// Formats a pool of `size` bytes in `pool_dir` and mounts it.
+    pub fn new(pool_dir: &Path, size: u64, protection: Protection) -> Result<Self, String> {
+        if !Path::new("/dev/fuse").exists() {
+            return Err("/dev/fuse does not exist".into());
+        }
+        let id = std::process::id();
+        let pool = pool_dir.join(format!("ferrite-eval-fuse-{id}.pool"));
+        let dir = std::env::temp_dir().join(format!("ferrite-eval-fuse-{id}"));
+        let _ = std::fs::remove_file(&pool);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let created = Pool::create(&pool, &pmfs::pool_options(size)).map_err(|e| e.to_string())?;
+        created
+            .pm()
+            .protect(protection)
+            .map_err(|e| e.to_string())?;
+        let fs = Fs::mkfs(created, &MkfsOptions::default(), MountOptions::default())
+            .map_err(|e| e.to_string())?;
+        let mounted = fsmount::spawn(fs, &dir, &MountConfig::default()).map_err(|e| {
+            let _ = std::fs::remove_file(&pool);
+            e.to_string()
+        })?;
+        Ok(FuseTarget {
+            mounted: Some(mounted),
+            dir,
+            pool,
+        })
+    }
+}
+
+impl TargetDir for FuseTarget {
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for FuseTarget {
+    fn drop(&mut self) {
+        if let Some(mounted) = self.mounted.take() {
+            let _ = mounted.unmount();
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+        let _ = std::fs::remove_file(&self.pool);
+    }
+}
+
+/// ext4 on a loop device over an image file in `image_dir`, mounted on a fresh directory.
+/// Needs root, `losetup` and `mkfs.ext4`.
+#[derive(Debug)]
+pub struct Ext4Loop {
+    image: PathBuf,
+    device: String,
+    dir: PathBuf,
+    mounted: bool,
+}
+
+fn run(program: &str, args: &[&str]) -> Result<String, String> {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{program}: {e}"))?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    } else {
+        Err(format!(
+            "{program} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
+}
+
+impl Ext4Loop {
+    /// Creates the image, attaches it, formats and mounts it.
+    pub fn new(image_dir: &Path, size: u64) -> Result<Self, String> {
+        let id = std::process::id();
+        let image = image_dir.join(format!("ferrite-eval-ext4-{id}.img"));
+        let dir = std::env::temp_dir().join(format!("ferrite-eval-ext4-{id}"));
+        let file =
+            std::fs::File::create(&image).map_err(|e| format!("{}: {e}", image.display()))?;
+        file.set_len(size).map_err(|e| e.to_string())?;
+        drop(file);
+        let image_text = image.display().to_string();
+        let device = match run("losetup", &["--find", "--show", &image_text]) {
+            Ok(device) => device,
+            Err(e) => {
+                let _ = std::fs::remove_file(&image);
+                return Err(e);
+            }
+        };
+        let mut target = Ext4Loop {
+            image,
+            device,
+            dir,
+            mounted: false,
+        };
+        run("mkfs.ext4", &["-q", "-F", &target.device])?;
+        std::fs::create_dir_all(&target.dir).map_err(|e| e.to_string())?;
+        let dir_text = target.dir.display().to_string();
+        run("mount", &[&target.device, &dir_text])?;
+        target.mounted = true;
+        Ok(target)
+    }
+}
+
+impl TargetDir for Ext4Loop {
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Ext4Loop {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = run("umount", &[&self.dir.display().to_string()]);
+        }
+        let _ = run("losetup", &["-d", &self.device]);
+        let _ = std::fs::remove_dir(&self.dir);
+        let _ = std::fs::remove_file(&self.image);
+    }
+}
