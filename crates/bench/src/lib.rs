@@ -10,6 +10,8 @@
 #![forbid(unsafe_code)]
 
 pub mod choice;
+pub mod crash;
+pub mod engines;
 pub mod ideal;
 pub mod logstudy;
 pub mod measure;
@@ -17,3 +19,12 @@ pub mod runner;
 pub mod substrate;
 
 pub use measure::Summary;
+
+/// Where a campaign of cases of type `C` is, for a progress display.
+#[derive(Clone, Copy, Debug)]
+pub enum Progress<'a, C> {
+    /// The case started.
+    Started(&'a C),
+    /// The case ended.
+    Finished(&'a C),
+}
