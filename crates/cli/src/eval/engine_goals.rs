@@ -64,8 +64,13 @@ impl Goal {
         let verdict = self
             .holds
             .map_or(ClaimVerdict::NotMeasured, ClaimVerdict::from_holds);
+        // The source names the system, so the statement's own "TimeStone: " would repeat it.
+        let statement = self
+            .statement
+            .strip_prefix("TimeStone: ")
+            .unwrap_or(&self.statement);
         Headline::new(
-            format!("{}: {}", self.source.name(), self.statement),
+            format!("{}: {statement}", self.source.name()),
             self.measured.clone(),
             verdict,
         )
