@@ -73,6 +73,10 @@ pub(crate) struct Stats {
     pub(crate) cooled: AtomicU64,
 }
 
+/// The name under which `Engine::event_counters` reports the bytes copied into the version
+/// log (TimeStone's denominator of write amplification).
+pub const TLOG_BYTES_EVENT: &str = "tlog_bytes";
+
 /// A snapshot of the engine's event counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct MvccStats {
@@ -681,7 +685,7 @@ impl<P: Persist, R: Replay> Engine for Mvcc<P, R> {
             ("checkpoints", s.checkpoints),
             ("trims", s.trims),
             ("writebacks", s.writebacks),
-            ("tlog_bytes", s.tlog_bytes),
+            (TLOG_BYTES_EVENT, s.tlog_bytes),
             ("checkpointed_versions", s.checkpointed_versions),
             ("coalesced_versions", s.coalesced_versions),
             ("cooled_headers", s.cooled),

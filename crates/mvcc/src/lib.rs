@@ -37,6 +37,6 @@ pub mod table;
 mod txn;
 
 pub use clock::ClockMode;
-pub use engine::{Mvcc, MvccStats};
+pub use engine::{Mvcc, MvccStats, TLOG_BYTES_EVENT};
 pub use options::{Level, Mutant, MvccOptions};
 pub use txn::MvccTx;

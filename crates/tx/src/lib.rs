@@ -4,7 +4,8 @@
 //! - [`Redo`]: redo logging, one fence per transaction, lazy in-place apply.
 //! - [`Undo`]: undo logging (PMDK-style), old values persisted before each in-place write.
 //! - [`MemEngine`]: volatile reference (no persistence).
-//! - [`logwriter`]: the cacheable / non-temporal / packed log writes of seed 001.
+//! - [`logwriter`]: the cacheable / non-temporal / packed log writes studied by "Logging in persistent memory:
+//!   to cache, or not to cache?" (MemSys 2017).
 
 #![forbid(unsafe_code)]
 

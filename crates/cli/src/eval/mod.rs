@@ -7,6 +7,7 @@
 
 mod crash_engines;
 mod crash_selftest;
+mod engine_goals;
 mod engines;
 mod logstudy;
 mod nvthreads;
