@@ -53,6 +53,21 @@ pub struct MkfsArgs {
     /// Journal entries of 64 bytes.
     #[arg(long, default_value_t = pmfs::layout::JOURNAL_DEFAULT)]
     journal_entries: u32,
+    /// Owner of the root directory as UID:GID (default: the user running mkfs, so that
+    /// user's own mount is writable).
+    #[arg(long, value_parser = parse_owner)]
+    owner: Option<(u32, u32)>,
+}
+
+fn parse_owner(text: &str) -> Result<(u32, u32), String> {
+    let (uid, gid) = text
+        .split_once(':')
+        .ok_or_else(|| format!("owner {text:?} is not UID:GID"))?;
+    let number = |part: &str| {
+        part.parse::<u32>()
+            .map_err(|_| format!("owner {text:?}: {part:?} is not a number"))
+    };
+    Ok((number(uid)?, number(gid)?))
 }
 
 /// How file data is written.
@@ -117,6 +132,7 @@ fn mkfs(args: &MkfsArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let options = MkfsOptions {
         inodes: args.inodes,
         journal_entries: args.journal_entries,
+        root_owner: args.owner.unwrap_or_else(fsmount::invoking_user),
     };
     let native = NativeOptions::default().with_env_overrides();
     let fs = fsmount::mkfs(&args.pool, args.size, &options, native)

@@ -18,6 +18,7 @@ fn formatted() -> Fs<SimPm> {
     let mkfs = MkfsOptions {
         inodes: Some(32),
         journal_entries: 64,
+        ..MkfsOptions::default()
     };
     Fs::mkfs(pool, &mkfs, MountOptions::default()).expect("mkfs")
 }

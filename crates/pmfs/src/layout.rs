@@ -86,6 +86,9 @@ pub struct MkfsOptions {
     pub inodes: Option<u64>,
     /// Journal entries.
     pub journal_entries: u32,
+    /// Owner and group of the root directory (`ferrite fs mkfs` gives it to the invoking
+    /// user, so a user's own mount is writable by that user).
+    pub root_owner: (u32, u32),
 }
 
 impl Default for MkfsOptions {
@@ -93,6 +96,7 @@ impl Default for MkfsOptions {
         MkfsOptions {
             inodes: None,
             journal_entries: JOURNAL_DEFAULT,
+            root_owner: (0, 0),
         }
     }
 }
@@ -402,11 +406,13 @@ mod tests {
         let options = MkfsOptions {
             inodes: Some(4096),
             journal_entries: 1024,
+            ..MkfsOptions::default()
         };
         assert!(Superblock::plan(&pool, &options, 0).is_err());
         let options = MkfsOptions {
             inodes: Some(1),
             journal_entries: 64,
+            ..MkfsOptions::default()
         };
         assert!(Superblock::plan(&pool, &options, 0).is_err());
     }

@@ -57,6 +57,8 @@ impl<B: Persist> Fs<B> {
             atime: now,
             btime: now,
             generation: 1,
+            uid: mkfs.root_owner.0,
+            gid: mkfs.root_owner.1,
             ..Inode::default()
         };
         pm.write_nt(sb.inode_offset(ROOT_INO), &root.encode(), WriteClass::Meta);

@@ -376,6 +376,7 @@ impl Scenario for FsScenario {
         let mkfs = MkfsOptions {
             inodes: Some(64),
             journal_entries: 128,
+            ..MkfsOptions::default()
         };
         let px = Posix::new(Fs::mkfs(pool, &mkfs, options(self.mode, self.mutant)).expect("mkfs"));
         let fds = populate(&px).into_iter().map(Some).collect();
@@ -732,6 +733,7 @@ impl Scenario for SbRepairScenario {
         let mkfs = MkfsOptions {
             inodes: Some(32),
             journal_entries: 64,
+            ..MkfsOptions::default()
         };
         let px = Posix::new(Fs::mkfs(pool, &mkfs, Self::mount_options()).expect("mkfs"));
         px.mkdir("/A", 0o755).expect("mkdir");
@@ -810,6 +812,7 @@ mod large {
         let mkfs = MkfsOptions {
             inodes: Some(32),
             journal_entries: pmfs::layout::JOURNAL_DEFAULT,
+            ..MkfsOptions::default()
         };
         Posix::new(Fs::mkfs(pool, &mkfs, mount_options(mode, huge)).expect("mkfs"))
     }

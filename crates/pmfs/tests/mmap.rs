@@ -28,6 +28,7 @@ fn sim_fs(size: u64, options: MountOptions) -> Fs<SimPm> {
     let mkfs = MkfsOptions {
         inodes: Some(64),
         journal_entries: 128,
+        ..MkfsOptions::default()
     };
     Fs::mkfs(pool, &mkfs, options).expect("mkfs")
 }
@@ -330,6 +331,7 @@ impl Scenario for MapScenario {
         let mkfs = MkfsOptions {
             inodes: Some(32),
             journal_entries: 64,
+            ..MkfsOptions::default()
         };
         let options = options(
             DataMode::InPlace,
