@@ -491,6 +491,16 @@ impl<B: Persist> Posix<B> {
         Ok(())
     }
 
+    /// Changes attributes of an open file (`fchmod`, `fchown`, `futimens`).
+    pub fn fsetattr(&self, fd: Fd, set: SetAttr) -> Result<Attr, Errno> {
+        let fds = self.fds.lock();
+        let mut inner = self.fs.lock();
+        let file = self.file(&fds, fd)?;
+        let attr = self.fs.setattr_locked(&mut inner, file.ino, set)?;
+        self.fs.pm().durability_point();
+        Ok(attr)
+    }
+
     /// Attributes of an open file.
     pub fn fstat(&self, fd: Fd) -> Result<Attr, Errno> {
         let fds = self.fds.lock();
