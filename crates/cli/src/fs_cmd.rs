@@ -102,6 +102,13 @@ pub struct MountArgs {
     /// How long the kernel caches attributes and names, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     attr_ttl_ms: u64,
+    /// Threads serving requests.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// The kernel's write-back cache: faster writes, durable only at fsync or unmount (not
+    /// when write returns).
+    #[arg(long)]
+    writeback_cache: bool,
     /// Write protection of the pool's mapping against stray writes: none, mprotect (write
     /// windows by mprotect), mpk (protection keys; fails without CPU support), auto (mpk
     /// where available, else mprotect).
@@ -179,6 +186,8 @@ fn mount_foreground(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
     };
     let config = fsmount::MountConfig {
         ttl: Duration::from_millis(args.attr_ttl_ms),
+        threads: args.threads,
+        writeback_cache: args.writeback_cache,
         fsname: format!("ferrite-fs:{}", args.pool.display()),
         ..fsmount::MountConfig::default()
     };
@@ -246,6 +255,8 @@ fn mount_background(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
         .arg(&args.pool)
         .arg(&args.dir)
         .args(["--attr-ttl-ms", &args.attr_ttl_ms.to_string()])
+        .args(["--threads", &args.threads.to_string()])
+        .args(args.writeback_cache.then_some("--writeback-cache"))
         .args(["--data-mode", data_mode_name(args.data_mode)])
         .args(args.huge_files.then_some("--huge-files"))
         .args(["--protect", args.protect.name()])

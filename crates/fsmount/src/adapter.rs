@@ -12,9 +12,10 @@
 //!   nothing to do.
 
 use fuser::{
-    AccessFlags, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, LockOwner,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    AccessFlags, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+    WriteFlags,
 };
 use pmem::Persist;
 use pmfs::{Attr, Caller, FileType, Fs, SetAttr, TimeSet};
@@ -29,12 +30,24 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub struct FuseFs<B: Persist + 'static> {
     fs: Option<Fs<B>>,
     ttl: Duration,
+    writeback: bool,
 }
 
 impl<B: Persist + 'static> FuseFs<B> {
     /// Serves `fs`; the kernel caches attributes and entries for `ttl`.
     pub fn new(fs: Fs<B>, ttl: Duration) -> Self {
-        FuseFs { fs: Some(fs), ttl }
+        FuseFs {
+            fs: Some(fs),
+            ttl,
+            writeback: false,
+        }
+    }
+
+    /// Lets the kernel cache writes and send them later (`FUSE_WRITEBACK_CACHE`): data is
+    /// durable at `fsync` (or unmount), not when `write` returns.
+    pub fn with_writeback_cache(mut self, writeback: bool) -> Self {
+        self.writeback = writeback;
+        self
     }
 
     fn fs(&self) -> &Fs<B> {
@@ -135,6 +148,24 @@ fn time_set(t: TimeOrNow) -> TimeSet {
 }
 
 impl<B: Persist + 'static> Filesystem for FuseFs<B> {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Lookups and readdirs of one directory may run in parallel (the file system
+        // serialises them itself).
+        let mut wanted = InitFlags::FUSE_PARALLEL_DIROPS;
+        if self.writeback {
+            wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        let available = config.capabilities() & wanted;
+        if self.writeback && !available.contains(InitFlags::FUSE_WRITEBACK_CACHE) {
+            return Err(std::io::Error::other(
+                "the kernel does not offer FUSE_WRITEBACK_CACHE",
+            ));
+        }
+        config
+            .add_capabilities(available)
+            .map_err(|missing| std::io::Error::other(format!("FUSE capabilities {missing:?}")))
+    }
+
     fn destroy(&mut self) {
         if let Some(fs) = self.fs.take() {
             // Everything is durable already; this marks the pool clean.
@@ -286,13 +317,12 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
         {
             return reply.error(fuser::Errno::EINVAL);
         }
-        // One request at a time (the session runs one thread), so the check cannot race.
-        if flags.contains(RenameFlags::RENAME_NOREPLACE)
-            && fs.lookup(newparent.0, newname.as_bytes()).is_ok()
-        {
-            return reply.error(fuser::Errno::EEXIST);
-        }
-        let result = fs.rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes());
+        let (from, to) = (name.as_bytes(), newname.as_bytes());
+        let result = if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            fs.rename_noreplace(parent.0, from, newparent.0, to)
+        } else {
+            fs.rename(parent.0, from, newparent.0, to)
+        };
         Self::empty(reply, result);
     }
 

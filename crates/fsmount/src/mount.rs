@@ -19,6 +19,12 @@ pub struct MountConfig {
     pub allow_other: bool,
     /// Source name shown in `/proc/mounts`.
     pub fsname: String,
+    /// Threads reading requests (each with its own cloned `/dev/fuse` descriptor when more
+    /// than one).
+    pub threads: usize,
+    /// The kernel's write-back cache: writes return once in the page cache and reach the
+    /// file system later; durable at `fsync` or unmount only.
+    pub writeback_cache: bool,
 }
 
 impl Default for MountConfig {
@@ -27,6 +33,8 @@ impl Default for MountConfig {
             ttl: Duration::from_secs(1),
             allow_other: nix::unistd::geteuid().is_root(),
             fsname: "ferrite-fs".to_owned(),
+            threads: 1,
+            writeback_cache: false,
         }
     }
 }
@@ -45,9 +53,10 @@ impl MountConfig {
         } else {
             SessionACL::Owner
         };
-        // The file system serialises every operation behind one lock; one thread also
-        // makes the adapter's check-then-act sequences (RENAME_NOREPLACE) race-free.
-        config.n_threads = Some(1);
+        // The file system serialises every operation behind one lock; more threads overlap
+        // the kernel's side of requests.
+        config.n_threads = Some(self.threads.max(1));
+        config.clone_fd = self.threads > 1;
         config
     }
 }
@@ -107,7 +116,8 @@ fn new_session<B: Persist + 'static>(
     dir: &Path,
     config: &MountConfig,
 ) -> Result<Session<FuseFs<B>>, MountError> {
-    Session::new(FuseFs::new(fs, config.ttl), dir, &config.fuser())
+    let adapter = FuseFs::new(fs, config.ttl).with_writeback_cache(config.writeback_cache);
+    Session::new(adapter, dir, &config.fuser())
         .map_err(|error| mount_failed(error, Path::new(FUSE_DEVICE)))
 }
 

@@ -602,6 +602,20 @@ impl<B: Persist> Fs<B> {
         Ok(())
     }
 
+    /// Renames unless the target name exists (`RENAME_NOREPLACE`: `EEXIST`), checked and
+    /// done under one lock.
+    pub fn rename_noreplace(&self, p1: u64, n1: &[u8], p2: u64, n2: &[u8]) -> Result<(), Errno> {
+        let mut inner = self.lock();
+        match self.lookup_locked(&mut inner, p2, n2) {
+            Ok(_) => return Err(Errno::EEXIST),
+            Err(Errno::ENOENT) => {}
+            Err(e) => return Err(e),
+        }
+        self.rename_locked(&mut inner, p1, n1, p2, n2)?;
+        self.pm().durability_point();
+        Ok(())
+    }
+
     pub(crate) fn rename_locked(
         &self,
         inner: &mut Inner,
