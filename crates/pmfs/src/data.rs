@@ -112,10 +112,11 @@ impl<B: Persist> Fs<B> {
             let pos = off + done;
             let n = (len - done).min(chunk - pos % chunk);
             let piece = &data[done as usize..(done + n) as usize];
-            if let Err(e) = self.write_piece(inner, ino, &mut inode, pos, piece) {
-                return if done > 0 { Ok(done as usize) } else { Err(e) };
+            match self.write_piece(inner, ino, &mut inode, pos, piece) {
+                Ok(written) if written == n => done += n,
+                Ok(written) => return Ok((done + written) as usize),
+                Err(e) => return if done > 0 { Ok(done as usize) } else { Err(e) },
             }
-            done += n;
         }
         Ok(len as usize)
     }
@@ -132,6 +133,9 @@ impl<B: Persist> Fs<B> {
         leaves * inode.leaf_size()
     }
 
+    /// Writes one piece (one transaction at most); returns the bytes written: all of them,
+    /// or, when space runs out, the prefix whose leaves could be allocated (a short write;
+    /// `ENOSPC` only when not one byte fits).
     fn write_piece(
         &self,
         inner: &mut Inner,
@@ -139,17 +143,17 @@ impl<B: Persist> Fs<B> {
         inode: &mut Inode,
         off: u64,
         data: &[u8],
-    ) -> Result<(), Errno> {
+    ) -> Result<u64, Errno> {
         let (pm, sb) = (self.pm(), &self.sb);
         let (leaf, huge) = (inode.leaf_size(), inode.is_huge());
         // A mapped file is overwritten in place even in copy-on-write mode: the mapping
         // must see every write (coherence wins over per-write atomicity, as in PMFS).
         let cow =
             self.options.data_mode == DataMode::CopyOnWrite && !inner.mapped.contains_key(&ino);
-        let end = off + data.len() as u64;
+        let mut end = off + data.len() as u64;
         let old_size = inode.size;
         self.zero_after_eof(inode, off)?;
-        let mut mappings = Vec::new();
+        let mut mappings: Vec<(u64, u64)> = Vec::new();
         for idx in off / leaf..=(end - 1) / leaf {
             let (lo, hi) = (off.max(idx * leaf), end.min((idx + 1) * leaf));
             let piece = &data[(lo - off) as usize..(hi - off) as usize];
@@ -159,8 +163,8 @@ impl<B: Persist> Fs<B> {
                 continue;
             }
             let Some(new) = inner.alloc_leaf(sb, huge) else {
-                self.free_leaves(inner, &mappings, huge);
-                return Err(Errno::ENOSPC);
+                end = lo;
+                break;
             };
             if hi - lo == leaf {
                 self.store_data(new, piece);
@@ -173,6 +177,9 @@ impl<B: Persist> Fs<B> {
                 self.store_data(new, &buf);
             }
             mappings.push((idx, new));
+        }
+        if end == off {
+            return Err(Errno::ENOSPC);
         }
         let new_size = old_size.max(end);
         let now = self.now();
@@ -191,26 +198,36 @@ impl<B: Persist> Fs<B> {
             pm.flush(at + field::MTIME, 16);
             pm.fence();
             (inode.ctime, inode.mtime) = (now, now);
-            return Ok(());
+            return Ok(end - off);
         }
-        let mut updated = *inode;
-        (updated.size, updated.mtime, updated.ctime) = (new_size, now, now);
-        let replaced = match self.link_leaves(inner, ino, &mut updated, &mappings, Batch::default())
-        {
-            Ok(replaced) => replaced,
-            Err(e) => {
-                self.free_leaves(inner, &mappings, huge);
-                return Err(e);
+        // Tree nodes come from the same space: with too few blocks for them, give back the
+        // last new leaves until the rest links (a shorter write).
+        let replaced = loop {
+            let mut updated = *inode;
+            (updated.size, updated.mtime, updated.ctime) = (old_size.max(end), now, now);
+            match self.link_leaves(inner, ino, &mut updated, &mappings, Batch::default()) {
+                Ok(replaced) => {
+                    *inode = updated;
+                    break replaced;
+                }
+                Err(Errno::ENOSPC) if mappings.len() > 1 => {
+                    let (idx, block) = mappings.pop().expect("more than one");
+                    self.free_leaves(inner, &[(idx, block)], huge);
+                    end = end.min(idx * leaf).max(off);
+                }
+                Err(e) => {
+                    self.free_leaves(inner, &mappings, huge);
+                    return Err(e);
+                }
             }
         };
-        *inode = updated;
         let per_leaf = if huge { BLOCKS_PER_HUGE } else { 1 };
         inner.add_blocks(ino, (mappings.len() as u64 * per_leaf) as i64);
         for block in replaced {
             inner.free_runs(sb, &[(block, per_leaf)]);
             inner.add_blocks(ino, -(per_leaf as i64));
         }
-        Ok(())
+        Ok(end - off)
     }
 
     /// Zeroes `[size, min(off, end of size's leaf))` of the last leaf before a write at `off`

@@ -336,6 +336,37 @@ fn out_of_space_is_enospc_and_leaves_a_consistent_fs() {
     let _ = px.fs().pool().pm().len();
 }
 
+/// ENOSPC means full: large writes fill the file system to its last blocks (a write that
+/// does not fit is short, not refused), whatever the write size.
+#[test]
+fn enospc_means_full() {
+    for chunk in [4096usize, 128 << 10, 1 << 20] {
+        let size = 8 << 20;
+        let pool = Pool::format(
+            SimPm::new(size, SimConfig::default()),
+            &pmfs::pool_options(size),
+        )
+        .expect("pool");
+        let px = Posix::new(
+            Fs::mkfs(pool, &MkfsOptions::default(), options(DataMode::InPlace)).expect("mkfs"),
+        );
+        let fd = px.creat("/fill", 0o644).expect("creat");
+        let data = vec![7u8; chunk];
+        let mut total = 0u64;
+        let error = loop {
+            match px.write(fd, &data) {
+                Ok(n) => total += n as u64,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(error, Errno::ENOSPC);
+        let free = px.fs().statfs().free_blocks;
+        assert!(free <= 2, "{chunk}-byte writes: ENOSPC with {free} blocks free");
+        assert_eq!(px.fstat(fd).expect("fstat").size, total, "short writes counted");
+        px.fs().fsck().expect("fsck when full");
+    }
+}
+
 #[test]
 fn huge_leaf_files() {
     let size = 24 << 20;
