@@ -12,7 +12,7 @@ mod mount;
 
 pub use adapter::{FuseFs, errno, file_attr};
 pub use check::{CheckError, CheckReport, check_offline};
-pub use memory::MemPm;
+pub use memory::OverlayPm;
 pub use mount::{Ended, MountConfig, MountError, Mounted, serve, spawn};
 
 use pmem::{Native, NativeOptions, Pool, Protection};

@@ -361,8 +361,15 @@ fn enospc_means_full() {
         };
         assert_eq!(error, Errno::ENOSPC);
         let free = px.fs().statfs().free_blocks;
-        assert!(free <= 2, "{chunk}-byte writes: ENOSPC with {free} blocks free");
-        assert_eq!(px.fstat(fd).expect("fstat").size, total, "short writes counted");
+        assert!(
+            free <= 2,
+            "{chunk}-byte writes: ENOSPC with {free} blocks free"
+        );
+        assert_eq!(
+            px.fstat(fd).expect("fstat").size,
+            total,
+            "short writes counted"
+        );
         px.fs().fsck().expect("fsck when full");
     }
 }
