@@ -184,6 +184,12 @@ fn mount_foreground(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
             return notify_failure(args, anyhow::Error::new(error), &args.pool);
         }
     };
+    for repair in fs.repairs() {
+        eprintln!(
+            "ferrite: {}: repaired at mount: {repair}",
+            args.pool.display()
+        );
+    }
     let config = fsmount::MountConfig {
         ttl: Duration::from_millis(args.attr_ttl_ms),
         threads: args.threads,
@@ -346,6 +352,14 @@ fn print_check(
         )
     } else {
         "not closed cleanly; nothing to recover".to_owned()
+    };
+    let shutdown = if report.repairs.is_empty() {
+        shutdown
+    } else {
+        format!(
+            "{shutdown}; repaired on the check's copy, and by the next mount on the pool: {}",
+            report.repairs.join("; ")
+        )
     };
     writeln!(
         out,

@@ -32,6 +32,9 @@ pub struct CheckReport {
     pub used_blocks: u64,
     /// Free data blocks.
     pub free_blocks: u64,
+    /// Damage the check's recovery repaired on its private view (the next mount repairs
+    /// the pool the same way).
+    pub repairs: Vec<String>,
 }
 
 /// Why a check did not pass.
@@ -89,6 +92,7 @@ pub fn check_offline(path: &Path) -> Result<CheckReport, CheckError> {
         }
     };
     let recovery_bytes = fs.pool().pm().changed_bytes(report.header.root_offset);
+    let repairs = fs.repairs().iter().map(ToString::to_string).collect();
     fs.abandon();
     Ok(CheckReport {
         clean_shutdown: report.clean,
@@ -99,5 +103,6 @@ pub fn check_offline(path: &Path) -> Result<CheckReport, CheckError> {
         symlinks: fsck.symlinks,
         used_blocks: fsck.used_blocks,
         free_blocks: fsck.free_blocks,
+        repairs,
     })
 }

@@ -157,3 +157,33 @@ fn fsck_memory_is_a_small_fraction_of_the_pool() {
         peak >> 20
     );
 }
+
+#[test]
+fn a_damaged_primary_superblock_is_reported_not_hidden() {
+    let fs = formatted();
+    let mut image = fs.pool().pm().durable_image();
+    let primary = (fs.superblock().root_offset + pmfs::layout::SB_PRIMARY) as usize;
+    image[primary + 0x30] ^= 0x40;
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("p.pool");
+    std::fs::write(&path, &image).expect("write");
+    let report = check_offline(&path).expect("repairable");
+    assert_eq!(report.repairs.len(), 1, "{report:?}");
+    assert!(
+        report.repairs[0].contains("primary superblock"),
+        "{report:?}"
+    );
+    assert_eq!(
+        std::fs::read(&path).expect("read"),
+        image,
+        "the file is untouched"
+    );
+    let healthy = dir.path().join("q.pool");
+    std::fs::write(&healthy, fs.pool().pm().durable_image()).expect("write");
+    assert!(
+        check_offline(&healthy)
+            .expect("consistent")
+            .repairs
+            .is_empty()
+    );
+}

@@ -70,6 +70,7 @@ pub use kernel::Caller;
 pub use layout::{LAYOUT, MkfsOptions, Superblock};
 pub use options::{Clock, DataMode, MountOptions};
 pub use posix::{Fd, Posix, Whence};
+pub use recovery::Repair;
 
 /// Pool creation options for a file system of `size` bytes (layout [`LAYOUT`], 4 KiB root).
 pub fn pool_options(size: u64) -> pmem::CreateOptions {
