@@ -28,6 +28,59 @@ fn slot_of(ino: u64, kind: FileType) -> SlotOf {
 }
 
 impl<B: Persist> Fs<B> {
+    /// Removes `name` from `parent` (not a directory), then gives back the directory's
+    /// emptied trailing blocks.
+    pub(crate) fn unlink_locked(
+        &self,
+        inner: &mut Inner,
+        parent: u64,
+        name: &[u8],
+    ) -> Result<(), Errno> {
+        self.unlink_entry(inner, parent, name)?;
+        self.shrink_dir(inner, parent)
+    }
+
+    /// Removes the empty directory `name` from `parent`, then gives back `parent`'s emptied
+    /// trailing blocks.
+    pub(crate) fn rmdir_locked(
+        &self,
+        inner: &mut Inner,
+        parent: u64,
+        name: &[u8],
+    ) -> Result<(), Errno> {
+        self.rmdir_entry(inner, parent, name)?;
+        self.shrink_dir(inner, parent)
+    }
+
+    /// Renames, then gives back the source directory's emptied trailing blocks.
+    pub(crate) fn rename_locked(
+        &self,
+        inner: &mut Inner,
+        p1: u64,
+        n1: &[u8],
+        p2: u64,
+        n2: &[u8],
+    ) -> Result<(), Errno> {
+        self.rename_entry(inner, p1, n1, p2, n2)?;
+        self.shrink_dir(inner, p1)
+    }
+
+    /// Cuts directory `dir`'s trailing blocks that hold no record, through the truncate
+    /// list like any truncate (a crash in the middle is finished by the next mount).
+    fn shrink_dir(&self, inner: &mut Inner, dir: u64) -> Result<(), Errno> {
+        let mut inode = self.dir_inode(dir)?;
+        let index = self.take_dir(inner, dir, &inode)?;
+        let empty = index.trailing_empty_blocks();
+        if empty == 0 {
+            inner.dirs.insert(dir, index);
+            return Ok(());
+        }
+        let size = (index.block_count() - empty) * BLOCK;
+        let now = self.now();
+        // The index is reloaded from the media on next use.
+        self.set_size(inner, dir, &mut inode, size, now)
+    }
+
     /// Takes directory `ino`'s index out of the cache (loading it on first use).
     pub(crate) fn take_dir(
         &self,
@@ -461,12 +514,7 @@ impl<B: Persist> Fs<B> {
         Ok(())
     }
 
-    pub(crate) fn unlink_locked(
-        &self,
-        inner: &mut Inner,
-        parent: u64,
-        name: &[u8],
-    ) -> Result<(), Errno> {
+    fn unlink_entry(&self, inner: &mut Inner, parent: u64, name: &[u8]) -> Result<(), Errno> {
         if name == DOT || name == DOTDOT {
             return Err(Errno::EISDIR);
         }
@@ -537,12 +585,7 @@ impl<B: Persist> Fs<B> {
         Ok(())
     }
 
-    pub(crate) fn rmdir_locked(
-        &self,
-        inner: &mut Inner,
-        parent: u64,
-        name: &[u8],
-    ) -> Result<(), Errno> {
+    fn rmdir_entry(&self, inner: &mut Inner, parent: u64, name: &[u8]) -> Result<(), Errno> {
         if name == DOT {
             return Err(Errno::EINVAL);
         }
@@ -616,7 +659,7 @@ impl<B: Persist> Fs<B> {
         Ok(())
     }
 
-    pub(crate) fn rename_locked(
+    fn rename_entry(
         &self,
         inner: &mut Inner,
         p1: u64,
