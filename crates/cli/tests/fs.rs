@@ -484,6 +484,48 @@ fn a_users_own_file_system_is_theirs_and_a_closed_fuse_device_is_named() {
 }
 
 #[test]
+fn extended_attributes_and_a_full_file_system_on_the_mount() {
+    if which("setfattr").is_none() {
+        eprintln!("SKIPPED: setfattr is not installed (Debian package attr)");
+        return;
+    }
+    let Some(mut m) = Mounted::new("32M", &[]) else {
+        return;
+    };
+    let d = m.dir.clone();
+    let out = sh(
+        "echo data > f && setfattr -n user.k -v value f && setfattr -n security.s -v x f \
+         && cp -a f g && getfattr --only-values -n user.k g && echo \
+         && getfattr --absolute-names -d -m - g | sort | tr '\\n' ' ' \
+         && (setfattr -n trusted.t -v x f 2>&1 || true) \
+         && setfattr -x user.k g && (getfattr -n user.k g 2>&1 || true)",
+        &d,
+    );
+    assert!(out.starts_with("value\n"), "{out}");
+    assert!(
+        out.contains("user.k=\"value\"") && out.contains("security.s=\"x\""),
+        "{out}"
+    );
+    assert!(out.contains("Operation not supported"), "{out}");
+    assert!(out.contains("No such attribute"), "{out}");
+    // Filling the file system: ENOSPC only when it is full.
+    let out = sh(
+        "dd if=/dev/zero of=big bs=1M count=64 2>&1 | grep -o 'No space left' | head -1; df -k . | tail -1",
+        &d,
+    );
+    assert!(out.contains("No space left"), "{out}");
+    let avail: u64 = out
+        .lines()
+        .last()
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX);
+    assert!(avail <= 16, "ENOSPC with {avail} KiB free: {out}");
+    let report = m.unmount_and_check();
+    assert!(report.starts_with("ok: "), "{report}");
+}
+
+#[test]
 fn fsck_exit_codes() {
     let tmp = tempfile::tempdir().expect("temp dir");
     let pool = tmp.path().join("p.pool");

@@ -14,11 +14,11 @@
 use fuser::{
     AccessFlags, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
-    WriteFlags,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 use pmem::Persist;
-use pmfs::{Attr, Caller, FileType, Fs, SetAttr, TimeSet};
+use pmfs::{Attr, Caller, FileType, Fs, SetAttr, SetMode, TimeSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -137,6 +137,24 @@ pub fn file_attr(attr: &Attr) -> FileAttr {
         rdev: u32::try_from(attr.rdev).unwrap_or(0),
         blksize: attr.blksize,
         flags: 0,
+    }
+}
+
+/// The `XATTR_*` flags of `setxattr(2)`.
+mod libc_flags {
+    pub const XATTR_CREATE: i32 = 1;
+    pub const XATTR_REPLACE: i32 = 2;
+}
+
+/// Answers a size probe (`size` 0) with the length, else the bytes, or `ERANGE` when they
+/// do not fit.
+fn xattr_reply(reply: ReplyXattr, bytes: &[u8], size: u32) {
+    if size == 0 {
+        reply.size(u32::try_from(bytes.len()).unwrap_or(u32::MAX));
+    } else if bytes.len() > size as usize {
+        reply.error(fuser::Errno::ERANGE);
+    } else {
+        reply.data(bytes);
     }
 }
 
@@ -472,6 +490,55 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
         reply: ReplyEmpty,
     ) {
         reply.ok();
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let mode = match flags {
+            0 => SetMode::Any,
+            libc_flags::XATTR_CREATE => SetMode::Create,
+            libc_flags::XATTR_REPLACE => SetMode::Replace,
+            _ => return reply.error(fuser::Errno::EINVAL),
+        };
+        Self::empty(
+            reply,
+            self.fs().setxattr(ino.0, name.as_bytes(), value, mode),
+        );
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.fs().getxattr(ino.0, name.as_bytes()) {
+            Ok(value) => xattr_reply(reply, &value, size),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.fs().listxattr(ino.0) {
+            Ok(names) => {
+                let list: Vec<u8> = names
+                    .into_iter()
+                    .flat_map(|mut n| {
+                        n.push(0);
+                        n
+                    })
+                    .collect();
+                xattr_reply(reply, &list, size);
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(reply, self.fs().removexattr(ino.0, name.as_bytes()));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

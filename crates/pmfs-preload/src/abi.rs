@@ -1278,22 +1278,109 @@ pub unsafe extern "C" fn renameat2(
     unsafe { real(olddir, from, newdir, to, flags) }
 }
 
-/// Extended attributes of served files are not supported (yet): `ENOTSUP`, which callers
-/// such as `ls` and `cp` treat as "none".
-macro_rules! no_xattr_by_path {
-    ($name:ident, $($arg:ident: $ty:ty),*) => {
+/// Copies `bytes` into the caller's buffer of `size` bytes, or answers a size probe
+/// (`size` 0) with the length; `ERANGE` when they do not fit.
+///
+/// # Safety
+/// `buf` points to `size` writable bytes (or `size` is 0).
+unsafe fn xattr_out(bytes: &[u8], buf: *mut c_void, size: size_t) -> Result<usize, Errno> {
+    if size == 0 {
+        return Ok(bytes.len());
+    }
+    if bytes.len() > size {
+        return Err(Errno::ERANGE);
+    }
+    // SAFETY: the caller's buffer of `size` bytes.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast(), bytes.len()) };
+    Ok(bytes.len())
+}
+
+/// The C string `name`.
+///
+/// # Safety
+/// `name` is a NUL-terminated string.
+unsafe fn name_bytes<'a>(name: *const c_char) -> &'a [u8] {
+    // SAFETY: the caller's NUL-terminated name.
+    unsafe { CStr::from_ptr(name) }.to_bytes()
+}
+
+/// The served `getxattr` (`follow`) or `lgetxattr`.
+///
+/// # Safety
+/// As C `getxattr`.
+unsafe fn getxattr_served(
+    p: &str,
+    name: *const c_char,
+    value: *mut c_void,
+    size: size_t,
+    follow: bool,
+) -> ssize_t {
+    // SAFETY: `getxattr`'s name.
+    let name = unsafe { name_bytes(name) };
+    let got = served_fs().and_then(|fs| fs.px.getxattr(p, name, follow));
+    // SAFETY: `getxattr`'s buffer.
+    size_ret(got.and_then(|v| unsafe { xattr_out(&v, value, size) }))
+}
+
+/// The served `listxattr` (`follow`) or `llistxattr`: names, each NUL-terminated.
+///
+/// # Safety
+/// As C `listxattr`.
+unsafe fn listxattr_served(p: &str, list: *mut c_char, size: size_t, follow: bool) -> ssize_t {
+    let names = served_fs().and_then(|fs| fs.px.listxattr(p, follow));
+    let joined = names.map(|names| {
+        names
+            .into_iter()
+            .flat_map(|mut n| {
+                n.push(0);
+                n
+            })
+            .collect::<Vec<u8>>()
+    });
+    // SAFETY: `listxattr`'s buffer.
+    size_ret(joined.and_then(|b| unsafe { xattr_out(&b, list.cast(), size) }))
+}
+
+/// The served `setxattr` (`follow`) or `lsetxattr`.
+///
+/// # Safety
+/// As C `setxattr`.
+unsafe fn setxattr_served(
+    p: &str,
+    name: *const c_char,
+    value: *const c_void,
+    size: size_t,
+    flags: c_int,
+    follow: bool,
+) -> c_int {
+    let mode = match flags {
+        0 => pmfs::SetMode::Any,
+        libc::XATTR_CREATE => pmfs::SetMode::Create,
+        libc::XATTR_REPLACE => pmfs::SetMode::Replace,
+        _ => return ret(Err(Errno::EINVAL)),
+    };
+    // SAFETY: `setxattr`'s name and value.
+    let (name, value) = unsafe { (name_bytes(name), in_slice(value, size)) };
+    ret(served_fs()
+        .and_then(|fs| fs.px.setxattr(p, name, value, mode, follow))
+        .map(|()| 0))
+}
+
+/// Defines the path-based attribute call `$name` (and its served form).
+macro_rules! xattr_by_path {
+    ($name:ident, $served:ident, $follow:expr, ($($arg:ident: $ty:ty),*), $ret:ty) => {
         /// # Safety
         /// The C function of this name.
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(path: *const c_char, $($arg: $ty),*) -> ssize_t {
+        pub unsafe extern "C" fn $name(path: *const c_char, $($arg: $ty),*) -> $ret {
             // SAFETY: the call's path.
-            if unsafe { served_path(path) }.is_some() {
-                set_errno(Errno::EOPNOTSUPP);
-                return -1;
+            if let Some(p) = unsafe { served_path(path) } {
+                // SAFETY: the call's arguments, as received.
+                return unsafe { $served(&p, $($arg,)* $follow) };
             }
             let real = next!(
                 stringify!($name),
-                unsafe extern "C" fn(*const c_char, $($ty),*) -> ssize_t
+                unsafe extern "C" fn(*const c_char, $($ty),*) -> $ret
             );
             // SAFETY: forwarded as received.
             unsafe { real(path, $($arg),*) }
@@ -1301,10 +1388,27 @@ macro_rules! no_xattr_by_path {
     };
 }
 
-no_xattr_by_path!(getxattr, name: *const c_char, value: *mut c_void, size: size_t);
-no_xattr_by_path!(lgetxattr, name: *const c_char, value: *mut c_void, size: size_t);
-no_xattr_by_path!(listxattr, list: *mut c_char, size: size_t);
-no_xattr_by_path!(llistxattr, list: *mut c_char, size: size_t);
+xattr_by_path!(getxattr, getxattr_served, true, (name: *const c_char, value: *mut c_void, size: size_t), ssize_t);
+xattr_by_path!(lgetxattr, getxattr_served, false, (name: *const c_char, value: *mut c_void, size: size_t), ssize_t);
+xattr_by_path!(listxattr, listxattr_served, true, (list: *mut c_char, size: size_t), ssize_t);
+xattr_by_path!(llistxattr, listxattr_served, false, (list: *mut c_char, size: size_t), ssize_t);
+xattr_by_path!(setxattr, setxattr_served, true, (name: *const c_char, value: *const c_void, size: size_t, flags: c_int), c_int);
+xattr_by_path!(lsetxattr, setxattr_served, false, (name: *const c_char, value: *const c_void, size: size_t, flags: c_int), c_int);
+
+/// The served `removexattr` (`follow`) or `lremovexattr`.
+///
+/// # Safety
+/// As C `removexattr`.
+unsafe fn removexattr_served(p: &str, name: *const c_char, follow: bool) -> c_int {
+    // SAFETY: `removexattr`'s name.
+    let name = unsafe { name_bytes(name) };
+    ret(served_fs()
+        .and_then(|fs| fs.px.removexattr(p, name, follow))
+        .map(|()| 0))
+}
+
+xattr_by_path!(removexattr, removexattr_served, true, (name: *const c_char), c_int);
+xattr_by_path!(lremovexattr, removexattr_served, false, (name: *const c_char), c_int);
 
 /// # Safety
 /// C `readlink`.

@@ -13,7 +13,6 @@ use crate::filesystem::Fs;
 use crate::inode::{FLAG_HUGE, FileType, Inode, field, root_word};
 use crate::layout::{BLOCK, LINK_MAX, MAX_FILE_SIZE, ROOT_INO};
 use crate::state::Inner;
-use crate::tree;
 use crate::truncate::free_inode_fields;
 use pmem::{Persist, WriteClass};
 
@@ -569,7 +568,7 @@ impl<B: Persist> Fs<B> {
                 batch.cold(sb, ino, child, field::TRUNC_NEXT, field::GENERATION);
                 batch.head(sb, ino)?;
             } else {
-                freed = Some(tree::blocks(self.pm(), sb, child.tree, child.is_huge())?);
+                freed = Some(self.inode_blocks(child)?);
                 free_inode_fields(child);
             }
         }
@@ -612,7 +611,7 @@ impl<B: Persist> Fs<B> {
         let now = self.now();
         let mut batch = Batch::default();
         self.plan_remove(&mut dir, name, &mut batch);
-        let blocks = tree::blocks(self.pm(), &self.sb, child.tree, false)?;
+        let blocks = self.inode_blocks(&child)?;
         free_inode_fields(&mut child);
         batch.hot(&self.sb, slot.ino, &child);
         pinode.nlink -= 1;
@@ -846,7 +845,7 @@ impl<B: Persist> Fs<B> {
         let mut freed = None;
         if let Some((dst, mut victim_inode)) = victim {
             if dst.kind == FileType::Directory {
-                freed = Some(tree::blocks(self.pm(), sb, victim_inode.tree, false)?);
+                freed = Some(self.inode_blocks(&victim_inode)?);
                 free_inode_fields(&mut victim_inode);
                 batch.hot(sb, dst.ino, &victim_inode);
                 i2.as_mut().unwrap_or(&mut i1).nlink -= 1;

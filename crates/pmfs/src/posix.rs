@@ -687,6 +687,40 @@ impl<B: Persist> Posix<B> {
         )
     }
 
+    fn resolve_ino(&self, path: &str, follow: bool) -> Result<u64, Errno> {
+        let mut inner = self.fs.lock();
+        Ok(self.resolve(&mut inner, path, follow)?.0)
+    }
+
+    /// The value of extended attribute `name` of `path` (`follow`: through a final symbolic
+    /// link, as `getxattr`; else as `lgetxattr`).
+    pub fn getxattr(&self, path: &str, name: &[u8], follow: bool) -> Result<Vec<u8>, Errno> {
+        self.fs.getxattr(self.resolve_ino(path, follow)?, name)
+    }
+
+    /// The extended attribute names of `path`.
+    pub fn listxattr(&self, path: &str, follow: bool) -> Result<Vec<Vec<u8>>, Errno> {
+        self.fs.listxattr(self.resolve_ino(path, follow)?)
+    }
+
+    /// Sets extended attribute `name` of `path`.
+    pub fn setxattr(
+        &self,
+        path: &str,
+        name: &[u8],
+        value: &[u8],
+        mode: crate::xattr::SetMode,
+        follow: bool,
+    ) -> Result<(), Errno> {
+        self.fs
+            .setxattr(self.resolve_ino(path, follow)?, name, value, mode)
+    }
+
+    /// Removes extended attribute `name` of `path`.
+    pub fn removexattr(&self, path: &str, name: &[u8], follow: bool) -> Result<(), Errno> {
+        self.fs.removexattr(self.resolve_ino(path, follow)?, name)
+    }
+
     /// The entries of a directory (`.` and `..` first).
     pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>, Errno> {
         let mut inner = self.fs.lock();

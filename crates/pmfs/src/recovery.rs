@@ -288,7 +288,8 @@ pub(crate) fn rebuild<B: Persist>(pm: &B, sb: &Superblock) -> Result<Rebuilt, Co
             return Err(Corrupt::new("the root inode is not a directory"));
         }
         let mut count = 0u64;
-        tree::walk(pm, sb, inode.tree, inode.is_huge(), &mut |visit| {
+        let xattr = (inode.xattr != 0).then_some(Visit::Node(inode.xattr));
+        let mut mark = |visit| {
             let (off, n) = match visit {
                 Visit::Node(off) => (off, 1),
                 Visit::Leaf(_, off) if inode.is_huge() => (off, BLOCKS_PER_HUGE),
@@ -306,7 +307,11 @@ pub(crate) fn rebuild<B: Persist>(pm: &B, sb: &Superblock) -> Result<Rebuilt, Co
             }
             count += n;
             Ok(())
-        })?;
+        };
+        tree::walk(pm, sb, inode.tree, inode.is_huge(), &mut mark)?;
+        if let Some(visit) = xattr {
+            mark(visit)?;
+        }
         blocks.insert(ino, count);
     }
     let huge_phase = ((HUGE_BLOCK - sb.data_offset % HUGE_BLOCK) % HUGE_BLOCK) / BLOCK;
