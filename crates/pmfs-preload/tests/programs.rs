@@ -12,6 +12,15 @@ use std::process::{Command, Stdio};
 
 const PREFIX: &str = "/pmfs-test";
 
+/// One test at a time: a child spawned by one test inherits, until it execs, whatever pool
+/// descriptor (and so `flock`) another test holds at that moment, which would make that
+/// test's next open of its pool fail as "in use".
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The preload library cargo built beside this test.
 fn library() -> PathBuf {
     let exe = std::env::current_exe().expect("test path");
@@ -93,6 +102,7 @@ fn have(tool: &str) -> bool {
 
 #[test]
 fn sqlite_in_both_journal_modes_and_coreutils() {
+    let _serial = serial();
     if !have("sqlite3") {
         eprintln!("SKIPPED: sqlite3 is not installed");
         return;
@@ -135,6 +145,7 @@ fn sqlite_in_both_journal_modes_and_coreutils() {
 
 #[test]
 fn a_pool_in_use_is_refused_with_a_clear_message() {
+    let _serial = serial();
     let pool = TestPool::new("busy", 16 << 20);
     let held = pool.mount_and_check();
     let output = pool
@@ -215,6 +226,7 @@ fn compile(tag: &str) -> Option<PathBuf> {
 
 #[test]
 fn a_shared_mapping_writes_the_pool_and_msync_makes_it_durable() {
+    let _serial = serial();
     let Some(program) = compile("mmap") else {
         eprintln!("SKIPPED: gcc is not installed");
         return;
@@ -234,6 +246,7 @@ fn a_shared_mapping_writes_the_pool_and_msync_makes_it_durable() {
 
 #[test]
 fn sigkill_keeps_every_acknowledged_file() {
+    let _serial = serial();
     let Some(program) = compile("kill") else {
         eprintln!("SKIPPED: gcc is not installed");
         return;
