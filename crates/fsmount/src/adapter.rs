@@ -492,6 +492,25 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
         reply.ok();
     }
 
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        const FALLOC_FL_KEEP_SIZE: i32 = 1;
+        let keep = match mode {
+            0 => false,
+            FALLOC_FL_KEEP_SIZE => true,
+            _ => return reply.error(fuser::Errno::EOPNOTSUPP),
+        };
+        Self::empty(reply, self.fs().fallocate(ino.0, offset, length, keep));
+    }
+
     fn setxattr(
         &self,
         _req: &Request,

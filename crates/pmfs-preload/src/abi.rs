@@ -545,22 +545,12 @@ pub unsafe extern "C" fn ftruncate64(kfd: c_int, len: off_t) -> c_int {
     unsafe { ftruncate(kfd, len) }
 }
 
-/// Grows the file to cover `[off, off + len)`; the blocks are allocated when written.
+/// Allocates `[off, off + len)` (growing the file unless `keep`); the error number, or 0.
 fn fallocate_served(fs: &Served, open: &Open, off: off_t, len: off_t, keep: bool) -> c_int {
-    let end = match (offset(off), offset(len)) {
-        (Ok(off), Ok(len)) if len > 0 => off.checked_add(len),
-        _ => None,
-    };
-    let Some(end) = end else {
-        return libc::EINVAL;
-    };
-    let grow = || -> Result<(), Errno> {
-        if !keep && fs.px.fstat(open.fd)?.size < end {
-            fs.px.ftruncate(open.fd, end)?;
-        }
-        Ok(())
-    };
-    match grow() {
+    let result = offset(off)
+        .and_then(|off| Ok((off, offset(len)?)))
+        .and_then(|(off, len)| fs.px.fallocate(open.fd, off, len, keep));
+    match result {
         Ok(()) => 0,
         Err(e) => e.raw(),
     }

@@ -121,6 +121,88 @@ impl<B: Persist> Fs<B> {
         Ok(len as usize)
     }
 
+    /// Allocates zeroed blocks for every hole of `[off, off + len)` of regular file `ino`
+    /// and, unless `keep_size`, grows the file to cover the range (`fallocate` mode 0 or
+    /// `FALLOC_FL_KEEP_SIZE`). Each piece is one transaction linking its leaves (and the
+    /// size); a piece that does not fit gives its blocks back and fails with `ENOSPC`.
+    pub fn fallocate(&self, ino: u64, off: u64, len: u64, keep_size: bool) -> Result<(), Errno> {
+        let mut inner = self.lock();
+        let mut inode = self.inode(ino)?;
+        match inode.kind() {
+            Some(FileType::Regular) => {}
+            Some(FileType::Directory) => return Err(Errno::EISDIR),
+            _ => return Err(Errno::ENODEV),
+        }
+        if keep_size && !self.sb.has_xattrs() {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let end = off
+            .checked_add(len)
+            .filter(|&end| len > 0 && end <= MAX_FILE_SIZE)
+            .ok_or(Errno::EINVAL)?;
+        let chunk = self.chunk_bytes(&inode);
+        let mut pos = off;
+        while pos < end {
+            let stop = end.min((pos / chunk + 1) * chunk);
+            self.fallocate_piece(&mut inner, ino, &mut inode, pos, stop, keep_size)?;
+            pos = stop;
+        }
+        self.pm().durability_point();
+        Ok(())
+    }
+
+    fn fallocate_piece(
+        &self,
+        inner: &mut Inner,
+        ino: u64,
+        inode: &mut Inode,
+        off: u64,
+        end: u64,
+        keep_size: bool,
+    ) -> Result<(), Errno> {
+        let (pm, sb) = (self.pm(), &self.sb);
+        let (leaf, huge) = (inode.leaf_size(), inode.is_huge());
+        let grows = !keep_size && end > inode.size;
+        if grows {
+            self.zero_after_eof(inode, end)?;
+        }
+        let mut holes = Vec::new();
+        for idx in off / leaf..end.div_ceil(leaf) {
+            if tree::lookup(pm, sb, inode.tree, huge, idx)?.is_some() {
+                continue;
+            }
+            let Some(block) = inner.alloc_leaf(sb, huge) else {
+                self.free_leaves(inner, &holes, huge);
+                return Err(Errno::ENOSPC);
+            };
+            self.zero_data(block, leaf);
+            holes.push((idx, block));
+        }
+        if holes.is_empty() && !grows {
+            return Ok(());
+        }
+        let mut updated = *inode;
+        if grows {
+            updated.size = end;
+        }
+        if keep_size && end.div_ceil(leaf) > inode.size.div_ceil(leaf) {
+            updated.flags |= crate::inode::FLAG_PREALLOC;
+        }
+        updated.ctime = self.now();
+        let mut batch = Batch::default();
+        if updated.flags != inode.flags {
+            batch.cold(sb, ino, &updated, field::GENERATION, field::BTIME);
+        }
+        if let Err(e) = self.link_leaves(inner, ino, &mut updated, &holes, batch) {
+            self.free_leaves(inner, &holes, huge);
+            return Err(e);
+        }
+        let per_leaf = if huge { BLOCKS_PER_HUGE } else { 1 };
+        inner.add_blocks(ino, (holes.len() as u64 * per_leaf) as i64);
+        *inode = updated;
+        Ok(())
+    }
+
     /// Bytes per transaction of a write: bounded so the slot ranges fit the journal.
     fn chunk_bytes(&self, inode: &Inode) -> u64 {
         let cap = match self.options.data_mode {

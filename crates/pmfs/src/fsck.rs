@@ -179,7 +179,8 @@ impl<B: Persist> Fs<B> {
             let (off, n) = match visit {
                 Visit::Node(off) => (off, 1),
                 Visit::Leaf(leaf, off) => {
-                    if leaf >= limit && !listed {
+                    let prealloc = inode.flags & crate::inode::FLAG_PREALLOC != 0;
+                    if leaf >= limit && !listed && !prealloc {
                         return Err(Corrupt::new(format!(
                             "inode {ino}: leaf {leaf} past its size"
                         )));

@@ -50,6 +50,9 @@ pub mod field {
 pub const HOT_LEN: u64 = 48;
 /// Flag: the file's leaves are 2 MiB.
 pub const FLAG_HUGE: u32 = 1;
+/// Flag: the file may hold zeroed leaves past its size (`fallocate` with
+/// `FALLOC_FL_KEEP_SIZE`); version 2.
+pub const FLAG_PREALLOC: u32 = 2;
 
 /// `S_IFMT` mask and the three types stored.
 pub const S_IFMT: u32 = 0o170_000;
@@ -292,7 +295,13 @@ impl Inode {
         if self.size > MAX_FILE_SIZE {
             return fail(format!("size {}", self.size));
         }
-        if self.flags & !FLAG_HUGE != 0 || (self.is_huge() && kind != FileType::Regular) {
+        let known = if sb.has_xattrs() {
+            FLAG_HUGE | FLAG_PREALLOC
+        } else {
+            FLAG_HUGE
+        };
+        let regular_only = self.is_huge() || self.flags & FLAG_PREALLOC != 0;
+        if self.flags & !known != 0 || (regular_only && kind != FileType::Regular) {
             return fail(format!("flags {:#x}", self.flags));
         }
         if kind == FileType::Directory {

@@ -491,6 +491,21 @@ impl<B: Persist> Posix<B> {
         Ok(())
     }
 
+    /// Allocates blocks for `[off, off + len)` of an open file (`fallocate`: mode 0 grows
+    /// the file, `keep_size` does not).
+    pub fn fallocate(&self, fd: Fd, off: u64, len: u64, keep_size: bool) -> Result<(), Errno> {
+        let ino = {
+            let fds = self.fds.lock();
+            let _inner = self.fs.lock();
+            let file = self.file(&fds, fd)?;
+            if !file.write {
+                return Err(Errno::EBADF);
+            }
+            file.ino
+        };
+        self.fs.fallocate(ino, off, len, keep_size)
+    }
+
     /// Changes attributes of an open file (`fchmod`, `fchown`, `futimens`).
     pub fn fsetattr(&self, fd: Fd, set: SetAttr) -> Result<Attr, Errno> {
         let fds = self.fds.lock();

@@ -44,6 +44,8 @@ enum Op {
     Setxattr(&'static str, &'static str, usize),
     /// Removes an extended attribute.
     Removexattr(&'static str, &'static str),
+    /// `fallocate(path, off, len)`, keeping the size when set.
+    Fallocate(&'static str, u64, u64, bool),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -206,6 +208,10 @@ fn try_op(px: &Posix<SimPm>, fds: &mut [Option<Fd>], op: &Op) -> Result<(), pmfs
             false,
         ),
         Op::Removexattr(p, name) => px.removexattr(p, name.as_bytes(), false),
+        Op::Fallocate(p, off, len, keep) => {
+            let ino = px.stat(p)?.ino;
+            px.fs().fallocate(ino, off, len, keep)
+        }
     }
 }
 
@@ -487,6 +493,8 @@ fn single_ops() -> Vec<Op> {
         Op::Setxattr("/A", "user.tag", 3000),
         Op::Setxattr("/foo", "user.kept", 20),
         Op::Removexattr("/foo", "user.kept"),
+        Op::Fallocate("/bar", 12_288, 20_000, false),
+        Op::Fallocate("/foo", 0, 30_000, true),
     ]
 }
 

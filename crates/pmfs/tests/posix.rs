@@ -482,6 +482,66 @@ fn extended_attributes_persist_and_go_with_their_file() {
     px.fs().fsck().expect("fsck");
 }
 
+#[test]
+fn fallocate_reserves_zeroed_blocks_with_or_without_the_size() {
+    let px = new_fs(DataMode::InPlace);
+    let ino = |px: &Posix<SimPm>| px.stat("/f").expect("stat").ino;
+    let fd = px.creat("/f", 0o644).expect("create");
+    px.write(fd, b"head").expect("write");
+    px.close(fd).expect("close");
+    let free = px.fs().statfs().free_blocks;
+    px.fs()
+        .fallocate(ino(&px), 0, 40_000, false)
+        .expect("fallocate");
+    let st = px.stat("/f").expect("stat");
+    assert_eq!(st.size, 40_000, "mode 0 grows the file");
+    assert_eq!(
+        free - px.fs().statfs().free_blocks,
+        10,
+        "9 more leaves and a tree node"
+    );
+    assert_eq!(read_all(&px, "/f")[..6], *b"head\0\0");
+    px.fs()
+        .fallocate(ino(&px), 40_000, 100_000, true)
+        .expect("keep size");
+    assert_eq!(
+        px.stat("/f").expect("stat").size,
+        40_000,
+        "KEEP_SIZE keeps it"
+    );
+    let reserved = free - px.fs().statfs().free_blocks;
+    assert!(reserved >= 34, "{reserved}");
+    px.fs()
+        .fsck()
+        .expect("fsck: blocks past the size are allowed for this file");
+    let px = remount(px, DataMode::InPlace);
+    assert_eq!(
+        free - px.fs().statfs().free_blocks,
+        reserved,
+        "kept across a remount"
+    );
+    // Writing into reserved space allocates nothing more.
+    let fd = px.open("/f", O_RDWR, 0).expect("open");
+    px.pwrite(fd, &[5; 8192], 90_000).expect("write");
+    px.close(fd).expect("close");
+    assert_eq!(free - px.fs().statfs().free_blocks, reserved);
+    let data = read_all(&px, "/f");
+    assert!(data[40_000..90_000].iter().all(|&b| b == 0));
+    px.truncate("/f", 10).expect("truncate");
+    assert_eq!(
+        free - px.fs().statfs().free_blocks,
+        1,
+        "truncate gives the reserved blocks back (the tree node stays: heights do not shrink)"
+    );
+    px.mkdir("/d", 0o755).expect("mkdir");
+    let d = px.stat("/d").expect("stat").ino;
+    assert_eq!(px.fs().fallocate(d, 0, 10, false), Err(Errno::EISDIR));
+    let f = ino(&px);
+    assert_eq!(px.fs().fallocate(f, 0, 0, false), Err(Errno::EINVAL));
+    assert_eq!(px.fs().fallocate(f, 0, 1 << 40, false), Err(Errno::ENOSPC));
+    px.fs().fsck().expect("fsck after a refused fallocate");
+}
+
 /// A version-1 file system (no attribute blocks) is still read and written; attributes
 /// are refused there. A version this build does not know is a typed error.
 #[test]
