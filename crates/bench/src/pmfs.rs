@@ -74,7 +74,10 @@ impl Settings {
     pub fn steps(&self) -> usize {
         self.runs * (2 + GUARDS.len())
             + self.fio_jobs().len() * FioTarget::ALL.len()
-            + self.sqlite.runs * SQLITE_TARGETS.len()
+            + SQLITE_TARGETS
+                .iter()
+                .map(|&t| sqlite_runs_on(&self.sqlite, t))
+                .sum::<usize>()
     }
 }
 
@@ -342,6 +345,14 @@ fn library_jobs(
     let _ = px.into_fs().unmount();
 }
 
+/// Runs of the sqlite workload on `target`.
+fn sqlite_runs_on(settings: &SqliteSettings, target: FioTarget) -> usize {
+    match target {
+        FioTarget::Fuse | FioTarget::FuseWriteback => settings.mount_runs,
+        _ => settings.runs,
+    }
+}
+
 /// The sqlite workload on each of [`SQLITE_TARGETS`] that can be set up.
 fn sqlite_runs(
     dir: &Path,
@@ -349,15 +360,14 @@ fn sqlite_runs(
     progress: &dyn Fn(&str),
     notes: &mut Vec<String>,
 ) -> Vec<SqliteResult> {
-    let runs = settings.sqlite.runs;
-    let skip = |progress: &dyn Fn(&str)| {
-        for _ in 0..runs {
+    let skip = |progress: &dyn Fn(&str), target| {
+        for _ in 0..sqlite_runs_on(&settings.sqlite, target) {
             progress("sqlite skipped");
         }
     };
     let Some(sqlite) = sqlite::sqlite_path() else {
-        for _ in SQLITE_TARGETS {
-            skip(progress);
+        for target in SQLITE_TARGETS {
+            skip(progress, target);
         }
         notes.push("sqlite skipped: sqlite3 is not installed (Debian package sqlite3)".into());
         return Vec::new();
@@ -367,13 +377,13 @@ fn sqlite_runs(
         let set_up = match target.set_up(dir, settings.fio.target_bytes()) {
             Ok(set_up) => set_up,
             Err(why) => {
-                skip(progress);
+                skip(progress, target);
                 notes.push(format!("sqlite on {} skipped: {why}", target.label()));
                 continue;
             }
         };
         let mut seconds = Vec::new();
-        for _ in 0..runs {
+        for _ in 0..sqlite_runs_on(&settings.sqlite, target) {
             progress(&format!("sqlite on {}", target.label()));
             match sqlite::run_once(&sqlite, set_up.as_ref(), settings.sqlite.inserts) {
                 Ok(s) => seconds.push(s),

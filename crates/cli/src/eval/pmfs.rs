@@ -377,8 +377,8 @@ fn sqlite_table(results: &PmfsResults) -> Table {
     let mut table = Table::new(
         format!(
             "sqlite3: {} inserts, one transaction each (rollback journal, synchronous=FULL), \
-             median of {} runs (s)",
-            settings.inserts, settings.runs
+             median of {} runs ({} on the mounts) (s)",
+            settings.inserts, settings.runs, settings.mount_runs
         ),
         &["target", "seconds", "min", "max", "/ tmpfs"],
     );
