@@ -1,20 +1,33 @@
 //! The PMFS (EuroSys'14) measurements behind the `pmfs` section of `ferrite eval`:
 //! per-operation latency of the library against system calls on tmpfs ([`latency`]), the
-//! same library runs under each write protection, and fio jobs on the FUSE mount, tmpfs and
-//! ext4 on a loop device ([`fio`], [`targets`]). Parts that need fio, FUSE or loop devices
-//! are skipped with the reason when unavailable.
+//! same library runs under each write protection, fio jobs ([`fio`]) and the sqlite
+//! workload ([`sqlite`]) on the library, the direct-access preload, the FUSE mount (durable
+//! on return, and with the write-back cache), tmpfs and ext4 on a loop device
+//! ([`targets`]). Parts that need fio, sqlite3, FUSE or loop devices are skipped with the
+//! reason when unavailable.
 
 pub mod fio;
 pub mod latency;
+pub mod sqlite;
 pub mod targets;
 
+use crate::measure::Summary;
 use fio::{FioJob, FioNumbers, FioSettings};
 use latency::Costs;
 use pmem::{Pool, Protection};
 use pmfs::{Fs, MkfsOptions, MountOptions, Posix};
 use serde::Serialize;
+use sqlite::SqliteSettings;
 use std::path::Path;
 use targets::FioTarget;
+
+/// Where the sqlite workload runs (the library has no sqlite: that needs a VFS).
+pub const SQLITE_TARGETS: [FioTarget; 4] = [
+    FioTarget::Preload,
+    FioTarget::Fuse,
+    FioTarget::FuseWriteback,
+    FioTarget::Tmpfs,
+];
 
 /// The protections measured after the unprotected baseline.
 pub const GUARDS: [Protection; 2] = [Protection::Mprotect, Protection::Mpk];
@@ -28,6 +41,8 @@ pub struct Settings {
     pub latency: latency::Settings,
     /// One fio job.
     pub fio: FioSettings,
+    /// The sqlite workload.
+    pub sqlite: SqliteSettings,
     /// Only 4 KiB fio jobs.
     pub quick: bool,
 }
@@ -38,6 +53,7 @@ impl Settings {
         runs: 5,
         latency: latency::Settings::DEFAULT,
         fio: FioSettings::DEFAULT,
+        sqlite: SqliteSettings::DEFAULT,
         quick: false,
     };
     /// Small and fast: numbers are indicative only.
@@ -45,6 +61,7 @@ impl Settings {
         runs: 3,
         latency: latency::Settings::QUICK,
         fio: FioSettings::QUICK,
+        sqlite: SqliteSettings::QUICK,
         quick: true,
     };
 
@@ -55,7 +72,12 @@ impl Settings {
 
     /// Progress steps [`run`] reports.
     pub fn steps(&self) -> usize {
-        self.runs * (2 + GUARDS.len()) + self.fio_jobs().len() * FioTarget::ALL.len()
+        self.runs * (2 + GUARDS.len())
+            + self.fio_jobs().len() * FioTarget::ALL.len()
+            + SQLITE_TARGETS
+                .iter()
+                .map(|&t| sqlite_runs_on(&self.sqlite, t))
+                .sum::<usize>()
     }
 }
 
@@ -79,6 +101,15 @@ pub struct FioResult {
     pub numbers: FioNumbers,
 }
 
+/// The sqlite workload on one target.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct SqliteResult {
+    /// Where it ran.
+    pub target: FioTarget,
+    /// Seconds per run.
+    pub seconds: Summary,
+}
+
 /// Everything the `pmfs` section reports.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PmfsResults {
@@ -90,8 +121,10 @@ pub struct PmfsResults {
     pub library: Costs,
     /// The library API under each of [`GUARDS`].
     pub protection: Vec<Guarded>,
-    /// fio jobs that ran.
+    /// fio jobs that ran (the library's: the same pattern in this process).
     pub fio: Vec<FioResult>,
+    /// The sqlite workload where it ran.
+    pub sqlite: Vec<SqliteResult>,
     /// Why parts were skipped or failed.
     pub notes: Vec<String>,
 }
@@ -103,6 +136,14 @@ impl PmfsResults {
             .iter()
             .find(|r| r.target == target && r.job == job)
             .map(|r| &r.numbers)
+    }
+
+    /// The sqlite seconds on `target`, if it ran.
+    pub fn sqlite(&self, target: FioTarget) -> Option<&Summary> {
+        self.sqlite
+            .iter()
+            .find(|r| r.target == target)
+            .map(|r| &r.seconds)
     }
 }
 
@@ -141,12 +182,14 @@ pub fn run(
         .collect();
     let mut notes = Vec::new();
     let fio = fio_matrix(dir, settings, progress, &mut notes);
+    let sqlite = sqlite_runs(dir, settings, progress, &mut notes);
     Ok(PmfsResults {
         settings: *settings,
         kernel_tmpfs,
         library,
         protection,
         fio,
+        sqlite,
         notes,
     })
 }
@@ -223,6 +266,10 @@ fn fio_matrix(
     };
     let mut results = Vec::new();
     for target in FioTarget::ALL {
+        if target == FioTarget::Library {
+            library_jobs(dir, settings, &jobs, progress, notes, &mut results);
+            continue;
+        }
         let set_up = match target.set_up(dir, settings.fio.target_bytes()) {
             Ok(set_up) => set_up,
             Err(why) => {
@@ -240,7 +287,7 @@ fn fio_matrix(
                 job.bs,
                 target.label()
             ));
-            match fio::run_fio(&fio, set_up.dir(), job, &settings.fio) {
+            match fio::run_fio(&fio, set_up.dir(), &set_up.env(), job, &settings.fio) {
                 Ok(numbers) => results.push(FioResult {
                     job,
                     target,
@@ -248,6 +295,103 @@ fn fio_matrix(
                 }),
                 Err(why) => notes.push(format!("{why} on {}", target.label())),
             }
+        }
+    }
+    results
+}
+
+/// The fio jobs' access pattern through the library in this process, on a fresh pool.
+fn library_jobs(
+    dir: &Path,
+    settings: &Settings,
+    jobs: &[FioJob],
+    progress: &dyn Fn(&str),
+    notes: &mut Vec<String>,
+    results: &mut Vec<FioResult>,
+) {
+    let path = dir.join(format!(
+        "ferrite-eval-pmfs-jobs-{}.pool",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&path);
+    let made = Pool::create(&path, &pmfs::pool_options(settings.fio.target_bytes()))
+        .map_err(|e| e.to_string())
+        .and_then(|pool| {
+            Fs::mkfs(pool, &MkfsOptions::default(), MountOptions::default())
+                .map_err(|e| e.to_string())
+        });
+    let _ = std::fs::remove_file(&path);
+    let px = match made {
+        Ok(fs) => Posix::new(fs),
+        Err(why) => {
+            for _ in jobs {
+                progress("library jobs skipped");
+            }
+            notes.push(format!("library jobs skipped: {why}"));
+            return;
+        }
+    };
+    for &job in jobs {
+        progress(&format!("{} {} on the library", job.kind.label(), job.bs));
+        match fio::library_job(&px, job, &settings.fio) {
+            Ok(numbers) => results.push(FioResult {
+                job,
+                target: FioTarget::Library,
+                numbers,
+            }),
+            Err(e) => notes.push(format!("library {} {}: {e}", job.kind.label(), job.bs)),
+        }
+    }
+    let _ = px.into_fs().unmount();
+}
+
+/// Runs of the sqlite workload on `target`.
+fn sqlite_runs_on(settings: &SqliteSettings, target: FioTarget) -> usize {
+    match target {
+        FioTarget::Fuse | FioTarget::FuseWriteback => settings.mount_runs,
+        _ => settings.runs,
+    }
+}
+
+/// The sqlite workload on each of [`SQLITE_TARGETS`] that can be set up.
+fn sqlite_runs(
+    dir: &Path,
+    settings: &Settings,
+    progress: &dyn Fn(&str),
+    notes: &mut Vec<String>,
+) -> Vec<SqliteResult> {
+    let skip = |progress: &dyn Fn(&str), target| {
+        for _ in 0..sqlite_runs_on(&settings.sqlite, target) {
+            progress("sqlite skipped");
+        }
+    };
+    let Some(sqlite) = sqlite::sqlite_path() else {
+        for target in SQLITE_TARGETS {
+            skip(progress, target);
+        }
+        notes.push("sqlite skipped: sqlite3 is not installed (Debian package sqlite3)".into());
+        return Vec::new();
+    };
+    let mut results = Vec::new();
+    for target in SQLITE_TARGETS {
+        let set_up = match target.set_up(dir, settings.fio.target_bytes()) {
+            Ok(set_up) => set_up,
+            Err(why) => {
+                skip(progress, target);
+                notes.push(format!("sqlite on {} skipped: {why}", target.label()));
+                continue;
+            }
+        };
+        let mut seconds = Vec::new();
+        for _ in 0..sqlite_runs_on(&settings.sqlite, target) {
+            progress(&format!("sqlite on {}", target.label()));
+            match sqlite::run_once(&sqlite, set_up.as_ref(), settings.sqlite.inserts) {
+                Ok(s) => seconds.push(s),
+                Err(why) => notes.push(why),
+            }
+        }
+        if let Some(seconds) = Summary::of(&seconds) {
+            results.push(SqliteResult { target, seconds });
         }
     }
     results

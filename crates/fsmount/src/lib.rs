@@ -12,12 +12,21 @@ mod mount;
 
 pub use adapter::{FuseFs, errno, file_attr};
 pub use check::{CheckError, CheckReport, check_offline};
-pub use memory::MemPm;
+pub use memory::OverlayPm;
 pub use mount::{Ended, MountConfig, MountError, Mounted, serve, spawn};
 
 use pmem::{Native, NativeOptions, Pool, Protection};
 use pmfs::{Fs, FsError, MkfsOptions, MountOptions};
 use std::path::Path;
+
+/// The real user and group of this process: the owner `ferrite fs mkfs` gives the root
+/// directory by default.
+pub fn invoking_user() -> (u32, u32) {
+    (
+        nix::unistd::getuid().as_raw(),
+        nix::unistd::getgid().as_raw(),
+    )
+}
 
 /// Creates the pool file `path` of `size` bytes and formats a file system on it.
 pub fn mkfs(

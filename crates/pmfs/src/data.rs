@@ -112,12 +112,95 @@ impl<B: Persist> Fs<B> {
             let pos = off + done;
             let n = (len - done).min(chunk - pos % chunk);
             let piece = &data[done as usize..(done + n) as usize];
-            if let Err(e) = self.write_piece(inner, ino, &mut inode, pos, piece) {
-                return if done > 0 { Ok(done as usize) } else { Err(e) };
+            match self.write_piece(inner, ino, &mut inode, pos, piece) {
+                Ok(written) if written == n => done += n,
+                Ok(written) => return Ok((done + written) as usize),
+                Err(e) => return if done > 0 { Ok(done as usize) } else { Err(e) },
             }
-            done += n;
         }
         Ok(len as usize)
+    }
+
+    /// Allocates zeroed blocks for every hole of `[off, off + len)` of regular file `ino`
+    /// and, unless `keep_size`, grows the file to cover the range (`fallocate` mode 0 or
+    /// `FALLOC_FL_KEEP_SIZE`). Each piece is one transaction linking its leaves (and the
+    /// size); a piece that does not fit gives its blocks back and fails with `ENOSPC`.
+    pub fn fallocate(&self, ino: u64, off: u64, len: u64, keep_size: bool) -> Result<(), Errno> {
+        let mut inner = self.lock();
+        let mut inode = self.inode(ino)?;
+        match inode.kind() {
+            Some(FileType::Regular) => {}
+            Some(FileType::Directory) => return Err(Errno::EISDIR),
+            _ => return Err(Errno::ENODEV),
+        }
+        if keep_size && !self.sb.has_xattrs() {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let end = off
+            .checked_add(len)
+            .filter(|&end| len > 0 && end <= MAX_FILE_SIZE)
+            .ok_or(Errno::EINVAL)?;
+        let chunk = self.chunk_bytes(&inode);
+        let mut pos = off;
+        while pos < end {
+            let stop = end.min((pos / chunk + 1) * chunk);
+            self.fallocate_piece(&mut inner, ino, &mut inode, pos, stop, keep_size)?;
+            pos = stop;
+        }
+        self.pm().durability_point();
+        Ok(())
+    }
+
+    fn fallocate_piece(
+        &self,
+        inner: &mut Inner,
+        ino: u64,
+        inode: &mut Inode,
+        off: u64,
+        end: u64,
+        keep_size: bool,
+    ) -> Result<(), Errno> {
+        let (pm, sb) = (self.pm(), &self.sb);
+        let (leaf, huge) = (inode.leaf_size(), inode.is_huge());
+        let grows = !keep_size && end > inode.size;
+        if grows {
+            self.zero_after_eof(inode, end)?;
+        }
+        let mut holes = Vec::new();
+        for idx in off / leaf..end.div_ceil(leaf) {
+            if tree::lookup(pm, sb, inode.tree, huge, idx)?.is_some() {
+                continue;
+            }
+            let Some(block) = inner.alloc_leaf(sb, huge) else {
+                self.free_leaves(inner, &holes, huge);
+                return Err(Errno::ENOSPC);
+            };
+            self.zero_data(block, leaf);
+            holes.push((idx, block));
+        }
+        if holes.is_empty() && !grows {
+            return Ok(());
+        }
+        let mut updated = *inode;
+        if grows {
+            updated.size = end;
+        }
+        if keep_size && end.div_ceil(leaf) > inode.size.div_ceil(leaf) {
+            updated.flags |= crate::inode::FLAG_PREALLOC;
+        }
+        updated.ctime = self.now();
+        let mut batch = Batch::default();
+        if updated.flags != inode.flags {
+            batch.cold(sb, ino, &updated, field::GENERATION, field::BTIME);
+        }
+        if let Err(e) = self.link_leaves(inner, ino, &mut updated, &holes, batch) {
+            self.free_leaves(inner, &holes, huge);
+            return Err(e);
+        }
+        let per_leaf = if huge { BLOCKS_PER_HUGE } else { 1 };
+        inner.add_blocks(ino, (holes.len() as u64 * per_leaf) as i64);
+        *inode = updated;
+        Ok(())
     }
 
     /// Bytes per transaction of a write: bounded so the slot ranges fit the journal.
@@ -132,6 +215,9 @@ impl<B: Persist> Fs<B> {
         leaves * inode.leaf_size()
     }
 
+    /// Writes one piece (one transaction at most); returns the bytes written: all of them,
+    /// or, when space runs out, the prefix whose leaves could be allocated (a short write;
+    /// `ENOSPC` only when not one byte fits).
     fn write_piece(
         &self,
         inner: &mut Inner,
@@ -139,17 +225,17 @@ impl<B: Persist> Fs<B> {
         inode: &mut Inode,
         off: u64,
         data: &[u8],
-    ) -> Result<(), Errno> {
+    ) -> Result<u64, Errno> {
         let (pm, sb) = (self.pm(), &self.sb);
         let (leaf, huge) = (inode.leaf_size(), inode.is_huge());
         // A mapped file is overwritten in place even in copy-on-write mode: the mapping
         // must see every write (coherence wins over per-write atomicity, as in PMFS).
         let cow =
             self.options.data_mode == DataMode::CopyOnWrite && !inner.mapped.contains_key(&ino);
-        let end = off + data.len() as u64;
+        let mut end = off + data.len() as u64;
         let old_size = inode.size;
         self.zero_after_eof(inode, off)?;
-        let mut mappings = Vec::new();
+        let mut mappings: Vec<(u64, u64)> = Vec::new();
         for idx in off / leaf..=(end - 1) / leaf {
             let (lo, hi) = (off.max(idx * leaf), end.min((idx + 1) * leaf));
             let piece = &data[(lo - off) as usize..(hi - off) as usize];
@@ -159,8 +245,8 @@ impl<B: Persist> Fs<B> {
                 continue;
             }
             let Some(new) = inner.alloc_leaf(sb, huge) else {
-                self.free_leaves(inner, &mappings, huge);
-                return Err(Errno::ENOSPC);
+                end = lo;
+                break;
             };
             if hi - lo == leaf {
                 self.store_data(new, piece);
@@ -173,6 +259,9 @@ impl<B: Persist> Fs<B> {
                 self.store_data(new, &buf);
             }
             mappings.push((idx, new));
+        }
+        if end == off {
+            return Err(Errno::ENOSPC);
         }
         let new_size = old_size.max(end);
         let now = self.now();
@@ -191,26 +280,36 @@ impl<B: Persist> Fs<B> {
             pm.flush(at + field::MTIME, 16);
             pm.fence();
             (inode.ctime, inode.mtime) = (now, now);
-            return Ok(());
+            return Ok(end - off);
         }
-        let mut updated = *inode;
-        (updated.size, updated.mtime, updated.ctime) = (new_size, now, now);
-        let replaced = match self.link_leaves(inner, ino, &mut updated, &mappings, Batch::default())
-        {
-            Ok(replaced) => replaced,
-            Err(e) => {
-                self.free_leaves(inner, &mappings, huge);
-                return Err(e);
+        // Tree nodes come from the same space: with too few blocks for them, give back the
+        // last new leaves until the rest links (a shorter write).
+        let replaced = loop {
+            let mut updated = *inode;
+            (updated.size, updated.mtime, updated.ctime) = (old_size.max(end), now, now);
+            match self.link_leaves(inner, ino, &mut updated, &mappings, Batch::default()) {
+                Ok(replaced) => {
+                    *inode = updated;
+                    break replaced;
+                }
+                Err(Errno::ENOSPC) if mappings.len() > 1 => {
+                    let (idx, block) = mappings.pop().expect("more than one");
+                    self.free_leaves(inner, &[(idx, block)], huge);
+                    end = end.min(idx * leaf).max(off);
+                }
+                Err(e) => {
+                    self.free_leaves(inner, &mappings, huge);
+                    return Err(e);
+                }
             }
         };
-        *inode = updated;
         let per_leaf = if huge { BLOCKS_PER_HUGE } else { 1 };
         inner.add_blocks(ino, (mappings.len() as u64 * per_leaf) as i64);
         for block in replaced {
             inner.free_runs(sb, &[(block, per_leaf)]);
             inner.add_blocks(ino, -(per_leaf as i64));
         }
-        Ok(())
+        Ok(end - off)
     }
 
     /// Zeroes `[size, min(off, end of size's leaf))` of the last leaf before a write at `off`

@@ -270,6 +270,21 @@ impl DirIndex {
         self.blocks.len() as u64
     }
 
+    /// Blocks at the end of the directory that hold no live record (a directory can shrink
+    /// by these; emptier blocks in the middle are reused by later inserts).
+    pub fn trailing_empty_blocks(&self) -> u64 {
+        let empty = |leaf: u64| {
+            let start = leaf * BLOCK;
+            self.recs
+                .range(start..start + BLOCK)
+                .all(|(_, r)| r.name.is_none())
+        };
+        (0..self.block_count())
+            .rev()
+            .take_while(|&leaf| empty(leaf))
+            .count() as u64
+    }
+
     /// Absolute offset of position `pos`.
     pub fn abs(&self, pos: u64) -> u64 {
         self.blocks[(pos / BLOCK) as usize] + pos % BLOCK

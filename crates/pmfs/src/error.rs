@@ -54,6 +54,8 @@ errnos! {
     ENXIO: "no such device or address (a mapping past the end of the file)",
     ENODEV: "no such device (only regular files can be mapped)",
     EOPNOTSUPP: "operation not supported",
+    ENODATA: "no data available (no such extended attribute)",
+    ERANGE: "result out of range (a buffer too small, or a bad attribute name)",
 }
 
 impl Errno {
@@ -116,7 +118,7 @@ pub enum FsError {
     #[error("not a ferrite file system: {0}")]
     NotFormatted(&'static str),
     /// A superblock of a version this build cannot read.
-    #[error("unsupported file-system version {found} (this build reads version 1)")]
+    #[error("unsupported file-system version {found} (this build reads versions 1 and 2)")]
     UnsupportedVersion {
         /// Version found in the superblock.
         found: u32,

@@ -22,6 +22,8 @@ pub struct Fs<B: Persist> {
     pub(crate) sb: Superblock,
     pub(crate) options: MountOptions,
     pub(crate) inner: Mutex<Inner>,
+    /// What this mount found damaged and repaired.
+    pub(crate) repairs: Vec<crate::recovery::Repair>,
     /// Clock readings since mount (for [`Clock::Stepping`]).
     pub(crate) readings: std::sync::atomic::AtomicU64,
 }
@@ -50,6 +52,11 @@ impl<B: Persist> Fs<B> {
     /// The superblock (geometry).
     pub fn superblock(&self) -> &Superblock {
         &self.sb
+    }
+
+    /// What this mount found damaged and repaired (empty for a healthy file system).
+    pub fn repairs(&self) -> &[crate::recovery::Repair] {
+        &self.repairs
     }
 
     /// The mount options.

@@ -167,11 +167,20 @@ impl<B: Persist> Fs<B> {
         let sb = &self.sb;
         let limit = inode.size.div_ceil(inode.leaf_size());
         let mut count = 0;
+        if inode.xattr != 0 {
+            self.read_attrs(ino, inode)?;
+            let block = (inode.xattr - sb.data_offset) / BLOCK;
+            if std::mem::replace(&mut used[block as usize], true) {
+                return Err(Corrupt::new(format!("block {block} referenced twice")));
+            }
+            count += 1;
+        }
         tree::walk(self.pm(), sb, inode.tree, inode.is_huge(), &mut |visit| {
             let (off, n) = match visit {
                 Visit::Node(off) => (off, 1),
                 Visit::Leaf(leaf, off) => {
-                    if leaf >= limit && !listed {
+                    let prealloc = inode.flags & crate::inode::FLAG_PREALLOC != 0;
+                    if leaf >= limit && !listed && !prealloc {
                         return Err(Corrupt::new(format!(
                             "inode {ino}: leaf {leaf} past its size"
                         )));

@@ -42,12 +42,17 @@ pub mod field {
     pub const BTIME: u64 = 0x58;
     /// Device number (reserved).
     pub const RDEV: u64 = 0x60;
+    /// Extended-attribute block (version 2; 0 = none).
+    pub const XATTR: u64 = 0x68;
 }
 
 /// Bytes of the hot part: one journal entry.
 pub const HOT_LEN: u64 = 48;
 /// Flag: the file's leaves are 2 MiB.
 pub const FLAG_HUGE: u32 = 1;
+/// Flag: the file may hold zeroed leaves past its size (`fallocate` with
+/// `FALLOC_FL_KEEP_SIZE`); version 2.
+pub const FLAG_PREALLOC: u32 = 2;
 
 /// `S_IFMT` mask and the three types stored.
 pub const S_IFMT: u32 = 0o170_000;
@@ -186,6 +191,8 @@ pub struct Inode {
     pub btime: u64,
     /// Device number.
     pub rdev: u64,
+    /// Extended-attribute block, 0 for none.
+    pub xattr: u64,
 }
 
 impl Inode {
@@ -217,6 +224,7 @@ impl Inode {
             flags: u32_at(field::FLAGS),
             btime: u64_at(field::BTIME),
             rdev: u64_at(field::RDEV),
+            xattr: u64_at(field::XATTR),
         }
     }
 
@@ -234,6 +242,7 @@ impl Inode {
         p64(field::TRUNC_SIZE, self.trunc_size);
         p64(field::BTIME, self.btime);
         p64(field::RDEV, self.rdev);
+        p64(field::XATTR, self.xattr);
         let mut p32 = |f: u64, v: u32| put_u32(&mut b, f as usize, v);
         p32(field::MODE, self.mode);
         p32(field::NLINK, self.nlink);
@@ -286,7 +295,13 @@ impl Inode {
         if self.size > MAX_FILE_SIZE {
             return fail(format!("size {}", self.size));
         }
-        if self.flags & !FLAG_HUGE != 0 || (self.is_huge() && kind != FileType::Regular) {
+        let known = if sb.has_xattrs() {
+            FLAG_HUGE | FLAG_PREALLOC
+        } else {
+            FLAG_HUGE
+        };
+        let regular_only = self.is_huge() || self.flags & FLAG_PREALLOC != 0;
+        if self.flags & !known != 0 || (regular_only && kind != FileType::Regular) {
             return fail(format!("flags {:#x}", self.flags));
         }
         if kind == FileType::Directory {
@@ -305,6 +320,11 @@ impl Inode {
         }
         if self.trunc_next >= sb.inode_count {
             return fail(format!("truncate link {}", self.trunc_next));
+        }
+        if self.xattr != 0
+            && (!sb.has_xattrs() || crate::tree::check_ptr(sb, self.xattr, true, false).is_err())
+        {
+            return fail(format!("attribute block {:#x}", self.xattr));
         }
         Ok(kind)
     }
@@ -366,6 +386,7 @@ mod tests {
             flags: 0,
             btime: 11,
             rdev: 0,
+            xattr: 0,
         };
         assert_eq!(Inode::decode(&inode.encode()), inode);
         assert_eq!(&inode.hot()[..], &inode.encode()[..48]);

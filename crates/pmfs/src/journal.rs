@@ -369,6 +369,7 @@ mod tests {
         MkfsOptions {
             inodes: Some(64),
             journal_entries: 64,
+            ..MkfsOptions::default()
         }
     }
 

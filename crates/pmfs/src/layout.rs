@@ -11,8 +11,10 @@ pub const LAYOUT: &str = "ferrite-fs";
 pub const ROOT_SIZE: u64 = 4096;
 /// Superblock magic.
 pub const SB_MAGIC: [u8; 8] = *b"FERRITFS";
-/// Format version.
-pub const SB_VERSION: u32 = 1;
+/// Format version written by mkfs (2: inodes may point to an extended-attribute block).
+pub const SB_VERSION: u32 = 2;
+/// Oldest format version still read (1: no extended attributes; they are refused).
+pub const SB_VERSION_MIN: u32 = 1;
 /// Checksummed superblock bytes.
 pub const SB_LEN: usize = 256;
 /// Primary superblock, relative to the root region.
@@ -86,6 +88,9 @@ pub struct MkfsOptions {
     pub inodes: Option<u64>,
     /// Journal entries.
     pub journal_entries: u32,
+    /// Owner and group of the root directory (`ferrite fs mkfs` gives it to the invoking
+    /// user, so a user's own mount is writable by that user).
+    pub root_owner: (u32, u32),
 }
 
 impl Default for MkfsOptions {
@@ -93,6 +98,7 @@ impl Default for MkfsOptions {
         MkfsOptions {
             inodes: None,
             journal_entries: JOURNAL_DEFAULT,
+            root_owner: (0, 0),
         }
     }
 }
@@ -100,6 +106,8 @@ impl Default for MkfsOptions {
 /// The decoded superblock plus the root region's offset (the geometry of a file system).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Superblock {
+    /// Format version (`SB_VERSION_MIN..=SB_VERSION`).
+    pub version: u32,
     /// The pool's UUID.
     pub pool_uuid: [u8; 16],
     /// Journal entries.
@@ -153,6 +161,7 @@ impl Superblock {
             ));
         }
         let sb = Superblock {
+            version: SB_VERSION,
             pool_uuid: pool.uuid,
             journal_entries: entries,
             journal_offset,
@@ -172,7 +181,7 @@ impl Superblock {
     pub fn encode(&self) -> [u8; SB_LEN] {
         let mut b = [0u8; SB_LEN];
         b[sb::MAGIC..sb::MAGIC + 8].copy_from_slice(&SB_MAGIC);
-        put_u32(&mut b, sb::VERSION, SB_VERSION);
+        put_u32(&mut b, sb::VERSION, self.version);
         put_u32(&mut b, sb::LEN, SB_LEN as u32);
         b[sb::UUID..sb::UUID + 16].copy_from_slice(&self.pool_uuid);
         put_u32(&mut b, sb::BLOCK_SIZE, BLOCK as u32);
@@ -207,7 +216,8 @@ impl Superblock {
             )));
         }
         let version = get_u32(b, sb::VERSION);
-        if version != SB_VERSION || get_u32(b, sb::LEN) != SB_LEN as u32 {
+        if !(SB_VERSION_MIN..=SB_VERSION).contains(&version) || get_u32(b, sb::LEN) != SB_LEN as u32
+        {
             return Err(SbProblem::Bad(FsError::UnsupportedVersion {
                 found: version,
             }));
@@ -221,6 +231,7 @@ impl Superblock {
         let mut pool_uuid = [0u8; 16];
         pool_uuid.copy_from_slice(&b[sb::UUID..sb::UUID + 16]);
         let sb = Superblock {
+            version,
             pool_uuid,
             journal_entries: get_u32(b, sb::JOURNAL_ENTRIES),
             journal_offset: get_u64(b, sb::JOURNAL_OFFSET),
@@ -274,6 +285,11 @@ impl Superblock {
             return fail("data area does not fill the pool");
         }
         Ok(())
+    }
+
+    /// Whether inodes may have an extended-attribute block (version 2 and later).
+    pub fn has_xattrs(&self) -> bool {
+        self.version >= 2
     }
 
     /// Absolute offset of inode `ino`.
@@ -341,6 +357,10 @@ fn inode_table_bytes(inodes: u64) -> u64 {
     (inodes * INODE_SIZE).next_multiple_of(BLOCK)
 }
 
+pub(crate) fn put_u16(b: &mut [u8], at: usize, v: u16) {
+    b[at..at + 2].copy_from_slice(&v.to_le_bytes());
+}
+
 pub(crate) fn put_u32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
@@ -402,11 +422,13 @@ mod tests {
         let options = MkfsOptions {
             inodes: Some(4096),
             journal_entries: 1024,
+            ..MkfsOptions::default()
         };
         assert!(Superblock::plan(&pool, &options, 0).is_err());
         let options = MkfsOptions {
             inodes: Some(1),
             journal_entries: 64,
+            ..MkfsOptions::default()
         };
         assert!(Superblock::plan(&pool, &options, 0).is_err());
     }

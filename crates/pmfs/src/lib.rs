@@ -60,6 +60,7 @@ mod recovery;
 mod state;
 pub mod tree;
 mod truncate;
+pub mod xattr;
 
 pub use attr::{Attr, DirEntry, JournalStats, SetAttr, StatFs, TimeSet};
 pub use error::{Corrupt, Errno, FsError};
@@ -70,6 +71,8 @@ pub use kernel::Caller;
 pub use layout::{LAYOUT, MkfsOptions, Superblock};
 pub use options::{Clock, DataMode, MountOptions};
 pub use posix::{Fd, Posix, Whence};
+pub use recovery::Repair;
+pub use xattr::SetMode;
 
 /// Pool creation options for a file system of `size` bytes (layout [`LAYOUT`], 4 KiB root).
 pub fn pool_options(size: u64) -> pmem::CreateOptions {

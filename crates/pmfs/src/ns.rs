@@ -13,7 +13,6 @@ use crate::filesystem::Fs;
 use crate::inode::{FLAG_HUGE, FileType, Inode, field, root_word};
 use crate::layout::{BLOCK, LINK_MAX, MAX_FILE_SIZE, ROOT_INO};
 use crate::state::Inner;
-use crate::tree;
 use crate::truncate::free_inode_fields;
 use pmem::{Persist, WriteClass};
 
@@ -28,6 +27,59 @@ fn slot_of(ino: u64, kind: FileType) -> SlotOf {
 }
 
 impl<B: Persist> Fs<B> {
+    /// Removes `name` from `parent` (not a directory), then gives back the directory's
+    /// emptied trailing blocks.
+    pub(crate) fn unlink_locked(
+        &self,
+        inner: &mut Inner,
+        parent: u64,
+        name: &[u8],
+    ) -> Result<(), Errno> {
+        self.unlink_entry(inner, parent, name)?;
+        self.shrink_dir(inner, parent)
+    }
+
+    /// Removes the empty directory `name` from `parent`, then gives back `parent`'s emptied
+    /// trailing blocks.
+    pub(crate) fn rmdir_locked(
+        &self,
+        inner: &mut Inner,
+        parent: u64,
+        name: &[u8],
+    ) -> Result<(), Errno> {
+        self.rmdir_entry(inner, parent, name)?;
+        self.shrink_dir(inner, parent)
+    }
+
+    /// Renames, then gives back the source directory's emptied trailing blocks.
+    pub(crate) fn rename_locked(
+        &self,
+        inner: &mut Inner,
+        p1: u64,
+        n1: &[u8],
+        p2: u64,
+        n2: &[u8],
+    ) -> Result<(), Errno> {
+        self.rename_entry(inner, p1, n1, p2, n2)?;
+        self.shrink_dir(inner, p1)
+    }
+
+    /// Cuts directory `dir`'s trailing blocks that hold no record, through the truncate
+    /// list like any truncate (a crash in the middle is finished by the next mount).
+    fn shrink_dir(&self, inner: &mut Inner, dir: u64) -> Result<(), Errno> {
+        let mut inode = self.dir_inode(dir)?;
+        let index = self.take_dir(inner, dir, &inode)?;
+        let empty = index.trailing_empty_blocks();
+        if empty == 0 {
+            inner.dirs.insert(dir, index);
+            return Ok(());
+        }
+        let size = (index.block_count() - empty) * BLOCK;
+        let now = self.now();
+        // The index is reloaded from the media on next use.
+        self.set_size(inner, dir, &mut inode, size, now)
+    }
+
     /// Takes directory `ino`'s index out of the cache (loading it on first use).
     pub(crate) fn take_dir(
         &self,
@@ -461,12 +513,7 @@ impl<B: Persist> Fs<B> {
         Ok(())
     }
 
-    pub(crate) fn unlink_locked(
-        &self,
-        inner: &mut Inner,
-        parent: u64,
-        name: &[u8],
-    ) -> Result<(), Errno> {
+    fn unlink_entry(&self, inner: &mut Inner, parent: u64, name: &[u8]) -> Result<(), Errno> {
         if name == DOT || name == DOTDOT {
             return Err(Errno::EISDIR);
         }
@@ -521,7 +568,7 @@ impl<B: Persist> Fs<B> {
                 batch.cold(sb, ino, child, field::TRUNC_NEXT, field::GENERATION);
                 batch.head(sb, ino)?;
             } else {
-                freed = Some(tree::blocks(self.pm(), sb, child.tree, child.is_huge())?);
+                freed = Some(self.inode_blocks(child)?);
                 free_inode_fields(child);
             }
         }
@@ -537,12 +584,7 @@ impl<B: Persist> Fs<B> {
         Ok(())
     }
 
-    pub(crate) fn rmdir_locked(
-        &self,
-        inner: &mut Inner,
-        parent: u64,
-        name: &[u8],
-    ) -> Result<(), Errno> {
+    fn rmdir_entry(&self, inner: &mut Inner, parent: u64, name: &[u8]) -> Result<(), Errno> {
         if name == DOT {
             return Err(Errno::EINVAL);
         }
@@ -569,7 +611,7 @@ impl<B: Persist> Fs<B> {
         let now = self.now();
         let mut batch = Batch::default();
         self.plan_remove(&mut dir, name, &mut batch);
-        let blocks = tree::blocks(self.pm(), &self.sb, child.tree, false)?;
+        let blocks = self.inode_blocks(&child)?;
         free_inode_fields(&mut child);
         batch.hot(&self.sb, slot.ino, &child);
         pinode.nlink -= 1;
@@ -602,7 +644,21 @@ impl<B: Persist> Fs<B> {
         Ok(())
     }
 
-    pub(crate) fn rename_locked(
+    /// Renames unless the target name exists (`RENAME_NOREPLACE`: `EEXIST`), checked and
+    /// done under one lock.
+    pub fn rename_noreplace(&self, p1: u64, n1: &[u8], p2: u64, n2: &[u8]) -> Result<(), Errno> {
+        let mut inner = self.lock();
+        match self.lookup_locked(&mut inner, p2, n2) {
+            Ok(_) => return Err(Errno::EEXIST),
+            Err(Errno::ENOENT) => {}
+            Err(e) => return Err(e),
+        }
+        self.rename_locked(&mut inner, p1, n1, p2, n2)?;
+        self.pm().durability_point();
+        Ok(())
+    }
+
+    fn rename_entry(
         &self,
         inner: &mut Inner,
         p1: u64,
@@ -789,7 +845,7 @@ impl<B: Persist> Fs<B> {
         let mut freed = None;
         if let Some((dst, mut victim_inode)) = victim {
             if dst.kind == FileType::Directory {
-                freed = Some(tree::blocks(self.pm(), sb, victim_inode.tree, false)?);
+                freed = Some(self.inode_blocks(&victim_inode)?);
                 free_inode_fields(&mut victim_inode);
                 batch.hot(sb, dst.ino, &victim_inode);
                 i2.as_mut().unwrap_or(&mut i1).nlink -= 1;

@@ -491,6 +491,31 @@ impl<B: Persist> Posix<B> {
         Ok(())
     }
 
+    /// Allocates blocks for `[off, off + len)` of an open file (`fallocate`: mode 0 grows
+    /// the file, `keep_size` does not).
+    pub fn fallocate(&self, fd: Fd, off: u64, len: u64, keep_size: bool) -> Result<(), Errno> {
+        let ino = {
+            let fds = self.fds.lock();
+            let _inner = self.fs.lock();
+            let file = self.file(&fds, fd)?;
+            if !file.write {
+                return Err(Errno::EBADF);
+            }
+            file.ino
+        };
+        self.fs.fallocate(ino, off, len, keep_size)
+    }
+
+    /// Changes attributes of an open file (`fchmod`, `fchown`, `futimens`).
+    pub fn fsetattr(&self, fd: Fd, set: SetAttr) -> Result<Attr, Errno> {
+        let fds = self.fds.lock();
+        let mut inner = self.fs.lock();
+        let file = self.file(&fds, fd)?;
+        let attr = self.fs.setattr_locked(&mut inner, file.ino, set)?;
+        self.fs.pm().durability_point();
+        Ok(attr)
+    }
+
     /// Attributes of an open file.
     pub fn fstat(&self, fd: Fd) -> Result<Attr, Errno> {
         let fds = self.fds.lock();
@@ -675,6 +700,40 @@ impl<B: Persist> Posix<B> {
                 ..SetAttr::default()
             },
         )
+    }
+
+    fn resolve_ino(&self, path: &str, follow: bool) -> Result<u64, Errno> {
+        let mut inner = self.fs.lock();
+        Ok(self.resolve(&mut inner, path, follow)?.0)
+    }
+
+    /// The value of extended attribute `name` of `path` (`follow`: through a final symbolic
+    /// link, as `getxattr`; else as `lgetxattr`).
+    pub fn getxattr(&self, path: &str, name: &[u8], follow: bool) -> Result<Vec<u8>, Errno> {
+        self.fs.getxattr(self.resolve_ino(path, follow)?, name)
+    }
+
+    /// The extended attribute names of `path`.
+    pub fn listxattr(&self, path: &str, follow: bool) -> Result<Vec<Vec<u8>>, Errno> {
+        self.fs.listxattr(self.resolve_ino(path, follow)?)
+    }
+
+    /// Sets extended attribute `name` of `path`.
+    pub fn setxattr(
+        &self,
+        path: &str,
+        name: &[u8],
+        value: &[u8],
+        mode: crate::xattr::SetMode,
+        follow: bool,
+    ) -> Result<(), Errno> {
+        self.fs
+            .setxattr(self.resolve_ino(path, follow)?, name, value, mode)
+    }
+
+    /// Removes extended attribute `name` of `path`.
+    pub fn removexattr(&self, path: &str, name: &[u8], follow: bool) -> Result<(), Errno> {
+        self.fs.removexattr(self.resolve_ino(path, follow)?, name)
     }
 
     /// The entries of a directory (`.` and `..` first).

@@ -57,6 +57,8 @@ impl<B: Persist> Fs<B> {
             atime: now,
             btime: now,
             generation: 1,
+            uid: mkfs.root_owner.0,
+            gid: mkfs.root_owner.1,
             ..Inode::default()
         };
         pm.write_nt(sb.inode_offset(ROOT_INO), &root.encode(), WriteClass::Meta);
@@ -80,12 +82,13 @@ impl<B: Persist> Fs<B> {
     /// Mounts the file system on `pool`, recovering from a crash if there was one.
     pub fn mount(pool: Pool<B>, options: MountOptions) -> Result<Fs<B>, FsError> {
         match mount_state(&pool, options) {
-            Ok((sb, inner)) => Ok(Fs {
+            Ok((sb, inner, repairs)) => Ok(Fs {
                 pool,
                 sb,
                 options,
                 inner: Mutex::new(inner),
                 readings: std::sync::atomic::AtomicU64::new(0),
+                repairs,
             }),
             Err(error) => {
                 pool.mark_unclean_on_drop();
@@ -105,13 +108,35 @@ fn check_layout(header: &Header) -> Result<(), FsError> {
     Ok(())
 }
 
+/// Something a mount found damaged and repaired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Repair {
+    /// The primary superblock was damaged; it was rewritten from the copy.
+    PrimarySuperblockFromCopy,
+    /// The superblock copy was damaged or stale; it was rewritten from the primary.
+    SuperblockCopyFromPrimary,
+}
+
+impl std::fmt::Display for Repair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Repair::PrimarySuperblockFromCopy => {
+                "primary superblock damaged: restored from its copy"
+            }
+            Repair::SuperblockCopyFromPrimary => {
+                "superblock copy damaged or stale: restored from the primary"
+            }
+        })
+    }
+}
+
 fn mount_state<B: Persist>(
     pool: &Pool<B>,
     options: MountOptions,
-) -> Result<(Superblock, Inner), FsError> {
+) -> Result<(Superblock, Inner, Vec<Repair>), FsError> {
     check_layout(pool.header())?;
     let pm = pool.pm();
-    let sb = read_superblock(pm, pool.header())?;
+    let (sb, repairs) = read_superblock(pm, pool.header())?;
     if options.mutant == Mutant::TruncateBeforeRollback {
         cut_listed_before_rollback(pm, &sb);
     }
@@ -119,11 +144,15 @@ fn mount_state<B: Persist>(
     process_truncate_list(pm, &sb, &mut journal)?;
     let rebuilt = rebuild(pm, &sb)?;
     let inner = Inner::new(journal, rebuilt.alloc, rebuilt.free_inodes, rebuilt.blocks);
-    Ok((sb, inner))
+    Ok((sb, inner, repairs))
 }
 
-/// Reads the primary superblock, falling back to the copy; repairs whichever is bad.
-fn read_superblock<B: Persist>(pm: &B, header: &Header) -> Result<Superblock, FsError> {
+/// Reads the primary superblock, falling back to the copy; repairs whichever is bad and
+/// says which.
+fn read_superblock<B: Persist>(
+    pm: &B,
+    header: &Header,
+) -> Result<(Superblock, Vec<Repair>), FsError> {
     let (primary, copy) = (
         header.root_offset + SB_PRIMARY,
         header.root_offset + SB_COPY,
@@ -145,12 +174,13 @@ fn read_superblock<B: Persist>(pm: &B, header: &Header) -> Result<Superblock, Fs
         (Ok(sb), copy_result) => {
             if copy_result.is_err() || c_bytes != p_bytes {
                 repair(copy, &p_bytes);
+                return Ok((sb, vec![Repair::SuperblockCopyFromPrimary]));
             }
-            Ok(sb)
+            Ok((sb, Vec::new()))
         }
         (Err(_), Ok(sb)) => {
             repair(primary, &c_bytes);
-            Ok(sb)
+            Ok((sb, vec![Repair::PrimarySuperblockFromCopy]))
         }
         (Err(SbProblem::Blank), Err(SbProblem::Blank)) => Err(FsError::NotFormatted(
             "no superblock; never formatted, or mkfs was interrupted",
@@ -258,7 +288,8 @@ pub(crate) fn rebuild<B: Persist>(pm: &B, sb: &Superblock) -> Result<Rebuilt, Co
             return Err(Corrupt::new("the root inode is not a directory"));
         }
         let mut count = 0u64;
-        tree::walk(pm, sb, inode.tree, inode.is_huge(), &mut |visit| {
+        let xattr = (inode.xattr != 0).then_some(Visit::Node(inode.xattr));
+        let mut mark = |visit| {
             let (off, n) = match visit {
                 Visit::Node(off) => (off, 1),
                 Visit::Leaf(_, off) if inode.is_huge() => (off, BLOCKS_PER_HUGE),
@@ -276,7 +307,11 @@ pub(crate) fn rebuild<B: Persist>(pm: &B, sb: &Superblock) -> Result<Rebuilt, Co
             }
             count += n;
             Ok(())
-        })?;
+        };
+        tree::walk(pm, sb, inode.tree, inode.is_huge(), &mut mark)?;
+        if let Some(visit) = xattr {
+            mark(visit)?;
+        }
         blocks.insert(ino, count);
     }
     let huge_phase = ((HUGE_BLOCK - sb.data_offset % HUGE_BLOCK) % HUGE_BLOCK) / BLOCK;

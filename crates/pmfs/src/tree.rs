@@ -401,6 +401,7 @@ mod tests {
         let options = MkfsOptions {
             inodes: Some(64),
             journal_entries: 64,
+            ..MkfsOptions::default()
         };
         (pm, Superblock::plan(&header, &options, 0).expect("plan"))
     }

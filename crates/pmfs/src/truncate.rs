@@ -47,7 +47,7 @@ impl<B: Persist> Fs<B> {
         ino: u64,
         inode: &Inode,
     ) -> Result<(), Errno> {
-        let blocks = tree::blocks(self.pm(), &self.sb, inode.tree, inode.is_huge())?;
+        let blocks = self.inode_blocks(inode)?;
         let mut batch = Batch::default();
         let mut updated = *inode;
         unlink_from_list(self.pm(), &self.sb, ino, &mut updated, &mut batch)?;

@@ -19,6 +19,7 @@ fn populated_image() -> (Vec<u8>, pmfs::Superblock) {
     let mkfs = MkfsOptions {
         inodes: Some(64),
         journal_entries: 64,
+        ..MkfsOptions::default()
     };
     let options = MountOptions {
         clock: Clock::Fixed(1),

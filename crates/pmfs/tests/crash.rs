@@ -40,6 +40,12 @@ enum Op {
     Utimens(&'static str, u64),
     /// Closes handle `h` (the last close of the unlinked file frees it).
     Close(usize),
+    /// Sets an extended attribute to `len` bytes of a pattern.
+    Setxattr(&'static str, &'static str, usize),
+    /// Removes an extended attribute.
+    Removexattr(&'static str, &'static str),
+    /// `fallocate(path, off, len)`, keeping the size when set.
+    Fallocate(&'static str, u64, u64, bool),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,6 +58,7 @@ struct Node {
     mtime: u64,
     ctime: u64,
     content: Vec<u8>,
+    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 type State = BTreeMap<String, Node>;
@@ -90,6 +97,14 @@ fn populate(px: &Posix<SimPm>) -> Vec<Fd> {
     px.close(a_foo).expect("close");
     px.link("/A/foo", "/A/foo2").expect("link");
     let small = write_file("/foo", 100, 2);
+    px.setxattr(
+        "/foo",
+        b"user.kept",
+        b"old value",
+        pmfs::SetMode::Any,
+        false,
+    )
+    .expect("setxattr");
     let bar = write_file("/bar", 12_288, 3);
     px.symlink("foo", "/l").expect("symlink");
     let q = write_file("/q", 6000, 5);
@@ -132,6 +147,16 @@ fn dump(px: &Posix<SimPm>) -> Result<State, String> {
                     buf
                 }
             };
+            let mut xattrs = Vec::new();
+            for name in px
+                .listxattr(&path, false)
+                .map_err(|e| format!("listxattr {path}: {e}"))?
+            {
+                let value = px
+                    .getxattr(&path, &name, false)
+                    .map_err(|e| format!("getxattr {path}: {e}"))?;
+                xattrs.push((name, value));
+            }
             state.insert(
                 path,
                 Node {
@@ -143,6 +168,7 @@ fn dump(px: &Posix<SimPm>) -> Result<State, String> {
                     mtime: st.mtime,
                     ctime: st.ctime,
                     content,
+                    xattrs,
                 },
             );
         }
@@ -174,6 +200,18 @@ fn try_op(px: &Posix<SimPm>, fds: &mut [Option<Fd>], op: &Op) -> Result<(), pmfs
         Op::Chown(p, u, g) => px.chown(p, Some(u), Some(g)),
         Op::Utimens(p, t) => px.utimens(p, Some(TimeSet::At(t)), Some(TimeSet::At(t + 1))),
         Op::Close(h) => px.close(fds[h].take().ok_or(pmfs::Errno::EBADF)?),
+        Op::Setxattr(p, name, len) => px.setxattr(
+            p,
+            name.as_bytes(),
+            &pattern(len, len as u8),
+            pmfs::SetMode::Any,
+            false,
+        ),
+        Op::Removexattr(p, name) => px.removexattr(p, name.as_bytes(), false),
+        Op::Fallocate(p, off, len, keep) => {
+            let ino = px.stat(p)?.ino;
+            px.fs().fallocate(ino, off, len, keep)
+        }
     }
 }
 
@@ -376,6 +414,7 @@ impl Scenario for FsScenario {
         let mkfs = MkfsOptions {
             inodes: Some(64),
             journal_entries: 128,
+            ..MkfsOptions::default()
         };
         let px = Posix::new(Fs::mkfs(pool, &mkfs, options(self.mode, self.mutant)).expect("mkfs"));
         let fds = populate(&px).into_iter().map(Some).collect();
@@ -450,6 +489,12 @@ fn single_ops() -> Vec<Op> {
         Op::Chown("/foo", 5, 6),
         Op::Utimens("/A/foo", 42),
         Op::Close(2),
+        Op::Setxattr("/bar", "user.new", 100),
+        Op::Setxattr("/A", "user.tag", 3000),
+        Op::Setxattr("/foo", "user.kept", 20),
+        Op::Removexattr("/foo", "user.kept"),
+        Op::Fallocate("/bar", 12_288, 20_000, false),
+        Op::Fallocate("/foo", 0, 30_000, true),
     ]
 }
 
@@ -732,6 +777,7 @@ impl Scenario for SbRepairScenario {
         let mkfs = MkfsOptions {
             inodes: Some(32),
             journal_entries: 64,
+            ..MkfsOptions::default()
         };
         let px = Posix::new(Fs::mkfs(pool, &mkfs, Self::mount_options()).expect("mkfs"));
         px.mkdir("/A", 0o755).expect("mkdir");
@@ -810,6 +856,7 @@ mod large {
         let mkfs = MkfsOptions {
             inodes: Some(32),
             journal_entries: pmfs::layout::JOURNAL_DEFAULT,
+            ..MkfsOptions::default()
         };
         Posix::new(Fs::mkfs(pool, &mkfs, mount_options(mode, huge)).expect("mkfs"))
     }

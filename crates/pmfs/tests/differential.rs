@@ -93,6 +93,7 @@ impl FsTarget {
         let options = MkfsOptions {
             inodes: Some(128),
             journal_entries: 256,
+            ..MkfsOptions::default()
         };
         let fs = Fs::mkfs(pool, &options, mount_options(mode)).expect("mkfs");
         FsTarget {

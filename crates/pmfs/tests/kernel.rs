@@ -20,6 +20,7 @@ fn fresh() -> Fs<SimPm> {
     let mkfs = MkfsOptions {
         inodes: Some(8),
         journal_entries: 64,
+        ..MkfsOptions::default()
     };
     Fs::mkfs(pool, &mkfs, options).expect("mkfs")
 }

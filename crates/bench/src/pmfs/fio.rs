@@ -1,9 +1,15 @@
 //! fio jobs on a directory (pmemfile-style: append and random read/write at 64 B, 4 KiB and
 //! 64 KiB, one job at a time, `psync` engine, buffered I/O), parsed from fio's JSON output.
 
+use pmem::Persist;
+use pmfs::posix::{O_CREAT, O_RDWR, O_TRUNC};
+use pmfs::{Errno, Posix};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 /// What a job does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -110,15 +116,19 @@ pub fn fio_path() -> Option<PathBuf> {
     })
 }
 
-/// Runs `job` in `dir` and parses fio's JSON output; the error says why it could not run.
+/// Runs `job` in `dir` with environment `env` and parses fio's JSON output; the error says
+/// why it could not run. Jobs run as threads of fio's process (the preload library serves
+/// one process).
 pub fn run_fio(
     fio: &Path,
     dir: &Path,
+    env: &[(String, String)],
     job: FioJob,
     settings: &FioSettings,
 ) -> Result<FioNumbers, String> {
     let name = format!("{}-{}", job.kind.label(), job.bs);
     let mut command = Command::new(fio);
+    command.envs(env.iter().map(|(k, v)| (k, v)));
     command
         .arg(format!("--name={name}"))
         .arg(format!("--directory={}", dir.display()))
@@ -126,6 +136,7 @@ pub fn run_fio(
         .arg(format!("--bs={}", job.bs))
         .args([
             "--ioengine=psync",
+            "--thread",
             "--fallocate=none",
             "--output-format=json",
         ]);
@@ -141,7 +152,12 @@ pub fn run_fio(
         ]);
     }
     let output = command.output().map_err(|e| format!("running fio: {e}"))?;
-    let _ = std::fs::remove_file(dir.join(format!("{name}.dat")));
+    // Removed through the same environment (a preloaded file is not in the kernel's view).
+    let _ = Command::new("rm")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .arg("-f")
+        .arg(dir.join(format!("{name}.dat")))
+        .status();
     if !output.status.success() {
         return Err(format!(
             "fio {name}: {}",
@@ -164,6 +180,63 @@ fn parse_fio(json: &[u8], kind: FioKind) -> Result<FioNumbers, String> {
         iops: number(&stats["iops"], "iops")?,
         mean_ns: number(&stats["clat_ns"]["mean"], "clat_ns.mean")?,
         bytes_per_s: number(&stats["bw_bytes"], "bw_bytes")?,
+    })
+}
+
+/// The access pattern of `job` through the library API in this process, on a fresh file
+/// in `px`'s root: a file of `file_bytes` laid out first, then random aligned reads or
+/// overwrites for `runtime_ms`; an append job writes its bytes once.
+pub fn library_job<B: Persist>(
+    px: &Posix<B>,
+    job: FioJob,
+    settings: &FioSettings,
+) -> Result<FioNumbers, Errno> {
+    let path = format!("/{}-{}.dat", job.kind.label(), job.bs);
+    let fd = px.open(&path, O_CREAT | O_RDWR | O_TRUNC, 0o644)?;
+    let block = vec![0x5au8; job.bs as usize];
+    let measured = match job.kind {
+        FioKind::Append => {
+            let bytes = (job.bs * settings.appends).min(settings.file_bytes * 2);
+            let ops = bytes / job.bs;
+            let start = Instant::now();
+            for _ in 0..ops {
+                px.write(fd, &block)?;
+            }
+            (ops, start.elapsed())
+        }
+        kind => {
+            let chunk = vec![7u8; 1 << 20];
+            for off in (0..settings.file_bytes).step_by(chunk.len()) {
+                px.pwrite(fd, &chunk, off)?;
+            }
+            let blocks = (settings.file_bytes / job.bs).max(1);
+            let mut rng = ChaCha8Rng::seed_from_u64(job.bs);
+            let mut buf = vec![0u8; job.bs as usize];
+            let deadline = Duration::from_millis(settings.runtime_ms);
+            let start = Instant::now();
+            let mut ops = 0u64;
+            while start.elapsed() < deadline {
+                for _ in 0..64 {
+                    let off = rng.random_range(0..blocks) * job.bs;
+                    if kind == FioKind::RandRead {
+                        px.pread(fd, &mut buf, off)?;
+                    } else {
+                        px.pwrite(fd, &block, off)?;
+                    }
+                }
+                ops += 64;
+            }
+            (ops, start.elapsed())
+        }
+    };
+    px.close(fd)?;
+    px.unlink(&path)?;
+    let (ops, elapsed) = measured;
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    Ok(FioNumbers {
+        iops: ops as f64 / secs,
+        mean_ns: secs * 1e9 / ops.max(1) as f64,
+        bytes_per_s: (ops * job.bs) as f64 / secs,
     })
 }
 

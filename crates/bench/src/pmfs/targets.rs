@@ -1,21 +1,32 @@
-//! The file systems the fio jobs run on, each set up on a fresh directory and torn down when
-//! dropped: a PMFS pool mounted through FUSE by this process, tmpfs, and ext4 on a loop
-//! device. All sit on the same medium (DRAM): the pool and the ext4 image are files in the
-//! pool directory (`/dev/shm` by default).
+//! The file systems the fio jobs and the sqlite workload run on, each set up fresh and torn
+//! down when dropped: a PMFS pool served by the preload library, the same mounted through
+//! FUSE by this process (durable on return, or with the kernel's write-back cache), tmpfs,
+//! and ext4 on a loop device. All sit on the same medium (DRAM): the pools and the ext4
+//! image are files in the pool directory (`/dev/shm` by default).
 
 use fsmount::{MountConfig, Mounted};
-use pmem::{Pool, Protection};
+use pmem::Pool;
 use pmfs::{Fs, MkfsOptions, MountOptions};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Where a fio job runs.
+/// Where a fio job or the sqlite workload runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum FioTarget {
+    /// The library API in this process (the jobs' access pattern, no fio).
+    #[serde(rename = "library")]
+    Library,
+    /// The program with the direct-access preload library: the pool mapped in its own
+    /// process, no kernel round trip (every write durable on return).
+    #[serde(rename = "preload")]
+    Preload,
     /// A PMFS pool mounted through FUSE (every write durable on return).
     #[serde(rename = "ferrite-fs (FUSE)")]
     Fuse,
+    /// The FUSE mount with the kernel's write-back cache (durable at fsync only).
+    #[serde(rename = "FUSE write-back")]
+    FuseWriteback,
     /// tmpfs (the kernel's page cache, nothing durable).
     #[serde(rename = "tmpfs")]
     Tmpfs,
@@ -26,31 +37,118 @@ pub enum FioTarget {
 
 impl FioTarget {
     /// Every target, in table order.
-    pub const ALL: [FioTarget; 3] = [FioTarget::Fuse, FioTarget::Tmpfs, FioTarget::Ext4Loop];
+    pub const ALL: [FioTarget; 6] = [
+        FioTarget::Library,
+        FioTarget::Preload,
+        FioTarget::Fuse,
+        FioTarget::FuseWriteback,
+        FioTarget::Tmpfs,
+        FioTarget::Ext4Loop,
+    ];
 
     /// The target's name in tables.
     pub fn label(self) -> &'static str {
         match self {
+            FioTarget::Library => "library",
+            FioTarget::Preload => "preload",
             FioTarget::Fuse => "ferrite-fs (FUSE)",
+            FioTarget::FuseWriteback => "FUSE write-back",
             FioTarget::Tmpfs => "tmpfs",
             FioTarget::Ext4Loop => "ext4 (loop)",
         }
     }
 
-    /// Sets the target up in `pool_dir` with room for `size` bytes.
+    /// Sets the target up in `pool_dir` with room for `size` bytes (not for
+    /// [`FioTarget::Library`], which runs in this process).
     pub fn set_up(self, pool_dir: &Path, size: u64) -> Result<Box<dyn TargetDir>, String> {
         match self {
-            FioTarget::Fuse => Ok(Box::new(FuseTarget::new(pool_dir, size, Protection::None)?)),
+            FioTarget::Library => Err("the library runs in this process".into()),
+            FioTarget::Preload => Ok(Box::new(PreloadTarget::new(pool_dir, size)?)),
+            FioTarget::Fuse => Ok(Box::new(FuseTarget::new(pool_dir, size, false)?)),
+            FioTarget::FuseWriteback => Ok(Box::new(FuseTarget::new(pool_dir, size, true)?)),
             FioTarget::Tmpfs => Ok(Box::new(TmpfsTarget::new(pool_dir)?)),
             FioTarget::Ext4Loop => Ok(Box::new(Ext4Loop::new(pool_dir, size)?)),
         }
     }
 }
 
-/// A target that is set up: its directory, torn down on drop.
+/// A target that is set up: its directory and the environment a program needs to reach it,
+/// torn down on drop.
 pub trait TargetDir: std::fmt::Debug {
-    /// The directory the jobs run in.
+    /// The directory the programs work in.
     fn dir(&self) -> &Path;
+
+    /// Environment variables the programs run with.
+    fn env(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+}
+
+/// The preload library built beside the running executable (`cargo build` builds it with
+/// the workspace).
+pub fn preload_library() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut dir = exe.parent().map(Path::to_owned).unwrap_or_default();
+    // Test executables live one level down, in `deps`.
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let lib = dir.join("libpmfs_preload.so");
+    if lib.is_file() {
+        Ok(lib)
+    } else {
+        Err(format!(
+            "{} is not built (cargo build -p pmfs-preload)",
+            lib.display()
+        ))
+    }
+}
+
+/// A formatted pool served to programs by the preload library under a prefix.
+#[derive(Debug)]
+pub struct PreloadTarget {
+    pool: PathBuf,
+    prefix: PathBuf,
+    library: PathBuf,
+}
+
+impl PreloadTarget {
+    /// Formats a pool of `size` bytes in `pool_dir`, closed (the program opens it).
+    pub fn new(pool_dir: &Path, size: u64) -> Result<Self, String> {
+        let library = preload_library()?;
+        let id = std::process::id();
+        let pool = pool_dir.join(format!("ferrite-eval-preload-{id}.pool"));
+        let _ = std::fs::remove_file(&pool);
+        let created = Pool::create(&pool, &pmfs::pool_options(size)).map_err(|e| e.to_string())?;
+        Fs::mkfs(created, &MkfsOptions::default(), MountOptions::default())
+            .and_then(|fs| fs.unmount().map_err(pmfs::FsError::from))
+            .map_err(|e| e.to_string())?;
+        Ok(PreloadTarget {
+            pool,
+            prefix: PathBuf::from(format!("/ferrite-preload-{id}")),
+            library,
+        })
+    }
+}
+
+impl TargetDir for PreloadTarget {
+    fn dir(&self) -> &Path {
+        &self.prefix
+    }
+
+    fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("LD_PRELOAD".into(), self.library.display().to_string()),
+            ("PMFS_POOL".into(), self.pool.display().to_string()),
+            ("PMFS_PREFIX".into(), self.prefix.display().to_string()),
+        ]
+    }
+}
+
+impl Drop for PreloadTarget {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.pool);
+    }
 }
 
 /// A scratch directory on tmpfs (the pool directory), removed on drop.
@@ -85,24 +183,26 @@ pub struct FuseTarget {
 }
 
 impl FuseTarget {
-    /// Formats a pool of `size` bytes in `pool_dir` and mounts it.
-    pub fn new(pool_dir: &Path, size: u64, protection: Protection) -> Result<Self, String> {
+    /// Formats a pool of `size` bytes in `pool_dir` and mounts it (with the kernel's
+    /// write-back cache when `writeback`).
+    pub fn new(pool_dir: &Path, size: u64, writeback: bool) -> Result<Self, String> {
         if !Path::new("/dev/fuse").exists() {
             return Err("/dev/fuse does not exist".into());
         }
         let id = std::process::id();
-        let pool = pool_dir.join(format!("ferrite-eval-fuse-{id}.pool"));
-        let dir = std::env::temp_dir().join(format!("ferrite-eval-fuse-{id}"));
+        let tag = if writeback { "writeback" } else { "durable" };
+        let pool = pool_dir.join(format!("ferrite-eval-fuse-{tag}-{id}.pool"));
+        let dir = std::env::temp_dir().join(format!("ferrite-eval-fuse-{tag}-{id}"));
         let _ = std::fs::remove_file(&pool);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let created = Pool::create(&pool, &pmfs::pool_options(size)).map_err(|e| e.to_string())?;
-        created
-            .pm()
-            .protect(protection)
-            .map_err(|e| e.to_string())?;
         let fs = Fs::mkfs(created, &MkfsOptions::default(), MountOptions::default())
             .map_err(|e| e.to_string())?;
-        let mounted = fsmount::spawn(fs, &dir, &MountConfig::default()).map_err(|e| {
+        let config = MountConfig {
+            writeback_cache: writeback,
+            ..MountConfig::default()
+        };
+        let mounted = fsmount::spawn(fs, &dir, &config).map_err(|e| {
             let _ = std::fs::remove_file(&pool);
             e.to_string()
         })?;

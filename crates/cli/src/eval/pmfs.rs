@@ -2,8 +2,9 @@
 //! against the kernel, rendered from `bench::pmfs`'s typed results: per-operation latency of
 //! the library API against the same system calls on tmpfs (one thread, medians of several
 //! runs), the journal bytes and PM traffic of each operation, the cost of write protection
-//! (mprotect windows; MPK where the CPU has it), and fio jobs on the FUSE mount against tmpfs
-//! and ext4 on a loop device.
+//! (mprotect windows; MPK where the CPU has it), and fio jobs and an sqlite workload on the
+//! library, the direct-access preload, the FUSE mount (durable on return, and with the
+//! kernel's write-back cache), tmpfs and ext4 on a loop device, side by side.
 
 use super::{EvalOptions, empty_section, ns};
 use crate::plot::{BarSeries, grouped_bar_chart};
@@ -19,11 +20,15 @@ use serde_json::json;
 /// Section id.
 pub const ID: &str = "pmfs";
 /// Section heading.
-pub const TITLE: &str = "PMFS (EuroSys'14): library and FUSE mount vs the kernel";
+pub const TITLE: &str = "PMFS (EuroSys'14): library, direct access and FUSE mount vs the kernel";
 
-/// The 4 KiB jobs the headline compares.
+/// The 4 KiB jobs the headlines compare.
 const RANDWRITE_4K: FioJob = FioJob {
     kind: FioKind::RandWrite,
+    bs: 4096,
+};
+const RANDREAD_4K: FioJob = FioJob {
+    kind: FioKind::RandRead,
     bs: 4096,
 };
 
@@ -58,6 +63,9 @@ fn section_of(results: &PmfsResults) -> anyhow::Result<Section> {
         section.tables.push(fio_table(results, &jobs, true));
         section.tables.push(fio_table(results, &jobs, false));
     }
+    if !results.sqlite.is_empty() {
+        section.tables.push(sqlite_table(results));
+    }
     section.plots = vec![latency_plot(results)?];
     if !results.fio.is_empty() {
         section.plots.push(fio_plot(results, &jobs)?);
@@ -73,54 +81,98 @@ fn library_ratio(results: &PmfsResults, op: Op) -> Option<(f64, f64)> {
     Some((lib, tmpfs))
 }
 
-/// The paper's claim against the mount, and the library's goal against tmpfs.
+/// `target`'s IOPS over tmpfs's for `job`.
+fn fio_ratio(results: &PmfsResults, target: FioTarget, job: FioJob) -> Option<f64> {
+    Some(results.fio(target, job)?.iops / results.fio(FioTarget::Tmpfs, job)?.iops)
+}
+
+/// A goal of the form "`ours` at least `goal`", with what was measured.
+fn at_least(claim: &str, ours: Option<(String, bool)>) -> Headline {
+    match ours {
+        Some((text, holds)) => Headline::new(claim, text, ClaimVerdict::from_holds(holds)),
+        None => Headline::new(claim, "did not run here", ClaimVerdict::NotMeasured),
+    }
+}
+
+/// The paper's claim, and the goals for the library, the preload and the mount.
 fn headlines(results: &PmfsResults) -> Vec<Headline> {
     let jobs = results.settings.fio_jobs();
-    let best = jobs
-        .iter()
-        .filter_map(|&job| {
-            let fuse = results.fio(FioTarget::Fuse, job)?;
-            let ext4 = results.fio(FioTarget::Ext4Loop, job)?;
-            Some((job, fuse.iops / ext4.iops))
-        })
-        .max_by(|a, b| a.1.total_cmp(&b.1));
-    let paper = match best {
-        Some((job, ratio)) => Headline::new(
-            "Up to an order of magnitude faster than ext4 on a PM block device (PMFS, \
-             EuroSys'14)",
-            format!(
-                "FUSE mount vs ext4 on a loop device in /dev/shm: best fio job {} {} at \
-                 {ratio:.2}x the IOPS",
-                job.kind.label(),
-                job.bs
-            ),
-            ClaimVerdict::from_holds(ratio >= 10.0),
-        ),
-        None => Headline::new(
-            "Up to an order of magnitude faster than ext4 on a PM block device (PMFS, \
-             EuroSys'14)",
-            "fio on the mount or on ext4 (loop) did not run here",
-            ClaimVerdict::NotMeasured,
-        ),
+    let best_vs_ext4 = |target| {
+        jobs.iter()
+            .filter_map(|&job| {
+                let ours = results.fio(target, job)?;
+                let ext4 = results.fio(FioTarget::Ext4Loop, job)?;
+                Some((job, ours.iops / ext4.iops))
+            })
+            .max_by(|a, b| a.1.total_cmp(&b.1))
     };
+    let paper = at_least(
+        "Up to an order of magnitude faster than ext4 on a PM block device (PMFS, EuroSys'14)",
+        best_vs_ext4(FioTarget::Preload).map(|(job, ratio)| {
+            let fuse = best_vs_ext4(FioTarget::Fuse).map_or(String::new(), |(_, r)| {
+                format!("; through FUSE at most {r:.2}x")
+            });
+            (
+                format!(
+                    "direct access vs ext4 on a loop device in /dev/shm: best fio job {} {} at \
+                     {ratio:.2}x the IOPS{fuse}",
+                    job.kind.label(),
+                    job.bs
+                ),
+                ratio >= 10.0,
+            )
+        }),
+    );
     let io: Vec<(Op, f64, f64)> = [Op::Read4K, Op::Write4K]
         .into_iter()
         .filter_map(|op| library_ratio(results, op).map(|(l, t)| (op, l, t)))
         .collect();
-    let library = Headline::new(
+    let library = at_least(
         "Goal: the library API at least as fast as tmpfs system calls for 4 KiB reads and \
          writes, one thread",
-        io.iter()
-            .map(|(op, l, t)| format!("{} {:.2}x tmpfs's time", op.label(), l / t))
-            .collect::<Vec<_>>()
-            .join(", "),
-        if io.len() == 2 {
-            ClaimVerdict::from_holds(io.iter().all(|(_, l, t)| l <= t))
-        } else {
-            ClaimVerdict::NotMeasured
-        },
+        (io.len() == 2).then(|| {
+            let text = io
+                .iter()
+                .map(|(op, l, t)| format!("{} {:.2}x tmpfs's time", op.label(), l / t))
+                .collect::<Vec<_>>()
+                .join(", ");
+            (text, io.iter().all(|(_, l, t)| l <= t))
+        }),
     );
-    vec![paper, library]
+    let preload_io = at_least(
+        "Goal: direct-access preload at least 1.0x tmpfs on fio randwrite 4k and randread 4k",
+        fio_ratio(results, FioTarget::Preload, RANDWRITE_4K)
+            .zip(fio_ratio(results, FioTarget::Preload, RANDREAD_4K))
+            .map(|(w, r)| {
+                (
+                    format!("randwrite {w:.2}x, randread {r:.2}x tmpfs's IOPS"),
+                    w >= 1.0 && r >= 1.0,
+                )
+            }),
+    );
+    let sqlite = at_least(
+        "Goal: sqlite inserts (one transaction each) through the preload in at most 1.2x \
+         tmpfs's time",
+        results
+            .sqlite(FioTarget::Preload)
+            .zip(results.sqlite(FioTarget::Tmpfs))
+            .map(|(p, t)| {
+                let ratio = p.median / t.median;
+                (
+                    format!(
+                        "{} inserts: {:.2} s vs {:.2} s ({ratio:.2}x)",
+                        results.settings.sqlite.inserts, p.median, t.median
+                    ),
+                    ratio <= 1.2,
+                )
+            }),
+    );
+    let mount = at_least(
+        "Goal: the mount, durable on return, at least 0.25x tmpfs on fio randwrite 4k",
+        fio_ratio(results, FioTarget::Fuse, RANDWRITE_4K)
+            .map(|r| (format!("{r:.3}x tmpfs's IOPS"), r >= 0.25)),
+    );
+    vec![paper, library, preload_io, sqlite, mount]
 }
 
 fn summary(results: &PmfsResults) -> Vec<String> {
@@ -169,15 +221,16 @@ fn summary(results: &PmfsResults) -> Vec<String> {
     for guarded in &results.protection {
         lines.push(protection_line(library, guarded));
     }
-    let fuse = results.fio(FioTarget::Fuse, RANDWRITE_4K);
-    let tmpfs = results.fio(FioTarget::Tmpfs, RANDWRITE_4K);
-    if let (Some(fuse), Some(tmpfs)) = (fuse, tmpfs) {
+    let write = |target| results.fio(target, RANDWRITE_4K).map(|n| n.iops);
+    if let (Some(preload), Some(fuse), Some(tmpfs)) = (
+        write(FioTarget::Preload),
+        write(FioTarget::Fuse),
+        write(FioTarget::Tmpfs),
+    ) {
         lines.push(format!(
-            "fio 4 KiB random writes: {:.0} IOPS on the FUSE mount vs {:.0} on tmpfs ({:.2}x): \
-             every write through FUSE is a kernel round trip to the server.",
-            fuse.iops,
-            tmpfs.iops,
-            fuse.iops / tmpfs.iops
+            "fio 4 KiB random writes: {preload:.0} IOPS through the preload (the pool in the \
+             program's own process), {fuse:.0} on the FUSE mount, {tmpfs:.0} on tmpfs: every \
+             write through FUSE is a kernel round trip to the server; the preload has none."
         ));
     }
     lines.extend(results.notes.iter().cloned());
@@ -290,13 +343,15 @@ fn protection_table(library: &Costs, guarded: &[Guarded]) -> Table {
 
 fn fio_table(results: &PmfsResults, jobs: &[FioJob], iops: bool) -> Table {
     let title = if iops {
-        "fio IOPS (psync, one job, buffered): FUSE mount vs tmpfs vs ext4 on a loop device"
+        "fio IOPS (psync, one job as a thread; the library row runs the same pattern in \
+         process): library, preload, FUSE mount, tmpfs, ext4 on a loop device"
     } else {
         "fio mean completion latency (µs)"
     };
     let value = |n: &FioNumbers| if iops { n.iops } else { n.mean_ns / 1000.0 };
     let mut columns = vec!["job".to_owned(), "block".to_owned()];
     columns.extend(FioTarget::ALL.iter().map(|t| t.label().to_owned()));
+    columns.push("preload / tmpfs".to_owned());
     columns.push("FUSE / tmpfs".to_owned());
     let refs: Vec<&str> = columns.iter().map(String::as_str).collect();
     let mut table = Table::new(title, &refs);
@@ -306,11 +361,36 @@ fn fio_table(results: &PmfsResults, jobs: &[FioJob], iops: bool) -> Table {
         for target in FioTarget::ALL {
             row.push(of(target).map_or("skipped".to_owned(), |v| format!("{v:.1}")));
         }
-        row.push(match (of(FioTarget::Fuse), of(FioTarget::Tmpfs)) {
-            (Some(a), Some(b)) => format!("{:.2}", a / b),
-            _ => "-".to_owned(),
-        });
+        for target in [FioTarget::Preload, FioTarget::Fuse] {
+            row.push(match (of(target), of(FioTarget::Tmpfs)) {
+                (Some(a), Some(b)) => format!("{:.2}", a / b),
+                _ => "-".to_owned(),
+            });
+        }
         table.push(row);
+    }
+    table
+}
+
+fn sqlite_table(results: &PmfsResults) -> Table {
+    let settings = results.settings.sqlite;
+    let mut table = Table::new(
+        format!(
+            "sqlite3: {} inserts, one transaction each (rollback journal, synchronous=FULL), \
+             median of {} runs ({} on the mounts) (s)",
+            settings.inserts, settings.runs, settings.mount_runs
+        ),
+        &["target", "seconds", "min", "max", "/ tmpfs"],
+    );
+    let tmpfs = results.sqlite(FioTarget::Tmpfs).map(|t| t.median);
+    for r in &results.sqlite {
+        table.push(vec![
+            r.target.label().to_owned(),
+            format!("{:.2}", r.seconds.median),
+            format!("{:.2}", r.seconds.min),
+            format!("{:.2}", r.seconds.max),
+            tmpfs.map_or("-".to_owned(), |t| format!("{:.2}", r.seconds.median / t)),
+        ]);
     }
     table
 }
