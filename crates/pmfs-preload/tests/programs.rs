@@ -23,13 +23,20 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The preload library cargo built beside this test.
+/// The preload library cargo built beside this test: `cargo test` builds the library (an
+/// rlib and a cdylib) into `deps`, next to the test; `cargo build` copies it one level up.
 fn library() -> PathBuf {
     let exe = std::env::current_exe().expect("test path");
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let lib = dir.join("libpmfs_preload.so");
-    assert!(lib.is_file(), "{} is missing", lib.display());
-    lib
+    let deps = exe.parent().expect("deps dir");
+    let candidates = [
+        deps.to_owned(),
+        deps.parent().expect("target dir").to_owned(),
+    ];
+    candidates
+        .iter()
+        .map(|dir| dir.join("libpmfs_preload.so"))
+        .find(|lib| lib.is_file())
+        .unwrap_or_else(|| panic!("libpmfs_preload.so is in neither {candidates:?}"))
 }
 
 /// A fresh pool of `size` bytes in /dev/shm, removed on drop.

@@ -84,22 +84,67 @@ pub trait TargetDir: std::fmt::Debug {
     }
 }
 
-/// The preload library built beside the running executable (`cargo build` builds it with
-/// the workspace).
+/// The preload library built beside the running executable: in its directory (`cargo build`
+/// of the workspace) or in `deps` below it (built as a dependency); built with cargo, in the
+/// running executable's profile, when neither has it (`cargo run -- eval` builds only the CLI).
 pub fn preload_library() -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut dir = exe.parent().map(Path::to_owned).unwrap_or_default();
+    let mut profile_dir = exe.parent().map(Path::to_owned).unwrap_or_default();
     // Test executables live one level down, in `deps`.
-    if dir.ends_with("deps") {
-        dir.pop();
+    if profile_dir.ends_with("deps") {
+        profile_dir.pop();
     }
-    let lib = dir.join("libpmfs_preload.so");
-    if lib.is_file() {
-        Ok(lib)
+    let find = || {
+        [profile_dir.clone(), profile_dir.join("deps")]
+            .into_iter()
+            .map(|dir| dir.join("libpmfs_preload.so"))
+            .find(|lib| lib.is_file())
+    };
+    if let Some(lib) = find() {
+        return Ok(lib);
+    }
+    build_preload_library(&profile_dir)?;
+    find().ok_or_else(|| {
+        format!(
+            "{} is not built (cargo build --release -p pmfs-preload)",
+            profile_dir.join("libpmfs_preload.so").display()
+        )
+    })
+}
+
+/// `cargo build -p pmfs-preload` into the target directory `profile_dir` belongs to, in its
+/// profile; only when this binary was built from a checkout that still has the sources.
+fn build_preload_library(profile_dir: &Path) -> Result<(), String> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
+    if !manifest.is_file() {
+        return Err("libpmfs_preload.so is not built and the sources are not here".into());
+    }
+    let target_dir = profile_dir.parent().unwrap_or(profile_dir);
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = std::process::Command::new(cargo);
+    command
+        .args(["build", "--quiet", "-p", "pmfs-preload", "--manifest-path"])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(target_dir);
+    match profile_dir.file_name().and_then(|name| name.to_str()) {
+        Some("debug") | None => {}
+        Some("release") => {
+            command.arg("--release");
+        }
+        Some(other) => {
+            command.args(["--profile", other]);
+        }
+    }
+    let output = command
+        .output()
+        .map_err(|e| format!("running cargo to build libpmfs_preload.so: {e}"))?;
+    if output.status.success() {
+        Ok(())
     } else {
         Err(format!(
-            "{} is not built (cargo build -p pmfs-preload)",
-            lib.display()
+            "cargo build -p pmfs-preload failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
         ))
     }
 }
