@@ -5,6 +5,8 @@
 //!   fence cost on this machine through the persistence seam of a native pool.
 //! - [`runner`]: engines × workloads ([`choice`]), including the PMDK peer and the [`ideal`]
 //!   reference, with throughput, latency and PM traffic per operation.
+//! - [`nvthreads`]: NVthreads (EuroSys'17): Phoenix-style kernels, the page micro-benchmark
+//!   against the fine-grained `undo` engine, k-means recovery, as C programs on the runtime.
 //! - [`logstudy`]: seed 001's cacheable vs non-temporal vs packed log writes.
 
 #![forbid(unsafe_code)]
@@ -13,6 +15,7 @@ pub mod choice;
 pub mod ideal;
 pub mod logstudy;
 pub mod measure;
+pub mod nvthreads;
 pub mod runner;
 pub mod substrate;
 

@@ -11,9 +11,12 @@ pub enum NvtError {
     /// The pool itself could not be created, opened or validated.
     #[error(transparent)]
     Pool(#[from] PoolError),
-    /// A checksum-valid structure has inconsistent contents, or a checked word fails its check.
+    /// A checksum-valid structure has inconsistent contents.
     #[error("corrupted NVthreads pool: {0}")]
     Corrupted(String),
+    /// A checked word (the commit or lap word) fails its check, or a value does not fit one.
+    #[error("corrupted NVthreads pool: {0}")]
+    Checked(#[from] pmem::checked::CheckedError),
     /// The runtime header names a format version this build does not read.
     #[error("unsupported NVthreads format version {found} (this build reads {supported})")]
     UnsupportedVersion {

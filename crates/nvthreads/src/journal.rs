@@ -20,7 +20,7 @@
 
 use crate::error::NvtError;
 use crate::record::{self, Run};
-use crate::word;
+use pmem::checked;
 use pmem::{CreateOptions, Persist, Pool, WriteClass};
 
 /// Pool layout name.
@@ -29,14 +29,19 @@ pub const LAYOUT: &str = "ferrite-nvthreads";
 pub const PAGE: u64 = 4096;
 /// Runtime header magic.
 pub const MAGIC: [u8; 8] = *b"NVTHRDS1";
-/// Runtime format version.
-pub const VERSION: u32 = 1;
+/// Runtime format version: 2 since the commit and lap words are `pmem::checked` words (CRC
+/// of value then offset; version 1 hashed offset then value).
+pub const VERSION: u32 = 2;
 /// Runtime header length (one cache line).
 pub const HEADER_LEN: u64 = 64;
 /// Offset of the commit word from the start of the root region.
 pub const COMMIT_WORD: u64 = 64;
 /// Offset of the lap word from the start of the root region.
 pub const LAP_WORD: u64 = 128;
+/// The commit word, as its errors name it.
+const COMMIT_WHAT: &str = "commit word";
+/// The lap word, as its errors name it.
+const LAP_WHAT: &str = "lap word";
 /// The first lap of a fresh pool.
 pub const FIRST_LAP: u64 = 1;
 
@@ -244,8 +249,8 @@ impl<P: Persist> Journal<P> {
         let pm = self.pool.pm();
         let (commit_word, lap_word) = (self.geo.commit_word, self.geo.lap_word);
         let mut state = JournalState {
-            committed: word::open(pm.read_u64(commit_word), commit_word, "commit word")?,
-            lap: word::open(pm.read_u64(lap_word), lap_word, "lap word")?,
+            committed: checked::open(pm.read_u64(commit_word), commit_word, COMMIT_WHAT)?,
+            lap: checked::open(pm.read_u64(lap_word), lap_word, LAP_WHAT)?,
             tail: 0,
             pending: 0,
         };
@@ -279,6 +284,11 @@ impl<P: Persist> Journal<P> {
         if let Some(hook) = self.fence_hook {
             hook();
         }
+    }
+
+    /// Whether the injected bug is `mutation`.
+    fn mutated(&self, mutation: Mutation) -> bool {
+        self.mutation == mutation
     }
 
     /// Injects a bug (tests only).
@@ -338,39 +348,37 @@ impl<P: Persist> Journal<P> {
         let pm = self.pool.pm();
         let at = self.geo.log_off + state.tail;
         pm.write(at, &bytes, WriteClass::Log);
-        if self.mutation != Mutation::NoLogFlush {
+        if !self.mutated(Mutation::NoLogFlush) {
             pm.flush(at, len);
         }
         pm.fence();
         self.fenced();
         state.tail += len;
         state.pending += 1;
-        if self.mutation == Mutation::CommitPerRecord {
-            self.commit(state);
+        if self.mutated(Mutation::CommitPerRecord) {
+            self.commit(state)?;
         }
         Ok(len)
     }
 
     /// The global commit point: if records are pending, flips the commit word to the next
     /// epoch (one failure-atomic 8-byte store, persisted) and declares the durability point.
-    /// Returns whether an epoch was committed.
-    pub fn commit(&self, state: &mut JournalState) -> bool {
+    /// Returns whether an epoch was committed; an epoch past the 48 bits of the commit word
+    /// is refused (`Checked`) and nothing is written.
+    pub fn commit(&self, state: &mut JournalState) -> Result<bool, NvtError> {
         if state.pending == 0 {
-            return false;
+            return Ok(false);
         }
         let next = state.committed + 1;
+        let sealed = checked::seal(next, self.geo.commit_word, COMMIT_WHAT)?;
         let pm = self.pool.pm();
-        pm.write_u64(
-            self.geo.commit_word,
-            word::seal(next, self.geo.commit_word),
-            WriteClass::Log,
-        );
+        pm.write_u64(self.geo.commit_word, sealed, WriteClass::Log);
         pm.persist(self.geo.commit_word, 8);
         self.fenced();
         pm.durability_point();
         state.committed = next;
         state.pending = 0;
-        true
+        Ok(true)
     }
 
     /// Checkpoints when nothing is pending and more than half the log is used.
@@ -438,8 +446,8 @@ impl<P: Persist> Journal<P> {
         pm.fence();
         self.fenced();
         let next_lap = state.lap + 1;
-        if self.mutation != Mutation::CompactBeforeLapBump {
-            self.write_lap(next_lap);
+        if !self.mutated(Mutation::CompactBeforeLapBump) {
+            self.write_lap(next_lap)?;
         }
         state.lap = next_lap;
         state.tail = 0;
@@ -452,8 +460,8 @@ impl<P: Persist> Journal<P> {
         }
         pm.fence();
         self.fenced();
-        if self.mutation == Mutation::CompactBeforeLapBump {
-            self.write_lap(next_lap);
+        if self.mutated(Mutation::CompactBeforeLapBump) {
+            self.write_lap(next_lap)?;
         }
         Ok(())
     }
@@ -490,8 +498,8 @@ impl<P: Persist> Journal<P> {
     fn replay_lap(&self, state: &mut JournalState, recovering: bool) -> Result<Recovery, NvtError> {
         let pm = self.pool.pm();
         let next_lap = state.lap + 1;
-        if self.mutation == Mutation::EarlyLapBump {
-            self.write_lap(next_lap);
+        if self.mutated(Mutation::EarlyLapBump) {
+            self.write_lap(next_lap)?;
         }
         let mut recovery = Recovery::default();
         let mut pos = 0u64;
@@ -521,23 +529,21 @@ impl<P: Persist> Journal<P> {
         }
         pm.fence();
         self.fenced();
-        if self.mutation != Mutation::EarlyLapBump {
-            self.write_lap(next_lap);
+        if !self.mutated(Mutation::EarlyLapBump) {
+            self.write_lap(next_lap)?;
         }
         state.lap = next_lap;
         state.tail = 0;
         Ok(recovery)
     }
 
-    fn write_lap(&self, lap: u64) {
+    fn write_lap(&self, lap: u64) -> Result<(), NvtError> {
+        let sealed = checked::seal(lap, self.geo.lap_word, LAP_WHAT)?;
         let pm = self.pool.pm();
-        pm.write_u64(
-            self.geo.lap_word,
-            word::seal(lap, self.geo.lap_word),
-            WriteClass::Meta,
-        );
+        pm.write_u64(self.geo.lap_word, sealed, WriteClass::Meta);
         pm.persist(self.geo.lap_word, 8);
         self.fenced();
+        Ok(())
     }
 
     /// The record at log offset `pos` if it is a whole record of lap `lap` (CRC-valid);
@@ -550,7 +556,7 @@ impl<P: Persist> Journal<P> {
         let mut header = [0u8; record::HEADER_LEN as usize];
         pm.read(self.geo.log_off + pos, &mut header);
         let head = record::decode_header(&header)?;
-        let lap_ok = head.lap == lap || self.mutation == Mutation::NoLapCheck;
+        let lap_ok = head.lap == lap || self.mutated(Mutation::NoLapCheck);
         if !lap_ok || pos + record::record_len(head.body_len) > self.geo.log_len {
             return None;
         }
@@ -663,16 +669,10 @@ fn write_runtime_header<P: Persist>(pool: &Pool<P>, config: &Config) -> Result<G
     };
     let header = encode_header(&geo);
     let pm = pool.pm();
-    pm.write_u64(
-        geo.commit_word,
-        word::seal(0, geo.commit_word),
-        WriteClass::Meta,
-    );
-    pm.write_u64(
-        geo.lap_word,
-        word::seal(FIRST_LAP, geo.lap_word),
-        WriteClass::Meta,
-    );
+    let commit_word = checked::seal(0, geo.commit_word, COMMIT_WHAT)?;
+    let lap_word = checked::seal(FIRST_LAP, geo.lap_word, LAP_WHAT)?;
+    pm.write_u64(geo.commit_word, commit_word, WriteClass::Meta);
+    pm.write_u64(geo.lap_word, lap_word, WriteClass::Meta);
     pm.write(root + 8, &header[8..], WriteClass::Meta);
     pm.flush(root, HEADER_LEN);
     pm.flush(geo.commit_word, 8);

@@ -47,6 +47,8 @@ use pmem::{
     CACHE_LINE, CreateOptions, Native, NativeOptions, Persist, Pool, PoolError, Stats, WriteClass,
     assert_in_bounds, lines_covering,
 };
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use std::fmt;
 use std::io::Write;
 use std::path::Path;
@@ -75,17 +77,6 @@ impl Mode {
                 .strip_prefix("random:")
                 .and_then(|seed| seed.trim().parse().ok())
                 .map(Mode::Random),
-        }
-    }
-
-    /// `NVT_PFAIL`: `Ok(None)` when unset or empty.
-    pub fn from_env() -> Result<Option<Mode>, String> {
-        match std::env::var("NVT_PFAIL") {
-            Err(_) => Ok(None),
-            Ok(text) if text.trim().is_empty() => Ok(None),
-            Ok(text) => Mode::parse(&text)
-                .map(Some)
-                .ok_or_else(|| format!("NVT_PFAIL={text}: expected none, all or random:<seed>")),
         }
     }
 }
@@ -354,7 +345,7 @@ impl Sim {
     /// nothing may store through the seam any more).
     fn fail(&self, step: u64, hold: bool) -> Outcome {
         let locked = self.lock();
-        let mut rng = SplitMix(match self.mode {
+        let mut rng = ChaCha8Rng::seed_from_u64(match self.mode {
             Mode::Random(seed) => seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15),
             _ => 0,
         });
@@ -368,10 +359,10 @@ impl Sim {
             let from = match self.mode {
                 Mode::None => 8,
                 Mode::All => 0,
-                Mode::Random(_) => match rng.next() % 3 {
+                Mode::Random(_) => match rng.random_range(0..3) {
                     0 => 8,
                     1 => 0,
-                    _ => 1 + (rng.next() % 7) as usize,
+                    _ => rng.random_range(1..8),
                 },
             };
             match from {
@@ -398,19 +389,6 @@ impl Sim {
             std::mem::forget(locked);
         }
         outcome
-    }
-}
-
-/// splitmix64: a small, good-enough generator for the choices of a rollback.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
     }
 }
 
@@ -521,8 +499,8 @@ impl Persist for PfailPm {
 /// The crash point of the runtime (`NVT_CRASH_AT`), called just before it kills the
 /// process group: rolls back the pending lines of the pool opened with `NVT_PFAIL` as its
 /// mode says, and keeps the table locked so that nothing stores through the seam any more.
-/// With `NVT_STATS=1` prints what it did. Does nothing without `NVT_PFAIL`.
-pub fn power_failure(step: u64) {
+/// With `report` (`NVT_STATS=1`) prints what it did. Does nothing without `NVT_PFAIL`.
+pub fn power_failure(step: u64, report: bool) {
     let sim = ACTIVE.load(Ordering::Acquire);
     if sim.is_null() {
         return;
@@ -530,7 +508,7 @@ pub fn power_failure(step: u64) {
     // SAFETY: ACTIVE only ever holds leaked (never freed) tables.
     let sim = unsafe { &*sim };
     let outcome = sim.fail(step, true);
-    if std::env::var("NVT_STATS").is_ok_and(|v| v == "1") {
+    if report {
         let _ = writeln!(
             std::io::stderr(),
             "nvthreads-pfail step={step} mode={:?} pending={} kept={} reverted={} torn={}",
@@ -553,15 +531,22 @@ pub enum RtPool {
 }
 
 impl RtPool {
-    /// `Pool::open` with layout [`LAYOUT`], on the wrapped backend when `NVT_PFAIL` is set.
-    pub fn open(path: &Path, native: &NativeOptions) -> Result<RtPool, PoolError> {
-        let mode = Mode::from_env().map_err(PoolError::InvalidArgument)?;
+    /// `Pool::open` with layout [`LAYOUT`], on the wrapped backend when `mode` is given
+    /// (`NVT_PFAIL`).
+    pub fn open(
+        path: &Path,
+        native: &NativeOptions,
+        mode: Option<Mode>,
+    ) -> Result<RtPool, PoolError> {
         Self::wrap(Pool::open(path, LAYOUT, native)?, mode)
     }
 
-    /// `Pool::create`, on the wrapped backend when `NVT_PFAIL` is set.
-    pub fn create(path: &Path, options: &CreateOptions) -> Result<RtPool, PoolError> {
-        let mode = Mode::from_env().map_err(PoolError::InvalidArgument)?;
+    /// `Pool::create`, on the wrapped backend when `mode` is given (`NVT_PFAIL`).
+    pub fn create(
+        path: &Path,
+        options: &CreateOptions,
+        mode: Option<Mode>,
+    ) -> Result<RtPool, PoolError> {
         Self::wrap(Pool::create(path, options)?, mode)
     }
 
@@ -655,7 +640,7 @@ impl RtJournal {
     }
 
     /// [`Journal::commit`].
-    pub fn commit(&self, state: &mut JournalState) -> bool {
+    pub fn commit(&self, state: &mut JournalState) -> Result<bool, NvtError> {
         each!(self, j => j.commit(state))
     }
 
@@ -865,7 +850,7 @@ mod tests {
             bytes: &[7; 16],
         };
         journal.append(&mut state, &[run]).expect("append");
-        assert!(journal.commit(&mut state));
+        assert!(journal.commit(&mut state).expect("commit"));
         let second = Run {
             offset: 200,
             bytes: &[8; 16],

@@ -6,6 +6,7 @@
 //! first fork, and every field is an atomic; blocking uses process-shared futexes.
 
 use crate::journal::JournalState;
+use crate::stats::Stats;
 use std::io;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
@@ -364,6 +365,44 @@ impl SyncSlot {
     }
 }
 
+/// The runtime's counters, summed over every thread-process (`NVT_STATS=1`).
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Commit points (epoch flips).
+    pub commits: AtomicU64,
+    /// Redo records written.
+    pub records: AtomicU64,
+    /// Bytes of runs logged.
+    pub logged_bytes: AtomicU64,
+    /// Dirty pages merged.
+    pub merged_pages: AtomicU64,
+    /// Checkpoints and compactions of the log.
+    pub checkpoints: AtomicU64,
+    /// Bytes of records written (headers and padding included).
+    pub log_bytes: AtomicU64,
+}
+
+impl Counters {
+    /// Adds `amount` to `counter` (statistics: relaxed).
+    pub fn add(counter: &AtomicU64, amount: u64) {
+        counter.fetch_add(amount, Ordering::Relaxed);
+    }
+
+    /// The counters now.
+    pub fn snapshot(&self) -> Stats {
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        Stats {
+            commits: get(&self.commits),
+            records: get(&self.records),
+            logged_bytes: get(&self.logged_bytes),
+            merged_pages: get(&self.merged_pages),
+            checkpoints: get(&self.checkpoints),
+            log_bytes: get(&self.log_bytes),
+        }
+    }
+}
+
 /// The shared control block.
 #[repr(C)]
 #[derive(Debug)]
@@ -379,9 +418,8 @@ pub struct Shared {
     /// Persistence steps taken (for `NVT_CRASH_AT`).
     pub steps: AtomicU64,
     journal: [AtomicU64; 4],
-    /// Commits, records, bytes of runs logged, merged pages, checkpoints (and compactions),
-    /// bytes of records written (statistics, `NVT_STATS=1`).
-    pub counters: [AtomicU64; 6],
+    /// Statistics of the run (`NVT_STATS=1`).
+    pub counters: Counters,
     /// Thread table; slot 0 is the main thread.
     pub threads: [ThreadSlot; MAX_THREADS],
     /// Serialises claims and releases of each table's slots (lookups take no lock).

@@ -166,7 +166,7 @@ impl Scenario for JournalScenario {
             journal.append(state, &runs).expect("append");
         }
         // (The CommitPerRecord mutant has committed already: nothing left to flip.)
-        journal.commit(state);
+        journal.commit(state).expect("commit");
         journal.maybe_checkpoint(state).expect("checkpoint");
     }
 
@@ -192,7 +192,7 @@ fn restart_op(live: &mut Live, runs: &[Run<'_>]) {
     let state = &mut live.state;
     live.journal.checkpoint(state).expect("checkpoint");
     live.journal.append(state, runs).expect("append A");
-    live.journal.commit(state);
+    live.journal.commit(state).expect("commit");
     let bogus = [0xeeu8; 24];
     let stale = [Run {
         offset: 3 * 1024,
@@ -207,7 +207,7 @@ fn restart_op(live: &mut Live, runs: &[Run<'_>]) {
     live.journal
         .append(&mut live.state, runs)
         .expect("append B");
-    live.journal.commit(&mut live.state);
+    live.journal.commit(&mut live.state).expect("commit");
 }
 
 fn harness(mode: SimMode, flush: FlushInstr) -> HarnessConfig {
@@ -281,7 +281,7 @@ fn pending_records_are_compacted_instead_of_failing() {
         bytes: &filler,
     }];
     journal.append(&mut state, &committed).unwrap();
-    journal.commit(&mut state);
+    journal.commit(&mut state).expect("commit");
     let pending_bytes = vec![9u8; 500];
     for i in 0..3u64 {
         let run = [Run {
@@ -294,7 +294,7 @@ fn pending_records_are_compacted_instead_of_failing() {
     assert_eq!(state.pending, 3, "{state:?}");
     assert_eq!(state.lap, nvthreads::journal::FIRST_LAP + 1, "{state:?}");
     let before_commit = SimPm::from_image(pm.volatile_image(), SimConfig::default());
-    journal.commit(&mut state);
+    journal.commit(&mut state).expect("commit");
     let (recovered, _, _) = Journal::open(before_commit).unwrap();
     let mut home = vec![0u8; HEAP as usize];
     recovered.read_home(0, &mut home);

@@ -13,57 +13,24 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::thread;
 
+use nvthreads_programs::{Compiler, Link};
+
 pub const ACK_FD: i32 = 3;
 
 /// Panics with a clear message when there is no C compiler: these tests must not pass
 /// without running.
 pub fn require_cc() {
-    let found = Command::new("cc")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
     assert!(
-        found,
+        nvthreads_programs::find_cc().is_some(),
         "the NVthreads C-program tests need a C compiler `cc` on PATH (apt-get install gcc)"
     );
 }
 
-/// The directory holding `libnvthreads_rt.so` (target/<profile>/examples).
+/// The directory holding `libnvthreads_rt.so` (target/<profile>/examples), which must be
+/// newer than every runtime source file.
 pub fn library_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>");
-    let dir = profile_dir.join("examples");
-    let library = dir.join("libnvthreads_rt.so");
-    assert!(
-        library.exists(),
-        "{} missing: build it with `cargo build -p nvthreads --examples` (plain `cargo test` does)",
-        library.display()
-    );
-    let built = modified(&library);
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for source_dir in ["src", "ffi"] {
-        for entry in std::fs::read_dir(manifest.join(source_dir)).expect("source dir") {
-            let path = entry.expect("dir entry").path();
-            assert!(
-                modified(&path) <= built,
-                "libnvthreads_rt.so is older than {}: rebuild it with `cargo build -p nvthreads \
-                 --examples` (a filtered `cargo test --test …` does not)",
-                path.display()
-            );
-        }
-    }
-    dir
-}
-
-pub fn modified(path: &Path) -> std::time::SystemTime {
-    std::fs::metadata(path)
-        .and_then(|meta| meta.modified())
-        .expect("mtime")
+    let library = nvthreads_programs::built_library().unwrap_or_else(|error| panic!("{error}"));
+    library.parent().expect("library directory").to_path_buf()
 }
 
 pub struct Built {
@@ -72,44 +39,24 @@ pub struct Built {
     pub preload: PathBuf,
 }
 
-pub fn compile(source: &Path, output: &Path, extra: &[String]) {
-    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
-    let status = Command::new("cc")
-        .args(["-O2", "-Wall", "-Werror", "-o"])
-        .arg(output)
-        .arg(source)
-        .arg("-I")
-        .arg(&include)
-        .args(extra)
-        .status()
-        .expect("run cc");
-    assert!(status.success(), "cc failed: {}", output.display());
-}
-
 /// Builds `tests/c/<name>.c` twice: linked against the runtime, and without it (the API as
-/// weak references, bound at run time to the library given in `LD_PRELOAD`).
+/// weak references, bound at run time to the library given in `LD_PRELOAD`). Warnings are
+/// errors.
 pub fn build(name: &str) -> Built {
     require_cc();
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let source = manifest.join(format!("tests/c/{name}.c"));
-    let lib = library_dir();
+    let library = nvthreads_programs::built_library().unwrap_or_else(|error| panic!("{error}"));
+    let mut compiler = Compiler::new(library).unwrap_or_else(|error| panic!("{error}"));
+    compiler.strict = true;
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let include = nvthreads_programs::include_dir();
     let dir = tempfile::tempdir().expect("tempdir");
     let linked = dir.path().join(name);
     let preload = dir.path().join(format!("{name}-preload"));
-    compile(
-        &source,
-        &linked,
-        &[
-            format!("-L{}", lib.display()),
-            "-lnvthreads_rt".into(),
-            format!("-Wl,-rpath,{}", lib.display()),
-        ],
-    );
-    compile(
-        &source,
-        &preload,
-        &["-DNVT_WEAK_API".into(), "-pthread".into()],
-    );
+    for (output, link) in [(&linked, Link::Runtime), (&preload, Link::Preload)] {
+        compiler
+            .compile(&source, output, &include, link, &[])
+            .unwrap_or_else(|error| panic!("{error}"));
+    }
     Built {
         _dir: dir,
         linked,

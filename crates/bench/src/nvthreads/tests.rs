@@ -4,41 +4,22 @@
 //! resumes and converges to the uninterrupted run's centroids. (`ferrite eval --only
 //! nvthreads` runs the full-size measurements.)
 
-use nvthreads::eval::{self, PAGE_PERCENTS, Programs, Settings, Variant};
-use std::path::Path;
-
-/// Points the programs at the library `cargo test` built (target/<profile>/examples).
-fn use_built_library() {
-    let exe = std::env::current_exe().expect("test executable");
-    let library = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>")
-        .join("examples/libnvthreads_rt.so");
-    assert!(
-        library.exists(),
-        "{} missing: build it with `cargo build -p nvthreads --examples`",
-        library.display()
-    );
-    // SAFETY: set before any thread of this test reads the environment (one test).
-    unsafe { std::env::set_var("NVT_RUNTIME_LIB", &library) };
-}
+use super::*;
 
 #[test]
 fn kernels_page_benchmark_and_kmeans_recovery_in_quick_mode() {
     assert!(
-        nvthreads::programs::find_cc().is_some(),
+        find_cc().is_some(),
         "the evaluation programs need a C compiler `cc` (apt-get install gcc)"
     );
-    use_built_library();
     let scratch = tempfile::Builder::new()
         .prefix("nvthreads-eval")
         .tempdir_in(pmem::DEFAULT_POOL_DIR)
         .expect("scratch dir");
     let settings = Settings::new(scratch.path().to_path_buf(), true);
     let programs = Programs::build(&settings).expect("build the programs");
-    let results = eval::kernels(&programs, &settings, &mut |_| {}).expect("run the kernels");
-    assert_eq!(results.len(), eval::KERNELS.len());
+    let results = kernels(&programs, &settings, &mut |_| {}).expect("run the kernels");
+    assert_eq!(results.len(), KERNELS.len());
     for result in &results {
         assert!(
             result.digests_match,
@@ -60,7 +41,7 @@ fn kernels_page_benchmark_and_kmeans_recovery_in_quick_mode() {
             result.compute(Variant::PersistentMalloc)
         );
     }
-    let (per_round, stats) = eval::page_round_time(
+    let (per_round, stats) = pages::page_round_time(
         &programs,
         &settings,
         Variant::PersistentMalloc,
@@ -70,7 +51,7 @@ fn kernels_page_benchmark_and_kmeans_recovery_in_quick_mode() {
     )
     .expect("page benchmark");
     assert!(per_round > 0.0 && stats.logged_bytes > 0, "{stats:?}");
-    let recovery = eval::kmeans_recovery(&programs, &settings, &[0.5], &mut |_| {})
+    let recovery = kmeans_recovery(&programs, &settings, &[0.5], &mut |_| {})
         .expect("k-means crash experiment");
     let point = &recovery.points[0];
     assert!(

@@ -1,0 +1,435 @@
+//! The runtime behind the C ABI (`docs/nvthreads.md` §3, §5): threads as processes over
+//! one shared heap, durable code sections, merges, commits, and the persistent allocator.
+//!
+//! Every process of a run is single-threaded (a "thread" is a process made by `fork`), so
+//! the per-process state ([`Local`]) is plain atomics used with relaxed ordering; `fork`
+//! copies it into each child. What all processes share is in [`Shared`]; what persists is in
+//! the journal ([`RtJournal`]). The entry points are called by the `cdylib` (`ffi/lib.rs`),
+//! never by Rust code in the same process as a test harness: they fork, and they own the
+//! process's `SIGSEGV` handler.
+//!
+//! By concern:
+//! - [`env`]: the `NVT_*` settings, parsed once;
+//! - [`layout`]: where the heap, the program's globals and the `malloc` region are mapped,
+//!   and loading the recovered home image into the shared view;
+//! - [`commit`]: the commit token, merges, log appends and commit points;
+//! - [`sync`]: mutexes, condition variables, barriers, once-controls;
+//! - [`threads`]: creating, joining, detaching, signalling and naming thread-processes;
+//! - [`signals`]: a fatal signal in any process ends the whole run.
+
+pub mod commit;
+pub mod env;
+pub mod layout;
+pub mod signals;
+pub mod sync;
+pub mod threads;
+
+pub use env::{DEFAULT_HEAP_MB, DEFAULT_LOG_MB, DEFAULT_MALLOC_MB, Env, GlobalsMode, MallocMode};
+pub use layout::MALLOC_BASE;
+pub use threads::JoinWait;
+
+use crate::heapmeta;
+use crate::journal::Config;
+use crate::pages::Tracker;
+use crate::pfail::{RtJournal, RtPool};
+use crate::shared::{Shared, thread_state};
+use env::env;
+use layout::GlobalsLayout;
+use pmem::{CreateOptions, NativeOptions};
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+/// The per-run runtime (one per process; children inherit the parent's by `fork`).
+#[derive(Debug)]
+pub struct Runtime {
+    journal: Mutex<Option<RtJournal>>,
+    pub(crate) tracker: &'static Tracker,
+    pub(crate) shared: &'static Shared,
+    heap_len: u64,
+    crashed: bool,
+    /// Global offsets `(start, end)` of the bytes of persistent globals that the dynamic
+    /// loader writes at every start: published but never logged (sorted).
+    excluded: Vec<(u64, u64)>,
+    /// Where `malloc`'d memory lives (`NVT_MALLOC`).
+    pub(crate) malloc_mode: MallocMode,
+    /// The allocator of the interposed `malloc` family (none in `private` mode).
+    pub(crate) arena: OnceLock<crate::alloc::Arena>,
+    /// Persistent mode: the arena's header chunk (private view), holding the high-water
+    /// marks.
+    pub(crate) arena_header: AtomicUsize,
+}
+
+/// The calling thread-process's own state (private to each process; `fork` copies it).
+#[derive(Debug)]
+struct Local {
+    /// This process's thread slot (0 = main).
+    me: AtomicU32,
+    /// Mutexes held by this thread.
+    depth: AtomicU32,
+    /// Whether this thread holds the commit token.
+    holds_token: AtomicBool,
+    /// Whether this thread is counted in `open_sections`.
+    open: AtomicBool,
+    /// Whether this process is a thread-process (not the main one).
+    child: AtomicBool,
+    /// Whether this thread-process is ending (its last merge need not reset its pages).
+    exiting: AtomicBool,
+    /// The epoch that commits this thread's writes up to its last merge that logged
+    /// something.
+    last_epoch: AtomicU64,
+}
+
+static LOCAL: Local = Local {
+    me: AtomicU32::new(0),
+    depth: AtomicU32::new(0),
+    holds_token: AtomicBool::new(false),
+    open: AtomicBool::new(false),
+    child: AtomicBool::new(false),
+    exiting: AtomicBool::new(false),
+    last_epoch: AtomicU64::new(0),
+};
+
+fn get(flag: &AtomicBool) -> bool {
+    flag.load(Ordering::Relaxed)
+}
+
+fn set(flag: &AtomicBool, value: bool) {
+    flag.store(value, Ordering::Relaxed);
+}
+
+fn depth() -> u32 {
+    LOCAL.depth.load(Ordering::Relaxed)
+}
+
+/// This thread's slot index (0: main).
+fn me() -> u32 {
+    LOCAL.me.load(Ordering::Relaxed)
+}
+
+/// This thread's tag in mutex owner fields (slot + 1, never 0).
+fn me_tag() -> u32 {
+    me() + 1
+}
+
+static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+
+/// Prints `message` and kills the run: every thread-process, then this one.
+pub fn fatal(message: &str) -> ! {
+    let _ = writeln!(std::io::stderr(), "nvthreads: {message}");
+    if RUNTIME.get().is_some() {
+        signals::kill_other_processes();
+    }
+    std::process::abort()
+}
+
+fn warn(message: &str) {
+    let _ = writeln!(std::io::stderr(), "nvthreads: {message}");
+}
+
+/// The runtime, started on first use.
+pub fn runtime() -> &'static Runtime {
+    RUNTIME.get_or_init(|| Runtime::start().unwrap_or_else(|error| fatal(&error)))
+}
+
+/// Whether the runtime must stay dormant in this process (every interposed function then
+/// forwards to libc): `NVT_DISABLE=1`, or a process of a running program on the same pool
+/// started this one.
+pub fn should_stay_dormant() -> bool {
+    env().dormant()
+}
+
+impl Runtime {
+    fn start() -> Result<Runtime, String> {
+        let settings = env();
+        let (journal, state, crashed) = open_or_create_journal(settings)?;
+        let geo = journal.geometry();
+        let malloc_mode = settings.malloc;
+        let layout = GlobalsLayout::plan(&journal, settings.globals)?;
+        let specs = layout::region_specs(&layout, geo.base_addr, malloc_mode, settings.malloc_mb);
+        let tracker =
+            Tracker::install_regions(&specs).map_err(|e| format!("mapping the heap: {e}"))?;
+        let formatted = layout::load_home(&journal, tracker, &layout)?;
+        let shared = Shared::map().map_err(|e| format!("mapping shared state: {e}"))?;
+        commit::attach_steps(shared);
+        LOCAL.last_epoch.store(state.committed, Ordering::Relaxed);
+        shared.set_journal_state(&state);
+        shared.live_threads.store(1, Ordering::Relaxed);
+        let main = &shared.threads[0];
+        main.state.store(thread_state::RUNNING, Ordering::Relaxed);
+        // SAFETY: getpid has no preconditions.
+        main.pid.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+        // SAFETY: registering a plain extern "C" function with no arguments.
+        unsafe { libc::atexit(signals::at_exit) };
+        signals::install_fatal_handlers();
+        let runtime = Runtime {
+            journal: Mutex::new(Some(journal)),
+            tracker,
+            shared,
+            heap_len: layout.heap_len,
+            crashed,
+            malloc_mode,
+            arena: OnceLock::new(),
+            arena_header: AtomicUsize::new(0),
+            excluded: layout.excluded_offsets(),
+        };
+        if !formatted {
+            // The reservation for persistent globals is part of the format, so a crash
+            // before the globals are first logged cannot leave a heap without it.
+            let meta = runtime.meta();
+            heapmeta::format(meta);
+            heapmeta::set_globals(meta, layout.pool_heap_len - layout.heap_len, 0, 0);
+            runtime.sync_point();
+        }
+        if layout.persistent && !layout.recovered {
+            runtime.record_globals(&layout);
+        }
+        runtime.start_malloc(specs.last().map(|spec| spec.len))?;
+        mark_active(&settings.pool);
+        Ok(runtime)
+    }
+
+    /// Sets up the allocator of the interposed `malloc` family for the mode in use.
+    fn start_malloc(&self, shared_region_len: Option<usize>) -> Result<(), String> {
+        match self.malloc_mode {
+            MallocMode::Shared => {
+                let len = shared_region_len.ok_or("no malloc region")?;
+                let arena = crate::alloc::Arena::new(MALLOC_BASE as usize, len, 0)
+                    .map_err(|e| format!("mapping the allocator's metadata: {e}"))?;
+                let _ = self.arena.set(arena);
+                Ok(())
+            }
+            MallocMode::Persistent => self.open_persistent_arena(),
+            MallocMode::Private => Ok(()),
+        }
+    }
+
+    /// Whether the previous run ended without a clean exit.
+    pub fn crashed(&self) -> bool {
+        self.crashed
+    }
+
+    /// Last committed epoch.
+    pub fn durable_epoch(&self) -> u64 {
+        self.shared.journal_state().committed
+    }
+
+    /// The epoch that commits this thread's writes up to its last synchronisation point
+    /// (they are durable once [`Runtime::durable_epoch`] reaches it).
+    pub fn section_epoch(&self) -> u64 {
+        LOCAL.last_epoch.load(Ordering::Relaxed)
+    }
+
+    /// This thread's slot in the thread table (0: main).
+    pub fn thread_index(&self) -> usize {
+        me() as usize
+    }
+
+    /// Size of the persistent heap.
+    pub fn heap_len(&self) -> u64 {
+        self.heap_len
+    }
+
+    /// Address of the persistent heap (the private view).
+    pub fn heap_base(&self) -> *mut u8 {
+        self.tracker.private_base()
+    }
+
+    /// The heap metadata page, read-only.
+    pub(crate) fn heap_meta(&self) -> &[u8] {
+        // SAFETY: page 0 of the private view, mapped for the life of the process and always
+        // readable; only this (single-threaded) process writes its private copy.
+        unsafe { std::slice::from_raw_parts(self.tracker.private_base(), heapmeta::META_LEN) }
+    }
+
+    /// The heap metadata page, through the private view (writes are tracked).
+    #[allow(clippy::mut_from_ref)]
+    fn meta(&self) -> &mut [u8] {
+        // SAFETY: page 0 of the private view, mapped for the life of the process. Callers hold
+        // the commit token, this process has one thread, and no other reference to the page
+        // is alive while the slice is used; write faults are resolved by the tracker.
+        unsafe { std::slice::from_raw_parts_mut(self.tracker.private_base(), heapmeta::META_LEN) }
+    }
+
+    fn heap_ptr(&self, offset: u64) -> *mut u8 {
+        debug_assert!(offset <= self.heap_len);
+        // SAFETY: offsets come from the heap metadata, validated against the heap size.
+        unsafe { self.tracker.private_base().add(offset as usize) }
+    }
+
+    /// `nvmalloc`: the named object if it exists, else a fresh zeroed one. Durable on return
+    /// outside a section; part of the section inside one.
+    pub fn nvmalloc(&self, size: u64, name: Option<&[u8]>) -> *mut u8 {
+        self.begin();
+        let meta = self.meta();
+        let found = name.and_then(|name| heapmeta::lookup(meta, name));
+        let result = match found {
+            Some((offset, existing)) if existing >= size => Ok(offset),
+            Some(_) => Err(()),
+            None => heapmeta::allocate(meta, self.heap_len, size, name).map_err(|_| ()),
+        };
+        if depth() == 0 {
+            self.end_section();
+            self.give_token();
+        }
+        match result {
+            Ok(offset) => self.heap_ptr(offset),
+            Err(()) => std::ptr::null_mut(),
+        }
+    }
+
+    /// `nvrecover`: copies the named object's recovered bytes (at most `size`) to `dest`.
+    /// Returns the number of bytes copied (0 if there is no such object).
+    ///
+    /// # Safety
+    /// `dest` must be valid for writes of `size` bytes.
+    pub unsafe fn nvrecover(&self, dest: *mut u8, size: u64, name: &[u8]) -> u64 {
+        self.begin();
+        let copied = match heapmeta::lookup(self.meta(), name) {
+            Some((offset, existing)) => {
+                let len = existing.min(size);
+                let src = self.heap_ptr(offset);
+                if src != dest {
+                    // SAFETY: `src` is `len` bytes of the heap; `dest` is valid for `size ≥
+                    // len` bytes (caller); `copy` allows overlap.
+                    unsafe { std::ptr::copy(src, dest, len as usize) };
+                }
+                len
+            }
+            None => 0,
+        };
+        if depth() == 0 {
+            self.end_section();
+            self.give_token();
+        }
+        copied
+    }
+
+    /// The main thread's process exit: commit and close cleanly if every thread has ended
+    /// and no lock is held; otherwise leave the pool as a crash would.
+    fn finish(&self) {
+        if self.is_child() {
+            // `exit` called by a thread: with pthreads it ends the whole program.
+            warn(&format!(
+                "exit() called in thread {}: ending the program",
+                self.self_handle()
+            ));
+            signals::kill_other_processes();
+            return;
+        }
+        let others = self
+            .shared
+            .live_threads
+            .load(Ordering::Acquire)
+            .saturating_sub(1);
+        if others > 0 || depth() > 0 {
+            self.abandon();
+            return;
+        }
+        self.take_token();
+        self.merge(true, false);
+        if env().stats {
+            let _ = writeln!(
+                std::io::stderr(),
+                "{}",
+                self.shared.counters.snapshot().line()
+            );
+        }
+        if let Some(journal) = self.take_journal()
+            && let Err(error) = journal.close()
+        {
+            warn(&format!("closing the pool: {error}"));
+        }
+        self.give_token();
+    }
+
+    /// Ends the run with threads still running or a lock held: kills the thread-processes
+    /// and leaves the pool as a crash would (the next run recovers it).
+    fn abandon(&self) {
+        for slot in &self.shared.threads[1..] {
+            let pid = slot.pid.load(Ordering::Acquire);
+            if pid > 0 && slot.state.load(Ordering::Acquire) == thread_state::RUNNING {
+                // SAFETY: killing and reaping a thread-process of this run.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, std::ptr::null_mut(), 0);
+                }
+            }
+        }
+        if let Some(journal) = self.take_journal() {
+            journal.mark_unclean_on_drop();
+        }
+    }
+
+    fn take_journal(&self) -> Option<RtJournal> {
+        self.journal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+}
+
+/// Opens and recovers the pool at `NVT_POOL`, or creates it. Returns the journal, its
+/// state, and whether the previous run crashed.
+fn open_or_create_journal(
+    settings: &Env,
+) -> Result<(RtJournal, crate::JournalState, bool), String> {
+    let path = &settings.pool;
+    let mut options = NativeOptions::default().with_env_overrides();
+    // Emulated NVM: the paper charged each 4 KiB page written to its log; the pool charges
+    // each 64-byte line written back.
+    options.latency.line_writeback_ns = settings.nvm_ns_per_page.div_ceil(64);
+    if path.exists() {
+        let pool = open_pool(path, &options, settings)?;
+        let (journal, state, recovery) =
+            RtJournal::open_in(pool, commit::journal_mutation(), Some(commit::step))
+                .map_err(|e| format!("recovering {}: {e}", path.display()))?;
+        return Ok((journal, state, !recovery.was_clean));
+    }
+    let config = Config {
+        heap_len: settings.heap_mb << 20,
+        log_len: settings.log_mb << 20,
+        base_addr: crate::DEFAULT_BASE_ADDR,
+    };
+    // Made under another name and renamed into place once formatted: a crash while
+    // creating leaves no half-made pool at `path` (the next run starts over).
+    let creating = path.with_extension("creating");
+    let _ = std::fs::remove_file(&creating);
+    let mut create = CreateOptions::new(crate::journal::LAYOUT, config.pool_size());
+    create.native = options;
+    let pool = RtPool::create(&creating, &create, settings.pfail)
+        .map_err(|e| format!("creating {}: {e}", creating.display()))?;
+    let (mut journal, state) = RtJournal::create_in(pool, &config).map_err(|e| e.to_string())?;
+    std::fs::rename(&creating, path)
+        .map_err(|e| format!("renaming {} into place: {e}", creating.display()))?;
+    journal.set_fence_hook(Some(commit::step));
+    journal.set_mutation(commit::journal_mutation());
+    Ok((journal, state, false))
+}
+
+/// Opens the pool, waiting up to 3 s while it is locked: after a crash, the killed run's
+/// thread-processes (which share the lock) may still be exiting.
+fn open_pool(path: &Path, options: &NativeOptions, settings: &Env) -> Result<RtPool, String> {
+    let mut tries = 0;
+    loop {
+        match RtPool::open(path, options, settings.pfail) {
+            Err(pmem::PoolError::AlreadyOpen) if tries < 300 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            result => return result.map_err(|e| format!("opening {}: {e}", path.display())),
+        }
+    }
+}
+
+/// Tells processes started from this one (a `system()` call inheriting `LD_PRELOAD`) that
+/// the pool at `path` is in use, so their copy of the runtime stays dormant instead of
+/// waiting for the pool's lock.
+fn mark_active(path: &Path) {
+    if let Ok(value) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) {
+        // SAFETY: called from the runtime's start, before the program creates threads; both
+        // strings are NUL-terminated and copied by setenv.
+        unsafe { libc::setenv(c"NVT_ACTIVE".as_ptr(), value.as_ptr(), 1) };
+    }
+}
