@@ -1,13 +1,13 @@
 //! The runtime's counters of one run, as the line `NVT_STATS=1` prints on stderr at exit:
 //! `nvthreads-stats commits=… records=… logged_bytes=… merged_pages=… checkpoints=…
-//! log_bytes=…`. The benchmark harness reads the line back with [`Stats::parse`].
+//! log_bytes=… groups=…`. The benchmark harness reads the line back with [`Stats::parse`].
 
 #![forbid(unsafe_code)]
 
 /// The counters of one run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// Commit points (epoch flips).
+    /// Commit points: records that commit on their own, and close records of groups.
     pub commits: u64,
     /// Redo records written.
     pub records: u64,
@@ -19,6 +19,8 @@ pub struct Stats {
     pub checkpoints: u64,
     /// Bytes of records written to the log (headers and padding included).
     pub log_bytes: u64,
+    /// Groups of open sections (sections that blocked holding locks) started.
+    pub groups: u64,
 }
 
 /// The prefix of the line.
@@ -26,7 +28,7 @@ pub const LINE_PREFIX: &str = "nvthreads-stats";
 
 impl Stats {
     /// The fields in line order.
-    fn fields(&self) -> [(&'static str, u64); 6] {
+    fn fields(&self) -> [(&'static str, u64); 7] {
         [
             ("commits", self.commits),
             ("records", self.records),
@@ -34,6 +36,7 @@ impl Stats {
             ("merged_pages", self.merged_pages),
             ("checkpoints", self.checkpoints),
             ("log_bytes", self.log_bytes),
+            ("groups", self.groups),
         ]
     }
 
@@ -63,6 +66,7 @@ impl Stats {
             merged_pages: get("merged_pages"),
             checkpoints: get("checkpoints"),
             log_bytes: get("log_bytes"),
+            groups: get("groups"),
         })
     }
 }
@@ -80,6 +84,7 @@ mod tests {
             merged_pages: 4,
             checkpoints: 5,
             log_bytes: 6,
+            groups: 7,
         };
         let text = format!("noise\n{}\nmore\n", stats.line());
         assert_eq!(Stats::parse(&text), Some(stats));

@@ -1,5 +1,6 @@
-//! The on-media format's version: a pool written by an older format is refused with a
-//! clear, typed error instead of being misread (`docs/nvthreads.md` §4.2).
+//! The on-media format's version: a pool written by an older format (1: one log, checked
+//! words hashed offset first; 2: one log and a commit word) is refused with a clear, typed
+//! error instead of being misread (`docs/nvthreads.md` §4.2).
 
 use nvthreads::journal::{LAYOUT, VERSION};
 use nvthreads::{Config, Journal, NvtError};
@@ -16,28 +17,47 @@ fn version_1_seal(value: u64, offset: u64) -> u64 {
     value | u64::from(hasher.finalize() & 0xffff) << 48
 }
 
-/// Rewrites the runtime header of the closed pool at `path` as version 1 wrote it: version
-/// field 1 (header CRC recomputed) and both checked words sealed offset-then-value.
-fn downgrade_to_version_1(path: &std::path::Path, root: u64) {
+/// The check of a version-2 checked word: `pmem::checked`, value then offset.
+fn version_2_seal(value: u64, offset: u64) -> u64 {
+    pmem::checked::seal(value, offset, "w").expect("fits")
+}
+
+/// Rewrites the runtime header of the closed pool at `path` as an older version wrote it:
+/// the version field (header CRC recomputed), page size as a `u32` at 56, and the commit
+/// word (+64) and lap word (+128) of versions 1 and 2, sealed as that version did.
+fn downgrade(path: &std::path::Path, root: u64, version: u32) {
     let mut bytes = std::fs::read(path).expect("read pool");
     let header = root as usize;
-    bytes[header + 8..header + 12].copy_from_slice(&1u32.to_le_bytes());
+    bytes[header + 8..header + 12].copy_from_slice(&version.to_le_bytes());
+    bytes[header + 56..header + 60].copy_from_slice(&4096u32.to_le_bytes());
     let crc = crc32fast::hash(&bytes[header..header + 60]);
     bytes[header + 60..header + 64].copy_from_slice(&crc.to_le_bytes());
+    let seal = if version == 1 {
+        version_1_seal
+    } else {
+        version_2_seal
+    };
     for (offset, value) in [(root + 64, 0u64), (root + 128, 2u64)] {
         let at = offset as usize;
-        bytes[at..at + 8].copy_from_slice(&version_1_seal(value, offset).to_le_bytes());
+        bytes[at..at + 8].copy_from_slice(&seal(value, offset).to_le_bytes());
     }
     std::fs::write(path, bytes).expect("write pool");
 }
 
 #[test]
-fn a_version_1_pool_is_refused_with_a_typed_error() {
+fn older_pools_are_refused_with_a_typed_error() {
+    for version in [1, 2] {
+        an_older_pool_is_refused(version);
+    }
+}
+
+fn an_older_pool_is_refused(version: u32) {
     let dir = tempfile::tempdir_in(pmem::DEFAULT_POOL_DIR).expect("tempdir");
     let path = dir.path().join("old.pool");
     let config = Config {
         heap_len: HEAP,
         log_len: LOG,
+        lanes: 2,
         base_addr: nvthreads::DEFAULT_BASE_ADDR,
     };
     let pool =
@@ -45,20 +65,21 @@ fn a_version_1_pool_is_refused_with_a_typed_error() {
     let root = pool.root().offset;
     let (journal, _) = Journal::create_in(pool, &config).expect("format");
     journal.close().expect("close");
-    // The current format opens; the same pool as version 1 wrote it does not.
+    // The current format opens; the same pool as an older version wrote it does not.
     let pool = Pool::open(&path, LAYOUT, &NativeOptions::default()).expect("open");
     let (journal, _, _) = Journal::open_in(pool, Default::default(), None).expect("recover");
     journal.close().expect("close");
-    downgrade_to_version_1(&path, root);
+    downgrade(&path, root, version);
     let pool = Pool::open(&path, LAYOUT, &NativeOptions::default()).expect("the pool itself opens");
-    let error = Journal::open_in(pool, Default::default(), None).expect_err("version 1 refused");
+    let error =
+        Journal::open_in(pool, Default::default(), None).expect_err("older version refused");
     assert!(
-        matches!(error, NvtError::UnsupportedVersion { found: 1, supported } if supported == VERSION),
+        matches!(error, NvtError::UnsupportedVersion { found, supported } if found == version && supported == VERSION),
         "{error:?}"
     );
     assert_eq!(
         error.to_string(),
-        format!("unsupported NVthreads format version 1 (this build reads {VERSION})")
+        format!("unsupported NVthreads format version {version} (this build reads {VERSION})")
     );
 }
 

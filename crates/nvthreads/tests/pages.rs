@@ -250,9 +250,10 @@ fn tracker_end_to_end() {
 }
 
 /// Lazy dropping per page: a kept copy is dropped when another process publishes into its
-/// page (and only then), a dirty page another process published into is dropped when its
-/// interval ends, and a publish of everything (or a process falling a whole log behind)
-/// drops every kept copy.
+/// page (and only then), a dirty page another process published into is rebased at once
+/// (the other's bytes come in, this process's changes stay and still diff as its own), and a
+/// publish of everything (or a process falling a whole ring behind) drops every kept copy.
+/// Each child publishes into the ring of its own thread slot, as thread-processes do.
 fn kept_copies_follow_the_publish_log(tracker: &Tracker) {
     // Pages 12 and 13 written and kept; page 14 written and still dirty.
     write(tracker, 12 * PAGE, &[1]);
@@ -266,6 +267,7 @@ fn kept_copies_follow_the_publish_log(tracker: &Tracker) {
     // SAFETY: as in `tracker_end_to_end`.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
+        tracker.set_writer(1);
         tracker.catch_up().expect("catch up");
         write(tracker, 12 * PAGE + 1, &[7]);
         write(tracker, 14 * PAGE + 1, &[8]);
@@ -289,9 +291,16 @@ fn kept_copies_follow_the_publish_log(tracker: &Tracker) {
         "page 13 still kept: nobody published"
     );
     assert_eq!(
-        read(tracker, 14 * PAGE + 1),
-        0,
-        "dirty page 14 is private until reset"
+        (read(tracker, 14 * PAGE), read(tracker, 14 * PAGE + 1)),
+        (3, 8),
+        "dirty page 14 rebased: the child's byte in, ours kept"
+    );
+    let mut spans = Vec::new();
+    tracker.diff_page(14, &mut spans);
+    assert_eq!(
+        spans,
+        vec![Span { start: 0, len: 1 }],
+        "after rebasing, the diff is still only our write"
     );
     for page in tracker.dirty_pages() {
         tracker.publish_page(page);
@@ -299,13 +308,13 @@ fn kept_copies_follow_the_publish_log(tracker: &Tracker) {
     tracker.reset(false).expect("reset keep");
     assert_eq!(
         (read(tracker, 14 * PAGE), read(tracker, 14 * PAGE + 1)),
-        (3, 8),
-        "stale dirty page dropped at the end of its interval"
+        (3, 8)
     );
     // A publish of everything drops page 13's kept copy.
     // SAFETY: as above.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
+        tracker.set_writer(2);
         tracker.publish_everything();
         // SAFETY: as above.
         unsafe { libc::_exit(0) };
@@ -317,8 +326,8 @@ fn kept_copies_follow_the_publish_log(tracker: &Tracker) {
         9,
         "everything published: page 13 dropped"
     );
-    // A process a whole log behind drops every kept copy: page 15 is kept, the child
-    // publishes page 2 more often than the log holds.
+    // A process a whole ring behind drops every kept copy: page 15 is kept, the child
+    // publishes page 2 more often than its ring holds.
     write(tracker, 15 * PAGE, &[4]);
     for page in tracker.dirty_pages() {
         tracker.publish_page(page);
@@ -328,6 +337,7 @@ fn kept_copies_follow_the_publish_log(tracker: &Tracker) {
     // SAFETY: as above.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
+        tracker.set_writer(3);
         write(tracker, 2 * PAGE, &[6]);
         for _ in 0..70_000 {
             tracker.publish_page(2);
@@ -341,7 +351,7 @@ fn kept_copies_follow_the_publish_log(tracker: &Tracker) {
     assert_eq!(
         read(tracker, 15 * PAGE + 1),
         5,
-        "log overrun: every kept copy dropped"
+        "ring overrun: every kept copy dropped"
     );
 }
 

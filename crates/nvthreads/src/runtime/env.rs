@@ -86,6 +86,8 @@ pub struct Env {
     pub pfail: Option<pfail::Mode>,
     /// `NVT_STATS=1`: print the runtime's counters at exit.
     pub stats: bool,
+    /// `NVT_PROFILE=1`: time every step of the runtime and print the totals at exit.
+    pub profile: bool,
     /// `NVT_MUTANT` (tests only).
     pub mutant: Option<Mutant>,
 }
@@ -136,6 +138,7 @@ impl Env {
             crash_at: number("NVT_CRASH_AT")?.filter(|&step| step != 0),
             pfail: pfail_mode(text("NVT_PFAIL"))?,
             stats: text("NVT_STATS").is_some_and(|v| v == "1"),
+            profile: text("NVT_PROFILE").is_some_and(|v| v == "1"),
             mutant: mutant(text("NVT_MUTANT"))?,
         })
     }

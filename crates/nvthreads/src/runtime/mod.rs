@@ -45,6 +45,10 @@ use std::sync::{Mutex, OnceLock};
 #[derive(Debug)]
 pub struct Runtime {
     journal: Mutex<Option<RtJournal>>,
+    /// Lanes of the log (a thread appends to lane `slot % lanes`).
+    lanes: usize,
+    /// Bytes of each lane.
+    lane_len: u64,
     pub(crate) tracker: &'static Tracker,
     pub(crate) shared: &'static Shared,
     heap_len: u64,
@@ -66,29 +70,31 @@ pub struct Runtime {
 struct Local {
     /// This process's thread slot (0 = main).
     me: AtomicU32,
-    /// Mutexes held by this thread.
+    /// Mutexes held by this thread (counting recursive acquisitions).
     depth: AtomicU32,
-    /// Whether this thread holds the commit token.
-    holds_token: AtomicBool,
-    /// Whether this thread is counted in `open_sections`.
-    open: AtomicBool,
+    /// The group of open sections this thread depends on (0: none; see `crate::groups`).
+    group: AtomicU64,
+    /// Whether this thread's current section is open: a member of `group`.
+    member: AtomicBool,
     /// Whether this process is a thread-process (not the main one).
     child: AtomicBool,
     /// Whether this thread-process is ending (its last merge need not reset its pages).
     exiting: AtomicBool,
-    /// The epoch that commits this thread's writes up to its last merge that logged
-    /// something.
-    last_epoch: AtomicU64,
+    /// Sequence number of this thread's last data record.
+    last_seq: AtomicU64,
+    /// Sequence number of this thread's last data record known durable.
+    durable_seq: AtomicU64,
 }
 
 static LOCAL: Local = Local {
     me: AtomicU32::new(0),
     depth: AtomicU32::new(0),
-    holds_token: AtomicBool::new(false),
-    open: AtomicBool::new(false),
+    group: AtomicU64::new(0),
+    member: AtomicBool::new(false),
     child: AtomicBool::new(false),
     exiting: AtomicBool::new(false),
-    last_epoch: AtomicU64::new(0),
+    last_seq: AtomicU64::new(0),
+    durable_seq: AtomicU64::new(0),
 };
 
 fn get(flag: &AtomicBool) -> bool {
@@ -153,8 +159,10 @@ impl Runtime {
         let formatted = layout::load_home(&journal, tracker, &layout)?;
         let shared = Shared::map().map_err(|e| format!("mapping shared state: {e}"))?;
         commit::attach_steps(shared);
-        LOCAL.last_epoch.store(state.committed, Ordering::Relaxed);
-        shared.set_journal_state(&state);
+        if settings.profile {
+            crate::profile::enable();
+        }
+        shared.log.set_state(&state);
         shared.live_threads.store(1, Ordering::Relaxed);
         let main = &shared.threads[0];
         main.state.store(thread_state::RUNNING, Ordering::Relaxed);
@@ -163,8 +171,11 @@ impl Runtime {
         // SAFETY: registering a plain extern "C" function with no arguments.
         unsafe { libc::atexit(signals::at_exit) };
         signals::install_fatal_handlers();
+        let lanes = geo.lanes as usize;
         let runtime = Runtime {
             journal: Mutex::new(Some(journal)),
+            lanes,
+            lane_len: geo.lane_len,
             tracker,
             shared,
             heap_len: layout.heap_len,
@@ -210,15 +221,26 @@ impl Runtime {
         self.crashed
     }
 
-    /// Last committed epoch.
+    /// How far the calling thread's writes are durable: the sequence number of its latest
+    /// record that is durable (all its earlier ones are too). It reaches
+    /// [`Runtime::section_epoch`] when the thread's last section does not depend on an open
+    /// section, or when the group it depends on is closed.
     pub fn durable_epoch(&self) -> u64 {
-        self.shared.journal_state().committed
+        if self
+            .shared
+            .groups
+            .is_pending(LOCAL.group.load(Ordering::Relaxed))
+        {
+            LOCAL.durable_seq.load(Ordering::Relaxed)
+        } else {
+            LOCAL.last_seq.load(Ordering::Relaxed)
+        }
     }
 
-    /// The epoch that commits this thread's writes up to its last synchronisation point
-    /// (they are durable once [`Runtime::durable_epoch`] reaches it).
+    /// The sequence number of the calling thread's last record: its writes up to its last
+    /// synchronisation point are durable once [`Runtime::durable_epoch`] reaches it.
     pub fn section_epoch(&self) -> u64 {
-        LOCAL.last_epoch.load(Ordering::Relaxed)
+        LOCAL.last_seq.load(Ordering::Relaxed)
     }
 
     /// This thread's slot in the thread table (0: main).
@@ -261,7 +283,7 @@ impl Runtime {
     /// `nvmalloc`: the named object if it exists, else a fresh zeroed one. Durable on return
     /// outside a section; part of the section inside one.
     pub fn nvmalloc(&self, size: u64, name: Option<&[u8]>) -> *mut u8 {
-        self.begin();
+        self.lock_heap();
         let meta = self.meta();
         let found = name.and_then(|name| heapmeta::lookup(meta, name));
         let result = match found {
@@ -269,10 +291,7 @@ impl Runtime {
             Some(_) => Err(()),
             None => heapmeta::allocate(meta, self.heap_len, size, name).map_err(|_| ()),
         };
-        if depth() == 0 {
-            self.end_section();
-            self.give_token();
-        }
+        self.unlock_heap();
         match result {
             Ok(offset) => self.heap_ptr(offset),
             Err(()) => std::ptr::null_mut(),
@@ -285,7 +304,7 @@ impl Runtime {
     /// # Safety
     /// `dest` must be valid for writes of `size` bytes.
     pub unsafe fn nvrecover(&self, dest: *mut u8, size: u64, name: &[u8]) -> u64 {
-        self.begin();
+        self.lock_heap();
         let copied = match heapmeta::lookup(self.meta(), name) {
             Some((offset, existing)) => {
                 let len = existing.min(size);
@@ -299,11 +318,19 @@ impl Runtime {
             }
             None => 0,
         };
-        if depth() == 0 {
-            self.end_section();
-            self.give_token();
-        }
+        self.unlock_heap();
         copied
+    }
+
+    /// Takes the lock of the heap metadata (the `nvmalloc` directory and bump pointer): an
+    /// internal mutex, so an allocation outside a section is a section of its own, and one
+    /// inside a section belongs to it.
+    fn lock_heap(&self) {
+        self.mutex_lock(heap_lock_key(), crate::shared::mutex_kind::NORMAL);
+    }
+
+    fn unlock_heap(&self) {
+        self.mutex_unlock(heap_lock_key(), crate::shared::mutex_kind::NORMAL);
     }
 
     /// The main thread's process exit: commit and close cleanly if every thread has ended
@@ -327,8 +354,10 @@ impl Runtime {
             self.abandon();
             return;
         }
-        self.take_token();
-        self.merge(true, false);
+        self.sync_interval();
+        // The next start then has nothing to replay.
+        self.checkpoint(None);
+        self.account_faults();
         if env().stats {
             let _ = writeln!(
                 std::io::stderr(),
@@ -336,12 +365,14 @@ impl Runtime {
                 self.shared.counters.snapshot().line()
             );
         }
+        if env().profile {
+            let _ = writeln!(std::io::stderr(), "{}", self.shared.profile.line());
+        }
         if let Some(journal) = self.take_journal()
             && let Err(error) = journal.close()
         {
             warn(&format!("closing the pool: {error}"));
         }
-        self.give_token();
     }
 
     /// Ends the run with threads still running or a lock held: kills the thread-processes
@@ -362,12 +393,29 @@ impl Runtime {
         }
     }
 
+    /// Adds this process's write faults (and, profiled, their time) to the run's profile.
+    pub(crate) fn account_faults(&self) {
+        let profile = &self.shared.profile;
+        profile.add(
+            crate::profile::Step::Fault,
+            self.tracker.faults(),
+            self.tracker.fault_nanos(),
+        );
+    }
+
     fn take_journal(&self) -> Option<RtJournal> {
         self.journal
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take()
     }
+}
+
+/// The key of the heap metadata's internal mutex: the address of a static of this library,
+/// the same in every thread-process and never a program object's.
+fn heap_lock_key() -> u64 {
+    static HEAP_LOCK: u8 = 0;
+    std::ptr::from_ref(&HEAP_LOCK) as u64
 }
 
 /// Opens and recovers the pool at `NVT_POOL`, or creates it. Returns the journal, its
@@ -387,9 +435,11 @@ fn open_or_create_journal(
                 .map_err(|e| format!("recovering {}: {e}", path.display()))?;
         return Ok((journal, state, !recovery.was_clean));
     }
+    let log_len = settings.log_mb << 20;
     let config = Config {
         heap_len: settings.heap_mb << 20,
-        log_len: settings.log_mb << 20,
+        log_len,
+        lanes: Config::lanes_for(log_len),
         base_addr: crate::DEFAULT_BASE_ADDR,
     };
     // Made under another name and renamed into place once formatted: a crash while

@@ -1,10 +1,29 @@
-//! Mutexes, condition variables, barriers and once-controls (`docs/nvthreads.md` §3.4):
-//! slots in the shared control block, keyed by the program object's address, with futex
-//! waits; every operation is a synchronisation point of the calling thread.
+//! Mutexes, condition variables, barriers and once-controls (`docs/nvthreads.md` §3.4,
+//! §3.5): slots in the shared control block, keyed by the program object's address, with
+//! futex waits; every operation is a synchronisation point of the calling thread.
+//!
+//! - Sections under different mutexes run and commit at the same time: acquiring a mutex
+//!   takes only that mutex. The writes a thread made outside sections before it are merged
+//!   and committed with the section (nobody can see them before its outermost unlock).
+//! - An unlock inside a section (depth > 1 → ≥ 1) keeps the mutex held until the section
+//!   ends: the section's writes under it are not merged yet, so another thread taking it
+//!   would not see them. It is handed back at the outermost unlock, or earlier if the
+//!   thread must block (the section then opens: its writes are merged first).
+//! - Releasing, signalling, arriving at a barrier or finishing a once-routine records the
+//!   group of open sections the thread depends on in the object ([`SyncSlot::dep`]);
+//!   whoever synchronises through it next depends on that group too.
 
 use super::{LOCAL, Runtime, depth, fatal, me_tag};
 use crate::shared::{Clock, SyncSlot, Table, futex_wait, futex_wait_until, futex_wake, mutex_kind};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+/// Mutexes this thread unlocked inside its current section, still held until it ends
+/// (private to each process).
+fn deferred() -> MutexGuard<'static, Vec<u64>> {
+    static DEFERRED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+    DEFERRED.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 impl Runtime {
     /// `pthread_mutex_init` (and the lock functions of read-write and spin locks): a fresh,
@@ -19,12 +38,17 @@ impl Runtime {
         0
     }
 
-    /// `pthread_mutex_destroy`: frees the slot (`EBUSY` if the mutex is held).
+    /// `pthread_mutex_destroy`: frees the slot (`EBUSY` if the mutex is held). A mutex this
+    /// thread unlocked inside its section is free to destroy (nobody may use it any more).
     pub fn mutex_destroy(&self, key: u64) -> i32 {
-        if let Some(slot) = self.shared.find(Table::Mutex, key)
-            && slot.word.is_held()
-        {
-            return libc::EBUSY;
+        if let Some(slot) = self.shared.find(Table::Mutex, key) {
+            let mut held = deferred();
+            if let Some(at) = held.iter().position(|&k| k == key) {
+                held.remove(at);
+                slot.word.unlock();
+            } else if slot.word.is_held() {
+                return libc::EBUSY;
+            }
         }
         self.shared.release(Table::Mutex, key);
         0
@@ -47,24 +71,28 @@ impl Runtime {
         if let Some(result) = self.relock(slot) {
             return result;
         }
+        if self.take_back(key, slot) {
+            return 0;
+        }
+        if depth() == 0 {
+            // The writes made since the last synchronisation point are merged and committed
+            // with the section this acquire starts: no other thread can see them before its
+            // outermost unlock releases anything.
+            self.apply_pending_name();
+        }
         let mut contended = false;
         loop {
-            if !self.begin_until(deadline) {
-                return libc::ETIMEDOUT;
-            }
             if slot.word.try_lock(contended) {
                 self.acquired(slot);
                 return 0;
             }
-            self.release_for_wait();
-            let freed = slot.word.wait_free_until(deadline);
-            contended = true;
-            if depth() > 0 {
-                self.take_token();
-            }
-            if !freed {
+            self.before_blocking();
+            let blocked = self.shared.profile.time(crate::profile::Step::Blocked);
+            if !slot.word.wait_free_until(deadline) {
                 return libc::ETIMEDOUT;
             }
+            drop(blocked);
+            contended = true;
         }
     }
 
@@ -92,13 +120,55 @@ impl Runtime {
         }
     }
 
+    /// Locks again a mutex this thread unlocked inside its current section (it still holds
+    /// it); returns whether it was one.
+    fn take_back(&self, key: u64, slot: &SyncSlot) -> bool {
+        let mut held = deferred();
+        let Some(at) = held.iter().position(|&k| k == key) else {
+            return false;
+        };
+        held.remove(at);
+        drop(held);
+        slot.owner.store(me_tag(), Ordering::Release);
+        slot.recursion.store(1, Ordering::Relaxed);
+        LOCAL.depth.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
     fn acquired(&self, slot: &SyncSlot) {
         slot.owner.store(me_tag(), Ordering::Release);
         slot.recursion.store(1, Ordering::Relaxed);
         LOCAL.depth.fetch_add(1, Ordering::Relaxed);
+        self.after_acquire(slot.dep.load(Ordering::Acquire));
     }
 
-    /// `pthread_mutex_trylock`: never blocks on the mutex (only on the commit token).
+    /// Before blocking inside a section: mutexes unlocked inside it are handed back (the
+    /// section opens, so that their next holders see its writes), as a thread that waits
+    /// must not keep locks it released.
+    pub(super) fn before_blocking(&self) {
+        if depth() > 0 && !deferred().is_empty() {
+            self.open_section(false);
+            self.release_deferred();
+        }
+    }
+
+    /// Releases `slot` to other threads, recording the group this thread depends on.
+    fn release(&self, slot: &SyncSlot) {
+        slot.dep.store(self.dependency(), Ordering::Release);
+        slot.word.unlock();
+    }
+
+    /// Hands back every mutex unlocked inside the section.
+    pub(super) fn release_deferred(&self) {
+        let keys: Vec<u64> = std::mem::take(&mut *deferred());
+        for key in keys {
+            if let Some(slot) = self.shared.find(Table::Mutex, key) {
+                self.release(slot);
+            }
+        }
+    }
+
+    /// `pthread_mutex_trylock`: never blocks.
     pub fn mutex_trylock(&self, key: u64, kind_at_first_use: u32) -> i32 {
         let slot = self.mutex_slot(key, kind_at_first_use);
         if slot.owner.load(Ordering::Acquire) == me_tag() {
@@ -107,13 +177,12 @@ impl Runtime {
                 _ => libc::EBUSY,
             };
         }
-        self.begin();
+        if self.take_back(key, slot) {
+            return 0;
+        }
         if slot.word.try_lock(false) {
             self.acquired(slot);
             return 0;
-        }
-        if depth() == 0 {
-            self.give_token();
         }
         libc::EBUSY
     }
@@ -132,10 +201,10 @@ impl Runtime {
         let left = LOCAL.depth.fetch_sub(1, Ordering::Relaxed) - 1;
         if left == 0 {
             self.end_section();
-            slot.word.unlock();
-            self.give_token();
+            self.release(slot);
+            self.release_deferred();
         } else {
-            slot.word.unlock();
+            deferred().push(key);
         }
         0
     }
@@ -177,7 +246,6 @@ impl Runtime {
         if depth() == 0 || mutex_slot.owner.load(Ordering::Acquire) != me_tag() {
             return libc::EPERM;
         }
-        self.begin();
         let seq = cond_slot.seq.load(Ordering::Acquire);
         // A recursive mutex is released entirely and taken back at the same depth.
         let levels = mutex_slot.recursion.swap(0, Ordering::Relaxed).max(1);
@@ -186,21 +254,12 @@ impl Runtime {
         if left == 0 {
             self.end_section();
         } else {
-            self.merge_open();
+            self.open_section(false);
         }
-        mutex_slot.word.unlock();
-        self.give_token();
-        let timed_out = match deadline {
-            None => {
-                futex_wait(&cond_slot.seq, seq);
-                false
-            }
-            Some((clock, at)) => {
-                let clock = clock.unwrap_or_else(|| cond_slot.clock());
-                !futex_wait_until(&cond_slot.seq, seq, clock, at)
-                    && cond_slot.seq.load(Ordering::Acquire) == seq
-            }
-        };
+        self.release(mutex_slot);
+        self.release_deferred();
+        let timed_out = self.wait_for_signal(cond_slot, seq, deadline);
+        self.after_acquire(cond_slot.dep.load(Ordering::Acquire));
         self.mutex_lock(mutex, mutex_kind::NORMAL);
         if levels > 1 {
             mutex_slot.recursion.store(levels, Ordering::Relaxed);
@@ -209,15 +268,75 @@ impl Runtime {
         if timed_out { libc::ETIMEDOUT } else { 0 }
     }
 
+    /// Sleeps while the condition variable's sequence is `seq`; returns whether the deadline
+    /// passed with no signal.
+    fn wait_for_signal(
+        &self,
+        slot: &SyncSlot,
+        seq: u32,
+        deadline: Option<(Option<Clock>, &libc::timespec)>,
+    ) -> bool {
+        slot.arrived.fetch_add(1, Ordering::SeqCst);
+        let timed_out = self.sleep_on(slot, seq, deadline);
+        slot.arrived.fetch_sub(1, Ordering::SeqCst);
+        timed_out
+    }
+
+    fn sleep_on(
+        &self,
+        slot: &SyncSlot,
+        seq: u32,
+        deadline: Option<(Option<Clock>, &libc::timespec)>,
+    ) -> bool {
+        match deadline {
+            None => {
+                futex_wait(&slot.seq, seq);
+                false
+            }
+            Some((clock, at)) => {
+                let clock = clock.unwrap_or_else(|| slot.clock());
+                !futex_wait_until(&slot.seq, seq, clock, at)
+                    && slot.seq.load(Ordering::Acquire) == seq
+            }
+        }
+    }
+
     /// `pthread_cond_signal` (`all`: broadcast).
     pub fn cond_signal(&self, cond: u64, all: bool) -> i32 {
         let slot = self.sync_slot(Table::Cond, cond);
         if depth() == 0 {
-            self.sync_point();
+            self.sync_interval();
         }
-        slot.seq.fetch_add(1, Ordering::AcqRel);
-        futex_wake(&slot.seq, if all { i32::MAX } else { 1 });
+        self.mark(&slot.dep);
+        slot.seq.fetch_add(1, Ordering::SeqCst);
+        // A waiter counts itself before it sleeps, and the kernel compares the sequence
+        // again when it does: a signal that sees no waiter bumped the sequence before any
+        // waiter could sleep on the old value, so it needs no wake-up.
+        if slot.arrived.load(Ordering::SeqCst) > 0 {
+            futex_wake(&slot.seq, if all { i32::MAX } else { 1 });
+        }
         0
+    }
+
+    /// Adds the group this thread depends on to an object's `dep` (several threads may mark
+    /// it at once: the groups are merged).
+    fn mark(&self, dep: &AtomicU64) {
+        let mine = self.dependency();
+        if mine == 0 {
+            return;
+        }
+        let mut current = dep.load(Ordering::Acquire);
+        loop {
+            let merged = self
+                .shared
+                .groups
+                .join(mine, current)
+                .unwrap_or_else(|e| fatal(&e.to_string()));
+            match dep.compare_exchange(current, merged, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(now) => current = now,
+            }
+        }
     }
 
     /// `pthread_barrier_init`.
@@ -244,15 +363,21 @@ impl Runtime {
         0
     }
 
-    /// `pthread_barrier_wait`: a synchronisation point, then wait for the generation.
+    /// `pthread_barrier_wait`: a synchronisation point (inside a section, the section opens:
+    /// the others read its writes after the barrier), then wait for the generation.
     pub fn barrier_wait(&self, key: u64) -> i32 {
         let slot = self.sync_slot(Table::Barrier, key);
         let count = slot.count.load(Ordering::Acquire);
         if count == 0 {
             return libc::EINVAL;
         }
-        self.begin();
-        self.release_for_wait();
+        if depth() == 0 {
+            self.sync_interval();
+        } else {
+            self.open_section(false);
+            self.release_deferred();
+        }
+        self.mark(&slot.dep);
         let generation = slot.seq.load(Ordering::Acquire);
         let serial = if slot.arrived.fetch_add(1, Ordering::AcqRel) + 1 >= count {
             slot.arrived.store(0, Ordering::Release);
@@ -265,7 +390,7 @@ impl Runtime {
             }
             0
         };
-        self.after_wait();
+        self.after_acquire(slot.dep.load(Ordering::Acquire));
         serial
     }
 
@@ -284,24 +409,25 @@ impl Runtime {
                 Ok(_) => {
                     init();
                     if depth() == 0 {
-                        self.sync_point();
+                        self.sync_interval();
                     } else {
-                        self.take_token();
-                        self.merge_open();
+                        self.open_section(false);
                     }
+                    self.mark(&slot.dep);
                     slot.seq.store(DONE, Ordering::Release);
                     futex_wake(&slot.seq, i32::MAX);
                     return 0;
                 }
                 Err(DONE) => {
-                    self.refresh_kept();
+                    self.after_acquire(slot.dep.load(Ordering::Acquire));
                     return 0;
                 }
                 Err(_) => {
-                    self.begin();
-                    self.release_for_wait();
+                    if depth() == 0 {
+                        self.sync_interval();
+                    }
+                    self.before_blocking();
                     futex_wait(&slot.seq, RUNNING);
-                    self.after_wait();
                 }
             }
         }
@@ -322,5 +448,11 @@ impl Runtime {
                 "too many live {table:?} objects (each needs a slot until it is destroyed)"
             ))
         })
+    }
+
+    /// In a process just forked: the mutexes its creator unlocked inside its section stay
+    /// the creator's.
+    pub(super) fn forget_deferred(&self) {
+        deferred().clear();
     }
 }

@@ -3,6 +3,7 @@
 //! thread table; detached threads free their own slot; signals, names and affinity go to
 //! the thread-process.
 
+use super::commit::MergeEnd;
 use super::{LOCAL, Runtime, depth, fatal, get, set};
 use crate::shared::{
     Clock, MAX_THREADS, ThreadSlot, futex_wait_for, futex_wait_until, futex_wake, thread_state,
@@ -20,11 +21,14 @@ impl Runtime {
         detached: bool,
     ) -> Result<u64, i32> {
         reap_exited_children();
-        self.take_token();
+        // The child starts from the shared view: everything this thread wrote is merged
+        // (inside a section, the section opens, so the child depends on it) and every private
+        // copy is dropped.
         if depth() == 0 {
-            self.merge(true, true);
+            self.apply_pending_name();
+            self.merge(MergeEnd::Interval, true);
         } else {
-            self.merge_open();
+            self.open_section(true);
         }
         let Some(index) = (1..MAX_THREADS).find(|&i| {
             self.shared.threads[i]
@@ -37,7 +41,6 @@ impl Runtime {
                 )
                 .is_ok()
         }) else {
-            self.leave_spawn();
             return Err(libc::EAGAIN);
         };
         let slot = &self.shared.threads[index];
@@ -56,7 +59,6 @@ impl Runtime {
         if pid < 0 {
             self.shared.live_threads.fetch_sub(1, Ordering::AcqRel);
             slot.state.store(thread_state::FREE, Ordering::Release);
-            self.leave_spawn();
             return Err(libc::EAGAIN);
         }
         if pid == 0 {
@@ -73,10 +75,12 @@ impl Runtime {
                 .set_tracking(true)
                 .unwrap_or_else(|e| fatal(&e.to_string()));
             self.tracker.after_fork();
+            self.tracker.set_writer(index);
             LOCAL.depth.store(0, Ordering::Relaxed);
             crate::malloc::pending_frees().clear();
-            set(&LOCAL.holds_token, false);
-            set(&LOCAL.open, false);
+            self.forget_deferred();
+            // It depends on what its creator depended on, but its section is not open.
+            set(&LOCAL.member, false);
             set(&LOCAL.child, true);
             children().clear();
             let result = start(arg as *mut libc::c_void);
@@ -84,14 +88,7 @@ impl Runtime {
         }
         slot.pid.store(pid, Ordering::Release);
         children().push(pid);
-        self.leave_spawn();
         Ok(index as u64 + 1)
-    }
-
-    fn leave_spawn(&self) {
-        if depth() == 0 {
-            self.give_token();
-        }
     }
 
     /// `pthread_exit` in a thread-process (also the end of its start routine).
@@ -101,11 +98,13 @@ impl Runtime {
         // buffers the child inherited before forking).
         // SAFETY: fflush(NULL) flushes every open output stream; no pointer is passed.
         unsafe { libc::fflush(std::ptr::null_mut()) };
-        self.take_token();
         LOCAL.depth.store(0, Ordering::Relaxed);
         set(&LOCAL.exiting, true);
         self.end_section();
+        self.release_deferred();
+        self.account_faults();
         let slot = &self.shared.threads[index];
+        slot.dep.store(self.dependency(), Ordering::Release);
         slot.retval.store(retval, Ordering::Release);
         self.shared.live_threads.fetch_sub(1, Ordering::AcqRel);
         slot.state.store(thread_state::DONE, Ordering::SeqCst);
@@ -113,7 +112,6 @@ impl Runtime {
             free_if_done(slot);
         }
         futex_wake(&slot.state, i32::MAX);
-        self.give_token();
         // SAFETY: ends the thread-process without running the program's exit handlers (they
         // belong to the main thread's process exit).
         unsafe { libc::_exit(0) }
@@ -161,14 +159,10 @@ impl Runtime {
         {
             return Err(libc::EBUSY);
         }
-        let token_deadline = match wait {
-            JoinWait::Until(at) => Some((Clock::Realtime, at)),
-            _ => None,
-        };
-        if !self.begin_until(token_deadline) {
-            return Err(libc::ETIMEDOUT);
+        if depth() == 0 {
+            self.sync_interval();
         }
-        self.release_for_wait();
+        self.before_blocking();
         let mut timed_out = false;
         loop {
             let state = slot.state.load(Ordering::Acquire);
@@ -188,10 +182,11 @@ impl Runtime {
             }
             self.check_alive(handle, slot);
         }
-        self.after_wait();
         if timed_out {
+            self.refresh_kept();
             return Err(libc::ETIMEDOUT);
         }
+        self.after_acquire(slot.dep.load(Ordering::Acquire));
         reap_exited_children();
         let retval = slot.retval.load(Ordering::Acquire);
         slot.pid.store(0, Ordering::Relaxed);

@@ -105,12 +105,52 @@ pub fn command(program: &Path, pool: &Path, args: &[&str]) -> Command {
     command
 }
 
-/// The recovered state a run printed.
+/// Threads whose acknowledgements are told apart (programs that acknowledge per thread).
+pub const ACK_THREADS: usize = 8;
+
+/// The recovered state a run printed: `seq` (the sum over threads for programs that count
+/// per thread, whose `t0=`, `t1=`, … fields fill `threads`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct State {
     pub run: u64,
     pub seq: u64,
     pub crashed: bool,
+    pub threads: [u64; ACK_THREADS],
+}
+
+/// What a run acknowledged: the highest value, and per thread the highest count of the
+/// values `(thread << 56) | count` (a program that acknowledges one counter is thread 0).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Acked {
+    pub max: u64,
+    pub threads: [u64; ACK_THREADS],
+}
+
+impl Acked {
+    fn record(&mut self, value: u64) {
+        self.max = self.max.max(value);
+        let thread = (value >> 56) as usize;
+        if thread < ACK_THREADS {
+            let count = value & ((1 << 56) - 1);
+            self.threads[thread] = self.threads[thread].max(count);
+        }
+    }
+
+    /// Everything `other` acknowledged too.
+    pub fn merge(&mut self, other: &Acked) {
+        self.max = self.max.max(other.max);
+        for (mine, theirs) in self.threads.iter_mut().zip(other.threads) {
+            *mine = (*mine).max(theirs);
+        }
+    }
+
+    /// A recovered state is as good as acknowledged for the runs after it.
+    pub fn cover(&mut self, state: &State) {
+        self.max = self.max.max(state.seq);
+        for (mine, recovered) in self.threads.iter_mut().zip(state.threads) {
+            *mine = (*mine).max(recovered);
+        }
+    }
 }
 
 pub fn field(line: &str, name: &str) -> Option<u64> {
@@ -128,10 +168,15 @@ pub fn try_parse_state(line: &str) -> Result<State, String> {
     if need("ok")? != 1 || !a_matches {
         return Err(format!("invariant violated after recovery: {line}"));
     }
+    let mut threads = [0u64; ACK_THREADS];
+    for (t, count) in threads.iter_mut().enumerate() {
+        *count = field(line, &format!("t{t}")).unwrap_or(0);
+    }
     Ok(State {
         run: need("run")?,
         seq: need("seq")?,
         crashed: need("crashed")? == 1,
+        threads,
     })
 }
 
@@ -170,6 +215,9 @@ pub struct Spec {
     /// Unacknowledged sections that may additionally appear after a crash.
     pub slack: u64,
     pub env: &'static [(&'static str, &'static str)],
+    /// Whether it acknowledges per thread (`(thread << 56) | count`), each thread's count
+    /// then checked on its own.
+    pub per_thread: bool,
 }
 
 impl Spec {
@@ -216,24 +264,27 @@ impl Spec {
 
 pub const COUNTER: Spec = Spec {
     name: "counter",
-    args: &["2", "5"],
+    args: &["2", "9"],
     check: &["1", "1", "check"],
     slack: 2,
     env: &[],
+    per_thread: false,
 };
 pub const BANK: Spec = Spec {
     name: "bank",
-    args: &["2", "4"],
+    args: &["2", "7"],
     check: &["1", "1", "check"],
     slack: 2,
     env: &[],
+    per_thread: false,
 };
 pub const LIST: Spec = Spec {
     name: "list",
-    args: &["2", "5"],
+    args: &["2", "8"],
     check: &["1", "1", "check"],
     slack: 2,
     env: &[("NVT_HEAP_MB", "16")],
+    per_thread: false,
 };
 pub const PHASES: Spec = Spec {
     name: "phases",
@@ -241,6 +292,7 @@ pub const PHASES: Spec = Spec {
     check: &["1", "1", "check"],
     slack: 1,
     env: &[],
+    per_thread: false,
 };
 pub const CONDVAR_LOOP: Spec = Spec {
     name: "condvar",
@@ -248,6 +300,7 @@ pub const CONDVAR_LOOP: Spec = Spec {
     check: &["loop", "1", "check"],
     slack: 1,
     env: &[],
+    per_thread: false,
 };
 pub const STRESS: Spec = Spec {
     name: "stress",
@@ -255,6 +308,7 @@ pub const STRESS: Spec = Spec {
     check: &["1", "1", "check"],
     slack: 2,
     env: &[],
+    per_thread: false,
 };
 pub const GCOUNTER: Spec = Spec {
     name: "gcounter",
@@ -262,6 +316,15 @@ pub const GCOUNTER: Spec = Spec {
     check: &["1", "1", "check"],
     slack: 2,
     env: &[("NVT_GLOBALS", "persistent"), ("NVT_HEAP_MB", "16")],
+    per_thread: false,
+};
+pub const LEDGER: Spec = Spec {
+    name: "ledger",
+    args: &["3", "6"],
+    check: &["1", "1", "check"],
+    slack: 3,
+    env: &[],
+    per_thread: true,
 };
 pub const MALLOC_LIST: Spec = Spec {
     name: "list",
@@ -273,12 +336,13 @@ pub const MALLOC_LIST: Spec = Spec {
         ("NVT_MALLOC", "persistent"),
         ("NVT_HEAP_MB", "64"),
     ],
+    per_thread: false,
 };
 
 /// A running program with its acknowledgements pipe.
 pub struct Running {
     child: Child,
-    acks: Option<thread::JoinHandle<u64>>,
+    acks: Option<thread::JoinHandle<Acked>>,
 }
 
 pub fn start(mut command: Command, crash_at: Option<u64>, mutant: Option<&str>) -> Running {
@@ -310,12 +374,12 @@ pub fn start(mut command: Command, crash_at: Option<u64>, mutant: Option<&str>) 
     drop(write_end);
     let acks = thread::spawn(move || {
         let mut reader = std::fs::File::from(read_end);
-        let mut best = 0u64;
+        let mut acked = Acked::default();
         let mut word = [0u8; 8];
         while reader.read_exact(&mut word).is_ok() {
-            best = best.max(u64::from_le_bytes(word));
+            acked.record(u64::from_le_bytes(word));
         }
-        best
+        acked
     });
     Running {
         child,
@@ -324,8 +388,8 @@ pub fn start(mut command: Command, crash_at: Option<u64>, mutant: Option<&str>) 
 }
 
 /// Kills the whole process group (the program and its thread-processes), reaps it, and
-/// returns the highest acknowledgement plus the program's output.
-pub fn kill_and_collect(running: &mut Running, kill: bool) -> (u64, Vec<String>) {
+/// returns what it acknowledged plus the program's output.
+pub fn kill_and_collect(running: &mut Running, kill: bool) -> (Acked, Vec<String>) {
     let pid = running.child.id() as i32;
     if kill {
         // SAFETY: signalling the process group we created for the child.
@@ -346,13 +410,41 @@ pub fn kill_and_collect(running: &mut Running, kill: bool) -> (u64, Vec<String>)
 }
 
 /// Checks the state printed at the start of a run against what earlier runs acknowledged:
-/// nothing acknowledged is lost, and at most `slack` unacknowledged sections appear.
-pub fn check_against(state: State, acked: u64, slack: u64, context: &str) {
-    assert!(
-        acked <= state.seq && state.seq <= acked + slack,
-        "{context}: recovered seq {} but {acked} acknowledged (slack {slack})",
-        state.seq
-    );
+/// nothing acknowledged is lost, and at most `slack` unacknowledged sections appear (for a
+/// program acknowledging per thread, each thread's count is checked: at most its one
+/// in-flight section more than it acknowledged).
+pub fn check_against(state: State, acked: &Acked, slack: u64, per_thread: bool, context: &str) {
+    if let Err(problem) = compare(state, acked, slack, per_thread) {
+        panic!("{context}: {problem}");
+    }
+}
+
+/// [`check_against`] as a result.
+pub fn compare(state: State, acked: &Acked, slack: u64, per_thread: bool) -> Result<(), String> {
+    if !per_thread {
+        let ok = acked.max <= state.seq && state.seq <= acked.max + slack;
+        return ok.then_some(()).ok_or_else(|| {
+            format!(
+                "recovered seq {} but {} acknowledged (slack {slack})",
+                state.seq, acked.max
+            )
+        });
+    }
+    for (t, (&got, &want)) in state.threads.iter().zip(&acked.threads).enumerate() {
+        if !(want <= got && got <= want + 1) {
+            return Err(format!(
+                "thread {t}: recovered {got} transfers but {want} acknowledged"
+            ));
+        }
+    }
+    let acked_total: u64 = acked.threads.iter().sum();
+    if state.seq > acked_total + slack {
+        return Err(format!(
+            "recovered seq {} but {acked_total} acknowledged (slack {slack})",
+            state.seq
+        ));
+    }
+    Ok(())
 }
 
 /// What crashing every persistence step of a small run did.
@@ -457,12 +549,8 @@ pub fn crash_every_step_with(
                 "crash at step {step}: {line:?} differs from {reference:?}"
             ));
         }
-        if !(acked <= state.seq && state.seq <= acked + spec.slack) {
-            return Err(format!(
-                "crash at step {step}: seq {} with {acked} acknowledged",
-                state.seq
-            ));
-        }
+        compare(state, &acked, spec.slack, spec.per_thread)
+            .map_err(|problem| format!("crash at step {step}: {problem}"))?;
         if reference.is_none() && state.crashed == finished {
             return Err(format!("step {step}: crashed() disagrees"));
         }
