@@ -29,6 +29,7 @@ mod error;
 pub mod globals;
 pub mod groups;
 pub mod heapmeta;
+pub mod imports;
 pub mod journal;
 mod malloc;
 pub mod pages;

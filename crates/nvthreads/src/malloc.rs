@@ -217,12 +217,9 @@ impl Runtime {
         let size = crate::runtime::env::env()
             .pmalloc_mb
             .map_or(free / 4 * 3, |mb| mb << 20);
-        let at = self.nvmalloc(size, Some(ARENA_NAME));
-        if at.is_null() {
-            return Err(format!(
-                "no room for a {size}-byte malloc arena in the persistent heap"
-            ));
-        }
+        let at = self
+            .nvmalloc(size, Some(ARENA_NAME))
+            .map_err(|e| format!("no {size}-byte malloc arena in the persistent heap: {e}"))?;
         Ok((at as usize, size as usize))
     }
 }

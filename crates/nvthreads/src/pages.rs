@@ -57,9 +57,9 @@ const MAX_WINDOW: usize = 16;
 
 /// Most *hot* pages a process keeps: pages it changed lately, left writable (with their
 /// twins refreshed) across intervals, so that writing them again takes no fault.
-const HOT_MAX: usize = 16;
+pub const HOT_MAX: usize = 16;
 /// Intervals a hot page may go unchanged before it is write-protected again.
-const HOT_IDLE: u8 = 4;
+pub const HOT_IDLE: u8 = 4;
 
 /// Most tracked regions (the heap plus adopted ranges such as the program's globals).
 pub const MAX_REGIONS: usize = 4;
@@ -724,26 +724,6 @@ impl Tracker {
         self.fault_nanos.store(0, Ordering::Relaxed);
     }
 
-    /// Copies `len` bytes at global offset `offset` (within one page) from the private view
-    /// into the shared view. The caller holds the commit token (no other process writes the
-    /// shared view) and the bytes lie in a dirty page.
-    ///
-    /// Other processes read the shared view while this happens (every page they have not
-    /// written maps it), so each aligned 8-byte word changes in one store ([`copy_words`]):
-    /// a reader sees a word as it was or as it is published, never a mix (a GOT slot of the
-    /// program, rewritten by lazy binding in every process, must never be seen torn).
-    pub fn publish(&self, offset: usize, len: usize) {
-        assert!(
-            offset % PAGE + len <= PAGE,
-            "publish across a page boundary"
-        );
-        let (private, shared) = self.addresses(offset);
-        // SAFETY: both ranges lie in one page of their mappings, at the same offset in the
-        // page (so equally aligned); the shared view is writable; the mappings are distinct
-        // virtual ranges; the private bytes lie in a dirty page only this thread writes.
-        unsafe { copy_words(private, shared, len) }
-    }
-
     /// Publishes dirty page `page`: copies every byte where the private page differs from its
     /// twin — exactly the bytes of [`Tracker::diff_page`]'s runs — into the shared view, each
     /// aligned 8-byte word in one store as [`Tracker::publish`] does, in one pass over the
@@ -1261,61 +1241,6 @@ unsafe fn make_private(at: *mut u8) {
     }
 }
 
-/// Copies `len` bytes from `src` to `dst`, which are equally aligned modulo 8, changing each
-/// aligned word of `dst` in one store: whole words by an atomic store, a word the range
-/// covers only partly by a compare-and-swap that keeps its other bytes (another process
-/// writing them meanwhile — the main process writes unlogged regions in place — is not
-/// overwritten).
-///
-/// # Safety
-/// `src` is readable and `dst` writable for `len` bytes; the ranges do not overlap; no other
-/// thread of this process writes `src` meanwhile.
-unsafe fn copy_words(src: *const u8, dst: *mut u8, len: usize) {
-    assert_eq!(
-        src as usize % 8,
-        dst as usize % 8,
-        "copy between differently aligned views"
-    );
-    let mut done = 0;
-    while done < len {
-        let to = dst as usize + done;
-        let in_word = to % 8;
-        let n = (8 - in_word).min(len - done);
-        // SAFETY: the aligned word holding `to` lies in `dst`'s page (pages are word
-        // multiples), which is mapped and writable; it is only accessed atomically here.
-        let word = unsafe { AtomicU64::from_ptr((to - in_word) as *mut u64) };
-        if n == 8 {
-            // SAFETY: 8 readable bytes of `src`, aligned like `to`.
-            let value = unsafe { src.add(done).cast::<u64>().read() };
-            word.store(value, Ordering::Relaxed);
-        } else {
-            let mut current = word.load(Ordering::Relaxed);
-            loop {
-                let mut merged = current;
-                // SAFETY: `n` readable bytes of `src` over bytes `in_word..in_word + n` of a
-                // local word (in memory order, as they lie in `dst`); `in_word + n <= 8`.
-                unsafe {
-                    ptr::copy_nonoverlapping(
-                        src.add(done),
-                        (&raw mut merged).cast::<u8>().add(in_word),
-                        n,
-                    );
-                }
-                match word.compare_exchange_weak(
-                    current,
-                    merged,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => break,
-                    Err(now) => current = now,
-                }
-            }
-        }
-        done += n;
-    }
-}
-
 /// `0xff` in every byte where `x` has a non-zero byte, `0x00` elsewhere.
 fn nonzero_bytes(x: u64) -> u64 {
     const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
@@ -1327,8 +1252,11 @@ fn nonzero_bytes(x: u64) -> u64 {
 
 /// Copies the bytes where `private` differs from `twin` (a page each) into `shared`, each
 /// aligned word of `shared` in one store: a word changed in all 8 bytes by an atomic store,
-/// one changed in part by a compare-and-swap that keeps its other bytes (see
-/// [`copy_words`]): other processes may publish other bytes of the page at the same moment.
+/// one changed in part by a compare-and-swap that keeps its other bytes (other processes may
+/// publish other bytes of the page at the same moment, and the main process writes the
+/// unlogged regions in place). Readers of the shared view see each word as it was or as
+/// published, never torn (a GOT slot of the program, rewritten by lazy binding in every
+/// process, must never be seen half old, half new).
 /// Each changed word is also written into `twin`, so afterwards the twin equals the private
 /// page and the next diff holds only later writes. Returns whether any byte differed.
 ///

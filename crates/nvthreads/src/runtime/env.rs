@@ -88,6 +88,8 @@ pub struct Env {
     pub stats: bool,
     /// `NVT_PROFILE=1`: time every step of the runtime and print the totals at exit.
     pub profile: bool,
+    /// `NVT_DEBUG=1`: say on stderr why a call of the persistence API failed.
+    pub debug: bool,
     /// `NVT_MUTANT` (tests only).
     pub mutant: Option<Mutant>,
 }
@@ -139,13 +141,14 @@ impl Env {
             pfail: pfail_mode(text("NVT_PFAIL"))?,
             stats: text("NVT_STATS").is_some_and(|v| v == "1"),
             profile: text("NVT_PROFILE").is_some_and(|v| v == "1"),
+            debug: text("NVT_DEBUG").is_some_and(|v| v == "1"),
             mutant: mutant(text("NVT_MUTANT"))?,
         })
     }
 
-    /// Whether the runtime must stay dormant in this process: `NVT_DISABLE=1`, or a process
-    /// of a running program on the same pool started this one (a `system()` call inheriting
-    /// `LD_PRELOAD`).
+    /// Whether the settings alone keep the runtime dormant in this process: `NVT_DISABLE=1`,
+    /// or a process of a running program on the same pool started this one (a `system()`
+    /// call inheriting `LD_PRELOAD`).
     pub fn dormant(&self) -> bool {
         self.disable || self.active.as_deref() == Some(self.pool.as_os_str())
     }

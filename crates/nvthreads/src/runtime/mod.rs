@@ -28,7 +28,7 @@ pub use env::{DEFAULT_HEAP_MB, DEFAULT_LOG_MB, DEFAULT_MALLOC_MB, Env, GlobalsMo
 pub use layout::MALLOC_BASE;
 pub use threads::JoinWait;
 
-use crate::heapmeta;
+use crate::heapmeta::{self, AllocError};
 use crate::journal::Config;
 use crate::pages::Tracker;
 use crate::pfail::{RtJournal, RtPool};
@@ -134,16 +134,54 @@ fn warn(message: &str) {
     let _ = writeln!(std::io::stderr(), "nvthreads: {message}");
 }
 
+/// A line on stderr for `NVT_DEBUG=1`.
+pub fn warn_debug(message: &str) {
+    warn(message);
+}
+
 /// The runtime, started on first use.
 pub fn runtime() -> &'static Runtime {
     RUNTIME.get_or_init(|| Runtime::start().unwrap_or_else(|error| fatal(&error)))
 }
 
-/// Whether the runtime must stay dormant in this process (every interposed function then
-/// forwards to libc): `NVT_DISABLE=1`, or a process of a running program on the same pool
-/// started this one.
-pub fn should_stay_dormant() -> bool {
-    env().dormant()
+/// Whether the runtime runs in this process, and why not if it does not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dormancy {
+    /// It runs.
+    Active,
+    /// `NVT_DISABLE=1`.
+    Disabled,
+    /// Nothing loaded in this process creates threads or uses the persistence API (a
+    /// wrapper such as `timeout`, `env`, `strace` or a shell started with `LD_PRELOAD`):
+    /// the pool is left to the programs it starts.
+    NotUsed,
+    /// A running program on the same pool started this one (`system()` inheriting
+    /// `LD_PRELOAD`, or a program running another on its own pool): the pool is taken.
+    PoolInUse,
+}
+
+/// Decides (once per process, by the caller) whether the runtime runs here; every
+/// interposed function forwards to libc when it does not.
+pub fn dormancy() -> Dormancy {
+    let settings = env();
+    if settings.disable {
+        Dormancy::Disabled
+    } else if !crate::imports::process_uses_runtime() {
+        Dormancy::NotUsed
+    } else if settings.dormant() {
+        Dormancy::PoolInUse
+    } else {
+        Dormancy::Active
+    }
+}
+
+/// Says on stderr why a program that uses the runtime runs without it.
+pub fn warn_pool_in_use() {
+    warn(&format!(
+        "the pool {} is in use by the program that started this one: running as plain \
+         pthreads, nothing is persistent (give this program its own NVT_POOL)",
+        env().pool.display()
+    ));
 }
 
 impl Runtime {
@@ -281,21 +319,18 @@ impl Runtime {
     }
 
     /// `nvmalloc`: the named object if it exists, else a fresh zeroed one. Durable on return
-    /// outside a section; part of the section inside one.
-    pub fn nvmalloc(&self, size: u64, name: Option<&[u8]>) -> *mut u8 {
+    /// outside a section; part of the section inside one. The error says why nothing was
+    /// allocated (and which `errno` the C API sets).
+    pub fn nvmalloc(&self, size: u64, name: Option<&[u8]>) -> Result<*mut u8, AllocError> {
         self.lock_heap();
         let meta = self.meta();
-        let found = name.and_then(|name| heapmeta::lookup(meta, name));
-        let result = match found {
+        let result = match name.and_then(|name| heapmeta::lookup(meta, name)) {
             Some((offset, existing)) if existing >= size => Ok(offset),
-            Some(_) => Err(()),
-            None => heapmeta::allocate(meta, self.heap_len, size, name).map_err(|_| ()),
+            Some((_, existing)) => Err(AllocError::TooSmall { existing, size }),
+            None => heapmeta::allocate(meta, self.heap_len, size, name),
         };
         self.unlock_heap();
-        match result {
-            Ok(offset) => self.heap_ptr(offset),
-            Err(()) => std::ptr::null_mut(),
-        }
+        result.map(|offset| self.heap_ptr(offset))
     }
 
     /// `nvrecover`: copies the named object's recovered bytes (at most `size`) to `dest`.
@@ -458,19 +493,75 @@ fn open_or_create_journal(
     Ok((journal, state, false))
 }
 
-/// Opens the pool, waiting up to 3 s while it is locked: after a crash, the killed run's
-/// thread-processes (which share the lock) may still be exiting.
+/// The exit status of a program whose pool another running program holds (`EX_TEMPFAIL`
+/// of `sysexits.h`: try again later), documented in `include/nvthreads.h`.
+pub const EXIT_POOL_BUSY: i32 = 75;
+
+/// Opens the pool. If it is locked by a live process (another run of the program), the
+/// program ends at once with a message and [`EXIT_POOL_BUSY`]; while its holders are only
+/// the dying processes of a run killed a moment ago, it waits for them (3 s at most).
 fn open_pool(path: &Path, options: &NativeOptions, settings: &Env) -> Result<RtPool, String> {
-    let mut tries = 0;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
     loop {
         match RtPool::open(path, options, settings.pfail) {
-            Err(pmem::PoolError::AlreadyOpen) if tries < 300 => {
-                tries += 1;
+            Err(pmem::PoolError::AlreadyOpen) => {
+                let holders = pool_holders(path);
+                if let Some(&pid) = holders.iter().find(|&&pid| !is_dying(pid)) {
+                    pool_busy(path, &format!("process {pid}"));
+                }
+                if std::time::Instant::now() > deadline {
+                    pool_busy(path, "processes that did not exit within 3 s");
+                }
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
             result => return result.map_err(|e| format!("opening {}: {e}", path.display())),
         }
     }
+}
+
+/// Ends the program because `holder` holds the pool.
+fn pool_busy(path: &Path, holder: &str) -> ! {
+    warn(&format!(
+        "the pool {} is in use by {holder} (another run of this program?): exiting with \
+         status {EXIT_POOL_BUSY}; give this run its own NVT_POOL to run both",
+        path.display()
+    ));
+    std::process::exit(EXIT_POOL_BUSY)
+}
+
+/// The processes holding a `flock` on the file at `path` (from `/proc/locks`).
+fn pool_holders(path: &Path) -> Vec<i32> {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(meta), Ok(locks)) = (
+        std::fs::metadata(path),
+        std::fs::read_to_string("/proc/locks"),
+    ) else {
+        return Vec::new();
+    };
+    let (major, minor) = (libc::major(meta.dev()), libc::minor(meta.dev()));
+    let id = format!("{major:02x}:{minor:02x}:{}", meta.ino());
+    locks
+        .lines()
+        .filter(|line| line.contains("FLOCK") && line.split_whitespace().any(|f| f == id))
+        .filter_map(|line| line.split_whitespace().nth(4)?.parse().ok())
+        .collect()
+}
+
+/// Whether process `pid` is gone, a zombie, or has `SIGKILL` pending (its run was killed;
+/// it releases the pool as it exits).
+fn is_dying(pid: i32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return true;
+    };
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .map(str::trim)
+            .unwrap_or("")
+    };
+    let killed = |mask: &str| u64::from_str_radix(mask, 16).is_ok_and(|m| m & (1 << 8) != 0);
+    field("State:").starts_with(['Z', 'X']) || killed(field("SigPnd:")) || killed(field("ShdPnd:"))
 }
 
 /// Tells processes started from this one (a `system()` call inheriting `LD_PRELOAD`) that

@@ -53,6 +53,7 @@ impl Runtime {
         // output the parent has not flushed yet. The child flushes its own at exit.
         // SAFETY: fflush(NULL) flushes every open output stream; no pointer is passed.
         unsafe { libc::fflush(std::ptr::null_mut()) };
+        line_buffer_stdout();
         // SAFETY: fork in a single-threaded process; the child only runs the program's start
         // routine and the runtime, then leaves with _exit.
         let pid = unsafe { libc::fork() };
@@ -340,6 +341,34 @@ fn set_own_name(name: &[u8]) -> i32 {
             .raw_os_error()
             .unwrap_or(libc::EINVAL),
     }
+}
+
+unsafe extern "C" {
+    /// glibc's standard output stream.
+    static stdout: *mut libc::FILE;
+}
+
+/// Makes standard output line-buffered (once, in the process that creates the first
+/// thread; every thread-process inherits the setting). Threads of one glibc process share
+/// one buffer, so a line is never cut; thread-processes each have their own, and a full
+/// buffer written out in the middle of a line would interleave with another thread's
+/// output. Line-buffered, every write is whole lines. Called with the buffer just flushed.
+fn line_buffer_stdout() {
+    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if DONE.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    // SAFETY: `stdout` is glibc's stream, valid for the process's life; its buffer is empty
+    // (flushed just before), which is when glibc accepts a change of buffering; a null
+    // buffer lets glibc allocate its own.
+    unsafe {
+        libc::setvbuf(
+            stdout,
+            std::ptr::null_mut(),
+            libc::_IOLBF,
+            libc::BUFSIZ as usize,
+        )
+    };
 }
 
 /// How `join_until` waits.

@@ -339,10 +339,48 @@ pub const MALLOC_LIST: Spec = Spec {
     per_thread: false,
 };
 
+/// How many acknowledgements a running program has sent so far.
+#[derive(Default)]
+pub struct Progress {
+    count: std::sync::Mutex<u64>,
+    more: std::sync::Condvar,
+}
+
+impl Progress {
+    fn add(&self) {
+        *self.count.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.more.notify_all();
+    }
+
+    /// Waits until `count` acknowledgements arrived, or `limit` passed; returns the count.
+    pub fn wait_for(&self, count: u64, limit: std::time::Duration) -> u64 {
+        let guard = self.count.lock().unwrap_or_else(|e| e.into_inner());
+        let (guard, _) = self
+            .more
+            .wait_timeout_while(guard, limit, |seen| *seen < count)
+            .unwrap_or_else(|e| e.into_inner());
+        *guard
+    }
+
+    /// Acknowledgements so far.
+    pub fn count(&self) -> u64 {
+        *self.count.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// A running program with its acknowledgements pipe.
 pub struct Running {
     child: Child,
     acks: Option<thread::JoinHandle<Acked>>,
+    /// Acknowledgements received so far.
+    pub progress: std::sync::Arc<Progress>,
+}
+
+impl Running {
+    /// The program's standard output, read by the caller from now on.
+    pub fn stdout(&mut self) -> std::process::ChildStdout {
+        self.child.stdout.take().expect("stdout not taken yet")
+    }
 }
 
 pub fn start(mut command: Command, crash_at: Option<u64>, mutant: Option<&str>) -> Running {
@@ -372,31 +410,42 @@ pub fn start(mut command: Command, crash_at: Option<u64>, mutant: Option<&str>) 
     }
     let child = command.spawn().expect("spawn");
     drop(write_end);
+    let progress = std::sync::Arc::new(Progress::default());
+    let counted = progress.clone();
     let acks = thread::spawn(move || {
         let mut reader = std::fs::File::from(read_end);
         let mut acked = Acked::default();
         let mut word = [0u8; 8];
         while reader.read_exact(&mut word).is_ok() {
             acked.record(u64::from_le_bytes(word));
+            counted.add();
         }
         acked
     });
     Running {
         child,
         acks: Some(acks),
+        progress,
     }
 }
 
 /// Kills the whole process group (the program and its thread-processes), reaps it, and
 /// returns what it acknowledged plus the program's output.
 pub fn kill_and_collect(running: &mut Running, kill: bool) -> (Acked, Vec<String>) {
+    let (acked, lines, _) = kill_and_reap(running, kill);
+    (acked, lines)
+}
+
+/// [`kill_and_collect`], also telling whether the program exited by itself with status 0
+/// (it was not killed, at a persistence step or otherwise).
+pub fn kill_and_reap(running: &mut Running, kill: bool) -> (Acked, Vec<String>, bool) {
     let pid = running.child.id() as i32;
     if kill {
         // SAFETY: signalling the process group we created for the child.
         unsafe { libc::kill(-pid, libc::SIGKILL) };
     }
-    let mut stdout = running.child.stdout.take().expect("stdout");
-    let _ = running.child.wait();
+    let stdout = running.child.stdout.take();
+    let exited = running.child.wait().is_ok_and(|status| status.success());
     // Thread-processes are children of the program, not ours: wait for the pipe to close.
     let acked = running
         .acks
@@ -405,8 +454,10 @@ pub fn kill_and_collect(running: &mut Running, kill: bool) -> (Acked, Vec<String
         .join()
         .expect("ack reader");
     let mut text = String::new();
-    let _ = stdout.read_to_string(&mut text);
-    (acked, text.lines().map(str::to_owned).collect())
+    if let Some(mut stdout) = stdout {
+        let _ = stdout.read_to_string(&mut text);
+    }
+    (acked, text.lines().map(str::to_owned).collect(), exited)
 }
 
 /// Checks the state printed at the start of a run against what earlier runs acknowledged:
@@ -509,8 +560,9 @@ pub fn crash_every_step_with(
         let mut run = spec.command(&pool, spec.args);
         run.envs(env.run.iter().copied());
         let mut running = start(run, Some(step), mutant);
-        let (acked, lines) = kill_and_collect(&mut running, false);
-        let finished = lines.iter().any(|line| line.starts_with("DONE"));
+        // Finished: exited by itself, so no crash point was left after this step (a run may
+        // print DONE and still be killed on its way out, in the exit's checkpoint).
+        let (acked, _, finished) = kill_and_reap(&mut running, false);
         let reference = if double && !finished {
             let copy = dir.path().join("reference.pool");
             std::fs::copy(&pool, &copy).expect("copy pool");
