@@ -69,9 +69,9 @@ pub const HEADER: Source = Source {
     text: include_str!("../../nvthreads/include/nvthreads.h"),
 };
 
-/// The evaluation programs: the Phoenix-style kernels, the page micro-benchmark and their
-/// shared header.
-pub const EVAL_SOURCES: [Source; 10] = [
+/// The evaluation programs: the Phoenix-style kernels, the page micro-benchmark, the
+/// lock-heavy kernel, the one-line-section micro-benchmark and their shared header.
+pub const EVAL_SOURCES: [Source; 12] = [
     Source {
         file: "common.h",
         text: include_str!("../../nvthreads/eval/common.h"),
@@ -111,6 +111,14 @@ pub const EVAL_SOURCES: [Source; 10] = [
     Source {
         file: "pagebench.c",
         text: include_str!("../../nvthreads/eval/pagebench.c"),
+    },
+    Source {
+        file: "bank.c",
+        text: include_str!("../../nvthreads/eval/bank.c"),
+    },
+    Source {
+        file: "sections.c",
+        text: include_str!("../../nvthreads/eval/sections.c"),
     },
 ];
 

@@ -11,14 +11,20 @@
 //!   and persisted before it is made).
 //! - [`recovery`]: the crash-tolerant k-means killed after iteration *n*, restarted, and
 //!   continued to convergence, against a run from scratch.
+//! - [`lockheavy`]: a lock-heavy kernel of short sections (bank transfers through a work
+//!   queue) beside plain pthreads at 1, 2 and 4 threads, and the cost of a one-line section
+//!   step by step.
 
 pub mod kernels;
+pub mod lockheavy;
 pub mod pages;
 pub mod recovery;
 #[cfg(test)]
 mod tests;
 
 pub use kernels::{KERNELS, Kernel, KernelId, KernelResult, RunTimes, Variant, kernels};
+pub use lockheavy::{BANK_THREADS, BankPoint, SectionCost, SectionShape, bank, section_cost};
+pub use nvthreads::profile::Step;
 pub use nvthreads::stats::Stats;
 pub use nvthreads_programs::{ProgramError, find_cc};
 pub use pages::{PAGE_BENCH, PAGE_PERCENTS, PageBench, PagePoint, page_benchmark};
@@ -84,7 +90,11 @@ impl Programs {
         let library = nvthreads_programs::runtime_library()?;
         let toolchain = Toolchain::prepare(&dir, &EVAL_SOURCES, library)?;
         let mut built = HashMap::new();
-        let names = KERNELS.iter().map(|k| k.name).chain([PAGE_BENCH_PROGRAM]);
+        let names = KERNELS.iter().map(|k| k.name).chain([
+            PAGE_BENCH_PROGRAM,
+            lockheavy::BANK_PROGRAM,
+            lockheavy::SECTIONS_PROGRAM,
+        ]);
         for name in names {
             for (link, suffix) in [(Link::Pthreads, "pthreads"), (Link::Runtime, "nvthreads")] {
                 let path = toolchain.build(name, link, &[], suffix)?;
@@ -165,6 +175,8 @@ fn runtime_env(command: &mut Command, pool: &Path, sizes: PoolSizes) {
 struct Output {
     lines: Vec<String>,
     stats: Stats,
+    /// The per-step profile, when the run had `NVT_PROFILE=1`.
+    profile: Option<nvthreads::profile::ProfileLine>,
     wall_s: f64,
 }
 
@@ -187,6 +199,7 @@ fn run(mut command: Command, what: &str) -> Result<Output, ProgramError> {
     Ok(Output {
         lines: stdout.lines().map(str::to_owned).collect(),
         stats: Stats::parse(&stderr).unwrap_or_default(),
+        profile: nvthreads::profile::ProfileLine::parse(&stderr),
         wall_s,
     })
 }

@@ -1,7 +1,9 @@
 //! The evaluation's C programs in quick mode: every kernel built from one source gives the
 //! pthreads result under the runtime (with `malloc` shared, and with every `malloc`
-//! persistent), the page benchmark runs, and the crash-tolerant k-means killed mid-way
-//! resumes and converges to the uninterrupted run's centroids. (`ferrite eval --only
+//! persistent), the page benchmark runs, the lock-heavy kernel gives pthreads' ledger at
+//! every thread count, the one-line sections are profiled step by step (a hot page takes no
+//! fault, a new page does), and the crash-tolerant k-means killed mid-way resumes and
+//! converges to the uninterrupted run's centroids. (`ferrite eval --only
 //! nvthreads` runs the full-size measurements.)
 
 use super::*;
@@ -51,6 +53,35 @@ fn kernels_page_benchmark_and_kmeans_recovery_in_quick_mode() {
     )
     .expect("page benchmark");
     assert!(per_round > 0.0 && stats.logged_bytes > 0, "{stats:?}");
+    let bank = bank(&programs, &settings, &mut |_| {}).expect("lock-heavy kernel");
+    assert_eq!(bank.len(), BANK_THREADS.len());
+    for point in &bank {
+        assert!(
+            point.digests_match && point.stats.records > 0,
+            "bank with {} workers: the runtime's ledger differs or logged nothing: {point:?}",
+            point.threads
+        );
+    }
+    let costs = section_cost(&programs, &settings, &mut |_| {}).expect("one-line sections");
+    for cost in &costs {
+        let step = |wanted: Step| {
+            cost.steps
+                .iter()
+                .find(|(step, ..)| *step == wanted)
+                .map_or(0.0, |&(_, events, _)| events)
+        };
+        assert!(
+            step(Step::Append) >= 0.99 && step(Step::Diff) >= 0.99,
+            "{:?}: every section is diffed and appended once: {:?}",
+            cost.shape,
+            cost.steps
+        );
+        let faults = step(Step::Fault);
+        match cost.shape {
+            SectionShape::Hot => assert!(faults < 0.01, "a hot page takes no fault: {faults}"),
+            SectionShape::Cold => assert!(faults > 0.2, "new pages fault: {faults}"),
+        }
+    }
     let recovery = kmeans_recovery(&programs, &settings, &[0.5], &mut |_| {})
         .expect("k-means crash experiment");
     let point = &recovery.points[0];

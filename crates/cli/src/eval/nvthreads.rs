@@ -20,8 +20,8 @@ use crate::plot::{BarSeries, Series, grouped_bar_chart, log2_line_chart};
 use crate::report::{ClaimVerdict, Headline, Plot, Section, Table, Verdict};
 use anyhow::Context;
 use bench::nvthreads::{
-    self as nvt, KERNELS, KernelId, KernelResult, KmeansRecovery, PAGE_BENCH, PAGE_PERCENTS,
-    PagePoint, Programs, Settings, Variant,
+    self as nvt, BANK_THREADS, BankPoint, KERNELS, KernelId, KernelResult, KmeansRecovery,
+    PAGE_BENCH, PAGE_PERCENTS, PagePoint, Programs, SectionCost, Settings, Variant,
 };
 use indicatif::ProgressBar;
 use serde_json::{Value, json};
@@ -59,10 +59,13 @@ pub fn run(options: &EvalOptions, bar: &ProgressBar) -> anyhow::Result<Section> 
     } else {
         &CRASH_FRACTIONS
     };
+    let bank_runs = if options.quick { 1 } else { 5 };
     let steps = KERNELS.len() * (2 * settings.kernel_runs + settings.runs)
         + nvt::pages::latencies(options.quick).len() * PAGE_PERCENTS.len() * 3
         + settings.runs
-        + 2 * fractions.len();
+        + 2 * fractions.len()
+        + BANK_THREADS.len() * bank_runs
+        + 2;
     bar.set_length(steps as u64 + 1);
     bar.set_message("building the C programs");
     let programs = Programs::build(&settings).context("building the evaluation programs")?;
@@ -71,21 +74,40 @@ pub fn run(options: &EvalOptions, bar: &ProgressBar) -> anyhow::Result<Section> 
         bar.set_message(what.to_owned());
         bar.inc(1);
     };
-    let kernels = nvt::kernels(&programs, &settings, &mut progress)?;
-    let pages = nvt::page_benchmark(&programs, &settings, &mut progress)?;
-    let recovery = nvt::kmeans_recovery(&programs, &settings, fractions, &mut progress)?;
-    section_of(&settings, &programs, &kernels, &pages, &recovery)
+    let results = Results {
+        kernels: nvt::kernels(&programs, &settings, &mut progress)?,
+        pages: nvt::page_benchmark(&programs, &settings, &mut progress)?,
+        recovery: nvt::kmeans_recovery(&programs, &settings, fractions, &mut progress)?,
+        bank: nvt::bank(&programs, &settings, &mut progress)?,
+        costs: nvt::section_cost(&programs, &settings, &mut progress)?,
+    };
+    section_of(&settings, &programs, &results)
+}
+
+/// Everything the section shows.
+struct Results {
+    kernels: Vec<KernelResult>,
+    pages: Vec<PagePoint>,
+    recovery: KmeansRecovery,
+    bank: Vec<BankPoint>,
+    costs: Vec<SectionCost>,
 }
 
 fn section_of(
     settings: &Settings,
     programs: &Programs,
-    kernels: &[KernelResult],
-    pages: &[PagePoint],
-    recovery: &KmeansRecovery,
+    results: &Results,
 ) -> anyhow::Result<Section> {
+    let Results {
+        kernels,
+        pages,
+        recovery,
+        bank,
+        costs,
+    } = results;
     let mut section = empty_section(ID, TITLE);
-    let digests_ok = kernels.iter().all(|k| k.digests_match);
+    let digests_ok =
+        kernels.iter().all(|k| k.digests_match) && bank.iter().all(|b| b.digests_match);
     let recovery_ok = recovery.all_resumed();
     section.verdict = if digests_ok && recovery_ok {
         Verdict::Pass
@@ -93,10 +115,14 @@ fn section_of(
         Verdict::Fail
     };
     section.headlines = headlines(settings, kernels, pages, recovery);
+    section.headlines.push(bank_headline(settings, bank));
     section.summary = summary(settings, programs, kernels, pages, recovery, digests_ok);
+    section.summary.insert(2, bank_line(bank, costs));
     section.tables = vec![
         kernel_table(kernels),
         kernel_stats_table(kernels),
+        bank_table(bank),
+        cost_table(costs),
         page_table(pages),
         recovery_table(recovery),
     ];
@@ -111,10 +137,157 @@ fn section_of(
             "runtime_library": programs.library().display().to_string(),
         },
         "kernels": kernels.iter().map(kernel_json).collect::<Vec<_>>(),
+        "lock_heavy_kernel": bank.iter().map(bank_json).collect::<Vec<_>>(),
+        "one_line_sections": costs.iter().map(cost_json).collect::<Vec<_>>(),
         "page_benchmark": pages.iter().map(page_json).collect::<Vec<_>>(),
         "kmeans_recovery": recovery_json(recovery),
     });
     Ok(section)
+}
+
+/// Our goal for short sections: the lock-heavy kernel with 4 workers within 5× of
+/// pthreads.
+const BANK_GOAL: f64 = 5.0;
+
+fn bank_headline(settings: &Settings, bank: &[BankPoint]) -> Headline {
+    let claim = format!(
+        "Goal: a lock-heavy kernel of short sections (4 workers) within {BANK_GOAL}× of pthreads"
+    );
+    match bank.iter().find(|b| b.threads == 4) {
+        Some(point) => Headline::new(
+            claim,
+            format!(
+                "{:.0}× ({:.0} vs {:.0} transfers/s, median of {} runs)",
+                point.slowdown(),
+                point.rates().1,
+                point.rates().0,
+                point.nvthreads_s.len()
+            ),
+            if settings.quick {
+                ClaimVerdict::NotMeasured
+            } else {
+                ClaimVerdict::from_holds(point.slowdown() <= BANK_GOAL)
+            },
+        ),
+        None => Headline::new(claim, "not measured", ClaimVerdict::NotMeasured),
+    }
+}
+
+fn bank_line(bank: &[BankPoint], costs: &[SectionCost]) -> String {
+    let points: Vec<String> = bank
+        .iter()
+        .map(|b| format!("{:.0}× at {} workers", b.slowdown(), b.threads))
+        .collect();
+    let cost: Vec<String> = costs
+        .iter()
+        .map(|c| {
+            format!(
+                "{:.1} µs with the page {} (pthreads {:.0} ns)",
+                c.nvthreads_ns / 1e3,
+                match c.shape {
+                    nvt::SectionShape::Hot => "kept writable",
+                    nvt::SectionShape::Cold => "new each time",
+                },
+                c.pthreads_ns
+            )
+        })
+        .collect();
+    format!(
+        "Lock-heavy kernel (bank transfers through a work queue, every transfer logged and \
+         durable at its unlock): the runtime is {} slower than plain pthreads. Sections \
+         under different locks commit at the same time, but each costs a merge — a one-line \
+         section {} — against a few dozen nanoseconds of work, so programs of nothing but \
+         short sections stay far from pthreads.",
+        points.join(", "),
+        cost.join(", ")
+    )
+}
+
+fn bank_table(bank: &[BankPoint]) -> Table {
+    let mut table = Table::new(
+        "Lock-heavy kernel: bank transfers through a work queue (a producer, N workers, two \
+         striped locks per transfer), compute phase (ms, median) and transfers per second",
+        &[
+            "workers",
+            "transfers",
+            "pthreads ms",
+            "nvthreads ms",
+            "slowdown",
+            "pthreads transfers/s",
+            "nvthreads transfers/s",
+            "records",
+            "same result",
+        ],
+    );
+    for b in bank {
+        let (plain, nvt) = b.rates();
+        table.push(vec![
+            b.threads.to_string(),
+            b.transfers.to_string(),
+            ms(b.pthreads()),
+            ms(b.nvthreads()),
+            format!("{:.1}", b.slowdown()),
+            format!("{plain:.0}"),
+            format!("{nvt:.0}"),
+            b.stats.records.to_string(),
+            if b.digests_match { "yes" } else { "NO" }.to_owned(),
+        ]);
+    }
+    table
+}
+
+fn cost_table(costs: &[SectionCost]) -> Table {
+    let mut columns = vec!["page written", "pthreads ns", "nvthreads ns"];
+    let steps: Vec<nvt::Step> = costs
+        .first()
+        .map(|c| c.steps.iter().map(|(step, ..)| *step).collect())
+        .unwrap_or_default();
+    let names: Vec<String> = steps.iter().map(|s| format!("{} ns", s.name())).collect();
+    columns.extend(names.iter().map(String::as_str));
+    let mut table = Table::new(
+        "One-line section (lock, one 8-byte store, unlock; one thread, own mutex): \
+         nanoseconds per section, and per step from a profiled run (NVT_PROFILE=1; fault: the \
+         write fault, twin included; diff, append with its fence, publish, reset: the merge at \
+         the unlock)",
+        &columns,
+    );
+    for c in costs {
+        let mut row = vec![
+            c.shape.name().to_owned(),
+            format!("{:.0}", c.pthreads_ns),
+            format!("{:.0}", c.nvthreads_ns),
+        ];
+        row.extend(c.steps.iter().map(|(_, _, ns)| format!("{ns:.0}")));
+        table.push(row);
+    }
+    table
+}
+
+fn bank_json(b: &BankPoint) -> Value {
+    json!({
+        "workers": b.threads,
+        "transfers": b.transfers,
+        "pthreads_s": b.pthreads_s,
+        "nvthreads_s": b.nvthreads_s,
+        "slowdown": b.slowdown(),
+        "digests_match": b.digests_match,
+        "records": b.stats.records,
+        "log_bytes": b.stats.log_bytes,
+    })
+}
+
+fn cost_json(c: &SectionCost) -> Value {
+    json!({
+        "shape": c.shape.name(),
+        "sections": c.sections,
+        "pthreads_ns": c.pthreads_ns,
+        "nvthreads_ns": c.nvthreads_ns,
+        "steps": c.steps.iter().map(|(step, per_section, ns)| json!({
+            "step": step.name(),
+            "events_per_section": per_section,
+            "ns_per_section": ns,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// The paper's headline claims (NVthreads, EuroSys'17, §5) beside ours.
