@@ -872,8 +872,10 @@ impl Tracker {
     pub fn read_shared(&self, offset: usize, dst: &mut [u8]) {
         let heap = &self.regions[0];
         assert!(offset + dst.len() <= heap.len, "read past the heap");
-        // SAFETY: in bounds of the heap's shared mapping; the caller holds the commit token,
-        // so no other process writes these bytes during the copy.
+        // SAFETY: in bounds of the heap's shared mapping. Another process may publish into
+        // these bytes during the copy (word-sized atomic stores); the bytes copied are then
+        // a mix of old and new values, which callers (tests, with no concurrent writer) do
+        // not rely on.
         unsafe { ptr::copy_nonoverlapping(heap.shared.add(offset), dst.as_mut_ptr(), dst.len()) }
     }
 

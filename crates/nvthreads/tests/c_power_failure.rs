@@ -109,8 +109,9 @@ fn rollback_at(spec: &Spec, mode: &str, step: u64) -> Option<[u64; 5]> {
     ])
 }
 
-/// The rollback is not vacuous: at the fences of a run's appends and commits, lines are
-/// pending (the record, the commit word) and are reverted, kept or torn as the mode says.
+/// The rollback is not vacuous: at the fences of a run's appends and checkpoints, lines are
+/// pending (the record, the home image, the lap word) and are reverted, kept or torn as the
+/// mode says.
 #[test]
 fn crash_points_have_pending_lines_to_roll_back() {
     let mut totals = [[0u64; 4]; 3];
@@ -164,8 +165,8 @@ fn ledger_crash_points_fall_between_two_threads_appends() {
     );
 }
 
-/// `no-log-flush` (records fenced but never flushed, so the commit word can reach the media
-/// before the record it commits): invisible to `SIGKILL`s, which leave every store in the
+/// `no-log-flush` (records fenced but never flushed, so a record that commits by its fence
+/// can still be lost after its section was acknowledged): invisible to `SIGKILL`s, which leave every store in the
 /// pool file, and caught by the same test with power failures.
 #[test]
 fn missing_log_flush_is_caught_by_power_failures_only() {

@@ -176,7 +176,10 @@ fn bank_headline(settings: &Settings, bank: &[BankPoint]) -> Headline {
 fn bank_line(bank: &[BankPoint], costs: &[SectionCost]) -> String {
     let points: Vec<String> = bank
         .iter()
-        .map(|b| format!("{:.0}× at {} workers", b.slowdown(), b.threads))
+        .map(|b| {
+            let workers = if b.threads == 1 { "worker" } else { "workers" };
+            format!("{:.0}× at {} {workers}", b.slowdown(), b.threads)
+        })
         .collect();
     let cost: Vec<String> = costs
         .iter()
@@ -457,17 +460,18 @@ fn summary(
                 format!("; over it: {}", over.join(", "))
             }
         ),
-        "Where the runtime's time goes: every critical section costs tens of microseconds \
-         (the commit token handed between processes, a write fault with an mprotect and a \
-         twin copy per page written, publishing the changed bytes), so a kernel that takes a \
-         lock per item (reverse_index: one section per link) is dominated by it — the paper \
-         reports 5.5× for its reverse_index; a thread-process maps every page it reads into \
-         its own page table (a minor fault per 16 pages, a few tenths of a microsecond per \
-         page), which is 10–25 % of the work of the kernels that only scan their input \
-         (histogram, linear_regression) at any input size; word_count's reduce phase runs \
-         under one lock, so its write faults and merges add up serially; the fork of each \
-         thread-process costs a fraction of a millisecond. Medians of a few runs on a shared \
-         machine: ratios near 1.2 move across it from run to run."
+        "Where the runtime's time goes: every critical section costs microseconds (a write \
+         fault with an mprotect and a twin copy per page written unless the page is kept \
+         writable, a diff, a log append with its fence, publishing the changed bytes; \
+         sections under different locks no longer wait for each other), so a kernel that \
+         takes a lock per item (reverse_index: one section per link) is dominated by it — \
+         the paper reports 5.5× for its reverse_index; a thread-process maps every page it \
+         reads into its own page table (a minor fault per 16 pages, a few tenths of a \
+         microsecond per page), which is 10–25 % of the work of the kernels that only scan \
+         their input (histogram, linear_regression) at any input size; word_count's reduce \
+         phase runs under one lock, so its write faults and merges add up serially; the fork \
+         of each thread-process costs a fraction of a millisecond. Medians of a few runs on a \
+         shared machine: ratios near 1.2 move across it from run to run."
             .to_owned(),
         persistent_line(kernels, settings),
         page_line(pages),

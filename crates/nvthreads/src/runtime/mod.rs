@@ -12,7 +12,7 @@
 //! - [`env`]: the `NVT_*` settings, parsed once;
 //! - [`layout`]: where the heap, the program's globals and the `malloc` region are mapped,
 //!   and loading the recovered home image into the shared view;
-//! - [`commit`]: the commit token, merges, log appends and commit points;
+//! - [`commit`]: merges, log appends to the thread's lane, groups and checkpoints;
 //! - [`sync`]: mutexes, condition variables, barriers, once-controls;
 //! - [`threads`]: creating, joining, detaching, signalling and naming thread-processes;
 //! - [`signals`]: a fatal signal in any process ends the whole run.
@@ -307,8 +307,8 @@ impl Runtime {
     #[allow(clippy::mut_from_ref)]
     fn meta(&self) -> &mut [u8] {
         // SAFETY: page 0 of the private view, mapped for the life of the process. Callers hold
-        // the commit token, this process has one thread, and no other reference to the page
-        // is alive while the slice is used; write faults are resolved by the tracker.
+        // the heap lock, this process has one thread, and no other reference to the page is
+        // alive while the slice is used; write faults are resolved by the tracker.
         unsafe { std::slice::from_raw_parts_mut(self.tracker.private_base(), heapmeta::META_LEN) }
     }
 
