@@ -11,6 +11,8 @@
 //! - [`logstudy`]: cacheable vs non-temporal vs packed log writes, after "Logging in persistent
 //!   memory: to cache, or not to cache?" (MemSys 2017).
 //! - [`pmfs`]: the PMFS library, its FUSE mount and the kernel side by side.
+//! - [`nvthreads`]: NVthreads (EuroSys'17): Phoenix-style kernels, the page micro-benchmark
+//!   against the fine-grained `undo` engine, k-means recovery, as C programs on the runtime.
 
 #![forbid(unsafe_code)]
 
@@ -20,6 +22,7 @@ pub mod engines;
 pub mod ideal;
 pub mod logstudy;
 pub mod measure;
+pub mod nvthreads;
 pub mod pmfs;
 pub mod runner;
 pub mod substrate;

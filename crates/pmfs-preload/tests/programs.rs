@@ -7,7 +7,7 @@ use pmfs::posix::O_RDONLY;
 use pmfs::{Fs, MkfsOptions, MountOptions, Posix};
 use rand::{Rng, SeedableRng};
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 const PREFIX: &str = "/pmfs-test";

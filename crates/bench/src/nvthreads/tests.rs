@@ -1,44 +1,27 @@
 //! The evaluation's C programs in quick mode: every kernel built from one source gives the
 //! pthreads result under the runtime (with `malloc` shared, and with every `malloc`
-//! persistent), the page benchmark runs, and the crash-tolerant k-means killed mid-way
-//! resumes and converges to the uninterrupted run's centroids. (`ferrite eval --only
+//! persistent), the page benchmark runs, the lock-heavy kernel gives pthreads' ledger at
+//! every thread count, the one-line sections are profiled step by step (a hot page takes no
+//! fault, a new page does), and the crash-tolerant k-means killed mid-way resumes and
+//! converges to the uninterrupted run's centroids. (`ferrite eval --only
 //! nvthreads` runs the full-size measurements.)
 
-use nvthreads::eval::{self, PAGE_PERCENTS, Programs, Settings, Variant};
-use std::path::Path;
-
-/// Points the programs at the library `cargo test` built (target/<profile>/examples).
-fn use_built_library() {
-    let exe = std::env::current_exe().expect("test executable");
-    let library = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>")
-        .join("examples/libnvthreads_rt.so");
-    assert!(
-        library.exists(),
-        "{} missing: build it with `cargo build -p nvthreads --examples`",
-        library.display()
-    );
-    // SAFETY: set before any thread of this test reads the environment (one test).
-    unsafe { std::env::set_var("NVT_RUNTIME_LIB", &library) };
-}
+use super::*;
 
 #[test]
 fn kernels_page_benchmark_and_kmeans_recovery_in_quick_mode() {
     assert!(
-        nvthreads::programs::find_cc().is_some(),
+        find_cc().is_some(),
         "the evaluation programs need a C compiler `cc` (apt-get install gcc)"
     );
-    use_built_library();
     let scratch = tempfile::Builder::new()
         .prefix("nvthreads-eval")
         .tempdir_in(pmem::DEFAULT_POOL_DIR)
         .expect("scratch dir");
     let settings = Settings::new(scratch.path().to_path_buf(), true);
     let programs = Programs::build(&settings).expect("build the programs");
-    let results = eval::kernels(&programs, &settings, &mut |_| {}).expect("run the kernels");
-    assert_eq!(results.len(), eval::KERNELS.len());
+    let results = kernels(&programs, &settings, &mut |_| {}).expect("run the kernels");
+    assert_eq!(results.len(), KERNELS.len());
     for result in &results {
         assert!(
             result.digests_match,
@@ -60,7 +43,7 @@ fn kernels_page_benchmark_and_kmeans_recovery_in_quick_mode() {
             result.compute(Variant::PersistentMalloc)
         );
     }
-    let (per_round, stats) = eval::page_round_time(
+    let (per_round, stats) = pages::page_round_time(
         &programs,
         &settings,
         Variant::PersistentMalloc,
@@ -70,7 +53,36 @@ fn kernels_page_benchmark_and_kmeans_recovery_in_quick_mode() {
     )
     .expect("page benchmark");
     assert!(per_round > 0.0 && stats.logged_bytes > 0, "{stats:?}");
-    let recovery = eval::kmeans_recovery(&programs, &settings, &[0.5], &mut |_| {})
+    let bank = bank(&programs, &settings, &mut |_| {}).expect("lock-heavy kernel");
+    assert_eq!(bank.len(), BANK_THREADS.len());
+    for point in &bank {
+        assert!(
+            point.digests_match && point.stats.records > 0,
+            "bank with {} workers: the runtime's ledger differs or logged nothing: {point:?}",
+            point.threads
+        );
+    }
+    let costs = section_cost(&programs, &settings, &mut |_| {}).expect("one-line sections");
+    for cost in &costs {
+        let step = |wanted: Step| {
+            cost.steps
+                .iter()
+                .find(|(step, ..)| *step == wanted)
+                .map_or(0.0, |&(_, events, _)| events)
+        };
+        assert!(
+            step(Step::Append) >= 0.99 && step(Step::Diff) >= 0.99,
+            "{:?}: every section is diffed and appended once: {:?}",
+            cost.shape,
+            cost.steps
+        );
+        let faults = step(Step::Fault);
+        match cost.shape {
+            SectionShape::Hot => assert!(faults < 0.01, "a hot page takes no fault: {faults}"),
+            SectionShape::Cold => assert!(faults > 0.2, "new pages fault: {faults}"),
+        }
+    }
+    let recovery = kmeans_recovery(&programs, &settings, &[0.5], &mut |_| {})
         .expect("k-means crash experiment");
     let point = &recovery.points[0];
     assert!(
