@@ -180,15 +180,15 @@ impl Heap {
         self.release(&mut self.state.lock(), reservation.block);
     }
 
-    /// Starts freeing the block at `addr`, which must be the start of an allocated block not
-    /// already being freed.
+    /// Starts freeing the block at `addr`, which must be the start of an allocated block
+    /// (`InvalidFree`) not already being freed (`BeingFreed`).
     pub fn prepare_free(&self, addr: u64) -> Result<Freeing, HeapError> {
         let mut state = self.state.lock();
         let block = self
             .block_at(&state, addr)
             .ok_or(HeapError::InvalidFree(addr))?;
         if !state.being_freed.insert(addr) {
-            return Err(HeapError::InvalidFree(addr));
+            return Err(HeapError::BeingFreed(addr));
         }
         let len = self.len_of(&state, block);
         Ok(Freeing { addr, len, block })

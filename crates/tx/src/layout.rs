@@ -14,6 +14,9 @@ use pmem::{Persist, Region, WriteClass};
 
 /// Identifies a Ferrite transaction area.
 pub const MAGIC: [u8; 8] = *b"FERRTXEN";
+/// The MVCC engine's magic (`docs/mvcc-format.md` §2.1): its pools are `WrongEngine` here,
+/// as undo and redo pools are there.
+const MVCC_MAGIC: [u8; 8] = *b"FERRMVCC";
 /// Format version.
 pub const VERSION: u32 = 1;
 const HEADER_LEN: u64 = 64;
@@ -149,6 +152,12 @@ impl EngineLayout {
     pub fn read<P: Persist>(pm: &P, arena: Region, kind: EngineKind) -> Result<Self, TxError> {
         let mut b = [0u8; HEADER_LEN as usize];
         pm.read(arena.offset, &mut b);
+        if b[0..8] == MVCC_MAGIC {
+            return Err(TxError::WrongEngine {
+                expected: kind.name(),
+                found: "mvcc",
+            });
+        }
         if b[0..8] != MAGIC {
             return Err(TxError::Corrupted(
                 "no transaction area in this pool (not formatted by an engine)".into(),
