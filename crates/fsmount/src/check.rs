@@ -5,8 +5,8 @@
 //! copy; then `Fs::fsck` checks the recovered state. The result says whether a crash
 //! recovery is pending and how many bytes it would rewrite.
 
-use crate::memory::MemPm;
 use fs::{Fs, FsckReport, MountOptions};
+use pmem::MemPm;
 use pmem::Pool;
 use std::path::Path;
 

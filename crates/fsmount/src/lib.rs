@@ -8,13 +8,12 @@
 mod adapter;
 pub mod bench;
 mod check;
-mod memory;
 mod mount;
 
 pub use adapter::{FuseFs, errno, file_attr};
 pub use check::{CheckError, CheckReport, check_offline};
-pub use memory::MemPm;
 pub use mount::{Ended, MountConfig, MountError, Mounted, serve, spawn};
+pub use pmem::MemPm;
 
 use fs::{Fs, FsError, MkfsOptions, MountOptions};
 use pmem::{Native, NativeOptions, Pool, Protection};

@@ -10,10 +10,13 @@
 
 mod action;
 mod alloc;
+pub mod check;
 pub mod layout;
+mod scan;
 
 pub use action::{ACTION_LEN, Action, apply_durably};
 pub use alloc::{Freeing, Heap, Reservation, SystemCommit, Usage};
+pub use check::{HeapCheck, check_heap};
 pub use layout::{Descriptor, Layout, SIZE_CLASSES};
 
 /// Errors of the heap.

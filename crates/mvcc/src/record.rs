@@ -181,6 +181,18 @@ pub fn read<P: Persist>(pm: &P, pos: u64, limit: u64) -> TxResult<Option<Record>
     decode(pm.len(), kind, pos, &bytes).map(Some)
 }
 
+/// The kind and timestamp named by a record header at `pos` that carries a record magic,
+/// whether or not the record verifies (recovery tells a damaged record from a torn one with
+/// it; [`read`] decides whether the record is intact).
+pub fn claimed<P: Persist>(pm: &P, pos: u64, limit: u64) -> Option<(Kind, u64)> {
+    if pos + HEADER_LEN as u64 > limit {
+        return None;
+    }
+    let mut magic = [0u8; 4];
+    pm.read(pos, &mut magic);
+    Kind::from_magic(&magic).map(|kind| (kind, pm.read_u64(pos + 8)))
+}
+
 fn decode(pool_len: u64, kind: Kind, pos: u64, b: &[u8]) -> TxResult<Record> {
     let bad = |what: &str| TxError::Corrupted(format!("intact mvcc record at {pos:#x}: {what}"));
     let op = u16::from_le_bytes([b[16], b[17]]);

@@ -128,3 +128,103 @@ fn a_double_free_in_one_transaction_is_still_an_invalid_free() {
     let never = engine.transaction(|tx| tx.free(PPtr::<()>::from_parts(tx.pool_tag(), 0x1008)));
     assert!(matches!(never, Err(TxError::InvalidFree(_))), "{never:?}");
 }
+
+/// An MVCC pool after ten logged commits on one thread, as a process crash leaves it, and
+/// the offsets and lengths of its live operation records (oldest first).
+fn crashed_mvcc() -> (Vec<u8>, Vec<(u64, u64)>) {
+    let pm = SimPm::new(POOL, Default::default());
+    let pool = Pool::format(pm.clone(), &CreateOptions::new(LAYOUT, POOL)).expect("format");
+    let engine = Mvcc::create(pool, &MvccOptions::small(), NoReplay).expect("create");
+    engine
+        .transaction(|tx| {
+            let root = tx.root::<()>();
+            (0..4).try_for_each(|a| tx.write_u64(root, 64 * a, 100))
+        })
+        .expect("accounts");
+    engine.sync().expect("checkpoint the setup");
+    for i in 0..10u64 {
+        let (from, to) = (i % 4, (i + 1) % 4);
+        engine
+            .transaction(|tx| {
+                let root = tx.root::<()>();
+                let (a, b) = (tx.read_u64(root, 64 * from)?, tx.read_u64(root, 64 * to)?);
+                tx.write_u64(root, 64 * from, a - 1)?;
+                tx.write_u64(root, 64 * to, b + 1)
+            })
+            .expect("transfer");
+    }
+    let image = pm.volatile_image();
+    let layout =
+        mvcc::layout::MvccLayout::read(engine.pool().pm(), engine.pool().arena()).expect("layout");
+    std::mem::forget(engine);
+    let view = SimPm::from_image(image.clone(), Default::default());
+    let mut records: Vec<(u64, u64, u64)> = (0..layout.lane_count as usize)
+        .flat_map(|lane| {
+            let (base, len) = layout.olog(lane);
+            (base..base + len)
+                .step_by(64)
+                .map(move |pos| (pos, base + len))
+        })
+        .filter_map(|(pos, limit)| {
+            let rec = mvcc::record::read(&view, pos, limit).expect("read")?;
+            Some((rec.ts, pos, rec.len))
+        })
+        .collect();
+    records.sort_unstable();
+    let live = records
+        .into_iter()
+        .map(|(_, pos, len)| (pos, len))
+        .collect();
+    (image, live)
+}
+
+fn total<E: Engine>(engine: &E) -> u64 {
+    engine
+        .read_only(|tx| {
+            let root = tx.root::<()>();
+            (0..4).try_fold(0, |sum, a| {
+                Ok::<_, TxError>(sum + tx.read_u64(root, 64 * a)?)
+            })
+        })
+        .expect("total")
+}
+
+fn check_damage(image: &[u8]) -> usize {
+    let pool = Pool::attach(
+        SimPm::from_image(image.to_vec(), Default::default()),
+        LAYOUT,
+    )
+    .expect("pool");
+    mvcc::check::check_area(pool.pm(), pool.arena())
+        .iter()
+        .filter(|f| f.is_damage())
+        .count()
+}
+
+#[test]
+fn a_damaged_operation_record_in_the_middle_of_a_log_is_refused_not_skipped() {
+    let (image, live) = crashed_mvcc();
+    assert!(live.len() >= 10, "{} records", live.len());
+    let attach = |image: &[u8]| {
+        Pool::attach(
+            SimPm::from_image(image.to_vec(), Default::default()),
+            LAYOUT,
+        )
+        .expect("pool")
+    };
+    let engine = Mvcc::open(attach(&image), &MvccOptions::small(), NoReplay).expect("intact");
+    assert_eq!(total(&engine), 400);
+    drop(engine);
+    assert_eq!(check_damage(&image), 0);
+
+    let (pos, len) = live[live.len() / 2];
+    let mut damaged = image.clone();
+    damaged[(pos + len - 5) as usize] ^= 0x20;
+    let error = Mvcc::open(attach(&damaged), &MvccOptions::small(), NoReplay).expect_err("damaged");
+    assert!(matches!(error, TxError::Corrupted(_)), "{error}");
+    assert!(error.to_string().contains("operation log"), "{error}");
+    assert!(check_damage(&damaged) > 0, "the check agrees");
+    let salvaged =
+        Mvcc::salvage(attach(&damaged), &MvccOptions::small(), NoReplay).expect("salvage");
+    assert!(salvaged.recovery_report().damage().count() > 0);
+}

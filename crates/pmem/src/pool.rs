@@ -345,6 +345,18 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<FileReport, PoolError> {
     })
 }
 
+/// Reads the whole pool file at `path` into memory after validating it as [`inspect`] does
+/// (read-only, no lock, no mapping): the image for a check that must not write the file.
+pub fn read_image(path: impl AsRef<Path>) -> Result<(Vec<u8>, FileReport), PoolError> {
+    let report = inspect(path.as_ref())?;
+    let file = open_regular(OpenOptions::new().read(true), path.as_ref())?;
+    let len = usize::try_from(report.header.pool_size)
+        .map_err(|_| PoolError::InvalidArgument("pool too large to read into memory".into()))?;
+    let mut bytes = vec![0u8; len];
+    read_at(&file, 0, &mut bytes)?;
+    Ok((bytes, report))
+}
+
 /// Whether some process holds a `flock` on the file, read from `/proc/locks` so that
 /// inspecting never takes a lock (which could make a concurrent open fail).
 fn is_flocked(metadata: &std::fs::Metadata) -> bool {

@@ -1,8 +1,10 @@
-//! A private in-memory copy of a pool: the backend the offline checker mounts, so that
-//! recovery (journal rollback, truncate list) runs on the copy and never writes the file.
+//! A private in-memory copy of a pool: the backend of read-only tools (`ferrite pool check`,
+//! the PMFS offline checker), on which recovery or a check runs without ever writing the
+//! file, and of tests that damage pool images.
 
+use crate::seam::{Persist, WriteClass, assert_in_bounds};
+use crate::stats::Stats;
 use parking_lot::RwLock;
-use pmem::{Persist, Stats, WriteClass, assert_in_bounds};
 
 /// A pool image in DRAM. Stores land in the copy at once; flushes and fences only count.
 #[derive(Debug)]
