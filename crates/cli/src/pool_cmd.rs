@@ -7,8 +7,8 @@ use crate::size::format_bytes;
 use crate::time::rfc3339_from_unix_ns;
 use pmem::integrity::{Finding, Severity};
 use pmem::{
-    CreateOptions, FileReport, FlushInstr, Header, MemPm, NativeOptions, Persist, PersistMode,
-    PoolError, Region,
+    CreateOptions, FileReport, FlushInstr, Header, MemPm, NativeOptions, PersistMode, PoolError,
+    Region,
 };
 use serde_json::{Value, json};
 use std::fmt;
@@ -195,41 +195,19 @@ pub fn check(path: &Path, request: CheckRequest, out: &mut dyn Write) -> anyhow:
     Ok(())
 }
 
-/// The findings of every structure in the pool image.
+/// The findings of every structure in the pool image (the checks run on this private copy).
 fn deep_check(image: Vec<u8>, header: &Header) -> Vec<Finding> {
     let pm = MemPm::new(image);
     let arena = Region {
         offset: header.arena_offset,
         len: header.arena_size,
     };
-    if let Some(kind) = tx::check::engine_kind(&pm, arena) {
-        return tx::check::check_area(&pm, arena, kind);
-    }
-    if mvcc::check::is_mvcc_area(&pm, arena) {
-        return mvcc::check::check_area(&pm, arena);
-    }
-    vec![foreign_arena(&pm, arena, &header.layout)]
-}
-
-/// What the arena holds when no transaction engine formatted it.
-fn foreign_arena(pm: &MemPm, arena: Region, layout: &str) -> Finding {
     let note = |message: &str| Finding::new(Severity::Note, "arena", Some(arena.offset), message);
-    match layout {
-        fs::LAYOUT => return note("a PMFS file system: check it with `ferrite fs fsck`"),
-        nvthreads::journal::LAYOUT => return note("an NVthreads journal: not checked here"),
-        _ => {}
+    match header.layout.as_str() {
+        fs::LAYOUT => vec![note("a PMFS file system: check it with `ferrite fs fsck`")],
+        nvthreads::journal::LAYOUT => vec![note("an NVthreads journal: not checked here")],
+        _ => conformance::corrupt::check_engine_area(&pm, arena),
     }
-    let mut start = [0u8; 64];
-    pm.read(arena.offset, &mut start);
-    if start.iter().all(|&b| b == 0) {
-        return note("no transaction engine area (an empty arena): the pool header is sound");
-    }
-    Finding::damage(
-        "arena",
-        arena.offset,
-        "the arena starts with neither an engine's magic nor zeros: an engine header whose \
-         magic is damaged (or whose creation was interrupted), or another program's data",
-    )
 }
 
 /// Whether the next open has work to do (a crash left logs to replay or roll back).

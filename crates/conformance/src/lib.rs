@@ -13,6 +13,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod corrupt;
 pub mod kill;
 
 use crashsim::{Scenario, SimPm};

@@ -8,14 +8,14 @@ use crate::layout::MvccLayout;
 use crate::options::{Level, MvccOptions};
 use crate::reclaim::{Ckpt, Retired};
 use crate::record::{Kind, Record};
-use crate::recover::{read_logs, refuse};
+use crate::recover::{read_logs, refuse, store_actions, store_checkpoints};
 use crate::table::Table;
 use crate::txn::{MvccTx, Outcome, Replaying, Retry};
 use crossbeam_utils::CachePadded;
 use heap::{Action, Descriptor, Freeing, Heap};
 use parking_lot::Mutex;
 use pmem::integrity::Finding;
-use pmem::{CACHE_LINE, Persist, Pool, Region, WriteClass};
+use pmem::{CACHE_LINE, Persist, Pool, Region};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tx::api::{Engine, Isolation, NoReplay, Op, OpId, Replay, TxError, TxResult};
@@ -584,13 +584,7 @@ fn scan<P: Persist>(pool: &Pool<P>, mode: RecoveryMode) -> TxResult<Scanned> {
     // (A chunk written in place since has no bytes in a live record: it had no header, and
     // a block is only reused, hence written in place, once no live CLog record holds its
     // chunks — `ready_frees` checks `clog_chunks`.)
-    let mut lines = Vec::new();
-    for rec in &logs.checkpoints {
-        for (addr, bytes) in &rec.ranges {
-            pm.write(*addr, bytes, WriteClass::User);
-            lines.extend(pmem::lines_covering(*addr, bytes.len() as u64));
-        }
-    }
+    let mut lines = store_checkpoints(pm, &logs.checkpoints);
     write_back_lines(pm, &mut lines);
     pm.fence();
     let mut watermark = logs.watermark;
@@ -600,13 +594,7 @@ fn scan<P: Persist>(pool: &Pool<P>, mode: RecoveryMode) -> TxResult<Scanned> {
         }
         watermark = layout.write_watermark(pm, watermark, newest.ts);
     }
-    let mut lines = Vec::new();
-    for rec in &logs.pending {
-        for action in &rec.actions {
-            action.store(pm);
-            lines.extend(pmem::lines_covering(action.addr(), action.len()));
-        }
-    }
+    let mut lines = store_actions(pm, &logs.pending);
     write_back_lines(pm, &mut lines);
     pm.fence();
     let heap = Heap::open(pm, layout.heap)?;

@@ -6,15 +6,16 @@
 //! The checkpoint log is written from its start after every write-back, one record after
 //! another, and nothing in it above the watermark is ever overwritten: its live records form
 //! a chain from offset 0, and only the newest may be torn; a chain that does not start at 0
-//! or has a gap is damage. Each operation log is a ring of
-//! records placed one after the other (`tx::lanecheck`): a record that is unreadable while
-//! newer ones of its lane are intact is damage.
+//! or has a gap is damage. Each operation log is a ring of records placed one after the
+//! other (`tx::lanecheck`), and each record names the time of the lane's previous live
+//! record (`record::link`): a record still needed (above the floor) that a newer intact one
+//! names but that is not intact is damage, however the ring wrapped.
 
 use crate::layout::{MvccLayout, Watermark};
 use crate::record::{self, Kind, Record};
 use pmem::integrity::{Finding, Severity};
 use pmem::{CACHE_LINE, Persist};
-use tx::lanecheck::{Claim, Found, LaneShape, verify_lane};
+use tx::lanecheck::{Found, LaneShape, verify_lane};
 use tx::{TxError, TxResult};
 
 /// The checkpoint log's name in findings.
@@ -75,7 +76,7 @@ fn read_clog<P: Persist>(
 ) -> TxResult<Vec<Record>> {
     let (base, end) = (layout.clog, layout.clog + layout.clog_size);
     let mut live = Vec::new();
-    let mut claims = Vec::new();
+    let mut starts = Vec::new();
     for pos in (base..end).step_by(CACHE_LINE as usize) {
         match record::read(pm, pos, end)? {
             Some(rec) if rec.kind != Kind::Checkpoint => {
@@ -84,12 +85,8 @@ fn read_clog<P: Persist>(
                 )));
             }
             Some(rec) if rec.ts > watermark => live.push(rec),
-            Some(_) => {}
-            None => claims.extend(
-                record::claimed(pm, pos, end)
-                    .filter(|&(kind, ts)| kind == Kind::Checkpoint && ts > watermark)
-                    .map(|(_, ts)| (pos, ts)),
-            ),
+            Some(rec) => starts.push(rec.pos),
+            None => {}
         }
     }
     live.sort_by_key(|r| r.ts);
@@ -109,24 +106,36 @@ fn read_clog<P: Persist>(
         }
         expected = (rec.pos + rec.len).next_multiple_of(CACHE_LINE);
     }
-    // A header that does not verify where the next checkpoint record goes is the one the
-    // crash interrupted. (Headers elsewhere prove nothing: torn bytes mix old and new words.)
-    if let Some(&(pos, ts)) = claims.iter().find(|&&(pos, _)| pos == expected) {
-        findings.push(torn(CLOG, pos, ts, "checkpoint"));
+    // What does not verify where the next checkpoint record goes is the one the crash
+    // interrupted. (Bytes elsewhere prove nothing: torn writes mix old and new words.)
+    if !live.is_empty() && !starts.contains(&expected) && written(pm, expected, end) {
+        let ts = record::claimed(pm, expected, end).map(|(_, ts)| ts);
+        findings.push(torn(CLOG, expected, ts, "checkpoint"));
     }
     Ok(live)
 }
 
-fn torn(structure: &str, pos: u64, ts: u64, what: &str) -> Finding {
+fn torn(structure: &str, pos: u64, ts: Option<u64>, what: &str) -> Finding {
+    let which = ts.map_or_else(String::new, |ts| format!(" (its header says time {ts})"));
     Finding::new(
         Severity::Recovery,
         structure,
         Some(pos),
         format!(
-            "the {what} record of time {ts} fails its check: the newest one, which the crash \
-             interrupted; discarded by recovery"
+            "the {what} record where the next one goes fails its check{which}: the one a \
+             crash interrupted, discarded by recovery (damage to the newest record looks the \
+             same)"
         ),
     )
+}
+
+/// Whether the record header at `pos` holds anything (the logs are zeroed at creation).
+fn written<P: Persist>(pm: &P, pos: u64, limit: u64) -> bool {
+    let mut header = [0u8; record::HEADER_LEN];
+    pos + header.len() as u64 <= limit && {
+        pm.read(pos, &mut header);
+        header.iter().any(|&b| b != 0)
+    }
 }
 
 /// The structure name of operation log `lane` in findings.
@@ -141,17 +150,14 @@ fn read_olog<P: Persist>(
     logs: &mut Logs,
 ) -> TxResult<()> {
     let (base, len) = layout.olog(lane);
-    let (mut intact, mut claims) = (Vec::new(), Vec::new());
+    let (mut intact, mut links) = (Vec::new(), Vec::new());
     for pos in (base..base + len).step_by(CACHE_LINE as usize) {
         let Some(rec) = record::read(pm, pos, base + len)? else {
-            if let Some((_, ts)) = record::claimed(pm, pos, base + len) {
-                claims.push(Claim {
-                    pos: pos - base,
-                    stamp: ts,
-                });
-            }
             continue;
         };
+        if rec.ts > logs.floor {
+            links.push((rec.ts, rec.prev));
+        }
         if rec.kind == Kind::Checkpoint {
             return Err(TxError::Corrupted(format!(
                 "a checkpoint record in an operation log at {pos:#x}"
@@ -177,15 +183,35 @@ fn read_olog<P: Persist>(
         size: len,
         exact_wrap: false,
     };
-    let verdict = verify_lane(shape, &intact, &claims, logs.floor);
+    let verdict = verify_lane(shape, &intact, logs.floor);
     let name = olog_name(lane);
     for (pos, message) in verdict.damage {
         logs.findings
             .push(Finding::damage(name.clone(), base + pos, message));
     }
-    if let Some(claim) = verdict.torn {
-        logs.findings
-            .push(torn(&name, base + claim.pos, claim.stamp, "operation"));
+    for (ts, link) in links {
+        let Some(previous) = record::linked(ts, link).filter(|&p| p > logs.floor) else {
+            continue;
+        };
+        if !intact.iter().any(|r| r.stamp == previous) {
+            logs.findings.push(Finding::damage(
+                name.clone(),
+                base,
+                format!(
+                    "the record of time {previous}, which the record of time {ts} follows and \
+                     which is still needed, is missing or damaged"
+                ),
+            ));
+        }
+    }
+    let limit = base + len;
+    if let Some(&pos) = verdict
+        .next
+        .iter()
+        .find(|&&pos| written(pm, base + pos, limit))
+    {
+        let ts = record::claimed(pm, base + pos, limit).map(|(_, ts)| ts);
+        logs.findings.push(torn(&name, base + pos, ts, "operation"));
     }
     Ok(())
 }
@@ -203,4 +229,30 @@ pub(crate) fn refuse<'a>(mut damage: impl Iterator<Item = &'a Finding>) -> TxErr
         "the mvcc logs are damaged, not torn: {first}{more}; `pool check` lists every \
          problem, and opening with salvage replays what is intact"
     ))
+}
+
+/// Stores the checkpoint records' ranges in place, oldest first (each byte ends with the
+/// newest checkpoint's value), without write-backs; returns the lines touched.
+pub(crate) fn store_checkpoints<P: Persist>(pm: &P, checkpoints: &[Record]) -> Vec<u64> {
+    let mut lines = Vec::new();
+    for rec in checkpoints {
+        for (addr, bytes) in &rec.ranges {
+            pm.write(*addr, bytes, pmem::WriteClass::User);
+            lines.extend(pmem::lines_covering(*addr, bytes.len() as u64));
+        }
+    }
+    lines
+}
+
+/// Stores the pending operations' heap actions in place, in timestamp order, without
+/// write-backs; returns the lines touched.
+pub(crate) fn store_actions<P: Persist>(pm: &P, pending: &[Record]) -> Vec<u64> {
+    let mut lines = Vec::new();
+    for rec in pending {
+        for action in &rec.actions {
+            action.store(pm);
+            lines.extend(pmem::lines_covering(action.addr(), action.len()));
+        }
+    }
+    lines
 }

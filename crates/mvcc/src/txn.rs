@@ -330,11 +330,13 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         let state = &mut *self.state;
         let at = state.base + pos;
         let mut scratch = std::mem::take(&mut state.scratch);
+        let prev = record::link(ts, state.olog.newest());
         match (as_op, self.op) {
             (true, Some(op)) => record::encode(
                 at,
                 Kind::Logical,
                 ts,
+                prev,
                 op.0,
                 &state.args,
                 std::iter::empty(),
@@ -345,6 +347,7 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
                 at,
                 Kind::Physical,
                 ts,
+                prev,
                 0,
                 &[],
                 ranges_iter(),

@@ -17,10 +17,11 @@
 //! record of a lane looks exactly like a torn write and is read as one; no per-record check
 //! can tell them apart.
 //!
-//! Headers that do not verify prove nothing by themselves: a torn write mixes old and new
-//! words, so the bytes where the torn record lies can show a record magic next to any word
-//! as a "sequence number", and such bytes outlive the recovery that discards them. They are
-//! only reported, as the torn tail, when one lies where the lane's next record would go.
+//! Bytes that do not verify prove nothing by themselves: a torn write mixes old and new
+//! words, so where the torn record lies a record magic can sit next to any word as its
+//! "sequence number", and such bytes outlive the recovery that discards them. The verdict
+//! only names where the lane's next record goes, so the caller can report what lies there
+//! as the torn tail.
 
 use pmem::CACHE_LINE;
 
@@ -36,24 +37,15 @@ pub struct Found {
     pub stamp: u64,
 }
 
-/// A record header at `pos` with a known magic whose record did not verify: the stamp it
-/// names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Claim {
-    /// Offset from the lane start.
-    pub pos: u64,
-    /// The stamp the header names.
-    pub stamp: u64,
-}
-
 /// What a lane's records say about its state.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LaneVerdict {
     /// Damage: the offset from the lane start where a record is missing or damaged, and why.
     pub damage: Vec<(u64, String)>,
-    /// A record header that did not verify where the lane's next record goes: a torn tail
-    /// (the commit a crash interrupted, discarded by recovery), with the stamp it shows.
-    pub torn: Option<Claim>,
+    /// Where the lane's next record goes (after its newest live record, or at the lane start
+    /// if it wrapped), when the lane has live records: a record there that does not verify
+    /// is the torn tail, the commit a crash interrupted.
+    pub next: Vec<u64>,
 }
 
 /// How a lane places its records.
@@ -81,14 +73,9 @@ impl LaneShape {
     }
 }
 
-/// Checks one lane. `intact` holds every intact record (live or not), `claims` the headers
-/// that did not verify, `floor` the stamp at and below which records are dead.
-pub fn verify_lane(
-    shape: LaneShape,
-    intact: &[Found],
-    claims: &[Claim],
-    floor: u64,
-) -> LaneVerdict {
+/// Checks one lane. `intact` holds every intact record (live or not), `floor` the stamp at
+/// and below which records are dead.
+pub fn verify_lane(shape: LaneShape, intact: &[Found], floor: u64) -> LaneVerdict {
     let mut live: Vec<Found> = intact.iter().copied().filter(|r| r.stamp > floor).collect();
     live.sort_by_key(|r| r.stamp);
     let mut verdict = LaneVerdict::default();
@@ -112,18 +99,13 @@ pub fn verify_lane(
     {
         verdict.damage.push((oldest.pos - CACHE_LINE, message));
     }
-    let next = live
-        .last()
-        .map_or(0, |newest| shape.head(newest) % shape.size);
-    verdict.torn = claims
-        .iter()
-        .copied()
-        .find(|c| c.pos == next || (c.pos == 0 && !live.is_empty()))
-        .filter(|c| {
-            !intact
-                .iter()
-                .any(|r| r.pos <= c.pos && c.pos < shape.head(r))
-        });
+    if let Some(newest) = live.last() {
+        verdict.next = [shape.head(newest) % shape.size, 0]
+            .into_iter()
+            .filter(|&pos| !intact.iter().any(|r| r.pos == pos))
+            .collect();
+        verdict.next.dedup();
+    }
     verdict
 }
 
@@ -188,17 +170,20 @@ mod tests {
     #[test]
     fn a_chain_of_live_records_with_a_torn_tail_is_sound() {
         let intact = [found(0, 100, 5), found(128, 64, 6), found(192, 40, 7)];
-        let claims = [Claim { pos: 256, stamp: 8 }];
-        let verdict = verify_lane(SHAPE, &intact, &claims, 4);
+        let verdict = verify_lane(SHAPE, &intact, 4);
         assert!(verdict.damage.is_empty(), "{verdict:?}");
-        assert_eq!(verdict.torn, Some(claims[0]));
+        assert_eq!(
+            verdict.next,
+            vec![256],
+            "record 8 goes after 7 (0 holds record 5)"
+        );
     }
 
     #[test]
     fn a_gap_between_live_records_is_damage() {
         // The record at 128 (stamp 6) is unreadable; 7 follows it.
         let intact = [found(0, 100, 5), found(192, 40, 7)];
-        let verdict = verify_lane(SHAPE, &intact, &[], 4);
+        let verdict = verify_lane(SHAPE, &intact, 4);
         assert_eq!(verdict.damage.len(), 1, "{verdict:?}");
         assert_eq!(verdict.damage[0].0, 128);
     }
@@ -206,49 +191,34 @@ mod tests {
     #[test]
     fn a_wrap_is_legal_only_when_the_record_did_not_fit() {
         let wrapped = [found(3968, 100, 5), found(0, 100, 6)];
-        assert!(verify_lane(SHAPE, &wrapped, &[], 4).damage.is_empty());
+        assert!(verify_lane(SHAPE, &wrapped, 4).damage.is_empty());
         let early = [found(1024, 100, 5), found(0, 100, 6)];
-        assert_eq!(verify_lane(SHAPE, &early, &[], 4).damage.len(), 1);
+        assert_eq!(verify_lane(SHAPE, &early, 4).damage.len(), 1);
         let loose = LaneShape {
             exact_wrap: false,
             ..SHAPE
         };
-        assert!(verify_lane(loose, &early, &[], 4).damage.is_empty());
+        assert!(verify_lane(loose, &early, 4).damage.is_empty());
     }
 
     #[test]
     fn the_oldest_live_records_predecessor_must_be_accounted_for() {
         // A dead record ends where the oldest live one starts: sound.
         let intact = [found(0, 100, 3), found(128, 64, 5), found(192, 64, 6)];
-        assert!(verify_lane(SHAPE, &intact, &[], 4).damage.is_empty());
+        assert!(verify_lane(SHAPE, &intact, 4).damage.is_empty());
         // Nothing ends at 128 and no torn tail can reach it: the live record of stamp 4
         // that stood there is damaged.
         let intact = [found(128, 64, 5), found(192, 64, 6)];
-        assert_eq!(verify_lane(SHAPE, &intact, &[], 3).damage.len(), 1);
+        assert_eq!(verify_lane(SHAPE, &intact, 3).damage.len(), 1);
         // With the newest record at the lane end, a torn record may have wrapped to the
         // start and reached the line before the oldest live one.
         let intact = [found(3968, 64, 5), found(4032, 64, 6)];
-        assert!(verify_lane(SHAPE, &intact, &[], 3).damage.is_empty());
+        assert!(verify_lane(SHAPE, &intact, 3).damage.is_empty());
     }
 
     #[test]
-    fn headers_that_do_not_verify_are_never_damage_by_themselves() {
-        let intact = [found(0, 300, 9), found(320, 64, 10)];
-        // A header-like pattern inside record 9's data, an old header naming a live stamp
-        // (torn bytes of an earlier crash), and the torn tail where record 11 goes.
-        let claims = [
-            Claim { pos: 64, stamp: 9 },
-            Claim {
-                pos: 1024,
-                stamp: 9,
-            },
-            Claim {
-                pos: 384,
-                stamp: 11,
-            },
-        ];
-        let verdict = verify_lane(SHAPE, &intact, &claims, 8);
-        assert!(verdict.damage.is_empty(), "{verdict:?}");
-        assert_eq!(verdict.torn, Some(claims[2]));
+    fn a_lane_without_live_records_has_no_next_position() {
+        let intact = [found(0, 300, 3), found(320, 64, 4)];
+        assert_eq!(verify_lane(SHAPE, &intact, 8), LaneVerdict::default());
     }
 }

@@ -4,7 +4,7 @@
 //! reports exactly what an open would refuse.
 
 use crate::api::{TxError, TxResult};
-use crate::lanecheck::{Claim, Found, LaneShape, verify_lane};
+use crate::lanecheck::{Found, LaneShape, verify_lane};
 use crate::layout::EngineLayout;
 use crate::record::{self, Record};
 use pmem::integrity::{Finding, Severity};
@@ -84,16 +84,21 @@ pub(crate) fn scan_redo<P: Persist>(pm: &P, layout: &EngineLayout) -> TxResult<R
     let mut newest_per_lane = Vec::with_capacity(layout.lane_count as usize);
     for lane in 0..layout.lane_count as usize {
         let base = layout.lane(lane);
-        let (intact, claims) = read_redo_lane(pm, base, layout.lane_size, watermark, &mut scan)?;
-        let verdict = verify_lane(shape, &intact, &claims, watermark);
+        let intact = read_redo_lane(pm, base, layout.lane_size, watermark, &mut scan)?;
+        let verdict = verify_lane(shape, &intact, watermark);
         let name = redo_lane_name(lane);
         for (pos, message) in verdict.damage {
             scan.findings
                 .push(Finding::damage(name.clone(), base + pos, message));
         }
-        if let Some(torn) = verdict.torn {
-            scan.findings
-                .push(torn_finding(&name, base + torn.pos, torn.stamp));
+        let limit = base + layout.lane_size;
+        if let Some(&pos) = verdict
+            .next
+            .iter()
+            .find(|&&pos| written(pm, base + pos, limit))
+        {
+            let stamp = record::claimed_seq(pm, base + pos, limit);
+            scan.findings.push(torn_finding(&name, base + pos, stamp));
         }
         let lane_newest = intact
             .iter()
@@ -107,37 +112,41 @@ pub(crate) fn scan_redo<P: Persist>(pm: &P, layout: &EngineLayout) -> TxResult<R
     Ok(scan)
 }
 
-fn torn_finding(lane: &str, at: u64, stamp: u64) -> Finding {
+/// Whether the record header at `at` holds anything (the lane is zeroed at creation).
+pub(crate) fn written<P: Persist>(pm: &P, at: u64, limit: u64) -> bool {
+    let mut header = [0u8; record::HEADER_LEN];
+    at + header.len() as u64 <= limit && {
+        pm.read(at, &mut header);
+        header.iter().any(|&b| b != 0)
+    }
+}
+
+fn torn_finding(lane: &str, at: u64, stamp: Option<u64>) -> Finding {
+    let which = stamp.map_or_else(String::new, |s| format!(" (its header says sequence {s})"));
     Finding::new(
         Severity::Recovery,
         lane,
         Some(at),
         format!(
-            "the record of sequence {stamp} fails its check: a commit the crash interrupted \
-             (its newest record), discarded by recovery"
+            "the record where the lane's next commit goes fails its check{which}: the commit a \
+             crash interrupted, discarded by recovery (damage to a lane's newest record looks \
+             the same)"
         ),
     )
 }
 
-/// Every intact record of one lane (`pending` gets the live ones) and every header that
-/// did not verify.
+/// Every intact record of one lane (`pending` gets the live ones).
 fn read_redo_lane<P: Persist>(
     pm: &P,
     base: u64,
     size: u64,
     watermark: u64,
     scan: &mut RedoScan,
-) -> TxResult<(Vec<Found>, Vec<Claim>)> {
+) -> TxResult<Vec<Found>> {
     let limit = base + size;
-    let (mut intact, mut claims) = (Vec::new(), Vec::new());
+    let mut intact = Vec::new();
     for at in (base..limit).step_by(CACHE_LINE as usize) {
         let Some(rec) = record::read(pm, at, limit)? else {
-            if let Some(stamp) = record::claimed_seq(pm, at, limit) {
-                claims.push(Claim {
-                    pos: at - base,
-                    stamp,
-                });
-            }
             continue;
         };
         if rec.seq > checked::MAX_VALUE {
@@ -156,7 +165,7 @@ fn read_redo_lane<P: Persist>(
             scan.pending.push(rec);
         }
     }
-    Ok((intact, claims))
+    Ok(intact)
 }
 
 /// Sequence numbers are handed out one by one, so every number between the watermark and

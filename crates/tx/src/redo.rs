@@ -395,18 +395,7 @@ fn recover<P: Persist>(
     if mode == RecoveryMode::Strict && scan.damage().next().is_some() {
         return Err(refuse("the redo log", scan.damage()));
     }
-    let mut lines = Vec::new();
-    for rec in &scan.pending {
-        let ranges = || {
-            rec.ranges
-                .iter()
-                .map(|(addr, bytes)| (*addr, bytes.as_slice()))
-        };
-        store_record(pm, ranges(), &rec.actions);
-        for (addr, len) in record_spans(ranges(), &rec.actions) {
-            lines.extend(pmem::lines_covering(addr, len));
-        }
-    }
+    let mut lines = store_pending(pm, &scan.pending);
     write_back_lines(pm, &mut lines);
     pm.fence();
     let newest = scan.newest;
@@ -423,6 +412,25 @@ fn recover<P: Persist>(
         findings: scan.findings,
     };
     Ok((newest, report))
+}
+
+/// Stores the pending records' contents in place, in sequence order, without write-backs,
+/// and returns the cache lines they touched. Recovery writes those back; the deep check
+/// runs it on its private copy of the pool to see the heap as the open will.
+pub(crate) fn store_pending<P: Persist>(pm: &P, pending: &[record::Record]) -> Vec<u64> {
+    let mut lines = Vec::new();
+    for rec in pending {
+        let ranges = || {
+            rec.ranges
+                .iter()
+                .map(|(addr, bytes)| (*addr, bytes.as_slice()))
+        };
+        store_record(pm, ranges(), &rec.actions);
+        for (addr, len) in record_spans(ranges(), &rec.actions) {
+            lines.extend(pmem::lines_covering(addr, len));
+        }
+    }
+    lines
 }
 
 /// Zeroes the bytes of `dst` (which holds `[addr, addr + len)`) that fall in `zeroed`.

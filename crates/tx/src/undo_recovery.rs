@@ -100,8 +100,29 @@ pub(crate) fn examine_lane<P: Persist>(pm: &P, lane: LaneView) -> TxResult<LaneS
         state.pending = pending_actions(pm, lane, generation, &mut state.findings)?;
     }
     state.rollback = live_entries(pm, lane, generation, &mut state.findings)?;
+    if applied == generation + 1 {
+        retired_entries_match(pm, lane, &mut state);
+    }
     note_recovery(lane, &mut state);
     Ok(state)
+}
+
+/// `applied` one past the generation means a retire was under way: an abort or a recovery
+/// had rolled the entries back (and fenced) before it started. Entries of that generation
+/// whose bytes in place differ from what they logged were never rolled back, so the
+/// counters do not belong to this log.
+fn retired_entries_match<P: Persist>(pm: &P, lane: LaneView, state: &mut LaneState) {
+    if let Some(entry) = state.rollback.iter().find(|e| !matches_in_place(pm, e)) {
+        state.findings.push(Finding::damage(
+            lane.name(),
+            lane.base + APPLIED_AT,
+            format!(
+                "the applied word says generation {} was being retired, but its undo entry \
+                 at {:#x} was never rolled back: the lane's counters do not match its log",
+                state.generation, entry.at
+            ),
+        ));
+    }
 }
 
 fn note_recovery(lane: LaneView, state: &mut LaneState) {
@@ -190,6 +211,18 @@ fn live_entries<P: Persist>(
         entries.push(entry);
     }
     let stop = at;
+    if torn_at(pm, lane, stop) {
+        findings.push(Finding::new(
+            Severity::Recovery,
+            lane.name(),
+            Some(stop),
+            format!(
+                "the bytes after the last intact undo entry (generation {generation}) are not \
+                 an entry: older contents, or a snapshot the crash interrupted before its write \
+                 began (damage to the last entry looks the same)"
+            ),
+        ));
+    }
     let mut later = Vec::new();
     let mut scan = stop + 8;
     while scan + ENTRY_HEADER_LEN <= lane.end {
@@ -215,6 +248,22 @@ fn live_entries<P: Persist>(
     }
     entries.extend(later);
     Ok(entries)
+}
+
+/// Whether the entry header at `at`, where the chain of live entries stops, holds something
+/// that is not an intact entry of any generation (an older transaction's entry there is the
+/// normal end; zeros are a lane never used so far).
+fn torn_at<P: Persist>(pm: &P, lane: LaneView, at: u64) -> bool {
+    if at + ENTRY_HEADER_LEN > lane.end {
+        return false;
+    }
+    let mut header = [0u8; ENTRY_HEADER_LEN as usize];
+    pm.read(at, &mut header);
+    if header.iter().all(|&b| b == 0) {
+        return false;
+    }
+    let tag = pm.read_u64(at);
+    !matches!(entry_at(pm, lane, at, tag), Ok(Some(_)))
 }
 
 fn matches_in_place<P: Persist>(pm: &P, entry: &Entry) -> bool {
