@@ -162,7 +162,15 @@ pub fn check(path: &Path, request: CheckRequest, out: &mut dyn Write) -> anyhow:
             return Err(failure(path)(error).into());
         }
     };
-    let findings = deep_check(image, &report.header);
+    let mut findings = deep_check(image, &report.header);
+    if report.in_use {
+        findings.push(Finding::new(
+            Severity::Note,
+            "pool",
+            None,
+            "the pool is open in another process: the check read an image that may be changing",
+        ));
+    }
     let damage: Vec<&Finding> = findings.iter().filter(|f| f.is_damage()).collect();
     let action = if request.salvage {
         Some(recover(path, &report.header, RecoveryMode::Salvage))

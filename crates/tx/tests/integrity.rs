@@ -288,3 +288,18 @@ fn a_damaged_pending_action_record_is_refused() {
     tag_only[(lane + 64) as usize] ^= 0x08;
     assert!(Undo::open(attach(&tag_only), &EngineOptions::small()).is_ok());
 }
+
+#[test]
+fn a_retire_claimed_over_entries_never_rolled_back_is_refused() {
+    let (mut image, entries) = crashed_undo();
+    // The lane of the in-flight transaction: its entries start 64 + 2048 bytes in.
+    let lane = entries[0] - 64 - 2048;
+    let generation = checked::open(word(&image, lane), lane, "g").expect("generation");
+    // `applied = G + 1` says a retire was under way, which comes only after a rollback; but
+    // these entries' ranges still hold the transaction's writes.
+    let applied = checked::seal(generation + 1, lane + 8, "a").expect("fits");
+    image[(lane + 8) as usize..(lane + 16) as usize].copy_from_slice(&applied.to_le_bytes());
+    let error = Undo::open(attach(&image), &EngineOptions::small()).expect_err("inconsistent");
+    assert!(error.to_string().contains("never rolled back"), "{error}");
+    assert!(check_damage(&image, EngineKind::Undo) > 0);
+}
