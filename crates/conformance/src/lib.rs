@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod catalogue;
+pub mod corrupt;
 pub mod kill;
 
 pub use catalogue::{CaseVisitor, CrashCase, CrashEngine, CrashWorkload};

@@ -25,6 +25,7 @@
 #![forbid(unsafe_code)]
 
 pub mod chain;
+pub mod check;
 pub mod clock;
 mod engine;
 mod lane;
@@ -32,6 +33,7 @@ pub mod layout;
 mod options;
 mod reclaim;
 pub mod record;
+mod recover;
 mod sync;
 pub mod table;
 mod txn;

@@ -10,15 +10,19 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod check;
+pub mod lanecheck;
 pub mod lanes;
 pub mod layout;
 pub mod logwriter;
 pub mod mem;
 pub mod rangeset;
 pub mod record;
+pub mod recovery;
 mod redo;
 pub mod ring;
 mod undo;
+mod undo_recovery;
 pub mod writeset;
 
 pub use api::{
@@ -28,5 +32,6 @@ pub use lanes::EngineOptions;
 pub use layout::EngineKind;
 pub use logwriter::LogMode;
 pub use mem::MemEngine;
+pub use recovery::{RecoveryMode, RecoveryReport};
 pub use redo::{Redo, RedoTx};
 pub use undo::{Undo, UndoTx};
