@@ -206,7 +206,7 @@ fn machine_variants(big: &Config) -> Vec<(&'static str, &'static str, Config)> {
     let mut banks = big.clone();
     banks.mem.banks = 16;
     let mut bytes = big.clone();
-    bytes.mem.media_block_bytes = 8;
+    bytes.mem.media = hwsim::config::MediaModel::Proportional;
     let mut reads = big.clone();
     reads.mem.reads_wait_for_drain = false;
     vec![

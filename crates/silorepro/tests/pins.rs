@@ -184,15 +184,17 @@ fn log_statistics_and_sweeps_stay_pinned() {
     );
 }
 
-// Measured on this plan; a failing assertion prints the new value.
-const PIN_SILO_FWB_8: f64 = 1.7075;
-const PIN_SILO_MORLOG_8: f64 = 1.4820;
-const PIN_SILO_LAD_8: f64 = 0.9903;
-const PIN_MORLOG_FWB_8: f64 = 1.1522;
-const PIN_SILO_MORLOG_1: f64 = 1.2017;
-const PIN_SILO_LAD_1: f64 = 1.0854;
+// Measured on this plan; a failing assertion prints the new value. Moved by the media
+// model (NVMain's row timing by default), baselines without the on-PM buffer, MorLog's
+// morphing and selective encoding (smaller MorLog logs: Silo's share of its bytes grows).
+const PIN_SILO_FWB_8: f64 = 2.4576;
+const PIN_SILO_MORLOG_8: f64 = 1.7255;
+const PIN_SILO_LAD_8: f64 = 1.4784;
+const PIN_MORLOG_FWB_8: f64 = 1.4243;
+const PIN_SILO_MORLOG_1: f64 = 1.1158;
+const PIN_SILO_LAD_1: f64 = 1.2030;
 const PIN_SILO_BYTES_VS_FWB: f64 = 0.2382;
-const PIN_SILO_BYTES_VS_MORLOG: f64 = 0.3249;
-const PIN_LATENCY_LOSS: f64 = 0.0197;
-const PIN_TX_SIZE_LOSS: f64 = 0.3782;
+const PIN_SILO_BYTES_VS_MORLOG: f64 = 0.4920;
+const PIN_LATENCY_LOSS: f64 = 0.0376;
+const PIN_TX_SIZE_LOSS: f64 = 0.1768;
 const PIN_TX_SIZE_GROWTH: f64 = 3.0917;
