@@ -250,6 +250,8 @@ pub struct MemCtrl {
     wq_lines: LineFilter,
     /// Queued writes whose line is in the on-PM buffer (ready at once).
     wq_hits: usize,
+    /// Queued writes per bank (without a buffer a write waits for its own bank).
+    wq_banks: Vec<u32>,
     /// Buffered lines per bank (which banks an eviction could use).
     bank_lines: Vec<u32>,
     /// `compute_evict_ready()`, kept up to date by `read` and `issue`.
@@ -289,6 +291,7 @@ impl MemCtrl {
             onpm: OnPmBuffer::new(lines, m.banks),
             wq_lines: LineFilter::default(),
             wq_hits: 0,
+            wq_banks: vec![0; m.banks],
             bank_lines: vec![0; m.banks],
             evict_ready_at: 0,
             integrated_to: 0,
@@ -452,6 +455,7 @@ impl MemCtrl {
             }
         }
         self.wq_lines.add(line);
+        self.wq_banks[line_bank(line, self.bank_free.len())] += 1;
         let hit = self.onpm.contains(line);
         self.wq_hits += usize::from(hit);
         self.wq.push_back(Queued {
@@ -508,11 +512,7 @@ impl MemCtrl {
         }
         let ready = if self.direct() {
             // Without a buffer a write waits for its own bank.
-            self.wq
-                .iter()
-                .map(|q| self.bank_free[self.bank(q.req.addr)])
-                .min()
-                .unwrap_or(NEVER)
+            self.earliest_queued_bank()
         } else {
             // With a buffer a write is ready if its line is buffered, or once a line can be
             // evicted; hits are looked for only when that matters.
@@ -526,9 +526,21 @@ impl MemCtrl {
         bound.max(ready)
     }
 
+    /// When the first bank that some queued write waits for is free.
+    fn earliest_queued_bank(&self) -> u64 {
+        (0..self.bank_free.len())
+            .filter(|&b| self.wq_banks[b] > 0)
+            .map(|b| self.bank_free[b])
+            .min()
+            .unwrap_or(NEVER)
+    }
+
     /// The oldest write that can leave the queue at `now` (FR-FCFS).
     fn first_ready(&self, now: u64) -> Option<usize> {
         if self.direct() {
+            if self.earliest_queued_bank() > now {
+                return None;
+            }
             return self
                 .wq
                 .iter()
@@ -649,6 +661,7 @@ impl MemCtrl {
     /// Bookkeeping for a write leaving the queue.
     fn dequeued(&mut self, line: u64, buffered: bool) {
         self.wq_lines.remove(line);
+        self.wq_banks[line_bank(line, self.bank_free.len())] -= 1;
         self.wq_hits -= usize::from(buffered);
     }
 

@@ -35,8 +35,8 @@ mod run;
 pub mod spec;
 
 pub use results::{
-    Comparison, DesignSummary, Reproduction, RunRow, Sensitivity, SizeTraceInfo, Sweep, SweepPoint,
-    Timing,
+    Comparison, DesignSummary, Reproduction, RunRow, Sensitivity, Setting, SizeTraceInfo, Sweep,
+    SweepPoint, Timing,
 };
 pub use spec::ReproSpec;
 
@@ -62,7 +62,7 @@ pub fn reproduce(spec: &ReproSpec) -> Result<Reproduction, ReproError> {
     let started = Instant::now();
     let workloads = run::workload_traces(spec).map_err(ReproError::Run)?;
     let smalls = run::small_traces(spec).map_err(ReproError::Run)?;
-    let prefixes = run::prefix_traces(spec, &workloads);
+    let prefixes = run::prefix_traces(spec, &workloads).map_err(ReproError::Run)?;
     let sizes = run::size_traces(spec, &workloads);
     let generation_seconds = started.elapsed().as_secs_f64();
     let all: Vec<&Workload> = workloads
@@ -162,22 +162,37 @@ impl Plan {
         if spec.sensitivity {
             let big = spec.config.with_cores(spec.max_cores());
             let first_prefix = workloads + sizes.len();
+            // The prefixes: the main discipline's workloads, then the other discipline's.
+            let prefix_of = |discipline, w: usize| {
+                let other = usize::from(discipline != spec.discipline);
+                first_prefix + other * workloads + w
+            };
             let first_small = first_prefix + prefixes;
-            for i in first_prefix..first_small {
-                for &d in SENSITIVITY_DESIGNS.iter() {
-                    jobs.push(job(i, d, big.clone(), &sensitivity_variant("reference")));
-                    for (name, _, cfg) in machine_variants(&big) {
-                        jobs.push(job(i, d, cfg, &sensitivity_variant(name)));
+            for cell in Setting::grid() {
+                let cfg = cell_config(&big, cell);
+                for w in 0..workloads {
+                    for &d in SENSITIVITY_DESIGNS.iter() {
+                        let variant = sensitivity_variant(&cell.label());
+                        jobs.push(job(prefix_of(cell.discipline, w), d, cfg.clone(), &variant));
                     }
                 }
-                let mut coalesced = big.clone();
+            }
+            let paper = cell_config(&big, Setting::PAPER);
+            for w in 0..workloads {
+                let trace = prefix_of(Setting::PAPER.discipline, w);
+                for (name, _, cfg) in machine_variants(&paper) {
+                    for &d in SENSITIVITY_DESIGNS.iter() {
+                        jobs.push(job(trace, d, cfg.clone(), &sensitivity_variant(name)));
+                    }
+                }
+                let mut coalesced = paper.clone();
                 coalesced.silo.coalesce_lus = true;
                 let variant = sensitivity_variant(COALESCED);
-                jobs.push(job(i, DesignKind::Silo, coalesced, &variant));
+                jobs.push(job(trace, DesignKind::Silo, coalesced, &variant));
             }
             for i in first_small..all.len() {
                 for &d in SENSITIVITY_DESIGNS.iter() {
-                    jobs.push(job(i, d, big.clone(), &sensitivity_variant(SMALL)));
+                    jobs.push(job(i, d, paper.clone(), &sensitivity_variant(SMALL)));
                 }
             }
         }
@@ -197,18 +212,25 @@ fn sensitivity_variant(name: &str) -> String {
     format!("sensitivity/{name}")
 }
 
+/// The machine of cost-model cell `cell`: `big` with its media model and on-PM buffer
+/// choice (its store discipline is the trace's).
+fn cell_config(big: &Config, cell: Setting) -> Config {
+    let mut cfg = big.clone();
+    cfg.mem.media = cell.media;
+    cfg.mem.baselines_use_onpm_buffer = cell.baselines_use_onpm_buffer;
+    cfg
+}
+
 /// Machine variants of the sensitivity study (name, description, configuration), each one
-/// assumption of the reference machine `big` changed, within the ranges the literature on
-/// the paper's simulators (gem5, NVMain) gives, or naming their source.
-fn machine_variants(big: &Config) -> Vec<(&'static str, &'static str, Config)> {
-    let mut mlp = big.clone();
+/// assumption of the paper-faithful machine `paper` changed, within the ranges the
+/// literature on the paper's simulators (gem5, NVMain) gives, or naming their source.
+fn machine_variants(paper: &Config) -> Vec<(&'static str, &'static str, Config)> {
+    let mut mlp = paper.clone();
     mlp.core.mlp = 4;
-    let mut banks = big.clone();
+    let mut banks = paper.clone();
     banks.mem.banks = 16;
-    let mut bytes = big.clone();
-    bytes.mem.media = hwsim::config::MediaModel::Proportional;
-    let mut reads = big.clone();
-    reads.mem.reads_wait_for_drain = false;
+    let mut pausing = paper.clone();
+    pausing.mem.write_pausing = true;
     vec![
         (
             "mlp=4",
@@ -218,37 +240,30 @@ fn machine_variants(big: &Config) -> Vec<(&'static str, &'static str, Config)> {
         ),
         (
             "banks=16",
-            "16 PCM banks instead of NVMain's 4 (the upper end of the note's 8-16): four \
-             times the media write bandwidth",
+            "16 PCM banks instead of NVMain's 4 (the upper end of the 8-16 of PCM studies): \
+             four times the media write bandwidth",
             banks,
         ),
         (
-            "byte-media",
-            "media programming time proportional to the changed words (150 ns per 64 B, in \
-             8 B units, with data-comparison writes): an 8 B in-place update costs 1/8 of a \
-             line write",
-            bytes,
-        ),
-        (
-            "reads-not-held",
-            "reads never wait for a write drain (only for their bank): FR-FCFS without the \
-             write-drain mode",
-            reads,
+            "write-pausing",
+            "reads pause media writes and are never held by write drains (Qureshi et al., \
+             HPCA'10), instead of NVMain's FRFCFS-WQF holding them",
+            pausing,
         ),
     ]
 }
 
-/// The designs of the sensitivity variants.
-const SENSITIVITY_DESIGNS: [DesignKind; 5] = [
-    DesignKind::Ideal,
+/// The designs of the sensitivity study (those of the four headline ratios).
+const SENSITIVITY_DESIGNS: [DesignKind; 4] = [
     DesignKind::Fwb,
     DesignKind::MorLog,
     DesignKind::Lad,
     DesignKind::Silo,
 ];
 
-/// The largest-core comparison on the reference machine and on each sensitivity variant,
-/// all on the same trace prefixes (`spec.sensitivity_transactions` per core).
+/// The largest-core comparison in every cost-model cell, then under each variant of the
+/// paper-faithful cell, all on the same trace prefixes (`spec.sensitivity_transactions`
+/// per core).
 fn sensitivity(rep: &Reproduction) -> Vec<Sensitivity> {
     let rows = |variant: &str| -> Vec<RunRow> {
         let name = sensitivity_variant(variant);
@@ -258,16 +273,20 @@ fn sensitivity(rep: &Reproduction) -> Vec<Sensitivity> {
             .cloned()
             .collect()
     };
-    let reference = rows("reference");
+    let mut out = Vec::new();
+    for cell in Setting::grid() {
+        let label = cell.label();
+        let found = rows(&label);
+        if !found.is_empty() {
+            let description = cell_description(cell);
+            out.push(sensitivity_of(&label, &description, Some(cell), &found));
+        }
+    }
+    let reference = rows(&Setting::PAPER.label());
     if reference.is_empty() {
-        return Vec::new();
+        return out;
     }
     let big_config = rep.spec.config.with_cores(rep.spec.max_cores());
-    let mut out = vec![sensitivity_of(
-        "reference",
-        "the reference machine (on the same trace prefixes as the variants)",
-        &reference,
-    )];
     let variants = machine_variants(&big_config)
         .into_iter()
         .map(|(name, description, _)| (name, description))
@@ -276,12 +295,12 @@ fn sensitivity(rep: &Reproduction) -> Vec<Sensitivity> {
             "instances 16× smaller (data sets nearer the LLC's size)",
         )]);
     for (variant, description) in variants {
-        let rows = rows(variant);
-        if !rows.is_empty() {
-            out.push(sensitivity_of(variant, description, &rows));
+        let found = rows(variant);
+        if !found.is_empty() {
+            out.push(sensitivity_of(variant, description, None, &found));
         }
     }
-    // Silo with line-coalesced in-place updates against the reference baselines.
+    // Silo with line-coalesced in-place updates against the paper-faithful baselines.
     let coalesced: Vec<RunRow> = reference
         .iter()
         .filter(|r| r.design != DesignKind::Silo)
@@ -293,36 +312,67 @@ fn sensitivity(rep: &Reproduction) -> Vec<Sensitivity> {
             COALESCED,
             "Silo's log controller merges one line's in-place updates into one write (not in \
              the paper)",
+            None,
             &coalesced,
         ));
     }
     out
 }
 
-fn sensitivity_of(variant: &str, description: &str, rows: &[RunRow]) -> Sensitivity {
+/// What a cost-model cell assumes, in a sentence.
+fn cell_description(cell: Setting) -> String {
+    let media = match cell.media {
+        hwsim::config::MediaModel::NvmainRow => "a write pulse per media write (NVMain)",
+        hwsim::config::MediaModel::BlockDcw => {
+            "a comparison read and a pulse per changed 64 B block"
+        }
+        hwsim::config::MediaModel::Proportional => "programming time in proportion to the bytes",
+    };
+    let stores = match cell.discipline {
+        tracegen::StoreDiscipline::Pmdk => "PMDK-style stores",
+        tracegen::StoreDiscipline::WriteMinimal => "write-minimal stores",
+    };
+    let buffer = if cell.baselines_use_onpm_buffer {
+        "every design writes through the on-PM buffer"
+    } else {
+        "only Silo writes through the on-PM buffer"
+    };
+    let paper = if cell == Setting::PAPER {
+        " (the paper-faithful cell)"
+    } else {
+        ""
+    };
+    format!("{media}; {stores}; {buffer}{paper}")
+}
+
+fn sensitivity_of(
+    variant: &str,
+    description: &str,
+    setting: Option<Setting>,
+    rows: &[RunRow],
+) -> Sensitivity {
     let find = |w: &str, d| rows.iter().find(|r| r.workload == w && r.design == d);
     let ratio = |a, b, f: &dyn Fn(&RunRow) -> f64| {
         results::geomean(rows.iter().filter(|r| r.design == a).filter_map(|r| {
             let other = find(&r.workload, b)?;
-            Some(f(r) / f(other))
+            Some(f(r) / f(other).max(f64::MIN_POSITIVE))
         }))
     };
     let tp = |r: &RunRow| r.throughput;
-    let fwb: Vec<&RunRow> = rows
-        .iter()
-        .filter(|r| r.design == DesignKind::Fwb)
-        .collect();
+    let programmed = |r: &RunRow| r.programmed_per_tx();
+    let sent = |r: &RunRow| r.bytes_per_tx();
+    use DesignKind::{Fwb, Lad, MorLog, Silo};
     Sensitivity {
         variant: variant.to_string(),
         description: description.to_string(),
-        silo_vs_lad: ratio(DesignKind::Silo, DesignKind::Lad, &tp),
-        silo_vs_morlog: ratio(DesignKind::Silo, DesignKind::MorLog, &tp),
-        silo_vs_fwb: ratio(DesignKind::Silo, DesignKind::Fwb, &tp),
-        morlog_vs_fwb: ratio(DesignKind::MorLog, DesignKind::Fwb, &tp),
-        fwb_vs_ideal: ratio(DesignKind::Fwb, DesignKind::Ideal, &tp),
-        silo_write_bytes_vs_fwb: ratio(DesignKind::Silo, DesignKind::Fwb, &|r| r.bytes_per_tx()),
-        fwb_load_stall_fraction: fwb.iter().map(|r| r.load_stall_fraction()).sum::<f64>()
-            / fwb.len().max(1) as f64,
+        setting,
+        silo_vs_lad: ratio(Silo, Lad, &tp),
+        silo_vs_morlog: ratio(Silo, MorLog, &tp),
+        silo_vs_fwb: ratio(Silo, Fwb, &tp),
+        morlog_vs_fwb: ratio(MorLog, Fwb, &tp),
+        silo_programmed_vs_morlog: ratio(Silo, MorLog, &programmed),
+        silo_programmed_vs_fwb: ratio(Silo, Fwb, &programmed),
+        silo_sent_vs_morlog: ratio(Silo, MorLog, &sent),
     }
 }
 
