@@ -248,6 +248,8 @@ pub struct MemCtrl {
     onpm: OnPmBuffer,
     /// Queued writes per 256 B line.
     wq_lines: LineFilter,
+    /// Queued writes per 64 B block they touch (gates the merge and read-from-queue scans).
+    wq_blocks: LineFilter,
     /// Queued writes whose line is in the on-PM buffer (ready at once).
     wq_hits: usize,
     /// Queued writes per bank (without a buffer a write waits for its own bank).
@@ -290,6 +292,7 @@ impl MemCtrl {
             reads_waiting_until: 0,
             onpm: OnPmBuffer::new(lines, m.banks),
             wq_lines: LineFilter::default(),
+            wq_blocks: LineFilter::default(),
             wq_hits: 0,
             wq_banks: vec![0; m.banks],
             bank_lines: vec![0; m.banks],
@@ -352,7 +355,7 @@ impl MemCtrl {
 
     /// Whether a queued write holds every word of the 64 B line at `addr`.
     fn queue_holds_line64(&self, addr: u64) -> bool {
-        if !self.wq_lines.may_hold(addr >> 8) {
+        if !self.wq_blocks.may_hold(addr >> 6) {
             return false;
         }
         let block = 0xFFu32 << (8 * ((addr >> 6) & 3));
@@ -445,8 +448,8 @@ impl MemCtrl {
         let dirty = words & changed;
         let block =
             (req.addr >> 6 == (req.addr + req.bytes.max(1) - 1) >> 6).then_some(req.addr >> 6);
-        if self.merge && block.is_some() && self.wq_lines.may_hold(line) {
-            // Writes of this 256 B line are queued: look for one of the same block.
+        if self.merge && block.is_some_and(|b| self.wq_blocks.may_hold(b)) {
+            // Writes of this 64 B block may be queued: look for one.
             if let Some(q) = self.wq.iter_mut().rev().find(|q| q.block == block) {
                 q.words |= words;
                 q.dirty |= dirty;
@@ -455,6 +458,9 @@ impl MemCtrl {
             }
         }
         self.wq_lines.add(line);
+        for b in blocks_of(&req) {
+            self.wq_blocks.add(b);
+        }
         self.wq_banks[line_bank(line, self.bank_free.len())] += 1;
         let hit = self.onpm.contains(line);
         self.wq_hits += usize::from(hit);
@@ -575,6 +581,9 @@ impl MemCtrl {
         let line = req.addr >> 8;
         let was_buffered = q.hit;
         self.dequeued(line, was_buffered);
+        for b in blocks_of(&req) {
+            self.wq_blocks.remove(b);
+        }
         let idle = self
             .bank_free
             .iter()
@@ -741,6 +750,11 @@ impl LineFilter {
         debug_assert!(*n > 0, "removing a line never added");
         *n -= 1;
     }
+}
+
+/// The 64 B blocks a request writes.
+fn blocks_of(req: &WriteReq) -> std::ops::RangeInclusive<u64> {
+    (req.addr >> 6)..=((req.addr + req.bytes.max(1) - 1) >> 6)
 }
 
 /// Counts a media write (not its bank time).

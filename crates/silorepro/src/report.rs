@@ -112,8 +112,8 @@ fn size_traces(out: &mut String, rep: &Reproduction) {
 fn per_workload(out: &mut String, rep: &Reproduction) {
     let big = rep.spec.cores.iter().copied().max().unwrap_or(1);
     let _ = writeln!(out, "### Per workload at 1 and {big} cores\n");
-    out.push_str("| workload | cores | design | Mtx/s | × FWB | × Base | B/tx | req/tx | media/tx | log reduction | max live | overflow tx |\n");
-    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| workload | cores | design | Mtx/s | × FWB | × Base | sent B/tx | programmed B/tx | req/tx | media/tx | log reduction | max live | overflow tx |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in rep.runs.iter().filter(|r| r.cores == 1 || r.cores == big) {
         let tx = r.committed_tx.max(1) as f64;
         // Entry statistics only for designs that generate word entries (not LAD).
@@ -135,7 +135,7 @@ fn per_workload(out: &mut String, rep: &Reproduction) {
         });
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.0} | {:.1} | {:.2} | {red} | {live} | {ovf} |",
+            "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} | {:.1} | {:.2} | {red} | {live} | {ovf} |",
             r.workload,
             r.cores,
             r.design.name(),
@@ -143,6 +143,7 @@ fn per_workload(out: &mut String, rep: &Reproduction) {
             r.vs_fwb,
             r.vs_base,
             r.bytes_per_tx(),
+            r.programmed_per_tx(),
             r.write_requests as f64 / tx,
             r.media_writes as f64 / tx,
         );

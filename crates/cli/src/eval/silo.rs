@@ -181,7 +181,7 @@ fn headlines(rep: &Reproduction) -> Vec<Headline> {
         .collect();
     out.extend(paper::WRITE_CUTS.iter().map(|cut| {
         let claim = format!(
-            "{big}-core PM write bytes, Silo vs {}: −{:.1} %",
+            "{big}-core PM bytes programmed, Silo vs {}: −{:.1} %",
             cut.over.label(),
             100.0 * cut.cut
         );
@@ -382,7 +382,7 @@ fn headline_lines(rep: &Reproduction) -> Vec<String> {
             theirs(paper::throughput_vs_fwb)
         ),
         format!(
-            "PM write bytes at {}, × FWB: {}. The paper at {paper_cores} cores: {}.",
+            "PM bytes programmed at {}, × FWB: {}. The paper at {paper_cores} cores: {}.",
             cores_text(big),
             ours(&|s| s.write_bytes_vs_fwb),
             theirs(paper::write_bytes_vs_fwb)

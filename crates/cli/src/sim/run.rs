@@ -254,12 +254,19 @@ fn run_line(record: &RunRecord) -> String {
             format!("{} ({} streams)", path.display(), record.trace.streams)
         }
     };
+    let mem = &record.config.mem;
     format!(
-        "{} on {}, {} at {} GHz; trace {source}",
+        "{} on {}, {} at {} GHz, media {}, on-PM buffer for {}; trace {source}",
         record.design.name(),
         record.workload,
         crate::eval::silo::cores_text(record.cores),
-        record.config.freq_ghz
+        record.config.freq_ghz,
+        mem.media.name(),
+        if mem.baselines_use_onpm_buffer {
+            "every design"
+        } else {
+            "Silo and Ideal"
+        }
     )
 }
 
