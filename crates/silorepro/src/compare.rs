@@ -502,36 +502,31 @@ fn log_reduction(rep: &Reproduction, cores: usize) -> Vec<Comparison> {
     out
 }
 
-/// Silo's mean entry reduction in the sensitivity runs of the other store discipline, for
-/// the log-reduction explanation ("" when the plan ran no sensitivity study).
+/// Silo's mean entry reduction with the other store discipline (the sensitivity grid's cell
+/// of the plan's machine with those traces), for the log-reduction explanation ("" when the
+/// plan ran no sensitivity study).
 fn discipline_note(rep: &Reproduction) -> String {
-    let of = |discipline| -> Option<f64> {
-        let label = crate::Setting {
-            discipline,
-            ..crate::Setting::PAPER
-        }
-        .label();
-        let name = format!("sensitivity/{label}");
-        let logs: Vec<f64> = rep
-            .sweep_runs
-            .iter()
-            .filter(|r| r.variant == name && r.design == DesignKind::Silo)
-            .filter_map(|r| Some(r.log?.reduction()))
-            .collect();
-        (!logs.is_empty()).then(|| mean(logs.into_iter()))
+    let spec = &rep.spec;
+    let other = crate::Setting {
+        media: spec.config.mem.media,
+        discipline: crate::run::other_discipline(spec.discipline),
+        baselines_use_onpm_buffer: spec.config.mem.baselines_use_onpm_buffer,
     };
-    match (
-        of(tracegen::StoreDiscipline::Pmdk),
-        of(tracegen::StoreDiscipline::WriteMinimal),
-    ) {
-        (Some(pmdk), Some(minimal)) => format!(
-            "On the sensitivity prefixes the mean reduction is {:.0} % with PMDK-style stores \
-             and {:.0} % with write-minimal ones. ",
-            100.0 * pmdk,
-            100.0 * minimal
-        ),
-        _ => String::new(),
+    let name = format!("sensitivity/{}", other.label());
+    let logs: Vec<f64> = rep
+        .sweep_runs
+        .iter()
+        .filter(|r| r.variant == name && r.design == DesignKind::Silo)
+        .filter_map(|r| Some(r.log?.reduction()))
+        .collect();
+    if logs.is_empty() {
+        return String::new();
     }
+    format!(
+        "With {} stores the mean reduction is {:.0} %. ",
+        other.discipline.name(),
+        100.0 * mean(logs.into_iter())
+    )
 }
 
 fn sweep_losses(rep: &Reproduction) -> Vec<Comparison> {

@@ -61,17 +61,19 @@ pub fn reproduce(spec: &ReproSpec) -> Result<Reproduction, ReproError> {
     spec.validate().map_err(ReproError::Spec)?;
     let started = Instant::now();
     let workloads = run::workload_traces(spec).map_err(ReproError::Run)?;
+    let others = run::other_discipline_traces(spec).map_err(ReproError::Run)?;
     let smalls = run::small_traces(spec).map_err(ReproError::Run)?;
-    let prefixes = run::prefix_traces(spec, &workloads).map_err(ReproError::Run)?;
+    let prefixes = run::prefix_traces(spec, &workloads);
     let sizes = run::size_traces(spec, &workloads);
     let generation_seconds = started.elapsed().as_secs_f64();
     let all: Vec<&Workload> = workloads
         .iter()
         .chain(sizes.iter().map(|s| &s.workload))
+        .chain(&others)
         .chain(&prefixes)
         .chain(&smalls)
         .collect();
-    let plan = Plan::new(spec, &all, (workloads.len(), &sizes, prefixes.len()));
+    let plan = Plan::new(spec, &all, (workloads.len(), &sizes, others.len()));
     let sim_started = Instant::now();
     let rows = run::run_jobs(&plan.jobs, &all, spec.host_threads()).map_err(ReproError::Run)?;
     let simulation_wall_seconds = sim_started.elapsed().as_secs_f64();
@@ -124,12 +126,13 @@ struct Plan {
 
 impl Plan {
     /// `all` holds the traces in this order: the workloads (`counts.0` of them), the
-    /// transaction-size traces (`counts.1`), the sensitivity prefixes (`counts.2`), then the
-    /// small-data traces.
+    /// transaction-size traces (`counts.1`), the workloads in the other store discipline
+    /// (`counts.2`, as many as the workloads or none), the sensitivity prefixes (as many as
+    /// the workloads), then the small-data traces.
     fn new(
         spec: &ReproSpec,
         all: &[&Workload],
-        (workloads, sizes, prefixes): (usize, &[run::SizeTrace], usize),
+        (workloads, sizes, others): (usize, &[run::SizeTrace], usize),
     ) -> Self {
         let mut jobs = Vec::new();
         let job = |trace: usize, design, config: Config, variant: &str| Job {
@@ -161,38 +164,47 @@ impl Plan {
         }
         if spec.sensitivity {
             let big = spec.config.with_cores(spec.max_cores());
-            let first_prefix = workloads + sizes.len();
-            // The prefixes: the main discipline's workloads, then the other discipline's.
-            let prefix_of = |discipline, w: usize| {
-                let other = usize::from(discipline != spec.discipline);
-                first_prefix + other * workloads + w
+            let first_other = workloads + sizes.len();
+            let first_prefix = first_other + others;
+            let first_small = first_prefix + workloads;
+            // A cell's traces: the workloads in its discipline, whole.
+            let trace_of = |discipline, w: usize| {
+                if discipline == spec.discipline {
+                    w
+                } else {
+                    first_other + w
+                }
             };
-            let first_small = first_prefix + prefixes;
             for cell in Setting::grid() {
+                if main_runs_cover(spec, cell) {
+                    continue; // the design matrix ran this cell already
+                }
                 let cfg = cell_config(&big, cell);
+                let variant = sensitivity_variant(&cell.label());
                 for w in 0..workloads {
                     for &d in SENSITIVITY_DESIGNS.iter() {
-                        let variant = sensitivity_variant(&cell.label());
-                        jobs.push(job(prefix_of(cell.discipline, w), d, cfg.clone(), &variant));
+                        jobs.push(job(trace_of(cell.discipline, w), d, cfg.clone(), &variant));
                     }
                 }
             }
-            let paper = cell_config(&big, Setting::PAPER);
             for w in 0..workloads {
-                let trace = prefix_of(Setting::PAPER.discipline, w);
-                for (name, _, cfg) in machine_variants(&paper) {
+                let trace = first_prefix + w;
+                for &d in SENSITIVITY_DESIGNS.iter() {
+                    jobs.push(job(trace, d, big.clone(), &sensitivity_variant(PREFIX)));
+                }
+                for (name, _, cfg) in machine_variants(&big) {
                     for &d in SENSITIVITY_DESIGNS.iter() {
                         jobs.push(job(trace, d, cfg.clone(), &sensitivity_variant(name)));
                     }
                 }
-                let mut coalesced = paper.clone();
+                let mut coalesced = big.clone();
                 coalesced.silo.coalesce_lus = true;
                 let variant = sensitivity_variant(COALESCED);
                 jobs.push(job(trace, DesignKind::Silo, coalesced, &variant));
             }
             for i in first_small..all.len() {
                 for &d in SENSITIVITY_DESIGNS.iter() {
-                    jobs.push(job(i, d, paper.clone(), &sensitivity_variant(SMALL)));
+                    jobs.push(job(i, d, big.clone(), &sensitivity_variant(SMALL)));
                 }
             }
         }
@@ -206,6 +218,25 @@ const UNBOUNDED: &str = "entries=unbounded";
 const COALESCED: &str = "coalesced-lu";
 /// Sensitivity variant: instances 16× smaller.
 const SMALL: &str = "small-data";
+/// The plan's machine on the sensitivity prefixes (the reference of the variants).
+const PREFIX: &str = "prefix reference";
+
+/// The cost-model cell of the plan's own machine and traces.
+fn main_cell(spec: &ReproSpec) -> Setting {
+    Setting {
+        media: spec.config.mem.media,
+        discipline: spec.discipline,
+        baselines_use_onpm_buffer: spec.config.mem.baselines_use_onpm_buffer,
+    }
+}
+
+/// Whether the design matrix already ran `cell` at the largest core count for every
+/// design of the sensitivity study.
+fn main_runs_cover(spec: &ReproSpec, cell: Setting) -> bool {
+    cell == main_cell(spec)
+        && spec.cores.contains(&spec.max_cores())
+        && SENSITIVITY_DESIGNS.iter().all(|d| spec.designs.contains(d))
+}
 
 /// The variant name of a sensitivity run.
 fn sensitivity_variant(name: &str) -> String {
@@ -222,14 +253,14 @@ fn cell_config(big: &Config, cell: Setting) -> Config {
 }
 
 /// Machine variants of the sensitivity study (name, description, configuration), each one
-/// assumption of the paper-faithful machine `paper` changed, within the ranges the
-/// literature on the paper's simulators (gem5, NVMain) gives, or naming their source.
-fn machine_variants(paper: &Config) -> Vec<(&'static str, &'static str, Config)> {
-    let mut mlp = paper.clone();
+/// assumption of the plan's machine `big` changed, within the ranges the literature on the
+/// paper's simulators (gem5, NVMain) gives, or naming their source.
+fn machine_variants(big: &Config) -> Vec<(&'static str, &'static str, Config)> {
+    let mut mlp = big.clone();
     mlp.core.mlp = 4;
-    let mut banks = paper.clone();
+    let mut banks = big.clone();
     banks.mem.banks = 16;
-    let mut pausing = paper.clone();
+    let mut pausing = big.clone();
     pausing.mem.write_pausing = true;
     vec![
         (
@@ -261,9 +292,9 @@ const SENSITIVITY_DESIGNS: [DesignKind; 4] = [
     DesignKind::Silo,
 ];
 
-/// The largest-core comparison in every cost-model cell, then under each variant of the
-/// paper-faithful cell, all on the same trace prefixes (`spec.sensitivity_transactions`
-/// per core).
+/// The largest-core comparison in every cost-model cell (on the whole traces: the cell of
+/// the plan's own machine is the design matrix's largest-core runs), then the plan's
+/// machine on the trace prefixes and each variant of it on the same prefixes.
 fn sensitivity(rep: &Reproduction) -> Vec<Sensitivity> {
     let rows = |variant: &str| -> Vec<RunRow> {
         let name = sensitivity_variant(variant);
@@ -273,20 +304,39 @@ fn sensitivity(rep: &Reproduction) -> Vec<Sensitivity> {
             .cloned()
             .collect()
     };
+    let big = rep.spec.max_cores();
     let mut out = Vec::new();
     for cell in Setting::grid() {
         let label = cell.label();
-        let found = rows(&label);
+        let found = if main_runs_cover(&rep.spec, cell) {
+            rep.runs
+                .iter()
+                .filter(|r| r.cores == big && SENSITIVITY_DESIGNS.contains(&r.design))
+                .cloned()
+                .collect()
+        } else {
+            rows(&label)
+        };
         if !found.is_empty() {
             let description = cell_description(cell);
             out.push(sensitivity_of(&label, &description, Some(cell), &found));
         }
     }
-    let reference = rows(&Setting::PAPER.label());
+    let reference = rows(PREFIX);
     if reference.is_empty() {
         return out;
     }
-    let big_config = rep.spec.config.with_cores(rep.spec.max_cores());
+    out.push(sensitivity_of(
+        PREFIX,
+        &format!(
+            "the plan's machine on the first {} transactions per core, the variants' \
+             reference (the LLC has not filled with dirty lines yet on every workload)",
+            rep.spec.sensitivity_transactions
+        ),
+        None,
+        &reference,
+    ));
+    let big_config = rep.spec.config.with_cores(big);
     let variants = machine_variants(&big_config)
         .into_iter()
         .map(|(name, description, _)| (name, description))
@@ -300,7 +350,7 @@ fn sensitivity(rep: &Reproduction) -> Vec<Sensitivity> {
             out.push(sensitivity_of(variant, description, None, &found));
         }
     }
-    // Silo with line-coalesced in-place updates against the paper-faithful baselines.
+    // Silo with line-coalesced in-place updates against the reference baselines.
     let coalesced: Vec<RunRow> = reference
         .iter()
         .filter(|r| r.design != DesignKind::Silo)

@@ -83,30 +83,30 @@ pub(crate) fn small_traces(spec: &ReproSpec) -> Result<Vec<Workload>, String> {
         .collect()
 }
 
-/// The sensitivity runs' traces: the first `spec.sensitivity_transactions` transactions of
-/// each workload trace (the main discipline), then traces of that length in the other
-/// discipline.
-pub(crate) fn prefix_traces(
-    spec: &ReproSpec,
-    workloads: &[Workload],
-) -> Result<Vec<Workload>, String> {
+/// The first `spec.sensitivity_transactions` transactions of each workload trace: the
+/// machine variants of the sensitivity study run on these, beside a reference run of the
+/// paper-faithful machine on the same prefixes.
+pub(crate) fn prefix_traces(spec: &ReproSpec, workloads: &[Workload]) -> Vec<Workload> {
     if !spec.sensitivity {
-        return Ok(Vec::new());
+        return Vec::new();
     }
     let transactions = spec.sensitivity_transactions.min(spec.transactions);
-    let mut out: Vec<Workload> = workloads
+    workloads
         .iter()
         .map(|w| Workload {
             name: w.name.clone(),
             trace: group_transactions(&w.trace, 1, transactions),
         })
-        .collect();
-    out.extend(traces_of(
-        spec,
-        other_discipline(spec.discipline),
-        transactions,
-    )?);
-    Ok(out)
+        .collect()
+}
+
+/// The workload traces in the other store discipline, as long as the main ones (the
+/// sensitivity grid's cells of that discipline run on them).
+pub(crate) fn other_discipline_traces(spec: &ReproSpec) -> Result<Vec<Workload>, String> {
+    if !spec.sensitivity {
+        return Ok(Vec::new());
+    }
+    traces_of(spec, other_discipline(spec.discipline), spec.transactions)
 }
 
 /// The discipline the main traces do not have.

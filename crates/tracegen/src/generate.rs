@@ -280,8 +280,16 @@ pub fn metadata(spec: &TraceSpec, data_bytes: &[u64]) -> TraceMeta {
                    per read_raw: Compute(per_access) + one Load per 64 B line, \
                    per write_raw: Compute(per_access) + 8 B-word store pieces with old and new \
                    bytes, TxEnd",
-        "not_traced": "setup, aborted transactions, allocation and free (volatile allocator), \
-                       the recorder's own read of old bytes",
+        "not_traced": match spec.discipline {
+            StoreDiscipline::WriteMinimal => {
+                "setup, aborted transactions, allocation and free (volatile allocator), the \
+                 recorder's own read of old bytes"
+            }
+            StoreDiscipline::Pmdk => {
+                "setup, aborted transactions, the recorder's own read of old bytes \
+                 (allocation and free store libpmemobj's header and bitmap words)"
+            }
+        },
         "compute_model": "assumed, not measured: per_access instructions before every access \
                           call, per_transaction instructions before every TxBegin",
     });

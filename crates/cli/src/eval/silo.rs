@@ -175,7 +175,7 @@ fn headlines(rep: &Reproduction) -> Vec<Headline> {
                 rep,
                 target,
                 format!("{big}-core throughput, Silo / {}: {paper}×", over.label()),
-                "×",
+                |ours| format!("{}×", num(ours)),
             ))
         })
         .collect();
@@ -193,7 +193,7 @@ fn headlines(rep: &Reproduction) -> Vec<Headline> {
             Some(c) => Headline::new(
                 claim,
                 format!(
-                    "−{:.1} % (Silo writes {:.2}×)",
+                    "−{:.1} % (Silo programs {:.2}×)",
                     100.0 * (1.0 - c.ours),
                     c.ours
                 ),
@@ -210,20 +210,21 @@ fn headlines(rep: &Reproduction) -> Vec<Headline> {
             paper::MAX_LIVE_ENTRIES,
             paper::MAX_LIVE_ENTRIES
         ),
-        " live entries",
+        |ours| format!("most {ours:.0} live entries"),
     ));
     out.push(battery_headline(rep));
     out
 }
 
-/// A headline whose number is the comparison's `ours`, with `unit`.
-fn ratio_headline(rep: &Reproduction, target: Target, claim: String, unit: &str) -> Headline {
+/// A headline whose number is the comparison's `ours`, as `show` writes it.
+fn ratio_headline(
+    rep: &Reproduction,
+    target: Target,
+    claim: String,
+    show: impl Fn(f64) -> String,
+) -> Headline {
     match rep.comparison_of(target) {
-        Some(c) => Headline::new(
-            claim,
-            format!("{}{unit}", num(c.ours)),
-            ClaimVerdict::from_holds(c.within),
-        ),
+        Some(c) => Headline::new(claim, show(c.ours), ClaimVerdict::from_holds(c.within)),
         None => not_measured(claim),
     }
 }
