@@ -85,12 +85,20 @@ fn eight_core_throughput_keeps_the_papers_ordering_where_it_holds() {
 #[test]
 fn pm_write_ordering_and_silos_share_of_the_baselines_bytes() {
     let rep = pinned();
-    let bytes = |d| summary(rep, d, 8).write_bytes_vs_fwb;
+    // Bytes sent: Base sends the most (a record and a line flush per store), Silo the least.
+    let sent = |d| summary(rep, d, 8).sent_bytes_vs_fwb;
     for d in [Fwb, MorLog, Lad, Silo] {
-        assert!(bytes(Base) > bytes(d), "base writes the most ({d:?})");
+        assert!(sent(Base) > sent(d), "base sends the most ({d:?})");
     }
     for d in [Base, Fwb, MorLog, Lad] {
-        assert!(bytes(Silo) < bytes(d), "silo writes the least ({d:?})");
+        assert!(sent(Silo) < sent(d), "silo sends the least ({d:?})");
+    }
+    // Bytes programmed (the paper's measure): the logging designs program their logs, Silo
+    // and LAD little more than the changed words.
+    let bytes = |d| summary(rep, d, 8).write_bytes_vs_fwb;
+    for d in [Base, Fwb, MorLog] {
+        assert!(bytes(Silo) < bytes(d), "silo programs less than {d:?}");
+        assert!(bytes(Lad) < bytes(d), "lad programs less than {d:?}");
     }
     assert_near(
         "8-core Silo bytes ÷ FWB",
@@ -184,15 +192,19 @@ fn log_statistics_and_sweeps_stay_pinned() {
     );
 }
 
-// Measured on this plan; a failing assertion prints the new value.
-const PIN_SILO_FWB_8: f64 = 1.7075;
-const PIN_SILO_MORLOG_8: f64 = 1.4820;
-const PIN_SILO_LAD_8: f64 = 0.9903;
-const PIN_MORLOG_FWB_8: f64 = 1.1522;
-const PIN_SILO_MORLOG_1: f64 = 1.2017;
-const PIN_SILO_LAD_1: f64 = 1.0854;
-const PIN_SILO_BYTES_VS_FWB: f64 = 0.2382;
-const PIN_SILO_BYTES_VS_MORLOG: f64 = 0.3249;
-const PIN_LATENCY_LOSS: f64 = 0.0197;
-const PIN_TX_SIZE_LOSS: f64 = 0.3782;
-const PIN_TX_SIZE_GROWTH: f64 = 3.0917;
+// Measured on this plan; a failing assertion prints the new value. Moved by the media
+// model (NVMain's row timing by default), baselines without the on-PM buffer, MorLog's
+// morphing and selective encoding, then by the traces (PMDK-style stores, B+tree values
+// out of line, New-Orders of 1–7 lines: fewer overflows, so less write growth) and by
+// comparing bytes programmed (final drain included) instead of bytes sent.
+const PIN_SILO_FWB_8: f64 = 2.6665;
+const PIN_SILO_MORLOG_8: f64 = 1.6629;
+const PIN_SILO_LAD_8: f64 = 1.6250;
+const PIN_MORLOG_FWB_8: f64 = 1.6035;
+const PIN_SILO_MORLOG_1: f64 = 1.1093;
+const PIN_SILO_LAD_1: f64 = 1.2151;
+const PIN_SILO_BYTES_VS_FWB: f64 = 0.1482;
+const PIN_SILO_BYTES_VS_MORLOG: f64 = 0.3168;
+const PIN_LATENCY_LOSS: f64 = 0.0303;
+const PIN_TX_SIZE_LOSS: f64 = 0.1643;
+const PIN_TX_SIZE_GROWTH: f64 = 1.7305;

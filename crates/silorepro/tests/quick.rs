@@ -107,6 +107,30 @@ fn quick_reproduction_fills_every_table() {
             c.quantity
         );
     }
+    // The sensitivity grid: every cost-model cell once, the paper-faithful one first and
+    // taken from the design matrix (its Silo/FWB is the summary's), then the variants.
+    let grid: Vec<&silorepro::Sensitivity> = rep
+        .sensitivity
+        .iter()
+        .filter(|s| s.setting.is_some())
+        .collect();
+    assert_eq!(grid.len(), silorepro::Setting::grid().len());
+    assert_eq!(grid[0].setting, Some(silorepro::Setting::PAPER));
+    let summary = |d| rep.summary_of(d, big).unwrap().vs_fwb;
+    let main_ratio = summary(hwsim::DesignKind::Silo) / summary(hwsim::DesignKind::Fwb);
+    assert!((grid[0].silo_vs_fwb / main_ratio - 1.0).abs() < 1e-9);
+    for variant in [
+        "prefix reference",
+        "mlp=4",
+        "banks=16",
+        "write-pausing",
+        "small-data",
+    ] {
+        assert!(
+            rep.sensitivity.iter().any(|s| s.variant == variant),
+            "{variant}"
+        );
+    }
     assert!(rep.timing.events > 0 && rep.timing.events_per_host_second > 0.0);
     // Serialises, and the report renders every section.
     let json = serde_json::to_string(&rep).unwrap();

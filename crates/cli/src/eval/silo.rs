@@ -175,13 +175,13 @@ fn headlines(rep: &Reproduction) -> Vec<Headline> {
                 rep,
                 target,
                 format!("{big}-core throughput, Silo / {}: {paper}×", over.label()),
-                "×",
+                |ours| format!("{}×", num(ours)),
             ))
         })
         .collect();
     out.extend(paper::WRITE_CUTS.iter().map(|cut| {
         let claim = format!(
-            "{big}-core PM write bytes, Silo vs {}: −{:.1} %",
+            "{big}-core PM bytes programmed, Silo vs {}: −{:.1} %",
             cut.over.label(),
             100.0 * cut.cut
         );
@@ -193,7 +193,7 @@ fn headlines(rep: &Reproduction) -> Vec<Headline> {
             Some(c) => Headline::new(
                 claim,
                 format!(
-                    "−{:.1} % (Silo writes {:.2}×)",
+                    "−{:.1} % (Silo programs {:.2}×)",
                     100.0 * (1.0 - c.ours),
                     c.ours
                 ),
@@ -210,20 +210,21 @@ fn headlines(rep: &Reproduction) -> Vec<Headline> {
             paper::MAX_LIVE_ENTRIES,
             paper::MAX_LIVE_ENTRIES
         ),
-        " live entries",
+        |ours| format!("most {ours:.0} live entries"),
     ));
     out.push(battery_headline(rep));
     out
 }
 
-/// A headline whose number is the comparison's `ours`, with `unit`.
-fn ratio_headline(rep: &Reproduction, target: Target, claim: String, unit: &str) -> Headline {
+/// A headline whose number is the comparison's `ours`, as `show` writes it.
+fn ratio_headline(
+    rep: &Reproduction,
+    target: Target,
+    claim: String,
+    show: impl Fn(f64) -> String,
+) -> Headline {
     match rep.comparison_of(target) {
-        Some(c) => Headline::new(
-            claim,
-            format!("{}{unit}", num(c.ours)),
-            ClaimVerdict::from_holds(c.within),
-        ),
+        Some(c) => Headline::new(claim, show(c.ours), ClaimVerdict::from_holds(c.within)),
         None => not_measured(claim),
     }
 }
@@ -382,7 +383,7 @@ fn headline_lines(rep: &Reproduction) -> Vec<String> {
             theirs(paper::throughput_vs_fwb)
         ),
         format!(
-            "PM write bytes at {}, × FWB: {}. The paper at {paper_cores} cores: {}.",
+            "PM bytes programmed at {}, × FWB: {}. The paper at {paper_cores} cores: {}.",
             cores_text(big),
             ours(&|s| s.write_bytes_vs_fwb),
             theirs(paper::write_bytes_vs_fwb)

@@ -1,5 +1,5 @@
 //! The `silo` section's figures, one per figure of the paper, drawn from a
-//! [`Reproduction`]: throughput and PM write bytes normalised to FWB at the smallest and the
+//! [`Reproduction`]: throughput and PM bytes programmed normalised to FWB at the smallest and the
 //! largest core count (Figs. 12 and 11, with the paper's geometric means beside ours at 8
 //! cores), Silo's log-entry reduction (Fig. 13), its overflows and the transaction-size sweep
 //! (Fig. 14), the log-buffer latency sweep (Fig. 15), the entries sweep and the core-count
@@ -157,22 +157,23 @@ fn writes(rep: &Reproduction, cores: usize) -> Result<Plot> {
     let (categories, series) = normalised_bars(
         rep,
         cores,
-        &|run, fwb| run.bytes_per_tx() / fwb.bytes_per_tx().max(f64::MIN_POSITIVE),
+        &|run, fwb| run.programmed_per_tx() / fwb.programmed_per_tx().max(f64::MIN_POSITIVE),
         &|s| s.write_bytes_vs_fwb,
         paper::write_bytes_vs_fwb,
     );
     let title = format!(
-        "PM write bytes per transaction, {}, × FWB",
+        "PM bytes programmed per transaction, {}, × FWB",
         cores_text(cores)
     );
     Ok(Plot {
         id: format!("writes-{}", cores_id(cores)),
         title: format!(
-            "Fig. 11: bytes written to PM per committed transaction at {}, normalised to FWB{}",
+            "Fig. 11: bytes programmed in PM per committed transaction at {} (words reaching \
+             the cells with new data, the final drain included), normalised to FWB{}",
             cores_text(cores),
             paper_note(cores)
         ),
-        svg: grouped_bar_chart(&title, "write bytes × FWB", &categories, &series)?,
+        svg: grouped_bar_chart(&title, "bytes programmed × FWB", &categories, &series)?,
     })
 }
 
