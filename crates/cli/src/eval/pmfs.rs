@@ -363,8 +363,9 @@ fn protection_table(library: &Costs, guarded: &[Guarded]) -> Table {
 
 fn fio_table(results: &PmfsResults, jobs: &[FioJob], iops: bool) -> Table {
     let title = if iops {
-        "fio IOPS (psync, one job as a thread; the library row runs the same pattern in \
-         process): library, preload, FUSE mount, tmpfs, ext4 on a loop device"
+        "fio IOPS (psync, one job as a thread; the run of median IOPS of several runs that \
+         interleave the targets; the library row runs the same pattern in process, once): \
+         library, preload, FUSE mount, the no-op FUSE floor, tmpfs, ext4 on a loop device"
     } else {
         "fio mean completion latency (µs)"
     };
