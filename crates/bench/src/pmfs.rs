@@ -73,7 +73,7 @@ impl Settings {
     /// Progress steps [`run`] reports.
     pub fn steps(&self) -> usize {
         self.runs * (2 + GUARDS.len())
-            + self.fio_jobs().len() * FioTarget::ALL.len()
+            + self.fio_jobs().len() * (1 + (FioTarget::ALL.len() - 1) * self.runs)
             + SQLITE_TARGETS
                 .iter()
                 .map(|&t| sqlite_runs_on(&self.sqlite, t))
@@ -258,46 +258,67 @@ fn fio_matrix(
 ) -> Vec<FioResult> {
     let jobs = settings.fio_jobs();
     let Some(fio) = fio::fio_path() else {
-        for _ in 0..jobs.len() * FioTarget::ALL.len() {
+        for _ in 0..jobs.len() * (1 + (FioTarget::ALL.len() - 1) * settings.runs) {
             progress("fio skipped");
         }
         notes.push("fio skipped: fio is not installed (Debian package fio)".into());
         return Vec::new();
     };
     let mut results = Vec::new();
+    let mut set_ups = Vec::new();
     for target in FioTarget::ALL {
         if target == FioTarget::Library {
             library_jobs(dir, settings, &jobs, progress, notes, &mut results);
             continue;
         }
-        let set_up = match target.set_up(dir, settings.fio.target_bytes()) {
-            Ok(set_up) => set_up,
+        match target.set_up(dir, settings.fio.target_bytes()) {
+            Ok(set_up) => set_ups.push((target, set_up)),
             Err(why) => {
-                for _ in &jobs {
+                for _ in 0..jobs.len() * settings.runs {
                     progress("fio target skipped");
                 }
                 notes.push(format!("fio on {} skipped: {why}", target.label()));
-                continue;
             }
-        };
-        for &job in &jobs {
-            progress(&format!(
-                "fio {} {} on {}",
-                job.kind.label(),
-                job.bs,
-                target.label()
-            ));
-            match fio::run_fio(&fio, set_up.dir(), &set_up.env(), job, &settings.fio) {
-                Ok(numbers) => results.push(FioResult {
+        }
+    }
+    // Runs interleave the targets, so a change of load hits every target alike; each
+    // reports the run of median IOPS.
+    let mut samples: Vec<Vec<Vec<FioNumbers>>> = vec![vec![Vec::new(); jobs.len()]; set_ups.len()];
+    for _ in 0..settings.runs {
+        for (j, &job) in jobs.iter().enumerate() {
+            for (t, (target, set_up)) in set_ups.iter().enumerate() {
+                progress(&format!(
+                    "fio {} {} on {}",
+                    job.kind.label(),
+                    job.bs,
+                    target.label()
+                ));
+                match fio::run_fio(&fio, set_up.dir(), &set_up.env(), job, &settings.fio) {
+                    Ok(numbers) => samples[t][j].push(numbers),
+                    Err(why) => notes.push(format!("{why} on {}", target.label())),
+                }
+            }
+        }
+    }
+    for ((target, _), per_job) in set_ups.iter().zip(samples) {
+        for (&job, runs) in jobs.iter().zip(per_job) {
+            if let Some(numbers) = median_run(runs) {
+                results.push(FioResult {
                     job,
-                    target,
+                    target: *target,
                     numbers,
-                }),
-                Err(why) => notes.push(format!("{why} on {}", target.label())),
+                });
             }
         }
     }
     results
+}
+
+/// The run whose IOPS is the median of `runs` (the lower middle one for an even count).
+fn median_run(mut runs: Vec<FioNumbers>) -> Option<FioNumbers> {
+    runs.sort_by(|a, b| a.iops.total_cmp(&b.iops));
+    let middle = runs.len().checked_sub(1)? / 2;
+    Some(runs[middle])
 }
 
 /// The fio jobs' access pattern through the library in this process, on a fresh pool.

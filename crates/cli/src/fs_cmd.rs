@@ -29,13 +29,20 @@ pub enum FsCommand {
         dir: PathBuf,
     },
     /// Check a file system without modifying its pool: recovery runs on an in-memory copy,
-    /// then the consistency check. Exit 0 consistent, 4 damaged, 8 could not check.
+    /// then the consistency check. Exit 0 consistent, 4 damaged, 8 could not check. With
+    /// `--repair`, repairs the pool in place first (exit 1 when it changed something).
     Fsck {
         /// Pool file (must not be mounted).
         pool: PathBuf,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Repair what can be repaired safely, in the pool, through its journal: the
+        /// superblock from its copy, damaged inodes and files whose block tree is damaged
+        /// (removed with their names), records naming no valid inode, link counts, and
+        /// what no directory reaches any more.
+        #[arg(long)]
+        repair: bool,
     },
 }
 
@@ -131,7 +138,16 @@ pub fn run(command: &FsCommand, out: &mut dyn Write) -> anyhow::Result<()> {
             writeln!(out, "unmounted {}", dir.display())?;
             Ok(())
         }
-        FsCommand::Fsck { pool, json } => fsck(pool, *json, out),
+        FsCommand::Fsck {
+            pool,
+            json,
+            repair: false,
+        } => fsck(pool, *json, out),
+        FsCommand::Fsck {
+            pool,
+            json,
+            repair: true,
+        } => fsck_repair(pool, *json, out),
     }
 }
 
@@ -317,24 +333,53 @@ fn fsck(pool: &Path, json: bool, out: &mut dyn Write) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Err(error) => {
-            let verdict = if error.exit_code() == 4 {
-                "damaged"
-            } else {
-                "cannot check"
-            };
+        Err(error) => fsck_failed(pool, json, &error, out),
+    }
+}
+
+fn fsck_failed(
+    pool: &Path,
+    json: bool,
+    error: &fsmount::CheckError,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let verdict = if error.exit_code() == 4 {
+        "damaged"
+    } else {
+        "cannot check"
+    };
+    if json {
+        let value = serde_json::json!({
+            "verdict": verdict,
+            "error": error.to_string(),
+            "exit_code": error.exit_code(),
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
+    }
+    out.flush()?;
+    eprintln!("ferrite: {}: {verdict}: {error}", pool.display());
+    std::process::exit(i32::from(error.exit_code()));
+}
+
+fn fsck_repair(pool: &Path, json: bool, out: &mut dyn Write) -> anyhow::Result<()> {
+    match fsmount::repair_offline(pool) {
+        Ok(report) => {
             if json {
-                let value = serde_json::json!({
-                    "verdict": verdict,
-                    "error": error.to_string(),
-                    "exit_code": error.exit_code(),
-                });
-                writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
+                writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+            } else {
+                for repair in &report.repairs {
+                    writeln!(out, "repaired: {}: {repair}", pool.display())?;
+                }
+                print_check(pool, &report.check, out)?;
             }
+            if report.repairs.is_empty() {
+                return Ok(());
+            }
+            // e2fsck's convention: 1 = errors were corrected.
             out.flush()?;
-            eprintln!("ferrite: {}: {verdict}: {error}", pool.display());
-            std::process::exit(i32::from(error.exit_code()));
+            std::process::exit(1);
         }
+        Err(error) => fsck_failed(pool, json, &error, out),
     }
 }
 

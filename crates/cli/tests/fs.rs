@@ -559,6 +559,38 @@ fn fsck_exit_codes() {
     assert_eq!(std::fs::read(&pool).expect("read"), bytes);
 }
 
+#[test]
+fn fsck_repair_restores_the_superblock_and_exits_1_then_0() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let pool = tmp.path().join("p.pool");
+    let path = pool.to_str().unwrap();
+    ok(&ferrite(&["fs", "mkfs", path, "--size", "16M"]), "mkfs");
+    let mut bytes = std::fs::read(&pool).expect("read");
+    bytes[0x1000 + 0x20] ^= 0xFF;
+    std::fs::write(&pool, &bytes).expect("write");
+    // Read-only without --repair: reported, the file untouched.
+    let report = ok(&ferrite(&["fs", "fsck", path]), "fsck");
+    assert!(report.contains("primary superblock damaged"), "{report}");
+    assert_eq!(std::fs::read(&pool).expect("read"), bytes);
+    let out = ferrite(&["fs", "fsck", path, "--repair"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("repaired: ") && text.contains("from its copy"),
+        "{text}"
+    );
+    assert!(text.contains("ok: "), "{text}");
+    assert_ne!(std::fs::read(&pool).expect("read"), bytes);
+    let again = ok(
+        &ferrite(&["fs", "fsck", path, "--repair", "--json"]),
+        "repair",
+    );
+    let json: serde_json::Value = serde_json::from_str(&again).expect("json");
+    assert_eq!(json["repairs"], serde_json::json!([]));
+    let report = ok(&ferrite(&["fs", "fsck", path]), "fsck");
+    assert!(report.contains("consistent (closed cleanly)"), "{report}");
+}
+
 /// pjdfstest's path-length arithmetic underflows when its test directory's path is 31
 /// characters long modulo 127 (`create_path_max`, pjdfstest 0.2.2): pick a mount point
 /// whose length avoids it. The directory is `mount/<10>/<10>`.

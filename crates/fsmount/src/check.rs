@@ -106,3 +106,29 @@ pub fn check_offline(path: &Path) -> Result<CheckReport, CheckError> {
         repairs,
     })
 }
+
+/// What `fsck --repair` changed, and the check of the repaired pool.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct RepairReport {
+    /// Each change, in the order made (empty: the pool needed none).
+    pub repairs: Vec<pmfs::FsckRepair>,
+    /// The check after the repair.
+    pub check: CheckReport,
+}
+
+/// Repairs the pool file at `path` in place (`Fs::repair`: every change journaled), closes
+/// it cleanly, then checks it as [`check_offline`] does.
+pub fn repair_offline(path: &Path) -> Result<RepairReport, CheckError> {
+    if pmem::inspect(path)?.in_use {
+        return Err(CheckError::InUse);
+    }
+    let pool = Pool::open(path, pmfs::LAYOUT, &pmem::NativeOptions::default())?;
+    let (fs, repairs) = match Fs::repair(pool, MountOptions::default()) {
+        Ok(repaired) => repaired,
+        Err(pmfs::FsError::Pool(e)) => return Err(CheckError::Pool(e)),
+        Err(e) => return Err(CheckError::Damaged(format!("repair: {e}"))),
+    };
+    fs.unmount()?;
+    let check = check_offline(path)?;
+    Ok(RepairReport { repairs, check })
+}

@@ -9,11 +9,13 @@ mod adapter;
 mod check;
 mod memory;
 mod mount;
+mod null;
 
 pub use adapter::{FuseFs, errno, file_attr};
-pub use check::{CheckError, CheckReport, check_offline};
+pub use check::{CheckError, CheckReport, RepairReport, check_offline, repair_offline};
 pub use memory::OverlayPm;
-pub use mount::{Ended, MountConfig, MountError, Mounted, serve, spawn};
+pub use mount::{Ended, MountConfig, MountError, Mounted, serve, spawn, spawn_null};
+pub use null::NullFs;
 
 use pmem::{Native, NativeOptions, Pool, Protection};
 use pmfs::{Fs, FsError, MkfsOptions, MountOptions};

@@ -149,6 +149,17 @@ pub fn spawn<B: Persist + 'static>(
     })
 }
 
+/// Mounts the FUSE floor ([`crate::NullFs`]: names and sizes, no data) on `dir`, served by
+/// a background thread of this process, with `config`'s threads.
+pub fn spawn_null(dir: &Path, config: &MountConfig) -> Result<Mounted, MountError> {
+    check_dir(dir)?;
+    let session = Session::new(crate::NullFs::default(), dir, &config.fuser())
+        .map_err(|error| mount_failed(error, Path::new(FUSE_DEVICE)))?;
+    Ok(Mounted {
+        session: session.spawn()?,
+    })
+}
+
 /// How a foreground mount ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ended {

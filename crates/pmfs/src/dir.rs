@@ -153,6 +153,18 @@ impl DirIndex {
         ino: u64,
         inode: &Inode,
     ) -> Result<DirIndex, Corrupt> {
+        DirIndex::load_checking(pm, sb, ino, inode, true)
+    }
+
+    /// [`DirIndex::load`] that, unless `check_targets`, keeps records naming a free inode
+    /// or one of another type (for the offline repair, which removes them).
+    pub(crate) fn load_checking<B: Persist>(
+        pm: &B,
+        sb: &Superblock,
+        ino: u64,
+        inode: &Inode,
+        check_targets: bool,
+    ) -> Result<DirIndex, Corrupt> {
         let mut index = DirIndex::default();
         let mut bytes = vec![0u8; BLOCK as usize];
         for leaf in 0..inode.size / BLOCK {
@@ -164,7 +176,7 @@ impl DirIndex {
             pm.read(block, &mut bytes);
             index.blocks.push(block);
             index.room.push(0);
-            index.scan_block(pm, sb, ino, leaf, &bytes)?;
+            index.scan_block(pm, sb, ino, leaf, &bytes, check_targets)?;
         }
         Ok(index)
     }
@@ -176,6 +188,7 @@ impl DirIndex {
         ino: u64,
         leaf: u64,
         bytes: &[u8],
+        check_targets: bool,
     ) -> Result<(), Corrupt> {
         let mut at = 0u64;
         while at < BLOCK {
@@ -216,7 +229,7 @@ impl DirIndex {
                     return fail("inode number out of range");
                 }
                 let mode = pm.read_u32(sb.inode_offset(child) + field::MODE);
-                if FileType::from_mode(mode) != Some(kind) {
+                if check_targets && FileType::from_mode(mode) != Some(kind) {
                     return fail("names a free inode or one of another type");
                 }
                 let slot = Slot {

@@ -57,6 +57,7 @@ mod ns;
 mod options;
 pub mod posix;
 mod recovery;
+mod repair;
 mod state;
 pub mod tree;
 mod truncate;
@@ -72,6 +73,7 @@ pub use layout::{LAYOUT, MkfsOptions, Superblock};
 pub use options::{Clock, DataMode, MountOptions};
 pub use posix::{Fd, Posix, Whence};
 pub use recovery::Repair;
+pub use repair::FsckRepair;
 pub use xattr::SetMode;
 
 /// Pool creation options for a file system of `size` bytes (layout [`LAYOUT`], 4 KiB root).

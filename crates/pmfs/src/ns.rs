@@ -407,7 +407,7 @@ impl<B: Persist> Fs<B> {
     }
 
     /// Plans deleting `name`'s record from `dir`.
-    fn plan_remove(&self, dir: &mut DirIndex, name: &[u8], batch: &mut Batch) {
+    pub(crate) fn plan_remove(&self, dir: &mut DirIndex, name: &[u8], batch: &mut Batch) {
         let removal = dir.plan_remove(name);
         match removal {
             Removal::Merge { prev, rec_len } => {

@@ -149,7 +149,7 @@ fn mount_state<B: Persist>(
 
 /// Reads the primary superblock, falling back to the copy; repairs whichever is bad and
 /// says which.
-fn read_superblock<B: Persist>(
+pub(crate) fn read_superblock<B: Persist>(
     pm: &B,
     header: &Header,
 ) -> Result<(Superblock, Vec<Repair>), FsError> {

@@ -1062,3 +1062,104 @@ mod large {
         }
     }
 }
+
+/// `Fs::repair` crashed at every fence: a pool one damaged inode made unmountable is
+/// repaired, and every crash image, repaired again, becomes the same file system as an
+/// uninterrupted repair makes (the repair is journaled step by step and derives each step
+/// from the media, so it resumes where it stopped).
+struct FsckRepairScenario {
+    /// The path whose inode's mode is damaged.
+    victim: &'static str,
+    model: std::cell::OnceCell<State>,
+}
+
+impl FsckRepairScenario {
+    fn mount_options() -> MountOptions {
+        options(DataMode::InPlace, Mutant::None)
+    }
+
+    fn repaired(pm: SimPm) -> Result<Posix<SimPm>, String> {
+        let pool = Pool::attach(pm, pmfs::LAYOUT).map_err(|e| e.to_string())?;
+        let (fs, _) = Fs::repair(pool, Self::mount_options()).map_err(|e| e.to_string())?;
+        fs.fsck()
+            .map_err(|e| format!("fsck after repair: {}", e.0))?;
+        Ok(Posix::new(fs))
+    }
+}
+
+impl Scenario for FsckRepairScenario {
+    type Model = State;
+    type Live = Option<Pool<SimPm>>;
+
+    fn name(&self) -> String {
+        format!("fs/fsck-repair/{}", self.victim)
+    }
+    fn pool_size(&self) -> u64 {
+        POOL
+    }
+    fn op_count(&self) -> usize {
+        1
+    }
+    fn initial_model(&self) -> State {
+        self.model
+            .get_or_init(|| {
+                let mut live = self.setup(SimPm::new(POOL, SimConfig::default()));
+                self.run_op(&mut live, 0);
+                let image = live.expect("repaired").pm().volatile_image();
+                let pm = SimPm::from_image(image, SimConfig::default());
+                dump(&Self::repaired(pm).expect("repair")).expect("dump")
+            })
+            .clone()
+    }
+    fn apply_to_model(&self, _model: &mut State, _op: usize) {}
+    fn setup(&self, pm: SimPm) -> Option<Pool<SimPm>> {
+        let pool = Pool::format(pm, &pmfs::pool_options(POOL)).expect("pool");
+        let mkfs = MkfsOptions {
+            inodes: Some(32),
+            journal_entries: 64,
+            ..MkfsOptions::default()
+        };
+        let px = Posix::new(Fs::mkfs(pool, &mkfs, Self::mount_options()).expect("mkfs"));
+        px.mkdir("/A", 0o755).expect("mkdir");
+        px.mkdir("/A/B", 0o755).expect("mkdir");
+        for (i, path) in ["/A/f", "/A/B/g", "/keep"].into_iter().enumerate() {
+            let fd = px
+                .open(path, pmfs::posix::O_CREAT | pmfs::posix::O_RDWR, 0o644)
+                .expect("create");
+            px.write(fd, &pattern(5000, i as u8)).expect("write");
+            px.close(fd).expect("close");
+        }
+        px.link("/A/B/g", "/g2").expect("link");
+        let victim = px.stat(self.victim).expect("victim").ino;
+        let fs = px.into_fs();
+        let at = fs.superblock().inode_offset(victim) + pmfs::inode::field::MODE;
+        let pool = fs.into_pool();
+        pool.pm()
+            .write(at, &0o170_777u32.to_le_bytes(), pmem::WriteClass::Meta);
+        pool.pm().persist(at, 4);
+        Some(pool)
+    }
+    fn run_op(&self, live: &mut Option<Pool<SimPm>>, _op: usize) {
+        let pool = live.take().expect("damaged pool");
+        let (fs, repairs) = Fs::repair(pool, Self::mount_options()).expect("repair");
+        assert!(!repairs.is_empty(), "the damage is repaired");
+        *live = Some(fs.into_pool());
+    }
+    fn recover(&self, pm: SimPm) -> Result<State, String> {
+        dump(&Self::repaired(pm)?)
+    }
+}
+
+#[test]
+fn fsck_repair_survives_crashes_at_every_fence() {
+    for (seed, victim) in [(1, "/A/f"), (2, "/A/B")] {
+        let scenario = FsckRepairScenario {
+            victim,
+            model: std::cell::OnceCell::new(),
+        };
+        let report = check(&scenario, &Config::thorough(SimMode::Adr, seed));
+        eprintln!("{report}");
+        report.assert_passed();
+        assert!(report.crash_points >= 3, "{report}");
+    }
+}

@@ -27,6 +27,10 @@ pub enum FioTarget {
     /// The FUSE mount with the kernel's write-back cache (durable at fsync only).
     #[serde(rename = "FUSE write-back")]
     FuseWriteback,
+    /// The FUSE floor: a file system that keeps names and sizes and drops data
+    /// (`fsmount::NullFs`), so its IOPS bound any FUSE file system's on this machine.
+    #[serde(rename = "FUSE floor (no-op)")]
+    FuseFloor,
     /// tmpfs (the kernel's page cache, nothing durable).
     #[serde(rename = "tmpfs")]
     Tmpfs,
@@ -37,11 +41,12 @@ pub enum FioTarget {
 
 impl FioTarget {
     /// Every target, in table order.
-    pub const ALL: [FioTarget; 6] = [
+    pub const ALL: [FioTarget; 7] = [
         FioTarget::Library,
         FioTarget::Preload,
         FioTarget::Fuse,
         FioTarget::FuseWriteback,
+        FioTarget::FuseFloor,
         FioTarget::Tmpfs,
         FioTarget::Ext4Loop,
     ];
@@ -53,6 +58,7 @@ impl FioTarget {
             FioTarget::Preload => "preload",
             FioTarget::Fuse => "ferrite-fs (FUSE)",
             FioTarget::FuseWriteback => "FUSE write-back",
+            FioTarget::FuseFloor => "FUSE floor (no-op)",
             FioTarget::Tmpfs => "tmpfs",
             FioTarget::Ext4Loop => "ext4 (loop)",
         }
@@ -66,6 +72,7 @@ impl FioTarget {
             FioTarget::Preload => Ok(Box::new(PreloadTarget::new(pool_dir, size)?)),
             FioTarget::Fuse => Ok(Box::new(FuseTarget::new(pool_dir, size, false)?)),
             FioTarget::FuseWriteback => Ok(Box::new(FuseTarget::new(pool_dir, size, true)?)),
+            FioTarget::FuseFloor => Ok(Box::new(FuseFloor::new()?)),
             FioTarget::Tmpfs => Ok(Box::new(TmpfsTarget::new(pool_dir)?)),
             FioTarget::Ext4Loop => Ok(Box::new(Ext4Loop::new(pool_dir, size)?)),
         }
@@ -272,6 +279,46 @@ impl Drop for FuseTarget {
         }
         let _ = std::fs::remove_dir(&self.dir);
         let _ = std::fs::remove_file(&self.pool);
+    }
+}
+
+/// The no-op FUSE file system mounted on a fresh directory by this process.
+#[derive(Debug)]
+pub struct FuseFloor {
+    mounted: Option<Mounted>,
+    dir: PathBuf,
+}
+
+impl FuseFloor {
+    /// Mounts [`fsmount::NullFs`] with the durable mount's configuration.
+    pub fn new() -> Result<Self, String> {
+        if !Path::new("/dev/fuse").exists() {
+            return Err("/dev/fuse does not exist".into());
+        }
+        let dir =
+            std::env::temp_dir().join(format!("ferrite-eval-fuse-floor-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let mounted =
+            fsmount::spawn_null(&dir, &MountConfig::default()).map_err(|e| e.to_string())?;
+        Ok(FuseFloor {
+            mounted: Some(mounted),
+            dir,
+        })
+    }
+}
+
+impl TargetDir for FuseFloor {
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for FuseFloor {
+    fn drop(&mut self) {
+        if let Some(mounted) = self.mounted.take() {
+            let _ = mounted.unmount();
+        }
+        let _ = std::fs::remove_dir(&self.dir);
     }
 }
 

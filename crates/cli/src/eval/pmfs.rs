@@ -94,34 +94,38 @@ fn at_least(claim: &str, ours: Option<(String, bool)>) -> Headline {
     }
 }
 
+/// The paper's ext4 claim on one fixed job, randwrite 4 KiB: PMFS's write path (in place,
+/// durable on return) against ext4's (page cache, durable only at fsync, so the comparison
+/// favours ext4). The job is fixed before measuring rather than picked as the best ratio,
+/// because ext4 on a loop device has jobs where the loop device, not ext4, sets the pace
+/// (random reads here run orders of magnitude below tmpfs), and a best-of would report that
+/// pathology as PMFS's gain. ext4's own ratio to tmpfs on the job is shown so a reader can
+/// judge the peer.
+fn paper_comparison(results: &PmfsResults) -> Option<(String, bool)> {
+    let ext4 = results.fio(FioTarget::Ext4Loop, RANDWRITE_4K)?.iops;
+    let preload = results.fio(FioTarget::Preload, RANDWRITE_4K)?.iops;
+    let ratio = preload / ext4;
+    let peer = fio_ratio(results, FioTarget::Ext4Loop, RANDWRITE_4K)
+        .map_or(String::new(), |r| format!("; ext4 itself at {r:.2}x tmpfs"));
+    let fuse = results
+        .fio(FioTarget::Fuse, RANDWRITE_4K)
+        .map_or(String::new(), |f| {
+            format!("; through FUSE {:.2}x", f.iops / ext4)
+        });
+    Some((
+        format!(
+            "fio randwrite 4k (fixed job: write path, ext4 buffered and not durable on return), \
+             direct access vs ext4 on a loop device in /dev/shm: {ratio:.2}x the IOPS{fuse}{peer}"
+        ),
+        ratio >= 10.0,
+    ))
+}
+
 /// The paper's claim, and the goals for the library, the preload and the mount.
 fn headlines(results: &PmfsResults) -> Vec<Headline> {
-    let jobs = results.settings.fio_jobs();
-    let best_vs_ext4 = |target| {
-        jobs.iter()
-            .filter_map(|&job| {
-                let ours = results.fio(target, job)?;
-                let ext4 = results.fio(FioTarget::Ext4Loop, job)?;
-                Some((job, ours.iops / ext4.iops))
-            })
-            .max_by(|a, b| a.1.total_cmp(&b.1))
-    };
     let paper = at_least(
         "Up to an order of magnitude faster than ext4 on a PM block device (PMFS, EuroSys'14)",
-        best_vs_ext4(FioTarget::Preload).map(|(job, ratio)| {
-            let fuse = best_vs_ext4(FioTarget::Fuse).map_or(String::new(), |(_, r)| {
-                format!("; through FUSE at most {r:.2}x")
-            });
-            (
-                format!(
-                    "direct access vs ext4 on a loop device in /dev/shm: best fio job {} {} at \
-                     {ratio:.2}x the IOPS{fuse}",
-                    job.kind.label(),
-                    job.bs
-                ),
-                ratio >= 10.0,
-            )
-        }),
+        paper_comparison(results),
     );
     let io: Vec<(Op, f64, f64)> = [Op::Read4K, Op::Write4K]
         .into_iter()
@@ -167,12 +171,28 @@ fn headlines(results: &PmfsResults) -> Vec<Headline> {
                 )
             }),
     );
+    let floor = fio_ratio(results, FioTarget::FuseFloor, RANDWRITE_4K);
     let mount = at_least(
         "Goal: the mount, durable on return, at least 0.25x tmpfs on fio randwrite 4k",
-        fio_ratio(results, FioTarget::Fuse, RANDWRITE_4K)
-            .map(|r| (format!("{r:.3}x tmpfs's IOPS"), r >= 0.25)),
+        fio_ratio(results, FioTarget::Fuse, RANDWRITE_4K).map(|r| {
+            let bound = floor.map_or(String::new(), |f| {
+                format!("; a no-op FUSE file system reaches {f:.3}x in the same run")
+            });
+            (format!("{r:.3}x tmpfs's IOPS{bound}"), r >= 0.25)
+        }),
     );
-    vec![paper, library, preload_io, sqlite, mount]
+    let vs_floor = at_least(
+        "Goal within FUSE's own bound: the durable mount at least 0.5x the IOPS of a no-op \
+         FUSE file system on fio randwrite 4k (the file system's work costs no more than the \
+         round trip)",
+        fio_ratio(results, FioTarget::Fuse, RANDWRITE_4K)
+            .zip(floor)
+            .map(|(m, f)| {
+                let ratio = m / f;
+                (format!("{ratio:.2}x the no-op floor"), ratio >= 0.5)
+            }),
+    );
+    vec![paper, library, preload_io, sqlite, mount, vs_floor]
 }
 
 fn summary(results: &PmfsResults) -> Vec<String> {
@@ -343,8 +363,9 @@ fn protection_table(library: &Costs, guarded: &[Guarded]) -> Table {
 
 fn fio_table(results: &PmfsResults, jobs: &[FioJob], iops: bool) -> Table {
     let title = if iops {
-        "fio IOPS (psync, one job as a thread; the library row runs the same pattern in \
-         process): library, preload, FUSE mount, tmpfs, ext4 on a loop device"
+        "fio IOPS (psync, one job as a thread; the run of median IOPS of several runs that \
+         interleave the targets; the library row runs the same pattern in process, once): \
+         library, preload, FUSE mount, the no-op FUSE floor, tmpfs, ext4 on a loop device"
     } else {
         "fio mean completion latency (µs)"
     };
@@ -441,4 +462,76 @@ fn fio_plot(results: &PmfsResults, jobs: &[FioJob]) -> anyhow::Result<Plot> {
         title: format!("{title}, by job and block size"),
         svg: grouped_bar_chart(title, "kIOPS", &categories, &series)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bench::pmfs::FioResult;
+
+    fn results_with(fio: &[(FioTarget, FioJob, f64)]) -> PmfsResults {
+        let numbers = |iops| FioNumbers {
+            iops,
+            mean_ns: 1e9 / iops,
+            bytes_per_s: iops * 4096.0,
+        };
+        PmfsResults {
+            settings: Settings::QUICK,
+            kernel_tmpfs: Costs(Vec::new()),
+            library: Costs(Vec::new()),
+            protection: Vec::new(),
+            fio: fio
+                .iter()
+                .map(|&(target, job, iops)| FioResult {
+                    job,
+                    target,
+                    numbers: numbers(iops),
+                })
+                .collect(),
+            sqlite: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_pathological_peer_on_another_job_does_not_meet_the_paper_claim() {
+        let results = results_with(&[
+            (FioTarget::Preload, RANDREAD_4K, 2_000_000.0),
+            (FioTarget::Ext4Loop, RANDREAD_4K, 1_000.0),
+            (FioTarget::Preload, RANDWRITE_4K, 500_000.0),
+            (FioTarget::Ext4Loop, RANDWRITE_4K, 400_000.0),
+            (FioTarget::Tmpfs, RANDWRITE_4K, 450_000.0),
+        ]);
+        let (text, holds) = paper_comparison(&results).expect("both ran");
+        assert!(!holds, "{text}");
+        assert!(text.contains("1.25x"), "{text}");
+        assert!(text.contains("ext4 itself at 0.89x tmpfs"), "{text}");
+    }
+
+    #[test]
+    fn the_mount_is_judged_against_tmpfs_and_against_the_fuse_floor() {
+        let results = results_with(&[
+            (FioTarget::Tmpfs, RANDWRITE_4K, 300_000.0),
+            (FioTarget::FuseFloor, RANDWRITE_4K, 45_000.0),
+            (FioTarget::Fuse, RANDWRITE_4K, 30_000.0),
+        ]);
+        let lines = headlines(&results);
+        let mount = &lines[4];
+        assert_eq!(mount.verdict, ClaimVerdict::NotMet, "{mount:?}");
+        assert!(mount.ours.contains("0.150x in the same run"), "{mount:?}");
+        let floor = &lines[5];
+        assert_eq!(floor.verdict, ClaimVerdict::Met, "{floor:?}");
+        assert!(floor.ours.contains("0.67x the no-op floor"), "{floor:?}");
+    }
+
+    #[test]
+    fn the_paper_claim_is_met_on_the_fixed_job_only_at_ten_times() {
+        let results = results_with(&[
+            (FioTarget::Preload, RANDWRITE_4K, 1_000_000.0),
+            (FioTarget::Ext4Loop, RANDWRITE_4K, 100_000.0),
+        ]);
+        assert!(paper_comparison(&results).expect("both ran").1);
+        let missing = results_with(&[(FioTarget::Preload, RANDWRITE_4K, 1.0)]);
+        assert_eq!(paper_comparison(&missing), None);
+    }
 }
