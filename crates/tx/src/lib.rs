@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod bytes;
 pub mod lanes;
 pub mod layout;
 pub mod logwriter;
@@ -21,7 +22,8 @@ mod undo;
 pub mod writeset;
 
 pub use api::{
-    Engine, Isolation, NoReplay, Op, OpId, PPtr, Replay, Tx, TxError, TxResult, pool_tag,
+    Engine, Isolation, NoReplay, Op, OpId, PPtr, Replay, Tx, TxError, TxResult, new_engine_id,
+    pool_tag,
 };
 pub use lanes::EngineOptions;
 pub use layout::EngineKind;
