@@ -12,6 +12,7 @@ use crate::cells;
 use crate::plot::{BarSeries, grouped_bar_chart};
 use crate::report::{Plot, Section, Table, Verdict};
 use bench::choice::{EngineChoice, OpenError, WorkloadChoice};
+use bench::raw::Durability;
 use bench::runner::{Measurement, RunError, RunSpec};
 use indicatif::ProgressBar;
 use serde::Serialize;
@@ -32,12 +33,27 @@ const UNDO: EngineChoice = EngineChoice::Undo(LogMode::Auto);
 const PMDK: EngineChoice = EngineChoice::Pmdk;
 const IDEAL: EngineChoice = EngineChoice::Ideal;
 const MVCC: EngineChoice = EngineChoice::Mvcc;
+const RAW: EngineChoice = EngineChoice::Raw(Durability::Persistent);
+const RAW_VOLATILE: EngineChoice = EngineChoice::Raw(Durability::Volatile);
+const MEM: EngineChoice = EngineChoice::Mem;
 
 /// The ideal reference is a redo log stripped to the minimum; it only makes sense next to
 /// the single-threaded Silo micro-benchmarks it was written for.
 const SILO_ENGINES: [EngineChoice; 4] = [REDO, UNDO, PMDK, IDEAL];
 /// TimeStone's structures, YCSB and TPC-C: the MVCC engine beside the logging engines.
 const PEER_ENGINES: [EngineChoice; 4] = [MVCC, REDO, UNDO, PMDK];
+/// The floors beside the Silo Array and Hash: the raw reference (no engine, persistent and
+/// volatile) and the volatile engine.
+const FLOORS: [EngineChoice; 3] = [RAW, RAW_VOLATILE, MEM];
+/// Element size of the second Array table (the 8-byte swaps; the first uses
+/// `Plan::value_size`).
+const SMALL_ELEMENT: u32 = 8;
+/// Label of the Array table with [`SMALL_ELEMENT`]-byte elements.
+const ARRAY_SMALL: &str = "array-8";
+/// How much slower than the persistent raw reference redo may be on the Array.
+const RAW_FACTOR_GOAL: f64 = 1.5;
+/// The volatile engine's p50 latency goal on the 8-byte Array, in nanoseconds.
+const MEM_P50_GOAL_NS: u64 = 80;
 
 /// Seed of every workload's random choices (fixed, so runs are comparable).
 const SEED: u64 = 42;
@@ -245,7 +261,15 @@ fn cases(plan: &Plan, pool_dir: &Path) -> Vec<Case> {
         };
         // Silo's micro-benchmarks are all writes: swaps, enqueue/dequeue, upserts.
         let p = params(keys, 100, 1);
-        add(Family::Silo, workload.name(), workload, &SILO_ENGINES, p);
+        let engines = silo_engines(workload);
+        add(Family::Silo, workload.name(), workload, &engines, p.clone());
+        if workload == WorkloadChoice::Array {
+            let p = Params {
+                value_size: SMALL_ELEMENT,
+                ..p
+            };
+            add(Family::Silo, ARRAY_SMALL.to_owned(), workload, &engines, p);
+        }
     }
     for &workload in plan.timestone {
         let keys = match workload {
@@ -266,6 +290,16 @@ fn cases(plan: &Plan, pool_dir: &Path) -> Vec<Case> {
         add(Family::Ycsb, workload.name(), workload, &PEER_ENGINES, p);
     }
     cases
+}
+
+/// The engines of a Silo table: the floors too on the Array and the Hash (the raw reference
+/// has only those two).
+fn silo_engines(workload: WorkloadChoice) -> Vec<EngineChoice> {
+    let mut engines = SILO_ENGINES.to_vec();
+    if matches!(workload, WorkloadChoice::Array | WorkloadChoice::Hash) {
+        engines.extend(FLOORS);
+    }
+    engines
 }
 
 /// Runs every case in order. PMDK being unavailable skips its cases and is reported once;
@@ -428,7 +462,54 @@ fn goals(runs: &[Run]) -> Vec<Goal> {
         read_mostly_goal(runs),
         mvcc_amplification_goal(runs),
         lowest_amplification_goal(runs),
+        raw_goal(runs, "array"),
+        raw_goal(runs, ARRAY_SMALL),
+        ratio_goal(
+            runs,
+            ARRAY_SMALL,
+            PMDK,
+            4.0,
+            "Array, 8-byte elements: redo at least 4× PMDK",
+        ),
+        mem_latency_goal(runs),
     ]
+}
+
+/// Redo within [`RAW_FACTOR_GOAL`] of the persistent raw reference on Silo's `label`.
+fn raw_goal(runs: &[Run], label: &str) -> Goal {
+    let mut goal = ratio_goal(
+        runs,
+        label,
+        RAW,
+        1.0 / RAW_FACTOR_GOAL,
+        &format!("{label}: redo within {RAW_FACTOR_GOAL}× of the raw reference"),
+    );
+    let slowdown = cells::ratio(
+        silo_throughput(runs, label, RAW).unwrap_or(0.0),
+        silo_throughput(runs, label, REDO),
+    );
+    if let Some(slowdown) = slowdown {
+        goal.measured = format!("raw at {slowdown:.2}× redo's throughput");
+    }
+    goal
+}
+
+/// The volatile engine's median latency on the 8-byte Array.
+fn mem_latency_goal(runs: &[Run]) -> Goal {
+    let p50 = runs
+        .iter()
+        .find(|run| run.group() == (Family::Silo, ARRAY_SMALL, 1) && run.is(MEM))
+        .map(|run| run.measurement.latency_ns[0]);
+    Goal {
+        statement: format!(
+            "Array, 8-byte elements: mem at most {:.2} µs per operation (p50)",
+            MEM_P50_GOAL_NS as f64 / 1e3
+        ),
+        measured: p50.map_or("no mem run on the 8-byte array".to_owned(), |ns| {
+            format!("p50 {:.3} µs", ns as f64 / 1e3)
+        }),
+        holds: p50.map(|ns| ns <= MEM_P50_GOAL_NS),
+    }
 }
 
 /// The TimeStone-family run of `engine` on `label` at `threads`.
@@ -658,11 +739,12 @@ fn groups(runs: &[Run]) -> Vec<Vec<&Run>> {
     groups
 }
 
-const COLUMNS: [&str; 11] = [
+const COLUMNS: [&str; 12] = [
     "engine",
     "Kops/s median (min–max)",
     "× pmdk",
     "× ideal",
+    "× raw",
     "p50 µs",
     "p99 µs",
     "fences/commit",
@@ -679,10 +761,10 @@ fn group_table(group: &[&Run]) -> Table {
             .find(|run| run.is(engine))
             .map(|run| run.measurement.throughput.median)
     };
-    let (pmdk, ideal) = (base(PMDK), base(IDEAL));
+    let bases = [base(PMDK), base(IDEAL), base(RAW)];
     let mut table = Table::new(group_title(group[0]), &COLUMNS);
     for run in group {
-        table.push(row(&run.measurement, pmdk, ideal));
+        table.push(row(&run.measurement, bases));
     }
     table
 }
@@ -712,8 +794,9 @@ fn group_title(run: &Run) -> String {
     }
 }
 
-/// A table row; the cells are formatted as `ferrite bench` formats them.
-fn row(m: &Measurement, pmdk: Option<f64>, ideal: Option<f64>) -> Vec<String> {
+/// A table row, with throughput ratios over PMDK, ideal and raw; the cells are formatted as
+/// `ferrite bench` formats them.
+fn row(m: &Measurement, [pmdk, ideal, raw]: [Option<f64>; 3]) -> Vec<String> {
     let t = &m.throughput;
     vec![
         m.engine.clone(),
@@ -725,6 +808,7 @@ fn row(m: &Measurement, pmdk: Option<f64>, ideal: Option<f64>) -> Vec<String> {
         ),
         cells::optional(cells::ratio(t.median, pmdk)),
         cells::optional(cells::ratio(t.median, ideal)),
+        cells::optional(cells::ratio(t.median, raw)),
         cells::micros(m.latency_ns[0]),
         cells::micros(m.latency_ns[1]),
         cells::optional(m.traffic.fences_per_commit),
@@ -801,6 +885,7 @@ fn silo_plot(runs: &[&Run]) -> anyhow::Result<Plot> {
     let labels = labels(runs);
     let bars: Vec<BarSeries> = SILO_ENGINES
         .iter()
+        .chain(&FLOORS)
         .filter(|&&engine| runs.iter().any(|r| r.is(engine)))
         .map(|&engine| series(engine.to_string(), runs, &labels, engine, 1, kops))
         .collect();
@@ -933,6 +1018,10 @@ mod tests {
                 Some(true),
                 None,
                 None,
+                None,
+                None,
+                None,
+                None,
                 None
             ]
         );
@@ -944,6 +1033,31 @@ mod tests {
         );
         assert!(goals[4].measured.contains("undo: at most 3 in 1 of 1"));
         assert!(goals[3].line().contains("not measured"));
+    }
+
+    #[test]
+    fn raw_and_mem_goals_use_the_floors_of_the_same_table() {
+        let mut runs = vec![
+            fake("array", REDO, 800.0, Some(2.5)),
+            fake("array", RAW, 1000.0, Some(2.0)),
+            fake("array", REDO, 500.0, Some(5.0)),
+            fake("array", RAW, 1000.0, Some(4.0)),
+            fake("array", PMDK, 100.0, None),
+            fake("array", MEM, 4000.0, None),
+        ];
+        for run in &mut runs[2..] {
+            run.label = ARRAY_SMALL.to_owned();
+        }
+        runs[5].measurement.latency_ns[0] = 70;
+        let goals = goals(&runs);
+        let [raw64, raw8, pmdk8, mem] = [&goals[9], &goals[10], &goals[11], &goals[12]];
+        assert_eq!(raw64.holds, Some(true), "1.25× slower: {raw64:?}");
+        assert!(raw64.measured.contains("1.25×"), "{raw64:?}");
+        assert_eq!(raw8.holds, Some(false), "2× slower: {raw8:?}");
+        assert_eq!(pmdk8.holds, Some(true), "5× pmdk: {pmdk8:?}");
+        assert_eq!(mem.holds, Some(true), "{mem:?}");
+        runs[5].measurement.latency_ns[0] = 90;
+        assert_eq!(super::goals(&runs)[12].holds, Some(false));
     }
 
     /// A TimeStone-family run of `engine` on `label` at `threads`.
@@ -1007,7 +1121,8 @@ mod tests {
         assert_eq!(tables.len(), 2);
         assert_eq!(tables[0].rows[0][2], "4.00", "redo over pmdk");
         assert_eq!(tables[0].rows[0][3], "n/a", "no ideal in the group");
-        assert_eq!(tables[0].rows[1][9], "n/a", "PMDK's WA is not measured");
+        assert_eq!(tables[0].rows[0][4], "n/a", "no raw reference in the group");
+        assert_eq!(tables[0].rows[1][10], "n/a", "PMDK's WA is not measured");
         assert_eq!(tables[1].rows[0][1], "300.0 (300.0–300.0)");
     }
 
@@ -1017,14 +1132,21 @@ mod tests {
         for family in [Family::Silo, Family::TimeStone, Family::Ycsb] {
             assert!(cases.iter().any(|c| c.family == family), "{family:?}");
         }
-        for engine in SILO_ENGINES {
-            assert!(cases.iter().any(|c| c.spec.engine == engine), "{engine}");
+        for engine in SILO_ENGINES.iter().chain(&FLOORS) {
+            assert!(cases.iter().any(|c| c.spec.engine == *engine), "{engine}");
         }
+        // The raw reference has only the Array and the Hash.
+        assert!(cases.iter().all(|c| c.spec.engine != RAW
+            || matches!(
+                c.spec.workload,
+                WorkloadChoice::Array | WorkloadChoice::Hash
+            )));
         for engine in PEER_ENGINES {
             assert!(cases.iter().any(|c| c.spec.engine == engine), "{engine}");
         }
         let full = cases_count(&FULL);
-        assert_eq!(full, 5 * 4 + 3 * 3 * 2 * 4 + 7 * 4);
+        // Silo: 5 workloads × 4 engines, the floors on array and hash, the 8-byte array.
+        assert_eq!(full, 5 * 4 + 2 * 3 + 7 + 3 * 3 * 2 * 4 + 7 * 4);
     }
 
     fn cases_count(plan: &Plan) -> usize {
