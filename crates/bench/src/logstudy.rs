@@ -1,9 +1,9 @@
-//! The log-writer study of seed 001 ("Logging in persistent memory: to cache, or not to
-//! cache?", MemSys'17), redone on this machine with Ferrite's [`LogWriter`].
+//! The log-writer study of "Logging in persistent memory: to cache, or not to cache?" (Li,
+//! Ogleari and Zhao, MemSys 2017), redone on this machine with Ferrite's [`LogWriter`].
 //!
 //! Each update of a large array (random 8-byte elements, far larger than the last-level
 //! cache) first appends a log record of `record` bytes (4 B to 256 B) to a log ring, then
-//! stores the new value in place, as the seed's micro-benchmark does. Records are made
+//! stores the new value in place, as the paper's micro-benchmark does. Records are made
 //! durable every `batch` updates (seal + fence): `batch = 1` is per-update durability (undo
 //! style), larger batches are a transaction's worth of records committed together (redo
 //! style), where packing records into whole lines can pay off. Every mode writes the same
@@ -18,7 +18,7 @@ use std::path::Path;
 use std::time::Instant;
 use tx::logwriter::{LogMode, LogWriter};
 
-/// Record sizes of the sweep (the seed's 4 B to 256 B).
+/// Record sizes of the sweep (the paper's 4 B to 256 B).
 pub const RECORD_SIZES: [usize; 7] = [4, 8, 16, 32, 64, 128, 256];
 /// Batches of the sweep: per-update durability, and eight records per commit.
 pub const BATCHES: [usize; 2] = [1, 8];
@@ -104,6 +104,90 @@ impl StudyResults {
             .iter()
             .find(|p| p.mode == mode && p.record == record && p.batch == batch)
     }
+
+    /// Median nanoseconds per update of one configuration.
+    pub fn median_ns(&self, mode: LogMode, record: usize, batch: usize) -> Option<f64> {
+        self.point(mode, record, batch)
+            .map(|p| p.ns_per_update.median)
+    }
+
+    /// The record sizes measured, ascending.
+    pub fn records(&self) -> Vec<usize> {
+        distinct(self.points.iter().map(|p| p.record))
+    }
+
+    /// The batches measured, ascending.
+    pub fn batches(&self) -> Vec<usize> {
+        distinct(self.points.iter().map(|p| p.batch))
+    }
+
+    /// The fastest fixed mode at every record size of `batch`, ascending by size.
+    pub fn winners(&self, batch: usize) -> Vec<(usize, LogMode)> {
+        self.records()
+            .into_iter()
+            .filter_map(|record| Some((record, self.winner(record, batch)?.mode)))
+            .collect()
+    }
+
+    /// The winners of `batch` with consecutive sizes of the same winner merged.
+    pub fn winner_ranges(&self, batch: usize) -> Vec<WinnerRange> {
+        let mut ranges: Vec<WinnerRange> = Vec::new();
+        for (record, mode) in self.winners(batch) {
+            match ranges.last_mut() {
+                Some(range) if range.mode == mode => range.last = record,
+                _ => ranges.push(WinnerRange {
+                    mode,
+                    first: record,
+                    last: record,
+                }),
+            }
+        }
+        ranges
+    }
+
+    /// At each record size of `batch`: how much slower Auto was than the fastest fixed mode
+    /// (0.05 = 5 %; never negative).
+    pub fn auto_excess(&self, batch: usize) -> Vec<AutoExcess> {
+        self.records()
+            .into_iter()
+            .filter_map(|record| {
+                let best = self.winner(record, batch)?.ns_per_update.median;
+                let auto = self.median_ns(LogMode::Auto, record, batch)?;
+                (best > 0.0).then(|| AutoExcess {
+                    record,
+                    excess: (auto / best - 1.0).max(0.0),
+                })
+            })
+            .collect()
+    }
+}
+
+/// Record sizes `first..=last` (consecutive in the sweep) where `mode` was the fastest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct WinnerRange {
+    /// The fastest fixed mode.
+    pub mode: LogMode,
+    /// Smallest record size of the range.
+    pub first: usize,
+    /// Largest record size of the range.
+    pub last: usize,
+}
+
+/// How much slower Auto was than the fastest fixed mode at one record size.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct AutoExcess {
+    /// Record size in bytes.
+    pub record: usize,
+    /// Auto's time over the fastest fixed mode's, minus one (never negative).
+    pub excess: f64,
+}
+
+/// The distinct values, ascending.
+fn distinct(values: impl Iterator<Item = usize>) -> Vec<usize> {
+    let mut values: Vec<usize> = values.collect();
+    values.sort_unstable();
+    values.dedup();
+    values
 }
 
 /// Runs the sweep with scratch pools in `dir`; `progress` is called after each point.

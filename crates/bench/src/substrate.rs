@@ -116,6 +116,13 @@ pub struct CopyCost {
     pub store_flush_gb_per_s: Summary,
 }
 
+impl CopyCost {
+    /// Whether the non-temporal copy was faster (by median) than store + flush.
+    pub fn nt_faster(&self) -> bool {
+        self.nt_ns.median < self.store_flush_ns.median
+    }
+}
+
 /// What a fence costs.
 #[derive(Clone, Debug, Serialize)]
 pub struct FenceCost {

@@ -1,6 +1,7 @@
 //! Table cells of benchmark measurements, shared by `ferrite bench` and the evaluation's
 //! engines section, so that one quantity reads the same in both.
 
+use bench::engines::EngineRun;
 use bench::runner::Measurement;
 
 /// Two decimals, or "n/a" when the quantity could not be measured (PMDK's stores bypass
@@ -31,4 +32,17 @@ pub fn pm_bytes_per_op(m: &Measurement) -> String {
     } else {
         "n/a".into()
     }
+}
+
+/// "1 thread", "2 threads".
+pub fn threads_text(threads: usize) -> String {
+    match threads {
+        1 => "1 thread".to_owned(),
+        n => format!("{n} threads"),
+    }
+}
+
+/// "bst 20%, 2 threads": where a number was measured, for summary lines.
+pub fn place(run: &EngineRun) -> String {
+    format!("{}, {}", run.label, threads_text(run.threads()))
 }

@@ -1,4 +1,4 @@
-//! `ferrite fs ...`: create, mount, unmount and check PMFS file systems (`crates/fs`,
+//! `ferrite fs ...`: create, mount, unmount and check PMFS file systems (`crates/pmfs`,
 //! mounted through FUSE by `crates/fsmount`; `docs/pmfs-mount.md`).
 //!
 //! Exit codes: 0 success; `fsck` exits 4 when the file system is damaged (mount or
@@ -8,8 +8,8 @@
 use crate::size::{format_bytes, parse_size};
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
-use fs::{DataMode, MkfsOptions, MountOptions};
 use pmem::NativeOptions;
+use pmfs::{DataMode, MkfsOptions, MountOptions};
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -51,8 +51,23 @@ pub struct MkfsArgs {
     #[arg(long)]
     inodes: Option<u64>,
     /// Journal entries of 64 bytes.
-    #[arg(long, default_value_t = fs::layout::JOURNAL_DEFAULT)]
+    #[arg(long, default_value_t = pmfs::layout::JOURNAL_DEFAULT)]
     journal_entries: u32,
+    /// Owner of the root directory as UID:GID (default: the user running mkfs, so that
+    /// user's own mount is writable).
+    #[arg(long, value_parser = parse_owner)]
+    owner: Option<(u32, u32)>,
+}
+
+fn parse_owner(text: &str) -> Result<(u32, u32), String> {
+    let (uid, gid) = text
+        .split_once(':')
+        .ok_or_else(|| format!("owner {text:?} is not UID:GID"))?;
+    let number = |part: &str| {
+        part.parse::<u32>()
+            .map_err(|_| format!("owner {text:?}: {part:?} is not a number"))
+    };
+    Ok((number(uid)?, number(gid)?))
 }
 
 /// How file data is written.
@@ -87,6 +102,13 @@ pub struct MountArgs {
     /// How long the kernel caches attributes and names, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     attr_ttl_ms: u64,
+    /// Threads serving requests.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// The kernel's write-back cache: faster writes, durable only at fsync or unmount (not
+    /// when write returns).
+    #[arg(long)]
+    writeback_cache: bool,
     /// Write protection of the pool's mapping against stray writes: none, mprotect (write
     /// windows by mprotect), mpk (protection keys; fails without CPU support), auto (mpk
     /// where available, else mprotect).
@@ -117,6 +139,7 @@ fn mkfs(args: &MkfsArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let options = MkfsOptions {
         inodes: args.inodes,
         journal_entries: args.journal_entries,
+        root_owner: args.owner.unwrap_or_else(fsmount::invoking_user),
     };
     let native = NativeOptions::default().with_env_overrides();
     let fs = fsmount::mkfs(&args.pool, args.size, &options, native)
@@ -161,8 +184,16 @@ fn mount_foreground(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
             return notify_failure(args, anyhow::Error::new(error), &args.pool);
         }
     };
+    for repair in fs.repairs() {
+        eprintln!(
+            "ferrite: {}: repaired at mount: {repair}",
+            args.pool.display()
+        );
+    }
     let config = fsmount::MountConfig {
         ttl: Duration::from_millis(args.attr_ttl_ms),
+        threads: args.threads,
+        writeback_cache: args.writeback_cache,
         fsname: format!("ferrite-fs:{}", args.pool.display()),
         ..fsmount::MountConfig::default()
     };
@@ -230,6 +261,8 @@ fn mount_background(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
         .arg(&args.pool)
         .arg(&args.dir)
         .args(["--attr-ttl-ms", &args.attr_ttl_ms.to_string()])
+        .args(["--threads", &args.threads.to_string()])
+        .args(args.writeback_cache.then_some("--writeback-cache"))
         .args(["--data-mode", data_mode_name(args.data_mode)])
         .args(args.huge_files.then_some("--huge-files"))
         .args(["--protect", args.protect.name()])
@@ -319,6 +352,14 @@ fn print_check(
         )
     } else {
         "not closed cleanly; nothing to recover".to_owned()
+    };
+    let shutdown = if report.repairs.is_empty() {
+        shutdown
+    } else {
+        format!(
+            "{shutdown}; repaired on the check's copy, and by the next mount on the pool: {}",
+            report.repairs.join("; ")
+        )
     };
     writeln!(
         out,

@@ -133,13 +133,20 @@ enum PoolCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Validate a pool file; exit 0 and print "ok: ..." when it is sound.
+    /// Validate a pool file deeply (header, engine area, logs, heap); exit 0 and print
+    /// "ok: ..." when it is sound, 14 when it is damaged.
     Check {
         /// Pool file.
         path: PathBuf,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Recover the pool when no damage was found (replay or roll back its logs).
+        #[arg(long)]
+        repair: bool,
+        /// Open a damaged pool anyway, replaying what is intact (may mix states).
+        #[arg(long, conflicts_with = "repair")]
+        salvage: bool,
     },
 }
 
@@ -245,8 +252,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             pool_cmd::create(&request, &mut stdout)
         }
         Command::Pool(PoolCommand::Info { path, json }) => pool_cmd::info(&path, json, &mut stdout),
-        Command::Pool(PoolCommand::Check { path, json }) => {
-            pool_cmd::check(&path, json, &mut stdout)
+        Command::Pool(PoolCommand::Check {
+            path,
+            json,
+            repair,
+            salvage,
+        }) => {
+            let request = pool_cmd::CheckRequest {
+                json,
+                repair,
+                salvage,
+            };
+            pool_cmd::check(&path, request, &mut stdout)
         }
         Command::Eval(args) => run_eval(&args, &mut stdout),
         Command::Bench(args) => run_bench(&args, &mut stdout),

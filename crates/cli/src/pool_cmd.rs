@@ -5,11 +5,16 @@
 
 use crate::size::format_bytes;
 use crate::time::rfc3339_from_unix_ns;
-use pmem::{CreateOptions, FileReport, FlushInstr, Header, NativeOptions, PersistMode, PoolError};
+use pmem::integrity::{Finding, Severity};
+use pmem::{
+    CreateOptions, FileReport, FlushInstr, Header, MemPm, NativeOptions, PersistMode, PoolError,
+    Region,
+};
 use serde_json::{Value, json};
 use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use tx::RecoveryMode;
 
 /// A pool operation that failed on a file.
 #[derive(Debug)]
@@ -125,12 +130,27 @@ pub fn info(path: &Path, as_json: bool, out: &mut dyn Write) -> anyhow::Result<(
     Ok(())
 }
 
-/// Validates the pool at `path`: prints one `ok:` line (or a JSON object) on success.
-pub fn check(path: &Path, as_json: bool, out: &mut dyn Write) -> anyhow::Result<()> {
-    let report = match pmem::inspect(path) {
-        Ok(report) => report,
+/// What `pool check` is asked to do besides checking.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CheckRequest {
+    /// Print JSON instead of text.
+    pub json: bool,
+    /// Recover the pool (what its next open would do: replay or roll back the logs, discard
+    /// torn tails) when the check found no damage.
+    pub repair: bool,
+    /// Open the pool with salvage: replay what is intact around damaged log records.
+    pub salvage: bool,
+}
+
+/// Checks the pool at `path` deeply (read-only unless repairing or salvaging): the header,
+/// then the engine area, its logs and its heap (`pmem::integrity` findings). Prints an
+/// `ok:` line, or the problems, or a JSON object; damage exits with the code of
+/// `Corrupted` (14).
+pub fn check(path: &Path, request: CheckRequest, out: &mut dyn Write) -> anyhow::Result<()> {
+    let (image, report) = match pmem::read_image(path) {
+        Ok(found) => found,
         Err(error) => {
-            if as_json {
+            if request.json {
                 let verdict = json!({
                     "ok": false,
                     "path": path.display().to_string(),
@@ -142,16 +162,174 @@ pub fn check(path: &Path, as_json: bool, out: &mut dyn Write) -> anyhow::Result<
             return Err(failure(path)(error).into());
         }
     };
-    if as_json {
-        let mut verdict = describe(path, &report);
-        verdict["ok"] = Value::Bool(true);
-        writeln!(out, "{}", serde_json::to_string_pretty(&verdict)?)?;
+    let mut findings = deep_check(image, &report.header);
+    if report.in_use {
+        findings.push(Finding::new(
+            Severity::Note,
+            "pool",
+            None,
+            "the pool is open in another process: the check read an image that may be changing",
+        ));
+    }
+    let damage: Vec<&Finding> = findings.iter().filter(|f| f.is_damage()).collect();
+    let action = if request.salvage {
+        Some(recover(path, &report.header, RecoveryMode::Salvage))
+    } else if request.repair && damage.is_empty() && needs_recovery(&findings, &report) {
+        Some(recover(path, &report.header, RecoveryMode::Strict))
+    } else {
+        None
+    };
+    if request.json {
+        print_json(path, &report, &findings, action.as_ref(), out)?;
+    } else {
+        print_text(path, &report, &findings, action.as_ref(), out)?;
+    }
+    if let Some(Err(error)) = action {
+        return Err(failure(path)(PoolError::Corrupted(error)).into());
+    }
+    let salvaged = request.salvage && matches!(action, Some(Ok(_)));
+    if let Some(first) = damage.first().filter(|_| !salvaged) {
+        let more = damage.len() - 1;
+        let error = PoolError::Corrupted(format!(
+            "{first}{}",
+            if more > 0 {
+                format!(" (and {more} more)")
+            } else {
+                String::new()
+            }
+        ));
+        return Err(failure(path)(error).into());
+    }
+    Ok(())
+}
+
+/// The findings of every structure in the pool image (the checks run on this private copy).
+fn deep_check(image: Vec<u8>, header: &Header) -> Vec<Finding> {
+    let pm = MemPm::new(image);
+    let arena = Region {
+        offset: header.arena_offset,
+        len: header.arena_size,
+    };
+    let note = |message: &str| Finding::new(Severity::Note, "arena", Some(arena.offset), message);
+    match header.layout.as_str() {
+        pmfs::LAYOUT => vec![note("a PMFS file system: check it with `ferrite fs fsck`")],
+        nvthreads::journal::LAYOUT => vec![note("an NVthreads journal: not checked here")],
+        _ => conformance::corrupt::check_engine_area(&pm, arena),
+    }
+}
+
+/// Whether the next open has work to do (a crash left logs to replay or roll back).
+fn needs_recovery(findings: &[Finding], report: &FileReport) -> bool {
+    !report.clean || findings.iter().any(|f| f.severity == Severity::Recovery)
+}
+
+/// What a repair or salvage did: the recovery's report, as findings.
+type Recovered = Result<Vec<Finding>, String>;
+
+/// Opens the pool's engine (running its recovery, or its salvage) and closes it cleanly.
+fn recover(path: &Path, header: &Header, mode: RecoveryMode) -> Recovered {
+    let pool = pmem::Pool::open(path, &header.layout, &NativeOptions::default())
+        .map_err(|e| e.to_string())?;
+    let arena = pool.arena();
+    let salvage = mode == RecoveryMode::Salvage;
+    if let Some(kind) = tx::check::engine_kind(pool.pm(), arena) {
+        let options = tx::EngineOptions::default();
+        let report = match (kind, salvage) {
+            (tx::EngineKind::Redo, false) => tx::Redo::open(pool, &options),
+            (tx::EngineKind::Redo, true) => tx::Redo::salvage(pool, &options),
+            (tx::EngineKind::Undo, false) => return opened(tx::Undo::open(pool, &options)),
+            (tx::EngineKind::Undo, true) => return opened(tx::Undo::salvage(pool, &options)),
+        };
+        return opened(report);
+    }
+    if mvcc::check::is_mvcc_area(pool.pm(), arena) {
+        let options = mvcc::MvccOptions::default();
+        return if salvage {
+            opened(mvcc::Mvcc::salvage(pool, &options, tx::NoReplay))
+        } else {
+            opened(mvcc::Mvcc::open(pool, &options, tx::NoReplay))
+        };
+    }
+    Err("the pool holds no transaction engine area to recover".into())
+}
+
+/// The findings of an engine's recovery (dropping the engine then writes its state back and
+/// closes the pool cleanly).
+fn opened<E: Recovering>(engine: tx::TxResult<E>) -> Recovered {
+    let engine = engine.map_err(|e| e.to_string())?;
+    let mut findings = engine.report().findings.clone();
+    findings.push(Finding::new(
+        Severity::Note,
+        "recovery",
+        None,
+        format!(
+            "{} log records replayed or rolled back",
+            engine.report().replayed
+        ),
+    ));
+    Ok(findings)
+}
+
+/// An engine that was opened with a recovery report.
+trait Recovering {
+    fn report(&self) -> &tx::RecoveryReport;
+}
+
+impl Recovering for tx::Redo<pmem::Native> {
+    fn report(&self) -> &tx::RecoveryReport {
+        self.recovery_report()
+    }
+}
+
+impl Recovering for tx::Undo<pmem::Native> {
+    fn report(&self) -> &tx::RecoveryReport {
+        self.recovery_report()
+    }
+}
+
+impl Recovering for mvcc::Mvcc<pmem::Native, tx::NoReplay> {
+    fn report(&self) -> &tx::RecoveryReport {
+        self.recovery_report()
+    }
+}
+
+fn print_text(
+    path: &Path,
+    report: &FileReport,
+    findings: &[Finding],
+    action: Option<&Recovered>,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    for finding in findings.iter().filter(|f| f.severity != Severity::Note) {
+        writeln!(out, "{finding}")?;
+    }
+    match action {
+        Some(Ok(done)) => {
+            for finding in done {
+                writeln!(out, "recovered: {finding}")?;
+            }
+        }
+        Some(Err(error)) => writeln!(out, "not recovered: {error}")?,
+        None => {}
+    }
+    let damage = findings.iter().filter(|f| f.is_damage()).count();
+    if damage > 0 {
+        writeln!(
+            out,
+            "damaged: {}: {damage} problems (the engine refuses to open it; --salvage opens it \
+             anyway, replaying what is intact)",
+            path.display()
+        )?;
         return Ok(());
     }
     let header = &report.header;
+    let engine = findings
+        .iter()
+        .find(|f| f.severity == Severity::Note)
+        .map_or(String::new(), |f| format!(", {}", f.message));
     writeln!(
         out,
-        "ok: {}: Ferrite pool version {}, layout {:?}, {}, {}{}",
+        "ok: {}: Ferrite pool version {}, layout {:?}, {}, {}{}{engine}",
         path.display(),
         header.version,
         header.layout,
@@ -167,6 +345,28 @@ pub fn check(path: &Path, as_json: bool, out: &mut dyn Write) -> anyhow::Result<
             ""
         }
     )?;
+    Ok(())
+}
+
+fn print_json(
+    path: &Path,
+    report: &FileReport,
+    findings: &[Finding],
+    action: Option<&Recovered>,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let mut verdict = describe(path, report);
+    let damage = findings.iter().filter(|f| f.is_damage()).count();
+    verdict["ok"] = Value::Bool(damage == 0);
+    verdict["damage"] = json!(damage);
+    verdict["findings"] = serde_json::to_value(findings)?;
+    if let Some(action) = action {
+        verdict["recovery"] = match action {
+            Ok(done) => json!({ "ok": true, "findings": done }),
+            Err(error) => json!({ "ok": false, "error": error }),
+        };
+    }
+    writeln!(out, "{}", serde_json::to_string_pretty(&verdict)?)?;
     Ok(())
 }
 

@@ -57,6 +57,13 @@ fn quick_engine_sections_write_their_data_and_plots() {
     assert_eq!(crash["verdict"], "pass", "{stdout}");
     assert_eq!(crash["data"]["failures"], 0);
     assert!(crash["data"]["scenarios"].as_u64().is_some_and(|n| n > 0));
+    let crashed: BTreeSet<&str> = crash["data"]["runs"]
+        .as_array()
+        .expect("crash runs")
+        .iter()
+        .filter_map(|run| run["case"]["engine"].as_str())
+        .collect();
+    assert_eq!(crashed, BTreeSet::from(["mvcc", "redo", "undo"]));
 
     let engines = section_data(&out, "engines");
     let runs = engines["data"]["runs"].as_array().expect("engine runs");
@@ -79,9 +86,18 @@ fn quick_engine_sections_write_their_data_and_plots() {
     );
     let goals = engines["data"]["goals"].as_array().expect("goals");
     assert!(!goals.is_empty());
+    let headlines = engines["headlines"].as_array().expect("headlines");
+    assert_eq!(headlines.len(), goals.len(), "one headline per goal");
 
     let logstudy = section_data(&out, "logstudy");
     let points = logstudy["data"]["points"].as_array().expect("study points");
     assert_eq!(points.len(), 4 * 7 * 2, "modes × record sizes × batches");
     assert!(logstudy["data"]["auto_good"].is_boolean());
+    let headlines = logstudy["headlines"].as_array().expect("headlines");
+    assert!(
+        headlines.iter().all(|h| h["claim"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("MemSys 2017"))),
+        "{headlines:?}"
+    );
 }

@@ -10,7 +10,7 @@
 //! that instruction. Expected failures are listed in `docs/pmfs-mount.md` (none at present).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -297,6 +297,232 @@ fn sigterm_unmounts_and_closes_the_pool_cleanly() {
         "{report}"
     );
     let _ = std::fs::remove_file(&pool);
+}
+
+/// A foreground `ferrite fs mount` of a fresh pool, its stdout and stderr piped.
+fn foreground_mount(tag: &str) -> Option<(Child, PathBuf, PathBuf, tempfile::TempDir)> {
+    if let Some(reason) = fuse_unavailable() {
+        eprintln!("SKIPPED: cannot mount FUSE file systems here: {reason}");
+        return None;
+    }
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let pool = Path::new("/dev/shm").join(format!("ferrite-fs-{tag}-{}.pool", std::process::id()));
+    let _ = std::fs::remove_file(&pool);
+    let dir = tmp.path().join("mnt");
+    std::fs::create_dir(&dir).expect("dir");
+    ok(
+        &ferrite(&["fs", "mkfs", pool.to_str().unwrap(), "--size", "64M"]),
+        "mkfs",
+    );
+    let mut child = Command::new(FERRITE)
+        .args(["fs", "mount"])
+        .arg(&pool)
+        .arg(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("foreground mount");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().expect("stdout")),
+        &mut line,
+    )
+    .expect("ready line");
+    assert!(line.starts_with("mounted "), "{line}");
+    Some((child, pool, dir, tmp))
+}
+
+/// Sends SIGTERM to `child` while a process sits in `dir` (the mount is busy): the server
+/// must refuse, say so, and keep serving.
+fn refused_sigterm(child: &mut Child, dir: &Path) {
+    let mut sitter = Command::new("sleep")
+        .arg("60")
+        .current_dir(dir)
+        .spawn()
+        .expect("a process inside the mount");
+    let pid = child.id().to_string();
+    ok(
+        &Command::new("kill")
+            .args(["-TERM", &pid])
+            .output()
+            .expect("kill"),
+        "kill",
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        child.try_wait().expect("try_wait").is_none(),
+        "still serving"
+    );
+    std::fs::write(dir.join("after"), b"still here").expect("the mount still works");
+    sitter.kill().expect("kill the sitter");
+    sitter.wait().expect("reap the sitter");
+}
+
+#[test]
+fn a_refused_sigterm_can_be_retried() {
+    let Some((mut child, pool, dir, _tmp)) = foreground_mount("retry") else {
+        return;
+    };
+    refused_sigterm(&mut child, &dir);
+    let pid = child.id().to_string();
+    ok(
+        &Command::new("kill")
+            .args(["-TERM", &pid])
+            .output()
+            .expect("kill"),
+        "kill",
+    );
+    let output = child.wait_with_output().expect("wait");
+    let (out, err) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(output.status.success(), "{out} {err}");
+    assert!(err.contains("cannot unmount"), "{err}");
+    assert!(out.contains("unmounted on SIGTERM"), "{out}");
+    let report = ok(&ferrite(&["fs", "fsck", pool.to_str().unwrap()]), "fsck");
+    assert!(report.contains("closed cleanly"), "{report}");
+    let _ = std::fs::remove_file(&pool);
+}
+
+#[test]
+fn an_external_unmount_after_a_refused_sigterm_is_reported_as_external() {
+    let Some((mut child, pool, dir, _tmp)) = foreground_mount("external") else {
+        return;
+    };
+    refused_sigterm(&mut child, &dir);
+    ok(
+        &ferrite(&["fs", "unmount", dir.to_str().unwrap()]),
+        "unmount",
+    );
+    let output = child.wait_with_output().expect("wait");
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{out}");
+    assert!(out.contains("unmounted from outside"), "{out}");
+    let report = ok(&ferrite(&["fs", "fsck", pool.to_str().unwrap()]), "fsck");
+    assert!(report.contains("closed cleanly"), "{report}");
+    let _ = std::fs::remove_file(&pool);
+}
+
+/// `command` run as the unprivileged user `nobody` (65534:65534), through `setpriv`.
+fn as_nobody(command: &[&str]) -> Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(command)
+        .output()
+        .expect("setpriv")
+}
+
+#[test]
+fn a_users_own_file_system_is_theirs_and_a_closed_fuse_device_is_named() {
+    if !nix_is_root() || which("setpriv").is_none() {
+        eprintln!("SKIPPED: needs root and setpriv to act as another user");
+        return;
+    }
+    if let Some(reason) = fuse_unavailable() {
+        eprintln!("SKIPPED: cannot mount FUSE file systems here: {reason}");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let pool = Path::new("/dev/shm").join(format!("ferrite-fs-user-{}.pool", std::process::id()));
+    let _ = std::fs::remove_file(&pool);
+    let dir = tmp.path().join("mnt");
+    std::fs::create_dir(&dir).expect("mount point");
+    let pool_text = pool.to_str().unwrap();
+    ok(
+        &as_nobody(&[FERRITE, "fs", "mkfs", pool_text, "--size", "16M"]),
+        "mkfs as nobody",
+    );
+    // A user's own mount: works if the FUSE device lets this user in, and otherwise says
+    // which device refused.
+    let attempt = as_nobody(&[
+        FERRITE,
+        "fs",
+        "mount",
+        pool_text,
+        dir.to_str().unwrap(),
+        "--background",
+    ]);
+    if attempt.status.success() {
+        ok(
+            &ferrite(&["fs", "unmount", dir.to_str().unwrap()]),
+            "unmount",
+        );
+    } else {
+        let err = String::from_utf8_lossy(&attempt.stderr);
+        assert!(err.contains("/dev/fuse"), "{err}");
+    }
+    // Mounted by root for everyone: the root directory is nobody's, who can create in it.
+    let out = ok(
+        &ferrite(&[
+            "fs",
+            "mount",
+            "--background",
+            pool_text,
+            dir.to_str().unwrap(),
+        ]),
+        "mount",
+    );
+    assert!(out.starts_with("mounted "), "{out}");
+    use std::os::unix::fs::MetadataExt;
+    let root = std::fs::metadata(&dir).expect("stat the root");
+    assert_eq!(
+        (root.uid(), root.gid(), root.mode() & 0o7777),
+        (65534, 65534, 0o755)
+    );
+    let file = dir.join("mine");
+    ok(
+        &as_nobody(&["touch", file.to_str().unwrap()]),
+        "touch as nobody",
+    );
+    assert_eq!(std::fs::metadata(&file).expect("stat").uid(), 65534);
+    ok(
+        &ferrite(&["fs", "unmount", dir.to_str().unwrap()]),
+        "unmount",
+    );
+    let _ = std::fs::remove_file(&pool);
+}
+
+#[test]
+fn extended_attributes_and_a_full_file_system_on_the_mount() {
+    if which("setfattr").is_none() {
+        eprintln!("SKIPPED: setfattr is not installed (Debian package attr)");
+        return;
+    }
+    let Some(mut m) = Mounted::new("32M", &[]) else {
+        return;
+    };
+    let d = m.dir.clone();
+    let out = sh(
+        "echo data > f && setfattr -n user.k -v value f && setfattr -n security.s -v x f \
+         && cp -a f g && getfattr --only-values -n user.k g && echo \
+         && getfattr --absolute-names -d -m - g | sort | tr '\\n' ' ' \
+         && (setfattr -n trusted.t -v x f 2>&1 || true) \
+         && setfattr -x user.k g && (getfattr -n user.k g 2>&1 || true)",
+        &d,
+    );
+    assert!(out.starts_with("value\n"), "{out}");
+    assert!(
+        out.contains("user.k=\"value\"") && out.contains("security.s=\"x\""),
+        "{out}"
+    );
+    assert!(out.contains("Operation not supported"), "{out}");
+    assert!(out.contains("No such attribute"), "{out}");
+    // Filling the file system: ENOSPC only when it is full.
+    let out = sh(
+        "dd if=/dev/zero of=big bs=1M count=64 2>&1 | grep -o 'No space left' | head -1; df -k . | tail -1",
+        &d,
+    );
+    assert!(out.contains("No space left"), "{out}");
+    let avail: u64 = out
+        .lines()
+        .last()
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX);
+    assert!(avail <= 16, "ENOSPC with {avail} KiB free: {out}");
+    let report = m.unmount_and_check();
+    assert!(report.starts_with("ok: "), "{report}");
 }
 
 #[test]

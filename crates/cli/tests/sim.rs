@@ -160,6 +160,40 @@ fn silo_run_counts_its_log_entries_and_takes_overrides() {
 }
 
 #[test]
+fn cost_model_options_reach_the_configuration_and_the_trace() {
+    let dir = scratch();
+    let mut args = vec![
+        "--design",
+        "fwb",
+        "--media",
+        "block-dcw",
+        "--discipline",
+        "write-minimal",
+        "--baselines-onpm-buffer",
+        "--write-pausing",
+        "--no-final-drain",
+    ];
+    args.extend_from_slice(&TINY);
+    let run = run_json(dir.path(), "options", &args);
+    let mem = &run["config"]["mem"];
+    assert_eq!(mem["media"], "block-dcw");
+    assert_eq!(mem["baselines_use_onpm_buffer"], true);
+    assert_eq!(mem["write_pausing"], true);
+    assert_eq!(mem["final_drain"], false);
+    assert_eq!(run["trace"]["spec"]["discipline"], "write-minimal");
+    assert_eq!(run["metrics"]["pm"]["final_drain"]["requests"], 0);
+    // The paper-faithful defaults.
+    let mut args = vec!["--design", "fwb"];
+    args.extend_from_slice(&TINY);
+    let run = run_json(dir.path(), "defaults", &args);
+    let mem = &run["config"]["mem"];
+    assert_eq!(mem["media"], "nvmain-row");
+    assert_eq!(mem["baselines_use_onpm_buffer"], false);
+    assert_eq!(run["trace"]["spec"]["discipline"], "pmdk");
+    assert!(run["per_tx"]["programmed_bytes"].as_f64() > Some(0.0));
+}
+
+#[test]
 fn a_written_trace_simulates_like_the_generated_one() {
     let dir = scratch();
     let trace = write_trace(dir.path());
@@ -198,10 +232,25 @@ fn assert_usage_error(output: &Output, prefix: &str, reason: &str) {
 
 #[test]
 fn bad_arguments_are_usage_errors() {
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 9] = [
         (
             &["--design", "hoop", "--workload", "hash"],
             "unknown design",
+        ),
+        (
+            &["--design", "silo", "--workload", "hash", "--media", "dram"],
+            "unknown media model",
+        ),
+        (
+            &[
+                "--design",
+                "silo",
+                "--workload",
+                "hash",
+                "--discipline",
+                "c++",
+            ],
+            "unknown store discipline",
         ),
         (
             &["--design", "silo", "--workload", "list"],

@@ -11,10 +11,10 @@ use crate::{Factory, LAYOUT};
 use pmem::{CreateOptions, NativeOptions, Pool};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard, mpsc};
+use std::sync::mpsc;
 use std::time::Duration;
 use workloads::Workload;
 
@@ -22,26 +22,6 @@ const ENV_CASE: &str = "FERRITE_KILL_CASE";
 const ENV_POOL: &str = "FERRITE_KILL_POOL";
 const ENV_START: &str = "FERRITE_KILL_START";
 const ENV_MODE: &str = "FERRITE_KILL_MODE";
-
-/// Campaigns on several threads of one process (the test harness runs them in parallel) must
-/// not start a child while another thread has a pool file open: the child holds a copy of
-/// that descriptor from its fork until its exec closes it, and with it the pool's `flock`, so
-/// a child started at that moment for the other pool fails with "already open". Pools are
-/// held under the read side; children are spawned under the write side (`spawn` returns once
-/// the child has exec'd).
-static PARENT_POOLS: RwLock<()> = RwLock::new(());
-
-fn holding_a_pool() -> RwLockReadGuard<'static, ()> {
-    PARENT_POOLS
-        .read()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn spawning() -> RwLockWriteGuard<'static, ()> {
-    PARENT_POOLS
-        .write()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// What a child process is asked to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,7 +60,7 @@ impl ChildSpec {
             .env(ENV_START, self.start.to_string())
             .env(ENV_MODE, if self.recover_only { "recover" } else { "run" })
             .stdout(Stdio::piped())
-            .stderr(Stdio::null());
+            .stderr(Stdio::piped());
         command
     }
 }
@@ -204,7 +184,6 @@ fn create_pool<F: Factory, W: Workload>(
     size: u64,
 ) -> Result<(), String> {
     let _ = std::fs::remove_file(path);
-    let _pool_open = holding_a_pool();
     let pool = Pool::create(path, &CreateOptions::new(LAYOUT, size)).map_err(|e| e.to_string())?;
     let engine = factory.create(pool).map_err(|e| e.to_string())?;
     workload.setup(&engine).map_err(|e| e.to_string())
@@ -215,7 +194,6 @@ fn recover_and_check<F: Factory, W: Workload>(
     workload: &W,
     path: &Path,
 ) -> Result<W::Model, String> {
-    let _pool_open = holding_a_pool();
     let pool = Pool::open(path, LAYOUT, &NativeOptions::default())
         .map_err(|e| format!("reopening: {e}"))?;
     let engine = factory.open(pool).map_err(|e| format!("recovery: {e}"))?;
@@ -232,12 +210,17 @@ fn run_and_kill(
     entry: &str,
     delay: Duration,
 ) -> Result<Option<u64>, String> {
-    let spawned = {
-        let _no_pool_open = spawning();
-        spec.command(exe, entry).spawn()
-    };
-    let mut child = spawned.map_err(|e| format!("spawning the child: {e}"))?;
+    let mut child = spec
+        .command(exe, entry)
+        .spawn()
+        .map_err(|e| format!("spawning the child: {e}"))?;
     let stdout = child.stdout.take().ok_or("child has no stdout")?;
+    let stderr = child.stderr.take().ok_or("child has no stderr")?;
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = BufReader::new(stderr).read_to_string(&mut text);
+        text
+    });
     let (lines, received) = mpsc::channel();
     let reader = std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -251,12 +234,17 @@ fn run_and_kill(
     if !ready {
         kill(&mut child);
         let _ = reader.join();
-        return Err("the child exited before it became ready".into());
+        let errors = errors.join().unwrap_or_default();
+        return Err(format!(
+            "the child exited before it became ready; its stderr:\n{}",
+            errors.trim_end()
+        ));
     }
     std::thread::sleep(delay);
     kill(&mut child);
     let mut last = None;
     let _ = reader.join();
+    let _ = errors.join();
     for line in received.try_iter() {
         note_ack(&line, &mut last);
     }

@@ -13,8 +13,11 @@
 
 #![forbid(unsafe_code)]
 
+pub mod catalogue;
+pub mod corrupt;
 pub mod kill;
 
+pub use catalogue::{CaseVisitor, CrashCase, CrashEngine, CrashWorkload};
 use crashsim::{Scenario, SimPm};
 use mvcc::{Mvcc, MvccOptions};
 use pmem::{CreateOptions, Persist, Pool};

@@ -1,20 +1,26 @@
 //! The MVCC engine through the crash simulator: TimeStone's list, hash and BST with their
-//! operations logged and re-executed at recovery, and the other workloads with their
-//! commits logged as data. A crash before every fence, recovery, the invariant checker,
+//! operations logged and re-executed at recovery, and every other workload of the catalogue
+//! with its commits logged as data. A crash before every fence, recovery, the invariant checker,
 //! the model of durable operations, the heap's block count, and a second crash during
 //! recovery.
 
-use conformance::{EngineScenario, Factory, MvccFactory};
+use conformance::{CrashCase, CrashEngine, CrashWorkload, EngineScenario, Factory, MvccFactory};
 use crashsim::{Config, SimMode, check};
 use mvcc::Mutant;
-use tx::NoReplay;
-use workloads::btree::{BTree, silo_btree};
-use workloads::hash::{HashMap, silo_hash};
-use workloads::list::{LoadOrder, TimestoneMap, timestone_list};
-use workloads::ycsb::{Ycsb, YcsbMix};
-use workloads::{Params, Workload, bst::timestone_bst};
+use workloads::hash::HashMap;
+use workloads::list::{LoadOrder, TimestoneMap};
+use workloads::{Params, Workload};
 
-const POOL: u64 = 512 * 1024;
+const POOL: u64 = conformance::catalogue::POOL;
+/// Seed of the random image choices.
+const SEED: u64 = 11;
+
+/// TimeStone's own structures, whose operations are logged and re-executed at recovery.
+const OPERATION_LOGGED: [CrashWorkload; 3] = [
+    CrashWorkload::List,
+    CrashWorkload::TimestoneHash,
+    CrashWorkload::Bst,
+];
 
 fn params(update_percent: u32) -> Params {
     Params {
@@ -26,73 +32,36 @@ fn params(update_percent: u32) -> Params {
     }
 }
 
+fn run_case(case: CrashCase) {
+    let report = case.check(SEED);
+    eprintln!("{report}");
+    report.assert_passed();
+    assert!(report.crash_points >= 3, "too few crash points: {report}");
+}
+
 fn run<F: Factory + Clone, W: Workload>(factory: &F, workload: W, ops: usize, mode: SimMode) {
     let scenario = EngineScenario::new(factory.clone(), workload, ops, POOL);
-    let report = check(&scenario, &Config::thorough(mode, 11));
+    let report = check(&scenario, &Config::thorough(mode, SEED));
     eprintln!("{report}");
     report.assert_passed();
     assert!(report.crash_points >= 3, "too few crash points: {report}");
 }
 
 #[test]
-fn mvcc_list_survives_a_crash_at_every_fence() {
-    let workload = timestone_list(params(80));
-    run(
-        &MvccFactory::small(workload.ops()),
-        workload,
-        12,
-        SimMode::Adr,
-    );
+fn mvcc_structures_with_logged_operations_survive_a_crash_at_every_fence() {
+    for workload in OPERATION_LOGGED {
+        run_case(CrashCase::new(CrashEngine::Mvcc, workload).with_ops(12));
+    }
+    run_case(CrashCase::new(CrashEngine::Mvcc, CrashWorkload::TimestoneHash).under(SimMode::Eadr));
 }
 
 #[test]
-fn mvcc_hash_survives_a_crash_at_every_fence() {
-    let workload = TimestoneMap::<HashMap>::new(params(80), LoadOrder::Shuffled);
-    run(
-        &MvccFactory::small(workload.ops()),
-        workload,
-        12,
-        SimMode::Adr,
-    );
-}
-
-#[test]
-fn mvcc_bst_survives_a_crash_at_every_fence() {
-    let workload = timestone_bst(params(80));
-    run(
-        &MvccFactory::small(workload.ops()),
-        workload,
-        12,
-        SimMode::Adr,
-    );
-}
-
-#[test]
-fn mvcc_under_eadr_and_with_physical_records() {
-    let workload = TimestoneMap::<HashMap>::new(params(80), LoadOrder::Shuffled);
-    run(
-        &MvccFactory::small(workload.ops()),
-        workload,
-        8,
-        SimMode::Eadr,
-    );
-    let factory = MvccFactory::small(NoReplay);
-    run(&factory, silo_hash(params(80)), 8, SimMode::Adr);
-    run(
-        &factory,
-        silo_btree(Params {
-            keys: 40,
-            ..params(80)
-        }),
-        8,
-        SimMode::Adr,
-    );
-    run(
-        &factory,
-        Ycsb::<BTree>::new(params(0), YcsbMix::A).with_max_scan(4),
-        8,
-        SimMode::Adr,
-    );
+fn mvcc_with_physical_records_on_every_other_workload() {
+    for workload in CrashWorkload::ALL {
+        if !OPERATION_LOGGED.contains(&workload) {
+            run_case(CrashCase::new(CrashEngine::Mvcc, workload));
+        }
+    }
 }
 
 /// Few keys, all updates: the same chunks stay hot across checkpoints, so write-backs
@@ -125,7 +94,7 @@ fn mvcc_mutants_are_caught() {
         let mut factory = MvccFactory::small(workload.ops());
         factory.options.mutant = mutant;
         let scenario = EngineScenario::new(factory, workload, 12, POOL);
-        let report = check(&scenario, &Config::thorough(SimMode::Adr, 11));
+        let report = check(&scenario, &Config::thorough(SimMode::Adr, SEED));
         eprintln!("{mutant:?}: {report}");
         assert!(!report.passed(), "{mutant:?} was not caught: {report}");
     }

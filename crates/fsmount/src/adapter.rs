@@ -1,8 +1,8 @@
 //! The FUSE adapter: kernel requests (`fuser::Filesystem`) turned into calls of the
-//! inode-level API of `fs::Fs`.
+//! inode-level API of `pmfs::Fs`.
 //!
 //! - Inode numbers are the file system's own (the root is 1, as FUSE wants); every entry
-//!   handed to the kernel takes a reference that `forget` drops (`fs::Fs::lookup_pinned`),
+//!   handed to the kernel takes a reference that `forget` drops (`pmfs::Fs::lookup_pinned`),
 //!   so a freed number is not reused while the kernel may still know it.
 //! - Open files and directories hold a handle (`Fs::open_inode`): an unlinked open file
 //!   lives until its last release, on the persistent truncate list.
@@ -11,13 +11,14 @@
 //! - Every operation is durable when it returns, so `flush`, `fsync` and `fsyncdir` have
 //!   nothing to do.
 
-use fs::{Attr, Caller, FileType, Fs, SetAttr, TimeSet};
 use fuser::{
-    AccessFlags, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, LockOwner,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    AccessFlags, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 use pmem::Persist;
+use pmfs::{Attr, Caller, FileType, Fs, SetAttr, SetMode, TimeSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -29,19 +30,31 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub struct FuseFs<B: Persist + 'static> {
     fs: Option<Fs<B>>,
     ttl: Duration,
+    writeback: bool,
 }
 
 impl<B: Persist + 'static> FuseFs<B> {
     /// Serves `fs`; the kernel caches attributes and entries for `ttl`.
     pub fn new(fs: Fs<B>, ttl: Duration) -> Self {
-        FuseFs { fs: Some(fs), ttl }
+        FuseFs {
+            fs: Some(fs),
+            ttl,
+            writeback: false,
+        }
+    }
+
+    /// Lets the kernel cache writes and send them later (`FUSE_WRITEBACK_CACHE`): data is
+    /// durable at `fsync` (or unmount), not when `write` returns.
+    pub fn with_writeback_cache(mut self, writeback: bool) -> Self {
+        self.writeback = writeback;
+        self
     }
 
     fn fs(&self) -> &Fs<B> {
         self.fs.as_ref().expect("no request arrives after destroy")
     }
 
-    fn entry(&self, reply: ReplyEntry, result: Result<Attr, fs::Errno>) {
+    fn entry(&self, reply: ReplyEntry, result: Result<Attr, pmfs::Errno>) {
         match result {
             Ok(attr) => reply.entry(
                 &self.ttl,
@@ -52,7 +65,7 @@ impl<B: Persist + 'static> FuseFs<B> {
         }
     }
 
-    fn empty(reply: ReplyEmpty, result: Result<(), fs::Errno>) {
+    fn empty(reply: ReplyEmpty, result: Result<(), pmfs::Errno>) {
         match result {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
@@ -69,7 +82,7 @@ impl<B: Persist + 'static> FuseFs<B> {
         mode: u32,
         target: Option<&[u8]>,
         rdev: u64,
-    ) -> Result<Attr, fs::Errno> {
+    ) -> Result<Attr, pmfs::Errno> {
         let caller = Caller {
             uid: req.uid(),
             gid: req.gid(),
@@ -81,7 +94,7 @@ impl<B: Persist + 'static> FuseFs<B> {
 }
 
 /// The kernel's errno for a file-system error.
-pub fn errno(e: fs::Errno) -> fuser::Errno {
+pub fn errno(e: pmfs::Errno) -> fuser::Errno {
     fuser::Errno::from_i32(e.raw())
 }
 
@@ -127,6 +140,24 @@ pub fn file_attr(attr: &Attr) -> FileAttr {
     }
 }
 
+/// The `XATTR_*` flags of `setxattr(2)`.
+mod libc_flags {
+    pub const XATTR_CREATE: i32 = 1;
+    pub const XATTR_REPLACE: i32 = 2;
+}
+
+/// Answers a size probe (`size` 0) with the length, else the bytes, or `ERANGE` when they
+/// do not fit.
+fn xattr_reply(reply: ReplyXattr, bytes: &[u8], size: u32) {
+    if size == 0 {
+        reply.size(u32::try_from(bytes.len()).unwrap_or(u32::MAX));
+    } else if bytes.len() > size as usize {
+        reply.error(fuser::Errno::ERANGE);
+    } else {
+        reply.data(bytes);
+    }
+}
+
 fn time_set(t: TimeOrNow) -> TimeSet {
     match t {
         TimeOrNow::Now => TimeSet::Now,
@@ -135,6 +166,24 @@ fn time_set(t: TimeOrNow) -> TimeSet {
 }
 
 impl<B: Persist + 'static> Filesystem for FuseFs<B> {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Lookups and readdirs of one directory may run in parallel (the file system
+        // serialises them itself).
+        let mut wanted = InitFlags::FUSE_PARALLEL_DIROPS;
+        if self.writeback {
+            wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        let available = config.capabilities() & wanted;
+        if self.writeback && !available.contains(InitFlags::FUSE_WRITEBACK_CACHE) {
+            return Err(std::io::Error::other(
+                "the kernel does not offer FUSE_WRITEBACK_CACHE",
+            ));
+        }
+        config
+            .add_capabilities(available)
+            .map_err(|missing| std::io::Error::other(format!("FUSE capabilities {missing:?}")))
+    }
+
     fn destroy(&mut self) {
         if let Some(fs) = self.fs.take() {
             // Everything is durable already; this marks the pool clean.
@@ -286,13 +335,12 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
         {
             return reply.error(fuser::Errno::EINVAL);
         }
-        // One request at a time (the session runs one thread), so the check cannot race.
-        if flags.contains(RenameFlags::RENAME_NOREPLACE)
-            && fs.lookup(newparent.0, newname.as_bytes()).is_ok()
-        {
-            return reply.error(fuser::Errno::EEXIST);
-        }
-        let result = fs.rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes());
+        let (from, to) = (name.as_bytes(), newname.as_bytes());
+        let result = if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            fs.rename_noreplace(parent.0, from, newparent.0, to)
+        } else {
+            fs.rename(parent.0, from, newparent.0, to)
+        };
         Self::empty(reply, result);
     }
 
@@ -442,6 +490,74 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
         reply: ReplyEmpty,
     ) {
         reply.ok();
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        const FALLOC_FL_KEEP_SIZE: i32 = 1;
+        let keep = match mode {
+            0 => false,
+            FALLOC_FL_KEEP_SIZE => true,
+            _ => return reply.error(fuser::Errno::EOPNOTSUPP),
+        };
+        Self::empty(reply, self.fs().fallocate(ino.0, offset, length, keep));
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let mode = match flags {
+            0 => SetMode::Any,
+            libc_flags::XATTR_CREATE => SetMode::Create,
+            libc_flags::XATTR_REPLACE => SetMode::Replace,
+            _ => return reply.error(fuser::Errno::EINVAL),
+        };
+        Self::empty(
+            reply,
+            self.fs().setxattr(ino.0, name.as_bytes(), value, mode),
+        );
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.fs().getxattr(ino.0, name.as_bytes()) {
+            Ok(value) => xattr_reply(reply, &value, size),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.fs().listxattr(ino.0) {
+            Ok(names) => {
+                let list: Vec<u8> = names
+                    .into_iter()
+                    .flat_map(|mut n| {
+                        n.push(0);
+                        n
+                    })
+                    .collect();
+                xattr_reply(reply, &list, size);
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(reply, self.fs().removexattr(ino.0, name.as_bytes()));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

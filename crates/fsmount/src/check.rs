@@ -1,13 +1,15 @@
 //! The offline checker behind `ferrite fs fsck`: it never writes the pool file.
 //!
-//! The file is read into memory and mounted there ([`crate::MemPm`]), so recovery (journal
-//! rollback, truncate list) runs exactly as the next real mount would run it, but on the
-//! copy; then `Fs::fsck` checks the recovered state. The result says whether a crash
-//! recovery is pending and how many bytes it would rewrite.
+//! The file is mounted through a private copy-on-write view ([`crate::OverlayPm`]), so
+//! recovery (journal rollback, truncate list) runs exactly as the next real mount would run
+//! it, but on the view; then `Fs::fsck` checks the recovered state. The result says whether
+//! a crash recovery is pending and how many bytes it would rewrite. Memory stays a small
+//! fraction of the pool: the view holds only the pages recovery wrote, and the checker's
+//! structures are bitmaps and per-inode records.
 
-use crate::memory::MemPm;
-use fs::{Fs, FsckReport, MountOptions};
+use crate::memory::OverlayPm;
 use pmem::Pool;
+use pmfs::{Fs, FsckReport, MountOptions};
 use std::path::Path;
 
 /// What a successful check found.
@@ -30,6 +32,9 @@ pub struct CheckReport {
     pub used_blocks: u64,
     /// Free data blocks.
     pub free_blocks: u64,
+    /// Damage the check's recovery repaired on its private view (the next mount repairs
+    /// the pool the same way).
+    pub repairs: Vec<String>,
 }
 
 /// Why a check did not pass.
@@ -66,21 +71,28 @@ pub fn check_offline(path: &Path) -> Result<CheckReport, CheckError> {
     if report.in_use {
         return Err(CheckError::InUse);
     }
-    let image = std::fs::read(path)?;
-    let header_area = report.header.root_offset.min(image.len() as u64) as usize;
-    let before = image[header_area..].to_vec();
-    let pool = Pool::attach(MemPm::new(image), fs::LAYOUT)?;
-    let fs = Fs::mount(pool, MountOptions::default())
-        .map_err(|e| CheckError::Damaged(format!("mount: {e}")))?;
-    let fsck: FsckReport = fs
-        .fsck()
-        .map_err(|e| CheckError::Damaged(format!("fsck: {}", e.0)))?;
-    let after = fs.pool().pm().image();
-    let recovery_bytes = before
-        .iter()
-        .zip(&after[header_area..])
-        .filter(|(a, b)| a != b)
-        .count() as u64;
+    let file = std::fs::File::open(path)?;
+    let len = file.metadata()?.len();
+    let pool = Pool::attach(OverlayPm::new(file, len), pmfs::LAYOUT)?;
+    let mounted = Fs::mount(pool, MountOptions::default());
+    let fs = match mounted {
+        Ok(fs) => fs,
+        Err(e) => return Err(CheckError::Damaged(format!("mount: {e}"))),
+    };
+    let checked = fs.fsck();
+    if let Some(error) = fs.pool().pm().take_error() {
+        fs.abandon();
+        return Err(CheckError::Io(error));
+    }
+    let fsck: FsckReport = match checked {
+        Ok(report) => report,
+        Err(e) => {
+            fs.abandon();
+            return Err(CheckError::Damaged(format!("fsck: {}", e.0)));
+        }
+    };
+    let recovery_bytes = fs.pool().pm().changed_bytes(report.header.root_offset);
+    let repairs = fs.repairs().iter().map(ToString::to_string).collect();
     fs.abandon();
     Ok(CheckReport {
         clean_shutdown: report.clean,
@@ -91,5 +103,6 @@ pub fn check_offline(path: &Path) -> Result<CheckReport, CheckError> {
         symlinks: fsck.symlinks,
         used_blocks: fsck.used_blocks,
         free_blocks: fsck.free_blocks,
+        repairs,
     })
 }

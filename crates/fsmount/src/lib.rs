@@ -1,4 +1,4 @@
-//! Ferrite PMFS through the kernel: the FUSE adapter over `fs::Fs` ([`FuseFs`]), mounting
+//! Ferrite PMFS through the kernel: the FUSE adapter over `pmfs::Fs` ([`FuseFs`]), mounting
 //! in the background ([`spawn`]) or in the foreground with a clean unmount on signals
 //! ([`serve`]), the offline checker ([`check_offline`]), and pool helpers for
 //! `ferrite fs mkfs` and `ferrite fs mount`.
@@ -6,19 +6,27 @@
 #![forbid(unsafe_code)]
 
 mod adapter;
-pub mod bench;
 mod check;
 mod memory;
 mod mount;
 
 pub use adapter::{FuseFs, errno, file_attr};
 pub use check::{CheckError, CheckReport, check_offline};
-pub use memory::MemPm;
+pub use memory::OverlayPm;
 pub use mount::{Ended, MountConfig, MountError, Mounted, serve, spawn};
 
-use fs::{Fs, FsError, MkfsOptions, MountOptions};
 use pmem::{Native, NativeOptions, Pool, Protection};
+use pmfs::{Fs, FsError, MkfsOptions, MountOptions};
 use std::path::Path;
+
+/// The real user and group of this process: the owner `ferrite fs mkfs` gives the root
+/// directory by default.
+pub fn invoking_user() -> (u32, u32) {
+    (
+        nix::unistd::getuid().as_raw(),
+        nix::unistd::getgid().as_raw(),
+    )
+}
 
 /// Creates the pool file `path` of `size` bytes and formats a file system on it.
 pub fn mkfs(
@@ -27,7 +35,7 @@ pub fn mkfs(
     mkfs: &MkfsOptions,
     native: NativeOptions,
 ) -> Result<Fs<Native>, FsError> {
-    let mut options = fs::pool_options(size);
+    let mut options = pmfs::pool_options(size);
     options.native = native;
     let pool = Pool::create(path, &options)?;
     Fs::mkfs(pool, mkfs, MountOptions::default())
@@ -42,7 +50,7 @@ pub fn open(
     native: &NativeOptions,
     protection: Protection,
 ) -> Result<Fs<Native>, FsError> {
-    let pool = Pool::open(path, fs::LAYOUT, native)?;
+    let pool = Pool::open(path, pmfs::LAYOUT, native)?;
     pool.pm()
         .protect(protection)
         .map_err(|e| FsError::Pool(pmem::PoolError::from(e)))?;

@@ -3,10 +3,10 @@
 //! external unmount ([`serve`], for `ferrite fs mount`).
 
 use crate::adapter::FuseFs;
-use fs::Fs;
 use fuser::{Config, MountOption, Session, SessionACL};
 use nix::sys::signal::{SigSet, Signal};
 use pmem::Persist;
+use pmfs::Fs;
 use std::path::Path;
 use std::time::Duration;
 
@@ -19,6 +19,12 @@ pub struct MountConfig {
     pub allow_other: bool,
     /// Source name shown in `/proc/mounts`.
     pub fsname: String,
+    /// Threads reading requests (each with its own cloned `/dev/fuse` descriptor when more
+    /// than one).
+    pub threads: usize,
+    /// The kernel's write-back cache: writes return once in the page cache and reach the
+    /// file system later; durable at `fsync` or unmount only.
+    pub writeback_cache: bool,
 }
 
 impl Default for MountConfig {
@@ -27,6 +33,8 @@ impl Default for MountConfig {
             ttl: Duration::from_secs(1),
             allow_other: nix::unistd::geteuid().is_root(),
             fsname: "ferrite-fs".to_owned(),
+            threads: 1,
+            writeback_cache: false,
         }
     }
 }
@@ -45,9 +53,10 @@ impl MountConfig {
         } else {
             SessionACL::Owner
         };
-        // The file system serialises every operation behind one lock; one thread also
-        // makes the adapter's check-then-act sequences (RENAME_NOREPLACE) race-free.
-        config.n_threads = Some(1);
+        // The file system serialises every operation behind one lock; more threads overlap
+        // the kernel's side of requests.
+        config.n_threads = Some(self.threads.max(1));
+        config.clone_fd = self.threads > 1;
         config
     }
 }
@@ -58,6 +67,17 @@ pub enum MountError {
     /// The mount point is not a directory.
     #[error("{0}: not a directory")]
     NotADirectory(String),
+    /// The FUSE device cannot be opened (missing, or not readable and writable by this
+    /// user: Debian's `/dev/fuse` is root's only unless `fuse3` made it world-usable).
+    #[error(
+        "cannot open the FUSE device {path}: {error} (a non-root user needs read and write access to it)"
+    )]
+    Device {
+        /// The device.
+        path: String,
+        /// Why it cannot be opened.
+        error: std::io::Error,
+    },
     /// The kernel refused the mount, or the session failed.
     #[error("FUSE: {0}")]
     Fuse(#[from] std::io::Error),
@@ -87,6 +107,35 @@ fn check_dir(dir: &Path) -> Result<(), MountError> {
     }
 }
 
+/// The FUSE device fuser opens.
+const FUSE_DEVICE: &str = "/dev/fuse";
+
+/// A session for `fs` on `dir`; a failure caused by the FUSE device names it.
+fn new_session<B: Persist + 'static>(
+    fs: Fs<B>,
+    dir: &Path,
+    config: &MountConfig,
+) -> Result<Session<FuseFs<B>>, MountError> {
+    let adapter = FuseFs::new(fs, config.ttl).with_writeback_cache(config.writeback_cache);
+    Session::new(adapter, dir, &config.fuser())
+        .map_err(|error| mount_failed(error, Path::new(FUSE_DEVICE)))
+}
+
+/// Turns a failed mount into an error that names `device` when it cannot be opened.
+fn mount_failed(error: std::io::Error, device: &Path) -> MountError {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(device)
+    {
+        Ok(_) => MountError::Fuse(error),
+        Err(error) => MountError::Device {
+            path: device.display().to_string(),
+            error,
+        },
+    }
+}
+
 /// Mounts `fs` on `dir`, served by a background thread of this process.
 pub fn spawn<B: Persist + 'static>(
     fs: Fs<B>,
@@ -94,7 +143,7 @@ pub fn spawn<B: Persist + 'static>(
     config: &MountConfig,
 ) -> Result<Mounted, MountError> {
     check_dir(dir)?;
-    let session = Session::new(FuseFs::new(fs, config.ttl), dir, &config.fuser())?;
+    let session = new_session(fs, dir, config)?;
     Ok(Mounted {
         session: session.spawn()?,
     })
@@ -146,8 +195,7 @@ fn serve_blocked<B: Persist + 'static>(
     signals: &SigSet,
     ready: impl FnOnce(),
 ) -> Result<Ended, MountError> {
-    let mut session = Session::new(FuseFs::new(fs, config.ttl), dir, &config.fuser())?;
-    let mut unmounter = session.unmount_callable();
+    let session = new_session(fs, dir, config)?;
     let worker = std::thread::Builder::new()
         .name("ferrite-fuse".to_owned())
         .spawn(move || {
@@ -157,11 +205,14 @@ fn serve_blocked<B: Persist + 'static>(
             result
         })?;
     ready();
+    // Every signal tries `umount` itself (fuser's unmounter gives its handle away on the
+    // first try, so a refused unmount could never be retried); the mount ended because of a
+    // signal only if one of these calls unmounted it.
     let mut ended = Ended::External;
     loop {
         match signals.wait()? {
             Signal::SIGUSR1 => break,
-            signal => match unmounter.unmount() {
+            signal => match crate::unmount(dir) {
                 Ok(()) => ended = Ended::Signal(signal),
                 Err(error) => eprintln!(
                     "ferrite: cannot unmount {} on {signal}: {error}; still serving",
@@ -174,4 +225,23 @@ fn serve_blocked<B: Persist + 'static>(
         .join()
         .map_err(|_| std::io::Error::other("the FUSE session thread panicked"))??;
     Ok(ended)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_that_cannot_be_opened_is_named() {
+        let refused = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let error = mount_failed(refused, Path::new("/nonexistent/fuse"));
+        let text = error.to_string();
+        assert!(
+            matches!(error, MountError::Device { .. }) && text.contains("/nonexistent/fuse"),
+            "{text}"
+        );
+        let busy = std::io::Error::other("mount point busy");
+        let error = mount_failed(busy, Path::new("/dev/null"));
+        assert!(matches!(error, MountError::Fuse(_)), "{error}");
+    }
 }

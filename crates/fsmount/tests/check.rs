@@ -3,32 +3,34 @@
 //! and damage is reported as such.
 
 use crashsim::{SimConfig, SimPm, SnapshotKind};
-use fs::{Fs, MkfsOptions, MountOptions};
 use fsmount::{CheckError, check_offline};
 use pmem::Pool;
+use pmfs::{Fs, MkfsOptions, MountOptions, Posix};
+use std::path::Path;
 
 const SIZE: u64 = 1 << 20;
 
 fn formatted() -> Fs<SimPm> {
     let pool = Pool::format(
         SimPm::new(SIZE, SimConfig::default()),
-        &fs::pool_options(SIZE),
+        &pmfs::pool_options(SIZE),
     )
     .expect("pool");
     let mkfs = MkfsOptions {
         inodes: Some(32),
         journal_entries: 64,
+        ..MkfsOptions::default()
     };
     Fs::mkfs(pool, &mkfs, MountOptions::default()).expect("mkfs")
 }
 
 #[test]
 fn a_crash_image_needs_recovery_and_is_consistent_after_it() {
-    let fs = formatted();
-    fs.posix().mkdir("/kept", 0o755).expect("mkdir");
-    let pm = fs.pool().pm();
+    let px = Posix::new(formatted());
+    px.mkdir("/kept", 0o755).expect("mkdir");
+    let pm = px.fs().pool().pm();
     pm.set_capture(true);
-    fs.posix().mkdir("/in-flight", 0o755).expect("mkdir");
+    px.mkdir("/in-flight", 0o755).expect("mkdir");
     let snapshots = pm.take_snapshots();
     // Just before the commit word's fence, with the commit word not persisted: the
     // transaction's in-place stores are durable (fenced before it), its generation is not.
@@ -69,4 +71,119 @@ fn damage_and_foreign_files_are_reported() {
     std::fs::write(&path, vec![0u8; 8192]).expect("write");
     let error = check_offline(&path).expect_err("not a pool");
     assert_eq!(error.exit_code(), 8, "{error}");
+}
+
+/// Peak resident memory of this process, in bytes (`VmHWM`).
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("status");
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .expect("VmHWM");
+    let kb: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .expect("value")
+        .parse()
+        .expect("kB");
+    kb * 1024
+}
+
+/// Run in a child process by the test below (alone, so its peak memory is the check's).
+#[test]
+#[ignore = "run by fsck_memory_is_a_small_fraction_of_the_pool"]
+fn fsck_memory_child() {
+    let Ok(path) = std::env::var("FERRITE_FSCK_MEMORY_POOL") else {
+        return;
+    };
+    let report = check_offline(Path::new(&path)).expect("consistent");
+    println!("peak={} files={}", peak_rss(), report.files);
+}
+
+#[test]
+fn fsck_memory_is_a_small_fraction_of_the_pool() {
+    let size: u64 = 256 << 20;
+    let path = std::path::PathBuf::from(format!(
+        "/dev/shm/ferrite-fsck-memory-{}.pool",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&path);
+    let pool = Pool::create(&path, &pmfs::pool_options(size)).expect("pool");
+    let px =
+        Posix::new(Fs::mkfs(pool, &MkfsOptions::default(), MountOptions::default()).expect("mkfs"));
+    let fd = px
+        .open("/big", pmfs::posix::O_CREAT | pmfs::posix::O_RDWR, 0o644)
+        .expect("create");
+    let chunk = vec![3u8; 1 << 20];
+    for i in 0..200u64 {
+        px.pwrite(fd, &chunk, i << 20).expect("fill");
+    }
+    px.close(fd).expect("close");
+    for d in 0..20 {
+        px.mkdir(&format!("/d{d}"), 0o755).expect("mkdir");
+        for f in 0..50 {
+            let fd = px
+                .open(
+                    &format!("/d{d}/f{f}"),
+                    pmfs::posix::O_CREAT | pmfs::posix::O_RDWR,
+                    0o644,
+                )
+                .expect("create");
+            px.write(fd, b"small").expect("write");
+            px.close(fd).expect("close");
+        }
+    }
+    // Left as a crash leaves it: the check must recover on its view.
+    px.into_fs().abandon();
+    let output = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", "fsck_memory_child", "--ignored", "--nocapture"])
+        .env("FERRITE_FSCK_MEMORY_POOL", &path)
+        .output()
+        .expect("child");
+    let _ = std::fs::remove_file(&path);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    let peak: u64 = text
+        .split("peak=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no peak in {text}"));
+    assert!(text.contains("files=1001"), "{text}");
+    assert!(
+        peak <= size / 4,
+        "fsck of a {} MiB pool peaked at {} MiB",
+        size >> 20,
+        peak >> 20
+    );
+}
+
+#[test]
+fn a_damaged_primary_superblock_is_reported_not_hidden() {
+    let fs = formatted();
+    let mut image = fs.pool().pm().durable_image();
+    let primary = (fs.superblock().root_offset + pmfs::layout::SB_PRIMARY) as usize;
+    image[primary + 0x30] ^= 0x40;
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("p.pool");
+    std::fs::write(&path, &image).expect("write");
+    let report = check_offline(&path).expect("repairable");
+    assert_eq!(report.repairs.len(), 1, "{report:?}");
+    assert!(
+        report.repairs[0].contains("primary superblock"),
+        "{report:?}"
+    );
+    assert_eq!(
+        std::fs::read(&path).expect("read"),
+        image,
+        "the file is untouched"
+    );
+    let healthy = dir.path().join("q.pool");
+    std::fs::write(&healthy, fs.pool().pm().durable_image()).expect("write");
+    assert!(
+        check_offline(&healthy)
+            .expect("consistent")
+            .repairs
+            .is_empty()
+    );
 }

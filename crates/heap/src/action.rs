@@ -6,6 +6,8 @@
 //! applying the sequence once.
 
 use crate::HeapError;
+use crate::layout::{BITMAP_WORD, MARKER_WORD, RUN_MARKER_LEN, SIZE_CLASSES, run_marker};
+use pmem::checked::{self, MAX_VALUE};
 use pmem::{Persist, WriteClass};
 
 /// Encoded size of one action.
@@ -21,14 +23,14 @@ pub enum Action {
         /// New word.
         value: u64,
     },
-    /// Set the bits of `mask` in the word at `addr`.
+    /// Set the bits of `mask` in the checked bitmap word at `addr`.
     Or {
         /// Absolute offset (8-byte aligned).
         addr: u64,
         /// Bits to set.
         mask: u64,
     },
-    /// Clear the bits of `mask` in the word at `addr`.
+    /// Clear the bits of `mask` in the checked bitmap word at `addr`.
     AndNot {
         /// Absolute offset (8-byte aligned).
         addr: u64,
@@ -42,6 +44,16 @@ pub enum Action {
         /// Bytes (a multiple of 8).
         len: u64,
     },
+    /// Make the chunk at `addr` an empty run of class `class`: its marker, then `words`
+    /// bitmap words holding no unit (each a checked word of 0).
+    InitRun {
+        /// Absolute offset of the chunk.
+        addr: u64,
+        /// Size class.
+        class: u8,
+        /// Bitmap words.
+        words: u64,
+    },
 }
 
 const OP_SHIFT: u32 = 56;
@@ -54,6 +66,7 @@ impl Action {
             Action::Or { addr, mask } => (2, addr, mask),
             Action::AndNot { addr, mask } => (3, addr, mask),
             Action::Zero { addr, len } => (4, addr, len),
+            Action::InitRun { addr, class, words } => (5, addr, u64::from(class) | words << 8),
         }
     }
 
@@ -66,6 +79,7 @@ impl Action {
     pub fn len(self) -> u64 {
         match self {
             Action::Zero { len, .. } => len,
+            Action::InitRun { words, .. } => RUN_MARKER_LEN + 8 * words,
             _ => 8,
         }
     }
@@ -75,7 +89,8 @@ impl Action {
         self.len() == 0
     }
 
-    /// The 16-byte encoding: op code in the top byte of the first word, then the operand.
+    /// The 16-byte encoding: op code in the top byte of the first word, then the operand
+    /// (`InitRun`: the class in its low byte, the bitmap words above).
     pub fn encode(self) -> [u8; ACTION_LEN] {
         let (op, addr, operand) = self.parts();
         debug_assert!(
@@ -107,8 +122,18 @@ impl Action {
                 mask: operand,
             },
             4 => Action::Zero { addr, len: operand },
+            5 => Action::InitRun {
+                addr,
+                class: operand as u8,
+                words: operand >> 8,
+            },
             op => return Err(HeapError::Corrupted(format!("unknown heap action {op}"))),
         };
+        if !action.operand_is_valid() {
+            return Err(HeapError::Corrupted(format!(
+                "heap action {action:?} has an invalid operand"
+            )));
+        }
         let in_bounds = addr
             .checked_add(action.len())
             .is_some_and(|end| end <= pool_len);
@@ -118,6 +143,18 @@ impl Action {
             )));
         }
         Ok(action)
+    }
+
+    /// Masks fit a bitmap word's 48 value bits; a run has a known class and at least one
+    /// bitmap word (and fewer than a chunk can hold).
+    fn operand_is_valid(self) -> bool {
+        match self {
+            Action::Or { mask, .. } | Action::AndNot { mask, .. } => mask <= MAX_VALUE,
+            Action::InitRun { class, words, .. } => {
+                usize::from(class) < SIZE_CLASSES.len() && (1..1 << 24).contains(&words)
+            }
+            Action::Set { .. } | Action::Zero { .. } => true,
+        }
     }
 
     /// Applies the action through the seam and flushes what it changed (no fence).
@@ -131,14 +168,33 @@ impl Action {
     pub fn store<P: Persist>(self, pm: &P) {
         match self {
             Action::Set { addr, value } => pm.write_u64(addr, value, WriteClass::Meta),
-            Action::Or { addr, mask } => {
-                pm.write_u64(addr, pm.read_u64(addr) | mask, WriteClass::Meta)
-            }
-            Action::AndNot { addr, mask } => {
-                pm.write_u64(addr, pm.read_u64(addr) & !mask, WriteClass::Meta)
-            }
+            Action::Or { addr, mask } => update_bitmap_word(pm, addr, |bits| bits | mask),
+            Action::AndNot { addr, mask } => update_bitmap_word(pm, addr, |bits| bits & !mask),
             Action::Zero { addr, len } => pm.fill(addr, len, 0, WriteClass::Meta),
+            Action::InitRun { addr, class, words } => {
+                store_checked(pm, addr, run_marker(class), MARKER_WORD);
+                for word in 0..words {
+                    let at = addr + RUN_MARKER_LEN + 8 * word;
+                    store_checked(pm, at, 0, BITMAP_WORD);
+                }
+            }
         }
+    }
+}
+
+/// Read-modify-writes the checked bitmap word at `addr`, as one 8-byte store. A word that
+/// fails its check is left as it is: sealing a new value over it would turn damage into a
+/// plausible bitmap, and the next open (or a deep check) must still see it. The engine's
+/// DRAM index, not this word, decides allocations until then.
+fn update_bitmap_word<P: Persist>(pm: &P, addr: u64, change: impl FnOnce(u64) -> u64) {
+    if let Ok(bits) = checked::open(pm.read_u64(addr), addr, BITMAP_WORD) {
+        store_checked(pm, addr, change(bits) & MAX_VALUE, BITMAP_WORD);
+    }
+}
+
+fn store_checked<P: Persist>(pm: &P, addr: u64, value: u64, what: &'static str) {
+    if let Ok(word) = checked::seal(value, addr, what) {
+        pm.write_u64(addr, word, WriteClass::Meta);
     }
 }
 
@@ -168,6 +224,11 @@ mod tests {
             },
             Action::AndNot { addr: 136, mask: 1 },
             Action::Zero { addr: 192, len: 64 },
+            Action::InitRun {
+                addr: 256,
+                class: 3,
+                words: 2,
+            },
         ];
         for action in actions {
             assert_eq!(
@@ -188,5 +249,48 @@ mod tests {
         );
         assert!(Action::decode(&Action::Set { addr: 3, value: 0 }.encode(), 4096).is_err());
         assert!(Action::decode(&[0xFF; ACTION_LEN], 4096).is_err());
+        let wide = Action::Or {
+            addr: 64,
+            mask: 1 << 48,
+        };
+        assert!(Action::decode(&wide.encode(), 4096).is_err(), "48 bits");
+        let unknown_class = Action::InitRun {
+            addr: 64,
+            class: 20,
+            words: 1,
+        };
+        assert!(Action::decode(&unknown_class.encode(), 4096).is_err());
+    }
+
+    #[test]
+    fn bitmap_actions_keep_words_checked_and_never_reseal_a_damaged_one() {
+        let pm = crashsim::SimPm::new(4096, Default::default());
+        let run = Action::InitRun {
+            addr: 128,
+            class: 0,
+            words: 2,
+        };
+        run.apply(&pm);
+        let word = 136;
+        Action::Or {
+            addr: word,
+            mask: 0b101,
+        }
+        .apply(&pm);
+        Action::AndNot {
+            addr: word,
+            mask: 1,
+        }
+        .apply(&pm);
+        assert_eq!(checked::open(pm.read_u64(word), word, "w"), Ok(0b100));
+        assert_eq!(checked::open(pm.read_u64(144), 144, "w"), Ok(0));
+        let damaged = pm.read_u64(word) ^ (1 << 7);
+        pm.write_u64(word, damaged, WriteClass::Meta);
+        Action::Or {
+            addr: word,
+            mask: 1,
+        }
+        .apply(&pm);
+        assert_eq!(pm.read_u64(word), damaged, "damage stays visible");
     }
 }

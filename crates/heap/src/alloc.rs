@@ -15,7 +15,8 @@
 
 use crate::HeapError;
 use crate::action::Action;
-use crate::layout::{Descriptor, Layout, RunGeometry, SIZE_CLASSES};
+use crate::layout::{Descriptor, Layout, RunGeometry, UNITS_PER_WORD};
+use crate::scan::scan;
 use parking_lot::Mutex;
 use pmem::{Persist, Region};
 use std::collections::HashSet;
@@ -33,7 +34,7 @@ pub struct Heap {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ChunkUse {
+pub(crate) enum ChunkUse {
     Free,
     Run(u32),
     LargeHead(u32),
@@ -41,29 +42,41 @@ enum ChunkUse {
 }
 
 #[derive(Debug)]
-struct Run {
-    chunk: u64,
-    class: usize,
-    geometry: RunGeometry,
-    /// One bit per unit: allocated, reserved or being freed.
-    used: Vec<u64>,
-    free_units: u64,
+pub(crate) struct Run {
+    pub(crate) chunk: u64,
+    pub(crate) class: usize,
+    pub(crate) geometry: RunGeometry,
+    /// One bit per unit, [`UNITS_PER_WORD`] units per word as on the media: allocated,
+    /// reserved or being freed.
+    pub(crate) used: Vec<u64>,
+    pub(crate) free_units: u64,
     /// Word to start the next search from.
-    hint: usize,
+    pub(crate) hint: usize,
     /// Whether the run is in its class's `available` list (keeps the list free of duplicates).
-    listed: bool,
+    pub(crate) listed: bool,
 }
 
 #[derive(Debug, Default)]
-struct State {
-    chunks: Vec<ChunkUse>,
-    runs: Vec<Run>,
+pub(crate) struct State {
+    pub(crate) chunks: Vec<ChunkUse>,
+    pub(crate) runs: Vec<Run>,
     /// Per class, runs that may have free units (entries go stale; checked on use).
-    available: Vec<Vec<u32>>,
-    chunk_hint: u64,
-    being_freed: HashSet<u64>,
-    allocated_bytes: u64,
-    allocated_blocks: u64,
+    pub(crate) available: Vec<Vec<u32>>,
+    pub(crate) chunk_hint: u64,
+    pub(crate) being_freed: HashSet<u64>,
+    pub(crate) allocated_bytes: u64,
+    pub(crate) allocated_blocks: u64,
+}
+
+impl State {
+    pub(crate) fn usage(&self) -> Usage {
+        Usage {
+            allocated_bytes: self.allocated_bytes,
+            allocated_blocks: self.allocated_blocks,
+            free_chunks: self.chunks.iter().filter(|c| **c == ChunkUse::Free).count() as u64,
+            runs: self.runs.len() as u64,
+        }
+    }
 }
 
 /// A block picked for a transaction, not yet published.
@@ -119,7 +132,10 @@ impl Heap {
     /// descriptors and bitmaps (run after the engine's log recovery).
     pub fn open<P: Persist>(pm: &P, region: Region) -> Result<Self, HeapError> {
         let layout = Layout::read(pm, region)?;
-        let state = rebuild(pm, &layout)?;
+        let (state, problems) = scan(pm, &layout, true);
+        if let Some(problem) = problems.into_iter().next() {
+            return Err(HeapError::Corrupted(problem.message));
+        }
         Ok(Heap {
             layout,
             state: Mutex::new(state),
@@ -133,17 +149,7 @@ impl Heap {
 
     /// Current space accounting.
     pub fn usage(&self) -> Usage {
-        let state = self.state.lock();
-        Usage {
-            allocated_bytes: state.allocated_bytes,
-            allocated_blocks: state.allocated_blocks,
-            free_chunks: state
-                .chunks
-                .iter()
-                .filter(|c| **c == ChunkUse::Free)
-                .count() as u64,
-            runs: state.runs.len() as u64,
-        }
+        self.state.lock().usage()
     }
 
     /// Reserves a block of at least `size` bytes. `system` makes run creation durable.
@@ -180,15 +186,15 @@ impl Heap {
         self.release(&mut self.state.lock(), reservation.block);
     }
 
-    /// Starts freeing the block at `addr`, which must be the start of an allocated block not
-    /// already being freed.
+    /// Starts freeing the block at `addr`, which must be the start of an allocated block
+    /// (`InvalidFree`) not already being freed (`BeingFreed`).
     pub fn prepare_free(&self, addr: u64) -> Result<Freeing, HeapError> {
         let mut state = self.state.lock();
         let block = self
             .block_at(&state, addr)
             .ok_or(HeapError::InvalidFree(addr))?;
         if !state.being_freed.insert(addr) {
-            return Err(HeapError::InvalidFree(addr));
+            return Err(HeapError::BeingFreed(addr));
         }
         let len = self.len_of(&state, block);
         Ok(Freeing { addr, len, block })
@@ -235,8 +241,8 @@ impl Heap {
 
     fn bit_of(&self, run: &Run, unit: u64) -> (u64, u64) {
         (
-            self.layout.chunk_start(run.chunk) + 8 * (unit / 64),
-            1 << (unit % 64),
+            self.layout.bitmap_word_at(run.chunk, unit / UNITS_PER_WORD),
+            1 << (unit % UNITS_PER_WORD),
         )
     }
 
@@ -283,11 +289,11 @@ impl Heap {
         let chunk = find_free_span(state, 1).ok_or(HeapError::OutOfSpace {
             size: geometry.unit,
         })?;
-        let start = self.layout.chunk_start(chunk);
         system(&[
-            Action::Zero {
-                addr: start,
-                len: 8 * geometry.bitmap_words,
+            Action::InitRun {
+                addr: self.layout.chunk_start(chunk),
+                class: class as u8,
+                words: geometry.bitmap_words,
             },
             Action::Set {
                 addr: self.layout.descriptor_at(chunk),
@@ -329,7 +335,10 @@ impl Heap {
         match block {
             Block::Unit { run, unit } => {
                 let r = &mut state.runs[run as usize];
-                let (word, bit) = ((unit / 64) as usize, 1u64 << (unit % 64));
+                let (word, bit) = (
+                    (unit / UNITS_PER_WORD) as usize,
+                    1u64 << (unit % UNITS_PER_WORD),
+                );
                 debug_assert!(r.used[word] & bit != 0, "releasing a free unit");
                 r.used[word] &= !bit;
                 r.free_units += 1;
@@ -364,8 +373,8 @@ impl Heap {
                 let exact = offset % r.geometry.unit == 0 && unit < r.geometry.units;
                 let used = r
                     .used
-                    .get((unit / 64) as usize)
-                    .is_some_and(|w| w & (1 << (unit % 64)) != 0);
+                    .get((unit / UNITS_PER_WORD) as usize)
+                    .is_some_and(|w| w & (1 << (unit % UNITS_PER_WORD)) != 0);
                 (exact && used).then_some(Block::Unit { run, unit })
             }
             ChunkUse::LargeHead(span) if addr == self.layout.chunk_start(chunk) => {
@@ -382,15 +391,15 @@ fn take_unit(run: &mut Run) -> Option<u64> {
         return None;
     }
     for word in run.hint..run.used.len() {
-        let free = !run.used[word];
+        let free = !run.used[word] & pmem::checked::MAX_VALUE;
         if free == 0 {
             continue;
         }
-        let unit = 64 * word as u64 + u64::from(free.trailing_zeros());
+        let unit = UNITS_PER_WORD * word as u64 + u64::from(free.trailing_zeros());
         if unit >= run.geometry.units {
             break;
         }
-        run.used[word] |= 1 << (unit % 64);
+        run.used[word] |= 1 << (unit % UNITS_PER_WORD);
         run.free_units -= 1;
         run.hint = word;
         return Some(unit);
@@ -422,98 +431,9 @@ fn find_free_span(state: &mut State, span: u32) -> Option<u64> {
     }
 }
 
-fn mark_span(state: &mut State, chunk: u64, span: u32) {
+pub(crate) fn mark_span(state: &mut State, chunk: u64, span: u32) {
     state.chunks[chunk as usize] = ChunkUse::LargeHead(span);
     for c in chunk + 1..chunk + u64::from(span) {
         state.chunks[c as usize] = ChunkUse::LargeBody;
     }
-}
-
-/// Rebuilds the volatile index from the persistent descriptors and run bitmaps, validating
-/// every word it reads.
-fn rebuild<P: Persist>(pm: &P, layout: &Layout) -> Result<State, HeapError> {
-    let mut state = State {
-        chunks: vec![ChunkUse::Free; layout.chunk_count as usize],
-        available: vec![Vec::new(); SIZE_CLASSES.len()],
-        ..State::default()
-    };
-    let mut chunk = 0;
-    while chunk < layout.chunk_count {
-        let descriptor = Descriptor::decode(pm.read_u64(layout.descriptor_at(chunk)), chunk)?;
-        chunk += match descriptor {
-            Descriptor::Free => 1,
-            Descriptor::Run { class } => {
-                rebuild_run(pm, layout, &mut state, chunk, class as usize)?
-            }
-            Descriptor::Large { span } => rebuild_span(pm, layout, &mut state, chunk, span)?,
-        };
-    }
-    Ok(state)
-}
-
-fn rebuild_run<P: Persist>(
-    pm: &P,
-    layout: &Layout,
-    state: &mut State,
-    chunk: u64,
-    class: usize,
-) -> Result<u64, HeapError> {
-    let geometry = layout.run_geometry(class).ok_or_else(|| {
-        HeapError::Corrupted(format!("chunk {chunk} is a run of unusable class {class}"))
-    })?;
-    let start = layout.chunk_start(chunk);
-    let used: Vec<u64> = (0..geometry.bitmap_words)
-        .map(|w| pm.read_u64(start + 8 * w))
-        .collect();
-    let tail_bits = geometry.units % 64;
-    if tail_bits != 0 && used.last().is_some_and(|&last| last >> tail_bits != 0) {
-        return Err(HeapError::Corrupted(format!(
-            "run in chunk {chunk} marks units past its end"
-        )));
-    }
-    let taken: u64 = used.iter().map(|w| u64::from(w.count_ones())).sum();
-    let index = state.runs.len() as u32;
-    state.allocated_bytes += taken * geometry.unit;
-    state.allocated_blocks += taken;
-    state.chunks[chunk as usize] = ChunkUse::Run(index);
-    let listed = taken < geometry.units;
-    if listed {
-        state.available[class].push(index);
-    }
-    state.runs.push(Run {
-        chunk,
-        class,
-        geometry,
-        used,
-        free_units: geometry.units - taken,
-        hint: 0,
-        listed,
-    });
-    Ok(1)
-}
-
-fn rebuild_span<P: Persist>(
-    pm: &P,
-    layout: &Layout,
-    state: &mut State,
-    chunk: u64,
-    span: u32,
-) -> Result<u64, HeapError> {
-    let end = chunk
-        .checked_add(u64::from(span))
-        .filter(|&end| span > 0 && end <= layout.chunk_count);
-    let end = end.ok_or_else(|| {
-        HeapError::Corrupted(format!("large span at chunk {chunk} of {span} chunks"))
-    })?;
-    for body in chunk + 1..end {
-        if pm.read_u64(layout.descriptor_at(body)) != 0 {
-            return Err(HeapError::Corrupted(format!(
-                "chunk {body} inside a large span is not free"
-            )));
-        }
-    }
-    mark_span(state, chunk, span);
-    state.allocated_bytes += u64::from(span) << layout.chunk_shift;
-    state.allocated_blocks += 1;
-    Ok(u64::from(span))
 }

@@ -4,21 +4,26 @@
 //! region start ─ header (64 B): magic, version, chunk shift, chunk count, offsets, CRC-32
 //!              ─ descriptors: one u64 per chunk (FREE, RUN of a size class, LARGE span head)
 //!              ─ chunks (the chunk area starts 4 KiB aligned), each `chunk_size` bytes:
-//!                  RUN chunk:   [allocation bitmap, padded to 64 B][units of the class size]
+//!                  RUN chunk:   [run marker][allocation bitmap, padded to 64 B]
+//!                               [units of the class size]
 //!                  LARGE span:  one object covering `span` chunks
 //! ```
 //!
 //! A non-free descriptor carries a check byte (a CRC-7 of its chunk index and value, top bit
 //! set): every single-bit flip of any descriptor is detected, and a random word passes about
-//! once in 256 tries; `0` is FREE.
+//! once in 256 tries; `0` is FREE. A run's marker (its size class) and its bitmap words are
+//! self-checked words (`pmem::checked`, bound to their offsets; 48 units per bitmap word), so
+//! every single-bit flip of a bitmap is detected too, and a descriptor whose class or kind
+//! was rewritten (with a valid check) disagrees with the marker of its chunk.
 
 use crate::HeapError;
 use pmem::{Persist, Region, WriteClass};
 
 /// Identifies a Ferrite heap.
 pub const MAGIC: [u8; 8] = *b"FERRHEAP";
-/// Format version.
-pub const VERSION: u32 = 1;
+/// Format version. Version 1 had unchecked 64-unit bitmap words and no run marker; it is
+/// refused (`Corrupted("unsupported heap version 1")`).
+pub const VERSION: u32 = 2;
 /// Bytes of the header.
 pub const HEADER_LEN: u64 = 64;
 /// Alignment of the chunk area.
@@ -34,6 +39,27 @@ pub const SIZE_CLASSES: [u64; 20] = [
 ];
 /// A class is used only if a run of it holds at least this many units.
 pub const MIN_UNITS_PER_RUN: u64 = 8;
+
+/// Units per bitmap word: the value bits of a checked word.
+pub const UNITS_PER_WORD: u64 = pmem::checked::VALUE_BITS as u64;
+/// Bytes before a run's bitmap: the run marker word.
+pub const RUN_MARKER_LEN: u64 = 8;
+/// The high 32 bits of a run marker's 48-bit value (`"FRUN"`); the low 16 hold the class.
+const RUN_MAGIC: u64 = u32::from_le_bytes(*b"FRUN") as u64;
+/// Names of the checked words in errors.
+pub const MARKER_WORD: &str = "heap run marker";
+/// Names of the checked words in errors.
+pub const BITMAP_WORD: &str = "heap bitmap word";
+
+/// The value of the run marker of a run of class `class`.
+pub fn run_marker(class: u8) -> u64 {
+    (RUN_MAGIC << 16) | u64::from(class)
+}
+
+/// The class a run marker value names, if it is one.
+pub fn marker_class(value: u64) -> Option<u8> {
+    (value >> 16 == RUN_MAGIC && value & 0xFF00 == 0).then_some(value as u8)
+}
 
 const KIND_RUN: u64 = 1;
 const KIND_LARGE: u64 = 2;
@@ -138,9 +164,9 @@ pub struct RunGeometry {
     pub unit: u64,
     /// Units in the run.
     pub units: u64,
-    /// Bitmap words.
+    /// Bitmap words (after the run marker).
     pub bitmap_words: u64,
-    /// Offset of unit 0 from the chunk start (bitmap bytes rounded up to 64).
+    /// Offset of unit 0 from the chunk start (marker and bitmap bytes rounded up to 64).
     pub data_offset: u64,
 }
 
@@ -192,6 +218,11 @@ impl Layout {
         self.descriptors + 8 * chunk
     }
 
+    /// Absolute offset of bitmap word `word` of the run in chunk `chunk`.
+    pub fn bitmap_word_at(&self, chunk: u64, word: u64) -> u64 {
+        self.chunk_start(chunk) + RUN_MARKER_LEN + 8 * word
+    }
+
     /// One past the last byte of the heap's chunks.
     pub fn end(&self) -> u64 {
         self.chunk_start(self.chunk_count)
@@ -208,8 +239,8 @@ impl Layout {
         let chunk = self.chunk_size();
         let mut units = chunk / unit;
         loop {
-            let bitmap_words = units.div_ceil(64);
-            let data_offset = (8 * bitmap_words).next_multiple_of(64);
+            let bitmap_words = units.div_ceil(UNITS_PER_WORD);
+            let data_offset = (RUN_MARKER_LEN + 8 * bitmap_words).next_multiple_of(64);
             if data_offset + units * unit <= chunk {
                 return (units >= MIN_UNITS_PER_RUN).then_some(RunGeometry {
                     unit,
@@ -327,7 +358,8 @@ mod tests {
         for class in 0..SIZE_CLASSES.len() {
             if let Some(g) = l.run_geometry(class) {
                 assert!(g.data_offset + g.units * g.unit <= l.chunk_size());
-                assert!(g.bitmap_words * 64 >= g.units);
+                assert!(g.bitmap_words * UNITS_PER_WORD >= g.units);
+                assert!(g.data_offset >= RUN_MARKER_LEN + 8 * g.bitmap_words);
             }
         }
         assert_eq!(l.class_for(1), Some(0));

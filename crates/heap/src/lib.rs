@@ -10,10 +10,13 @@
 
 mod action;
 mod alloc;
+pub mod check;
 pub mod layout;
+mod scan;
 
 pub use action::{ACTION_LEN, Action, apply_durably};
 pub use alloc::{Freeing, Heap, Reservation, SystemCommit, Usage};
+pub use check::{HeapCheck, check_heap};
 pub use layout::{Descriptor, Layout, SIZE_CLASSES};
 
 /// Errors of the heap.
@@ -26,9 +29,14 @@ pub enum HeapError {
         /// Requested size.
         size: u64,
     },
-    /// `free` of something that is not an allocated block (or is already being freed).
+    /// `free` of something that is not an allocated block.
     #[error("free of {0:#x}, which is not an allocated block")]
     InvalidFree(u64),
+    /// `free` of a block that a free not yet finished already covers: one prepared by a
+    /// running transaction, or committed and not yet reusable. An engine that isolates its
+    /// transactions itself treats another transaction's free as a conflict.
+    #[error("free of {0:#x}, which is already being freed")]
+    BeingFreed(u64),
     /// Persistent heap state is inconsistent.
     #[error("corrupt heap: {0}")]
     Corrupted(String),

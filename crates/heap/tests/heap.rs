@@ -103,7 +103,7 @@ fn invalid_frees_are_refused() {
     }
     let freeing = heap.prepare_free(block).expect("first free");
     assert!(
-        matches!(heap.prepare_free(block), Err(HeapError::InvalidFree(_))),
+        matches!(heap.prepare_free(block), Err(HeapError::BeingFreed(_))),
         "double free"
     );
     heap.cancel_free(&freeing);

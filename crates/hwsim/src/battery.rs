@@ -9,7 +9,8 @@
 //!   (`cores × 16 B`).
 //!
 //! Drain cost 11.228 nJ/B; densities: lithium thin film 36 mJ/mm³ (10⁻² Wh/cm³),
-//! super-capacitor 0.36 mJ/mm³ (10⁻⁴ Wh/cm³) — see the reference note §3.
+//! super-capacitor 0.36 mJ/mm³ (10⁻⁴ Wh/cm³), the densities that reproduce Silo's Table I
+//! and SecPB's (HPCA'23) figures.
 
 use crate::config::Config;
 use serde::{Deserialize, Serialize};
@@ -48,11 +49,47 @@ impl Default for BatteryParams {
     }
 }
 
+/// The three ways of surviving a power failure that Silo's Table IV compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BatteryScheme {
+    /// Intel's extended ADR: the whole cache hierarchy is flushed.
+    Eadr,
+    /// Battery-backed persist buffers (HPCA'21).
+    Bbb,
+    /// Silo's battery-backed log buffers.
+    Silo,
+}
+
+impl BatteryScheme {
+    /// The table's rows, in its order.
+    pub const ALL: [BatteryScheme; 3] =
+        [BatteryScheme::Eadr, BatteryScheme::Bbb, BatteryScheme::Silo];
+
+    /// Lower-case name (JSON, tables).
+    pub fn name(self) -> &'static str {
+        match self {
+            BatteryScheme::Eadr => "eadr",
+            BatteryScheme::Bbb => "bbb",
+            BatteryScheme::Silo => "silo",
+        }
+    }
+
+    /// The paper's spelling.
+    pub fn label(self) -> &'static str {
+        match self {
+            BatteryScheme::Eadr => "eADR",
+            BatteryScheme::Bbb => "BBB",
+            BatteryScheme::Silo => "Silo",
+        }
+    }
+}
+
 /// One design's row of the battery table.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BatteryRow {
-    /// `eadr`, `bbb` or `silo`.
-    pub design: String,
+    /// Which scheme.
+    pub design: BatteryScheme,
     /// What must be flushed on a failure (the structure's capacity), bytes.
     pub flush_bytes: u64,
     /// The same in KB (1024 B), as the paper's table gives it.
@@ -85,7 +122,7 @@ pub struct BatteryTable {
 
 impl BatteryTable {
     /// The row of `design`.
-    pub fn row(&self, design: &str) -> Option<&BatteryRow> {
+    pub fn row(&self, design: BatteryScheme) -> Option<&BatteryRow> {
         self.rows.iter().find(|r| r.design == design)
     }
 }
@@ -100,10 +137,10 @@ pub fn battery_table(cfg: &Config, params: &BatteryParams) -> BatteryTable {
     let registers = cores * params.silo_register_bytes;
     let uj = |bytes: f64| bytes * params.nj_per_byte / 1000.0;
     let silo_volume_energy = uj(silo as f64);
-    let row = |design: &str, flush: u64, drained: f64, volume_energy: f64| {
+    let row = |design: BatteryScheme, flush: u64, drained: f64, volume_energy: f64| {
         let energy = uj(drained);
         BatteryRow {
-            design: design.to_string(),
+            design,
             flush_bytes: flush,
             flush_kb: flush as f64 / 1024.0,
             drained_bytes: drained,
@@ -115,9 +152,19 @@ pub fn battery_table(cfg: &Config, params: &BatteryParams) -> BatteryTable {
     };
     let eadr_drained = hierarchy as f64 * params.eadr_dirty_fraction;
     let rows = vec![
-        row("eadr", hierarchy, eadr_drained, uj(eadr_drained)),
-        row("bbb", bbb, bbb as f64, uj(bbb as f64)),
-        row("silo", silo, (silo + registers) as f64, silo_volume_energy),
+        row(
+            BatteryScheme::Eadr,
+            hierarchy,
+            eadr_drained,
+            uj(eadr_drained),
+        ),
+        row(BatteryScheme::Bbb, bbb, bbb as f64, uj(bbb as f64)),
+        row(
+            BatteryScheme::Silo,
+            silo,
+            (silo + registers) as f64,
+            silo_volume_energy,
+        ),
     ];
     BatteryTable {
         cores: cfg.cores,
@@ -141,9 +188,9 @@ mod tests {
     fn default_config_reproduces_table_iv() {
         let t = battery_table(&Config::default(), &BatteryParams::default());
         let (eadr, bbb, silo) = (
-            t.row("eadr").unwrap(),
-            t.row("bbb").unwrap(),
-            t.row("silo").unwrap(),
+            t.row(BatteryScheme::Eadr).unwrap(),
+            t.row(BatteryScheme::Bbb).unwrap(),
+            t.row(BatteryScheme::Silo).unwrap(),
         );
         assert_eq!(eadr.flush_kb, 10_496.0);
         assert!(close(eadr.energy_uj, 54_377.0, 0.002), "{}", eadr.energy_uj);
@@ -171,7 +218,7 @@ mod tests {
     }
 
     fn uj_silo(t: &BatteryTable) -> f64 {
-        t.row("silo").unwrap().flush_bytes as f64 * t.params.nj_per_byte / 1000.0
+        t.row(BatteryScheme::Silo).unwrap().flush_bytes as f64 * t.params.nj_per_byte / 1000.0
     }
 
     #[test]
@@ -179,10 +226,10 @@ mod tests {
         let mut cfg = Config::default().with_cores(1);
         cfg.silo.entries = 40;
         let t = battery_table(&cfg, &BatteryParams::default());
-        assert_eq!(t.row("silo").unwrap().flush_bytes, 40 * 34);
-        assert_eq!(t.row("bbb").unwrap().flush_bytes, 2048);
+        assert_eq!(t.row(BatteryScheme::Silo).unwrap().flush_bytes, 40 * 34);
+        assert_eq!(t.row(BatteryScheme::Bbb).unwrap().flush_bytes, 2048);
         assert_eq!(
-            t.row("eadr").unwrap().flush_bytes,
+            t.row(BatteryScheme::Eadr).unwrap().flush_bytes,
             (32 << 10) + (256 << 10) + (8 << 20)
         );
         let json = serde_json::to_string(&t).unwrap();

@@ -471,6 +471,19 @@ impl Hierarchy {
         (dirty, words)
     }
 
+    /// Cleans every dirty line of the hierarchy and returns them with their changed words
+    /// (the end of a run: what the caches still owe PM), in LLC order.
+    pub fn take_dirty_lines(&mut self) -> Vec<(u64, u8)> {
+        let lines: Vec<u64> = self.llc.lines().map(|(line, _, _)| line).collect();
+        lines
+            .into_iter()
+            .filter_map(|line| {
+                let (dirty, words) = self.clean_words(line);
+                dirty.then_some((line, words))
+            })
+            .collect()
+    }
+
     /// PM received the newest data of the words in `mask` of `line` by another path (an
     /// in-place update): they are no longer changed in any copy. The line stays dirty.
     pub fn persisted_words(&mut self, line: u64, mask: u8) {

@@ -137,8 +137,8 @@ pub struct MemConfig {
     pub banks: usize,
     /// Media read latency (ns) per access.
     pub read_ns: f64,
-    /// Media write (programming) time (ns) per 64 B of changed data (see
-    /// `media_block_bytes`).
+    /// Media write (programming) time (ns): one write pulse (see [`MediaModel`] for what
+    /// it is charged per).
     pub write_ns: f64,
     /// Data-bus time (ns) per 64 B transferred (800 MHz DDR, 64-bit: 5 ns).
     pub burst_ns: f64,
@@ -146,34 +146,84 @@ pub struct MemConfig {
     pub onpm_lines: usize,
     /// On-PM buffer line in bytes: 256 like an Optane XPLine.
     pub onpm_line_bytes: u64,
-    /// Media write granularity in bytes (8, 64 or 256). `write_ns` is the time to program
-    /// 64 B; a media write programs every block of this size that holds a changed word, at
-    /// `write_ns × media_block_bytes / 64` per block, plus one `read_ns` first (before every
-    /// media write when `dcw` is on: its data-comparison read; with `dcw` off, only for the
-    /// read-modify-write of a partly written block). 64 (default): every touched 64 B block
-    /// costs a whole 150 ns write pulse (NVMain's fixed `tWP` per request). 8: PCM with
-    /// data-comparison writes programs only the changed data, and its program bandwidth is
-    /// power-limited (NVMain's PCM config is built on a PRAM of 40 MB/s program bandwidth per
-    /// chip), so a write's time follows the data it changes: an 8 B in-place update costs
-    /// 1/8 of a 64 B line write. 256: whole 256 B lines (an Optane-like XPLine media).
-    pub media_block_bytes: u64,
+    /// Whether the baselines (Base, FWB, MorLog, LAD) write through the on-PM buffer too.
+    /// Off in the paper-faithful configuration: Silo (HPCA'23, §III-E) presents coalescing
+    /// in-place updates and evictions in a 256 B on-PM buffer as part of Silo's design, and
+    /// its baselines are the published designs, none of which has it. On, the buffer also
+    /// merges the baselines' sequential log appends and line writes. Silo and Ideal (the
+    /// upper bound) always have it.
+    pub baselines_use_onpm_buffer: bool,
+    /// How long a media write holds its bank (see [`MediaModel`]).
+    pub media: MediaModel,
     /// The write queue merges a write into a queued, not yet issued write of the same 64 B
     /// block (one entry, one bus burst), as gem5's memory controller does for writes to a
     /// queued burst and as Silo's Fig. 9 case 2 does for an in-place update meeting an
     /// eviction of its line. A write still needs a free entry to be accepted.
     pub merge_writes: bool,
-    /// Data-comparison writes (DCW): media blocks are written only where the data changes.
-    /// A write-back whose words the persistence domain already holds (e.g. a line evicted
-    /// after Silo's in-place updates wrote its changed words) costs a comparison read and no
-    /// write pulse. Silo's slides invoke DCW for exactly that case ("CE will not write
-    /// twice"); it applies to every design's data writes (log appends are always new data).
-    pub dcw: bool,
     /// FR-FCFS with write-drain watermarks (NVMain's FRFCFS-WQF, gem5's write mode): once
     /// the write queue reaches `drain_high`, the controller issues only writes until it is
     /// down to `drain_low`, and a read miss arriving meanwhile waits for the drain to end
     /// (unless a queued write or the on-PM buffer holds its line). `false`: reads are never
     /// held by a drain (they only wait for their bank).
     pub reads_wait_for_drain: bool,
+    /// Write pausing (Qureshi et al., HPCA'10): a read that finds its bank programming a
+    /// media write pauses it, is served, and the write resumes (its end moves by the read's
+    /// time); reads are not held by write drains either. Off in the paper-faithful
+    /// configuration: NVMain's FRFCFS-WQF scheduler, which the paper used, has no pausing.
+    pub write_pausing: bool,
+    /// At the end of a run, every line still dirty in the caches is written back and
+    /// charged to the write traffic and the media work (the caches of a finished run still
+    /// owe PM their data; designs that clean lines at commit, LAD and Base, paid it during
+    /// the run). Throughput is not affected: it is measured to the last commit.
+    pub final_drain: bool,
+}
+
+/// How a media write (an on-PM-buffer line leaving for the PCM cells, or a request when
+/// there is no buffer) holds its bank. PM write *bytes programmed* are counted the same way
+/// in every model: the 8 B words whose data differs from the cells (bit-level write
+/// reduction, which the paper's slides invoke for an eviction after in-place updates: "CE
+/// will not write twice").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MediaModel {
+    /// NVMain's stock PCM timing (`PCM_ISSCC_2012_4GB.config`, the simulator the paper ran
+    /// with gem5): a write to the cells costs one write pulse `write_ns` per request —
+    /// here per 256 B row leaving the on-PM buffer, or per request without a buffer —
+    /// whatever its size and data, with no comparison read. The paper-faithful default.
+    NvmainRow,
+    /// Per 64 B block with data-comparison writes (Yang et al., ISCAS'07; Zhou et al.,
+    /// ISCA'09): every media write first reads the row (`read_ns`), then programs each 64 B
+    /// block holding a changed word for `write_ns`; blocks that only repeat the cells' data
+    /// cost nothing more.
+    BlockDcw,
+    /// Programming time proportional to the bytes written, no comparison read: `write_ns`
+    /// per 64 B of written words (8 B granules), as a PCM whose program bandwidth is
+    /// power-limited would take (NVMain's PCM configuration is built on a PRAM chip of
+    /// 40 MB/s program bandwidth): an 8 B in-place update costs an eighth of a line.
+    Proportional,
+}
+
+impl MediaModel {
+    /// Every model, the paper-faithful one first.
+    pub const ALL: [MediaModel; 3] = [
+        MediaModel::NvmainRow,
+        MediaModel::BlockDcw,
+        MediaModel::Proportional,
+    ];
+
+    /// Its name in configurations and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            MediaModel::NvmainRow => "nvmain-row",
+            MediaModel::BlockDcw => "block-dcw",
+            MediaModel::Proportional => "proportional",
+        }
+    }
+
+    /// Parses [`MediaModel::name`].
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
 }
 
 impl Default for MemConfig {
@@ -189,10 +239,12 @@ impl Default for MemConfig {
             burst_ns: 5.0,
             onpm_lines: 64,
             onpm_line_bytes: 256,
-            media_block_bytes: 64,
+            baselines_use_onpm_buffer: false,
+            media: MediaModel::NvmainRow,
             merge_writes: true,
-            dcw: true,
             reads_wait_for_drain: true,
+            write_pausing: false,
+            final_drain: true,
         }
     }
 }
@@ -281,8 +333,9 @@ impl Default for FwbConfig {
     }
 }
 
-/// MorLog (ISCA'20): eager undo of the first store to a word, newest redo kept in a volatile
-/// redo buffer until commit, differential log-data compression (DLDC).
+/// MorLog (ISCA'20): one eager undo+redo entry for the first store to a word, the newest redo
+/// of words stored again kept in a volatile redo buffer until commit, selective log-data
+/// encoding.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MorLogConfig {
@@ -296,9 +349,8 @@ pub struct MorLogConfig {
     pub log_buffer: usize,
     /// Per-record metadata bytes (address 6 B, tid + txid 3 B, DLDC dirty-byte mask 1 B).
     pub meta_bytes: u64,
-    /// Factor applied to the data bytes left after DLDC drops clean bytes (1.0 = DLDC only;
-    /// < 1 models FPC compressing the rest further).
-    pub compression: f64,
+    /// How a record's data parts are encoded.
+    pub encoding: LogEncoding,
     /// Log writes carry at most this many bytes (records are packed).
     pub write_bytes: u64,
     /// Bytes of each core's circular PM log (force-write-back scan at half, stall when full).
@@ -312,11 +364,22 @@ impl Default for MorLogConfig {
             redo_buffer: 32,
             log_buffer: 16,
             meta_bytes: 10,
-            compression: 1.0,
+            encoding: LogEncoding::Slde,
             write_bytes: 64,
             log_bytes: 1 << 20,
         }
     }
+}
+
+/// MorLog's encoding of a record's data (ISCA'20, §4: selective log data encoding).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogEncoding {
+    /// Differential log data compression: only the bytes that changed.
+    Dldc,
+    /// DLDC or frequent-pattern compression of the word, whichever is smaller (MorLog runs
+    /// both and keeps the smaller).
+    Slde,
 }
 
 /// LAD (MICRO'19): speculative lines staged in the MC's persistent write queue.
@@ -382,9 +445,6 @@ impl Config {
         if m.onpm_line_bytes != 256 {
             return bad("onpm_line_bytes must be 256 (word masks are 32 bits)".into());
         }
-        if !matches!(m.media_block_bytes, 8 | 64 | 256) {
-            return bad("media_block_bytes must be 8, 64 or 256".into());
-        }
         if self.silo.entries == 0 {
             return bad("silo.entries must be ≥ 1".into());
         }
@@ -406,8 +466,8 @@ impl Config {
         if m.redo_buffer == 0 || m.log_buffer == 0 || !(16..=256).contains(&m.write_bytes) {
             return bad("morlog: redo_buffer, log_buffer ≥ 1 and write_bytes in 16..=256");
         }
-        if !(m.compression > 0.0 && m.compression <= 1.0) || m.log_bytes < 4 * m.write_bytes {
-            return bad("morlog: compression in (0, 1] and log_bytes ≥ 4 writes");
+        if m.meta_bytes == 0 || m.log_bytes < 4 * m.write_bytes {
+            return bad("morlog: meta_bytes ≥ 1 and log_bytes ≥ 4 writes");
         }
         if l.spec_limit == 0 {
             return bad("lad: spec_limit must be ≥ 1 (it is capped at write_queue − 1)");

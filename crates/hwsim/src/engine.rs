@@ -78,8 +78,6 @@ pub struct World {
     seq: u64,
     mem_dirty: bool,
     log_cursor: Vec<u64>,
-    /// Data-comparison writes on: track which words of written lines changed.
-    dcw: bool,
     /// Data words of write requests (value-tracking runs; entry 0 is unused, `DataRef`
     /// indexes it).
     payloads: Vec<Payload>,
@@ -113,10 +111,7 @@ impl World {
     /// changed words its line had when it left the caches; a partial one (an in-place update
     /// from a log) changes every word it carries; log writes are all new data.
     fn changed_words(&mut self, req: &WriteReq) -> u32 {
-        if !self.dcw || req.kind == WriteKind::Log {
-            return u32::MAX;
-        }
-        if req.bytes < 64 {
+        if req.kind == WriteKind::Log || req.bytes < 64 {
             return u32::MAX;
         }
         let line = req.addr >> 6;
@@ -126,7 +121,7 @@ impl World {
 
     /// Line data leaves the caches for PM with these changed words.
     fn stash(&mut self, line: u64, words: u8) {
-        if self.dcw && words != 0 {
+        if words != 0 {
             *self.inflight.entry(line).or_insert(0) |= words;
         }
     }
@@ -289,9 +284,6 @@ impl Ctx<'_> {
     /// write (an in-place update from a log): cached and in-flight copies of the line no
     /// longer differ from PM in those words (for data-comparison writes).
     pub fn persisted_words(&mut self, line: u64, mask: u8) {
-        if !self.w.dcw {
-            return;
-        }
         self.w.hier.persisted_words(line, mask);
         if let Some(w) = self.w.inflight.get_mut(&line) {
             *w &= !mask;
@@ -540,7 +532,7 @@ impl<'t> Sim<'t> {
             w: World {
                 cfg: cfg.clone(),
                 hier: Hierarchy::new(cfg),
-                mc: MemCtrl::new(cfg),
+                mc: MemCtrl::new(cfg, design.uses_onpm_buffer(cfg)),
                 outbox: vec![VecDeque::new(); cfg.cores],
                 outbox_busy: 0,
                 values,
@@ -548,7 +540,6 @@ impl<'t> Sim<'t> {
                 seq: 0,
                 mem_dirty: false,
                 log_cursor: vec![0; cfg.cores],
-                dcw: cfg.mem.dcw,
                 payloads: vec![Payload::default()],
                 inflight: FastMap::default(),
             },
@@ -591,6 +582,9 @@ impl<'t> Sim<'t> {
             let t = core_time.min(self.mem_next).min(design_next);
             if t == NEVER {
                 self.assert_finished();
+                if self.crash_at == NEVER && self.w.cfg.mem.final_drain {
+                    self.final_drain();
+                }
                 break;
             }
             if t > self.crash_at {
@@ -605,6 +599,15 @@ impl<'t> Sim<'t> {
             }
         }
         self.host_seconds += started.elapsed().as_secs_f64();
+    }
+
+    /// Charges the write-back of every line the caches still hold dirty (once: they are
+    /// clean afterwards).
+    fn final_drain(&mut self) {
+        for (line, words) in self.w.hier.take_dirty_lines() {
+            let changed = u32::from(words) << (8 * (line & 3));
+            self.w.mc.final_writeback(line << 6, changed);
+        }
     }
 
     fn design_next(&self) -> u64 {

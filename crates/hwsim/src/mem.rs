@@ -18,14 +18,16 @@
 //! * **Data bus**: a write holds it for one burst per 64 B (at least one).
 //! * **Banks**: 256 B-line interleaved; a media write (an on-PM-buffer eviction — of the least
 //!   recently used line whose bank is idle —, or every write without a buffer) holds its bank
-//!   `write_ns` per media block (`media_block_bytes`, 64 B by default) holding changed
-//!   words, plus one `read_ns` first: with data-comparison writes (`dcw`, on by default)
-//!   before *every* media write (the comparison read; a written block that only repeats the
-//!   persistent data gets no write pulse), without them only when some changed block is
-//!   partly written (read-modify-write). Which words of a write are changed is the caller's to say
-//!   ([`MemCtrl::accept_changed`]; [`MemCtrl::accept`] treats every written word as changed).
+//!   as the media model says ([`MediaModel`]: one write pulse per row, per changed 64 B block
+//!   after a comparison read, or in proportion to the bytes written). Which words of a write
+//!   are changed is the caller's to say ([`MemCtrl::accept_changed`]; [`MemCtrl::accept`]
+//!   treats every written word as changed); the changed words that reach the cells are the
+//!   *bytes programmed*.
+//! * **Write pausing** (option): a read finding its bank programming pauses the write.
+//! * **Final drain**: [`MemCtrl::final_writeback`] charges a line the caches still hold dirty
+//!   at the end of a run (traffic, media work and bytes programmed; no time).
 
-use crate::config::Config;
+use crate::config::{Config, MediaModel};
 use crate::onpm::{MediaWrite, OnPmBuffer, line_bank, word_mask};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -137,15 +139,30 @@ pub struct MemStats {
     pub log: Traffic,
     /// Media (256 B line) writes after the on-PM buffer, including the final drain.
     pub media_writes: u64,
-    /// Media writes that needed a read-modify-write (partly written line).
+    /// Media writes with a changed 64 B block only partly written (a block-granular media
+    /// without data comparison would read it first).
     pub media_rmw: u64,
-    /// Media block writes (64 B each by default): the unit the banks pay `write_ns` for.
+    /// 64 B blocks holding a changed word, over all media writes.
     #[serde(default)]
     pub media_blocks: u64,
-    /// Media blocks whose written words all repeated the media's data (comparison read, no
-    /// write pulse).
+    /// Written 64 B blocks whose words all repeated the cells' data.
     #[serde(default)]
     pub media_redundant_blocks: u64,
+    /// Bytes programmed: 8 B words reaching the cells with data they did not hold, final
+    /// drain included (bit-level write reduction; compare `writes.bytes`, the bytes sent).
+    #[serde(default)]
+    pub programmed_bytes: u64,
+    /// Write-backs of the lines the caches still held dirty at the end of the run
+    /// (`MemConfig::final_drain`), not in `writes`.
+    #[serde(default)]
+    pub final_drain: Traffic,
+    /// Bank-cycles of the media writes the end of the run still owes: the final drain's and
+    /// the lines left in the on-PM buffer (not in `bank_write_cycles`, which is the run's).
+    #[serde(default)]
+    pub final_bank_cycles: u64,
+    /// Reads that paused a media write (write pausing).
+    #[serde(default)]
+    pub paused_writes: u64,
     /// Write requests merged into a queued write of the same 64 B block (no entry, no burst
     /// of their own; still counted in `writes`).
     #[serde(default)]
@@ -201,10 +218,11 @@ struct Queued {
 #[derive(Clone, Debug)]
 pub struct MemCtrl {
     read_cycles: u64,
-    /// Programming time of one media block.
-    block_write_cycles: u64,
-    /// Every media write reads the line first (data-comparison writes).
-    dcw: bool,
+    /// One write pulse.
+    write_cycles: u64,
+    media: MediaModel,
+    /// Reads pause media writes (`MemConfig::write_pausing`).
+    pausing: bool,
     burst: u64,
     capacity: usize,
     high: usize,
@@ -220,14 +238,22 @@ pub struct MemCtrl {
     draining: bool,
     bus_free: u64,
     bank_free: Vec<u64>,
+    /// Per bank: when its last scheduled media write ends (write pausing).
+    bank_write_end: Vec<u64>,
+    /// Per bank: when its last read ends (reads that pause writes queue behind each other).
+    bank_read_free: Vec<u64>,
     /// Start times of reads still waiting for their bank.
     waiting_reads: Vec<u64>,
     reads_waiting_until: u64,
     onpm: OnPmBuffer,
     /// Queued writes per 256 B line.
     wq_lines: LineFilter,
+    /// Queued writes per 64 B block they touch (gates the merge and read-from-queue scans).
+    wq_blocks: LineFilter,
     /// Queued writes whose line is in the on-PM buffer (ready at once).
     wq_hits: usize,
+    /// Queued writes per bank (without a buffer a write waits for its own bank).
+    wq_banks: Vec<u32>,
     /// Buffered lines per bank (which banks an eviction could use).
     bank_lines: Vec<u32>,
     /// `compute_evict_ready()`, kept up to date by `read` and `issue`.
@@ -238,30 +264,37 @@ pub struct MemCtrl {
 }
 
 impl MemCtrl {
-    /// An idle controller.
-    pub fn new(cfg: &Config) -> Self {
+    /// An idle controller; `onpm_buffer`: whether the writes go through the on-PM buffer
+    /// (of `cfg.mem.onpm_lines` lines) or straight to the media.
+    pub fn new(cfg: &Config, onpm_buffer: bool) -> Self {
         let m = &cfg.mem;
+        let lines = if onpm_buffer { m.onpm_lines } else { 0 };
         MemCtrl {
             read_cycles: cfg.cycles(m.read_ns),
-            block_write_cycles: cfg.cycles(m.write_ns * m.media_block_bytes as f64 / 64.0),
-            dcw: m.dcw,
+            write_cycles: cfg.cycles(m.write_ns),
+            media: m.media,
+            pausing: m.write_pausing,
             burst: cfg.cycles(m.burst_ns),
             capacity: m.write_queue,
             high: m.drain_high,
             low: m.drain_low,
             read_queue: m.read_queue,
             merge: m.merge_writes,
-            hold_reads: m.reads_wait_for_drain,
+            hold_reads: m.reads_wait_for_drain && !m.write_pausing,
             wq: VecDeque::with_capacity(m.write_queue),
             reserved: 0,
             draining: false,
             bus_free: 0,
             bank_free: vec![0; m.banks],
+            bank_write_end: vec![0; m.banks],
+            bank_read_free: vec![0; m.banks],
             waiting_reads: Vec::new(),
             reads_waiting_until: 0,
-            onpm: OnPmBuffer::new(m.onpm_lines, m.media_block_bytes, m.banks),
+            onpm: OnPmBuffer::new(lines, m.banks),
             wq_lines: LineFilter::default(),
+            wq_blocks: LineFilter::default(),
             wq_hits: 0,
+            wq_banks: vec![0; m.banks],
             bank_lines: vec![0; m.banks],
             evict_ready_at: 0,
             integrated_to: 0,
@@ -287,8 +320,7 @@ impl MemCtrl {
             return now + self.burst;
         }
         let bank = self.bank(addr);
-        let start = now.max(self.bank_free[bank]);
-        self.bank_free[bank] = start + self.read_cycles;
+        let start = self.bank_read_start(bank, now);
         if start > now {
             self.stats.read_wait_cycles += start - now;
             self.waiting_reads.retain(|&s| s > now);
@@ -302,9 +334,28 @@ impl MemCtrl {
         start + self.read_cycles + self.burst
     }
 
+    /// When a read of `bank` arriving at `now` starts, reserving the bank for it. A read
+    /// waits for the bank's earlier work; with write pausing it only waits for earlier reads
+    /// and pushes a media write in progress (or scheduled) back by its own time.
+    fn bank_read_start(&mut self, bank: usize, now: u64) -> u64 {
+        let read = self.read_cycles;
+        if self.pausing && self.bank_write_end[bank] > now {
+            let start = now.max(self.bank_read_free[bank]);
+            self.bank_read_free[bank] = start + read;
+            self.bank_write_end[bank] += read;
+            self.bank_free[bank] += read;
+            self.stats.paused_writes += 1;
+            return start;
+        }
+        let start = now.max(self.bank_free[bank]);
+        self.bank_free[bank] = start + read;
+        self.bank_read_free[bank] = start + read;
+        start
+    }
+
     /// Whether a queued write holds every word of the 64 B line at `addr`.
     fn queue_holds_line64(&self, addr: u64) -> bool {
-        if !self.wq_lines.may_hold(addr >> 8) {
+        if !self.wq_blocks.may_hold(addr >> 6) {
             return false;
         }
         let block = 0xFFu32 << (8 * ((addr >> 6) & 3));
@@ -397,8 +448,8 @@ impl MemCtrl {
         let dirty = words & changed;
         let block =
             (req.addr >> 6 == (req.addr + req.bytes.max(1) - 1) >> 6).then_some(req.addr >> 6);
-        if self.merge && block.is_some() && self.wq_lines.may_hold(line) {
-            // Writes of this 256 B line are queued: look for one of the same block.
+        if self.merge && block.is_some_and(|b| self.wq_blocks.may_hold(b)) {
+            // Writes of this 64 B block may be queued: look for one.
             if let Some(q) = self.wq.iter_mut().rev().find(|q| q.block == block) {
                 q.words |= words;
                 q.dirty |= dirty;
@@ -407,6 +458,10 @@ impl MemCtrl {
             }
         }
         self.wq_lines.add(line);
+        for b in blocks_of(&req) {
+            self.wq_blocks.add(b);
+        }
+        self.wq_banks[line_bank(line, self.bank_free.len())] += 1;
         let hit = self.onpm.contains(line);
         self.wq_hits += usize::from(hit);
         self.wq.push_back(Queued {
@@ -463,11 +518,7 @@ impl MemCtrl {
         }
         let ready = if self.direct() {
             // Without a buffer a write waits for its own bank.
-            self.wq
-                .iter()
-                .map(|q| self.bank_free[self.bank(q.req.addr)])
-                .min()
-                .unwrap_or(NEVER)
+            self.earliest_queued_bank()
         } else {
             // With a buffer a write is ready if its line is buffered, or once a line can be
             // evicted; hits are looked for only when that matters.
@@ -481,9 +532,21 @@ impl MemCtrl {
         bound.max(ready)
     }
 
+    /// When the first bank that some queued write waits for is free.
+    fn earliest_queued_bank(&self) -> u64 {
+        (0..self.bank_free.len())
+            .filter(|&b| self.wq_banks[b] > 0)
+            .map(|b| self.bank_free[b])
+            .min()
+            .unwrap_or(NEVER)
+    }
+
     /// The oldest write that can leave the queue at `now` (FR-FCFS).
     fn first_ready(&self, now: u64) -> Option<usize> {
         if self.direct() {
+            if self.earliest_queued_bank() > now {
+                return None;
+            }
             return self
                 .wq
                 .iter()
@@ -518,6 +581,9 @@ impl MemCtrl {
         let line = req.addr >> 8;
         let was_buffered = q.hit;
         self.dequeued(line, was_buffered);
+        for b in blocks_of(&req) {
+            self.wq_blocks.remove(b);
+        }
         let idle = self
             .bank_free
             .iter()
@@ -532,11 +598,9 @@ impl MemCtrl {
             let start = self.bank_free[bank].max(if direct { bus_done } else { now });
             let busy = self.media_cycles(&mw);
             self.bank_free[bank] = start + busy;
+            self.bank_write_end[bank] = start + busy;
             self.stats.bank_write_cycles += busy;
-            self.stats.media_writes += 1;
-            self.stats.media_rmw += u64::from(mw.rmw);
-            self.stats.media_blocks += u64::from(mw.blocks);
-            self.stats.media_redundant_blocks += u64::from(mw.redundant);
+            count_media_write(&mut self.stats, &mw);
         }
         if self.draining && self.wq.len() <= self.low {
             self.draining = false;
@@ -568,16 +632,45 @@ impl MemCtrl {
         self.stats.admit_wait_cycles += cycles;
     }
 
-    /// Bank time of a media write: `write` per block written, plus one `read` of the line
-    /// first: always with data-comparison writes (`dcw`), else for a read-modify-write.
+    /// Bank time of a media write under the media model.
     fn media_cycles(&self, mw: &MediaWrite) -> u64 {
-        let read = self.dcw || mw.rmw;
-        u64::from(mw.blocks) * self.block_write_cycles + u64::from(read) * self.read_cycles
+        match self.media {
+            MediaModel::NvmainRow => self.write_cycles,
+            MediaModel::BlockDcw => {
+                u64::from(mw.changed_blocks()) * self.write_cycles + self.read_cycles
+            }
+            MediaModel::Proportional => {
+                (u64::from(mw.written_words()) * self.write_cycles).div_ceil(8)
+            }
+        }
+    }
+
+    /// Charges the write-back of the 64 B line at `addr` that the caches still hold dirty
+    /// at the end of the run, `changed` (a mask over its 256 B line) of its words newer than
+    /// PM: its traffic, its media work (in `final_bank_cycles`) and its bytes programmed. No
+    /// time passes.
+    pub fn final_writeback(&mut self, addr: u64, changed: u32) {
+        add(
+            &mut self.stats.final_drain,
+            Traffic {
+                requests: 1,
+                bytes: 64,
+            },
+        );
+        let words = word_mask(addr & !63, 64);
+        if let Some(mw) = self
+            .onpm
+            .write_words(addr >> 8, words, changed & words, u64::MAX)
+        {
+            self.stats.final_bank_cycles += self.media_cycles(&mw);
+            count_media_write(&mut self.stats, &mw);
+        }
     }
 
     /// Bookkeeping for a write leaving the queue.
     fn dequeued(&mut self, line: u64, buffered: bool) {
         self.wq_lines.remove(line);
+        self.wq_banks[line_bank(line, self.bank_free.len())] -= 1;
         self.wq_hits -= usize::from(buffered);
     }
 
@@ -609,10 +702,8 @@ impl MemCtrl {
     pub fn stats(&self) -> MemStats {
         let mut s = self.stats;
         for mw in self.onpm.residual() {
-            s.media_writes += 1;
-            s.media_rmw += u64::from(mw.rmw);
-            s.media_blocks += u64::from(mw.blocks);
-            s.media_redundant_blocks += u64::from(mw.redundant);
+            s.final_bank_cycles += self.media_cycles(&mw);
+            count_media_write(&mut s, &mw);
         }
         s
     }
@@ -661,6 +752,20 @@ impl LineFilter {
     }
 }
 
+/// The 64 B blocks a request writes.
+fn blocks_of(req: &WriteReq) -> std::ops::RangeInclusive<u64> {
+    (req.addr >> 6)..=((req.addr + req.bytes.max(1) - 1) >> 6)
+}
+
+/// Counts a media write (not its bank time).
+fn count_media_write(stats: &mut MemStats, mw: &MediaWrite) {
+    stats.media_writes += 1;
+    stats.media_rmw += u64::from(mw.partial_blocks() > 0);
+    stats.media_blocks += u64::from(mw.changed_blocks());
+    stats.media_redundant_blocks += u64::from(mw.redundant_blocks());
+    stats.programmed_bytes += 8 * u64::from(mw.changed_words());
+}
+
 fn add(into: &mut Traffic, t: Traffic) {
     into.requests += t.requests;
     into.bytes += t.bytes;
@@ -671,8 +776,7 @@ mod tests {
     use super::*;
 
     /// 2 GHz: read 100 cycles, write 300 cycles, burst 10 cycles; 4 banks, a 4-entry queue
-    /// draining at 4 down to 1. Without data-comparison writes (no comparison read before a
-    /// media write; `dcw_reads_before_every_media_write` covers it).
+    /// draining at 4 down to 1; NVMain's row timing (one 300-cycle pulse per media write).
     fn mc(onpm_lines: usize) -> MemCtrl {
         let mut cfg = Config::default();
         cfg.mem.onpm_lines = onpm_lines;
@@ -680,8 +784,14 @@ mod tests {
         cfg.mem.write_queue = 4;
         cfg.mem.drain_high = 4;
         cfg.mem.drain_low = 1;
-        cfg.mem.dcw = false;
-        MemCtrl::new(&cfg)
+        assert_eq!(cfg.mem.media, MediaModel::NvmainRow, "the default");
+        MemCtrl::new(&cfg, onpm_lines > 0)
+    }
+
+    fn with_media(media: MediaModel) -> MemCtrl {
+        let mut cfg = Config::default();
+        cfg.mem.media = media;
+        MemCtrl::new(&cfg, false)
     }
 
     /// Byte address of 256 B line `n` (bank = n % 4).
@@ -717,12 +827,12 @@ mod tests {
     }
 
     #[test]
-    fn write_latency_without_buffer_is_bus_plus_media_block_writes() {
+    fn write_latency_without_buffer_is_bus_plus_one_write_pulse() {
         let mut m = mc(0);
         m.accept(write(0, 1));
         assert_eq!(m.next_issue(), 0);
         m.issue(0).unwrap();
-        // The bank holds the 64 B block write from 10 (after the burst) for 300 cycles, so a
+        // The bank holds the write pulse from 10 (after the burst) for 300 cycles, so a
         // read of the same bank starts at 310.
         assert_eq!(m.read(20, at(0)), 420);
         let s = m.stats();
@@ -736,51 +846,101 @@ mod tests {
             ),
             (1, 0, 1, 1, 64)
         );
-        // An 8 B write is a partly written block: read 100 + write 300 from 430.
+        // An 8 B write costs the same pulse (from 430, after the read 310..410 and its burst).
         m.accept(WriteReq::new(at(4), 8, WriteKind::InPlace, 0));
         m.issue(420).unwrap();
-        assert_eq!(m.read(440, at(0)), 830 + 110);
-        // A 256 B write is four block writes: 1,200 cycles of its bank.
+        assert_eq!(m.read(440, at(0)), 730 + 110);
+        // So does a 256 B write: one row.
         m.accept(WriteReq::new(at(1), 256, WriteKind::Log, 0));
         m.issue(1000).unwrap();
-        assert_eq!(m.read(1000, at(1)), 1040 + 1200 + 110);
-        assert_eq!(m.stats().media_blocks, 1 + 1 + 4);
+        assert_eq!(m.read(1000, at(1)), 1040 + 300 + 110);
+        let s = m.stats();
+        assert_eq!(s.media_blocks, 1 + 1 + 4);
+        assert_eq!(s.programmed_bytes, 64 + 8 + 256);
     }
 
     #[test]
-    fn media_time_follows_the_write_granularity() {
-        // An 8 B write, no buffer, no comparison read: with 256 B media blocks the whole
-        // line is programmed (4 × 300 = 1,200 cycles); with 8 B blocks only the word (300 / 8
-        // = 38 cycles, rounded); with 64 B blocks, a read-modify-write of its block.
-        for (block, busy) in [(256, 100 + 1200), (8, 38), (64, 100 + 300)] {
-            let mut cfg = Config::default();
-            cfg.mem.onpm_lines = 0;
-            cfg.mem.dcw = false;
-            cfg.mem.media_block_bytes = block;
-            let mut m = MemCtrl::new(&cfg);
+    fn media_models_charge_a_write_differently() {
+        // No buffer, an 8 B and a 256 B write, each on its own bank: NVMain's row timing is
+        // one pulse whatever the size; per 64 B block with data comparison, a read then a
+        // pulse per changed block; proportional, a pulse per 64 B written (300 / 8 = 37.5,
+        // rounded up).
+        for (media, small, large) in [
+            (MediaModel::NvmainRow, 300, 300),
+            (MediaModel::BlockDcw, 100 + 300, 100 + 4 * 300),
+            (MediaModel::Proportional, 38, 1200),
+        ] {
+            let mut m = with_media(media);
             m.accept(WriteReq::new(at(1), 8, WriteKind::InPlace, 0));
+            m.accept(WriteReq::new(at(2), 256, WriteKind::Log, 0));
             m.issue(0).unwrap();
-            // Bus 10 cycles, then the media write; a read of the bank waits for it.
-            assert_eq!(m.read(10, at(1)), 10 + busy + 110, "{block} B blocks");
+            m.issue(10).unwrap();
+            // Bus 10 (and 40) cycles, then the media write; a read of the bank waits for it.
+            assert_eq!(m.read(10, at(1)), 10 + small + 110, "{media:?}");
+            assert_eq!(m.read(50, at(2)), 50 + large + 110, "{media:?}");
+            assert_eq!(m.stats().bank_write_cycles, small + large, "{media:?}");
         }
     }
 
     #[test]
-    fn dcw_reads_before_every_media_write() {
-        let mut cfg = Config::default();
-        cfg.mem.onpm_lines = 0;
-        assert!(cfg.mem.dcw, "on by default");
-        let mut m = MemCtrl::new(&cfg);
+    fn block_dcw_reads_before_every_media_write_and_skips_unchanged_blocks() {
+        let mut m = with_media(MediaModel::BlockDcw);
         // A whole new 64 B block: the comparison read (100) then the write (300).
         m.accept(write(0, 1));
         m.issue(0).unwrap();
         assert_eq!(m.read(10, at(0)), 10 + 400 + 110);
-        // A block the media already holds: the comparison read only.
-        let mut m = MemCtrl::new(&cfg);
+        // A block the cells already hold: the comparison read only, nothing programmed.
+        let mut m = with_media(MediaModel::BlockDcw);
         m.accept_changed(write(0, 1), 0);
         m.issue(0).unwrap();
         assert_eq!(m.read(10, at(0)), 10 + 100 + 110);
-        assert_eq!(m.stats().media_redundant_blocks, 1);
+        let s = m.stats();
+        assert_eq!((s.media_redundant_blocks, s.programmed_bytes), (1, 0));
+        assert_eq!(s.writes.bytes, 64, "the 64 B were sent all the same");
+    }
+
+    #[test]
+    fn write_pausing_lets_a_read_through_a_media_write() {
+        let mut cfg = Config::default();
+        cfg.mem.onpm_lines = 0;
+        cfg.mem.write_pausing = true;
+        let mut m = MemCtrl::new(&cfg, false);
+        m.accept(write(0, 1));
+        m.issue(0).unwrap(); // the pulse holds bank 0 from 10 to 310
+        // Without pausing the read would start at 310; here it pauses the write at 20.
+        assert_eq!(m.read(20, at(0)), 20 + 110);
+        assert_eq!(m.stats().paused_writes, 1);
+        // The write resumes: the bank is busy until 310 + 100, so a write behind it waits.
+        m.accept(write(4, 2));
+        assert_eq!(m.next_issue(), 410);
+        m.issue(410).unwrap();
+        assert_eq!(m.read(430, at(0)), 430 + 110, "pauses the second write too");
+        assert!(
+            !m.read_waits_for_drain(at(1)),
+            "reads are never held by drains"
+        );
+        // Without pausing, a read waits for the pulse.
+        let mut m = mc(0);
+        m.accept(write(0, 1));
+        m.issue(0).unwrap();
+        assert_eq!(m.read(20, at(0)), 310 + 110);
+    }
+
+    #[test]
+    fn the_final_drain_is_charged_to_traffic_and_media_work_not_time() {
+        let mut m = mc(0);
+        m.final_writeback(at(3) + 64, 0xFF << 8);
+        m.final_writeback(at(5), 0);
+        let s = m.stats();
+        assert_eq!((s.final_drain.requests, s.final_drain.bytes), (2, 128));
+        assert_eq!(s.writes.requests, 0, "not part of the run's writes");
+        assert_eq!(
+            s.programmed_bytes, 64,
+            "the unchanged line programs nothing"
+        );
+        assert_eq!((s.media_writes, s.final_bank_cycles), (2, 600));
+        assert_eq!(s.bank_write_cycles, 0);
+        assert_eq!(m.next_issue(), NEVER, "nothing queued");
     }
 
     #[test]
@@ -818,7 +978,7 @@ mod tests {
         let mut off = {
             let mut cfg = Config::default();
             cfg.mem.merge_writes = false;
-            MemCtrl::new(&cfg)
+            MemCtrl::new(&cfg, true)
         };
         off.accept(WriteReq::new(at(0), 8, WriteKind::InPlace, 0));
         off.accept(WriteReq::new(at(0) + 8, 8, WriteKind::InPlace, 0));
@@ -881,23 +1041,21 @@ mod tests {
         );
         assert_eq!(m.stats.media_writes, 0);
         assert_eq!(m.read(100, at(1) + 64), 110, "served from the buffer");
-        // A third line evicts the LRU (line 0: two partly written blocks → one read of the
-        // line, two block writes) to bank 0.
+        // A third line evicts the LRU (line 0: two partly written blocks, one row write) to
+        // bank 0.
         m.accept(WriteReq::new(at(2), 64, WriteKind::WriteBack, 0));
         assert_eq!(drain(&mut m), vec![(0, 60)]);
         assert_eq!((m.stats.media_writes, m.stats.media_rmw), (1, 1));
-        assert_eq!(
-            m.stats.bank_write_cycles,
-            100 + 2 * 300,
-            "one read, two block writes"
-        );
+        assert_eq!(m.stats.bank_write_cycles, 300, "one row write");
         // Final accounting adds the two lines still buffered (line 1 full: 4 blocks; line 2
-        // one whole 64 B block, no read-modify-write).
+        // one whole 64 B block), their media work apart from the run's.
         let s = m.stats();
         assert_eq!(
             (s.media_writes, s.media_rmw, s.media_blocks),
             (3, 1, 2 + 4 + 1)
         );
+        assert_eq!((s.bank_write_cycles, s.final_bank_cycles), (300, 600));
+        assert_eq!(s.programmed_bytes, 16 + 256 + 64);
         assert_eq!(s.in_place.requests, 2);
         assert_eq!(s.log.bytes, 256);
     }

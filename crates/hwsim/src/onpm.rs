@@ -1,14 +1,10 @@
 //! The on-PM buffer: a small write-combining buffer inside the DIMM (ADR-protected) with
 //! 256 B lines, LRU replacement, 8 B-word valid masks. 8 B in-place updates and 64 B line
 //! write-backs to the same 256 B line coalesce; a media write happens when a line is evicted
-//! (or drained at the end). The media is written in *blocks* (`media_block_bytes`, 64 B by
-//! default: the PCM's access unit, 150 ns each): an evicted line costs one block write per
-//! block holding a *changed* word. Each line also tracks which of its words carry data the
-//! media does not have yet (`dirty`, a subset of `valid`): a block whose written words all
-//! repeat the media's contents needs no write pulse (data-comparison write, DCW). The memory
-//! controller charges one media read before the write: before every media write when DCW is
-//! on (`MemConfig::dcw`, the default: the comparison read), otherwise only when some changed
-//! block is partly written (read-modify-write); see `MemCtrl::media_cycles`.
+//! (or drained at the end). Each line also tracks which of its words carry data the cells do
+//! not have yet (`dirty`, a subset of `valid`). A [`MediaWrite`] hands both masks to the
+//! memory controller, whose media model (`MediaModel`) turns them into bank time, and
+//! whose counters turn the changed words into bytes programmed.
 
 use crate::util::FastMap;
 
@@ -25,51 +21,65 @@ struct Slot {
     stamp: u64,
 }
 
-/// A media write caused by the buffer.
+/// A media write: one 256 B line (row) leaving for the cells.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MediaWrite {
     /// 256 B line number (byte address / 256).
     pub line: u64,
-    /// Whether the line was only partly written (some block needs a read-modify-write).
-    pub rmw: bool,
-    /// Whether some block needs a read (partly written, or redundant). Informational: the
-    /// memory controller's timing reads before every media write when `dcw` is on and uses
-    /// `rmw` otherwise.
-    pub read: bool,
-    /// Media blocks written (blocks holding at least one changed word).
-    pub blocks: u32,
-    /// Of those, blocks only partly written (each read before it is written).
-    pub partial: u32,
-    /// Blocks whose written words all repeat the media's data: a data-comparison read, no
-    /// write.
-    pub redundant: u32,
+    /// Words written (8 B granules).
+    pub valid: u32,
+    /// Of those, words whose data differs from the cells.
+    pub dirty: u32,
 }
 
+/// One 64 B block's words in a 256 B line mask.
+const BLOCK: u32 = 0xFF;
+
 impl MediaWrite {
-    /// The media write of `line` whose written words are `valid`, `dirty` of them changed, in
-    /// blocks of `block_words` words (8: 64 B blocks; 32: the whole 256 B line is one block).
-    pub fn of(line: u64, valid: u32, dirty: u32, block_words: u32) -> MediaWrite {
-        let block_mask = if block_words >= WORDS {
-            FULL
-        } else {
-            (1u32 << block_words) - 1
-        };
-        let (mut blocks, mut partial, mut redundant) = (0, 0, 0);
-        for b in (0..WORDS).step_by(block_words.clamp(1, WORDS) as usize) {
-            let bits = (valid >> b) & block_mask;
-            let changed = (dirty >> b) & block_mask != 0;
-            blocks += u32::from(changed);
-            partial += u32::from(changed && bits != block_mask);
-            redundant += u32::from(bits != 0 && !changed);
-        }
+    /// The media write of `line` whose written words are `valid`, `dirty` of them changed.
+    pub fn of(line: u64, valid: u32, dirty: u32) -> MediaWrite {
         MediaWrite {
             line,
-            rmw: partial > 0,
-            read: partial + redundant > 0,
-            blocks,
-            partial,
-            redundant,
+            valid,
+            dirty: dirty & valid,
         }
+    }
+
+    /// Words written.
+    pub fn written_words(&self) -> u32 {
+        self.valid.count_ones()
+    }
+
+    /// Words whose data the cells did not have (the bytes programmed, in 8 B words).
+    pub fn changed_words(&self) -> u32 {
+        self.dirty.count_ones()
+    }
+
+    fn blocks(&self, mut f: impl FnMut(u32, u32) -> bool) -> u32 {
+        (0..4)
+            .filter(|b| {
+                f(
+                    (self.valid >> (8 * b)) & BLOCK,
+                    (self.dirty >> (8 * b)) & BLOCK,
+                )
+            })
+            .count() as u32
+    }
+
+    /// 64 B blocks holding a changed word (the blocks a block-granular media programs).
+    pub fn changed_blocks(&self) -> u32 {
+        self.blocks(|_, dirty| dirty != 0)
+    }
+
+    /// Changed blocks only partly written (a block-granular media without data comparison
+    /// reads them first: a read-modify-write).
+    pub fn partial_blocks(&self) -> u32 {
+        self.blocks(|valid, dirty| dirty != 0 && valid != BLOCK)
+    }
+
+    /// Written blocks whose words all repeat the cells' data.
+    pub fn redundant_blocks(&self) -> u32 {
+        self.blocks(|valid, dirty| valid != 0 && dirty == 0)
     }
 }
 
@@ -94,8 +104,6 @@ pub enum Placement {
 #[derive(Clone, Debug)]
 pub struct OnPmBuffer {
     capacity: usize,
-    /// Words per media block (8 = 64 B blocks).
-    block_words: u32,
     slots: Vec<Slot>,
     index: FastMap<u64, usize>,
     clock: u64,
@@ -111,12 +119,11 @@ const NIL: usize = usize::MAX;
 
 impl OnPmBuffer {
     /// A buffer of `capacity` 256 B lines (0 = none) in front of a media of `banks` banks
-    /// (at most 64) written in blocks of `block_bytes` (8, 64 or 256).
-    pub fn new(capacity: usize, block_bytes: u64, banks: usize) -> Self {
+    /// (at most 64).
+    pub fn new(capacity: usize, banks: usize) -> Self {
         let banks = banks.clamp(1, 64);
         OnPmBuffer {
             capacity,
-            block_words: (block_bytes / 8).clamp(1, u64::from(WORDS)) as u32,
             slots: Vec::with_capacity(capacity),
             index: FastMap::default(),
             clock: 0,
@@ -233,7 +240,7 @@ impl OnPmBuffer {
         self.clock += 1;
         let dirty = dirty & mask;
         if self.capacity == 0 {
-            return Some(MediaWrite::of(line, mask, dirty, self.block_words));
+            return Some(MediaWrite::of(line, mask, dirty));
         }
         if let Some(&i) = self.index.get(&line) {
             self.slots[i].valid |= mask;
@@ -269,12 +276,7 @@ impl OnPmBuffer {
         self.index.remove(&old.line);
         self.index.insert(line, i);
         self.push_front(i);
-        Some(MediaWrite::of(
-            old.line,
-            old.valid,
-            old.dirty,
-            self.block_words,
-        ))
+        Some(MediaWrite::of(old.line, old.valid, old.dirty))
     }
 
     /// Whether the 64 B line at byte address `addr` is completely buffered (a read can be
@@ -289,7 +291,7 @@ impl OnPmBuffer {
     pub fn residual(&self) -> impl Iterator<Item = MediaWrite> + '_ {
         self.slots
             .iter()
-            .map(|s| MediaWrite::of(s.line, s.valid, s.dirty, self.block_words))
+            .map(|s| MediaWrite::of(s.line, s.valid, s.dirty))
     }
 }
 
@@ -331,7 +333,7 @@ mod tests {
 
     #[test]
     fn two_word_writes_to_one_line_make_one_media_write() {
-        let mut b = OnPmBuffer::new(1, 64, 4);
+        let mut b = OnPmBuffer::new(1, 4);
         assert_eq!(b.write_any(0x1000, 8), None);
         assert_eq!(
             b.write_any(0x1008, 8),
@@ -339,45 +341,30 @@ mod tests {
             "coalesces into the buffered line"
         );
         assert_eq!(b.placement(0x1000 >> 8), Placement::Hit);
-        // A write to another line evicts it: one media write, partial → read-modify-write.
-        assert_eq!(
-            b.write_any(0x2000, 64),
-            Some(MediaWrite {
-                line: 0x10,
-                rmw: true,
-                read: true,
-                blocks: 1,
-                partial: 1,
-                redundant: 0
-            })
-        );
+        // A write to another line evicts it: one media write of the two words, one
+        // partly written block.
+        let mw = b.write_any(0x2000, 64).expect("evicts");
+        assert_eq!(mw, MediaWrite::of(0x10, 0b11, 0b11));
+        assert_eq!((mw.changed_blocks(), mw.partial_blocks()), (1, 1));
         assert_eq!(b.residual().count(), 1);
     }
 
     #[test]
-    fn a_fully_written_line_needs_no_read_modify_write() {
-        let mut b = OnPmBuffer::new(1, 64, 4);
+    fn a_fully_written_line_has_no_partial_block() {
+        let mut b = OnPmBuffer::new(1, 4);
         for i in 0..4 {
             assert_eq!(b.write_any(0x400 + i * 64, 64), None);
         }
         assert!(b.holds_line64(0x440));
         let mw = b.write_any(0x800, 8).expect("evicts");
-        assert_eq!(
-            mw,
-            MediaWrite {
-                line: 4,
-                rmw: false,
-                read: false,
-                blocks: 4,
-                partial: 0,
-                redundant: 0
-            }
-        );
+        assert_eq!(mw, MediaWrite::of(4, FULL, FULL));
+        assert_eq!((mw.changed_blocks(), mw.partial_blocks()), (4, 0));
+        assert_eq!(mw.written_words(), 32);
     }
 
     #[test]
     fn lru_line_is_evicted_and_no_buffer_writes_through() {
-        let mut b = OnPmBuffer::new(2, 64, 4);
+        let mut b = OnPmBuffer::new(2, 4);
         b.write_any(0x000, 8);
         b.write_any(0x100, 8);
         b.write_any(0x008, 8); // line 0 is now most recent
@@ -389,52 +376,52 @@ mod tests {
             b.write(0x300, 8, 1 << line_bank(0, 4)).map(|m| m.line),
             Some(0)
         );
-        let mut direct = OnPmBuffer::new(0, 64, 4);
+        let mut direct = OnPmBuffer::new(0, 4);
         assert_eq!(direct.placement(7), Placement::Direct);
         assert_eq!(
             direct.write_any(0x700, 256),
-            Some(MediaWrite {
-                line: 7,
-                rmw: false,
-                read: false,
-                blocks: 4,
-                partial: 0,
-                redundant: 0
-            })
+            Some(MediaWrite::of(7, FULL, FULL))
         );
     }
 
     #[test]
-    fn media_writes_count_64_byte_blocks() {
+    fn media_writes_count_changed_words_and_blocks() {
         // Words 0 and 1 (block 0, partly) and the whole of block 2.
         let words = 0b11 | 0xFF << 16;
-        let mw = MediaWrite::of(9, words, words, 8);
-        assert_eq!((mw.blocks, mw.partial, mw.rmw), (2, 1, true));
-        // With 256 B blocks the same line is one partly written block.
-        let mw = MediaWrite::of(9, words, words, 32);
-        assert_eq!((mw.blocks, mw.partial, mw.rmw), (1, 1, true));
-        assert_eq!(MediaWrite::of(9, FULL, FULL, 32).blocks, 1);
-        assert_eq!(MediaWrite::of(9, FULL, FULL, 8).partial, 0);
-        // Block 2 repeats the media's data: a comparison read, no write.
-        let mw = MediaWrite::of(9, words, 0b11, 8);
-        assert_eq!((mw.blocks, mw.partial, mw.redundant), (1, 1, 1));
+        let mw = MediaWrite::of(9, words, words);
+        assert_eq!((mw.changed_blocks(), mw.partial_blocks()), (2, 1));
+        assert_eq!((mw.written_words(), mw.changed_words()), (10, 10));
+        // Block 2 repeats the cells' data: nothing to program there.
+        let mw = MediaWrite::of(9, words, 0b11);
+        assert_eq!(
+            (
+                mw.changed_blocks(),
+                mw.partial_blocks(),
+                mw.redundant_blocks()
+            ),
+            (1, 1, 1)
+        );
+        assert_eq!(mw.changed_words(), 2);
     }
 
     #[test]
-    fn unchanged_rewrites_are_redundant_and_keep_buffered_changes() {
-        // A 64 B write-back repeating the persistent data: a comparison read only.
-        let mut b = OnPmBuffer::new(1, 64, 4);
+    fn unchanged_rewrites_program_nothing_and_keep_buffered_changes() {
+        // A 64 B write-back repeating the persistent data: no changed word.
+        let mut b = OnPmBuffer::new(1, 4);
         b.write_words(0, 0xFF, 0, u64::MAX);
         let mw = b.residual().next().expect("buffered");
-        assert_eq!((mw.blocks, mw.partial, mw.redundant), (0, 0, 1));
+        assert_eq!((mw.changed_words(), mw.redundant_blocks()), (0, 1));
         // An 8 B change of word 0 still in the buffer, then a write-back carrying the same
-        // data (unchanged against the persistence domain): the media still needs word 0, and
-        // the block is now whole, so no read-modify-write (Silo's Fig. 9, case 2).
-        let mut b = OnPmBuffer::new(1, 64, 4);
+        // data (unchanged against the persistence domain): the cells still need word 0, and
+        // the block is now whole (Silo's Fig. 9, case 2).
+        let mut b = OnPmBuffer::new(1, 4);
         b.write_words(0, 1, 1, u64::MAX);
         b.write_words(0, 0xFF, 0, u64::MAX);
         let mw = b.residual().next().expect("buffered");
-        assert_eq!((mw.blocks, mw.partial, mw.redundant), (1, 0, 0));
+        assert_eq!(
+            (mw.changed_words(), mw.changed_blocks(), mw.partial_blocks()),
+            (1, 1, 0)
+        );
     }
 
     #[test]

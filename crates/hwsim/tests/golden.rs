@@ -4,6 +4,7 @@
 //! PCM read 100 cycles (50 ns), burst 10 cycles (5 ns); a cold miss at cycle t therefore
 //! costs 4 + 12 + 28 + 2 × 32 + (100 + 10) = 218 cycles.
 
+use hwsim::config::MediaModel;
 use hwsim::metrics::LogStats;
 use hwsim::{Config, DesignKind, Metrics, simulate};
 use trace::{Encoder, Event, Trace, TraceMeta};
@@ -50,16 +51,50 @@ fn ideal_two_stores() {
 }
 
 #[test]
+fn the_lines_left_dirty_at_the_end_are_charged_as_a_final_drain() {
+    // Ideal leaves line 0 dirty (two changed words): its write-back is charged to the
+    // traffic (64 B sent, 16 B programmed) and the media work, not to the run's time.
+    let cfg = Config::default().with_cores(1);
+    let m = run(DesignKind::Ideal, &cfg, &two_stores());
+    assert_eq!((m.pm.final_drain.requests, m.pm.final_drain.bytes), (1, 64));
+    assert_eq!((m.pm.programmed_bytes, m.pm.media_writes), (16, 1));
+    assert!(m.pm.final_bank_cycles > 0);
+    assert_eq!(m.cycles, 219, "as without the drain");
+    let mut off = cfg.clone();
+    off.mem.final_drain = false;
+    let m = run(DesignKind::Ideal, &off, &two_stores());
+    assert_eq!((m.pm.final_drain.requests, m.pm.programmed_bytes), (0, 0));
+    // Base flushed its line at commit: nothing is left for the drain.
+    let m = run(DesignKind::Base, &cfg, &two_stores());
+    assert_eq!(m.pm.final_drain.requests, 0);
+}
+
+#[test]
+fn baselines_use_the_on_pm_buffer_only_when_configured() {
+    // FWB's two records leave in one 64 B log write, and commit leaves the data line dirty
+    // for the final drain: without the buffer each is a media write of its own; with it,
+    // nothing reaches the media during the run and both lines wait in the buffer.
+    let mut cfg = Config::default().with_cores(1);
+    let plain = run(DesignKind::Fwb, &cfg, &two_stores());
+    assert_eq!((plain.pm.writes.requests, plain.pm.media_writes), (1, 2));
+    assert!(plain.pm.bank_write_cycles > 0);
+    cfg.mem.baselines_use_onpm_buffer = true;
+    let buffered = run(DesignKind::Fwb, &cfg, &two_stores());
+    assert_eq!(buffered.pm.bank_write_cycles, 0);
+    assert_eq!(buffered.pm.media_writes, 2, "the lines left in the buffer");
+}
+
+#[test]
 fn base_two_stores() {
     // Store 1: log record sent at 0, accepted at 32, ack at 64; the store misses (read at
     // 64 → 174, in L1 at 282); the flush leaves at 282, accepted at 314, ack at 346.
     // Store 2: record accepted at 378, ack 410; L1 hit, performed 411; flush accepted at
-    // 443, ack 475. Commit message to the MC: 475 + 32 = 507.
-    let m = run(
-        DesignKind::Base,
-        &Config::default().with_cores(1),
-        &two_stores(),
-    );
+    // 443, ack 475. Commit message to the MC: 475 + 32 = 507. (With the on-PM buffer, which
+    // a baseline has only when configured: without it, the record's media write holds the
+    // bank the first miss reads from.)
+    let mut cfg = Config::default().with_cores(1);
+    cfg.mem.baselines_use_onpm_buffer = true;
+    let m = run(DesignKind::Base, &cfg, &two_stores());
     assert_eq!(m.cycles, 507);
     assert_eq!(m.committed_tx, 1);
     assert_eq!((m.pm.log.requests, m.pm.log.bytes), (2, 64));
@@ -74,6 +109,13 @@ fn base_two_stores() {
     );
     assert_eq!(m.stalls.persist, 64 + (346 - 65) + 64 + (475 - 411));
     assert_eq!(m.stalls.commit, 32);
+    // By default Base has no buffer: each of the four requests is a media write.
+    let m = run(
+        DesignKind::Base,
+        &Config::default().with_cores(1),
+        &two_stores(),
+    );
+    assert_eq!((m.pm.writes.requests, m.pm.media_writes), (4, 4));
 }
 
 #[test]
@@ -93,11 +135,14 @@ fn silo_two_stores() {
     assert_eq!((m.pm.in_place.requests, m.pm.in_place.bytes), (2, 16));
     assert_eq!((m.pm.writes.requests, m.pm.merged_writes), (2, 1));
     assert_eq!(m.pm.bus_busy_cycles, 10);
+    // Both LUs are in one buffered line; at the end the caches still hold line 0 dirty, and
+    // its final-drain write-back (unchanged against PM: the LUs wrote both words) completes
+    // the block in the buffer: one media write programming the two words.
     assert_eq!(
         (m.pm.media_writes, m.pm.media_rmw, m.pm.media_blocks),
-        (1, 1, 1),
-        "both LUs in one partly written 64 B block"
+        (1, 0, 1)
     );
+    assert_eq!((m.pm.final_drain.requests, m.pm.programmed_bytes), (1, 16));
     assert_eq!(m.stalls.commit, 40);
     assert_eq!(m.stalls.drain, 217);
 }
@@ -265,18 +310,19 @@ fn fwb_two_stores() {
 
 #[test]
 fn morlog_two_stores() {
-    // Each store changes one byte: DLDC records are 10 B metadata + 1 B. Two undo records
-    // (waiting in their coalescing window) and, at commit, two redo records share one log
-    // write of 44 B (48 B on the bus) that leaves at 219: accepted 251, ack 283.
+    // Each store changes one byte: an undo+redo entry is 10 B of metadata + 1 B of old and
+    // 1 B of new data. The two entries (still in their coalescing window at commit, so no
+    // redo-only record follows) share one log write of 24 B that leaves at 219: accepted
+    // 251, ack 283.
     let m = run(
         DesignKind::MorLog,
         &Config::default().with_cores(1),
         &two_stores(),
     );
     assert_eq!(m.cycles, 283);
-    assert_eq!((m.pm.log.requests, m.pm.log.bytes), (1, 48));
+    assert_eq!((m.pm.log.requests, m.pm.log.bytes), (1, 24));
     let log = m.log.expect("morlog logs");
-    assert_eq!((log.undo_records, log.redo_records), (2, 2));
+    assert_eq!((log.undo_records, log.redo_records), (2, 0));
 }
 
 #[test]
@@ -285,7 +331,7 @@ fn morlog_drops_silent_stores_and_merges_redo() {
         Event::TxBegin,
         st(0, 0, 1),
         st(0, 1, 1),      // silent: nothing
-        st(0, 1, 0x0201), // byte 1 is new: one more undo byte (coalesced), redo updated
+        st(0, 1, 0x0201), // in the window: the entry's redo takes it, byte 1 joins both parts
         Event::TxEnd,
     ];
     let m = run(
@@ -295,9 +341,62 @@ fn morlog_drops_silent_stores_and_merges_redo() {
     );
     let log = m.log.expect("morlog logs");
     assert_eq!((log.silent_ignored, log.merged, log.appended), (1, 1, 1));
-    // One undo (10 + 2 B after coalescing) and one redo (10 + 2 B): 24 B.
-    assert_eq!((log.undo_records, log.redo_records), (1, 1));
-    assert_eq!(m.pm.log.bytes, 24);
+    // One undo+redo entry of 10 + 2 + 2 B: a 16 B write.
+    assert_eq!((log.undo_records, log.redo_records), (1, 0));
+    assert_eq!(m.pm.log.bytes, 16);
+}
+
+#[test]
+fn morlog_morphs_a_word_stored_again_to_redo_only() {
+    // Word 0 is stored once, word 8 twice, word 16 three times, each store 500 cycles after
+    // the previous one (longer than the 76-cycle coalescing window), every byte changing and
+    // no value compressible (DLDC keeps all 8 bytes; FPC would take 9).
+    const V: [u64; 4] = [
+        0xFEDC_BA98_7654_3210,
+        0x0123_4567_89AB_CDEF,
+        0x1032_5476_98BA_DCFE,
+        0x2301_6745_89EF_CDAB,
+    ];
+    let gap = Event::Compute { instructions: 500 };
+    let mut events = vec![Event::TxBegin];
+    for (word, stores) in [(0u64, 1usize), (8, 2), (16, 3)] {
+        for k in 0..stores {
+            events.push(st(word, V[k], V[k + 1]));
+            events.push(gap);
+        }
+    }
+    events.push(Event::TxEnd);
+    let m = run(
+        DesignKind::MorLog,
+        &Config::default().with_cores(1),
+        &events,
+    );
+    let log = m.log.expect("morlog logs");
+    // One undo+redo entry per word (10 + 8 + 8 = 26 B, each leaving alone when its window
+    // closes: a 32 B write); words 8 and 16 morph to redo-only when stored again, and only
+    // their newest redo is written, at commit (two 18 B records in one 40 B write).
+    assert_eq!((log.undo_records, log.redo_records), (3, 2));
+    assert_eq!((log.generated, log.merged, log.appended), (6, 3, 3));
+    assert_eq!((m.pm.log.requests, m.pm.log.bytes), (4, 3 * 32 + 40));
+    // The same word written three times costs 26 + 18 B of records, once 26 B: without
+    // morphing (an undo and a redo record per word) both would cost 36 B.
+}
+
+#[test]
+fn morlog_encodes_compressible_values_smaller() {
+    // −256 → 1 changes all eight bytes (DLDC: 8 B per part), but FPC encodes −256 in 4 B (a
+    // sign-extended halfword and a sign-extended nibble: 19 + 7 bits) and 1 in 2 B (7 + 6).
+    let events = vec![Event::TxBegin, st(0, (-256i64) as u64, 1), Event::TxEnd];
+    let m = run(
+        DesignKind::MorLog,
+        &Config::default().with_cores(1),
+        &events,
+    );
+    assert_eq!(m.pm.log.bytes, 10 + 4 + 2, "selective encoding picks FPC");
+    let mut dldc = Config::default().with_cores(1);
+    dldc.morlog.encoding = hwsim::config::LogEncoding::Dldc;
+    let m = run(DesignKind::MorLog, &dldc, &events);
+    assert_eq!(m.pm.log.bytes, (10u64 + 8 + 8).next_multiple_of(8));
 }
 
 #[test]
@@ -345,7 +444,7 @@ fn silo_coalescing_option_merges_a_lines_updates() {
 }
 
 #[test]
-fn an_eviction_after_silos_in_place_update_is_a_redundant_media_write() {
+fn an_eviction_after_silos_in_place_update_programs_nothing() {
     // A tiny LLC (4 sets × 2 ways) and no on-PM buffer, so every write reaches the media by
     // itself. One transaction changes word 0 of line 0; loads of lines 4, 8 and 12 (the same
     // LLC set) then evict line 0, dirty.
@@ -355,6 +454,7 @@ fn an_eviction_after_silos_in_place_update_is_a_redundant_media_write() {
         c.ways = 2;
     }
     cfg.mem.onpm_lines = 0;
+    cfg.mem.media = MediaModel::BlockDcw;
     let mut events = two_stores();
     events.truncate(2);
     events.push(Event::TxEnd);
@@ -369,27 +469,36 @@ fn an_eviction_after_silos_in_place_update_is_a_redundant_media_write() {
     let ideal = run(DesignKind::Ideal, &cfg, &events);
     assert_eq!(silo.pm.writeback.requests, 1);
     assert_eq!(ideal.pm.writeback.requests, 1);
-    // Silo: the 8 B in-place update is a partly written block (read + write); the later
-    // write-back repeats PM's data everywhere (the LU wrote word 0): only the comparison read.
+    // Silo sends 8 B of in-place update and the 64 B eviction (CE), but programs only the
+    // word the LU wrote: the CE repeats PM's data everywhere ("CE will not write twice").
+    assert_eq!((silo.pm.writes.bytes, silo.pm.programmed_bytes), (72, 8));
+    assert_eq!((ideal.pm.writes.bytes, ideal.pm.programmed_bytes), (64, 8));
+    assert_eq!(silo.pm.final_drain.requests, 0, "nothing left dirty");
+    // Per 64 B block with data comparison: the LU is a read and a pulse, the CE the
+    // comparison read only.
     assert_eq!(
         (silo.pm.media_blocks, silo.pm.media_redundant_blocks),
         (1, 1)
     );
     assert_eq!(silo.pm.bank_write_cycles, (100 + 300) + 100);
-    // Ideal: the write-back carries the changed word: one whole block written, after the
-    // comparison read every data-comparison write makes.
+    // Ideal: the write-back carries the changed word: one block written after the read.
     assert_eq!(
         (ideal.pm.media_blocks, ideal.pm.media_redundant_blocks),
         (1, 0)
     );
     assert_eq!(ideal.pm.bank_write_cycles, 100 + 300);
-    // Without data-comparison writes, Silo's write-back is written again.
-    cfg.mem.dcw = false;
-    let plain = run(DesignKind::Silo, &cfg, &events);
+    // NVMain's row timing charges a pulse per media write whatever its data: Silo's CE
+    // costs its bank as much as the LU, though it programs nothing.
+    cfg.mem.media = MediaModel::NvmainRow;
+    let row = run(DesignKind::Silo, &cfg, &events);
     assert_eq!(
-        (plain.pm.media_blocks, plain.pm.media_redundant_blocks),
-        (2, 0)
+        (row.pm.bank_write_cycles, row.pm.programmed_bytes),
+        (600, 8)
     );
+    // In proportion to the bytes written: an eighth of a pulse for the LU, one for the CE.
+    cfg.mem.media = MediaModel::Proportional;
+    let bytes = run(DesignKind::Silo, &cfg, &events);
+    assert_eq!(bytes.pm.bank_write_cycles, 38 + 300);
 }
 
 #[test]

@@ -7,18 +7,20 @@ use crate::lane::{Lane, NONE, Shared, WriteEntry};
 use crate::layout::MvccLayout;
 use crate::options::{Level, MvccOptions};
 use crate::reclaim::{Ckpt, Retired};
-use crate::record::{self, Kind, Record};
+use crate::record::{Kind, Record};
+use crate::recover::{read_logs, refuse, store_actions, store_checkpoints};
 use crate::table::Table;
 use crate::txn::{MvccTx, Outcome, Replaying, Retry};
 use crossbeam_utils::CachePadded;
 use heap::{Action, Descriptor, Freeing, Heap};
 use parking_lot::Mutex;
-use pmem::{CACHE_LINE, Persist, Pool, Region, WriteClass};
+use pmem::integrity::Finding;
+use pmem::{CACHE_LINE, Persist, Pool, Region};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tx::api::{Engine, Isolation, NoReplay, Op, OpId, Replay, TxError, TxResult};
 use tx::lanes::Lanes;
-use tx::pool_tag;
+use tx::{RecoveryMode, RecoveryReport, pool_tag};
 
 /// The MVCC engine over a pool on backend `P`; `R` re-executes logged operations during
 /// recovery.
@@ -55,6 +57,8 @@ pub struct Mvcc<P: Persist, R: Replay = NoReplay> {
     pub(crate) stats: Stats,
     /// Set when recovery failed: the engine must not write anything on drop.
     failed: AtomicBool,
+    /// What the recovery at open found and replayed.
+    recovery: RecoveryReport,
 }
 
 /// Counters of the engine's own events.
@@ -72,6 +76,10 @@ pub(crate) struct Stats {
     pub(crate) coalesced_versions: AtomicU64,
     pub(crate) cooled: AtomicU64,
 }
+
+/// The name under which `Engine::event_counters` reports the bytes copied into the version
+/// log (TimeStone's denominator of write amplification).
+pub const TLOG_BYTES_EVENT: &str = "tlog_bytes";
 
 /// A snapshot of the engine's event counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -154,6 +162,8 @@ struct Scanned {
     newest: u64,
     /// Operations after the checkpoint, in timestamp order.
     pending: Vec<Record>,
+    /// Torn tails discarded and damage salvaged.
+    findings: Vec<Finding>,
 }
 
 impl<P: Persist, R: Replay> Mvcc<P, R> {
@@ -174,10 +184,33 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
     }
 
     /// Opens the engine area of `pool`: replays the checkpoint log, then re-executes the
-    /// operations logged after the newest checkpoint, in timestamp order (recovery).
+    /// operations logged after the newest checkpoint, in timestamp order (recovery). Logs
+    /// damaged in the middle (not a torn tail) are refused with `Corrupted`.
     pub fn open(pool: Pool<P>, options: &MvccOptions, replay: R) -> TxResult<Self> {
+        Self::open_with(pool, options, replay, RecoveryMode::Strict)
+    }
+
+    /// Opens the engine area of `pool` even if its logs are damaged: every intact record is
+    /// replayed and [`Mvcc::recovery_report`] lists the damage skipped. An explicit choice
+    /// for getting data out of a damaged pool; the result may mix states.
+    pub fn salvage(pool: Pool<P>, options: &MvccOptions, replay: R) -> TxResult<Self> {
+        Self::open_with(pool, options, replay, RecoveryMode::Salvage)
+    }
+
+    /// What the recovery at open found (torn tails discarded, damage salvaged) and how many
+    /// records it replayed or re-executed.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    fn open_with(
+        pool: Pool<P>,
+        options: &MvccOptions,
+        replay: R,
+        mode: RecoveryMode,
+    ) -> TxResult<Self> {
         check_options(options)?;
-        let scanned = match scan(&pool) {
+        let scanned = match scan(&pool, mode) {
             Ok(scanned) => scanned,
             Err(error) => {
                 pool.mark_unclean_on_drop();
@@ -190,8 +223,13 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             watermark,
             newest,
             pending,
+            findings,
         } = scanned;
         let mut engine = Self::assemble(pool, options, replay, layout, heap, watermark);
+        engine.recovery = RecoveryReport {
+            replayed: pending.len(),
+            findings,
+        };
         if let Err(error) = engine.replay_all(pending) {
             engine.failed.store(true, Ordering::SeqCst);
             engine.pool.mark_unclean_on_drop();
@@ -254,6 +292,7 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             chunks,
             stats: Stats::default(),
             failed: AtomicBool::new(false),
+            recovery: RecoveryReport::default(),
         }
     }
 
@@ -340,8 +379,12 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
                     let geometry = layout
                         .run_geometry(class as usize)
                         .ok_or_else(|| bad(format!("class {class}")))?;
-                    let word = (addr - layout.chunk_start(chunk)) / 8;
-                    let unit = word * 64 + u64::from(mask.trailing_zeros());
+                    let word = (addr - layout.chunk_start(chunk))
+                        .checked_sub(heap::layout::RUN_MARKER_LEN)
+                        .ok_or_else(|| bad(format!("bit set in the run marker at {addr:#x}")))?
+                        / 8;
+                    let unit =
+                        word * heap::layout::UNITS_PER_WORD + u64::from(mask.trailing_zeros());
                     if mask.count_ones() != 1 || unit >= geometry.units {
                         return Err(bad(format!("mask {mask:#x} at {addr:#x}")));
                     }
@@ -529,54 +572,33 @@ fn backoff(attempt: u32) {
     }
 }
 
-/// Recovery's first phase, before the engine exists: the CLog, the OLog scan, the heap.
-fn scan<P: Persist>(pool: &Pool<P>) -> TxResult<Scanned> {
+/// Recovery's first phase, before the engine exists: the logs are read and checked, then
+/// the CLog is replayed, the pending operations' heap actions are stored and the heap is
+/// rebuilt. Damage is refused before anything is written, unless salvaging.
+fn scan<P: Persist>(pool: &Pool<P>, mode: RecoveryMode) -> TxResult<Scanned> {
     let pm = pool.pm();
     let layout = MvccLayout::read(pm, pool.arena())?;
-    let mut watermark = layout.read_watermark(pm)?;
-    let clog_end = layout.clog + layout.clog_size;
-    let mut checkpoints = Vec::new();
-    for pos in (layout.clog..clog_end).step_by(CACHE_LINE as usize) {
-        if let Some(rec) = record::read(pm, pos, clog_end)? {
-            if rec.kind != Kind::Checkpoint {
-                return Err(TxError::Corrupted(format!(
-                    "an operation record in the checkpoint log at {pos:#x}"
-                )));
-            }
-            if rec.ts > watermark.value {
-                checkpoints.push(rec);
-            }
-        }
+    // A heap of another format version is refused before anything is written.
+    heap::Layout::read(pm, layout.heap)?;
+    let logs = read_logs(pm, &layout)?;
+    if mode == RecoveryMode::Strict && logs.damage().next().is_some() {
+        return Err(refuse(logs.damage()));
     }
     // Oldest first, so each byte ends with the value of the newest checkpoint that holds it.
     // (A chunk written in place since has no bytes in a live record: it had no header, and
     // a block is only reused, hence written in place, once no live CLog record holds its
     // chunks — `ready_frees` checks `clog_chunks`.)
-    checkpoints.sort_by_key(|r| r.ts);
-    let mut lines = Vec::new();
-    for rec in &checkpoints {
-        for (addr, bytes) in &rec.ranges {
-            pm.write(*addr, bytes, WriteClass::User);
-            lines.extend(pmem::lines_covering(*addr, bytes.len() as u64));
-        }
-    }
+    let mut lines = store_checkpoints(pm, &logs.checkpoints);
     write_back_lines(pm, &mut lines);
     pm.fence();
-    if let Some(newest) = checkpoints.last() {
+    let mut watermark = logs.watermark;
+    if let Some(newest) = logs.checkpoints.last() {
         if pm.is_poisoned() {
             return Err(TxError::Poisoned);
         }
         watermark = layout.write_watermark(pm, watermark, newest.ts);
     }
-    let checkpoint = watermark.value;
-    let (newest, pending) = scan_olog(pm, &layout, checkpoint)?;
-    let mut lines = Vec::new();
-    for rec in &pending {
-        for action in &rec.actions {
-            action.store(pm);
-            lines.extend(pmem::lines_covering(action.addr(), action.len()));
-        }
-    }
+    let mut lines = store_actions(pm, &logs.pending);
     write_back_lines(pm, &mut lines);
     pm.fence();
     let heap = Heap::open(pm, layout.heap)?;
@@ -584,45 +606,10 @@ fn scan<P: Persist>(pool: &Pool<P>) -> TxResult<Scanned> {
         layout,
         heap,
         watermark,
-        newest,
-        pending,
+        newest: logs.newest,
+        pending: logs.pending,
+        findings: logs.findings,
     })
-}
-
-/// Every intact operation record newer than `checkpoint`, in timestamp order (records with
-/// equal timestamps never touch the same chunk, so their order does not matter), and the
-/// newest timestamp of any intact record.
-fn scan_olog<P: Persist>(
-    pm: &P,
-    layout: &MvccLayout,
-    checkpoint: u64,
-) -> TxResult<(u64, Vec<Record>)> {
-    let mut newest = checkpoint;
-    let mut pending = Vec::new();
-    for lane in 0..layout.lane_count as usize {
-        let (base, len) = layout.olog(lane);
-        for pos in (base..base + len).step_by(CACHE_LINE as usize) {
-            if let Some(rec) = record::read(pm, pos, base + len)? {
-                if rec.kind == Kind::Checkpoint {
-                    return Err(TxError::Corrupted(format!(
-                        "a checkpoint record in an operation log at {pos:#x}"
-                    )));
-                }
-                if rec.ts > crate::chain::MAX_TS {
-                    return Err(TxError::Corrupted(format!(
-                        "operation record at {pos:#x} with timestamp {:#x}",
-                        rec.ts
-                    )));
-                }
-                newest = newest.max(rec.ts);
-                if rec.ts > checkpoint {
-                    pending.push(rec);
-                }
-            }
-        }
-    }
-    pending.sort_by_key(|r| (r.ts, r.pos));
-    Ok((newest, pending))
 }
 
 impl<P: Persist, R: Replay> Drop for Mvcc<P, R> {
@@ -681,7 +668,7 @@ impl<P: Persist, R: Replay> Engine for Mvcc<P, R> {
             ("checkpoints", s.checkpoints),
             ("trims", s.trims),
             ("writebacks", s.writebacks),
-            ("tlog_bytes", s.tlog_bytes),
+            (TLOG_BYTES_EVENT, s.tlog_bytes),
             ("checkpointed_versions", s.checkpointed_versions),
             ("coalesced_versions", s.coalesced_versions),
             ("cooled_headers", s.cooled),

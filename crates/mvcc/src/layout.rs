@@ -19,7 +19,7 @@ pub const MAGIC: [u8; 8] = *b"FERRMVCC";
 /// The undo/redo engines' magic: a pool formatted by one of them is `WrongEngine`.
 const TX_MAGIC: [u8; 8] = *b"FERRTXEN";
 /// Format version of every MVCC structure.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Bytes of the engine header.
 pub const HEADER_LEN: u64 = 64;
 /// Offset of the write-back watermark's two slots from the arena start.
@@ -270,7 +270,7 @@ impl MvccLayout {
         }
         if u32_at(&b, 8) != VERSION {
             return Err(TxError::Corrupted(format!(
-                "unsupported mvcc area version {}",
+                "unsupported mvcc area version {} (this build reads version {VERSION})",
                 u32_at(&b, 8)
             )));
         }

@@ -25,6 +25,7 @@
 #![forbid(unsafe_code)]
 
 pub mod chain;
+pub mod check;
 pub mod clock;
 mod engine;
 mod lane;
@@ -32,11 +33,12 @@ pub mod layout;
 mod options;
 mod reclaim;
 pub mod record;
+mod recover;
 mod sync;
 pub mod table;
 mod txn;
 
 pub use clock::ClockMode;
-pub use engine::{Mvcc, MvccStats};
+pub use engine::{Mvcc, MvccStats, TLOG_BYTES_EVENT};
 pub use options::{Level, Mutant, MvccOptions};
 pub use txn::MvccTx;

@@ -460,6 +460,7 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             Kind::Checkpoint,
             boundary,
             0,
+            0,
             &[],
             ranges.iter().map(|(a, b)| (*a, &b[..])),
             &[],

@@ -61,6 +61,8 @@ pub struct Record {
     pub pos: u64,
     /// Encoded length.
     pub len: u64,
+    /// The link to the lane's previous live record ([`link`]).
+    pub prev: u32,
     /// Logical: the operation id.
     pub op: u16,
     /// Logical: the arguments.
@@ -97,12 +99,14 @@ pub fn encoded_len<'a>(
     (len + ACTION_LEN * actions, count)
 }
 
-/// Encodes a record for absolute position `pos` into `out` (cleared first).
+/// Encodes a record for absolute position `pos` into `out` (cleared first). `prev` is the
+/// link to the lane's previous live record ([`link`]; 0 for none and for checkpoints).
 #[allow(clippy::too_many_arguments)]
 pub fn encode<'a>(
     pos: u64,
     kind: Kind,
     ts: u64,
+    prev: u32,
     op: u16,
     args: &[u8],
     ranges: impl Iterator<Item = (u64, &'a [u8])> + Clone,
@@ -139,8 +143,24 @@ pub fn encode<'a>(
     out[16..18].copy_from_slice(&op.to_le_bytes());
     out[18..20].copy_from_slice(&(actions.len() as u16).to_le_bytes());
     out[20..24].copy_from_slice(&n.to_le_bytes());
+    out[24..28].copy_from_slice(&prev.to_le_bytes());
     let crc = checksum(out, pos);
     out[28..32].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// The link from an operation record of time `ts` to the previous live record of its lane
+/// (time `previous`, `None` if the lane's ring held none when the record was placed): their
+/// distance, saturated at `u32::MAX` ("too far to name"), 0 for none. Recovery uses it to
+/// tell that a record a newer one follows was still needed, so its absence is damage.
+pub fn link(ts: u64, previous: Option<u64>) -> u32 {
+    previous.map_or(0, |p| {
+        u32::try_from(ts.saturating_sub(p).max(1)).unwrap_or(u32::MAX)
+    })
+}
+
+/// The time of the previous live record a link names, if it names one exactly.
+pub fn linked(ts: u64, link: u32) -> Option<u64> {
+    (link != 0 && link != u32::MAX).then(|| ts.saturating_sub(u64::from(link)))
 }
 
 fn checksum(bytes: &[u8], pos: u64) -> u32 {
@@ -181,6 +201,18 @@ pub fn read<P: Persist>(pm: &P, pos: u64, limit: u64) -> TxResult<Option<Record>
     decode(pm.len(), kind, pos, &bytes).map(Some)
 }
 
+/// The kind and timestamp named by a record header at `pos` that carries a record magic,
+/// whether or not the record verifies (recovery tells a damaged record from a torn one with
+/// it; [`read`] decides whether the record is intact).
+pub fn claimed<P: Persist>(pm: &P, pos: u64, limit: u64) -> Option<(Kind, u64)> {
+    if pos + HEADER_LEN as u64 > limit {
+        return None;
+    }
+    let mut magic = [0u8; 4];
+    pm.read(pos, &mut magic);
+    Kind::from_magic(&magic).map(|kind| (kind, pm.read_u64(pos + 8)))
+}
+
 fn decode(pool_len: u64, kind: Kind, pos: u64, b: &[u8]) -> TxResult<Record> {
     let bad = |what: &str| TxError::Corrupted(format!("intact mvcc record at {pos:#x}: {what}"));
     let op = u16::from_le_bytes([b[16], b[17]]);
@@ -192,6 +224,7 @@ fn decode(pool_len: u64, kind: Kind, pos: u64, b: &[u8]) -> TxResult<Record> {
         ts: word(b, 8),
         pos,
         len: b.len() as u64,
+        prev: half(b, 24),
         op,
         args: Vec::new(),
         ranges: Vec::new(),
@@ -263,6 +296,7 @@ mod tests {
             pos,
             kind,
             42,
+            0,
             9,
             args,
             ranges.iter().copied(),

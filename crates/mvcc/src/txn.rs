@@ -330,11 +330,13 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         let state = &mut *self.state;
         let at = state.base + pos;
         let mut scratch = std::mem::take(&mut state.scratch);
+        let prev = record::link(ts, state.olog.newest());
         match (as_op, self.op) {
             (true, Some(op)) => record::encode(
                 at,
                 Kind::Logical,
                 ts,
+                prev,
                 op.0,
                 &state.args,
                 std::iter::empty(),
@@ -345,6 +347,7 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
                 at,
                 Kind::Physical,
                 ts,
+                prev,
                 0,
                 &[],
                 ranges_iter(),
@@ -600,9 +603,21 @@ impl<P: Persist, R: Replay> Tx for MvccTx<'_, P, R> {
             // The free's heap action was re-applied before re-execution started.
             return Ok(());
         }
-        let freeing = self.engine.heap.prepare_free(addr)?;
-        self.frees.push(freeing);
-        Ok(())
+        match self.engine.heap.prepare_free(addr) {
+            Ok(freeing) => {
+                self.frees.push(freeing);
+                Ok(())
+            }
+            // Another transaction freed the block this one read (running, or committed after
+            // this snapshot, its free not yet reusable): a conflict, retried at a newer
+            // snapshot. A block this transaction already frees is the caller's error.
+            Err(heap::HeapError::BeingFreed(block))
+                if !self.frees.iter().any(|f| f.addr == block) =>
+            {
+                self.conflict()
+            }
+            Err(error) => Err(error.into()),
+        }
     }
 
     fn pool_tag(&self) -> u16 {

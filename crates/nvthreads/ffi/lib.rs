@@ -4,10 +4,11 @@
 //! Link a program with `-lnvthreads_rt` (before libc, which is the default order) or load it
 //! with `LD_PRELOAD`; either way these definitions come first in symbol lookup and replace
 //! libc's. A constructor starts the runtime before `main` (so `main`'s own allocations are
-//! shared), unless the runtime must stay dormant (`NVT_DISABLE=1`, or a process of a running
-//! program on the same pool started this one): every export then forwards to the next
-//! definition (libc's), found with `dlsym(RTLD_NEXT)`, and the persistence API works on
-//! ordinary memory.
+//! shared), unless the runtime must stay dormant (`NVT_DISABLE=1`; a process that neither
+//! creates threads nor uses the persistence API, such as a wrapper started with
+//! `LD_PRELOAD`; or a process of a running program on the same pool, which is told so on
+//! stderr): every export then forwards to the next definition (libc's), found with
+//! `dlsym(RTLD_NEXT)`, and the persistence API works on ordinary memory.
 //!
 //! - [`pthread`]: threads, mutexes (with their kinds), condition variables, barriers,
 //!   once-controls, read-write and spin locks (both as exclusive locks), detach, kill,
@@ -29,7 +30,7 @@ mod pthread;
 
 use libc::{c_char, c_int, c_void, size_t, ssize_t};
 use nvthreads::pages::Tracker;
-use nvthreads::runtime::{Runtime, runtime};
+use nvthreads::runtime::{Dormancy, Runtime, runtime};
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 
@@ -112,10 +113,13 @@ fn dormant() -> bool {
         ACTIVE => false,
         DORMANT => true,
         _ => {
-            let mode = if nvthreads::runtime::should_stay_dormant() {
-                DORMANT
-            } else {
-                ACTIVE
+            let mode = match nvthreads::runtime::dormancy() {
+                Dormancy::Active => ACTIVE,
+                Dormancy::PoolInUse => {
+                    nvthreads::runtime::warn_pool_in_use();
+                    DORMANT
+                }
+                Dormancy::Disabled | Dormancy::NotUsed => DORMANT,
             };
             MODE.store(mode, Ordering::Release);
             mode == DORMANT
@@ -221,9 +225,48 @@ fn name_of<'a>(name: *const c_char) -> Option<&'a [u8]> {
 /// `name` is null or a NUL-terminated string.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmalloc(size: size_t, name: *const c_char) -> *mut c_void {
-    match active() {
-        Some(runtime) => runtime.nvmalloc(size as u64, name_of(name)).cast(),
-        None => heap::dormant_nvmalloc(size, name_of(name)),
+    let Some(runtime) = active() else {
+        return heap::dormant_nvmalloc(size, name_of(name));
+    };
+    match runtime.nvmalloc(size as u64, name_of(name)) {
+        Ok(at) => at.cast(),
+        Err(error) => {
+            let name = name_of(name).map(String::from_utf8_lossy);
+            let message = match name {
+                Some(name) => format!("nvmalloc({size}, \"{name}\"): {error}"),
+                None => format!("nvmalloc({size}, NULL): {error}"),
+            };
+            fail(error.errno(), &message);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// The reason of the calling thread's last failed call of the persistence API (empty
+/// before any).
+static LAST_ERROR: std::sync::Mutex<Option<std::ffi::CString>> = std::sync::Mutex::new(None);
+
+/// Records a failure of the persistence API: `errno`, the message `nvt_error` returns, and
+/// with `NVT_DEBUG=1` a line on stderr.
+fn fail(errno: c_int, message: &str) {
+    if nvthreads::runtime::env::env().debug {
+        nvthreads::runtime::warn_debug(message);
+    }
+    let text = std::ffi::CString::new(message.replace('\0', " ")).unwrap_or_default();
+    *LAST_ERROR.lock().unwrap_or_else(|e| e.into_inner()) = Some(text);
+    // SAFETY: __errno_location returns the calling thread's errno, always valid.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// Why the calling thread's last failed call of the persistence API failed (a message that
+/// stays valid until its next failure), or an empty string.
+#[unsafe(no_mangle)]
+pub extern "C" fn nvt_error() -> *const c_char {
+    let guard = LAST_ERROR.lock().unwrap_or_else(|e| e.into_inner());
+    match guard.as_ref() {
+        // The string lives in the static until the next failure replaces it.
+        Some(text) => text.as_ptr(),
+        None => c"".as_ptr(),
     }
 }
 

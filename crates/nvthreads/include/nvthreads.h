@@ -16,13 +16,22 @@
  *     holding one, to the unlock that returns it to holding none (nested and chained locks
  *     form one section); it is all or nothing;
  *   - writes made outside sections are committed at the thread's next synchronisation
- *     operation (lock, trylock, unlock to depth 0, cond wait/signal/broadcast, barrier wait,
- *     once, create, join, thread exit, nvmalloc, nvrecover, nvcheckpoint);
- *   - a section that ran while another thread had a section open (blocked in cond_wait with
- *     locks still held) becomes durable only together with that section;
- *   - when pthread_mutex_unlock returns 0 at depth 0 and no other section was open, the
- *     section is durable. In general a thread's writes up to its last synchronisation point
- *     are durable once nvt_durable_epoch() >= nvt_section_epoch().
+ *     operation (trylock or unlock at depth 0, cond wait/signal/broadcast, barrier wait,
+ *     once, create, join, thread exit, nvmalloc, nvrecover, nvcheckpoint); a lock at depth
+ *     0 commits them together with the section it starts (no other thread can see them
+ *     before that section's unlock);
+ *   - sections under different locks run and commit at the same time, independently;
+ *   - a section that synchronised with an open section (one that blocked while holding a
+ *     lock: cond_wait with another lock held, a blocking lock with inner locks released,
+ *     a barrier or pthread_create inside a section) - through a mutex that section
+ *     released, a condition variable it signalled, a barrier, a join or a create - becomes
+ *     durable only together with it, and so does everything its thread does after;
+ *   - when pthread_mutex_unlock returns 0 at depth 0 and the section depends on no open
+ *     section, the section is durable. In general a thread's writes up to its last
+ *     synchronisation point are durable once nvt_durable_epoch() >= nvt_section_epoch();
+ *     a dependent section reaches that when the open section it depends on ends.
+ * Stdout is made line-buffered when the first thread starts, so lines printed by several
+ * threads never tear.
  *
  * Memory. Threads are processes. Shared between them, with pthreads semantics for
  * data-race-free programs (a thread sees another's writes after synchronising with it):
@@ -43,8 +52,12 @@
  * wrapped to work; other system calls that write into such memory (recv, readv, ...) fail
  * with EFAULT unless the thread wrote to those pages since its last synchronisation. fork()
  * outside pthread_create must be followed by exec. Only one process may run the program on a
- * pool at a time; a process started from it (system()) with LD_PRELOAD inherited runs with
- * the runtime dormant (plain pthreads).
+ * pool at a time: a second one ends at once with a message and exit status 75 (EX_TEMPFAIL).
+ * With LD_PRELOAD, the runtime starts only in a process that creates threads or uses this
+ * API: a wrapper (timeout, env, strace, a shell) passes the pool on to the program it runs.
+ * A program that uses the runtime, started (system(), exec) by a running program on the same
+ * pool, runs with the runtime dormant (plain pthreads, nothing persistent) and says so on
+ * stderr.
  *
  * Environment: NVT_POOL (pool file; default /dev/shm/nvthreads-<program>-<uid>.pool),
  * NVT_HEAP_MB (heap size of a new pool, default 64), NVT_LOG_MB (log size, default 16),
@@ -53,9 +66,12 @@
  * use; default three quarters of the free heap), NVT_GLOBALS=0 (globals private),
  * NVT_NVM_NS_PER_PAGE (emulated NVM write latency: nanoseconds per 4 KiB written to the
  * log), NVT_DISABLE=1 (dormant: plain pthreads and glibc malloc; nvmalloc returns ordinary
- * zeroed memory), NVT_CRASH_AT=n (kill the process group after the n-th fence of the log
- * protocol, recovery included; for tests), FERRITE_PERSIST_MODE / FERRITE_FLUSH (see
- * Ferrite's README).
+ * zeroed memory), NVT_DEBUG=1 (print why a call of this API failed), NVT_STATS=1 (print the
+ * runtime's counters at exit), NVT_PROFILE=1 (time every step of every section and print
+ * the totals at exit), NVT_CRASH_AT=n (kill the process group after the n-th fence of the
+ * log protocol, recovery included; for tests), NVT_PFAIL (power-failure images at that
+ * point; for tests), FERRITE_PERSIST_MODE / FERRITE_FLUSH (see Ferrite's README). A value
+ * that does not parse ends the program with a message naming the variable.
  */
 #ifndef FERRITE_NVTHREADS_H
 #define FERRITE_NVTHREADS_H
@@ -84,11 +100,23 @@ extern "C" {
  * name and returns them. The heap sits at the same virtual address in every run, so pointers
  * stored in persistent objects stay valid after recovery. `name` may be NULL (an anonymous
  * allocation, reachable only through pointers stored in named objects); names have at most
- * 47 bytes and at most 63 exist. Returns NULL if the heap or the name table is full, or if
- * an existing object `name` is smaller than `size`. Outside a section the allocation is
- * durable on return; inside one it commits with the section. Objects are never freed.
+ * 47 bytes and at most 63 exist. Outside a section the allocation is durable on return;
+ * inside one it commits with the section. Objects are never freed.
+ * On failure returns NULL, sets errno, and nvt_error() says why:
+ *   ENAMETOOLONG  the name has more than 47 bytes
+ *   EINVAL        the name is empty
+ *   EEXIST        an object of that name exists and is smaller than `size`
+ *   ENOSPC        all 63 names are in use
+ *   ENOMEM        the heap has no `size` free bytes (NVT_HEAP_MB sizes a new pool's heap)
+ * With NVT_DEBUG=1 the reason is also printed on stderr.
  */
 NVT_API void *nvmalloc(size_t size, const char *name);
+
+/*
+ * Why the calling thread's last failed call of the persistence API failed, as a message
+ * valid until its next failure; an empty string if none failed.
+ */
+NVT_API const char *nvt_error(void);
 
 /*
  * Copies min(size, object size) bytes of the recovered object `name` into `dest` and returns
@@ -105,13 +133,17 @@ NVT_API int isCrashed(void);
 /* Commits the calling thread's writes made outside critical sections. */
 NVT_API void nvcheckpoint(void);
 
-/* The last committed epoch: one more per global commit point. */
+/*
+ * How far the calling thread's writes are durable: the number (a sequence number of the log,
+ * growing) of its latest durable synchronisation point. Per thread: compare it only with
+ * the same thread's nvt_section_epoch().
+ */
 NVT_API uint64_t nvt_durable_epoch(void);
 
 /*
- * The epoch that commits the calling thread's writes up to its last synchronisation point:
- * they are durable once nvt_durable_epoch() >= nvt_section_epoch(). (A section that ended
- * while another thread's section was open is durable only when that one ends.)
+ * The number of the calling thread's last synchronisation point that logged something: its
+ * writes up to there are durable once nvt_durable_epoch() >= nvt_section_epoch(). (A section
+ * that depends on an open section is durable only when that one ends.)
  */
 NVT_API uint64_t nvt_section_epoch(void);
 

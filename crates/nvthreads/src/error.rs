@@ -11,9 +11,12 @@ pub enum NvtError {
     /// The pool itself could not be created, opened or validated.
     #[error(transparent)]
     Pool(#[from] PoolError),
-    /// A checksum-valid structure has inconsistent contents, or a checked word fails its check.
+    /// A checksum-valid structure has inconsistent contents.
     #[error("corrupted NVthreads pool: {0}")]
     Corrupted(String),
+    /// A checked word (the commit or lap word) fails its check, or a value does not fit one.
+    #[error("corrupted NVthreads pool: {0}")]
+    Checked(#[from] pmem::checked::CheckedError),
     /// The runtime header names a format version this build does not read.
     #[error("unsupported NVthreads format version {found} (this build reads {supported})")]
     UnsupportedVersion {
@@ -22,18 +25,28 @@ pub enum NvtError {
         /// Version this build reads.
         supported: u32,
     },
-    /// A record does not fit in the free log space and uncommitted records prevent a
-    /// checkpoint (or the record is larger than the whole log).
+    /// A record does not fit in an empty lane, or the records not committed yet (of sections
+    /// still open) fill a lane by themselves.
     #[error(
-        "redo log full: record of {needed} bytes, {free} bytes free, {pending} uncommitted records"
+        "redo log full: {needed} bytes needed, {free} bytes in a lane, {pending} uncommitted records"
     )]
     LogFull {
+        /// Bytes needed.
+        needed: u64,
+        /// Bytes a lane holds.
+        free: u64,
+        /// Records not committed yet in that lane.
+        pending: u64,
+    },
+    /// A record does not fit in the free space of its lane: a checkpoint makes room.
+    #[error("lane {lane} full: record of {needed} bytes, {free} bytes free")]
+    LaneFull {
+        /// The lane.
+        lane: usize,
         /// Size of the record.
         needed: u64,
-        /// Free bytes at the tail.
+        /// Free bytes at the lane's tail.
         free: u64,
-        /// Records appended since the last commit.
-        pending: u64,
     },
     /// Invalid geometry or argument.
     #[error("invalid argument: {0}")]

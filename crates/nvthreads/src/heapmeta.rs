@@ -34,14 +34,44 @@ const NAME_FIELD: usize = 48;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AllocError {
     /// Not enough heap left.
-    #[error("persistent heap exhausted")]
-    OutOfMemory,
+    #[error("the persistent heap has no {size} free bytes (NVT_HEAP_MB sets a new pool's heap)")]
+    OutOfMemory {
+        /// Bytes asked for.
+        size: u64,
+    },
     /// The directory is full.
-    #[error("all {ENTRIES} names are in use")]
+    #[error("all {ENTRIES} names of the persistent heap are in use")]
     DirectoryFull,
-    /// Name empty or longer than [`NAME_MAX`], or containing NUL.
-    #[error("invalid object name")]
-    BadName,
+    /// Name longer than [`NAME_MAX`].
+    #[error("the name is {len} bytes long; names have at most {NAME_MAX}")]
+    NameTooLong {
+        /// Its length.
+        len: usize,
+    },
+    /// Name empty.
+    #[error("the name is empty")]
+    EmptyName,
+    /// An object of that name exists and is smaller than asked.
+    #[error("the object of that name has {existing} bytes, fewer than the {size} asked for")]
+    TooSmall {
+        /// Its size.
+        existing: u64,
+        /// Bytes asked for.
+        size: u64,
+    },
+}
+
+impl AllocError {
+    /// The `errno` `nvmalloc` sets for it (documented in `include/nvthreads.h`).
+    pub fn errno(self) -> i32 {
+        match self {
+            AllocError::OutOfMemory { .. } => libc::ENOMEM,
+            AllocError::DirectoryFull => libc::ENOSPC,
+            AllocError::NameTooLong { .. } => libc::ENAMETOOLONG,
+            AllocError::EmptyName => libc::EINVAL,
+            AllocError::TooSmall { .. } => libc::EEXIST,
+        }
+    }
 }
 
 fn u64_at(meta: &[u8], at: usize) -> u64 {
@@ -137,10 +167,12 @@ pub fn allocate(
     size: u64,
     name: Option<&[u8]>,
 ) -> Result<u64, AllocError> {
-    if let Some(name) = name
-        && (name.is_empty() || name.len() > NAME_MAX || name.contains(&0))
-    {
-        return Err(AllocError::BadName);
+    match name {
+        Some([]) => return Err(AllocError::EmptyName),
+        Some(name) if name.len() > NAME_MAX => {
+            return Err(AllocError::NameTooLong { len: name.len() });
+        }
+        _ => {}
     }
     let count = u64_at(meta, 16) as usize;
     if name.is_some() && count >= ENTRIES {
@@ -150,7 +182,7 @@ pub fn allocate(
     let end = offset
         .checked_add(size.max(1))
         .filter(|&end| end <= heap_len)
-        .ok_or(AllocError::OutOfMemory)?;
+        .ok_or(AllocError::OutOfMemory { size })?;
     if let Some(name) = name {
         let at = ENTRY_AT + count * ENTRY_LEN;
         meta[at..at + NAME_FIELD].fill(0);
@@ -190,15 +222,15 @@ mod tests {
         format(&mut meta);
         assert_eq!(
             allocate(&mut meta, 8192, 5000, None),
-            Err(AllocError::OutOfMemory)
+            Err(AllocError::OutOfMemory { size: 5000 })
         );
         assert_eq!(
             allocate(&mut meta, 8192, 1, Some(b"")),
-            Err(AllocError::BadName)
+            Err(AllocError::EmptyName)
         );
         assert_eq!(
             allocate(&mut meta, 8192, 1, Some(&[b'x'; 48])),
-            Err(AllocError::BadName)
+            Err(AllocError::NameTooLong { len: 48 })
         );
         for i in 0..ENTRIES {
             allocate(&mut meta, 1 << 20, 1, Some(format!("n{i}").as_bytes())).unwrap();

@@ -1,17 +1,19 @@
-//! The persistent side of the runtime: a pool holding the heap's home image, a redo log of
-//! byte runs, and two checked words (commit epoch and log lap). Pure Rust over the
-//! persistence seam, so it runs unchanged on the native backend and on the crash simulator.
+//! The persistent side of the runtime: a pool holding the heap's home image, a redo log cut
+//! into lanes, and one checked word (the log's lap). Pure Rust over the persistence seam, so
+//! it runs unchanged on the native backend and on the crash simulator.
 //!
 //! Protocol (`docs/nvthreads.md` §5):
-//! - **append**: encode the runs of one merge as a record tagged (lap `K`, epoch `C + 1`),
-//!   write it at the log tail, flush it, fence. It is not yet committed.
-//! - **commit** (a global commit point): one 8-byte store of `C + 1` into the commit word,
-//!   flush, fence. Every record of epoch `C + 1` is now durable, all or nothing.
-//! - **checkpoint** (only with no uncommitted record): replay the lap's records into the home
-//!   image, flush, fence, then one 8-byte store of `K + 1` into the lap word. The log is empty
-//!   from then on: records of older laps are ignored.
-//! - **recovery** = checkpoint, except that the scan stops at the first record that is torn,
-//!   of another lap, or of an epoch above `C` (written but never committed).
+//! - **append**: every thread appends to a lane of its own, so threads never wait for each
+//!   other to log. A record carries a sequence number (its replay order across lanes) and a
+//!   group. A record of group 0 commits by itself: once its fence returns it is durable, all
+//!   or nothing. A record of group `g` (a section that was merged while still open, or one
+//!   that depends on such a section) commits only with a *close* record naming `g`.
+//! - **checkpoint** (exclusive: no append runs meanwhile): replay the lap's committed records
+//!   into the home image in sequence order, flush, fence, then one 8-byte store of `K + 1`
+//!   into the lap word; the records not committed yet are written again at the start of their
+//!   lanes in the new lap. Records of older laps are ignored from then on.
+//! - **recovery** = checkpoint, except that a lane's scan stops at its first torn record and
+//!   records not committed are dropped (their sections never ended).
 //!
 //! Replay writes absolute bytes and the lap word changes only after the home image is
 //! durable, so recovery can be interrupted and rerun any number of times.
@@ -19,9 +21,10 @@
 #![forbid(unsafe_code)]
 
 use crate::error::NvtError;
-use crate::record::{self, Run};
-use crate::word;
+use crate::record::{self, Entry, Kind, Meta};
+use pmem::checked;
 use pmem::{CreateOptions, Persist, Pool, WriteClass};
+use std::collections::HashSet;
 
 /// Pool layout name.
 pub const LAYOUT: &str = "ferrite-nvthreads";
@@ -29,24 +32,30 @@ pub const LAYOUT: &str = "ferrite-nvthreads";
 pub const PAGE: u64 = 4096;
 /// Runtime header magic.
 pub const MAGIC: [u8; 8] = *b"NVTHRDS1";
-/// Runtime format version.
-pub const VERSION: u32 = 1;
+/// Runtime format version: 3 since the log is cut into lanes written concurrently, whose
+/// records carry a sequence number and a group (version 2 had one log and a commit word;
+/// version 1 also hashed its checked words offset first).
+pub const VERSION: u32 = 3;
 /// Runtime header length (one cache line).
 pub const HEADER_LEN: u64 = 64;
-/// Offset of the commit word from the start of the root region.
-pub const COMMIT_WORD: u64 = 64;
-/// Offset of the lap word from the start of the root region.
-pub const LAP_WORD: u64 = 128;
+/// Offset of the lap word from the start of the root region (a cache line of its own).
+pub const LAP_WORD: u64 = 64;
+/// The lap word, as its errors name it.
+const LAP_WHAT: &str = "lap word";
 /// The first lap of a fresh pool.
 pub const FIRST_LAP: u64 = 1;
+/// Most lanes a log is cut into.
+pub const MAX_LANES: u32 = 64;
 
 /// Sizes of a new pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
     /// Heap size in bytes (a multiple of [`PAGE`]).
     pub heap_len: u64,
-    /// Log size in bytes (a multiple of 64).
+    /// Log size in bytes (a multiple of 64 per lane).
     pub log_len: u64,
+    /// Lanes the log is cut into (1..=[`MAX_LANES`]).
+    pub lanes: u32,
     /// Virtual address the heap is mapped at by every run of the program.
     pub base_addr: u64,
 }
@@ -59,6 +68,11 @@ impl Config {
         raw.div_ceil(PAGE).max(pmem::header::MIN_POOL_SIZE / PAGE) * PAGE
     }
 
+    /// The lanes of a log of `log_len` bytes: one per 64 KiB, between 1 and 16.
+    pub fn lanes_for(log_len: u64) -> u32 {
+        (log_len / (64 << 10)).clamp(1, 16) as u32
+    }
+
     fn validate(&self) -> Result<(), NvtError> {
         let bad = |what: String| Err(NvtError::InvalidArgument(what));
         if self.heap_len < 2 * PAGE || !self.heap_len.is_multiple_of(PAGE) {
@@ -67,10 +81,17 @@ impl Config {
                 self.heap_len
             ));
         }
-        if self.log_len < 1024 || !self.log_len.is_multiple_of(record::RECORD_ALIGN) {
+        if self.lanes == 0 || self.lanes > MAX_LANES {
+            return bad(format!("{} lanes (1 to {MAX_LANES})", self.lanes));
+        }
+        let lane = self.log_len / u64::from(self.lanes);
+        let aligned = self
+            .log_len
+            .is_multiple_of(u64::from(self.lanes) * record::RECORD_ALIGN);
+        if lane < 512 || !aligned {
             return bad(format!(
-                "log size {} is not ≥ 1 KiB and 64-aligned",
-                self.log_len
+                "log size {} is not ≥ 512 bytes and 64-aligned per lane ({} lanes)",
+                self.log_len, self.lanes
             ));
         }
         if !self.base_addr.is_multiple_of(PAGE) || self.base_addr == 0 {
@@ -94,27 +115,32 @@ pub struct Geometry {
     pub log_off: u64,
     /// Log size.
     pub log_len: u64,
+    /// Lanes of the log.
+    pub lanes: u32,
+    /// Bytes of each lane.
+    pub lane_len: u64,
     /// Fixed virtual address of the heap.
     pub base_addr: u64,
-    /// The commit word.
-    pub commit_word: u64,
     /// The lap word.
     pub lap_word: u64,
 }
 
-/// The volatile state of the log, kept by the caller (the runtime keeps it in memory shared
-/// by all its processes and changes it only while holding the commit token).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+impl Geometry {
+    /// Pool offset of lane `lane`.
+    pub fn lane_off(&self, lane: usize) -> u64 {
+        self.log_off + lane as u64 * self.lane_len
+    }
+}
+
+/// The volatile state of the log. The runtime keeps it in memory shared by all its
+/// processes: the lap changes only under the exclusive checkpoint, a lane's tail only while
+/// its appender holds the lane.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct JournalState {
-    /// Last committed epoch `C` (mirror of the commit word).
-    pub committed: u64,
     /// Current lap `K` (mirror of the lap word).
     pub lap: u64,
-    /// Log bytes used in this lap.
-    pub tail: u64,
-    /// Records appended since the last commit.
-    pub pending: u64,
+    /// Bytes used in each lane in this lap.
+    pub tails: Vec<u64>,
 }
 
 /// What recovery found.
@@ -126,8 +152,17 @@ pub struct Recovery {
     pub records: u64,
     /// Bytes replayed.
     pub bytes: u64,
-    /// Valid records skipped because their epoch was never committed.
+    /// Valid records dropped because their group was never closed.
     pub uncommitted: u64,
+}
+
+/// What a checkpoint did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// Committed records replayed into the home image.
+    pub applied: u64,
+    /// Records not committed yet, written again in the new lap.
+    pub kept: u64,
 }
 
 /// A deliberate bug, for proving that the crash tests can fail. Always `None` outside tests.
@@ -137,29 +172,39 @@ pub enum Mutation {
     /// The correct protocol.
     #[default]
     None,
-    /// Records are fenced but never flushed before the commit word.
+    /// Records are fenced but never flushed.
     NoLogFlush,
-    /// Every record is committed on its own (an open section's merge becomes durable before
-    /// the section ends).
-    CommitPerRecord,
+    /// Replay takes every valid record as committed, closed group or not.
+    GroupsIgnored,
     /// The checkpoint advances the lap before the home image is durable.
     EarlyLapBump,
     /// Recovery accepts records of any lap.
     NoLapCheck,
-    /// Compaction rewrites the pending records over the old lap before advancing the lap, so
-    /// a crash in between can leave an older committed record valid in front of torn ones.
-    CompactBeforeLapBump,
+    /// The checkpoint writes the kept records over the old lap before advancing the lap, so
+    /// a crash in between can leave older records of other lanes replayed over newer bytes.
+    RewriteBeforeLapBump,
+    /// Replay goes lane by lane instead of in sequence order.
+    NoSeqOrder,
 }
 
 impl Mutation {
     /// Every mutant.
-    pub const MUTANTS: [Mutation; 5] = [
+    pub const MUTANTS: [Mutation; 6] = [
         Mutation::NoLogFlush,
-        Mutation::CommitPerRecord,
+        Mutation::GroupsIgnored,
         Mutation::EarlyLapBump,
         Mutation::NoLapCheck,
-        Mutation::CompactBeforeLapBump,
+        Mutation::RewriteBeforeLapBump,
+        Mutation::NoSeqOrder,
     ];
+}
+
+/// A valid record found by a scan.
+#[derive(Clone, Debug)]
+struct Scanned {
+    lane: usize,
+    meta: Meta,
+    body: Vec<u8>,
 }
 
 /// An open NVthreads pool.
@@ -168,7 +213,7 @@ pub struct Journal<P: Persist> {
     pool: Pool<P>,
     geo: Geometry,
     mutation: Mutation,
-    /// Called after every fence of append, commit, checkpoint and recovery (the runtime's
+    /// Called after every fence of append, checkpoint and recovery (the runtime's
     /// `NVT_CRASH_AT` crash points).
     fence_hook: Option<fn()>,
 }
@@ -185,12 +230,7 @@ impl<P: Persist> Journal<P> {
     /// (for native pools made by `Pool::create`).
     pub fn create_in(pool: Pool<P>, config: &Config) -> Result<(Self, JournalState), NvtError> {
         let journal = Self::init(pool, config)?;
-        let state = JournalState {
-            committed: 0,
-            lap: FIRST_LAP,
-            tail: 0,
-            pending: 0,
-        };
+        let state = journal.empty_state(FIRST_LAP);
         Ok((journal, state))
     }
 
@@ -240,21 +280,33 @@ impl<P: Persist> Journal<P> {
         }
     }
 
-    fn recover(&self) -> Result<(JournalState, Recovery), NvtError> {
-        let pm = self.pool.pm();
-        let (commit_word, lap_word) = (self.geo.commit_word, self.geo.lap_word);
-        let mut state = JournalState {
-            committed: word::open(pm.read_u64(commit_word), commit_word, "commit word")?,
-            lap: word::open(pm.read_u64(lap_word), lap_word, "lap word")?,
-            tail: 0,
-            pending: 0,
-        };
-        let mut recovery = self.replay_lap(&mut state, true)?;
-        recovery.was_clean = self.pool.was_clean();
-        Ok((state, recovery))
+    fn empty_state(&self, lap: u64) -> JournalState {
+        JournalState {
+            lap,
+            tails: vec![0; self.geo.lanes as usize],
+        }
     }
 
-    /// Writes the runtime header and the two words on a freshly formatted pool.
+    fn recover(&self) -> Result<(JournalState, Recovery), NvtError> {
+        let word = self.pool.pm().read_u64(self.geo.lap_word);
+        let lap = checked::open(word, self.geo.lap_word, LAP_WHAT)?;
+        let mut records = Vec::new();
+        for lane in 0..self.geo.lanes as usize {
+            records.extend(self.scan_lane(lane, lap).0);
+        }
+        let (committed, pending) = self.split_committed(records);
+        let mut recovery = Recovery {
+            records: committed.len() as u64,
+            uncommitted: pending.len() as u64,
+            ..Recovery::default()
+        };
+        recovery.bytes = self.replay(committed)?;
+        self.write_lap(lap + 1)?;
+        recovery.was_clean = self.pool.was_clean();
+        Ok((self.empty_state(lap + 1), recovery))
+    }
+
+    /// Writes the runtime header and the lap word on a freshly formatted pool.
     fn init(pool: Pool<P>, config: &Config) -> Result<Self, NvtError> {
         match write_runtime_header(&pool, config) {
             Ok(geo) => Ok(Journal {
@@ -270,7 +322,7 @@ impl<P: Persist> Journal<P> {
         }
     }
 
-    /// Runs `hook` after every later fence of append, commit, checkpoint and recovery.
+    /// Runs `hook` after every later fence of append, checkpoint and recovery.
     pub fn set_fence_hook(&mut self, hook: Option<fn()>) {
         self.fence_hook = hook;
     }
@@ -293,6 +345,10 @@ impl<P: Persist> Journal<P> {
         self.mutation
     }
 
+    fn mutated(&self, mutation: Mutation) -> bool {
+        self.mutation == mutation
+    }
+
     /// Where everything is.
     pub fn geometry(&self) -> Geometry {
         self.geo
@@ -312,155 +368,243 @@ impl<P: Persist> Journal<P> {
         self.pool.pm().read(self.geo.heap_off + offset, dst);
     }
 
-    /// Appends one record holding `runs` for epoch `committed + 1`, durable (flushed and
-    /// fenced) on return but not committed. When the record does not fit, makes room first:
-    /// a checkpoint when nothing is pending, else a compaction (the pending records move to
-    /// the start of a new lap). `LogFull` only if the pending records and this one together
-    /// exceed the log. Returns the record's size.
-    pub fn append(&self, state: &mut JournalState, runs: &[Run<'_>]) -> Result<u64, NvtError> {
-        let len = record::record_len(record::body_len(runs));
-        if state.tail + len > self.geo.log_len && len <= self.geo.log_len {
-            if state.pending == 0 {
-                self.checkpoint(state)?;
-            } else {
-                self.compact(state)?;
-            }
-        }
-        if state.tail + len > self.geo.log_len {
+    /// Appends one record (`meta`'s kind, `body` encoded by [`record::data_body`] or
+    /// [`record::close_body`]) to `lane` at `*tail`, in lap `lap`: durable (flushed and
+    /// fenced) on return, and committed if its group is 0 (a durability point). `LaneFull`
+    /// when it does not fit in the lane's free space (the caller checkpoints and retries);
+    /// `LogFull` when it does not fit in an empty lane. Returns the record's size. The caller
+    /// is the lane's only appender and no checkpoint runs meanwhile.
+    pub fn append(
+        &self,
+        lane: usize,
+        tail: &mut u64,
+        meta: Meta,
+        body: &[u8],
+    ) -> Result<u64, NvtError> {
+        let len = record::record_len(body.len() as u64);
+        if len > self.geo.lane_len {
             return Err(NvtError::LogFull {
                 needed: len,
-                free: self.geo.log_len - state.tail,
-                pending: state.pending,
+                free: self.geo.lane_len,
+                pending: 0,
             });
         }
-        let bytes = record::encode(state.lap, state.committed + 1, runs);
-        debug_assert_eq!(bytes.len() as u64, len);
+        if *tail + len > self.geo.lane_len {
+            return Err(NvtError::LaneFull {
+                lane,
+                needed: len,
+                free: self.geo.lane_len - *tail,
+            });
+        }
+        let bytes = record::encode_with_body(meta, body);
         let pm = self.pool.pm();
-        let at = self.geo.log_off + state.tail;
+        let at = self.geo.lane_off(lane) + *tail;
         pm.write(at, &bytes, WriteClass::Log);
-        if self.mutation != Mutation::NoLogFlush {
+        if !self.mutated(Mutation::NoLogFlush) {
             pm.flush(at, len);
         }
         pm.fence();
         self.fenced();
-        state.tail += len;
-        state.pending += 1;
-        if self.mutation == Mutation::CommitPerRecord {
-            self.commit(state);
+        if meta.group == 0 || meta.kind == Kind::Close {
+            pm.durability_point();
         }
+        *tail += len;
         Ok(len)
     }
 
-    /// The global commit point: if records are pending, flips the commit word to the next
-    /// epoch (one failure-atomic 8-byte store, persisted) and declares the durability point.
-    /// Returns whether an epoch was committed.
-    pub fn commit(&self, state: &mut JournalState) -> bool {
-        if state.pending == 0 {
-            return false;
-        }
-        let next = state.committed + 1;
-        let pm = self.pool.pm();
-        pm.write_u64(
-            self.geo.commit_word,
-            word::seal(next, self.geo.commit_word),
-            WriteClass::Log,
-        );
-        pm.persist(self.geo.commit_word, 8);
-        self.fenced();
-        pm.durability_point();
-        state.committed = next;
-        state.pending = 0;
-        true
+    /// [`Journal::append`] of a data record of `entries` to `lane` of `state`.
+    pub fn append_data(
+        &self,
+        state: &mut JournalState,
+        lane: usize,
+        seq: u64,
+        group: u64,
+        entries: &[Entry<'_>],
+    ) -> Result<u64, NvtError> {
+        let meta = Meta {
+            lap: state.lap,
+            seq,
+            group,
+            kind: Kind::Data,
+        };
+        self.append(
+            lane,
+            &mut state.tails[lane],
+            meta,
+            &record::data_body(entries),
+        )
     }
 
-    /// Checkpoints when nothing is pending and more than half the log is used.
-    pub fn maybe_checkpoint(&self, state: &mut JournalState) -> Result<bool, NvtError> {
-        if state.pending != 0 || state.tail <= self.geo.log_len / 2 {
-            return Ok(false);
-        }
-        self.checkpoint(state)?;
-        Ok(true)
+    /// [`Journal::append`] of a close record of `groups` to `lane` of `state`: every record
+    /// of those groups commits with it.
+    pub fn append_close(
+        &self,
+        state: &mut JournalState,
+        lane: usize,
+        seq: u64,
+        groups: &[u64],
+    ) -> Result<u64, NvtError> {
+        let meta = Meta {
+            lap: state.lap,
+            seq,
+            group: 0,
+            kind: Kind::Close,
+        };
+        self.append(
+            lane,
+            &mut state.tails[lane],
+            meta,
+            &record::close_body(groups),
+        )
     }
 
-    /// Replays the lap into the home image and starts a new lap. Nothing may be pending.
-    pub fn checkpoint(&self, state: &mut JournalState) -> Result<u64, NvtError> {
-        assert_eq!(state.pending, 0, "checkpoint with uncommitted records");
-        Ok(self.replay_lap(state, false)?.records)
+    /// Whether any lane is more than half full (time for a checkpoint).
+    pub fn wants_checkpoint(&self, state: &JournalState) -> bool {
+        state.tails.iter().any(|&tail| tail > self.geo.lane_len / 2)
     }
 
-    /// Makes room while records are pending (a section is open elsewhere, so no checkpoint
-    /// is allowed): replays the lap's committed records into the home image (fence), advances
-    /// the lap (persisted: from here on the old lap, its pending records included, is
-    /// ignored, which loses nothing a crash could not lose anyway, since they are
-    /// uncommitted), then writes the pending records again at the start of the new lap,
-    /// flushed and fenced. The commit word is untouched: the moved records keep their epoch
-    /// `C + 1` and commit with the next flip.
+    /// Replays the lap's committed records into the home image in sequence order, advances
+    /// the lap, and writes the records not committed yet (groups still open) again at the
+    /// start of their lanes in the new lap, flushed and fenced; they keep their sequence
+    /// numbers and groups and commit with their close records. Exclusive: no append runs
+    /// meanwhile. `LogFull` if the kept records alone do not fit in their lane (nothing is
+    /// changed then).
     ///
-    /// Advancing the lap before overwriting the old lap's start matters: a crash while the
-    /// moved records are written could otherwise leave an old committed record intact in
-    /// front of torn ones, and recovery would replay it over newer bytes
-    /// ([`Mutation::CompactBeforeLapBump`]).
-    pub fn compact(&self, state: &mut JournalState) -> Result<(), NvtError> {
-        let mut pos = 0u64;
-        let mut last_epoch = 0u64;
-        let mut pending: Vec<Vec<u8>> = Vec::new();
-        while let Some((head, body)) = self.read_record(pos, state.lap) {
-            if head.epoch > state.committed {
-                if head.epoch != state.committed + 1 {
-                    return Err(NvtError::Corrupted(format!(
-                        "pending record at log offset {pos} has epoch {}, expected {}",
-                        head.epoch,
-                        state.committed + 1
-                    )));
-                }
-                pending.push(body);
-            } else {
-                if !pending.is_empty() || head.epoch < last_epoch {
-                    return Err(NvtError::Corrupted(format!(
-                        "committed record at log offset {pos} (epoch {}) out of order",
-                        head.epoch
-                    )));
-                }
-                last_epoch = head.epoch;
-                self.apply_record(&body)?;
+    /// Advancing the lap before overwriting the old lap matters: a crash while the kept
+    /// records are written could otherwise leave the old lap valid in some lanes and not in
+    /// others, and recovery would replay older records of one lane over newer bytes of
+    /// another ([`Mutation::RewriteBeforeLapBump`]).
+    pub fn checkpoint(&self, state: &mut JournalState) -> Result<Checkpoint, NvtError> {
+        let mut records = Vec::new();
+        for lane in 0..self.geo.lanes as usize {
+            let (found, end) = self.scan_lane(lane, state.lap);
+            if end != state.tails[lane] {
+                return Err(NvtError::Corrupted(format!(
+                    "lane {lane} scan ends at {end}, its tail is {}",
+                    state.tails[lane]
+                )));
             }
-            pos += record::record_len(head.body_len);
+            records.extend(found);
         }
-        if pos != state.tail || pending.len() as u64 != state.pending {
-            return Err(NvtError::Corrupted(format!(
-                "log scan ends at {pos} with {} pending records; expected {} and {}",
-                pending.len(),
-                state.tail,
-                state.pending
-            )));
-        }
-        let pm = self.pool.pm();
-        pm.fence();
-        self.fenced();
+        let (committed, pending) = self.split_committed(records);
+        let tails = self.kept_tails(&pending)?;
+        let report = Checkpoint {
+            applied: committed.len() as u64,
+            kept: pending.len() as u64,
+        };
         let next_lap = state.lap + 1;
-        if self.mutation != Mutation::CompactBeforeLapBump {
-            self.write_lap(next_lap);
+        if self.mutated(Mutation::EarlyLapBump) {
+            self.write_lap(next_lap)?;
+        }
+        self.replay(committed)?;
+        if self.mutated(Mutation::RewriteBeforeLapBump) {
+            self.rewrite_kept(&pending, next_lap);
+        }
+        if !self.mutated(Mutation::EarlyLapBump) {
+            self.write_lap(next_lap)?;
+        }
+        if !self.mutated(Mutation::RewriteBeforeLapBump) {
+            self.rewrite_kept(&pending, next_lap);
         }
         state.lap = next_lap;
-        state.tail = 0;
-        for body in &pending {
-            let bytes = record::encode_with_body(next_lap, state.committed + 1, body);
-            let at = self.geo.log_off + state.tail;
+        state.tails = tails;
+        Ok(report)
+    }
+
+    /// The lane tails after the kept records are written again, or `LogFull`.
+    fn kept_tails(&self, pending: &[Scanned]) -> Result<Vec<u64>, NvtError> {
+        let mut tails = vec![0u64; self.geo.lanes as usize];
+        for record in pending {
+            tails[record.lane] += record::record_len(record.body.len() as u64);
+        }
+        for (lane, &tail) in tails.iter().enumerate() {
+            if tail > self.geo.lane_len {
+                return Err(NvtError::LogFull {
+                    needed: tail,
+                    free: self.geo.lane_len,
+                    pending: pending.iter().filter(|r| r.lane == lane).count() as u64,
+                });
+            }
+        }
+        Ok(tails)
+    }
+
+    /// Writes `pending` at the start of their lanes in lap `lap`, flushed, then one fence.
+    fn rewrite_kept(&self, pending: &[Scanned], lap: u64) {
+        let pm = self.pool.pm();
+        let mut tails = vec![0u64; self.geo.lanes as usize];
+        for record in pending {
+            let meta = Meta { lap, ..record.meta };
+            let bytes = record::encode_with_body(meta, &record.body);
+            let at = self.geo.lane_off(record.lane) + tails[record.lane];
             pm.write(at, &bytes, WriteClass::Log);
             pm.flush(at, bytes.len() as u64);
-            state.tail += bytes.len() as u64;
+            tails[record.lane] += bytes.len() as u64;
         }
         pm.fence();
         self.fenced();
-        if self.mutation == Mutation::CompactBeforeLapBump {
-            self.write_lap(next_lap);
+    }
+
+    /// Splits scanned records into the committed data records, in replay order, and the
+    /// records not committed yet (of groups no close record names).
+    fn split_committed(&self, records: Vec<Scanned>) -> (Vec<Scanned>, Vec<Scanned>) {
+        let closed: HashSet<u64> = records
+            .iter()
+            .filter(|r| r.meta.kind == Kind::Close)
+            .flat_map(|r| record::parse_close(&r.body))
+            .collect();
+        let ignore_groups = self.mutated(Mutation::GroupsIgnored);
+        let (mut committed, pending): (Vec<Scanned>, Vec<Scanned>) = records
+            .into_iter()
+            .filter(|r| r.meta.kind == Kind::Data)
+            .partition(|r| r.meta.group == 0 || ignore_groups || closed.contains(&r.meta.group));
+        if !self.mutated(Mutation::NoSeqOrder) {
+            committed.sort_by_key(|r| r.meta.seq);
         }
-        Ok(())
+        (committed, pending)
+    }
+
+    /// Writes every record's entries into the home image (flushed), then one fence. Returns
+    /// the bytes replayed.
+    fn replay(&self, records: Vec<Scanned>) -> Result<u64, NvtError> {
+        let mut bytes = 0;
+        for record in &records {
+            bytes += self.apply_record(&record.body)?;
+        }
+        self.pool.pm().fence();
+        self.fenced();
+        Ok(bytes)
+    }
+
+    /// Writes a data record's entries into the home image and flushes them (no fence).
+    fn apply_record(&self, body: &[u8]) -> Result<u64, NvtError> {
+        let pm = self.pool.pm();
+        let mut bytes = 0;
+        for entry in record::parse_body(body, self.geo.heap_len)? {
+            match entry {
+                Entry::Run(run) => {
+                    let at = self.geo.heap_off + run.offset;
+                    pm.write(at, run.bytes, WriteClass::User);
+                    pm.flush(at, run.bytes.len() as u64);
+                    bytes += run.bytes.len() as u64;
+                }
+                Entry::Masked(page) => {
+                    let at = self.geo.heap_off + page.offset;
+                    let mut image = vec![0u8; record::MASK_PAGE];
+                    pm.read(at, &mut image);
+                    page.for_each_byte(|offset, byte| image[offset] = byte);
+                    pm.write(at, &image, WriteClass::User);
+                    pm.flush(at, image.len() as u64);
+                    bytes += page.bytes.len() as u64;
+                }
+            }
+        }
+        Ok(bytes)
     }
 
     /// Zeroes `len` bytes of the home image at heap offset `offset` and makes them durable
-    /// (flush, fence). Only with nothing pending and after a checkpoint, so that no record
-    /// of the lap can write there again (the runtime clears another executable's globals).
+    /// (flush, fence). Only right after a checkpoint with nothing kept, so that no record of
+    /// the lap can write there again (the runtime clears another executable's globals).
     pub fn clear_home(&self, offset: u64, len: u64) {
         assert!(offset + len <= self.geo.heap_len, "clearing past the heap");
         let pm = self.pool.pm();
@@ -471,92 +615,44 @@ impl<P: Persist> Journal<P> {
         self.fenced();
     }
 
-    /// Writes a record's runs into the home image and flushes them (no fence).
-    fn apply_record(&self, body: &[u8]) -> Result<u64, NvtError> {
+    fn write_lap(&self, lap: u64) -> Result<(), NvtError> {
+        let sealed = checked::seal(lap, self.geo.lap_word, LAP_WHAT)?;
         let pm = self.pool.pm();
-        let mut bytes = 0;
-        for run in record::parse_body(body, self.geo.heap_len)? {
-            let at = self.geo.heap_off + run.offset;
-            pm.write(at, run.bytes, WriteClass::User);
-            pm.flush(at, run.bytes.len() as u64);
-            bytes += run.bytes.len() as u64;
-        }
-        Ok(bytes)
-    }
-
-    /// Replays the committed records of the current lap into the home image, makes them
-    /// durable, then advances the lap (an empty log). `recovering` only changes what a
-    /// record above the commit epoch means: garbage of a crashed run, or a bug.
-    fn replay_lap(&self, state: &mut JournalState, recovering: bool) -> Result<Recovery, NvtError> {
-        let pm = self.pool.pm();
-        let next_lap = state.lap + 1;
-        if self.mutation == Mutation::EarlyLapBump {
-            self.write_lap(next_lap);
-        }
-        let mut recovery = Recovery::default();
-        let mut pos = 0u64;
-        let mut last_epoch = 0u64;
-        while let Some((head, body)) = self.read_record(pos, state.lap) {
-            let len = record::record_len(head.body_len);
-            if head.epoch > state.committed {
-                if !recovering {
-                    return Err(NvtError::Corrupted(format!(
-                        "record at log offset {pos} has epoch {} above the committed {}",
-                        head.epoch, state.committed
-                    )));
-                }
-                recovery.uncommitted += 1;
-                break;
-            }
-            if head.epoch < last_epoch {
-                return Err(NvtError::Corrupted(format!(
-                    "record at log offset {pos} has epoch {} after epoch {last_epoch}",
-                    head.epoch
-                )));
-            }
-            last_epoch = head.epoch;
-            recovery.bytes += self.apply_record(&body)?;
-            recovery.records += 1;
-            pos += len;
-        }
-        pm.fence();
-        self.fenced();
-        if self.mutation != Mutation::EarlyLapBump {
-            self.write_lap(next_lap);
-        }
-        state.lap = next_lap;
-        state.tail = 0;
-        Ok(recovery)
-    }
-
-    fn write_lap(&self, lap: u64) {
-        let pm = self.pool.pm();
-        pm.write_u64(
-            self.geo.lap_word,
-            word::seal(lap, self.geo.lap_word),
-            WriteClass::Meta,
-        );
+        pm.write_u64(self.geo.lap_word, sealed, WriteClass::Meta);
         pm.persist(self.geo.lap_word, 8);
         self.fenced();
+        Ok(())
     }
 
-    /// The record at log offset `pos` if it is a whole record of lap `lap` (CRC-valid);
-    /// `None` for the end of the lap (zeros, a torn record, another lap, no room).
-    fn read_record(&self, pos: u64, lap: u64) -> Option<(record::Header, Vec<u8>)> {
-        if pos + record::HEADER_LEN > self.geo.log_len {
+    /// The valid records of `lane` in lap `lap`, in lane order, and where the scan stopped:
+    /// at the first torn record, record of another lap, or zeros.
+    fn scan_lane(&self, lane: usize, lap: u64) -> (Vec<Scanned>, u64) {
+        let mut found = Vec::new();
+        let mut pos = 0u64;
+        while let Some((meta, body)) = self.read_record(lane, pos, lap) {
+            pos += record::record_len(body.len() as u64);
+            found.push(Scanned { lane, meta, body });
+        }
+        (found, pos)
+    }
+
+    /// The record at `pos` of `lane` if it is a whole record of lap `lap` (CRC-valid).
+    fn read_record(&self, lane: usize, pos: u64, lap: u64) -> Option<(Meta, Vec<u8>)> {
+        if pos + record::HEADER_LEN > self.geo.lane_len {
             return None;
         }
         let pm = self.pool.pm();
+        let at = self.geo.lane_off(lane) + pos;
         let mut header = [0u8; record::HEADER_LEN as usize];
-        pm.read(self.geo.log_off + pos, &mut header);
+        pm.read(at, &mut header);
         let head = record::decode_header(&header)?;
-        let lap_ok = head.lap == lap || self.mutation == Mutation::NoLapCheck;
-        if !lap_ok || pos + record::record_len(head.body_len) > self.geo.log_len {
+        let lap_ok = head.meta.lap == lap || self.mutated(Mutation::NoLapCheck);
+        if !lap_ok || pos + record::record_len(head.body_len) > self.geo.lane_len {
             return None;
         }
         let mut body = vec![0u8; head.body_len as usize];
-        pm.read(self.geo.log_off + pos + record::HEADER_LEN, &mut body);
-        record::crc_matches(&header, &head, &body).then_some((head, body))
+        pm.read(at + record::HEADER_LEN, &mut body);
+        record::crc_matches(&header, &head, &body).then_some((head.meta, body))
     }
 
     /// Marks the pool cleanly closed (the next run's `crashed()` is false).
@@ -575,7 +671,8 @@ fn encode_header(geo: &Geometry) -> [u8; HEADER_LEN as usize] {
     out[32..40].copy_from_slice(&geo.log_off.to_le_bytes());
     out[40..48].copy_from_slice(&geo.log_len.to_le_bytes());
     out[48..56].copy_from_slice(&geo.base_addr.to_le_bytes());
-    out[56..60].copy_from_slice(&(PAGE as u32).to_le_bytes());
+    out[56..58].copy_from_slice(&(PAGE as u16).to_le_bytes());
+    out[58..60].copy_from_slice(&(geo.lanes as u16).to_le_bytes());
     let crc = crc32fast::hash(&out[..60]);
     out[60..64].copy_from_slice(&crc.to_le_bytes());
     out
@@ -585,6 +682,7 @@ fn read_geometry<P: Persist>(pool: &Pool<P>) -> Result<Geometry, NvtError> {
     let root = pool.root().offset;
     let mut bytes = [0u8; HEADER_LEN as usize];
     pool.pm().read(root, &mut bytes);
+    let u16_at = |at: usize| u16::from_le_bytes(bytes[at..at + 2].try_into().expect("2"));
     let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4"));
     let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"));
     if bytes[..8] != MAGIC {
@@ -601,20 +699,27 @@ fn read_geometry<P: Persist>(pool: &Pool<P>) -> Result<Geometry, NvtError> {
             supported: VERSION,
         });
     }
+    let lanes = u32::from(u16_at(58));
+    let log_len = u64_at(40);
     let geo = Geometry {
         heap_off: u64_at(16),
         heap_len: u64_at(24),
         log_off: u64_at(32),
-        log_len: u64_at(40),
+        log_len,
+        lanes,
+        lane_len: log_len / u64::from(lanes.max(1)),
         base_addr: u64_at(48),
-        commit_word: root + COMMIT_WORD,
         lap_word: root + LAP_WORD,
     };
     let arena = pool.arena();
     let heap_ok = arena.contains(geo.heap_off, geo.heap_len) && geo.heap_len.is_multiple_of(PAGE);
     let log_ok =
         arena.contains(geo.log_off, geo.log_len) && geo.log_off >= geo.heap_off + geo.heap_len;
-    if !heap_ok || !log_ok || u64::from(u32_at(56)) != PAGE || !geo.base_addr.is_multiple_of(PAGE) {
+    let lanes_ok = (1..=MAX_LANES).contains(&lanes)
+        && geo.lane_len.is_multiple_of(record::RECORD_ALIGN)
+        && geo.lane_len * u64::from(lanes) == log_len;
+    let page_ok = u64::from(u16_at(56)) == PAGE && geo.base_addr.is_multiple_of(PAGE);
+    if !heap_ok || !log_ok || !lanes_ok || !page_ok {
         return Err(NvtError::Corrupted(format!(
             "runtime header geometry {geo:?}"
         )));
@@ -631,16 +736,20 @@ fn geometry_of<P: Persist>(pool: &Pool<P>) -> Result<Geometry, NvtError> {
         return read_geometry(pool);
     }
     let arena = pool.arena();
-    let log_len = (arena.len / 4 / record::RECORD_ALIGN) * record::RECORD_ALIGN;
+    let quarter = arena.len / 4;
+    let lanes = Config::lanes_for(quarter);
+    let unit = u64::from(lanes) * record::RECORD_ALIGN;
+    let log_len = quarter / unit * unit;
     let config = Config {
         heap_len: (arena.len - log_len) / PAGE * PAGE,
         log_len,
+        lanes,
         base_addr: crate::DEFAULT_BASE_ADDR,
     };
     write_runtime_header(pool, &config)
 }
 
-/// Writes the runtime header and the two words: everything but the magic, flush, fence, then
+/// Writes the runtime header and the lap word: everything but the magic, flush, fence, then
 /// the magic (same line as the rest of the header, so it cannot persist before it).
 fn write_runtime_header<P: Persist>(pool: &Pool<P>, config: &Config) -> Result<Geometry, NvtError> {
     config.validate()?;
@@ -657,25 +766,17 @@ fn write_runtime_header<P: Persist>(pool: &Pool<P>, config: &Config) -> Result<G
         heap_len: config.heap_len,
         log_off: arena.offset + config.heap_len,
         log_len: config.log_len,
+        lanes: config.lanes,
+        lane_len: config.log_len / u64::from(config.lanes),
         base_addr: config.base_addr,
-        commit_word: root + COMMIT_WORD,
         lap_word: root + LAP_WORD,
     };
     let header = encode_header(&geo);
+    let lap_word = checked::seal(FIRST_LAP, geo.lap_word, LAP_WHAT)?;
     let pm = pool.pm();
-    pm.write_u64(
-        geo.commit_word,
-        word::seal(0, geo.commit_word),
-        WriteClass::Meta,
-    );
-    pm.write_u64(
-        geo.lap_word,
-        word::seal(FIRST_LAP, geo.lap_word),
-        WriteClass::Meta,
-    );
+    pm.write_u64(geo.lap_word, lap_word, WriteClass::Meta);
     pm.write(root + 8, &header[8..], WriteClass::Meta);
     pm.flush(root, HEADER_LEN);
-    pm.flush(geo.commit_word, 8);
     pm.flush(geo.lap_word, 8);
     pm.fence();
     pm.write(root, &header[..8], WriteClass::Meta);

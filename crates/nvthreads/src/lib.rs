@@ -2,7 +2,8 @@
 //! programs crash-consistent on persistent memory.
 //!
 //! Design: `docs/nvthreads.md`. Layers, bottom-up:
-//! - [`record`], [`word`], [`journal`]: the persistent redo log, the commit and lap words,
+//! - [`record`], [`journal`]: the persistent redo log, the commit and lap words
+//!   (`pmem::checked` words),
 //!   compaction, checkpoint and recovery, pure Rust over `pmem::Persist` (crash-tested with
 //!   `crashsim`);
 //! - [`diff`]: byte-precise runs between a page and its twin;
@@ -17,24 +18,27 @@
 //!   `include/nvthreads.h`;
 //! - [`pfail`]: power-failure images of whole runs for the tests (`NVT_PFAIL`): the native
 //!   backend with a shared table of pending lines, rolled back at the crash point;
-//! - [`programs`], [`eval`]: building C programs at run time and the evaluation behind
-//!   `ferrite eval --only nvthreads`.
+//! - [`stats`]: the counters a run prints with `NVT_STATS=1`.
+//!
+//! Building C programs against the runtime (its tests, its evaluation in `bench`) is the
+//! crate `nvthreads-programs`; the runtime itself never runs a compiler or cargo.
 
 pub mod alloc;
 pub mod diff;
 mod error;
-pub mod eval;
 pub mod globals;
+pub mod groups;
 pub mod heapmeta;
+pub mod imports;
 pub mod journal;
 mod malloc;
 pub mod pages;
 pub mod pfail;
-pub mod programs;
+pub mod profile;
 pub mod record;
 pub mod runtime;
 pub mod shared;
-pub mod word;
+pub mod stats;
 
 pub use error::NvtError;
 pub use journal::{Config, Geometry, Journal, JournalState, Recovery};

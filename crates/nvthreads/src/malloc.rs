@@ -214,21 +214,12 @@ impl Runtime {
         if let Some((offset, size)) = found {
             return Ok((base + offset as usize, size as usize));
         }
-        let size = match std::env::var("NVT_PMALLOC_MB") {
-            Ok(mb) => {
-                mb.trim()
-                    .parse::<u64>()
-                    .map_err(|_| format!("NVT_PMALLOC_MB={mb} is not a number"))?
-                    << 20
-            }
-            Err(_) => free / 4 * 3,
-        };
-        let at = self.nvmalloc(size, Some(ARENA_NAME));
-        if at.is_null() {
-            return Err(format!(
-                "no room for a {size}-byte malloc arena in the persistent heap"
-            ));
-        }
+        let size = crate::runtime::env::env()
+            .pmalloc_mb
+            .map_or(free / 4 * 3, |mb| mb << 20);
+        let at = self
+            .nvmalloc(size, Some(ARENA_NAME))
+            .map_err(|e| format!("no {size}-byte malloc arena in the persistent heap: {e}"))?;
         Ok((at as usize, size as usize))
     }
 }

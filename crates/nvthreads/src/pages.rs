@@ -55,30 +55,49 @@ const TWIN_BATCH: usize = 64;
 /// Most pages one write fault makes writable (and twins) for a sequential writer.
 const MAX_WINDOW: usize = 16;
 
+/// Most *hot* pages a process keeps: pages it changed lately, left writable (with their
+/// twins refreshed) across intervals, so that writing them again takes no fault.
+pub const HOT_MAX: usize = 16;
+/// Intervals a hot page may go unchanged before it is write-protected again.
+pub const HOT_IDLE: u8 = 4;
+
 /// Most tracked regions (the heap plus adopted ranges such as the program's globals).
 pub const MAX_REGIONS: usize = 4;
 
-/// Entries of the publish log: a process that falls further behind drops every kept copy.
-const LOG_ENTRIES: usize = 1 << 16;
+/// Entries of each process's publish ring: a reader that falls further behind one ring
+/// drops every kept copy.
+const RING_ENTRIES: usize = 1 << 12;
+/// Publish rings: one per thread slot (the main thread's is ring 0).
+pub const RINGS: usize = crate::shared::MAX_THREADS;
 /// A publish-log entry meaning "any page may have changed".
 const ALL_PAGES: u32 = u32::MAX;
 
-/// The pages published by every process, in merge order: a ring in memory shared by all
-/// processes (mapped before the first fork), written by the commit-token holder only.
-/// `reserved` counts the entries begun, `published` those complete; entry `n` is in slot
-/// `n % LOG_ENTRIES`.
+/// The pages one process published, in its merge order: a ring written only by the
+/// thread-process in its slot. `reserved` counts the entries begun, `published` those
+/// complete; entry `n` is in slot `n % RING_ENTRIES`.
 #[repr(C)]
-struct PublishLog {
+struct Ring {
     reserved: AtomicU64,
     published: AtomicU64,
-    pages: [AtomicU32; LOG_ENTRIES],
+    pages: [AtomicU32; RING_ENTRIES],
+}
+
+/// The pages every process published: a ring per thread slot, so processes merging at once
+/// never write the same ring, in memory shared by all processes (mapped before the first
+/// fork). `total` counts every entry of every ring, so a reader with nothing new to see
+/// learns it from one load.
+#[repr(C)]
+struct PublishLog {
+    total: AtomicU64,
+    /// One past the highest ring ever written: readers look no further.
+    rings_used: AtomicUsize,
+    rings: [Ring; RINGS],
 }
 
 impl std::fmt::Debug for PublishLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PublishLog")
-            .field("reserved", &self.reserved)
-            .field("published", &self.published)
+            .field("total", &self.total)
             .finish_non_exhaustive()
     }
 }
@@ -199,14 +218,21 @@ pub struct Tracker {
     dirty_count: AtomicUsize,
     /// The private copies kept across intervals (not dropped at reset).
     kept: PageSet,
-    /// One bit per dirty page: another process published into it since its private copy
-    /// was taken, so the copy is dropped (not kept) when the interval ends.
-    stale_bits: Box<[AtomicU64]>,
-    /// The pages every process published into, in merge order (shared by all processes).
+    /// One bit per dirty page: published something in the current interval.
+    changed_bits: Box<[AtomicU64]>,
+    /// Per hot page: intervals since it last changed.
+    idle: Box<[std::sync::atomic::AtomicU8]>,
+    /// The pages every process published into (shared by all processes).
     log: &'static PublishLog,
-    /// How many entries of `log` this process has taken into account.
-    log_seen: AtomicU64,
+    /// This process's ring in `log` (its thread slot).
+    writer: AtomicUsize,
+    /// Per ring: how many of its entries this process has taken into account.
+    seen: Box<[AtomicU64]>,
+    /// `log.total` when this process last caught up.
+    seen_total: AtomicU64,
     faults: AtomicU64,
+    /// Nanoseconds spent handling them (measured with `NVT_PROFILE=1` only).
+    fault_nanos: AtomicU64,
     /// The page after the last fault's window, and that window's size (sequential-write
     /// detection in the fault handler).
     window_end: AtomicUsize,
@@ -438,10 +464,14 @@ impl Tracker {
             dirty: list(pages),
             dirty_count: AtomicUsize::new(0),
             kept: PageSet::new(pages),
-            stale_bits: bitmap(pages),
+            changed_bits: bitmap(pages),
+            idle: zeroed_atomics(pages),
             log: PublishLog::map()?,
-            log_seen: AtomicU64::new(0),
+            writer: AtomicUsize::new(0),
+            seen: zeroed_atomics(RINGS),
+            seen_total: AtomicU64::new(0),
             faults: AtomicU64::new(0),
+            fault_nanos: AtomicU64::new(0),
             window_end: AtomicUsize::new(usize::MAX),
             window: AtomicUsize::new(1),
         }));
@@ -622,6 +652,11 @@ impl Tracker {
         self.faults.load(Ordering::Relaxed)
     }
 
+    /// Nanoseconds spent in the fault handler so far (0 unless the profile is on).
+    pub fn fault_nanos(&self) -> u64 {
+        self.fault_nanos.load(Ordering::Relaxed)
+    }
+
     /// Pages written in the current interval, in fault order.
     pub fn dirty_pages(&self) -> Vec<usize> {
         let count = self.dirty_count.load(Ordering::Acquire);
@@ -685,42 +720,8 @@ impl Tracker {
     /// so they are populated (copied) again in batches rather than faulted one by one.
     pub fn after_fork(&self) {
         self.twins_ready.store(0, Ordering::Relaxed);
-    }
-
-    /// The after-image of dirty page `page`: its shared contents with `spans` of the private
-    /// page applied (what the shared page holds once this process's runs are published).
-    /// The caller holds the commit token, so no other process changes the shared page.
-    pub fn after_image(&self, page: usize, spans: &[Span]) -> Vec<u8> {
-        let (_, shared) = self.addresses(page * PAGE);
-        // SAFETY: a whole page of the region's shared mapping, always readable; no other
-        // process writes it while the caller holds the token.
-        let mut image = unsafe { std::slice::from_raw_parts(shared, PAGE) }.to_vec();
-        let private = self.private_page(page);
-        for span in spans {
-            image[span.start..span.start + span.len]
-                .copy_from_slice(&private[span.start..span.start + span.len]);
-        }
-        image
-    }
-
-    /// Copies `len` bytes at global offset `offset` (within one page) from the private view
-    /// into the shared view. The caller holds the commit token (no other process writes the
-    /// shared view) and the bytes lie in a dirty page.
-    ///
-    /// Other processes read the shared view while this happens (every page they have not
-    /// written maps it), so each aligned 8-byte word changes in one store ([`copy_words`]):
-    /// a reader sees a word as it was or as it is published, never a mix (a GOT slot of the
-    /// program, rewritten by lazy binding in every process, must never be seen torn).
-    pub fn publish(&self, offset: usize, len: usize) {
-        assert!(
-            offset % PAGE + len <= PAGE,
-            "publish across a page boundary"
-        );
-        let (private, shared) = self.addresses(offset);
-        // SAFETY: both ranges lie in one page of their mappings, at the same offset in the
-        // page (so equally aligned); the shared view is writable; the mappings are distinct
-        // virtual ranges; the private bytes lie in a dirty page only this thread writes.
-        unsafe { copy_words(private, shared, len) }
+        self.faults.store(0, Ordering::Relaxed);
+        self.fault_nanos.store(0, Ordering::Relaxed);
     }
 
     /// Publishes dirty page `page`: copies every byte where the private page differs from its
@@ -729,23 +730,45 @@ impl Tracker {
     /// page (no runs are built; a page of scattered small changes, such as the low bytes of
     /// every integer of an array, would otherwise cost one call and one compare-and-swap per
     /// run). Returns whether any byte was published; if so, the page is logged for the other
-    /// processes ([`Tracker::catch_up`]). Same contract as [`Tracker::publish`]: the caller
-    /// holds the commit token and `page` is dirty.
+    /// processes ([`Tracker::catch_up`]). `page` is dirty. Other processes may publish their
+    /// own bytes of the same page at the same moment (sections under other locks, and the
+    /// main process writing the unlogged regions in place): a word changed in part is
+    /// merged by a compare-and-swap, so both keep their bytes.
     pub fn publish_page(&self, page: usize) -> bool {
         let (private, shared) = self.addresses(page * PAGE);
-        let twin = self.twin_page(page).as_ptr();
-        // Logged regions are tracked in every process, so only the token holder writes
-        // their shared view; unlogged ones the main process writes in place at any time.
-        let exclusive = self.region_of_page(page).logged;
+        assert!(is_set(&self.dirty_bits, page), "page {page} has no twin");
+        let twin = self.twin_ptr(page);
         // SAFETY: whole pages of the region's private view (dirty: a private copy only this
-        // thread writes), of the twin mapping, and of the region's writable shared view; the
-        // three are distinct mappings and page-aligned; with `exclusive`, no other thread or
-        // process writes the shared page meanwhile (the caller holds the commit token).
-        let published = unsafe { publish_changed_words(private, twin, shared, exclusive) };
+        // thread writes), of its twin slot (this process's own), and of the region's
+        // writable shared view; the three are distinct mappings and page-aligned.
+        let published = unsafe { publish_changed_words(private, twin, shared) };
         if published {
+            test_and_set(&self.changed_bits, page);
             self.log_published(page as u32);
         }
         published
+    }
+
+    /// [`Tracker::publish_page`] for a page whose changes are already known as `spans`
+    /// (its diff against the twin): only the words they cover are visited. Returns whether
+    /// any byte was published.
+    pub fn publish_spans(&self, page: usize, spans: &[Span]) -> bool {
+        if spans.is_empty() {
+            return false;
+        }
+        let (private, shared) = self.addresses(page * PAGE);
+        assert!(is_set(&self.dirty_bits, page), "page {page} has no twin");
+        let twin = self.twin_ptr(page);
+        for span in spans {
+            assert!(span.start + span.len <= PAGE, "span past the page");
+            let (first, last) = (span.start / 8, (span.start + span.len).div_ceil(8));
+            // SAFETY: words `first..last` of the page lie inside it; the three pages are as
+            // in `publish_page` (own private copy and twin, the region's shared view).
+            unsafe { publish_word_range(private, twin, shared, first, last) };
+        }
+        test_and_set(&self.changed_bits, page);
+        self.log_published(page as u32);
+        true
     }
 
     /// Writes `bytes` straight into the shared view at `offset` (initialisation from the
@@ -849,60 +872,109 @@ impl Tracker {
     pub fn read_shared(&self, offset: usize, dst: &mut [u8]) {
         let heap = &self.regions[0];
         assert!(offset + dst.len() <= heap.len, "read past the heap");
-        // SAFETY: in bounds of the heap's shared mapping; the caller holds the commit token,
-        // so no other process writes these bytes during the copy.
+        // SAFETY: in bounds of the heap's shared mapping. Another process may publish into
+        // these bytes during the copy (word-sized atomic stores); the bytes copied are then
+        // a mix of old and new values, which callers (tests, with no concurrent writer) do
+        // not rely on.
         unsafe { ptr::copy_nonoverlapping(heap.shared.add(offset), dst.as_mut_ptr(), dst.len()) }
     }
 
-    /// Ends an interval: write-protects every dirty page again and clears the dirty list.
-    /// With `drop_private`, the private copies (this interval's and any kept earlier) are
-    /// discarded so the next access sees the shared view. Without it, this interval's copies
-    /// are kept — except those of pages another process published into since they were
-    /// taken ([`Tracker::catch_up`], which this calls first) — and stay valid until another
-    /// process publishes into their page. Called after publishing, by the holder of the
-    /// commit token (or with no other process publishing).
+    /// Ends an interval, after publishing. With `drop_private`, every dirty page is
+    /// write-protected again and every private copy (this interval's and any kept earlier)
+    /// discarded, so the next access sees the shared view. Without it, the pages published
+    /// in this interval stay *hot*: writable, with their twins refreshed to their current
+    /// contents, so that the next interval's writes to them take no fault and diff as
+    /// exactly the new changes (up to [`HOT_MAX`] of them; a hot page unchanged for
+    /// [`HOT_IDLE`] intervals cools down). The others are write-protected and kept: a copy
+    /// equals the shared view plus this process's own merged changes, and stays valid until
+    /// another process publishes into its page (the next [`Tracker::catch_up`] drops it
+    /// then; a publish made while this interval ran is still in that process's ring).
     pub fn reset(&self, drop_private: bool) -> io::Result<()> {
-        if !drop_private {
-            self.catch_up()?;
-        }
-        let seen = self.log.published.load(Ordering::Acquire);
         let count = self.dirty_count.load(Ordering::Acquire);
-        let mut pages = Vec::with_capacity(count);
-        for i in 0..count {
-            let page = self.dirty[i].load(Ordering::Relaxed) as usize;
-            pages.push(page);
-        }
-        pages.sort_unstable();
-        // In a tracked region exactly the dirty pages are writable, so one call per region,
-        // from its first dirty page to its last, write-protects them all: a call per run of
-        // pages would split and merge the mapping once for every scattered page.
-        for range in self.spans_per_region(&pages) {
+        let pages: Vec<usize> = (0..count)
+            .map(|i| self.dirty[i].load(Ordering::Relaxed) as usize)
+            .collect();
+        let (hot, mut cold) = if drop_private {
+            (Vec::new(), pages)
+        } else {
+            self.sort_hot(pages)
+        };
+        cold.sort_unstable();
+        // In a tracked region exactly the dirty pages are writable, so with no hot page
+        // left, one call per region, from its first dirty page to its last, write-protects
+        // them all (a call per run of pages would split and merge the mapping once for every
+        // scattered page); otherwise one call per run of cold pages, leaving the hot ones.
+        let ranges = if hot.is_empty() {
+            self.spans_per_region(&cold)
+        } else {
+            self.runs(&cold)
+        };
+        for range in ranges {
             self.protect(range.0, range.1, libc::PROT_READ)?;
         }
-        let mut stale = Vec::new();
-        for &page in &pages {
+        for &page in &cold {
             clear(&self.dirty_bits, page);
-            let was_stale = is_set(&self.stale_bits, page);
-            if was_stale {
-                clear(&self.stale_bits, page);
-            }
-            if drop_private || was_stale {
+            clear(&self.changed_bits, page);
+            self.idle[page].store(0, Ordering::Relaxed);
+            if drop_private {
                 self.kept.remove(page);
-                stale.push(page);
             } else {
                 self.kept.insert(page);
             }
         }
-        self.dirty_count.store(0, Ordering::Release);
-        for range in self.runs(&stale) {
-            self.discard(range.0, range.1)?;
-        }
+        self.retwin_hot(&hot);
         if drop_private {
+            for range in self.runs(&cold) {
+                self.discard(range.0, range.1)?;
+            }
             self.drop_kept()?;
-            // No private copy is left: every publish logged so far is taken into account.
-            self.log_seen.fetch_max(seen, Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// Splits this interval's dirty pages into those that stay hot and those that cool
+    /// down, updating how long each has gone unchanged.
+    fn sort_hot(&self, pages: Vec<usize>) -> (Vec<usize>, Vec<usize>) {
+        let (mut hot, mut cold) = (Vec::new(), Vec::new());
+        for page in pages {
+            let idle = if is_set(&self.changed_bits, page) {
+                0
+            } else {
+                self.idle[page].load(Ordering::Relaxed).saturating_add(1)
+            };
+            self.idle[page].store(idle, Ordering::Relaxed);
+            if idle < HOT_IDLE && hot.len() < HOT_MAX {
+                hot.push(page);
+            } else {
+                cold.push(page);
+            }
+        }
+        (hot, cold)
+    }
+
+    /// Makes `hot` the new dirty list, each page's twin at its new position's slot. Their
+    /// twins already equal their private pages: publishing refreshed the changed words, and
+    /// an unchanged page diffs as nothing. A page whose position moved has its twin copied
+    /// to the new slot (positions only move down, to slots already moved from).
+    fn retwin_hot(&self, hot: &[usize]) {
+        for (slot, &page) in hot.iter().enumerate() {
+            clear(&self.changed_bits, page);
+            let old = self.twin_slot[page].load(Ordering::Relaxed) as usize;
+            if old != slot {
+                // SAFETY: twin slots `old` and `slot` (< `old`) lie in the twin mapping and
+                // are mapped (below the dirty count); distinct slots, this process's own.
+                unsafe {
+                    ptr::copy_nonoverlapping(
+                        self.twins.add(old * PAGE),
+                        self.twins.add(slot * PAGE),
+                        PAGE,
+                    )
+                };
+                self.twin_slot[page].store(slot as u32, Ordering::Relaxed);
+            }
+            self.dirty[slot].store(page as u32, Ordering::Relaxed);
+        }
+        self.dirty_count.store(hot.len(), Ordering::Release);
     }
 
     /// Discards every private copy kept by `reset(false)`, except those written again in the
@@ -916,80 +988,116 @@ impl Tracker {
         Ok(())
     }
 
+    /// Makes this process's thread slot `slot` its publish ring (a process just forked).
+    pub fn set_writer(&self, slot: usize) {
+        assert!(slot < RINGS, "thread slot {slot} has no publish ring");
+        self.writer.store(slot, Ordering::Relaxed);
+    }
+
     /// Takes into account what other processes published since this process last did: a
     /// kept copy of a page they published into is dropped (the next access reads the shared
-    /// view), a dirty page they published into is marked to be dropped when its interval
-    /// ends. Called when the process synchronises (and by [`Tracker::reset`]); costs nothing
-    /// when nobody published. A process that fell a whole log behind, or a publish of every
-    /// page ([`Tracker::publish_everything`]), drops every kept copy.
+    /// view), and a dirty page they published into is *rebased*: the bytes this process has
+    /// not changed are refreshed from the shared view, in its private copy and its twin, so
+    /// its next reads see the others' merged bytes and its diff still holds only its own.
+    /// Called when the process synchronises (after an acquire, a wake-up, a join); costs one
+    /// load when nobody published. A process that fell a whole ring behind, or a publish of
+    /// every page ([`Tracker::publish_everything`]), drops every kept copy and rebases every
+    /// dirty page.
     pub fn catch_up(&self) -> io::Result<()> {
-        let log = self.log;
-        let seen = self.log_seen.load(Ordering::Relaxed);
-        let published = log.published.load(Ordering::Acquire);
-        if published == seen {
+        let total = self.log.total.load(Ordering::Acquire);
+        if total == self.seen_total.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let mut everything = published - seen > LOG_ENTRIES as u64;
+        let (pages, everything) = self.unseen_pages();
+        self.seen_total.store(total, Ordering::Relaxed);
+        if everything {
+            for page in self.dirty_pages() {
+                self.rebase(page);
+            }
+            return self.drop_kept();
+        }
+        let mut dropped = Vec::new();
+        for page in pages.into_iter().filter(|&page| page < self.pages) {
+            if is_set(&self.dirty_bits, page) {
+                self.rebase(page);
+            } else if self.kept.remove(page) {
+                dropped.push(page);
+            }
+        }
+        dropped.sort_unstable();
+        dropped.dedup();
+        for range in self.runs(&dropped) {
+            self.discard(range.0, range.1)?;
+        }
+        Ok(())
+    }
+
+    /// The pages the other processes' rings name beyond what this process has seen (their
+    /// positions advance), and whether any entry means every page or was overwritten before
+    /// it was read.
+    fn unseen_pages(&self) -> (Vec<usize>, bool) {
+        let mine = self.writer.load(Ordering::Relaxed);
         let mut pages = Vec::new();
-        if !everything {
+        let mut everything = false;
+        let used = self.log.rings_used.load(Ordering::Acquire);
+        for (index, ring) in self.log.rings[..used].iter().enumerate() {
+            let published = ring.published.load(Ordering::Acquire);
+            let seen = self.seen[index].load(Ordering::Relaxed);
+            if index == mine || published == seen {
+                continue;
+            }
+            self.seen[index].store(published, Ordering::Relaxed);
+            if everything || published - seen > RING_ENTRIES as u64 {
+                everything = true;
+                continue;
+            }
             for at in seen..published {
-                let page = log.pages[(at % LOG_ENTRIES as u64) as usize].load(Ordering::Relaxed);
-                if page == ALL_PAGES {
-                    everything = true;
-                    break;
-                }
+                let page = ring.pages[(at % RING_ENTRIES as u64) as usize].load(Ordering::Relaxed);
+                everything |= page == ALL_PAGES;
                 pages.push(page as usize);
             }
             // Entries overwritten while they were read: a writer reserves its slot (and
             // fences) before writing it.
             fence(Ordering::Acquire);
-            everything |= log.reserved.load(Ordering::Relaxed) - seen > LOG_ENTRIES as u64;
+            everything |= ring.reserved.load(Ordering::Relaxed) - seen > RING_ENTRIES as u64;
         }
-        if everything {
-            for page in self.dirty_pages() {
-                test_and_set(&self.stale_bits, page);
-            }
-            self.drop_kept()?;
-        } else {
-            let mut dropped = Vec::new();
-            for page in pages.into_iter().filter(|&page| page < self.pages) {
-                if is_set(&self.dirty_bits, page) {
-                    test_and_set(&self.stale_bits, page);
-                } else if self.kept.remove(page) {
-                    dropped.push(page);
-                }
-            }
-            dropped.sort_unstable();
-            for range in self.runs(&dropped) {
-                self.discard(range.0, range.1)?;
-            }
-        }
-        self.log_seen.store(published, Ordering::Relaxed);
-        Ok(())
+        (pages, everything)
     }
 
-    /// Records that this process published into `page` (`ALL_PAGES`: anywhere). The caller
-    /// holds the commit token: one writer at a time.
+    /// Refreshes dirty page `page` from the shared view where this process has not changed
+    /// it (see [`Tracker::catch_up`]).
+    fn rebase(&self, page: usize) {
+        let (private, shared) = self.addresses(page * PAGE);
+        let twin = self.twin_ptr(page);
+        // SAFETY: whole pages: the private copy (dirty, so writable and this process's own),
+        // its twin slot (below the dirty count), and the region's shared view (readable);
+        // three distinct mappings, page-aligned. Only this single-threaded process touches
+        // the first two; the shared page is read word by word atomically.
+        unsafe { rebase_words(private, twin, shared) }
+    }
+
+    /// Records that this process published into `page` (`ALL_PAGES`: anywhere), in its own
+    /// ring (one writer).
     fn log_published(&self, page: u32) {
-        let log = self.log;
-        let at = log.reserved.load(Ordering::Relaxed);
-        log.reserved.store(at + 1, Ordering::Relaxed);
+        let writer = self.writer.load(Ordering::Relaxed);
+        let ring = &self.log.rings[writer];
+        if self.log.rings_used.load(Ordering::Relaxed) <= writer {
+            self.log.rings_used.fetch_max(writer + 1, Ordering::AcqRel);
+        }
+        let at = ring.reserved.load(Ordering::Relaxed);
+        ring.reserved.store(at + 1, Ordering::Relaxed);
         // A reader that sees the entry below also sees the reservation (and so knows when
         // the slot it read was overwritten).
         fence(Ordering::Release);
-        log.pages[(at % LOG_ENTRIES as u64) as usize].store(page, Ordering::Relaxed);
-        log.published.store(at + 1, Ordering::Release);
-        // This process's own publish leaves its copies valid: taken into account at once if
-        // every earlier entry was (otherwise it is conservatively treated as another's).
-        if self.log_seen.load(Ordering::Relaxed) == at {
-            self.log_seen.store(at + 1, Ordering::Relaxed);
-        }
+        ring.pages[(at % RING_ENTRIES as u64) as usize].store(page, Ordering::Relaxed);
+        ring.published.store(at + 1, Ordering::Release);
+        self.log.total.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Records that this process may have changed any page of the shared views without
     /// publishing (the runtime's main process writes the unlogged regions in place): every
-    /// other process drops its kept copies when it next synchronises. The caller holds the
-    /// commit token.
+    /// other process drops its kept copies, and rebases its dirty pages, when it next
+    /// synchronises.
     pub fn publish_everything(&self) {
         self.log_published(ALL_PAGES);
     }
@@ -1096,6 +1204,17 @@ impl Tracker {
     }
 }
 
+/// `CLOCK_MONOTONIC` in nanoseconds (async-signal-safe: `clock_gettime`).
+fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into `now`; it is async-signal-safe.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
 /// Makes the kernel give this process its private copy of the copy-on-write page holding
 /// `at` (an aligned word, writable) without changing any byte of it: a compare-and-swap of
 /// the word with itself, repeated until it succeeds.
@@ -1124,61 +1243,6 @@ unsafe fn make_private(at: *mut u8) {
     }
 }
 
-/// Copies `len` bytes from `src` to `dst`, which are equally aligned modulo 8, changing each
-/// aligned word of `dst` in one store: whole words by an atomic store, a word the range
-/// covers only partly by a compare-and-swap that keeps its other bytes (another process
-/// writing them meanwhile — the main process writes unlogged regions in place — is not
-/// overwritten).
-///
-/// # Safety
-/// `src` is readable and `dst` writable for `len` bytes; the ranges do not overlap; no other
-/// thread of this process writes `src` meanwhile.
-unsafe fn copy_words(src: *const u8, dst: *mut u8, len: usize) {
-    assert_eq!(
-        src as usize % 8,
-        dst as usize % 8,
-        "copy between differently aligned views"
-    );
-    let mut done = 0;
-    while done < len {
-        let to = dst as usize + done;
-        let in_word = to % 8;
-        let n = (8 - in_word).min(len - done);
-        // SAFETY: the aligned word holding `to` lies in `dst`'s page (pages are word
-        // multiples), which is mapped and writable; it is only accessed atomically here.
-        let word = unsafe { AtomicU64::from_ptr((to - in_word) as *mut u64) };
-        if n == 8 {
-            // SAFETY: 8 readable bytes of `src`, aligned like `to`.
-            let value = unsafe { src.add(done).cast::<u64>().read() };
-            word.store(value, Ordering::Relaxed);
-        } else {
-            let mut current = word.load(Ordering::Relaxed);
-            loop {
-                let mut merged = current;
-                // SAFETY: `n` readable bytes of `src` over bytes `in_word..in_word + n` of a
-                // local word (in memory order, as they lie in `dst`); `in_word + n <= 8`.
-                unsafe {
-                    ptr::copy_nonoverlapping(
-                        src.add(done),
-                        (&raw mut merged).cast::<u8>().add(in_word),
-                        n,
-                    );
-                }
-                match word.compare_exchange_weak(
-                    current,
-                    merged,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => break,
-                    Err(now) => current = now,
-                }
-            }
-        }
-        done += n;
-    }
-}
-
 /// `0xff` in every byte where `x` has a non-zero byte, `0x00` elsewhere.
 fn nonzero_bytes(x: u64) -> u64 {
     const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
@@ -1190,22 +1254,36 @@ fn nonzero_bytes(x: u64) -> u64 {
 
 /// Copies the bytes where `private` differs from `twin` (a page each) into `shared`, each
 /// aligned word of `shared` in one store: a word changed in all 8 bytes by an atomic store,
-/// one changed in part by a compare-and-swap that keeps its other bytes (see
-/// [`copy_words`]) — or, when the caller is the only writer of `shared` (`exclusive`), by a
-/// load and one store of the merged word. Returns whether any byte differed.
+/// one changed in part by a compare-and-swap that keeps its other bytes (other processes may
+/// publish other bytes of the page at the same moment, and the main process writes the
+/// unlogged regions in place). Readers of the shared view see each word as it was or as
+/// published, never torn (a GOT slot of the program, rewritten by lazy binding in every
+/// process, must never be seen half old, half new).
+/// Each changed word is also written into `twin`, so afterwards the twin equals the private
+/// page and the next diff holds only later writes. Returns whether any byte differed.
 ///
 /// # Safety
-/// The three pointers are page-aligned pages: `private` and `twin` readable and not written
-/// meanwhile by this process, `shared` writable; no overlap; with `exclusive`, nothing else
-/// writes `shared` meanwhile.
-unsafe fn publish_changed_words(
+/// The three pointers are page-aligned pages: `private` readable and not written meanwhile
+/// by this process, `twin` readable and writable and this process's own, `shared`
+/// writable; no overlap.
+unsafe fn publish_changed_words(private: *const u8, twin: *mut u8, shared: *mut u8) -> bool {
+    // SAFETY: forwarded: every word of the three pages.
+    unsafe { publish_word_range(private, twin, shared, 0, PAGE / 8) }
+}
+
+/// [`publish_changed_words`] over words `first..last` of the pages only.
+///
+/// # Safety
+/// As [`publish_changed_words`]; `last <= PAGE / 8`.
+unsafe fn publish_word_range(
     private: *const u8,
-    twin: *const u8,
+    twin: *mut u8,
     shared: *mut u8,
-    exclusive: bool,
+    first: usize,
+    last: usize,
 ) -> bool {
     let mut any = false;
-    for index in 0..PAGE / 8 {
+    for index in first..last {
         // SAFETY: word `index` of two readable, aligned pages.
         let (mine, before) = unsafe {
             (
@@ -1218,6 +1296,8 @@ unsafe fn publish_changed_words(
             continue;
         }
         any = true;
+        // SAFETY: word `index` of the twin page, writable and this process's own.
+        unsafe { twin.cast::<u64>().add(index).write(mine) };
         // SAFETY: an aligned word of the writable shared page, only accessed atomically here.
         let word = unsafe { AtomicU64::from_ptr(shared.cast::<u64>().add(index)) };
         let mask = nonzero_bytes(changed);
@@ -1226,10 +1306,6 @@ unsafe fn publish_changed_words(
             continue;
         }
         let mut current = word.load(Ordering::Relaxed);
-        if exclusive {
-            word.store((current & !mask) | (mine & mask), Ordering::Relaxed);
-            continue;
-        }
         while let Err(now) = word.compare_exchange_weak(
             current,
             (current & !mask) | (mine & mask),
@@ -1240,6 +1316,31 @@ unsafe fn publish_changed_words(
         }
     }
     any
+}
+
+/// Rebases a dirty page on the shared view: every byte this process has not changed (equal
+/// in `private` and `twin`) takes the shared page's current value, in both `private` and
+/// `twin`; changed bytes keep the private value and their old twin value, so the diff of
+/// the two is still exactly this process's changes.
+///
+/// # Safety
+/// The three pointers are page-aligned pages: `private` and `twin` readable and writable and
+/// used by nothing else meanwhile, `shared` readable; no overlap.
+unsafe fn rebase_words(private: *mut u8, twin: *mut u8, shared: *const u8) {
+    for index in 0..PAGE / 8 {
+        // SAFETY: word `index` of three aligned pages; the shared word is read atomically
+        // (other processes publish into it).
+        unsafe {
+            let mine_at = private.cast::<u64>().add(index);
+            let twin_at = twin.cast::<u64>().add(index);
+            let current = AtomicU64::from_ptr(shared.cast::<u64>().add(index).cast_mut())
+                .load(Ordering::Relaxed);
+            let (mine, before) = (mine_at.read(), twin_at.read());
+            let mask = nonzero_bytes(mine ^ before);
+            mine_at.write((current & !mask) | (mine & mask));
+            twin_at.write((current & !mask) | (before & mask));
+        }
+    }
 }
 
 /// Coalesces sorted page numbers into `(first, count)` runs, never across a region start
@@ -1302,7 +1403,16 @@ extern "C" fn on_segv(signal: i32, info: *mut libc::siginfo_t, _context: *mut li
     let saved_errno = unsafe { *errno };
     // SAFETY: the kernel passes a valid siginfo for an SA_SIGINFO handler.
     let addr = unsafe { (*info).si_addr() } as usize;
-    let handled = Tracker::active().is_some_and(|tracker| tracker.on_fault(addr));
+    let started = crate::profile::enabled().then(monotonic_ns);
+    let handled = Tracker::active().is_some_and(|tracker| {
+        let handled = tracker.on_fault(addr);
+        if let Some(started) = started {
+            tracker
+                .fault_nanos
+                .fetch_add(monotonic_ns().saturating_sub(started), Ordering::Relaxed);
+        }
+        handled
+    });
     // SAFETY: as above.
     unsafe { *errno = saved_errno };
     if handled {
@@ -1416,19 +1526,57 @@ mod tests {
                 bytemuck_mut(&mut expected)[range.clone()]
                     .copy_from_slice(&bytemuck(&private)[range]);
             }
-            for exclusive in [false, true] {
-                let mut shared = old_shared.clone();
-                // SAFETY: three distinct, aligned page-sized buffers, written by no one else.
-                let any = unsafe {
-                    publish_changed_words(
-                        private.as_ptr().cast(),
-                        twin.as_ptr().cast(),
-                        shared.as_mut_ptr().cast(),
-                        exclusive,
-                    )
+            let mut shared = old_shared.clone();
+            // SAFETY: three distinct, aligned page-sized buffers, written by no one else.
+            let any = unsafe {
+                publish_changed_words(
+                    private.as_ptr().cast(),
+                    twin.clone().as_mut_ptr().cast(),
+                    shared.as_mut_ptr().cast(),
+                )
+            };
+            assert_eq!(any, !spans.is_empty());
+            assert_eq!(shared, expected, "round {round}");
+        }
+    }
+
+    /// Rebasing keeps exactly this process's changed bytes and takes every other byte from
+    /// the shared page, in the private copy and the twin alike.
+    #[test]
+    fn rebasing_a_page_keeps_its_own_changes_and_takes_the_rest() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let words = PAGE / 8;
+        for round in 0..100 {
+            let twin: Vec<u64> = (0..words).map(|_| rng.random()).collect();
+            let mut private = twin.clone();
+            for _ in 0..[0, 3, 40, 900][round % 4] {
+                let at = rng.random_range(0..PAGE);
+                bytemuck_mut(&mut private)[at] ^= rng.random_range(1..=255u8);
+            }
+            let mut before = Vec::new();
+            diff::spans(bytemuck(&private), bytemuck(&twin), &mut before);
+            let shared: Vec<u64> = (0..words).map(|_| rng.random()).collect();
+            let (mut new_private, mut new_twin) = (private.clone(), twin.clone());
+            // SAFETY: three distinct, aligned page-sized buffers, used by nothing else.
+            unsafe {
+                rebase_words(
+                    new_private.as_mut_ptr().cast(),
+                    new_twin.as_mut_ptr().cast(),
+                    shared.as_ptr().cast(),
+                )
+            };
+            let mut after = Vec::new();
+            diff::spans(bytemuck(&new_private), bytemuck(&new_twin), &mut after);
+            assert_eq!(after, before, "round {round}: the diff is unchanged");
+            for at in 0..PAGE {
+                let changed = bytemuck(&private)[at] != bytemuck(&twin)[at];
+                let want = if changed {
+                    bytemuck(&private)[at]
+                } else {
+                    bytemuck(&shared)[at]
                 };
-                assert_eq!(any, !spans.is_empty());
-                assert_eq!(shared, expected, "round {round}, exclusive {exclusive}");
+                assert_eq!(bytemuck(&new_private)[at], want, "round {round} byte {at}");
             }
         }
     }

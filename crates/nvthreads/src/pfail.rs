@@ -30,23 +30,33 @@
 //!   which the journal never relies on (where it orders stores within a line, a fence
 //!   separates them). The seed is mixed with the step number.
 //!
-//! Non-temporal stores count as stored and flushed (durable at the next fence). A fence by
-//! any process completes every process's flushes (as in `crashsim`, §12 of the crash-model
-//! document). The pending set is shared, so lines a thread-process left pending (only a
-//! buggy protocol does: every journal operation ends with a fence over everything it
-//! stored) are still rolled back when another process crashes.
+//! Every store through the wrapper ends with a `sched_yield`, so that on this machine's two
+//! cores other thread-processes still append between one's store and its fence, and crash
+//! points fall between two threads' appends (`c_power_failure.rs` checks that they do).
+//!
+//! Non-temporal stores count as stored and flushed (durable at the next fence of the same
+//! process). A fence completes only the flushes of the process that issues it, as `sfence`
+//! orders only its own core's `clwb`s: thread-processes append to their log lanes at the
+//! same moment, and one's fence must not make another's flushed lines durable. The pending
+//! set is shared, so lines a thread-process left pending (only a buggy protocol does: every
+//! journal operation ends with a fence over everything it stored) are still rolled back
+//! when another process crashes.
 //!
 //! The wrapper is only built when `NVT_PFAIL` is set ([`RtPool`], [`RtJournal`]): without it
 //! the runtime's journal is a plain `Journal<Native>`, and the only cost is one `match` per
 //! journal operation.
 
 use crate::error::NvtError;
-use crate::journal::{Config, Geometry, Journal, JournalState, LAYOUT, Mutation, Recovery};
-use crate::record::Run;
+use crate::journal::{
+    Checkpoint, Config, Geometry, Journal, JournalState, LAYOUT, Mutation, Recovery,
+};
+use crate::record::Meta;
 use pmem::{
     CACHE_LINE, CreateOptions, Native, NativeOptions, Persist, Pool, PoolError, Stats, WriteClass,
     assert_in_bounds, lines_covering,
 };
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use std::fmt;
 use std::io::Write;
 use std::path::Path;
@@ -77,17 +87,6 @@ impl Mode {
                 .map(Mode::Random),
         }
     }
-
-    /// `NVT_PFAIL`: `Ok(None)` when unset or empty.
-    pub fn from_env() -> Result<Option<Mode>, String> {
-        match std::env::var("NVT_PFAIL") {
-            Err(_) => Ok(None),
-            Ok(text) if text.trim().is_empty() => Ok(None),
-            Ok(text) => Mode::parse(&text)
-                .map(Some)
-                .ok_or_else(|| format!("NVT_PFAIL={text}: expected none, all or random:<seed>")),
-        }
-    }
 }
 
 /// Line states in the shared table.
@@ -107,7 +106,7 @@ mod line {
 struct Control {
     /// Spin lock over the whole table (0 free, 1 held).
     lock: AtomicU32,
-    /// Whether a fence has happened whose retirements are not applied yet.
+    /// The process whose last fence's retirements are not applied yet (0: none).
     unfinalized: AtomicU32,
     /// Entries in the pending list.
     count: AtomicU64,
@@ -124,6 +123,9 @@ pub struct Outcome {
     pub reverted: u64,
     /// Pending lines torn (a prefix of their words kept).
     pub torn: u64,
+    /// Pending lines last stored to by another process than the one failing (another
+    /// thread's append in flight: concurrent commits).
+    pub foreign: u64,
 }
 
 /// The shared line table of one pool mapping: one `MAP_SHARED | MAP_ANONYMOUS` mapping made
@@ -140,6 +142,10 @@ struct Sim {
     control: *const Control,
     states: *mut u8,
     list: *mut u32,
+    /// Per line: the process that last flushed it (whose fence makes it durable).
+    flushers: *mut u32,
+    /// Per line: the process that last stored to it.
+    writers: *mut u32,
     pre: *mut u8,
     flushed: *mut u8,
 }
@@ -188,7 +194,9 @@ impl Sim {
         let lines = lines as usize;
         let states_at = std::mem::size_of::<Control>();
         let list_at = (states_at + lines).next_multiple_of(8);
-        let pre_at = (list_at + 4 * lines).next_multiple_of(LINE);
+        let flushers_at = list_at + 4 * lines;
+        let writers_at = flushers_at + 4 * lines;
+        let pre_at = (writers_at + 4 * lines).next_multiple_of(LINE);
         let flushed_at = pre_at + len as usize;
         let total = flushed_at + len as usize;
         // Zeroed: every line CLEAN, an unlocked, empty control block.
@@ -202,6 +210,8 @@ impl Sim {
                 control: at.cast::<Control>(),
                 states: at.add(states_at),
                 list: at.add(list_at).cast::<u32>(),
+                flushers: at.add(flushers_at).cast::<u32>(),
+                writers: at.add(writers_at).cast::<u32>(),
                 pre: at.add(pre_at),
                 flushed: at.add(flushed_at),
             }
@@ -278,17 +288,49 @@ impl Sim {
         }
     }
 
-    /// Applies the retirements of the last fence, if not done yet: flushed lines become
-    /// durable; lines stored to again after their flush become durable as flushed.
+    /// The process that last flushed line `at`. Callers hold the lock.
+    fn flusher(&self, _locked: &Locked<'_>, at: usize) -> u32 {
+        assert!(at < self.lines());
+        // SAFETY: `at` is inside the flusher array; the lock serialises all accesses.
+        unsafe { self.flushers.add(at).read() }
+    }
+
+    fn set_flusher(&self, _locked: &Locked<'_>, at: usize, process: u32) {
+        assert!(at < self.lines());
+        // SAFETY: as in `flusher`.
+        unsafe { self.flushers.add(at).write(process) }
+    }
+
+    /// The process that last stored to line `at`. Callers hold the lock.
+    fn writer(&self, _locked: &Locked<'_>, at: usize) -> u32 {
+        assert!(at < self.lines());
+        // SAFETY: `at` is inside the writer array; the lock serialises all accesses.
+        unsafe { self.writers.add(at).read() }
+    }
+
+    fn set_writer(&self, _locked: &Locked<'_>, at: usize, process: u32) {
+        assert!(at < self.lines());
+        // SAFETY: as in `writer`.
+        unsafe { self.writers.add(at).write(process) }
+    }
+
+    /// Applies the retirements of the last fence, if not done yet: the lines its process
+    /// flushed become durable; those stored to again after that flush become durable as
+    /// flushed. Lines other processes flushed stay pending until their own fences.
     fn finalize(&self, locked: &Locked<'_>) {
         let control = self.control();
-        if control.unfinalized.load(Ordering::Relaxed) == 0 {
+        let fencer = control.unfinalized.load(Ordering::Relaxed);
+        if fencer == 0 {
             return;
         }
         let mut kept = 0;
         for i in 0..self.count() {
             let at = self.entry(locked, i);
-            match self.state(locked, at) {
+            let state = self.state(locked, at);
+            let retired = matches!(state, line::FLUSHED | line::FLUSHED_DIRTY)
+                && self.flusher(locked, at) == fencer;
+            match state {
+                _ if !retired => {}
                 line::FLUSHED => {
                     self.set_state(locked, at, line::CLEAN);
                     continue;
@@ -319,8 +361,10 @@ impl Sim {
     /// that was durable.
     fn before_store(&self, locked: &Locked<'_>, off: u64, len: u64) {
         self.finalize(locked);
+        let process = std::process::id();
         for at in lines_covering(off, len) {
             let at = at as usize;
+            self.set_writer(locked, at, process);
             match self.state(locked, at) {
                 line::CLEAN => {
                     self.save(locked, self.pre, at);
@@ -340,11 +384,13 @@ impl Sim {
     /// A flush of `[off, off + len)` (or the write-back an NT store implies): every covered
     /// pending line's current content is what the next fence makes durable.
     fn flushed(&self, locked: &Locked<'_>, off: u64, len: u64) {
+        let process = std::process::id();
         for at in lines_covering(off, len) {
             let at = at as usize;
             if self.state(locked, at) != line::CLEAN {
                 self.save(locked, self.flushed, at);
                 self.set_state(locked, at, line::FLUSHED);
+                self.set_flusher(locked, at, process);
             }
         }
     }
@@ -354,7 +400,7 @@ impl Sim {
     /// nothing may store through the seam any more).
     fn fail(&self, step: u64, hold: bool) -> Outcome {
         let locked = self.lock();
-        let mut rng = SplitMix(match self.mode {
+        let mut rng = ChaCha8Rng::seed_from_u64(match self.mode {
             Mode::Random(seed) => seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15),
             _ => 0,
         });
@@ -362,16 +408,20 @@ impl Sim {
             pending: self.count() as u64,
             ..Outcome::default()
         };
+        let me = std::process::id();
         for i in 0..self.count() {
             let at = self.entry(&locked, i);
+            if self.writer(&locked, at) != me {
+                outcome.foreign += 1;
+            }
             // Words [from, 8) of the line go back to the pre-image.
             let from = match self.mode {
                 Mode::None => 8,
                 Mode::All => 0,
-                Mode::Random(_) => match rng.next() % 3 {
+                Mode::Random(_) => match rng.random_range(0..3) {
                     0 => 8,
                     1 => 0,
-                    _ => 1 + (rng.next() % 7) as usize,
+                    _ => rng.random_range(1..8),
                 },
             };
             match from {
@@ -398,19 +448,6 @@ impl Sim {
             std::mem::forget(locked);
         }
         outcome
-    }
-}
-
-/// splitmix64: a small, good-enough generator for the choices of a rollback.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
     }
 }
 
@@ -470,9 +507,15 @@ impl Persist for PfailPm {
 
     fn write(&self, off: u64, src: &[u8], class: WriteClass) {
         assert_in_bounds(off, src.len() as u64, self.len());
-        let locked = self.sim.lock();
-        self.sim.before_store(&locked, off, src.len() as u64);
-        self.native.write(off, src, class);
+        {
+            let locked = self.sim.lock();
+            self.sim.before_store(&locked, off, src.len() as u64);
+            self.native.write(off, src, class);
+        }
+        // Lets other thread-processes run between this store and its flush and fence, as
+        // they would on a machine with a core each: their appends then interleave with this
+        // one, and crash points fall between two threads' appends.
+        std::thread::yield_now();
     }
 
     fn write_u64(&self, off: u64, value: u64, class: WriteClass) {
@@ -502,7 +545,10 @@ impl Persist for PfailPm {
         let locked = self.sim.lock();
         self.sim.finalize(&locked);
         self.native.fence();
-        self.sim.control().unfinalized.store(1, Ordering::Relaxed);
+        self.sim
+            .control()
+            .unfinalized
+            .store(std::process::id(), Ordering::Relaxed);
     }
 
     fn stats(&self) -> &Stats {
@@ -521,8 +567,8 @@ impl Persist for PfailPm {
 /// The crash point of the runtime (`NVT_CRASH_AT`), called just before it kills the
 /// process group: rolls back the pending lines of the pool opened with `NVT_PFAIL` as its
 /// mode says, and keeps the table locked so that nothing stores through the seam any more.
-/// With `NVT_STATS=1` prints what it did. Does nothing without `NVT_PFAIL`.
-pub fn power_failure(step: u64) {
+/// With `report` (`NVT_STATS=1`) prints what it did. Does nothing without `NVT_PFAIL`.
+pub fn power_failure(step: u64, report: bool) {
     let sim = ACTIVE.load(Ordering::Acquire);
     if sim.is_null() {
         return;
@@ -530,15 +576,17 @@ pub fn power_failure(step: u64) {
     // SAFETY: ACTIVE only ever holds leaked (never freed) tables.
     let sim = unsafe { &*sim };
     let outcome = sim.fail(step, true);
-    if std::env::var("NVT_STATS").is_ok_and(|v| v == "1") {
+    if report {
         let _ = writeln!(
             std::io::stderr(),
-            "nvthreads-pfail step={step} mode={:?} pending={} kept={} reverted={} torn={}",
+            "nvthreads-pfail step={step} mode={:?} pending={} kept={} reverted={} torn={} \
+             foreign={}",
             sim.mode,
             outcome.pending,
             outcome.kept,
             outcome.reverted,
-            outcome.torn
+            outcome.torn,
+            outcome.foreign
         );
     }
 }
@@ -553,15 +601,22 @@ pub enum RtPool {
 }
 
 impl RtPool {
-    /// `Pool::open` with layout [`LAYOUT`], on the wrapped backend when `NVT_PFAIL` is set.
-    pub fn open(path: &Path, native: &NativeOptions) -> Result<RtPool, PoolError> {
-        let mode = Mode::from_env().map_err(PoolError::InvalidArgument)?;
+    /// `Pool::open` with layout [`LAYOUT`], on the wrapped backend when `mode` is given
+    /// (`NVT_PFAIL`).
+    pub fn open(
+        path: &Path,
+        native: &NativeOptions,
+        mode: Option<Mode>,
+    ) -> Result<RtPool, PoolError> {
         Self::wrap(Pool::open(path, LAYOUT, native)?, mode)
     }
 
-    /// `Pool::create`, on the wrapped backend when `NVT_PFAIL` is set.
-    pub fn create(path: &Path, options: &CreateOptions) -> Result<RtPool, PoolError> {
-        let mode = Mode::from_env().map_err(PoolError::InvalidArgument)?;
+    /// `Pool::create`, on the wrapped backend when `mode` is given (`NVT_PFAIL`).
+    pub fn create(
+        path: &Path,
+        options: &CreateOptions,
+        mode: Option<Mode>,
+    ) -> Result<RtPool, PoolError> {
         Self::wrap(Pool::create(path, options)?, mode)
     }
 
@@ -650,23 +705,24 @@ impl RtJournal {
     }
 
     /// [`Journal::append`].
-    pub fn append(&self, state: &mut JournalState, runs: &[Run<'_>]) -> Result<u64, NvtError> {
-        each!(self, j => j.append(state, runs))
-    }
-
-    /// [`Journal::commit`].
-    pub fn commit(&self, state: &mut JournalState) -> bool {
-        each!(self, j => j.commit(state))
-    }
-
-    /// [`Journal::maybe_checkpoint`].
-    pub fn maybe_checkpoint(&self, state: &mut JournalState) -> Result<bool, NvtError> {
-        each!(self, j => j.maybe_checkpoint(state))
+    pub fn append(
+        &self,
+        lane: usize,
+        tail: &mut u64,
+        meta: Meta,
+        body: &[u8],
+    ) -> Result<u64, NvtError> {
+        each!(self, j => j.append(lane, tail, meta, body))
     }
 
     /// [`Journal::checkpoint`].
-    pub fn checkpoint(&self, state: &mut JournalState) -> Result<u64, NvtError> {
+    pub fn checkpoint(&self, state: &mut JournalState) -> Result<Checkpoint, NvtError> {
         each!(self, j => j.checkpoint(state))
+    }
+
+    /// [`Journal::wants_checkpoint`].
+    pub fn wants_checkpoint(&self, state: &JournalState) -> bool {
+        each!(self, j => j.wants_checkpoint(state))
     }
 
     /// [`Journal::clear_home`].
@@ -688,6 +744,7 @@ impl RtJournal {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::Run;
     use std::fs::OpenOptions;
 
     const LEN: u64 = 64 * 1024;
@@ -844,13 +901,14 @@ mod tests {
 
     #[test]
     fn journal_on_the_wrapper_recovers_what_it_committed() {
-        // A pool used through the wrapper, failed with mode `all` right after a commit: the
-        // commit survives (it was fenced before the failure's fence).
+        // A pool used through the wrapper, failed with mode `all` right after a second
+        // record's fence: the first record survives (it was fenced before), the second not.
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("j.pool");
         let config = Config {
             heap_len: 8192,
             log_len: 4096,
+            lanes: 2,
             base_addr: crate::DEFAULT_BASE_ADDR,
         };
         let mut create = CreateOptions::new(LAYOUT, config.pool_size());
@@ -864,14 +922,17 @@ mod tests {
             offset: 100,
             bytes: &[7; 16],
         };
-        journal.append(&mut state, &[run]).expect("append");
-        assert!(journal.commit(&mut state));
+        journal
+            .append_data(&mut state, 0, 1, 0, &[run.into()])
+            .expect("append");
         let second = Run {
             offset: 200,
             bytes: &[8; 16],
         };
-        journal.append(&mut state, &[second]).expect("append");
-        // Crash at the second append's fence: its record is reverted, the first commit holds.
+        journal
+            .append_data(&mut state, 1, 2, 0, &[second.into()])
+            .expect("append");
+        // Crash at the second append's fence: its record is reverted, the first holds.
         let outcome = journal.pool().pm().fail(1);
         assert!(outcome.reverted > 0);
         journal.pool().mark_unclean_on_drop();

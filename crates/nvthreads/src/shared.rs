@@ -1,11 +1,13 @@
 //! State shared by every thread-process of one program run (`docs/nvthreads.md` §3.4): the
-//! commit token, the log's volatile state, the open-section count, the thread table and the
-//! tables of mutexes, condition variables and barriers, keyed by the address of the program's
-//! `pthread_*_t` (the same in every process, since they all descend from one address space
-//! by `fork`). Everything lives in one `MAP_SHARED | MAP_ANONYMOUS` mapping made before the
-//! first fork, and every field is an atomic; blocking uses process-shared futexes.
+//! log's volatile state (lap, sequence numbers, lane tails and locks, the checkpoint gate),
+//! the groups of sections that commit together, the thread table and the tables of mutexes,
+//! condition variables and barriers, keyed by the address of the program's `pthread_*_t`
+//! (the same in every process, since they all descend from one address space by `fork`).
+//! Everything lives in one `MAP_SHARED | MAP_ANONYMOUS` mapping made before the first fork,
+//! and every field is an atomic; blocking uses process-shared futexes.
 
-use crate::journal::JournalState;
+use crate::journal::{JournalState, MAX_LANES};
+use crate::stats::Stats;
 use std::io;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
@@ -273,6 +275,9 @@ pub struct ThreadSlot {
     pub name: [AtomicU64; 2],
     /// 1 while `name` waits to be applied.
     pub name_pending: AtomicU32,
+    /// The group not yet durable the thread depended on when it ended: its joiner depends
+    /// on it too (0: none).
+    pub dep: AtomicU64,
 }
 
 impl ThreadSlot {
@@ -325,7 +330,8 @@ pub struct SyncSlot {
     /// Condition variable: the wake-up sequence. Barrier: the generation. Once: 0 not run,
     /// 1 running, 2 done.
     pub seq: AtomicU32,
-    /// Barrier: threads arrived in this generation.
+    /// Barrier: threads arrived in this generation. Condition variable: threads waiting
+    /// (a signal with none makes no system call).
     pub arrived: AtomicU32,
     /// Barrier: threads per generation.
     pub count: AtomicU32,
@@ -336,6 +342,10 @@ pub struct SyncSlot {
     pub owner: AtomicU32,
     /// Mutex: recursion depth of the holder (recursive mutexes).
     pub recursion: AtomicU32,
+    /// The group of sections not yet durable that its last releaser (a mutex), signaller
+    /// (a condition variable), arrivals (a barrier) or initialiser (a once-control) depended
+    /// on: whoever synchronises through it depends on that group too (0: none).
+    pub dep: AtomicU64,
 }
 
 impl SyncSlot {
@@ -351,6 +361,7 @@ impl SyncSlot {
         ] {
             field.store(0, Ordering::Relaxed);
         }
+        self.dep.store(0, Ordering::Relaxed);
     }
 
     /// A condition variable's clock.
@@ -364,24 +375,166 @@ impl SyncSlot {
     }
 }
 
+/// The runtime's counters, summed over every thread-process (`NVT_STATS=1`).
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Commit points (epoch flips).
+    pub commits: AtomicU64,
+    /// Redo records written.
+    pub records: AtomicU64,
+    /// Bytes of runs logged.
+    pub logged_bytes: AtomicU64,
+    /// Dirty pages merged.
+    pub merged_pages: AtomicU64,
+    /// Checkpoints and compactions of the log.
+    pub checkpoints: AtomicU64,
+    /// Bytes of records written (headers and padding included).
+    pub log_bytes: AtomicU64,
+    /// Groups of open sections started.
+    pub groups: AtomicU64,
+}
+
+impl Counters {
+    /// Adds `amount` to `counter` (statistics: relaxed).
+    pub fn add(counter: &AtomicU64, amount: u64) {
+        counter.fetch_add(amount, Ordering::Relaxed);
+    }
+
+    /// The counters now.
+    pub fn snapshot(&self) -> Stats {
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        Stats {
+            commits: get(&self.commits),
+            records: get(&self.records),
+            logged_bytes: get(&self.logged_bytes),
+            merged_pages: get(&self.merged_pages),
+            checkpoints: get(&self.checkpoints),
+            log_bytes: get(&self.log_bytes),
+            groups: get(&self.groups),
+        }
+    }
+}
+
+/// One lane of the log: its appender's lock and its tail.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct Lane {
+    /// Held while a record is appended to the lane (threads whose slots share the lane
+    /// take turns; with no more threads than lanes it is never contended).
+    pub lock: LockWord,
+    /// Bytes used in the lane in this lap.
+    pub tail: AtomicU64,
+}
+
+/// Appenders against checkpoints: any number of appenders at once, or one checkpoint.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct Gate {
+    /// Appenders inside (a futex word the checkpoint waits on).
+    appenders: AtomicU32,
+    /// 1 while a checkpoint runs or waits for the appenders to leave (a futex word the
+    /// appenders wait on).
+    closed: AtomicU32,
+    /// Serialises checkpoints.
+    checkpoint: LockWord,
+}
+
+impl Gate {
+    /// Enters as an appender, waiting while a checkpoint runs.
+    pub fn enter(&self) {
+        loop {
+            self.appenders.fetch_add(1, Ordering::SeqCst);
+            if self.closed.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            self.leave();
+            futex_wait(&self.closed, 1);
+        }
+    }
+
+    /// Leaves as an appender.
+    pub fn leave(&self) {
+        if self.appenders.fetch_sub(1, Ordering::SeqCst) == 1
+            && self.closed.load(Ordering::SeqCst) != 0
+        {
+            futex_wake(&self.appenders, 1);
+        }
+    }
+
+    /// Closes the gate for a checkpoint: waits until no appender is inside. The caller is
+    /// not inside itself.
+    pub fn close(&self) {
+        self.checkpoint.lock();
+        self.closed.store(1, Ordering::SeqCst);
+        loop {
+            let inside = self.appenders.load(Ordering::SeqCst);
+            if inside == 0 {
+                return;
+            }
+            futex_wait_for(&self.appenders, inside, std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// Opens the gate again after a checkpoint.
+    pub fn open(&self) {
+        self.closed.store(0, Ordering::SeqCst);
+        futex_wake(&self.closed, i32::MAX);
+        self.checkpoint.unlock();
+    }
+}
+
+/// The log's volatile state, shared by every process of the run.
+#[repr(C)]
+#[derive(Debug)]
+pub struct LogShared {
+    /// The current lap (mirror of the lap word; changed only by a checkpoint).
+    pub lap: AtomicU64,
+    /// The next record's sequence number.
+    pub next_seq: AtomicU64,
+    /// Appenders against checkpoints.
+    pub gate: Gate,
+    /// The lanes.
+    pub lanes: [Lane; MAX_LANES as usize],
+}
+
+impl LogShared {
+    /// The journal state now (under the closed gate: no appender changes it meanwhile).
+    pub fn state(&self, lanes: usize) -> JournalState {
+        JournalState {
+            lap: self.lap.load(Ordering::Acquire),
+            tails: self.lanes[..lanes]
+                .iter()
+                .map(|lane| lane.tail.load(Ordering::Acquire))
+                .collect(),
+        }
+    }
+
+    /// Stores `state` (under the closed gate, or before any fork).
+    pub fn set_state(&self, state: &JournalState) {
+        self.lap.store(state.lap, Ordering::Release);
+        for (lane, &tail) in self.lanes.iter().zip(&state.tails) {
+            lane.tail.store(tail, Ordering::Release);
+        }
+    }
+}
+
 /// The shared control block.
 #[repr(C)]
 #[derive(Debug)]
 pub struct Shared {
-    /// The commit token: held from a section's first acquire to its last release, and for
-    /// every merge and log append.
-    pub token: LockWord,
-    /// Sections that merged into the shared view while still open; no epoch is committed
-    /// while this is non-zero.
-    pub open_sections: AtomicU32,
     /// Live thread-processes (main included).
     pub live_threads: AtomicU32,
     /// Persistence steps taken (for `NVT_CRASH_AT`).
     pub steps: AtomicU64,
-    journal: [AtomicU64; 4],
-    /// Commits, records, bytes of runs logged, merged pages, checkpoints (and compactions),
-    /// bytes of records written (statistics, `NVT_STATS=1`).
-    pub counters: [AtomicU64; 6],
+    /// The log's lap, sequence numbers, lanes and checkpoint gate.
+    pub log: LogShared,
+    /// Groups of sections that commit together.
+    pub groups: crate::groups::Groups,
+    /// Statistics of the run (`NVT_STATS=1`).
+    pub counters: Counters,
+    /// Where the time goes (`NVT_PROFILE=1`).
+    pub profile: crate::profile::Profile,
     /// Thread table; slot 0 is the main thread.
     pub threads: [ThreadSlot; MAX_THREADS],
     /// Serialises claims and releases of each table's slots (lookups take no lock).
@@ -424,26 +577,6 @@ impl Shared {
         // SAFETY: a fresh anonymous shared mapping; all-zero bytes are a valid `Shared`
         // (every field is an atomic integer); it is never unmapped, so 'static holds.
         Ok(unsafe { &*at.cast::<Shared>() })
-    }
-
-    /// The log state (read only while holding the token).
-    pub fn journal_state(&self) -> JournalState {
-        let [committed, lap, tail, pending] = &self.journal;
-        JournalState {
-            committed: committed.load(Ordering::Acquire),
-            lap: lap.load(Ordering::Acquire),
-            tail: tail.load(Ordering::Acquire),
-            pending: pending.load(Ordering::Acquire),
-        }
-    }
-
-    /// Stores the log state (only while holding the token).
-    pub fn set_journal_state(&self, state: &JournalState) {
-        let [committed, lap, tail, pending] = &self.journal;
-        committed.store(state.committed, Ordering::Release);
-        lap.store(state.lap, Ordering::Release);
-        tail.store(state.tail, Ordering::Release);
-        pending.store(state.pending, Ordering::Release);
     }
 
     fn table(&self, table: Table) -> &[SyncSlot] {

@@ -64,6 +64,12 @@ fn list_survives_power_failures_at_every_step() {
     power_fails_at_every_step(&LIST, 15, 3);
 }
 
+/// Concurrent commits: a power failure between one thread's log append and another's.
+#[test]
+fn ledger_survives_power_failures_at_every_step() {
+    power_fails_at_every_step(&LEDGER, 20, 2);
+}
+
 #[test]
 fn condvar_survives_power_failures_at_every_step() {
     power_fails_at_every_step(&CONDVAR_LOOP, 8, 3);
@@ -76,8 +82,9 @@ fn phases_stress_and_persistent_globals_survive_power_failures_at_every_step() {
     power_fails_at_every_step(&GCOUNTER, 15, 1);
 }
 
-/// What the rollback at crash point `step` reported (`NVT_STATS=1`).
-fn rollback_at(spec: &Spec, mode: &str, step: u64) -> Option<[u64; 4]> {
+/// What the rollback at crash point `step` reported (`NVT_STATS=1`): pending, kept,
+/// reverted, torn, and pending lines of another process's append.
+fn rollback_at(spec: &Spec, mode: &str, step: u64) -> Option<[u64; 5]> {
     let (_dir, pool) = pool_path("rollback");
     let mut command = spec.command(&pool, spec.args);
     command
@@ -93,17 +100,24 @@ fn rollback_at(spec: &Spec, mode: &str, step: u64) -> Option<[u64; 4]> {
         .lines()
         .find(|line| line.starts_with("nvthreads-pfail "))?;
     let get = |name: &str| field(line, name).unwrap_or_else(|| panic!("no {name} in {line}"));
-    Some([get("pending"), get("kept"), get("reverted"), get("torn")])
+    Some([
+        get("pending"),
+        get("kept"),
+        get("reverted"),
+        get("torn"),
+        get("foreign"),
+    ])
 }
 
-/// The rollback is not vacuous: at the fences of a run's appends and commits, lines are
-/// pending (the record, the commit word) and are reverted, kept or torn as the mode says.
+/// The rollback is not vacuous: at the fences of a run's appends and checkpoints, lines are
+/// pending (the record, the home image, the lap word) and are reverted, kept or torn as the
+/// mode says.
 #[test]
 fn crash_points_have_pending_lines_to_roll_back() {
     let mut totals = [[0u64; 4]; 3];
     for step in 1..=12 {
         for (mode, total) in ["all", "none", "random:3"].iter().zip(&mut totals) {
-            let [pending, kept, reverted, torn] = rollback_at(&COUNTER, mode, step)
+            let [pending, kept, reverted, torn, _] = rollback_at(&COUNTER, mode, step)
                 .unwrap_or_else(|| panic!("no rollback reported at step {step}"));
             assert_eq!(pending, kept + reverted + torn);
             for (sum, value) in total.iter_mut().zip([pending, kept, reverted, torn]) {
@@ -127,8 +141,32 @@ fn crash_points_have_pending_lines_to_roll_back() {
     );
 }
 
-/// `no-log-flush` (records fenced but never flushed, so the commit word can reach the media
-/// before the record it commits): invisible to `SIGKILL`s, which leave every store in the
+/// Concurrent commits are what the ledger's crash points hit: at some of them another
+/// thread's record is written but not yet fenced (its lines pending, last stored to by
+/// another process than the one failing), and a power failure loses it while the failing
+/// thread's own fenced record survives.
+#[test]
+fn ledger_crash_points_fall_between_two_threads_appends() {
+    let mut between = 0;
+    let mut steps = 0;
+    for step in 1..=24 {
+        let Some([pending, .., foreign]) = rollback_at(&LEDGER, "all", step) else {
+            continue;
+        };
+        steps += 1;
+        assert!(foreign <= pending);
+        between += u64::from(foreign > 0);
+    }
+    eprintln!("ledger: {between} of {steps} crash points with another thread's append pending");
+    assert!(
+        between >= 2,
+        "three threads appending at once must leave another's append pending at some crash \
+         points: {between} of {steps}"
+    );
+}
+
+/// `no-log-flush` (records fenced but never flushed, so a record that commits by its fence
+/// can still be lost after its section was acknowledged): invisible to `SIGKILL`s, which leave every store in the
 /// pool file, and caught by the same test with power failures.
 #[test]
 fn missing_log_flush_is_caught_by_power_failures_only() {

@@ -357,6 +357,19 @@ mod tests {
     }
 
     #[test]
+    fn a_version_1_header_of_another_length_is_corrupt_not_unsupported() {
+        // A 512-byte block with a valid CRC at its end: version 1 defines 256 bytes.
+        let mut area = vec![0u8; HEADER_AREA as usize];
+        area[..HEADER_LEN].copy_from_slice(&sample().encode());
+        put_u32(&mut area, at::HEADER_LEN, 512);
+        let crc = crc32fast::hash(&area[..508]);
+        put_u32(&mut area, 508, crc);
+        let error = Header::decode(&area).expect_err("length 512");
+        assert!(matches!(error, PoolError::Corrupted(_)), "{error:?}");
+        assert_eq!(error.exit_code(), 14);
+    }
+
+    #[test]
     fn inconsistent_geometry_with_valid_checksum_is_corrupt() {
         let mut header = sample();
         header.arena_size += 4096;

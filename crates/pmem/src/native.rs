@@ -101,8 +101,24 @@ pub struct Native {
     poisoned: AtomicBool,
     /// Write protection, once installed by [`Native::protect`] (empty: unprotected).
     guard: OnceLock<Guard>,
-    /// Holds the advisory lock for as long as the backend lives.
-    _file: File,
+    /// Holds the advisory lock for as long as the backend lives (last, so it is released
+    /// after the mapping is gone).
+    _file: PoolFile,
+}
+
+/// A pool file whose advisory lock is released explicitly when it is dropped. Closing the
+/// descriptor is not enough: a `flock` belongs to the open file description, which a child
+/// forked by another thread shares until its exec closes its copy, so the lock would
+/// outlive the pool and a new open would be refused as "already open".
+#[derive(Debug)]
+struct PoolFile(File);
+
+impl Drop for PoolFile {
+    fn drop(&mut self) {
+        // Unlocking a file that holds no lock (an unlocked mapping, a test backend) is a
+        // harmless no-op.
+        let _ = self.0.unlock();
+    }
 }
 
 /// A description of the backend, for `pool info` and reports.
@@ -123,7 +139,9 @@ pub struct NativeInfo {
 impl Native {
     /// Maps all `len` bytes of `file` (which must be at least that long). The backend keeps
     /// `file` open, so an advisory lock taken on it lasts as long as the backend.
+    /// If mapping fails, the file's lock is released before the error returns.
     pub fn map(file: File, len: u64, options: &NativeOptions) -> std::io::Result<Self> {
+        let file = PoolFile(file);
         let flush = options.flush.unwrap_or_else(FlushInstr::best_available);
         if !flush.is_supported() && options.mode.is_none_or(|mode| mode == PersistMode::Adr) {
             return Err(std::io::Error::new(
@@ -132,10 +150,10 @@ impl Native {
             ));
         }
         let size = usize::try_from(len).map_err(|_| std::io::ErrorKind::InvalidInput)?;
-        let map = Mapping::new(&file, size)?;
+        let map = Mapping::new(&file.0, size)?;
         let media = if map.is_sync() {
             Media::Dax
-        } else if mapping::fs_type(&file)? == mapping::TMPFS_MAGIC {
+        } else if mapping::fs_type(&file.0)? == mapping::TMPFS_MAGIC {
             Media::EmulatedTmpfs
         } else {
             Media::PageCache

@@ -283,7 +283,7 @@ impl Pool<Native> {
             .mode(0o600)
             .open(path)?;
         let pool = lock(&file)
-            .and_then(|()| reserve(&file, options.size))
+            .and_then(|()| reserve(&file, options.size).inspect_err(|_| unlock(&file)))
             .and_then(|()| Ok(Native::map(file, options.size, &options.native)?))
             .and_then(|pm| Pool::format(pm, options));
         match pool {
@@ -309,7 +309,9 @@ impl Pool<Native> {
         let path = path.as_ref();
         let file = open_regular(OpenOptions::new().read(true).write(true), path)?;
         lock(&file)?;
-        let header = validate_file(&file)?;
+        let header = validate_file(&file).inspect_err(|_| unlock(&file))?;
+        // From here on the backend owns the file and releases the lock when it is dropped,
+        // whether `map` or `attach` fails or the pool is closed.
         let pm = Native::map(file, header.pool_size, native)?;
         let mut pool = Pool::attach(pm, layout)?;
         pool.path = Some(path.to_owned());
@@ -341,6 +343,18 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<FileReport, PoolError> {
         clean: flags & FLAG_CLEAN != 0,
         in_use,
     })
+}
+
+/// Reads the whole pool file at `path` into memory after validating it as [`inspect`] does
+/// (read-only, no lock, no mapping): the image for a check that must not write the file.
+pub fn read_image(path: impl AsRef<Path>) -> Result<(Vec<u8>, FileReport), PoolError> {
+    let report = inspect(path.as_ref())?;
+    let file = open_regular(OpenOptions::new().read(true), path.as_ref())?;
+    let len = usize::try_from(report.header.pool_size)
+        .map_err(|_| PoolError::InvalidArgument("pool too large to read into memory".into()))?;
+    let mut bytes = vec![0u8; len];
+    read_at(&file, 0, &mut bytes)?;
+    Ok((bytes, report))
 }
 
 /// Whether some process holds a `flock` on the file, read from `/proc/locks` so that
@@ -406,6 +420,12 @@ fn sync_parent(path: &Path) {
     if let Ok(dir) = File::open(parent) {
         let _ = dir.sync_all();
     }
+}
+
+/// Releases the lock explicitly: a child forked meanwhile shares the open file description
+/// (and with it the lock) until its exec, so closing our descriptor would not release it.
+fn unlock(file: &File) {
+    let _ = file.unlock();
 }
 
 fn lock(file: &File) -> Result<(), PoolError> {

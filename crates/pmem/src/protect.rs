@@ -1,5 +1,5 @@
-//! Write protection against stray writes (PMFS' write windows, `/work/shared/reference/
-//! pmfs.md` §1.6, in user space): the pool's mapping is made read-only, and every store
+//! Write protection against stray writes (the write windows of PMFS, EuroSys 2014, in user
+//! space): the pool's mapping is made read-only, and every store
 //! through the seam happens inside a short **write window** that lifts the protection for
 //! the pages it touches and restores it afterwards. A store through a stray pointer outside
 //! a window faults (`SIGSEGV`) instead of corrupting the pool.

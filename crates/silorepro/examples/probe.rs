@@ -214,10 +214,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Some(get(w, a)?.throughput_tx_per_s / get(w, b)?.throughput_tx_per_s)
             }))
         };
-    let bytes = |a: DesignKind, b: DesignKind| {
-        let per = |m: &Metrics| m.pm.writes.bytes as f64 / m.committed_tx.max(1) as f64;
+    let cut = |a: DesignKind, b: DesignKind, bytes: fn(&Metrics) -> u64| {
+        let per = |m: &Metrics| bytes(m) as f64 / m.committed_tx.max(1) as f64;
         1.0 - geomean((0..traces.len()).filter_map(|w| Some(per(get(w, a)?) / per(get(w, b)?))))
     };
+    let sent = |m: &Metrics| m.pm.writes.bytes + m.pm.final_drain.bytes;
+    let programmed = |m: &Metrics| m.pm.programmed_bytes;
     use DesignKind::*;
     let has = |d| designs.contains(&d);
     let mut line = String::new();
@@ -234,9 +236,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             line += &format!("{name} {:.2}  ", ratio(a, b));
         }
     }
-    for (a, b, name) in [(Silo, MorLog, "wr-vs-morlog"), (Silo, Fwb, "wr-vs-fwb")] {
+    for (a, b, name) in [(Silo, MorLog, "vs-morlog"), (Silo, Fwb, "vs-fwb")] {
         if has(a) && has(b) {
-            line += &format!("{name} -{:.0}%  ", 100.0 * bytes(a, b));
+            line += &format!(
+                "{name} sent -{:.0}% programmed -{:.0}%  ",
+                100.0 * cut(a, b, sent),
+                100.0 * cut(a, b, programmed)
+            );
         }
     }
     println!("{line}");

@@ -28,14 +28,15 @@
 #![forbid(unsafe_code)]
 
 mod compare;
+pub mod paper;
 pub mod report;
 pub mod results;
 mod run;
 pub mod spec;
 
 pub use results::{
-    Comparison, DesignSummary, Reproduction, RunRow, Sensitivity, SizeTraceInfo, Sweep, SweepPoint,
-    Timing,
+    Comparison, DesignSummary, Reproduction, RunRow, Sensitivity, Setting, SizeTraceInfo, Sweep,
+    SweepPoint, Timing,
 };
 pub use spec::ReproSpec;
 
@@ -60,6 +61,7 @@ pub fn reproduce(spec: &ReproSpec) -> Result<Reproduction, ReproError> {
     spec.validate().map_err(ReproError::Spec)?;
     let started = Instant::now();
     let workloads = run::workload_traces(spec).map_err(ReproError::Run)?;
+    let others = run::other_discipline_traces(spec).map_err(ReproError::Run)?;
     let smalls = run::small_traces(spec).map_err(ReproError::Run)?;
     let prefixes = run::prefix_traces(spec, &workloads);
     let sizes = run::size_traces(spec, &workloads);
@@ -67,10 +69,11 @@ pub fn reproduce(spec: &ReproSpec) -> Result<Reproduction, ReproError> {
     let all: Vec<&Workload> = workloads
         .iter()
         .chain(sizes.iter().map(|s| &s.workload))
+        .chain(&others)
         .chain(&prefixes)
         .chain(&smalls)
         .collect();
-    let plan = Plan::new(spec, &all, (workloads.len(), &sizes, prefixes.len()));
+    let plan = Plan::new(spec, &all, (workloads.len(), &sizes, others.len()));
     let sim_started = Instant::now();
     let rows = run::run_jobs(&plan.jobs, &all, spec.host_threads()).map_err(ReproError::Run)?;
     let simulation_wall_seconds = sim_started.elapsed().as_secs_f64();
@@ -123,12 +126,13 @@ struct Plan {
 
 impl Plan {
     /// `all` holds the traces in this order: the workloads (`counts.0` of them), the
-    /// transaction-size traces (`counts.1`), the sensitivity prefixes (`counts.2`), then the
-    /// small-data traces.
+    /// transaction-size traces (`counts.1`), the workloads in the other store discipline
+    /// (`counts.2`, as many as the workloads or none), the sensitivity prefixes (as many as
+    /// the workloads), then the small-data traces.
     fn new(
         spec: &ReproSpec,
         all: &[&Workload],
-        (workloads, sizes, prefixes): (usize, &[run::SizeTrace], usize),
+        (workloads, sizes, others): (usize, &[run::SizeTrace], usize),
     ) -> Self {
         let mut jobs = Vec::new();
         let job = |trace: usize, design, config: Config, variant: &str| Job {
@@ -160,19 +164,43 @@ impl Plan {
         }
         if spec.sensitivity {
             let big = spec.config.with_cores(spec.max_cores());
-            let first_prefix = workloads + sizes.len();
-            let first_small = first_prefix + prefixes;
-            for i in first_prefix..first_small {
+            let first_other = workloads + sizes.len();
+            let first_prefix = first_other + others;
+            let first_small = first_prefix + workloads;
+            // A cell's traces: the workloads in its discipline, whole.
+            let trace_of = |discipline, w: usize| {
+                if discipline == spec.discipline {
+                    w
+                } else {
+                    first_other + w
+                }
+            };
+            for cell in Setting::grid() {
+                if main_runs_cover(spec, cell) {
+                    continue; // the design matrix ran this cell already
+                }
+                let cfg = cell_config(&big, cell);
+                let variant = sensitivity_variant(&cell.label());
+                for w in 0..workloads {
+                    for &d in SENSITIVITY_DESIGNS.iter() {
+                        jobs.push(job(trace_of(cell.discipline, w), d, cfg.clone(), &variant));
+                    }
+                }
+            }
+            for w in 0..workloads {
+                let trace = first_prefix + w;
                 for &d in SENSITIVITY_DESIGNS.iter() {
-                    jobs.push(job(i, d, big.clone(), &sensitivity_variant("reference")));
-                    for (name, _, cfg) in machine_variants(&big) {
-                        jobs.push(job(i, d, cfg, &sensitivity_variant(name)));
+                    jobs.push(job(trace, d, big.clone(), &sensitivity_variant(PREFIX)));
+                }
+                for (name, _, cfg) in machine_variants(&big) {
+                    for &d in SENSITIVITY_DESIGNS.iter() {
+                        jobs.push(job(trace, d, cfg.clone(), &sensitivity_variant(name)));
                     }
                 }
                 let mut coalesced = big.clone();
                 coalesced.silo.coalesce_lus = true;
                 let variant = sensitivity_variant(COALESCED);
-                jobs.push(job(i, DesignKind::Silo, coalesced, &variant));
+                jobs.push(job(trace, DesignKind::Silo, coalesced, &variant));
             }
             for i in first_small..all.len() {
                 for &d in SENSITIVITY_DESIGNS.iter() {
@@ -190,24 +218,50 @@ const UNBOUNDED: &str = "entries=unbounded";
 const COALESCED: &str = "coalesced-lu";
 /// Sensitivity variant: instances 16× smaller.
 const SMALL: &str = "small-data";
+/// The plan's machine on the sensitivity prefixes (the reference of the variants).
+const PREFIX: &str = "prefix reference";
+
+/// The cost-model cell of the plan's own machine and traces.
+fn main_cell(spec: &ReproSpec) -> Setting {
+    Setting {
+        media: spec.config.mem.media,
+        discipline: spec.discipline,
+        baselines_use_onpm_buffer: spec.config.mem.baselines_use_onpm_buffer,
+    }
+}
+
+/// Whether the design matrix already ran `cell` at the largest core count for every
+/// design of the sensitivity study.
+fn main_runs_cover(spec: &ReproSpec, cell: Setting) -> bool {
+    cell == main_cell(spec)
+        && spec.cores.contains(&spec.max_cores())
+        && SENSITIVITY_DESIGNS.iter().all(|d| spec.designs.contains(d))
+}
 
 /// The variant name of a sensitivity run.
 fn sensitivity_variant(name: &str) -> String {
     format!("sensitivity/{name}")
 }
 
+/// The machine of cost-model cell `cell`: `big` with its media model and on-PM buffer
+/// choice (its store discipline is the trace's).
+fn cell_config(big: &Config, cell: Setting) -> Config {
+    let mut cfg = big.clone();
+    cfg.mem.media = cell.media;
+    cfg.mem.baselines_use_onpm_buffer = cell.baselines_use_onpm_buffer;
+    cfg
+}
+
 /// Machine variants of the sensitivity study (name, description, configuration), each one
-/// assumption of the reference machine `big` changed, within the ranges the reference note
-/// gives or naming their source.
+/// assumption of the plan's machine `big` changed, within the ranges the literature on the
+/// paper's simulators (gem5, NVMain) gives, or naming their source.
 fn machine_variants(big: &Config) -> Vec<(&'static str, &'static str, Config)> {
     let mut mlp = big.clone();
     mlp.core.mlp = 4;
     let mut banks = big.clone();
     banks.mem.banks = 16;
-    let mut bytes = big.clone();
-    bytes.mem.media_block_bytes = 8;
-    let mut reads = big.clone();
-    reads.mem.reads_wait_for_drain = false;
+    let mut pausing = big.clone();
+    pausing.mem.write_pausing = true;
     vec![
         (
             "mlp=4",
@@ -217,37 +271,30 @@ fn machine_variants(big: &Config) -> Vec<(&'static str, &'static str, Config)> {
         ),
         (
             "banks=16",
-            "16 PCM banks instead of NVMain's 4 (the upper end of the note's 8-16): four \
-             times the media write bandwidth",
+            "16 PCM banks instead of NVMain's 4 (the upper end of the 8-16 of PCM studies): \
+             four times the media write bandwidth",
             banks,
         ),
         (
-            "byte-media",
-            "media programming time proportional to the changed words (150 ns per 64 B, in \
-             8 B units, with data-comparison writes): an 8 B in-place update costs 1/8 of a \
-             line write",
-            bytes,
-        ),
-        (
-            "reads-not-held",
-            "reads never wait for a write drain (only for their bank): FR-FCFS without the \
-             write-drain mode",
-            reads,
+            "write-pausing",
+            "reads pause media writes and are never held by write drains (Qureshi et al., \
+             HPCA'10), instead of NVMain's FRFCFS-WQF holding them",
+            pausing,
         ),
     ]
 }
 
-/// The designs of the sensitivity variants.
-const SENSITIVITY_DESIGNS: [DesignKind; 5] = [
-    DesignKind::Ideal,
+/// The designs of the sensitivity study (those of the four headline ratios).
+const SENSITIVITY_DESIGNS: [DesignKind; 4] = [
     DesignKind::Fwb,
     DesignKind::MorLog,
     DesignKind::Lad,
     DesignKind::Silo,
 ];
 
-/// The largest-core comparison on the reference machine and on each sensitivity variant,
-/// all on the same trace prefixes (`spec.sensitivity_transactions` per core).
+/// The largest-core comparison in every cost-model cell (on the whole traces: the cell of
+/// the plan's own machine is the design matrix's largest-core runs), then the plan's
+/// machine on the trace prefixes and each variant of it on the same prefixes.
 fn sensitivity(rep: &Reproduction) -> Vec<Sensitivity> {
     let rows = |variant: &str| -> Vec<RunRow> {
         let name = sensitivity_variant(variant);
@@ -257,16 +304,39 @@ fn sensitivity(rep: &Reproduction) -> Vec<Sensitivity> {
             .cloned()
             .collect()
     };
-    let reference = rows("reference");
-    if reference.is_empty() {
-        return Vec::new();
+    let big = rep.spec.max_cores();
+    let mut out = Vec::new();
+    for cell in Setting::grid() {
+        let label = cell.label();
+        let found = if main_runs_cover(&rep.spec, cell) {
+            rep.runs
+                .iter()
+                .filter(|r| r.cores == big && SENSITIVITY_DESIGNS.contains(&r.design))
+                .cloned()
+                .collect()
+        } else {
+            rows(&label)
+        };
+        if !found.is_empty() {
+            let description = cell_description(cell);
+            out.push(sensitivity_of(&label, &description, Some(cell), &found));
+        }
     }
-    let big_config = rep.spec.config.with_cores(rep.spec.max_cores());
-    let mut out = vec![sensitivity_of(
-        "reference",
-        "the reference machine (on the same trace prefixes as the variants)",
+    let reference = rows(PREFIX);
+    if reference.is_empty() {
+        return out;
+    }
+    out.push(sensitivity_of(
+        PREFIX,
+        &format!(
+            "the plan's machine on the first {} transactions per core, the variants' \
+             reference (the LLC has not filled with dirty lines yet on every workload)",
+            rep.spec.sensitivity_transactions
+        ),
+        None,
         &reference,
-    )];
+    ));
+    let big_config = rep.spec.config.with_cores(big);
     let variants = machine_variants(&big_config)
         .into_iter()
         .map(|(name, description, _)| (name, description))
@@ -275,50 +345,84 @@ fn sensitivity(rep: &Reproduction) -> Vec<Sensitivity> {
             "instances 16× smaller (data sets nearer the LLC's size)",
         )]);
     for (variant, description) in variants {
-        let rows = rows(variant);
-        if !rows.is_empty() {
-            out.push(sensitivity_of(variant, description, &rows));
+        let found = rows(variant);
+        if !found.is_empty() {
+            out.push(sensitivity_of(variant, description, None, &found));
         }
     }
     // Silo with line-coalesced in-place updates against the reference baselines.
     let coalesced: Vec<RunRow> = reference
         .iter()
-        .filter(|r| r.design != "silo")
+        .filter(|r| r.design != DesignKind::Silo)
         .cloned()
         .chain(rows(COALESCED))
         .collect();
-    if coalesced.iter().any(|r| r.design == "silo") {
+    if coalesced.iter().any(|r| r.design == DesignKind::Silo) {
         out.push(sensitivity_of(
             COALESCED,
             "Silo's log controller merges one line's in-place updates into one write (not in \
              the paper)",
+            None,
             &coalesced,
         ));
     }
     out
 }
 
-fn sensitivity_of(variant: &str, description: &str, rows: &[RunRow]) -> Sensitivity {
-    let find = |w: &str, d: &str| rows.iter().find(|r| r.workload == w && r.design == d);
-    let ratio = |a: &str, b: &str, f: &dyn Fn(&RunRow) -> f64| {
+/// What a cost-model cell assumes, in a sentence.
+fn cell_description(cell: Setting) -> String {
+    let media = match cell.media {
+        hwsim::config::MediaModel::NvmainRow => "a write pulse per media write (NVMain)",
+        hwsim::config::MediaModel::BlockDcw => {
+            "a comparison read and a pulse per changed 64 B block"
+        }
+        hwsim::config::MediaModel::Proportional => "programming time in proportion to the bytes",
+    };
+    let stores = match cell.discipline {
+        tracegen::StoreDiscipline::Pmdk => "PMDK-style stores",
+        tracegen::StoreDiscipline::WriteMinimal => "write-minimal stores",
+    };
+    let buffer = if cell.baselines_use_onpm_buffer {
+        "every design writes through the on-PM buffer"
+    } else {
+        "only Silo writes through the on-PM buffer"
+    };
+    let paper = if cell == Setting::PAPER {
+        " (the paper-faithful cell)"
+    } else {
+        ""
+    };
+    format!("{media}; {stores}; {buffer}{paper}")
+}
+
+fn sensitivity_of(
+    variant: &str,
+    description: &str,
+    setting: Option<Setting>,
+    rows: &[RunRow],
+) -> Sensitivity {
+    let find = |w: &str, d| rows.iter().find(|r| r.workload == w && r.design == d);
+    let ratio = |a, b, f: &dyn Fn(&RunRow) -> f64| {
         results::geomean(rows.iter().filter(|r| r.design == a).filter_map(|r| {
             let other = find(&r.workload, b)?;
-            Some(f(r) / f(other))
+            Some(f(r) / f(other).max(f64::MIN_POSITIVE))
         }))
     };
     let tp = |r: &RunRow| r.throughput;
-    let fwb: Vec<&RunRow> = rows.iter().filter(|r| r.design == "fwb").collect();
+    let programmed = |r: &RunRow| r.programmed_per_tx();
+    let sent = |r: &RunRow| r.bytes_per_tx();
+    use DesignKind::{Fwb, Lad, MorLog, Silo};
     Sensitivity {
         variant: variant.to_string(),
         description: description.to_string(),
-        silo_vs_lad: ratio("silo", "lad", &tp),
-        silo_vs_morlog: ratio("silo", "morlog", &tp),
-        silo_vs_fwb: ratio("silo", "fwb", &tp),
-        morlog_vs_fwb: ratio("morlog", "fwb", &tp),
-        fwb_vs_ideal: ratio("fwb", "ideal", &tp),
-        silo_write_bytes_vs_fwb: ratio("silo", "fwb", &|r| r.bytes_per_tx()),
-        fwb_load_stall_fraction: fwb.iter().map(|r| r.load_stall_fraction()).sum::<f64>()
-            / fwb.len().max(1) as f64,
+        setting,
+        silo_vs_lad: ratio(Silo, Lad, &tp),
+        silo_vs_morlog: ratio(Silo, MorLog, &tp),
+        silo_vs_fwb: ratio(Silo, Fwb, &tp),
+        morlog_vs_fwb: ratio(MorLog, Fwb, &tp),
+        silo_programmed_vs_morlog: ratio(Silo, MorLog, &programmed),
+        silo_programmed_vs_fwb: ratio(Silo, Fwb, &programmed),
+        silo_sent_vs_morlog: ratio(Silo, MorLog, &sent),
     }
 }
 
@@ -364,12 +468,12 @@ fn sweeps(rep: &Reproduction, names: &[String]) -> Vec<Sweep> {
     let reference = &spec.config.silo;
     let silo_run = |w: &str, variant: String| -> Option<RunRow> {
         let main = (variant == "reference")
-            .then(|| rep.run(w, "silo", cores).cloned())
+            .then(|| rep.run(w, DesignKind::Silo, cores).cloned())
             .flatten();
         main.or_else(|| {
             rep.sweep_runs
                 .iter()
-                .find(|r| r.workload == w && r.design == "silo" && r.variant == variant)
+                .find(|r| r.workload == w && r.design == DesignKind::Silo && r.variant == variant)
                 .cloned()
         })
     };
@@ -422,8 +526,8 @@ fn sweeps(rep: &Reproduction, names: &[String]) -> Vec<Sweep> {
             "Silo throughput relative to FWB at the same core count",
             &core_counts,
             names,
-            &|w, c| rep.run(w, "silo", c as usize).cloned(),
-            &|w, c| rep.run(w, "fwb", c as usize).cloned(),
+            &|w, c| rep.run(w, DesignKind::Silo, c as usize).cloned(),
+            &|w, c| rep.run(w, DesignKind::Fwb, c as usize).cloned(),
         ),
     ]
 }
@@ -440,16 +544,13 @@ fn timing(
     let host: f64 = all.iter().map(|r| r.host_seconds).sum();
     let cpu: f64 = all.iter().map(|r| r.cpu_seconds).sum();
     let big = spec.max_cores();
-    let per_design = |seconds: fn(&RunRow) -> f64| -> Vec<(String, f64)> {
+    let per_design = |seconds: fn(&RunRow) -> f64| -> Vec<(DesignKind, f64)> {
         spec.designs
             .iter()
-            .map(|d| {
-                let rs = rep
-                    .runs
-                    .iter()
-                    .filter(|r| r.design == d.name() && r.cores == big);
+            .map(|&d| {
+                let rs = rep.runs.iter().filter(|r| r.design == d && r.cores == big);
                 let (e, s) = rs.fold((0u64, 0.0), |(e, s), r| (e + r.events, s + seconds(r)));
-                (d.name().to_string(), e as f64 / s.max(1e-9))
+                (d, e as f64 / s.max(1e-9))
             })
             .collect()
     };

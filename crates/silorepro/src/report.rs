@@ -22,21 +22,23 @@ pub fn markdown(rep: &Reproduction) -> String {
 
 fn summary(out: &mut String, rep: &Reproduction) {
     out.push_str("### Designs (geometric means over workloads)\n\n");
-    out.push_str("| cores | design | × FWB | × Base | × Ideal | bytes × FWB | requests × FWB | media writes × FWB | B/tx |\n");
-    out.push_str("|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| cores | design | × FWB | × Base | × Ideal | programmed × FWB | sent × FWB | requests × FWB | media writes × FWB | sent B/tx | programmed B/tx |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for s in &rep.summary {
         let _ = writeln!(
             out,
-            "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} |",
+            "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} |",
             s.cores,
-            s.design,
+            s.design.name(),
             s.vs_fwb,
             s.vs_base,
             s.vs_ideal,
             s.write_bytes_vs_fwb,
+            s.sent_bytes_vs_fwb,
             s.write_requests_vs_fwb,
             s.media_writes_vs_fwb,
-            s.bytes_per_tx
+            s.bytes_per_tx,
+            s.programmed_per_tx
         );
     }
     out.push('\n');
@@ -59,7 +61,7 @@ fn memory_system(out: &mut String, rep: &Reproduction) {
         let rs: Vec<&crate::RunRow> = rep
             .runs
             .iter()
-            .filter(|r| r.cores == big && r.design == design.name())
+            .filter(|r| r.cores == big && r.design == *design)
             .collect();
         if rs.is_empty() {
             continue;
@@ -110,8 +112,8 @@ fn size_traces(out: &mut String, rep: &Reproduction) {
 fn per_workload(out: &mut String, rep: &Reproduction) {
     let big = rep.spec.cores.iter().copied().max().unwrap_or(1);
     let _ = writeln!(out, "### Per workload at 1 and {big} cores\n");
-    out.push_str("| workload | cores | design | Mtx/s | × FWB | × Base | B/tx | req/tx | media/tx | log reduction | max live | overflow tx |\n");
-    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| workload | cores | design | Mtx/s | × FWB | × Base | sent B/tx | programmed B/tx | req/tx | media/tx | log reduction | max live | overflow tx |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in rep.runs.iter().filter(|r| r.cores == 1 || r.cores == big) {
         let tx = r.committed_tx.max(1) as f64;
         // Entry statistics only for designs that generate word entries (not LAD).
@@ -133,14 +135,15 @@ fn per_workload(out: &mut String, rep: &Reproduction) {
         });
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.0} | {:.1} | {:.2} | {red} | {live} | {ovf} |",
+            "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} | {:.1} | {:.2} | {red} | {live} | {ovf} |",
             r.workload,
             r.cores,
-            r.design,
+            r.design.name(),
             r.throughput / 1e6,
             r.vs_fwb,
             r.vs_base,
             r.bytes_per_tx(),
+            r.programmed_per_tx(),
             r.write_requests as f64 / tx,
             r.media_writes as f64 / tx,
         );
@@ -174,20 +177,28 @@ fn sweep(out: &mut String, s: &Sweep) {
 }
 
 fn sensitivity(out: &mut String, rep: &Reproduction) {
-    out.push_str("### Sensitivity of the largest-core comparison (geometric means)\n\n");
-    out.push_str("| variant | Silo/LAD | Silo/MorLog | Silo/FWB | MorLog/FWB | FWB/Ideal | Silo bytes/FWB | FWB load-stall share |\n|---|---|---|---|---|---|---|---|\n");
+    out.push_str(
+        "### Sensitivity of the largest-core comparison (geometric means)\n\n\
+         Cost-model cells (media model / store discipline / on-PM buffer), then variants of \
+         the paper-faithful cell. Write columns: Silo's bytes over the other design's \
+         (programmed; sent).\n\n",
+    );
+    out.push_str(
+        "| variant | Silo/LAD | Silo/MorLog | Silo/FWB | MorLog/FWB | programmed ÷ MorLog | \
+         programmed ÷ FWB | sent ÷ MorLog |\n|---|---|---|---|---|---|---|---|\n",
+    );
     for s in &rep.sensitivity {
         let _ = writeln!(
             out,
-            "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} % |",
+            "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
             s.variant,
             s.silo_vs_lad,
             s.silo_vs_morlog,
             s.silo_vs_fwb,
             s.morlog_vs_fwb,
-            s.fwb_vs_ideal,
-            s.silo_write_bytes_vs_fwb,
-            100.0 * s.fwb_load_stall_fraction
+            s.silo_programmed_vs_morlog,
+            s.silo_programmed_vs_fwb,
+            s.silo_sent_vs_morlog,
         );
     }
     out.push('\n');
@@ -200,7 +211,12 @@ fn battery(out: &mut String, rep: &Reproduction) {
         let _ = writeln!(
             out,
             "| {} | {:.4} | {:.1} | {:.3} | {:.5} | {:.1} |",
-            r.design, r.flush_kb, r.energy_uj, r.capacitor_mm3, r.lithium_mm3, r.volume_vs_silo
+            r.design.name(),
+            r.flush_kb,
+            r.energy_uj,
+            r.capacitor_mm3,
+            r.lithium_mm3,
+            r.volume_vs_silo
         );
     }
     out.push('\n');
@@ -227,28 +243,5 @@ fn comparison(out: &mut String, rep: &Reproduction) {
 }
 
 fn timing(out: &mut String, rep: &Reproduction) {
-    let t = &rep.timing;
-    let per = |values: &[(String, f64)]| {
-        values
-            .iter()
-            .map(|(d, e)| format!("{d} {:.2} M", e / 1e6))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let _ = writeln!(
-        out,
-        "### Timing\n\nwall {:.1} s (generation {:.1} s, simulation {:.1} s on {} threads, {:.1} \
-         CPU seconds); {:.0} M events at {:.2} M events per CPU second ({:.2} M per wall \
-         second per thread). Largest-core runs per CPU second: {}; per wall second: {}.\n",
-        t.wall_seconds,
-        t.generation_seconds,
-        t.simulation_wall_seconds,
-        t.threads,
-        t.simulation_cpu_seconds,
-        t.events as f64 / 1e6,
-        t.events_per_cpu_second / 1e6,
-        t.events_per_host_second / 1e6,
-        per(&t.per_design_events_per_cpu_second),
-        per(&t.per_design_events_per_second),
-    );
+    let _ = writeln!(out, "### Timing\n\n{}\n", rep.timing.line());
 }

@@ -1,18 +1,21 @@
 //! The serde results of a reproduction.
 
+use crate::paper::Target;
 use crate::spec::ReproSpec;
 use hwsim::battery::BatteryTable;
+use hwsim::config::MediaModel;
 use hwsim::metrics::{LogStats, StallCycles};
-use hwsim::{Config, Metrics};
+use hwsim::{Config, DesignKind, Metrics};
 use serde::{Deserialize, Serialize};
+use tracegen::StoreDiscipline;
 
 /// One simulation run, flattened for tables and plots.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunRow {
     /// Workload (`array`, …, or `{workload}-x{K}` for the transaction-size traces).
     pub workload: String,
-    /// Design name.
-    pub design: String,
+    /// Design.
+    pub design: DesignKind,
     /// Simulated cores.
     pub cores: usize,
     /// What differs from the reference machine (`""`, `latency=128`, `entries=10`,
@@ -34,8 +37,15 @@ pub struct RunRow {
     pub vs_ideal: f64,
     /// MC write requests.
     pub write_requests: u64,
-    /// Bytes of those requests.
+    /// Bytes of those requests (bytes sent during the run).
     pub write_bytes: u64,
+    /// Bytes of the write-backs of the lines left dirty at the end (the final drain).
+    #[serde(default)]
+    pub final_drain_bytes: u64,
+    /// Bytes programmed: 8 B words reaching the cells with data they did not hold (final
+    /// drain included).
+    #[serde(default)]
+    pub programmed_bytes: u64,
     /// Media (256 B line) writes after the on-PM buffer.
     pub media_writes: u64,
     /// Bytes by class: write-backs, design flushes, in-place updates, log writes.
@@ -50,8 +60,8 @@ pub struct RunRow {
     pub bus_utilisation: f64,
     /// Fraction of bank time spent on media writes.
     pub bank_write_utilisation: f64,
-    /// Bank cycles of media writes (programming and comparison/merge reads) per committed
-    /// transaction: the PCM write work a transaction costs.
+    /// Bank cycles of media writes per committed transaction, the final drain's included:
+    /// the PCM write work a transaction costs.
     #[serde(default)]
     pub media_cycles_per_tx: f64,
     /// Fraction of the run the memory controller spent draining writes (reads held).
@@ -79,12 +89,18 @@ pub struct RunRow {
 }
 
 impl RunRow {
-    /// Flattens a run's metrics.
-    pub fn from_metrics(m: &Metrics, workload: &str, variant: &str, cfg: &Config) -> Self {
+    /// Flattens the metrics of `design`'s run.
+    pub fn from_metrics(
+        m: &Metrics,
+        design: DesignKind,
+        workload: &str,
+        variant: &str,
+        cfg: &Config,
+    ) -> Self {
         let span = m.drained_cycles.max(1) as f64;
         RunRow {
             workload: workload.to_string(),
-            design: m.design.clone(),
+            design,
             cores: m.cores,
             variant: variant.to_string(),
             committed_tx: m.committed_tx,
@@ -96,6 +112,8 @@ impl RunRow {
             vs_ideal: 0.0,
             write_requests: m.pm.writes.requests,
             write_bytes: m.pm.writes.bytes,
+            final_drain_bytes: m.pm.final_drain.bytes,
+            programmed_bytes: m.pm.programmed_bytes,
             media_writes: m.pm.media_writes,
             writeback_bytes: m.pm.writeback.bytes,
             flush_bytes: m.pm.flush.bytes,
@@ -103,7 +121,8 @@ impl RunRow {
             log_bytes: m.pm.log.bytes,
             bus_utilisation: m.pm.bus_busy_cycles as f64 / span,
             bank_write_utilisation: m.pm.bank_write_cycles as f64 / (span * cfg.mem.banks as f64),
-            media_cycles_per_tx: m.pm.bank_write_cycles as f64 / m.committed_tx.max(1) as f64,
+            media_cycles_per_tx: (m.pm.bank_write_cycles + m.pm.final_bank_cycles) as f64
+                / m.committed_tx.max(1) as f64,
             drain_fraction: m.pm.drain_cycles as f64 / span,
             queue_occupancy: m.pm.queue_occupancy_integral as f64 / span,
             media_blocks_per_tx: m.pm.media_blocks as f64 / m.committed_tx.max(1) as f64,
@@ -116,9 +135,15 @@ impl RunRow {
         }
     }
 
-    /// PM bytes written per committed transaction.
+    /// PM bytes sent per committed transaction (write requests, final drain included).
     pub fn bytes_per_tx(&self) -> f64 {
-        self.write_bytes as f64 / self.committed_tx.max(1) as f64
+        (self.write_bytes + self.final_drain_bytes) as f64 / self.committed_tx.max(1) as f64
+    }
+
+    /// PM bytes programmed per committed transaction (what the paper's write traffic
+    /// counts: an eviction that repeats PM's data "will not write twice").
+    pub fn programmed_per_tx(&self) -> f64 {
+        self.programmed_bytes as f64 / self.committed_tx.max(1) as f64
     }
 
     /// Load stalls as a fraction of all core cycles.
@@ -159,6 +184,8 @@ pub struct Sweep {
 /// One reproduced number beside the paper's.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Comparison {
+    /// Which of the paper's numbers this is.
+    pub target: Target,
     /// What is compared.
     pub quantity: String,
     /// The paper's value (ratios as ×, fractions as 0..1; orderings: 1 = holds).
@@ -173,14 +200,72 @@ pub struct Comparison {
     pub explanation: String,
 }
 
-/// The largest-core comparison under a changed machine or workload size (geometric means).
+/// One cell of the cost-model grid: the choices the paper does not pin down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Setting {
+    /// How media writes hold their bank.
+    pub media: MediaModel,
+    /// Which stores the traces carry.
+    pub discipline: StoreDiscipline,
+    /// Whether the baselines write through the on-PM buffer too.
+    pub baselines_use_onpm_buffer: bool,
+}
+
+impl Setting {
+    /// The paper-faithful cell: NVMain's row timing, PMDK-style stores, the on-PM buffer
+    /// Silo's alone.
+    pub const PAPER: Setting = Setting {
+        media: MediaModel::NvmainRow,
+        discipline: StoreDiscipline::Pmdk,
+        baselines_use_onpm_buffer: false,
+    };
+
+    /// "nvmain-row / pmdk / buffer: Silo only".
+    pub fn label(&self) -> String {
+        format!(
+            "{} / {} / buffer: {}",
+            self.media.name(),
+            self.discipline.name(),
+            if self.baselines_use_onpm_buffer {
+                "all designs"
+            } else {
+                "Silo only"
+            }
+        )
+    }
+
+    /// Every cell, the paper-faithful one first.
+    pub fn grid() -> Vec<Setting> {
+        let mut cells = vec![Setting::PAPER];
+        for media in MediaModel::ALL {
+            for discipline in StoreDiscipline::ALL {
+                for baselines_use_onpm_buffer in [false, true] {
+                    let cell = Setting {
+                        media,
+                        discipline,
+                        baselines_use_onpm_buffer,
+                    };
+                    if cell != Setting::PAPER {
+                        cells.push(cell);
+                    }
+                }
+            }
+        }
+        cells
+    }
+}
+
+/// The largest-core comparison under one cost-model cell or one changed assumption of the
+/// machine or workload (geometric means over workloads).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Sensitivity {
-    /// `reference`, a machine variant (`mlp=4`, `banks=16`, `byte-media`, `reads-not-held`),
-    /// `small-data` or `coalesced-lu`.
+    /// The cell's label, or the variant's name (`mlp=4`, `banks=16`, `write-pausing`,
+    /// `small-data`, `coalesced-lu`).
     pub variant: String,
     /// What changed.
     pub description: String,
+    /// The cost-model cell (`None` for a variant of the paper-faithful cell).
+    pub setting: Option<Setting>,
     /// Throughput ratios.
     pub silo_vs_lad: f64,
     /// Silo / MorLog.
@@ -189,12 +274,12 @@ pub struct Sensitivity {
     pub silo_vs_fwb: f64,
     /// MorLog / FWB.
     pub morlog_vs_fwb: f64,
-    /// FWB / Ideal.
-    pub fwb_vs_ideal: f64,
-    /// Silo's PM write bytes per transaction over FWB's.
-    pub silo_write_bytes_vs_fwb: f64,
-    /// Load stalls as a fraction of all core cycles, mean over FWB's runs.
-    pub fwb_load_stall_fraction: f64,
+    /// Silo's PM bytes programmed per transaction over MorLog's (the paper: 1 − 76.5 %).
+    pub silo_programmed_vs_morlog: f64,
+    /// The same over FWB's (the paper: 1 − 82 %).
+    pub silo_programmed_vs_fwb: f64,
+    /// Silo's PM bytes sent per transaction over MorLog's.
+    pub silo_sent_vs_morlog: f64,
 }
 
 /// Wall-clock and simulation speed of the reproduction.
@@ -212,18 +297,47 @@ pub struct Timing {
     pub events: u64,
     /// Events per host second per thread (sum of events / sum of per-run host seconds).
     pub events_per_host_second: f64,
-    /// The same, per design, over its 8-core (largest) runs: (design, events/s).
-    pub per_design_events_per_second: Vec<(String, f64)>,
+    /// The same, per design, over its largest-core main runs: (design, events/s).
+    pub per_design_events_per_second: Vec<(DesignKind, f64)>,
     /// Events per CPU second of the simulating threads (the speed per host core whatever
     /// else runs on the host), all runs.
     #[serde(default)]
     pub events_per_cpu_second: f64,
     /// The same, per design, over its largest-core runs.
     #[serde(default)]
-    pub per_design_events_per_cpu_second: Vec<(String, f64)>,
+    pub per_design_events_per_cpu_second: Vec<(DesignKind, f64)>,
     /// CPU seconds of the simulations (both host threads together).
     #[serde(default)]
     pub simulation_cpu_seconds: f64,
+}
+
+impl Timing {
+    /// The timing in one sentence (the report's summary and `reproduction.md` both use it).
+    pub fn line(&self) -> String {
+        let per = |values: &[(DesignKind, f64)]| {
+            values
+                .iter()
+                .map(|(d, e)| format!("{} {:.1} M", d.label(), e / 1e6))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        format!(
+            "Took {:.1} s: trace generation {:.1} s, simulation {:.1} s on {} host threads \
+             ({:.1} CPU seconds); {:.1} M trace events at {:.2} M events per CPU second \
+             ({:.2} M per wall second per thread); largest-core runs per CPU second: {}; per \
+             wall second: {}.",
+            self.wall_seconds,
+            self.generation_seconds,
+            self.simulation_wall_seconds,
+            self.threads,
+            self.simulation_cpu_seconds,
+            self.events as f64 / 1e6,
+            self.events_per_cpu_second / 1e6,
+            self.events_per_host_second / 1e6,
+            per(&self.per_design_events_per_cpu_second),
+            per(&self.per_design_events_per_second),
+        )
+    }
 }
 
 /// Everything a reproduction produces.
@@ -239,7 +353,8 @@ pub struct Reproduction {
     pub summary: Vec<DesignSummary>,
     /// Latency, entries, transaction-size and core-count sweeps.
     pub sweeps: Vec<Sweep>,
-    /// The largest-core comparison on the reference machine and its sensitivity variants.
+    /// The largest-core comparison in every cell of the cost-model grid (the paper-faithful
+    /// cell first), then under the machine and workload variants of the paper-faithful cell.
     pub sensitivity: Vec<Sensitivity>,
     /// The battery table (eADR, BBB, Silo) of the machine at the largest core count.
     pub battery: BatteryTable,
@@ -271,8 +386,8 @@ pub struct SizeTraceInfo {
 /// One design at one core count, averaged over workloads (geometric means).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DesignSummary {
-    /// Design name.
-    pub design: String,
+    /// Design.
+    pub design: DesignKind,
     /// Simulated cores.
     pub cores: usize,
     /// Throughput relative to FWB.
@@ -281,29 +396,40 @@ pub struct DesignSummary {
     pub vs_base: f64,
     /// Throughput relative to Ideal.
     pub vs_ideal: f64,
-    /// PM write bytes relative to FWB.
+    /// PM bytes programmed relative to FWB (what the paper's write traffic counts).
     pub write_bytes_vs_fwb: f64,
+    /// PM bytes sent relative to FWB.
+    #[serde(default)]
+    pub sent_bytes_vs_fwb: f64,
     /// PM write requests relative to FWB.
     pub write_requests_vs_fwb: f64,
     /// Media writes relative to FWB.
     pub media_writes_vs_fwb: f64,
-    /// Mean PM bytes per transaction (arithmetic, over workloads).
+    /// Mean PM bytes sent per transaction (arithmetic, over workloads).
     pub bytes_per_tx: f64,
+    /// Mean PM bytes programmed per transaction.
+    #[serde(default)]
+    pub programmed_per_tx: f64,
 }
 
 impl Reproduction {
     /// The main run of `design` on `workload` with `cores` cores.
-    pub fn run(&self, workload: &str, design: &str, cores: usize) -> Option<&RunRow> {
+    pub fn run(&self, workload: &str, design: DesignKind, cores: usize) -> Option<&RunRow> {
         self.runs
             .iter()
             .find(|r| r.workload == workload && r.design == design && r.cores == cores)
     }
 
     /// The summary of `design` at `cores`.
-    pub fn summary_of(&self, design: &str, cores: usize) -> Option<&DesignSummary> {
+    pub fn summary_of(&self, design: DesignKind, cores: usize) -> Option<&DesignSummary> {
         self.summary
             .iter()
             .find(|s| s.design == design && s.cores == cores)
+    }
+
+    /// The comparison with the paper's number `target`, if the plan measured it.
+    pub fn comparison_of(&self, target: Target) -> Option<&Comparison> {
+        self.comparison.iter().find(|c| c.target == target)
     }
 
     /// The sweep named `name`.

@@ -7,7 +7,7 @@ use hwsim::{Config, DesignKind, simulate};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use trace::Trace;
-use tracegen::{TraceSpec, generate, group_transactions};
+use tracegen::{StoreDiscipline, TraceSpec, generate, group_transactions};
 
 /// A named trace.
 pub(crate) struct Workload {
@@ -28,13 +28,24 @@ pub(crate) struct Job {
 
 /// Generates the workload traces at the plan's largest core count.
 pub(crate) fn workload_traces(spec: &ReproSpec) -> Result<Vec<Workload>, String> {
+    traces_of(spec, spec.discipline, spec.transactions)
+}
+
+/// The workload traces of `discipline` with `transactions` per core, at the plan's largest
+/// core count.
+fn traces_of(
+    spec: &ReproSpec,
+    discipline: StoreDiscipline,
+    transactions: u64,
+) -> Result<Vec<Workload>, String> {
     let cores = spec.max_cores() as u32;
     spec.workloads
         .iter()
         .map(|&w| {
             let mut t = TraceSpec::new(w)
                 .with_cores(cores)
-                .with_transactions(spec.transactions);
+                .with_transactions(transactions)
+                .with_discipline(discipline);
             if let Some(keys) = spec.keys {
                 t = t.with_keys(keys);
             }
@@ -61,7 +72,8 @@ pub(crate) fn small_traces(spec: &ReproSpec) -> Result<Vec<Workload>, String> {
             let t = TraceSpec::new(w)
                 .with_cores(cores)
                 .with_transactions(spec.sensitivity_transactions.min(spec.transactions))
-                .with_keys(keys);
+                .with_keys(keys)
+                .with_discipline(spec.discipline);
             let trace = generate(&t).map_err(|e| e.to_string())?;
             Ok(Workload {
                 name: w.name().to_string(),
@@ -71,19 +83,38 @@ pub(crate) fn small_traces(spec: &ReproSpec) -> Result<Vec<Workload>, String> {
         .collect()
 }
 
-/// The first `spec.sensitivity_transactions` transactions of each workload trace (the
-/// sensitivity variants run on these, and so does their reference).
+/// The first `spec.sensitivity_transactions` transactions of each workload trace: the
+/// machine variants of the sensitivity study run on these, beside a reference run of the
+/// paper-faithful machine on the same prefixes.
 pub(crate) fn prefix_traces(spec: &ReproSpec, workloads: &[Workload]) -> Vec<Workload> {
     if !spec.sensitivity {
         return Vec::new();
     }
+    let transactions = spec.sensitivity_transactions.min(spec.transactions);
     workloads
         .iter()
         .map(|w| Workload {
             name: w.name.clone(),
-            trace: group_transactions(&w.trace, 1, spec.sensitivity_transactions),
+            trace: group_transactions(&w.trace, 1, transactions),
         })
         .collect()
+}
+
+/// The workload traces in the other store discipline, as long as the main ones (the
+/// sensitivity grid's cells of that discipline run on them).
+pub(crate) fn other_discipline_traces(spec: &ReproSpec) -> Result<Vec<Workload>, String> {
+    if !spec.sensitivity {
+        return Ok(Vec::new());
+    }
+    traces_of(spec, other_discipline(spec.discipline), spec.transactions)
+}
+
+/// The discipline the main traces do not have.
+pub(crate) fn other_discipline(discipline: StoreDiscipline) -> StoreDiscipline {
+    match discipline {
+        StoreDiscipline::Pmdk => StoreDiscipline::WriteMinimal,
+        StoreDiscipline::WriteMinimal => StoreDiscipline::Pmdk,
+    }
 }
 
 /// One transaction-size trace: `workload`'s operations grouped `ops` per transaction so
@@ -189,7 +220,7 @@ fn run_one(job: &Job, traces: &[&Workload]) -> Result<RunRow, String> {
     let w = traces[job.trace];
     let cpu = thread_cpu_seconds();
     let m = simulate(&job.config, job.design, &w.trace).map_err(|e| e.to_string())?;
-    let mut row = RunRow::from_metrics(&m, &w.name, &job.variant, &job.config);
+    let mut row = RunRow::from_metrics(&m, job.design, &w.name, &job.variant, &job.config);
     row.cpu_seconds = thread_cpu_seconds() - cpu;
     Ok(row)
 }
@@ -210,7 +241,7 @@ pub(crate) fn events(trace: &Trace, cores: usize) -> u64 {
 
 /// Fills `vs_fwb`, `vs_base`, `vs_ideal` of the main runs.
 pub(crate) fn normalise(rows: &mut [RunRow]) {
-    let throughput = |rows: &[RunRow], w: &str, d: &str, c: usize| {
+    let throughput = |rows: &[RunRow], w: &str, d: DesignKind, c: usize| {
         rows.iter()
             .find(|r| r.workload == w && r.design == d && r.cores == c)
             .map_or(0.0, |r| r.throughput)
@@ -219,9 +250,9 @@ pub(crate) fn normalise(rows: &mut [RunRow]) {
         .iter()
         .map(|r| {
             (
-                throughput(rows, &r.workload, "fwb", r.cores),
-                throughput(rows, &r.workload, "base", r.cores),
-                throughput(rows, &r.workload, "ideal", r.cores),
+                throughput(rows, &r.workload, DesignKind::Fwb, r.cores),
+                throughput(rows, &r.workload, DesignKind::Base, r.cores),
+                throughput(rows, &r.workload, DesignKind::Ideal, r.cores),
             )
         })
         .collect();
@@ -237,14 +268,14 @@ pub(crate) fn normalise(rows: &mut [RunRow]) {
 pub(crate) fn summarise(rows: &[RunRow], spec: &ReproSpec) -> Vec<DesignSummary> {
     let mut out = Vec::new();
     for &cores in &spec.cores {
-        for design in &spec.designs {
+        for &design in &spec.designs {
             let mine: Vec<&RunRow> = rows
                 .iter()
-                .filter(|r| r.design == design.name() && r.cores == cores)
+                .filter(|r| r.design == design && r.cores == cores)
                 .collect();
             let fwb = |w: &str| {
                 rows.iter()
-                    .find(|r| r.design == "fwb" && r.cores == cores && r.workload == w)
+                    .find(|r| r.design == DesignKind::Fwb && r.cores == cores && r.workload == w)
             };
             let rel = |f: &dyn Fn(&RunRow) -> f64| {
                 geomean(mine.iter().filter_map(|r| {
@@ -253,17 +284,21 @@ pub(crate) fn summarise(rows: &[RunRow], spec: &ReproSpec) -> Vec<DesignSummary>
                     Some(per_tx(r) / per_tx(b).max(f64::MIN_POSITIVE))
                 }))
             };
+            let mean = |f: &dyn Fn(&RunRow) -> f64| {
+                mine.iter().map(|r| f(r)).sum::<f64>() / mine.len().max(1) as f64
+            };
             out.push(DesignSummary {
-                design: design.name().to_string(),
+                design,
                 cores,
                 vs_fwb: geomean(mine.iter().map(|r| r.vs_fwb)),
                 vs_base: geomean(mine.iter().map(|r| r.vs_base)),
                 vs_ideal: geomean(mine.iter().map(|r| r.vs_ideal)),
-                write_bytes_vs_fwb: rel(&|r| r.write_bytes as f64),
+                write_bytes_vs_fwb: rel(&|r| r.programmed_bytes as f64),
+                sent_bytes_vs_fwb: rel(&|r| (r.write_bytes + r.final_drain_bytes) as f64),
                 write_requests_vs_fwb: rel(&|r| r.write_requests as f64),
                 media_writes_vs_fwb: rel(&|r| r.media_writes as f64),
-                bytes_per_tx: mine.iter().map(|r| r.bytes_per_tx()).sum::<f64>()
-                    / mine.len().max(1) as f64,
+                bytes_per_tx: mean(&|r| r.bytes_per_tx()),
+                programmed_per_tx: mean(&|r| r.programmed_per_tx()),
             });
         }
     }

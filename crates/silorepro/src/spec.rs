@@ -2,7 +2,7 @@
 
 use hwsim::{Config, DesignKind};
 use serde::{Deserialize, Serialize};
-use tracegen::SiloWorkload;
+use tracegen::{SiloWorkload, StoreDiscipline};
 
 /// The experiment plan. [`ReproSpec::default`] is the full reproduction (minutes on two host
 /// cores); [`ReproSpec::quick`] is the same plan on small traces (seconds, for tests).
@@ -13,6 +13,9 @@ pub struct ReproSpec {
     pub transactions: u64,
     /// Instance size per core (`None`: tracegen's per-workload default, larger than the LLC).
     pub keys: Option<u64>,
+    /// The store discipline of the main traces (the paper-faithful PMDK-style stores by
+    /// default; the sensitivity grid runs the other one too).
+    pub discipline: StoreDiscipline,
     /// Workloads (the paper's seven by default).
     pub workloads: Vec<SiloWorkload>,
     /// Designs of the main comparison.
@@ -31,12 +34,15 @@ pub struct ReproSpec {
     pub size_multiples: Vec<u32>,
     /// Operations per core in each transaction-size trace (a prefix of the workload trace).
     pub size_operations: u64,
-    /// Run the sensitivity variants of the largest-core matrix (Ideal, FWB, MorLog, LAD,
-    /// Silo; each one assumption changed, see `machine_variants`), data sets 16× smaller,
-    /// and Silo with line-coalesced in-place updates.
+    /// Run the sensitivity study at the largest core count (FWB, MorLog, LAD, Silo): every
+    /// cell of the cost-model grid (media model × store discipline × on-PM buffer for the
+    /// baselines), then the paper-faithful cell with one assumption of the machine changed
+    /// (see `machine_variants`), with data sets 16× smaller, and with Silo's in-place
+    /// updates coalesced per line.
     pub sensitivity: bool,
-    /// Transactions per core of the sensitivity runs (a prefix of the workload traces; the
-    /// variants are compared with the reference machine on the same prefix).
+    /// Transactions per core of the sensitivity runs (a prefix of the workload traces, or
+    /// traces of that length for the other store discipline; every cell and variant runs
+    /// on the same prefixes).
     pub sensitivity_transactions: u64,
     /// Host threads for independent runs (0: every host core).
     pub threads: usize,
@@ -49,6 +55,7 @@ impl Default for ReproSpec {
         ReproSpec {
             transactions: 20_000,
             keys: None,
+            discipline: StoreDiscipline::Pmdk,
             workloads: SiloWorkload::ALL.to_vec(),
             designs: DesignKind::ALL.to_vec(),
             cores: vec![1, 2, 4, 8],
@@ -58,7 +65,7 @@ impl Default for ReproSpec {
             size_multiples: vec![1, 2, 4, 8, 16],
             size_operations: 6_000,
             sensitivity: true,
-            sensitivity_transactions: 5_000,
+            sensitivity_transactions: 3_000,
             threads: 0,
             config: Config::default(),
         }

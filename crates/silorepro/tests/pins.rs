@@ -3,6 +3,7 @@
 //! change that moves one out of its band must be deliberate, measured on the full plan, and
 //! written down in docs/hwsim.md before the band here is updated.
 
+use hwsim::DesignKind::{self, Base, Fwb, Lad, MorLog, Silo};
 use silorepro::{ReproSpec, Reproduction, reproduce};
 use std::sync::OnceLock;
 
@@ -28,7 +29,7 @@ fn pinned() -> &'static Reproduction {
 }
 
 /// Throughput of `a` over `b` at `cores`, geometric mean over workloads.
-fn speedup(rep: &Reproduction, a: &str, b: &str, cores: usize) -> f64 {
+fn speedup(rep: &Reproduction, a: DesignKind, b: DesignKind, cores: usize) -> f64 {
     let ratios = rep
         .runs
         .iter()
@@ -43,7 +44,7 @@ fn speedup(rep: &Reproduction, a: &str, b: &str, cores: usize) -> f64 {
     silorepro::results::geomean(ratios)
 }
 
-fn summary<'a>(rep: &'a Reproduction, design: &str, cores: usize) -> &'a silorepro::DesignSummary {
+fn summary(rep: &Reproduction, design: DesignKind, cores: usize) -> &silorepro::DesignSummary {
     rep.summary_of(design, cores).expect("summarised")
 }
 
@@ -70,36 +71,44 @@ fn eight_core_throughput_keeps_the_papers_ordering_where_it_holds() {
     let rep = pinned();
     let vs_fwb = |d| summary(rep, d, 8).vs_fwb;
     // Base is the slowest design; Silo beats the logging baselines.
-    for d in ["fwb", "morlog", "lad", "silo"] {
-        assert!(vs_fwb("base") < vs_fwb(d), "base vs {d}");
+    for d in [Fwb, MorLog, Lad, Silo] {
+        assert!(vs_fwb(Base) < vs_fwb(d), "base vs {d:?}");
     }
-    assert!(vs_fwb("silo") > vs_fwb("fwb") && vs_fwb("silo") > vs_fwb("morlog"));
-    assert!(vs_fwb("lad") > vs_fwb("fwb") && vs_fwb("lad") > vs_fwb("morlog"));
+    assert!(vs_fwb(Silo) > vs_fwb(Fwb) && vs_fwb(Silo) > vs_fwb(MorLog));
+    assert!(vs_fwb(Lad) > vs_fwb(Fwb) && vs_fwb(Lad) > vs_fwb(MorLog));
     // Nothing beats the design that does no persistence work (by more than noise).
-    for d in ["base", "fwb", "morlog", "lad", "silo"] {
-        assert!(summary(rep, d, 8).vs_ideal <= 1.02, "{d}");
+    for d in [Base, Fwb, MorLog, Lad, Silo] {
+        assert!(summary(rep, d, 8).vs_ideal <= 1.02, "{d:?}");
     }
 }
 
 #[test]
 fn pm_write_ordering_and_silos_share_of_the_baselines_bytes() {
     let rep = pinned();
-    let bytes = |d| summary(rep, d, 8).write_bytes_vs_fwb;
-    for d in ["fwb", "morlog", "lad", "silo"] {
-        assert!(bytes("base") > bytes(d), "base writes the most ({d})");
+    // Bytes sent: Base sends the most (a record and a line flush per store), Silo the least.
+    let sent = |d| summary(rep, d, 8).sent_bytes_vs_fwb;
+    for d in [Fwb, MorLog, Lad, Silo] {
+        assert!(sent(Base) > sent(d), "base sends the most ({d:?})");
     }
-    for d in ["base", "fwb", "morlog", "lad"] {
-        assert!(bytes("silo") < bytes(d), "silo writes the least ({d})");
+    for d in [Base, Fwb, MorLog, Lad] {
+        assert!(sent(Silo) < sent(d), "silo sends the least ({d:?})");
+    }
+    // Bytes programmed (the paper's measure): the logging designs program their logs, Silo
+    // and LAD little more than the changed words.
+    let bytes = |d| summary(rep, d, 8).write_bytes_vs_fwb;
+    for d in [Base, Fwb, MorLog] {
+        assert!(bytes(Silo) < bytes(d), "silo programs less than {d:?}");
+        assert!(bytes(Lad) < bytes(d), "lad programs less than {d:?}");
     }
     assert_near(
         "8-core Silo bytes ÷ FWB",
-        bytes("silo"),
+        bytes(Silo),
         PIN_SILO_BYTES_VS_FWB,
         0.10,
     );
     assert_near(
         "8-core Silo bytes ÷ MorLog",
-        bytes("silo") / bytes("morlog"),
+        bytes(Silo) / bytes(MorLog),
         PIN_SILO_BYTES_VS_MORLOG,
         0.10,
     );
@@ -109,15 +118,15 @@ fn pm_write_ordering_and_silos_share_of_the_baselines_bytes() {
 fn key_ratios_stay_pinned() {
     let rep = pinned();
     for (a, b, cores, pin) in [
-        ("silo", "fwb", 8, PIN_SILO_FWB_8),
-        ("silo", "morlog", 8, PIN_SILO_MORLOG_8),
-        ("silo", "lad", 8, PIN_SILO_LAD_8),
-        ("morlog", "fwb", 8, PIN_MORLOG_FWB_8),
-        ("silo", "morlog", 1, PIN_SILO_MORLOG_1),
-        ("silo", "lad", 1, PIN_SILO_LAD_1),
+        (Silo, Fwb, 8, PIN_SILO_FWB_8),
+        (Silo, MorLog, 8, PIN_SILO_MORLOG_8),
+        (Silo, Lad, 8, PIN_SILO_LAD_8),
+        (MorLog, Fwb, 8, PIN_MORLOG_FWB_8),
+        (Silo, MorLog, 1, PIN_SILO_MORLOG_1),
+        (Silo, Lad, 1, PIN_SILO_LAD_1),
     ] {
         assert_near(
-            &format!("{cores}-core {a}/{b}"),
+            &format!("{cores}-core {a:?}/{b:?}"),
             speedup(rep, a, b, cores),
             pin,
             0.08,
@@ -129,7 +138,7 @@ fn key_ratios_stay_pinned() {
 fn log_statistics_and_sweeps_stay_pinned() {
     let rep = pinned();
     let array = rep
-        .run("array", "silo", 8)
+        .run("array", Silo, 8)
         .and_then(|r| r.log)
         .expect("silo logs");
     assert_near(
@@ -141,7 +150,7 @@ fn log_statistics_and_sweeps_stay_pinned() {
     let worst = rep
         .runs
         .iter()
-        .filter(|r| r.design == "silo" && r.cores == 8)
+        .filter(|r| r.design == Silo && r.cores == 8)
         .filter_map(|r| r.log)
         .map(|l| l.max_entries_per_tx)
         .max()
@@ -183,15 +192,19 @@ fn log_statistics_and_sweeps_stay_pinned() {
     );
 }
 
-// Measured on this plan; a failing assertion prints the new value.
-const PIN_SILO_FWB_8: f64 = 1.7075;
-const PIN_SILO_MORLOG_8: f64 = 1.4820;
-const PIN_SILO_LAD_8: f64 = 0.9903;
-const PIN_MORLOG_FWB_8: f64 = 1.1522;
-const PIN_SILO_MORLOG_1: f64 = 1.2017;
-const PIN_SILO_LAD_1: f64 = 1.0854;
-const PIN_SILO_BYTES_VS_FWB: f64 = 0.2382;
-const PIN_SILO_BYTES_VS_MORLOG: f64 = 0.3249;
-const PIN_LATENCY_LOSS: f64 = 0.0197;
-const PIN_TX_SIZE_LOSS: f64 = 0.3782;
-const PIN_TX_SIZE_GROWTH: f64 = 3.0917;
+// Measured on this plan; a failing assertion prints the new value. Moved by the media
+// model (NVMain's row timing by default), baselines without the on-PM buffer, MorLog's
+// morphing and selective encoding, then by the traces (PMDK-style stores, B+tree values
+// out of line, New-Orders of 1–7 lines: fewer overflows, so less write growth) and by
+// comparing bytes programmed (final drain included) instead of bytes sent.
+const PIN_SILO_FWB_8: f64 = 2.6665;
+const PIN_SILO_MORLOG_8: f64 = 1.6629;
+const PIN_SILO_LAD_8: f64 = 1.6250;
+const PIN_MORLOG_FWB_8: f64 = 1.6035;
+const PIN_SILO_MORLOG_1: f64 = 1.1093;
+const PIN_SILO_LAD_1: f64 = 1.2151;
+const PIN_SILO_BYTES_VS_FWB: f64 = 0.1482;
+const PIN_SILO_BYTES_VS_MORLOG: f64 = 0.3168;
+const PIN_LATENCY_LOSS: f64 = 0.0303;
+const PIN_TX_SIZE_LOSS: f64 = 0.1643;
+const PIN_TX_SIZE_GROWTH: f64 = 1.7305;

@@ -16,7 +16,11 @@ fn quick_reproduction_fills_every_table() {
         assert_eq!(r.committed_tx, spec.transactions * r.cores as u64, "{r:?}");
     }
     // Normalisation: FWB is 1 against itself, Ideal is (about) the fastest on every run.
-    for r in rep.runs.iter().filter(|r| r.design == "fwb") {
+    for r in rep
+        .runs
+        .iter()
+        .filter(|r| r.design == hwsim::DesignKind::Fwb)
+    {
         assert!((r.vs_fwb - 1.0).abs() < 1e-12);
     }
     // (Within a few per cent: a design whose write-backs take another path can finish a
@@ -24,7 +28,7 @@ fn quick_reproduction_fills_every_table() {
     for r in &rep.runs {
         assert!(
             r.vs_ideal <= 1.05,
-            "{} {} {}c: {} × Ideal",
+            "{:?} {} {}c: {} × Ideal",
             r.design,
             r.workload,
             r.cores,
@@ -33,14 +37,14 @@ fn quick_reproduction_fills_every_table() {
     }
     // Base writes the most; Silo's log statistics are present.
     let big = *spec.cores.iter().max().unwrap();
-    let base = rep.summary_of("base", big).unwrap();
+    let base = rep.summary_of(hwsim::DesignKind::Base, big).unwrap();
     assert!(
         rep.summary
             .iter()
             .all(|s| s.cores != big || s.write_bytes_vs_fwb <= base.write_bytes_vs_fwb)
     );
     assert!(
-        rep.run("array", "silo", big)
+        rep.run("array", hwsim::DesignKind::Silo, big)
             .unwrap()
             .log
             .unwrap()
@@ -58,7 +62,9 @@ fn quick_reproduction_fills_every_table() {
             .iter()
             .find(|r| r.workload == *w && r.variant == format!("latency={}", last.value))
             .expect("the swept run");
-        let reference = rep.run(w, "silo", spec.sweep_cores).expect("reference run");
+        let reference = rep
+            .run(w, hwsim::DesignKind::Silo, spec.sweep_cores)
+            .expect("reference run");
         assert!(
             (t - slow.throughput / reference.throughput).abs() < 1e-9,
             "{w}"
@@ -99,6 +105,30 @@ fn quick_reproduction_fills_every_table() {
             !c.explanation.is_empty(),
             "{} has no explanation",
             c.quantity
+        );
+    }
+    // The sensitivity grid: every cost-model cell once, the paper-faithful one first and
+    // taken from the design matrix (its Silo/FWB is the summary's), then the variants.
+    let grid: Vec<&silorepro::Sensitivity> = rep
+        .sensitivity
+        .iter()
+        .filter(|s| s.setting.is_some())
+        .collect();
+    assert_eq!(grid.len(), silorepro::Setting::grid().len());
+    assert_eq!(grid[0].setting, Some(silorepro::Setting::PAPER));
+    let summary = |d| rep.summary_of(d, big).unwrap().vs_fwb;
+    let main_ratio = summary(hwsim::DesignKind::Silo) / summary(hwsim::DesignKind::Fwb);
+    assert!((grid[0].silo_vs_fwb / main_ratio - 1.0).abs() < 1e-9);
+    for variant in [
+        "prefix reference",
+        "mlp=4",
+        "banks=16",
+        "write-pausing",
+        "small-data",
+    ] {
+        assert!(
+            rep.sensitivity.iter().any(|s| s.variant == variant),
+            "{variant}"
         );
     }
     assert!(rep.timing.events > 0 && rep.timing.events_per_host_second > 0.0);

@@ -3,17 +3,18 @@
 //!
 //! ```text
 //! cargo run --release -p tracegen --example calibrate [-- --transactions N] [--cores N]
-//!     [--json report.json] [--workload NAME]
+//!     [--json report.json] [--workload NAME] [--discipline pmdk|write-minimal]
 //! ```
 
 use std::time::Instant;
-use tracegen::{CalibrationReport, SiloWorkload, TraceSpec, calibrate, generate};
+use tracegen::{CalibrationReport, SiloWorkload, StoreDiscipline, TraceSpec, calibrate, generate};
 
 struct Options {
     transactions: Option<u64>,
     cores: Option<u32>,
     json: Option<String>,
     workloads: Vec<SiloWorkload>,
+    discipline: StoreDiscipline,
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -22,6 +23,7 @@ fn parse_args() -> Result<Options, String> {
         cores: None,
         json: None,
         workloads: Vec::new(),
+        discipline: StoreDiscipline::default(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -31,6 +33,10 @@ fn parse_args() -> Result<Options, String> {
             "--transactions" => options.transactions = Some(number()?),
             "--cores" => options.cores = Some(number()? as u32),
             "--json" => options.json = Some(value),
+            "--discipline" => {
+                options.discipline =
+                    StoreDiscipline::parse(&value).ok_or(format!("unknown discipline {value}"))?
+            }
             "--workload" => options
                 .workloads
                 .push(SiloWorkload::parse(&value).ok_or(format!("unknown workload {value}"))?),
@@ -44,7 +50,7 @@ fn parse_args() -> Result<Options, String> {
 }
 
 fn spec(options: &Options, workload: SiloWorkload) -> TraceSpec {
-    let mut spec = TraceSpec::new(workload);
+    let mut spec = TraceSpec::new(workload).with_discipline(options.discipline);
     if let Some(n) = options.transactions {
         spec = spec.with_transactions(n);
     }

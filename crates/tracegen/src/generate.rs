@@ -2,22 +2,27 @@
 //! a [`Recorder`], the cores spread over the host's cores.
 
 use crate::recorder::{CORE_SHIFT, Recorder};
-use crate::spec::{SiloWorkload, TPCC_CUSTOMERS, TPCC_ORDER_CAPACITY, TraceSpec};
+use crate::spec::{
+    SiloWorkload, StoreDiscipline, TPCC_CUSTOMERS, TPCC_LINES, TPCC_ORDER_CAPACITY, TraceSpec,
+};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use trace::{Encoder, Event, Trace, TraceMeta};
 use tx::{MemEngine, TxError};
 use workloads::array::ArrayWorkload;
-use workloads::btree::{BTree, silo_btree};
+use workloads::btree::{BTree, PmdkBTree};
+use workloads::dist::KeyDist;
 use workloads::hash::silo_hash;
+use workloads::map::{MapWorkload, UpdateStyle};
+use workloads::outofline::{OutOfLine, silo_btree_out_of_line};
 use workloads::queue::QueueWorkload;
-use workloads::rbtree::silo_rbtree;
+use workloads::rbtree::{silo_rbtree, silo_rbtree_in_place};
 use workloads::tpcc::{TpccConfig, TpccNewOrder};
 use workloads::ycsb::{Ycsb, YcsbMix};
 use workloads::{Params, Workload};
 
 /// Format of the generator's metadata (`params.generator` in the trace).
-pub const GENERATOR: &str = "ferrite-tracegen/1";
+pub const GENERATOR: &str = "ferrite-tracegen/2";
 
 /// Operations run per requested transaction before giving up (a workload that never
 /// commits would otherwise loop forever); TPC-C rolls back about 1 %.
@@ -111,7 +116,8 @@ fn record_all(spec: &TraceSpec, threads: usize) -> Result<Vec<CoreStream>, GenEr
 /// Records core `core`: untraced setup, then `spec.transactions` committed transactions.
 pub fn record_core(spec: &TraceSpec, core: u32) -> Result<CoreStream, GenError> {
     spec.validate().map_err(GenError::InvalidSpec)?;
-    let recorder = Recorder::new(MemEngine::new(spec.memory_bytes()), core, spec.compute);
+    let recorder = Recorder::new(MemEngine::new(spec.memory_bytes()), core, spec.compute)
+        .with_discipline(spec.discipline);
     with_workload(spec, core, Runner { spec, recorder })
 }
 
@@ -124,16 +130,28 @@ fn with_workload(spec: &TraceSpec, core: u32, runner: Runner<'_>) -> Result<Core
         threads: 1,
         seed: spec.core_seed(core),
     };
+    // The PMDK discipline runs the variants that store as libpmemobj programs do.
+    let in_place = spec.discipline == StoreDiscipline::Pmdk;
     match spec.workload {
         SiloWorkload::Array => runner.run(ArrayWorkload::with_fill(params, spec.fill)),
-        SiloWorkload::Btree => runner.run(silo_btree(params)),
+        SiloWorkload::Btree if in_place => runner.run(MapWorkload::<OutOfLine<PmdkBTree>>::new(
+            params,
+            UpdateStyle::Upsert,
+            KeyDist::Uniform,
+        )),
+        SiloWorkload::Btree => runner.run(silo_btree_out_of_line(params)),
         SiloWorkload::Hash => runner.run(silo_hash(params)),
         SiloWorkload::Queue => runner.run(QueueWorkload::new(params)),
+        SiloWorkload::Rbtree if in_place => runner.run(silo_rbtree_in_place(params)),
         SiloWorkload::Rbtree => runner.run(silo_rbtree(params)),
-        SiloWorkload::Ycsb => runner.run(Ycsb::<BTree>::new(params, YcsbMix::Silo)),
+        SiloWorkload::Ycsb if in_place => {
+            runner.run(Ycsb::<OutOfLine<PmdkBTree>>::new(params, YcsbMix::Silo))
+        }
+        SiloWorkload::Ycsb => runner.run(Ycsb::<OutOfLine<BTree>>::new(params, YcsbMix::Silo)),
         SiloWorkload::Tpcc => {
-            let workload =
-                TpccNewOrder::new(tpcc_config(spec, core)).map_err(GenError::InvalidSpec)?;
+            let workload = TpccNewOrder::new(tpcc_config(spec, core))
+                .and_then(|w| w.with_lines(TPCC_LINES))
+                .map_err(GenError::InvalidSpec)?;
             runner.run(workload)
         }
     }
@@ -262,8 +280,16 @@ pub fn metadata(spec: &TraceSpec, data_bytes: &[u64]) -> TraceMeta {
                    per read_raw: Compute(per_access) + one Load per 64 B line, \
                    per write_raw: Compute(per_access) + 8 B-word store pieces with old and new \
                    bytes, TxEnd",
-        "not_traced": "setup, aborted transactions, allocation and free (volatile allocator), \
-                       the recorder's own read of old bytes",
+        "not_traced": match spec.discipline {
+            StoreDiscipline::WriteMinimal => {
+                "setup, aborted transactions, allocation and free (volatile allocator), the \
+                 recorder's own read of old bytes"
+            }
+            StoreDiscipline::Pmdk => {
+                "setup, aborted transactions, the recorder's own read of old bytes \
+                 (allocation and free store libpmemobj's header and bitmap words)"
+            }
+        },
         "compute_model": "assumed, not measured: per_access instructions before every access \
                           call, per_transaction instructions before every TxBegin",
     });

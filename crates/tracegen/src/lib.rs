@@ -6,7 +6,8 @@
 //! transaction into a per-core stream of [`trace::Event`]s. The simulator (`hwsim`) reads
 //! only the [`trace::Trace`], never this crate.
 //!
-//! - [`recorder`]: the recording engine, its rules and the compute model.
+//! - [`recorder`]: the recording engine, its rules and the compute model; [`pmdk`]: the
+//!   allocator metadata of the PMDK store discipline.
 //! - [`spec`]: the workloads by name ([`SiloWorkload`]) and the trace parameters
 //!   ([`TraceSpec`]).
 //! - [`generate()`]: one independent instance per simulated core, spread over host threads;
@@ -29,11 +30,12 @@
 
 pub mod calibration;
 pub mod generate;
+pub mod pmdk;
 pub mod recorder;
 pub mod spec;
 
 pub use calibration::{CalibrationReport, calibrate};
 pub use generate::{CoreStream, GenError, generate, generate_with_threads, group_transactions};
 pub use recorder::{ComputeModel, Recorder, core_base};
-pub use spec::{SiloWorkload, TraceSpec};
+pub use spec::{SiloWorkload, StoreDiscipline, TraceSpec};
 pub use workloads::array::ElementFill;

@@ -12,15 +12,19 @@
 //! - `write_raw(addr, bytes)` → `[Compute per_access]` then the [`trace::store_pieces`] of the
 //!   write: pieces within one 8-byte word, each with the bytes' old contents (read from the
 //!   inner transaction just before the write; this read is not a traced load) and new ones.
-//! - Allocation and free are not traced: the inner allocator is volatile DRAM bookkeeping
-//!   with no memory accesses to model. Zero-filled allocation (`alloc_zeroed`) uses the
-//!   default [`Tx`] method, which writes the zeros through `write_raw`, so the zeroing stores
-//!   are traced (mostly silent on fresh memory).
+//! - Allocation and free are not traced under the write-minimal discipline: the inner
+//!   allocator is volatile DRAM bookkeeping with no memory accesses to model. Under the PMDK
+//!   discipline they make the stores libpmemobj's allocator makes ([`crate::pmdk`]): the
+//!   object's 16 B header (through `write_raw`) and its bits in the run bitmap. Zero-filled
+//!   allocation (`alloc_zeroed`) uses the default [`Tx`] method, which writes the zeros
+//!   through `write_raw`, so the zeroing stores are traced (mostly silent on fresh memory).
 //! - Addresses are the inner engine's offsets plus [`core_base`] of the core, so the cores'
 //!   address spaces never overlap (one independent workload instance per core).
 //! - Recording can be switched off ([`Recorder::set_recording`]); workload setup runs with
 //!   recording off and is not traced.
 
+use crate::pmdk::{self, AllocMeta};
+use crate::spec::StoreDiscipline;
 use parking_lot::Mutex;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -81,8 +85,11 @@ pub struct Recorder {
     inner: MemEngine,
     core: u32,
     compute: ComputeModel,
+    discipline: StoreDiscipline,
     recording: AtomicBool,
     stream: Mutex<Stream>,
+    /// The PMDK allocator's metadata (PMDK discipline only).
+    meta: Mutex<AllocMeta>,
 }
 
 /// The core's stream and counters.
@@ -101,9 +108,22 @@ impl Recorder {
             inner,
             core,
             compute,
+            discipline: StoreDiscipline::WriteMinimal,
             recording: AtomicBool::new(true),
             stream: Mutex::new(Stream::default()),
+            meta: Mutex::new(AllocMeta::default()),
         }
+    }
+
+    /// The same recorder with store discipline `discipline` (before any transaction runs).
+    pub fn with_discipline(mut self, discipline: StoreDiscipline) -> Self {
+        self.discipline = discipline;
+        self
+    }
+
+    /// The allocator metadata, when the discipline models it.
+    fn meta(&self) -> Option<parking_lot::MutexGuard<'_, AllocMeta>> {
+        (self.discipline == StoreDiscipline::Pmdk).then(|| self.meta.lock())
     }
 
     /// Switches recording on or off (off: transactions run but emit nothing).
@@ -152,10 +172,16 @@ impl Recorder {
         mut body: impl FnMut(&mut RecTx<'_>) -> Result<R, E>,
     ) -> Result<R, E> {
         let base = core_base(self.core);
-        self.inner.transaction(|mem| {
-            let mut tx = RecTx::new(mem, None, base, 0);
+        let mut meta = self.meta();
+        let result = self.inner.transaction(|mem| {
+            if let Some(meta) = meta.as_deref_mut() {
+                meta.roll_back(); // a retried body starts over
+            }
+            let mut tx = RecTx::new(mem, None, base, 0, meta.as_deref_mut());
             body(&mut tx)
-        })
+        });
+        settle(meta.as_deref_mut(), result.is_ok());
+        result
     }
 
     /// Runs `body` on the inner engine, buffering its events; appends them if it commits.
@@ -166,12 +192,23 @@ impl Recorder {
         let base = core_base(self.core);
         let per_access = self.compute.per_access;
         let mut events = std::mem::take(&mut self.stream.lock().scratch);
+        let mut meta = self.meta();
         let result = self.inner.transaction(|mem| {
             // A retried body starts from an empty buffer.
             events.clear();
-            let mut tx = RecTx::new(mem, Some(&mut events), base, per_access);
+            if let Some(meta) = meta.as_deref_mut() {
+                meta.roll_back();
+            }
+            let mut tx = RecTx::new(
+                mem,
+                Some(&mut events),
+                base,
+                per_access,
+                meta.as_deref_mut(),
+            );
             body(&mut tx)
         });
+        settle(meta.as_deref_mut(), result.is_ok());
         let mut stream = self.stream.lock();
         if result.is_ok() {
             stream.append(self.compute.per_transaction, &events);
@@ -179,6 +216,18 @@ impl Recorder {
         events.clear();
         stream.scratch = events;
         result
+    }
+}
+
+/// Keeps the allocator metadata's changes of a committed transaction, undoes an aborted
+/// one's.
+fn settle(meta: Option<&mut AllocMeta>, committed: bool) {
+    if let Some(meta) = meta {
+        if committed {
+            meta.commit();
+        } else {
+            meta.roll_back();
+        }
     }
 }
 
@@ -262,6 +311,8 @@ pub struct RecTx<'e> {
     events: Option<&'e mut Vec<Event>>,
     base: u64,
     per_access: u32,
+    /// The PMDK allocator's metadata (PMDK discipline only).
+    meta: Option<&'e mut AllocMeta>,
 }
 
 impl fmt::Debug for RecTx<'_> {
@@ -280,12 +331,28 @@ impl<'e> RecTx<'e> {
         events: Option<&'e mut Vec<Event>>,
         base: u64,
         per_access: u32,
+        meta: Option<&'e mut AllocMeta>,
     ) -> Self {
         RecTx {
             inner,
             events,
             base,
             per_access,
+            meta,
+        }
+    }
+
+    /// Records the allocator's bitmap stores (one access).
+    fn meta_stores(&mut self, stores: &[pmdk::MetaStore]) {
+        let base = self.base;
+        if let Some(events) = self.access() {
+            for &(addr, old, new) in stores {
+                events.extend(store_pieces(
+                    base + addr,
+                    &old.to_le_bytes(),
+                    &new.to_le_bytes(),
+                ));
+            }
         }
     }
 
@@ -349,11 +416,33 @@ impl Tx for RecTx<'_> {
     }
 
     fn alloc_raw(&mut self, size: u64) -> TxResult<u64> {
-        self.inner.alloc(size)
+        if self.meta.is_none() {
+            return self.inner.alloc(size);
+        }
+        let block = self.inner.alloc(size + pmdk::HEADER_BYTES)?;
+        let [size_word, type_word] = pmdk::header_words(size);
+        let mut header = [0u8; pmdk::HEADER_BYTES as usize];
+        header[..8].copy_from_slice(&size_word.to_le_bytes());
+        header[8..].copy_from_slice(&type_word.to_le_bytes());
+        self.write_raw(block, &header)?;
+        let stores = self
+            .meta
+            .as_deref_mut()
+            .expect("checked above")
+            .allocated(block, size);
+        self.meta_stores(&stores);
+        Ok(block + pmdk::HEADER_BYTES)
     }
 
     fn free_raw(&mut self, addr: u64) -> TxResult<()> {
-        self.inner.free(addr)
+        let Some(meta) = self.meta.as_deref_mut() else {
+            return self.inner.free(addr);
+        };
+        let Some((block, stores)) = meta.freed(addr) else {
+            return self.inner.free(addr);
+        };
+        self.meta_stores(&stores);
+        self.inner.free(block)
     }
 
     fn pool_tag(&self) -> u16 {

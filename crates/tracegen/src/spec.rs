@@ -9,7 +9,8 @@ use workloads::array::ElementFill;
 pub enum SiloWorkload {
     /// Swap two random 64 B elements of a large array.
     Array,
-    /// B+tree upserts (insert or update) of uniform random keys, 64 B values.
+    /// B+tree upserts (insert or update) of uniform random keys, 64 B values out of the
+    /// leaves (PMDK's `btree_map` layout).
     Btree,
     /// Chained hash table upserts of uniform random keys, 64 B values.
     Hash,
@@ -17,9 +18,10 @@ pub enum SiloWorkload {
     Queue,
     /// Red-black tree upserts of uniform random keys, 64 B values.
     Rbtree,
-    /// TPC-C New-Order transactions.
+    /// TPC-C New-Order transactions of [`TPCC_LINES`] order lines.
     Tpcc,
-    /// YCSB over the B+tree: 20 % read, 80 % update, Zipfian keys.
+    /// YCSB over the B+tree (values out of the leaves): 20 % read, 80 % update, Zipfian
+    /// keys.
     Ycsb,
 }
 
@@ -87,6 +89,10 @@ pub const DEFAULT_VALUE_SIZE: u32 = 64;
 pub const TPCC_CUSTOMERS: u32 = 3000;
 /// TPC-C order ring capacity per district.
 pub const TPCC_ORDER_CAPACITY: u32 = 1024;
+/// Order lines per New-Order: 1 to 7, the largest range whose New-Orders make 10–35 word
+/// stores (7 fixed, 4 per line), the size the hardware-logging papers run (HOOP, ISCA'20:
+/// 10–35 stores per transaction); TPC-C itself has 5–15.
+pub const TPCC_LINES: std::ops::RangeInclusive<u32> = 1..=7;
 /// Largest number of cores (addresses `core << 40` stay below 2^56).
 pub const MAX_CORES: u32 = 1 << 16;
 /// Largest value size accepted.
@@ -120,6 +126,47 @@ pub struct TraceSpec {
     /// set (Silo's large-transaction experiment, Fig. 14); `transactions` counts groups.
     #[serde(default = "one")]
     pub ops_per_transaction: u32,
+    /// Which stores the workloads issue for the same operations (specs recorded before
+    /// the field existed were write-minimal).
+    #[serde(default)]
+    pub discipline: StoreDiscipline,
+}
+
+/// The stores a workload's operation issues (see `docs/trace-format.md`, "Store
+/// disciplines").
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum StoreDiscipline {
+    /// The shared workloads as written: each operation stages its changes and writes each
+    /// changed word once; allocation is volatile bookkeeping.
+    #[default]
+    WriteMinimal,
+    /// What a straightforward C implementation on libpmemobj stores for the same operation:
+    /// the allocator's metadata (a 16 B header before every object, a bit in its run's
+    /// bitmap set on allocation and cleared on free), zero-filled new tree nodes
+    /// (`TX_ZNEW`), and the red-black tree's link and colour assignments stored as they
+    /// are made.
+    Pmdk,
+}
+
+impl StoreDiscipline {
+    /// Both, the paper-faithful one first.
+    pub const ALL: [StoreDiscipline; 2] = [StoreDiscipline::Pmdk, StoreDiscipline::WriteMinimal];
+
+    /// Its name in reports and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreDiscipline::WriteMinimal => "write-minimal",
+            StoreDiscipline::Pmdk => "pmdk",
+        }
+    }
+
+    /// Parses [`StoreDiscipline::name`].
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|d| d.name() == text)
+    }
 }
 
 fn one() -> u32 {
@@ -128,8 +175,8 @@ fn one() -> u32 {
 
 impl TraceSpec {
     /// The default trace of `workload`: 8 cores, 20 000 transactions per core, the
-    /// workload's default size, 64 B values, 100 % upserts, seed 42, the sparse array fill
-    /// and the default compute model.
+    /// workload's default size, 64 B values, 100 % upserts, seed 42, the sparse array fill,
+    /// the default compute model and PMDK-style stores.
     pub fn new(workload: SiloWorkload) -> Self {
         TraceSpec {
             workload,
@@ -142,7 +189,14 @@ impl TraceSpec {
             fill: ElementFill::Sparse,
             compute: ComputeModel::DEFAULT,
             ops_per_transaction: 1,
+            discipline: StoreDiscipline::Pmdk,
         }
+    }
+
+    /// The same spec with store discipline `discipline`.
+    pub fn with_discipline(mut self, discipline: StoreDiscipline) -> Self {
+        self.discipline = discipline;
+        self
     }
 
     /// The same spec with `ops` operations per traced transaction.

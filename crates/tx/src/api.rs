@@ -91,7 +91,10 @@ impl From<heap::HeapError> for TxError {
     fn from(error: heap::HeapError) -> Self {
         match error {
             heap::HeapError::OutOfSpace { size } => TxError::OutOfSpace { size },
-            heap::HeapError::InvalidFree(addr) => TxError::InvalidFree(addr),
+            // Under the caller's locks a second free of a block is the caller's error.
+            heap::HeapError::InvalidFree(addr) | heap::HeapError::BeingFreed(addr) => {
+                TxError::InvalidFree(addr)
+            }
             other => TxError::Corrupted(other.to_string()),
         }
     }

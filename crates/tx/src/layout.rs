@@ -14,8 +14,13 @@ use pmem::{Persist, Region, WriteClass};
 
 /// Identifies a Ferrite transaction area.
 pub const MAGIC: [u8; 8] = *b"FERRTXEN";
-/// Format version.
-pub const VERSION: u32 = 1;
+/// The MVCC engine's magic (`docs/mvcc-format.md` §2.1): its pools are `WrongEngine` here,
+/// as undo and redo pools are there.
+const MVCC_MAGIC: [u8; 8] = *b"FERRMVCC";
+/// Format version. Version 2 binds each undo entry's CRC to its position (and comes with
+/// heap format 2); a version-1 area is refused as `Corrupted("unsupported engine area
+/// version 1 …")`.
+pub const VERSION: u32 = 2;
 const HEADER_LEN: u64 = 64;
 /// Offset of the watermark word from the arena start.
 pub const WATERMARK_OFFSET: u64 = 64;
@@ -40,7 +45,7 @@ impl EngineKind {
         }
     }
 
-    fn from_code(code: u32) -> Option<Self> {
+    pub(crate) fn from_code(code: u32) -> Option<Self> {
         match code {
             1 => Some(EngineKind::Undo),
             2 => Some(EngineKind::Redo),
@@ -149,6 +154,12 @@ impl EngineLayout {
     pub fn read<P: Persist>(pm: &P, arena: Region, kind: EngineKind) -> Result<Self, TxError> {
         let mut b = [0u8; HEADER_LEN as usize];
         pm.read(arena.offset, &mut b);
+        if b[0..8] == MVCC_MAGIC {
+            return Err(TxError::WrongEngine {
+                expected: kind.name(),
+                found: "mvcc",
+            });
+        }
         if b[0..8] != MAGIC {
             return Err(TxError::Corrupted(
                 "no transaction area in this pool (not formatted by an engine)".into(),
@@ -164,7 +175,7 @@ impl EngineLayout {
         }
         if half(8) != VERSION {
             return Err(TxError::Corrupted(format!(
-                "unsupported engine area version {}",
+                "unsupported engine area version {} (this build reads version {VERSION})",
                 half(8)
             )));
         }

@@ -4,21 +4,26 @@
 //! - [`Redo`]: redo logging, one fence per transaction, lazy in-place apply.
 //! - [`Undo`]: undo logging (PMDK-style), old values persisted before each in-place write.
 //! - [`MemEngine`]: volatile reference (no persistence).
-//! - [`logwriter`]: the cacheable / non-temporal / packed log writes of seed 001.
+//! - [`logwriter`]: the cacheable / non-temporal / packed log writes studied by "Logging in persistent memory:
+//!   to cache, or not to cache?" (MemSys 2017).
 
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod bytes;
+pub mod check;
+pub mod lanecheck;
 pub mod lanes;
 pub mod layout;
 pub mod logwriter;
 pub mod mem;
 pub mod rangeset;
 pub mod record;
+pub mod recovery;
 mod redo;
 pub mod ring;
 mod undo;
+mod undo_recovery;
 pub mod writeset;
 
 pub use api::{
@@ -29,5 +34,6 @@ pub use lanes::EngineOptions;
 pub use layout::EngineKind;
 pub use logwriter::LogMode;
 pub use mem::MemEngine;
+pub use recovery::{RecoveryMode, RecoveryReport};
 pub use redo::{Redo, RedoTx};
 pub use undo::{Undo, UndoTx};

@@ -1,5 +1,5 @@
-//! The log writer: how log bytes travel to PM, in the three modes studied by seed 001
-//! ("Logging in persistent memory: to cache, or not to cache?", MemSys'17).
+//! The log writer: how log bytes travel to PM, in the modes studied by "Logging in
+//! persistent memory: to cache, or not to cache?" (Li, Ogleari and Zhao, MemSys 2017).
 //!
 //! - `Cacheable`: ordinary stores; the dirty lines are written back with the flush
 //!   instruction when the log is sealed (store + clwb).

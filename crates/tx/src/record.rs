@@ -170,6 +170,17 @@ pub fn read<P: Persist>(pm: &P, at: u64, limit: u64) -> Result<Option<Record>, T
     decode(kind, &bytes, pm.len()).map(Some)
 }
 
+/// The sequence number named by a record header at `at` that carries a record magic,
+/// whether or not the record verifies (recovery uses it to tell a damaged record from a torn
+/// one; `read` decides whether the record is intact).
+pub fn claimed_seq<P: Persist>(pm: &P, at: u64, limit: u64) -> Option<u64> {
+    if at + HEADER_LEN as u64 > limit {
+        return None;
+    }
+    let magic = pm.read_u32(at);
+    (magic == MAGIC_TRANSACTION || magic == MAGIC_SYSTEM).then(|| pm.read_u64(at + 8))
+}
+
 fn decode(kind: RecordKind, bytes: &[u8], pool_len: u64) -> Result<Record, TxError> {
     let corrupt = |what: &str| TxError::Corrupted(format!("intact redo record with {what}"));
     let word = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));

@@ -17,6 +17,7 @@ use crate::lanes::{EngineOptions, Lanes};
 use crate::layout::{EngineKind, EngineLayout};
 use crate::logwriter::{LogMode, LogWriter};
 use crate::record::{self, RecordKind};
+use crate::recovery::{RecoveryMode, RecoveryReport, WATERMARK, refuse, scan_redo};
 use crate::ring::LogRing;
 use crate::writeset::{Coalesced, WriteSet};
 use heap::{Action, Freeing, Heap, Reservation};
@@ -26,8 +27,6 @@ use pmem::{CACHE_LINE, Persist, Pool, Region, WriteClass};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const NONE: u64 = u64::MAX;
-/// The watermark word's name in errors.
-const WATERMARK: &str = "redo watermark";
 
 /// The redo-logging engine over a pool on backend `P`.
 #[derive(Debug)]
@@ -51,6 +50,8 @@ pub struct Redo<P: Persist> {
     id: u64,
     user: Region,
     chunks: Region,
+    /// What the recovery at open found and did.
+    recovery: RecoveryReport,
 }
 
 /// A lane's log ring and the buffers its transactions reuse (owned by the transaction
@@ -139,15 +140,33 @@ impl<P: Persist> Redo<P> {
         Self::open(pool, options)
     }
 
-    /// Opens the engine area of `pool`, replaying committed records (recovery).
+    /// Opens the engine area of `pool`, replaying committed records (recovery). A log with
+    /// damage in the middle of a lane (not a torn tail) is refused with `Corrupted`.
     pub fn open(pool: Pool<P>, options: &EngineOptions) -> TxResult<Self> {
+        Self::open_with(pool, options, RecoveryMode::Strict)
+    }
+
+    /// Opens the engine area of `pool` even if its log is damaged: every intact record is
+    /// replayed, and [`Redo::recovery_report`] lists the damage skipped. An explicit choice
+    /// for getting data out of a damaged pool; the result may mix states.
+    pub fn salvage(pool: Pool<P>, options: &EngineOptions) -> TxResult<Self> {
+        Self::open_with(pool, options, RecoveryMode::Salvage)
+    }
+
+    fn open_with(pool: Pool<P>, options: &EngineOptions, mode: RecoveryMode) -> TxResult<Self> {
         let recovered =
             EngineLayout::read(pool.pm(), pool.arena(), EngineKind::Redo).and_then(|layout| {
-                let watermark = recover(pool.pm(), &layout)?;
-                Ok((layout, watermark, Heap::open(pool.pm(), layout.heap)?))
+                let (watermark, report) = recover(pool.pm(), &layout, mode)?;
+                Ok((
+                    layout,
+                    watermark,
+                    report,
+                    Heap::open(pool.pm(), layout.heap)?,
+                ))
             });
         // A pool that could not be recovered must not be marked as cleanly closed.
-        let (layout, watermark, heap) = recovered.inspect_err(|_| pool.mark_unclean_on_drop())?;
+        let (layout, watermark, recovery, heap) =
+            recovered.inspect_err(|_| pool.mark_unclean_on_drop())?;
         let lanes = Lanes::new((0..layout.lane_count as usize).map(|lane| Ring {
             base: layout.lane(lane),
             log: LogRing::new(layout.lane_size),
@@ -185,7 +204,13 @@ impl<P: Persist> Redo<P> {
             id: new_engine_id(),
             user,
             chunks,
+            recovery,
         })
+    }
+
+    /// What the recovery at open found (torn tails discarded, damage salvaged) and replayed.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.recovery
     }
 
     /// The pool.
@@ -405,28 +430,42 @@ impl<P: Persist> Drop for Redo<P> {
 
 /// Replays every intact record newer than the watermark, in sequence order, then moves the
 /// watermark past them. Idempotent: a crash during it leaves the records to replay again.
-fn recover<P: Persist>(pm: &P, layout: &EngineLayout) -> TxResult<u64> {
-    let watermark = checked::open(
-        pm.read_u64(layout.watermark()),
-        layout.watermark(),
-        WATERMARK,
-    )?;
-    let mut newest = watermark;
-    let mut pending = Vec::new();
-    for lane in 0..layout.lane_count as usize {
-        let (base, limit) = (layout.lane(lane), layout.lane(lane) + layout.lane_size);
-        for pos in (base..limit).step_by(CACHE_LINE as usize) {
-            if let Some(rec) = record::read(pm, pos, limit)? {
-                newest = newest.max(rec.seq);
-                if rec.seq > watermark {
-                    pending.push(rec);
-                }
-            }
-        }
+/// Damage in the middle of a lane (`crate::lanecheck`) is refused before anything is
+/// written, unless salvaging.
+fn recover<P: Persist>(
+    pm: &P,
+    layout: &EngineLayout,
+    mode: RecoveryMode,
+) -> TxResult<(u64, RecoveryReport)> {
+    let scan = scan_redo(pm, layout)?;
+    if mode == RecoveryMode::Strict && scan.damage().next().is_some() {
+        return Err(refuse("the redo log", scan.damage()));
     }
-    pending.sort_by_key(|rec| rec.seq);
+    let mut lines = store_pending(pm, &scan.pending);
+    write_back_lines(pm, &mut lines);
+    pm.fence();
+    let newest = scan.newest;
+    if newest > scan.watermark {
+        if pm.is_poisoned() {
+            return Err(TxError::Poisoned);
+        }
+        let word = checked::seal(newest, layout.watermark(), WATERMARK)?;
+        pm.write_u64(layout.watermark(), word, WriteClass::Meta);
+        pm.persist(layout.watermark(), 8);
+    }
+    let report = RecoveryReport {
+        replayed: scan.pending.len(),
+        findings: scan.findings,
+    };
+    Ok((newest, report))
+}
+
+/// Stores the pending records' contents in place, in sequence order, without write-backs,
+/// and returns the cache lines they touched. Recovery writes those back; the deep check
+/// runs it on its private copy of the pool to see the heap as the open will.
+pub(crate) fn store_pending<P: Persist>(pm: &P, pending: &[record::Record]) -> Vec<u64> {
     let mut lines = Vec::new();
-    for rec in &pending {
+    for rec in pending {
         let ranges = || {
             rec.ranges
                 .iter()
@@ -437,17 +476,7 @@ fn recover<P: Persist>(pm: &P, layout: &EngineLayout) -> TxResult<u64> {
             lines.extend(pmem::lines_covering(addr, len));
         }
     }
-    write_back_lines(pm, &mut lines);
-    pm.fence();
-    if newest > watermark {
-        if pm.is_poisoned() {
-            return Err(TxError::Poisoned);
-        }
-        let word = checked::seal(newest, layout.watermark(), WATERMARK)?;
-        pm.write_u64(layout.watermark(), word, WriteClass::Meta);
-        pm.persist(layout.watermark(), 8);
-    }
-    Ok(newest)
+    lines
 }
 
 /// Zeroes the bytes of `dst` (which holds `[addr, addr + len)`) that fall in `zeroed`.

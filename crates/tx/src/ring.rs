@@ -44,6 +44,11 @@ impl LogRing {
         self.records.front().map(|r| r.stamp)
     }
 
+    /// The newest live record's stamp.
+    pub fn newest(&self) -> Option<u64> {
+        self.records.back().map(|r| r.stamp)
+    }
+
     fn end_of(&self, record: Placed) -> u64 {
         (record.pos + record.len)
             .next_multiple_of(CACHE_LINE)

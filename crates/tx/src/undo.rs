@@ -22,19 +22,16 @@ use crate::lanes::{EngineOptions, Lanes};
 use crate::layout::{EngineKind, EngineLayout};
 use crate::logwriter::{LogMode, LogWriter};
 use crate::rangeset::RangeSet;
+use crate::recovery::{RecoveryMode, RecoveryReport};
+use crate::undo_recovery::{
+    ACTION_HEADER_LEN, ACTIONS_AT, APPLIED, APPLIED_AT, ENTRY_HEADER_LEN, GENERATION,
+    GENERATION_AT, LaneState, LaneView, action_area, action_crc, check_damage, entry_crc,
+    examine_lane,
+};
 use heap::{ACTION_LEN, Action, Freeing, Heap, Reservation};
 use parking_lot::{Mutex, MutexGuard};
 use pmem::checked;
 use pmem::{Persist, Pool, Region, WriteClass};
-
-const GENERATION_AT: u64 = 0;
-const APPLIED_AT: u64 = 8;
-const ACTIONS_AT: u64 = 64;
-const ACTION_HEADER_LEN: u64 = 16;
-const ENTRY_HEADER_LEN: u64 = 24;
-/// The lane words' names in errors.
-const GENERATION: &str = "undo lane generation";
-const APPLIED: &str = "undo lane applied counter";
 
 /// The undo-logging engine over a pool on backend `P`.
 #[derive(Debug)]
@@ -49,6 +46,8 @@ pub struct Undo<P: Persist> {
     id: u64,
     user: Region,
     chunks: Region,
+    /// What the recovery at open found and did.
+    recovery: RecoveryReport,
 }
 
 /// A lane: its PM geometry and the DRAM mirror of its state.
@@ -106,10 +105,6 @@ impl UndoLane {
     }
 }
 
-fn action_area(lane_size: u64) -> u64 {
-    (lane_size / 4).next_multiple_of(64).max(128)
-}
-
 impl<P: Persist> Undo<P> {
     /// Formats the engine area of a fresh pool and returns the engine.
     pub fn create(pool: Pool<P>, options: &EngineOptions) -> TxResult<Self> {
@@ -136,11 +131,24 @@ impl<P: Persist> Undo<P> {
     }
 
     /// Opens the engine area of `pool`, finishing committed and rolling back interrupted
-    /// transactions (recovery).
+    /// transactions (recovery). A lane whose log is damaged (not torn) is refused with
+    /// `Corrupted`.
     pub fn open(pool: Pool<P>, options: &EngineOptions) -> TxResult<Self> {
+        Self::open_with(pool, options, RecoveryMode::Strict)
+    }
+
+    /// Opens the engine area of `pool` even if a lane's log is damaged: every intact live
+    /// entry is rolled back and a damaged pending action record is skipped;
+    /// [`Undo::recovery_report`] lists the damage. An explicit choice for getting data out
+    /// of a damaged pool; the result may mix states.
+    pub fn salvage(pool: Pool<P>, options: &EngineOptions) -> TxResult<Self> {
+        Self::open_with(pool, options, RecoveryMode::Salvage)
+    }
+
+    fn open_with(pool: Pool<P>, options: &EngineOptions, mode: RecoveryMode) -> TxResult<Self> {
         // A pool that could not be recovered must not be marked as cleanly closed.
-        let (lanes, heap) =
-            Self::recover(&pool, options).inspect_err(|_| pool.mark_unclean_on_drop())?;
+        let (lanes, heap, recovery) =
+            Self::recover(&pool, options, mode).inspect_err(|_| pool.mark_unclean_on_drop())?;
         let chunks = Region {
             offset: heap.layout().chunks,
             len: heap.layout().end() - heap.layout().chunks,
@@ -156,28 +164,57 @@ impl<P: Persist> Undo<P> {
             id: new_engine_id(),
             user,
             chunks,
+            recovery,
         })
     }
 
-    /// Recovers every lane, then rebuilds the heap.
-    fn recover(pool: &Pool<P>, options: &EngineOptions) -> TxResult<(Vec<UndoLane>, Heap)> {
+    /// What the recovery at open found (transactions rolled back, damage salvaged).
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    /// Recovers every lane, then rebuilds the heap. In strict mode every lane is read first,
+    /// so damage anywhere is refused before any lane is changed.
+    fn recover(
+        pool: &Pool<P>,
+        options: &EngineOptions,
+        mode: RecoveryMode,
+    ) -> TxResult<(Vec<UndoLane>, Heap, RecoveryReport)> {
         let layout = EngineLayout::read(pool.pm(), pool.arena(), EngineKind::Undo)?;
-        let mut lanes = Vec::with_capacity(layout.lane_count as usize);
-        for lane in 0..layout.lane_count as usize {
-            let base = layout.lane(lane);
-            let mut state = UndoLane {
-                base,
+        let views: Vec<LaneView> = (0..layout.lane_count as usize)
+            .map(|index| LaneView {
+                index,
+                base: layout.lane(index),
                 action_area: action_area(layout.lane_size),
-                end: base + layout.lane_size,
+                end: layout.lane(index) + layout.lane_size,
+            })
+            .collect();
+        let mut report = RecoveryReport::default();
+        let states = views
+            .iter()
+            .map(|view| examine_lane(pool.pm(), *view))
+            .collect::<TxResult<Vec<_>>>()?;
+        states
+            .iter()
+            .for_each(|state| report.findings.extend(state.findings.iter().cloned()));
+        if mode == RecoveryMode::Strict {
+            check_damage(&report.findings)?;
+        }
+        let mut lanes = Vec::with_capacity(layout.lane_count as usize);
+        for (view, found) in views.iter().zip(states) {
+            let mut state = UndoLane {
+                base: view.base,
+                action_area: view.action_area,
+                end: view.end,
                 generation: 0,
                 tail: 0,
                 writer: LogWriter::new(options.log_mode),
                 work: Work::default(),
             };
-            recover_lane(pool.pm(), &mut state)?;
+            report.replayed += recover_lane(pool.pm(), &mut state, found)?;
             lanes.push(state);
         }
-        Ok((lanes, Heap::open(pool.pm(), layout.heap)?))
+        Ok((lanes, Heap::open(pool.pm(), layout.heap)?, report))
     }
 
     /// The pool.
@@ -203,30 +240,20 @@ impl<P: Persist> Undo<P> {
     }
 }
 
-/// Finishes a committed transaction's heap actions and rolls back live undo entries.
-fn recover_lane<P: Persist>(pm: &P, lane: &mut UndoLane) -> TxResult<()> {
-    let read = |at: u64, what| checked::open(pm.read_u64(lane.base + at), lane.base + at, what);
-    lane.generation = read(GENERATION_AT, GENERATION)?;
-    let applied = read(APPLIED_AT, APPLIED)?;
-    if lane.generation == 0 || applied > lane.generation + 1 {
-        return Err(TxError::Corrupted(format!(
-            "undo lane at {:#x}: generation {} applied {applied}",
-            lane.base, lane.generation
-        )));
-    }
+/// Finishes a committed transaction's heap actions and rolls back live undo entries;
+/// returns how many entries it rolled back. Salvaging skips what is damaged.
+fn recover_lane<P: Persist>(pm: &P, lane: &mut UndoLane, state: LaneState) -> TxResult<usize> {
+    lane.generation = state.generation;
     // Recovery ends by retiring the generation, which needs the next one.
     check_generation_room(lane)?;
-    if applied < lane.generation
-        && let Some(actions) = read_action_record(pm, lane, lane.generation - 1)?
-    {
+    if let Some(actions) = &state.pending {
         actions.iter().for_each(|a| a.apply(pm));
         pm.fence();
         set_word(pm, lane.base + APPLIED_AT, lane.generation);
     }
-    let entries = read_live_entries(pm, lane)?;
-    for (addr, old) in entries.iter().rev() {
-        pm.write(*addr, old, WriteClass::User);
-        pm.flush(*addr, old.len() as u64);
+    for entry in state.rollback.iter().rev() {
+        pm.write(entry.addr, &entry.old, WriteClass::User);
+        pm.flush(entry.addr, entry.old.len() as u64);
     }
     pm.fence();
     if pm.is_poisoned() {
@@ -236,7 +263,7 @@ fn recover_lane<P: Persist>(pm: &P, lane: &mut UndoLane) -> TxResult<()> {
     // may have left an action record (or entries) tagged with it, which a later commit
     // would otherwise make look committed.
     retire_entries(pm, lane);
-    Ok(())
+    Ok(state.rollback.len())
 }
 
 /// Invalidates the lane's live entries without making its stale action record look pending:
@@ -265,83 +292,6 @@ fn set_word<P: Persist>(pm: &P, at: u64, value: u64) {
         .expect("a lane only starts work below its generation limit");
     pm.write_u64(at, word, WriteClass::Log);
     pm.persist(at, 8);
-}
-
-fn read_action_record<P: Persist>(
-    pm: &P,
-    lane: &UndoLane,
-    tag: u64,
-) -> TxResult<Option<Vec<Action>>> {
-    let at = lane.base + ACTIONS_AT;
-    let mut header = [0u8; ACTION_HEADER_LEN as usize];
-    pm.read(at, &mut header);
-    let found_tag = u64::from_le_bytes(header[..8].try_into().expect("8 bytes"));
-    let count = u64::from(u32::from_le_bytes(
-        header[8..12].try_into().expect("4 bytes"),
-    ));
-    let crc = u32::from_le_bytes(header[12..16].try_into().expect("4 bytes"));
-    if found_tag != tag || ACTION_HEADER_LEN + count * ACTION_LEN as u64 > lane.action_area {
-        return Ok(None);
-    }
-    let mut body = vec![0u8; count as usize * ACTION_LEN];
-    pm.read(at + ACTION_HEADER_LEN, &mut body);
-    if action_crc(tag, &body) != crc {
-        return Ok(None);
-    }
-    let actions = body
-        .chunks_exact(ACTION_LEN)
-        .map(|c| Action::decode(c.try_into().expect("16 bytes"), pm.len()))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Some(actions))
-}
-
-fn action_crc(tag: u64, body: &[u8]) -> u32 {
-    let mut hasher = crc32fast::Hasher::new();
-    hasher.update(&tag.to_le_bytes());
-    hasher.update(body);
-    hasher.finalize()
-}
-
-fn entry_crc(tag: u64, addr: u64, old: &[u8]) -> u32 {
-    let mut hasher = crc32fast::Hasher::new();
-    hasher.update(&tag.to_le_bytes());
-    hasher.update(&addr.to_le_bytes());
-    hasher.update(&(old.len() as u32).to_le_bytes());
-    hasher.update(old);
-    hasher.finalize()
-}
-
-/// The live entries (tagged with the lane's generation, checksum intact), oldest first.
-fn read_live_entries<P: Persist>(pm: &P, lane: &UndoLane) -> TxResult<Vec<(u64, Vec<u8>)>> {
-    let mut entries = Vec::new();
-    let mut at = lane.entries_start();
-    while at + ENTRY_HEADER_LEN <= lane.end {
-        let mut header = [0u8; ENTRY_HEADER_LEN as usize];
-        pm.read(at, &mut header);
-        let word = |i: usize| u64::from_le_bytes(header[i..i + 8].try_into().expect("8 bytes"));
-        let (tag, addr) = (word(0), word(8));
-        let len = u64::from(u32::from_le_bytes(
-            header[16..20].try_into().expect("4 bytes"),
-        ));
-        let crc = u32::from_le_bytes(header[20..24].try_into().expect("4 bytes"));
-        let next = at + ENTRY_HEADER_LEN + len.next_multiple_of(8);
-        if tag != lane.generation || next > lane.end {
-            break;
-        }
-        let mut old = vec![0u8; len as usize];
-        pm.read(at + ENTRY_HEADER_LEN, &mut old);
-        if entry_crc(tag, addr, &old) != crc {
-            break;
-        }
-        if !pm.check_range(addr, len) {
-            return Err(TxError::Corrupted(format!(
-                "intact undo entry for {addr:#x}+{len} outside the pool"
-            )));
-        }
-        entries.push((addr, old));
-        at = next;
-    }
-    Ok(entries)
 }
 
 /// A transaction of the undo engine (its state is in the lane's [`Work`]).
@@ -435,7 +385,7 @@ fn append_entry<P: Persist>(pm: &P, lane: &mut UndoLane, addr: u64, old: std::op
     scratch.extend_from_slice(&generation.to_le_bytes());
     scratch.extend_from_slice(&addr.to_le_bytes());
     scratch.extend_from_slice(&(len as u32).to_le_bytes());
-    scratch.extend_from_slice(&entry_crc(generation, addr, old).to_le_bytes());
+    scratch.extend_from_slice(&entry_crc(generation, addr, old, at).to_le_bytes());
     extend_bytes(scratch, old);
     scratch.resize(size as usize, 0);
     lane.writer.append(pm, at, scratch);

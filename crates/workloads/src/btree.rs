@@ -43,6 +43,14 @@ pub fn silo_btree(params: Params) -> MapWorkload<BTree> {
     MapWorkload::new(params, UpdateStyle::Upsert, KeyDist::Uniform)
 }
 
+/// The same tree (same layout and algorithms) with inserts written the way PMDK's
+/// `btree_map` writes them: an insert moves every slot after its position, to the end of
+/// the node (`memmove` of `ORDER - 2 - p` items, empty ones included), a split clears the
+/// slots it moved out of the old node, and new nodes are allocated zero-filled (`TX_ZNEW`).
+/// Removes are [`BTree`]'s.
+#[derive(Debug)]
+pub struct PmdkBTree;
+
 const MAGIC: u64 = u64::from_le_bytes(*b"FRBTREE1");
 
 const H_MAGIC: usize = 0;
@@ -253,6 +261,8 @@ struct Tree {
     root: NodePtr,
     count: u64,
     height: u64,
+    /// Inserts write as [`PmdkBTree`] does.
+    pmdk: bool,
 }
 
 /// Values read or moved together: on the stack up to a full leaf of 64-byte values.
@@ -290,7 +300,21 @@ impl Tree {
             root,
             count: word(&buf, H_COUNT),
             height,
+            pmdk: false,
         })
+    }
+
+    /// [`Tree::open`] for [`PmdkBTree`]'s inserts.
+    fn open_pmdk<T: Tx>(tx: &mut T, map: PPtr) -> TxResult<Tree> {
+        Ok(Tree {
+            pmdk: true,
+            ..Tree::open(tx, map)?
+        })
+    }
+
+    /// A node of `size` bytes for this operation (zero-filled for [`PmdkBTree`]).
+    fn alloc_node<T: Tx>(&self, tx: &mut T, size: u64) -> TxResult<NodePtr> {
+        new_node(tx, size, self.pmdk)
     }
 
     fn check_len(&self, len: usize) -> TxResult<()> {
@@ -402,17 +426,19 @@ impl Tree {
             return self.split_leaf(tx, leaf, pos, key, value).map(Some);
         }
         // Shift entries pos.. right by one: the new value and the moved ones in one write.
+        // PMDK's memmove moves every slot to the end of the node, empty ones too.
+        let end = if self.pmdk { NODE_KEYS - 1 } else { n };
         let vs = self.value_size;
-        let mut values = Values::from_elem(0, (n + 1 - pos) * vs);
+        let mut values = Values::from_elem(0, (end + 1 - pos) * vs);
         values[..vs].copy_from_slice(value);
-        if n > pos {
+        if end > pos {
             tx.read(leaf.ptr, self.value_at(pos), &mut values[vs..])?;
         }
         self.write_values(tx, leaf.ptr, pos, &values)?;
-        leaf.keys.copy_within(pos..n, pos + 1);
+        leaf.keys.copy_within(pos..end, pos + 1);
         leaf.keys[pos] = key;
         leaf.n += 1;
-        leaf.mark_keys(pos..n + 1);
+        leaf.mark_keys(pos..end + 1);
         leaf.mark_count();
         leaf.flush(tx)?;
         Ok(None)
@@ -442,7 +468,7 @@ impl Tree {
         moved.extend_from_slice(&old[(pos - from) * vs..]);
         let (stay, go) = moved.split_at((LEAF_SPLIT - from) * vs);
 
-        let mut right = Node::new(tx.alloc(self.leaf_size())?, true);
+        let mut right = Node::new(self.alloc_node(tx, self.leaf_size())?, true);
         right.n = NODE_KEYS + 1 - LEAF_SPLIT;
         right.next = leaf.next;
         right.keys[..right.n].copy_from_slice(&keys[LEAF_SPLIT..]);
@@ -455,6 +481,13 @@ impl Tree {
         leaf.next = right.ptr;
         self.write_values(tx, leaf.ptr, from, stay)?;
         leaf.mark_keys(from..LEAF_SPLIT);
+        if self.pmdk {
+            // btree_map empties the slots it moved to the new node.
+            leaf.keys[LEAF_SPLIT..].fill(0);
+            leaf.mark_keys(LEAF_SPLIT..NODE_KEYS);
+            let zeros = vec![0u8; (NODE_KEYS - LEAF_SPLIT) * vs];
+            self.write_values(tx, leaf.ptr, LEAF_SPLIT, &zeros)?;
+        }
         leaf.mark_count();
         leaf.mark_next();
         leaf.flush(tx)?;
@@ -462,26 +495,38 @@ impl Tree {
     }
 }
 
+/// A new node of `size` bytes (zero-filled, as `TX_ZNEW` allocates, when `zeroed`).
+fn new_node<T: Tx>(tx: &mut T, size: u64, zeroed: bool) -> TxResult<NodePtr> {
+    if zeroed {
+        tx.alloc_zeroed(size)
+    } else {
+        tx.alloc(size)
+    }
+}
+
 /// Inserts separator `sep` and its right child after child `index` of an inner node; returns
-/// the key moving up and the new right sibling if the node split.
+/// the key moving up and the new right sibling if the node split. `pmdk`: write as
+/// [`PmdkBTree`] does.
 fn inner_insert<T: Tx>(
     tx: &mut T,
     node: &mut Node,
     index: usize,
-    sep: u64,
-    right: NodePtr,
+    (sep, right): (u64, NodePtr),
+    pmdk: bool,
 ) -> TxResult<Option<(u64, NodePtr)>> {
     let n = node.n;
     if n == NODE_KEYS {
-        return split_inner(tx, node, index, sep, right).map(Some);
+        return split_inner(tx, node, index, (sep, right), pmdk).map(Some);
     }
-    node.keys.copy_within(index..n, index + 1);
+    // PMDK's memmove moves every slot to the end of the node.
+    let end = if pmdk { NODE_KEYS - 1 } else { n };
+    node.keys.copy_within(index..end, index + 1);
     node.keys[index] = sep;
-    node.children.copy_within(index + 1..n + 1, index + 2);
+    node.children.copy_within(index + 1..end + 1, index + 2);
     node.children[index + 1] = right;
     node.n += 1;
-    node.mark_keys(index..n + 1);
-    node.mark_children(index + 1..n + 2);
+    node.mark_keys(index..end + 1);
+    node.mark_children(index + 1..end + 2);
     node.mark_count();
     node.flush(tx)?;
     Ok(None)
@@ -493,8 +538,8 @@ fn split_inner<T: Tx>(
     tx: &mut T,
     node: &mut Node,
     index: usize,
-    sep: u64,
-    child: NodePtr,
+    (sep, child): (u64, NodePtr),
+    pmdk: bool,
 ) -> TxResult<(u64, NodePtr)> {
     let mut keys = [0u64; NODE_KEYS + 1];
     keys[..index].copy_from_slice(&node.keys[..index]);
@@ -505,7 +550,7 @@ fn split_inner<T: Tx>(
     children[index + 1] = child;
     children[index + 2..].copy_from_slice(&node.children[index + 1..]);
 
-    let mut right = Node::new(tx.alloc(INNER_SIZE as u64)?, false);
+    let mut right = Node::new(new_node(tx, INNER_SIZE as u64, pmdk)?, false);
     right.n = NODE_KEYS - INNER_SPLIT;
     right.keys[..right.n].copy_from_slice(&keys[INNER_SPLIT + 1..]);
     right.children[..=right.n].copy_from_slice(&children[INNER_SPLIT + 1..]);
@@ -518,19 +563,62 @@ fn split_inner<T: Tx>(
         node.mark_keys(index..INNER_SPLIT);
         node.mark_children(index + 1..INNER_SPLIT + 1);
     }
+    if pmdk {
+        // btree_map empties the slots it moved to the new node.
+        node.keys[INNER_SPLIT..].fill(0);
+        node.children[INNER_SPLIT + 1..].fill(PPtr::null());
+        node.mark_keys(INNER_SPLIT..NODE_KEYS);
+        node.mark_children(INNER_SPLIT + 1..NODE_KEYS + 1);
+    }
     node.mark_count();
     node.flush(tx)?;
     Ok((keys[INNER_SPLIT], right.ptr))
 }
 
-/// A new root over the two halves of the old one.
-fn grow<T: Tx>(tx: &mut T, left: NodePtr, sep: u64, right: NodePtr) -> TxResult<NodePtr> {
-    let mut root = Node::new(tx.alloc(INNER_SIZE as u64)?, false);
+/// A new root over the two halves of the old one (zero-filled first when `zeroed`).
+fn grow<T: Tx>(
+    tx: &mut T,
+    left: NodePtr,
+    (sep, right): (u64, NodePtr),
+    zeroed: bool,
+) -> TxResult<NodePtr> {
+    let mut root = Node::new(new_node(tx, INNER_SIZE as u64, zeroed)?, false);
     root.n = 1;
     root.keys[0] = sep;
     root.children[..2].copy_from_slice(&[left, right]);
     tx.write(root.ptr, 0, &root.image()[..N_SLOTS + 16])?;
     Ok(root.ptr)
+}
+
+impl Tree {
+    /// Inserts or overwrites; true if the key was new.
+    fn put<T: Tx>(&self, tx: &mut T, key: u64, value: &[u8]) -> TxResult<bool> {
+        self.check_len(value.len())?;
+        let mut path = self.descend(tx, key)?;
+        let pos = match path.leaf.keys[..path.leaf.n].binary_search(&key) {
+            Ok(pos) => {
+                tx.write(path.leaf.ptr, self.value_at(pos), value)?;
+                return Ok(false);
+            }
+            Err(pos) => pos,
+        };
+        let mut split = self.leaf_insert(tx, &mut path.leaf, pos, key, value)?;
+        let mut shape = None;
+        while let Some(entry) = split {
+            split = match path.inner.pop() {
+                Some((mut parent, index)) => {
+                    inner_insert(tx, &mut parent, index, entry, self.pmdk)?
+                }
+                None => {
+                    let root = grow(tx, self.root, entry, self.pmdk)?;
+                    shape = Some((root, self.height + 1));
+                    None
+                }
+            };
+        }
+        self.commit_header(tx, self.count + 1, shape)?;
+        Ok(true)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -910,29 +998,7 @@ impl PersistentMap for BTree {
     }
 
     fn put<T: Tx>(tx: &mut T, map: PPtr, key: u64, value: &[u8]) -> TxResult<bool> {
-        let tree = Tree::open(tx, map)?;
-        tree.check_len(value.len())?;
-        let mut path = tree.descend(tx, key)?;
-        let pos = match path.leaf.keys[..path.leaf.n].binary_search(&key) {
-            Ok(pos) => {
-                tx.write(path.leaf.ptr, tree.value_at(pos), value)?;
-                return Ok(false);
-            }
-            Err(pos) => pos,
-        };
-        let mut split = tree.leaf_insert(tx, &mut path.leaf, pos, key, value)?;
-        let mut shape = None;
-        while let Some((sep, right)) = split {
-            split = match path.inner.pop() {
-                Some((mut parent, index)) => inner_insert(tx, &mut parent, index, sep, right)?,
-                None => {
-                    shape = Some((grow(tx, tree.root, sep, right)?, tree.height + 1));
-                    None
-                }
-            };
-        }
-        tree.commit_header(tx, tree.count + 1, shape)?;
-        Ok(true)
+        Tree::open(tx, map)?.put(tx, key, value)
     }
 
     fn remove<T: Tx>(tx: &mut T, map: PPtr, key: u64) -> TxResult<bool> {
@@ -1007,6 +1073,44 @@ impl PersistentMap for BTree {
             ));
         }
         Ok(checker.content)
+    }
+}
+
+impl PersistentMap for PmdkBTree {
+    const NAME: &'static str = "btree-pmdk";
+    const ORDERED: bool = true;
+
+    fn create<T: Tx>(tx: &mut T, capacity: u64, value_size: u32) -> TxResult<PPtr> {
+        BTree::create(tx, capacity, value_size)
+    }
+
+    fn get<T: Tx>(tx: &mut T, map: PPtr, key: u64, value: &mut [u8]) -> TxResult<bool> {
+        BTree::get(tx, map, key, value)
+    }
+
+    fn put<T: Tx>(tx: &mut T, map: PPtr, key: u64, value: &[u8]) -> TxResult<bool> {
+        Tree::open_pmdk(tx, map)?.put(tx, key, value)
+    }
+
+    fn remove<T: Tx>(tx: &mut T, map: PPtr, key: u64) -> TxResult<bool> {
+        BTree::remove(tx, map, key)
+    }
+
+    fn scan<T: Tx>(
+        tx: &mut T,
+        map: PPtr,
+        start: u64,
+        count: usize,
+    ) -> TxResult<Vec<(u64, Vec<u8>)>> {
+        BTree::scan(tx, map, start, count)
+    }
+
+    fn len<T: Tx>(tx: &mut T, map: PPtr) -> TxResult<u64> {
+        BTree::len(tx, map)
+    }
+
+    fn check<T: Tx>(tx: &mut T, map: PPtr) -> Result<BTreeMap<u64, Vec<u8>>, String> {
+        BTree::check(tx, map)
     }
 }
 
@@ -1115,6 +1219,47 @@ mod tests {
     use tx::{Engine, MemEngine};
 
     const VALUE_SIZE: u32 = 8;
+
+    #[test]
+    fn pmdk_style_inserts_build_the_same_tree_with_empty_tails() {
+        let engine = MemEngine::new(8 << 20);
+        let (plain, pmdk) = engine
+            .transaction(|tx| {
+                let plain = BTree::create(tx, 0, VALUE_SIZE)?;
+                let pmdk = PmdkBTree::create(tx, 0, VALUE_SIZE)?;
+                // A scrambled order of 3,000 keys: splits at every level.
+                for i in 0..3_000u64 {
+                    let key = i.wrapping_mul(0x9E37_79B9) % 100_003;
+                    BTree::put(tx, plain, key, &key.to_le_bytes())?;
+                    PmdkBTree::put(tx, pmdk, key, &key.to_le_bytes())?;
+                }
+                Ok::<_, TxError>((plain, pmdk))
+            })
+            .expect("inserts");
+        let content = |map| engine.read_only(|tx| Ok::<_, TxError>(BTree::check(tx, map)));
+        let pmdk_content = content(pmdk).expect("read").expect("valid tree");
+        assert_eq!(
+            content(plain).expect("read").expect("valid tree"),
+            pmdk_content
+        );
+        assert_eq!(pmdk_content.len(), 3_000);
+        // Every node's slots past its keys are empty, as btree_map leaves them.
+        engine
+            .read_only(|tx| {
+                let tree = Tree::open(tx, pmdk)?;
+                let mut nodes = vec![(tree.root, tree.height)];
+                while let Some((ptr, level)) = nodes.pop() {
+                    let node = Node::load(tx, ptr, level == 1)?;
+                    assert!(node.keys[node.n..].iter().all(|&k| k == 0), "{ptr:?}");
+                    if level > 1 {
+                        assert!(node.children[node.n + 1..].iter().all(|c| c.is_null()));
+                        nodes.extend(node.children[..=node.n].iter().map(|&c| (c, level - 1)));
+                    }
+                }
+                Ok::<_, TxError>(())
+            })
+            .expect("walk");
+    }
 
     /// A tree of `keys` keys (0, 10, 20, ...) and its engine.
     fn build(keys: u64) -> (MemEngine, PPtr) {

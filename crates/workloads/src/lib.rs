@@ -16,6 +16,7 @@ pub mod hash;
 pub mod list;
 pub mod locks;
 pub mod map;
+pub mod outofline;
 pub mod queue;
 pub mod rbtree;
 pub mod tpcc;

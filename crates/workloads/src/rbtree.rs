@@ -38,6 +38,20 @@ pub fn silo_rbtree(params: Params) -> MapWorkload<RbTree> {
     MapWorkload::new(params, UpdateStyle::Upsert, KeyDist::Uniform)
 }
 
+/// The same tree (same layout, same algorithms) written the way a straightforward C
+/// implementation on libpmemobj writes it (PMDK's `rbtree_map`): a new node is allocated
+/// zero-filled (`TX_ZNEW`) and its fields assigned, and every link and colour assignment
+/// of the insert and delete fix-ups is stored to PM as it is made — so a rotation followed
+/// by recolouring stores a word several times, and some stores repeat the value already
+/// there. [`RbTree`] stages the same changes and writes each changed word once.
+#[derive(Debug)]
+pub struct InPlaceRbTree;
+
+/// Silo's RB-tree benchmark on [`InPlaceRbTree`].
+pub fn silo_rbtree_in_place(params: Params) -> MapWorkload<InPlaceRbTree> {
+    MapWorkload::new(params, UpdateStyle::Upsert, KeyDist::Uniform)
+}
+
 const MAGIC: u64 = u64::from_le_bytes(*b"FRRBTRE1");
 
 const H_MAGIC: usize = 0;
@@ -208,6 +222,8 @@ struct Update<'t, T: Tx> {
     staged: Vec<Staged>,
     /// A node allocated by this operation, written whole at the end, with its value.
     fresh: Option<(NodePtr, Vec<u8>)>,
+    /// Store every assignment as it is made ([`InPlaceRbTree`]) instead of staging.
+    in_place: bool,
 }
 
 impl<'t, T: Tx> Update<'t, T> {
@@ -219,6 +235,15 @@ impl<'t, T: Tx> Update<'t, T> {
             root,
             staged: Vec::with_capacity(STAGED_CAPACITY),
             fresh: None,
+            in_place: false,
+        }
+    }
+
+    /// An update that stores every assignment as it is made.
+    fn in_place(tx: &'t mut T, tree: Tree) -> Self {
+        Update {
+            in_place: true,
+            ..Update::new(tx, tree)
         }
     }
 
@@ -292,6 +317,10 @@ impl<'t, T: Tx> Update<'t, T> {
         let entry = &mut self.staged[index];
         entry.new[link] = value;
         entry.set |= 1 << link;
+        if self.in_place {
+            self.tx
+                .write_u64(node, (N_LINKS + 8 * link) as u64, value)?;
+        }
         Ok(())
     }
 
@@ -378,7 +407,12 @@ impl<'t, T: Tx> Update<'t, T> {
         if !cur.is_null() {
             return Err(corrupt("path deeper than any red-black tree"));
         }
-        let node: NodePtr = self.tx.alloc((N_VALUE + value.len()) as u64)?;
+        let size = (N_VALUE + value.len()) as u64;
+        let node: NodePtr = if self.in_place {
+            self.tx.alloc_zeroed(size)?
+        } else {
+            self.tx.alloc(size)?
+        };
         let words = [0, 0, parent.word(), RED];
         self.staged.push(Staged {
             ptr: node,
@@ -388,7 +422,11 @@ impl<'t, T: Tx> Update<'t, T> {
             new: words,
             set: 0,
         });
-        self.fresh = Some((node, value.to_vec()));
+        if self.in_place {
+            write_fresh(self.tx, self.staged.last().expect("just staged"), value)?;
+        } else {
+            self.fresh = Some((node, value.to_vec()));
+        }
         if parent.is_null() {
             self.root = node;
         } else {
@@ -554,8 +592,15 @@ impl<'t, T: Tx> Update<'t, T> {
             root,
             staged,
             fresh,
+            in_place: update_in_place,
         } = self;
-        for entry in &staged {
+        // In place, every assignment is already stored.
+        let staged = if update_in_place {
+            &[][..]
+        } else {
+            &staged[..]
+        };
+        for entry in staged {
             match &fresh {
                 Some((node, value)) if *node == entry.ptr => write_fresh(tx, entry, value)?,
                 _ => write_changes(tx, entry)?,
@@ -723,6 +768,64 @@ impl PersistentMap for RbTree {
     }
 }
 
+impl PersistentMap for InPlaceRbTree {
+    const NAME: &'static str = "rbtree-in-place";
+    const ORDERED: bool = true;
+
+    fn create<T: Tx>(tx: &mut T, capacity: u64, value_size: u32) -> TxResult<PPtr> {
+        RbTree::create(tx, capacity, value_size)
+    }
+
+    fn get<T: Tx>(tx: &mut T, map: PPtr, key: u64, value: &mut [u8]) -> TxResult<bool> {
+        RbTree::get(tx, map, key, value)
+    }
+
+    fn put<T: Tx>(tx: &mut T, map: PPtr, key: u64, value: &[u8]) -> TxResult<bool> {
+        let tree = Tree::open(tx, map)?;
+        tree.check_len(value.len())?;
+        let count = tree.count;
+        let mut update = Update::in_place(tx, tree);
+        if !update.insert(key, value)? {
+            return Ok(false);
+        }
+        update.finish(count + 1)?;
+        Ok(true)
+    }
+
+    fn remove<T: Tx>(tx: &mut T, map: PPtr, key: u64) -> TxResult<bool> {
+        let tree = Tree::open(tx, map)?;
+        let count = tree.count;
+        let mut update = Update::in_place(tx, tree);
+        let Some(z) = update.find(key)? else {
+            return Ok(false);
+        };
+        let (black_removed, x, parent) = update.unlink(z)?;
+        if black_removed {
+            update.delete_fixup(x, parent)?;
+        }
+        update.tx.free(z)?;
+        update.finish(count.saturating_sub(1))?;
+        Ok(true)
+    }
+
+    fn scan<T: Tx>(
+        tx: &mut T,
+        map: PPtr,
+        start: u64,
+        count: usize,
+    ) -> TxResult<Vec<(u64, Vec<u8>)>> {
+        RbTree::scan(tx, map, start, count)
+    }
+
+    fn len<T: Tx>(tx: &mut T, map: PPtr) -> TxResult<u64> {
+        RbTree::len(tx, map)
+    }
+
+    fn check<T: Tx>(tx: &mut T, map: PPtr) -> Result<BTreeMap<u64, Vec<u8>>, String> {
+        RbTree::check(tx, map)
+    }
+}
+
 /// Pushes the nodes on the way from `node` to the smallest key `>= start` of its subtree that
 /// have keys `>= start` (each is the next in order after those above it on the stack).
 fn push_left_spine<T: Tx>(
@@ -837,6 +940,47 @@ mod tests {
     use super::*;
     use tx::mem::MemTx;
     use tx::{Engine, MemEngine};
+
+    #[test]
+    fn the_in_place_variant_builds_the_same_trees() {
+        use crate::Workload;
+        let params = Params {
+            keys: 200,
+            value_size: 16,
+            update_percent: 100,
+            threads: 1,
+            seed: 3,
+        };
+        let (staged, in_place) = (silo_rbtree(params.clone()), silo_rbtree_in_place(params));
+        let (a, b) = (MemEngine::new(4 << 20), MemEngine::new(4 << 20));
+        staged.setup(&a).expect("setup");
+        in_place.setup(&b).expect("setup");
+        let mut model = staged.initial_model();
+        for index in 0..1_500 {
+            staged.run_op(&a, 0, index).expect("op");
+            in_place.run_op(&b, 0, index).expect("op");
+            staged.apply_to_model(&mut model, 0, index);
+        }
+        assert_eq!(staged.check(&a).expect("staged tree"), model);
+        assert_eq!(in_place.check(&b).expect("in-place tree"), model);
+        // Deletes through the in-place variant keep the invariants too.
+        let map = b.read_only(|tx| crate::root_link(tx)).expect("linked");
+        b.transaction(|tx| {
+            for key in (0..400).step_by(3) {
+                InPlaceRbTree::remove(tx, map, key)?;
+            }
+            Ok::<_, TxError>(())
+        })
+        .expect("removes");
+        let left = b
+            .read_only(|tx| Ok::<_, TxError>(InPlaceRbTree::check(tx, map)))
+            .expect("read");
+        assert!(
+            left.expect("valid tree")
+                .keys()
+                .all(|k| k % 3 != 0 || *k >= 400)
+        );
+    }
 
     fn build(keys: u64) -> (MemEngine, PPtr) {
         let engine = MemEngine::new(1 << 20);

@@ -446,6 +446,8 @@ struct Lines {
 #[derive(Debug)]
 pub struct TpccNewOrder {
     config: TpccConfig,
+    /// Order lines per New-Order (TPC-C: [`MIN_LINES`]`..=`[`MAX_LINES`]).
+    lines: std::ops::RangeInclusive<u32>,
     district_locks: StripedLocks,
     stock_locks: Vec<StripedLocks>,
 }
@@ -456,6 +458,7 @@ impl TpccNewOrder {
         config.validate()?;
         let districts = usize::try_from(config.district_count()).unwrap_or(MAX_DISTRICT_LOCKS);
         Ok(TpccNewOrder {
+            lines: MIN_LINES..=MAX_LINES,
             district_locks: StripedLocks::new(districts.min(MAX_DISTRICT_LOCKS)),
             stock_locks: (0..STOCK_LOCK_STRIPES)
                 .map(|_| StripedLocks::global())
@@ -469,13 +472,26 @@ impl TpccNewOrder {
         &self.config
     }
 
+    /// The same workload with New-Orders of `lines` order lines (within `1..=MAX_LINES`, the
+    /// slots an order has) instead of TPC-C's 5–15: the hardware-logging papers size
+    /// New-Order smaller (HOOP, ISCA'20: 10–35 stores per transaction).
+    pub fn with_lines(mut self, lines: std::ops::RangeInclusive<u32>) -> Result<Self, String> {
+        if *lines.start() < 1 || lines.start() > lines.end() || *lines.end() > MAX_LINES {
+            return Err(format!(
+                "order lines {lines:?} must be a non-empty range within 1..={MAX_LINES}"
+            ));
+        }
+        self.lines = lines;
+        Ok(self)
+    }
+
     fn plan(&self, thread: usize, index: u64) -> Plan {
         let cfg = &self.config;
         let mut rng = op_rng(cfg.seed, thread, index);
         let w = (thread % cfg.warehouses as usize) as u32 + 1;
         let d = rng.random_range(1..=cfg.districts);
         let c = nurand(&mut rng, cfg.customers);
-        let count = rng.random_range(MIN_LINES..=MAX_LINES);
+        let count = rng.random_range(self.lines.clone());
         let rollback = rng.random_range(0..100) < ROLLBACK_PERCENT;
         let mut lines = Vec::with_capacity(count as usize);
         for number in 1..=count {
@@ -664,7 +680,7 @@ impl TpccNewOrder {
                 "ring slot {slot} does not hold order {o_id}"
             )));
         }
-        let lines = in_range("o_ol_cnt", u32_at(&row, O_OL_CNT), MIN_LINES..=MAX_LINES)?;
+        let lines = in_range("o_ol_cnt", u32_at(&row, O_OL_CNT), self.lines.clone())?;
         Ok((u64::from(u32_at(&row, O_QTY_SUM)), u64::from(lines)))
     }
 
@@ -1100,7 +1116,7 @@ impl TpccNewOrder {
             )));
         }
         in_range("o_c_id", u32_at(&order, O_C_ID), 1..=self.config.customers)?;
-        let count = in_range("o_ol_cnt", u32_at(&order, O_OL_CNT), MIN_LINES..=MAX_LINES)?;
+        let count = in_range("o_ol_cnt", u32_at(&order, O_OL_CNT), self.lines.clone())?;
         let all_local = in_range("o_all_local", u32_at(&order, O_ALL_LOCAL), 0..=1)? == 1;
         let mut rows = vec![0u8; (u64::from(count) * OL_ROW) as usize];
         let lines_at = slot * u64::from(MAX_LINES) * OL_ROW;
@@ -1308,5 +1324,29 @@ mod tests {
         ] {
             assert!(TpccNewOrder::new(config).is_err());
         }
+    }
+
+    #[test]
+    fn smaller_orders_keep_every_invariant() {
+        use tx::MemEngine;
+        let workload = TpccNewOrder::new(TpccConfig {
+            order_capacity: 16,
+            ..TpccConfig::default()
+        })
+        .expect("valid")
+        .with_lines(1..=7)
+        .expect("within the slots");
+        let engine = MemEngine::new(8 << 20);
+        workload.setup(&engine).expect("setup");
+        let mut model = workload.initial_model();
+        for index in 0..400 {
+            workload.run_op(&engine, 0, index).expect("op");
+            workload.apply_to_model(&mut model, 0, index);
+        }
+        assert_eq!(workload.check(&engine).expect("consistent"), model);
+        assert!((0..400).all(|i| (1..=7).contains(&(workload.plan(0, i).lines.len() as u32))));
+        let fresh = || TpccNewOrder::new(TpccConfig::default()).expect("valid");
+        assert!(fresh().with_lines(0..=3).is_err());
+        assert!(fresh().with_lines(4..=16).is_err());
     }
 }

@@ -99,24 +99,33 @@ mod tests {
     #[test]
     fn concurrent_readers_never_see_words_of_two_writes() {
         let kept = ValidatedOnce::<2>::default();
+        let reading = std::sync::atomic::AtomicBool::new(true);
         let hits = AtomicU64::new(0);
         std::thread::scope(|scope| {
+            // The writer keeps replacing the words for as long as the reader reads, so the
+            // reader overlaps writes however the threads are scheduled.
             scope.spawn(|| {
-                for i in 1..200_000u64 {
+                let mut i = 1u64;
+                while reading.load(Ordering::Relaxed) {
                     kept.set(1 + i % 2, [i, i.wrapping_mul(3) ^ (i % 2)]);
+                    i += 1;
                 }
             });
             scope.spawn(|| {
-                for i in 0..400_000u64 {
+                let mut i = 0u64;
+                // Enough reads, and enough of them taking the words, to have raced writes.
+                while i < 400_000 || hits.load(Ordering::Relaxed) < 1_000 {
                     let engine = 1 + i % 2;
                     if let Some([a, b]) = kept.get(engine) {
                         assert_eq!(b, a.wrapping_mul(3) ^ (engine - 1), "torn read");
                         assert_eq!(a % 2, engine - 1, "words of the other engine");
                         hits.fetch_add(1, Ordering::Relaxed);
                     }
+                    i += 1;
                 }
+                reading.store(false, Ordering::Relaxed);
             });
         });
-        assert!(hits.load(Ordering::Relaxed) > 0);
+        assert!(hits.load(Ordering::Relaxed) >= 1_000);
     }
 }

@@ -133,7 +133,10 @@ impl YcsbMix {
 }
 
 /// The key of record number `recno`: a bijection of `u64` (xor-shifts and multiplications by
-/// odd constants are each invertible), so distinct records never share a key.
+/// odd constants are each invertible, as in SplitMix64's finaliser), so distinct records
+/// never share a key and inserts land scattered over the key space, as YCSB's hashed insert
+/// order does. It is a fixed permutation, not a random stream: the operation streams
+/// themselves come from `rand` ([`crate::op_rng`]), which has no bijection to offer here.
 pub fn record_key(recno: u64) -> u64 {
     let mut x = recno ^ 0x5851_F42D_4C95_7F2D;
     x = (x ^ (x >> 31)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

@@ -7,10 +7,9 @@
 
 use super::{EvalOptions, empty_section};
 use crate::report::{Section, Table, Verdict};
-use crashsim::toy::{LogWrites, Mutation, ToyScenario};
-use crashsim::{Config, SimMode};
+use bench::Progress;
+use bench::crash::{self, SELFTEST_OPS, SELFTEST_QUICK_OPS, SELFTEST_SEED, SelftestRun as Run};
 use indicatif::ProgressBar;
-use serde::Serialize;
 use serde_json::json;
 
 /// Section id.
@@ -18,75 +17,21 @@ pub const ID: &str = "crash-selftest";
 /// Section heading.
 pub const TITLE: &str = "Crash simulator self-test";
 
-/// Seed of the harness's random image choices (fixed, so the report is reproducible).
-const SEED: u64 = 1;
-/// Transactions per run.
-const OPS: usize = 8;
-/// Transactions per run with `--quick` (every mutant's bug shows in its first transaction).
-const QUICK_OPS: usize = 4;
-const MODES: [SimMode; 2] = [SimMode::Adr, SimMode::Eadr];
-
-/// The outcome of one harness run.
-#[derive(Debug, Serialize)]
-struct Run {
-    mutation: Mutation,
-    log: LogWrites,
-    mode: SimMode,
-    /// Whether the harness should report failures ([`Mutation::is_bug_under`]).
-    expected_caught: bool,
-    /// Whether it did.
-    caught: bool,
-    /// The harness's own report, failures included.
-    report: crashsim::Report,
-}
-
-impl Run {
-    fn as_expected(&self) -> bool {
-        self.caught == self.expected_caught
-    }
-
-    fn is_mutant(&self) -> bool {
-        self.mutation != Mutation::None
-    }
-
-    fn describe(&self) -> String {
-        format!("{} under {}", self.report.scenario, self.mode.name())
-    }
-}
-
-/// The scenarios, in table order: the correct engine with each log-write mode, then every
-/// mutant.
-fn scenarios(ops: usize) -> Vec<ToyScenario> {
-    let correct =
-        [LogWrites::Cacheable, LogWrites::NonTemporal].map(|log| ToyScenario::correct(log, ops));
-    let mutants = Mutation::MUTANTS.map(|mutation| ToyScenario::mutant(mutation, ops));
-    correct.into_iter().chain(mutants).collect()
-}
-
 /// Runs every scenario under both modes with `Config::thorough`.
 pub fn run(options: &EvalOptions, bar: &ProgressBar) -> anyhow::Result<Section> {
-    let ops = if options.quick { QUICK_OPS } else { OPS };
-    let cases: Vec<(ToyScenario, SimMode)> = scenarios(ops)
-        .into_iter()
-        .flat_map(|scenario| MODES.map(|mode| (scenario, mode)))
-        .collect();
+    let ops = if options.quick {
+        SELFTEST_QUICK_OPS
+    } else {
+        SELFTEST_OPS
+    };
+    let cases = crash::selftest_cases(ops);
     bar.set_length(cases.len() as u64);
-    let runs: Vec<Run> = cases
-        .into_iter()
-        .map(|(scenario, mode)| {
+    let runs = crash::selftest(&cases, &|progress| match progress {
+        Progress::Started((scenario, mode)) => {
             bar.set_message(format!("{:?} {}", scenario.mutation, mode.name()));
-            let report = crashsim::check(&scenario, &Config::thorough(mode, SEED));
-            bar.inc(1);
-            Run {
-                mutation: scenario.mutation,
-                log: scenario.log,
-                mode,
-                expected_caught: scenario.mutation.is_bug_under(mode),
-                caught: !report.passed(),
-                report,
-            }
-        })
-        .collect();
+        }
+        Progress::Finished(_) => bar.inc(1),
+    });
     Ok(section_of(&runs, ops))
 }
 
@@ -109,7 +54,7 @@ fn section_of(runs: &[Run], ops: usize) -> Section {
     section.summary = summary(runs, ops, &unexpected);
     section.tables = vec![table(runs)];
     section.json = json!({
-        "seed": SEED,
+        "seed": SELFTEST_SEED,
         "ops": ops,
         "config": "Config::thorough",
         "all_mutants_caught": all_mutants_caught,
@@ -152,7 +97,7 @@ fn summary(runs: &[Run], ops: usize, unexpected: &[&Run]) -> Vec<String> {
     let millis: u128 = runs.iter().map(|run| run.report.elapsed_ms).sum();
     lines.push(format!(
         "{} runs of {ops} transactions with Config::thorough (every fence, double crash, \
-         seed {SEED}): {images} crash images, {recoveries} recoveries, {millis} ms.",
+         seed {SELFTEST_SEED}): {images} crash images, {recoveries} recoveries, {millis} ms.",
         runs.len()
     ));
     lines
@@ -203,6 +148,8 @@ fn table(runs: &[Run]) -> Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crashsim::toy::{Mutation, ToyScenario};
+    use crashsim::{Config, SimMode};
 
     fn fake_run(mutation: Mutation, mode: SimMode, caught: bool) -> Run {
         let mut report = crashsim::Report {
@@ -219,14 +166,9 @@ mod tests {
             report.failures = real.failures;
             assert!(!report.failures.is_empty(), "the quick check catches it");
         }
-        Run {
-            mutation,
-            log: mutation.log_writes(),
-            mode,
-            expected_caught: mutation.is_bug_under(mode),
-            caught,
-            report,
-        }
+        let mut run = crash::selftest_run(ToyScenario::mutant(mutation, 2), mode, report);
+        run.caught = caught;
+        run
     }
 
     #[test]

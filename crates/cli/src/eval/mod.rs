@@ -7,12 +7,14 @@
 
 mod crash_engines;
 mod crash_selftest;
+mod engine_goals;
 mod engines;
 mod logstudy;
 mod nvthreads;
 mod pmfs;
 pub(crate) mod silo;
 mod silo_plots;
+pub(crate) mod silo_tables;
 mod substrate;
 
 use crate::report::{Report, Section, Verdict};

@@ -1,240 +1,191 @@
-//! Section "pmfs": the PMFS file system (`crates/fs`, `crates/fsmount`) measured against the
-//! kernel. Per-operation latency of the library API against the same system calls on tmpfs
-//! (one thread, medians of several runs), the journal bytes and PM traffic of each
-//! operation, the cost of write protection (mprotect windows; MPK where the CPU has it), and
-//! fio jobs on the FUSE mount against tmpfs and ext4 on a loop device. Parts that need
-//! fio, FUSE or loop devices are skipped with the reason when unavailable.
+//! Section "pmfs": the PMFS (EuroSys'14) file system (`crates/pmfs`, `crates/fsmount`)
+//! against the kernel, rendered from `bench::pmfs`'s typed results: per-operation latency of
+//! the library API against the same system calls on tmpfs (one thread, medians of several
+//! runs), the journal bytes and PM traffic of each operation, the cost of write protection
+//! (mprotect windows; MPK where the CPU has it), and fio jobs and an sqlite workload on the
+//! library, the direct-access preload, the FUSE mount (durable on return, and with the
+//! kernel's write-back cache), tmpfs and ext4 on a loop device, side by side.
 
 use super::{EvalOptions, empty_section, ns};
 use crate::plot::{BarSeries, grouped_bar_chart};
-use crate::report::{Plot, Section, Table};
+use crate::report::{ClaimVerdict, Headline, Plot, Section, Table};
 use anyhow::Context;
-use fs::bench::{self, OPS, OpCost, Settings};
-use fs::{Fs, MkfsOptions, MountOptions};
-use fsmount::bench::{Ext4Loop, FioResult, FioSettings, FuseTarget, fio_path, jobs, run_fio};
+use bench::pmfs::fio::{FioJob, FioKind, FioNumbers};
+use bench::pmfs::latency::{Costs, Op};
+use bench::pmfs::targets::FioTarget;
+use bench::pmfs::{Guarded, PmfsResults, Settings};
 use indicatif::ProgressBar;
-use pmem::{Pool, Protection};
 use serde_json::json;
-use std::path::Path;
 
 /// Section id.
 pub const ID: &str = "pmfs";
 /// Section heading.
-pub const TITLE: &str = "PMFS: library and FUSE mount vs the kernel";
+pub const TITLE: &str = "PMFS (EuroSys'14): library, direct access and FUSE mount vs the kernel";
 
-/// The protections measured after the unprotected baseline.
-const GUARDS: [Protection; 2] = [Protection::Mprotect, Protection::Mpk];
+/// The 4 KiB jobs the headlines compare.
+const RANDWRITE_4K: FioJob = FioJob {
+    kind: FioKind::RandWrite,
+    bs: 4096,
+};
+const RANDREAD_4K: FioJob = FioJob {
+    kind: FioKind::RandRead,
+    bs: 4096,
+};
 
-/// A protection mode's medians per operation (`Ok(None)`: not run), or why it is
-/// unavailable here.
-type Guarded = Result<Option<Vec<OpCost>>, String>;
-
-/// Targets of the fio jobs, in table order.
-const TARGETS: [&str; 3] = ["ferrite-fs (FUSE)", "tmpfs", "ext4 (loop)"];
-
-/// Measures everything and reports it.
+/// Measures (through `bench::pmfs`) and reports.
 pub fn run(options: &EvalOptions, bar: &ProgressBar) -> anyhow::Result<Section> {
-    let quick = options.quick;
-    let runs = if quick { 3 } else { 5 };
-    let settings = if quick {
+    let settings = if options.quick {
         Settings::QUICK
     } else {
         Settings::DEFAULT
     };
-    let fio_settings = if quick {
-        FioSettings::QUICK
-    } else {
-        FioSettings::DEFAULT
-    };
-    let fio_jobs = jobs(quick);
-    bar.set_length((runs * (2 + GUARDS.len()) + fio_jobs.len() * TARGETS.len()) as u64);
-    let step = |what: &str| {
+    bar.set_length(settings.steps() as u64);
+    let progress = |what: &str| {
         bar.set_message(what.to_owned());
         bar.inc(1);
     };
-    let dir = &options.pool_dir;
-    let kernel = kernel_runs(dir, &settings, runs, &step)?;
-    let library = library_runs(dir, Protection::None, &settings, runs, &step)
-        .map_err(anyhow::Error::msg)?
-        .context("the unprotected library run")?;
-    let mut guarded = Vec::new();
-    for guard in GUARDS {
-        guarded.push((guard, library_runs(dir, guard, &settings, runs, &step)));
-    }
-    let mut notes = Vec::new();
-    let fio = fio_matrix(dir, &fio_jobs, &fio_settings, &step, &mut notes);
+    let results = bench::pmfs::run(&options.pool_dir, &settings, &progress)
+        .with_context(|| format!("PMFS measurements in {}", options.pool_dir.display()))?;
+    section_of(&results)
+}
+
+fn section_of(results: &PmfsResults) -> anyhow::Result<Section> {
+    let jobs = results.settings.fio_jobs();
     let mut section = empty_section(ID, TITLE);
-    section.summary = summary(&kernel, &library, &guarded, &fio, &notes, runs, quick);
+    section.headlines = headlines(results);
+    section.summary = summary(results);
     section.tables = vec![
-        latency_table(&kernel, &library, runs),
-        journal_table(&library),
-        protection_table(&library, &guarded),
+        latency_table(results),
+        journal_table(&results.library),
+        protection_table(&results.library, &results.protection),
     ];
-    if !fio.is_empty() {
-        section.tables.push(fio_table(&fio_jobs, &fio, true));
-        section.tables.push(fio_table(&fio_jobs, &fio, false));
+    if !results.fio.is_empty() {
+        section.tables.push(fio_table(results, &jobs, true));
+        section.tables.push(fio_table(results, &jobs, false));
     }
-    section.plots = vec![latency_plot(&kernel, &library)?];
-    if !fio.is_empty() {
-        section.plots.push(fio_plot(&fio_jobs, &fio)?);
+    if !results.sqlite.is_empty() {
+        section.tables.push(sqlite_table(results));
     }
-    section.json = json!({
-        "settings": settings,
-        "runs": runs,
-        "kernel_tmpfs": kernel,
-        "library": library,
-        "protection": guarded.iter().map(|(g, r)| json!({
-            "mode": g.name(),
-            "result": match r { Ok(Some(c)) => json!(c), Ok(None) => json!(null), Err(e) => json!(e) },
-        })).collect::<Vec<_>>(),
-        "fio_settings": fio_settings,
-        "fio": fio,
-        "notes": notes,
-    });
+    section.plots = vec![latency_plot(results)?];
+    if !results.fio.is_empty() {
+        section.plots.push(fio_plot(results, &jobs)?);
+    }
+    section.json = json!(results);
     Ok(section)
 }
 
-fn kernel_runs(
-    dir: &Path,
-    settings: &Settings,
-    runs: usize,
-    step: &dyn Fn(&str),
-) -> anyhow::Result<Vec<OpCost>> {
-    let mut results = Vec::new();
-    for _ in 0..runs {
-        step("tmpfs system calls");
-        let scratch = tempfile_dir(dir)?;
-        results.push(bench::kernel_run(scratch.path(), settings).context("tmpfs run")?);
-    }
-    Ok(bench::medians(&results))
+/// Library latency over tmpfs latency for `op`, with both.
+fn library_ratio(results: &PmfsResults, op: Op) -> Option<(f64, f64)> {
+    let lib = results.library.get(op)?.ns;
+    let tmpfs = results.kernel_tmpfs.get(op)?.ns;
+    Some((lib, tmpfs))
 }
 
-fn tempfile_dir(dir: &Path) -> anyhow::Result<tempfile::TempDir> {
-    tempfile::Builder::new()
-        .prefix("ferrite-eval-pmfs-")
-        .tempdir_in(dir)
-        .with_context(|| format!("a scratch directory in {}", dir.display()))
+/// `target`'s IOPS over tmpfs's for `job`.
+fn fio_ratio(results: &PmfsResults, target: FioTarget, job: FioJob) -> Option<f64> {
+    Some(results.fio(target, job)?.iops / results.fio(FioTarget::Tmpfs, job)?.iops)
 }
 
-/// Medians of `runs` library runs on a fresh pool with `guard`; `Ok(None)` with the reason
-/// logged when the protection is unavailable here.
-fn library_runs(
-    dir: &Path,
-    guard: Protection,
-    settings: &Settings,
-    runs: usize,
-    step: &dyn Fn(&str),
-) -> Guarded {
-    let path = dir.join(format!(
-        "ferrite-eval-pmfs-{}-{}.pool",
-        guard.name(),
-        std::process::id()
-    ));
-    let _ = std::fs::remove_file(&path);
-    let size = settings.file_bytes * 2 + (64 << 20);
-    let pool = Pool::create(&path, &fs::pool_options(size)).map_err(|e| e.to_string())?;
-    let _ = std::fs::remove_file(&path);
-    if let Err(error) = pool.pm().protect(guard) {
-        for _ in 0..runs {
-            step("library (protection unavailable)");
-        }
-        return Err(error.to_string());
+/// A goal of the form "`ours` at least `goal`", with what was measured.
+fn at_least(claim: &str, ours: Option<(String, bool)>) -> Headline {
+    match ours {
+        Some((text, holds)) => Headline::new(claim, text, ClaimVerdict::from_holds(holds)),
+        None => Headline::new(claim, "did not run here", ClaimVerdict::NotMeasured),
     }
-    let fs = Fs::mkfs(pool, &MkfsOptions::default(), MountOptions::default())
-        .map_err(|e| e.to_string())?;
-    let mut results = Vec::new();
-    for _ in 0..runs {
-        step(&format!("library, protection {}", guard.name()));
-        results.push(bench::library_run(&fs, settings));
-    }
-    fs.unmount().map_err(|e| e.to_string())?;
-    Ok(Some(bench::medians(&results)))
 }
 
-/// Runs every job on every target that can be set up; a target that cannot is noted.
-fn fio_matrix(
-    dir: &Path,
-    fio_jobs: &[fsmount::bench::FioJob],
-    settings: &FioSettings,
-    step: &dyn Fn(&str),
-    notes: &mut Vec<String>,
-) -> Vec<FioResult> {
-    let skip_all = |notes: &mut Vec<String>, why: String| {
-        for _ in 0..fio_jobs.len() * TARGETS.len() {
-            step("fio skipped");
-        }
-        notes.push(why);
+/// The paper's claim, and the goals for the library, the preload and the mount.
+fn headlines(results: &PmfsResults) -> Vec<Headline> {
+    let jobs = results.settings.fio_jobs();
+    let best_vs_ext4 = |target| {
+        jobs.iter()
+            .filter_map(|&job| {
+                let ours = results.fio(target, job)?;
+                let ext4 = results.fio(FioTarget::Ext4Loop, job)?;
+                Some((job, ours.iops / ext4.iops))
+            })
+            .max_by(|a, b| a.1.total_cmp(&b.1))
     };
-    let Some(fio) = fio_path() else {
-        skip_all(
-            notes,
-            "fio skipped: fio is not installed (Debian package fio)".into(),
-        );
-        return Vec::new();
-    };
-    let size = settings.file_bytes * 4 + (128 << 20);
-    let mut results = Vec::new();
-    for target in TARGETS {
-        let set_up: Result<(Box<dyn std::any::Any>, std::path::PathBuf), String> = match target {
-            "tmpfs" => tempfile_dir(dir)
-                .map(|t| {
-                    let path = t.path().to_owned();
-                    (Box::new(t) as Box<dyn std::any::Any>, path)
-                })
-                .map_err(|e| e.to_string()),
-            "ext4 (loop)" => Ext4Loop::new(dir, size).map(|t| {
-                let path = t.dir.clone();
-                (Box::new(t) as Box<dyn std::any::Any>, path)
+    let paper = at_least(
+        "Up to an order of magnitude faster than ext4 on a PM block device (PMFS, EuroSys'14)",
+        best_vs_ext4(FioTarget::Preload).map(|(job, ratio)| {
+            let fuse = best_vs_ext4(FioTarget::Fuse).map_or(String::new(), |(_, r)| {
+                format!("; through FUSE at most {r:.2}x")
+            });
+            (
+                format!(
+                    "direct access vs ext4 on a loop device in /dev/shm: best fio job {} {} at \
+                     {ratio:.2}x the IOPS{fuse}",
+                    job.kind.label(),
+                    job.bs
+                ),
+                ratio >= 10.0,
+            )
+        }),
+    );
+    let io: Vec<(Op, f64, f64)> = [Op::Read4K, Op::Write4K]
+        .into_iter()
+        .filter_map(|op| library_ratio(results, op).map(|(l, t)| (op, l, t)))
+        .collect();
+    let library = at_least(
+        "Goal: the library API at least as fast as tmpfs system calls for 4 KiB reads and \
+         writes, one thread",
+        (io.len() == 2).then(|| {
+            let text = io
+                .iter()
+                .map(|(op, l, t)| format!("{} {:.2}x tmpfs's time", op.label(), l / t))
+                .collect::<Vec<_>>()
+                .join(", ");
+            (text, io.iter().all(|(_, l, t)| l <= t))
+        }),
+    );
+    let preload_io = at_least(
+        "Goal: direct-access preload at least 1.0x tmpfs on fio randwrite 4k and randread 4k",
+        fio_ratio(results, FioTarget::Preload, RANDWRITE_4K)
+            .zip(fio_ratio(results, FioTarget::Preload, RANDREAD_4K))
+            .map(|(w, r)| {
+                (
+                    format!("randwrite {w:.2}x, randread {r:.2}x tmpfs's IOPS"),
+                    w >= 1.0 && r >= 1.0,
+                )
             }),
-            _ => FuseTarget::new(dir, size, Protection::None).map(|t| {
-                let path = t.dir.clone();
-                (Box::new(t) as Box<dyn std::any::Any>, path)
+    );
+    let sqlite = at_least(
+        "Goal: sqlite inserts (one transaction each) through the preload in at most 1.2x \
+         tmpfs's time",
+        results
+            .sqlite(FioTarget::Preload)
+            .zip(results.sqlite(FioTarget::Tmpfs))
+            .map(|(p, t)| {
+                let ratio = p.median / t.median;
+                (
+                    format!(
+                        "{} inserts: {:.2} s vs {:.2} s ({ratio:.2}x)",
+                        results.settings.sqlite.inserts, p.median, t.median
+                    ),
+                    ratio <= 1.2,
+                )
             }),
-        };
-        let (guard, path) = match set_up {
-            Ok(found) => found,
-            Err(why) => {
-                for _ in fio_jobs {
-                    step("fio target skipped");
-                }
-                notes.push(format!("fio on {target} skipped: {why}"));
-                continue;
-            }
-        };
-        for &job in fio_jobs {
-            step(&format!("fio {} {} on {target}", job.kind, job.bs));
-            match run_fio(&fio, &path, target, job, settings) {
-                Ok(result) => results.push(result),
-                Err(why) => notes.push(why),
-            }
-        }
-        drop(guard);
-    }
-    results
+    );
+    let mount = at_least(
+        "Goal: the mount, durable on return, at least 0.25x tmpfs on fio randwrite 4k",
+        fio_ratio(results, FioTarget::Fuse, RANDWRITE_4K)
+            .map(|r| (format!("{r:.3}x tmpfs's IOPS"), r >= 0.25)),
+    );
+    vec![paper, library, preload_io, sqlite, mount]
 }
 
-fn find<'a>(costs: &'a [OpCost], op: &str) -> Option<&'a OpCost> {
-    costs.iter().find(|c| c.op == op)
-}
-
-fn summary(
-    kernel: &[OpCost],
-    library: &[OpCost],
-    guarded: &[(Protection, Guarded)],
-    fio: &[FioResult],
-    notes: &[String],
-    runs: usize,
-    quick: bool,
-) -> Vec<String> {
+fn summary(results: &PmfsResults) -> Vec<String> {
+    let (runs, quick) = (results.settings.runs, results.settings.quick);
+    let library = &results.library;
     let mut lines = Vec::new();
-    let ratio =
-        |op: &str| -> Option<(f64, f64)> { Some((find(library, op)?.ns, find(kernel, op)?.ns)) };
-    let goal: Vec<String> = ["read 4K", "write 4K"]
+    let goal: Vec<String> = [Op::Read4K, Op::Write4K]
         .iter()
         .filter_map(|&op| {
-            let (lib, tmpfs) = ratio(op)?;
+            let (lib, tmpfs) = library_ratio(results, op)?;
             Some(format!(
-                "{op} {} ns vs {} ns ({:.2}x, goal {})",
+                "{} {} ns vs {} ns ({:.2}x, goal {})",
+                op.label(),
                 ns(lib),
                 ns(tmpfs),
                 lib / tmpfs,
@@ -247,18 +198,18 @@ fn summary(
          one thread\": {}.",
         goal.join("; ")
     ));
-    let meta: Vec<String> = ["create", "mkdir", "rename", "unlink"]
+    let meta: Vec<String> = [Op::Create, Op::Mkdir, Op::Rename, Op::Unlink]
         .iter()
         .filter_map(|&op| {
-            let (lib, tmpfs) = ratio(op)?;
-            Some(format!("{op} {:.2}x", lib / tmpfs))
+            let (lib, tmpfs) = library_ratio(results, op)?;
+            Some(format!("{} {:.2}x", op.label(), lib / tmpfs))
         })
         .collect();
     lines.push(format!(
         "Namespace operations, library latency / tmpfs latency: {}.",
         meta.join(", ")
     ));
-    if let Some(create) = find(library, "create") {
+    if let Some(create) = library.get(Op::Create) {
         lines.push(format!(
             "A create logs {:.1} journal entries ({:.0} bytes) and costs {:.1} fences; every \
              metadata operation is one undo transaction of 3 fences.",
@@ -267,47 +218,25 @@ fn summary(
             create.fences
         ));
     }
-    for (guard, result) in guarded {
-        lines.push(match result {
-            Ok(Some(costs)) => {
-                let slow: Vec<String> = ["create", "write 4K", "read 4K"]
-                    .iter()
-                    .filter_map(|&op| {
-                        Some(format!(
-                            "{op} {:.1}x",
-                            find(costs, op)?.ns / find(library, op)?.ns
-                        ))
-                    })
-                    .collect();
-                format!(
-                    "Write protection by {}: {} the unprotected latency.",
-                    guard.name(),
-                    slow.join(", ")
-                )
-            }
-            Ok(None) => format!("Write protection by {}: not run.", guard.name()),
-            Err(why) => format!("Write protection by {}: unavailable ({why}).", guard.name()),
-        });
+    for guarded in &results.protection {
+        lines.push(protection_line(library, guarded));
     }
-    if let (Some(fuse), Some(tmpfs)) = (
-        fio.iter()
-            .find(|r| r.target == TARGETS[0] && r.job.kind == "randwrite" && r.job.bs == 4096),
-        fio.iter()
-            .find(|r| r.target == "tmpfs" && r.job.kind == "randwrite" && r.job.bs == 4096),
+    let write = |target| results.fio(target, RANDWRITE_4K).map(|n| n.iops);
+    if let (Some(preload), Some(fuse), Some(tmpfs)) = (
+        write(FioTarget::Preload),
+        write(FioTarget::Fuse),
+        write(FioTarget::Tmpfs),
     ) {
         lines.push(format!(
-            "fio 4 KiB random writes: {:.0} IOPS on the FUSE mount vs {:.0} on tmpfs ({:.2}x): \
-             every write through FUSE is a kernel round trip to the server.",
-            fuse.iops,
-            tmpfs.iops,
-            fuse.iops / tmpfs.iops
+            "fio 4 KiB random writes: {preload:.0} IOPS through the preload (the pool in the \
+             program's own process), {fuse:.0} on the FUSE mount, {tmpfs:.0} on tmpfs: every \
+             write through FUSE is a kernel round trip to the server; the preload has none."
         ));
     }
-    lines.extend(notes.iter().cloned());
+    lines.extend(results.notes.iter().cloned());
     lines.push(format!(
         "Latencies are medians of {runs} runs on a shared, loaded machine: indicative; rerun \
-         with `ferrite eval --only pmfs` (or `cargo run --release -p fs --example fs_latency`) \
-         on a quiet machine."
+         with `ferrite eval --only pmfs` on a quiet machine."
     ));
     if quick {
         lines.push("Quick run (small sizes): numbers are indicative only.".to_owned());
@@ -315,28 +244,49 @@ fn summary(
     lines
 }
 
-fn latency_table(kernel: &[OpCost], library: &[OpCost], runs: usize) -> Table {
+fn protection_line(library: &Costs, guarded: &Guarded) -> String {
+    let name = guarded.mode.name();
+    match &guarded.result {
+        Ok(costs) => {
+            let slow: Vec<String> = [Op::Create, Op::Write4K, Op::Read4K]
+                .iter()
+                .filter_map(|&op| {
+                    let ratio = costs.get(op)?.ns / library.get(op)?.ns;
+                    Some(format!("{} {ratio:.1}x", op.label()))
+                })
+                .collect();
+            format!(
+                "Write protection by {name}: {} the unprotected latency.",
+                slow.join(", ")
+            )
+        }
+        Err(why) => format!("Write protection by {name}: unavailable ({why})."),
+    }
+}
+
+fn latency_table(results: &PmfsResults) -> Table {
     let mut table = Table::new(
         format!(
-            "Latency per operation, one thread, median of {runs} runs (ns): library API on a \
-             /dev/shm pool vs system calls on tmpfs"
+            "Latency per operation, one thread, median of {} runs (ns): library API on a \
+             /dev/shm pool vs system calls on tmpfs",
+            results.settings.runs
         ),
         &["operation", "tmpfs", "library", "library / tmpfs"],
     );
-    for op in OPS {
-        if let (Some(k), Some(l)) = (find(kernel, op), find(library, op)) {
+    for op in Op::ALL {
+        if let Some((lib, tmpfs)) = library_ratio(results, op) {
             table.push(vec![
-                op.to_owned(),
-                ns(k.ns),
-                ns(l.ns),
-                format!("{:.2}", l.ns / k.ns),
+                op.label().to_owned(),
+                ns(tmpfs),
+                ns(lib),
+                format!("{:.2}", lib / tmpfs),
             ]);
         }
     }
     table
 }
 
-fn journal_table(library: &[OpCost]) -> Table {
+fn journal_table(library: &Costs) -> Table {
     let mut table = Table::new(
         "Journal and PM traffic per library operation (medians)",
         &[
@@ -349,9 +299,9 @@ fn journal_table(library: &[OpCost]) -> Table {
             "fences",
         ],
     );
-    for c in library {
+    for c in &library.0 {
         table.push(vec![
-            c.op.to_owned(),
+            c.op.label().to_owned(),
             format!("{:.2}", c.journal_entries),
             format!("{:.0}", c.journal_entries * 64.0),
             format!("{:.0}", c.stored_bytes),
@@ -363,29 +313,27 @@ fn journal_table(library: &[OpCost]) -> Table {
     table
 }
 
-fn protection_table(library: &[OpCost], guarded: &[(Protection, Guarded)]) -> Table {
+fn protection_table(library: &Costs, guarded: &[Guarded]) -> Table {
     let mut columns = vec!["operation".to_owned(), "none (ns)".to_owned()];
-    for (guard, _) in guarded {
-        columns.push(format!("{} (ns)", guard.name()));
-        columns.push(format!("{} / none", guard.name()));
+    for g in guarded {
+        columns.push(format!("{} (ns)", g.mode.name()));
+        columns.push(format!("{} / none", g.mode.name()));
     }
     let refs: Vec<&str> = columns.iter().map(String::as_str).collect();
     let mut table = Table::new(
         "Cost of write protection: library latency per operation",
         &refs,
     );
-    for c in library {
-        let mut row = vec![c.op.to_owned(), ns(c.ns)];
-        for (_, result) in guarded {
-            match result {
-                Ok(Some(costs)) => match find(costs, c.op) {
-                    Some(g) => {
-                        row.push(ns(g.ns));
-                        row.push(format!("{:.2}", g.ns / c.ns));
-                    }
-                    None => row.extend(["-".to_owned(), "-".to_owned()]),
-                },
-                _ => row.extend(["unavailable".to_owned(), "-".to_owned()]),
+    for c in &library.0 {
+        let mut row = vec![c.op.label().to_owned(), ns(c.ns)];
+        for g in guarded {
+            match g.result.as_ref().map(|costs| costs.get(c.op)) {
+                Ok(Some(cost)) => {
+                    row.push(ns(cost.ns));
+                    row.push(format!("{:.2}", cost.ns / c.ns));
+                }
+                Ok(None) => row.extend(["-".to_owned(), "-".to_owned()]),
+                Err(_) => row.extend(["unavailable".to_owned(), "-".to_owned()]),
             }
         }
         table.push(row);
@@ -393,41 +341,68 @@ fn protection_table(library: &[OpCost], guarded: &[(Protection, Guarded)]) -> Ta
     table
 }
 
-fn fio_table(fio_jobs: &[fsmount::bench::FioJob], fio: &[FioResult], iops: bool) -> Table {
+fn fio_table(results: &PmfsResults, jobs: &[FioJob], iops: bool) -> Table {
     let title = if iops {
-        "fio IOPS (psync, one job, buffered): FUSE mount vs tmpfs vs ext4 on a loop device"
+        "fio IOPS (psync, one job as a thread; the library row runs the same pattern in \
+         process): library, preload, FUSE mount, tmpfs, ext4 on a loop device"
     } else {
         "fio mean completion latency (µs)"
     };
+    let value = |n: &FioNumbers| if iops { n.iops } else { n.mean_ns / 1000.0 };
     let mut columns = vec!["job".to_owned(), "block".to_owned()];
-    columns.extend(TARGETS.iter().map(|t| (*t).to_owned()));
+    columns.extend(FioTarget::ALL.iter().map(|t| t.label().to_owned()));
+    columns.push("preload / tmpfs".to_owned());
     columns.push("FUSE / tmpfs".to_owned());
     let refs: Vec<&str> = columns.iter().map(String::as_str).collect();
     let mut table = Table::new(title, &refs);
-    for job in fio_jobs {
-        let value = |target: &str| {
-            fio.iter()
-                .find(|r| r.target == target && r.job == *job)
-                .map(|r| if iops { r.iops } else { r.mean_ns / 1000.0 })
-        };
-        let mut row = vec![job.kind.to_owned(), job.bs.to_string()];
-        for target in TARGETS {
-            row.push(value(target).map_or("skipped".to_owned(), |v| format!("{v:.1}")));
+    for &job in jobs {
+        let of = |target| results.fio(target, job).map(value);
+        let mut row = vec![job.kind.label().to_owned(), job.bs.to_string()];
+        for target in FioTarget::ALL {
+            row.push(of(target).map_or("skipped".to_owned(), |v| format!("{v:.1}")));
         }
-        row.push(match (value(TARGETS[0]), value("tmpfs")) {
-            (Some(a), Some(b)) => format!("{:.2}", a / b),
-            _ => "-".to_owned(),
-        });
+        for target in [FioTarget::Preload, FioTarget::Fuse] {
+            row.push(match (of(target), of(FioTarget::Tmpfs)) {
+                (Some(a), Some(b)) => format!("{:.2}", a / b),
+                _ => "-".to_owned(),
+            });
+        }
         table.push(row);
     }
     table
 }
 
-fn latency_plot(kernel: &[OpCost], library: &[OpCost]) -> anyhow::Result<Plot> {
-    let categories: Vec<String> = OPS.iter().map(|op| (*op).to_owned()).collect();
-    let series = |name: &str, costs: &[OpCost]| BarSeries {
+fn sqlite_table(results: &PmfsResults) -> Table {
+    let settings = results.settings.sqlite;
+    let mut table = Table::new(
+        format!(
+            "sqlite3: {} inserts, one transaction each (rollback journal, synchronous=FULL), \
+             median of {} runs ({} on the mounts) (s)",
+            settings.inserts, settings.runs, settings.mount_runs
+        ),
+        &["target", "seconds", "min", "max", "/ tmpfs"],
+    );
+    let tmpfs = results.sqlite(FioTarget::Tmpfs).map(|t| t.median);
+    for r in &results.sqlite {
+        table.push(vec![
+            r.target.label().to_owned(),
+            format!("{:.2}", r.seconds.median),
+            format!("{:.2}", r.seconds.min),
+            format!("{:.2}", r.seconds.max),
+            tmpfs.map_or("-".to_owned(), |t| format!("{:.2}", r.seconds.median / t)),
+        ]);
+    }
+    table
+}
+
+fn latency_plot(results: &PmfsResults) -> anyhow::Result<Plot> {
+    let categories: Vec<String> = Op::ALL.iter().map(|op| op.label().to_owned()).collect();
+    let series = |name: &str, costs: &Costs| BarSeries {
         name: name.to_owned(),
-        values: OPS.iter().map(|op| find(costs, op).map(|c| c.ns)).collect(),
+        values: Op::ALL
+            .iter()
+            .map(|&op| costs.get(op).map(|c| c.ns))
+            .collect(),
     };
     let title = "Latency per operation: library vs tmpfs system calls";
     Ok(Plot {
@@ -438,29 +413,25 @@ fn latency_plot(kernel: &[OpCost], library: &[OpCost]) -> anyhow::Result<Plot> {
             "ns per operation (median)",
             &categories,
             &[
-                series("tmpfs", kernel),
-                series("ferrite-fs library", library),
+                series("tmpfs", &results.kernel_tmpfs),
+                series("ferrite-fs library", &results.library),
             ],
         )?,
     })
 }
 
-fn fio_plot(fio_jobs: &[fsmount::bench::FioJob], fio: &[FioResult]) -> anyhow::Result<Plot> {
-    let categories: Vec<String> = fio_jobs
+fn fio_plot(results: &PmfsResults, jobs: &[FioJob]) -> anyhow::Result<Plot> {
+    let categories: Vec<String> = jobs
         .iter()
-        .map(|j| format!("{} {}", j.kind, j.bs))
+        .map(|j| format!("{} {}", j.kind.label(), j.bs))
         .collect();
-    let series: Vec<BarSeries> = TARGETS
+    let series: Vec<BarSeries> = FioTarget::ALL
         .iter()
         .map(|&target| BarSeries {
-            name: target.to_owned(),
-            values: fio_jobs
+            name: target.label().to_owned(),
+            values: jobs
                 .iter()
-                .map(|job| {
-                    fio.iter()
-                        .find(|r| r.target == target && r.job == *job)
-                        .map(|r| r.iops / 1000.0)
-                })
+                .map(|&job| results.fio(target, job).map(|n| n.iops / 1000.0))
                 .collect(),
         })
         .collect();

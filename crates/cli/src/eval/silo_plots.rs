@@ -1,28 +1,25 @@
 //! The `silo` section's figures, one per figure of the paper, drawn from a
-//! [`Reproduction`]: throughput and PM write bytes normalised to FWB at the smallest and the
+//! [`Reproduction`]: throughput and PM bytes programmed normalised to FWB at the smallest and the
 //! largest core count (Figs. 12 and 11, with the paper's geometric means beside ours at 8
 //! cores), Silo's log-entry reduction (Fig. 13), its overflows and the transaction-size sweep
 //! (Fig. 14), the log-buffer latency sweep (Fig. 15), the entries sweep and the core-count
 //! scaling.
 
-use super::silo::{
-    PAPER_CORES, PAPER_THROUGHPUT_VS_FWB, PAPER_WRITES_VS_FWB, core_extremes, cores_text,
-    display_name, figure_designs, workload_names,
-};
+use super::silo::{core_extremes, cores_text, figure_designs, workload_names};
 use crate::plot::{
     BarSeries, Series, bar_chart, fitted_log2_line_chart, grouped_bar_chart, log_bar_chart,
 };
 use crate::report::Plot;
 use anyhow::Result;
+use hwsim::DesignKind;
 use hwsim::metrics::LogStats;
+use silorepro::paper::{self, SweepLoss};
 use silorepro::{DesignSummary, Reproduction, RunRow, Sweep};
 
-/// The paper's mean throughput loss at a 128-cycle log buffer (Fig. 15: −3.3 %).
-const PAPER_LATENCY_POINT: (f64, f64) = (128.0, 1.0 - 0.033);
-/// The paper's throughput at 16× log-buffer transactions (Fig. 14: −7.4 %) and its bound on
-/// their write traffic (≤ 1.9×).
-const PAPER_TX_SIZE_THROUGHPUT: (f64, f64) = (16.0, 1.0 - 0.074);
-const PAPER_TX_SIZE_WRITES: (f64, f64) = (16.0, 1.9);
+/// A sweep point of the paper as a point of a relative-throughput line.
+fn paper_point(loss: SweepLoss) -> (f64, f64) {
+    (loss.value as f64, 1.0 - loss.loss)
+}
 
 /// Every figure the reproduction has data for.
 pub fn plots(rep: &Reproduction) -> Result<Vec<Plot>> {
@@ -57,11 +54,12 @@ fn battery(rep: &Reproduction) -> Result<Plot> {
     let t = &rep.battery;
     let mut bars = Vec::new();
     for row in &t.rows {
-        bars.push((row.design.clone(), round3(row.energy_uj)));
-        if t.cores == PAPER_CORES
-            && let Some((_, paper)) = PAPER_BATTERY_UJ.iter().find(|(d, _)| *d == row.design)
+        let name = row.design.name();
+        bars.push((name.to_owned(), round3(row.energy_uj)));
+        if t.cores == paper::CORES
+            && let Some(target) = paper::battery_of(row.design)
         {
-            bars.push((format!("{} (paper)", row.design), *paper));
+            bars.push((format!("{name} (paper)"), target.energy_uj));
         }
     }
     Ok(Plot {
@@ -75,9 +73,6 @@ fn battery(rep: &Reproduction) -> Result<Plot> {
         svg: log_bar_chart("Battery: failure-time flush energy", "energy (µJ)", &bars)?,
     })
 }
-
-/// The paper's flush energies (Table IV), µJ.
-const PAPER_BATTERY_UJ: [(&str, f64); 3] = [("eadr", 54_377.0), ("bbb", 194.0), ("silo", 62.0)];
 
 /// `value` with three significant figures (bar labels).
 fn round3(value: f64) -> f64 {
@@ -104,10 +99,10 @@ fn normalised_bars(
     cores: usize,
     per_run: &dyn Fn(&RunRow, &RunRow) -> f64,
     geomean: &dyn Fn(&DesignSummary) -> f64,
-    paper: &[(&str, f64)],
+    paper: fn(DesignKind) -> Option<f64>,
 ) -> (Vec<String>, Vec<BarSeries>) {
     let workloads = workload_names(rep);
-    let with_paper = cores == PAPER_CORES;
+    let with_paper = cores == paper::CORES;
     let mut categories = workloads.clone();
     categories.push("geomean".to_owned());
     if with_paper {
@@ -120,16 +115,16 @@ fn normalised_bars(
                 .iter()
                 .map(|w| {
                     let run = rep.run(w, design, cores)?;
-                    let fwb = rep.run(w, "fwb", cores)?;
+                    let fwb = rep.run(w, DesignKind::Fwb, cores)?;
                     Some(per_run(run, fwb))
                 })
                 .collect();
             values.push(rep.summary_of(design, cores).map(geomean));
             if with_paper {
-                values.push(paper.iter().find(|(d, _)| *d == design).map(|p| p.1));
+                values.push(paper(design));
             }
             BarSeries {
-                name: display_name(design).to_owned(),
+                name: design.label().to_owned(),
                 values,
             }
         })
@@ -143,7 +138,7 @@ fn throughput(rep: &Reproduction, cores: usize) -> Result<Plot> {
         cores,
         &|run, fwb| run.throughput / fwb.throughput.max(f64::MIN_POSITIVE),
         &|s| s.vs_fwb,
-        &PAPER_THROUGHPUT_VS_FWB,
+        paper::throughput_vs_fwb,
     );
     let title = format!("Throughput, {}, × FWB", cores_text(cores));
     Ok(Plot {
@@ -162,27 +157,28 @@ fn writes(rep: &Reproduction, cores: usize) -> Result<Plot> {
     let (categories, series) = normalised_bars(
         rep,
         cores,
-        &|run, fwb| run.bytes_per_tx() / fwb.bytes_per_tx().max(f64::MIN_POSITIVE),
+        &|run, fwb| run.programmed_per_tx() / fwb.programmed_per_tx().max(f64::MIN_POSITIVE),
         &|s| s.write_bytes_vs_fwb,
-        &PAPER_WRITES_VS_FWB,
+        paper::write_bytes_vs_fwb,
     );
     let title = format!(
-        "PM write bytes per transaction, {}, × FWB",
+        "PM bytes programmed per transaction, {}, × FWB",
         cores_text(cores)
     );
     Ok(Plot {
         id: format!("writes-{}", cores_id(cores)),
         title: format!(
-            "Fig. 11: bytes written to PM per committed transaction at {}, normalised to FWB{}",
+            "Fig. 11: bytes programmed in PM per committed transaction at {} (words reaching \
+             the cells with new data, the final drain included), normalised to FWB{}",
             cores_text(cores),
             paper_note(cores)
         ),
-        svg: grouped_bar_chart(&title, "write bytes × FWB", &categories, &series)?,
+        svg: grouped_bar_chart(&title, "bytes programmed × FWB", &categories, &series)?,
     })
 }
 
 fn paper_note(cores: usize) -> &'static str {
-    if cores == PAPER_CORES {
+    if cores == paper::CORES {
         "; the last group is the paper's geometric mean (designs it gives)"
     } else {
         ""
@@ -198,7 +194,7 @@ fn log_entries(rep: &Reproduction, cores: usize) -> Result<Plot> {
     let logs: Vec<(String, LogStats)> = workload_names(rep)
         .into_iter()
         .filter_map(|w| {
-            let log = rep.run(&w, "silo", cores)?.log?;
+            let log = rep.run(&w, DesignKind::Silo, cores)?.log?;
             Some((w, log))
         })
         .collect();
@@ -229,8 +225,9 @@ fn log_entries(rep: &Reproduction, cores: usize) -> Result<Plot> {
         id: "log-entries".to_owned(),
         title: format!(
             "Fig. 13: what became of Silo's transactional word stores at {}, as % of them (the \
-             paper: 64.3 % removed by ignoring silent stores and merging, on average)",
-            cores_text(cores)
+             paper: {:.1} % removed by ignoring silent stores and merging, on average)",
+            cores_text(cores),
+            100.0 * paper::LOG_REDUCTION
         ),
         svg: grouped_bar_chart(&title, "% of transactional stores", &categories, &series)?,
     })
@@ -241,7 +238,7 @@ fn overflows(rep: &Reproduction, cores: usize) -> Result<Plot> {
     let bars: Vec<(String, f64)> = workload_names(rep)
         .into_iter()
         .filter_map(|w| {
-            let run = rep.run(&w, "silo", cores)?;
+            let run = rep.run(&w, DesignKind::Silo, cores)?;
             let log = run.log?;
             Some((
                 w,
@@ -306,7 +303,7 @@ fn latency(rep: &Reproduction, sweep: &Sweep) -> Result<Plot> {
     let mut lines = per_workload_lines(rep, sweep);
     lines.push(Series {
         name: "paper (mean)".to_owned(),
-        points: vec![PAPER_LATENCY_POINT],
+        points: vec![paper_point(paper::LATENCY_LOSS)],
     });
     Ok(Plot {
         id: "latency".to_owned(),
@@ -352,11 +349,14 @@ fn tx_size(rep: &Reproduction, sweep: &Sweep) -> Result<Plot> {
     });
     lines.push(Series {
         name: "paper: throughput".to_owned(),
-        points: vec![PAPER_TX_SIZE_THROUGHPUT],
+        points: vec![paper_point(paper::TX_SIZE_LOSS)],
     });
     lines.push(Series {
         name: "paper: writes (≤)".to_owned(),
-        points: vec![PAPER_TX_SIZE_WRITES],
+        points: vec![(
+            paper::TX_SIZE_LOSS.value as f64,
+            paper::TX_SIZE_WRITE_GROWTH_MAX,
+        )],
     });
     Ok(Plot {
         id: "tx-size".to_owned(),
@@ -377,13 +377,13 @@ fn tx_size(rep: &Reproduction, sweep: &Sweep) -> Result<Plot> {
 /// Each design's geometric-mean throughput × FWB at every core count of the plan.
 fn core_scaling(rep: &Reproduction) -> Result<Plot> {
     let mut designs = figure_designs(rep);
-    if rep.spec.designs.iter().any(|d| d.name() == "ideal") {
-        designs.push("ideal");
+    if rep.spec.designs.contains(&DesignKind::Ideal) {
+        designs.push(DesignKind::Ideal);
     }
     let lines: Vec<Series> = designs
         .into_iter()
         .map(|design| Series {
-            name: display_name(design).to_owned(),
+            name: design.label().to_owned(),
             points: rep
                 .spec
                 .cores
@@ -453,7 +453,7 @@ mod tests {
             2,
             &|r, f| r.throughput / f.throughput,
             &|s| s.vs_fwb,
-            &[],
+            |_| None,
         );
         assert_eq!(categories, ["array", "hash", "geomean"]);
         // FWB normalised to itself is 1 on every workload.
@@ -473,7 +473,7 @@ mod tests {
             8,
             &|r, f| r.throughput / f.throughput,
             &|s| s.vs_fwb,
-            &PAPER_THROUGHPUT_VS_FWB,
+            paper::throughput_vs_fwb,
         );
         assert_eq!(categories.last().map(String::as_str), Some("paper geomean"));
         let silo = series

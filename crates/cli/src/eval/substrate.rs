@@ -91,7 +91,7 @@ fn copy_verdict(results: &SubstrateResults) -> String {
     let nt_wins: Vec<String> = results
         .copy
         .iter()
-        .filter(|cost| cost.nt_ns.median < cost.store_flush_ns.median)
+        .filter(|cost| cost.nt_faster())
         .map(|cost| cost.bytes.to_string())
         .collect();
     let other = store_flush_name(results);
@@ -147,7 +147,7 @@ fn copy_table(results: &SubstrateResults) -> Table {
         &column_refs,
     );
     for cost in &results.copy {
-        let faster = if cost.nt_ns.median < cost.store_flush_ns.median {
+        let faster = if cost.nt_faster() {
             "NT"
         } else {
             other.as_str()

@@ -1,10 +1,10 @@
-//! `ferrite sim battery`: the battery table (Silo's Table IV) of the simulated machine, and
-//! the report table the `silo` evaluation section shows.
+//! `ferrite sim battery`: the battery table (Silo's Table IV) of the simulated machine,
+//! rendered as the `silo` evaluation section renders it.
 
 use super::BatteryArgs;
-use crate::report::Table;
+use crate::eval::silo_tables::battery_table;
 use hwsim::Config;
-use hwsim::battery::{BatteryParams, BatteryTable};
+use hwsim::battery::BatteryParams;
 use std::io::Write;
 
 /// Runs `sim battery`: the table of the default machine with `--cores` cores.
@@ -27,35 +27,6 @@ pub fn run(args: &BatteryArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The battery table as a report table: one row per design (eADR, BBB, Silo).
-pub fn battery_table(table: &BatteryTable) -> Table {
-    let mut rendered = Table::new(
-        format!(
-            "Battery: what must be flushed on a power failure, {} cores (Silo Table IV)",
-            table.cores
-        ),
-        &[
-            "design",
-            "flush size KB",
-            "energy µJ",
-            "super-capacitor mm³",
-            "Li thin film mm³",
-            "volume × Silo",
-        ],
-    );
-    for row in &table.rows {
-        rendered.push(vec![
-            row.design.clone(),
-            format!("{:.4}", row.flush_kb),
-            format!("{:.1}", row.energy_uj),
-            format!("{:.3}", row.capacitor_mm3),
-            format!("{:.5}", row.lithium_mm3),
-            format!("{:.1}", row.volume_vs_silo),
-        ]);
-    }
-    rendered
-}
-
 /// The model's parameters in one sentence, so the table's numbers can be checked by hand.
 fn assumptions(params: &BatteryParams) -> String {
     format!(
@@ -70,25 +41,4 @@ fn assumptions(params: &BatteryParams) -> String {
         params.capacitor_mj_per_mm3,
         params.lithium_mj_per_mm3
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn default_machine_table_has_the_three_designs() {
-        let table = hwsim::battery::battery_table(&Config::default(), &BatteryParams::default());
-        let rendered = battery_table(&table);
-        let designs: Vec<&str> = rendered.rows.iter().map(|r| r[0].as_str()).collect();
-        assert_eq!(designs, ["eadr", "bbb", "silo"]);
-        assert!(
-            rendered
-                .rows
-                .iter()
-                .all(|r| r.len() == rendered.columns.len())
-        );
-        // Silo is the unit of the volume column.
-        assert_eq!(rendered.rows[2][5], "1.0");
-    }
 }

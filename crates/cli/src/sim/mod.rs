@@ -18,14 +18,13 @@ mod reproduce;
 mod run;
 mod trace_cmd;
 
-pub use battery::battery_table;
-
 use clap::{Args, Subcommand};
 use hwsim::DesignKind;
+use hwsim::config::MediaModel;
 use std::io::Write;
 use std::path::PathBuf;
-use tracegen::SiloWorkload;
 use tracegen::spec::{DEFAULT_CORES, DEFAULT_SEED, DEFAULT_TRANSACTIONS};
+use tracegen::{SiloWorkload, StoreDiscipline};
 
 /// Largest simulated core count (hwsim's limit; tracegen could record more streams, but
 /// they could not be simulated).
@@ -88,6 +87,7 @@ impl CrashShape {
             transactions: self.transactions,
             keys: Some(self.keys),
             seed: self.seed,
+            discipline: StoreDiscipline::Pmdk,
         }
     }
 }
@@ -106,6 +106,10 @@ pub struct WorkloadArgs {
     /// Seed (core c runs with seed + c).
     #[arg(long, default_value_t = DEFAULT_SEED)]
     pub seed: u64,
+    /// Store discipline: pmdk (what a C program on libpmemobj stores, the paper-faithful
+    /// default) or write-minimal (each changed word once).
+    #[arg(long, default_value = "pmdk", value_parser = parse_discipline)]
+    pub discipline: StoreDiscipline,
 }
 
 /// `ferrite sim run`.
@@ -123,7 +127,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub shape: WorkloadArgs,
     /// Read the trace from this file (written by `ferrite sim trace`) instead of generating.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["workload", "transactions", "keys", "seed"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["workload", "transactions", "keys", "seed", "discipline"])]
     pub trace: Option<PathBuf>,
     /// Machine configuration as JSON (hwsim's `Config`; missing fields keep their
     /// defaults), applied before the options below.
@@ -145,6 +149,19 @@ pub struct RunArgs {
     /// paper).
     #[arg(long)]
     pub coalesce_lus: bool,
+    /// Media model: nvmain-row (one write pulse per media write, the paper-faithful
+    /// default), block-dcw or proportional.
+    #[arg(long, value_name = "MODEL", value_parser = parse_media)]
+    pub media: Option<MediaModel>,
+    /// The baselines (Base, FWB, MorLog, LAD) write through the on-PM buffer too.
+    #[arg(long)]
+    pub baselines_onpm_buffer: bool,
+    /// Reads pause media writes and are never held by write drains.
+    #[arg(long)]
+    pub write_pausing: bool,
+    /// Do not charge the write-backs of the lines left dirty at the end.
+    #[arg(long)]
+    pub no_final_drain: bool,
     /// Also write the run (trace, configuration, every metric) as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -216,6 +233,23 @@ fn parse_design(text: &str) -> Result<DesignKind, String> {
     })
 }
 
+fn parse_media(text: &str) -> Result<MediaModel, String> {
+    MediaModel::from_name(text).ok_or_else(|| {
+        let known: Vec<&str> = MediaModel::ALL.iter().map(|m| m.name()).collect();
+        format!("unknown media model {text:?} (known: {})", known.join(", "))
+    })
+}
+
+fn parse_discipline(text: &str) -> Result<StoreDiscipline, String> {
+    StoreDiscipline::parse(text).ok_or_else(|| {
+        let known: Vec<&str> = StoreDiscipline::ALL.iter().map(|d| d.name()).collect();
+        format!(
+            "unknown store discipline {text:?} (known: {})",
+            known.join(", ")
+        )
+    })
+}
+
 fn parse_workload(text: &str) -> Result<SiloWorkload, String> {
     SiloWorkload::parse(text).ok_or_else(|| {
         let known: Vec<&str> = SiloWorkload::ALL.iter().map(|w| w.name()).collect();
@@ -230,7 +264,8 @@ fn trace_spec(workload: SiloWorkload, cores: u64, shape: &WorkloadArgs) -> trace
     let mut spec = tracegen::TraceSpec::new(workload)
         .with_cores(cores)
         .with_transactions(shape.transactions)
-        .with_seed(shape.seed);
+        .with_seed(shape.seed)
+        .with_discipline(shape.discipline);
     if let Some(keys) = shape.keys {
         spec = spec.with_keys(keys);
     }
@@ -272,12 +307,17 @@ mod tests {
             transactions: 7,
             keys: Some(300),
             seed: 9,
+            discipline: StoreDiscipline::WriteMinimal,
         };
         let spec = trace_spec(SiloWorkload::Hash, 3, &shape);
         assert_eq!(
             (spec.cores, spec.transactions, spec.keys, spec.seed),
             (3, 7, 300, 9)
         );
+        assert_eq!(spec.discipline, StoreDiscipline::WriteMinimal);
+        assert_eq!(parse_discipline("pmdk"), Ok(StoreDiscipline::Pmdk));
+        assert_eq!(parse_media("block-dcw"), Ok(MediaModel::BlockDcw));
+        assert!(parse_media("dram").is_err());
         let default_keys = trace_spec(
             SiloWorkload::Array,
             1,
@@ -295,6 +335,7 @@ mod tests {
             transactions: 1,
             keys: Some(1),
             seed: 0,
+            discipline: StoreDiscipline::Pmdk,
         };
         let error = generate(&trace_spec(SiloWorkload::Hash, 1, &shape)).expect_err("1 key");
         assert!(

@@ -63,6 +63,8 @@ struct TraceInfo {
 struct PerTransaction {
     write_requests: f64,
     write_bytes: f64,
+    final_drain_bytes: f64,
+    programmed_bytes: f64,
     media_writes: f64,
     log_bytes: f64,
     stall_cycles: StallsPerTx,
@@ -158,6 +160,12 @@ fn machine(args: &RunArgs, cores: usize) -> anyhow::Result<Config> {
         config.mem.onpm_lines = lines as usize;
     }
     config.silo.coalesce_lus |= args.coalesce_lus;
+    if let Some(media) = args.media {
+        config.mem.media = media;
+    }
+    config.mem.baselines_use_onpm_buffer |= args.baselines_onpm_buffer;
+    config.mem.write_pausing |= args.write_pausing;
+    config.mem.final_drain &= !args.no_final_drain;
     config
         .validate()
         .map_err(|error| UsageError(error.to_string()))?;
@@ -183,6 +191,8 @@ fn per_transaction(m: &Metrics) -> PerTransaction {
     PerTransaction {
         write_requests: per(m.pm.writes.requests),
         write_bytes: per(m.pm.writes.bytes),
+        final_drain_bytes: per(m.pm.final_drain.bytes),
+        programmed_bytes: per(m.pm.programmed_bytes),
         media_writes: per(m.pm.media_writes),
         log_bytes: per(m.pm.log.bytes),
         stall_cycles: StallsPerTx {
@@ -234,19 +244,29 @@ fn summary_lines(record: &RunRecord) -> Vec<(&'static str, String)> {
 fn run_line(record: &RunRecord) -> String {
     let source = match &record.trace.source {
         TraceSource::Generated { spec } => format!(
-            "generated, {} tx per core, {} keys, seed {}",
-            spec.transactions, spec.keys, spec.seed
+            "generated, {} tx per core, {} keys, seed {}, {} stores",
+            spec.transactions,
+            spec.keys,
+            spec.seed,
+            spec.discipline.name()
         ),
         TraceSource::File { path } => {
             format!("{} ({} streams)", path.display(), record.trace.streams)
         }
     };
+    let mem = &record.config.mem;
     format!(
-        "{} on {}, {} at {} GHz; trace {source}",
+        "{} on {}, {} at {} GHz, media {}, on-PM buffer for {}; trace {source}",
         record.design.name(),
         record.workload,
         crate::eval::silo::cores_text(record.cores),
-        record.config.freq_ghz
+        record.config.freq_ghz,
+        mem.media.name(),
+        if mem.baselines_use_onpm_buffer {
+            "every design"
+        } else {
+            "Silo and Ideal"
+        }
     )
 }
 
@@ -264,15 +284,17 @@ fn throughput_line(m: &Metrics) -> String {
 fn writes_line(m: &Metrics) -> String {
     let tx = m.committed_tx.max(1) as f64;
     format!(
-        "{} requests, {} ({:.0} B/tx, {:.1} requests/tx); {} media writes of 256 B lines \
-         ({:.2}/tx, {} read-modify-write)",
+        "{} requests, {} sent ({:.0} B/tx, {:.1} requests/tx) + {} final drain; {} \
+         programmed ({:.0} B/tx); {} media writes of 256 B lines ({:.2}/tx)",
         m.pm.writes.requests,
         format_bytes(m.pm.writes.bytes),
         m.pm.writes.bytes as f64 / tx,
         m.pm.writes.requests as f64 / tx,
+        format_bytes(m.pm.final_drain.bytes),
+        format_bytes(m.pm.programmed_bytes),
+        m.pm.programmed_bytes as f64 / tx,
         m.pm.media_writes,
         m.pm.media_writes as f64 / tx,
-        m.pm.media_rmw
     )
 }
 

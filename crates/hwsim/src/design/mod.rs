@@ -164,6 +164,13 @@ pub trait Design: std::fmt::Debug {
         true
     }
 
+    /// Whether the design's writes go through the on-PM buffer. A baseline's do only with
+    /// `MemConfig::baselines_use_onpm_buffer`; Silo, whose design the buffer is part of, and
+    /// Ideal, the upper bound, override this.
+    fn uses_onpm_buffer(&self, cfg: &Config) -> bool {
+        cfg.mem.baselines_use_onpm_buffer
+    }
+
     /// A transaction starts on `core`.
     fn tx_begin(&mut self, _ctx: &mut Ctx<'_>, _core: usize) -> Step {
         Step::Done
@@ -271,6 +278,19 @@ impl DesignKind {
             DesignKind::MorLog => "morlog",
             DesignKind::Lad => "lad",
             DesignKind::Silo => "silo",
+        }
+    }
+
+    /// The spelling of the Silo paper (HPCA'23) and its tables: `Ideal`, `Base`, `FWB`,
+    /// `MorLog`, `LAD`, `Silo`.
+    pub fn label(self) -> &'static str {
+        match self {
+            DesignKind::Ideal => "Ideal",
+            DesignKind::Base => "Base",
+            DesignKind::Fwb => "FWB",
+            DesignKind::MorLog => "MorLog",
+            DesignKind::Lad => "LAD",
+            DesignKind::Silo => "Silo",
         }
     }
 

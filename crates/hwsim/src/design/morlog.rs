@@ -1,17 +1,20 @@
 //! MorLog — morphable hardware logging (Wei et al., ISCA'20).
 //!
-//! * **Morphable logging**: the first non-silent store of a transaction to a word makes an
-//!   *undo* record (old word), written eagerly: it waits in the mixed log buffer for the
-//!   coalescing window (the minimum L1→NVM traversal time, so later stores to the word in
-//!   that window join it), then leaves in a packed log write. The *redo* of every stored word
-//!   lives in a volatile redo buffer (updated in place by later stores); only the newest redo
-//!   reaches PM. A full redo buffer writes its oldest entry to the log early.
-//! * **DLDC**: a record carries only the word's dirty bytes (old ≠ new, computed from the
-//!   values) times a compression factor, plus metadata. Silent stores make nothing.
+//! * **Morphable logging**: the first non-silent store of a transaction to a word makes one
+//!   *undo+redo* entry (old and new word) in the mixed log buffer, written eagerly: it waits
+//!   for the coalescing window (the minimum L1→NVM traversal time), during which later
+//!   stores to the word update its redo part, then leaves in a packed log write. A word
+//!   stored again after its entry left *morphs* to redo-only: its newest value lives in a
+//!   volatile redo buffer (updated in place by later stores) and only that newest redo
+//!   reaches PM, at commit. A full redo buffer writes its oldest entry to the log early.
+//! * **Selective log data encoding**: each data part of a record carries only the word's
+//!   dirty bytes (old ≠ new: DLDC) or, when smaller, the word in frequent-pattern
+//!   compression (FPC, Alameldeen & Wood, 2004) — computed from the real values — plus the
+//!   metadata. Silent stores make nothing.
 //! * **Redo dropping**: when a write-back of a line that carries a word's newest value
 //!   becomes persistent before commit, the word's redo entry is dropped, unless an older
-//!   redo record of that word is still live in the log (replaying it would then overwrite
-//!   the newer data).
+//!   redo record of that word (an undo+redo entry's redo part included) is still live in the
+//!   log (replaying it would then overwrite the newer data).
 //! * **Ordering and log** as FWB (`wal`): lines with pending records are written back behind
 //!   them; a force-write-back scan lets the circular log wrap.
 //! * **Commit**: every remaining redo entry is written; the transaction commits when all its
@@ -22,7 +25,7 @@
 use super::fwb::replay_then_undo;
 use super::wal::Wal;
 use super::{Design, Evict, Stall, Step, StoreInfo, Wake};
-use crate::config::{Config, MorLogConfig};
+use crate::config::{Config, LogEncoding, MorLogConfig};
 use crate::engine::Ctx;
 use crate::mem::{NEVER, WriteKind, WriteReq};
 use crate::metrics::LogStats;
@@ -37,13 +40,12 @@ struct WordLog {
     new: u64,
     /// Bytes changed so far (DLDC's dirty-byte mask).
     dirty: u8,
-    /// Bytes some undo record of this transaction already covers.
-    undone: u8,
-    /// The open pack that holds this word's undo record (coalescing window still open).
-    undo_pack: u64,
+    /// The pack that holds this word's undo+redo entry (while it is the open pack, the
+    /// coalescing window is open and stores update the entry).
+    entry_pack: u64,
     /// Order stamp of the last store.
     seq: u64,
-    /// Whether the word's newest redo is in the redo buffer.
+    /// Whether the word's newest redo is in the redo buffer (it morphed to redo-only).
     in_redo: bool,
 }
 
@@ -108,6 +110,40 @@ fn byte_mask(x: u64) -> u8 {
     (0..8).fold(0u8, |m, i| m | (u8::from((x >> (8 * i)) & 0xFF != 0) << i))
 }
 
+/// Bits of one 32-bit word in frequent-pattern compression (Alameldeen & Wood, ISCA'04):
+/// a 3-bit prefix naming the pattern, then its data.
+fn fpc_bits32(x: u32) -> u32 {
+    let signed = x as i32;
+    let fits = |bits: u32| {
+        let shift = 32 - bits;
+        (signed << shift) >> shift == signed
+    };
+    let halves_fit = {
+        let (lo, hi) = (x as u16 as i16, (x >> 16) as u16 as i16);
+        i16::from(lo as i8) == lo && i16::from(hi as i8) == hi
+    };
+    let bytes = x.to_le_bytes();
+    let data = if x == 0 {
+        3 // a run of zero words (its length)
+    } else if fits(4) {
+        4
+    } else if fits(8) {
+        8
+    } else if fits(16) || x & 0xFFFF == 0 || halves_fit {
+        16 // a sign-extended halfword, a halfword padded with zeros, or two sign-extended bytes
+    } else if bytes.iter().all(|&b| b == bytes[0]) {
+        8 // one byte repeated
+    } else {
+        32
+    };
+    3 + data
+}
+
+/// Bytes of the 8 B word `x` in FPC (its two 32-bit halves).
+fn fpc_bytes(x: u64) -> u64 {
+    u64::from(fpc_bits32(x as u32) + fpc_bits32((x >> 32) as u32)).div_ceil(8)
+}
+
 impl MorLog {
     /// MorLog for `cfg`.
     pub fn new(cfg: &Config) -> Self {
@@ -122,15 +158,24 @@ impl MorLog {
         }
     }
 
-    /// Bytes of a record carrying the bytes of `mask` (DLDC + compression + metadata).
-    fn record_bytes(&self, mask: u8) -> u64 {
-        let data = f64::from(mask.count_ones()) * self.cfg.compression;
-        self.cfg.meta_bytes + data.ceil() as u64
+    /// Bytes of one data part of a record: the word `value` whose bytes in `dirty` changed,
+    /// as DLDC (the dirty bytes) or, with SLDE, FPC when that is smaller.
+    fn data_bytes(&self, value: u64, dirty: u8) -> u64 {
+        let dldc = u64::from(dirty.count_ones());
+        match self.cfg.encoding {
+            LogEncoding::Dldc => dldc,
+            LogEncoding::Slde => dldc.min(fpc_bytes(value)),
+        }
     }
 
-    /// Data bytes of `mask` alone (a store coalescing into an open undo record).
-    fn data_bytes(&self, mask: u8) -> u64 {
-        (f64::from(mask.count_ones()) * self.cfg.compression).ceil() as u64
+    /// Bytes of an undo+redo entry of a word changed from `old` to `new` in bytes `dirty`.
+    fn undo_redo_bytes(&self, old: u64, new: u64, dirty: u8) -> u64 {
+        self.cfg.meta_bytes + self.data_bytes(old, dirty) + self.data_bytes(new, dirty)
+    }
+
+    /// Bytes of a redo-only record of a word now `new`, changed in bytes `dirty`.
+    fn redo_bytes(&self, new: u64, dirty: u8) -> u64 {
+        self.cfg.meta_bytes + self.data_bytes(new, dirty)
     }
 
     fn refresh_wakeup(&mut self) {
@@ -143,16 +188,15 @@ impl MorLog {
             .unwrap_or(NEVER);
     }
 
-    /// Adds a record that exists from `ready` on to `core`'s open pack; the pack leaves when
-    /// it is full, at commit, or `wait` cycles after its first record exists.
+    /// Adds a record of `bytes` that exists from `ready` on to `core`'s open pack; the pack
+    /// leaves when it is full, at commit, or `wait` cycles after its first record exists.
     fn log(
         &mut self,
         ctx: &mut Ctx<'_>,
         core: usize,
         record: LogRecord,
-        (mask, ready, wait): (u8, u64, u64),
+        (bytes, ready, wait): (u64, u64, u64),
     ) {
-        let bytes = self.record_bytes(mask);
         if self.wal.cores[core].open_bytes() + bytes > self.cfg.write_bytes {
             self.wal.send_open(ctx, core);
             self.refresh_wakeup();
@@ -165,8 +209,9 @@ impl MorLog {
         self.wal.push(core, record, bytes, ready);
         let m = &mut self.cores[core];
         m.records_made += 1;
+        // Both kinds carry a redo part that recovery would replay.
+        m.redo_logged.push(record.word, m.records_made);
         if record.kind == RecordKind::Redo {
-            m.redo_logged.push(record.word, m.records_made);
             self.stats.redo_records += 1;
         } else {
             self.stats.undo_records += 1;
@@ -193,7 +238,8 @@ impl MorLog {
             new,
         };
         let now = ctx.now();
-        self.log(ctx, core, record, (dirty, now, 0));
+        let bytes = self.redo_bytes(new, dirty);
+        self.log(ctx, core, record, (bytes, now, 0));
     }
 
     /// Puts `word` into the redo buffer, writing the oldest entry out if it is full.
@@ -216,8 +262,41 @@ impl MorLog {
         m.redo_len += 1;
     }
 
+    /// The transaction's first store to a word: one undo+redo entry, leaving after the
+    /// coalescing window.
+    fn first_update(&mut self, ctx: &mut Ctx<'_>, core: usize, st: &StoreInfo, mask: u8) {
+        let m = &mut self.cores[core];
+        if !m.lines.contains(&st.line()) {
+            m.lines.push(st.line());
+        }
+        let record = LogRecord {
+            kind: RecordKind::UndoRedo,
+            txid: m.txid,
+            word: st.word,
+            old: st.old,
+            new: st.new,
+        };
+        self.stats.appended += 1;
+        self.stats.max_entries_per_tx = self.stats.max_entries_per_tx.max(m.words.len() as u64 + 1);
+        let bytes = self.undo_redo_bytes(st.old, st.new, mask);
+        let window = self.window;
+        self.log(ctx, core, record, (bytes, st.perform_at, window));
+        let pack = self.wal.cores[core].pack_id;
+        self.cores[core].words.insert(
+            st.word,
+            WordLog {
+                old: st.old,
+                new: st.new,
+                dirty: mask,
+                entry_pack: pack,
+                seq: st.seq,
+                in_redo: false,
+            },
+        );
+    }
+
     fn has_room(&mut self, ctx: &mut Ctx<'_>, core: usize) -> bool {
-        let worst = self.cfg.meta_bytes + 8 * 3; // an undo, an early redo and one more
+        let worst = self.cfg.meta_bytes + 8 * 3; // an undo+redo entry and an early redo
         let c = &self.wal.cores[core];
         if c.unaccepted() + 2 <= self.cfg.log_buffer && self.wal.log_has_room(core, worst) {
             return true;
@@ -321,61 +400,25 @@ impl Design for MorLog {
         }
         self.stats.generated += 1;
         let mask = byte_mask(st.old ^ st.new);
-        let open_pack = self.wal.cores[core].pack_id;
+        let open_pack = self.wal.cores[core]
+            .has_open()
+            .then_some(self.wal.cores[core].pack_id);
         let m = &mut self.cores[core];
-        let (fresh, extra, in_redo) = match m.words.get_mut(&st.word) {
-            Some(w) => {
-                self.stats.merged += 1;
-                w.new = st.new;
-                w.seq = st.seq;
-                w.dirty |= mask;
-                let extra = mask & !w.undone;
-                w.undone |= mask;
-                (false, extra, w.in_redo)
-            }
-            None => {
-                if !m.lines.contains(&st.line()) {
-                    m.lines.push(st.line());
-                }
-                m.words.insert(
-                    st.word,
-                    WordLog {
-                        old: st.old,
-                        new: st.new,
-                        dirty: mask,
-                        undone: mask,
-                        undo_pack: u64::MAX,
-                        seq: st.seq,
-                        in_redo: false,
-                    },
-                );
-                self.stats.appended += 1;
-                self.stats.max_entries_per_tx =
-                    self.stats.max_entries_per_tx.max(m.words.len() as u64);
-                (true, mask, false)
-            }
+        let Some(w) = m.words.get_mut(&st.word) else {
+            self.first_update(ctx, core, st, mask);
+            return Step::Done;
         };
-        if extra != 0 {
-            let w = m.words.get_mut(&st.word).expect("logged word");
-            if !fresh && w.undo_pack == open_pack && self.wal.cores[core].has_open() {
-                let bytes = self.data_bytes(extra);
-                self.wal.grow_open(core, bytes); // coalesced in the window
-            } else {
-                let record = LogRecord {
-                    kind: RecordKind::Undo,
-                    txid: m.txid,
-                    word: st.word,
-                    old: w.old,
-                    new: w.new,
-                };
-                let window = self.window;
-                self.log(ctx, core, record, (extra, st.perform_at, window));
-                let pack = self.wal.cores[core].pack_id;
-                let m = &mut self.cores[core];
-                m.words.get_mut(&st.word).expect("logged word").undo_pack = pack;
-            }
-        }
-        if !in_redo {
+        self.stats.merged += 1;
+        w.new = st.new;
+        w.seq = st.seq;
+        w.dirty |= mask;
+        let (old, new, dirty, in_redo) = (w.old, w.new, w.dirty, w.in_redo);
+        if Some(w.entry_pack) == open_pack {
+            // The coalescing window is open: the entry's redo part takes the new value.
+            let bytes = self.undo_redo_bytes(old, new, dirty);
+            self.wal.update_open(core, st.word, new, bytes);
+        } else if !in_redo {
+            // The entry has left: the word morphs to redo-only.
             self.enter_redo(ctx, core, st.word);
         }
         Step::Done

@@ -472,6 +472,10 @@ impl Design for Silo {
         "silo"
     }
 
+    fn uses_onpm_buffer(&self, _cfg: &Config) -> bool {
+        true // coalescing in-place updates with evictions is Silo's (§III-E)
+    }
+
     fn tx_begin(&mut self, _ctx: &mut Ctx<'_>, core: usize) -> Step {
         let c = &mut self.cores[core];
         c.txid += 1;

@@ -139,15 +139,25 @@ impl Wal {
         }
     }
 
-    /// Adds bytes to the open pack without a new record (a store coalesced into a record
-    /// still waiting to leave).
-    pub(crate) fn grow_open(&mut self, core: usize, bytes: u64) {
+    /// A store coalesced into `word`'s record in the open pack (its coalescing window is
+    /// still open): the record's redo part takes `new`, and the record is now `bytes` long.
+    pub(crate) fn update_open(&mut self, core: usize, word: u64, new: u64, bytes: u64) {
         let c = &mut self.cores[core];
-        c.open_bytes += bytes;
-        c.pending_bytes += bytes;
-        if let Some(p) = c.pending.back_mut() {
-            p.bytes += bytes;
-        }
+        let open = c.pending.len() - c.open..;
+        let Some(p) = c
+            .pending
+            .range_mut(open)
+            .rev()
+            .find(|p| p.record.word == word)
+        else {
+            debug_assert!(false, "no record of the word in the open pack");
+            return;
+        };
+        p.record.new = new;
+        let (was, now) = (p.bytes, bytes);
+        p.bytes = now;
+        c.open_bytes = c.open_bytes + now - was;
+        c.pending_bytes = c.pending_bytes + now - was;
     }
 
     /// Sends `core`'s open pack (if any) as one log write leaving now (or when its records

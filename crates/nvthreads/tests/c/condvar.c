@@ -17,6 +17,16 @@
  *                           with ok=0 if x, y, flag and ready are not all equal to round
  *                           (a torn or lost dependent section) or the bystander's two
  *                           counters differ.
+ *        condvar pairs ROUNDS
+ *                        -> two independent copies of the loop (T1, T2 on m1, m2, c, c2;
+ *                           T1', T2' on m4, m5, c4, c5), whose open sections overlap all
+ *                           the time, and a bystander on m3: sections never wait for
+ *                           unrelated ones to become durable. Each T1 checks that its round
+ *                           is durable when its outer unlock returns, the bystander that each
+ *                           of its sections is durable when its unlock returns (exit 4 if
+ *                           not), and each T2, whose sections depend on its T1's open one,
+ *                           that they become durable by the time that T1 ends its round
+ *                           (within 10 s; exit 5 if not). Prints PAIRS ok.
  * The one-round modes also record whether T2's pthread_mutex_trylock(m1) saw EBUSY while T1
  * held m1.
  */
@@ -27,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "nvthreads.h"
@@ -150,6 +161,125 @@ static void *bystander(void *arg) {
     return NULL;
 }
 
+/* One Fig. 3 pair of the `pairs` mode, on its own mutexes, condition variables and words. */
+struct pair {
+    pthread_mutex_t outer, inner;
+    pthread_cond_t wake_t1, wake_t2;
+    uint64_t *x, *y, *flag, *ready, *round;
+    uint64_t rounds;
+    volatile int t1_done;
+};
+
+static struct pair pairs[2] = {
+    {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+     PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0, 0},
+    {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+     PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, 0, 0, 0},
+};
+
+static void must_be_durable(const char *who, uint64_t r) {
+    if (nvt_durable_epoch() < nvt_section_epoch()) {
+        fprintf(stderr, "%s: round %" PRIu64 " not durable after its unlock\n", who, r);
+        _exit(4);
+    }
+}
+
+static void *pair_t1(void *arg) {
+    struct pair *p = arg;
+    for (uint64_t r = 1; r <= p->rounds; r++) {
+        pthread_mutex_lock(&p->outer);
+        pthread_mutex_lock(&p->inner);
+        *p->x = r;
+        *p->ready = r;
+        pthread_cond_signal(&p->wake_t2);
+        while (*p->flag != r) {
+            pthread_cond_wait(&p->wake_t1, &p->inner);
+        }
+        pthread_mutex_unlock(&p->inner);
+        *p->round = r;
+        pthread_mutex_unlock(&p->outer);
+        must_be_durable("T1", r);
+    }
+    p->t1_done = 1;
+    return NULL;
+}
+
+static void *pair_t2(void *arg) {
+    struct pair *p = arg;
+    for (uint64_t r = 1; r <= p->rounds; r++) {
+        pthread_mutex_lock(&p->inner);
+        while (*p->ready != r) {
+            pthread_cond_wait(&p->wake_t2, &p->inner);
+        }
+        *p->y = *p->x;
+        *p->flag = r;
+        pthread_cond_signal(&p->wake_t1);
+        pthread_mutex_unlock(&p->inner);
+        /* Depends on T1's open section: durable once T1 ends round r. */
+        double deadline = 0;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        deadline = (double)now.tv_sec + 10.0;
+        while (nvt_durable_epoch() < nvt_section_epoch()) {
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if ((double)now.tv_sec > deadline) {
+                fprintf(stderr, "T2: round %" PRIu64 " not durable 10 s after T1's end\n", r);
+                _exit(5);
+            }
+            usleep(100);
+        }
+    }
+    return NULL;
+}
+
+static void *pairs_bystander(void *arg) {
+    (void)arg;
+    uint64_t n = 0;
+    while (!pairs[0].t1_done || !pairs[1].t1_done) {
+        pthread_mutex_lock(&m3);
+        s->others_a += 1;
+        s->others_b += 1;
+        pthread_mutex_unlock(&m3);
+        must_be_durable("bystander", ++n);
+    }
+    return NULL;
+}
+
+static int pairs_main(uint64_t rounds) {
+    uint64_t *words = nvmalloc(2 * 5 * sizeof(uint64_t) + 8192, "pairs");
+    s = nvmalloc(sizeof *s, "xy");
+    if (words == NULL || s == NULL) {
+        return 1;
+    }
+    for (int i = 0; i < 2; i++) {
+        uint64_t *w = words + i * (4096 / sizeof(uint64_t));
+        pairs[i].x = w;
+        pairs[i].y = w + 1;
+        pairs[i].flag = w + 2;
+        pairs[i].ready = w + 3;
+        pairs[i].round = w + 4;
+        pairs[i].rounds = rounds;
+        *pairs[i].x = *pairs[i].y = *pairs[i].flag = *pairs[i].ready = *pairs[i].round = 0;
+    }
+    pthread_t threads[5];
+    for (int i = 0; i < 2; i++) {
+        pthread_create(&threads[2 * i], NULL, pair_t1, &pairs[i]);
+        pthread_create(&threads[2 * i + 1], NULL, pair_t2, &pairs[i]);
+    }
+    pthread_create(&threads[4], NULL, pairs_bystander, NULL);
+    for (int i = 0; i < 5; i++) {
+        pthread_join(threads[i], NULL);
+    }
+    for (int i = 0; i < 2; i++) {
+        if (*pairs[i].round != rounds || *pairs[i].y != rounds) {
+            fprintf(stderr, "pair %d ended at round %" PRIu64 "\n", i, *pairs[i].round);
+            return 1;
+        }
+    }
+    printf("PAIRS ok\n");
+    return 0;
+}
+
 static int loop_main(int argc, char **argv) {
     if (argc < 3) {
         return 2;
@@ -196,6 +326,9 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[1], "loop") == 0) {
         return loop_main(argc, argv);
+    }
+    if (strcmp(argv[1], "pairs") == 0) {
+        return argc < 3 ? 2 : pairs_main(strtoull(argv[2], NULL, 10));
     }
     s = nvmalloc(sizeof *s, "xy");
     if (s == NULL) {

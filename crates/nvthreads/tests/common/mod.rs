@@ -13,57 +13,24 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::thread;
 
+use nvthreads_programs::{Compiler, Link};
+
 pub const ACK_FD: i32 = 3;
 
 /// Panics with a clear message when there is no C compiler: these tests must not pass
 /// without running.
 pub fn require_cc() {
-    let found = Command::new("cc")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
     assert!(
-        found,
+        nvthreads_programs::find_cc().is_some(),
         "the NVthreads C-program tests need a C compiler `cc` on PATH (apt-get install gcc)"
     );
 }
 
-/// The directory holding `libnvthreads_rt.so` (target/<profile>/examples).
+/// The directory holding `libnvthreads_rt.so` (target/<profile>/examples), which must be
+/// newer than every runtime source file.
 pub fn library_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>");
-    let dir = profile_dir.join("examples");
-    let library = dir.join("libnvthreads_rt.so");
-    assert!(
-        library.exists(),
-        "{} missing: build it with `cargo build -p nvthreads --examples` (plain `cargo test` does)",
-        library.display()
-    );
-    let built = modified(&library);
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for source_dir in ["src", "ffi"] {
-        for entry in std::fs::read_dir(manifest.join(source_dir)).expect("source dir") {
-            let path = entry.expect("dir entry").path();
-            assert!(
-                modified(&path) <= built,
-                "libnvthreads_rt.so is older than {}: rebuild it with `cargo build -p nvthreads \
-                 --examples` (a filtered `cargo test --test …` does not)",
-                path.display()
-            );
-        }
-    }
-    dir
-}
-
-pub fn modified(path: &Path) -> std::time::SystemTime {
-    std::fs::metadata(path)
-        .and_then(|meta| meta.modified())
-        .expect("mtime")
+    let library = nvthreads_programs::built_library().unwrap_or_else(|error| panic!("{error}"));
+    library.parent().expect("library directory").to_path_buf()
 }
 
 pub struct Built {
@@ -72,44 +39,24 @@ pub struct Built {
     pub preload: PathBuf,
 }
 
-pub fn compile(source: &Path, output: &Path, extra: &[String]) {
-    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
-    let status = Command::new("cc")
-        .args(["-O2", "-Wall", "-Werror", "-o"])
-        .arg(output)
-        .arg(source)
-        .arg("-I")
-        .arg(&include)
-        .args(extra)
-        .status()
-        .expect("run cc");
-    assert!(status.success(), "cc failed: {}", output.display());
-}
-
 /// Builds `tests/c/<name>.c` twice: linked against the runtime, and without it (the API as
-/// weak references, bound at run time to the library given in `LD_PRELOAD`).
+/// weak references, bound at run time to the library given in `LD_PRELOAD`). Warnings are
+/// errors.
 pub fn build(name: &str) -> Built {
     require_cc();
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let source = manifest.join(format!("tests/c/{name}.c"));
-    let lib = library_dir();
+    let library = nvthreads_programs::built_library().unwrap_or_else(|error| panic!("{error}"));
+    let mut compiler = Compiler::new(library).unwrap_or_else(|error| panic!("{error}"));
+    compiler.strict = true;
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let include = nvthreads_programs::include_dir();
     let dir = tempfile::tempdir().expect("tempdir");
     let linked = dir.path().join(name);
     let preload = dir.path().join(format!("{name}-preload"));
-    compile(
-        &source,
-        &linked,
-        &[
-            format!("-L{}", lib.display()),
-            "-lnvthreads_rt".into(),
-            format!("-Wl,-rpath,{}", lib.display()),
-        ],
-    );
-    compile(
-        &source,
-        &preload,
-        &["-DNVT_WEAK_API".into(), "-pthread".into()],
-    );
+    for (output, link) in [(&linked, Link::Runtime), (&preload, Link::Preload)] {
+        compiler
+            .compile(&source, output, &include, link, &[])
+            .unwrap_or_else(|error| panic!("{error}"));
+    }
     Built {
         _dir: dir,
         linked,
@@ -158,12 +105,52 @@ pub fn command(program: &Path, pool: &Path, args: &[&str]) -> Command {
     command
 }
 
-/// The recovered state a run printed.
+/// Threads whose acknowledgements are told apart (programs that acknowledge per thread).
+pub const ACK_THREADS: usize = 8;
+
+/// The recovered state a run printed: `seq` (the sum over threads for programs that count
+/// per thread, whose `t0=`, `t1=`, … fields fill `threads`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct State {
     pub run: u64,
     pub seq: u64,
     pub crashed: bool,
+    pub threads: [u64; ACK_THREADS],
+}
+
+/// What a run acknowledged: the highest value, and per thread the highest count of the
+/// values `(thread << 56) | count` (a program that acknowledges one counter is thread 0).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Acked {
+    pub max: u64,
+    pub threads: [u64; ACK_THREADS],
+}
+
+impl Acked {
+    fn record(&mut self, value: u64) {
+        self.max = self.max.max(value);
+        let thread = (value >> 56) as usize;
+        if thread < ACK_THREADS {
+            let count = value & ((1 << 56) - 1);
+            self.threads[thread] = self.threads[thread].max(count);
+        }
+    }
+
+    /// Everything `other` acknowledged too.
+    pub fn merge(&mut self, other: &Acked) {
+        self.max = self.max.max(other.max);
+        for (mine, theirs) in self.threads.iter_mut().zip(other.threads) {
+            *mine = (*mine).max(theirs);
+        }
+    }
+
+    /// A recovered state is as good as acknowledged for the runs after it.
+    pub fn cover(&mut self, state: &State) {
+        self.max = self.max.max(state.seq);
+        for (mine, recovered) in self.threads.iter_mut().zip(state.threads) {
+            *mine = (*mine).max(recovered);
+        }
+    }
 }
 
 pub fn field(line: &str, name: &str) -> Option<u64> {
@@ -181,10 +168,15 @@ pub fn try_parse_state(line: &str) -> Result<State, String> {
     if need("ok")? != 1 || !a_matches {
         return Err(format!("invariant violated after recovery: {line}"));
     }
+    let mut threads = [0u64; ACK_THREADS];
+    for (t, count) in threads.iter_mut().enumerate() {
+        *count = field(line, &format!("t{t}")).unwrap_or(0);
+    }
     Ok(State {
         run: need("run")?,
         seq: need("seq")?,
         crashed: need("crashed")? == 1,
+        threads,
     })
 }
 
@@ -223,6 +215,9 @@ pub struct Spec {
     /// Unacknowledged sections that may additionally appear after a crash.
     pub slack: u64,
     pub env: &'static [(&'static str, &'static str)],
+    /// Whether it acknowledges per thread (`(thread << 56) | count`), each thread's count
+    /// then checked on its own.
+    pub per_thread: bool,
 }
 
 impl Spec {
@@ -269,24 +264,27 @@ impl Spec {
 
 pub const COUNTER: Spec = Spec {
     name: "counter",
-    args: &["2", "5"],
+    args: &["2", "9"],
     check: &["1", "1", "check"],
     slack: 2,
     env: &[],
+    per_thread: false,
 };
 pub const BANK: Spec = Spec {
     name: "bank",
-    args: &["2", "4"],
+    args: &["2", "7"],
     check: &["1", "1", "check"],
     slack: 2,
     env: &[],
+    per_thread: false,
 };
 pub const LIST: Spec = Spec {
     name: "list",
-    args: &["2", "5"],
+    args: &["2", "8"],
     check: &["1", "1", "check"],
     slack: 2,
     env: &[("NVT_HEAP_MB", "16")],
+    per_thread: false,
 };
 pub const PHASES: Spec = Spec {
     name: "phases",
@@ -294,6 +292,7 @@ pub const PHASES: Spec = Spec {
     check: &["1", "1", "check"],
     slack: 1,
     env: &[],
+    per_thread: false,
 };
 pub const CONDVAR_LOOP: Spec = Spec {
     name: "condvar",
@@ -301,6 +300,7 @@ pub const CONDVAR_LOOP: Spec = Spec {
     check: &["loop", "1", "check"],
     slack: 1,
     env: &[],
+    per_thread: false,
 };
 pub const STRESS: Spec = Spec {
     name: "stress",
@@ -308,6 +308,7 @@ pub const STRESS: Spec = Spec {
     check: &["1", "1", "check"],
     slack: 2,
     env: &[],
+    per_thread: false,
 };
 pub const GCOUNTER: Spec = Spec {
     name: "gcounter",
@@ -315,6 +316,15 @@ pub const GCOUNTER: Spec = Spec {
     check: &["1", "1", "check"],
     slack: 2,
     env: &[("NVT_GLOBALS", "persistent"), ("NVT_HEAP_MB", "16")],
+    per_thread: false,
+};
+pub const LEDGER: Spec = Spec {
+    name: "ledger",
+    args: &["3", "6"],
+    check: &["1", "1", "check"],
+    slack: 3,
+    env: &[],
+    per_thread: true,
 };
 pub const MALLOC_LIST: Spec = Spec {
     name: "list",
@@ -326,12 +336,51 @@ pub const MALLOC_LIST: Spec = Spec {
         ("NVT_MALLOC", "persistent"),
         ("NVT_HEAP_MB", "64"),
     ],
+    per_thread: false,
 };
+
+/// How many acknowledgements a running program has sent so far.
+#[derive(Default)]
+pub struct Progress {
+    count: std::sync::Mutex<u64>,
+    more: std::sync::Condvar,
+}
+
+impl Progress {
+    fn add(&self) {
+        *self.count.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.more.notify_all();
+    }
+
+    /// Waits until `count` acknowledgements arrived, or `limit` passed; returns the count.
+    pub fn wait_for(&self, count: u64, limit: std::time::Duration) -> u64 {
+        let guard = self.count.lock().unwrap_or_else(|e| e.into_inner());
+        let (guard, _) = self
+            .more
+            .wait_timeout_while(guard, limit, |seen| *seen < count)
+            .unwrap_or_else(|e| e.into_inner());
+        *guard
+    }
+
+    /// Acknowledgements so far.
+    pub fn count(&self) -> u64 {
+        *self.count.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 /// A running program with its acknowledgements pipe.
 pub struct Running {
     child: Child,
-    acks: Option<thread::JoinHandle<u64>>,
+    acks: Option<thread::JoinHandle<Acked>>,
+    /// Acknowledgements received so far.
+    pub progress: std::sync::Arc<Progress>,
+}
+
+impl Running {
+    /// The program's standard output, read by the caller from now on.
+    pub fn stdout(&mut self) -> std::process::ChildStdout {
+        self.child.stdout.take().expect("stdout not taken yet")
+    }
 }
 
 pub fn start(mut command: Command, crash_at: Option<u64>, mutant: Option<&str>) -> Running {
@@ -361,31 +410,42 @@ pub fn start(mut command: Command, crash_at: Option<u64>, mutant: Option<&str>) 
     }
     let child = command.spawn().expect("spawn");
     drop(write_end);
+    let progress = std::sync::Arc::new(Progress::default());
+    let counted = progress.clone();
     let acks = thread::spawn(move || {
         let mut reader = std::fs::File::from(read_end);
-        let mut best = 0u64;
+        let mut acked = Acked::default();
         let mut word = [0u8; 8];
         while reader.read_exact(&mut word).is_ok() {
-            best = best.max(u64::from_le_bytes(word));
+            acked.record(u64::from_le_bytes(word));
+            counted.add();
         }
-        best
+        acked
     });
     Running {
         child,
         acks: Some(acks),
+        progress,
     }
 }
 
 /// Kills the whole process group (the program and its thread-processes), reaps it, and
-/// returns the highest acknowledgement plus the program's output.
-pub fn kill_and_collect(running: &mut Running, kill: bool) -> (u64, Vec<String>) {
+/// returns what it acknowledged plus the program's output.
+pub fn kill_and_collect(running: &mut Running, kill: bool) -> (Acked, Vec<String>) {
+    let (acked, lines, _) = kill_and_reap(running, kill);
+    (acked, lines)
+}
+
+/// [`kill_and_collect`], also telling whether the program exited by itself with status 0
+/// (it was not killed, at a persistence step or otherwise).
+pub fn kill_and_reap(running: &mut Running, kill: bool) -> (Acked, Vec<String>, bool) {
     let pid = running.child.id() as i32;
     if kill {
         // SAFETY: signalling the process group we created for the child.
         unsafe { libc::kill(-pid, libc::SIGKILL) };
     }
-    let mut stdout = running.child.stdout.take().expect("stdout");
-    let _ = running.child.wait();
+    let stdout = running.child.stdout.take();
+    let exited = running.child.wait().is_ok_and(|status| status.success());
     // Thread-processes are children of the program, not ours: wait for the pipe to close.
     let acked = running
         .acks
@@ -394,18 +454,48 @@ pub fn kill_and_collect(running: &mut Running, kill: bool) -> (u64, Vec<String>)
         .join()
         .expect("ack reader");
     let mut text = String::new();
-    let _ = stdout.read_to_string(&mut text);
-    (acked, text.lines().map(str::to_owned).collect())
+    if let Some(mut stdout) = stdout {
+        let _ = stdout.read_to_string(&mut text);
+    }
+    (acked, text.lines().map(str::to_owned).collect(), exited)
 }
 
 /// Checks the state printed at the start of a run against what earlier runs acknowledged:
-/// nothing acknowledged is lost, and at most `slack` unacknowledged sections appear.
-pub fn check_against(state: State, acked: u64, slack: u64, context: &str) {
-    assert!(
-        acked <= state.seq && state.seq <= acked + slack,
-        "{context}: recovered seq {} but {acked} acknowledged (slack {slack})",
-        state.seq
-    );
+/// nothing acknowledged is lost, and at most `slack` unacknowledged sections appear (for a
+/// program acknowledging per thread, each thread's count is checked: at most its one
+/// in-flight section more than it acknowledged).
+pub fn check_against(state: State, acked: &Acked, slack: u64, per_thread: bool, context: &str) {
+    if let Err(problem) = compare(state, acked, slack, per_thread) {
+        panic!("{context}: {problem}");
+    }
+}
+
+/// [`check_against`] as a result.
+pub fn compare(state: State, acked: &Acked, slack: u64, per_thread: bool) -> Result<(), String> {
+    if !per_thread {
+        let ok = acked.max <= state.seq && state.seq <= acked.max + slack;
+        return ok.then_some(()).ok_or_else(|| {
+            format!(
+                "recovered seq {} but {} acknowledged (slack {slack})",
+                state.seq, acked.max
+            )
+        });
+    }
+    for (t, (&got, &want)) in state.threads.iter().zip(&acked.threads).enumerate() {
+        if !(want <= got && got <= want + 1) {
+            return Err(format!(
+                "thread {t}: recovered {got} transfers but {want} acknowledged"
+            ));
+        }
+    }
+    let acked_total: u64 = acked.threads.iter().sum();
+    if state.seq > acked_total + slack {
+        return Err(format!(
+            "recovered seq {} but {acked_total} acknowledged (slack {slack})",
+            state.seq
+        ));
+    }
+    Ok(())
 }
 
 /// What crashing every persistence step of a small run did.
@@ -470,8 +560,9 @@ pub fn crash_every_step_with(
         let mut run = spec.command(&pool, spec.args);
         run.envs(env.run.iter().copied());
         let mut running = start(run, Some(step), mutant);
-        let (acked, lines) = kill_and_collect(&mut running, false);
-        let finished = lines.iter().any(|line| line.starts_with("DONE"));
+        // Finished: exited by itself, so no crash point was left after this step (a run may
+        // print DONE and still be killed on its way out, in the exit's checkpoint).
+        let (acked, _, finished) = kill_and_reap(&mut running, false);
         let reference = if double && !finished {
             let copy = dir.path().join("reference.pool");
             std::fs::copy(&pool, &copy).expect("copy pool");
@@ -510,12 +601,8 @@ pub fn crash_every_step_with(
                 "crash at step {step}: {line:?} differs from {reference:?}"
             ));
         }
-        if !(acked <= state.seq && state.seq <= acked + spec.slack) {
-            return Err(format!(
-                "crash at step {step}: seq {} with {acked} acknowledged",
-                state.seq
-            ));
-        }
+        compare(state, &acked, spec.slack, spec.per_thread)
+            .map_err(|problem| format!("crash at step {step}: {problem}"))?;
         if reference.is_none() && state.crashed == finished {
             return Err(format!("step {step}: crashed() disagrees"));
         }

@@ -1,0 +1,507 @@
+//! The engine comparison of the evaluation: Ferrite's redo, undo and MVCC engines against
+//! PMDK's libpmemobj and the ideal redo reference, on Silo's micro-benchmarks, TimeStone's
+//! structures and YCSB / TPC-C, every engine measured in the same run by the [`runner`].
+//!
+//! A [`Plan`] names the sizes and the matrix; [`run`] measures it and returns typed
+//! [`EngineResults`], which answer the questions the report asks (a throughput ratio, the
+//! worst write amplification, the fences per commit) through typed keys ([`Config`]).
+//!
+//! [`runner`]: crate::runner
+
+use crate::Progress;
+use crate::choice::{EngineChoice, OpenError, WorkloadChoice};
+use crate::runner::{self, Measurement, RunError, RunSpec};
+use serde::Serialize;
+use std::path::Path;
+use std::time::Instant;
+use tx::LogMode;
+use workloads::Params;
+use workloads::ycsb::YcsbMix;
+
+pub use mvcc::TLOG_BYTES_EVENT;
+
+/// Ferrite's redo engine with the Auto log writer.
+pub const REDO: EngineChoice = EngineChoice::Redo(LogMode::Auto);
+/// Ferrite's undo engine with the Auto log writer.
+pub const UNDO: EngineChoice = EngineChoice::Undo(LogMode::Auto);
+/// PMDK libpmemobj, the peer.
+pub const PMDK: EngineChoice = EngineChoice::Pmdk;
+/// The ideal redo reference.
+pub const IDEAL: EngineChoice = EngineChoice::Ideal;
+/// Ferrite's MVCC engine (TimeStone).
+pub const MVCC: EngineChoice = EngineChoice::Mvcc;
+
+/// The raw reference, persistent (no engine: a redo record, one fence, stores in place).
+pub const RAW: EngineChoice = EngineChoice::Raw(crate::raw::Durability::Persistent);
+/// The raw reference without write-backs or fences.
+pub const RAW_VOLATILE: EngineChoice = EngineChoice::Raw(crate::raw::Durability::Volatile);
+/// Ferrite's volatile engine (the transaction interface with no persistence).
+pub const MEM: EngineChoice = EngineChoice::Mem;
+/// The floors beside Silo's Array and Hash (the raw reference has only those two).
+pub const FLOORS: [EngineChoice; 3] = [RAW, RAW_VOLATILE, MEM];
+
+/// The ideal reference is a redo log stripped to the minimum; it only makes sense next to
+/// the single-threaded Silo micro-benchmarks it was written for.
+pub const SILO_ENGINES: [EngineChoice; 4] = [REDO, UNDO, PMDK, IDEAL];
+/// TimeStone's structures, YCSB and TPC-C: the MVCC engine beside the logging engines.
+pub const PEER_ENGINES: [EngineChoice; 4] = [MVCC, REDO, UNDO, PMDK];
+
+/// Seed of every workload's random choices (fixed, so runs are comparable).
+pub const SEED: u64 = 42;
+
+/// A benchmark family: one table per configuration of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Family {
+    /// Silo's micro-benchmarks (HPCA 2023), all writes, one thread.
+    Silo,
+    /// TimeStone's structures (ASPLOS 2020) at several update shares and thread counts.
+    TimeStone,
+    /// YCSB A–F and TPC-C New-Order.
+    Ycsb,
+}
+
+impl Family {
+    /// Display name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Silo => "Silo",
+            Family::TimeStone => "TimeStone",
+            Family::Ycsb => "YCSB / TPC-C",
+        }
+    }
+}
+
+/// Sizes and workloads of one run of the comparison.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Plan {
+    /// Elements of Silo's array.
+    pub array_elements: u64,
+    /// Keys of the other Silo structures, TimeStone's hash and BST, and YCSB's records.
+    pub keys: u64,
+    /// Keys of TimeStone's list (every operation walks it).
+    pub list_keys: u64,
+    /// Value and element size in bytes.
+    pub value_size: u32,
+    /// Operations per timed run.
+    pub ops: u64,
+    /// Operations per timed run on the list.
+    pub list_ops: u64,
+    /// Untimed operations before the first run, as a fraction of `ops`.
+    pub warmup_share: f64,
+    /// Timed runs per configuration (the median is reported).
+    pub runs: usize,
+    /// Pool size in bytes.
+    pub pool_size: u64,
+    /// Silo's workloads.
+    pub silo: &'static [WorkloadChoice],
+    /// TimeStone's workloads.
+    pub timestone: &'static [WorkloadChoice],
+    /// Update shares of TimeStone's workloads, in percent.
+    pub timestone_updates: &'static [u32],
+    /// Thread counts of TimeStone's workloads.
+    pub thread_counts: &'static [usize],
+    /// YCSB mixes and TPC-C.
+    pub ycsb: &'static [WorkloadChoice],
+}
+
+impl Plan {
+    /// The default matrix: about three minutes, setup included, on a two-core machine.
+    pub const FULL: Plan = Plan {
+        array_elements: 1_000_000,
+        keys: 100_000,
+        list_keys: 1_000,
+        value_size: 64,
+        ops: 100_000,
+        list_ops: 20_000,
+        warmup_share: 0.1,
+        runs: 5,
+        pool_size: 1 << 30,
+        silo: &[
+            WorkloadChoice::Array,
+            WorkloadChoice::Queue,
+            WorkloadChoice::Hash,
+            WorkloadChoice::BTree,
+            WorkloadChoice::RbTree,
+        ],
+        timestone: &[
+            WorkloadChoice::List,
+            WorkloadChoice::TsHash,
+            WorkloadChoice::Bst,
+        ],
+        timestone_updates: &[2, 20, 80],
+        thread_counts: &[1, 2],
+        ycsb: &[
+            WorkloadChoice::Ycsb(YcsbMix::A),
+            WorkloadChoice::Ycsb(YcsbMix::B),
+            WorkloadChoice::Ycsb(YcsbMix::C),
+            WorkloadChoice::Ycsb(YcsbMix::D),
+            WorkloadChoice::Ycsb(YcsbMix::E),
+            WorkloadChoice::Ycsb(YcsbMix::F),
+            WorkloadChoice::Tpcc,
+        ],
+    };
+
+    /// A quick evaluation: one workload or two per family, tiny sizes, one run.
+    pub const QUICK: Plan = Plan {
+        array_elements: 10_000,
+        keys: 1_000,
+        list_keys: 100,
+        value_size: 64,
+        ops: 2_000,
+        list_ops: 500,
+        warmup_share: 0.1,
+        runs: 1,
+        pool_size: 64 << 20,
+        silo: &[WorkloadChoice::Array, WorkloadChoice::Hash],
+        timestone: &[WorkloadChoice::Bst],
+        timestone_updates: &[20],
+        thread_counts: &[1, 2],
+        ycsb: &[WorkloadChoice::Ycsb(YcsbMix::A), WorkloadChoice::Tpcc],
+    };
+
+    /// Every configuration of the plan with the engines it runs on, in report order.
+    pub fn cases(&self, pool_dir: &Path) -> Vec<Case> {
+        let mut cases = Vec::new();
+        for config in self.configs() {
+            let engines: &[EngineChoice] = match config.family {
+                Family::Silo => &SILO_ENGINES,
+                _ => &PEER_ENGINES,
+            };
+            let floors: &[EngineChoice] = match (config.family, config.workload) {
+                (Family::Silo, WorkloadChoice::Array | WorkloadChoice::Hash) => &FLOORS,
+                _ => &[],
+            };
+            for &engine in engines.iter().chain(floors) {
+                cases.push(Case {
+                    config,
+                    spec: self.spec(config, engine, pool_dir),
+                });
+            }
+        }
+        cases
+    }
+
+    /// The plan's configurations, in report order.
+    fn configs(&self) -> Vec<Config> {
+        let config = |family, workload, update_percent, threads| Config {
+            family,
+            workload,
+            update_percent,
+            threads,
+        };
+        // Silo's micro-benchmarks are all writes: swaps, enqueue/dequeue, upserts.
+        let silo = self.silo.iter().map(|&w| config(Family::Silo, w, 100, 1));
+        let timestone = self.timestone.iter().flat_map(|&w| {
+            self.timestone_updates.iter().flat_map(move |&update| {
+                self.thread_counts
+                    .iter()
+                    .map(move |&threads| config(Family::TimeStone, w, update, threads))
+            })
+        });
+        // YCSB's mix decides its updates; TPC-C scales its warehouses with the threads.
+        let ycsb = self.ycsb.iter().map(|&w| config(Family::Ycsb, w, 0, 1));
+        silo.chain(timestone).chain(ycsb).collect()
+    }
+
+    fn spec(&self, config: Config, engine: EngineChoice, pool_dir: &Path) -> RunSpec {
+        let ops = match config.workload {
+            WorkloadChoice::List => self.list_ops,
+            _ => self.ops,
+        };
+        let keys = match config.workload {
+            WorkloadChoice::Array => self.array_elements,
+            WorkloadChoice::List => self.list_keys,
+            _ => self.keys,
+        };
+        RunSpec {
+            engine,
+            workload: config.workload,
+            params: Params {
+                keys,
+                value_size: self.value_size,
+                update_percent: config.update_percent,
+                threads: config.threads,
+                seed: SEED,
+            },
+            ops,
+            warmup_ops: (ops as f64 * self.warmup_share) as u64,
+            runs: self.runs,
+            pool_dir: pool_dir.to_owned(),
+            pool_size: self.pool_size,
+        }
+    }
+}
+
+/// What a configuration is, independent of the engine: the key every question about the
+/// results is asked with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Config {
+    /// The benchmark family.
+    pub family: Family,
+    /// The workload.
+    pub workload: WorkloadChoice,
+    /// Update share in percent (TimeStone's structures; 100 for Silo's, 0 for YCSB, whose
+    /// mix decides).
+    pub update_percent: u32,
+    /// Threads.
+    pub threads: usize,
+}
+
+impl Config {
+    /// The workload as tables and plots name it: "hash", "list 20%", "ycsb-a".
+    pub fn label(&self) -> String {
+        match self.family {
+            Family::TimeStone => format!("{} {}%", self.workload.name(), self.update_percent),
+            _ => self.workload.name(),
+        }
+    }
+}
+
+/// One configuration to measure on one engine.
+#[derive(Clone, Debug)]
+pub struct Case {
+    /// The configuration.
+    pub config: Config,
+    /// What the runner runs.
+    pub spec: RunSpec,
+}
+
+/// One measured configuration.
+#[derive(Clone, Debug, Serialize)]
+pub struct EngineRun {
+    /// The benchmark family.
+    pub family: Family,
+    /// The workload as tables name it.
+    pub label: String,
+    /// The workload.
+    pub workload: WorkloadChoice,
+    /// The workload's parameters.
+    pub params: Params,
+    /// The engine.
+    #[serde(skip)]
+    pub engine: EngineChoice,
+    /// What the runner measured.
+    pub measurement: Measurement,
+}
+
+impl EngineRun {
+    /// The configuration that was measured.
+    pub fn config(&self) -> Config {
+        Config {
+            family: self.family,
+            workload: self.workload,
+            update_percent: self.params.update_percent,
+            threads: self.measurement.threads,
+        }
+    }
+
+    /// Threads.
+    pub fn threads(&self) -> usize {
+        self.measurement.threads
+    }
+
+    /// Median throughput in operations per second.
+    pub fn throughput(&self) -> f64 {
+        self.measurement.throughput.median
+    }
+
+    /// PM bytes per user byte, where the engine's stores are counted.
+    pub fn write_amplification(&self) -> Option<f64> {
+        self.measurement.traffic.write_amplification
+    }
+
+    /// PM bytes per byte copied into the version log (TimeStone's definition of write
+    /// amplification), for the MVCC engine.
+    pub fn version_log_amplification(&self) -> Option<f64> {
+        let logged = *self.measurement.events.get(TLOG_BYTES_EVENT)?;
+        (logged > 0).then(|| self.measurement.counters.pm_bytes() as f64 / logged as f64)
+    }
+}
+
+/// A configuration that failed on an engine (other than PMDK being unavailable).
+#[derive(Clone, Debug, Serialize)]
+pub struct RunFailure {
+    /// The configuration.
+    pub config: Config,
+    /// The engine.
+    pub engine: String,
+    /// Why.
+    pub error: String,
+}
+
+/// Everything a run of the plan produced.
+#[derive(Debug, Default)]
+pub struct EngineResults {
+    /// The measured configurations, in plan order.
+    pub runs: Vec<EngineRun>,
+    /// Configurations that failed.
+    pub failures: Vec<RunFailure>,
+    /// Why the PMDK peer could not be used, when it could not.
+    pub pmdk_skipped: Option<String>,
+    /// Wall-clock seconds of the whole plan.
+    pub seconds: f64,
+}
+
+/// Runs every case in order; `progress` is called as each starts. PMDK being unavailable
+/// skips its cases and is reported once; any other failure is recorded and the remaining
+/// cases still run.
+pub fn run(cases: &[Case], progress: &dyn Fn(Progress<'_, Case>)) -> EngineResults {
+    let start = Instant::now();
+    let mut results = EngineResults::default();
+    for case in cases {
+        progress(Progress::Started(case));
+        let spec = &case.spec;
+        if spec.engine == PMDK && results.pmdk_skipped.is_some() {
+            progress(Progress::Finished(case));
+            continue;
+        }
+        match runner::run(spec, &|_| {}) {
+            Ok(measurement) => results.runs.push(EngineRun {
+                family: case.config.family,
+                label: case.config.label(),
+                workload: spec.workload,
+                params: spec.params.clone(),
+                engine: spec.engine,
+                measurement,
+            }),
+            Err(RunError::Open(OpenError::Pmdk(error))) => {
+                results.pmdk_skipped = Some(pmdk_skip_reason(&error));
+            }
+            Err(error) => results.failures.push(RunFailure {
+                config: case.config,
+                engine: spec.engine.to_string(),
+                error: error.to_string(),
+            }),
+        }
+        progress(Progress::Finished(case));
+    }
+    results.seconds = start.elapsed().as_secs_f64();
+    results
+}
+
+/// Why PMDK was skipped, with the fix when it is the missing library.
+fn pmdk_skip_reason(error: &pmdk::PmdkError) -> String {
+    match error {
+        pmdk::PmdkError::NotInstalled(_) => format!("{error}; run scripts/setup"),
+        _ => error.to_string(),
+    }
+}
+
+impl EngineResults {
+    /// The run of `engine` on `config`.
+    pub fn get(&self, config: Config, engine: EngineChoice) -> Option<&EngineRun> {
+        self.runs
+            .iter()
+            .find(|run| run.engine == engine && run.config() == config)
+    }
+
+    /// The runs of `family`.
+    pub fn of_family(&self, family: Family) -> impl Iterator<Item = &EngineRun> {
+        self.runs.iter().filter(move |run| run.family == family)
+    }
+
+    /// `engine`'s median throughput over `base`'s on Silo's single-threaded `workload`.
+    pub fn silo_ratio(
+        &self,
+        workload: WorkloadChoice,
+        engine: EngineChoice,
+        base: EngineChoice,
+    ) -> Option<f64> {
+        let config = Config {
+            family: Family::Silo,
+            workload,
+            update_percent: 100,
+            threads: 1,
+        };
+        let value = self.get(config, engine)?.throughput();
+        let base = self.get(config, base)?.throughput();
+        (base > 0.0).then(|| value / base)
+    }
+
+    /// The run of `engine` on TimeStone's `workload` at `update_percent` and `threads`.
+    pub fn timestone(
+        &self,
+        workload: WorkloadChoice,
+        update_percent: u32,
+        threads: usize,
+        engine: EngineChoice,
+    ) -> Option<&EngineRun> {
+        let config = Config {
+            family: Family::TimeStone,
+            workload,
+            update_percent,
+            threads,
+        };
+        self.get(config, engine)
+    }
+
+    /// The write amplification of every run of `engine` that counted it.
+    pub fn amplifications(&self, engine: EngineChoice) -> Vec<(f64, &EngineRun)> {
+        self.runs
+            .iter()
+            .filter(|run| run.engine == engine)
+            .filter_map(|run| Some((run.write_amplification()?, run)))
+            .collect()
+    }
+
+    /// The fewest and most fences per commit of `engine` over the runs that committed.
+    pub fn fence_range(&self, engine: EngineChoice) -> Option<(f64, f64, usize)> {
+        let fences: Vec<f64> = self
+            .runs
+            .iter()
+            .filter(|run| run.engine == engine)
+            .filter_map(|run| run.measurement.traffic.fences_per_commit)
+            .collect();
+        let min = fences.iter().copied().reduce(f64::min)?;
+        let max = fences.iter().copied().reduce(f64::max)?;
+        Some((min, max, fences.len()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_quick_plan_covers_every_family_and_engine() {
+        let cases = Plan::QUICK.cases(Path::new("/dev/shm"));
+        for family in [Family::Silo, Family::TimeStone, Family::Ycsb] {
+            assert!(
+                cases.iter().any(|c| c.config.family == family),
+                "{family:?}"
+            );
+        }
+        for engine in SILO_ENGINES.iter().chain(&PEER_ENGINES).chain(&FLOORS) {
+            assert!(cases.iter().any(|c| c.spec.engine == *engine), "{engine}");
+        }
+        let full = Plan::FULL.cases(Path::new("/dev/shm"));
+        // The floors run beside Silo's Array and Hash only.
+        assert_eq!(full.len(), 5 * 4 + 2 * 3 + 3 * 3 * 2 * 4 + 7 * 4);
+        for case in full.iter().filter(|c| FLOORS.contains(&c.spec.engine)) {
+            assert_eq!(case.config.family, Family::Silo);
+            assert!(matches!(
+                case.config.workload,
+                WorkloadChoice::Array | WorkloadChoice::Hash
+            ));
+        }
+    }
+
+    #[test]
+    fn configurations_carry_their_sizes_and_labels() {
+        let cases = Plan::FULL.cases(Path::new("/dev/shm"));
+        let list = cases
+            .iter()
+            .find(|c| c.config.workload == WorkloadChoice::List)
+            .expect("a list case");
+        assert_eq!(list.config.label(), "list 2%");
+        assert_eq!(
+            (list.spec.params.keys, list.spec.ops),
+            (Plan::FULL.list_keys, Plan::FULL.list_ops)
+        );
+        let array = &cases[0];
+        assert_eq!(array.config.label(), "array");
+        assert_eq!(array.spec.params.keys, Plan::FULL.array_elements);
+        assert_eq!(array.spec.params.update_percent, 100);
+    }
+}

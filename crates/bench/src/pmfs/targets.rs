@@ -1,0 +1,352 @@
+//! The file systems the fio jobs and the sqlite workload run on, each set up fresh and torn
+//! down when dropped: a PMFS pool served by the preload library, the same mounted through
+//! FUSE by this process (durable on return, or with the kernel's write-back cache), tmpfs,
+//! and ext4 on a loop device. All sit on the same medium (DRAM): the pools and the ext4
+//! image are files in the pool directory (`/dev/shm` by default).
+
+use fsmount::{MountConfig, Mounted};
+use pmem::Pool;
+use pmfs::{Fs, MkfsOptions, MountOptions};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where a fio job or the sqlite workload runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum FioTarget {
+    /// The library API in this process (the jobs' access pattern, no fio).
+    #[serde(rename = "library")]
+    Library,
+    /// The program with the direct-access preload library: the pool mapped in its own
+    /// process, no kernel round trip (every write durable on return).
+    #[serde(rename = "preload")]
+    Preload,
+    /// A PMFS pool mounted through FUSE (every write durable on return).
+    #[serde(rename = "ferrite-fs (FUSE)")]
+    Fuse,
+    /// The FUSE mount with the kernel's write-back cache (durable at fsync only).
+    #[serde(rename = "FUSE write-back")]
+    FuseWriteback,
+    /// tmpfs (the kernel's page cache, nothing durable).
+    #[serde(rename = "tmpfs")]
+    Tmpfs,
+    /// ext4 on a loop device over an image in the pool directory.
+    #[serde(rename = "ext4 (loop)")]
+    Ext4Loop,
+}
+
+impl FioTarget {
+    /// Every target, in table order.
+    pub const ALL: [FioTarget; 6] = [
+        FioTarget::Library,
+        FioTarget::Preload,
+        FioTarget::Fuse,
+        FioTarget::FuseWriteback,
+        FioTarget::Tmpfs,
+        FioTarget::Ext4Loop,
+    ];
+
+    /// The target's name in tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            FioTarget::Library => "library",
+            FioTarget::Preload => "preload",
+            FioTarget::Fuse => "ferrite-fs (FUSE)",
+            FioTarget::FuseWriteback => "FUSE write-back",
+            FioTarget::Tmpfs => "tmpfs",
+            FioTarget::Ext4Loop => "ext4 (loop)",
+        }
+    }
+
+    /// Sets the target up in `pool_dir` with room for `size` bytes (not for
+    /// [`FioTarget::Library`], which runs in this process).
+    pub fn set_up(self, pool_dir: &Path, size: u64) -> Result<Box<dyn TargetDir>, String> {
+        match self {
+            FioTarget::Library => Err("the library runs in this process".into()),
+            FioTarget::Preload => Ok(Box::new(PreloadTarget::new(pool_dir, size)?)),
+            FioTarget::Fuse => Ok(Box::new(FuseTarget::new(pool_dir, size, false)?)),
+            FioTarget::FuseWriteback => Ok(Box::new(FuseTarget::new(pool_dir, size, true)?)),
+            FioTarget::Tmpfs => Ok(Box::new(TmpfsTarget::new(pool_dir)?)),
+            FioTarget::Ext4Loop => Ok(Box::new(Ext4Loop::new(pool_dir, size)?)),
+        }
+    }
+}
+
+/// A target that is set up: its directory and the environment a program needs to reach it,
+/// torn down on drop.
+pub trait TargetDir: std::fmt::Debug {
+    /// The directory the programs work in.
+    fn dir(&self) -> &Path;
+
+    /// Environment variables the programs run with.
+    fn env(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+}
+
+/// The preload library built beside the running executable: in its directory (`cargo build`
+/// of the workspace) or in `deps` below it (built as a dependency); built with cargo, in the
+/// running executable's profile, when neither has it (`cargo run -- eval` builds only the CLI).
+pub fn preload_library() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut profile_dir = exe.parent().map(Path::to_owned).unwrap_or_default();
+    // Test executables live one level down, in `deps`.
+    if profile_dir.ends_with("deps") {
+        profile_dir.pop();
+    }
+    let find = || {
+        [profile_dir.clone(), profile_dir.join("deps")]
+            .into_iter()
+            .map(|dir| dir.join("libpmfs_preload.so"))
+            .find(|lib| lib.is_file())
+    };
+    if let Some(lib) = find() {
+        return Ok(lib);
+    }
+    build_preload_library(&profile_dir)?;
+    find().ok_or_else(|| {
+        format!(
+            "{} is not built (cargo build --release -p pmfs-preload)",
+            profile_dir.join("libpmfs_preload.so").display()
+        )
+    })
+}
+
+/// `cargo build -p pmfs-preload` into the target directory `profile_dir` belongs to, in its
+/// profile; only when this binary was built from a checkout that still has the sources.
+fn build_preload_library(profile_dir: &Path) -> Result<(), String> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
+    if !manifest.is_file() {
+        return Err("libpmfs_preload.so is not built and the sources are not here".into());
+    }
+    let target_dir = profile_dir.parent().unwrap_or(profile_dir);
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = std::process::Command::new(cargo);
+    command
+        .args(["build", "--quiet", "-p", "pmfs-preload", "--manifest-path"])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(target_dir);
+    match profile_dir.file_name().and_then(|name| name.to_str()) {
+        Some("debug") | None => {}
+        Some("release") => {
+            command.arg("--release");
+        }
+        Some(other) => {
+            command.args(["--profile", other]);
+        }
+    }
+    let output = command
+        .output()
+        .map_err(|e| format!("running cargo to build libpmfs_preload.so: {e}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "cargo build -p pmfs-preload failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
+}
+
+/// A formatted pool served to programs by the preload library under a prefix.
+#[derive(Debug)]
+pub struct PreloadTarget {
+    pool: PathBuf,
+    prefix: PathBuf,
+    library: PathBuf,
+}
+
+impl PreloadTarget {
+    /// Formats a pool of `size` bytes in `pool_dir`, closed (the program opens it).
+    pub fn new(pool_dir: &Path, size: u64) -> Result<Self, String> {
+        let library = preload_library()?;
+        let id = std::process::id();
+        let pool = pool_dir.join(format!("ferrite-eval-preload-{id}.pool"));
+        let _ = std::fs::remove_file(&pool);
+        let created = Pool::create(&pool, &pmfs::pool_options(size)).map_err(|e| e.to_string())?;
+        Fs::mkfs(created, &MkfsOptions::default(), MountOptions::default())
+            .and_then(|fs| fs.unmount().map_err(pmfs::FsError::from))
+            .map_err(|e| e.to_string())?;
+        Ok(PreloadTarget {
+            pool,
+            prefix: PathBuf::from(format!("/ferrite-preload-{id}")),
+            library,
+        })
+    }
+}
+
+impl TargetDir for PreloadTarget {
+    fn dir(&self) -> &Path {
+        &self.prefix
+    }
+
+    fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("LD_PRELOAD".into(), self.library.display().to_string()),
+            ("PMFS_POOL".into(), self.pool.display().to_string()),
+            ("PMFS_PREFIX".into(), self.prefix.display().to_string()),
+        ]
+    }
+}
+
+impl Drop for PreloadTarget {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.pool);
+    }
+}
+
+/// A scratch directory on tmpfs (the pool directory), removed on drop.
+#[derive(Debug)]
+pub struct TmpfsTarget {
+    dir: tempfile::TempDir,
+}
+
+impl TmpfsTarget {
+    /// A fresh directory in `pool_dir`.
+    pub fn new(pool_dir: &Path) -> Result<Self, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("ferrite-eval-pmfs-")
+            .tempdir_in(pool_dir)
+            .map_err(|e| format!("a scratch directory in {}: {e}", pool_dir.display()))?;
+        Ok(TmpfsTarget { dir })
+    }
+}
+
+impl TargetDir for TmpfsTarget {
+    fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// A PMFS pool in `pool_dir` mounted on a fresh directory through FUSE, by this process.
+#[derive(Debug)]
+pub struct FuseTarget {
+    mounted: Option<Mounted>,
+    dir: PathBuf,
+    pool: PathBuf,
+}
+
+impl FuseTarget {
+    /// Formats a pool of `size` bytes in `pool_dir` and mounts it (with the kernel's
+    /// write-back cache when `writeback`).
+    pub fn new(pool_dir: &Path, size: u64, writeback: bool) -> Result<Self, String> {
+        if !Path::new("/dev/fuse").exists() {
+            return Err("/dev/fuse does not exist".into());
+        }
+        let id = std::process::id();
+        let tag = if writeback { "writeback" } else { "durable" };
+        let pool = pool_dir.join(format!("ferrite-eval-fuse-{tag}-{id}.pool"));
+        let dir = std::env::temp_dir().join(format!("ferrite-eval-fuse-{tag}-{id}"));
+        let _ = std::fs::remove_file(&pool);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let created = Pool::create(&pool, &pmfs::pool_options(size)).map_err(|e| e.to_string())?;
+        let fs = Fs::mkfs(created, &MkfsOptions::default(), MountOptions::default())
+            .map_err(|e| e.to_string())?;
+        let config = MountConfig {
+            writeback_cache: writeback,
+            ..MountConfig::default()
+        };
+        let mounted = fsmount::spawn(fs, &dir, &config).map_err(|e| {
+            let _ = std::fs::remove_file(&pool);
+            e.to_string()
+        })?;
+        Ok(FuseTarget {
+            mounted: Some(mounted),
+            dir,
+            pool,
+        })
+    }
+}
+
+impl TargetDir for FuseTarget {
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for FuseTarget {
+    fn drop(&mut self) {
+        if let Some(mounted) = self.mounted.take() {
+            let _ = mounted.unmount();
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+        let _ = std::fs::remove_file(&self.pool);
+    }
+}
+
+/// ext4 on a loop device over an image file in `image_dir`, mounted on a fresh directory.
+/// Needs root, `losetup` and `mkfs.ext4`.
+#[derive(Debug)]
+pub struct Ext4Loop {
+    image: PathBuf,
+    device: String,
+    dir: PathBuf,
+    mounted: bool,
+}
+
+fn run(program: &str, args: &[&str]) -> Result<String, String> {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{program}: {e}"))?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    } else {
+        Err(format!(
+            "{program} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
+}
+
+impl Ext4Loop {
+    /// Creates the image, attaches it, formats and mounts it.
+    pub fn new(image_dir: &Path, size: u64) -> Result<Self, String> {
+        let id = std::process::id();
+        let image = image_dir.join(format!("ferrite-eval-ext4-{id}.img"));
+        let dir = std::env::temp_dir().join(format!("ferrite-eval-ext4-{id}"));
+        let file =
+            std::fs::File::create(&image).map_err(|e| format!("{}: {e}", image.display()))?;
+        file.set_len(size).map_err(|e| e.to_string())?;
+        drop(file);
+        let image_text = image.display().to_string();
+        let device = match run("losetup", &["--find", "--show", &image_text]) {
+            Ok(device) => device,
+            Err(e) => {
+                let _ = std::fs::remove_file(&image);
+                return Err(e);
+            }
+        };
+        let mut target = Ext4Loop {
+            image,
+            device,
+            dir,
+            mounted: false,
+        };
+        run("mkfs.ext4", &["-q", "-F", &target.device])?;
+        std::fs::create_dir_all(&target.dir).map_err(|e| e.to_string())?;
+        let dir_text = target.dir.display().to_string();
+        run("mount", &[&target.device, &dir_text])?;
+        target.mounted = true;
+        Ok(target)
+    }
+}
+
+impl TargetDir for Ext4Loop {
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Ext4Loop {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = run("umount", &[&self.dir.display().to_string()]);
+        }
+        let _ = run("losetup", &["-d", &self.device]);
+        let _ = std::fs::remove_dir(&self.dir);
+        let _ = std::fs::remove_file(&self.image);
+    }
+}

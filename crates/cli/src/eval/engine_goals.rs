@@ -1,0 +1,477 @@
+//! The engines section's claims: the project's performance goals for the logging engines
+//! (the transactions issue, #3), and TimeStone's (ASPLOS 2020) claims with the MVCC engine's
+//! goals (the TimeStone issue, #5), each checked against [`EngineResults`]. They are the
+//! section's headlines and its "Goal:" summary lines.
+
+use crate::cells::place;
+use crate::report::{ClaimVerdict, Headline};
+use bench::choice::{EngineChoice, WorkloadChoice};
+use bench::engines::{EngineResults, IDEAL, MVCC, PMDK, REDO, UNDO};
+use serde::Serialize;
+
+/// Write amplification the redo engine must stay within.
+const WA_GOAL: f64 = 3.0;
+/// How far from exactly one fence per commit still counts as "one fence".
+const FENCE_TOLERANCE: f64 = 0.05;
+
+/// Where a claim comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Source {
+    /// A goal of the transactions issue (#3).
+    TransactionsGoal,
+    /// A goal of the TimeStone issue (#5).
+    TimeStoneGoal,
+    /// A claim of the TimeStone paper (ASPLOS 2020).
+    TimeStonePaper,
+}
+
+impl Source {
+    fn name(self) -> &'static str {
+        match self {
+            Source::TransactionsGoal => "Project goal (#3)",
+            Source::TimeStoneGoal => "Project goal (#5)",
+            Source::TimeStonePaper => "TimeStone (ASPLOS 2020)",
+        }
+    }
+}
+
+/// A claim and whether this run's measurements meet it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Goal {
+    /// Where the claim comes from.
+    pub source: Source,
+    /// The claim, with its number.
+    pub statement: String,
+    /// What was measured, with its number.
+    pub measured: String,
+    /// `None` when the run did not measure it (PMDK skipped, workload not in the matrix).
+    pub holds: Option<bool>,
+}
+
+impl Goal {
+    /// The summary line.
+    pub fn line(&self) -> String {
+        let verdict = match self.holds {
+            Some(true) => "holds",
+            Some(false) => "does NOT hold",
+            None => "not measured",
+        };
+        format!("Goal: {}: {verdict} ({}).", self.statement, self.measured)
+    }
+
+    /// The report's first-screen row.
+    pub fn headline(&self) -> Headline {
+        let verdict = self
+            .holds
+            .map_or(ClaimVerdict::NotMeasured, ClaimVerdict::from_holds);
+        // The source names the system, so the statement's own "TimeStone: " would repeat it.
+        let statement = self
+            .statement
+            .strip_prefix("TimeStone: ")
+            .unwrap_or(&self.statement);
+        Headline::new(
+            format!("{}: {statement}", self.source.name()),
+            self.measured.clone(),
+            verdict,
+        )
+    }
+}
+
+/// Every claim, in summary order.
+pub fn goals(results: &EngineResults) -> Vec<Goal> {
+    vec![
+        ratio_goal(
+            results,
+            WorkloadChoice::Array,
+            PMDK,
+            4.0,
+            "Array: redo at least 4× PMDK",
+        ),
+        ratio_goal(
+            results,
+            WorkloadChoice::Array,
+            IDEAL,
+            0.5,
+            "Array: redo within 2× of the ideal reference (at least 0.5× its throughput)",
+        ),
+        ratio_goal(
+            results,
+            WorkloadChoice::Hash,
+            PMDK,
+            2.0,
+            "Hash: redo at least 2× PMDK",
+        ),
+        ratio_goal(
+            results,
+            WorkloadChoice::BTree,
+            PMDK,
+            2.0,
+            "B+tree: redo at least 2× PMDK",
+        ),
+        amplification_goal(results),
+        fence_goal(results),
+        read_mostly_goal(results),
+        mvcc_amplification_goal(results),
+        lowest_amplification_goal(results),
+    ]
+}
+
+/// Redo's throughput over `base`'s on Silo's `workload` must be at least `target`.
+fn ratio_goal(
+    results: &EngineResults,
+    workload: WorkloadChoice,
+    base: EngineChoice,
+    target: f64,
+    statement: &str,
+) -> Goal {
+    let ratio = results.silo_ratio(workload, REDO, base);
+    let label = workload.name();
+    Goal {
+        source: Source::TransactionsGoal,
+        statement: statement.to_owned(),
+        measured: ratio.map_or(format!("no {label} measurement of redo and {base}"), |r| {
+            format!("redo at {r:.2}× {base}")
+        }),
+        holds: ratio.map(|r| r >= target),
+    }
+}
+
+/// The worst write amplification of `engine` over every run that counted it, with where,
+/// and how many runs stayed within the goal.
+fn amplification_of(
+    results: &EngineResults,
+    engine: EngineChoice,
+) -> Option<(f64, String, usize, usize)> {
+    let values = results.amplifications(engine);
+    let (worst, place) = values
+        .iter()
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(wa, run)| (*wa, place(run)))?;
+    let within = values.iter().filter(|(wa, _)| *wa <= WA_GOAL).count();
+    Some((worst, place, within, values.len()))
+}
+
+fn amplification_goal(results: &EngineResults) -> Goal {
+    let describe = |engine: EngineChoice| {
+        amplification_of(results, engine).map_or(format!("{engine}: not measured"), |a| {
+            let (worst, place, within, total) = a;
+            format!(
+                "{engine}: at most {WA_GOAL} in {within} of {total} runs, worst {worst:.2} on \
+                 {place}"
+            )
+        })
+    };
+    Goal {
+        source: Source::TransactionsGoal,
+        statement: format!(
+            "write amplification (PM bytes per user byte) of redo at most {WA_GOAL}"
+        ),
+        measured: format!("{}; {}", describe(REDO), describe(UNDO)),
+        holds: amplification_of(results, REDO).map(|(worst, ..)| worst <= WA_GOAL),
+    }
+}
+
+fn fence_goal(results: &EngineResults) -> Goal {
+    let range = results.fence_range(REDO);
+    Goal {
+        source: Source::TransactionsGoal,
+        statement: format!("redo issues one fence per commit (within ±{FENCE_TOLERANCE})"),
+        measured: range.map_or("no redo run committed".to_owned(), |(min, max, runs)| {
+            format!("{min:.2} to {max:.2} over {runs} runs with commits")
+        }),
+        holds: range
+            .map(|(min, max, _)| (1.0 - min).abs().max((max - 1.0).abs()) <= FENCE_TOLERANCE),
+    }
+}
+
+/// The read-mostly structures of TimeStone's claim.
+const READ_MOSTLY: [WorkloadChoice; 2] = [WorkloadChoice::TsHash, WorkloadChoice::Bst];
+
+/// mvcc beats every other engine on the 2 %-update hash table and BST, at each thread count
+/// measured.
+fn read_mostly_goal(results: &EngineResults) -> Goal {
+    let mut worst: Option<(f64, String)> = None;
+    for workload in READ_MOSTLY {
+        for threads in [1, 2] {
+            let Some(mvcc) = results.timestone(workload, 2, threads, MVCC) else {
+                continue;
+            };
+            for other in [REDO, UNDO, PMDK] {
+                let Some(peer) = results.timestone(workload, 2, threads, other) else {
+                    continue;
+                };
+                let ratio = mvcc.throughput() / peer.throughput();
+                if worst.as_ref().is_none_or(|(w, _)| ratio < *w) {
+                    worst = Some((ratio, format!("{other} on {}", place(mvcc))));
+                }
+            }
+        }
+    }
+    Goal {
+        source: Source::TimeStoneGoal,
+        statement: "TimeStone: mvcc faster than undo, redo and PMDK on the 2 %-update hash \
+                    table and BST at 1 and 2 threads"
+            .to_owned(),
+        measured: worst.as_ref().map_or(
+            "no 2 %-update runs in this plan".to_owned(),
+            |(r, place)| format!("lowest ratio mvcc / peer {r:.2}, against {place}"),
+        ),
+        holds: worst.map(|(r, _)| r > 1.0),
+    }
+}
+
+/// TimeStone's write-amplification claim on the 80 %-update hash table. Two definitions:
+/// ours (PM bytes per distinct byte the operations asked to write, as for every engine)
+/// and TimeStone's (PM bytes per byte copied into the version log).
+fn mvcc_amplification_goal(results: &EngineResults) -> Goal {
+    let run = results.timestone(WorkloadChoice::TsHash, 80, 1, MVCC);
+    let ours = run.and_then(|r| r.write_amplification());
+    let timestone = run.and_then(|r| r.version_log_amplification());
+    Goal {
+        source: Source::TimeStonePaper,
+        statement: "TimeStone: mvcc write amplification at most 1.0 on the 80 %-update hash \
+                    table (1 thread)"
+            .to_owned(),
+        measured: match (ours, timestone) {
+            (Some(ours), Some(ts)) => format!(
+                "{ours:.2} PM bytes per user byte; {ts:.2} per version-log byte (TimeStone's \
+                 definition)"
+            ),
+            _ => "no 80 %-update hash run of mvcc in this plan".to_owned(),
+        },
+        holds: ours.map(|wa| wa <= 1.0),
+    }
+}
+
+/// mvcc's write amplification is the lowest of the counted engines on every 80 %-update
+/// run (PMDK writes PM directly and is not counted).
+fn lowest_amplification_goal(results: &EngineResults) -> Goal {
+    let mut checked = 0;
+    let mut beaten = Vec::new();
+    let hot = results
+        .runs
+        .iter()
+        .filter(|r| r.engine == MVCC && r.config().update_percent == 80);
+    for run in hot.filter(|r| r.family == bench::engines::Family::TimeStone) {
+        let Some(mine) = run.write_amplification() else {
+            continue;
+        };
+        checked += 1;
+        for other in [REDO, UNDO] {
+            let peer = results
+                .get(run.config(), other)
+                .and_then(|p| p.write_amplification());
+            if let Some(theirs) = peer.filter(|&theirs| theirs < mine) {
+                beaten.push(format!("{other} {theirs:.2} < {mine:.2} on {}", place(run)));
+            }
+        }
+    }
+    Goal {
+        source: Source::TimeStoneGoal,
+        statement: "TimeStone: mvcc has the lowest write amplification of the counted engines \
+                    on the 80 %-update structures"
+            .to_owned(),
+        measured: if checked == 0 {
+            "no 80 %-update runs in this plan".to_owned()
+        } else if beaten.is_empty() {
+            format!("lowest on all {checked} runs")
+        } else {
+            format!(
+                "{} of {checked} runs beaten: {}",
+                beaten.len(),
+                beaten.join("; ")
+            )
+        },
+        holds: (checked > 0).then_some(beaten.is_empty()),
+    }
+}
+
+/// How mvcc's throughput and PM traffic change from 1 to 2 threads (the machine has two
+/// cores, so scaling beyond cannot be measured). Informational: not a goal.
+pub fn scaling_line(results: &EngineResults) -> Option<String> {
+    let mut parts = Vec::new();
+    for workload in READ_MOSTLY {
+        for update in [2, 80] {
+            let (Some(one), Some(two)) = (
+                results.timestone(workload, update, 1, MVCC),
+                results.timestone(workload, update, 2, MVCC),
+            ) else {
+                continue;
+            };
+            let speedup = two.throughput() / one.throughput();
+            let bytes = |r: &bench::engines::EngineRun| r.measurement.traffic.pm_bytes_per_op;
+            parts.push(format!(
+                "{}: {speedup:.2}× throughput, {:.0} → {:.0} PM B/op",
+                one.label,
+                bytes(one),
+                bytes(two)
+            ));
+        }
+    }
+    (!parts.is_empty()).then(|| {
+        format!(
+            "TimeStone, mvcc from 1 to 2 threads (scaling past 2 cores cannot be measured on \
+             this 2-core machine): {}.",
+            parts.join("; ")
+        )
+    })
+}
+
+/// Measured runs for the tests of the goals and of the engines section.
+#[cfg(test)]
+pub(super) mod fake {
+    use bench::Summary;
+    use bench::choice::{EngineChoice, WorkloadChoice};
+    use bench::engines::{EngineRun, Family, REDO};
+    use bench::runner::{Measurement, Traffic};
+    use workloads::Params;
+
+    /// A Silo run of `engine` on `workload` at `kops` thousand operations per second.
+    pub(crate) fn silo(
+        workload: WorkloadChoice,
+        engine: EngineChoice,
+        kops: f64,
+        wa: Option<f64>,
+    ) -> EngineRun {
+        let fences = (engine == REDO).then_some(1.0);
+        EngineRun {
+            family: Family::Silo,
+            label: workload.name(),
+            workload,
+            params: Params {
+                update_percent: 100,
+                ..Params::default()
+            },
+            engine,
+            measurement: Measurement {
+                engine: engine.to_string(),
+                workload: workload.name(),
+                threads: 1,
+                ops: 1000,
+                throughput: Summary {
+                    median: kops * 1e3,
+                    min: kops * 1e3,
+                    max: kops * 1e3,
+                    runs: 1,
+                },
+                latency_ns: [1000, 2000, 3000],
+                traffic: Traffic {
+                    fences_per_commit: fences,
+                    write_amplification: wa,
+                    ..Traffic::default()
+                },
+                counters: pmem::Counters::default(),
+                mix: Default::default(),
+                events: Default::default(),
+                checked: true,
+            },
+        }
+    }
+
+    /// A TimeStone run of `engine` on `workload` at `update` % and `threads`.
+    pub(crate) fn timestone(
+        workload: WorkloadChoice,
+        update: u32,
+        threads: usize,
+        engine: EngineChoice,
+        kops: f64,
+        wa: Option<f64>,
+    ) -> EngineRun {
+        let mut run = silo(workload, engine, kops, wa);
+        run.family = Family::TimeStone;
+        run.params.update_percent = update;
+        run.label = format!("{} {update}%", workload.name());
+        run.measurement.threads = threads;
+        run
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn results(runs: Vec<bench::engines::EngineRun>) -> EngineResults {
+        EngineResults {
+            runs,
+            ..EngineResults::default()
+        }
+    }
+
+    #[test]
+    fn goals_are_computed_from_the_measurements() {
+        use WorkloadChoice::{Array, Hash};
+        let runs = results(vec![
+            fake::silo(Array, REDO, 800.0, Some(2.5)),
+            fake::silo(Array, PMDK, 100.0, None),
+            fake::silo(Array, IDEAL, 2000.0, Some(2.4)),
+            fake::silo(Hash, REDO, 300.0, Some(3.5)),
+            fake::silo(Hash, UNDO, 300.0, Some(2.0)),
+            fake::silo(Hash, PMDK, 200.0, None),
+        ]);
+        let goals = goals(&runs);
+        let holds: Vec<Option<bool>> = goals.iter().map(|g| g.holds).collect();
+        // Array 8× PMDK but 0.4× ideal; hash 1.5× PMDK; no B+tree; WA 3.5 > 3; one fence.
+        assert_eq!(
+            holds,
+            [
+                Some(true),
+                Some(false),
+                Some(false),
+                None,
+                Some(false),
+                Some(true),
+                None,
+                None,
+                None
+            ]
+        );
+        assert!(goals[0].measured.contains("8.00× pmdk"), "{:?}", goals[0]);
+        assert!(
+            goals[4].measured.contains("worst 3.50 on hash"),
+            "{:?}",
+            goals[4]
+        );
+        assert!(goals[4].measured.contains("undo: at most 3 in 1 of 1"));
+        assert!(goals[3].line().contains("not measured"));
+        assert_eq!(goals[3].headline().verdict, ClaimVerdict::NotMeasured);
+    }
+
+    #[test]
+    fn timestone_goals_compare_mvcc_with_every_peer() {
+        use WorkloadChoice::{Bst, TsHash};
+        let mut runs = Vec::new();
+        for threads in [1, 2] {
+            for (workload, mvcc) in [(TsHash, 500.0), (Bst, 300.0)] {
+                runs.push(fake::timestone(workload, 2, threads, MVCC, mvcc, None));
+                runs.push(fake::timestone(workload, 2, threads, REDO, 400.0, None));
+                runs.push(fake::timestone(workload, 2, threads, PMDK, 200.0, None));
+            }
+        }
+        let mut hot = fake::timestone(TsHash, 80, 1, MVCC, 100.0, Some(0.9));
+        hot.measurement
+            .events
+            .insert(bench::engines::TLOG_BYTES_EVENT.into(), 1000);
+        runs.push(hot);
+        runs.push(fake::timestone(TsHash, 80, 1, REDO, 100.0, Some(0.8)));
+        let goals = goals(&results(runs));
+        let [read_mostly, wa, lowest] = [&goals[6], &goals[7], &goals[8]];
+        // bst 2%: mvcc 300 < redo 400 at both thread counts.
+        assert_eq!(read_mostly.holds, Some(false), "{read_mostly:?}");
+        assert!(read_mostly.measured.contains("0.75"), "{read_mostly:?}");
+        assert!(
+            read_mostly.measured.contains("redo on bst 2%"),
+            "{read_mostly:?}"
+        );
+        assert_eq!(wa.holds, Some(true), "{wa:?}");
+        assert_eq!(wa.source, Source::TimeStonePaper);
+        assert_eq!(
+            lowest.holds,
+            Some(false),
+            "redo's 0.8 beats 0.9: {lowest:?}"
+        );
+        assert!(
+            lowest.measured.starts_with("1 of 1 runs beaten"),
+            "{lowest:?}"
+        );
+    }
+}

@@ -1,0 +1,380 @@
+//! The `silo` section's tables, drawn from a [`Reproduction`]: the comparison with the
+//! paper, the design summaries, throughput and PM writes per workload (Figs. 12 and 11), Silo's
+//! log entries (Fig. 13), the sweeps, the sensitivity study and the battery (Table IV).
+
+use super::silo::{core_extremes, cores_text, num, workload_names};
+use crate::report::Table;
+use hwsim::DesignKind;
+use hwsim::battery::BatteryTable;
+use silorepro::{Reproduction, RunRow, Sweep};
+
+/// Every table of the section, in display order.
+pub fn tables(rep: &Reproduction) -> Vec<Table> {
+    let (small, big) = core_extremes(rep);
+    let mut tables = vec![comparison_table(rep), designs_table(rep)];
+    for cores in distinct([small, big]) {
+        tables.push(throughput_table(rep, cores));
+        tables.push(writes_table(rep, cores));
+    }
+    tables.push(log_table(rep, big));
+    tables.extend(rep.sweeps.iter().map(sweep_table));
+    tables.push(sensitivity_table(rep));
+    tables.push(battery_table(&rep.battery));
+    tables
+}
+
+/// `values` without repeats, in order (a plan with one core count has one extreme).
+fn distinct<const N: usize>(values: [usize; N]) -> Vec<usize> {
+    let mut out: Vec<usize> = Vec::with_capacity(N);
+    for value in values {
+        if !out.contains(&value) {
+            out.push(value);
+        }
+    }
+    out
+}
+
+/// Each of the paper's numbers beside ours: the ratio and whether it is within ±25 %.
+pub fn comparison_table(rep: &Reproduction) -> Table {
+    let mut table = Table::new(
+        "Paper vs reproduction (orderings: 1 = holds, 0 = does not)",
+        &["quantity", "paper", "ours", "ours / paper", "within ±25 %"],
+    );
+    for c in &rep.comparison {
+        table.push(vec![
+            c.quantity.clone(),
+            num(c.paper),
+            num(c.ours),
+            format!("{:.2}", c.ratio),
+            if c.within { "pass" } else { "MISS" }.to_owned(),
+        ]);
+    }
+    table
+}
+
+fn designs_table(rep: &Reproduction) -> Table {
+    let mut table = Table::new(
+        "Designs at each core count (geometric means over workloads)",
+        &[
+            "cores",
+            "design",
+            "× FWB",
+            "× Base",
+            "× Ideal",
+            "programmed × FWB",
+            "sent × FWB",
+            "requests × FWB",
+            "media writes × FWB",
+            "sent B/tx",
+            "programmed B/tx",
+        ],
+    );
+    for s in &rep.summary {
+        table.push(vec![
+            s.cores.to_string(),
+            s.design.label().to_owned(),
+            format!("{:.2}", s.vs_fwb),
+            format!("{:.2}", s.vs_base),
+            format!("{:.2}", s.vs_ideal),
+            format!("{:.2}", s.write_bytes_vs_fwb),
+            format!("{:.2}", s.sent_bytes_vs_fwb),
+            format!("{:.2}", s.write_requests_vs_fwb),
+            format!("{:.2}", s.media_writes_vs_fwb),
+            format!("{:.0}", s.bytes_per_tx),
+            format!("{:.0}", s.programmed_per_tx),
+        ]);
+    }
+    table
+}
+
+/// Every design of the plan, Ideal included, in the plan's order.
+fn plan_designs(rep: &Reproduction) -> Vec<DesignKind> {
+    rep.spec.designs.clone()
+}
+
+/// Columns "workload", then one per design, then `last`.
+fn per_design_columns(rep: &Reproduction, last: &str) -> Vec<String> {
+    let mut columns = vec!["workload".to_owned()];
+    columns.extend(plan_designs(rep).iter().map(|d| d.label().to_owned()));
+    columns.push(last.to_owned());
+    columns
+}
+
+fn table_with(title: String, columns: &[String]) -> Table {
+    let names: Vec<&str> = columns.iter().map(String::as_str).collect();
+    Table::new(title, &names)
+}
+
+/// A row per workload: `cell(run)` per design (empty where the run is missing), then `last`.
+fn per_design_rows(
+    rep: &Reproduction,
+    cores: usize,
+    table: &mut Table,
+    cell: &dyn Fn(&RunRow) -> String,
+    last: &dyn Fn(&str) -> String,
+) {
+    for workload in workload_names(rep) {
+        let mut row = vec![workload.clone()];
+        row.extend(
+            plan_designs(rep)
+                .iter()
+                .map(|&d| rep.run(&workload, d, cores).map_or_else(String::new, cell)),
+        );
+        row.push(last(&workload));
+        table.push(row);
+    }
+}
+
+fn throughput_table(rep: &Reproduction, cores: usize) -> Table {
+    let columns = per_design_columns(rep, "FWB M tx/s");
+    let mut table = table_with(
+        format!(
+            "Throughput at {}, × FWB on the same workload (Fig. 12)",
+            cores_text(cores)
+        ),
+        &columns,
+    );
+    let fwb_absolute = |w: &str| {
+        rep.run(w, DesignKind::Fwb, cores)
+            .map_or_else(String::new, |r| format!("{:.3}", r.throughput / 1e6))
+    };
+    per_design_rows(
+        rep,
+        cores,
+        &mut table,
+        &|r| format!("{:.2}", r.vs_fwb),
+        &fwb_absolute,
+    );
+    table
+}
+
+fn writes_table(rep: &Reproduction, cores: usize) -> Table {
+    let columns = per_design_columns(rep, "FWB media writes/tx");
+    let mut table = table_with(
+        format!(
+            "PM bytes per transaction at {}, sent / programmed (Fig. 11: the paper counts what \
+             is programmed)",
+            cores_text(cores)
+        ),
+        &columns,
+    );
+    let fwb_media = |w: &str| {
+        rep.run(w, DesignKind::Fwb, cores)
+            .map_or_else(String::new, |r| {
+                format!(
+                    "{:.2}",
+                    r.media_writes as f64 / r.committed_tx.max(1) as f64
+                )
+            })
+    };
+    per_design_rows(
+        rep,
+        cores,
+        &mut table,
+        &|r| format!("{:.0} / {:.0}", r.bytes_per_tx(), r.programmed_per_tx()),
+        &fwb_media,
+    );
+    table
+}
+
+/// Silo's log-entry statistics per workload (Fig. 13) and its overflows.
+fn log_table(rep: &Reproduction, cores: usize) -> Table {
+    let mut table = Table::new(
+        format!(
+            "Silo's log entries at {} (Fig. 13): transactional word stores, and what became \
+             of them",
+            cores_text(cores)
+        ),
+        &[
+            "workload",
+            "tx stores",
+            "silent (ignored)",
+            "merged",
+            "took a slot",
+            "reduction %",
+            "max live/tx",
+            "overflow tx",
+            "overflow tx %",
+            "entries overflowed",
+        ],
+    );
+    for workload in workload_names(rep) {
+        let Some(run) = rep.run(&workload, DesignKind::Silo, cores) else {
+            continue;
+        };
+        let Some(log) = run.log else { continue };
+        table.push(vec![
+            workload,
+            log.tx_stores.to_string(),
+            log.silent_ignored.to_string(),
+            log.merged.to_string(),
+            log.appended.to_string(),
+            format!("{:.1}", 100.0 * log.reduction()),
+            log.max_entries_per_tx.to_string(),
+            log.overflow_tx.to_string(),
+            format!(
+                "{:.1}",
+                100.0 * log.overflow_tx as f64 / run.committed_tx.max(1) as f64
+            ),
+            log.overflowed_entries.to_string(),
+        ]);
+    }
+    table
+}
+
+/// What a sweep's points mean, for its table title.
+pub fn sweep_title(sweep: &Sweep) -> String {
+    let what = match sweep.name.as_str() {
+        "latency" => "Silo log-buffer latency in cycles (Fig. 15)",
+        "entries" => "Silo log-buffer entries",
+        "tx_size" => "transaction size, × the log buffer (Fig. 14)",
+        "cores" => "core count",
+        other => other,
+    };
+    format!("Sweep of the {what}; relative to: {}", sweep.reference)
+}
+
+fn sweep_table(sweep: &Sweep) -> Table {
+    let mut table = Table::new(
+        sweep_title(sweep),
+        &[
+            "value",
+            "throughput",
+            "write bytes/tx",
+            "throughput per workload",
+        ],
+    );
+    for point in &sweep.points {
+        let per: Vec<String> = point
+            .per_workload
+            .iter()
+            .map(|(w, t, _)| format!("{w} {t:.3}"))
+            .collect();
+        table.push(vec![
+            point.value.to_string(),
+            format!("{:.3}", point.relative_throughput),
+            format!("{:.3}", point.relative_write_bytes),
+            per.join(", "),
+        ]);
+    }
+    table
+}
+
+fn sensitivity_table(rep: &Reproduction) -> Table {
+    let mut table = Table::new(
+        "Sensitivity of the largest-core comparison (geometric means over workloads): every \
+         cost-model cell (media model / store discipline / on-PM buffer), then variants of the \
+         paper-faithful cell; write columns are Silo's bytes over the other design's",
+        &[
+            "variant",
+            "Silo/LAD",
+            "Silo/MorLog",
+            "Silo/FWB",
+            "MorLog/FWB",
+            "programmed ÷ MorLog",
+            "programmed ÷ FWB",
+            "sent ÷ MorLog",
+            "what changed",
+        ],
+    );
+    for s in &rep.sensitivity {
+        table.push(vec![
+            s.variant.clone(),
+            format!("{:.2}", s.silo_vs_lad),
+            format!("{:.2}", s.silo_vs_morlog),
+            format!("{:.2}", s.silo_vs_fwb),
+            format!("{:.2}", s.morlog_vs_fwb),
+            format!("{:.2}", s.silo_programmed_vs_morlog),
+            format!("{:.2}", s.silo_programmed_vs_fwb),
+            format!("{:.2}", s.silo_sent_vs_morlog),
+            s.description.clone(),
+        ]);
+    }
+    table
+}
+
+/// The battery table as a report table: one row per scheme (eADR, BBB, Silo).
+pub fn battery_table(table: &BatteryTable) -> Table {
+    let mut rendered = Table::new(
+        format!(
+            "Battery: what must be flushed on a power failure, {} cores (Silo Table IV)",
+            table.cores
+        ),
+        &[
+            "design",
+            "flush size KB",
+            "energy µJ",
+            "super-capacitor mm³",
+            "Li thin film mm³",
+            "volume × Silo",
+        ],
+    );
+    for row in &table.rows {
+        rendered.push(vec![
+            row.design.name().to_owned(),
+            format!("{:.4}", row.flush_kb),
+            format!("{:.1}", row.energy_uj),
+            format!("{:.3}", row.capacitor_mm3),
+            format!("{:.5}", row.lithium_mm3),
+            format!("{:.1}", row.volume_vs_silo),
+        ]);
+    }
+    rendered
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::silo::tests::tiny;
+
+    #[test]
+    fn comparison_table_has_a_row_per_target_with_its_verdict() {
+        let rep = tiny();
+        let table = comparison_table(rep);
+        assert_eq!(table.rows.len(), rep.comparison.len());
+        for (row, c) in table.rows.iter().zip(&rep.comparison) {
+            assert_eq!(row[0], c.quantity);
+            assert_eq!(row[4], if c.within { "pass" } else { "MISS" });
+        }
+    }
+
+    #[test]
+    fn tables_cover_both_core_counts_and_the_battery() {
+        let rep = tiny();
+        let titles: Vec<String> = tables(rep).into_iter().map(|t| t.title).collect();
+        for wanted in [
+            "Throughput at 1 core,",
+            "Throughput at 2 cores",
+            "Battery",
+            "Sweep",
+        ] {
+            assert!(
+                titles.iter().any(|t| t.starts_with(wanted)),
+                "{wanted}: {titles:?}"
+            );
+        }
+        let log = log_table(rep, 2);
+        assert_eq!(log.rows.len(), 2, "array and hash");
+        // Array swaps of sparse elements are mostly silent stores.
+        let silent: u64 = log.rows[0][2].parse().expect("a count");
+        assert!(silent > 0, "{:?}", log.rows[0]);
+    }
+
+    #[test]
+    fn default_machine_battery_table_has_the_three_designs() {
+        let config = hwsim::Config::default();
+        let table = hwsim::battery::battery_table(&config, &Default::default());
+        let rendered = battery_table(&table);
+        let designs: Vec<&str> = rendered.rows.iter().map(|r| r[0].as_str()).collect();
+        assert_eq!(designs, ["eadr", "bbb", "silo"]);
+        assert!(
+            rendered
+                .rows
+                .iter()
+                .all(|r| r.len() == rendered.columns.len())
+        );
+        // Silo is the unit of the volume column.
+        assert_eq!(rendered.rows[2][5], "1.0");
+        assert_eq!(distinct([8, 8]), [8]);
+    }
+}

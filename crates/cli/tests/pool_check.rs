@@ -1,0 +1,166 @@
+//! `ferrite pool check` looks past the header: the engine area, every log lane (torn tail
+//! against damage) and the heap; damage exits 14 and is listed (also as JSON); `--repair`
+//! recovers a crashed but sound pool, `--salvage` opens a damaged one on request.
+
+use pmem::{CreateOptions, MemPm, NativeOptions, Pool};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use tx::layout::EngineLayout;
+use tx::{Engine, EngineKind, EngineOptions, Redo, Tx, TxError};
+
+const CORRUPT: i32 = 14;
+const LAYOUT: &str = "check-test";
+
+fn ferrite(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ferrite"))
+        .args(args)
+        .output()
+        .expect("the ferrite binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn text(path: &Path) -> &str {
+    path.to_str().expect("scratch paths are UTF-8")
+}
+
+/// A redo pool after 30 committed transactions: closed cleanly at `clean`, and copied while
+/// still open (as a killed process leaves it) to `crashed`.
+fn redo_pools(dir: &Path) -> (PathBuf, PathBuf) {
+    let (clean, crashed) = (dir.join("clean.pool"), dir.join("crashed.pool"));
+    let pool = Pool::create(&clean, &CreateOptions::new(LAYOUT, 8 << 20)).expect("pool");
+    let engine = Redo::create(pool, &EngineOptions::small()).expect("redo");
+    for i in 0..30u64 {
+        engine
+            .transaction(|tx| {
+                let block = tx.alloc::<()>(64)?;
+                tx.write_u64(block, 0, i)?;
+                tx.write_ptr(tx.root::<()>(), 8 * (i % 16), block)
+            })
+            .expect("commit");
+    }
+    std::fs::copy(&clean, &crashed).expect("copy of the open pool");
+    drop(engine);
+    (clean, crashed)
+}
+
+/// Flips a byte inside a live redo record that newer records of its lane follow.
+fn damage_a_middle_record(path: &Path) {
+    let mut bytes = std::fs::read(path).expect("read");
+    let pm = MemPm::new(bytes.clone());
+    let pool = Pool::attach(pm, LAYOUT).expect("attach");
+    let layout =
+        EngineLayout::read(pool.pm(), pool.arena(), EngineKind::Redo).expect("engine layout");
+    let records: Vec<u64> = (0..layout.lane_count as usize)
+        .map(|lane| (layout.lane(lane), layout.lane(lane) + layout.lane_size))
+        .flat_map(|(base, limit)| {
+            let pm = pool.pm();
+            (base..limit)
+                .step_by(64)
+                .filter(move |&at| matches!(tx::record::read(pm, at, limit), Ok(Some(_))))
+        })
+        .collect();
+    assert!(records.len() > 4, "{} records", records.len());
+    let at = records[records.len() / 2] + 30;
+    bytes[at as usize] ^= 0x10;
+    std::fs::write(path, bytes).expect("write");
+}
+
+#[test]
+fn a_sound_engine_pool_is_ok_and_names_its_engine() {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
+    let (clean, _) = redo_pools(dir.path());
+    let check = ferrite(&["pool", "check", text(&clean)]);
+    assert_eq!(check.status.code(), Some(0), "{}", stdout(&check));
+    assert!(stdout(&check).starts_with("ok: "), "{}", stdout(&check));
+    assert!(stdout(&check).contains("redo engine"), "{}", stdout(&check));
+}
+
+#[test]
+fn damage_in_the_middle_of_a_lane_exits_14_and_is_listed() {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
+    let (_, crashed) = redo_pools(dir.path());
+    damage_a_middle_record(&crashed);
+    let check = ferrite(&["pool", "check", text(&crashed)]);
+    assert_eq!(check.status.code(), Some(CORRUPT), "{}", stdout(&check));
+    assert!(
+        stdout(&check).contains("damage: redo lane"),
+        "{}",
+        stdout(&check)
+    );
+
+    let json = ferrite(&["pool", "check", "--json", text(&crashed)]);
+    assert_eq!(json.status.code(), Some(CORRUPT));
+    let verdict: Value = serde_json::from_str(&stdout(&json)).expect("JSON");
+    assert_eq!(verdict["ok"], false);
+    let findings = verdict["findings"].as_array().expect("findings");
+    assert!(
+        findings.iter().any(|f| f["severity"] == "damage"),
+        "{verdict}"
+    );
+
+    // A repair is refused while there is damage; the engine refuses the pool too.
+    let repair = ferrite(&["pool", "check", "--repair", text(&crashed)]);
+    assert_eq!(repair.status.code(), Some(CORRUPT));
+    let pool = Pool::open(&crashed, LAYOUT, &NativeOptions::default()).expect("pool");
+    assert!(matches!(
+        Redo::open(pool, &EngineOptions::small()),
+        Err(TxError::Corrupted(_))
+    ));
+
+    // Salvage is an explicit choice: it opens the pool, replaying what is intact.
+    let salvage = ferrite(&["pool", "check", "--salvage", text(&crashed)]);
+    assert_eq!(salvage.status.code(), Some(0), "{}", stdout(&salvage));
+    assert!(
+        stdout(&salvage).contains("recovered: damage"),
+        "{}",
+        stdout(&salvage)
+    );
+    let after = ferrite(&["pool", "check", text(&crashed)]);
+    assert_eq!(after.status.code(), Some(0), "{}", stdout(&after));
+}
+
+#[test]
+fn repair_recovers_a_crashed_sound_pool() {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
+    let (_, crashed) = redo_pools(dir.path());
+    let check = ferrite(&["pool", "check", text(&crashed)]);
+    assert_eq!(check.status.code(), Some(0), "{}", stdout(&check));
+    assert!(
+        stdout(&check).contains("recovery: redo log"),
+        "{}",
+        stdout(&check)
+    );
+    assert!(
+        stdout(&check).contains("not closed cleanly"),
+        "{}",
+        stdout(&check)
+    );
+
+    let repair = ferrite(&["pool", "check", "--repair", text(&crashed)]);
+    assert_eq!(repair.status.code(), Some(0), "{}", stdout(&repair));
+    assert!(
+        stdout(&repair).contains("recovered:"),
+        "{}",
+        stdout(&repair)
+    );
+    let after = ferrite(&["pool", "check", text(&crashed)]);
+    assert!(
+        stdout(&after).contains("closed cleanly"),
+        "{}",
+        stdout(&after)
+    );
+    assert!(!stdout(&after).contains("recovery:"), "{}", stdout(&after));
+    let pool = Pool::open(&crashed, LAYOUT, &NativeOptions::default()).expect("pool");
+    let engine = Redo::open(pool, &EngineOptions::small()).expect("recovered");
+    let last = engine
+        .read_only(|tx| {
+            let block: tx::PPtr<()> = tx.read_ptr(tx.root::<()>(), 8 * (29 % 16))?;
+            tx.read_u64(block, 0)
+        })
+        .expect("read");
+    assert_eq!(last, 29, "every committed transaction survived");
+}

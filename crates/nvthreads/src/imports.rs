@@ -1,0 +1,162 @@
+//! Whether this process uses the runtime (`docs/nvthreads.md` §3.7): whether the executable
+//! or a library loaded with it imports the persistence API or `pthread_create`.
+//!
+//! `LD_PRELOAD` loads the runtime into every process started with it, wrappers included
+//! (`timeout 60 ./prog`, `strace`, `env`, a shell script). A wrapper neither creates threads
+//! nor calls `nvmalloc`: if the runtime started there, it would take the pool's lock and the
+//! real program, started by the wrapper, would find the pool in use. So the runtime starts
+//! only in a process that imports one of [`RUNTIME_SYMBOLS`], and stays dormant (plain
+//! glibc, and the pool left to the program) elsewhere.
+//!
+//! The imports are read from the relocation tables of every object loaded at start-up (the
+//! executable first; libc, the dynamic loader and this library itself are skipped): a call
+//! to a function of another object is a `JUMP_SLOT` or `GLOB_DAT` relocation naming it.
+
+use std::ffi::CStr;
+
+/// The symbols whose import makes a process a user of the runtime.
+pub const RUNTIME_SYMBOLS: [&str; 10] = [
+    "nvmalloc",
+    "nvt_error",
+    "nvrecover",
+    "crashed",
+    "isCrashed",
+    "nvcheckpoint",
+    "nvt_init",
+    "nvt_durable_epoch",
+    "nvt_section_epoch",
+    "pthread_create",
+];
+
+/// Objects never searched: glibc, the dynamic loader and the runtime library.
+const SKIPPED: [&str; 4] = ["libc.so", "ld-linux", "libnvthreads_rt", "linux-vdso"];
+
+const DT_NULL: u64 = 0;
+const DT_PLTRELSZ: u64 = 2;
+const DT_STRTAB: u64 = 5;
+const DT_SYMTAB: u64 = 6;
+const DT_RELA: u64 = 7;
+const DT_RELASZ: u64 = 8;
+const DT_RELAENT: u64 = 9;
+const DT_STRSZ: u64 = 10;
+const DT_SYMENT: u64 = 11;
+const DT_JMPREL: u64 = 23;
+
+/// Whether any object loaded in this process (but libc, the loader and this library)
+/// imports one of [`RUNTIME_SYMBOLS`].
+pub fn process_uses_runtime() -> bool {
+    let mut found = false;
+    // SAFETY: dl_iterate_phdr calls the callback with valid program headers; `data` is our
+    // flag, used only during the call.
+    unsafe {
+        libc::dl_iterate_phdr(Some(search_object), (&raw mut found).cast());
+    }
+    found
+}
+
+unsafe extern "C" fn search_object(
+    info: *mut libc::dl_phdr_info,
+    _size: usize,
+    data: *mut libc::c_void,
+) -> i32 {
+    // SAFETY: per dl_iterate_phdr, `info` points to a valid header list of `dlpi_phnum`
+    // entries and a NUL-terminated (possibly empty) name; `data` is the flag passed by
+    // `process_uses_runtime`.
+    let (info, found) = unsafe { (&*info, &mut *data.cast::<bool>()) };
+    let name = if info.dlpi_name.is_null() {
+        String::new()
+    } else {
+        // SAFETY: as above.
+        unsafe { CStr::from_ptr(info.dlpi_name) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    if SKIPPED.iter().any(|skipped| name.contains(skipped)) {
+        return 0;
+    }
+    // SAFETY: as above.
+    let headers = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+    let base = info.dlpi_addr as usize;
+    for header in headers.iter().filter(|h| h.p_type == libc::PT_DYNAMIC) {
+        // SAFETY: the object's dynamic section, mapped and readable.
+        if unsafe { imports_runtime(base, base + header.p_vaddr as usize) } {
+            *found = true;
+            return 1;
+        }
+    }
+    0
+}
+
+/// Whether the relocations of the object loaded at `base` with dynamic section `dynamic`
+/// name one of [`RUNTIME_SYMBOLS`].
+///
+/// # Safety
+/// `dynamic` is the object's mapped dynamic section, loaded at `base`.
+unsafe fn imports_runtime(base: usize, dynamic: usize) -> bool {
+    let mut tags = std::collections::HashMap::new();
+    let mut at = dynamic as *const u64;
+    loop {
+        // SAFETY: the section is a sequence of (tag, value) pairs ending with DT_NULL.
+        let (tag, value) = unsafe { (at.read(), at.add(1).read()) };
+        if tag == DT_NULL {
+            break;
+        }
+        tags.insert(tag, value);
+        // SAFETY: still inside the section (DT_NULL not reached).
+        at = unsafe { at.add(2) };
+    }
+    // The loader stores absolute addresses in some entries and leaves others relative.
+    let address = |tag| {
+        tags.get(&tag).map(|&value| {
+            let value = value as usize;
+            if value < base { value + base } else { value }
+        })
+    };
+    let size = |tag| tags.get(&tag).map_or(0, |&v| v as usize);
+    let (Some(symtab), Some(strtab)) = (address(DT_SYMTAB), address(DT_STRTAB)) else {
+        return false;
+    };
+    let (syment, strsz) = (size(DT_SYMENT).max(24), size(DT_STRSZ));
+    let entry = size(DT_RELAENT).max(24);
+    for (table, bytes) in [
+        (address(DT_RELA), size(DT_RELASZ)),
+        (address(DT_JMPREL), size(DT_PLTRELSZ)),
+    ] {
+        let Some(table) = table else { continue };
+        for i in 0..bytes / entry {
+            // SAFETY: a mapped relocation table of `bytes` bytes of Elf64_Rela entries; the
+            // info word is the second.
+            let info = unsafe { ((table + i * entry) as *const u64).add(1).read() };
+            let symbol = (info >> 32) as usize;
+            if symbol == 0 {
+                continue;
+            }
+            // SAFETY: the relocation's symbol entry (Elf64_Sym: st_name first, a u32).
+            let name_at = unsafe { ((symtab + symbol * syment) as *const u32).read() } as usize;
+            if name_at >= strsz {
+                continue;
+            }
+            // SAFETY: a NUL-terminated name inside the mapped string table.
+            let name = unsafe { CStr::from_ptr((strtab + name_at) as *const libc::c_char) };
+            if RUNTIME_SYMBOLS
+                .iter()
+                .any(|wanted| name.to_bytes() == wanted.as_bytes())
+            {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_test_harness_imports_pthread_create() {
+        // The test harness creates threads through std, which calls libc's
+        // pthread_create: the harness binary imports it.
+        assert!(process_uses_runtime());
+    }
+}

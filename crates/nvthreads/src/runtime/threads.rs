@@ -1,0 +1,414 @@
+//! Threads as processes (`docs/nvthreads.md` §3.1, §3.7): `pthread_create` is a
+//! synchronisation point followed by `fork`; joins wait on the child's slot in the shared
+//! thread table; detached threads free their own slot; signals, names and affinity go to
+//! the thread-process.
+
+use super::commit::MergeEnd;
+use super::{LOCAL, Runtime, depth, fatal, get, set};
+use crate::shared::{
+    Clock, MAX_THREADS, ThreadSlot, futex_wait_for, futex_wait_until, futex_wake, thread_state,
+};
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+
+impl Runtime {
+    /// `pthread_create`: a synchronisation point, then `fork`. Returns the new thread's
+    /// handle, or an errno. In the child, runs `start(arg)` and exits; never returns.
+    pub fn spawn(
+        &self,
+        start: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void,
+        arg: usize,
+        detached: bool,
+    ) -> Result<u64, i32> {
+        reap_exited_children();
+        // The child starts from the shared view: everything this thread wrote is merged
+        // (inside a section, the section opens, so the child depends on it) and every private
+        // copy is dropped.
+        if depth() == 0 {
+            self.apply_pending_name();
+            self.merge(MergeEnd::Interval, true);
+        } else {
+            self.open_section(true);
+        }
+        let Some(index) = (1..MAX_THREADS).find(|&i| {
+            self.shared.threads[i]
+                .state
+                .compare_exchange(
+                    thread_state::FREE,
+                    thread_state::RUNNING,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        }) else {
+            return Err(libc::EAGAIN);
+        };
+        let slot = &self.shared.threads[index];
+        slot.detached.store(u32::from(detached), Ordering::SeqCst);
+        slot.parent.store(super::me(), Ordering::Relaxed);
+        slot.retval.store(0, Ordering::Relaxed);
+        slot.name_pending.store(0, Ordering::Relaxed);
+        self.shared.live_threads.fetch_add(1, Ordering::AcqRel);
+        // Empty stdio buffers first: the child would otherwise inherit (and print again)
+        // output the parent has not flushed yet. The child flushes its own at exit.
+        // SAFETY: fflush(NULL) flushes every open output stream; no pointer is passed.
+        unsafe { libc::fflush(std::ptr::null_mut()) };
+        line_buffer_stdout();
+        // SAFETY: fork in a single-threaded process; the child only runs the program's start
+        // routine and the runtime, then leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            self.shared.live_threads.fetch_sub(1, Ordering::AcqRel);
+            slot.state.store(thread_state::FREE, Ordering::Release);
+            return Err(libc::EAGAIN);
+        }
+        if pid == 0 {
+            if super::me() == 0 {
+                // A thread dies with the program's main process (as with pthreads).
+                // SAFETY: prctl with an integer argument.
+                unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+            }
+            LOCAL.me.store(index as u32, Ordering::Relaxed);
+            // The main process works on the shared view of the unlogged regions directly;
+            // a thread-process tracks its writes. Fork copied no page-table entries of
+            // those shared mappings, so replacing them is cheap.
+            self.tracker
+                .set_tracking(true)
+                .unwrap_or_else(|e| fatal(&e.to_string()));
+            self.tracker.after_fork();
+            self.tracker.set_writer(index);
+            LOCAL.depth.store(0, Ordering::Relaxed);
+            crate::malloc::pending_frees().clear();
+            self.forget_deferred();
+            // It depends on what its creator depended on, but its section is not open.
+            set(&LOCAL.member, false);
+            set(&LOCAL.child, true);
+            children().clear();
+            let result = start(arg as *mut libc::c_void);
+            self.exit_thread(result as u64);
+        }
+        slot.pid.store(pid, Ordering::Release);
+        children().push(pid);
+        Ok(index as u64 + 1)
+    }
+
+    /// `pthread_exit` in a thread-process (also the end of its start routine).
+    pub fn exit_thread(&self, retval: u64) -> ! {
+        let index = super::me() as usize;
+        // This thread's own stdio output, before a joiner can print (the parent emptied the
+        // buffers the child inherited before forking).
+        // SAFETY: fflush(NULL) flushes every open output stream; no pointer is passed.
+        unsafe { libc::fflush(std::ptr::null_mut()) };
+        LOCAL.depth.store(0, Ordering::Relaxed);
+        set(&LOCAL.exiting, true);
+        self.end_section();
+        self.release_deferred();
+        self.account_faults();
+        let slot = &self.shared.threads[index];
+        slot.dep.store(self.dependency(), Ordering::Release);
+        slot.retval.store(retval, Ordering::Release);
+        self.shared.live_threads.fetch_sub(1, Ordering::AcqRel);
+        slot.state.store(thread_state::DONE, Ordering::SeqCst);
+        if slot.detached.load(Ordering::SeqCst) == 1 {
+            free_if_done(slot);
+        }
+        futex_wake(&slot.state, i32::MAX);
+        // SAFETY: ends the thread-process without running the program's exit handlers (they
+        // belong to the main thread's process exit).
+        unsafe { libc::_exit(0) }
+    }
+
+    /// Whether this process is a thread-process.
+    pub fn is_child(&self) -> bool {
+        get(&LOCAL.child)
+    }
+
+    /// The slot of a joinable or running thread handle, or an errno.
+    fn thread_slot(&self, handle: u64) -> Result<&'static ThreadSlot, i32> {
+        let index = handle.wrapping_sub(1) as usize;
+        if index >= MAX_THREADS {
+            return Err(libc::ESRCH);
+        }
+        let slot = &self.shared.threads[index];
+        if slot.state.load(Ordering::Acquire) == thread_state::FREE {
+            return Err(libc::ESRCH);
+        }
+        Ok(slot)
+    }
+
+    /// `pthread_join`: a synchronisation point, then wait for the thread's end.
+    pub fn join(&self, handle: u64) -> Result<u64, i32> {
+        self.join_until(handle, JoinWait::Block)
+    }
+
+    /// `pthread_join` (`Block`), `pthread_tryjoin_np` (`Try`: `EBUSY` if the thread runs)
+    /// and `pthread_timedjoin_np` (`Until`: `ETIMEDOUT` after the realtime deadline).
+    pub fn join_until(&self, handle: u64, wait: JoinWait<'_>) -> Result<u64, i32> {
+        let index = handle.wrapping_sub(1) as usize;
+        if index == 0 || index == super::me() as usize {
+            return Err(if index == 0 {
+                libc::ESRCH
+            } else {
+                libc::EDEADLK
+            });
+        }
+        let slot = self.thread_slot(handle)?;
+        if slot.detached.load(Ordering::SeqCst) == 1 {
+            return Err(libc::EINVAL);
+        }
+        if matches!(wait, JoinWait::Try) && slot.state.load(Ordering::Acquire) != thread_state::DONE
+        {
+            return Err(libc::EBUSY);
+        }
+        if depth() == 0 {
+            self.sync_interval();
+        }
+        self.before_blocking();
+        let mut timed_out = false;
+        loop {
+            let state = slot.state.load(Ordering::Acquire);
+            if state == thread_state::DONE {
+                break;
+            }
+            match wait {
+                JoinWait::Until(deadline) => {
+                    if !futex_wait_until(&slot.state, state, Clock::Realtime, deadline) {
+                        timed_out = slot.state.load(Ordering::Acquire) != thread_state::DONE;
+                        if timed_out {
+                            break;
+                        }
+                    }
+                }
+                _ => futex_wait_for(&slot.state, state, JOIN_WATCHDOG),
+            }
+            self.check_alive(handle, slot);
+        }
+        if timed_out {
+            self.refresh_kept();
+            return Err(libc::ETIMEDOUT);
+        }
+        self.after_acquire(slot.dep.load(Ordering::Acquire));
+        reap_exited_children();
+        let retval = slot.retval.load(Ordering::Acquire);
+        slot.pid.store(0, Ordering::Relaxed);
+        slot.state.store(thread_state::FREE, Ordering::Release);
+        Ok(retval)
+    }
+
+    /// Ends the run if the thread `handle` died without ending (a signal, or `exit` in a
+    /// thread-process that was not the program's): waiting for it would never return.
+    fn check_alive(&self, handle: u64, slot: &ThreadSlot) {
+        if slot.state.load(Ordering::Acquire) != thread_state::RUNNING {
+            return;
+        }
+        let pid = slot.pid.load(Ordering::Acquire);
+        if pid > 0
+            && !process_alive(pid)
+            && slot.state.load(Ordering::Acquire) == thread_state::RUNNING
+        {
+            fatal(&format!(
+                "thread {handle} (process {pid}) died without ending; ending the program"
+            ));
+        }
+    }
+
+    /// `pthread_detach`: the thread frees its own slot when it ends (at once if it has).
+    pub fn detach(&self, handle: u64) -> i32 {
+        let Ok(slot) = self.thread_slot(handle) else {
+            return libc::ESRCH;
+        };
+        if handle == 1 {
+            return 0; // the main thread's end is the process's
+        }
+        if slot.detached.swap(1, Ordering::SeqCst) == 1 {
+            return libc::EINVAL;
+        }
+        free_if_done(slot);
+        0
+    }
+
+    /// `pthread_kill`: sends `signal` to the thread-process (0 only checks it exists).
+    pub fn kill_thread(&self, handle: u64, signal: i32) -> i32 {
+        match self.thread_pid(handle) {
+            // SAFETY: kill has no memory preconditions.
+            Some(pid) => match unsafe { libc::kill(pid, signal) } {
+                0 => 0,
+                _ => std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::ESRCH),
+            },
+            None => libc::ESRCH,
+        }
+    }
+
+    /// The process id of a live thread handle.
+    pub fn thread_pid(&self, handle: u64) -> Option<i32> {
+        let slot = self.thread_slot(handle).ok()?;
+        if slot.state.load(Ordering::Acquire) != thread_state::RUNNING {
+            return None;
+        }
+        if handle == self.self_handle() {
+            // SAFETY: getpid has no preconditions.
+            return Some(unsafe { libc::getpid() });
+        }
+        Some(slot.pid.load(Ordering::Acquire)).filter(|&pid| pid > 0)
+    }
+
+    /// `pthread_setname_np` of another thread: recorded for it to apply at its next
+    /// synchronisation point (a process cannot rename another).
+    pub fn set_thread_name(&self, handle: u64, name: &[u8]) -> i32 {
+        match self.thread_slot(handle) {
+            Ok(slot) if handle == self.self_handle() => {
+                slot.name_pending.store(0, Ordering::Release);
+                set_own_name(name)
+            }
+            Ok(slot) => {
+                slot.set_pending_name(name);
+                0
+            }
+            Err(errno) => errno,
+        }
+    }
+
+    /// The name set for a thread by another that it has not applied yet.
+    pub fn pending_thread_name(&self, handle: u64) -> Option<[u8; 16]> {
+        self.thread_slot(handle).ok()?.pending_name()
+    }
+
+    pub(super) fn apply_pending_name(&self) {
+        let slot = &self.shared.threads[super::me() as usize];
+        if let Some(name) = slot.pending_name() {
+            slot.name_pending.store(0, Ordering::Release);
+            let len = name.iter().position(|&b| b == 0).unwrap_or(15);
+            set_own_name(&name[..len]);
+        }
+    }
+
+    /// This thread's handle (`pthread_self`).
+    pub fn self_handle(&self) -> u64 {
+        u64::from(super::me()) + 1
+    }
+
+    /// Waits for every other joinable thread-process (main's `pthread_exit`).
+    pub fn join_all(&self) {
+        for handle in 2..=MAX_THREADS as u64 {
+            let slot = &self.shared.threads[handle as usize - 1];
+            if slot.state.load(Ordering::Acquire) != thread_state::FREE
+                && slot.detached.load(Ordering::SeqCst) == 0
+            {
+                let _ = self.join(handle);
+            }
+        }
+        while self.shared.live_threads.load(Ordering::Acquire) > 1 {
+            // Detached threads still running: wait for them as the process would.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            reap_exited_children();
+        }
+    }
+}
+
+/// How often a joiner checks that the thread it waits for still lives.
+const JOIN_WATCHDOG: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Whether `pid` is alive (not gone, not a zombie). A child of this process that has exited
+/// is reaped here.
+fn process_alive(pid: i32) -> bool {
+    if children().contains(&pid) {
+        // SAFETY: a non-blocking wait for one of our own children.
+        let reaped = unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+        if reaped == pid {
+            children().retain(|&child| child != pid);
+            return false;
+        }
+        return true;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_none_or(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Names the calling process (`prctl(PR_SET_NAME)`); returns an errno.
+fn set_own_name(name: &[u8]) -> i32 {
+    let mut bytes = [0u8; 16];
+    bytes[..name.len().min(15)].copy_from_slice(&name[..name.len().min(15)]);
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    match unsafe { libc::prctl(libc::PR_SET_NAME, bytes.as_ptr()) } {
+        0 => 0,
+        _ => std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL),
+    }
+}
+
+unsafe extern "C" {
+    /// glibc's standard output stream.
+    static stdout: *mut libc::FILE;
+}
+
+/// Makes standard output line-buffered (once, in the process that creates the first
+/// thread; every thread-process inherits the setting). Threads of one glibc process share
+/// one buffer, so a line is never cut; thread-processes each have their own, and a full
+/// buffer written out in the middle of a line would interleave with another thread's
+/// output. Line-buffered, every write is whole lines. Called with the buffer just flushed.
+fn line_buffer_stdout() {
+    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if DONE.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    // SAFETY: `stdout` is glibc's stream, valid for the process's life; its buffer is empty
+    // (flushed just before), which is when glibc accepts a change of buffering; a null
+    // buffer lets glibc allocate its own.
+    unsafe {
+        libc::setvbuf(
+            stdout,
+            std::ptr::null_mut(),
+            libc::_IOLBF,
+            libc::BUFSIZ as usize,
+        )
+    };
+}
+
+/// How `join_until` waits.
+#[derive(Clone, Copy, Debug)]
+pub enum JoinWait<'a> {
+    /// Until the thread ends.
+    Block,
+    /// Not at all: `EBUSY` if it runs.
+    Try,
+    /// Until the absolute `CLOCK_REALTIME` deadline.
+    Until(&'a libc::timespec),
+}
+
+/// Thread-processes this process created and has not reaped (private to each process).
+fn children() -> std::sync::MutexGuard<'static, Vec<i32>> {
+    static CHILDREN: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+    CHILDREN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Reaps the children that have exited without being joined (detached threads).
+fn reap_exited_children() {
+    children().retain(|&pid| {
+        // SAFETY: a non-blocking wait for one of our own children.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) == 0 }
+    });
+}
+
+/// Frees a detached thread's slot once it has ended (called by the thread and by the
+/// detacher; the exchange makes exactly one of them do it).
+fn free_if_done(slot: &ThreadSlot) {
+    if slot
+        .state
+        .compare_exchange(
+            thread_state::DONE,
+            thread_state::FREE,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        )
+        .is_ok()
+    {
+        slot.pid.store(0, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,34 @@
+//! Direct access to a PMFS pool for unmodified programs (the user-space analogue of PMFS'
+//! XIP path, EuroSys'14): loaded with `LD_PRELOAD`, this library serves every file operation
+//! on paths under a prefix from a pool mapped into the program's own process, through the
+//! `pmfs` library, and passes everything else to the C library. No kernel round trip stands
+//! between the program and PM; `mmap` of a served file maps the pool's pages themselves.
+//!
+//! ```text
+//! PMFS_POOL=/dev/shm/fs.pool PMFS_PREFIX=/pmfs LD_PRELOAD=libpmfs_preload.so sqlite3 /pmfs/db
+//! ```
+//!
+//! The model (`docs/pmfs-mount.md`, "Direct access"):
+//! - **One process owns the pool** (the pool's lock): the first served call opens and
+//!   mounts it; a pool mounted elsewhere (or served to another process) makes served calls
+//!   fail with `EBUSY` and one message on stderr. Sharing between processes is the FUSE
+//!   mount's job. A forked child must not use served descriptors (it holds a stale copy of
+//!   the file system's DRAM state); programs that fork workers (fio) run threads instead.
+//! - Guarantees are the library's: every call that returns has made its change durable
+//!   (metadata atomic, data in place with non-temporal stores, or copy-on-write), exactly as
+//!   through the mount; stores through a mapping are durable at `msync`, `fsync` or
+//!   `munmap`.
+//! - Served paths are absolute paths under the prefix (and paths relative to a served
+//!   directory descriptor with the `*at` calls); relative paths resolve through the kernel.
+//! - A served descriptor is a real descriptor number (an `O_PATH` descriptor of `/` holds
+//!   it, so a call this library does not serve fails with `EBADF` instead of touching
+//!   another file). `dup` of a served descriptor is refused (`EBADF`); record locks
+//!   (`fcntl` `F_SETLK`) always succeed, since no other process can hold one.
+//! - The pool is not marked clean when the program exits; the next open recovers as after
+//!   a crash, which every mount does anyway.
+//!
+//! x86-64 Linux only: the variadic `open`/`fcntl` are declared with their optional
+//! argument, which the System V calling convention passes in the same register either way.
+
+mod abi;
+mod served;

@@ -1,0 +1,170 @@
+//! The served file system: configuration from the environment, path routing, the table of
+//! served descriptors (kernel descriptor number → `pmfs` descriptor) and of live mappings.
+//! Everything here is safe Rust over `pmfs::Posix`; `abi.rs` turns it into C functions.
+
+use parking_lot::{Mutex, RwLock};
+use pmem::{Native, NativeOptions, Pool};
+use pmfs::mmap::FileMap;
+use pmfs::{Errno, Fd, Fs, MountOptions, Posix};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// What the environment asks for.
+#[derive(Debug)]
+pub(crate) struct Config {
+    /// The pool file (`PMFS_POOL`).
+    pub(crate) pool: PathBuf,
+    /// The served prefix, absolute, without a trailing slash (`PMFS_PREFIX`, default
+    /// `/pmfs`).
+    pub(crate) prefix: String,
+}
+
+/// The configuration, read once; `None` when `PMFS_POOL` is unset (nothing is served).
+pub(crate) fn config() -> Option<&'static Config> {
+    static CONFIG: OnceLock<Option<Config>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let pool = PathBuf::from(std::env::var_os("PMFS_POOL")?);
+            let prefix = std::env::var("PMFS_PREFIX").unwrap_or_else(|_| "/pmfs".to_owned());
+            let prefix = prefix.trim_end_matches('/').to_owned();
+            (prefix.starts_with('/') && prefix.len() > 1).then_some(Config { pool, prefix })
+        })
+        .as_ref()
+}
+
+/// The path inside the file system of `path` when it is under the prefix.
+pub(crate) fn route(config: &Config, path: &[u8]) -> Option<String> {
+    let rest = path.strip_prefix(config.prefix.as_bytes())?;
+    if !rest.is_empty() && rest[0] != b'/' {
+        return None;
+    }
+    let inner = std::str::from_utf8(rest).ok()?;
+    Some(if inner.is_empty() {
+        "/".to_owned()
+    } else {
+        inner.to_owned()
+    })
+}
+
+/// A served descriptor.
+#[derive(Clone, Debug)]
+pub(crate) struct Open {
+    /// The library's descriptor.
+    pub(crate) fd: Fd,
+    /// The path it was opened with, inside the file system (for the `*at` calls).
+    pub(crate) path: String,
+}
+
+/// A live mapping of a served file.
+#[derive(Debug)]
+pub(crate) struct Mapping {
+    /// First byte in the program's address space.
+    pub(crate) addr: usize,
+    /// Bytes mapped.
+    pub(crate) len: usize,
+    /// The pinned range (its blocks stay the file's until the mapping goes).
+    pub(crate) map: FileMap<'static, Native>,
+}
+
+/// The pool, mounted, with the served descriptors and mappings.
+#[derive(Debug)]
+pub(crate) struct Served {
+    pub(crate) px: Posix<Native>,
+    pub(crate) fds: RwLock<HashMap<i32, Open>>,
+    pub(crate) maps: Mutex<Vec<Mapping>>,
+    /// The pool file, opened again for mapping its pages into the program.
+    pub(crate) pool_file: std::fs::File,
+    /// The process's file-creation mask when the pool was opened (applied to new files
+    /// and directories, as the kernel applies the current one).
+    pub(crate) umask: u32,
+}
+
+/// This process's file-creation mask, read without changing it.
+fn current_umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("Umask:"))?;
+            u32::from_str_radix(line.split_whitespace().nth(1)?, 8).ok()
+        })
+        .unwrap_or(0o022)
+}
+
+static SERVED: OnceLock<Result<Served, String>> = OnceLock::new();
+
+/// The served file system if it is up (descriptor calls: a descriptor can only be served
+/// once it is).
+pub(crate) fn served() -> Option<&'static Served> {
+    SERVED.get().and_then(|s| s.as_ref().ok())
+}
+
+/// The served file system, opening and mounting the pool on first use; `EBUSY` (after one
+/// message on stderr) when it cannot be.
+pub(crate) fn served_or_open(config: &Config) -> Result<&'static Served, Errno> {
+    SERVED
+        .get_or_init(|| {
+            open(config).inspect_err(|why| {
+                eprintln!("pmfs-preload: cannot serve {}: {why}", config.prefix);
+            })
+        })
+        .as_ref()
+        .map_err(|_| Errno::EBUSY)
+}
+
+fn open(config: &Config) -> Result<Served, String> {
+    let native = NativeOptions::default().with_env_overrides();
+    let pool = Pool::open(&config.pool, pmfs::LAYOUT, &native).map_err(|e| {
+        format!(
+            "{}: {e} (one process at a time: is it mounted or served elsewhere?)",
+            config.pool.display()
+        )
+    })?;
+    let pool_file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&config.pool)
+        .map_err(|e| format!("{}: {e}", config.pool.display()))?;
+    let fs = Fs::mount(pool, MountOptions::default())
+        .map_err(|e| format!("{}: {e}", config.pool.display()))?;
+    Ok(Served {
+        px: Posix::new(fs),
+        fds: RwLock::new(HashMap::new()),
+        maps: Mutex::new(Vec::new()),
+        pool_file,
+        umask: current_umask(),
+    })
+}
+
+impl Served {
+    /// The served descriptor behind kernel descriptor `kfd`.
+    pub(crate) fn open_of(&self, kfd: i32) -> Option<Open> {
+        self.fds.read().get(&kfd).cloned()
+    }
+
+    /// Makes every mapping of inode `ino` durable (an `fsync` covers stores through them).
+    pub(crate) fn persist_maps_of(&self, ino: u64) -> Result<(), Errno> {
+        for mapping in self.maps.lock().iter().filter(|m| m.map.ino() == ino) {
+            mapping.map.persist_all()?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_only_paths_under_the_prefix() {
+        let config = Config {
+            pool: PathBuf::from("/dev/shm/p"),
+            prefix: "/pmfs".to_owned(),
+        };
+        assert_eq!(route(&config, b"/pmfs").as_deref(), Some("/"));
+        assert_eq!(route(&config, b"/pmfs/a/b").as_deref(), Some("/a/b"));
+        assert_eq!(route(&config, b"/pmfsx/a"), None);
+        assert_eq!(route(&config, b"/tmp/pmfs"), None);
+        assert_eq!(route(&config, b"pmfs/a"), None);
+    }
+}

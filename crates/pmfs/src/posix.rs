@@ -1,0 +1,770 @@
+//! The POSIX-style layer: paths (absolute; a relative path starts at the root, there is no
+//! working directory), symbolic links followed as the system calls do, file descriptors with
+//! a position, `open` flags, errors as errno values. Reached through [`Fs::posix`].
+//!
+//! A [`Posix`] owns the [`Fs`] it serves and its own descriptor table (descriptors are a
+//! property of this layer, not of the file system: the FUSE adapter keeps kernel handles
+//! instead). Its lock is taken before the file system's.
+//!
+//! There are no permission checks: the library acts with the rights of its caller (the FUSE
+//! mount will let the kernel check permissions). New inodes get the credentials set with
+//! [`Posix::set_credentials`] (0:0 by default).
+
+use crate::attr::{Attr, DirEntry, SetAttr, TimeSet};
+use crate::error::Errno;
+use crate::filesystem::Fs;
+use crate::inode::FileType;
+use crate::layout::{NAME_MAX, ROOT_INO};
+use crate::state::Inner;
+use parking_lot::Mutex;
+use pmem::Persist;
+use std::collections::BTreeMap;
+
+pub use libc::{
+    O_ACCMODE, O_APPEND, O_CREAT, O_DIRECTORY, O_EXCL, O_NOFOLLOW, O_RDONLY, O_RDWR, O_TRUNC,
+    O_WRONLY,
+};
+
+/// Longest path in bytes (including the terminating NUL a C caller would add).
+pub const PATH_MAX: usize = 4096;
+/// Most symbolic links followed while resolving one path.
+pub const MAX_SYMLINKS: u32 = 40;
+
+/// A file descriptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Fd(pub u32);
+
+/// Where `lseek` counts from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Whence {
+    /// From the start.
+    Set,
+    /// From the current position.
+    Cur,
+    /// From the end.
+    End,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct OpenFile {
+    ino: u64,
+    generation: u32,
+    pos: u64,
+    read: bool,
+    write: bool,
+    append: bool,
+}
+
+/// Open descriptors: the lowest free number is handed out, as the kernel does.
+#[derive(Debug, Default)]
+struct FdTable {
+    files: BTreeMap<u32, OpenFile>,
+}
+
+impl FdTable {
+    fn insert(&mut self, file: OpenFile) -> Fd {
+        let fd = (0..)
+            .find(|n| !self.files.contains_key(n))
+            .expect("a free number");
+        self.files.insert(fd, file);
+        Fd(fd)
+    }
+
+    fn get(&self, fd: Fd) -> Result<OpenFile, Errno> {
+        self.files.get(&fd.0).copied().ok_or(Errno::EBADF)
+    }
+
+    fn set_pos(&mut self, fd: Fd, pos: u64) {
+        if let Some(file) = self.files.get_mut(&fd.0) {
+            file.pos = pos;
+        }
+    }
+}
+
+/// The POSIX-style API over a file system it owns.
+#[derive(Debug)]
+pub struct Posix<B: Persist> {
+    fs: Fs<B>,
+    fds: Mutex<FdTable>,
+}
+
+/// A path split into its directory and last component.
+struct Split {
+    dir: u64,
+    /// `None` for the root itself.
+    last: Option<Vec<u8>>,
+    trailing_slash: bool,
+}
+
+impl<B: Persist> Posix<B> {
+    /// The path-and-descriptor API over `fs`, with no descriptor open.
+    pub fn new(fs: Fs<B>) -> Self {
+        Posix {
+            fs,
+            fds: Mutex::new(FdTable::default()),
+        }
+    }
+
+    /// The file system.
+    pub fn fs(&self) -> &Fs<B> {
+        &self.fs
+    }
+
+    /// Gives the file system back. Descriptors still open keep their files open in it (an
+    /// unlinked one is then freed by the next mount, as after a crash).
+    pub fn into_fs(self) -> Fs<B> {
+        self.fs
+    }
+
+    /// The owner and group of inodes created from now on.
+    pub fn set_credentials(&self, uid: u32, gid: u32) {
+        self.fs.lock().creds = (uid, gid);
+    }
+
+    fn components(path: &[u8]) -> Result<Vec<&[u8]>, Errno> {
+        if path.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        if path.len() >= PATH_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        let parts: Vec<&[u8]> = path
+            .split(|&b| b == b'/')
+            .filter(|c| !c.is_empty())
+            .collect();
+        if parts.iter().any(|c| c.len() > NAME_MAX) {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        Ok(parts)
+    }
+
+    /// Resolves every component but the last, starting at `base` (or the root for an
+    /// absolute path).
+    fn split(
+        &self,
+        inner: &mut Inner,
+        base: u64,
+        path: &[u8],
+        budget: &mut u32,
+    ) -> Result<Split, Errno> {
+        let parts = Self::components(path)?;
+        let mut dir = if path.first() == Some(&b'/') {
+            ROOT_INO
+        } else {
+            base
+        };
+        let Some((last, walk)) = parts.split_last() else {
+            return Ok(Split {
+                dir,
+                last: None,
+                trailing_slash: false,
+            });
+        };
+        for part in walk {
+            dir = self.step(inner, dir, part, budget)?;
+        }
+        Ok(Split {
+            dir,
+            last: Some(last.to_vec()),
+            trailing_slash: path.last() == Some(&b'/'),
+        })
+    }
+
+    /// Moves from directory `dir` into `name`, following a symbolic link; the result must be
+    /// a directory.
+    fn step(
+        &self,
+        inner: &mut Inner,
+        dir: u64,
+        name: &[u8],
+        budget: &mut u32,
+    ) -> Result<u64, Errno> {
+        let (ino, kind) = self.follow(inner, dir, name, true, budget)?;
+        if kind != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        Ok(ino)
+    }
+
+    /// Looks `name` up in `dir`; a symbolic link is followed when `follow` is set.
+    fn follow(
+        &self,
+        inner: &mut Inner,
+        dir: u64,
+        name: &[u8],
+        follow: bool,
+        budget: &mut u32,
+    ) -> Result<(u64, FileType), Errno> {
+        let (ino, kind) = self.fs.lookup_locked(inner, dir, name)?;
+        if kind != FileType::Symlink || !follow {
+            return Ok((ino, kind));
+        }
+        if *budget == 0 {
+            return Err(Errno::ELOOP);
+        }
+        *budget -= 1;
+        let target = self.fs.readlink_locked(ino)?;
+        self.resolve_from(inner, dir, &target, true, budget)
+    }
+
+    fn resolve_from(
+        &self,
+        inner: &mut Inner,
+        base: u64,
+        path: &[u8],
+        follow_last: bool,
+        budget: &mut u32,
+    ) -> Result<(u64, FileType), Errno> {
+        let split = self.split(inner, base, path, budget)?;
+        let Some(last) = split.last else {
+            return Ok((split.dir, FileType::Directory));
+        };
+        let found = self.follow(
+            inner,
+            split.dir,
+            &last,
+            follow_last || split.trailing_slash,
+            budget,
+        )?;
+        if split.trailing_slash && found.1 != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        Ok(found)
+    }
+
+    fn resolve(
+        &self,
+        inner: &mut Inner,
+        path: &str,
+        follow: bool,
+    ) -> Result<(u64, FileType), Errno> {
+        self.resolve_from(inner, ROOT_INO, path.as_bytes(), follow, &mut {
+            MAX_SYMLINKS
+        })
+    }
+
+    fn parent_of(&self, inner: &mut Inner, path: &str) -> Result<Split, Errno> {
+        self.split(inner, ROOT_INO, path.as_bytes(), &mut { MAX_SYMLINKS })
+    }
+
+    /// Opens (and with `O_CREAT` creates) a file or directory.
+    pub fn open(&self, path: &str, flags: i32, perm: u32) -> Result<Fd, Errno> {
+        let fs = &self.fs;
+        let mut fds = self.fds.lock();
+        let mut inner = fs.lock();
+        let (read, write) = match flags & O_ACCMODE {
+            O_RDONLY => (true, false),
+            O_WRONLY => (false, true),
+            O_RDWR => (true, true),
+            _ => return Err(Errno::EINVAL),
+        };
+        let mut budget = MAX_SYMLINKS;
+        let split = self.split(&mut inner, ROOT_INO, path.as_bytes(), &mut budget)?;
+        if split.trailing_slash && flags & O_CREAT != 0 {
+            return Err(Errno::EISDIR);
+        }
+        let (ino, kind, created) = match split.last {
+            None => (split.dir, FileType::Directory, false),
+            Some(name) => self.open_last(&mut inner, split.dir, name, flags, perm, &mut budget)?,
+        };
+        if split.trailing_slash && kind != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        match kind {
+            FileType::Directory if write => return Err(Errno::EISDIR),
+            FileType::Directory => {}
+            _ if flags & O_DIRECTORY != 0 => return Err(Errno::ENOTDIR),
+            _ => {}
+        }
+        if flags & O_TRUNC != 0 && write && kind == FileType::Regular && !created {
+            let set = SetAttr {
+                size: Some(0),
+                ..SetAttr::default()
+            };
+            fs.setattr_locked(&mut inner, ino, set)?;
+        }
+        let inode = fs.inode(ino)?;
+        *inner.open.entry(ino).or_insert(0) += 1;
+        let fd = fds.insert(OpenFile {
+            ino,
+            generation: inode.generation,
+            pos: 0,
+            read,
+            write,
+            append: flags & O_APPEND != 0,
+        });
+        if created || flags & O_TRUNC != 0 {
+            fs.pm().durability_point();
+        }
+        Ok(fd)
+    }
+
+    /// Resolves (and with `O_CREAT` creates) the last component of an `open`: a symbolic link
+    /// is followed unless `O_NOFOLLOW`, and a dangling one gets its target created, as Linux
+    /// does. Returns the inode, its type and whether it was created.
+    fn open_last(
+        &self,
+        inner: &mut Inner,
+        mut dir: u64,
+        mut name: Vec<u8>,
+        flags: i32,
+        perm: u32,
+        budget: &mut u32,
+    ) -> Result<(u64, FileType, bool), Errno> {
+        let create = flags & O_CREAT != 0;
+        loop {
+            match self.fs.lookup_locked(inner, dir, &name) {
+                Ok(_) if create && flags & O_EXCL != 0 => return Err(Errno::EEXIST),
+                Ok((_, FileType::Symlink)) if flags & O_NOFOLLOW != 0 => {
+                    return Err(Errno::ELOOP);
+                }
+                Ok((ino, FileType::Symlink)) => {
+                    if *budget == 0 {
+                        return Err(Errno::ELOOP);
+                    }
+                    *budget -= 1;
+                    let target = self.fs.readlink_locked(ino)?;
+                    let split = self.split(inner, dir, &target, budget)?;
+                    let Some(last) = split.last else {
+                        return Ok((split.dir, FileType::Directory, false));
+                    };
+                    if split.trailing_slash {
+                        let (ino, kind) = self.follow(inner, split.dir, &last, true, budget)?;
+                        if kind != FileType::Directory {
+                            return Err(Errno::ENOTDIR);
+                        }
+                        return Ok((ino, kind, false));
+                    }
+                    (dir, name) = (split.dir, last);
+                }
+                Ok((ino, kind)) => return Ok((ino, kind, false)),
+                Err(Errno::ENOENT) if create => {
+                    let perm = perm & crate::inode::PERM_MASK;
+                    let attr =
+                        self.fs
+                            .make_locked(inner, dir, &name, FileType::Regular, perm, None)?;
+                    return Ok((attr.ino, FileType::Regular, true));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Creates (or truncates) a regular file and opens it for writing.
+    pub fn creat(&self, path: &str, perm: u32) -> Result<Fd, Errno> {
+        self.open(path, O_CREAT | O_WRONLY | O_TRUNC, perm)
+    }
+
+    /// The open file of `fd`, checked against its inode (freed and reused: `EBADF`). Called
+    /// with the file system's lock held.
+    fn file(&self, fds: &FdTable, fd: Fd) -> Result<OpenFile, Errno> {
+        let file = fds.get(fd)?;
+        let inode = self.fs.inode(file.ino).map_err(|_| Errno::EBADF)?;
+        if inode.generation != file.generation {
+            return Err(Errno::EBADF);
+        }
+        Ok(file)
+    }
+
+    /// Closes a descriptor (the last close of an unlinked file frees it).
+    pub fn close(&self, fd: Fd) -> Result<(), Errno> {
+        let mut fds = self.fds.lock();
+        let mut inner = self.fs.lock();
+        let file = fds.files.remove(&fd.0).ok_or(Errno::EBADF)?;
+        self.fs.release_locked(&mut inner, file.ino)
+    }
+
+    /// Open descriptors.
+    pub fn open_count(&self) -> usize {
+        self.fds.lock().files.len()
+    }
+
+    /// Reads at the descriptor's position and advances it.
+    pub fn read(&self, fd: Fd, buf: &mut [u8]) -> Result<usize, Errno> {
+        let mut fds = self.fds.lock();
+        let _inner = self.fs.lock();
+        let file = self.file(&fds, fd)?;
+        let n = self.read_at(&file, buf, file.pos)?;
+        fds.set_pos(fd, file.pos + n as u64);
+        Ok(n)
+    }
+
+    /// Reads at `off` (the position is unchanged).
+    pub fn pread(&self, fd: Fd, buf: &mut [u8], off: u64) -> Result<usize, Errno> {
+        let fds = self.fds.lock();
+        let _inner = self.fs.lock();
+        let file = self.file(&fds, fd)?;
+        self.read_at(&file, buf, off)
+    }
+
+    fn read_at(&self, file: &OpenFile, buf: &mut [u8], off: u64) -> Result<usize, Errno> {
+        if !file.read {
+            return Err(Errno::EBADF);
+        }
+        let inode = self.fs.inode(file.ino)?;
+        if inode.kind() == Some(FileType::Directory) {
+            return Err(Errno::EISDIR);
+        }
+        self.fs.read_inode(&inode, off, buf)
+    }
+
+    /// Writes at the descriptor's position (at the end with `O_APPEND`) and advances it.
+    pub fn write(&self, fd: Fd, data: &[u8]) -> Result<usize, Errno> {
+        let mut fds = self.fds.lock();
+        let mut inner = self.fs.lock();
+        let file = self.file(&fds, fd)?;
+        let off = if file.append {
+            self.fs.inode(file.ino)?.size
+        } else {
+            file.pos
+        };
+        let n = self.write_at(&mut inner, &file, data, off)?;
+        fds.set_pos(fd, off + n as u64);
+        Ok(n)
+    }
+
+    /// Writes at `off` (the position is unchanged).
+    pub fn pwrite(&self, fd: Fd, data: &[u8], off: u64) -> Result<usize, Errno> {
+        let fds = self.fds.lock();
+        let mut inner = self.fs.lock();
+        let file = self.file(&fds, fd)?;
+        self.write_at(&mut inner, &file, data, off)
+    }
+
+    fn write_at(
+        &self,
+        inner: &mut Inner,
+        file: &OpenFile,
+        data: &[u8],
+        off: u64,
+    ) -> Result<usize, Errno> {
+        if !file.write {
+            return Err(Errno::EBADF);
+        }
+        let n = self.fs.write_locked(inner, file.ino, off, data)?;
+        self.fs.pm().durability_point();
+        Ok(n)
+    }
+
+    /// Moves the position; returns the new one.
+    pub fn lseek(&self, fd: Fd, off: i64, whence: Whence) -> Result<u64, Errno> {
+        let mut fds = self.fds.lock();
+        let _inner = self.fs.lock();
+        let file = self.file(&fds, fd)?;
+        let base = match whence {
+            Whence::Set => 0,
+            Whence::Cur => file.pos,
+            Whence::End => self.fs.inode(file.ino)?.size,
+        };
+        let pos = base.checked_add_signed(off).ok_or(Errno::EINVAL)?;
+        fds.set_pos(fd, pos);
+        Ok(pos)
+    }
+
+    /// Sets the size of an open file.
+    pub fn ftruncate(&self, fd: Fd, size: u64) -> Result<(), Errno> {
+        let fds = self.fds.lock();
+        let mut inner = self.fs.lock();
+        let file = self.file(&fds, fd)?;
+        if !file.write {
+            return Err(Errno::EINVAL);
+        }
+        self.truncate_ino(&mut inner, file.ino, size)
+    }
+
+    fn truncate_ino(&self, inner: &mut Inner, ino: u64, size: u64) -> Result<(), Errno> {
+        let set = SetAttr {
+            size: Some(size),
+            ..SetAttr::default()
+        };
+        self.fs.setattr_locked(inner, ino, set)?;
+        self.fs.pm().durability_point();
+        Ok(())
+    }
+
+    /// Makes the file durable: every operation already is, so this only checks `fd`.
+    pub fn fsync(&self, fd: Fd) -> Result<(), Errno> {
+        let fds = self.fds.lock();
+        let _inner = self.fs.lock();
+        self.file(&fds, fd)?;
+        self.fs.pm().durability_point();
+        Ok(())
+    }
+
+    /// Allocates blocks for `[off, off + len)` of an open file (`fallocate`: mode 0 grows
+    /// the file, `keep_size` does not).
+    pub fn fallocate(&self, fd: Fd, off: u64, len: u64, keep_size: bool) -> Result<(), Errno> {
+        let ino = {
+            let fds = self.fds.lock();
+            let _inner = self.fs.lock();
+            let file = self.file(&fds, fd)?;
+            if !file.write {
+                return Err(Errno::EBADF);
+            }
+            file.ino
+        };
+        self.fs.fallocate(ino, off, len, keep_size)
+    }
+
+    /// Changes attributes of an open file (`fchmod`, `fchown`, `futimens`).
+    pub fn fsetattr(&self, fd: Fd, set: SetAttr) -> Result<Attr, Errno> {
+        let fds = self.fds.lock();
+        let mut inner = self.fs.lock();
+        let file = self.file(&fds, fd)?;
+        let attr = self.fs.setattr_locked(&mut inner, file.ino, set)?;
+        self.fs.pm().durability_point();
+        Ok(attr)
+    }
+
+    /// Attributes of an open file.
+    pub fn fstat(&self, fd: Fd) -> Result<Attr, Errno> {
+        let fds = self.fds.lock();
+        let inner = self.fs.lock();
+        let file = self.file(&fds, fd)?;
+        let inode = self.fs.inode(file.ino)?;
+        Ok(self.fs.attr(&inner, file.ino, &inode))
+    }
+
+    /// Attributes, following a final symbolic link.
+    pub fn stat(&self, path: &str) -> Result<Attr, Errno> {
+        self.stat_with(path, true)
+    }
+
+    /// Attributes of the path itself (a symbolic link is not followed).
+    pub fn lstat(&self, path: &str) -> Result<Attr, Errno> {
+        self.stat_with(path, false)
+    }
+
+    fn stat_with(&self, path: &str, follow: bool) -> Result<Attr, Errno> {
+        let mut inner = self.fs.lock();
+        let (ino, _) = self.resolve(&mut inner, path, follow)?;
+        let inode = self.fs.inode(ino)?;
+        Ok(self.fs.attr(&inner, ino, &inode))
+    }
+
+    /// Sets the size of a file by path.
+    pub fn truncate(&self, path: &str, size: u64) -> Result<(), Errno> {
+        let mut inner = self.fs.lock();
+        let (ino, kind) = self.resolve(&mut inner, path, true)?;
+        if kind == FileType::Directory {
+            return Err(Errno::EISDIR);
+        }
+        self.truncate_ino(&mut inner, ino, size)
+    }
+
+    /// Creates a directory.
+    pub fn mkdir(&self, path: &str, perm: u32) -> Result<(), Errno> {
+        let mut inner = self.fs.lock();
+        let split = self.parent_of(&mut inner, path)?;
+        let name = split.last.ok_or(Errno::EEXIST)?;
+        self.fs.make_locked(
+            &mut inner,
+            split.dir,
+            &name,
+            FileType::Directory,
+            perm & 0o7777,
+            None,
+        )?;
+        self.fs.pm().durability_point();
+        Ok(())
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, path: &str) -> Result<(), Errno> {
+        let mut inner = self.fs.lock();
+        let split = self.parent_of(&mut inner, path)?;
+        let name = split.last.ok_or(Errno::EBUSY)?;
+        self.fs.rmdir_locked(&mut inner, split.dir, &name)?;
+        self.fs.pm().durability_point();
+        Ok(())
+    }
+
+    /// Removes a name (not a directory).
+    pub fn unlink(&self, path: &str) -> Result<(), Errno> {
+        let mut inner = self.fs.lock();
+        let split = self.parent_of(&mut inner, path)?;
+        let name = split.last.ok_or(Errno::EISDIR)?;
+        if split.trailing_slash {
+            let (_, kind) = self.fs.lookup_locked(&mut inner, split.dir, &name)?;
+            return Err(if kind == FileType::Directory {
+                Errno::EISDIR
+            } else {
+                Errno::ENOTDIR
+            });
+        }
+        self.fs.unlink_locked(&mut inner, split.dir, &name)?;
+        self.fs.pm().durability_point();
+        Ok(())
+    }
+
+    /// Renames `from` to `to`, replacing `to` if it exists and is compatible.
+    pub fn rename(&self, from: &str, to: &str) -> Result<(), Errno> {
+        let mut inner = self.fs.lock();
+        let a = self.parent_of(&mut inner, from)?;
+        let b = self.parent_of(&mut inner, to)?;
+        let (Some(n1), Some(n2)) = (a.last, b.last) else {
+            return Err(Errno::EBUSY);
+        };
+        if a.trailing_slash || b.trailing_slash {
+            let (_, kind) = self.fs.lookup_locked(&mut inner, a.dir, &n1)?;
+            if kind != FileType::Directory {
+                return Err(Errno::ENOTDIR);
+            }
+        }
+        self.fs.rename_locked(&mut inner, a.dir, &n1, b.dir, &n2)?;
+        self.fs.pm().durability_point();
+        Ok(())
+    }
+
+    /// Adds the hard link `new` to the file `old` (a final symbolic link is not followed).
+    pub fn link(&self, old: &str, new: &str) -> Result<(), Errno> {
+        let mut inner = self.fs.lock();
+        let (ino, _) = self.resolve(&mut inner, old, false)?;
+        let split = self.parent_of(&mut inner, new)?;
+        let name = split.last.ok_or(Errno::EEXIST)?;
+        if split.trailing_slash {
+            return Err(Errno::ENOENT);
+        }
+        self.fs.link_locked(&mut inner, ino, split.dir, &name)?;
+        self.fs.pm().durability_point();
+        Ok(())
+    }
+
+    /// Creates the symbolic link `path` with contents `target`.
+    pub fn symlink(&self, target: &str, path: &str) -> Result<(), Errno> {
+        let mut inner = self.fs.lock();
+        let split = self.parent_of(&mut inner, path)?;
+        let name = split.last.ok_or(Errno::EEXIST)?;
+        self.fs.make_locked(
+            &mut inner,
+            split.dir,
+            &name,
+            FileType::Symlink,
+            0o777,
+            Some(target.as_bytes()),
+        )?;
+        self.fs.pm().durability_point();
+        Ok(())
+    }
+
+    /// The contents of a symbolic link.
+    pub fn readlink(&self, path: &str) -> Result<Vec<u8>, Errno> {
+        let mut inner = self.fs.lock();
+        let (ino, _) = self.resolve(&mut inner, path, false)?;
+        self.fs.readlink_locked(ino)
+    }
+
+    fn set(&self, path: &str, set: SetAttr) -> Result<(), Errno> {
+        let mut inner = self.fs.lock();
+        let (ino, _) = self.resolve(&mut inner, path, true)?;
+        self.fs.setattr_locked(&mut inner, ino, set)?;
+        self.fs.pm().durability_point();
+        Ok(())
+    }
+
+    /// Changes the permission bits.
+    pub fn chmod(&self, path: &str, perm: u32) -> Result<(), Errno> {
+        self.set(
+            path,
+            SetAttr {
+                perm: Some(perm),
+                ..SetAttr::default()
+            },
+        )
+    }
+
+    /// Changes the owner and/or group.
+    pub fn chown(&self, path: &str, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno> {
+        self.set(
+            path,
+            SetAttr {
+                uid,
+                gid,
+                ..SetAttr::default()
+            },
+        )
+    }
+
+    /// Sets the access and/or modification time.
+    pub fn utimens(
+        &self,
+        path: &str,
+        atime: Option<TimeSet>,
+        mtime: Option<TimeSet>,
+    ) -> Result<(), Errno> {
+        self.set(
+            path,
+            SetAttr {
+                atime,
+                mtime,
+                ..SetAttr::default()
+            },
+        )
+    }
+
+    fn resolve_ino(&self, path: &str, follow: bool) -> Result<u64, Errno> {
+        let mut inner = self.fs.lock();
+        Ok(self.resolve(&mut inner, path, follow)?.0)
+    }
+
+    /// The value of extended attribute `name` of `path` (`follow`: through a final symbolic
+    /// link, as `getxattr`; else as `lgetxattr`).
+    pub fn getxattr(&self, path: &str, name: &[u8], follow: bool) -> Result<Vec<u8>, Errno> {
+        self.fs.getxattr(self.resolve_ino(path, follow)?, name)
+    }
+
+    /// The extended attribute names of `path`.
+    pub fn listxattr(&self, path: &str, follow: bool) -> Result<Vec<Vec<u8>>, Errno> {
+        self.fs.listxattr(self.resolve_ino(path, follow)?)
+    }
+
+    /// Sets extended attribute `name` of `path`.
+    pub fn setxattr(
+        &self,
+        path: &str,
+        name: &[u8],
+        value: &[u8],
+        mode: crate::xattr::SetMode,
+        follow: bool,
+    ) -> Result<(), Errno> {
+        self.fs
+            .setxattr(self.resolve_ino(path, follow)?, name, value, mode)
+    }
+
+    /// Removes extended attribute `name` of `path`.
+    pub fn removexattr(&self, path: &str, name: &[u8], follow: bool) -> Result<(), Errno> {
+        self.fs.removexattr(self.resolve_ino(path, follow)?, name)
+    }
+
+    /// The entries of a directory (`.` and `..` first).
+    pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>, Errno> {
+        let mut inner = self.fs.lock();
+        let (ino, kind) = self.resolve(&mut inner, path, true)?;
+        if kind != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        self.fs.readdir_locked(&mut inner, ino)
+    }
+}
+
+impl<B: Persist> Posix<B> {
+    /// Maps `[off, off + len)` of the file open as `fd` (see [`crate::mmap`]): a readable
+    /// descriptor is required, and a writable one for a writable map (`EACCES`).
+    pub fn mmap(
+        &self,
+        fd: Fd,
+        off: u64,
+        len: u64,
+        writable: bool,
+    ) -> Result<crate::mmap::FileMap<'_, B>, Errno> {
+        let file = {
+            let fds = self.fds.lock();
+            let _inner = self.fs.lock();
+            self.file(&fds, fd)?
+        };
+        if !file.read || (writable && !file.write) {
+            return Err(Errno::EACCES);
+        }
+        self.fs.map(file.ino, off, len, writable)
+    }
+}

@@ -1,0 +1,631 @@
+//! The POSIX-style API on the simulator backend: behaviour, errno values, persistence across
+//! a remount, and fsck after every step.
+
+use crashsim::{SimConfig, SimPm};
+use pmem::{Persist, Pool};
+use pmfs::posix::{O_APPEND, O_CREAT, O_DIRECTORY, O_EXCL, O_RDONLY, O_RDWR, O_TRUNC, O_WRONLY};
+use pmfs::{
+    Clock, DataMode, Errno, FileType, Fs, MkfsOptions, MountOptions, Posix, TimeSet, Whence,
+};
+
+const SIZE: u64 = 8 << 20;
+
+fn options(mode: DataMode) -> MountOptions {
+    MountOptions {
+        data_mode: mode,
+        clock: Clock::Fixed(1_000),
+        ..MountOptions::default()
+    }
+}
+
+fn new_fs(mode: DataMode) -> Posix<SimPm> {
+    let pool = Pool::format(
+        SimPm::new(SIZE, SimConfig::default()),
+        &pmfs::pool_options(SIZE),
+    )
+    .expect("pool");
+    Posix::new(Fs::mkfs(pool, &MkfsOptions::default(), options(mode)).expect("mkfs"))
+}
+
+/// Unmounts and mounts again from the durable image only (what a crash right now leaves).
+fn remount(px: Posix<SimPm>, mode: DataMode) -> Posix<SimPm> {
+    let fs = px.into_fs();
+    let image = fs.pool().pm().durable_image();
+    fs.abandon();
+    let pool =
+        Pool::attach(SimPm::from_image(image, SimConfig::default()), pmfs::LAYOUT).expect("attach");
+    let fs = Fs::mount(pool, options(mode)).expect("mount");
+    fs.fsck().expect("fsck after remount");
+    Posix::new(fs)
+}
+
+fn read_all(px: &Posix<SimPm>, path: &str) -> Vec<u8> {
+    let fd = px.open(path, O_RDONLY, 0).expect("open");
+    let size = px.fstat(fd).expect("fstat").size as usize;
+    let mut buf = vec![0u8; size + 10];
+    let n = px.read(fd, &mut buf).expect("read");
+    buf.truncate(n);
+    px.close(fd).expect("close");
+    buf
+}
+
+#[test]
+fn files_directories_and_errors() {
+    for mode in [DataMode::InPlace, DataMode::CopyOnWrite] {
+        let px = new_fs(mode);
+        px.mkdir("/a", 0o755).expect("mkdir");
+        assert_eq!(px.mkdir("/a", 0o755), Err(Errno::EEXIST));
+        assert_eq!(px.mkdir("/missing/b", 0o755), Err(Errno::ENOENT));
+        let fd = px.open("/a/f", O_CREAT | O_RDWR, 0o644).expect("create");
+        assert_eq!(
+            px.open("/a/f", O_CREAT | O_EXCL | O_RDWR, 0o644),
+            Err(Errno::EEXIST)
+        );
+        assert_eq!(px.mkdir("/a/f/x", 0o755), Err(Errno::ENOTDIR));
+        assert_eq!(px.write(fd, b"hello").expect("write"), 5);
+        assert_eq!(px.lseek(fd, 0, Whence::Set), Ok(0));
+        let mut buf = [0u8; 16];
+        assert_eq!(px.read(fd, &mut buf), Ok(5));
+        assert_eq!(&buf[..5], b"hello");
+        assert_eq!(px.read(fd, &mut buf), Ok(0), "at EOF");
+        px.close(fd).expect("close");
+        assert_eq!(px.close(fd), Err(Errno::EBADF));
+        assert_eq!(px.rmdir("/a"), Err(Errno::ENOTEMPTY));
+        assert_eq!(px.unlink("/a"), Err(Errno::EISDIR));
+        assert_eq!(px.rmdir("/a/f"), Err(Errno::ENOTDIR));
+        assert_eq!(px.open("/a", O_WRONLY, 0), Err(Errno::EISDIR));
+        assert_eq!(
+            px.open("/a/f", O_RDONLY | O_DIRECTORY, 0),
+            Err(Errno::ENOTDIR)
+        );
+        let st = px.stat("/a").expect("stat");
+        assert_eq!(
+            (st.kind, st.nlink, st.perm),
+            (FileType::Directory, 2, 0o755)
+        );
+        assert_eq!(px.stat("/a/f").expect("stat").size, 5);
+        let names: Vec<Vec<u8>> = px
+            .readdir("/a")
+            .expect("readdir")
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(names, vec![b".".to_vec(), b"..".to_vec(), b"f".to_vec()]);
+        px.unlink("/a/f").expect("unlink");
+        assert_eq!(px.stat("/a/f"), Err(Errno::ENOENT));
+        px.rmdir("/a").expect("rmdir");
+        assert_eq!(px.stat("/").expect("root").nlink, 2);
+        px.fs().fsck().expect("fsck");
+        let px = remount(px, mode);
+        assert_eq!(px.readdir("/").expect("readdir").len(), 2);
+    }
+}
+
+#[test]
+fn writes_reads_holes_truncate_and_remount() {
+    for mode in [DataMode::InPlace, DataMode::CopyOnWrite] {
+        let px = new_fs(mode);
+        let fd = px.open("/f", O_CREAT | O_RDWR, 0o600).expect("create");
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        assert_eq!(px.pwrite(fd, &data, 0), Ok(data.len()));
+        // A hole, then a write past it.
+        assert_eq!(px.pwrite(fd, b"tail", 5_000_000), Ok(4));
+        let size = 5_000_004;
+        assert_eq!(px.fstat(fd).expect("fstat").size, size);
+        let mut buf = vec![0u8; 100];
+        assert_eq!(px.pread(fd, &mut buf, 400_000), Ok(100));
+        assert!(buf.iter().all(|&b| b == 0), "hole reads as zeros");
+        // Unaligned overwrite across a block boundary.
+        px.pwrite(fd, &[0xEE; 100], 4090).expect("overwrite");
+        let mut expect = data.clone();
+        expect[4090..4190].fill(0xEE);
+        let mut got = vec![0u8; data.len()];
+        px.pread(fd, &mut got, 0).expect("read back");
+        assert_eq!(got, expect);
+        // Shrink to an unaligned size, then grow: the old bytes past EOF read as zeros.
+        px.ftruncate(fd, 5000).expect("shrink");
+        px.ftruncate(fd, 20_000).expect("grow");
+        let mut got = vec![0u8; 20_000];
+        px.pread(fd, &mut got, 0).expect("read");
+        assert_eq!(&got[..5000], &expect[..5000]);
+        assert!(got[5000..].iter().all(|&b| b == 0));
+        // A write past EOF inside the last block zeroes the gap too.
+        px.ftruncate(fd, 100).expect("shrink");
+        px.pwrite(fd, b"Z", 200).expect("write past EOF");
+        let mut got = vec![0u8; 201];
+        px.pread(fd, &mut got, 0).expect("read");
+        assert_eq!(&got[..100], &expect[..100]);
+        assert!(got[100..200].iter().all(|&b| b == 0));
+        assert_eq!(got[200], b'Z');
+        px.close(fd).expect("close");
+        px.fs().fsck().expect("fsck");
+        let before = px.fs().statfs().free_blocks;
+        let px = remount(px, mode);
+        assert_eq!(
+            px.fs().statfs().free_blocks,
+            before,
+            "free space rebuilt exactly"
+        );
+        assert_eq!(read_all(&px, "/f"), got);
+    }
+}
+
+#[test]
+fn append_trunc_and_positions() {
+    let px = new_fs(DataMode::InPlace);
+    let fd = px
+        .open("/log", O_CREAT | O_WRONLY | O_APPEND, 0o644)
+        .expect("create");
+    px.write(fd, b"one ").expect("write");
+    px.lseek(fd, 0, Whence::Set).expect("seek");
+    px.write(fd, b"two").expect("append ignores the position");
+    px.close(fd).expect("close");
+    assert_eq!(read_all(&px, "/log"), b"one two");
+    let fd = px.open("/log", O_WRONLY | O_TRUNC, 0).expect("trunc");
+    assert_eq!(px.fstat(fd).expect("fstat").size, 0);
+    assert_eq!(px.read(fd, &mut [0u8; 4]), Err(Errno::EBADF), "write-only");
+    px.close(fd).expect("close");
+    let fd = px.open("/log", O_RDONLY, 0).expect("open");
+    assert_eq!(px.write(fd, b"x"), Err(Errno::EBADF), "read-only");
+    assert_eq!(px.ftruncate(fd, 0), Err(Errno::EINVAL));
+    assert_eq!(px.lseek(fd, -1, Whence::Set), Err(Errno::EINVAL));
+    assert_eq!(px.lseek(fd, 10, Whence::End), Ok(10));
+    px.close(fd).expect("close");
+}
+
+#[test]
+fn rename_cases() {
+    let px = new_fs(DataMode::InPlace);
+    px.mkdir("/d1", 0o755).expect("mkdir");
+    px.mkdir("/d2", 0o755).expect("mkdir");
+    px.mkdir("/d1/sub", 0o755).expect("mkdir");
+    px.close(px.creat("/d1/f", 0o644).expect("creat"))
+        .expect("close");
+    px.close(px.creat("/d2/g", 0o644).expect("creat"))
+        .expect("close");
+    // File over file in another directory.
+    px.rename("/d1/f", "/d2/g").expect("rename over");
+    assert_eq!(px.stat("/d1/f"), Err(Errno::ENOENT));
+    assert_eq!(px.stat("/d2/g").expect("stat").nlink, 1);
+    // Directory into another directory: link counts move.
+    px.rename("/d1/sub", "/d2/sub").expect("move dir");
+    assert_eq!(px.stat("/d1").expect("d1").nlink, 2);
+    assert_eq!(px.stat("/d2").expect("d2").nlink, 3);
+    assert_eq!(
+        px.stat("/d2/sub/..").expect("..").ino,
+        px.stat("/d2").expect("d2").ino
+    );
+    // Errors.
+    assert_eq!(
+        px.rename("/d2", "/d2/sub/x"),
+        Err(Errno::EINVAL),
+        "into itself"
+    );
+    assert_eq!(px.rename("/d2/g", "/d2/sub"), Err(Errno::EISDIR));
+    assert_eq!(px.rename("/d2/sub", "/d2/g"), Err(Errno::ENOTDIR));
+    px.mkdir("/d1/full", 0o755).expect("mkdir");
+    px.mkdir("/d1/full/x", 0o755).expect("mkdir");
+    assert_eq!(px.rename("/d2/sub", "/d1/full"), Err(Errno::ENOTEMPTY));
+    // Directory over an empty directory.
+    px.rename("/d1/full/x", "/d2/sub")
+        .expect("dir over empty dir");
+    assert_eq!(px.stat("/d1/full").expect("full").nlink, 2);
+    // Same-directory rename and a no-op rename of a hard link to itself.
+    px.rename("/d2/g", "/d2/h").expect("same dir");
+    px.link("/d2/h", "/d2/h2").expect("link");
+    px.rename("/d2/h", "/d2/h2").expect("same inode: no-op");
+    assert_eq!(px.stat("/d2/h").expect("still there").nlink, 2);
+    px.fs().fsck().expect("fsck");
+    let px = remount(px, DataMode::InPlace);
+    assert_eq!(px.stat("/d2/h2").expect("h2").nlink, 2);
+}
+
+#[test]
+fn links_symlinks_and_attributes() {
+    let px = new_fs(DataMode::InPlace);
+    px.mkdir("/d", 0o755).expect("mkdir");
+    let fd = px.creat("/d/f", 0o644).expect("creat");
+    px.write(fd, b"data").expect("write");
+    px.close(fd).expect("close");
+    px.link("/d/f", "/d/g").expect("link");
+    assert_eq!(px.link("/d", "/e"), Err(Errno::EPERM));
+    assert_eq!(px.stat("/d/g").expect("g").nlink, 2);
+    px.symlink("f", "/d/s").expect("symlink");
+    px.symlink("/d", "/top").expect("symlink to a dir");
+    assert_eq!(px.readlink("/d/s").expect("readlink"), b"f");
+    assert_eq!(px.lstat("/d/s").expect("lstat").kind, FileType::Symlink);
+    assert_eq!(px.stat("/d/s").expect("stat").size, 4, "followed");
+    assert_eq!(read_all(&px, "/top/s"), b"data", "through two links");
+    px.symlink("loop2", "/loop1").expect("symlink");
+    px.symlink("loop1", "/loop2").expect("symlink");
+    assert_eq!(px.stat("/loop1"), Err(Errno::ELOOP));
+    assert_eq!(px.symlink("", "/empty"), Err(Errno::ENOENT));
+    px.chmod("/d/f", 0o600).expect("chmod");
+    px.chown("/d/f", Some(7), Some(8)).expect("chown");
+    px.utimens("/d/f", Some(TimeSet::At(5)), Some(TimeSet::At(6)))
+        .expect("utimens");
+    let st = px.stat("/d/g").expect("stat");
+    assert_eq!(
+        (st.perm, st.uid, st.gid, st.atime, st.mtime),
+        (0o600, 7, 8, 5, 6)
+    );
+    px.unlink("/d/f").expect("unlink");
+    assert_eq!(px.stat("/d/g").expect("g").nlink, 1);
+    assert_eq!(read_all(&px, "/d/g"), b"data");
+    px.fs().fsck().expect("fsck");
+    remount(px, DataMode::InPlace);
+}
+
+#[test]
+fn unlinked_open_file_lives_until_closed_and_is_freed_after_a_crash() {
+    let px = new_fs(DataMode::InPlace);
+    // The root directory's first block stays once allocated; make it exist first.
+    px.close(px.creat("/keep", 0o644).expect("creat"))
+        .expect("close");
+    let free = px.fs().statfs().free_blocks;
+    let fd = px.creat("/tmpfile", 0o644).expect("creat");
+    px.write(fd, &vec![1u8; 100_000]).expect("write");
+    px.unlink("/tmpfile").expect("unlink");
+    assert_eq!(px.stat("/tmpfile"), Err(Errno::ENOENT));
+    assert_eq!(px.fstat(fd).expect("fstat").nlink, 0);
+    px.write(fd, b"more").expect("still writable");
+    px.ftruncate(fd, 10).expect("truncate an orphan");
+    assert_eq!(px.fs().fsck().expect("fsck").orphans, 1);
+    // Crash now: recovery frees the orphan through the truncate list.
+    let px = remount(px, DataMode::InPlace);
+    assert_eq!(px.fs().statfs().free_blocks, free);
+    // And the normal path: the last close frees it.
+    let fd = px.creat("/t2", 0o644).expect("creat");
+    px.write(fd, &vec![2u8; 50_000]).expect("write");
+    px.unlink("/t2").expect("unlink");
+    px.close(fd).expect("close");
+    assert_eq!(px.fs().statfs().free_blocks, free);
+    px.fs().fsck().expect("fsck");
+}
+
+#[test]
+fn many_entries_span_directory_blocks() {
+    let px = new_fs(DataMode::InPlace);
+    px.mkdir("/big", 0o755).expect("mkdir");
+    for i in 0..400 {
+        let name = format!("/big/file-with-a-longish-name-{i:04}");
+        px.close(px.creat(&name, 0o644).expect("creat"))
+            .expect("close");
+    }
+    for i in (0..400).step_by(3) {
+        px.unlink(&format!("/big/file-with-a-longish-name-{i:04}"))
+            .expect("unlink");
+    }
+    for i in 0..50 {
+        px.mkdir(&format!("/big/d{i}"), 0o755).expect("mkdir");
+    }
+    assert!(px.stat("/big").expect("big").size > 4096);
+    assert_eq!(px.stat("/big").expect("big").nlink, 52);
+    px.fs().fsck().expect("fsck");
+    let px = remount(px, DataMode::InPlace);
+    assert_eq!(px.readdir("/big").expect("readdir").len(), 2 + 266 + 50);
+}
+
+#[test]
+fn out_of_space_is_enospc_and_leaves_a_consistent_fs() {
+    let size = 1 << 20;
+    let pool = Pool::format(
+        SimPm::new(size, SimConfig::default()),
+        &pmfs::pool_options(size),
+    )
+    .expect("pool");
+    let px = Posix::new(
+        Fs::mkfs(pool, &MkfsOptions::default(), options(DataMode::InPlace)).expect("mkfs"),
+    );
+    let fd = px.creat("/fill", 0o644).expect("creat");
+    let mut total = 0;
+    loop {
+        match px.write(fd, &[7u8; 65536]) {
+            Ok(n) => total += n,
+            Err(e) => {
+                assert_eq!(e, Errno::ENOSPC);
+                break;
+            }
+        }
+    }
+    assert!(total > 0);
+    px.fs().fsck().expect("fsck when full");
+    px.ftruncate(fd, 0).expect("truncate");
+    px.close(fd).expect("close");
+    px.fs().fsck().expect("fsck after freeing");
+    let _ = px.fs().pool().pm().len();
+}
+
+/// ENOSPC means full: large writes fill the file system to its last blocks (a write that
+/// does not fit is short, not refused), whatever the write size.
+#[test]
+fn enospc_means_full() {
+    for chunk in [4096usize, 128 << 10, 1 << 20] {
+        let size = 8 << 20;
+        let pool = Pool::format(
+            SimPm::new(size, SimConfig::default()),
+            &pmfs::pool_options(size),
+        )
+        .expect("pool");
+        let px = Posix::new(
+            Fs::mkfs(pool, &MkfsOptions::default(), options(DataMode::InPlace)).expect("mkfs"),
+        );
+        let fd = px.creat("/fill", 0o644).expect("creat");
+        let data = vec![7u8; chunk];
+        let mut total = 0u64;
+        let error = loop {
+            match px.write(fd, &data) {
+                Ok(n) => total += n as u64,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(error, Errno::ENOSPC);
+        let free = px.fs().statfs().free_blocks;
+        assert!(
+            free <= 2,
+            "{chunk}-byte writes: ENOSPC with {free} blocks free"
+        );
+        assert_eq!(
+            px.fstat(fd).expect("fstat").size,
+            total,
+            "short writes counted"
+        );
+        px.fs().fsck().expect("fsck when full");
+    }
+}
+
+/// Emptying a directory gives its blocks back (the root included, which cannot be
+/// removed), and a partly emptied one gives back its emptied tail.
+#[test]
+fn emptied_directories_give_their_blocks_back() {
+    let px = new_fs(DataMode::InPlace);
+    let free = px.fs().statfs().free_blocks;
+    px.mkdir("/sub", 0o755).expect("mkdir");
+    // 240 names of 100 bytes each: 8 blocks per directory (inodes: 512 in this pool).
+    let names: Vec<String> = (0..240)
+        .map(|i| format!("{i:06}{}", "n".repeat(94)))
+        .collect();
+    for dir in ["", "/sub"] {
+        for name in &names {
+            let fd = px.creat(&format!("{dir}/{name}"), 0o644).expect("create");
+            px.close(fd).expect("close");
+        }
+    }
+    let blocks = |path: &str| px.stat(path).expect("stat").blocks / 8;
+    assert!(blocks("/") >= 7 && blocks("/sub") >= 7);
+    for name in &names[names.len() / 2..] {
+        px.unlink(&format!("/sub/{name}")).expect("unlink");
+    }
+    let half = blocks("/sub");
+    assert!((3..=5).contains(&half), "{half}");
+    for name in &names {
+        px.unlink(&format!("/{name}")).expect("unlink");
+    }
+    for name in &names[..names.len() / 2] {
+        px.unlink(&format!("/sub/{name}")).expect("unlink");
+    }
+    assert_eq!(blocks("/sub"), 0);
+    px.rmdir("/sub").expect("rmdir");
+    assert_eq!(blocks("/"), 0);
+    assert_eq!(px.fs().statfs().free_blocks, free, "every block is back");
+    px.fs().fsck().expect("fsck");
+    let px = remount(px, DataMode::InPlace);
+    assert_eq!(px.fs().statfs().free_blocks, free);
+}
+
+#[test]
+fn extended_attributes_persist_and_go_with_their_file() {
+    use pmfs::SetMode;
+    let px = new_fs(DataMode::InPlace);
+    let free = px.fs().statfs().free_blocks;
+    let fd = px.creat("/f", 0o644).expect("create");
+    px.close(fd).expect("close");
+    px.symlink("f", "/l").expect("symlink");
+    px.setxattr("/f", b"user.a", b"one", SetMode::Any, true)
+        .expect("set");
+    px.setxattr("/f", b"security.selinux", &[9; 200], SetMode::Any, true)
+        .expect("set");
+    assert_eq!(px.getxattr("/f", b"user.a", true), Ok(b"one".to_vec()));
+    assert_eq!(
+        px.getxattr("/l", b"user.a", true),
+        Ok(b"one".to_vec()),
+        "followed"
+    );
+    assert_eq!(
+        px.getxattr("/l", b"user.a", false),
+        Err(Errno::ENODATA),
+        "not followed"
+    );
+    assert_eq!(
+        px.setxattr("/l", b"user.x", b"v", SetMode::Any, false),
+        Err(Errno::EPERM),
+        "user. names only on files and directories"
+    );
+    assert_eq!(px.getxattr("/f", b"user.none", true), Err(Errno::ENODATA));
+    assert_eq!(
+        px.setxattr("/f", b"trusted.x", b"v", SetMode::Any, true),
+        Err(Errno::EOPNOTSUPP)
+    );
+    assert_eq!(
+        px.setxattr("/f", b"user.a", b"v", SetMode::Create, true),
+        Err(Errno::EEXIST)
+    );
+    assert_eq!(
+        px.setxattr("/f", b"user.b", b"v", SetMode::Replace, true),
+        Err(Errno::ENODATA)
+    );
+    px.setxattr("/f", b"user.a", b"two", SetMode::Replace, true)
+        .expect("replace");
+    assert_eq!(
+        px.setxattr("/f", b"user.big", &[1; 5000], SetMode::Any, true),
+        Err(Errno::ENOSPC),
+        "one attribute block per inode"
+    );
+    px.fs().fsck().expect("fsck");
+    let px = remount(px, DataMode::InPlace);
+    let mut names = px.listxattr("/f", true).expect("list");
+    names.sort();
+    assert_eq!(
+        names,
+        vec![b"security.selinux".to_vec(), b"user.a".to_vec()]
+    );
+    assert_eq!(px.getxattr("/f", b"user.a", true), Ok(b"two".to_vec()));
+    px.removexattr("/f", b"user.a", true).expect("remove");
+    assert_eq!(px.removexattr("/f", b"user.a", true), Err(Errno::ENODATA));
+    px.unlink("/f").expect("unlink");
+    px.unlink("/l").expect("unlink");
+    assert_eq!(
+        px.fs().statfs().free_blocks,
+        free,
+        "the attribute block went with the file"
+    );
+    px.fs().fsck().expect("fsck");
+}
+
+#[test]
+fn fallocate_reserves_zeroed_blocks_with_or_without_the_size() {
+    let px = new_fs(DataMode::InPlace);
+    let ino = |px: &Posix<SimPm>| px.stat("/f").expect("stat").ino;
+    let fd = px.creat("/f", 0o644).expect("create");
+    px.write(fd, b"head").expect("write");
+    px.close(fd).expect("close");
+    let free = px.fs().statfs().free_blocks;
+    px.fs()
+        .fallocate(ino(&px), 0, 40_000, false)
+        .expect("fallocate");
+    let st = px.stat("/f").expect("stat");
+    assert_eq!(st.size, 40_000, "mode 0 grows the file");
+    assert_eq!(
+        free - px.fs().statfs().free_blocks,
+        10,
+        "9 more leaves and a tree node"
+    );
+    assert_eq!(read_all(&px, "/f")[..6], *b"head\0\0");
+    px.fs()
+        .fallocate(ino(&px), 40_000, 100_000, true)
+        .expect("keep size");
+    assert_eq!(
+        px.stat("/f").expect("stat").size,
+        40_000,
+        "KEEP_SIZE keeps it"
+    );
+    let reserved = free - px.fs().statfs().free_blocks;
+    assert!(reserved >= 34, "{reserved}");
+    px.fs()
+        .fsck()
+        .expect("fsck: blocks past the size are allowed for this file");
+    let px = remount(px, DataMode::InPlace);
+    assert_eq!(
+        free - px.fs().statfs().free_blocks,
+        reserved,
+        "kept across a remount"
+    );
+    // Writing into reserved space allocates nothing more.
+    let fd = px.open("/f", O_RDWR, 0).expect("open");
+    px.pwrite(fd, &[5; 8192], 90_000).expect("write");
+    px.close(fd).expect("close");
+    assert_eq!(free - px.fs().statfs().free_blocks, reserved);
+    let data = read_all(&px, "/f");
+    assert!(data[40_000..90_000].iter().all(|&b| b == 0));
+    px.truncate("/f", 10).expect("truncate");
+    assert_eq!(
+        free - px.fs().statfs().free_blocks,
+        1,
+        "truncate gives the reserved blocks back (the tree node stays: heights do not shrink)"
+    );
+    px.mkdir("/d", 0o755).expect("mkdir");
+    let d = px.stat("/d").expect("stat").ino;
+    assert_eq!(px.fs().fallocate(d, 0, 10, false), Err(Errno::EISDIR));
+    let f = ino(&px);
+    assert_eq!(px.fs().fallocate(f, 0, 0, false), Err(Errno::EINVAL));
+    assert_eq!(px.fs().fallocate(f, 0, 1 << 40, false), Err(Errno::ENOSPC));
+    px.fs().fsck().expect("fsck after a refused fallocate");
+}
+
+/// A version-1 file system (no attribute blocks) is still read and written; attributes
+/// are refused there. A version this build does not know is a typed error.
+#[test]
+fn version_one_images_are_read_and_unknown_versions_refused() {
+    let px = new_fs(DataMode::InPlace);
+    let fd = px.creat("/old", 0o644).expect("create");
+    px.write(fd, b"written by version 1").expect("write");
+    px.close(fd).expect("close");
+    let fs = px.into_fs();
+    let rewrite = |fs: &Fs<SimPm>, version: u32| {
+        let mut sb = fs.superblock().clone();
+        sb.version = version;
+        let bytes = sb.encode();
+        for slot in [pmfs::layout::SB_PRIMARY, pmfs::layout::SB_COPY] {
+            let at = sb.root_offset + slot;
+            fs.pool().pm().write(at, &bytes, pmem::WriteClass::Meta);
+            fs.pool().pm().persist(at, bytes.len() as u64);
+        }
+    };
+    rewrite(&fs, 1);
+    let px = remount(Posix::new(fs), DataMode::InPlace);
+    assert_eq!(px.fs().superblock().version, 1);
+    assert_eq!(read_all(&px, "/old"), b"written by version 1");
+    assert_eq!(
+        px.setxattr("/old", b"user.a", b"v", pmfs::SetMode::Any, true),
+        Err(Errno::EOPNOTSUPP)
+    );
+    assert_eq!(px.listxattr("/old", true), Ok(Vec::new()));
+    let fs = px.into_fs();
+    rewrite(&fs, 3);
+    let image = fs.pool().pm().durable_image();
+    fs.abandon();
+    let pool =
+        Pool::attach(SimPm::from_image(image, SimConfig::default()), pmfs::LAYOUT).expect("attach");
+    assert!(matches!(
+        Fs::mount(pool, options(DataMode::InPlace)),
+        Err(pmfs::FsError::UnsupportedVersion { found: 3 })
+    ));
+}
+
+#[test]
+fn huge_leaf_files() {
+    let size = 24 << 20;
+    let pool = Pool::format(
+        SimPm::new(size, SimConfig::default()),
+        &pmfs::pool_options(size),
+    )
+    .expect("pool");
+    let opts = MountOptions {
+        huge_files: true,
+        ..options(DataMode::InPlace)
+    };
+    let px = Posix::new(Fs::mkfs(pool, &MkfsOptions::default(), opts).expect("mkfs"));
+    let free = px.fs().statfs().free_blocks;
+    let fd = px.open("/big", O_CREAT | O_RDWR, 0o644).expect("create");
+    assert_eq!(px.fstat(fd).expect("fstat").blksize, 2 << 20);
+    let data: Vec<u8> = (0..(5 << 20) + 123).map(|i: u32| (i % 253) as u8).collect();
+    px.pwrite(fd, &data, 1000)
+        .expect("write across three huge leaves");
+    let st = px.fstat(fd).expect("fstat");
+    assert_eq!(st.size, data.len() as u64 + 1000);
+    assert_eq!(
+        st.blocks,
+        (3 * 512 + 1) * 8,
+        "three 2 MiB leaves and one tree node"
+    );
+    let mut back = vec![0u8; data.len()];
+    px.pread(fd, &mut back, 1000).expect("read");
+    assert_eq!(back, data);
+    px.ftruncate(fd, 3 << 20)
+        .expect("shrink into the second leaf");
+    assert_eq!(px.fstat(fd).expect("fstat").blocks, (2 * 512 + 1) * 8);
+    px.close(fd).expect("close");
+    px.fs().fsck().expect("fsck");
+    let px = remount(px, DataMode::InPlace);
+    let mut back = vec![0u8; 10];
+    let fd = px.open("/big", O_RDONLY, 0).expect("open");
+    px.pread(fd, &mut back, (3 << 20) - 10).expect("read");
+    px.close(fd).expect("close");
+    assert_eq!(&back[..], &data[(3 << 20) - 1010..(3 << 20) - 1000]);
+    px.unlink("/big").expect("unlink");
+    assert_eq!(
+        px.fs().statfs().free_blocks,
+        free,
+        "every block, the emptied root directory's included"
+    );
+}
