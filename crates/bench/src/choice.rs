@@ -2,6 +2,7 @@
 //! runtime choice into monomorphised code (the hot loop never goes through `dyn`).
 
 use crate::ideal::Ideal;
+use crate::raw::Durability;
 use mvcc::{Mvcc, MvccOptions};
 use pmdk::Pmdk;
 use pmem::{CreateOptions, Native, NativeOptions, Pool};
@@ -40,12 +41,20 @@ pub enum EngineChoice {
     Mem,
     /// Ferrite's MVCC engine (TimeStone: version chains, operation log, checkpoint log).
     Mvcc,
+    /// The raw reference (no engine; Array and Hash only): `raw` persists, `raw:volatile`
+    /// does not.
+    Raw(Durability),
 }
 
 impl EngineChoice {
     /// Parses `undo`, `redo`, `undo:packed`, `redo:non-temporal`, `pmdk`, `ideal`, `mem`,
-    /// `mvcc`.
+    /// `mvcc`, `raw`, `raw:volatile`.
     pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "raw" => return Some(EngineChoice::Raw(Durability::Persistent)),
+            "raw:volatile" => return Some(EngineChoice::Raw(Durability::Volatile)),
+            _ => {}
+        }
         let (name, mode) = match text.split_once(':') {
             Some((name, mode)) => (name, LogMode::parse(mode)?),
             None => (text, LogMode::Auto),
@@ -62,7 +71,16 @@ impl EngineChoice {
     }
 
     /// Every name `parse` accepts (without log-mode suffixes).
-    pub const NAMES: [&'static str; 6] = ["undo", "redo", "pmdk", "ideal", "mem", "mvcc"];
+    pub const NAMES: [&'static str; 8] = [
+        "undo",
+        "redo",
+        "pmdk",
+        "ideal",
+        "mem",
+        "mvcc",
+        "raw",
+        "raw:volatile",
+    ];
 }
 
 impl fmt::Display for EngineChoice {
@@ -76,6 +94,8 @@ impl fmt::Display for EngineChoice {
             EngineChoice::Ideal => write!(f, "ideal"),
             EngineChoice::Mem => write!(f, "mem"),
             EngineChoice::Mvcc => write!(f, "mvcc"),
+            EngineChoice::Raw(Durability::Persistent) => write!(f, "raw"),
+            EngineChoice::Raw(Durability::Volatile) => write!(f, "raw:volatile"),
         }
     }
 }
@@ -176,6 +196,9 @@ pub enum OpenError {
     /// The PMDK peer is unavailable.
     #[error(transparent)]
     Pmdk(#[from] pmdk::PmdkError),
+    /// The choice is a reference measured without an engine (see `crate::raw`).
+    #[error("{0} is not an engine (it runs through bench::raw)")]
+    NotAnEngine(EngineChoice),
 }
 
 /// Creates a fresh pool of `size` bytes at `path`, opens `choice` on it and runs `visitor`.
@@ -219,6 +242,7 @@ pub fn with_engine_ops<V: EngineVisitor>(
         EngineChoice::Mvcc => {
             visitor.visit(&Mvcc::create(native(path)?, &MvccOptions::default(), ops)?)
         }
+        EngineChoice::Raw(_) => return Err(OpenError::NotAnEngine(choice)),
     })
 }
 

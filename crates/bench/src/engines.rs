@@ -31,6 +31,15 @@ pub const IDEAL: EngineChoice = EngineChoice::Ideal;
 /// Ferrite's MVCC engine (TimeStone).
 pub const MVCC: EngineChoice = EngineChoice::Mvcc;
 
+/// The raw reference, persistent (no engine: a redo record, one fence, stores in place).
+pub const RAW: EngineChoice = EngineChoice::Raw(crate::raw::Durability::Persistent);
+/// The raw reference without write-backs or fences.
+pub const RAW_VOLATILE: EngineChoice = EngineChoice::Raw(crate::raw::Durability::Volatile);
+/// Ferrite's volatile engine (the transaction interface with no persistence).
+pub const MEM: EngineChoice = EngineChoice::Mem;
+/// The floors beside Silo's Array and Hash (the raw reference has only those two).
+pub const FLOORS: [EngineChoice; 3] = [RAW, RAW_VOLATILE, MEM];
+
 /// The ideal reference is a redo log stripped to the minimum; it only makes sense next to
 /// the single-threaded Silo micro-benchmarks it was written for.
 pub const SILO_ENGINES: [EngineChoice; 4] = [REDO, UNDO, PMDK, IDEAL];
@@ -159,7 +168,11 @@ impl Plan {
                 Family::Silo => &SILO_ENGINES,
                 _ => &PEER_ENGINES,
             };
-            for &engine in engines {
+            let floors: &[EngineChoice] = match (config.family, config.workload) {
+                (Family::Silo, WorkloadChoice::Array | WorkloadChoice::Hash) => &FLOORS,
+                _ => &[],
+            };
+            for &engine in engines.iter().chain(floors) {
                 cases.push(Case {
                     config,
                     spec: self.spec(config, engine, pool_dir),
@@ -459,11 +472,19 @@ mod tests {
                 "{family:?}"
             );
         }
-        for engine in SILO_ENGINES.iter().chain(&PEER_ENGINES) {
+        for engine in SILO_ENGINES.iter().chain(&PEER_ENGINES).chain(&FLOORS) {
             assert!(cases.iter().any(|c| c.spec.engine == *engine), "{engine}");
         }
-        let full = Plan::FULL.cases(Path::new("/dev/shm")).len();
-        assert_eq!(full, 5 * 4 + 3 * 3 * 2 * 4 + 7 * 4);
+        let full = Plan::FULL.cases(Path::new("/dev/shm"));
+        // The floors run beside Silo's Array and Hash only.
+        assert_eq!(full.len(), 5 * 4 + 2 * 3 + 3 * 3 * 2 * 4 + 7 * 4);
+        for case in full.iter().filter(|c| FLOORS.contains(&c.spec.engine)) {
+            assert_eq!(case.config.family, Family::Silo);
+            assert!(matches!(
+                case.config.workload,
+                WorkloadChoice::Array | WorkloadChoice::Hash
+            ));
+        }
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //!   scenarios of the conformance catalogue), with typed results.
 //! - [`runner`]: engines × workloads ([`choice`]), including the PMDK peer and the [`ideal`]
 //!   reference, with throughput, latency and PM traffic per operation.
+//! - [`raw`]: the raw reference — Array swap and hash upsert straight on the seam, the floor
+//!   the engines are measured against.
 //! - [`logstudy`]: cacheable vs non-temporal vs packed log writes, after "Logging in persistent
 //!   memory: to cache, or not to cache?" (MemSys 2017).
 //! - [`pmfs`]: the PMFS library, its FUSE mount and the kernel side by side.
@@ -24,6 +26,7 @@ pub mod logstudy;
 pub mod measure;
 pub mod nvthreads;
 pub mod pmfs;
+pub mod raw;
 pub mod runner;
 pub mod substrate;
 

@@ -106,10 +106,17 @@ pub enum RunError {
     /// The invariant checker failed after the run.
     #[error("invariant check failed after the run: {0}")]
     Check(String),
+    /// The configuration does not exist (the raw reference has only some workloads and one
+    /// thread).
+    #[error("not measurable: {0}")]
+    Unsupported(String),
 }
 
 /// Runs `spec`, calling `progress(done_ops)` now and then.
 pub fn run(spec: &RunSpec, progress: &(dyn Fn(u64) + Sync)) -> Result<Measurement, RunError> {
+    if let EngineChoice::Raw(durability) = spec.engine {
+        return crate::raw::run(spec, durability, progress);
+    }
     let name = format!("ferrite-bench-{}-{}.pool", std::process::id(), unique());
     let path = spec.pool_dir.join(name);
     with_engine_ops(
@@ -165,9 +172,50 @@ const LATENCY_SAMPLE: u64 = 8;
 /// What one thread saw in one run.
 struct ThreadLog {
     latencies: Vec<u32>,
-    mix: BTreeMap<OpKind, u64>,
+    /// Operations by kind, indexed by [`OpKind::index`].
+    mix: [u64; OpKind::ALL.len()],
     /// When the thread passed the start barrier and when it finished.
     span: (Instant, Instant),
+}
+
+/// What the timing loop measures: operations by (thread, index), the work they defer, and the
+/// counters they move. An engine running a workload is one; a raw reference another.
+pub(crate) trait Subject: Sync {
+    /// Runs operation `index` of `thread`.
+    fn run_op(&self, thread: usize, index: u64) -> Result<OpKind, TxError>;
+    /// Completes the work the operations deferred (charged to them).
+    fn sync(&self) -> Result<(), TxError>;
+    /// PM traffic so far.
+    fn counters(&self) -> Counters;
+    /// Own event counters so far, by name.
+    fn event_counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+}
+
+/// A workload running on an engine.
+struct OnEngineWorkload<'a, E, W> {
+    engine: &'a E,
+    workload: &'a W,
+}
+
+impl<E: Engine, W: Workload> Subject for OnEngineWorkload<'_, E, W> {
+    #[inline]
+    fn run_op(&self, thread: usize, index: u64) -> Result<OpKind, TxError> {
+        self.workload.run_op(self.engine, thread, index)
+    }
+
+    fn sync(&self) -> Result<(), TxError> {
+        self.engine.sync()
+    }
+
+    fn counters(&self) -> Counters {
+        self.engine.counters()
+    }
+
+    fn event_counters(&self) -> Vec<(&'static str, u64)> {
+        self.engine.event_counters()
+    }
 }
 
 fn measure<E: Engine, W: Workload>(
@@ -177,12 +225,30 @@ fn measure<E: Engine, W: Workload>(
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Measurement, RunError> {
     workload.setup(engine)?;
+    let mut measurement = measure_subject(
+        spec,
+        workload.name(),
+        &OnEngineWorkload { engine, workload },
+        progress,
+    )?;
+    workload.check(engine).map_err(RunError::Check)?;
+    measurement.checked = true;
+    Ok(measurement)
+}
+
+/// Warms `subject` up, then times `spec.runs` runs of it (everything after its setup and
+/// before its check).
+pub(crate) fn measure_subject<S: Subject>(
+    spec: &RunSpec,
+    workload: String,
+    subject: &S,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Measurement, RunError> {
     let threads = spec.params.threads.max(1);
     let per_thread = |total: u64| total.div_ceil(threads as u64);
     let mut next_index = 0u64;
     run_ops(
-        engine,
-        workload,
+        subject,
         threads,
         next_index,
         per_thread(spec.warmup_ops),
@@ -190,24 +256,17 @@ fn measure<E: Engine, W: Workload>(
     )?;
     next_index += per_thread(spec.warmup_ops);
     // The setup's and warm-up's deferred persistence work is not charged to the first run.
-    engine.sync()?;
-    let before = engine.counters();
-    let events_before: BTreeMap<&str, u64> = engine.event_counters().into_iter().collect();
+    subject.sync()?;
+    let before = subject.counters();
+    let events_before: BTreeMap<&str, u64> = subject.event_counters().into_iter().collect();
     let mut rates = Vec::with_capacity(spec.runs);
     let mut logs = Vec::new();
     for run in 0..spec.runs.max(1) {
         let done = run as u64 * spec.ops;
         let report = |n: u64| progress(done + n);
-        let mut run_logs = run_ops(
-            engine,
-            workload,
-            threads,
-            next_index,
-            per_thread(spec.ops),
-            &report,
-        )?;
+        let mut run_logs = run_ops(subject, threads, next_index, per_thread(spec.ops), &report)?;
         // Deferred persistence work (redo's write-backs) belongs to these operations.
-        engine.sync()?;
+        subject.sync()?;
         let end = Instant::now();
         let start = run_logs.iter().map(|log| log.span.0).min().unwrap_or(end);
         let elapsed = end.duration_since(start).as_secs_f64().max(1e-9);
@@ -215,8 +274,8 @@ fn measure<E: Engine, W: Workload>(
         rates.push((per_thread(spec.ops) * threads as u64) as f64 / elapsed);
         logs.append(&mut run_logs);
     }
-    let counters = engine.counters().since(&before);
-    let events = engine
+    let counters = subject.counters().since(&before);
+    let events = subject
         .event_counters()
         .into_iter()
         .map(|(name, value)| {
@@ -227,17 +286,15 @@ fn measure<E: Engine, W: Workload>(
             (name.to_string(), delta)
         })
         .collect();
-    workload.check(engine).map_err(RunError::Check)?;
     let ops = per_thread(spec.ops) * threads as u64 * spec.runs.max(1) as u64;
-    let mut measurement = summarise(spec, workload.name(), rates, logs, counters, ops);
+    let mut measurement = summarise(spec, workload, rates, logs, counters, ops);
     measurement.events = events;
     Ok(measurement)
 }
 
 /// Runs `count` operations per thread from `first_index`, all threads released together.
-fn run_ops<E: Engine, W: Workload>(
-    engine: &E,
-    workload: &W,
+fn run_ops<S: Subject>(
+    subject: &S,
     threads: usize,
     first_index: u64,
     count: u64,
@@ -250,21 +307,21 @@ fn run_ops<E: Engine, W: Workload>(
                 let barrier = &barrier;
                 scope.spawn(move || {
                     let mut latencies = Vec::with_capacity((count / LATENCY_SAMPLE) as usize + 1);
-                    let mut mix = BTreeMap::new();
+                    let mut mix = [0u64; OpKind::ALL.len()];
                     barrier.wait();
                     let started = Instant::now();
                     for i in 0..count {
                         let index = first_index + i;
                         let kind = if i.is_multiple_of(LATENCY_SAMPLE) {
                             let start = Instant::now();
-                            let kind = workload.run_op(engine, thread, index)?;
+                            let kind = subject.run_op(thread, index)?;
                             latencies
                                 .push(start.elapsed().as_nanos().min(u128::from(u32::MAX)) as u32);
                             kind
                         } else {
-                            workload.run_op(engine, thread, index)?
+                            subject.run_op(thread, index)?
                         };
-                        *mix.entry(kind).or_default() += 1;
+                        mix[kind.index()] += 1;
                         if thread == 0 && i % 4096 == 4095 {
                             progress((i + 1) * threads as u64);
                         }
@@ -310,7 +367,7 @@ fn summarise(
     };
     let mut mix = BTreeMap::new();
     for log in &logs {
-        for (kind, n) in &log.mix {
+        for (kind, &n) in OpKind::ALL.iter().zip(&log.mix).filter(|(_, n)| **n > 0) {
             *mix.entry(format!("{kind:?}")).or_default() += n;
         }
     }
@@ -347,6 +404,6 @@ fn summarise(
         counters,
         mix,
         events: BTreeMap::new(),
-        checked: true,
+        checked: false,
     }
 }

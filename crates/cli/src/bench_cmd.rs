@@ -35,7 +35,8 @@ pub struct BenchRequest {
 }
 
 /// Runs every configuration of `request`; a configuration whose engine is unavailable (PMDK
-/// not installed) is reported and skipped, any other failure stops the run.
+/// not installed) or that does not exist (the raw reference on a workload it lacks) is
+/// reported and skipped, any other failure stops the run.
 pub fn run(request: &BenchRequest, quiet: bool) -> anyhow::Result<Vec<Measurement>> {
     let configs = configurations(request);
     let bar = progress_bar(
@@ -55,6 +56,9 @@ pub fn run(request: &BenchRequest, quiet: bool) -> anyhow::Result<Vec<Measuremen
             Ok(measurement) => results.push(measurement),
             Err(bench::runner::RunError::Open(bench::choice::OpenError::Pmdk(error))) => {
                 bar.suspend(|| eprintln!("ferrite: bench: skipping pmdk: {error}"));
+            }
+            Err(bench::runner::RunError::Unsupported(why)) => {
+                bar.suspend(|| eprintln!("ferrite: bench: skipping {}: {why}", spec.engine));
             }
             Err(error) => bail!("{} on {}: {error}", spec.workload.name(), spec.engine),
         }

@@ -54,7 +54,7 @@ enum Command {
 struct BenchArgs {
     /// Engines (comma-separated): undo, redo, mvcc (TimeStone), pmdk, ideal, mem; undo and
     /// redo take a log mode suffix (redo:cacheable, redo:non-temporal, redo:packed,
-    /// redo:auto).
+    /// redo:auto); raw and raw:volatile are the raw reference (array and hash only).
     #[arg(long, value_delimiter = ',', default_value = "redo,undo,pmdk,ideal", value_parser = parse_engine)]
     engine: Vec<bench::choice::EngineChoice>,
     /// Workloads (comma-separated): array, queue, hash, btree, rbtree, list, ts-hash, bst,

@@ -239,6 +239,12 @@ pub fn pool_tag(uuid: &[u8; 16]) -> u16 {
     if tag == 0 { 1 } else { tag }
 }
 
+/// A fresh engine identity for [`Tx::engine_id`] (never 0), one per opened engine.
+pub fn new_engine_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Operations inside one transaction.
 ///
 /// Implementations provide the raw operations on absolute pool offsets; workloads use the
@@ -256,6 +262,14 @@ pub trait Tx {
     fn pool_tag(&self) -> u16;
     /// Absolute offset of the root object.
     fn root_offset(&self) -> u64;
+
+    /// The identity of the opened engine this transaction runs in: unique in the process
+    /// among engines that have one (see [`new_engine_id`]), 0 when the engine has none.
+    /// Workloads key what they validated once (a structure's header) on it, so operations
+    /// on the same open engine skip validating it again; with 0 they validate every time.
+    fn engine_id(&self) -> u64 {
+        0
+    }
 
     /// Checks that `ptr` is a non-null pointer of this pool.
     fn check<T>(&self, ptr: PPtr<T>) -> TxResult<u64> {

@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod bytes;
 pub mod check;
 pub mod lanecheck;
 pub mod lanes;
@@ -26,7 +27,8 @@ mod undo_recovery;
 pub mod writeset;
 
 pub use api::{
-    Engine, Isolation, NoReplay, Op, OpId, PPtr, Replay, Tx, TxError, TxResult, pool_tag,
+    Engine, Isolation, NoReplay, Op, OpId, PPtr, Replay, Tx, TxError, TxResult, new_engine_id,
+    pool_tag,
 };
 pub use lanes::EngineOptions;
 pub use layout::EngineKind;

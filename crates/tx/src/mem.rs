@@ -4,7 +4,10 @@
 //! It is the "no persistence" reference point, the substrate of the Silo trace recorder, and
 //! a fast engine for unit-testing workloads.
 
-use crate::api::{Engine, Isolation, Lifecycle, Tx, TxError, TxResult, pool_tag, run_transaction};
+use crate::api::{
+    Engine, Isolation, Lifecycle, Tx, TxError, TxResult, new_engine_id, pool_tag, run_transaction,
+};
+use crate::bytes::{copy_bytes, extend_bytes};
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
 
@@ -18,6 +21,7 @@ const ALIGN: u64 = 16;
 pub struct MemEngine {
     state: Mutex<MemState>,
     tag: u16,
+    id: u64,
 }
 
 #[derive(Debug)]
@@ -29,6 +33,29 @@ struct MemState {
     free: BTreeMap<u64, Vec<u64>>,
     /// Size of every allocated block.
     sizes: BTreeMap<u64, u64>,
+    /// The running transaction's undo journal, reused by every transaction (so a
+    /// transaction allocates nothing on the heap in the common case).
+    journal: Journal,
+}
+
+/// What the running transaction changed: the old bytes of each write (in write order, their
+/// bytes concatenated), and the blocks it allocated and freed.
+#[derive(Debug, Default)]
+struct Journal {
+    /// (address, length) of each write's old bytes in `old`.
+    writes: Vec<(u64, usize)>,
+    old: Vec<u8>,
+    allocated: Vec<u64>,
+    freed: Vec<u64>,
+}
+
+impl Journal {
+    fn clear(&mut self) {
+        self.writes.clear();
+        self.old.clear();
+        self.allocated.clear();
+        self.freed.clear();
+    }
 }
 
 impl MemEngine {
@@ -43,10 +70,12 @@ impl MemEngine {
             bump: HEAP_START,
             free: BTreeMap::new(),
             sizes: BTreeMap::new(),
+            journal: Journal::default(),
         };
         MemEngine {
             state: Mutex::new(state),
             tag: pool_tag(b"ferrite-memengin"),
+            id: new_engine_id(),
         }
     }
 
@@ -61,9 +90,7 @@ impl MemEngine {
 pub struct MemTx<'e> {
     state: MutexGuard<'e, MemState>,
     tag: u16,
-    undo: Vec<(u64, Vec<u8>)>,
-    allocated: Vec<u64>,
-    freed: Vec<u64>,
+    id: u64,
 }
 
 impl MemTx<'_> {
@@ -83,22 +110,27 @@ impl MemTx<'_> {
 
 impl Lifecycle for MemTx<'_> {
     fn abort(&mut self) {
-        while let Some((addr, old)) = self.undo.pop() {
-            let start = addr as usize;
-            self.state.bytes[start..start + old.len()].copy_from_slice(&old);
+        let state = &mut *self.state;
+        let mut end = state.journal.old.len();
+        for &(addr, len) in state.journal.writes.iter().rev() {
+            let (start, old) = (addr as usize, &state.journal.old[end - len..end]);
+            copy_bytes(&mut state.bytes[start..start + len], old);
+            end -= len;
         }
-        for addr in std::mem::take(&mut self.allocated) {
-            self.state.release(addr);
+        for i in 0..state.journal.allocated.len() {
+            let addr = state.journal.allocated[i];
+            state.release(addr);
         }
-        self.freed.clear();
+        state.journal.clear();
     }
 
     fn commit(&mut self) -> TxResult<()> {
-        for addr in std::mem::take(&mut self.freed) {
-            self.state.release(addr);
+        let state = &mut *self.state;
+        for i in 0..state.journal.freed.len() {
+            let addr = state.journal.freed[i];
+            state.release(addr);
         }
-        self.undo.clear();
-        self.allocated.clear();
+        state.journal.clear();
         Ok(())
     }
 }
@@ -132,15 +164,16 @@ impl MemState {
 impl Tx for MemTx<'_> {
     fn read_raw(&mut self, addr: u64, dst: &mut [u8]) -> TxResult<()> {
         let range = self.range(addr, dst.len())?;
-        dst.copy_from_slice(&self.state.bytes[range]);
+        copy_bytes(dst, &self.state.bytes[range]);
         Ok(())
     }
 
     fn write_raw(&mut self, addr: u64, src: &[u8]) -> TxResult<()> {
         let range = self.range(addr, src.len())?;
-        let old = self.state.bytes[range.clone()].to_vec();
-        self.undo.push((addr, old));
-        self.state.bytes[range].copy_from_slice(src);
+        let state = &mut *self.state;
+        extend_bytes(&mut state.journal.old, &state.bytes[range.clone()]);
+        state.journal.writes.push((addr, src.len()));
+        copy_bytes(&mut state.bytes[range], src);
         Ok(())
     }
 
@@ -149,15 +182,16 @@ impl Tx for MemTx<'_> {
             .state
             .allocate(size)
             .ok_or(TxError::OutOfSpace { size })?;
-        self.allocated.push(addr);
+        self.state.journal.allocated.push(addr);
         Ok(addr)
     }
 
     fn free_raw(&mut self, addr: u64) -> TxResult<()> {
-        if !self.state.sizes.contains_key(&addr) || self.freed.contains(&addr) {
+        let state = &mut *self.state;
+        if !state.sizes.contains_key(&addr) || state.journal.freed.contains(&addr) {
             return Err(TxError::InvalidFree(addr));
         }
-        self.freed.push(addr);
+        state.journal.freed.push(addr);
         Ok(())
     }
 
@@ -167,6 +201,10 @@ impl Tx for MemTx<'_> {
 
     fn root_offset(&self) -> u64 {
         ROOT_OFFSET
+    }
+
+    fn engine_id(&self) -> u64 {
+        self.id
     }
 }
 
@@ -185,12 +223,13 @@ impl Engine for MemEngine {
     where
         E: From<TxError>,
     {
+        let mut state = self.state.lock();
+        // A transaction that panicked inside `abort` may have left its journal behind.
+        state.journal.clear();
         let tx = MemTx {
-            state: self.state.lock(),
+            state,
             tag: self.tag,
-            undo: Vec::new(),
-            allocated: Vec::new(),
-            freed: Vec::new(),
+            id: self.id,
         };
         run_transaction(tx, body)
     }

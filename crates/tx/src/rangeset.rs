@@ -1,11 +1,13 @@
 //! A set of byte ranges, kept merged.
-
-use std::collections::BTreeMap;
+//!
+//! Kept as a sorted vector: a transaction touches a few ranges, so a binary search plus a
+//! short shift beats a tree, and a cleared set keeps its buffer for the next transaction.
 
 /// Disjoint, non-adjacent `[start, end)` ranges.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RangeSet {
-    ranges: BTreeMap<u64, u64>,
+    /// Sorted by start; since the ranges are disjoint, also by end.
+    ranges: Vec<(u64, u64)>,
 }
 
 impl RangeSet {
@@ -14,60 +16,75 @@ impl RangeSet {
         self.ranges.is_empty()
     }
 
+    /// Empties the set, keeping its buffer.
+    pub fn clear(&mut self) {
+        self.ranges.clear();
+    }
+
     /// Adds `[start, end)`, merging with overlapping or adjacent ranges.
     pub fn insert(&mut self, mut start: u64, mut end: u64) {
         if start >= end {
             return;
         }
-        if let Some((&s, &e)) = self.ranges.range(..=start).next_back()
-            && e >= start
-        {
-            start = s;
-            end = end.max(e);
+        // The first range that ends at or after `start` is the first one to merge with.
+        let first = self.ranges.partition_point(|&(_, e)| e < start);
+        let mut last = first;
+        while let Some(&(s, e)) = self.ranges.get(last).filter(|&&(s, _)| s <= end) {
+            (start, end) = (start.min(s), end.max(e));
+            last += 1;
         }
-        let absorbed: Vec<u64> = self.ranges.range(start..=end).map(|(&s, _)| s).collect();
-        for s in absorbed {
-            let e = self.ranges.remove(&s).expect("key just listed");
-            end = end.max(e);
+        if first == last {
+            self.ranges.insert(first, (start, end));
+        } else {
+            self.ranges[first] = (start, end);
+            self.ranges.drain(first + 1..last);
         }
-        self.ranges.insert(start, end);
     }
 
     /// The parts of `[start, end)` not in the set, in order.
     pub fn gaps(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
         let mut gaps = Vec::new();
+        self.gaps_into(start, end, &mut gaps);
+        gaps
+    }
+
+    /// [`RangeSet::gaps`] into `gaps` (cleared first).
+    pub fn gaps_into(&self, start: u64, end: u64, gaps: &mut Vec<(u64, u64)>) {
+        gaps.clear();
         let mut at = start;
-        let first = self
-            .ranges
-            .range(..=start)
-            .next_back()
-            .map_or(start, |(&s, _)| s);
-        for (&s, &e) in self.ranges.range(first..end) {
-            if e <= at {
-                continue;
-            }
-            if s > at {
-                gaps.push((at, s.min(end)));
-            }
-            at = at.max(e);
-            if at >= end {
+        let first = self.ranges.partition_point(|&(_, e)| e <= start);
+        for &(s, e) in &self.ranges[first..] {
+            if s >= end || at >= end {
                 break;
             }
+            if s > at {
+                gaps.push((at, s));
+            }
+            at = at.max(e);
         }
         if at < end {
             gaps.push((at, end));
         }
-        gaps
+    }
+
+    /// Whether `[start, end)` is inside the set.
+    pub fn covers(&self, start: u64, end: u64) -> bool {
+        let first = self.ranges.partition_point(|&(_, e)| e < end);
+        start >= end
+            || self
+                .ranges
+                .get(first)
+                .is_some_and(|&(s, e)| s <= start && end <= e)
     }
 
     /// Total bytes covered.
     pub fn total_len(&self) -> u64 {
-        self.ranges.iter().map(|(&s, &e)| e - s).sum()
+        self.ranges.iter().map(|&(s, e)| e - s).sum()
     }
 
     /// The ranges, in order.
     pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.ranges.iter().map(|(&s, &e)| (s, e))
+        self.ranges.iter().copied()
     }
 }
 
@@ -98,6 +115,7 @@ mod tests {
             for i in start..end {
                 prop_assert_eq!(covered_by_gaps[i as usize], !bits[i as usize], "byte {}", i);
             }
+            prop_assert_eq!(set.covers(start, end), (start..end).all(|i| bits[i as usize]));
         }
     }
 }

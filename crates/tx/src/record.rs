@@ -16,6 +16,7 @@
 //! record is simply absent.
 
 use crate::api::TxError;
+use crate::bytes::extend_bytes;
 use heap::{ACTION_LEN, Action};
 use pmem::Persist;
 
@@ -68,13 +69,24 @@ pub fn encoded_size<'a>(
     actions: usize,
 ) -> (usize, usize) {
     let (mut bytes, mut count) = (HEADER_LEN + actions * ACTION_LEN, 0);
-    for (addr, data) in ranges {
-        for (_, piece) in pieces(addr, data) {
-            bytes += RANGE_HEADER_LEN + piece.len().next_multiple_of(8);
-            count += 1;
-        }
+    for (_, data) in ranges {
+        // Every piece but the last is MAX_RANGE bytes, a multiple of 8; nothing is empty.
+        let pieces = data.len().div_ceil(MAX_RANGE);
+        bytes += pieces * RANGE_HEADER_LEN + data.len().next_multiple_of(8);
+        count += pieces;
     }
     (bytes, count)
+}
+
+/// Appends one range (a piece of at most [`MAX_RANGE`] bytes): its header word, its data and
+/// the zeros padding it to 8 bytes.
+#[inline]
+fn push_range(out: &mut Vec<u8>, addr: u64, piece: &[u8]) {
+    debug_assert!(addr >> ADDR_BITS == 0 && piece.len() <= MAX_RANGE);
+    let word = ((piece.len() as u64) << ADDR_BITS) | addr;
+    out.extend_from_slice(&word.to_le_bytes());
+    extend_bytes(out, piece);
+    out.extend_from_slice(&[0u8; 8][..piece.len().next_multiple_of(8) - piece.len()]);
 }
 
 /// Whether a record with these contents can be encoded (counts fit their 16-bit fields).
@@ -107,12 +119,12 @@ pub fn encode<'a>(
     out.extend_from_slice(&(actions.len() as u16).to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
     for (addr, data) in ranges {
-        for (piece_addr, piece) in pieces(addr, data) {
-            debug_assert!(piece_addr >> ADDR_BITS == 0);
-            let word = ((piece.len() as u64) << ADDR_BITS) | piece_addr;
-            out.extend_from_slice(&word.to_le_bytes());
-            out.extend_from_slice(piece);
-            out.resize(out.len().next_multiple_of(8), 0);
+        if data.is_empty() {
+            continue;
+        } else if data.len() <= MAX_RANGE {
+            push_range(out, addr, data);
+        } else {
+            pieces(addr, data).for_each(|(at, piece)| push_range(out, at, piece));
         }
     }
     for action in actions {

@@ -10,7 +10,9 @@
 //! writes it has written back and fenced. Replaying a suffix of committed records in order is
 //! therefore always correct, even across lanes (see `docs/tx-format.md` for the argument).
 
-use crate::api::{Engine, Isolation, Lifecycle, Tx, TxError, TxResult, pool_tag, run_transaction};
+use crate::api::{
+    Engine, Isolation, Lifecycle, Tx, TxError, TxResult, new_engine_id, pool_tag, run_transaction,
+};
 use crate::lanes::{EngineOptions, Lanes};
 use crate::layout::{EngineKind, EngineLayout};
 use crate::logwriter::{LogMode, LogWriter};
@@ -38,12 +40,14 @@ pub struct Redo<P: Persist> {
     next_seq: Mutex<u64>,
     /// The persisted watermark: every record up to it is durable in place.
     watermark: AtomicU64,
-    /// One checkpoint at a time.
-    checkpoint: Mutex<()>,
+    /// One checkpoint at a time; holds the ranges it is writing back.
+    checkpoint: Mutex<Vec<(u64, u64)>>,
     /// Heap actions read-modify-write shared bitmap words.
     actions: Mutex<()>,
     mode: LogMode,
     tag: u16,
+    /// This open's identity (`Tx::engine_id`).
+    id: u64,
     user: Region,
     chunks: Region,
     /// What the recovery at open found and did.
@@ -72,7 +76,50 @@ struct Progress {
     /// Lowest sequence number whose in-place writes are in `dirty`, or NONE.
     dirty_floor: AtomicU64,
     /// Byte ranges written in place and not yet written back by a checkpoint.
-    dirty: Mutex<Vec<(u64, u64)>>,
+    dirty: Mutex<DirtyRanges>,
+}
+
+/// Lines a lane remembers having listed as dirty since the last checkpoint (a direct-mapped
+/// filter: a hot line, such as a structure's header, is listed once per checkpoint instead
+/// of once per transaction).
+const RECENT_LINES: usize = 256;
+
+/// A lane's ranges written in place since the last checkpoint.
+#[derive(Debug)]
+struct DirtyRanges {
+    ranges: Vec<(u64, u64)>,
+    /// `line + 1` of recently listed one-line ranges, by a hash of the line (0: none).
+    recent: Box<[u64; RECENT_LINES]>,
+}
+
+impl DirtyRanges {
+    fn new() -> Self {
+        DirtyRanges {
+            ranges: Vec::new(),
+            recent: Box::new([0; RECENT_LINES]),
+        }
+    }
+
+    /// Lists `[addr, addr + len)`, unless it lies in one line listed since the last
+    /// checkpoint.
+    #[inline]
+    fn add(&mut self, addr: u64, len: u64) {
+        let lines = pmem::lines_covering(addr, len);
+        if lines.end - lines.start == 1 {
+            let slot = (lines.start.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize;
+            if self.recent[slot] == lines.start + 1 {
+                return;
+            }
+            self.recent[slot] = lines.start + 1;
+        }
+        self.ranges.push((addr, len));
+    }
+
+    /// Moves the listed ranges to `out` (appended) and forgets them.
+    fn drain_into(&mut self, out: &mut Vec<(u64, u64)>) {
+        out.append(&mut self.ranges);
+        self.recent.fill(0);
+    }
 }
 
 impl<P: Persist> Redo<P> {
@@ -133,7 +180,7 @@ impl<P: Persist> Redo<P> {
             .map(|_| Progress {
                 inflight: AtomicU64::new(NONE),
                 dirty_floor: AtomicU64::new(NONE),
-                dirty: Mutex::new(Vec::new()),
+                dirty: Mutex::new(DirtyRanges::new()),
             })
             .collect();
         let tag = pool_tag(&pool.header().uuid);
@@ -150,10 +197,11 @@ impl<P: Persist> Redo<P> {
             progress,
             next_seq: Mutex::new(watermark + 1),
             watermark: AtomicU64::new(watermark),
-            checkpoint: Mutex::new(()),
+            checkpoint: Mutex::new(Vec::new()),
             actions: Mutex::new(()),
             mode: options.log_mode,
             tag,
+            id: new_engine_id(),
             user,
             chunks,
             recovery,
@@ -219,8 +267,8 @@ impl<P: Persist> Redo<P> {
             actions,
             &mut ring.scratch,
         );
-        ring.writer.append(pm, ring.base + pos, &ring.scratch);
-        ring.writer.seal(pm);
+        ring.writer
+            .append_line_record(pm, ring.base + pos, &mut ring.scratch);
         pm.fence();
         if pm.is_poisoned() {
             // The record may not be durable: the commit fails (nothing was applied).
@@ -261,12 +309,12 @@ impl<P: Persist> Redo<P> {
         }
         let progress = &self.progress[lane];
         let mut dirty = progress.dirty.lock();
-        dirty.extend(
-            ranges
-                .iter()
-                .map(|(addr, bytes)| (addr, bytes.len() as u64)),
-        );
-        dirty.extend(actions.iter().map(|action| (action.addr(), action.len())));
+        for (addr, bytes) in ranges.iter() {
+            dirty.add(addr, bytes.len() as u64);
+        }
+        for action in actions {
+            dirty.add(action.addr(), action.len());
+        }
         // The floor is set before the sequence number stops being in flight, so a checkpoint
         // that reads `inflight` and then `dirty_floor` always sees one of them.
         if progress.dirty_floor.load(Ordering::SeqCst) == NONE {
@@ -298,19 +346,17 @@ impl<P: Persist> Redo<P> {
     /// Writes back every lane's dirty lines, fences, and moves the persisted watermark past
     /// every record whose writes are now durable, until it reaches `target`.
     fn checkpoint(&self, target: u64) -> TxResult<()> {
-        let _one_at_a_time = self.checkpoint.lock();
+        let mut ranges = self.checkpoint.lock();
         let pm = self.pool.pm();
         while self.watermark.load(Ordering::Acquire) < target {
-            let mut lines = Vec::new();
             for progress in self.progress.iter() {
                 let mut dirty = progress.dirty.lock();
-                for &(addr, len) in dirty.iter() {
-                    lines.extend(pmem::lines_covering(addr, len));
-                }
-                dirty.clear();
+                dirty.drain_into(&mut ranges);
                 progress.dirty_floor.store(NONE, Ordering::SeqCst);
             }
-            write_back_lines(pm, &mut lines);
+            // Order does not matter before the fence, and the lanes' filters dropped most
+            // repeats: write the ranges back as listed.
+            ranges.drain(..).for_each(|(addr, len)| pm.flush(addr, len));
             pm.fence();
             if pm.is_poisoned() {
                 // The write-backs may have failed: never move the watermark past them.
@@ -623,6 +669,10 @@ impl<P: Persist> Tx for RedoTx<'_, P> {
 
     fn root_offset(&self) -> u64 {
         self.engine.user.offset
+    }
+
+    fn engine_id(&self) -> u64 {
+        self.engine.id
     }
 }
 

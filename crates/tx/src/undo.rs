@@ -14,7 +14,10 @@
 //! behind, apply it (the transaction committed but its actions may not have reached their
 //! place); then roll back every live entry (a transaction was in flight), newest first.
 
-use crate::api::{Engine, Isolation, Lifecycle, Tx, TxError, TxResult, pool_tag, run_transaction};
+use crate::api::{
+    Engine, Isolation, Lifecycle, Tx, TxError, TxResult, new_engine_id, pool_tag, run_transaction,
+};
+use crate::bytes::extend_bytes;
 use crate::lanes::{EngineOptions, Lanes};
 use crate::layout::{EngineKind, EngineLayout};
 use crate::logwriter::{LogMode, LogWriter};
@@ -39,6 +42,8 @@ pub struct Undo<P: Persist> {
     actions: Mutex<()>,
     mode: LogMode,
     tag: u16,
+    /// This open's identity (`Tx::engine_id`).
+    id: u64,
     user: Region,
     chunks: Region,
     /// What the recovery at open found and did.
@@ -57,6 +62,41 @@ struct UndoLane {
     /// Next free byte of the entry area.
     tail: u64,
     writer: LogWriter,
+    /// The running transaction's state, kept here so transactions reuse its buffers.
+    work: Work,
+}
+
+/// What an undo transaction tracks, in buffers reused from one transaction to the next.
+#[derive(Debug, Default)]
+struct Work {
+    /// Ranges whose old bytes are logged, or that this transaction allocated.
+    covered: RangeSet,
+    /// Ranges written in place.
+    modified: RangeSet,
+    /// (address, length) of each logged range, its old bytes in `old` in the same order
+    /// (DRAM copies, for abort).
+    snapshots: Vec<(u64, usize)>,
+    old: Vec<u8>,
+    reservations: Vec<Reservation>,
+    frees: Vec<Freeing>,
+    /// Fresh blocks zeroed in place (written back at commit; not user bytes).
+    zeroed: Vec<(u64, u64)>,
+    /// Scratch: the gaps of a write, an encoded entry or action record, the commit's actions.
+    gaps: Vec<(u64, u64)>,
+    scratch: Vec<u8>,
+    actions: Vec<Action>,
+}
+
+impl Work {
+    fn clear(&mut self) {
+        self.covered.clear();
+        self.modified.clear();
+        self.snapshots.clear();
+        self.old.clear();
+        self.reservations.clear();
+        self.frees.clear();
+        self.zeroed.clear();
+    }
 }
 
 impl UndoLane {
@@ -121,6 +161,7 @@ impl<P: Persist> Undo<P> {
             actions: Mutex::new(()),
             mode: options.log_mode,
             tag,
+            id: new_engine_id(),
             user,
             chunks,
             recovery,
@@ -168,6 +209,7 @@ impl<P: Persist> Undo<P> {
                 generation: 0,
                 tail: 0,
                 writer: LogWriter::new(options.log_mode),
+                work: Work::default(),
             };
             report.replayed += recover_lane(pool.pm(), &mut state, found)?;
             lanes.push(state);
@@ -252,38 +294,35 @@ fn set_word<P: Persist>(pm: &P, at: u64, value: u64) {
     pm.persist(at, 8);
 }
 
-/// A transaction of the undo engine.
+/// A transaction of the undo engine (its state is in the lane's [`Work`]).
 #[derive(Debug)]
 pub struct UndoTx<'e, P: Persist> {
     engine: &'e Undo<P>,
     lane: MutexGuard<'e, UndoLane>,
-    /// Ranges whose old bytes are logged, or that this transaction allocated.
-    covered: RangeSet,
-    /// Ranges written in place.
-    modified: RangeSet,
-    /// DRAM copies of the logged old bytes, for abort.
-    snapshots: Vec<(u64, Vec<u8>)>,
-    reservations: Vec<Reservation>,
-    frees: Vec<Freeing>,
-    /// Fresh blocks zeroed in place (written back at commit; not user bytes).
-    zeroed: Vec<(u64, u64)>,
-    scratch: Vec<u8>,
 }
 
 impl<P: Persist> UndoTx<'_, P> {
     /// Logs and persists the old bytes of every part of `[addr, addr + len)` not yet covered.
     fn snapshot(&mut self, addr: u64, len: u64) -> TxResult<()> {
-        let gaps = self.covered.gaps(addr, addr + len);
-        if gaps.is_empty() {
+        let lane = &mut *self.lane;
+        if lane.work.covered.covers(addr, addr + len) {
             return Ok(());
         }
-        // All or nothing: a partly logged write would leave bytes marked covered whose old
-        // contents are not durable.
+        let mut gaps = std::mem::take(&mut lane.work.gaps);
+        lane.work.covered.gaps_into(addr, addr + len, &mut gaps);
+        let logged = self.log_gaps(&gaps);
+        self.lane.work.gaps = gaps;
+        logged
+    }
+
+    /// Logs the old bytes of `gaps` (all or nothing: a partly logged write would leave bytes
+    /// marked covered whose old contents are not durable), fences, and marks them covered.
+    fn log_gaps(&mut self, gaps: &[(u64, u64)]) -> TxResult<()> {
         let needed: u64 = gaps
             .iter()
             .map(|(s, e)| ENTRY_HEADER_LEN + (e - s).next_multiple_of(8))
             .sum();
-        let lane = &*self.lane;
+        let lane = &mut *self.lane;
         let capacity = lane.end - lane.entries_start();
         if lane.tail + needed > capacity {
             return Err(TxError::LogFull {
@@ -292,91 +331,103 @@ impl<P: Persist> UndoTx<'_, P> {
             });
         }
         let pm = self.engine.pool.pm();
-        for &(start, end) in &gaps {
-            let mut old = vec![0u8; (end - start) as usize];
-            pm.read(start, &mut old);
-            self.append_entry(start, &old);
-            self.snapshots.push((start, old));
+        for &(start, end) in gaps {
+            let len = (end - start) as usize;
+            let at = lane.work.old.len();
+            lane.work.old.resize(at + len, 0);
+            pm.read(start, &mut lane.work.old[at..]);
+            append_entry(pm, lane, start, at..at + len);
+            lane.work.snapshots.push((start, len));
         }
-        self.lane.writer.seal(pm);
+        lane.writer.seal(pm);
         pm.fence();
         if pm.is_poisoned() {
             // The old bytes may not be durable: the caller must not write in place.
             return Err(TxError::Poisoned);
         }
         gaps.iter()
-            .for_each(|&(start, end)| self.covered.insert(start, end));
+            .for_each(|&(start, end)| lane.work.covered.insert(start, end));
         Ok(())
     }
 
-    /// Appends one entry (the caller checked that it fits).
-    fn append_entry(&mut self, addr: u64, old: &[u8]) {
+    fn write_action_record(&mut self) {
         let lane = &mut *self.lane;
-        let size = ENTRY_HEADER_LEN + (old.len() as u64).next_multiple_of(8);
-        let at = lane.entries_start() + lane.tail;
-        debug_assert!(at + size <= lane.end);
-        let scratch = &mut self.scratch;
-        scratch.clear();
-        scratch.extend_from_slice(&lane.generation.to_le_bytes());
-        scratch.extend_from_slice(&addr.to_le_bytes());
-        scratch.extend_from_slice(&(old.len() as u32).to_le_bytes());
-        scratch.extend_from_slice(&entry_crc(lane.generation, addr, old, at).to_le_bytes());
-        scratch.extend_from_slice(old);
-        scratch.resize(size as usize, 0);
-        lane.writer.append(self.engine.pool.pm(), at, scratch);
-        lane.tail += size;
-    }
-
-    fn finish_read_only(&mut self) -> TxResult<()> {
-        debug_assert!(self.snapshots.is_empty());
-        Ok(())
-    }
-
-    fn write_action_record(&mut self, actions: &[Action]) {
-        let lane = &mut *self.lane;
-        let body: Vec<u8> = actions.iter().flat_map(|a| a.encode()).collect();
-        let mut record = Vec::with_capacity(ACTION_HEADER_LEN as usize + body.len());
-        record.extend_from_slice(&lane.generation.to_le_bytes());
-        record.extend_from_slice(&(actions.len() as u32).to_le_bytes());
-        record.extend_from_slice(&action_crc(lane.generation, &body).to_le_bytes());
-        record.extend_from_slice(&body);
+        let work = &mut lane.work;
+        work.scratch.clear();
+        work.scratch
+            .extend_from_slice(&lane.generation.to_le_bytes());
+        work.scratch
+            .extend_from_slice(&(work.actions.len() as u32).to_le_bytes());
+        work.scratch.extend_from_slice(&[0u8; 4]);
+        for action in &work.actions {
+            work.scratch.extend_from_slice(&action.encode());
+        }
+        let crc = action_crc(lane.generation, &work.scratch[ACTION_HEADER_LEN as usize..]);
+        work.scratch[12..16].copy_from_slice(&crc.to_le_bytes());
         let pm = self.engine.pool.pm();
-        lane.writer.append(pm, lane.base + ACTIONS_AT, &record);
+        lane.writer
+            .append(pm, lane.base + ACTIONS_AT, &work.scratch);
         lane.writer.seal(pm);
     }
+}
+
+/// Appends one entry holding the old bytes `lane.work.old[old]` of `addr` (the caller checked
+/// that it fits).
+fn append_entry<P: Persist>(pm: &P, lane: &mut UndoLane, addr: u64, old: std::ops::Range<usize>) {
+    let len = old.len();
+    let size = ENTRY_HEADER_LEN + (len as u64).next_multiple_of(8);
+    let at = lane.entries_start() + lane.tail;
+    debug_assert!(at + size <= lane.end);
+    let (work, generation) = (&mut lane.work, lane.generation);
+    let old = &work.old[old];
+    let scratch = &mut work.scratch;
+    scratch.clear();
+    scratch.extend_from_slice(&generation.to_le_bytes());
+    scratch.extend_from_slice(&addr.to_le_bytes());
+    scratch.extend_from_slice(&(len as u32).to_le_bytes());
+    scratch.extend_from_slice(&entry_crc(generation, addr, old, at).to_le_bytes());
+    extend_bytes(scratch, old);
+    scratch.resize(size as usize, 0);
+    lane.writer.append(pm, at, scratch);
+    lane.tail += size;
 }
 
 impl<P: Persist> Lifecycle for UndoTx<'_, P> {
     fn commit(&mut self) -> TxResult<()> {
         let engine = self.engine;
         let pm = engine.pool.pm();
-        let actions: Vec<Action> = self
-            .reservations
-            .iter()
-            .map(|r| engine.heap.publish_action(r))
-            .chain(self.frees.iter().map(|f| engine.heap.free_action(f)))
-            .collect();
-        if self.modified.is_empty() && self.zeroed.is_empty() && actions.is_empty() {
-            return self.finish_read_only();
+        let work = &mut self.lane.work;
+        work.actions.clear();
+        work.actions.extend(
+            work.reservations
+                .iter()
+                .map(|r| engine.heap.publish_action(r))
+                .chain(work.frees.iter().map(|f| engine.heap.free_action(f))),
+        );
+        if work.modified.is_empty() && work.zeroed.is_empty() && work.actions.is_empty() {
+            debug_assert!(work.snapshots.is_empty());
+            return Ok(());
         }
         if pm.is_poisoned() {
             return Err(TxError::Poisoned);
         }
-        let record_len = ACTION_HEADER_LEN + (actions.len() * ACTION_LEN) as u64;
+        let record_len = ACTION_HEADER_LEN + (work.actions.len() * ACTION_LEN) as u64;
         if record_len > self.lane.action_area {
             return Err(TxError::LogFull {
                 needed: record_len,
                 capacity: self.lane.action_area,
             });
         }
-        self.modified
+        let work = &self.lane.work;
+        work.modified
             .iter()
             .for_each(|(start, end)| pm.flush(start, end - start));
-        self.zeroed
+        work.zeroed
             .iter()
             .for_each(|&(addr, len)| pm.flush(addr, len));
-        if !actions.is_empty() {
-            self.write_action_record(&actions);
+        let has_actions = !work.actions.is_empty();
+        if has_actions {
+            self.write_action_record();
         }
         pm.fence();
         if pm.is_poisoned() {
@@ -388,36 +439,43 @@ impl<P: Persist> Lifecycle for UndoTx<'_, P> {
         set_word(pm, lane.base + GENERATION_AT, lane.generation);
         pm.durability_point();
         lane.tail = 0;
-        if !actions.is_empty() {
+        if has_actions {
             let _serialised = engine.actions.lock();
-            actions.iter().for_each(|a| a.apply(pm));
+            lane.work.actions.iter().for_each(|a| a.apply(pm));
             pm.fence();
             set_word(pm, lane.base + APPLIED_AT, lane.generation);
         }
-        self.reservations.clear();
-        self.frees
+        let work = &mut lane.work;
+        work.reservations.clear();
+        work.frees
             .drain(..)
             .for_each(|f| engine.heap.finish_free(&f));
-        pm.stats().record_user_bytes(self.modified.total_len());
+        pm.stats().record_user_bytes(work.modified.total_len());
+        work.clear();
         Ok(())
     }
 
     fn abort(&mut self) {
         let pm = self.engine.pool.pm();
-        if !self.snapshots.is_empty() {
-            for (addr, old) in self.snapshots.iter().rev() {
-                pm.write(*addr, old, WriteClass::User);
-                pm.flush(*addr, old.len() as u64);
+        let lane = &mut *self.lane;
+        if !lane.work.snapshots.is_empty() {
+            let mut end = lane.work.old.len();
+            for &(addr, len) in lane.work.snapshots.iter().rev() {
+                pm.write(addr, &lane.work.old[end - len..end], WriteClass::User);
+                pm.flush(addr, len as u64);
+                end -= len;
             }
             pm.fence();
-            retire_entries(pm, &mut self.lane);
+            retire_entries(pm, lane);
         }
-        self.reservations
+        let work = &mut lane.work;
+        work.reservations
             .drain(..)
             .for_each(|r| self.engine.heap.cancel(&r));
-        self.frees
+        work.frees
             .drain(..)
             .for_each(|f| self.engine.heap.cancel_free(&f));
+        work.clear();
     }
 }
 
@@ -441,7 +499,7 @@ impl<P: Persist> Tx for UndoTx<'_, P> {
         }
         self.snapshot(addr, len)?;
         engine.pool.pm().write(addr, src, WriteClass::User);
-        self.modified.insert(addr, addr + len);
+        self.lane.work.modified.insert(addr, addr + len);
         Ok(())
     }
 
@@ -451,9 +509,10 @@ impl<P: Persist> Tx for UndoTx<'_, P> {
             .heap
             .reserve(size, &mut |actions| engine.apply_system(actions))?;
         // A block allocated here needs no snapshot: if the transaction aborts, it is freed.
-        self.covered
+        let work = &mut self.lane.work;
+        work.covered
             .insert(reservation.addr, reservation.addr + reservation.size);
-        self.reservations.push(reservation);
+        work.reservations.push(reservation);
         Ok(reservation.addr)
     }
 
@@ -461,13 +520,13 @@ impl<P: Persist> Tx for UndoTx<'_, P> {
         let addr = self.alloc_raw(size)?;
         // A fresh block needs no snapshot: zero it in place and write it back at commit.
         self.engine.pool.pm().fill(addr, size, 0, WriteClass::User);
-        self.zeroed.push((addr, size));
+        self.lane.work.zeroed.push((addr, size));
         Ok(addr)
     }
 
     fn free_raw(&mut self, addr: u64) -> TxResult<()> {
         let freeing = self.engine.heap.prepare_free(addr)?;
-        self.frees.push(freeing);
+        self.lane.work.frees.push(freeing);
         Ok(())
     }
 
@@ -477,6 +536,10 @@ impl<P: Persist> Tx for UndoTx<'_, P> {
 
     fn root_offset(&self) -> u64 {
         self.engine.user.offset
+    }
+
+    fn engine_id(&self) -> u64 {
+        self.engine.id
     }
 }
 
@@ -501,19 +564,11 @@ impl<P: Persist> Engine for Undo<P> {
     where
         E: From<TxError>,
     {
-        let (_, lane) = self.lanes.acquire();
+        let (_, mut lane) = self.lanes.acquire();
         check_generation_room(&lane)?;
-        let tx = UndoTx {
-            engine: self,
-            lane,
-            covered: RangeSet::default(),
-            modified: RangeSet::default(),
-            snapshots: Vec::new(),
-            reservations: Vec::new(),
-            frees: Vec::new(),
-            zeroed: Vec::new(),
-            scratch: Vec::new(),
-        };
+        // A transaction that panicked inside `abort` may have left its state behind.
+        lane.work.clear();
+        let tx = UndoTx { engine: self, lane };
         run_transaction(tx, body)
     }
 

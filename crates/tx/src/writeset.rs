@@ -1,6 +1,8 @@
 //! The redo engine's write set: a transaction's writes buffered in DRAM, overlaid on reads,
 //! and coalesced into disjoint ranges at commit.
 
+use crate::bytes::{copy_bytes, extend_bytes};
+use smallvec::SmallVec;
 use std::collections::BTreeSet;
 
 /// Above this many writes, lookups go through an ordered index instead of a scan.
@@ -26,6 +28,8 @@ pub struct Coalesced {
     /// (address, offset in `data`, length).
     spans: Vec<(u64, usize, usize)>,
     data: Vec<u8>,
+    /// Scratch of [`WriteSet::coalesce_into`]: write indexes by address.
+    order: Vec<(u64, u32)>,
 }
 
 impl Coalesced {
@@ -33,6 +37,7 @@ impl Coalesced {
     pub fn clear(&mut self) {
         self.spans.clear();
         self.data.clear();
+        self.order.clear();
     }
 
     /// Whether there is no range.
@@ -66,6 +71,23 @@ pub struct WriteSet {
     longest: u64,
 }
 
+/// Sorts `items`: by insertion when there are few (a transaction's writes usually are), which
+/// beats the general sort's setup at that size.
+fn sort_small<T: Ord + Copy>(items: &mut [T]) {
+    if items.len() > 16 {
+        return items.sort_unstable();
+    }
+    for i in 1..items.len() {
+        let item = items[i];
+        let mut j = i;
+        while j > 0 && items[j - 1] > item {
+            items[j] = items[j - 1];
+            j -= 1;
+        }
+        items[j] = item;
+    }
+}
+
 fn line_bit(line: u64) -> u64 {
     1 << (line.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58)
 }
@@ -93,15 +115,14 @@ impl WriteSet {
     /// overwrites it in place, so hot words do not grow the log.
     pub fn write(&mut self, addr: u64, src: &[u8]) {
         let mask = lines_mask(addr, src.len() as u64);
-        if self.lines & mask != 0 {
-            let touching = self.touching(addr, src.len() as u64);
-            if let Some(&newest) = touching.last() {
-                let w = self.writes[newest];
-                if w.addr == addr && w.len as usize == src.len() {
-                    let at = w.at as usize;
-                    self.data[at..at + src.len()].copy_from_slice(src);
-                    return;
-                }
+        if self.lines & mask != 0
+            && let Some(newest) = self.newest_touching(addr, src.len() as u64)
+        {
+            let w = self.writes[newest];
+            if w.addr == addr && w.len as usize == src.len() {
+                let at = w.at as usize;
+                copy_bytes(&mut self.data[at..at + src.len()], src);
+                return;
             }
         }
         self.lines |= mask;
@@ -111,7 +132,7 @@ impl WriteSet {
             len: src.len() as u32,
             at: self.data.len() as u32,
         });
-        self.data.extend_from_slice(src);
+        extend_bytes(&mut self.data, src);
         self.longest = self.longest.max(src.len() as u64);
         if let Some(set) = &mut self.index {
             set.insert((addr, index));
@@ -126,23 +147,31 @@ impl WriteSet {
         }
     }
 
-    /// Indexes of the writes overlapping `[addr, addr + len)`, in program order.
-    fn touching(&self, addr: u64, len: u64) -> Vec<usize> {
+    /// The newest write overlapping `[addr, addr + len)`.
+    fn newest_touching(&self, addr: u64, len: u64) -> Option<usize> {
+        let mut newest = None;
+        self.for_each_touching(addr, len, |i| newest = Some(i));
+        newest
+    }
+
+    /// Calls `f` with the index of every write overlapping `[addr, addr + len)`, in program
+    /// order.
+    fn for_each_touching(&self, addr: u64, len: u64, f: impl FnMut(usize)) {
         let end = addr + len;
         let overlaps = |w: &Write| w.addr < end && addr < w.end();
         match &self.index {
             None => (0..self.writes.len())
                 .filter(|&i| overlaps(&self.writes[i]))
-                .collect(),
+                .for_each(f),
             Some(set) => {
                 let from = (addr.saturating_sub(self.longest), 0);
-                let mut hits: Vec<usize> = set
+                let mut hits: SmallVec<[usize; 16]> = set
                     .range(from..(end, 0))
                     .map(|&(_, i)| i)
                     .filter(|&i| overlaps(&self.writes[i]))
                     .collect();
                 hits.sort_unstable();
-                hits
+                hits.into_iter().for_each(f);
             }
         }
     }
@@ -162,14 +191,14 @@ impl WriteSet {
             return;
         }
         let end = addr + len;
-        for i in self.touching(addr, len) {
+        self.for_each_touching(addr, len, |i| {
             let w = self.writes[i];
             let (from, to) = (w.addr.max(addr), w.end().min(end));
             let src = w.at as usize + (from - w.addr) as usize;
             let n = (to - from) as usize;
             let dst_at = (from - addr) as usize;
-            dst[dst_at..dst_at + n].copy_from_slice(&self.data[src..src + n]);
-        }
+            copy_bytes(&mut dst[dst_at..dst_at + n], &self.data[src..src + n]);
+        });
     }
 
     /// Forgets every write, keeping the allocations for the next transaction.
@@ -182,26 +211,52 @@ impl WriteSet {
     }
 
     /// The final bytes of every written location, as disjoint ranges in address order
-    /// (overlapping and adjacent writes merged), into `out` (cleared first).
+    /// (overlapping and adjacent writes merged), into `out` (cleared first). A range made of
+    /// one write is copied as it is; the writes of a merged range are laid down in program
+    /// order, so later writes win.
     pub fn coalesce_into(&self, out: &mut Coalesced) {
         out.clear();
-        let mut spans: Vec<(u64, u64)> = self.writes.iter().map(|w| (w.addr, w.end())).collect();
-        spans.sort_unstable();
-        for (start, end) in spans {
-            match out.spans.last_mut() {
-                Some(last) if start <= last.0 + last.2 as u64 => {
-                    let last_end = (last.0 + last.2 as u64).max(end);
-                    last.2 = (last_end - last.0) as usize;
-                }
-                _ => out.spans.push((start, 0, (end - start) as usize)),
+        let mut order = std::mem::take(&mut out.order);
+        order.extend(
+            self.writes
+                .iter()
+                .enumerate()
+                .map(|(i, w)| (w.addr, i as u32)),
+        );
+        sort_small(&mut order);
+        let mut first = 0;
+        while first < order.len() {
+            let start = order[first].0;
+            let (mut end, mut next) = (self.writes[order[first].1 as usize].end(), first + 1);
+            while next < order.len() && order[next].0 <= end {
+                end = end.max(self.writes[order[next].1 as usize].end());
+                next += 1;
             }
+            let at = out.data.len();
+            let group = &mut order[first..next];
+            if let [(_, only)] = group {
+                let w = self.writes[*only as usize];
+                extend_bytes(&mut out.data, &self.data[w.at as usize..][..w.len as usize]);
+            } else {
+                out.data.resize(at + (end - start) as usize, 0);
+                group
+                    .iter_mut()
+                    .for_each(|(addr, index)| *addr = u64::from(*index));
+                sort_small(group);
+                for &(_, index) in group.iter() {
+                    let w = self.writes[index as usize];
+                    let to = at + (w.addr - start) as usize;
+                    copy_bytes(
+                        &mut out.data[to..to + w.len as usize],
+                        &self.data[w.at as usize..][..w.len as usize],
+                    );
+                }
+            }
+            out.spans.push((start, at, (end - start) as usize));
+            first = next;
         }
-        for span in &mut out.spans {
-            span.1 = out.data.len();
-            out.data.resize(span.1 + span.2, 0);
-            let at = span.1;
-            self.overlay(span.0, &mut out.data[at..at + span.2]);
-        }
+        order.clear();
+        out.order = order;
     }
 
     /// [`WriteSet::coalesce_into`] a fresh buffer.

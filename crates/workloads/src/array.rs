@@ -12,7 +12,8 @@
 //!
 //! Each operation swaps two distinct elements chosen uniformly: it reads both and writes both
 //! in one transaction. Under external isolation it write-locks the stripes of the two indexes
-//! (not the whole array). Invariant: the header matches the parameters, and the elements are a
+//! (not the whole array; nothing at one thread). The header is validated at the first
+//! operation on an engine, not in every transaction. Invariant: the header matches the parameters, and the elements are a
 //! permutation of the initial ones (element `i` starts as [`ElementFill::element`]`(i)`), which
 //! a torn swap would break.
 //!
@@ -21,6 +22,7 @@
 //! after it, so a swap rewrites mostly identical words (Silo's Array is ~90 % silent stores).
 
 use crate::locks::StripedLocks;
+use crate::validated::ValidatedOnce;
 use crate::{OpKind, Params, Workload, op_rng, root_link, set_root_link, value_for};
 use rand::Rng;
 use std::fmt;
@@ -74,13 +76,31 @@ impl ElementFill {
     }
 }
 
+/// The two distinct indexes operation `index` of `thread` swaps in an array of `params.keys`
+/// elements (none with fewer than 2), chosen uniformly.
+pub fn swap_pair(params: &Params, thread: usize, index: u64) -> Option<(u64, u64)> {
+    let len = params.keys;
+    if len < 2 {
+        return None;
+    }
+    let mut rng = op_rng(params.seed, thread, index);
+    let a = rng.random_range(0..len);
+    let b = rng.random_range(0..len - 1);
+    Some((a, if b >= a { b + 1 } else { b }))
+}
+
 /// The array-swap workload (`params.keys` elements of `params.value_size` bytes).
 #[derive(Debug)]
 pub struct ArrayWorkload {
     params: Params,
     fill: ElementFill,
     locks: StripedLocks,
+    /// The data pointer, from the header validated once per engine.
+    data: ValidatedOnce<1>,
 }
+
+/// Elements up to this size are swapped through stack buffers (larger ones through the heap).
+const STACK_ELEMENT: usize = 128;
 
 /// The array's content: `len` elements of `element_size` bytes, stored flat.
 #[derive(Clone, PartialEq, Eq)]
@@ -173,9 +193,10 @@ impl ArrayWorkload {
     pub fn with_fill(params: Params, fill: ElementFill) -> Self {
         let stripes = (params.threads.max(1) * 64).min(4096);
         ArrayWorkload {
+            locks: StripedLocks::for_threads(params.threads, stripes),
             params,
             fill,
-            locks: StripedLocks::new(stripes),
+            data: ValidatedOnce::default(),
         }
     }
 
@@ -186,18 +207,26 @@ impl ArrayWorkload {
 
     /// The two distinct indexes operation `index` of `thread` swaps (none with < 2 elements).
     fn pair(&self, thread: usize, index: u64) -> Option<(u64, u64)> {
-        let len = self.params.keys;
-        if len < 2 {
-            return None;
-        }
-        let mut rng = op_rng(self.params.seed, thread, index);
-        let a = rng.random_range(0..len);
-        let b = rng.random_range(0..len - 1);
-        Some((a, if b >= a { b + 1 } else { b }))
+        swap_pair(&self.params, thread, index)
     }
 
     fn size(&self) -> usize {
         self.params.value_size as usize
+    }
+
+    /// The array's data, from the header validated at the first operation on this engine.
+    fn data<T: Tx>(&self, tx: &mut T) -> TxResult<PPtr<Data>> {
+        let engine = tx.engine_id();
+        if let Some([word]) = self.data.get(engine) {
+            return Ok(PPtr::from_word(word));
+        }
+        let array = Array::open(tx, &self.params)?;
+        self.data.set(engine, [array.data.word()]);
+        Ok(array.data)
+    }
+
+    fn at(&self, index: u64) -> u64 {
+        index * u64::from(self.params.value_size)
     }
 
     /// The elements are a permutation of the initial ones.
@@ -226,6 +255,7 @@ impl Workload for ArrayWorkload {
     }
 
     fn setup<E: Engine>(&self, engine: &E) -> TxResult<()> {
+        self.data.forget();
         let (size, len) = (u64::from(self.params.value_size), self.params.keys);
         let bytes = size
             .checked_mul(len)
@@ -266,14 +296,27 @@ impl Workload for ArrayWorkload {
             engine.read_only(|tx| Array::open(tx, &self.params).map(drop))?;
             return Ok(OpKind::Read);
         };
+        debug_assert!(
+            thread < self.params.threads.max(1),
+            "thread {thread} not prepared for"
+        );
         let _held = self.locks.write_pair(engine.isolation(), a, b);
-        let (mut first, mut second) = (vec![0u8; self.size()], vec![0u8; self.size()]);
+        let size = self.size();
+        let mut stack = [0u8; 2 * STACK_ELEMENT];
+        let mut heap = Vec::new();
+        let buffers = if size <= STACK_ELEMENT {
+            &mut stack[..2 * size]
+        } else {
+            heap.resize(2 * size, 0);
+            &mut heap[..]
+        };
+        let (first, second) = buffers.split_at_mut(size);
         engine.transaction(|tx| {
-            let array = Array::open(tx, &self.params)?;
-            tx.read(array.data, array.at(a), &mut first)?;
-            tx.read(array.data, array.at(b), &mut second)?;
-            tx.write(array.data, array.at(a), &second)?;
-            tx.write(array.data, array.at(b), &first)
+            let data = self.data(tx)?;
+            tx.read(data, self.at(a), first)?;
+            tx.read(data, self.at(b), second)?;
+            tx.write(data, self.at(a), second)?;
+            tx.write(data, self.at(b), first)
         })?;
         Ok(OpKind::ReadModifyWrite)
     }

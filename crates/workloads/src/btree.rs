@@ -29,6 +29,7 @@
 use crate::dist::KeyDist;
 use crate::map::{MapWorkload, UpdateStyle};
 use crate::{Params, PersistentMap};
+use smallvec::SmallVec;
 use std::collections::{BTreeMap, HashSet};
 use std::ops::Range;
 use tx::{PPtr, Tx, TxError, TxResult};
@@ -88,12 +89,14 @@ enum Header {}
 enum NodeObj {}
 type NodePtr = PPtr<NodeObj>;
 
+#[inline]
 fn word(buf: &[u8], at: usize) -> u64 {
     let mut bytes = [0u8; 8];
     bytes.copy_from_slice(&buf[at..at + 8]);
     u64::from_le_bytes(bytes)
 }
 
+#[inline]
 fn half_word(buf: &[u8], at: usize) -> u32 {
     let mut bytes = [0u8; 4];
     bytes.copy_from_slice(&buf[at..at + 4]);
@@ -161,15 +164,22 @@ impl Node {
             tx.check(node.next)?;
         }
         // Unused slots are kept as read too, so the image matches PM word for word.
-        for (i, key) in node.keys.iter_mut().enumerate() {
-            *key = word(&buf, N_KEYS + 8 * i);
-        }
+        let words = |at: usize| {
+            buf[at..]
+                .chunks_exact(8)
+                .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+        };
+        node.keys
+            .iter_mut()
+            .zip(words(N_KEYS))
+            .for_each(|(key, w)| *key = w);
         if !leaf {
-            for (i, child) in node.children.iter_mut().enumerate() {
-                *child = PPtr::from_word(word(&buf, N_SLOTS + 8 * i));
-                if i <= n {
-                    tx.check(*child)?;
-                }
+            node.children
+                .iter_mut()
+                .zip(words(N_SLOTS))
+                .for_each(|(child, w)| *child = PPtr::from_word(w));
+            for &child in &node.children[..=n] {
+                tx.check(child)?;
             }
         }
         Ok(node)
@@ -255,9 +265,14 @@ struct Tree {
     pmdk: bool,
 }
 
+/// Values read or moved together: on the stack up to a full leaf of 64-byte values.
+type Values = SmallVec<[u8; NODE_KEYS * 64]>;
+
 /// The inner nodes from the root down, each with the index of the child taken, and the leaf.
 struct Path {
-    inner: Vec<(Node, usize)>,
+    /// On the stack for trees up to 8 inner levels (16^9 keys), so a descent allocates
+    /// nothing.
+    inner: SmallVec<[(Node, usize); 8]>,
     leaf: Node,
 }
 
@@ -342,16 +357,26 @@ impl Tree {
         tx: &mut T,
         leaf: NodePtr,
         range: Range<usize>,
-    ) -> TxResult<Vec<u8>> {
-        let mut buf = vec![0u8; range.len() * self.value_size];
+    ) -> TxResult<Values> {
+        let mut buf = Values::from_elem(0, range.len() * self.value_size);
         if !buf.is_empty() {
             tx.read(leaf, self.value_at(range.start), &mut buf)?;
         }
         Ok(buf)
     }
 
+    /// The leaf that may hold `key`, without keeping the inner nodes passed (for reads).
+    fn descend_to_leaf<T: Tx>(&self, tx: &mut T, key: u64) -> TxResult<Node> {
+        let mut ptr = self.root;
+        for _ in 1..self.height {
+            let node = Node::load(tx, ptr, false)?;
+            ptr = node.children[node.child_index(key)];
+        }
+        Node::load(tx, ptr, true)
+    }
+
     fn descend<T: Tx>(&self, tx: &mut T, key: u64) -> TxResult<Path> {
-        let mut inner = Vec::with_capacity(self.height as usize);
+        let mut inner = SmallVec::new();
         let mut ptr = self.root;
         for _ in 1..self.height {
             let node = Node::load(tx, ptr, false)?;
@@ -403,9 +428,12 @@ impl Tree {
         // Shift entries pos.. right by one: the new value and the moved ones in one write.
         // PMDK's memmove moves every slot to the end of the node, empty ones too.
         let end = if self.pmdk { NODE_KEYS - 1 } else { n };
-        let mut values = Vec::with_capacity((end + 1 - pos) * self.value_size);
-        values.extend_from_slice(value);
-        values.extend_from_slice(&self.read_values(tx, leaf.ptr, pos..end)?);
+        let vs = self.value_size;
+        let mut values = Values::from_elem(0, (end + 1 - pos) * vs);
+        values[..vs].copy_from_slice(value);
+        if end > pos {
+            tx.read(leaf.ptr, self.value_at(pos), &mut values[vs..])?;
+        }
         self.write_values(tx, leaf.ptr, pos, &values)?;
         leaf.keys.copy_within(pos..end, pos + 1);
         leaf.keys[pos] = key;
@@ -959,7 +987,7 @@ impl PersistentMap for BTree {
     fn get<T: Tx>(tx: &mut T, map: PPtr, key: u64, value: &mut [u8]) -> TxResult<bool> {
         let tree = Tree::open(tx, map)?;
         tree.check_len(value.len())?;
-        let leaf = tree.descend(tx, key)?.leaf;
+        let leaf = tree.descend_to_leaf(tx, key)?;
         match leaf.keys[..leaf.n].binary_search(&key) {
             Ok(pos) => {
                 tx.read(leaf.ptr, tree.value_at(pos), value)?;
@@ -997,7 +1025,7 @@ impl PersistentMap for BTree {
         if count == 0 {
             return Ok(out);
         }
-        let mut leaf = tree.descend(tx, start)?.leaf;
+        let mut leaf = tree.descend_to_leaf(tx, start)?;
         let mut first = true;
         loop {
             let from = leaf.keys[..leaf.n].partition_point(|&k| k < start);

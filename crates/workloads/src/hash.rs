@@ -67,6 +67,9 @@ const MAX_VALUE_SIZE: u64 = 1 << 20;
 /// Largest bucket array (2^40 buckets): anything larger is corruption.
 const MAX_BUCKETS: u64 = 1 << 40;
 
+/// A new node's bytes, on the stack for values up to 240 B.
+type NodeImage = smallvec::SmallVec<[u8; 256]>;
+
 enum Header {}
 enum Node {}
 enum Buckets {}
@@ -389,7 +392,7 @@ impl PersistentMap for HashMap {
         }
         // The new node is written whole (it is fresh), then linked at the chain's head.
         let node: PPtr<Node> = tx.alloc((N_VALUE + value.len()) as u64)?;
-        let mut image = Vec::with_capacity(N_VALUE + value.len());
+        let mut image = NodeImage::with_capacity(N_VALUE + value.len());
         image.extend_from_slice(&key.to_le_bytes());
         image.extend_from_slice(&bucket.head.word().to_le_bytes());
         image.extend_from_slice(value);

@@ -20,10 +20,9 @@ pub mod outofline;
 pub mod queue;
 pub mod rbtree;
 pub mod tpcc;
+pub mod validated;
 pub mod ycsb;
 
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use tx::{Engine, PPtr, Tx, TxResult};
@@ -75,6 +74,24 @@ pub enum OpKind {
     Business,
 }
 
+impl OpKind {
+    /// Every kind, in the order of [`OpKind::index`].
+    pub const ALL: [OpKind; 7] = [
+        OpKind::Read,
+        OpKind::Update,
+        OpKind::Insert,
+        OpKind::Delete,
+        OpKind::Scan,
+        OpKind::ReadModifyWrite,
+        OpKind::Business,
+    ];
+
+    /// Position in [`OpKind::ALL`] (for per-kind counters kept in an array).
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+}
+
 /// A benchmark and crash-test workload.
 ///
 /// Each operation is exactly one transaction (or one read-only transaction), so it is atomic
@@ -106,10 +123,58 @@ pub trait Workload: Send + Sync {
 }
 
 /// The random source of one operation: a pure function of (seed, thread, index).
-pub fn op_rng(seed: u64, thread: usize, index: u64) -> ChaCha8Rng {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    rng.set_stream(((thread as u64) << 40) ^ index);
-    rng
+pub fn op_rng(seed: u64, thread: usize, index: u64) -> OpRng {
+    OpRng::new(seed, thread, index)
+}
+
+/// SplitMix64's increment, the golden ratio in 64 bits (Steele, Lea and Flood, "Fast
+/// splittable pseudorandom number generators", OOPSLA 2014).
+const GOLDEN_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// SplitMix64's output function: a bijective 64-bit mix (David Stafford's "Mix13").
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The generator of one operation: SplitMix64 started at a hash of (seed, thread, index).
+///
+/// Starting it costs two mixes and each draw one, so an operation pays a few nanoseconds for
+/// its randomness instead of seeding a stream cipher. Streams of different operations are
+/// the same counter sequence at unrelated 64-bit offsets; an operation draws a handful of
+/// values, so they never meet in practice. The output is fixed by this code alone (no
+/// dependency can change it), so seeds keep reproducing the same operations.
+#[derive(Clone, Debug)]
+pub struct OpRng {
+    state: u64,
+}
+
+impl OpRng {
+    /// The generator of operation `index` of `thread` under `seed`.
+    pub fn new(seed: u64, thread: usize, index: u64) -> Self {
+        let operation = ((thread as u64) << 40) ^ index;
+        OpRng {
+            state: mix64(seed ^ mix64(operation.wrapping_mul(GOLDEN_GAMMA))),
+        }
+    }
+}
+
+impl rand::RngCore for OpRng {
+    #[inline]
+    fn next_u64(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(GOLDEN_GAMMA);
+        mix64(self.state)
+    }
+
+    #[inline]
+    fn next_u32(&mut self) -> u32 {
+        (self.next_u64() >> 32) as u32
+    }
+
+    fn fill_bytes(&mut self, dst: &mut [u8]) {
+        rand::rand_core::impls::fill_bytes_via_next(self, dst);
+    }
 }
 
 /// A persistent map from `u64` keys to fixed-size values, written against [`Tx`].
@@ -160,17 +225,31 @@ pub fn set_root_link<T: Tx>(tx: &mut T, ptr: PPtr) -> TxResult<()> {
 /// A value of `size` bytes derived from `(key, version)`, so models and structures agree
 /// on content without storing it twice.
 pub fn value_for(key: u64, version: u64, size: u32) -> Vec<u8> {
+    let mut bytes = vec![0u8; size as usize];
+    fill_value(key, version, &mut bytes);
+    bytes
+}
+
+/// A value's bytes: on the stack up to 256 B, so operations allocate nothing for them.
+pub type ValueBuf = smallvec::SmallVec<[u8; 256]>;
+
+/// [`value_for`] into a stack buffer.
+pub fn value_buf(key: u64, version: u64, size: u32) -> ValueBuf {
+    let mut bytes = ValueBuf::from_elem(0, size as usize);
+    fill_value(key, version, &mut bytes);
+    bytes
+}
+
+/// Fills `dst` with the value of `(key, version)` of `dst.len()` bytes.
+pub fn fill_value(key: u64, version: u64, dst: &mut [u8]) {
     // Never start from 0: xorshift would stay at 0 and key 0's first value would be all
     // zeros, indistinguishable from memory that was never written.
     let mut state =
         (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ version.wrapping_mul(0xC2B2_AE3D_27D4_EB4F)) | 1;
-    let mut bytes = Vec::with_capacity(size as usize + 8);
-    while bytes.len() < size as usize {
+    for chunk in dst.chunks_mut(8) {
         state ^= state << 13;
         state ^= state >> 7;
         state ^= state << 17;
-        bytes.extend_from_slice(&state.to_le_bytes());
+        chunk.copy_from_slice(&state.to_le_bytes()[..chunk.len()]);
     }
-    bytes.truncate(size as usize);
-    bytes
 }

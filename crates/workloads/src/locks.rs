@@ -1,5 +1,6 @@
 //! Locks that workloads take around transactions when the engine leaves isolation to the
-//! caller ([`tx::Isolation::External`]); with internal isolation they are no-ops.
+//! caller ([`tx::Isolation::External`]); with internal isolation, and in a workload prepared
+//! for one thread, they are no-ops.
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tx::Isolation;
@@ -34,30 +35,50 @@ impl StripedLocks {
         Self::new(1)
     }
 
+    /// `count` stripes for a workload run by `threads` threads; none for one thread, which
+    /// has nobody to isolate itself from (its operations then take no lock at all).
+    pub fn for_threads(threads: usize, count: usize) -> Self {
+        if threads <= 1 {
+            StripedLocks {
+                stripes: Vec::new(),
+            }
+        } else {
+            Self::new(count)
+        }
+    }
+
+    /// Whether callers need the locks: isolation is theirs and there are stripes.
+    #[inline]
+    fn needed(&self, isolation: Isolation) -> bool {
+        isolation == Isolation::External && !self.stripes.is_empty()
+    }
+
     fn stripe(&self, key: u64) -> &RwLock<()> {
         let index = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % self.stripes.len();
         &self.stripes[index]
     }
 
-    /// Shared lock on `key`'s stripe when isolation is external.
+    /// Shared lock on `key`'s stripe when the caller must isolate itself.
     pub fn read(&self, isolation: Isolation, key: u64) -> Held<'_> {
-        match isolation {
-            Isolation::External => Held::Read(self.stripe(key).read()),
-            Isolation::Internal => Held::None,
+        if self.needed(isolation) {
+            Held::Read(self.stripe(key).read())
+        } else {
+            Held::None
         }
     }
 
-    /// Exclusive lock on `key`'s stripe when isolation is external.
+    /// Exclusive lock on `key`'s stripe when the caller must isolate itself.
     pub fn write(&self, isolation: Isolation, key: u64) -> Held<'_> {
-        match isolation {
-            Isolation::External => Held::Write(self.stripe(key).write()),
-            Isolation::Internal => Held::None,
+        if self.needed(isolation) {
+            Held::Write(self.stripe(key).write())
+        } else {
+            Held::None
         }
     }
 
     /// Exclusive locks on the stripes of two keys, taken in a fixed order (no deadlock).
     pub fn write_pair(&self, isolation: Isolation, a: u64, b: u64) -> (Held<'_>, Held<'_>) {
-        if isolation == Isolation::Internal {
+        if !self.needed(isolation) {
             return (Held::None, Held::None);
         }
         let (first, second) = (self.stripe(a), self.stripe(b));

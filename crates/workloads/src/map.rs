@@ -3,7 +3,10 @@
 
 use crate::dist::KeyDist;
 use crate::locks::StripedLocks;
-use crate::{OpKind, Params, PersistentMap, Workload, op_rng, root_link, set_root_link, value_for};
+use crate::{
+    OpKind, Params, PersistentMap, ValueBuf, Workload, op_rng, root_link, set_root_link, value_buf,
+    value_for,
+};
 use rand::Rng;
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
@@ -34,11 +37,12 @@ pub struct MapWorkload<M: PersistentMap> {
 impl<M: PersistentMap> MapWorkload<M> {
     /// A mix with `params.update_percent` updates of `style`, keys drawn by `dist`.
     pub fn new(params: Params, style: UpdateStyle, dist: KeyDist) -> Self {
+        let lock = StripedLocks::for_threads(params.threads, 1);
         MapWorkload {
             params,
             style,
             dist,
-            lock: StripedLocks::global(),
+            lock,
             _map: PhantomData,
         }
     }
@@ -141,11 +145,11 @@ fn apply<M: PersistentMap, T: Tx>(
     match decision {
         Decision::Read => Ok(OpKind::Read),
         Decision::Insert(version) => {
-            let mut old = vec![0u8; size as usize];
+            let mut old = ValueBuf::from_elem(0, size as usize);
             if M::get(tx, map, key, &mut old)? {
                 return Ok(OpKind::Read);
             }
-            M::put(tx, map, key, &value_for(key, version, size))?;
+            M::put(tx, map, key, &value_buf(key, version, size))?;
             Ok(OpKind::Insert)
         }
         Decision::Delete => Ok(if M::remove(tx, map, key)? {
@@ -154,7 +158,7 @@ fn apply<M: PersistentMap, T: Tx>(
             OpKind::Read
         }),
         Decision::Put(version) => {
-            let new = M::put(tx, map, key, &value_for(key, version, size))?;
+            let new = M::put(tx, map, key, &value_buf(key, version, size))?;
             Ok(if new { OpKind::Insert } else { OpKind::Update })
         }
     }
@@ -238,7 +242,7 @@ impl<M: PersistentMap> Workload for MapWorkload<M> {
         let isolation = engine.isolation();
         if let Decision::Read = decision {
             let _held = self.lock.read(isolation, 0);
-            let mut value = vec![0u8; size as usize];
+            let mut value = ValueBuf::from_elem(0, size as usize);
             engine.read_only(|tx| {
                 let map = root_link(tx)?;
                 M::get(tx, map, key, &mut value)

@@ -162,10 +162,8 @@ impl Queue {
 impl QueueWorkload {
     /// The workload: `params.keys` initial items of `params.value_size` bytes.
     pub fn new(params: Params) -> Self {
-        QueueWorkload {
-            params,
-            lock: StripedLocks::global(),
-        }
+        let lock = StripedLocks::for_threads(params.threads, 1);
+        QueueWorkload { params, lock }
     }
 
     /// The item enqueued by operation `index` of `thread`, or `None` for a dequeue.

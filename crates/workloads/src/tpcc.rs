@@ -76,9 +76,9 @@
 use crate::dist::fnv1a;
 use crate::list::bytes::{corrupt, ptr_at, put_u32, put_u64, u32_at, u64_at};
 use crate::locks::{Held, StripedLocks};
-use crate::{OpKind, Params, Workload, op_rng, root_link, set_root_link};
+use crate::{OpKind, OpRng, Params, Workload, op_rng, root_link, set_root_link};
 use rand::Rng;
-use rand_chacha::ChaCha8Rng;
+
 use tx::{Engine, Isolation, PPtr, Tx, TxError, TxResult};
 
 /// Field offsets and row sizes of the TPC-C tables.
@@ -406,7 +406,7 @@ impl From<TxError> for NewOrderError {
 }
 
 /// NURand(A, 1, n) of TPC-C with `C = 0` and `A` scaled to the table size.
-fn nurand(rng: &mut ChaCha8Rng, n: u32) -> u32 {
+fn nurand(rng: &mut OpRng, n: u32) -> u32 {
     let a = (n / 3).max(1).next_power_of_two() - 1;
     ((rng.random_range(0..=a) | rng.random_range(0..n)) % n) + 1
 }
@@ -520,7 +520,7 @@ impl TpccNewOrder {
     }
 
     /// The home warehouse `w`, or for 1 % of lines another one.
-    fn supply_warehouse(&self, rng: &mut ChaCha8Rng, w: u32) -> u32 {
+    fn supply_warehouse(&self, rng: &mut OpRng, w: u32) -> u32 {
         let warehouses = self.config.warehouses;
         if warehouses == 1 || rng.random_range(0..100) >= REMOTE_PERCENT {
             return w;

@@ -32,9 +32,11 @@
 use crate::dist::KeyDist;
 use crate::list::load_entries;
 use crate::locks::StripedLocks;
-use crate::{OpKind, Params, PersistentMap, Workload, op_rng, root_link, set_root_link, value_for};
+use crate::{
+    OpKind, OpRng, Params, PersistentMap, Workload, op_rng, root_link, set_root_link, value_for,
+};
 use rand::Rng;
-use rand_chacha::ChaCha8Rng;
+
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use tx::{Engine, PPtr, Tx, TxError, TxResult};
@@ -165,11 +167,12 @@ pub struct Ycsb<M: PersistentMap> {
 impl<M: PersistentMap> Ycsb<M> {
     /// Workload `mix` over `params.keys` records of `params.value_size` bytes.
     pub fn new(params: Params, mix: YcsbMix) -> Self {
+        let lock = StripedLocks::for_threads(params.threads, 1);
         Ycsb {
             params,
             mix,
             max_scan: DEFAULT_MAX_SCAN,
-            lock: StripedLocks::global(),
+            lock,
             _map: PhantomData,
         }
     }
@@ -180,7 +183,7 @@ impl<M: PersistentMap> Ycsb<M> {
         self
     }
 
-    fn draw_step(&self, rng: &mut ChaCha8Rng) -> Step {
+    fn draw_step(&self, rng: &mut OpRng) -> Step {
         let (first_percent, first, second) = self.mix.split();
         if rng.random_range(0..100) < first_percent {
             first
@@ -223,7 +226,7 @@ impl<M: PersistentMap> Ycsb<M> {
     }
 
     /// The key of an existing record drawn from the mix's distribution.
-    fn draw_key(&self, rng: &mut ChaCha8Rng, records: u64) -> u64 {
+    fn draw_key(&self, rng: &mut OpRng, records: u64) -> u64 {
         record_key(self.mix.dist().sample(rng, records))
     }
 

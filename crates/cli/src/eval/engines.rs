@@ -16,8 +16,8 @@ use crate::report::{Plot, Section, Table, Verdict};
 use bench::Progress;
 use bench::choice::{EngineChoice, WorkloadChoice};
 use bench::engines::{
-    self, EngineResults, EngineRun as Run, Family, IDEAL, PEER_ENGINES, PMDK, Plan, SEED,
-    SILO_ENGINES,
+    self, EngineResults, EngineRun as Run, FLOORS, Family, IDEAL, PEER_ENGINES, PMDK, Plan, RAW,
+    SEED, SILO_ENGINES,
 };
 use bench::runner::Measurement;
 use indicatif::ProgressBar;
@@ -144,11 +144,12 @@ fn groups(runs: &[Run]) -> Vec<Vec<&Run>> {
     groups
 }
 
-const COLUMNS: [&str; 11] = [
+const COLUMNS: [&str; 12] = [
     "engine",
     "Kops/s median (min–max)",
     "× pmdk",
     "× ideal",
+    "× raw",
     "p50 µs",
     "p99 µs",
     "fences/commit",
@@ -165,10 +166,10 @@ fn group_table(group: &[&Run]) -> Table {
             .find(|run| run.engine == engine)
             .map(|run| run.throughput())
     };
-    let (pmdk, ideal) = (base(PMDK), base(IDEAL));
+    let bases = [base(PMDK), base(IDEAL), base(RAW)];
     let mut table = Table::new(group_title(group[0]), &COLUMNS);
     for run in group {
-        table.push(row(&run.measurement, pmdk, ideal));
+        table.push(row(&run.measurement, bases));
     }
     table
 }
@@ -198,8 +199,9 @@ fn group_title(run: &Run) -> String {
     }
 }
 
-/// A table row; the cells are formatted as `ferrite bench` formats them.
-fn row(m: &Measurement, pmdk: Option<f64>, ideal: Option<f64>) -> Vec<String> {
+/// A table row, with throughput ratios over PMDK, ideal and the persistent raw reference;
+/// the cells are formatted as `ferrite bench` formats them.
+fn row(m: &Measurement, [pmdk, ideal, raw]: [Option<f64>; 3]) -> Vec<String> {
     let t = &m.throughput;
     vec![
         m.engine.clone(),
@@ -211,6 +213,7 @@ fn row(m: &Measurement, pmdk: Option<f64>, ideal: Option<f64>) -> Vec<String> {
         ),
         cells::optional(cells::ratio(t.median, pmdk)),
         cells::optional(cells::ratio(t.median, ideal)),
+        cells::optional(cells::ratio(t.median, raw)),
         cells::micros(m.latency_ns[0]),
         cells::micros(m.latency_ns[1]),
         cells::optional(m.traffic.fences_per_commit),
@@ -297,6 +300,7 @@ fn silo_plot(runs: &[&Run]) -> anyhow::Result<Plot> {
     let (categories, labels) = categories(runs);
     let bars: Vec<BarSeries> = SILO_ENGINES
         .iter()
+        .chain(&FLOORS)
         .filter(|&&engine| runs.iter().any(|r| r.engine == engine))
         .map(|&engine| series(engine.to_string(), runs, &categories, engine, 1, kops))
         .collect();
