@@ -655,6 +655,25 @@ mod tests {
     }
 
     #[test]
+    fn the_count_has_its_own_line_and_version_1_images_are_refused() {
+        let engine = MemEngine::new(1 << 20);
+        let map = build(&engine, 8, 20);
+        let (header, counter) = table(&engine, map, |_, t| Ok((t.header, t.counter)));
+        assert_eq!(counter.offset() % 64, 0, "the counter starts a cache line");
+        assert!(counter.offset() / 64 != header.offset() / 64);
+        assert_eq!(
+            engine.transaction(|tx| HashMap::len(tx, map)).expect("len"),
+            20
+        );
+        overwrite(&engine, map, H_MAGIC, u64::from_le_bytes(*b"FRHASH01"));
+        let opened = engine.transaction(|tx| HashMap::len(tx, map));
+        assert!(
+            matches!(&opened, Err(TxError::Corrupted(why)) if why.contains("bad magic")),
+            "{opened:?}"
+        );
+    }
+
+    #[test]
     fn large_tables_zero_chunks_lazily_and_the_checker_audits_the_bitmap() {
         let engine = MemEngine::new(8 << 20);
         let capacity = 4 * EAGER_ZERO_BYTES;
