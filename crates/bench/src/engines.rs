@@ -18,6 +18,7 @@ use tx::LogMode;
 use workloads::Params;
 use workloads::ycsb::YcsbMix;
 
+pub use crate::amplification::TimeStoneAmplification;
 pub use mvcc::TLOG_BYTES_EVENT;
 
 /// Ferrite's redo engine with the Auto log writer.
@@ -59,6 +60,12 @@ pub enum Family {
     TimeStone,
     /// YCSB A–F and TPC-C New-Order.
     Ycsb,
+    /// Upserts over a small set of hot keys (TimeStone's coalescing case: a key rewritten
+    /// many times between checkpoints reaches PM once), all updates, on the hash map.
+    HotKey {
+        /// Value size in bytes.
+        value_size: u32,
+    },
 }
 
 impl Family {
@@ -68,6 +75,7 @@ impl Family {
             Family::Silo => "Silo",
             Family::TimeStone => "TimeStone",
             Family::Ycsb => "YCSB / TPC-C",
+            Family::HotKey { .. } => "Hot keys",
         }
     }
 }
@@ -103,6 +111,10 @@ pub struct Plan {
     pub thread_counts: &'static [usize],
     /// YCSB mixes and TPC-C.
     pub ycsb: &'static [WorkloadChoice],
+    /// Keys of the hot-key upsert workload.
+    pub hot_keys: u64,
+    /// Value sizes of the hot-key upsert workload.
+    pub hot_value_sizes: &'static [u32],
 }
 
 impl Plan {
@@ -140,6 +152,8 @@ impl Plan {
             WorkloadChoice::Ycsb(YcsbMix::F),
             WorkloadChoice::Tpcc,
         ],
+        hot_keys: 1_000,
+        hot_value_sizes: &[256, 1024],
     };
 
     /// A quick evaluation: one workload or two per family, tiny sizes, one run.
@@ -158,6 +172,8 @@ impl Plan {
         timestone_updates: &[20],
         thread_counts: &[1, 2],
         ycsb: &[WorkloadChoice::Ycsb(YcsbMix::A), WorkloadChoice::Tpcc],
+        hot_keys: 100,
+        hot_value_sizes: &[256],
     };
 
     /// Every configuration of the plan with the engines it runs on, in report order.
@@ -201,7 +217,11 @@ impl Plan {
         });
         // YCSB's mix decides its updates; TPC-C scales its warehouses with the threads.
         let ycsb = self.ycsb.iter().map(|&w| config(Family::Ycsb, w, 0, 1));
-        silo.chain(timestone).chain(ycsb).collect()
+        let hot = self
+            .hot_value_sizes
+            .iter()
+            .map(|&value_size| config(Family::HotKey { value_size }, WorkloadChoice::Hash, 100, 1));
+        silo.chain(timestone).chain(ycsb).chain(hot).collect()
     }
 
     fn spec(&self, config: Config, engine: EngineChoice, pool_dir: &Path) -> RunSpec {
@@ -209,17 +229,18 @@ impl Plan {
             WorkloadChoice::List => self.list_ops,
             _ => self.ops,
         };
-        let keys = match config.workload {
-            WorkloadChoice::Array => self.array_elements,
-            WorkloadChoice::List => self.list_keys,
-            _ => self.keys,
+        let (keys, value_size) = match (config.family, config.workload) {
+            (Family::HotKey { value_size }, _) => (self.hot_keys, value_size),
+            (_, WorkloadChoice::Array) => (self.array_elements, self.value_size),
+            (_, WorkloadChoice::List) => (self.list_keys, self.value_size),
+            _ => (self.keys, self.value_size),
         };
         RunSpec {
             engine,
             workload: config.workload,
             params: Params {
                 keys,
-                value_size: self.value_size,
+                value_size,
                 update_percent: config.update_percent,
                 threads: config.threads,
                 seed: SEED,
@@ -253,6 +274,7 @@ impl Config {
     pub fn label(&self) -> String {
         match self.family {
             Family::TimeStone => format!("{} {}%", self.workload.name(), self.update_percent),
+            Family::HotKey { value_size } => format!("hot-key upserts {value_size} B"),
             _ => self.workload.name(),
         }
     }
@@ -311,11 +333,10 @@ impl EngineRun {
         self.measurement.traffic.write_amplification
     }
 
-    /// PM bytes per byte copied into the version log (TimeStone's definition of write
-    /// amplification), for the MVCC engine.
-    pub fn version_log_amplification(&self) -> Option<f64> {
-        let logged = *self.measurement.events.get(TLOG_BYTES_EVENT)?;
-        (logged > 0).then(|| self.measurement.counters.pm_bytes() as f64 / logged as f64)
+    /// TimeStone's write amplification (both variants), or a logging engine's analogue
+    /// ([`crate::amplification`]).
+    pub fn timestone_amplification(&self) -> Option<TimeStoneAmplification> {
+        self.measurement.timestone_amplification()
     }
 }
 
@@ -436,6 +457,17 @@ impl EngineResults {
         self.get(config, engine)
     }
 
+    /// The run of `engine` on the hot-key upserts with `value_size`-byte values.
+    pub fn hot_key(&self, value_size: u32, engine: EngineChoice) -> Option<&EngineRun> {
+        let config = Config {
+            family: Family::HotKey { value_size },
+            workload: WorkloadChoice::Hash,
+            update_percent: 100,
+            threads: 1,
+        };
+        self.get(config, engine)
+    }
+
     /// The write amplification of every run of `engine` that counted it.
     pub fn amplifications(&self, engine: EngineChoice) -> Vec<(f64, &EngineRun)> {
         self.runs
@@ -466,7 +498,8 @@ mod tests {
     #[test]
     fn the_quick_plan_covers_every_family_and_engine() {
         let cases = Plan::QUICK.cases(Path::new("/dev/shm"));
-        for family in [Family::Silo, Family::TimeStone, Family::Ycsb] {
+        let hot = Family::HotKey { value_size: 256 };
+        for family in [Family::Silo, Family::TimeStone, Family::Ycsb, hot] {
             assert!(
                 cases.iter().any(|c| c.config.family == family),
                 "{family:?}"
@@ -477,7 +510,7 @@ mod tests {
         }
         let full = Plan::FULL.cases(Path::new("/dev/shm"));
         // The floors run beside Silo's Array and Hash only.
-        assert_eq!(full.len(), 5 * 4 + 2 * 3 + 3 * 3 * 2 * 4 + 7 * 4);
+        assert_eq!(full.len(), 5 * 4 + 2 * 3 + 3 * 3 * 2 * 4 + 7 * 4 + 2 * 4);
         for case in full.iter().filter(|c| FLOORS.contains(&c.spec.engine)) {
             assert_eq!(case.config.family, Family::Silo);
             assert!(matches!(
@@ -503,5 +536,19 @@ mod tests {
         assert_eq!(array.config.label(), "array");
         assert_eq!(array.spec.params.keys, Plan::FULL.array_elements);
         assert_eq!(array.spec.params.update_percent, 100);
+        let hot: Vec<&Case> = cases
+            .iter()
+            .filter(|c| matches!(c.config.family, Family::HotKey { .. }))
+            .collect();
+        assert_eq!(hot.len(), 2 * PEER_ENGINES.len());
+        for case in hot {
+            let Family::HotKey { value_size } = case.config.family else {
+                unreachable!()
+            };
+            assert_eq!(case.spec.params.value_size, value_size);
+            assert_eq!(case.spec.params.keys, Plan::FULL.hot_keys);
+            assert_eq!(case.spec.params.update_percent, 100);
+            assert_eq!(case.config.workload, WorkloadChoice::Hash);
+        }
     }
 }

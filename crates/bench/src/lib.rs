@@ -1,5 +1,6 @@
 //! Ferrite's measurements: the benchmarks, and the crash campaigns the evaluation reports.
 //!
+//! - [`amplification`]: write amplification by ours and TimeStone's definitions.
 //! - [`measure`]: timing helpers shared by every benchmark (median of repeated runs).
 //! - [`substrate`]: the substrate micro-benchmark — what a persist, a non-temporal copy and a
 //!   fence cost on this machine through the persistence seam of a native pool.
@@ -18,6 +19,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod amplification;
 pub mod choice;
 pub mod crash;
 pub mod engines;

@@ -25,6 +25,19 @@ pub fn ratio(value: f64, base: Option<f64>) -> Option<f64> {
     base.filter(|&b| b > 0.0).map(|b| value / b)
 }
 
+/// TimeStone's write amplification: "1.06 / 0.75" (counting new objects / as TimeStone's
+/// artifact counts) for an engine with a version log, one number for a logging engine's
+/// analogue (the variants agree), "n/a" when nothing was counted.
+pub fn timestone_amplification(m: &Measurement) -> String {
+    match m.timestone_amplification() {
+        None => "n/a".into(),
+        Some(ts) if ts.version_log => {
+            format!("{:.2} / {:.2}", ts.counting_new_objects, ts.artifact)
+        }
+        Some(ts) => format!("{:.2}", ts.artifact),
+    }
+}
+
 /// PM bytes stored per operation, or "n/a" when nothing was counted.
 pub fn pm_bytes_per_op(m: &Measurement) -> String {
     if m.counters.pm_bytes() > 0 {

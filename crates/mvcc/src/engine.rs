@@ -72,6 +72,10 @@ pub(crate) struct Stats {
     pub(crate) writebacks: AtomicU64,
     pub(crate) replayed: AtomicU64,
     pub(crate) tlog_bytes: AtomicU64,
+    pub(crate) olog_bytes: AtomicU64,
+    pub(crate) clog_bytes: AtomicU64,
+    pub(crate) writeback_bytes: AtomicU64,
+    pub(crate) new_object_bytes: AtomicU64,
     pub(crate) checkpointed_versions: AtomicU64,
     pub(crate) coalesced_versions: AtomicU64,
     pub(crate) cooled: AtomicU64,
@@ -80,6 +84,15 @@ pub(crate) struct Stats {
 /// The name under which `Engine::event_counters` reports the bytes copied into the version
 /// log (TimeStone's denominator of write amplification).
 pub const TLOG_BYTES_EVENT: &str = "tlog_bytes";
+/// The name of the operation-log bytes written (records appended at commit).
+pub const OLOG_BYTES_EVENT: &str = "olog_bytes";
+/// The name of the checkpoint-log bytes written (checkpoint records).
+pub const CLOG_BYTES_EVENT: &str = "clog_bytes";
+/// The name of the bytes written back to masters (write-backs and cooling).
+pub const WRITEBACK_BYTES_EVENT: &str = "writeback_bytes";
+/// The name of the bytes written in place into blocks allocated by the writing
+/// transaction (TimeStone's newly allocated masters, flushed before the next checkpoint).
+pub const NEW_OBJECT_BYTES_EVENT: &str = "new_object_bytes";
 
 /// A snapshot of the engine's event counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -101,6 +114,15 @@ pub struct MvccStats {
     /// Bytes copied into the transient version log (64 per version): TimeStone's
     /// denominator of write amplification.
     pub tlog_bytes: u64,
+    /// Operation-log bytes written at commit (record headers, arguments or ranges,
+    /// allocator actions).
+    pub olog_bytes: u64,
+    /// Checkpoint-log bytes written (checkpoint records).
+    pub clog_bytes: u64,
+    /// Bytes stored into masters by write-backs and cooling (the changed words only).
+    pub writeback_bytes: u64,
+    /// Bytes committed transactions wrote in place into blocks they allocated.
+    pub new_object_bytes: u64,
     /// Versions that became a checkpoint's content.
     pub checkpointed_versions: u64,
     /// Versions reclaimed without ever reaching PM (superseded before a checkpoint).
@@ -443,6 +465,10 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             writebacks: get(&s.writebacks),
             replayed: get(&s.replayed),
             tlog_bytes: get(&s.tlog_bytes),
+            olog_bytes: get(&s.olog_bytes),
+            clog_bytes: get(&s.clog_bytes),
+            writeback_bytes: get(&s.writeback_bytes),
+            new_object_bytes: get(&s.new_object_bytes),
             checkpointed_versions: get(&s.checkpointed_versions),
             coalesced_versions: get(&s.coalesced_versions),
             cooled: get(&s.cooled),
@@ -669,6 +695,10 @@ impl<P: Persist, R: Replay> Engine for Mvcc<P, R> {
             ("trims", s.trims),
             ("writebacks", s.writebacks),
             (TLOG_BYTES_EVENT, s.tlog_bytes),
+            (OLOG_BYTES_EVENT, s.olog_bytes),
+            (CLOG_BYTES_EVENT, s.clog_bytes),
+            (WRITEBACK_BYTES_EVENT, s.writeback_bytes),
+            (NEW_OBJECT_BYTES_EVENT, s.new_object_bytes),
             ("checkpointed_versions", s.checkpointed_versions),
             ("coalesced_versions", s.coalesced_versions),
             ("cooled_headers", s.cooled),

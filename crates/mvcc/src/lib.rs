@@ -39,6 +39,9 @@ pub mod table;
 mod txn;
 
 pub use clock::ClockMode;
-pub use engine::{Mvcc, MvccStats, TLOG_BYTES_EVENT};
+pub use engine::{
+    CLOG_BYTES_EVENT, Mvcc, MvccStats, NEW_OBJECT_BYTES_EVENT, OLOG_BYTES_EVENT, TLOG_BYTES_EVENT,
+    WRITEBACK_BYTES_EVENT,
+};
 pub use options::{Level, Mutant, MvccOptions};
 pub use txn::MvccTx;

@@ -469,6 +469,7 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
         pm.write(at, &scratch, WriteClass::Log);
         pm.flush(at, len);
         pm.fence();
+        self.stats.clog_bytes.fetch_add(len, Ordering::Relaxed);
         ck.scratch = scratch;
         if pm.is_poisoned() {
             return Err(TxError::Poisoned);
@@ -516,6 +517,9 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
                 let addr = chunk * CHUNK + start as u64;
                 pm.write(addr, &content[start..start + len], WriteClass::User);
                 pm.flush(addr, len as u64);
+                self.stats
+                    .writeback_bytes
+                    .fetch_add(len as u64, Ordering::Relaxed);
             }
             self.table.remove(chunk, href);
             removed.insert(href);
@@ -643,6 +647,9 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             for (start, len) in changed_words(&master, &content) {
                 let addr = chunk * CHUNK + start as u64;
                 pm.write(addr, &content[start..start + len], WriteClass::User);
+                self.stats
+                    .writeback_bytes
+                    .fetch_add(len as u64, Ordering::Relaxed);
                 lines.push(chunk);
             }
         }

@@ -358,6 +358,7 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         let len = scratch.len() as u64;
         pm.write(at, &scratch, WriteClass::Log);
         pm.flush(at, len);
+        engine.stats.olog_bytes.fetch_add(len, Ordering::Relaxed);
         if engine.options.mutant != Mutant::NoCommitFence {
             pm.fence();
         }
@@ -380,14 +381,18 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         counter.fetch_add(1, Ordering::Relaxed);
         self.reservations.clear();
         engine.defer_frees(ts, self.frees.drain(..));
-        let user: u64 = self
+        let copied: u64 = self
             .state
             .writes
             .iter()
             .map(|w| u64::from(w.mask.count_ones()))
-            .chain(self.state.fresh.iter().map(|&(_, n)| n))
             .sum();
-        pm.stats().record_user_bytes(user);
+        let in_place: u64 = self.state.fresh.iter().map(|&(_, n)| n).sum();
+        pm.stats().record_user_bytes(copied + in_place);
+        engine
+            .stats
+            .new_object_bytes
+            .fetch_add(in_place, Ordering::Relaxed);
         engine
             .stats
             .tlog_bytes

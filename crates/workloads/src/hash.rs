@@ -4,15 +4,25 @@
 //!
 //! ```text
 //! header (56 B)                        node (16 + value_size B)
-//!   0  magic        u64 "FRHASH01"       0  key    u64
+//!   0  magic        u64 "FRHASH02"       0  key    u64
 //!   8  value_size   u64                  8  next   ptr (next node of the chain, or null)
 //!  16  bucket_count u64 (power of 2)    16  value  [u8; value_size]
 //!  24  buckets      ptr
-//!  32  count        u64                bucket array (8 * bucket_count B, one allocation)
+//!  32  counter      ptr                bucket array (8 * bucket_count B, one allocation)
 //!  40  ready        u64 (chunks ready)   8*i  head of chain i: ptr (or null)
 //!  48  bitmap       ptr (or null)
 //!                                      bitmap (8 * ceil(chunks / 64) B): bit c = chunk c ready
+//! counter (64 B, a cache line of its own)
+//!   0  count        u64
 //! ```
+//!
+//! The node count, written by every insert and delete, lives in its own cache-line-sized
+//! block, away from the header every operation reads: on a multi-version engine a header
+//! that inserts write has a version chain almost always, and every lookup would walk it;
+//! on any engine the line would bounce between writers and readers. Lookups never read
+//! the count (a walk reads it only once it is longer than [`SHORT_WALK`] nodes, to tell a
+//! cycle from a long chain). Version 1 images (`FRHASH01`, the count in the header) are
+//! refused as a bad magic.
 //!
 //! The bucket array is divided in chunks of [`CHUNK_BUCKETS`] buckets (512 B). A small array
 //! is zeroed when the map is created (`bitmap` null, every chunk ready). A large one is not:
@@ -43,16 +53,20 @@ pub fn silo_hash(params: Params) -> MapWorkload<HashMap> {
     MapWorkload::new(params, UpdateStyle::Upsert, KeyDist::Uniform)
 }
 
-const MAGIC: u64 = u64::from_le_bytes(*b"FRHASH01");
+const MAGIC: u64 = u64::from_le_bytes(*b"FRHASH02");
 
 const H_MAGIC: usize = 0;
 const H_VALUE_SIZE: usize = 8;
 const H_BUCKET_COUNT: usize = 16;
 const H_BUCKETS: usize = 24;
-const H_COUNT: usize = 32;
+const H_COUNTER: usize = 32;
 const H_READY: usize = 40;
 const H_BITMAP: usize = 48;
 const HEADER_SIZE: usize = 56;
+/// The counter block: a whole cache line, so nothing else shares it.
+const COUNTER_SIZE: u64 = 64;
+/// Walks up to this long never read the count.
+const SHORT_WALK: u64 = 32;
 
 const N_KEY: usize = 0;
 const N_NEXT: usize = 8;
@@ -71,6 +85,7 @@ const MAX_BUCKETS: u64 = 1 << 40;
 type NodeImage = smallvec::SmallVec<[u8; 256]>;
 
 enum Header {}
+enum Counter {}
 enum Node {}
 enum Buckets {}
 enum Bitmap {}
@@ -100,7 +115,7 @@ struct Table {
     value_size: usize,
     mask: u64,
     buckets: PPtr<Buckets>,
-    count: u64,
+    counter: PPtr<Counter>,
     ready: u64,
     bitmap: PPtr<Bitmap>,
 }
@@ -123,6 +138,8 @@ impl Table {
         }
         let buckets = PPtr::from_word(word(&buf, H_BUCKETS));
         tx.check(buckets)?;
+        let counter = PPtr::from_word(word(&buf, H_COUNTER));
+        tx.check(counter)?;
         let bitmap = PPtr::from_word(word(&buf, H_BITMAP));
         if !bitmap.is_null() {
             tx.check(bitmap)?;
@@ -132,7 +149,7 @@ impl Table {
             value_size: value_size as usize,
             mask: bucket_count - 1,
             buckets,
-            count: word(&buf, H_COUNT),
+            counter,
             ready: word(&buf, H_READY),
             bitmap,
         };
@@ -188,17 +205,12 @@ impl Table {
     }
 
     /// Makes `node` the head of `bucket`, zeroing the bucket's chunk first if it is not ready
-    /// (one write of the chunk with the head in it), and stores the new count.
-    fn link_head<T: Tx>(
-        &self,
-        tx: &mut T,
-        bucket: &Bucket,
-        node: PPtr<Node>,
-        count: u64,
-    ) -> TxResult<()> {
+    /// (one write of the chunk with the head in it), and counts it.
+    fn link_head<T: Tx>(&self, tx: &mut T, bucket: &Bucket, node: PPtr<Node>) -> TxResult<()> {
+        let count = self.count(tx)? + 1;
+        tx.write_u64(self.counter, 0, count)?;
         let Some(bits) = bucket.unready_bits else {
-            tx.write_ptr(self.buckets, Table::slot(bucket.index), node)?;
-            return tx.write_u64(self.header, H_COUNT as u64, count);
+            return tx.write_ptr(self.buckets, Table::slot(bucket.index), node);
         };
         let chunk = bucket.index / self.chunk_buckets();
         let first = chunk * self.chunk_buckets();
@@ -211,10 +223,7 @@ impl Table {
             &heads[..8 * self.chunk_buckets() as usize],
         )?;
         tx.write_u64(self.bitmap, 8 * (chunk / 64), bits | (1 << (chunk % 64)))?;
-        let mut counts = [0u8; 16];
-        counts[..8].copy_from_slice(&count.to_le_bytes());
-        counts[8..].copy_from_slice(&(self.ready + 1).to_le_bytes());
-        tx.write(self.header, H_COUNT as u64, &counts)
+        tx.write_u64(self.header, H_READY as u64, self.ready + 1)
     }
 
     /// Reads the chain heads of the sweep's next chunk (none if it is not ready) into `heads`;
@@ -267,14 +276,34 @@ impl Table {
         }
     }
 
-    /// A walk longer than `count` nodes is a cycle or a lost count.
-    fn step(&self, steps: &mut u64) -> TxResult<()> {
-        *steps += 1;
-        if *steps > self.count {
+    /// The number of nodes.
+    fn count<T: Tx>(&self, tx: &mut T) -> TxResult<u64> {
+        tx.read_u64(self.counter, 0)
+    }
+
+    /// A walk longer than `count` nodes is a cycle or a lost count; the count is read once,
+    /// when the walk passes [`SHORT_WALK`] nodes.
+    fn step<T: Tx>(&self, tx: &mut T, walk: &mut Walk) -> TxResult<()> {
+        walk.steps += 1;
+        if walk.steps <= SHORT_WALK {
+            return Ok(());
+        }
+        let count = match walk.count {
+            Some(count) => count,
+            None => *walk.count.insert(self.count(tx)?),
+        };
+        if walk.steps > count {
             return Err(corrupt("a chain is longer than the count"));
         }
         Ok(())
     }
+}
+
+/// Nodes visited by a walk, and the count once it was read.
+#[derive(Default)]
+struct Walk {
+    steps: u64,
+    count: Option<u64>,
 }
 
 /// Position of a sweep over the bucket array, in chunk order from chunk 0.
@@ -313,9 +342,9 @@ struct Found {
 }
 
 fn find<T: Tx>(tx: &mut T, table: &Table, head: PPtr<Node>, key: u64) -> TxResult<Option<Found>> {
-    let (mut prev, mut cur, mut steps) = (None, head, 0);
+    let (mut prev, mut cur, mut walk) = (None, head, Walk::default());
     while !cur.is_null() {
-        table.step(&mut steps)?;
+        table.step(tx, &mut walk)?;
         let (node_key, next) = read_link(tx, cur)?;
         if node_key == key {
             return Ok(Some(Found {
@@ -352,6 +381,7 @@ impl PersistentMap for HashMap {
                 let bitmap = tx.alloc_zeroed(8 * chunks.div_ceil(64))?;
                 (tx.alloc(8 * bucket_count)?, bitmap, 0)
             };
+        let counter: PPtr<Counter> = tx.alloc_zeroed(COUNTER_SIZE)?;
         let header: PPtr<Header> = tx.alloc(HEADER_SIZE as u64)?;
         let mut buf = [0u8; HEADER_SIZE];
         for (at, value) in [
@@ -359,7 +389,7 @@ impl PersistentMap for HashMap {
             (H_VALUE_SIZE, u64::from(value_size)),
             (H_BUCKET_COUNT, bucket_count),
             (H_BUCKETS, buckets.word()),
-            (H_COUNT, 0),
+            (H_COUNTER, counter.word()),
             (H_READY, ready),
             (H_BITMAP, bitmap.word()),
         ] {
@@ -397,7 +427,7 @@ impl PersistentMap for HashMap {
         image.extend_from_slice(&bucket.head.word().to_le_bytes());
         image.extend_from_slice(value);
         tx.write(node, 0, &image)?;
-        table.link_head(tx, &bucket, node, table.count + 1)?;
+        table.link_head(tx, &bucket, node)?;
         Ok(true)
     }
 
@@ -412,7 +442,8 @@ impl PersistentMap for HashMap {
             None => tx.write_ptr(table.buckets, Table::slot(bucket.index), found.next)?,
         }
         tx.free(found.node)?;
-        tx.write_u64(table.header, H_COUNT as u64, table.count.saturating_sub(1))?;
+        let count = table.count(tx)?;
+        tx.write_u64(table.counter, 0, count.saturating_sub(1))?;
         Ok(true)
     }
 
@@ -425,13 +456,13 @@ impl PersistentMap for HashMap {
         let table = Table::open(tx, map)?;
         let mut out = Vec::new();
         let mut node = vec![0u8; N_VALUE + table.value_size];
-        let (mut steps, mut heads) = (0, Vec::new());
+        let (mut walk, mut heads) = (Walk::default(), Vec::new());
         let mut sweep = Sweep::default();
         while out.len() < count && table.chunk_heads(tx, &mut sweep, &mut heads)? {
             for &head in &heads {
                 let mut cur = head;
                 while !cur.is_null() && out.len() < count {
-                    table.step(&mut steps)?;
+                    table.step(tx, &mut walk)?;
                     tx.read(cur, 0, &mut node)?;
                     let key = word(&node, N_KEY);
                     if key >= start {
@@ -448,7 +479,7 @@ impl PersistentMap for HashMap {
     }
 
     fn len<T: Tx>(tx: &mut T, map: PPtr) -> TxResult<u64> {
-        Ok(Table::open(tx, map)?.count)
+        Table::open(tx, map)?.count(tx)
     }
 
     fn check<T: Tx>(tx: &mut T, map: PPtr) -> Result<BTreeMap<u64, Vec<u8>>, String> {
@@ -471,10 +502,10 @@ impl PersistentMap for HashMap {
                 checker.chain(tx, first + i as u64, head)?;
             }
         }
-        if checker.content.len() as u64 != table.count {
+        let count = table.count(tx).map_err(|e| e.to_string())?;
+        if checker.content.len() as u64 != count {
             return Err(format!(
-                "hash: count is {} but the chains hold {} nodes",
-                table.count,
+                "hash: count is {count} but the chains hold {} nodes",
                 checker.content.len()
             ));
         }
@@ -624,6 +655,25 @@ mod tests {
         assert!(check(&engine, map).is_err(), "count no longer matches");
         overwrite(&engine, map, H_BUCKET_COUNT, 12);
         assert!(check(&engine, map).is_err());
+    }
+
+    #[test]
+    fn the_count_has_its_own_line_and_version_1_images_are_refused() {
+        let engine = MemEngine::new(1 << 20);
+        let map = build(&engine, 8, 20);
+        let (header, counter) = table(&engine, map, |_, t| Ok((t.header, t.counter)));
+        assert_eq!(counter.offset() % 64, 0, "the counter starts a cache line");
+        assert!(counter.offset() / 64 != header.offset() / 64);
+        assert_eq!(
+            engine.transaction(|tx| HashMap::len(tx, map)).expect("len"),
+            20
+        );
+        overwrite(&engine, map, H_MAGIC, u64::from_le_bytes(*b"FRHASH01"));
+        let opened = engine.transaction(|tx| HashMap::len(tx, map));
+        assert!(
+            matches!(&opened, Err(TxError::Corrupted(why)) if why.contains("bad magic")),
+            "{opened:?}"
+        );
     }
 
     #[test]

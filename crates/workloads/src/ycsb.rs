@@ -113,6 +113,15 @@ impl YcsbMix {
         }
     }
 
+    /// The request distribution, as report titles name it.
+    pub fn distribution(self) -> String {
+        match self.dist() {
+            KeyDist::Latest { theta } => format!("latest-skewed (Zipfian {theta})"),
+            KeyDist::Zipfian { theta } => format!("scrambled Zipfian {theta}"),
+            KeyDist::Uniform => "uniform".to_owned(),
+        }
+    }
+
     /// Whether the record count changes (and must be read by every operation).
     fn inserts(self) -> bool {
         matches!(self, YcsbMix::D | YcsbMix::E)

@@ -96,8 +96,14 @@ fn failure_lines(outcomes: &EngineResults) -> Vec<String> {
 
 fn summary(plan: &Plan, outcomes: &EngineResults, goals: &[Goal], quick: bool) -> Vec<String> {
     let count = |family| outcomes.of_family(family).count();
+    let hot = outcomes
+        .runs
+        .iter()
+        .filter(|r| matches!(r.family, Family::HotKey { .. }))
+        .count();
     let mut lines = vec![format!(
-        "Measured {} configurations ({} Silo, {} TimeStone, {} YCSB / TPC-C) in {:.0} s: \
+        "Measured {} configurations ({} Silo, {} TimeStone, {} YCSB / TPC-C, {hot} hot-key) \
+         in {:.0} s: \
          {} operations per timed run ({} on the list) after {:.0} % as warm-up, median of {} \
          run(s); all engines of a table ran in this same run.",
         outcomes.runs.len(),
@@ -110,6 +116,18 @@ fn summary(plan: &Plan, outcomes: &EngineResults, goals: &[Goal], quick: bool) -
         plan.warmup_share * 100.0,
         plan.runs
     )];
+    lines.push(
+        "Write amplification, two definitions: \"WA (pm)\" is ours, every PM byte stored \
+         (logs, data, allocator and engine metadata) per distinct byte the transactions \
+         wrote, the same for every engine; \"WA TimeStone\" is TimeStone's (ASPLOS 2020), \
+         OLog + CLog + write-back bytes (+ the bytes of newly allocated objects, first \
+         number) per byte copied into the version log (its artifact's published counters \
+         leave new objects out: second number). Redo and undo keep no version log: their \
+         single number is the analogue, log and in-place bytes per byte written (no write \
+         is coalesced across transactions); PMDK stores outside the seam (n/a). Formula: \
+         docs/mvcc-format.md §11."
+            .to_owned(),
+    );
     lines.extend(goals.iter().map(Goal::line));
     lines.extend(engine_goals::scaling_line(outcomes));
     if let Some(error) = &outcomes.pmdk_skipped {
@@ -144,7 +162,7 @@ fn groups(runs: &[Run]) -> Vec<Vec<&Run>> {
     groups
 }
 
-const COLUMNS: [&str; 12] = [
+const COLUMNS: [&str; 13] = [
     "engine",
     "Kops/s median (min–max)",
     "× pmdk",
@@ -157,6 +175,7 @@ const COLUMNS: [&str; 12] = [
     "PM B/op",
     "WA (pm)",
     "WA (media)",
+    "WA TimeStone (new objs / artifact)",
 ];
 
 fn group_table(group: &[&Run]) -> Table {
@@ -187,10 +206,18 @@ fn group_title(run: &Run) -> String {
             "{family} queue: {} initial items of {} B, enqueue/dequeue, {threads}",
             p.keys, p.value_size
         ),
+        _ if matches!(run.family, Family::HotKey { .. }) => format!(
+            "{family}: upserts of {} B values over {} keys of the hash map (all updates), \
+             uniform, {threads}",
+            p.value_size, p.keys
+        ),
         WorkloadChoice::Tpcc => format!("TPC-C New-Order: one warehouse per thread, {threads}"),
-        WorkloadChoice::Ycsb(_) => format!(
-            "{family} {}: {} records of {} B over the B+tree, {threads}",
-            run.label, p.keys, p.value_size
+        WorkloadChoice::Ycsb(mix) => format!(
+            "{family} {}: {} records of {} B over the B+tree, {} keys, {threads}",
+            run.label,
+            p.keys,
+            p.value_size,
+            mix.distribution()
         ),
         _ => format!(
             "{family} {}: {} keys, {} B values, {} % updates, {threads}",
@@ -221,6 +248,7 @@ fn row(m: &Measurement, [pmdk, ideal, raw]: [Option<f64>; 3]) -> Vec<String> {
         cells::pm_bytes_per_op(m),
         cells::optional(m.traffic.write_amplification),
         cells::optional(m.traffic.media_write_amplification),
+        cells::timestone_amplification(m),
     ]
 }
 
