@@ -247,34 +247,9 @@ fn fio_verifies_its_writes_on_the_mount() {
 
 #[test]
 fn sigterm_unmounts_and_closes_the_pool_cleanly() {
-    if let Some(reason) = fuse_unavailable() {
-        eprintln!("SKIPPED: cannot mount FUSE file systems here: {reason}");
+    let Some((child, pool, dir, _tmp)) = foreground_mount("sig") else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let pool = Path::new("/dev/shm").join(format!("ferrite-fs-sig-{}.pool", std::process::id()));
-    let _ = std::fs::remove_file(&pool);
-    let dir = tmp.path().join("mnt");
-    std::fs::create_dir(&dir).expect("dir");
-    ok(
-        &ferrite(&["fs", "mkfs", pool.to_str().unwrap(), "--size", "64M"]),
-        "mkfs",
-    );
-    let mut child = Command::new(FERRITE)
-        .args(["fs", "mount"])
-        .arg(&pool)
-        .arg(&dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("foreground mount");
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.as_mut().expect("stdout")),
-        &mut line,
-    )
-    .expect("ready line");
-    assert!(line.starts_with("mounted "), "{line}");
+    };
     std::fs::write(dir.join("hello"), b"world").expect("write through the mount");
     let pid = child.id().to_string();
     ok(

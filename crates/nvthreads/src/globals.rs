@@ -166,17 +166,66 @@ fn build_id(mut notes: &[u8]) -> Option<&[u8]> {
     None
 }
 
-const DT_NULL: u64 = 0;
-const DT_PLTRELSZ: u64 = 2;
-const DT_PLTGOT: u64 = 3;
-const DT_SYMTAB: u64 = 6;
-const DT_RELA: u64 = 7;
-const DT_RELASZ: u64 = 8;
-const DT_RELAENT: u64 = 9;
-const DT_SYMENT: u64 = 11;
-const DT_JMPREL: u64 = 23;
-const DT_RELRSZ: u64 = 35;
-const DT_RELR: u64 = 36;
+pub(crate) const DT_NULL: u64 = 0;
+pub(crate) const DT_PLTRELSZ: u64 = 2;
+pub(crate) const DT_PLTGOT: u64 = 3;
+pub(crate) const DT_STRTAB: u64 = 5;
+pub(crate) const DT_SYMTAB: u64 = 6;
+pub(crate) const DT_RELA: u64 = 7;
+pub(crate) const DT_RELASZ: u64 = 8;
+pub(crate) const DT_RELAENT: u64 = 9;
+pub(crate) const DT_STRSZ: u64 = 10;
+pub(crate) const DT_SYMENT: u64 = 11;
+pub(crate) const DT_JMPREL: u64 = 23;
+pub(crate) const DT_RELRSZ: u64 = 35;
+pub(crate) const DT_RELR: u64 = 36;
+
+/// The entries of a loaded object's dynamic section, by tag.
+pub(crate) struct DynamicTags {
+    base: usize,
+    tags: std::collections::HashMap<u64, u64>,
+}
+
+impl DynamicTags {
+    /// Reads the dynamic section mapped at `dynamic` of the object loaded at `base`.
+    ///
+    /// # Safety
+    /// `dynamic` is the object's mapped dynamic section, loaded at `base`.
+    pub(crate) unsafe fn read(base: usize, dynamic: usize) -> DynamicTags {
+        let mut tags = std::collections::HashMap::new();
+        let mut at = dynamic as *const u64;
+        loop {
+            // SAFETY: the section is a sequence of (tag, value) pairs ending with DT_NULL.
+            let (tag, value) = unsafe { (at.read(), at.add(1).read()) };
+            if tag == DT_NULL {
+                break;
+            }
+            tags.insert(tag, value);
+            // SAFETY: still inside the section (DT_NULL not reached).
+            at = unsafe { at.add(2) };
+        }
+        DynamicTags { base, tags }
+    }
+
+    /// The address an entry names: the loader stores absolute addresses in some entries and
+    /// leaves others relative to the load base.
+    pub(crate) fn address(&self, tag: u64) -> Option<usize> {
+        self.tags.get(&tag).map(|&value| {
+            let value = value as usize;
+            if value < self.base {
+                value + self.base
+            } else {
+                value
+            }
+        })
+    }
+
+    /// A size entry (0 when absent).
+    pub(crate) fn size(&self, tag: u64) -> usize {
+        self.tags.get(&tag).map_or(0, |&v| v as usize)
+    }
+}
+
 /// Copy relocations (x86-64 and AArch64).
 const R_X86_64_COPY: u32 = 5;
 const R_AARCH64_COPY: u32 = 1024;
@@ -187,26 +236,10 @@ const R_AARCH64_COPY: u32 = 1024;
 /// # Safety
 /// `dynamic` is the executable's mapped dynamic section, loaded at `base`.
 unsafe fn read_dynamic(base: usize, dynamic: usize, found: &mut ProgramGlobals) {
-    let mut tags = std::collections::HashMap::new();
-    let mut at = dynamic as *const u64;
-    loop {
-        // SAFETY: the section is a sequence of (tag, value) pairs ending with DT_NULL.
-        let (tag, value) = unsafe { (at.read(), at.add(1).read()) };
-        if tag == DT_NULL {
-            break;
-        }
-        tags.insert(tag, value);
-        // SAFETY: still inside the section (DT_NULL not reached).
-        at = unsafe { at.add(2) };
-    }
-    // The loader stores absolute addresses in some entries and leaves others relative.
-    let address = |tag| {
-        tags.get(&tag).map(|&value| {
-            let value = value as usize;
-            if value < base { value + base } else { value }
-        })
-    };
-    let size = |tag| tags.get(&tag).map_or(0, |&v| v as usize);
+    // SAFETY: the caller's contract.
+    let tags = unsafe { DynamicTags::read(base, dynamic) };
+    let address = |tag| tags.address(tag);
+    let size = |tag| tags.size(tag);
     let symtab = address(DT_SYMTAB);
     let syment = size(DT_SYMENT).max(24);
     for (table, bytes) in [

@@ -12,6 +12,10 @@
 //! executable first; libc, the dynamic loader and this library itself are skipped): a call
 //! to a function of another object is a `JUMP_SLOT` or `GLOB_DAT` relocation naming it.
 
+use crate::globals::{
+    DT_JMPREL, DT_PLTRELSZ, DT_RELA, DT_RELAENT, DT_RELASZ, DT_STRSZ, DT_STRTAB, DT_SYMENT,
+    DT_SYMTAB, DynamicTags,
+};
 use std::ffi::CStr;
 
 /// The symbols whose import makes a process a user of the runtime.
@@ -30,17 +34,6 @@ pub const RUNTIME_SYMBOLS: [&str; 10] = [
 
 /// Objects never searched: glibc, the dynamic loader and the runtime library.
 const SKIPPED: [&str; 4] = ["libc.so", "ld-linux", "libnvthreads_rt", "linux-vdso"];
-
-const DT_NULL: u64 = 0;
-const DT_PLTRELSZ: u64 = 2;
-const DT_STRTAB: u64 = 5;
-const DT_SYMTAB: u64 = 6;
-const DT_RELA: u64 = 7;
-const DT_RELASZ: u64 = 8;
-const DT_RELAENT: u64 = 9;
-const DT_STRSZ: u64 = 10;
-const DT_SYMENT: u64 = 11;
-const DT_JMPREL: u64 = 23;
 
 /// Whether any object loaded in this process (but libc, the loader and this library)
 /// imports one of [`RUNTIME_SYMBOLS`].
@@ -93,26 +86,10 @@ unsafe extern "C" fn search_object(
 /// # Safety
 /// `dynamic` is the object's mapped dynamic section, loaded at `base`.
 unsafe fn imports_runtime(base: usize, dynamic: usize) -> bool {
-    let mut tags = std::collections::HashMap::new();
-    let mut at = dynamic as *const u64;
-    loop {
-        // SAFETY: the section is a sequence of (tag, value) pairs ending with DT_NULL.
-        let (tag, value) = unsafe { (at.read(), at.add(1).read()) };
-        if tag == DT_NULL {
-            break;
-        }
-        tags.insert(tag, value);
-        // SAFETY: still inside the section (DT_NULL not reached).
-        at = unsafe { at.add(2) };
-    }
-    // The loader stores absolute addresses in some entries and leaves others relative.
-    let address = |tag| {
-        tags.get(&tag).map(|&value| {
-            let value = value as usize;
-            if value < base { value + base } else { value }
-        })
-    };
-    let size = |tag| tags.get(&tag).map_or(0, |&v| v as usize);
+    // SAFETY: the caller's contract.
+    let tags = unsafe { DynamicTags::read(base, dynamic) };
+    let address = |tag| tags.address(tag);
+    let size = |tag| tags.size(tag);
     let (Some(symtab), Some(strtab)) = (address(DT_SYMTAB), address(DT_STRTAB)) else {
         return false;
     };
