@@ -1,35 +1,13 @@
 //! The allocator over the simulator backend: allocation, free, rebuild, corruption.
 
-use crashsim::{SimConfig, SimPm};
-use heap::{Action, Heap, HeapError, Usage};
-use pmem::{Persist, Region};
+use crashsim::SimPm;
+use heap::{Heap, HeapError, Usage};
+use pmem::Persist;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
-const REGION: Region = Region {
-    offset: 4096,
-    len: 512 * 1024,
-};
-const CHUNK_SHIFT: u32 = 14;
-
-fn fresh() -> (SimPm, Heap) {
-    let pm = SimPm::new(REGION.end(), SimConfig::default());
-    let heap = Heap::format(&pm, REGION, CHUNK_SHIFT).expect("format");
-    (pm, heap)
-}
-
-/// Applies actions and a fence: what a committing engine does.
-fn commit(pm: &SimPm, actions: &[Action]) -> Result<(), HeapError> {
-    actions.iter().for_each(|a| a.apply(pm));
-    pm.fence();
-    Ok(())
-}
-
-fn alloc(pm: &SimPm, heap: &Heap, size: u64) -> u64 {
-    let reservation = heap.reserve(size, &mut |a| commit(pm, a)).expect("reserve");
-    commit(pm, &[heap.publish_action(&reservation)]).expect("publish");
-    reservation.addr
-}
+mod common;
+use common::{REGION, alloc, commit, fresh};
 
 fn free(pm: &SimPm, heap: &Heap, addr: u64) {
     let freeing = heap.prepare_free(addr).expect("prepare free");

@@ -2,33 +2,12 @@
 //! flip of a run's bitmap or marker, and descriptors rewritten with a valid check that
 //! disagree with the chunk they describe.
 
-use crashsim::{SimConfig, SimPm};
-use heap::{Action, Descriptor, Heap, HeapError, check_heap};
-use pmem::{Persist, Region, WriteClass};
+use crashsim::SimPm;
+use heap::{Descriptor, Heap, HeapError, check_heap};
+use pmem::{Persist, WriteClass};
 
-const REGION: Region = Region {
-    offset: 4096,
-    len: 512 * 1024,
-};
-const CHUNK_SHIFT: u32 = 14;
-
-fn fresh() -> (SimPm, Heap) {
-    let pm = SimPm::new(REGION.end(), SimConfig::default());
-    let heap = Heap::format(&pm, REGION, CHUNK_SHIFT).expect("format");
-    (pm, heap)
-}
-
-fn commit(pm: &SimPm, actions: &[Action]) -> Result<(), HeapError> {
-    actions.iter().for_each(|a| a.apply(pm));
-    pm.fence();
-    Ok(())
-}
-
-fn alloc(pm: &SimPm, heap: &Heap, size: u64) -> u64 {
-    let reservation = heap.reserve(size, &mut |a| commit(pm, a)).expect("reserve");
-    commit(pm, &[heap.publish_action(&reservation)]).expect("publish");
-    reservation.addr
-}
+mod common;
+use common::{REGION, alloc, fresh};
 
 fn refused(pm: &SimPm) -> bool {
     matches!(Heap::open(pm, REGION), Err(HeapError::Corrupted(_)))
