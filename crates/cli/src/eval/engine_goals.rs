@@ -1,7 +1,7 @@
-//! The engines section's claims: the project's performance goals for the logging engines
-//! (the transactions issue, #3), and TimeStone's (ASPLOS 2020) claims with the MVCC engine's
-//! goals (the TimeStone issue, #5), each checked against [`EngineResults`]. They are the
-//! section's headlines and its "Goal:" summary lines.
+//! The engines section's claims: the project's performance goals for the logging engines and
+//! their fast path, and TimeStone's (ASPLOS 2020) claims with the MVCC engine's goals, each
+//! checked against [`EngineResults`]. They are the section's headlines and its "Goal:"
+//! summary lines.
 
 use crate::cells::place;
 use crate::report::{ClaimVerdict, Headline};
@@ -20,15 +20,16 @@ const FENCE_TOLERANCE: f64 = 0.05;
 /// Where a claim comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Source {
-    /// A goal of the transactions issue (#3).
+    /// A goal set for the transaction engines (against PMDK, the ideal reference, their write
+    /// amplification and fences).
     TransactionsGoal,
-    /// A goal of the TimeStone issue (#5).
+    /// A goal set for the TimeStone engine (read-mostly speed, lowest write amplification).
     TimeStoneGoal,
     /// A claim of the TimeStone paper (ASPLOS 2020).
     TimeStonePaper,
-    /// A goal of the TimeStone third-pass issue (#17).
+    /// A goal set for the TimeStone engine's coalescing (hot keys, update-heavy speed).
     TimeStoneThirdPass,
-    /// A goal of the engine fast-path issue (#15): an engine costs little more than the
+    /// A goal set for the engines' fast path: an engine costs little more than the
     /// persistence it must do.
     FastPathGoal,
 }
@@ -36,11 +37,11 @@ pub enum Source {
 impl Source {
     fn name(self) -> &'static str {
         match self {
-            Source::TransactionsGoal => "Project goal (#3)",
-            Source::TimeStoneGoal => "Project goal (#5)",
+            Source::TransactionsGoal => "Engines goal",
+            Source::TimeStoneGoal => "TimeStone engine goal",
             Source::TimeStonePaper => "TimeStone (ASPLOS 2020)",
-            Source::TimeStoneThirdPass => "Project goal (#17)",
-            Source::FastPathGoal => "Project goal (#15)",
+            Source::TimeStoneThirdPass => "TimeStone coalescing goal",
+            Source::FastPathGoal => "Engine fast-path goal",
         }
     }
 }

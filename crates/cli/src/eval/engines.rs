@@ -435,7 +435,7 @@ mod tests {
         assert!(
             section.headlines[0]
                 .claim
-                .starts_with("Project goal (#3): Array")
+                .starts_with("Engines goal: Array")
         );
         assert_eq!(
             section.headlines[0].verdict,
