@@ -4,30 +4,10 @@ use pmem::{
     CreateOptions, Media, NativeOptions, Persist, PersistMode, Pool, PoolError, WriteClass,
 };
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-const LAYOUT: &str = "pool-file-test";
-const SIZE: u64 = 1 << 20;
-
-fn shm_dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("ferrite-test")
-        .tempdir_in("/dev/shm")
-        .expect("tempdir")
-}
-
-fn create(dir: &Path) -> PathBuf {
-    let path = dir.join("p.pool");
-    Pool::create(&path, &CreateOptions::new(LAYOUT, SIZE))
-        .expect("create")
-        .close()
-        .expect("close");
-    path
-}
-
-fn open(path: &Path) -> Result<Pool<pmem::Native>, PoolError> {
-    Pool::open(path, LAYOUT, &NativeOptions::default())
-}
+mod common;
+use common::{LAYOUT, SIZE, create, open, shm_dir};
 
 #[test]
 fn create_write_reopen_reads_back_and_tracks_clean_shutdown() {

@@ -3,36 +3,15 @@
 //! the open file description those copies share. Closing a pool must release its lock even
 //! while such a child exists, so that the pool can be opened again at once.
 
-use pmem::{CreateOptions, NativeOptions, Pool, PoolError};
+use pmem::PoolError;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const LAYOUT: &str = "pool-lock-test";
-const SIZE: u64 = 1 << 20;
-
-fn shm_dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("ferrite-lock")
-        .tempdir_in("/dev/shm")
-        .expect("tempdir")
-}
-
-fn create(dir: &Path) -> PathBuf {
-    let path = dir.join("p.pool");
-    Pool::create(&path, &CreateOptions::new(LAYOUT, SIZE))
-        .expect("create")
-        .close()
-        .expect("close");
-    path
-}
-
-fn open(path: &Path) -> Result<Pool<pmem::Native>, PoolError> {
-    Pool::open(path, LAYOUT, &NativeOptions::default())
-}
+mod common;
+use common::{create, open, shm_dir};
 
 /// Starts `true` on another thread with a child that, between its fork and its exec, says
 /// so on `forked` and then waits `hold` (keeping every descriptor it inherited).
