@@ -239,11 +239,23 @@ pub fn with_engine_ops<V: EngineVisitor>(
         EngineChoice::Ideal => visitor.visit(&Ideal::new(native(path)?)?),
         EngineChoice::Pmdk => visitor.visit(&Pmdk::create(path, size)?),
         EngineChoice::Mem => visitor.visit(&MemEngine::new(size)),
-        EngineChoice::Mvcc => {
-            visitor.visit(&Mvcc::create(native(path)?, &MvccOptions::default(), ops)?)
-        }
+        EngineChoice::Mvcc => visitor.visit(&Mvcc::create(native(path)?, &mvcc_options(), ops)?),
         EngineChoice::Raw(_) => return Err(OpenError::NotAnEngine(choice)),
     })
+}
+
+/// The MVCC engine's options for a benchmark: the defaults, with the version log's size
+/// and the cooling threshold overridable for sweeps (`FERRITE_MVCC_TLOG_VERSIONS`,
+/// `FERRITE_MVCC_COOL_HEADERS`: versions per lane, headers in use above which checkpoints
+/// cool).
+pub fn mvcc_options() -> MvccOptions {
+    let knob = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u32>().ok());
+    let defaults = MvccOptions::default();
+    MvccOptions {
+        tlog_versions: knob("FERRITE_MVCC_TLOG_VERSIONS").unwrap_or(defaults.tlog_versions),
+        cool_headers: knob("FERRITE_MVCC_COOL_HEADERS").unwrap_or(defaults.cool_headers),
+        ..defaults
+    }
 }
 
 /// The registered operations of a benchmark workload, for the MVCC engine: the map

@@ -53,67 +53,101 @@ pub const RETIRED: u64 = u64::MAX;
 /// Lock owner of the checkpointer.
 pub const CHECKPOINTER: u64 = u64::MAX - 1;
 
-/// A copy of a chunk in the transient version log.
+/// A version's metadata: its timestamp word and the link to the next older version (16
+/// bytes, four to a cache line, so a chain walk that skips versions touches no data line).
 #[derive(Debug)]
-#[repr(align(64))]
-pub struct Version {
+struct Meta {
     ts: AtomicU64,
     older: AtomicU32,
-    data: [AtomicU64; WORDS],
     /// Debug builds: whether the slot is out of its lane's free list (catches a slot freed
     /// twice, or pushed while in use).
     #[cfg(debug_assertions)]
     taken: std::sync::atomic::AtomicBool,
 }
 
-impl Default for Version {
+impl Default for Meta {
     fn default() -> Self {
-        Version {
+        Meta {
             ts: AtomicU64::new(ABORTED),
             older: AtomicU32::new(NIL),
-            data: std::array::from_fn(|_| AtomicU64::new(0)),
             #[cfg(debug_assertions)]
             taken: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
 
-impl Version {
+/// A version's copy of its chunk: exactly one cache line.
+#[derive(Debug)]
+#[repr(align(64))]
+struct Data([AtomicU64; WORDS]);
+
+impl Default for Data {
+    fn default() -> Self {
+        Data(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+/// A copy of a chunk in the transient version log: its metadata and its data, which live
+/// in two slabs.
+#[derive(Clone, Copy, Debug)]
+pub struct Version<'a> {
+    ts: &'a AtomicU64,
+    older: &'a AtomicU32,
+    data: &'a [AtomicU64; WORDS],
+    #[cfg(debug_assertions)]
+    taken: &'a std::sync::atomic::AtomicBool,
+}
+
+impl Version<'_> {
     /// The timestamp word.
     pub fn ts_word(&self) -> u64 {
         self.ts.load(Ordering::Acquire)
     }
 }
 
-/// The slab of versions, references `1..=len`.
+/// The transient version log, references `1..=len`, sized by its data: each version is a
+/// 64-byte line in the data slab and 16 bytes in the metadata slab (80 bytes of DRAM).
 #[derive(Debug)]
 pub struct Versions {
-    slots: Box<[Version]>,
+    meta: Box<[Meta]>,
+    data: Box<[Data]>,
 }
 
+/// Bytes of DRAM per version (data and metadata slabs).
+pub const VERSION_BYTES: u64 = (std::mem::size_of::<Meta>() + std::mem::size_of::<Data>()) as u64;
+
 impl Versions {
-    /// A slab of `len` versions.
+    /// A log of `len` versions.
     pub fn new(len: usize) -> Self {
         assert!(len < u32::MAX as usize, "version slab of {len} slots");
         Versions {
-            slots: (0..len).map(|_| Version::default()).collect(),
+            meta: (0..len).map(|_| Meta::default()).collect(),
+            data: (0..len).map(|_| Data::default()).collect(),
         }
     }
 
     /// Number of slots.
     pub fn len(&self) -> usize {
-        self.slots.len()
+        self.meta.len()
     }
 
     /// Whether the slab has no slot.
     pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
+        self.meta.is_empty()
     }
 
     /// Version `r` (`1..=len`).
     #[inline]
-    pub fn get(&self, r: u32) -> &Version {
-        &self.slots[(r - 1) as usize]
+    pub fn get(&self, r: u32) -> Version<'_> {
+        let i = (r - 1) as usize;
+        let meta = &self.meta[i];
+        Version {
+            ts: &meta.ts,
+            older: &meta.older,
+            data: &self.data[i].0,
+            #[cfg(debug_assertions)]
+            taken: &meta.taken,
+        }
     }
 
     /// Debug builds: records that slot `r` leaves (`taken`) or returns to a free list, and
@@ -306,7 +340,7 @@ impl Header {
         while r != NIL {
             let version = versions.get(r);
             if visible(version, snapshot) {
-                load_words(&version.data, offset, dst);
+                load_words(version.data, offset, dst);
                 return Seen::Copied { newest };
             }
             if version.ts.load(Ordering::Relaxed) != ABORTED {
@@ -362,7 +396,7 @@ impl Header {
             }
             r => {
                 let version = versions.get(r);
-                load_words(&version.data, 0, out);
+                load_words(version.data, 0, out);
                 version.ts.load(Ordering::Acquire)
             }
         }
@@ -372,7 +406,7 @@ impl Header {
     pub fn push(&self, versions: &Versions, r: u32, data: &Bytes) {
         let version = versions.get(r);
         version.ts.store(UNSTAMPED, Ordering::Relaxed);
-        store_words(&version.data, data);
+        store_words(version.data, data);
         version
             .older
             .store(self.head.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -419,7 +453,7 @@ impl Header {
         let version = versions.get(found);
         let ts = version.ts.load(Ordering::Acquire);
         // No reader reads the base meanwhile: each stops at `version` or a newer one.
-        copy_words(&self.base, &version.data);
+        copy_words(&self.base, version.data);
         self.base_ts.store(ts, Ordering::Relaxed);
         match pred {
             NIL => self.head.store(NIL, Ordering::Release),
@@ -463,7 +497,7 @@ impl Header {
 
 /// Whether `version` is the one a snapshot at `snapshot` reads (waiting while that is not
 /// yet decided).
-fn visible(version: &Version, snapshot: u64) -> bool {
+fn visible(version: Version, snapshot: u64) -> bool {
     let word = stamped(version);
     if word == ABORTED || word & !PENDING > snapshot {
         return false;
@@ -479,7 +513,7 @@ fn visible(version: &Version, snapshot: u64) -> bool {
 }
 
 /// The version's timestamp word once it is stamped (or aborted).
-fn stamped(version: &Version) -> u64 {
+fn stamped(version: Version) -> u64 {
     let mut backoff = Backoff::default();
     loop {
         let word = version.ts.load(Ordering::Acquire);
@@ -520,6 +554,18 @@ mod tests {
             header.unlock();
         }
         header
+    }
+
+    #[test]
+    fn a_version_is_one_aligned_data_line_and_its_metadata_apart() {
+        let versions = Versions::new(4);
+        for r in 1..=4u32 {
+            let data = versions.get(r).data.as_ptr() as usize;
+            assert_eq!(data % 64, 0, "version {r}'s data starts a cache line");
+        }
+        let gap = versions.get(2).data.as_ptr() as usize - versions.get(1).data.as_ptr() as usize;
+        assert_eq!(gap, 64, "data slots are packed lines");
+        assert_eq!(VERSION_BYTES, 80, "a 64-byte line and 16 bytes of metadata");
     }
 
     fn read(header: &Header, versions: &Versions, snapshot: u64) -> (u8, Seen) {

@@ -48,11 +48,17 @@ pub struct MvccOptions {
     pub isolation: Level,
     /// Where timestamps come from (run-time).
     pub clock: ClockMode,
-    /// Versions in each lane's transient version log (run-time; DRAM, 128 bytes each).
-    /// Reclamation starts at half of them in use, checkpoints at three quarters.
+    /// Versions in each lane's transient version log (run-time; DRAM, 80 bytes each: a
+    /// 64-byte-aligned copy of the chunk in one slab, its 16-byte timestamp and link in
+    /// another). Reclamation starts at half of them in use, checkpoints at three quarters.
     pub tlog_versions: u32,
     /// Most chunks with a control header at once (run-time; DRAM, about 100 bytes each).
     pub max_headers: u32,
+    /// Headers in use above which a checkpoint cools (run-time): chunks whose chains stayed
+    /// empty for a whole checkpoint go back to their masters and leave the table. At or
+    /// below it, empty headers stay (a hot chunk that goes quiet for one checkpoint is not
+    /// written to its master again and again) until the next write-back takes them out.
+    pub cool_headers: u32,
     /// Test-only: a broken protocol step (see [`Mutant`]).
     #[doc(hidden)]
     pub mutant: Mutant,
@@ -67,8 +73,9 @@ impl Default for MvccOptions {
             chunk_shift: 18,
             isolation: Level::Snapshot,
             clock: ClockMode::Auto,
-            tlog_versions: 8192,
+            tlog_versions: 65_536,
             max_headers: 1 << 24,
+            cool_headers: 1 << 16,
             mutant: Mutant::None,
         }
     }
@@ -87,6 +94,8 @@ impl MvccOptions {
             clock: ClockMode::Counter,
             tlog_versions: 48,
             max_headers: 1 << 16,
+            // Cooling on every checkpoint, so the crash tests cover it.
+            cool_headers: 0,
             mutant: Mutant::None,
         }
     }

@@ -493,12 +493,17 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
         Ok(boundary)
     }
 
-    /// Writes the content of the headers that stayed empty since the previous checkpoint
-    /// to their masters and takes them out of the table; `emptied` cool down until the
+    /// Above [`crate::MvccOptions::cool_headers`] headers in use: writes the content of the
+    /// headers that stayed empty since the previous checkpoint to their masters and takes them out of the table; `emptied` cool down until the
     /// next one. The checkpoint log still holds that content until the next write-back
     /// (which flushes nothing more for them), so a freed block is reused only once none of
     /// its chunks has bytes in a live record ([`Mvcc::ready_frees`]).
     fn cool(&self, ck: &mut Ckpt, emptied: Vec<(u32, u64)>) {
+        if self.table.live() <= u64::from(self.options.cool_headers) {
+            // No pressure on the table: the write-back takes the empty headers out.
+            ck.cooling = emptied;
+            return;
+        }
         let pm = self.pool.pm();
         let recent: HashSet<u32> = emptied.iter().map(|&(href, _)| href).collect();
         let mut removed = HashSet::new();

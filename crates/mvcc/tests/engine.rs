@@ -612,3 +612,61 @@ fn allocation_and_checkpointing_threads_do_not_deadlock() {
     });
     assert!(engine.stats().checkpoints > 0, "{:?}", engine.stats());
 }
+
+/// Writes 32 chunks of the root once, then rewrites one word until many checkpoints have
+/// run, then checks every value before and after a reopen. Returns the headers cooled.
+fn quiet_chunks_then_a_hot_one(cool_headers: u32) -> u64 {
+    let dir = tempfile::tempdir_in(pmem::DEFAULT_POOL_DIR).expect("tmp");
+    let options = MvccOptions {
+        cool_headers,
+        ..MvccOptions::small()
+    };
+    let engine = Mvcc::create(native_pool(&dir), &options, NoReplay).expect("create");
+    let quiet = 1..=32u64;
+    for chunk in quiet.clone() {
+        engine
+            .transaction(|tx| tx.write_u64(tx.root::<()>(), 64 * chunk, chunk))
+            .expect("quiet write");
+    }
+    for round in 0..2000u64 {
+        engine
+            .transaction(|tx| tx.write_u64(tx.root::<()>(), 0, round))
+            .expect("hot write");
+    }
+    let stats = engine.stats();
+    assert!(stats.checkpoints > 4, "{} checkpoints", stats.checkpoints);
+    let check = |engine: &Mvcc<Native, NoReplay>| {
+        engine
+            .read_only(|tx| {
+                let root = tx.root::<()>();
+                assert_eq!(tx.read_u64(root, 0)?, 1999);
+                for chunk in quiet.clone() {
+                    assert_eq!(tx.read_u64(root, 64 * chunk)?, chunk, "chunk {chunk}");
+                }
+                Ok::<_, TxError>(())
+            })
+            .expect("read back");
+    };
+    check(&engine);
+    drop(engine);
+    let pool =
+        Pool::open(dir.path().join("bank.pool"), LAYOUT, &Default::default()).expect("reopen");
+    check(&Mvcc::open(pool, &options, NoReplay).expect("recover"));
+    stats.cooled
+}
+
+/// Cooling (empty headers back to their masters between write-backs) runs only above
+/// `cool_headers` headers in use; below it the write-back takes empty headers out, and
+/// nothing is lost either way.
+#[test]
+fn cooling_waits_for_pressure_on_the_table() {
+    assert!(
+        quiet_chunks_then_a_hot_one(0) > 0,
+        "no pressure needed: cools"
+    );
+    assert_eq!(
+        quiet_chunks_then_a_hot_one(u32::MAX),
+        0,
+        "no pressure: no cooling"
+    );
+}
