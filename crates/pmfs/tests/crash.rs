@@ -1,4 +1,4 @@
-//! Crash consistency at every fence (ACE style, `/work/shared/reference/pmfs.md` §4 L3):
+//! Crash consistency at every fence (in the style of ACE, Mohan et al., OSDI 2018):
 //! every single operation over a small pre-populated namespace, exhaustively, and a sample of
 //! pairs, in both data modes, on the simulator with double crash.
 //!

@@ -1,4 +1,4 @@
-//! Memory-mapped access (`pmfs::mmap`, `/work/shared/reference/pmfs.md` §4 L4): stores through
+//! Memory-mapped access (`pmfs::mmap`, PMFS' direct `mmap` of file data): stores through
 //! a mapping are durable in every crash image after `persist` and, before it, each 8-byte
 //! word of the stored range is old or new; `write()` and mapped loads are coherent (both
 //! data modes); truncate while mapped turns accesses past the end into `EFAULT` and keeps the
