@@ -244,7 +244,7 @@ fn battery_headline(rep: &Reproduction) -> Headline {
         .and_then(|t| t.volume_vs_silo)
         .unwrap_or(0.0);
     let text = format!(
-        "Battery (Table IV): Silo flushes {silo} µJ at a failure, eADR {eadr} µJ          ({eadr_volume}× Silo's volume)"
+        "Battery (Table IV): Silo flushes {silo} µJ at a failure, eADR {eadr} µJ ({eadr_volume}× Silo's volume)"
     );
     let battery: Vec<&Comparison> = rep
         .comparison
