@@ -335,8 +335,10 @@ fn errno_to_fs(errno: crate::Errno) -> FsError {
 
 /// Phase 1 on the unmounted pool: superblock fallback, journal rollback, then every live
 /// inode with damaged fields or an unwalkable tree freed, one transaction each. A block two
-/// trees claim (or one tree twice) condemns every claimant: the media cannot tell which
-/// map is the damaged one, and keeping either could serve another file's bytes as its own.
+/// trees claim (or one tree twice) condemns every claimant but the root: the media cannot
+/// tell which map is the damaged one, and keeping either could serve another file's bytes
+/// as its own; the root, which cannot be freed, keeps its claim when its records read back
+/// whole ([`keep_root_claims`]).
 fn free_damaged_inodes<B: Persist>(pool: &Pool<B>) -> Result<Vec<FsckRepair>, FsError> {
     let pm = pool.pm();
     let (sb, sb_repairs) = read_superblock(pm, pool.header())?;
@@ -366,6 +368,7 @@ fn free_damaged_inodes<B: Persist>(pool: &Pool<B>) -> Result<Vec<FsckRepair>, Fs
             Err(damage) => damaged.push((ino, damage.0)),
         }
     }
+    keep_root_claims(pm, &sb, &mut shared)?;
     damaged.extend(
         shared
             .into_iter()
@@ -387,6 +390,29 @@ fn free_damaged_inodes<B: Persist>(pool: &Pool<B>) -> Result<Vec<FsckRepair>, Fs
         repairs.push(FsckRepair::InodeRemoved { ino, why });
     }
     Ok(repairs)
+}
+
+/// The root cannot be freed, so when it shares a block with another tree its claim is the
+/// one kept, provided its directory records read back whole (a root whose map is the
+/// damaged one would show another file's bytes as records). Otherwise nothing is freed and
+/// the pool is refused as not repairable.
+fn keep_root_claims<B: Persist>(
+    pm: &B,
+    sb: &Superblock,
+    shared: &mut HashMap<u64, u64>,
+) -> Result<(), FsError> {
+    let Some(block) = shared.remove(&ROOT_INO) else {
+        return Ok(());
+    };
+    let root = Inode::read(pm, sb, ROOT_INO);
+    match DirIndex::load_checking(pm, sb, ROOT_INO, &root, false) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(FsError::Corrupted(format!(
+            "the root directory is damaged (block {block} claimed by another tree too, and \
+             its records: {}); not repairable",
+            e.0
+        ))),
+    }
 }
 
 /// Validates `inode` and walks its tree: the data blocks it holds (nodes, leaves, the

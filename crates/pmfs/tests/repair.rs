@@ -225,6 +225,27 @@ fn a_damaged_root_is_refused_and_the_pool_left_as_it_was() {
     assert!(error.to_string().contains("root"), "{error}");
 }
 
+/// Found by the property test below: one flipped bit made /d/a's tree node point at the
+/// root directory's block. The root cannot be freed and its records read back whole, so its
+/// claim is kept and /d/a, whose map is the damaged one, is removed.
+#[test]
+fn a_tree_claiming_the_root_directory_block_loses_its_claim() {
+    let (mut image, sb, inos) = populated();
+    let pm = SimPm::from_image(image.clone(), SimConfig::default());
+    let a = Inode::read(&pm, &sb, ino_of(&inos, "/d/a"));
+    let off = split_root(a.tree).0 + 41 % 16;
+    image[off as usize] ^= 224;
+    let (repairs, px) = repair(image);
+    let victim = ino_of(&inos, "/d/a");
+    assert!(
+        repairs.iter().any(
+            |r| matches!(r, FsckRepair::InodeRemoved { ino, why } if *ino == victim && why.contains("claimed"))
+        ),
+        "{repairs:?}"
+    );
+    assert!(px.stat("/keep").is_ok() && px.stat("/d/sub/b").is_ok());
+}
+
 mod flips {
     use super::*;
     use proptest::prelude::*;
