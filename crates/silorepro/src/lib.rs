@@ -60,9 +60,11 @@ pub enum ReproError {
 pub fn reproduce(spec: &ReproSpec) -> Result<Reproduction, ReproError> {
     spec.validate().map_err(ReproError::Spec)?;
     let started = Instant::now();
-    let workloads = run::workload_traces(spec).map_err(ReproError::Run)?;
-    let others = run::other_discipline_traces(spec).map_err(ReproError::Run)?;
-    let smalls = run::small_traces(spec).map_err(ReproError::Run)?;
+    let run::PlanTraces {
+        workloads,
+        others,
+        smalls,
+    } = run::plan_traces(spec).map_err(ReproError::Run)?;
     let prefixes = run::prefix_traces(spec, &workloads);
     let sizes = run::size_traces(spec, &workloads);
     let generation_seconds = started.elapsed().as_secs_f64();
@@ -75,9 +77,10 @@ pub fn reproduce(spec: &ReproSpec) -> Result<Reproduction, ReproError> {
         .collect();
     let plan = Plan::new(spec, &all, (workloads.len(), &sizes, others.len()));
     let sim_started = Instant::now();
-    let rows = run::run_jobs(&plan.jobs, &all, spec.host_threads()).map_err(ReproError::Run)?;
+    let done = run::run_jobs(&plan.jobs, &all, spec.host_threads()).map_err(ReproError::Run)?;
     let simulation_wall_seconds = sim_started.elapsed().as_secs_f64();
-    let (mut runs, sweep_runs): (Vec<RunRow>, Vec<RunRow>) = rows
+    let (mut runs, sweep_runs): (Vec<RunRow>, Vec<RunRow>) = done
+        .rows
         .into_iter()
         .partition(|r| r.variant.is_empty() && !r.workload.contains("-x"));
     run::normalise(&mut runs);
@@ -112,8 +115,8 @@ pub fn reproduce(spec: &ReproSpec) -> Result<Reproduction, ReproError> {
     rep.timing = timing(
         &rep,
         spec,
-        generation_seconds,
-        simulation_wall_seconds,
+        (generation_seconds, simulation_wall_seconds),
+        (done.simulated_events, done.reused),
         started,
     );
     Ok(rep)
@@ -535,12 +538,12 @@ fn sweeps(rep: &Reproduction, names: &[String]) -> Vec<Sweep> {
 fn timing(
     rep: &Reproduction,
     spec: &ReproSpec,
-    generation_seconds: f64,
-    simulation_wall_seconds: f64,
+    (generation_seconds, simulation_wall_seconds): (f64, f64),
+    (events, reused_runs): (u64, usize),
     started: Instant,
 ) -> Timing {
+    // Reused rows carry no host or CPU time, and `events` counts simulated events only.
     let all: Vec<&RunRow> = rep.runs.iter().chain(&rep.sweep_runs).collect();
-    let events: u64 = all.iter().map(|r| r.events).sum();
     let host: f64 = all.iter().map(|r| r.host_seconds).sum();
     let cpu: f64 = all.iter().map(|r| r.cpu_seconds).sum();
     let big = spec.max_cores();
@@ -565,5 +568,6 @@ fn timing(
         events_per_cpu_second: events as f64 / cpu.max(1e-9),
         per_design_events_per_cpu_second: per_design(|r| r.cpu_seconds),
         simulation_cpu_seconds: cpu,
+        reused_runs,
     }
 }

@@ -293,7 +293,8 @@ pub struct Timing {
     pub simulation_wall_seconds: f64,
     /// Wall-clock seconds of the whole reproduction.
     pub wall_seconds: f64,
-    /// Trace events simulated, all runs.
+    /// Trace events simulated, all runs (a run that repeats another's simulation, see
+    /// `reused_runs`, is counted once).
     pub events: u64,
     /// Events per host second per thread (sum of events / sum of per-run host seconds).
     pub events_per_host_second: f64,
@@ -309,6 +310,11 @@ pub struct Timing {
     /// CPU seconds of the simulations (both host threads together).
     #[serde(default)]
     pub simulation_cpu_seconds: f64,
+    /// Runs of the plan that repeat another run's simulation (same trace, design and machine
+    /// as the design sees it, e.g. Silo in the grid cells that differ only in whether the
+    /// baselines use the on-PM buffer): their results are reused, not simulated again.
+    #[serde(default)]
+    pub reused_runs: usize,
 }
 
 impl Timing {
@@ -323,7 +329,8 @@ impl Timing {
         };
         format!(
             "Took {:.1} s: trace generation {:.1} s, simulation {:.1} s on {} host threads \
-             ({:.1} CPU seconds); {:.1} M trace events at {:.2} M events per CPU second \
+             ({:.1} CPU seconds, {} runs reused from identical simulations); {:.1} M trace \
+             events at {:.2} M events per CPU second \
              ({:.2} M per wall second per thread); largest-core runs per CPU second: {}; per \
              wall second: {}.",
             self.wall_seconds,
@@ -331,6 +338,7 @@ impl Timing {
             self.simulation_wall_seconds,
             self.threads,
             self.simulation_cpu_seconds,
+            self.reused_runs,
             self.events as f64 / 1e6,
             self.events_per_cpu_second / 1e6,
             self.events_per_host_second / 1e6,

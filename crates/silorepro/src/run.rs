@@ -3,7 +3,8 @@
 
 use crate::results::{DesignSummary, RunRow, Sweep, SweepPoint, geomean};
 use crate::spec::ReproSpec;
-use hwsim::{Config, DesignKind, simulate};
+use hwsim::{Config, DesignKind, Metrics, simulate};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use trace::Trace;
@@ -26,18 +27,41 @@ pub(crate) struct Job {
     pub(crate) cost: u64,
 }
 
-/// Generates the workload traces at the plan's largest core count.
-pub(crate) fn workload_traces(spec: &ReproSpec) -> Result<Vec<Workload>, String> {
-    traces_of(spec, spec.discipline, spec.transactions)
+/// The plan's traces, generated together over the host threads: the workloads at the
+/// plan's largest core count, the same in the other store discipline and with 16× smaller
+/// instances (those two only for the sensitivity study).
+pub(crate) struct PlanTraces {
+    pub(crate) workloads: Vec<Workload>,
+    pub(crate) others: Vec<Workload>,
+    pub(crate) smalls: Vec<Workload>,
+}
+
+/// Generates the [`PlanTraces`] of `spec`.
+pub(crate) fn plan_traces(spec: &ReproSpec) -> Result<PlanTraces, String> {
+    let main = trace_specs(spec, spec.discipline, spec.transactions);
+    let others = other_discipline_specs(spec);
+    let (n_main, n_others) = (main.len(), others.len());
+    let all = main
+        .into_iter()
+        .chain(others)
+        .chain(small_trace_specs(spec));
+    let mut workloads = generate_all(all.collect(), spec.host_threads())?;
+    let mut others = workloads.split_off(n_main);
+    let smalls = others.split_off(n_others);
+    Ok(PlanTraces {
+        workloads,
+        others,
+        smalls,
+    })
 }
 
 /// The workload traces of `discipline` with `transactions` per core, at the plan's largest
 /// core count.
-fn traces_of(
+fn trace_specs(
     spec: &ReproSpec,
     discipline: StoreDiscipline,
     transactions: u64,
-) -> Result<Vec<Workload>, String> {
+) -> Vec<(String, TraceSpec)> {
     let cores = spec.max_cores() as u32;
     spec.workloads
         .iter()
@@ -49,10 +73,40 @@ fn traces_of(
             if let Some(keys) = spec.keys {
                 t = t.with_keys(keys);
             }
-            let trace = generate(&t).map_err(|e| e.to_string())?;
+            (w.name().to_string(), t)
+        })
+        .collect()
+}
+
+/// Generates named traces over `threads` host threads (each trace is independent and
+/// deterministic, so the order of generation does not matter); traces in `specs` order.
+pub(crate) fn generate_all(
+    specs: Vec<(String, TraceSpec)>,
+    threads: usize,
+) -> Result<Vec<Workload>, String> {
+    let next = AtomicUsize::new(0);
+    let done: Mutex<Vec<Option<Result<Trace, String>>>> =
+        Mutex::new((0..specs.len()).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..threads.clamp(1, specs.len().max(1)) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some((_, t)) = specs.get(i) else { break };
+                    let trace = generate(t).map_err(|e| e.to_string());
+                    done.lock().expect("no worker panicked")[i] = Some(trace);
+                }
+            });
+        }
+    });
+    let done = done.into_inner().expect("no worker panicked");
+    specs
+        .into_iter()
+        .zip(done)
+        .map(|((name, _), trace)| {
             Ok(Workload {
-                name: w.name().to_string(),
-                trace,
+                name,
+                trace: trace.expect("every trace generated")?,
             })
         })
         .collect()
@@ -60,9 +114,9 @@ fn traces_of(
 
 /// The workload traces with 16× smaller instances (sensitivity to the data-set size), with
 /// the sensitivity runs' transactions.
-pub(crate) fn small_traces(spec: &ReproSpec) -> Result<Vec<Workload>, String> {
+pub(crate) fn small_trace_specs(spec: &ReproSpec) -> Vec<(String, TraceSpec)> {
     if !spec.sensitivity {
-        return Ok(Vec::new());
+        return Vec::new();
     }
     let cores = spec.max_cores() as u32;
     spec.workloads
@@ -74,11 +128,7 @@ pub(crate) fn small_traces(spec: &ReproSpec) -> Result<Vec<Workload>, String> {
                 .with_transactions(spec.sensitivity_transactions.min(spec.transactions))
                 .with_keys(keys)
                 .with_discipline(spec.discipline);
-            let trace = generate(&t).map_err(|e| e.to_string())?;
-            Ok(Workload {
-                name: w.name().to_string(),
-                trace,
-            })
+            (w.name().to_string(), t)
         })
         .collect()
 }
@@ -102,11 +152,11 @@ pub(crate) fn prefix_traces(spec: &ReproSpec, workloads: &[Workload]) -> Vec<Wor
 
 /// The workload traces in the other store discipline, as long as the main ones (the
 /// sensitivity grid's cells of that discipline run on them).
-pub(crate) fn other_discipline_traces(spec: &ReproSpec) -> Result<Vec<Workload>, String> {
+pub(crate) fn other_discipline_specs(spec: &ReproSpec) -> Vec<(String, TraceSpec)> {
     if !spec.sensitivity {
-        return Ok(Vec::new());
+        return Vec::new();
     }
-    traces_of(spec, other_discipline(spec.discipline), spec.transactions)
+    trace_specs(spec, other_discipline(spec.discipline), spec.transactions)
 }
 
 /// The discipline the main traces do not have.
@@ -188,41 +238,98 @@ fn live_entries(trace: &Trace, cores: usize, max_tx: u64) -> (f64, u64) {
     (sum as f64 / count.max(1) as f64, max)
 }
 
-/// Runs every job over `threads` host threads, longest first; rows in job order.
+/// The rows of a plan's jobs, in job order.
+pub(crate) struct JobRows {
+    pub(crate) rows: Vec<RunRow>,
+    /// Jobs whose simulation another job of the plan already ran (same trace, design and
+    /// effective machine): their rows reuse its metrics and cost no host time.
+    pub(crate) reused: usize,
+    /// Trace events actually simulated (reused rows excluded).
+    pub(crate) simulated_events: u64,
+}
+
+/// Runs every distinct simulation of `jobs` once over `threads` host threads, longest first,
+/// and gives each job its row, in job order.
 pub(crate) fn run_jobs(
     jobs: &[Job],
     traces: &[&Workload],
     threads: usize,
-) -> Result<Vec<RunRow>, String> {
-    let mut order: Vec<usize> = (0..jobs.len()).collect();
+) -> Result<JobRows, String> {
+    let (unique, source) = distinct_simulations(jobs);
+    let mut order: Vec<usize> = unique.clone();
     order.sort_by_key(|&i| std::cmp::Reverse(jobs[i].cost));
     let next = AtomicUsize::new(0);
-    let rows: Mutex<Vec<Option<Result<RunRow, String>>>> =
-        Mutex::new((0..jobs.len()).map(|_| None).collect());
+    type Slot = Option<Result<(Metrics, f64), String>>;
+    let results: Mutex<Vec<Slot>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
     std::thread::scope(|scope| {
-        for _ in 0..threads.clamp(1, jobs.len().max(1)) {
+        for _ in 0..threads.clamp(1, order.len().max(1)) {
             scope.spawn(|| {
                 while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    let row = run_one(&jobs[i], traces);
-                    rows.lock().expect("no worker panicked")[i] = Some(row);
+                    let result = simulate_one(&jobs[i], traces);
+                    results.lock().expect("no worker panicked")[i] = Some(result);
                 }
             });
         }
     });
-    rows.into_inner()
-        .expect("no worker panicked")
-        .into_iter()
-        .map(|r| r.expect("every job ran"))
-        .collect()
+    let results = results.into_inner().expect("no worker panicked");
+    let mut rows = Vec::with_capacity(jobs.len());
+    let mut simulated_events = 0;
+    for (i, job) in jobs.iter().enumerate() {
+        let ran = source[i] == i;
+        let slot = results[source[i]].as_ref().expect("every distinct job ran");
+        let (m, cpu) = slot.as_ref().map_err(Clone::clone)?;
+        let name = &traces[job.trace].name;
+        let mut row = RunRow::from_metrics(m, job.design, name, &job.variant, &job.config);
+        if ran {
+            row.cpu_seconds = *cpu;
+            simulated_events += m.events;
+        } else {
+            row.host_seconds = 0.0;
+            row.events_per_host_second = 0.0;
+        }
+        rows.push(row);
+    }
+    Ok(JobRows {
+        reused: jobs.len() - unique.len(),
+        rows,
+        simulated_events,
+    })
 }
 
-fn run_one(job: &Job, traces: &[&Workload]) -> Result<RunRow, String> {
-    let w = traces[job.trace];
+/// The jobs to simulate (the first of each group of identical simulations) and, per job,
+/// the job whose simulation it takes its metrics from.
+fn distinct_simulations(jobs: &[Job]) -> (Vec<usize>, Vec<usize>) {
+    let mut first: HashMap<String, usize> = HashMap::new();
+    let mut unique = Vec::new();
+    let source = jobs
+        .iter()
+        .enumerate()
+        .map(|(i, job)| {
+            *first.entry(simulation_key(job)).or_insert_with(|| {
+                unique.push(i);
+                i
+            })
+        })
+        .collect();
+    (unique, source)
+}
+
+/// What decides a job's simulated results: its trace, its design and the machine as that
+/// design sees it. Whether the baselines write through the on-PM buffer does not concern
+/// the designs whose buffer use is fixed (Silo, whose design it is part of, and Ideal), so it
+/// is replaced by the design's own answer.
+fn simulation_key(job: &Job) -> String {
+    let mut cfg = job.config.clone();
+    cfg.mem.baselines_use_onpm_buffer = job.design.build(&cfg).uses_onpm_buffer(&cfg);
+    let machine = serde_json::to_string(&cfg).expect("a configuration serializes");
+    format!("{}/{}/{machine}", job.trace, job.design.name())
+}
+
+fn simulate_one(job: &Job, traces: &[&Workload]) -> Result<(Metrics, f64), String> {
     let cpu = thread_cpu_seconds();
-    let m = simulate(&job.config, job.design, &w.trace).map_err(|e| e.to_string())?;
-    let mut row = RunRow::from_metrics(&m, job.design, &w.name, &job.variant, &job.config);
-    row.cpu_seconds = thread_cpu_seconds() - cpu;
-    Ok(row)
+    let m =
+        simulate(&job.config, job.design, &traces[job.trace].trace).map_err(|e| e.to_string())?;
+    Ok((m, thread_cpu_seconds() - cpu))
 }
 
 /// CPU time of the calling thread (0 where the clock is unavailable): the simulations'
@@ -339,5 +446,70 @@ pub(crate) fn sweep(
         name: name.to_string(),
         reference: reference.to_string(),
         points,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hwsim::synth::{SynthKind, SynthSpec, synth_trace};
+
+    fn job(trace: usize, design: DesignKind, buffer: bool, variant: &str) -> Job {
+        let mut config = Config::default().with_cores(2);
+        config.mem.baselines_use_onpm_buffer = buffer;
+        Job {
+            trace,
+            design,
+            config,
+            variant: variant.to_string(),
+            cost: 1,
+        }
+    }
+
+    fn workload() -> Workload {
+        let spec = SynthSpec {
+            kind: SynthKind::HashUpdate,
+            cores: 2,
+            tx_per_core: 20,
+            elements: 512,
+            compute: 20,
+            seed: 3,
+        };
+        Workload {
+            name: "hash".into(),
+            trace: synth_trace(&spec),
+        }
+    }
+
+    #[test]
+    fn only_a_design_that_uses_the_baselines_buffer_option_tells_its_cells_apart() {
+        let jobs = [
+            job(0, DesignKind::Silo, false, "a"),
+            job(0, DesignKind::Silo, true, "b"),
+            job(0, DesignKind::Fwb, false, "a"),
+            job(0, DesignKind::Fwb, true, "b"),
+            job(1, DesignKind::Silo, true, "b"),
+        ];
+        let (unique, source) = distinct_simulations(&jobs);
+        assert_eq!(unique, vec![0, 2, 3, 4]);
+        assert_eq!(source, vec![0, 0, 2, 3, 4]);
+    }
+
+    #[test]
+    fn a_reused_row_has_the_simulated_results_and_costs_no_time() {
+        let w = workload();
+        let jobs = [
+            job(0, DesignKind::Silo, false, "a"),
+            job(0, DesignKind::Silo, true, "b"),
+        ];
+        let done = run_jobs(&jobs, &[&w], 2).expect("runs");
+        assert_eq!(done.reused, 1);
+        let (a, b) = (&done.rows[0], &done.rows[1]);
+        assert_eq!(done.simulated_events, a.events);
+        assert_eq!((a.variant.as_str(), b.variant.as_str()), ("a", "b"));
+        assert_eq!((a.cycles, a.write_bytes), (b.cycles, b.write_bytes));
+        assert_eq!((b.host_seconds, b.cpu_seconds), (0.0, 0.0));
+        let alone = simulate(&jobs[1].config, DesignKind::Silo, &w.trace).expect("runs");
+        assert_eq!(b.cycles, alone.cycles, "the reuse is exact");
     }
 }

@@ -132,6 +132,21 @@ fn quick_reproduction_fills_every_table() {
         );
     }
     assert!(rep.timing.events > 0 && rep.timing.events_per_host_second > 0.0);
+    // Silo ignores whether the baselines use the on-PM buffer: its runs in the grid cells
+    // that differ only in that (one per media model and store discipline) are simulated once.
+    let cells = silorepro::Setting::grid().len();
+    assert_eq!(rep.timing.reused_runs, cells / 2 * rep.spec.workloads.len());
+    let simulated: u64 = rep
+        .runs
+        .iter()
+        .chain(&rep.sweep_runs)
+        .filter(|r| r.cpu_seconds > 0.0 || r.host_seconds > 0.0)
+        .map(|r| r.events)
+        .sum();
+    assert_eq!(
+        rep.timing.events, simulated,
+        "reused runs are not counted as simulated"
+    );
     // Serialises, and the report renders every section.
     let json = serde_json::to_string(&rep).unwrap();
     let back: silorepro::Reproduction = serde_json::from_str(&json).unwrap();
