@@ -73,6 +73,9 @@ pub struct World {
     outbox: Vec<VecDeque<Outgoing>>,
     /// Cores whose outbox is not empty, one bit each.
     outbox_busy: u64,
+    /// Per core: when the oldest request on its path reaches the MC (`NEVER` when none);
+    /// the path is a FIFO, so this is when the core's next request can be admitted.
+    heads: Vec<u64>,
     values: Option<Values>,
     pm: PmImage,
     seq: u64,
@@ -152,10 +155,30 @@ impl World {
     /// The oldest request on core `c`'s path leaves it.
     fn pop_outgoing(&mut self, c: usize) -> Outgoing {
         let out = self.outbox[c].pop_front().expect("head exists");
-        if self.outbox[c].is_empty() {
-            self.outbox_busy &= !(1 << c);
-        }
+        self.sync_head(c);
         out
+    }
+
+    /// Core `c`'s path changed: refresh its head arrival and busy bit.
+    fn sync_head(&mut self, c: usize) {
+        match self.outbox[c].front() {
+            Some(head) => self.heads[c] = head.arrive,
+            None => {
+                self.heads[c] = NEVER;
+                self.outbox_busy &= !(1 << c);
+            }
+        }
+    }
+
+    /// Cores whose oldest request on the path has reached the MC by `now`, one bit each.
+    fn arrived(&self, now: u64) -> u64 {
+        let (mut bits, mut ready) = (self.outbox_busy, 0);
+        while bits != 0 {
+            let c = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            ready |= u64::from(self.heads[c] <= now) << c;
+        }
+        ready
     }
 }
 
@@ -205,7 +228,11 @@ impl Ctx<'_> {
     /// A write sent from core `req.core` over the on-chip path, reaching the MC at `arrive`;
     /// it joins the core's FIFO to the MC, and `Design::on_accepted` reports its acceptance.
     pub fn send(&mut self, req: WriteReq, arrive: u64) {
-        self.w.outbox[req.core].push_back(Outgoing { arrive, req });
+        let path = &mut self.w.outbox[req.core];
+        path.push_back(Outgoing { arrive, req });
+        if path.len() == 1 {
+            self.w.heads[req.core] = arrive;
+        }
         self.w.outbox_busy |= 1 << req.core;
         self.w.mem_dirty = true;
     }
@@ -535,6 +562,7 @@ impl<'t> Sim<'t> {
                 mc: MemCtrl::new(cfg, design.uses_onpm_buffer(cfg)),
                 outbox: vec![VecDeque::new(); cfg.cores],
                 outbox_busy: 0,
+                heads: vec![NEVER; cfg.cores],
                 values,
                 pm: PmImage::new(cfg.cores, initial),
                 seq: 0,
@@ -661,9 +689,7 @@ impl<'t> Sim<'t> {
             while bits != 0 {
                 let c = bits.trailing_zeros() as usize;
                 bits &= bits - 1;
-                if let Some(head) = self.w.outbox[c].front() {
-                    t = t.min(head.arrive);
-                }
+                t = t.min(self.w.heads[c]);
             }
         }
         self.mem_next = if t == NEVER { NEVER } else { t.max(self.time) };
@@ -833,9 +859,7 @@ impl<'t> Sim<'t> {
                 .position(|o| o.req.kind == WriteKind::WriteBack && o.req.addr == addr)
             {
                 ob.remove(i);
-                if ob.is_empty() {
-                    self.w.outbox_busy &= !(1 << c);
-                }
+                self.w.sync_head(c);
                 let words = self.w.inflight.remove(&line).unwrap_or(0);
                 self.w.hier.mark_dirty_words(line, words);
                 self.w.mem_dirty = true;
@@ -1081,23 +1105,13 @@ impl<'t> Sim<'t> {
     fn admit(&mut self, now: u64) {
         let n = self.cores.len();
         while self.w.outbox_busy != 0 && self.w.mc.has_space() {
-            // Round robin from `rr` over the cores with requests on their path.
-            let busy = self.w.outbox_busy;
-            let arrived = |c: usize| self.w.outbox[c].front().is_some_and(|o| o.arrive <= now);
-            let from_rr = busy & (u64::MAX << self.rr);
-            let order = [from_rr, busy & !from_rr];
-            let Some(c) = order.into_iter().find_map(|mut bits| {
-                while bits != 0 {
-                    let c = bits.trailing_zeros() as usize;
-                    bits &= bits - 1;
-                    if arrived(c) {
-                        return Some(c);
-                    }
-                }
-                None
-            }) else {
+            // Round robin from `rr` over the cores whose next request has arrived.
+            let ready = self.w.arrived(now);
+            if ready == 0 {
                 return;
-            };
+            }
+            let from_rr = ready & (u64::MAX << self.rr);
+            let c = if from_rr != 0 { from_rr } else { ready }.trailing_zeros() as usize;
             let out = self.w.pop_outgoing(c);
             let req = out.req;
             self.rr = (c + 1) % n;

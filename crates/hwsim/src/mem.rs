@@ -212,6 +212,8 @@ struct Queued {
     block: Option<u64>,
     /// Its 256 B line is in the on-PM buffer (it can leave at once).
     hit: bool,
+    /// The bank of its line.
+    bank: usize,
 }
 
 /// The memory controller with its PCM banks and on-PM buffer.
@@ -256,7 +258,8 @@ pub struct MemCtrl {
     wq_banks: Vec<u32>,
     /// Buffered lines per bank (which banks an eviction could use).
     bank_lines: Vec<u32>,
-    /// `compute_evict_ready()`, kept up to date by `read` and `issue`.
+    /// `compute_evict_ready()`, kept up to date by `read` and `issue` (with a buffer only:
+    /// without one nothing is evicted and it is never asked for).
     evict_ready_at: u64,
     /// Time up to which the occupancy counters are integrated.
     integrated_to: u64,
@@ -330,7 +333,9 @@ impl MemCtrl {
             self.waiting_reads.push(start);
             self.reads_waiting_until = self.reads_waiting_until.max(start);
         }
-        self.refresh_evict_ready();
+        if !self.direct() {
+            self.refresh_evict_ready();
+        }
         start + self.read_cycles + self.burst
     }
 
@@ -461,7 +466,8 @@ impl MemCtrl {
         for b in blocks_of(&req) {
             self.wq_blocks.add(b);
         }
-        self.wq_banks[line_bank(line, self.bank_free.len())] += 1;
+        let bank = line_bank(line, self.bank_free.len());
+        self.wq_banks[bank] += 1;
         let hit = self.onpm.contains(line);
         self.wq_hits += usize::from(hit);
         self.wq.push_back(Queued {
@@ -471,6 +477,7 @@ impl MemCtrl {
             bursts: req.bytes.div_ceil(64).max(1),
             block,
             hit,
+            bank,
         });
         let held = (self.wq.len() + self.reserved) as u64;
         self.stats.max_write_queue = self.stats.max_write_queue.max(held);
@@ -547,10 +554,7 @@ impl MemCtrl {
             if self.earliest_queued_bank() > now {
                 return None;
             }
-            return self
-                .wq
-                .iter()
-                .position(|q| self.bank_free[self.bank(q.req.addr)] <= now);
+            return self.wq.iter().position(|q| self.bank_free[q.bank] <= now);
         }
         if self.evict_ready() <= now {
             return Some(0);
@@ -580,7 +584,7 @@ impl MemCtrl {
         let direct = self.direct();
         let line = req.addr >> 8;
         let was_buffered = q.hit;
-        self.dequeued(line, was_buffered);
+        self.dequeued(line, q.bank, was_buffered);
         for b in blocks_of(&req) {
             self.wq_blocks.remove(b);
         }
@@ -605,7 +609,10 @@ impl MemCtrl {
         if self.draining && self.wq.len() <= self.low {
             self.draining = false;
         }
-        self.refresh_evict_ready();
+        if !direct {
+            // Without a buffer nothing is evicted: the cached time is never asked for.
+            self.refresh_evict_ready();
+        }
         Some(req)
     }
 
@@ -668,9 +675,9 @@ impl MemCtrl {
     }
 
     /// Bookkeeping for a write leaving the queue.
-    fn dequeued(&mut self, line: u64, buffered: bool) {
+    fn dequeued(&mut self, line: u64, bank: usize, buffered: bool) {
         self.wq_lines.remove(line);
-        self.wq_banks[line_bank(line, self.bank_free.len())] -= 1;
+        self.wq_banks[bank] -= 1;
         self.wq_hits -= usize::from(buffered);
     }
 
