@@ -17,7 +17,9 @@
 //!   facts behind the difference;
 //! * wall-clock time and simulation speed.
 //!
-//! Independent runs are spread over the host's cores (`std::thread::scope`), longest first.
+//! Trace generation and the independent runs are spread over the host's cores
+//! (`std::thread::scope`), the runs longest first; a run that repeats another's simulation
+//! (same trace, design and machine as the design sees it) reuses its metrics.
 //!
 //! ```no_run
 //! let rep = silorepro::reproduce(&silorepro::ReproSpec::quick())?;
