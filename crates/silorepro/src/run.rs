@@ -482,6 +482,28 @@ mod tests {
     }
 
     #[test]
+    fn traces_generated_in_parallel_are_those_generated_one_by_one() {
+        use tracegen::SiloWorkload;
+        let specs: Vec<(String, TraceSpec)> =
+            [SiloWorkload::Hash, SiloWorkload::Queue, SiloWorkload::Btree]
+                .into_iter()
+                .map(|w| {
+                    let t = TraceSpec::new(w)
+                        .with_cores(2)
+                        .with_transactions(40)
+                        .with_keys(256);
+                    (w.name().to_string(), t)
+                })
+                .collect();
+        let parallel = generate_all(specs.clone(), 2).expect("generates");
+        for ((name, spec), got) in specs.iter().zip(&parallel) {
+            let alone = generate(spec).expect("generates");
+            assert_eq!(&got.name, name);
+            assert_eq!(got.trace.to_bytes(), alone.to_bytes(), "{name}");
+        }
+    }
+
+    #[test]
     fn only_a_design_that_uses_the_baselines_buffer_option_tells_its_cells_apart() {
         let jobs = [
             job(0, DesignKind::Silo, false, "a"),
