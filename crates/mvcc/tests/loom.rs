@@ -300,3 +300,74 @@ fn a_reader_past_a_removal_sees_the_written_back_master() {
         remover.join().expect("remover");
     });
 }
+
+/// The reclaimer's hand-off: a lane's request is never slept through (a lost wake-up
+/// would leave the reclaimer waiting and the model deadlocked), the strongest request made
+/// before the stop is served, and a stopped reclaimer no longer counts as serving.
+#[test]
+fn a_reclaimer_never_sleeps_through_a_request() {
+    use mvcc::handoff::{Requests, Wake, Work};
+    model(|| {
+        let requests = Arc::new(Requests::default());
+        requests.start();
+        let lane = {
+            let requests = Arc::clone(&requests);
+            thread::spawn(move || {
+                requests.request(Work::Trim);
+                requests.request(Work::Checkpoint);
+            })
+        };
+        let reclaimer = {
+            let requests = Arc::clone(&requests);
+            thread::spawn(move || {
+                let mut served = Vec::new();
+                loop {
+                    match requests.next(None) {
+                        Wake::Work(work) => served.push(work),
+                        Wake::Stop => return served,
+                        Wake::Idle => unreachable!("no timeout"),
+                    }
+                }
+            })
+        };
+        lane.join().expect("lane");
+        requests.stop();
+        let served = reclaimer.join().expect("reclaimer");
+        assert!(served.contains(&Work::Checkpoint), "served {served:?}");
+        assert!(!requests.serving());
+    });
+}
+
+/// Two lanes asking at once while the reclaimer sleeps: whichever raises the pending work
+/// wakes it, the other's request coalesces, and the work is served before the stop.
+#[test]
+fn concurrent_requests_coalesce_and_are_served() {
+    use mvcc::handoff::{Requests, Wake, Work};
+    model(|| {
+        let requests = Arc::new(Requests::default());
+        requests.start();
+        let lanes: Vec<_> = [Work::Trim, Work::Trim]
+            .into_iter()
+            .map(|work| {
+                let requests = Arc::clone(&requests);
+                thread::spawn(move || requests.request(work))
+            })
+            .collect();
+        let served = {
+            let requests = Arc::clone(&requests);
+            thread::spawn(move || {
+                let mut served = 0;
+                while let Wake::Work(_) = requests.next(None) {
+                    served += 1;
+                }
+                served
+            })
+        };
+        for lane in lanes {
+            lane.join().expect("lane");
+        }
+        requests.stop();
+        let served = served.join().expect("reclaimer");
+        assert!((1..=2).contains(&served), "served {served}");
+    });
+}
