@@ -301,39 +301,42 @@ fn a_reader_past_a_removal_sees_the_written_back_master() {
     });
 }
 
-/// The reclaimer's hand-off: a lane's request is never slept through (a lost wake-up
-/// would leave the reclaimer waiting and the model deadlocked), the strongest request made
-/// before the stop is served, and a stopped reclaimer no longer counts as serving.
+/// The reclaimer's hand-off: a lane's request is never slept through. The lane waits for
+/// the reclaimer to acknowledge the work before anything stops it, so a lost wake-up leaves
+/// both asleep (loom reports the deadlock). The strongest request is served, and a stopped
+/// reclaimer no longer counts as serving.
 #[test]
 fn a_reclaimer_never_sleeps_through_a_request() {
+    use loom::sync::{Condvar, Mutex};
     use mvcc::handoff::{Requests, Wake, Work};
     model(|| {
         let requests = Arc::new(Requests::default());
+        let served = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
         requests.start();
-        let lane = {
-            let requests = Arc::clone(&requests);
-            thread::spawn(move || {
-                requests.request(Work::Trim);
-                requests.request(Work::Checkpoint);
-            })
-        };
         let reclaimer = {
-            let requests = Arc::clone(&requests);
+            let (requests, served) = (Arc::clone(&requests), Arc::clone(&served));
             thread::spawn(move || {
-                let mut served = Vec::new();
                 loop {
                     match requests.next(None) {
-                        Wake::Work(work) => served.push(work),
-                        Wake::Stop => return served,
+                        Wake::Work(work) => {
+                            served.0.lock().expect("lock").push(work);
+                            served.1.notify_one();
+                        }
+                        Wake::Stop => return,
                         Wake::Idle => unreachable!("no timeout"),
                     }
                 }
             })
         };
-        lane.join().expect("lane");
+        requests.request(Work::Trim);
+        requests.request(Work::Checkpoint);
+        let mut seen = served.0.lock().expect("lock");
+        while !seen.contains(&Work::Checkpoint) {
+            seen = served.1.wait(seen).expect("wait");
+        }
+        drop(seen);
         requests.stop();
-        let served = reclaimer.join().expect("reclaimer");
-        assert!(served.contains(&Work::Checkpoint), "served {served:?}");
+        reclaimer.join().expect("reclaimer");
         assert!(!requests.serving());
     });
 }
