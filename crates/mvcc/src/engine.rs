@@ -167,6 +167,9 @@ pub struct MvccStats {
     pub clock: &'static str,
     /// The TSC uncertainty boundary in cycles (0 for the counter).
     pub clock_boundary: u64,
+    /// How a transaction orders its announcement before its clock read: `"membarrier"`
+    /// (a compiler fence; reclaimers run the expedited private membarrier) or `"seqcst"`.
+    pub announcement_fence: &'static str,
 }
 
 /// The byte ranges of a write set (sorted by chunk, adjacent ranges merged).
@@ -264,6 +267,8 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
         mode: RecoveryMode,
     ) -> TxResult<Self> {
         check_options(options)?;
+        // The announcement fence's registration, once per process, before any transaction.
+        crate::fence::init();
         let scanned = match scan(&pool, mode) {
             Ok(scanned) => scanned,
             Err(error) => {
@@ -526,6 +531,7 @@ impl<P: Persist> Core<P> {
                 "counter"
             },
             clock_boundary: self.clock.boundary(),
+            announcement_fence: crate::fence::mode(),
         }
     }
 
@@ -545,13 +551,14 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
     where
         E: From<TxError>,
     {
-        self.run(None, level, body)
+        self.run(None, level, false, body)
     }
 
     fn run<Out, E>(
         &self,
         op: Option<Op<'_>>,
         level: Level,
+        reads_only: bool,
         mut body: impl FnMut(&mut MvccTx<'_, P, R>) -> Result<Out, E>,
     ) -> Result<Out, E>
     where
@@ -563,8 +570,12 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
         loop {
             let outcome = Outcome::default();
             let (lane, mut state) = self.lanes.acquire();
-            // Reclamation happens here, between transactions, never inside one.
-            self.prepare(&mut state, need.take()).map_err(E::from)?;
+            // Reclamation happens here, between transactions, never inside one; a read-only
+            // transaction skips it (one that writes after all and lacks room retries with
+            // its need, and prepares then).
+            if !reads_only || need.is_some() {
+                self.prepare(&mut state, need.take()).map_err(E::from)?;
+            }
             state.reset();
             if let Some(op) = op {
                 state.args.extend_from_slice(op.args);
@@ -574,7 +585,10 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             // computed its boundary from an earlier clock reading.
             let shared = &self.shared[lane];
             let bound = state.last_snapshot.saturating_sub(self.clock.boundary());
-            shared.active.store(bound, Ordering::SeqCst);
+            shared.active.store(bound, Ordering::Relaxed);
+            // Store → load order without a full fence: reclaimers run the heavy side before
+            // they read announcements (`fence.rs`).
+            crate::fence::light();
             let snapshot = self.clock.now();
             state.last_snapshot = snapshot;
             let tx = MvccTx::new(self, lane, state, snapshot, level, id, &outcome);
@@ -724,7 +738,19 @@ impl<P: Persist, R: Replay> Engine for Mvcc<P, R> {
     where
         E: From<TxError>,
     {
-        self.run(None, self.options.isolation, body)
+        self.run(None, self.options.isolation, false, body)
+    }
+
+    /// A transaction that only reads: the same snapshot and announcement, without the
+    /// reclamation check before it.
+    fn read_only<Out, E>(
+        &self,
+        body: impl FnMut(&mut MvccTx<'_, P, R>) -> Result<Out, E>,
+    ) -> Result<Out, E>
+    where
+        E: From<TxError>,
+    {
+        self.run(None, self.options.isolation, true, body)
     }
 
     fn transaction_op<Out, E>(
@@ -735,7 +761,7 @@ impl<P: Persist, R: Replay> Engine for Mvcc<P, R> {
     where
         E: From<TxError>,
     {
-        self.run(Some(op), self.options.isolation, body)
+        self.run(Some(op), self.options.isolation, false, body)
     }
 
     fn counters(&self) -> pmem::Counters {

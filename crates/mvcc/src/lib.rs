@@ -29,6 +29,7 @@ pub mod chain;
 pub mod check;
 pub mod clock;
 mod engine;
+pub mod fence;
 pub mod handoff;
 mod lane;
 pub mod layout;

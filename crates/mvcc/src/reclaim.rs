@@ -246,6 +246,12 @@ impl<P: Persist> Core<P> {
     /// The quiescence detector: the oldest announcement of a running transaction ([`NONE`]
     /// when none runs).
     fn grace_floor(&self) -> u64 {
+        // The heavy side of the announcement's asymmetric fence: every announcement stored
+        // before a transaction's clock read is visible now, and the clock this reclaimer
+        // read before it bounds every transaction whose announcement it misses.
+        if !crate::fence::heavy() {
+            return 0;
+        }
         self.shared
             .iter()
             .map(|s| s.active.load(Ordering::SeqCst))

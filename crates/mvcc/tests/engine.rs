@@ -702,6 +702,7 @@ fn the_background_reclaimer_serves_the_lanes_requests() {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     let stats = engine.stats();
+    eprintln!("announcement fence: {}", stats.announcement_fence);
     assert_eq!(stats.inline_reclaims, 0, "{stats:?}");
     assert!(stats.trims + stats.checkpoints > 0, "{stats:?}");
     assert_eq!(state(&engine).0, (1..=18).sum::<u64>());

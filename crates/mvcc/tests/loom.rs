@@ -374,3 +374,43 @@ fn concurrent_requests_coalesce_and_are_served() {
         assert!((1..=2).contains(&served), "served {served}");
     });
 }
+
+/// The snapshot announcement's asymmetric fence (`mvcc::fence`): a transaction stores its
+/// announcement, runs the light side and reads the clock; a reclaimer reads the clock, runs
+/// the heavy side and reads the announcement, while a committer advances the clock. A
+/// reclaimer that misses the announcement read a clock no newer than the transaction's
+/// snapshot, so its boundary never passes what the transaction reads.
+#[test]
+fn a_reclaimer_that_misses_an_announcement_read_an_older_clock() {
+    use mvcc::fence::{heavy, light};
+    const NONE: u64 = u64::MAX;
+    model(|| {
+        let clock = Arc::new(AtomicU64::new(5));
+        let active = Arc::new(AtomicU64::new(NONE));
+        let committer = {
+            let clock = Arc::clone(&clock);
+            thread::spawn(move || {
+                clock.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        let transaction = {
+            let (clock, active) = (Arc::clone(&clock), Arc::clone(&active));
+            thread::spawn(move || {
+                active.store(4, Ordering::Relaxed);
+                light();
+                clock.load(Ordering::SeqCst)
+            })
+        };
+        let now = clock.load(Ordering::SeqCst);
+        assert!(heavy());
+        let seen = active.load(Ordering::SeqCst);
+        let snapshot = transaction.join().expect("transaction");
+        committer.join().expect("committer");
+        if seen == NONE {
+            assert!(
+                now <= snapshot,
+                "missed an announcement at {snapshot}, clock {now}"
+            );
+        }
+    });
+}
