@@ -42,22 +42,26 @@ impl<P: Persist> Core<P> {
                 Wake::Stop => return,
                 Wake::Idle => {}
                 Wake::Work(Work::Trim) => {
-                    self.stats
-                        .background_reclaims
-                        .fetch_add(1, Ordering::Relaxed);
                     self.trim();
+                    self.count_done();
                 }
                 Wake::Work(Work::Checkpoint) => {
-                    self.stats
-                        .background_reclaims
-                        .fetch_add(1, Ordering::Relaxed);
                     if self.checkpoint_and_release().is_err() {
                         self.requests.withdraw();
                         return;
                     }
+                    self.count_done();
                 }
             }
             self.free_expired();
         }
+    }
+
+    /// Counts a served request once it is done (Release: whoever reads the count with
+    /// `stats()` also sees the trim's or checkpoint's own counters).
+    fn count_done(&self) {
+        self.stats
+            .background_reclaims
+            .fetch_add(1, Ordering::Release);
     }
 }

@@ -505,7 +505,7 @@ impl<P: Persist> Core<P> {
     /// The engine's event counters.
     pub fn stats(&self) -> MvccStats {
         let s = &self.stats;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let get = |a: &AtomicU64| a.load(Ordering::Acquire);
         MvccStats {
             commits_logical: get(&s.commits_logical),
             commits_physical: get(&s.commits_physical),
