@@ -83,6 +83,27 @@ fn mvcc_hot_keys_survive_a_crash_at_every_fence() {
     );
 }
 
+/// The lanes' own reclamation (the background reclaimer off; every other test runs with it
+/// on, the default, so its checkpoints and write-backs land at whatever fences its thread
+/// reaches): TimeStone's hash and the hot keys, crashed at every fence.
+#[test]
+fn mvcc_with_inline_reclamation_survives_a_crash_at_every_fence() {
+    let hash = TimestoneMap::<HashMap>::new(params(80), LoadOrder::Shuffled);
+    let mut factory = MvccFactory::small(hash.ops());
+    factory.options.background = false;
+    run(&factory, hash, 12, SimMode::Adr);
+    let hot = TimestoneMap::<HashMap>::new(
+        Params {
+            keys: 3,
+            ..params(100)
+        },
+        LoadOrder::Shuffled,
+    );
+    let mut factory = MvccFactory::small(hot.ops());
+    factory.options.background = false;
+    run(&factory, hot, 24, SimMode::Adr);
+}
+
 /// The crash test is not vacuous: an engine that skips the fence of its commit record, or
 /// that lets a checkpoint cover blocks written in place before they are written back,
 /// fails. (An early write-back watermark and eager reuse of freed blocks need crafted

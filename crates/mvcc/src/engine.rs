@@ -1,8 +1,10 @@
 //! The engine: open and recovery, the transaction loop, and what commits hand to the
 //! reclaimer. Checkpoints, write-back and reclamation are in [`crate::reclaim`].
 
+use crate::background::spawn_reclaimer;
 use crate::chain::{CHUNK, Versions};
 use crate::clock::Clock;
+use crate::handoff::Requests;
 use crate::lane::{Lane, NONE, Shared, WriteEntry};
 use crate::layout::MvccLayout;
 use crate::options::{Level, MvccOptions};
@@ -17,22 +19,39 @@ use parking_lot::Mutex;
 use pmem::integrity::Finding;
 use pmem::{CACHE_LINE, Persist, Pool, Region};
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
 use tx::api::{Engine, Isolation, NoReplay, Op, OpId, Replay, TxError, TxResult};
 use tx::lanes::Lanes;
 use tx::{RecoveryMode, RecoveryReport, pool_tag};
 
 /// The MVCC engine over a pool on backend `P`; `R` re-executes logged operations during
-/// recovery.
+/// recovery. Its shared state ([`Core`], reached through `Deref`) is shared with the
+/// background reclaimer thread, which the engine stops and joins when it is dropped.
 #[derive(Debug)]
 pub struct Mvcc<P: Persist, R: Replay = NoReplay> {
+    core: Arc<Core<P>>,
+    pub(crate) lanes: Lanes<Lane>,
+    pub(crate) replay: R,
+    /// Set when recovery failed: the engine must not write anything on drop.
+    failed: AtomicBool,
+    /// What the recovery at open found and replayed.
+    recovery: RecoveryReport,
+    /// The background reclaimer, when it runs.
+    background: Option<JoinHandle<()>>,
+}
+
+/// What the transactions of an engine and its background reclaimer share: the pool, the
+/// heap, the version log and chunk table, the clock, the lanes' announcements, and the
+/// checkpointer's state.
+#[derive(Debug)]
+pub struct Core<P: Persist> {
     pub(crate) pool: Pool<P>,
     pub(crate) layout: MvccLayout,
     pub(crate) heap: Heap,
-    pub(crate) replay: R,
     pub(crate) table: Table,
     pub(crate) versions: Versions,
-    pub(crate) lanes: Lanes<Lane>,
     pub(crate) shared: Box<[CachePadded<Shared>]>,
     pub(crate) clock: Clock,
     /// Boundary of the newest durable checkpoint: OLog records at or before it may go.
@@ -50,15 +69,21 @@ pub struct Mvcc<P: Persist, R: Replay = NoReplay> {
     /// A running checkpoint's or write-back's announcement (it reads version chains), or
     /// `NONE`.
     pub(crate) reclaimer: CachePadded<AtomicU64>,
+    /// Requests from the lanes to the background reclaimer.
+    pub(crate) requests: Requests,
     pub(crate) options: MvccOptions,
     pub(crate) tag: u16,
     pub(crate) user: Region,
     pub(crate) chunks: Region,
     pub(crate) stats: Stats,
-    /// Set when recovery failed: the engine must not write anything on drop.
-    failed: AtomicBool,
-    /// What the recovery at open found and replayed.
-    recovery: RecoveryReport,
+}
+
+impl<P: Persist, R: Replay> std::ops::Deref for Mvcc<P, R> {
+    type Target = Core<P>;
+
+    fn deref(&self) -> &Core<P> {
+        &self.core
+    }
 }
 
 /// Counters of the engine's own events.
@@ -79,6 +104,8 @@ pub(crate) struct Stats {
     pub(crate) checkpointed_versions: AtomicU64,
     pub(crate) coalesced_versions: AtomicU64,
     pub(crate) cooled: AtomicU64,
+    pub(crate) inline_reclaims: AtomicU64,
+    pub(crate) background_reclaims: AtomicU64,
 }
 
 /// The name under which `Engine::event_counters` reports the bytes copied into the version
@@ -129,12 +156,20 @@ pub struct MvccStats {
     pub coalesced_versions: u64,
     /// Headers of cold chunks written back and taken out between write-backs.
     pub cooled: u64,
+    /// Trims and checkpoints a lane ran itself before a transaction (the background
+    /// reclaimer off, or back-pressure: its version log or OLog 7/8 full).
+    pub inline_reclaims: u64,
+    /// Trims and checkpoints the background reclaimer ran.
+    pub background_reclaims: u64,
     /// Chunks with a control header now.
     pub headers: u64,
     /// The clock: `"tsc"` or `"counter"`.
     pub clock: &'static str,
     /// The TSC uncertainty boundary in cycles (0 for the counter).
     pub clock_boundary: u64,
+    /// How a transaction orders its announcement before its clock read: `"membarrier"`
+    /// (a compiler fence; reclaimers run the expedited private membarrier) or `"seqcst"`.
+    pub announcement_fence: &'static str,
 }
 
 /// The byte ranges of a write set (sorted by chunk, adjacent ranges merged).
@@ -232,6 +267,8 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
         mode: RecoveryMode,
     ) -> TxResult<Self> {
         check_options(options)?;
+        // The announcement fence's registration, once per process, before any transaction.
+        crate::fence::init();
         let scanned = match scan(&pool, mode) {
             Ok(scanned) => scanned,
             Err(error) => {
@@ -258,7 +295,13 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             return Err(error);
         }
         // Every later timestamp exceeds every logged one.
-        engine.clock = Clock::new(options.clock, newest.max(engine.clock.now()));
+        let clock = Clock::new(options.clock, newest.max(engine.clock.now()));
+        Arc::get_mut(&mut engine.core)
+            .expect("no reclaimer runs before recovery ends")
+            .clock = clock;
+        if options.background {
+            engine.background = spawn_reclaimer(Arc::clone(&engine.core));
+        }
         Ok(engine)
     }
 
@@ -290,7 +333,7 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             len: heap.layout().end() - heap.layout().chunks,
         };
         let checkpoint = watermark.value;
-        Mvcc {
+        let core = Core {
             table: Table::new(pool.pm().len(), options.max_headers),
             versions: Versions::new((layout.lane_count * per_lane) as usize),
             // Recovery's clock: a counter that follows the re-executed records.
@@ -298,8 +341,6 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             pool,
             layout,
             heap,
-            replay,
-            lanes,
             shared,
             checkpointed: AtomicU64::new(checkpoint),
             ckpt: Mutex::new(Ckpt::new(checkpoint, watermark)),
@@ -308,13 +349,20 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             frees: Mutex::new(Vec::new()),
             retired: Mutex::new(VecDeque::new()),
             reclaimer: CachePadded::new(AtomicU64::new(NONE)),
+            requests: Requests::default(),
             options: *options,
             tag,
             user,
             chunks,
             stats: Stats::default(),
+        };
+        Mvcc {
+            core: Arc::new(core),
+            lanes,
+            replay,
             failed: AtomicBool::new(false),
             recovery: RecoveryReport::default(),
+            background: None,
         }
     }
 
@@ -434,7 +482,9 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
         }
         Ok(out)
     }
+}
 
+impl<P: Persist> Core<P> {
     /// The pool.
     pub fn pool(&self) -> &Pool<P> {
         &self.pool
@@ -455,7 +505,7 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
     /// The engine's event counters.
     pub fn stats(&self) -> MvccStats {
         let s = &self.stats;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let get = |a: &AtomicU64| a.load(Ordering::Acquire);
         MvccStats {
             commits_logical: get(&s.commits_logical),
             commits_physical: get(&s.commits_physical),
@@ -472,6 +522,8 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             checkpointed_versions: get(&s.checkpointed_versions),
             coalesced_versions: get(&s.coalesced_versions),
             cooled: get(&s.cooled),
+            inline_reclaims: get(&s.inline_reclaims),
+            background_reclaims: get(&s.background_reclaims),
             headers: self.table.live(),
             clock: if self.clock.is_tsc() {
                 "tsc"
@@ -479,6 +531,7 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
                 "counter"
             },
             clock_boundary: self.clock.boundary(),
+            announcement_fence: crate::fence::mode(),
         }
     }
 
@@ -486,7 +539,9 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
     pub(crate) fn writable(&self, addr: u64, len: u64) -> bool {
         self.user.contains(addr, len) || self.chunks.contains(addr, len)
     }
+}
 
+impl<P: Persist, R: Replay> Mvcc<P, R> {
     /// Runs `body` at isolation `level` (instead of the engine's default).
     pub fn transaction_with<Out, E>(
         &self,
@@ -496,13 +551,14 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
     where
         E: From<TxError>,
     {
-        self.run(None, level, body)
+        self.run(None, level, false, body)
     }
 
     fn run<Out, E>(
         &self,
         op: Option<Op<'_>>,
         level: Level,
+        reads_only: bool,
         mut body: impl FnMut(&mut MvccTx<'_, P, R>) -> Result<Out, E>,
     ) -> Result<Out, E>
     where
@@ -514,8 +570,12 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
         loop {
             let outcome = Outcome::default();
             let (lane, mut state) = self.lanes.acquire();
-            // Reclamation happens here, between transactions, never inside one.
-            self.prepare(&mut state, need.take()).map_err(E::from)?;
+            // Reclamation happens here, between transactions, never inside one; a read-only
+            // transaction skips it (one that writes after all and lacks room retries with
+            // its need, and prepares then).
+            if !reads_only || need.is_some() {
+                self.prepare(&mut state, need.take()).map_err(E::from)?;
+            }
             state.reset();
             if let Some(op) = op {
                 state.args.extend_from_slice(op.args);
@@ -525,7 +585,10 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             // computed its boundary from an earlier clock reading.
             let shared = &self.shared[lane];
             let bound = state.last_snapshot.saturating_sub(self.clock.boundary());
-            shared.active.store(bound, Ordering::SeqCst);
+            shared.active.store(bound, Ordering::Relaxed);
+            // Store → load order without a full fence: reclaimers run the heavy side before
+            // they read announcements (`fence.rs`).
+            crate::fence::light();
             let snapshot = self.clock.now();
             state.last_snapshot = snapshot;
             let tx = MvccTx::new(self, lane, state, snapshot, level, id, &outcome);
@@ -640,6 +703,14 @@ fn scan<P: Persist>(pool: &Pool<P>, mode: RecoveryMode) -> TxResult<Scanned> {
 
 impl<P: Persist, R: Replay> Drop for Mvcc<P, R> {
     fn drop(&mut self) {
+        if let Some(handle) = self.background.take() {
+            self.requests.stop();
+            if handle.join().is_err() {
+                // The reclaimer panicked (a broken invariant): write nothing more.
+                self.failed.store(true, Ordering::SeqCst);
+                self.pool.mark_unclean_on_drop();
+            }
+        }
         if !std::thread::panicking() && !self.failed.load(Ordering::SeqCst) {
             let _ = self.quiesce();
         }
@@ -667,7 +738,19 @@ impl<P: Persist, R: Replay> Engine for Mvcc<P, R> {
     where
         E: From<TxError>,
     {
-        self.run(None, self.options.isolation, body)
+        self.run(None, self.options.isolation, false, body)
+    }
+
+    /// A transaction that only reads: the same snapshot and announcement, without the
+    /// reclamation check before it.
+    fn read_only<Out, E>(
+        &self,
+        body: impl FnMut(&mut MvccTx<'_, P, R>) -> Result<Out, E>,
+    ) -> Result<Out, E>
+    where
+        E: From<TxError>,
+    {
+        self.run(None, self.options.isolation, true, body)
     }
 
     fn transaction_op<Out, E>(
@@ -678,7 +761,7 @@ impl<P: Persist, R: Replay> Engine for Mvcc<P, R> {
     where
         E: From<TxError>,
     {
-        self.run(Some(op), self.options.isolation, body)
+        self.run(Some(op), self.options.isolation, false, body)
     }
 
     fn counters(&self) -> pmem::Counters {
@@ -702,6 +785,8 @@ impl<P: Persist, R: Replay> Engine for Mvcc<P, R> {
             ("checkpointed_versions", s.checkpointed_versions),
             ("coalesced_versions", s.coalesced_versions),
             ("cooled_headers", s.cooled),
+            ("inline_reclaims", s.inline_reclaims),
+            ("background_reclaims", s.background_reclaims),
             ("headers", s.headers),
         ]
     }

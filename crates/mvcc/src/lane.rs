@@ -38,6 +38,9 @@ pub(crate) struct Lane {
     pub(crate) capacity: u32,
     /// Versions in use after this lane's last reclamation (trims are paced by growth).
     pub(crate) used_at_reclaim: u32,
+    /// The checkpoint boundary when this lane last asked the reclaimer for a checkpoint
+    /// because of its OLog ([`NONE`]: never); it asks again only once that moved.
+    pub(crate) asked_at: u64,
     /// The snapshot of the lane's previous transaction: a lower bound to announce before the
     /// next one reads the clock.
     pub(crate) last_snapshot: u64,
@@ -107,6 +110,7 @@ impl Lane {
             free: versions.rev().collect(),
             capacity,
             used_at_reclaim: 0,
+            asked_at: NONE,
             last_snapshot: 0,
         }
     }

@@ -24,10 +24,13 @@
 
 #![forbid(unsafe_code)]
 
+mod background;
 pub mod chain;
 pub mod check;
 pub mod clock;
 mod engine;
+pub mod fence;
+pub mod handoff;
 mod lane;
 pub mod layout;
 mod options;

@@ -59,6 +59,11 @@ pub struct MvccOptions {
     /// below it, empty headers stay (a hot chunk that goes quiet for one checkpoint is not
     /// written to its master again and again) until the next write-back takes them out.
     pub cool_headers: u32,
+    /// Run-time: a background reclaimer thread trims the version log, checkpoints and
+    /// writes back, so committing threads only append (TimeStone's design); a lane
+    /// reclaims by itself only when its version log or OLog is nearly full (7/8), or when
+    /// this is off. `FERRITE_MVCC_BACKGROUND=0` turns it off for `ferrite bench`.
+    pub background: bool,
     /// Test-only: a broken protocol step (see [`Mutant`]).
     #[doc(hidden)]
     pub mutant: Mutant,
@@ -76,6 +81,7 @@ impl Default for MvccOptions {
             tlog_versions: 65_536,
             max_headers: 1 << 24,
             cool_headers: 1 << 16,
+            background: true,
             mutant: Mutant::None,
         }
     }
@@ -96,6 +102,7 @@ impl MvccOptions {
             max_headers: 1 << 16,
             // Cooling on every checkpoint, so the crash tests cover it.
             cool_headers: 0,
+            background: true,
             mutant: Mutant::None,
         }
     }
@@ -103,6 +110,11 @@ impl MvccOptions {
     /// The same options with another default isolation level.
     pub fn with_isolation(self, isolation: Level) -> Self {
         MvccOptions { isolation, ..self }
+    }
+
+    /// The same options with the background reclaimer on or off.
+    pub fn with_background(self, background: bool) -> Self {
+        MvccOptions { background, ..self }
     }
 
     /// The same options with another clock.

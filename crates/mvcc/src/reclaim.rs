@@ -13,7 +13,8 @@
 //!   unlinking (the grace period), so no reader still holds it.
 
 use crate::chain::{Bytes, CHECKPOINTER, CHUNK, Header, Seen};
-use crate::engine::{Mvcc, write_back_lines};
+use crate::engine::{Core, write_back_lines};
+use crate::handoff::Work;
 use crate::lane::{Lane, NONE, merge_ranges};
 use crate::layout::Watermark;
 use crate::options::Mutant;
@@ -24,7 +25,7 @@ use heap::{Action, Freeing, Heap};
 use pmem::{CACHE_LINE, Persist, WriteClass};
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
-use tx::api::{Replay, TxError, TxResult};
+use tx::api::{TxError, TxResult};
 
 /// Checkpoint-log state (one checkpoint or write-back at a time).
 #[derive(Debug)]
@@ -112,7 +113,7 @@ fn verify_region() -> Option<(u64, u64)> {
 /// Bytes of a checkpoint record's entry for one chunk, at most (header and 64 bytes).
 const MAX_ENTRY: u64 = 8 + CHUNK;
 
-impl<P: Persist, R: Replay> Mvcc<P, R> {
+impl<P: Persist> Core<P> {
     /// Runs before each transaction on the lane: takes back versions whose grace period
     /// ended, and reclaims by the watermarks until `need` is satisfied.
     pub(crate) fn prepare(&self, state: &mut Lane, need: Option<Retry>) -> TxResult<()> {
@@ -121,6 +122,9 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
         // The common case costs a few comparisons: nothing asked for, below every watermark.
         if need.is_none() && used * 2 <= capacity && state.olog.used() * 4 <= state.olog.size() * 3
         {
+            return Ok(());
+        }
+        if need.is_none() && self.requests.serving() && self.hand_off(state) {
             return Ok(());
         }
         self.refill(state);
@@ -144,12 +148,14 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
         // trim or checkpoint that freed little is not repeated on every transaction).
         let grown = used >= state.used_at_reclaim + capacity / 8;
         if olog_full || (used * 4 > capacity * 3 && grown) {
+            self.stats.inline_reclaims.fetch_add(1, Ordering::Relaxed);
             self.checkpoint_and_release()?;
             state
                 .olog
                 .drop_covered(self.checkpointed.load(Ordering::Acquire));
             state.used_at_reclaim = used;
         } else if used * 2 > capacity && grown {
+            self.stats.inline_reclaims.fetch_add(1, Ordering::Relaxed);
             self.trim();
             state.used_at_reclaim = used;
         }
@@ -170,12 +176,41 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             rounds += 1;
             std::thread::yield_now();
             if rounds.is_multiple_of(4) {
+                self.stats.inline_reclaims.fetch_add(1, Ordering::Relaxed);
                 self.checkpoint_and_release()?;
                 state
                     .olog
                     .drop_covered(self.checkpointed.load(Ordering::Acquire));
             }
         }
+    }
+
+    /// With a background reclaimer: takes back what it freed, asks it for the work the
+    /// watermarks call for, and returns whether the lane may go on without reclaiming
+    /// itself. Back-pressure: a lane whose version log or OLog is 7/8 full reclaims itself.
+    fn hand_off(&self, state: &mut Lane) -> bool {
+        self.refill(state);
+        let checkpointed = self.checkpointed.load(Ordering::Acquire);
+        state.olog.drop_covered(checkpointed);
+        let (capacity, used) = (state.capacity, state.tlog_used());
+        let (olog_used, olog_size) = (state.olog.used(), state.olog.size());
+        if used * 8 > capacity * 7 || olog_used * 8 > olog_size * 7 {
+            return false;
+        }
+        state.used_at_reclaim = state.used_at_reclaim.min(used);
+        let grown = used >= state.used_at_reclaim + capacity / 8;
+        if olog_used * 4 > olog_size * 3 && state.asked_at != checkpointed {
+            // Asked once per checkpoint: the next one frees this lane's covered records.
+            self.requests.request(Work::Checkpoint);
+            state.asked_at = checkpointed;
+        } else if used * 4 > capacity * 3 && grown {
+            self.requests.request(Work::Checkpoint);
+            state.used_at_reclaim = used;
+        } else if used * 2 > capacity && grown {
+            self.requests.request(Work::Trim);
+            state.used_at_reclaim = used;
+        }
+        true
     }
 
     /// Moves versions back from the lane's grace-period return list.
@@ -211,6 +246,12 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
     /// The quiescence detector: the oldest announcement of a running transaction ([`NONE`]
     /// when none runs).
     fn grace_floor(&self) -> u64 {
+        // The heavy side of the announcement's asymmetric fence: every announcement stored
+        // before a transaction's clock read is visible now, and the clock this reclaimer
+        // read before it bounds every transaction whose announcement it misses.
+        if !crate::fence::heavy() {
+            return 0;
+        }
         self.shared
             .iter()
             .map(|s| s.active.load(Ordering::SeqCst))
@@ -323,7 +364,7 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
     }
 
     /// A checkpoint, then the frees it made reusable.
-    fn checkpoint_and_release(&self) -> TxResult<u64> {
+    pub(crate) fn checkpoint_and_release(&self) -> TxResult<u64> {
         let (boundary, ready) = {
             let mut ck = self.ckpt.lock();
             let _reading = self.reclaiming();
@@ -497,7 +538,7 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
     /// headers that stayed empty since the previous checkpoint to their masters and takes them out of the table; `emptied` cool down until the
     /// next one. The checkpoint log still holds that content until the next write-back
     /// (which flushes nothing more for them), so a freed block is reused only once none of
-    /// its chunks has bytes in a live record ([`Mvcc::ready_frees`]).
+    /// its chunks has bytes in a live record ([`Core::ready_frees`]).
     fn cool(&self, ck: &mut Ckpt, emptied: Vec<(u32, u64)>) {
         if self.table.live() <= u64::from(self.options.cool_headers) {
             // No pressure on the table: the write-back takes the empty headers out.

@@ -1,12 +1,16 @@
 //! The atomics of the version-chain protocol ([`crate::chain`]) and the chunk table
-//! ([`crate::table`]): the standard library's, or
+//! ([`crate::table`]), and the reclaimer's hand-off ([`crate::handoff`]): the standard library's, or
 //! loom's when the crate is built with `--cfg loom` for the model tests (`tests/loom.rs`).
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering, fence};
+#[cfg(loom)]
+pub(crate) use loom::sync::{Condvar, Mutex};
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering, fence};
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Condvar, Mutex};
 
 /// A wait loop's pacing: pause hints first, then yields (a descheduled committer holds
 /// what the waiter needs); under loom every step yields to the model's scheduler.

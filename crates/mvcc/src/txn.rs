@@ -136,14 +136,20 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
                 engine.pool.pm().read(chunk * CHUNK + offset as u64, dst);
                 Ok(())
             }
-            r => match engine
-                .table
-                .header(r)
-                .read_at(&engine.versions, self.snapshot, offset, dst)
-            {
-                Seen::Copied { newest } if newest || self.level != Level::Linearizable => Ok(()),
-                _ => self.conflict(),
-            },
+            r => self.read_header(r, offset, dst),
+        }
+    }
+
+    /// Copies bytes of a chunk through its header `r`, as this snapshot sees them.
+    fn read_header(&mut self, r: u32, offset: usize, dst: &mut [u8]) -> TxResult<()> {
+        let engine = self.engine;
+        match engine
+            .table
+            .header(r)
+            .read_at(&engine.versions, self.snapshot, offset, dst)
+        {
+            Seen::Copied { newest } if newest || self.level != Level::Linearizable => Ok(()),
+            _ => self.conflict(),
         }
     }
 
@@ -546,11 +552,25 @@ impl<P: Persist, R: Replay> Tx for MvccTx<'_, P, R> {
         if !pm.check_range(addr, len) {
             return Err(TxError::OutOfBounds { addr, len });
         }
-        // The common case: chunks without headers, read by a transaction that neither
-        // wrote them nor records its reads — the master, as for any engine.
-        if !self.tracking && self.reads_masters(addr, len) {
-            pm.read(addr, dst);
-            return Ok(());
+        if !self.tracking {
+            let chunk = addr / CHUNK;
+            if (addr + len.max(1) - 1) / CHUNK == chunk {
+                // The common read: one chunk, not written by this transaction, whose slot is
+                // looked up once — the master if it has no header, as for any engine, else
+                // its chain.
+                if self.state.writes.is_empty() || self.state.find(chunk).is_none() {
+                    return match self.engine.table.reader_slot(chunk) {
+                        NO_HEADER | FRESH => {
+                            pm.read(addr, dst);
+                            Ok(())
+                        }
+                        r => self.read_header(r, (addr % CHUNK) as usize, dst),
+                    };
+                }
+            } else if self.reads_masters(addr, len) {
+                pm.read(addr, dst);
+                return Ok(());
+            }
         }
         self.read_versions(addr, dst)
     }

@@ -300,3 +300,117 @@ fn a_reader_past_a_removal_sees_the_written_back_master() {
         remover.join().expect("remover");
     });
 }
+
+/// The reclaimer's hand-off: a lane's request is never slept through. The lane waits for
+/// the reclaimer to acknowledge the work before anything stops it, so a lost wake-up leaves
+/// both asleep (loom reports the deadlock). The strongest request is served, and a stopped
+/// reclaimer no longer counts as serving.
+#[test]
+fn a_reclaimer_never_sleeps_through_a_request() {
+    use loom::sync::{Condvar, Mutex};
+    use mvcc::handoff::{Requests, Wake, Work};
+    model(|| {
+        let requests = Arc::new(Requests::default());
+        let served = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
+        requests.start();
+        let reclaimer = {
+            let (requests, served) = (Arc::clone(&requests), Arc::clone(&served));
+            thread::spawn(move || {
+                loop {
+                    match requests.next(None) {
+                        Wake::Work(work) => {
+                            served.0.lock().expect("lock").push(work);
+                            served.1.notify_one();
+                        }
+                        Wake::Stop => return,
+                        Wake::Idle => unreachable!("no timeout"),
+                    }
+                }
+            })
+        };
+        requests.request(Work::Trim);
+        requests.request(Work::Checkpoint);
+        let mut seen = served.0.lock().expect("lock");
+        while !seen.contains(&Work::Checkpoint) {
+            seen = served.1.wait(seen).expect("wait");
+        }
+        drop(seen);
+        requests.stop();
+        reclaimer.join().expect("reclaimer");
+        assert!(!requests.serving());
+    });
+}
+
+/// Two lanes asking at once while the reclaimer sleeps: whichever raises the pending work
+/// wakes it, the other's request coalesces, and the work is served before the stop.
+#[test]
+fn concurrent_requests_coalesce_and_are_served() {
+    use mvcc::handoff::{Requests, Wake, Work};
+    model(|| {
+        let requests = Arc::new(Requests::default());
+        requests.start();
+        let lanes: Vec<_> = [Work::Trim, Work::Trim]
+            .into_iter()
+            .map(|work| {
+                let requests = Arc::clone(&requests);
+                thread::spawn(move || requests.request(work))
+            })
+            .collect();
+        let served = {
+            let requests = Arc::clone(&requests);
+            thread::spawn(move || {
+                let mut served = 0;
+                while let Wake::Work(_) = requests.next(None) {
+                    served += 1;
+                }
+                served
+            })
+        };
+        for lane in lanes {
+            lane.join().expect("lane");
+        }
+        requests.stop();
+        let served = served.join().expect("reclaimer");
+        assert!((1..=2).contains(&served), "served {served}");
+    });
+}
+
+/// The snapshot announcement's asymmetric fence (`mvcc::fence`): a transaction stores its
+/// announcement, runs the light side and reads the clock; a reclaimer reads the clock, runs
+/// the heavy side and reads the announcement, while a committer advances the clock. A
+/// reclaimer that misses the announcement read a clock no newer than the transaction's
+/// snapshot, so its boundary never passes what the transaction reads.
+#[test]
+fn a_reclaimer_that_misses_an_announcement_read_an_older_clock() {
+    use mvcc::fence::{heavy, light};
+    const NONE: u64 = u64::MAX;
+    model(|| {
+        let clock = Arc::new(AtomicU64::new(5));
+        let active = Arc::new(AtomicU64::new(NONE));
+        let committer = {
+            let clock = Arc::clone(&clock);
+            thread::spawn(move || {
+                clock.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        let transaction = {
+            let (clock, active) = (Arc::clone(&clock), Arc::clone(&active));
+            thread::spawn(move || {
+                active.store(4, Ordering::Relaxed);
+                light();
+                clock.load(Ordering::SeqCst)
+            })
+        };
+        let now = clock.load(Ordering::SeqCst);
+        assert!(heavy());
+        let seen = active.load(Ordering::SeqCst);
+        let snapshot = transaction.join().expect("transaction");
+        committer.join().expect("committer");
+        if seen == NONE {
+            assert!(
+                now <= snapshot,
+                "missed an announcement at {snapshot}, clock {now}"
+            );
+        }
+    });
+}

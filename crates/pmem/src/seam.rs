@@ -63,7 +63,9 @@ impl WriteClass {
 ///
 /// Implementations take `&self` and must be safe to call from several threads at once on
 /// disjoint ranges; callers provide isolation for overlapping ranges (as with any memory).
-pub trait Persist: Send + Sync {
+/// A backend owns its mapping (`'static`), so an engine may share its pool with a
+/// background thread.
+pub trait Persist: Send + Sync + 'static {
     /// Size of the persistent region in bytes.
     fn len(&self) -> u64;
 
