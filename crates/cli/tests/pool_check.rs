@@ -2,7 +2,7 @@
 //! against damage) and the heap; damage exits 14 and is listed (also as JSON); `--repair`
 //! recovers a crashed but sound pool, `--salvage` opens a damaged one on request.
 
-use pmem::{CreateOptions, MemPm, NativeOptions, Pool};
+use pmem::{CreateOptions, MemPm, NativeOptions, Persist, Pool};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -54,13 +54,15 @@ fn damage_a_middle_record(path: &Path) {
     let pool = Pool::attach(pm, LAYOUT).expect("attach");
     let layout =
         EngineLayout::read(pool.pm(), pool.arena(), EngineKind::Redo).expect("engine layout");
+    let at = layout.watermark();
+    let watermark = pmem::checked::open(pool.pm().read_u64(at), at, "w").expect("watermark");
     let records: Vec<u64> = (0..layout.lane_count as usize)
         .map(|lane| (layout.lane(lane), layout.lane(lane) + layout.lane_size))
         .flat_map(|(base, limit)| {
             let pm = pool.pm();
-            (base..limit)
-                .step_by(64)
-                .filter(move |&at| matches!(tx::record::read(pm, at, limit), Ok(Some(_))))
+            (base..limit).step_by(64).filter(move |&at| {
+                matches!(tx::record::read(pm, at, limit, watermark), Ok(Some(_)))
+            })
         })
         .collect();
     assert!(records.len() > 4, "{} records", records.len());

@@ -559,7 +559,7 @@ fn redo_areas(
         let mut live: Vec<(u64, u64, u64)> = (base..limit)
             .step_by(64)
             .filter_map(|pos| {
-                tx::record::read(pm, pos, limit)
+                tx::record::read(pm, pos, limit, watermark)
                     .ok()
                     .flatten()
                     .map(|r| (pos, r))
@@ -751,10 +751,12 @@ fn edit_record(pm: &SimPm, arena: Region, rng: &mut ChaCha8Rng) -> Option<(Strin
             let layout = EngineLayout::read(pm, arena, EngineKind::Redo).ok()?;
             let lane = layout.lane(rng.random_range(0..layout.lane_count) as usize);
             let limit = lane + layout.lane_size;
+            let at = layout.base + WATERMARK_OFFSET;
+            let watermark = checked::open(pm.read_u64(at), at, "w").unwrap_or(0);
             let found: Vec<_> = (lane..limit)
                 .step_by(64)
                 .filter_map(|pos| {
-                    tx::record::read(pm, pos, limit)
+                    tx::record::read(pm, pos, limit, watermark)
                         .ok()
                         .flatten()
                         .map(|r| (pos, r))

@@ -17,10 +17,14 @@ pub const MAGIC: [u8; 8] = *b"FERRTXEN";
 /// The MVCC engine's magic (`docs/mvcc-format.md` §2.1): its pools are `WrongEngine` here,
 /// as undo and redo pools are there.
 const MVCC_MAGIC: [u8; 8] = *b"FERRMVCC";
-/// Format version. Version 2 binds each undo entry's CRC to its position (and comes with
-/// heap format 2); a version-1 area is refused as `Corrupted("unsupported engine area
-/// version 1 …")`.
-pub const VERSION: u32 = 2;
+/// Format version of an undo area. Version 2 binds each undo entry's CRC to its position (and
+/// comes with heap format 2); a version-1 area is refused as `Corrupted("unsupported undo
+/// area version 1 …")`.
+pub const UNDO_VERSION: u32 = 2;
+/// Format version of a redo area. Version 3 is the compact record encoding (8-byte header
+/// with the low 16 bits of the sequence number, 4-byte entry tags, records not padded to a
+/// line); an older redo area is refused as `Corrupted("unsupported redo area version 2 …")`.
+pub const REDO_VERSION: u32 = 3;
 const HEADER_LEN: u64 = 64;
 /// Offset of the watermark word from the arena start.
 pub const WATERMARK_OFFSET: u64 = 64;
@@ -42,6 +46,14 @@ impl EngineKind {
         match self {
             EngineKind::Undo => "undo",
             EngineKind::Redo => "redo",
+        }
+    }
+
+    /// The format version this build writes and reads for areas of this kind.
+    pub const fn version(self) -> u32 {
+        match self {
+            EngineKind::Undo => UNDO_VERSION,
+            EngineKind::Redo => REDO_VERSION,
         }
     }
 
@@ -123,7 +135,7 @@ impl EngineLayout {
     fn encode(&self) -> [u8; HEADER_LEN as usize] {
         let mut b = [0u8; HEADER_LEN as usize];
         b[0..8].copy_from_slice(&MAGIC);
-        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[8..12].copy_from_slice(&self.kind.version().to_le_bytes());
         b[12..16].copy_from_slice(&(self.kind as u32).to_le_bytes());
         b[16..20].copy_from_slice(&self.lane_count.to_le_bytes());
         b[24..32].copy_from_slice(&self.lane_size.to_le_bytes());
@@ -173,12 +185,6 @@ impl EngineLayout {
                 "engine header checksum {stored:#x} != {computed:#x}"
             )));
         }
-        if half(8) != VERSION {
-            return Err(TxError::Corrupted(format!(
-                "unsupported engine area version {} (this build reads version {VERSION})",
-                half(8)
-            )));
-        }
         let found = EngineKind::from_code(half(12))
             .ok_or_else(|| TxError::Corrupted(format!("unknown engine kind {}", half(12))))?;
         if found != kind {
@@ -186,6 +192,14 @@ impl EngineLayout {
                 expected: kind.name(),
                 found: found.name(),
             });
+        }
+        if half(8) != kind.version() {
+            return Err(TxError::Corrupted(format!(
+                "unsupported {} area version {} (this build reads version {})",
+                kind.name(),
+                half(8),
+                kind.version()
+            )));
         }
         let layout = Self::plan(kind, arena, half(16), word(24))
             .map_err(|e| TxError::Corrupted(format!("engine header geometry: {e}")))?;

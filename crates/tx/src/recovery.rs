@@ -97,7 +97,7 @@ pub(crate) fn scan_redo<P: Persist>(pm: &P, layout: &EngineLayout) -> TxResult<R
             .iter()
             .find(|&&pos| written(pm, base + pos, limit))
         {
-            let stamp = record::claimed_seq(pm, base + pos, limit);
+            let stamp = record::claimed_seq(pm, base + pos, limit, watermark);
             scan.findings.push(torn_finding(&name, base + pos, stamp));
         }
         let lane_newest = intact
@@ -146,7 +146,7 @@ fn read_redo_lane<P: Persist>(
     let limit = base + size;
     let mut intact = Vec::new();
     for at in (base..limit).step_by(CACHE_LINE as usize) {
-        let Some(rec) = record::read(pm, at, limit)? else {
+        let Some(rec) = record::read(pm, at, limit, watermark)? else {
             continue;
         };
         if rec.seq > checked::MAX_VALUE {

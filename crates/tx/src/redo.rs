@@ -248,15 +248,7 @@ impl<P: Persist> Redo<P> {
         if pm.is_poisoned() {
             return Err(TxError::Poisoned);
         }
-        let (len, range_count) = record::encoded_size(ranges.iter(), actions.len());
-        let len = len as u64;
-        if !record::fits(range_count, actions.len()) {
-            return Err(TxError::InvalidArgument(format!(
-                "a transaction may write at most {} separate ranges and make {} heap changes",
-                record::MAX_ENTRIES,
-                record::MAX_ENTRIES
-            )));
-        }
+        let len = record::encoded_size(ranges.iter(), actions.len()) as u64;
         let pos = self.reserve_space(ring, len)?;
         let seq = self.sequence(lane)?;
         record::encode(
@@ -332,6 +324,7 @@ impl<P: Persist> Redo<P> {
                 capacity: ring.log.size(),
             });
         }
+        self.keep_sequences_near_the_watermark()?;
         loop {
             ring.log
                 .drop_covered(self.watermark.load(Ordering::Acquire));
@@ -341,6 +334,18 @@ impl<P: Persist> Redo<P> {
             let oldest = ring.log.oldest().unwrap_or(0);
             self.checkpoint(oldest)?;
         }
+    }
+
+    /// Checkpoints everything committed so far when the next sequence number runs
+    /// [`record::SEQ_AHEAD`] past the persisted watermark: records store only the low 16 bits
+    /// of their sequence number, and a reader rebuilds it from the watermark, so no record
+    /// (nor the one before it in its lane) may lie 2^15 or more away from it.
+    fn keep_sequences_near_the_watermark(&self) -> TxResult<()> {
+        let next = *self.next_seq.lock();
+        if next - self.watermark.load(Ordering::Acquire) >= record::SEQ_AHEAD {
+            self.checkpoint(next - 1)?;
+        }
+        Ok(())
     }
 
     /// Writes back every lane's dirty lines, fences, and moves the persisted watermark past

@@ -104,7 +104,7 @@ fn live_records(image: &[u8], layout: &EngineLayout) -> (Vec<(u64, u64)>, String
         let mut found: Vec<(u64, u64, u64)> = (base..limit)
             .step_by(64)
             .filter_map(|at| {
-                let rec = record::read(&pm, at, limit).expect("read")?;
+                let rec = record::read(&pm, at, limit, watermark).expect("read")?;
                 (rec.seq > watermark).then_some((rec.seq, at, u64::from(rec.len)))
             })
             .collect();
@@ -302,4 +302,124 @@ fn a_retire_claimed_over_entries_never_rolled_back_is_refused() {
     let error = Undo::open(attach(&image), &EngineOptions::small()).expect_err("inconsistent");
     assert!(error.to_string().contains("never rolled back"), "{error}");
     assert!(check_damage(&image, EngineKind::Undo) > 0);
+}
+
+#[test]
+fn a_redo_area_of_format_version_2_is_refused_with_a_typed_error_and_left_as_it_was() {
+    let pm = fresh_pm();
+    let engine = Redo::create(
+        Pool::attach(pm.clone(), LAYOUT).expect("pool"),
+        &EngineOptions::small(),
+    )
+    .expect("redo");
+    setup(&engine);
+    let base = engine.pool().arena().offset as usize;
+    drop(engine);
+    let mut image = pm.durable_image();
+    image[base + 8..base + 12].copy_from_slice(&2u32.to_le_bytes());
+    let crc = crc32fast::hash(&image[base..base + 60]);
+    image[base + 60..base + 64].copy_from_slice(&crc.to_le_bytes());
+    let pool = attach(&image);
+    let result = Redo::open(pool, &EngineOptions::small());
+    match result {
+        Err(TxError::Corrupted(message)) => assert!(
+            message.contains("unsupported redo area version 2 (this build reads version 3)"),
+            "{message}"
+        ),
+        other => panic!("a version-2 area opened: {:?}", other.err()),
+    }
+    let pool = attach(&image);
+    assert!(Undo::open(pool, &EngineOptions::small()).is_err());
+}
+
+/// Options with one lane long enough to hold more than 2^14 records: only the engine's
+/// rule (checkpoint before a sequence number runs `record::SEQ_AHEAD` past the watermark)
+/// keeps the records' 16-bit sequence numbers unambiguous.
+fn one_long_lane() -> EngineOptions {
+    EngineOptions {
+        lanes: 1,
+        lane_size: 2 << 20,
+        ..EngineOptions::small()
+    }
+}
+
+#[test]
+fn records_far_past_the_low_16_bits_of_the_sequence_replay_after_a_crash() {
+    const BIG: u64 = 4 << 20;
+    let pm = SimPm::new(BIG, SimConfig::default());
+    Pool::format(pm.clone(), &CreateOptions::new(LAYOUT, BIG)).expect("format");
+    let engine = Redo::create(
+        Pool::attach(pm.clone(), LAYOUT).expect("pool"),
+        &one_long_lane(),
+    )
+    .expect("redo");
+    let commits = 3 * record::SEQ_AHEAD + 777;
+    for i in 1..=commits {
+        engine
+            .transaction(|tx| tx.write_u64(tx.root::<()>(), 8 * (i % 16), i))
+            .expect("commit");
+    }
+    let image = pm.volatile_image();
+    std::mem::forget(engine);
+    let pool = Pool::attach(
+        SimPm::from_image(image.clone(), SimConfig::default()),
+        LAYOUT,
+    )
+    .expect("attach");
+    let engine = Redo::open(pool, &one_long_lane()).expect("recover");
+    let report = engine.recovery_report();
+    assert!(report.replayed > 0 && (report.replayed as u64) < record::SEQ_AHEAD);
+    assert_eq!(report.damage().count(), 0, "{report:?}");
+    for slot in 0..16 {
+        let expected = (1..=commits)
+            .filter(|i| i % 16 == slot)
+            .max()
+            .expect("written");
+        let got = engine
+            .transaction(|tx| tx.read_u64(tx.root::<()>(), 8 * slot))
+            .expect("read");
+        assert_eq!(got, expected, "slot {slot}");
+    }
+    let pool =
+        Pool::attach(SimPm::from_image(image, SimConfig::default()), LAYOUT).expect("attach");
+    let damage = check_area(pool.pm(), pool.arena(), EngineKind::Redo)
+        .into_iter()
+        .filter(|f| f.is_damage())
+        .count();
+    assert_eq!(damage, 0);
+}
+
+#[test]
+fn a_lane_idle_for_many_commits_then_written_again_recovers_without_damage() {
+    let pm = fresh_pm();
+    let engine = Redo::create(
+        Pool::attach(pm.clone(), LAYOUT).expect("pool"),
+        &EngineOptions::small(),
+    )
+    .expect("redo");
+    setup(&engine);
+    // The main thread holds its lane through an empty transaction while another thread
+    // commits, so that thread's records go to the other lane.
+    let other_lane = |first: u64| {
+        engine
+            .transaction(|_| -> TxResult<()> {
+                std::thread::scope(|scope| {
+                    scope.spawn(|| (first..first + 3).for_each(|i| transfer(&engine, i)));
+                });
+                Ok(())
+            })
+            .expect("empty transaction");
+    };
+    other_lane(1);
+    for i in 0..3 * record::SEQ_AHEAD {
+        transfer(&engine, i);
+    }
+    other_lane(7);
+    transfer(&engine, 11);
+    let image = pm.volatile_image();
+    std::mem::forget(engine);
+    assert_eq!(check_damage(&image, EngineKind::Redo), 0);
+    let engine = Redo::open(attach(&image), &EngineOptions::small()).expect("recover");
+    assert_eq!(engine.recovery_report().damage().count(), 0);
+    assert_eq!(total(&engine), ACCOUNTS * START);
 }

@@ -146,6 +146,15 @@ impl Node {
     /// Reads a node with one access (the common part for leaves, everything for inner nodes),
     /// checking its kind, its key count and the pointers in use.
     fn load<T: Tx>(tx: &mut T, ptr: NodePtr, leaf: bool) -> TxResult<Node> {
+        let mut node = Node::new(ptr, leaf);
+        node.reload(tx)?;
+        Ok(node)
+    }
+
+    /// [`Node::load`] into this node (its `ptr` and `leaf` say which): a descent fills the
+    /// nodes of its path in place instead of moving ~300-byte nodes around.
+    fn reload<T: Tx>(&mut self, tx: &mut T) -> TxResult<()> {
+        let (ptr, leaf, node) = (self.ptr, self.leaf, self);
         let mut buf = [0u8; INNER_SIZE];
         let len = if leaf { N_SLOTS } else { INNER_SIZE };
         tx.read(ptr, 0, &mut buf[..len])?;
@@ -157,7 +166,7 @@ impl Node {
         if n > NODE_KEYS {
             return Err(corrupt(format_args!("node {ptr:?} has {n} keys")));
         }
-        let mut node = Node::new(ptr, leaf);
+        node.dirty = 0;
         node.n = n;
         node.next = PPtr::from_word(word(&buf, N_NEXT));
         if !node.next.is_null() {
@@ -182,7 +191,7 @@ impl Node {
                 tx.check(child)?;
             }
         }
-        Ok(node)
+        Ok(())
     }
 
     /// The node as stored, but for leaf values.
@@ -274,6 +283,15 @@ struct Path {
     /// nothing.
     inner: SmallVec<[(Node, usize); 8]>,
     leaf: Node,
+}
+
+impl Path {
+    fn empty() -> Path {
+        Path {
+            inner: SmallVec::new(),
+            leaf: Node::new(PPtr::null(), true),
+        }
+    }
 }
 
 impl Tree {
@@ -376,16 +394,25 @@ impl Tree {
     }
 
     fn descend<T: Tx>(&self, tx: &mut T, key: u64) -> TxResult<Path> {
-        let mut inner = SmallVec::new();
+        let mut path = Path::empty();
+        self.descend_into(tx, key, &mut path)?;
+        Ok(path)
+    }
+
+    /// The path to `key`'s leaf, read into `path` in place (a `Path` is a few KiB on the
+    /// stack: moving one costs more than the descent's reads).
+    fn descend_into<T: Tx>(&self, tx: &mut T, key: u64, path: &mut Path) -> TxResult<()> {
+        path.inner.clear();
         let mut ptr = self.root;
         for _ in 1..self.height {
-            let node = Node::load(tx, ptr, false)?;
-            let index = node.child_index(key);
-            ptr = node.children[index];
-            inner.push((node, index));
+            path.inner.push((Node::new(ptr, false), 0));
+            let (node, index) = path.inner.last_mut().expect("pushed above");
+            node.reload(tx)?;
+            *index = node.child_index(key);
+            ptr = node.children[*index];
         }
-        let leaf = Node::load(tx, ptr, true)?;
-        Ok(Path { inner, leaf })
+        path.leaf = Node::new(ptr, true);
+        path.leaf.reload(tx)
     }
 
     /// Writes the count and, when the root changed, root and height too (the three fields
@@ -594,7 +621,8 @@ impl Tree {
     /// Inserts or overwrites; true if the key was new.
     fn put<T: Tx>(&self, tx: &mut T, key: u64, value: &[u8]) -> TxResult<bool> {
         self.check_len(value.len())?;
-        let mut path = self.descend(tx, key)?;
+        let mut path = Path::empty();
+        self.descend_into(tx, key, &mut path)?;
         let pos = match path.leaf.keys[..path.leaf.n].binary_search(&key) {
             Ok(pos) => {
                 tx.write(path.leaf.ptr, self.value_at(pos), value)?;

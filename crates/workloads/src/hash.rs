@@ -422,10 +422,10 @@ impl PersistentMap for HashMap {
         }
         // The new node is written whole (it is fresh), then linked at the chain's head.
         let node: PPtr<Node> = tx.alloc((N_VALUE + value.len()) as u64)?;
-        let mut image = NodeImage::with_capacity(N_VALUE + value.len());
-        image.extend_from_slice(&key.to_le_bytes());
-        image.extend_from_slice(&bucket.head.word().to_le_bytes());
-        image.extend_from_slice(value);
+        let mut image = NodeImage::from_elem(0, N_VALUE + value.len());
+        image[N_KEY..N_KEY + 8].copy_from_slice(&key.to_le_bytes());
+        image[N_NEXT..N_NEXT + 8].copy_from_slice(&bucket.head.word().to_le_bytes());
+        image[N_VALUE..].copy_from_slice(value);
         tx.write(node, 0, &image)?;
         table.link_head(tx, &bucket, node)?;
         Ok(true)

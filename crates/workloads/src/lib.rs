@@ -233,7 +233,8 @@ pub fn value_for(key: u64, version: u64, size: u32) -> Vec<u8> {
 /// A value's bytes: on the stack up to 256 B, so operations allocate nothing for them.
 pub type ValueBuf = smallvec::SmallVec<[u8; 256]>;
 
-/// [`value_for`] into a stack buffer.
+/// [`value_for`] into a stack buffer. Callers on the hot path fill a buffer of their own
+/// with [`fill_value`] instead: returning the buffer moves its 256 inline bytes.
 pub fn value_buf(key: u64, version: u64, size: u32) -> ValueBuf {
     let mut bytes = ValueBuf::from_elem(0, size as usize);
     fill_value(key, version, &mut bytes);
@@ -246,10 +247,21 @@ pub fn fill_value(key: u64, version: u64, dst: &mut [u8]) {
     // zeros, indistinguishable from memory that was never written.
     let mut state =
         (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ version.wrapping_mul(0xC2B2_AE3D_27D4_EB4F)) | 1;
-    for chunk in dst.chunks_mut(8) {
+    let mut next = || {
         state ^= state << 13;
         state ^= state >> 7;
         state ^= state << 17;
-        chunk.copy_from_slice(&state.to_le_bytes()[..chunk.len()]);
+        state.to_le_bytes()
+    };
+    // Whole words as fixed-size copies (a slice of variable length is a call to `memcpy`
+    // per word), then the tail from the next word.
+    let mut words = dst.chunks_exact_mut(8);
+    for word in &mut words {
+        word.copy_from_slice(&next());
+    }
+    let tail = words.into_remainder();
+    if !tail.is_empty() {
+        let len = tail.len();
+        tail.copy_from_slice(&next()[..len]);
     }
 }

@@ -4,8 +4,8 @@
 use crate::dist::KeyDist;
 use crate::locks::StripedLocks;
 use crate::{
-    OpKind, Params, PersistentMap, ValueBuf, Workload, op_rng, root_link, set_root_link, value_buf,
-    value_for,
+    OpKind, Params, PersistentMap, ValueBuf, Workload, fill_value, op_rng, root_link,
+    set_root_link, value_for,
 };
 use rand::Rng;
 use std::collections::BTreeMap;
@@ -149,7 +149,8 @@ fn apply<M: PersistentMap, T: Tx>(
             if M::get(tx, map, key, &mut old)? {
                 return Ok(OpKind::Read);
             }
-            M::put(tx, map, key, &value_buf(key, version, size))?;
+            fill_value(key, version, &mut old);
+            M::put(tx, map, key, &old)?;
             Ok(OpKind::Insert)
         }
         Decision::Delete => Ok(if M::remove(tx, map, key)? {
@@ -158,7 +159,9 @@ fn apply<M: PersistentMap, T: Tx>(
             OpKind::Read
         }),
         Decision::Put(version) => {
-            let new = M::put(tx, map, key, &value_buf(key, version, size))?;
+            let mut value = ValueBuf::from_elem(0, size as usize);
+            fill_value(key, version, &mut value);
+            let new = M::put(tx, map, key, &value)?;
             Ok(if new { OpKind::Insert } else { OpKind::Update })
         }
     }
