@@ -19,7 +19,7 @@ pub const MAGIC: [u8; 8] = *b"FERRMVCC";
 /// The undo/redo engines' magic: a pool formatted by one of them is `WrongEngine`.
 const TX_MAGIC: [u8; 8] = *b"FERRTXEN";
 /// Format version of every MVCC structure.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// Bytes of the engine header.
 pub const HEADER_LEN: u64 = 64;
 /// Offset of the write-back watermark's two slots from the arena start.
@@ -350,5 +350,32 @@ mod tests {
             assert_eq!(l.read_watermark(&pm).expect("intact"), mark, "{mark:?}");
         }
         assert_eq!(mark.seq, 2, "wrapped");
+    }
+
+    /// A pool of the previous format (version 3: 32-byte operation records only) is refused
+    /// by name, never read with the compact-record rules.
+    #[test]
+    fn an_older_format_is_a_typed_error_naming_both_versions() {
+        let pm = SimPm::new(1 << 21, Default::default());
+        let l = layout();
+        l.format_logs(&pm);
+        l.write(&pm);
+        let arena = Region {
+            offset: 4096,
+            len: 1 << 20,
+        };
+        assert!(MvccLayout::read(&pm, arena).is_ok());
+        let mut b = l.encode();
+        b[8..12].copy_from_slice(&3u32.to_le_bytes());
+        let crc = crc32fast::hash(&b[..60]);
+        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        pm.write(l.base, &b, WriteClass::Meta);
+        match MvccLayout::read(&pm, arena) {
+            Err(TxError::Corrupted(message)) => assert!(
+                message.contains("version 3") && message.contains("reads version 4"),
+                "{message}"
+            ),
+            other => panic!("an old format opened: {other:?}"),
+        }
     }
 }

@@ -1,12 +1,17 @@
-//! The records of the operation logs (OLog) and of the checkpoint log (CLog): one 32-byte
-//! header with a CRC-32 bound to the record's position, then a payload
-//! (`docs/mvcc-format.md` §3 and §4).
+//! The records of the operation logs (OLog) and of the checkpoint log (CLog): a header with
+//! a CRC-32 bound to the record's position, then a payload (`docs/mvcc-format.md` §3 and §4).
 //!
 //! | Kind | Magic | Payload |
 //! |---|---|---|
 //! | logical operation | `"FMOL"` | the operation's arguments (padded to 8), then heap actions |
+//! | logical operation, compact | tag `0x4C` | the same, in a 16-byte header with 8-byte actions |
 //! | physical write set | `"FMOP"` | byte ranges, then heap actions |
 //! | checkpoint | `"FMCK"` | byte ranges (the changed bytes of the checkpointed chunks) |
+//!
+//! The compact form carries the common operations (a map insert, update or delete with its
+//! one publish or free) in at most 40 bytes. It keeps every field the full header gives
+//! recovery (kind, length, timestamp, op, link, position-bound CRC) but narrows them, so
+//! [`encode`] uses it only when every field fits exactly; otherwise the full form is written.
 //!
 //! A torn or foreign record is simply absent (`Ok(None)`); an intact record whose content
 //! is malformed is `Corrupted`.
@@ -15,8 +20,24 @@ use heap::{ACTION_LEN, Action};
 use pmem::Persist;
 use tx::{TxError, TxResult};
 
-/// Bytes of a record header.
+/// Bytes of a full record header.
 pub const HEADER_LEN: usize = 32;
+/// Bytes of a compact logical record's header.
+pub const COMPACT_HEADER_LEN: usize = 16;
+/// Bytes of a heap action in a compact record.
+pub const COMPACT_ACTION_LEN: usize = 8;
+/// The first byte of a compact logical record (full headers begin with `'F'`).
+pub const COMPACT_TAG: u8 = b'L';
+/// Most argument bytes of a compact record.
+const COMPACT_MAX_ARGS: usize = u8::MAX as usize;
+/// Compact records name ops below this.
+const COMPACT_OPS: u16 = 1 << 12;
+/// Most heap actions of a compact record.
+const COMPACT_MAX_ACTIONS: usize = 15;
+/// Compact records carry timestamps below this.
+const COMPACT_TS: u64 = 1 << 48;
+/// The compact link meaning "too far to name" (the full form's `u32::MAX`).
+const COMPACT_FAR: u16 = u16::MAX;
 /// Longest byte range of one range entry (longer writes are split).
 pub const MAX_RANGE: usize = 0xFFF8;
 /// Most heap actions of one record.
@@ -71,6 +92,8 @@ pub struct Record {
     pub ranges: Vec<(u64, Vec<u8>)>,
     /// Heap actions (operations only).
     pub actions: Vec<Action>,
+    /// Whether the record was in the compact form.
+    pub compact: bool,
 }
 
 /// The range entries `ranges` become (long ranges split), with their encoded size.
@@ -85,7 +108,8 @@ fn split<'a>(
     })
 }
 
-/// Encoded length and range-entry count of a record with these contents.
+/// Encoded length and range-entry count of a full-form record with these contents (a
+/// compact logical record is shorter, so this bounds every record).
 pub fn encoded_len<'a>(
     args: usize,
     ranges: impl Iterator<Item = (u64, &'a [u8])>,
@@ -115,6 +139,9 @@ pub fn encode<'a>(
 ) {
     debug_assert!(kind != Kind::Logical || ranges.clone().next().is_none());
     debug_assert!(kind == Kind::Logical || args.is_empty());
+    if kind == Kind::Logical && encode_compact(pos, ts, prev, op, args, actions, out) {
+        return;
+    }
     out.clear();
     out.resize(HEADER_LEN, 0);
     out.extend_from_slice(args);
@@ -146,6 +173,117 @@ pub fn encode<'a>(
     out[24..28].copy_from_slice(&prev.to_le_bytes());
     let crc = checksum(out, pos);
     out[28..32].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// The compact link for a full one, if it fits exactly.
+fn compact_link(prev: u32) -> Option<u16> {
+    match prev {
+        u32::MAX => Some(COMPACT_FAR),
+        p => u16::try_from(p).ok().filter(|&p| p != COMPACT_FAR),
+    }
+}
+
+fn full_link(link: u16) -> u32 {
+    if link == COMPACT_FAR {
+        u32::MAX
+    } else {
+        u32::from(link)
+    }
+}
+
+/// The 8-byte form of a heap action whose operand is implied: a one-bit `Or` (a publish) or
+/// `AndNot` (a free), the bit index riding above the address, or a `Set` of 0 (a span's
+/// free). Bits 0–55 hold the address, 56–61 the bit index, 62–63 the code (1 `Or`,
+/// 2 `AndNot`, 3 `Set` of 0).
+fn compact_action(action: &Action) -> Option<u64> {
+    let (code, addr, bit) = match *action {
+        Action::Or { addr, mask } if mask.count_ones() == 1 => (1, addr, mask.trailing_zeros()),
+        Action::AndNot { addr, mask } if mask.count_ones() == 1 => (2, addr, mask.trailing_zeros()),
+        Action::Set { addr, value: 0 } => (3, addr, 0),
+        _ => return None,
+    };
+    (addr >> 56 == 0).then(|| code << 62 | u64::from(bit) << 56 | addr)
+}
+
+fn expand_action(word: u64, pool_len: u64) -> Result<Action, String> {
+    let (code, bit, addr) = (word >> 62, (word >> 56) & 63, word & ((1 << 56) - 1));
+    let action = match code {
+        1 => Action::Or {
+            addr,
+            mask: 1 << bit,
+        },
+        2 => Action::AndNot {
+            addr,
+            mask: 1 << bit,
+        },
+        3 if bit == 0 => Action::Set { addr, value: 0 },
+        _ => return Err(format!("unknown compact heap action {word:#x}")),
+    };
+    // The full decoder checks the address (alignment, inside the pool) and the operand.
+    Action::decode(&action.encode(), pool_len).map_err(|e| e.to_string())
+}
+
+/// Writes the compact form of a logical record into `out` if every field fits exactly;
+/// returns whether it did.
+fn encode_compact(
+    pos: u64,
+    ts: u64,
+    prev: u32,
+    op: u16,
+    args: &[u8],
+    actions: &[Action],
+    out: &mut Vec<u8>,
+) -> bool {
+    let Some(link) = compact_link(prev) else {
+        return false;
+    };
+    let words: Option<Vec<u64>> = actions.iter().map(compact_action).collect();
+    let Some(words) = words else {
+        return false;
+    };
+    if args.len() > COMPACT_MAX_ARGS
+        || op >= COMPACT_OPS
+        || actions.len() > COMPACT_MAX_ACTIONS
+        || ts >= COMPACT_TS
+    {
+        return false;
+    }
+    out.clear();
+    out.push(COMPACT_TAG);
+    out.push(args.len() as u8);
+    out.extend_from_slice(&(op | (actions.len() as u16) << 12).to_le_bytes());
+    out.extend_from_slice(&link.to_le_bytes());
+    out.extend_from_slice(&ts.to_le_bytes()[..6]);
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(args);
+    out.resize(out.len().next_multiple_of(8), 0);
+    for word in words {
+        out.extend_from_slice(&word.to_le_bytes());
+    }
+    let crc = compact_checksum(out, pos);
+    out[12..16].copy_from_slice(&crc.to_le_bytes());
+    true
+}
+
+/// Length of the compact record a 16-byte header describes.
+fn compact_len(head: &[u8]) -> u64 {
+    let actions = u16::from_le_bytes([head[2], head[3]]) >> 12;
+    (COMPACT_HEADER_LEN + usize::from(head[1]).next_multiple_of(8)) as u64
+        + COMPACT_ACTION_LEN as u64 * u64::from(actions)
+}
+
+fn compact_ts(head: &[u8]) -> u64 {
+    let mut ts = [0u8; 8];
+    ts[..6].copy_from_slice(&head[6..12]);
+    u64::from_le_bytes(ts)
+}
+
+fn compact_checksum(bytes: &[u8], pos: u64) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&bytes[..12]);
+    hasher.update(&bytes[COMPACT_HEADER_LEN..]);
+    hasher.update(&pos.to_le_bytes());
+    hasher.finalize()
 }
 
 /// The link from an operation record of time `ts` to the previous live record of its lane
@@ -181,6 +319,9 @@ fn half(b: &[u8], at: usize) -> u32 {
 
 /// Reads the record at `pos` (ending before `limit`), if an intact one is there.
 pub fn read<P: Persist>(pm: &P, pos: u64, limit: u64) -> TxResult<Option<Record>> {
+    if pos + COMPACT_HEADER_LEN as u64 <= limit && is_compact(pm, pos) {
+        return read_compact(pm, pos, limit);
+    }
     if pos + HEADER_LEN as u64 > limit {
         return Ok(None);
     }
@@ -201,10 +342,62 @@ pub fn read<P: Persist>(pm: &P, pos: u64, limit: u64) -> TxResult<Option<Record>
     decode(pm.len(), kind, pos, &bytes).map(Some)
 }
 
+fn is_compact<P: Persist>(pm: &P, pos: u64) -> bool {
+    let mut tag = [0u8];
+    pm.read(pos, &mut tag);
+    tag[0] == COMPACT_TAG
+}
+
+fn read_compact<P: Persist>(pm: &P, pos: u64, limit: u64) -> TxResult<Option<Record>> {
+    let mut head = [0u8; COMPACT_HEADER_LEN];
+    pm.read(pos, &mut head);
+    let len = compact_len(&head);
+    if pos + len > limit {
+        return Ok(None);
+    }
+    let mut bytes = vec![0u8; len as usize];
+    pm.read(pos, &mut bytes);
+    if compact_checksum(&bytes, pos) != half(&bytes, 12) {
+        return Ok(None);
+    }
+    decode_compact(pm.len(), pos, &bytes).map(Some)
+}
+
+fn decode_compact(pool_len: u64, pos: u64, b: &[u8]) -> TxResult<Record> {
+    let bad = |what: &str| TxError::Corrupted(format!("intact mvcc record at {pos:#x}: {what}"));
+    let packed = u16::from_le_bytes([b[2], b[3]]);
+    let args_end = COMPACT_HEADER_LEN + usize::from(b[1]);
+    let padded = args_end.next_multiple_of(8);
+    if b[args_end..padded].iter().any(|&x| x != 0) {
+        return Err(bad("non-zero padding after the arguments"));
+    }
+    let actions = b[padded..]
+        .chunks_exact(COMPACT_ACTION_LEN)
+        .map(|w| expand_action(word(w, 0), pool_len).map_err(|e| bad(&e)))
+        .collect::<TxResult<Vec<_>>>()?;
+    Ok(Record {
+        kind: Kind::Logical,
+        ts: compact_ts(b),
+        pos,
+        len: b.len() as u64,
+        prev: full_link(u16::from_le_bytes([b[4], b[5]])),
+        op: packed & (COMPACT_OPS - 1),
+        args: b[COMPACT_HEADER_LEN..args_end].to_vec(),
+        ranges: Vec::new(),
+        actions,
+        compact: true,
+    })
+}
+
 /// The kind and timestamp named by a record header at `pos` that carries a record magic,
 /// whether or not the record verifies (recovery tells a damaged record from a torn one with
 /// it; [`read`] decides whether the record is intact).
 pub fn claimed<P: Persist>(pm: &P, pos: u64, limit: u64) -> Option<(Kind, u64)> {
+    if pos + COMPACT_HEADER_LEN as u64 <= limit && is_compact(pm, pos) {
+        let mut head = [0u8; COMPACT_HEADER_LEN];
+        pm.read(pos, &mut head);
+        return Some((Kind::Logical, compact_ts(&head)));
+    }
     if pos + HEADER_LEN as u64 > limit {
         return None;
     }
@@ -229,6 +422,7 @@ fn decode(pool_len: u64, kind: Kind, pos: u64, b: &[u8]) -> TxResult<Record> {
         args: Vec::new(),
         ranges: Vec::new(),
         actions: Vec::with_capacity(actions),
+        compact: false,
     };
     if kind == Kind::Checkpoint && actions != 0 {
         return Err(bad("a checkpoint with heap actions"));
@@ -304,8 +498,171 @@ mod tests {
             &mut out,
         );
         let (len, _) = encoded_len(args.len(), ranges.iter().copied(), actions.len());
-        assert_eq!(len, out.len());
+        if kind == Kind::Logical {
+            assert!(
+                out.len() < len,
+                "the compact form is shorter than the bound"
+            );
+        } else {
+            assert_eq!(len, out.len());
+        }
         out
+    }
+
+    fn logical(ts: u64, prev: u32, op: u16, args: &[u8], actions: &[Action]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let none = std::iter::empty();
+        encode(
+            0x3040,
+            Kind::Logical,
+            ts,
+            prev,
+            op,
+            args,
+            none,
+            actions,
+            &mut out,
+        );
+        out
+    }
+
+    fn read_back(bytes: &[u8]) -> Record {
+        let pm = SimPm::new(1 << 16, Default::default());
+        pm.write(0x3040, bytes, WriteClass::Log);
+        read(&pm, 0x3040, 0x8000).expect("ok").expect("intact")
+    }
+
+    const PUBLISH: Action = Action::Or {
+        addr: 0x5008,
+        mask: 1 << 5,
+    };
+
+    #[test]
+    fn a_map_insert_is_a_40_byte_compact_record_with_every_field() {
+        let bytes = logical(0x1234_5678_9ABC, 3, 2, &[0xAB; 16], &[PUBLISH]);
+        assert_eq!(bytes.len(), 40);
+        let rec = read_back(&bytes);
+        assert!(rec.compact);
+        assert_eq!(
+            (rec.kind, rec.ts, rec.prev, rec.op),
+            (Kind::Logical, 0x1234_5678_9ABC, 3, 2)
+        );
+        assert_eq!(
+            (rec.args, rec.actions, rec.len),
+            (vec![0xAB; 16], vec![PUBLISH], 40)
+        );
+    }
+
+    #[test]
+    fn compact_actions_round_trip_and_others_take_the_full_form() {
+        let compact = [
+            PUBLISH,
+            Action::AndNot {
+                addr: 0x5010,
+                mask: 1 << 47,
+            },
+            Action::Set {
+                addr: 0x6000,
+                value: 0,
+            },
+        ];
+        let rec = read_back(&logical(9, 1, 4, b"key", &compact));
+        assert!(rec.compact);
+        assert_eq!(rec.actions, compact);
+        assert_eq!(rec.args, b"key");
+        for action in [
+            Action::Or {
+                addr: 0x5008,
+                mask: 3,
+            },
+            Action::Set {
+                addr: 0x6000,
+                value: 7,
+            },
+            Action::Zero {
+                addr: 0x6000,
+                len: 64,
+            },
+        ] {
+            let rec = read_back(&logical(9, 1, 4, b"key", &[PUBLISH, action]));
+            assert!(!rec.compact, "{action:?}");
+            assert_eq!(rec.actions, [PUBLISH, action]);
+        }
+    }
+
+    #[test]
+    fn fields_too_wide_for_the_compact_form_take_the_full_form_exactly() {
+        let cases: [(u64, u32, u16, usize, usize); 6] = [
+            (1 << 48, 1, 1, 8, 1),
+            (9, 0xFFFF, 1, 8, 1),
+            (9, 0x1_0000, 1, 8, 1),
+            (9, 1, 1 << 12, 8, 1),
+            (9, 1, 1, 256, 1),
+            (9, 1, 1, 8, 16),
+        ];
+        for (ts, prev, op, args, actions) in cases {
+            let (args, actions) = (vec![5u8; args], vec![PUBLISH; actions]);
+            let rec = read_back(&logical(ts, prev, op, &args, &actions));
+            assert!(!rec.compact, "ts {ts:#x} prev {prev:#x} op {op:#x}");
+            assert_eq!((rec.ts, rec.prev, rec.op), (ts, prev, op));
+            assert_eq!((rec.args, rec.actions), (args, actions));
+        }
+        for (prev, kept) in [(0, 0), (0xFFFE, 0xFFFE), (u32::MAX, u32::MAX)] {
+            let rec = read_back(&logical(1 << 40, prev, 4095, &[1; 255], &[PUBLISH; 15]));
+            assert!(rec.compact);
+            assert_eq!((rec.prev, rec.op, rec.args.len()), (kept, 4095, 255));
+        }
+    }
+
+    /// The example of `docs/mvcc-format.md` §3.
+    #[test]
+    fn the_documented_compact_example_matches_the_encoder() {
+        let args: Vec<u8> = [42u64, 7].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let bytes = logical(5, 2, 1, &args, &[PUBLISH]);
+        let hex: Vec<String> = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            hex.join(" "),
+            "4c 10 01 10 02 00 05 00 00 00 00 00 03 10 0f 11 2a 00 00 00 00 00 00 00 \
+             07 00 00 00 00 00 00 00 08 50 00 00 00 00 00 45"
+        );
+    }
+
+    /// The full-form example of `docs/mvcc-format.md` §3: a link too wide for the compact form.
+    #[test]
+    fn the_documented_full_example_matches_the_encoder() {
+        let args: Vec<u8> = (1u64..=5).flat_map(|v| v.to_le_bytes()).collect();
+        let bytes = logical(0x1_0005, 0x1_0000, 7, &args, &[]);
+        let hex: Vec<String> = bytes[..32].iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            hex.join(" "),
+            "46 4d 4f 4c 48 00 00 00 05 00 01 00 00 00 00 00 07 00 00 00 28 00 00 00 \
+             00 00 01 00 29 50 f0 d0"
+        );
+    }
+
+    #[test]
+    fn an_intact_compact_record_with_a_bad_action_or_padding_is_corrupted() {
+        let pm = SimPm::new(1 << 16, Default::default());
+        let mut bytes = logical(5, 2, 1, b"abc", &[PUBLISH]);
+        for (at, value) in [(20usize, 1u8), (31, 0xC0 | 1)] {
+            let mut bad = bytes.clone();
+            bad[at] = value;
+            let crc = compact_checksum(&bad, 0x3040);
+            bad[12..16].copy_from_slice(&crc.to_le_bytes());
+            pm.write(0x3040, &bad, WriteClass::Log);
+            assert!(
+                matches!(read(&pm, 0x3040, 0x8000), Err(TxError::Corrupted(_))),
+                "byte {at}"
+            );
+        }
+        bytes[31] = 0;
+        let crc = compact_checksum(&bytes, 0x3040);
+        bytes[12..16].copy_from_slice(&crc.to_le_bytes());
+        pm.write(0x3040, &bytes, WriteClass::Log);
+        assert!(matches!(
+            read(&pm, 0x3040, 0x8000),
+            Err(TxError::Corrupted(_))
+        ));
     }
 
     #[test]

@@ -108,6 +108,8 @@ fn committed_operations_survive_a_crash_by_re_execution() {
     assert_eq!(expected.0, amount * (amount + 1) / 2);
     let stats = engine.stats();
     assert_eq!(stats.commits_logical, amount);
+    // Every record is compact: a 16-byte header, 8 argument bytes, one 8-byte publish.
+    assert_eq!(stats.olog_bytes, 32 * amount, "{stats:?}");
     assert!(stats.checkpoints > 0, "{stats:?}");
     assert!(stats.writebacks > 0, "{stats:?}");
     let blocks = engine.heap().usage().allocated_blocks;
