@@ -508,8 +508,12 @@ fn recover_adder(image: Vec<u8>, options: &MvccOptions) -> AdderState {
 /// chunks that still have versions), and returns the states a crash at each fence of that
 /// add recovers to (nothing pending persisted), with the states before and after it.
 fn write_back_crashes(mutant: mvcc::Mutant) -> (Vec<AdderState>, [AdderState; 2]) {
+    // Reclamation inline: the write-back then runs inside the captured operation, so every
+    // one of its fences is a crash point. A background write-back can straddle the end of
+    // the capture, and the mutant's fence then falls outside it now and then.
     let options = MvccOptions {
         mutant,
+        background: false,
         ..MvccOptions::small()
     };
     let engine = Mvcc::create(sim_pool(), &options, Adder).expect("create");
