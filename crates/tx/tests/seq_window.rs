@@ -19,16 +19,18 @@ const WARM_UP: u64 = record::SEQ_AHEAD - 8;
 /// Crash-tested operations: the seventh forces the checkpoint, the fourteenth wraps.
 const OPS: usize = 20;
 
+/// Two lanes: the warm-up fills the first; the operations alternate, so a lane sits idle while
+/// the other commits and the watermark jumps.
 fn options() -> EngineOptions {
     EngineOptions {
-        lanes: 1,
+        lanes: 2,
         lane_size: (record::SEQ_AHEAD + 64) * 64,
         ..EngineOptions::small()
     }
 }
 
 fn pool_size() -> u64 {
-    options().lane_size + (256 << 10)
+    2 * options().lane_size + (256 << 10)
 }
 
 fn transfer<T: Tx>(tx: &mut T, i: u64) -> TxResult<()> {
@@ -124,8 +126,22 @@ impl Scenario for Wrap {
         engine
     }
     fn run_op(&self, live: &mut Redo<SimPm>, op: usize) {
-        live.transaction(|tx| transfer(tx, WARM_UP + op as u64))
-            .expect("op");
+        let i = WARM_UP + op as u64;
+        if op % 3 == 1 {
+            // This thread holds its lane through an empty transaction (no record), so the
+            // helper's commit goes to the other lane.
+            let engine = &*live;
+            engine
+                .transaction(|_| -> TxResult<()> {
+                    std::thread::scope(|scope| {
+                        scope.spawn(|| engine.transaction(|tx| transfer(tx, i)).expect("op"));
+                    });
+                    Ok(())
+                })
+                .expect("empty transaction");
+        } else {
+            live.transaction(|tx| transfer(tx, i)).expect("op");
+        }
     }
     fn recover(&self, pm: SimPm) -> Result<Vec<u64>, String> {
         let pool = Pool::attach(pm, LAYOUT).map_err(|e| e.to_string())?;
@@ -187,6 +203,19 @@ fn the_scenario_moves_the_watermark_by_the_sequence_rule_and_wraps_the_low_bits(
         moved > START_WATERMARK + record::SEQ_AHEAD / 2 && moved < 1 << 16,
         "the sequence rule checkpointed: {moved:#x}"
     );
+    let pool = Pool::attach(pm.clone(), LAYOUT).expect("attach");
+    let layout =
+        EngineLayout::read(pool.pm(), pool.arena(), EngineKind::Redo).expect("redo layout");
+    let (base, limit) = (layout.lane(1), layout.lane(1) + layout.lane_size);
+    let second_lane = (base..limit)
+        .step_by(64)
+        .filter(|&at| matches!(record::read(pool.pm(), at, limit, moved), Ok(Some(_))))
+        .count();
+    assert!(
+        second_lane >= OPS / 3,
+        "the second lane holds {second_lane} records"
+    );
+    std::mem::forget(pool);
     let last = START_WATERMARK + WARM_UP + OPS as u64;
     assert!(
         last > 1 << 16,
