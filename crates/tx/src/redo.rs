@@ -624,6 +624,11 @@ impl<P: Persist> Tx for RedoTx<'_, P> {
                 len: src.len() as u64,
             });
         }
+        if src.is_empty() {
+            // Nothing to log: a transaction whose only writes are empty commits without a
+            // record (and without a fence).
+            return Ok(());
+        }
         // Buffered bytes can never exceed what one record (one lane) can hold.
         let buffered = self.ring.writes.buffered_bytes() + src.len() as u64;
         if buffered > self.ring.log.size() {
