@@ -4,6 +4,7 @@
 use crashsim::{SimConfig, SimPm};
 use pmem::{Persist, WriteClass};
 use proptest::prelude::*;
+use rand::{RngCore, SeedableRng};
 use tx::record::{self, MAX_RANGE, RecordKind};
 
 const SEQ_SPAN: u64 = 1 << 16;
@@ -27,17 +28,11 @@ fn stored(len: u64, at: u64, bytes: &[u8]) -> SimPm {
     pm
 }
 
-/// A deterministic stream of bytes (xorshift), so a test over "random" lanes is repeatable.
+/// A deterministic stream of bytes, so a test over "random" lanes is repeatable.
 fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 24) as u8
-        })
-        .collect()
+    let mut bytes = vec![0; len];
+    rand_chacha::ChaCha8Rng::seed_from_u64(seed).fill_bytes(&mut bytes);
+    bytes
 }
 
 proptest! {
