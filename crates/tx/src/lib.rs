@@ -19,6 +19,7 @@ pub mod logwriter;
 pub mod mem;
 pub mod rangeset;
 pub mod record;
+pub mod record_search;
 pub mod recovery;
 mod redo;
 pub mod ring;

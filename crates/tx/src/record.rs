@@ -26,6 +26,8 @@ use crate::bytes::extend_bytes;
 use heap::{ACTION_LEN, Action};
 use pmem::Persist;
 
+/// Where a record's checksum starts: the bytes after the CRC field itself.
+pub(crate) const CRC_START: usize = 4;
 /// Bytes of the record header (short form).
 pub const HEADER_LEN: usize = 8;
 const LONG_HEADER_LEN: usize = 12;
@@ -211,7 +213,7 @@ fn checksum(record: &mut Vec<u8>, seq: u64, at: u64) -> u32 {
     let len = record.len();
     record.extend_from_slice(&seq.to_le_bytes());
     record.extend_from_slice(&at.to_le_bytes());
-    let crc = crc32fast::hash(&record[4..]);
+    let crc = crc32fast::hash(&record[CRC_START..]);
     record.truncate(len);
     crc
 }
@@ -219,25 +221,35 @@ fn checksum(record: &mut Vec<u8>, seq: u64, at: u64) -> u32 {
 /// A header as stored: its kind, length, header length and the full sequence number
 /// rebuilt around `reference`. `None` when the bytes at `at` cannot start a record that
 /// ends by `limit`.
-struct Header {
+pub(crate) struct Header {
     kind: RecordKind,
-    len: usize,
+    pub(crate) len: usize,
     header_len: usize,
-    seq: u64,
-    crc: u32,
+    pub(crate) seq: u64,
+    pub(crate) crc: u32,
 }
 
 fn read_header<P: Persist>(pm: &P, at: u64, limit: u64, reference: u64) -> Option<Header> {
+    parse_header(|offset| pm.read_u32(offset), at, limit, reference)
+}
+
+/// [`read_header`] over any source of little-endian `u32`s at pool offsets.
+pub(crate) fn parse_header(
+    read_u32: impl Fn(u64) -> u32,
+    at: u64,
+    limit: u64,
+    reference: u64,
+) -> Option<Header> {
     if at + HEADER_LEN as u64 > limit {
         return None;
     }
-    let meta = pm.read_u32(at + 4);
+    let meta = read_u32(at + 4);
     let len_field = ((meta & !SYSTEM_BIT) >> SEQ_BITS) as usize;
     let (len, header_len) = if len_field == 0 {
         if at + LONG_HEADER_LEN as u64 > limit {
             return None;
         }
-        (pm.read_u32(at + 8) as usize, LONG_HEADER_LEN)
+        (read_u32(at + 8) as usize, LONG_HEADER_LEN)
     } else {
         (len_field * 4, HEADER_LEN)
     };
@@ -254,7 +266,7 @@ fn read_header<P: Persist>(pm: &P, at: u64, limit: u64, reference: u64) -> Optio
         len,
         header_len,
         seq: full_seq(u64::from(meta) & SEQ_MASK, reference),
-        crc: pm.read_u32(at),
+        crc: read_u32(at),
     })
 }
 

@@ -7,6 +7,7 @@ use crate::api::{TxError, TxResult};
 use crate::lanecheck::{Found, LaneShape, verify_lane};
 use crate::layout::EngineLayout;
 use crate::record::{self, Record};
+use crate::record_search::LaneChecksums;
 use pmem::integrity::{Finding, Severity};
 use pmem::{CACHE_LINE, Persist, checked};
 
@@ -144,8 +145,12 @@ fn read_redo_lane<P: Persist>(
     scan: &mut RedoScan,
 ) -> TxResult<Vec<Found>> {
     let limit = base + size;
+    let checksums = LaneChecksums::read(pm, base, size);
     let mut intact = Vec::new();
     for at in (base..limit).step_by(CACHE_LINE as usize) {
+        if !checksums.may_hold_record(at, limit, watermark) {
+            continue;
+        }
         let Some(rec) = record::read(pm, at, limit, watermark)? else {
             continue;
         };
