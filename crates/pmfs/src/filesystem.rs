@@ -144,7 +144,9 @@ impl<B: Persist> Fs<B> {
         inner.open.remove(&ino);
         let inode = Inode::read(self.pm(), &self.sb, ino);
         if !inode.is_live() {
-            // Removed while open (a directory): its number is free only now.
+            // Freed while a handle was open (the namespace operations keep an open inode on
+            // the truncate list instead; this guards the inode number all the same): the
+            // number is free only now.
             if !inner.pins.contains_key(&ino) {
                 inner.free_inodes.insert(ino);
             }

@@ -94,6 +94,15 @@ impl<B: Persist> Fs<B> {
                 _ => report.specials += 1,
             }
             if *kind == FileType::Directory {
+                if inode.nlink == 0 && found == 0 {
+                    if !listed.contains(&ino) || !inner.open.contains_key(&ino) {
+                        return Err(Corrupt::new(format!(
+                            "removed directory {ino} not open and listed"
+                        )));
+                    }
+                    report.orphans += 1;
+                    continue;
+                }
                 if ino != ROOT_INO && found != 1 {
                     return Err(Corrupt::new(format!("directory {ino} has {found} names")));
                 }
@@ -268,10 +277,10 @@ impl<B: Persist> Fs<B> {
                 }
             }
         }
-        if let Some((&lost, _)) = live
-            .iter()
-            .find(|(ino, (_, kind))| *kind == FileType::Directory && !seen.contains(ino))
-        {
+        if let Some((&lost, _)) = live.iter().find(|(ino, (inode, kind))| {
+            // A removed directory still open has no name (checked by the caller).
+            *kind == FileType::Directory && inode.nlink != 0 && !seen.contains(ino)
+        }) {
             return Err(Corrupt::new(format!("directory {lost} is unreachable")));
         }
         Ok(refs)

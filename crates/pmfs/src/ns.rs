@@ -149,6 +149,10 @@ impl<B: Persist> Fs<B> {
         ino: u64,
     ) -> Result<Vec<DirEntry>, Errno> {
         let inode = self.dir_inode(ino)?;
+        if inode.nlink == 0 {
+            // Removed while open: Linux lists nothing of a dead directory.
+            return Err(Errno::ENOENT);
+        }
         let dir = self.take_dir(inner, ino, &inode)?;
         let mut out = vec![
             DirEntry {
@@ -245,7 +249,7 @@ impl<B: Persist> Fs<B> {
                 return Err(Errno::ENAMETOOLONG);
             }
         }
-        let mut pinode = self.dir_inode(parent)?;
+        let mut pinode = self.dir_for_new_entry(parent)?;
         let mut dir = self.take_dir(inner, parent, &pinode)?;
         let check = if dir.get(name).is_some() {
             Err(Errno::EEXIST)
@@ -468,7 +472,7 @@ impl<B: Persist> Fs<B> {
             return Err(Errno::EEXIST);
         }
         dir::valid_name(name)?;
-        let mut pinode = self.dir_inode(parent)?;
+        let mut pinode = self.dir_for_new_entry(parent)?;
         let mut dir = self.take_dir(inner, parent, &pinode)?;
         let check = if dir.get(name).is_some() {
             Err(Errno::EEXIST)
@@ -611,16 +615,54 @@ impl<B: Persist> Fs<B> {
         let now = self.now();
         let mut batch = Batch::default();
         self.plan_remove(&mut dir, name, &mut batch);
-        let blocks = self.inode_blocks(&child)?;
-        free_inode_fields(&mut child);
-        batch.hot(&self.sb, slot.ino, &child);
+        let freed = self.drop_directory(inner, slot.ino, &mut child, now, &mut batch)?;
         pinode.nlink -= 1;
         (pinode.mtime, pinode.ctime) = (now, now);
         batch.hot(&self.sb, parent, &pinode);
         self.commit(inner, batch)?;
         inner.dirs.insert(parent, dir);
-        self.forget_inode(inner, slot.ino, &blocks);
+        if let Some(blocks) = freed {
+            self.forget_inode(inner, slot.ino, &blocks);
+        }
         Ok(())
+    }
+
+    /// Plans removing the last name of the empty directory `ino`: it is freed (its blocks
+    /// returned, for after the commit) or, while a handle is open on it, kept with no links
+    /// on the truncate list until the last close, as Linux keeps it (`fstat` of the handle
+    /// then reports 0 links; nothing can be created in it).
+    fn drop_directory(
+        &self,
+        inner: &Inner,
+        ino: u64,
+        child: &mut Inode,
+        now: u64,
+        batch: &mut Batch,
+    ) -> Result<Option<Vec<(u64, u64)>>, Errno> {
+        let sb = &self.sb;
+        let mut freed = None;
+        if inner.open.contains_key(&ino) {
+            child.nlink = 0;
+            child.ctime = now;
+            (child.trunc_next, child.trunc_size) = (self.truncate_head()?, 0);
+            batch.cold(sb, ino, child, field::TRUNC_NEXT, field::GENERATION);
+            batch.head(sb, ino)?;
+        } else {
+            freed = Some(self.inode_blocks(child)?);
+            free_inode_fields(child);
+        }
+        batch.hot(sb, ino, child);
+        Ok(freed)
+    }
+
+    /// Directory `ino`'s inode, to add a name to: `ENOENT` once it was removed (a handle
+    /// still open on it keeps it alive with no links).
+    fn dir_for_new_entry(&self, ino: u64) -> Result<Inode, Errno> {
+        let inode = self.dir_inode(ino)?;
+        if inode.nlink == 0 {
+            return Err(Errno::ENOENT);
+        }
+        Ok(inode)
     }
 
     /// Directory `ino`'s inode if it has no entries (`ENOTEMPTY` otherwise).
@@ -679,7 +721,7 @@ impl<B: Persist> Fs<B> {
         let i2 = if p1 == p2 {
             None
         } else {
-            Some(self.dir_inode(p2)?)
+            Some(self.dir_for_new_entry(p2)?)
         };
         let mut d1 = self.take_dir(inner, p1, &i1)?;
         let mut d2 = match &i2 {
@@ -845,9 +887,7 @@ impl<B: Persist> Fs<B> {
         let mut freed = None;
         if let Some((dst, mut victim_inode)) = victim {
             if dst.kind == FileType::Directory {
-                freed = Some(self.inode_blocks(&victim_inode)?);
-                free_inode_fields(&mut victim_inode);
-                batch.hot(sb, dst.ino, &victim_inode);
+                freed = self.drop_directory(inner, dst.ino, &mut victim_inode, now, &mut batch)?;
                 i2.as_mut().unwrap_or(&mut i1).nlink -= 1;
             } else {
                 freed = self.drop_link(inner, dst.ino, &mut victim_inode, now, &mut batch)?;

@@ -38,7 +38,8 @@ enum Op {
     Chmod(&'static str, u32),
     Chown(&'static str, u32, u32),
     Utimens(&'static str, u64),
-    /// Closes handle `h` (the last close of the unlinked file frees it).
+    /// Closes handle `h` (the last close of the unlinked file, or of /C once removed, frees
+    /// it).
     Close(usize),
     /// Sets an extended attribute to `len` bytes of a pattern.
     Setxattr(&'static str, &'static str, usize),
@@ -82,7 +83,8 @@ fn options(mode: DataMode, mutant: Mutant) -> MountOptions {
 
 /// The pre-populated namespace: /A (dir) with foo (2.5 blocks), sub (empty dir) and a hard
 /// link foo2; /B (empty dir); /C (empty dir); /foo (100 bytes); /bar (3 blocks); /l →
-/// foo; /q (1.5 blocks, not open); an unlinked file still open. Handles: 0 = /foo, 1 = /bar, 2 = the unlinked file.
+/// foo; /q (1.5 blocks, not open); an unlinked file still open; the empty directory /C open.
+/// Handles: 0 = /foo, 1 = /bar, 2 = the unlinked file, 3 = /C.
 fn populate(px: &Posix<SimPm>) -> Vec<Fd> {
     use pmfs::posix::{O_CREAT, O_RDWR};
     for d in ["/A", "/B", "/C", "/A/sub"] {
@@ -111,7 +113,10 @@ fn populate(px: &Posix<SimPm>) -> Vec<Fd> {
     px.close(q).expect("close");
     let orphan = write_file("/O", 9_000, 4);
     px.unlink("/O").expect("unlink");
-    vec![small, bar, orphan]
+    let dir = px
+        .open("/C", pmfs::posix::O_RDONLY | pmfs::posix::O_DIRECTORY, 0)
+        .expect("open /C");
+    vec![small, bar, orphan, dir]
 }
 
 fn dump(px: &Posix<SimPm>) -> Result<State, String> {
@@ -469,6 +474,7 @@ fn single_ops() -> Vec<Op> {
         Op::Unlink("/q"),
         Op::Rename("/foo", "/q"),
         Op::Rmdir("/A/sub"),
+        Op::Rmdir("/C"),
         Op::Rename("/foo", "/fop"),
         Op::Rename("/foo", "/B/foo"),
         Op::Rename("/foo", "/bar"),
@@ -489,6 +495,7 @@ fn single_ops() -> Vec<Op> {
         Op::Chown("/foo", 5, 6),
         Op::Utimens("/A/foo", 42),
         Op::Close(2),
+        Op::Close(3),
         Op::Setxattr("/bar", "user.new", 100),
         Op::Setxattr("/A", "user.tag", 3000),
         Op::Setxattr("/foo", "user.kept", 20),
@@ -576,6 +583,26 @@ fn sampled_pairs_of_operations() {
 #[test]
 fn sampled_pairs_of_operations_in_place_mode() {
     sampled_pairs(DataMode::InPlace, 20);
+}
+
+/// A directory removed while open lives on the truncate list until its last close: the
+/// removal (by rmdir or by a rename over it) and the close, crashed at every fence, in both
+/// modes.
+#[test]
+fn removing_an_open_directory_then_closing_it() {
+    let pairs = [
+        [Op::Rmdir("/C"), Op::Close(3)],
+        [Op::Rename("/A/sub", "/C"), Op::Close(3)],
+    ];
+    let mut reports = Vec::new();
+    for mode in [DataMode::InPlace, DataMode::CopyOnWrite] {
+        for (k, pair) in pairs.iter().enumerate() {
+            assert!(runnable(pair), "{pair:?}");
+            let scenario = FsScenario::new(mode, Mutant::None, pair.to_vec());
+            reports.push(check(&scenario, &config(k as u64)));
+        }
+    }
+    assert_all_pass(&reports);
 }
 
 /// Whether a sequence runs without errors on a fresh populated file system.

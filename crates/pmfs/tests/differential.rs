@@ -530,22 +530,6 @@ impl Model {
         ino
     }
 
-    /// Whether `op` works through a descriptor whose directory was removed while it was open.
-    fn on_a_removed_directory(&self, op: &Op) -> bool {
-        let slot = match op {
-            Op::Pwrite(slot, ..)
-            | Op::Pread(slot, ..)
-            | Op::Ftruncate(slot, _)
-            | Op::Fstat(slot) => *slot,
-            _ => return false,
-        };
-        self.slots[slot].is_some_and(|(ino, _)| {
-            self.nodes
-                .get(&ino)
-                .is_some_and(|n| n.kind == FileType::Directory && n.nlink == 0)
-        })
-    }
-
     /// A removed (empty) directory has no links left; like a file, it lives on while a
     /// descriptor still names it (`fstat` of it then reports 0 links, as Linux does).
     fn drop_directory(&mut self, ino: u64) {
@@ -998,24 +982,10 @@ fn run(ops: &[Op], mode: DataMode) -> Result<(), TestCaseError> {
     let mut model = Model::new();
     let mut host = Host::new();
     for (i, op) in ops.iter().enumerate() {
-        let on_a_removed_directory = model.on_a_removed_directory(op);
         let want = host.apply(op);
         let got = fs.apply(op);
         let modeled = model.apply(op);
-        if on_a_removed_directory {
-            // Known gap (docs/pmfs-format.md §13): PMFS frees a directory's inode
-            // at rmdir, so a descriptor still open on it answers EBADF where Linux keeps the
-            // inode until the last close.
-            prop_assert_eq!(
-                &got,
-                &Err(libc::EBADF),
-                "op {} {:?}: removed directory",
-                i,
-                op
-            );
-        } else {
-            prop_assert_eq!(&got, &want, "op {} {:?}: file system vs tmpfs", i, op);
-        }
+        prop_assert_eq!(&got, &want, "op {} {:?}: file system vs tmpfs", i, op);
         prop_assert_eq!(&modeled, &want, "op {} {:?}: model vs tmpfs", i, op);
     }
     if let Err(c) = fs.px().fs().fsck() {
@@ -1041,8 +1011,8 @@ fn run(ops: &[Op], mode: DataMode) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// Found by the property test: a directory removed while a descriptor is open on it (the
-/// model and tmpfs agree; PMFS's answer is the known gap `run` states).
+/// Found by the property test: a directory removed while a descriptor is open on it lives
+/// on with no links until the descriptor is closed, as on tmpfs.
 #[test]
 fn fstat_of_an_open_directory_after_its_rmdir() {
     let ops = [

@@ -284,6 +284,64 @@ fn unlinked_open_file_lives_until_closed_and_is_freed_after_a_crash() {
 }
 
 #[test]
+fn removed_open_directory_lives_until_closed_and_is_freed_after_a_crash() {
+    for mode in [DataMode::InPlace, DataMode::CopyOnWrite] {
+        let px = new_fs(mode);
+        px.mkdir("/keep", 0o755).expect("mkdir");
+        let (free_blocks, free_inodes) = {
+            let st = px.fs().statfs();
+            (st.free_blocks, st.free_inodes)
+        };
+        px.mkdir("/d", 0o755).expect("mkdir");
+        let fd = px.open("/d", O_RDONLY | O_DIRECTORY, 0).expect("open");
+        let ino = px.fstat(fd).expect("fstat").ino;
+        px.rmdir("/d").expect("rmdir");
+        assert_eq!(px.stat("/d"), Err(Errno::ENOENT));
+        let st = px.fstat(fd).expect("fstat of the removed directory");
+        assert_eq!((st.kind, st.nlink), (FileType::Directory, 0));
+        // Nothing can be added to it, and it lists nothing, as on Linux.
+        assert_eq!(
+            px.fs().create(ino, b"f", 0o644).map(|_| ()),
+            Err(Errno::ENOENT)
+        );
+        assert_eq!(
+            px.fs().mkdir(ino, b"s", 0o755).map(|_| ()),
+            Err(Errno::ENOENT)
+        );
+        let keep = px.stat("/keep").expect("stat").ino;
+        assert_eq!(px.fs().rename(keep, b"x", ino, b"x"), Err(Errno::ENOENT));
+        assert_eq!(px.fs().readdir(ino).map(|_| ()), Err(Errno::ENOENT));
+        assert_eq!(px.fs().fsck().expect("fsck").orphans, 1);
+        // Crash now: recovery frees it through the truncate list.
+        let px = remount(px, mode);
+        let st = px.fs().statfs();
+        assert_eq!((st.free_blocks, st.free_inodes), (free_blocks, free_inodes));
+        // And the normal path, through rmdir and through a rename over it: the last close
+        // frees it.
+        for replace in [false, true] {
+            px.mkdir("/e", 0o755).expect("mkdir");
+            let fd = px.open("/e", O_RDONLY | O_DIRECTORY, 0).expect("open");
+            if replace {
+                px.mkdir("/f", 0o755).expect("mkdir");
+                px.rename("/f", "/e")
+                    .expect("rename over an open directory");
+                assert_eq!(px.fstat(fd).expect("fstat").nlink, 0);
+                px.fs()
+                    .fsck()
+                    .expect("fsck with the replaced directory open");
+                px.rmdir("/e").expect("rmdir");
+            } else {
+                px.rmdir("/e").expect("rmdir");
+            }
+            px.close(fd).expect("close");
+            let st = px.fs().statfs();
+            assert_eq!((st.free_blocks, st.free_inodes), (free_blocks, free_inodes));
+            assert_eq!(px.fs().fsck().expect("fsck").orphans, 0);
+        }
+    }
+}
+
+#[test]
 fn many_entries_span_directory_blocks() {
     let px = new_fs(DataMode::InPlace);
     px.mkdir("/big", 0o755).expect("mkdir");
