@@ -721,10 +721,11 @@ fn run_with_counters(
 
 /// Thread-processes write `malloc`'d memory and globals in place (`docs/nvthreads.md` §3.2):
 /// a data-race-free work queue in `malloc`'d memory gives pthreads' result with no write
-/// fault and no merged page, and the kernel can write a thread's `malloc`'d buffer through a
-/// system call the runtime does not wrap. `NVT_ISOLATE_VOLATILE=1` brings tracking back: the
-/// same result, every volatile page written by a worker faulted and merged, and the kernel's
-/// write refused (`EFAULT`) on a write-protected page.
+/// fault and no merged page, C11 atomics in `malloc`'d memory count right, and the kernel
+/// can write a thread's `malloc`'d buffer through a system call the runtime does not wrap.
+/// `NVT_ISOLATE_VOLATILE=1` brings tracking back: the same result (the atomic count aside:
+/// merged copies lose increments), every volatile page written by a worker faulted and
+/// merged, and the kernel's write refused (`EFAULT`) on a write-protected page.
 #[test]
 fn volatile_memory_is_written_in_place_by_thread_processes() {
     let built = program("volatile");
@@ -735,9 +736,10 @@ fn volatile_memory_is_written_in_place_by_thread_processes() {
     let mut plain = command(&built.linked, &pool, &args);
     plain.env("NVT_DISABLE", "1");
     let expected = run(plain);
-    assert_eq!(expected.len(), 2, "{expected:?}");
+    assert_eq!(expected.len(), 3, "{expected:?}");
     assert!(expected[0].ends_with("wrong=0"), "{expected:?}");
-    assert_eq!(expected[1], "READV ok");
+    assert_eq!(expected[1], "ATOMIC 20000");
+    assert_eq!(expected[2], "READV ok");
 
     // The first run on a pool writes the heap's metadata (a fault and a record in main);
     // the second writes nothing persistent at all.
@@ -751,7 +753,7 @@ fn volatile_memory_is_written_in_place_by_thread_processes() {
     isolated.env("NVT_ISOLATE_VOLATILE", "1");
     let (lines, stats, profile) = run_with_counters(isolated);
     assert_eq!(lines[0], expected[0], "isolated: differs from pthreads");
-    assert_eq!(lines[1], format!("READV failed errno={}", libc::EFAULT));
+    assert_eq!(lines[2], format!("READV failed errno={}", libc::EFAULT));
     // 20,000 results of 8 bytes: 40 pages of the results array, each written by every worker.
     let faults = profile.step(nvthreads::profile::Step::Fault).count;
     assert!(faults > 0, "isolated: no write fault");

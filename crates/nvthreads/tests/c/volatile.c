@@ -5,14 +5,18 @@
  *   - each worker writes its items' results into a malloc'd array outside any lock (each
  *     slot written by exactly one worker; main reads them after join) and adds them to a
  *     global array of sums under striped mutexes;
+ *   - every worker counts its items with an atomic add on a counter in the malloc'd queue
+ *     (C11 atomics on shared memory work across thread-processes only if it is written in
+ *     place: merged copies would lose increments);
  *   - each worker fills a buffer it malloc'd with readv(2) — a system call the runtime does
  *     not wrap, so the kernel writes the memory itself — and checks the bytes.
- * Prints "RESULT items=… digest=… sums=…" and "READV ok" or "READV failed errno=N".
+ * Prints "RESULT items=… digest=… sums=…", "ATOMIC n" and "READV ok" or "READV failed errno=N".
  * Usage: volatile WORKERS ITEMS FILE (FILE: a scratch file it writes first)
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +37,7 @@ struct queue {
     long head;
     long count;
     int done;
+    atomic_long taken;
 };
 
 static struct queue *queue;
@@ -112,6 +117,7 @@ static void *worker(void *arg) {
     (void)arg;
     read_into_malloc();
     for (long item = take(); item >= 0; item = take()) {
+        atomic_fetch_add(&queue->taken, 1);
         uint64_t value = work(item);
         results[item] = value;
         pthread_mutex_lock(&stripes[item % STRIPES]);
@@ -180,6 +186,7 @@ int main(int argc, char **argv) {
     }
     printf("RESULT items=%ld digest=%016llx sums=%016llx wrong=%d\n", items,
            (unsigned long long)digest, (unsigned long long)total, wrong);
+    printf("ATOMIC %ld\n", atomic_load(&queue->taken));
     if (readv_errno != 0) {
         printf("READV failed errno=%d\n", readv_errno);
     } else {
