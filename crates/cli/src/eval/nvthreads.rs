@@ -209,13 +209,16 @@ fn bank_line(bank: &[BankPoint], costs: &[SectionCost]) -> String {
 fn bank_table(bank: &[BankPoint]) -> Table {
     let mut table = Table::new(
         "Lock-heavy kernel: bank transfers through a work queue (a producer, N workers, two \
-         striped locks per transfer), compute phase (ms, median) and transfers per second",
+         striped locks per transfer), compute phase (ms, median) and transfers per second; \
+         isolated: NVT_ISOLATE_VOLATILE=1 (the malloc'd queue tracked and merged)",
         &[
             "workers",
             "transfers",
             "pthreads ms",
             "nvthreads ms",
             "slowdown",
+            "isolated ms",
+            "isolated slowdown",
             "pthreads transfers/s",
             "nvthreads transfers/s",
             "records",
@@ -230,6 +233,8 @@ fn bank_table(bank: &[BankPoint]) -> Table {
             ms(b.pthreads()),
             ms(b.nvthreads()),
             format!("{:.1}", b.slowdown()),
+            ms(b.isolated()),
+            format!("{:.1}", b.isolated_slowdown()),
             format!("{plain:.0}"),
             format!("{nvt:.0}"),
             b.stats.records.to_string(),
@@ -273,6 +278,8 @@ fn bank_json(b: &BankPoint) -> Value {
         "pthreads_s": b.pthreads_s,
         "nvthreads_s": b.nvthreads_s,
         "slowdown": b.slowdown(),
+        "isolated_s": b.isolated_s,
+        "isolated_slowdown": b.isolated_slowdown(),
         "digests_match": b.digests_match,
         "records": b.stats.records,
         "log_bytes": b.stats.log_bytes,
