@@ -1355,6 +1355,16 @@ unsafe fn publish_word_range(
 /// The three pointers are page-aligned pages: `private` and `twin` readable and writable and
 /// used by nothing else meanwhile, `shared` readable; no overlap.
 unsafe fn rebase_words(private: *mut u8, twin: *mut u8, shared: *const u8) {
+    // SAFETY: forwarded from the caller's contract (both pages readable, not written by
+    // anyone else while the slices live).
+    let unchanged = unsafe {
+        std::slice::from_raw_parts(private, PAGE) == std::slice::from_raw_parts(twin, PAGE)
+    };
+    if unchanged {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { refresh_words(private, twin, shared) };
+        return;
+    }
     for index in 0..PAGE / 8 {
         // SAFETY: word `index` of three aligned pages; the shared word is read atomically
         // (other processes publish into it).
@@ -1369,6 +1379,27 @@ unsafe fn rebase_words(private: *mut u8, twin: *mut u8, shared: *const u8) {
             twin_at.write((current & !mask) | (before & mask));
         }
     }
+}
+
+/// The common case of [`rebase_words`]: a hot page this process has not changed since its
+/// last merge (private equal to twin) takes the shared page whole, in both. The shared words
+/// are read atomically, as other processes may be publishing into them; the twin is copied
+/// from the private page afterwards (both this process's own). A third of the lock-heavy
+/// kernel's CPU time at 4 workers went to word-by-word rebases with masks before.
+///
+/// # Safety
+/// As [`rebase_words`].
+unsafe fn refresh_words(private: *mut u8, twin: *mut u8, shared: *const u8) {
+    for index in 0..PAGE / 8 {
+        // SAFETY: word `index` of two aligned pages; the shared word is read atomically.
+        unsafe {
+            let current = AtomicU64::from_ptr(shared.cast::<u64>().add(index).cast_mut())
+                .load(Ordering::Relaxed);
+            private.cast::<u64>().add(index).write(current);
+        }
+    }
+    // SAFETY: two distinct page-sized buffers of this process (the caller's contract).
+    unsafe { ptr::copy_nonoverlapping(private, twin, PAGE) };
 }
 
 /// Coalesces sorted page numbers into `(first, count)` runs, never across a region start
