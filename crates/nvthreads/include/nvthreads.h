@@ -40,7 +40,9 @@
  * memalign, valloc, pvalloc, strdup and strndup (NVT_MALLOC=shared, the default: not
  * persistent; NVT_MALLOC=persistent: allocated in the persistent heap, logged and recovered
  * like nvmalloc'd memory, never reused by a later run; NVT_MALLOC=private: glibc's
- * allocator, private to each thread after pthread_create). Private to each thread (a copy of
+ * allocator, private to each thread after pthread_create). Volatile shared memory (malloc'd
+ * and globals, unless persistent) is written in place by every thread, as with pthreads; a
+ * racy program sees races as it would under pthreads. Private to each thread (a copy of
  * the creator's at creation): stacks, thread-local variables, other libraries' globals, and
  * memory libc allocates for itself (stdio buffers, DIR streams, ...): a FILE is used by one
  * thread at a time; streams are flushed at pthread_create and at each thread's exit.
@@ -48,9 +50,10 @@
  * Limits. Mutex attributes other than the type are ignored; pthread_cancel returns ENOTSUP;
  * thread attributes other than the detach state do not apply (a thread runs on a copy of its
  * creator's stack); pthread_key destructors do not run; pthread_atfork handlers run at every
- * pthread_create. read, pread and fread into the heap, globals or malloc'd memory are
- * wrapped to work; other system calls that write into such memory (recv, readv, ...) fail
- * with EFAULT unless the thread wrote to those pages since its last synchronisation. fork()
+ * pthread_create. read, pread and fread into the persistent heap (and persistent globals or
+ * malloc'd memory) are wrapped to work; other system calls that write into persistent
+ * memory (recv, readv, ...) fail with EFAULT unless the thread wrote to those pages since its
+ * last synchronisation (into volatile malloc'd memory and globals they all work). fork()
  * outside pthread_create must be followed by exec. Only one process may run the program on a
  * pool at a time: a second one ends at once with a message and exit status 75 (EX_TEMPFAIL).
  * With LD_PRELOAD, the runtime starts only in a process that creates threads or uses this
@@ -64,6 +67,9 @@
  * NVT_MALLOC (shared | persistent | private), NVT_MALLOC_MB (size of the shared malloc
  * region, default 2048), NVT_PMALLOC_MB (size of the persistent malloc arena made on first
  * use; default three quarters of the free heap), NVT_GLOBALS=0 (globals private),
+ * NVT_ISOLATE_VOLATILE=1 (threads track their writes to volatile malloc'd memory and globals
+ * and merge them at synchronisation points instead of writing in place: the original's
+ * isolation, slower; kernel writes into them then fail as into persistent memory),
  * NVT_NVM_NS_PER_PAGE (emulated NVM write latency: nanoseconds per 4 KiB written to the
  * log), NVT_DISABLE=1 (dormant: plain pthreads and glibc malloc; nvmalloc returns ordinary
  * zeroed memory), NVT_DEBUG=1 (print why a call of this API failed), NVT_STATS=1 (print the

@@ -58,8 +58,12 @@ const MAX_WINDOW: usize = 16;
 /// Most *hot* pages a process keeps: pages it changed lately, left writable (with their
 /// twins refreshed) across intervals, so that writing them again takes no fault.
 pub const HOT_MAX: usize = 16;
-/// Intervals a hot page may go unchanged before it is write-protected again.
-pub const HOT_IDLE: u8 = 4;
+/// Intervals a hot page may go unchanged before it is write-protected again. Keeping a page
+/// hot costs a diff of an unchanged page at every merge (0.2–0.35 µs on the project's
+/// virtual machine); cooling it costs, if it is written again, a write fault, a twin and two
+/// `mprotect`s (7–9 µs). As in ski rental, a page is kept until its idle diffs have cost
+/// about what a fault would: `docs/nvthreads.md` §3.2.
+pub const HOT_IDLE: u8 = 32;
 
 /// Most tracked regions (the heap plus adopted ranges such as the program's globals).
 pub const MAX_REGIONS: usize = 4;
@@ -933,9 +937,12 @@ impl Tracker {
     }
 
     /// Splits this interval's dirty pages into those that stay hot and those that cool
-    /// down, updating how long each has gone unchanged.
+    /// down, updating how long each has gone unchanged. Of the pages unchanged for fewer
+    /// than [`HOT_IDLE`] intervals, the [`HOT_MAX`] changed most recently stay hot (a page
+    /// a fault window just made writable is kept over one idle for many intervals).
     fn sort_hot(&self, pages: Vec<usize>) -> (Vec<usize>, Vec<usize>) {
-        let (mut hot, mut cold) = (Vec::new(), Vec::new());
+        let mut candidates = Vec::new();
+        let mut cold = Vec::new();
         for page in pages {
             let idle = if is_set(&self.changed_bits, page) {
                 0
@@ -943,38 +950,59 @@ impl Tracker {
                 self.idle[page].load(Ordering::Relaxed).saturating_add(1)
             };
             self.idle[page].store(idle, Ordering::Relaxed);
-            if idle < HOT_IDLE && hot.len() < HOT_MAX {
-                hot.push(page);
+            if idle < HOT_IDLE {
+                candidates.push((idle, page));
             } else {
                 cold.push(page);
             }
         }
+        if candidates.len() > HOT_MAX {
+            candidates.sort_by_key(|&(idle, _)| idle);
+            cold.extend(candidates.drain(HOT_MAX..).map(|(_, page)| page));
+        }
+        let hot = candidates.into_iter().map(|(_, page)| page).collect();
         (hot, cold)
     }
 
     /// Makes `hot` the new dirty list, each page's twin at its new position's slot. Their
     /// twins already equal their private pages: publishing refreshed the changed words, and
-    /// an unchanged page diffs as nothing. A page whose position moved has its twin copied
-    /// to the new slot (positions only move down, to slots already moved from).
+    /// an unchanged page diffs as nothing. A hot page keeps its position when it lies within
+    /// the new list; only those beyond it move, each into a position a cooled page left
+    /// (its twin copied there), so cooling one page copies at most one twin.
     fn retwin_hot(&self, hot: &[usize]) {
-        for (slot, &page) in hot.iter().enumerate() {
+        let count = hot.len();
+        let mut placed: Vec<Option<usize>> = vec![None; count];
+        let mut movers = Vec::new();
+        for &page in hot {
             clear(&self.changed_bits, page);
             let old = self.twin_slot[page].load(Ordering::Relaxed) as usize;
-            if old != slot {
-                // SAFETY: twin slots `old` and `slot` (< `old`) lie in the twin mapping and
-                // are mapped (below the dirty count); distinct slots, this process's own.
-                unsafe {
-                    ptr::copy_nonoverlapping(
-                        self.twins.add(old * PAGE),
-                        self.twins.add(slot * PAGE),
-                        PAGE,
-                    )
-                };
-                self.twin_slot[page].store(slot as u32, Ordering::Relaxed);
+            if old < count {
+                placed[old] = Some(page);
+            } else {
+                movers.push(page);
             }
+        }
+        let vacant: Vec<usize> = (0..count).filter(|&slot| placed[slot].is_none()).collect();
+        for (&page, &slot) in movers.iter().zip(&vacant) {
+            let old = self.twin_slot[page].load(Ordering::Relaxed) as usize;
+            // SAFETY: twin slots `old` and `slot` (< `count` <= `old`) lie in the twin mapping
+            // and are mapped (below the old dirty count); distinct slots, this process's own;
+            // the page that held `slot` cooled down, so its twin is no longer needed.
+            unsafe {
+                ptr::copy_nonoverlapping(
+                    self.twins.add(old * PAGE),
+                    self.twins.add(slot * PAGE),
+                    PAGE,
+                )
+            };
+            self.twin_slot[page].store(slot as u32, Ordering::Relaxed);
+            placed[slot] = Some(page);
+        }
+        for (slot, page) in placed.into_iter().enumerate() {
+            let page = page.expect("every position of the new dirty list is filled");
             self.dirty[slot].store(page as u32, Ordering::Relaxed);
         }
-        self.dirty_count.store(hot.len(), Ordering::Release);
+        self.dirty_count.store(count, Ordering::Release);
     }
 
     /// Discards every private copy kept by `reset(false)`, except those written again in the
@@ -1327,6 +1355,16 @@ unsafe fn publish_word_range(
 /// The three pointers are page-aligned pages: `private` and `twin` readable and writable and
 /// used by nothing else meanwhile, `shared` readable; no overlap.
 unsafe fn rebase_words(private: *mut u8, twin: *mut u8, shared: *const u8) {
+    // SAFETY: forwarded from the caller's contract (both pages readable, not written by
+    // anyone else while the slices live).
+    let unchanged = unsafe {
+        std::slice::from_raw_parts(private, PAGE) == std::slice::from_raw_parts(twin, PAGE)
+    };
+    if unchanged {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { refresh_words(private, twin, shared) };
+        return;
+    }
     for index in 0..PAGE / 8 {
         // SAFETY: word `index` of three aligned pages; the shared word is read atomically
         // (other processes publish into it).
@@ -1341,6 +1379,27 @@ unsafe fn rebase_words(private: *mut u8, twin: *mut u8, shared: *const u8) {
             twin_at.write((current & !mask) | (before & mask));
         }
     }
+}
+
+/// The common case of [`rebase_words`]: a hot page this process has not changed since its
+/// last merge (private equal to twin) takes the shared page whole, in both. The shared words
+/// are read atomically, as other processes may be publishing into them; the twin is copied
+/// from the private page afterwards (both this process's own). A third of the lock-heavy
+/// kernel's CPU time at 4 workers went to word-by-word rebases with masks before.
+///
+/// # Safety
+/// As [`rebase_words`].
+unsafe fn refresh_words(private: *mut u8, twin: *mut u8, shared: *const u8) {
+    for index in 0..PAGE / 8 {
+        // SAFETY: word `index` of two aligned pages; the shared word is read atomically.
+        unsafe {
+            let current = AtomicU64::from_ptr(shared.cast::<u64>().add(index).cast_mut())
+                .load(Ordering::Relaxed);
+            private.cast::<u64>().add(index).write(current);
+        }
+    }
+    // SAFETY: two distinct page-sized buffers of this process (the caller's contract).
+    unsafe { ptr::copy_nonoverlapping(private, twin, PAGE) };
 }
 
 /// Coalesces sorted page numbers into `(first, count)` runs, never across a region start

@@ -46,6 +46,10 @@ pub struct BankPoint {
     pub pthreads_s: Vec<f64>,
     /// The runtime (defaults; the ledger nvmalloc'd), seconds per run.
     pub nvthreads_s: Vec<f64>,
+    /// The runtime with `NVT_ISOLATE_VOLATILE=1` (the `malloc`'d queue tracked and merged
+    /// at every synchronisation point, as before volatile memory was written in place),
+    /// seconds per run.
+    pub isolated_s: Vec<f64>,
     /// Every runtime run printed the pthreads digest.
     pub digests_match: bool,
     /// The runtime's counters of one run.
@@ -68,6 +72,16 @@ impl BankPoint {
         self.nvthreads() / self.pthreads()
     }
 
+    /// Median seconds of the runtime with isolated volatile memory.
+    pub fn isolated(&self) -> f64 {
+        median(&self.isolated_s)
+    }
+
+    /// The slowdown with isolated volatile memory against pthreads (medians).
+    pub fn isolated_slowdown(&self) -> f64 {
+        self.isolated() / self.pthreads()
+    }
+
     /// Transfers per second of pthreads and of the runtime (medians).
     pub fn rates(&self) -> (f64, f64) {
         let n = self.transfers as f64;
@@ -75,13 +89,29 @@ impl BankPoint {
     }
 }
 
+/// How the bank kernel runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BankRun {
+    /// Plain pthreads.
+    Pthreads,
+    /// The runtime's defaults.
+    Runtime,
+    /// The runtime with `NVT_ISOLATE_VOLATILE=1`.
+    Isolated,
+}
+
 /// One run of the bank kernel; returns its compute seconds, digest and counters.
 fn run_bank(
     programs: &Programs,
     settings: &Settings,
     threads: usize,
-    link: Link,
+    how: BankRun,
 ) -> Result<(f64, String, Stats), ProgramError> {
+    let link = if how == BankRun::Pthreads {
+        Link::Pthreads
+    } else {
+        Link::Runtime
+    };
     let size = bank_size(settings.quick);
     let mut command = Command::new(programs.path(BANK_PROGRAM, link, false));
     command.args([threads.to_string(), size.to_string()]);
@@ -94,8 +124,11 @@ fn run_bank(
             log_mb: None,
         };
         runtime_env(&mut command, &pool, sizes);
+        if how == BankRun::Isolated {
+            command.env("NVT_ISOLATE_VOLATILE", "1");
+        }
     }
-    let what = format!("bank {threads} workers ({link:?})");
+    let what = format!("bank {threads} workers ({how:?})");
     let output = run(command, &what);
     let _ = std::fs::remove_file(&pool);
     let output = output?;
@@ -103,8 +136,8 @@ fn run_bank(
     Ok((seconds(&output.lines, &what)?, digest, output.stats))
 }
 
-/// The lock-heavy kernel at every thread count of [`BANK_THREADS`], pthreads and the
-/// runtime interleaved run by run.
+/// The lock-heavy kernel at every thread count of [`BANK_THREADS`], pthreads, the runtime
+/// and the runtime with isolated volatile memory interleaved run by run.
 pub fn bank(
     programs: &Programs,
     settings: &Settings,
@@ -117,18 +150,22 @@ pub fn bank(
             transfers: bank_size(settings.quick) << 10,
             pthreads_s: Vec::new(),
             nvthreads_s: Vec::new(),
+            isolated_s: Vec::new(),
             digests_match: true,
             stats: Stats::default(),
         };
         let mut digest = None;
         for round in 0..bank_runs(settings) {
             progress(&format!("bank {threads} workers run {}", round + 1));
-            let (plain, expected, _) = run_bank(programs, settings, threads, Link::Pthreads)?;
-            let (nvt, got, stats) = run_bank(programs, settings, threads, Link::Runtime)?;
+            let (plain, expected, _) = run_bank(programs, settings, threads, BankRun::Pthreads)?;
+            let (nvt, got, stats) = run_bank(programs, settings, threads, BankRun::Runtime)?;
+            let (isolated, got_isolated, _) =
+                run_bank(programs, settings, threads, BankRun::Isolated)?;
             let expected = digest.get_or_insert(expected);
-            point.digests_match &= got == *expected;
+            point.digests_match &= got == *expected && got_isolated == *expected;
             point.pthreads_s.push(plain);
             point.nvthreads_s.push(nvt);
+            point.isolated_s.push(isolated);
             point.stats = stats;
         }
         points.push(point);

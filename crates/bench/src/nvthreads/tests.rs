@@ -79,7 +79,10 @@ fn kernels_page_benchmark_and_kmeans_recovery_in_quick_mode() {
         let faults = step(Step::Fault);
         match cost.shape {
             SectionShape::Hot => assert!(faults < 0.01, "a hot page takes no fault: {faults}"),
-            SectionShape::Cold => assert!(faults > 0.2, "new pages fault: {faults}"),
+            // Each section writes the next of 256 pages, more than stay hot, so every page
+            // comes back write-protected; one fault makes at most a window of 16 pages
+            // writable (docs/nvthreads.md §3.2), hence at least one fault per 16 sections.
+            SectionShape::Cold => assert!(faults > 0.05, "new pages fault: {faults}"),
         }
     }
     let recovery = kmeans_recovery(&programs, &settings, &[0.5], &mut |_| {})

@@ -535,9 +535,13 @@ impl Runtime {
     /// After publishing: write-protects this interval's pages, keeping the private copies
     /// (lazy dropping, §3.2).
     fn end_interval(&self, force_drop: bool) {
-        // The main process writes the unlogged regions in place (untracked): whenever it
-        // synchronises, the others must drop copies that may predate its writes.
-        if !self.is_child() && self.shared.live_threads.load(Ordering::Acquire) > 1 {
+        // The main process writes the unlogged regions in place (untracked): when
+        // thread-processes keep private copies of them (NVT_ISOLATE_VOLATILE=1), they must
+        // drop those that may predate its writes whenever it synchronises.
+        if env().isolate_volatile
+            && !self.is_child()
+            && self.shared.live_threads.load(Ordering::Acquire) > 1
+        {
             self.tracker.publish_everything();
         }
         // A thread-process that is ending never touches these pages again: write-protecting

@@ -74,6 +74,10 @@ pub struct Env {
     pub pmalloc_mb: Option<u64>,
     /// `NVT_GLOBALS`.
     pub globals: GlobalsMode,
+    /// `NVT_ISOLATE_VOLATILE=1`: thread-processes track their writes to the unlogged regions
+    /// (shared `malloc` memory, shared globals) and merge them at synchronisation points, as
+    /// the persistent heap's, instead of writing them in place (`docs/nvthreads.md` §3.2).
+    pub isolate_volatile: bool,
     /// `NVT_NVM_NS_PER_PAGE`: emulated NVM write latency, ns per 4 KiB written back.
     pub nvm_ns_per_page: u64,
     /// `NVT_DISABLE=1`: dormant (plain pthreads and glibc `malloc`).
@@ -134,6 +138,7 @@ impl Env {
             malloc_mb: number("NVT_MALLOC_MB")?.unwrap_or(DEFAULT_MALLOC_MB),
             pmalloc_mb: number("NVT_PMALLOC_MB")?,
             globals: globals_mode(text("NVT_GLOBALS"))?,
+            isolate_volatile: flag("NVT_ISOLATE_VOLATILE", text("NVT_ISOLATE_VOLATILE"))?,
             nvm_ns_per_page: number("NVT_NVM_NS_PER_PAGE")?.unwrap_or(0),
             disable: text("NVT_DISABLE").is_some_and(|v| v == "1"),
             active: var("NVT_ACTIVE"),
@@ -183,6 +188,20 @@ fn globals_mode(value: Option<String>) -> Result<GlobalsMode, EnvError> {
             name: "NVT_GLOBALS",
             value: other.to_owned(),
             expected: "shared, persistent or private",
+        }),
+    }
+}
+
+/// A switch: unset, empty or `0` is off, `1` is on; anything else is an error (a typo must
+/// not silently run with the other behaviour).
+fn flag(name: &'static str, value: Option<String>) -> Result<bool, EnvError> {
+    match value.as_deref() {
+        None | Some("" | "0") => Ok(false),
+        Some("1") => Ok(true),
+        Some(other) => Err(EnvError {
+            name,
+            value: other.to_owned(),
+            expected: "0 or 1",
         }),
     }
 }
@@ -253,6 +272,7 @@ mod tests {
         assert_eq!(env.log_mb, DEFAULT_LOG_MB);
         assert_eq!(env.malloc, MallocMode::Shared);
         assert_eq!(env.globals, GlobalsMode::Shared);
+        assert!(!env.isolate_volatile);
         assert_eq!((env.crash_at, env.pfail, env.mutant), (None, None, None));
         assert!(!env.dormant());
         assert!(
@@ -278,6 +298,7 @@ mod tests {
             ("NVT_CRASH_AT", "7"),
             ("NVT_PFAIL", "random:3"),
             ("NVT_STATS", "1"),
+            ("NVT_ISOLATE_VOLATILE", "1"),
         ])
         .expect("valid");
         assert_eq!(env.pool, PathBuf::from("/tmp/p.pool"));
@@ -289,6 +310,7 @@ mod tests {
         assert_eq!(env.crash_at, Some(7));
         assert_eq!(env.pfail, Some(pfail::Mode::Random(3)));
         assert!(env.stats);
+        assert!(env.isolate_volatile);
     }
 
     #[test]
@@ -299,6 +321,11 @@ mod tests {
         assert_eq!(error.name, "NVT_MALLOC");
         assert!(parse(&[("NVT_PFAIL", "some")]).is_err());
         assert!(parse(&[("NVT_GLOBALS", "yes")]).is_err());
+        let error = parse(&[("NVT_ISOLATE_VOLATILE", "yes")]).expect_err("not a switch");
+        assert_eq!(
+            error.to_string(),
+            "NVT_ISOLATE_VOLATILE=yes: expected 0 or 1"
+        );
     }
 
     #[test]

@@ -69,12 +69,14 @@ impl Runtime {
                 unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
             }
             LOCAL.me.store(index as u32, Ordering::Relaxed);
-            // The main process works on the shared view of the unlogged regions directly;
-            // a thread-process tracks its writes. Fork copied no page-table entries of
-            // those shared mappings, so replacing them is cheap.
-            self.tracker
-                .set_tracking(true)
-                .unwrap_or_else(|e| fatal(&e.to_string()));
+            // Every process writes the unlogged regions in place, as pthreads do (§3.2): a
+            // data-race-free program reads another thread's write only after synchronising
+            // with it. With NVT_ISOLATE_VOLATILE=1 a thread-process tracks and merges them.
+            if super::env::env().isolate_volatile {
+                self.tracker
+                    .set_tracking(true)
+                    .unwrap_or_else(|e| fatal(&e.to_string()));
+            }
             self.tracker.after_fork();
             self.tracker.set_writer(index);
             LOCAL.depth.store(0, Ordering::Relaxed);
