@@ -53,8 +53,13 @@
  * with EFAULT unless the thread wrote to those pages since its last synchronisation. fork()
  * outside pthread_create must be followed by exec. Only one process may run the program on a
  * pool at a time: a second one ends at once with a message and exit status 75 (EX_TEMPFAIL).
- * With LD_PRELOAD, the runtime starts only in a process that creates threads or uses this
- * API: a wrapper (timeout, env, strace, a shell) passes the pool on to the program it runs.
+ * With LD_PRELOAD, the runtime starts only in a process whose executable itself imports
+ * pthread_create or thrd_create, or where any loaded object uses this API: a wrapper
+ * (timeout, env, strace, a shell; the libraries it loads may create threads) passes the
+ * pool on to the program it runs. A wrapper whose executable creates threads itself (an
+ * interpreter such as python3) takes the pool and leaves the program dormant: link the
+ * program with -lnvthreads_rt, or preload it alone (python3 ... env LD_PRELOAD=... ./prog).
+ * A program whose threads are all created by a library (C++ std::thread) sets NVT_ENABLE=1.
  * A program that uses the runtime, started (system(), exec) by a running program on the same
  * pool, runs with the runtime dormant (plain pthreads, nothing persistent) and says so on
  * stderr.
@@ -66,7 +71,8 @@
  * use; default three quarters of the free heap), NVT_GLOBALS=0 (globals private),
  * NVT_NVM_NS_PER_PAGE (emulated NVM write latency: nanoseconds per 4 KiB written to the
  * log), NVT_DISABLE=1 (dormant: plain pthreads and glibc malloc; nvmalloc returns ordinary
- * zeroed memory), NVT_DEBUG=1 (print why a call of this API failed), NVT_STATS=1 (print the
+ * zeroed memory), NVT_ENABLE=1 (run even where the imports say the process does not use
+ * the runtime; NVT_DISABLE=1 wins), NVT_DEBUG=1 (print why a call of this API failed), NVT_STATS=1 (print the
  * runtime's counters at exit), NVT_PROFILE=1 (time every step of every section and print
  * the totals at exit), NVT_CRASH_AT=n (kill the process group after the n-th fence of the
  * log protocol, recovery included; for tests), NVT_PFAIL (power-failure images at that

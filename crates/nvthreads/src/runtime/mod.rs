@@ -151,9 +151,9 @@ pub enum Dormancy {
     Active,
     /// `NVT_DISABLE=1`.
     Disabled,
-    /// Nothing loaded in this process creates threads or uses the persistence API (a
-    /// wrapper such as `timeout`, `env`, `strace` or a shell started with `LD_PRELOAD`):
-    /// the pool is left to the programs it starts.
+    /// The executable creates no threads and nothing loaded uses the persistence API (a
+    /// wrapper such as `timeout`, `env`, `strace` or a shell started with `LD_PRELOAD`),
+    /// and `NVT_ENABLE=1` is not set: the pool is left to the programs it starts.
     NotUsed,
     /// A running program on the same pool started this one (`system()` inheriting
     /// `LD_PRELOAD`, or a program running another on its own pool): the pool is taken.
@@ -166,7 +166,7 @@ pub fn dormancy() -> Dormancy {
     let settings = env();
     if settings.disable {
         Dormancy::Disabled
-    } else if !crate::imports::process_uses_runtime() {
+    } else if !settings.enable && !crate::imports::process_uses_runtime() {
         Dormancy::NotUsed
     } else if settings.dormant() {
         Dormancy::PoolInUse

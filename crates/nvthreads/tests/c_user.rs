@@ -1,0 +1,124 @@
+//! The runtime as a C programmer meets it (`docs/nvthreads.md` §3.7, §9): wrappers that
+//! link libraries with threads of their own, C11 `<threads.h>`, daemonising by `fork`, and
+//! the `nvmalloc` error contract.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Builds `tests/c/wrapper.c` linked with `tests/c/spawnlib.c` as a shared library (which
+/// imports `pthread_create`; the wrapper does not), without the runtime.
+fn build_wrapper(dir: &Path) -> PathBuf {
+    require_cc();
+    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
+    let library = dir.join("libspawnlib.so");
+    let wrapper = dir.join("wrapper");
+    let compile = |args: &[&std::ffi::OsStr]| {
+        let output = Command::new("cc").args(args).output().expect("run cc");
+        assert!(
+            output.status.success(),
+            "cc {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    compile(&[
+        "-shared".as_ref(),
+        "-fPIC".as_ref(),
+        "-pthread".as_ref(),
+        "-Wall".as_ref(),
+        "-Werror".as_ref(),
+        "-o".as_ref(),
+        library.as_os_str(),
+        sources.join("spawnlib.c").as_os_str(),
+    ]);
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    compile(&[
+        "-Wall".as_ref(),
+        "-Werror".as_ref(),
+        "-o".as_ref(),
+        wrapper.as_os_str(),
+        sources.join("wrapper.c").as_os_str(),
+        "-L".as_ref(),
+        dir.as_os_str(),
+        "-Wl,--no-as-needed".as_ref(),
+        "-lspawnlib".as_ref(),
+        rpath.as_ref(),
+    ]);
+    wrapper
+}
+
+/// Runs `counter 2 10` twice on one pool through `wrapper` with the runtime preloaded: the
+/// second run must find the first one's 20 sections.
+fn counter_persists_through(wrapper: &[&Path]) {
+    let library = library_dir().join("libnvthreads_rt.so");
+    let counter = &program("counter").preload;
+    let (_dir, pool) = pool_path("wrapped");
+    let mut states = Vec::new();
+    for _ in 0..2 {
+        let mut wrapped = command(wrapper[0], &pool, &[]);
+        wrapped
+            .args(&wrapper[1..])
+            .arg(counter)
+            .args(["2", "10"])
+            .env("LD_PRELOAD", &library);
+        let lines = run(wrapped);
+        states.push(parse_state(&lines[0]));
+    }
+    assert_eq!(
+        (states[1].run, states[1].seq),
+        (1, 20),
+        "{wrapper:?}: the wrapper must stay dormant and the program persist: {states:?}"
+    );
+}
+
+/// A wrapper that links a library importing `pthread_create` (but does not import it
+/// itself) leaves the runtime dormant; the program it starts runs on the runtime.
+#[test]
+fn a_wrapper_whose_library_creates_threads_leaves_the_pool_to_the_program() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wrapper = build_wrapper(dir.path());
+    counter_persists_through(&[&wrapper]);
+}
+
+/// The real `strace` loads `liblzma`, which imports `pthread_create`.
+#[test]
+fn strace_leaves_the_pool_to_the_program() {
+    let works = Command::new("strace")
+        .args(["-o", "/dev/null", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !works {
+        eprintln!("SKIPPED: strace is not installed or cannot trace here (apt-get install strace)");
+        return;
+    }
+    counter_persists_through(&[Path::new("strace"), Path::new("-o"), Path::new("/dev/null")]);
+}
+
+/// `NVT_ENABLE=1` starts the runtime in a process that would stay dormant (here the
+/// wrapper itself, which then holds the pool: the program it starts finds it in use).
+#[test]
+fn nvt_enable_forces_the_runtime_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wrapper = build_wrapper(dir.path());
+    let library = library_dir().join("libnvthreads_rt.so");
+    let (_pool_dir, pool) = pool_path("forced");
+    let mut forced = command(&wrapper, &pool, &[]);
+    forced
+        .arg(&program("counter").preload)
+        .args(["2", "3"])
+        .env("LD_PRELOAD", &library)
+        .env("NVT_ENABLE", "1")
+        .stderr(Stdio::piped());
+    let output = forced.output().expect("spawn");
+    assert!(output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(pool.exists(), "the forced wrapper made the pool");
+    assert!(
+        stderr.contains("in use by the program that started this one"),
+        "the program must find the pool taken by the forced wrapper: {stderr}"
+    );
+}
