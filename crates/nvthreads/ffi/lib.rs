@@ -20,11 +20,14 @@
 //!   thread-process like libc's globals, and the kernel writes some of it (`read` into a
 //!   stream buffer) where a write-protected page would fail with `EFAULT`. The caller is
 //!   told apart by the return address, which small assembly entry points pass on.
+//! - [`c11`]: C11 `<threads.h>` (`thrd_*`, `mtx_*`, `cnd_*`, `tss_*`, `call_once`) on the
+//!   pthread functions above.
 //! - the persistence API and the `read`/`pread`/`fread` wrappers (below).
 //!
 //! The Rust side of the library allocates from glibc directly (`__libc_malloc`, the global
 //! allocator below), so the runtime never calls its own `malloc`.
 
+mod c11;
 mod heap;
 mod pthread;
 

@@ -5,8 +5,9 @@
  * libc on the link line, which is the default), or run it with LD_PRELOAD=libnvthreads_rt.so.
  * The library replaces pthread_create/join/exit/self/detach/kill, pthread_mutex_*,
  * pthread_cond_* (timed waits included), pthread_barrier_*, pthread_once, pthread_rwlock_*
- * and pthread_spin_* (as exclusive locks) and the malloc family, and adds the persistence
- * API below. It starts before main. Design: docs/nvthreads.md.
+ * and pthread_spin_* (as exclusive locks), C11 <threads.h> (thrd_*, mtx_*, cnd_*, tss_*,
+ * call_once; on the same runtime) and the malloc family, and adds the persistence API
+ * below. It starts before main. Design: docs/nvthreads.md.
  *
  * Guarantee. Persistent data is what nvmalloc returns (and, with NVT_MALLOC=persistent,
  * what malloc returns). After a crash (the whole program killed, or power lost with the pool
@@ -47,7 +48,8 @@
  *
  * Limits. Mutex attributes other than the type are ignored; pthread_cancel returns ENOTSUP;
  * thread attributes other than the detach state do not apply (a thread runs on a copy of its
- * creator's stack); pthread_key destructors do not run; pthread_atfork handlers run at every
+ * creator's stack); pthread_key (and tss) destructors do not run, and a key created after a
+ * thread exists is unknown to that thread; pthread_atfork handlers run at every
  * pthread_create. read, pread and fread into the heap, globals or malloc'd memory are
  * wrapped to work; other system calls that write into such memory (recv, readv, ...) fail
  * with EFAULT unless the thread wrote to those pages since its last synchronisation. fork()

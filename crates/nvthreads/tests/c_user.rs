@@ -122,3 +122,83 @@ fn nvt_enable_forces_the_runtime_on() {
         "the program must find the pool taken by the forced wrapper: {stderr}"
     );
 }
+
+/// The counter written with C11 `<threads.h>` (`tests/c/c11.c`).
+const C11: Spec = Spec {
+    name: "c11",
+    args: &["2", "6"],
+    check: &["1", "1", "check"],
+    slack: 2,
+    env: &[],
+    per_thread: false,
+};
+
+/// Every C11 function returns the C11 result codes, linked and preloaded.
+#[test]
+fn c11_threads_return_the_c11_result_codes() {
+    let library = library_dir().join("libnvthreads_rt.so");
+    let built = program("c11");
+    for (binary, preload) in [(&built.linked, false), (&built.preload, true)] {
+        let (_dir, pool) = pool_path("c11codes");
+        let mut codes = command(binary, &pool, &["codes"]);
+        if preload {
+            codes.env("LD_PRELOAD", &library);
+        }
+        assert_eq!(run(codes), ["CODES ok"], "preloaded: {preload}");
+    }
+}
+
+/// C11 threads are thread-processes of the runtime: each section is one commit (glibc's
+/// own `thrd_create` would bypass the runtime and log nothing but the start and end).
+#[test]
+fn c11_sections_are_logged() {
+    let (_dir, pool) = pool_path("c11stats");
+    let mut counted = C11.command(&pool, &["2", "50"]);
+    counted.env("NVT_STATS", "1").stderr(Stdio::piped());
+    let output = counted.output().expect("spawn c11");
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("DONE run=1 seq=100 once=1"), "{stdout}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let commits = stderr
+        .lines()
+        .find_map(|line| field(line, "commits"))
+        .unwrap_or_else(|| panic!("no commits= in {stderr}"));
+    assert!(commits >= 100, "100 sections, {commits} commits: {stderr}");
+}
+
+#[test]
+fn c11_crashes_at_every_step_and_every_recovery_fence() {
+    let report = crash_every_step(&C11, None, true).unwrap_or_else(|p| panic!("c11: {p}"));
+    report.assert_covers("c11", 12);
+}
+
+/// SIGKILLs at varied points of runs of the C11 counter: nothing acknowledged is lost,
+/// nothing torn, at most one section per thread more than acknowledged.
+#[test]
+fn c11_sections_survive_sigkill() {
+    let (_dir, pool) = pool_path("c11kill");
+    let args = ["2", "100000"];
+    let kills = 12u64;
+    let mut acked = Acked::default();
+    let mut mid_run = 0;
+    for kill in 0..kills {
+        let mut running = start(C11.command(&pool, &args), None, None);
+        let wanted = 1 + (kill * 7919) % 20_000;
+        running
+            .progress
+            .wait_for(wanted, std::time::Duration::from_secs(30));
+        let (got, _, exited) = kill_and_reap(&mut running, true);
+        mid_run += u64::from(!exited);
+        acked.merge(&got);
+        let state = parse_state(&C11.check_line(&pool, None).expect("check"));
+        check_against(state, &acked, C11.slack, false, &format!("kill {kill}"));
+        acked.cover(&state);
+    }
+    assert!(
+        mid_run * 4 >= kills * 3,
+        "most kills must land while the threads run: {mid_run} of {kills}"
+    );
+    let state = parse_state(&C11.check_line(&pool, None).expect("final check"));
+    assert!(state.seq > 0, "no C11 section ever committed");
+}
