@@ -31,8 +31,9 @@
  *     section, the section is durable. In general a thread's writes up to its last
  *     synchronisation point are durable once nvt_durable_epoch() >= nvt_section_epoch();
  *     a dependent section reaches that when the open section it depends on ends.
- * Stdout is made line-buffered when the first thread starts, so lines printed by several
- * threads never tear.
+ * Stdout is made line-buffered when the first thread starts: a line of up to 4 KiB (the
+ * stdio buffer; PIPE_BUF on a pipe) printed by one call never tears; longer lines can tear
+ * across threads, on a pipe or a file.
  *
  * Memory. Threads are processes. Shared between them, with pthreads semantics for
  * data-race-free programs (a thread sees another's writes after synchronising with it):
@@ -46,6 +47,17 @@
  * memory libc allocates for itself (stdio buffers, DIR streams, ...): a FILE is used by one
  * thread at a time; streams are flushed at pthread_create and at each thread's exit.
  *
+ * Threads are processes, also for signals and atomics. A signal goes to the process it is
+ * sent to: kill(getpid(), ...) or raise() reaches only the calling thread (from main, only
+ * the main thread: a thread blocked in sigwait never sees it); a signal to the process
+ * group (Ctrl-C) runs the handler in every thread. Atomics (C11 <stdatomic.h>, __atomic)
+ * and memory the runtime does not share (see Memory; mmap MAP_PRIVATE|MAP_ANONYMOUS among
+ * it) are per thread: another thread sees neither. In memory the runtime shares, writes
+ * (atomic ones too) reach another thread when both synchronise through the pthread or C11
+ * calls, so lock-free synchronisation does not work there; memory really shared between
+ * processes (mmap MAP_SHARED before creating threads) works but is neither merged nor
+ * persistent.
+ *
  * Limits. Mutex attributes other than the type are ignored; pthread_cancel returns ENOTSUP;
  * thread attributes other than the detach state do not apply (a thread runs on a copy of its
  * creator's stack); pthread_key (and tss) destructors do not run, and a key created after a
@@ -53,7 +65,10 @@
  * pthread_create. read, pread and fread into the heap, globals or malloc'd memory are
  * wrapped to work; other system calls that write into such memory (recv, readv, ...) fail
  * with EFAULT unless the thread wrote to those pages since its last synchronisation. fork()
- * outside pthread_create must be followed by exec. Only one process may run the program on a
+ * outside pthread_create must be followed by exec: a child that calls a pthread function or
+ * this API instead ends at once with a message and exit status 70 (EX_SOFTWARE), and its
+ * exit() leaves the pool to its parent; so a server that daemonises (if (fork()) exit(0);)
+ * must do it before the runtime starts (a service manager, or fork then exec). Only one process may run the program on a
  * pool at a time: a second one ends at once with a message and exit status 75 (EX_TEMPFAIL).
  * With LD_PRELOAD, the runtime starts only in a process whose executable itself imports
  * pthread_create or thrd_create, or where any loaded object uses this API: a wrapper
@@ -108,15 +123,18 @@ extern "C" {
  * name and returns them. The heap sits at the same virtual address in every run, so pointers
  * stored in persistent objects stay valid after recovery. `name` may be NULL (an anonymous
  * allocation, reachable only through pointers stored in named objects); names have at most
- * 47 bytes and at most 63 exist. Outside a section the allocation is durable on return;
- * inside one it commits with the section. Objects are never freed.
+ * 47 bytes and at most 63 exist (62 with NVT_MALLOC=persistent, whose arena takes one).
+ * Outside a section the allocation is durable on return; inside one it commits with the
+ * section. Objects are never freed.
  * On failure returns NULL, sets errno, and nvt_error() says why:
  *   ENAMETOOLONG  the name has more than 47 bytes
- *   EINVAL        the name is empty
+ *   EINVAL        the size is 0, or the name is empty
  *   EEXIST        an object of that name exists and is smaller than `size`
- *   ENOSPC        all 63 names are in use
+ *   ENOSPC        all 63 names are in use (the message counts the arena's)
  *   ENOMEM        the heap has no `size` free bytes (NVT_HEAP_MB sizes a new pool's heap)
- * With NVT_DEBUG=1 the reason is also printed on stderr.
+ * With NVT_DEBUG=1 the reason is also printed on stderr. With the runtime dormant
+ * (NVT_DISABLE=1) the errors are the same, except that names are unlimited (no ENOSPC) and
+ * ENOMEM means glibc's calloc failed.
  */
 NVT_API void *nvmalloc(size_t size, const char *name);
 

@@ -202,3 +202,106 @@ fn c11_sections_survive_sigkill() {
     let state = parse_state(&C11.check_line(&pool, None).expect("final check"));
     assert!(state.seq > 0, "no C11 section ever committed");
 }
+
+/// Runs `tests/c/forked.c` in `mode` on `pool`; returns its stdout lines and stderr.
+fn forked(pool: &Path, mode: &str) -> (Vec<String>, String) {
+    let mut forked = command(&program("forked").linked, pool, &[mode]);
+    forked.stderr(Stdio::piped());
+    let output = forked.output().expect("spawn forked");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{mode}: {output:?}");
+    (stdout.lines().map(str::to_owned).collect(), stderr)
+}
+
+/// A child of `fork()` outside `pthread_create` that goes on without `exec` (a daemonising
+/// server) is ended with status 70 and a message at its first pthread call; the pool is left
+/// as the parent closed it.
+#[test]
+fn a_forked_child_that_does_not_exec_is_refused_with_status_70() {
+    let (_dir, pool) = pool_path("forked");
+    let (lines, stderr) = forked(&pool, "daemon");
+    assert_eq!(lines, ["STATE cnt=0 crashed=0"], "{stderr}");
+    assert!(
+        stderr.contains("made by fork()") && stderr.contains("exiting with status 70"),
+        "{stderr}"
+    );
+    let (lines, stderr) = forked(&pool, "wait");
+    assert_eq!(
+        lines,
+        ["STATE cnt=0 crashed=0", "CHILD status=70", "DONE cnt=200"],
+        "the daemon's child must neither change the pool nor close it: {stderr}"
+    );
+    let (lines, _) = forked(&pool, "exec");
+    assert_eq!(lines[0], "STATE cnt=200 crashed=0");
+}
+
+/// A child of `fork()` that only calls `exit` does not close the parent's pool: a crash of
+/// the parent afterwards is seen as a crash by the next run, with its sections kept.
+#[test]
+fn a_forked_child_exit_does_not_close_the_parents_pool() {
+    let (_dir, pool) = pool_path("forkexit");
+    let mut killed = command(&program("forked").linked, &pool, &["exit-kill"]);
+    killed.stderr(Stdio::piped());
+    let output = killed.output().expect("spawn forked");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("DONE cnt=200"), "{output:?}");
+    let (lines, stderr) = forked(&pool, "exec");
+    assert_eq!(lines[0], "STATE cnt=200 crashed=1", "{stderr}");
+}
+
+/// `fork()` then `exec`, or a child that only exits, leaves the parent's run intact.
+#[test]
+fn fork_then_exec_or_exit_leaves_the_run_intact() {
+    let (_dir, pool) = pool_path("forkexec");
+    for (mode, before) in [("exec", 0), ("exit", 200), ("exec", 400)] {
+        let (lines, stderr) = forked(&pool, mode);
+        assert_eq!(
+            lines,
+            [
+                format!("STATE cnt={before} crashed=0"),
+                "CHILD status=0".to_owned(),
+                format!("DONE cnt={}", before + 200)
+            ],
+            "{mode}: {stderr}"
+        );
+    }
+}
+
+/// `nvmalloc` refuses a size of 0, bad names and a too-small existing object with NULL, the
+/// documented errno and a reason, with the runtime running and dormant alike.
+#[test]
+fn nvmalloc_error_contract_holds_running_and_dormant() {
+    for dormant in [false, true] {
+        let (_dir, pool) = pool_path("contract");
+        let mut contract = command(&program("contract").linked, &pool, &["common"]);
+        if dormant {
+            contract.env("NVT_DISABLE", "1");
+        }
+        assert_eq!(run(contract), ["CONTRACT ok"], "dormant: {dormant}");
+        assert_eq!(pool.exists(), !dormant);
+    }
+}
+
+/// The name table holds 63 names; with `NVT_MALLOC=persistent` the arena takes one, and
+/// the message says so.
+#[test]
+fn the_full_name_table_message_counts_the_arenas_name() {
+    for (mode, made, arena) in [("shared", 63, false), ("persistent", 62, true)] {
+        let (_dir, pool) = pool_path("names");
+        let mut names = command(&program("contract").linked, &pool, &["names"]);
+        names.env("NVT_MALLOC", mode);
+        let lines = run(names);
+        let line = &lines[0];
+        assert!(
+            line.starts_with(&format!("NAMES made={made} errno={} ", libc::ENOSPC)),
+            "{mode}: {line}"
+        );
+        assert!(line.contains("all 63 names"), "{mode}: {line}");
+        assert_eq!(
+            line.contains("62 by the program, 1 by the persistent malloc arena"),
+            arena,
+            "{mode}: {line}"
+        );
+    }
+}

@@ -15,10 +15,13 @@
 //! - [`commit`]: merges, log appends to the thread's lane, groups and checkpoints;
 //! - [`sync`]: mutexes, condition variables, barriers, once-controls;
 //! - [`threads`]: creating, joining, detaching, signalling and naming thread-processes;
-//! - [`signals`]: a fatal signal in any process ends the whole run.
+//! - [`signals`]: a fatal signal in any process ends the whole run;
+//! - [`fork`]: a `fork()` by the program outside `pthread_create` ends its child if it uses
+//!   the runtime without `exec`.
 
 pub mod commit;
 pub mod env;
+pub mod fork;
 pub mod layout;
 pub mod signals;
 pub mod sync;
@@ -208,6 +211,7 @@ impl Runtime {
         main.pid.store(unsafe { libc::getpid() }, Ordering::Relaxed);
         // SAFETY: registering a plain extern "C" function with no arguments.
         unsafe { libc::atexit(signals::at_exit) };
+        fork::watch_forks();
         signals::install_fatal_handlers();
         let lanes = geo.lanes as usize;
         let runtime = Runtime {
@@ -322,12 +326,20 @@ impl Runtime {
     /// outside a section; part of the section inside one. The error says why nothing was
     /// allocated (and which `errno` the C API sets).
     pub fn nvmalloc(&self, size: u64, name: Option<&[u8]>) -> Result<*mut u8, AllocError> {
+        heapmeta::check_request(size, name)?;
         self.lock_heap();
         let meta = self.meta();
         let result = match name.and_then(|name| heapmeta::lookup(meta, name)) {
             Some((offset, existing)) if existing >= size => Ok(offset),
             Some((_, existing)) => Err(AllocError::TooSmall { existing, size }),
-            None => heapmeta::allocate(meta, self.heap_len, size, name),
+            None => {
+                heapmeta::allocate(meta, self.heap_len, size, name).map_err(|error| match error {
+                    AllocError::DirectoryFull { .. } => AllocError::DirectoryFull {
+                        arena: heapmeta::lookup(meta, crate::malloc::ARENA_NAME).is_some(),
+                    },
+                    other => other,
+                })
+            }
         };
         self.unlock_heap();
         result.map(|offset| self.heap_ptr(offset))
