@@ -31,9 +31,9 @@
  *     section, the section is durable. In general a thread's writes up to its last
  *     synchronisation point are durable once nvt_durable_epoch() >= nvt_section_epoch();
  *     a dependent section reaches that when the open section it depends on ends.
- * Stdout is made line-buffered when the first thread starts: a line of up to 4 KiB (the
- * stdio buffer; PIPE_BUF on a pipe) printed by one call never tears; longer lines can tear
- * across threads, on a pipe or a file.
+ * Stdout is made line-buffered (a 64 KiB buffer) when the first thread starts: a line
+ * printed by one call goes out in one write, so it never tears on a file up to 64 KiB, nor
+ * on a pipe up to 4 KiB (PIPE_BUF); longer lines can tear across threads.
  *
  * Memory. Threads are processes. Shared between them, with pthreads semantics for
  * data-race-free programs (a thread sees another's writes after synchronising with it):

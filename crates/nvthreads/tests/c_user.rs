@@ -305,3 +305,36 @@ fn the_full_name_table_message_counts_the_arenas_name() {
         );
     }
 }
+
+/// Lines longer than 4 KiB printed by several threads to a file stay whole (one `write` per
+/// line, up to stdout's 64 KiB line buffer).
+#[test]
+fn long_stdout_lines_to_a_file_never_tear() {
+    for len in [6_000usize, 60_000] {
+        let (_dir, pool) = pool_path("longlines");
+        let out_dir = tempfile::tempdir().expect("tempdir");
+        let out = out_dir.path().join("out.txt");
+        let file = std::fs::File::create(&out).expect("create output");
+        let lines = "100";
+        let len_arg = len.to_string();
+        let mut printer = command(&program("longlines").linked, &pool, &[lines, &len_arg]);
+        printer.stdout(file);
+        let status = printer.status().expect("spawn longlines");
+        assert!(status.success(), "{status:?}");
+        let text = std::fs::read_to_string(&out).expect("read output");
+        let pad = "x".repeat(len);
+        let mut seen = std::collections::HashSet::new();
+        for line in text.lines() {
+            let mut words = line.split(' ');
+            let (thread, number) = (words.next(), words.next());
+            let whole = words.next() == Some(pad.as_str()) && words.next() == Some("END");
+            assert!(
+                whole && words.next().is_none(),
+                "len {len}: a torn line: {}",
+                &line[..line.len().min(80)]
+            );
+            assert!(seen.insert((thread, number)), "len {len}: a line twice");
+        }
+        assert_eq!(seen.len(), 400, "len {len}: every line once");
+    }
+}
