@@ -71,12 +71,14 @@
  * must do it before the runtime starts (a service manager, or fork then exec). Only one process may run the program on a
  * pool at a time: a second one ends at once with a message and exit status 75 (EX_TEMPFAIL).
  * With LD_PRELOAD, the runtime starts only in a process whose executable itself imports
- * pthread_create or thrd_create, or where any loaded object uses this API: a wrapper
+ * pthread_create or thrd_create (or is linked with -lnvthreads_rt), or where any loaded
+ * object uses this API: a wrapper
  * (timeout, env, strace, a shell; the libraries it loads may create threads) passes the
  * pool on to the program it runs. A wrapper whose executable creates threads itself (an
  * interpreter such as python3) takes the pool and leaves the program dormant: link the
  * program with -lnvthreads_rt, or preload it alone (python3 ... env LD_PRELOAD=... ./prog).
- * A program whose threads are all created by a library (C++ std::thread) sets NVT_ENABLE=1.
+ * A program whose threads are all created by a library (C++ std::thread) is linked with
+ * -Wl,--no-as-needed -lnvthreads_rt, or preloaded with NVT_ENABLE=1.
  * A program that uses the runtime, started (system(), exec) by a running program on the same
  * pool, runs with the runtime dormant (plain pthreads, nothing persistent) and says so on
  * stderr.

@@ -1,6 +1,7 @@
 //! Whether this process uses the runtime (`docs/nvthreads.md` §3.7): whether the executable
-//! itself creates threads (imports one of [`THREAD_SYMBOLS`]), or the executable or a
-//! library loaded with it imports the persistence API ([`API_SYMBOLS`]).
+//! itself was linked with the runtime or creates threads (imports one of
+//! [`THREAD_SYMBOLS`]), or the executable or a library loaded with it imports the
+//! persistence API ([`API_SYMBOLS`]).
 //!
 //! `LD_PRELOAD` loads the runtime into every process started with it, wrappers included
 //! (`timeout 60 ./prog`, `strace`, `env`, a shell script). A wrapper neither creates threads
@@ -11,8 +12,10 @@
 //!
 //! Thread creation counts only in the executable: libraries import `pthread_create` for
 //! their own worker threads (`strace` loads `liblzma`, which does), and a wrapper linked
-//! with one must not take the pool. A program whose threads are all made by a library
-//! (C++ `std::thread` in `libstdc++`) sets `NVT_ENABLE=1`.
+//! with one must not take the pool. An executable linked with the runtime itself (its
+//! `DT_NEEDED` names `libnvthreads_rt`) chose it and uses it however its threads are made;
+//! a preloaded program whose threads are all made by a library (C++ `std::thread` in
+//! `libstdc++`) sets `NVT_ENABLE=1`.
 //!
 //! The imports are read from the relocation tables of every object loaded at start-up (the
 //! executable first; libc, the dynamic loader and this library itself are skipped): a call
@@ -52,9 +55,9 @@ struct Search {
     found: bool,
 }
 
-/// Whether the executable imports one of [`THREAD_SYMBOLS`] or [`API_SYMBOLS`], or another
-/// object loaded in this process (but libc, the loader and this library) imports one of
-/// [`API_SYMBOLS`].
+/// Whether the executable was linked with the runtime or imports one of [`THREAD_SYMBOLS`]
+/// or [`API_SYMBOLS`], or another object loaded in this process (but libc, the loader and
+/// this library) imports one of [`API_SYMBOLS`].
 pub fn process_uses_runtime() -> bool {
     let mut search = Search {
         visited: 0,
@@ -103,8 +106,40 @@ unsafe extern "C" fn search_object(
     0
 }
 
+/// `DT_NEEDED`: a library the object was linked with.
+const DT_NEEDED: u64 = 1;
+/// The runtime library's name, as a `DT_NEEDED` entry holds it.
+const RUNTIME_LIBRARY: &[u8] = b"libnvthreads_rt";
+
+/// Whether the dynamic section `dynamic` names the runtime library among the libraries its
+/// object was linked with.
+///
+/// # Safety
+/// `dynamic` is a mapped dynamic section whose string table, `strsz` bytes, is at `strtab`.
+unsafe fn links_runtime(dynamic: usize, strtab: usize, strsz: usize) -> bool {
+    let mut at = dynamic as *const u64;
+    loop {
+        // SAFETY: the section is a sequence of (tag, value) pairs ending with DT_NULL.
+        let (tag, value) = unsafe { (at.read(), at.add(1).read() as usize) };
+        match tag {
+            0 => return false,
+            DT_NEEDED if value < strsz => {
+                // SAFETY: a NUL-terminated name inside the mapped string table.
+                let name = unsafe { CStr::from_ptr((strtab + value) as *const libc::c_char) };
+                if name.to_bytes().starts_with(RUNTIME_LIBRARY) {
+                    return true;
+                }
+            }
+            _ => {}
+        }
+        // SAFETY: still inside the section (DT_NULL not reached).
+        at = unsafe { at.add(2) };
+    }
+}
+
 /// Whether the relocations of the object loaded at `base` with dynamic section `dynamic`
-/// name one of [`API_SYMBOLS`] (or, for the executable, of [`THREAD_SYMBOLS`]).
+/// name one of [`API_SYMBOLS`] (or, for the executable, of [`THREAD_SYMBOLS`]), or the
+/// object is the executable and was linked with the runtime.
 ///
 /// # Safety
 /// `dynamic` is the object's mapped dynamic section, loaded at `base`.
@@ -124,6 +159,10 @@ unsafe fn imports_runtime(base: usize, dynamic: usize, executable: bool) -> bool
         return false;
     };
     let (syment, strsz) = (size(DT_SYMENT).max(24), size(DT_STRSZ));
+    // SAFETY: the caller's contract; the string table is the object's, `strsz` bytes.
+    if executable && unsafe { links_runtime(dynamic, strtab, strsz) } {
+        return true;
+    }
     let entry = size(DT_RELAENT).max(24);
     for (table, bytes) in [
         (address(DT_RELA), size(DT_RELASZ)),

@@ -8,21 +8,24 @@ use common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// Builds `tests/c/wrapper.c` linked with `tests/c/spawnlib.c` as a shared library (which
-/// imports `pthread_create`; the wrapper does not), without the runtime.
-fn build_wrapper(dir: &Path) -> PathBuf {
+fn compile(args: &[&std::ffi::OsStr]) {
+    let output = Command::new("cc").args(args).output().expect("run cc");
+    assert!(
+        output.status.success(),
+        "cc {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn c_source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}"))
+}
+
+/// Builds `tests/c/spawnlib.c` as `dir/libspawnlib.so`: a library that imports
+/// `pthread_create`, without the runtime.
+fn build_spawnlib(dir: &Path) {
     require_cc();
-    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
     let library = dir.join("libspawnlib.so");
-    let wrapper = dir.join("wrapper");
-    let compile = |args: &[&std::ffi::OsStr]| {
-        let output = Command::new("cc").args(args).output().expect("run cc");
-        assert!(
-            output.status.success(),
-            "cc {args:?}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    };
     compile(&[
         "-shared".as_ref(),
         "-fPIC".as_ref(),
@@ -31,15 +34,22 @@ fn build_wrapper(dir: &Path) -> PathBuf {
         "-Werror".as_ref(),
         "-o".as_ref(),
         library.as_os_str(),
-        sources.join("spawnlib.c").as_os_str(),
+        c_source("spawnlib.c").as_os_str(),
     ]);
+}
+
+/// Builds `tests/c/wrapper.c` linked with `libspawnlib.so` (which imports `pthread_create`;
+/// the wrapper does not), without the runtime.
+fn build_wrapper(dir: &Path) -> PathBuf {
+    build_spawnlib(dir);
+    let wrapper = dir.join("wrapper");
     let rpath = format!("-Wl,-rpath,{}", dir.display());
     compile(&[
         "-Wall".as_ref(),
         "-Werror".as_ref(),
         "-o".as_ref(),
         wrapper.as_os_str(),
-        sources.join("wrapper.c").as_os_str(),
+        c_source("wrapper.c").as_os_str(),
         "-L".as_ref(),
         dir.as_os_str(),
         "-Wl,--no-as-needed".as_ref(),
@@ -121,6 +131,64 @@ fn nvt_enable_forces_the_runtime_on() {
         stderr.contains("in use by the program that started this one"),
         "the program must find the pool taken by the forced wrapper: {stderr}"
     );
+}
+
+/// A program linked with the runtime (`-Wl,--no-as-needed -lnvthreads_rt`) uses it even if
+/// its threads are all created by a library (C++ `std::thread`); preloaded, such a program
+/// stays dormant unless `NVT_ENABLE=1`.
+#[test]
+fn threads_made_by_a_library_run_on_the_runtime_when_linked_or_enabled() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    build_spawnlib(dir.path());
+    let runtime_dir = library_dir();
+    let program = |name: &str, with_runtime: bool| {
+        let output = dir.path().join(name);
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "-Wall".into(),
+            "-Werror".into(),
+            "-o".into(),
+            output.clone().into(),
+            c_source("libthreads.c").into(),
+            format!("-L{}", dir.path().display()).into(),
+            "-lspawnlib".into(),
+            format!("-Wl,-rpath,{}", dir.path().display()).into(),
+        ];
+        if with_runtime {
+            // Nothing in the program refers to the runtime: without --no-as-needed the
+            // linker would drop it.
+            args.push(format!("-L{}", runtime_dir.display()).into());
+            args.push("-Wl,--no-as-needed".into());
+            args.push("-lnvthreads_rt".into());
+            args.push(format!("-Wl,-rpath,{}", runtime_dir.display()).into());
+        }
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        compile(&args);
+        output
+    };
+    let linked = program("libthreads-linked", true);
+    let plain = program("libthreads", false);
+    let preload = runtime_dir.join("libnvthreads_rt.so");
+    let cases: [(&Path, bool, bool); 3] = [
+        (&linked, false, true),
+        (&plain, false, false),
+        (&plain, true, true),
+    ];
+    for (binary, enable, runs) in cases {
+        let (_pool_dir, pool) = pool_path("libthreads");
+        let mut started = command(binary, &pool, &[]);
+        if binary == plain.as_path() {
+            started.env("LD_PRELOAD", &preload);
+        }
+        if enable {
+            started.env("NVT_ENABLE", "1");
+        }
+        assert_eq!(run(started), ["SPAWNED 0"], "{binary:?} enable={enable}");
+        assert_eq!(
+            pool.exists(),
+            runs,
+            "{binary:?} NVT_ENABLE={enable}: the runtime must run: {runs}"
+        );
+    }
 }
 
 /// The counter written with C11 `<threads.h>` (`tests/c/c11.c`).
