@@ -11,6 +11,7 @@
 
 use super::{__libc_calloc, __libc_free, __libc_malloc, __libc_memalign, __libc_realloc, active};
 use libc::{c_char, c_int, c_void, size_t};
+use nvthreads::heapmeta::{self, AllocError};
 use nvthreads::runtime::MallocMode;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -356,23 +357,32 @@ unsafe fn copy_string(text: *const c_char, len: usize) -> *mut c_char {
 }
 
 /// `nvmalloc` of a dormant runtime: ordinary zeroed memory, one object per name, so the
-/// program runs unchanged on plain pthreads (nothing persists).
-pub fn dormant_nvmalloc(size: usize, name: Option<&[u8]>) -> *mut c_void {
+/// program runs unchanged on plain pthreads (nothing persists). The requests the runtime
+/// refuses are refused alike (a size of 0, a bad name, an existing object too small); there
+/// is no limit on names, and memory runs out only when glibc's does.
+pub fn dormant_nvmalloc(size: usize, name: Option<&[u8]>) -> Result<*mut c_void, AllocError> {
     static NAMED: Mutex<Vec<(Vec<u8>, usize, usize)>> = Mutex::new(Vec::new());
+    heapmeta::check_request(size as u64, name)?;
     let mut named = NAMED.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(name) = name
         && let Some((_, at, existing)) = named.iter().find(|(known, ..)| known == name)
     {
         return if *existing >= size {
-            *at as *mut c_void
+            Ok(*at as *mut c_void)
         } else {
-            std::ptr::null_mut()
+            Err(AllocError::TooSmall {
+                existing: *existing as u64,
+                size: size as u64,
+            })
         };
     }
     // SAFETY: glibc's calloc has no preconditions.
-    let at = unsafe { __libc_calloc(1, size.max(1)) };
-    if let (Some(name), false) = (name, at.is_null()) {
+    let at = unsafe { __libc_calloc(1, size) };
+    if at.is_null() {
+        return Err(AllocError::DormantOutOfMemory { size: size as u64 });
+    }
+    if let Some(name) = name {
         named.push((name.to_vec(), at as usize, size));
     }
-    at
+    Ok(at)
 }

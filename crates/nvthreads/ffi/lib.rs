@@ -20,11 +20,14 @@
 //!   thread-process like libc's globals, and the kernel writes some of it (`read` into a
 //!   stream buffer) where a write-protected page would fail with `EFAULT`. The caller is
 //!   told apart by the return address, which small assembly entry points pass on.
+//! - [`c11`]: C11 `<threads.h>` (`thrd_*`, `mtx_*`, `cnd_*`, `tss_*`, `call_once`) on the
+//!   pthread functions above.
 //! - the persistence API and the `read`/`pread`/`fread` wrappers (below).
 //!
 //! The Rust side of the library allocates from glibc directly (`__libc_malloc`, the global
 //! allocator below), so the runtime never calls its own `malloc`.
 
+mod c11;
 mod heap;
 mod pthread;
 
@@ -132,6 +135,13 @@ fn active() -> Option<&'static Runtime> {
     (!dormant()).then(runtime)
 }
 
+/// The running runtime for a call of the persistence API, or `None` when dormant; ends a
+/// child of `fork()` outside `pthread_create` (`runtime::fork`).
+fn api() -> Option<&'static Runtime> {
+    nvthreads::runtime::fork::refuse_if_forked("a call of the persistence API");
+    active()
+}
+
 /// Starts the runtime before `main` (and before the program's own constructors): its
 /// allocations are then shared, and the program's globals are adopted before anything
 /// writes them.
@@ -175,13 +185,13 @@ pub(crate) use next;
 /// `main` on its own.
 #[unsafe(no_mangle)]
 pub extern "C" fn nvt_init() {
-    let _ = active();
+    let _ = api();
 }
 
 /// Whether the previous run of the program did not exit cleanly.
 #[unsafe(no_mangle)]
 pub extern "C" fn crashed() -> c_int {
-    active().map_or(0, |runtime| c_int::from(runtime.crashed()))
+    api().map_or(0, |runtime| c_int::from(runtime.crashed()))
 }
 
 /// The original NVthreads name of [`crashed`].
@@ -193,20 +203,20 @@ pub extern "C" fn isCrashed() -> c_int {
 /// The last committed epoch (grows by one per global commit point).
 #[unsafe(no_mangle)]
 pub extern "C" fn nvt_durable_epoch() -> u64 {
-    active().map_or(0, Runtime::durable_epoch)
+    api().map_or(0, Runtime::durable_epoch)
 }
 
 /// The epoch that makes the calling thread's writes up to its last synchronisation point
 /// durable.
 #[unsafe(no_mangle)]
 pub extern "C" fn nvt_section_epoch() -> u64 {
-    active().map_or(0, Runtime::section_epoch)
+    api().map_or(0, Runtime::section_epoch)
 }
 
 /// Commits the calling thread's writes made outside critical sections.
 #[unsafe(no_mangle)]
 pub extern "C" fn nvcheckpoint() {
-    if let Some(runtime) = active() {
+    if let Some(runtime) = api() {
         runtime.sync_point();
     }
 }
@@ -225,21 +235,21 @@ fn name_of<'a>(name: *const c_char) -> Option<&'a [u8]> {
 /// `name` is null or a NUL-terminated string.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmalloc(size: size_t, name: *const c_char) -> *mut c_void {
-    let Some(runtime) = active() else {
-        return heap::dormant_nvmalloc(size, name_of(name));
+    let result = match api() {
+        Some(runtime) => runtime
+            .nvmalloc(size as u64, name_of(name))
+            .map(<*mut u8>::cast),
+        None => heap::dormant_nvmalloc(size, name_of(name)),
     };
-    match runtime.nvmalloc(size as u64, name_of(name)) {
-        Ok(at) => at.cast(),
-        Err(error) => {
-            let name = name_of(name).map(String::from_utf8_lossy);
-            let message = match name {
-                Some(name) => format!("nvmalloc({size}, \"{name}\"): {error}"),
-                None => format!("nvmalloc({size}, NULL): {error}"),
-            };
-            fail(error.errno(), &message);
-            std::ptr::null_mut()
-        }
-    }
+    result.unwrap_or_else(|error| {
+        let name = name_of(name).map(String::from_utf8_lossy);
+        let message = match name {
+            Some(name) => format!("nvmalloc({size}, \"{name}\"): {error}"),
+            None => format!("nvmalloc({size}, NULL): {error}"),
+        };
+        fail(error.errno(), &message);
+        std::ptr::null_mut()
+    })
 }
 
 /// The reason of the calling thread's last failed call of the persistence API (empty
@@ -276,7 +286,7 @@ pub extern "C" fn nvt_error() -> *const c_char {
 /// `dest` is valid for `size` bytes of writes; `name` is a NUL-terminated string.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvrecover(dest: *mut c_void, size: size_t, name: *const c_char) -> size_t {
-    let (Some(name), Some(runtime)) = (name_of(name), active()) else {
+    let (Some(name), Some(runtime)) = (name_of(name), api()) else {
         return 0;
     };
     // SAFETY: forwarded from the caller's contract.

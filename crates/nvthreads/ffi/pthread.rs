@@ -9,7 +9,7 @@
 
 use crate::next;
 use libc::{c_char, c_int, c_uint, c_void, pthread_t, size_t, timespec};
-use nvthreads::runtime::{JoinWait, Runtime};
+use nvthreads::runtime::{JoinWait, Runtime, fork};
 use nvthreads::shared::{Clock, mutex_kind};
 
 type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
@@ -25,7 +25,10 @@ fn key<T>(object: *const T) -> u64 {
     object as u64
 }
 
+/// The running runtime, or `None` when dormant; ends a child of `fork()` outside
+/// `pthread_create` (`runtime::fork`).
 fn active() -> Option<&'static Runtime> {
+    nvthreads::runtime::fork::refuse_if_forked("a pthread call");
     crate::active()
 }
 
@@ -80,7 +83,8 @@ pub unsafe extern "C" fn pthread_create(
     if !attr.is_null() && unsafe { pthread_attr_getdetachstate(attr, &mut state) } != 0 {
         return libc::EINVAL;
     }
-    match runtime.spawn(start, arg as usize, state == libc::PTHREAD_CREATE_DETACHED) {
+    let detached = state == libc::PTHREAD_CREATE_DETACHED;
+    match fork::creating_thread(|| runtime.spawn(start, arg as usize, detached)) {
         Ok(handle) => {
             // SAFETY: the caller passes a writable pthread_t.
             unsafe { thread.write(handle as pthread_t) };

@@ -5,8 +5,9 @@
  * libc on the link line, which is the default), or run it with LD_PRELOAD=libnvthreads_rt.so.
  * The library replaces pthread_create/join/exit/self/detach/kill, pthread_mutex_*,
  * pthread_cond_* (timed waits included), pthread_barrier_*, pthread_once, pthread_rwlock_*
- * and pthread_spin_* (as exclusive locks) and the malloc family, and adds the persistence
- * API below. It starts before main. Design: docs/nvthreads.md.
+ * and pthread_spin_* (as exclusive locks), C11 <threads.h> (thrd_*, mtx_*, cnd_*, tss_*,
+ * call_once; on the same runtime) and the malloc family, and adds the persistence API
+ * below. It starts before main. Design: docs/nvthreads.md.
  *
  * Guarantee. Persistent data is what nvmalloc returns (and, with NVT_MALLOC=persistent,
  * what malloc returns). After a crash (the whole program killed, or power lost with the pool
@@ -30,8 +31,9 @@
  *     section, the section is durable. In general a thread's writes up to its last
  *     synchronisation point are durable once nvt_durable_epoch() >= nvt_section_epoch();
  *     a dependent section reaches that when the open section it depends on ends.
- * Stdout is made line-buffered when the first thread starts, so lines printed by several
- * threads never tear.
+ * Stdout is made line-buffered (a 64 KiB buffer) when the first thread starts: a line
+ * printed by one call goes out in one write, so it never tears on a file up to 64 KiB, nor
+ * on a pipe up to 4 KiB (PIPE_BUF); longer lines can tear across threads.
  *
  * Memory. Threads are processes. Shared between them, with pthreads semantics for
  * data-race-free programs (a thread sees another's writes after synchronising with it):
@@ -47,17 +49,41 @@
  * memory libc allocates for itself (stdio buffers, DIR streams, ...): a FILE is used by one
  * thread at a time; streams are flushed at pthread_create and at each thread's exit.
  *
+ * Threads are processes, also for signals and atomics. A signal goes to the process it is
+ * sent to: kill(getpid(), ...) or raise() reaches only the calling thread (from main, only
+ * the main thread: a thread blocked in sigwait never sees it); a signal to the process
+ * group (Ctrl-C) runs the handler in every thread. Volatile malloc'd memory and globals
+ * are written in place by every thread, so atomics (C11 <stdatomic.h>, __atomic) and
+ * lock-free synchronisation there work as with pthreads. In memory the runtime merges (the
+ * persistent heap; malloc'd memory and globals too when persistent or with
+ * NVT_ISOLATE_VOLATILE=1) writes, atomic ones too, reach another thread only when both
+ * synchronise through the pthread or C11 calls, so lock-free synchronisation does not work
+ * there. Memory the runtime does not share (see Memory; stacks, mmap
+ * MAP_PRIVATE|MAP_ANONYMOUS) is per thread; a MAP_SHARED mapping made before creating
+ * threads is really shared, neither merged nor persistent.
+ *
  * Limits. Mutex attributes other than the type are ignored; pthread_cancel returns ENOTSUP;
  * thread attributes other than the detach state do not apply (a thread runs on a copy of its
- * creator's stack); pthread_key destructors do not run; pthread_atfork handlers run at every
+ * creator's stack); pthread_key (and tss) destructors do not run, and a key created after a
+ * thread exists is unknown to that thread; pthread_atfork handlers run at every
  * pthread_create. read, pread and fread into the persistent heap (and persistent globals or
  * malloc'd memory) are wrapped to work; other system calls that write into persistent
  * memory (recv, readv, ...) fail with EFAULT unless the thread wrote to those pages since its
  * last synchronisation (into volatile malloc'd memory and globals they all work). fork()
- * outside pthread_create must be followed by exec. Only one process may run the program on a
+ * outside pthread_create must be followed by exec: a child that calls a pthread function or
+ * this API instead ends at once with a message and exit status 70 (EX_SOFTWARE), and its
+ * exit() leaves the pool to its parent; so a server that daemonises (if (fork()) exit(0);)
+ * must do it before the runtime starts (a service manager, or fork then exec). Only one process may run the program on a
  * pool at a time: a second one ends at once with a message and exit status 75 (EX_TEMPFAIL).
- * With LD_PRELOAD, the runtime starts only in a process that creates threads or uses this
- * API: a wrapper (timeout, env, strace, a shell) passes the pool on to the program it runs.
+ * With LD_PRELOAD, the runtime starts only in a process whose executable itself imports
+ * pthread_create or thrd_create (or is linked with -lnvthreads_rt), or where any loaded
+ * object uses this API: a wrapper
+ * (timeout, env, strace, a shell; the libraries it loads may create threads) passes the
+ * pool on to the program it runs. A wrapper whose executable creates threads itself (an
+ * interpreter such as python3) takes the pool and leaves the program dormant: link the
+ * program with -lnvthreads_rt, or preload it alone (python3 ... env LD_PRELOAD=... ./prog).
+ * A program whose threads are all created by a library (C++ std::thread) is linked with
+ * -Wl,--no-as-needed -lnvthreads_rt, or preloaded with NVT_ENABLE=1.
  * A program that uses the runtime, started (system(), exec) by a running program on the same
  * pool, runs with the runtime dormant (plain pthreads, nothing persistent) and says so on
  * stderr.
@@ -72,7 +98,8 @@
  * isolation, slower; kernel writes into them then fail as into persistent memory),
  * NVT_NVM_NS_PER_PAGE (emulated NVM write latency: nanoseconds per 4 KiB written to the
  * log), NVT_DISABLE=1 (dormant: plain pthreads and glibc malloc; nvmalloc returns ordinary
- * zeroed memory), NVT_DEBUG=1 (print why a call of this API failed), NVT_STATS=1 (print the
+ * zeroed memory), NVT_ENABLE=1 (run even where the imports say the process does not use
+ * the runtime; NVT_DISABLE=1 wins), NVT_DEBUG=1 (print why a call of this API failed), NVT_STATS=1 (print the
  * runtime's counters at exit), NVT_PROFILE=1 (time every step of every section and print
  * the totals at exit), NVT_CRASH_AT=n (kill the process group after the n-th fence of the
  * log protocol, recovery included; for tests), NVT_PFAIL (power-failure images at that
@@ -106,15 +133,18 @@ extern "C" {
  * name and returns them. The heap sits at the same virtual address in every run, so pointers
  * stored in persistent objects stay valid after recovery. `name` may be NULL (an anonymous
  * allocation, reachable only through pointers stored in named objects); names have at most
- * 47 bytes and at most 63 exist. Outside a section the allocation is durable on return;
- * inside one it commits with the section. Objects are never freed.
+ * 47 bytes and at most 63 exist (62 with NVT_MALLOC=persistent, whose arena takes one).
+ * Outside a section the allocation is durable on return; inside one it commits with the
+ * section. Objects are never freed.
  * On failure returns NULL, sets errno, and nvt_error() says why:
  *   ENAMETOOLONG  the name has more than 47 bytes
- *   EINVAL        the name is empty
+ *   EINVAL        the size is 0, or the name is empty
  *   EEXIST        an object of that name exists and is smaller than `size`
- *   ENOSPC        all 63 names are in use
+ *   ENOSPC        all 63 names are in use (the message counts the arena's)
  *   ENOMEM        the heap has no `size` free bytes (NVT_HEAP_MB sizes a new pool's heap)
- * With NVT_DEBUG=1 the reason is also printed on stderr.
+ * With NVT_DEBUG=1 the reason is also printed on stderr. With the runtime dormant
+ * (NVT_DISABLE=1) the errors are the same, except that names are unlimited (no ENOSPC) and
+ * ENOMEM means glibc's calloc failed.
  */
 NVT_API void *nvmalloc(size_t size, const char *name);
 

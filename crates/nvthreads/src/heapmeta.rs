@@ -39,9 +39,21 @@ pub enum AllocError {
         /// Bytes asked for.
         size: u64,
     },
-    /// The directory is full.
-    #[error("all {ENTRIES} names of the persistent heap are in use")]
-    DirectoryFull,
+    /// The directory is full (`arena`: one of its names is the persistent `malloc` arena's).
+    #[error("all {ENTRIES} names of the persistent heap are in use{}", arena_note(*arena))]
+    DirectoryFull {
+        /// Whether the persistent `malloc` arena (`NVT_MALLOC=persistent`) holds one name.
+        arena: bool,
+    },
+    /// The runtime is dormant (`NVT_DISABLE=1`) and glibc could not allocate.
+    #[error("the runtime is dormant and glibc could not allocate {size} bytes")]
+    DormantOutOfMemory {
+        /// Bytes asked for.
+        size: u64,
+    },
+    /// A size of 0.
+    #[error("the size is 0 (an object has at least 1 byte)")]
+    ZeroSize,
     /// Name longer than [`NAME_MAX`].
     #[error("the name is {len} bytes long; names have at most {NAME_MAX}")]
     NameTooLong {
@@ -65,8 +77,9 @@ impl AllocError {
     /// The `errno` `nvmalloc` sets for it (documented in `include/nvthreads.h`).
     pub fn errno(self) -> i32 {
         match self {
-            AllocError::OutOfMemory { .. } => libc::ENOMEM,
-            AllocError::DirectoryFull => libc::ENOSPC,
+            AllocError::OutOfMemory { .. } | AllocError::DormantOutOfMemory { .. } => libc::ENOMEM,
+            AllocError::DirectoryFull { .. } => libc::ENOSPC,
+            AllocError::ZeroSize => libc::EINVAL,
             AllocError::NameTooLong { .. } => libc::ENAMETOOLONG,
             AllocError::EmptyName => libc::EINVAL,
             AllocError::TooSmall { .. } => libc::EEXIST,
@@ -159,6 +172,28 @@ pub fn lookup(meta: &[u8], name: &[u8]) -> Option<(u64, u64)> {
         .map(|i| entry(meta, i))
 }
 
+fn arena_note(arena: bool) -> String {
+    if arena {
+        format!(
+            " ({} by the program, 1 by the persistent malloc arena of NVT_MALLOC=persistent)",
+            ENTRIES - 1
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// Checks an `nvmalloc` request before the heap is looked at: a size of at least 1, and a
+/// name (if any) of 1 to [`NAME_MAX`] bytes.
+pub fn check_request(size: u64, name: Option<&[u8]>) -> Result<(), AllocError> {
+    match name {
+        _ if size == 0 => Err(AllocError::ZeroSize),
+        Some([]) => Err(AllocError::EmptyName),
+        Some(name) if name.len() > NAME_MAX => Err(AllocError::NameTooLong { len: name.len() }),
+        _ => Ok(()),
+    }
+}
+
 /// Allocates `size` bytes (at least 1), aligned to [`ALIGN`], recording `name` if given.
 /// Returns the heap offset. Fresh heap bytes are zero.
 pub fn allocate(
@@ -176,7 +211,7 @@ pub fn allocate(
     }
     let count = u64_at(meta, 16) as usize;
     if name.is_some() && count >= ENTRIES {
-        return Err(AllocError::DirectoryFull);
+        return Err(AllocError::DirectoryFull { arena: false });
     }
     let offset = top(meta).div_ceil(ALIGN) * ALIGN;
     let end = offset
@@ -237,8 +272,12 @@ mod tests {
         }
         assert_eq!(
             allocate(&mut meta, 1 << 20, 1, Some(b"one-more")),
-            Err(AllocError::DirectoryFull)
+            Err(AllocError::DirectoryFull { arena: false })
         );
+        assert_eq!(check_request(0, None), Err(AllocError::ZeroSize));
+        assert_eq!(check_request(0, Some(b"x")), Err(AllocError::ZeroSize));
+        assert_eq!(check_request(1, Some(b"")), Err(AllocError::EmptyName));
+        assert_eq!(check_request(1, Some(&[b'x'; 47])), Ok(()));
         validate(&meta, 1 << 20).unwrap();
     }
 

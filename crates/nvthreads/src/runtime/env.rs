@@ -82,6 +82,9 @@ pub struct Env {
     pub nvm_ns_per_page: u64,
     /// `NVT_DISABLE=1`: dormant (plain pthreads and glibc `malloc`).
     pub disable: bool,
+    /// `NVT_ENABLE=1`: the runtime runs even if the executable neither creates threads nor
+    /// uses the persistence API (threads made by a library); `NVT_DISABLE=1` still wins.
+    pub enable: bool,
     /// `NVT_ACTIVE`: the pool a process of a running program (this one's ancestor) uses.
     pub active: Option<OsString>,
     /// `NVT_CRASH_AT`: kill the process group after this persistence step (tests).
@@ -141,6 +144,7 @@ impl Env {
             isolate_volatile: flag("NVT_ISOLATE_VOLATILE", text("NVT_ISOLATE_VOLATILE"))?,
             nvm_ns_per_page: number("NVT_NVM_NS_PER_PAGE")?.unwrap_or(0),
             disable: text("NVT_DISABLE").is_some_and(|v| v == "1"),
+            enable: text("NVT_ENABLE").is_some_and(|v| v == "1"),
             active: var("NVT_ACTIVE"),
             crash_at: number("NVT_CRASH_AT")?.filter(|&step| step != 0),
             pfail: pfail_mode(text("NVT_PFAIL"))?,
@@ -299,6 +303,7 @@ mod tests {
             ("NVT_PFAIL", "random:3"),
             ("NVT_STATS", "1"),
             ("NVT_ISOLATE_VOLATILE", "1"),
+            ("NVT_ENABLE", "1"),
         ])
         .expect("valid");
         assert_eq!(env.pool, PathBuf::from("/tmp/p.pool"));
@@ -311,6 +316,7 @@ mod tests {
         assert_eq!(env.pfail, Some(pfail::Mode::Random(3)));
         assert!(env.stats);
         assert!(env.isolate_volatile);
+        assert!(env.enable);
     }
 
     #[test]

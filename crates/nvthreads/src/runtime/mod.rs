@@ -15,10 +15,13 @@
 //! - [`commit`]: merges, log appends to the thread's lane, groups and checkpoints;
 //! - [`sync`]: mutexes, condition variables, barriers, once-controls;
 //! - [`threads`]: creating, joining, detaching, signalling and naming thread-processes;
-//! - [`signals`]: a fatal signal in any process ends the whole run.
+//! - [`signals`]: a fatal signal in any process ends the whole run;
+//! - [`fork`]: a `fork()` by the program outside `pthread_create` ends its child if it uses
+//!   the runtime without `exec`.
 
 pub mod commit;
 pub mod env;
+pub mod fork;
 pub mod layout;
 pub mod signals;
 pub mod sync;
@@ -151,9 +154,9 @@ pub enum Dormancy {
     Active,
     /// `NVT_DISABLE=1`.
     Disabled,
-    /// Nothing loaded in this process creates threads or uses the persistence API (a
-    /// wrapper such as `timeout`, `env`, `strace` or a shell started with `LD_PRELOAD`):
-    /// the pool is left to the programs it starts.
+    /// The executable creates no threads and nothing loaded uses the persistence API (a
+    /// wrapper such as `timeout`, `env`, `strace` or a shell started with `LD_PRELOAD`),
+    /// and `NVT_ENABLE=1` is not set: the pool is left to the programs it starts.
     NotUsed,
     /// A running program on the same pool started this one (`system()` inheriting
     /// `LD_PRELOAD`, or a program running another on its own pool): the pool is taken.
@@ -166,7 +169,7 @@ pub fn dormancy() -> Dormancy {
     let settings = env();
     if settings.disable {
         Dormancy::Disabled
-    } else if !crate::imports::process_uses_runtime() {
+    } else if !settings.enable && !crate::imports::process_uses_runtime() {
         Dormancy::NotUsed
     } else if settings.dormant() {
         Dormancy::PoolInUse
@@ -208,6 +211,7 @@ impl Runtime {
         main.pid.store(unsafe { libc::getpid() }, Ordering::Relaxed);
         // SAFETY: registering a plain extern "C" function with no arguments.
         unsafe { libc::atexit(signals::at_exit) };
+        fork::watch_forks();
         signals::install_fatal_handlers();
         let lanes = geo.lanes as usize;
         let runtime = Runtime {
@@ -322,12 +326,20 @@ impl Runtime {
     /// outside a section; part of the section inside one. The error says why nothing was
     /// allocated (and which `errno` the C API sets).
     pub fn nvmalloc(&self, size: u64, name: Option<&[u8]>) -> Result<*mut u8, AllocError> {
+        heapmeta::check_request(size, name)?;
         self.lock_heap();
         let meta = self.meta();
         let result = match name.and_then(|name| heapmeta::lookup(meta, name)) {
             Some((offset, existing)) if existing >= size => Ok(offset),
             Some((_, existing)) => Err(AllocError::TooSmall { existing, size }),
-            None => heapmeta::allocate(meta, self.heap_len, size, name),
+            None => {
+                heapmeta::allocate(meta, self.heap_len, size, name).map_err(|error| match error {
+                    AllocError::DirectoryFull { .. } => AllocError::DirectoryFull {
+                        arena: heapmeta::lookup(meta, crate::malloc::ARENA_NAME).is_some(),
+                    },
+                    other => other,
+                })
+            }
         };
         self.unlock_heap();
         result.map(|offset| self.heap_ptr(offset))

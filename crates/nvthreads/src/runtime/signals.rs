@@ -74,6 +74,10 @@ pub(super) fn install_fatal_handlers() {
 }
 
 pub(super) extern "C" fn at_exit() {
+    if super::fork::forked() {
+        // The pool belongs to the process this one was forked from.
+        return;
+    }
     if let Some(runtime) = RUNTIME.get() {
         runtime.finish();
     }

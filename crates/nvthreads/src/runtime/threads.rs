@@ -355,20 +355,27 @@ unsafe extern "C" {
 /// one buffer, so a line is never cut; thread-processes each have their own, and a full
 /// buffer written out in the middle of a line would interleave with another thread's
 /// output. Line-buffered, every write is whole lines. Called with the buffer just flushed.
+/// Size of stdout's line buffer once threads run: the longest line a thread prints to a file
+/// without tearing.
+const STDOUT_BUFFER: usize = 64 * 1024;
+
 fn line_buffer_stdout() {
     static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if DONE.swap(true, Ordering::Relaxed) {
         return;
     }
+    // A line goes out in one `write` if it fits the buffer: whole on a file up to its size
+    // (on a pipe, up to PIPE_BUF). glibc ignores the size of a buffer it allocates itself.
+    let buffer: &'static mut [u8] = Box::leak(vec![0u8; STDOUT_BUFFER].into_boxed_slice());
     // SAFETY: `stdout` is glibc's stream, valid for the process's life; its buffer is empty
-    // (flushed just before), which is when glibc accepts a change of buffering; a null
-    // buffer lets glibc allocate its own.
+    // (flushed just before), which is when glibc accepts a change of buffering; the buffer
+    // is never freed.
     unsafe {
         libc::setvbuf(
             stdout,
-            std::ptr::null_mut(),
+            buffer.as_mut_ptr().cast(),
             libc::_IOLBF,
-            libc::BUFSIZ as usize,
+            buffer.len(),
         )
     };
 }
