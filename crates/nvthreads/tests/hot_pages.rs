@@ -3,34 +3,12 @@
 //! exactly its new writes. One test function, because the tracker and its signal handler
 //! are per process.
 
+#[allow(dead_code)] // `read` is used by the other tracker test only.
+mod tracker_util;
+
 use nvthreads::diff::Span;
 use nvthreads::pages::{HOT_MAX, PAGE, Tracker};
-
-fn write(tracker: &Tracker, offset: usize, bytes: &[u8]) {
-    assert!(offset + bytes.len() <= tracker.len());
-    for (i, &byte) in bytes.iter().enumerate() {
-        // SAFETY: in bounds of the private view; the fault handler makes the page writable.
-        unsafe { tracker.private_base().add(offset + i).write_volatile(byte) };
-    }
-}
-
-/// Diffs and publishes every dirty page, as the runtime's merge does; returns the runs.
-fn merge(tracker: &Tracker) -> Vec<(usize, Span)> {
-    let mut all = Vec::new();
-    for page in tracker.dirty_pages() {
-        let mut spans = Vec::new();
-        tracker.diff_page(page, &mut spans);
-        tracker.publish_spans(page, &spans);
-        all.extend(spans.into_iter().map(|span| (page, span)));
-    }
-    all
-}
-
-fn shared(tracker: &Tracker, offset: usize) -> u8 {
-    let mut byte = [0u8];
-    tracker.read_shared(offset, &mut byte);
-    byte[0]
-}
+use tracker_util::{merge, shared, write};
 
 #[test]
 fn the_pages_changed_most_recently_stay_hot() {

@@ -3,39 +3,11 @@
 //! parent's view, and foreign faults still killing the process. One test function, because
 //! the tracker and its signal handler are per process.
 
+mod tracker_util;
+
 use nvthreads::diff::Span;
 use nvthreads::pages::{PAGE, Tracker};
-
-fn write(tracker: &Tracker, offset: usize, bytes: &[u8]) {
-    assert!(offset + bytes.len() <= tracker.len());
-    for (i, &byte) in bytes.iter().enumerate() {
-        // SAFETY: in bounds of the private view; the fault handler makes the page writable.
-        unsafe { tracker.private_base().add(offset + i).write_volatile(byte) };
-    }
-}
-
-fn read(tracker: &Tracker, offset: usize) -> u8 {
-    // SAFETY: in bounds of the always-readable private view.
-    unsafe { tracker.private_base().add(offset).read_volatile() }
-}
-
-/// Diffs and publishes every dirty page, as the runtime's merge does; returns the runs.
-fn merge(tracker: &Tracker) -> Vec<(usize, Span)> {
-    let mut all = Vec::new();
-    for page in tracker.dirty_pages() {
-        let mut spans = Vec::new();
-        tracker.diff_page(page, &mut spans);
-        tracker.publish_spans(page, &spans);
-        all.extend(spans.into_iter().map(|span| (page, span)));
-    }
-    all
-}
-
-fn shared(tracker: &Tracker, offset: usize) -> u8 {
-    let mut byte = [0u8];
-    tracker.read_shared(offset, &mut byte);
-    byte[0]
-}
+use tracker_util::{merge, read, shared, write};
 
 /// Two pages of ordinary anonymous memory holding a pattern, to be adopted by the tracker.
 fn adoptable() -> usize {

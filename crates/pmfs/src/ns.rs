@@ -562,22 +562,36 @@ impl<B: Persist> Fs<B> {
         now: u64,
         batch: &mut Batch,
     ) -> Result<Option<Vec<(u64, u64)>>, Errno> {
-        let sb = &self.sb;
         child.nlink = child.nlink.saturating_sub(1);
         child.ctime = now;
-        let mut freed = None;
-        if child.nlink == 0 {
-            if inner.open.contains_key(&ino) {
-                (child.trunc_next, child.trunc_size) = (self.truncate_head()?, 0);
-                batch.cold(sb, ino, child, field::TRUNC_NEXT, field::GENERATION);
-                batch.head(sb, ino)?;
-            } else {
-                freed = Some(self.inode_blocks(child)?);
-                free_inode_fields(child);
-            }
-        }
-        batch.hot(sb, ino, child);
+        let freed = if child.nlink == 0 {
+            self.plan_last_link_gone(inner, ino, child, batch)?
+        } else {
+            None
+        };
+        batch.hot(&self.sb, ino, child);
         Ok(freed)
+    }
+
+    /// Plans what happens to `ino` (`child`, no links left) when its last name goes: it is
+    /// freed (its blocks returned, for after the commit) or, while a handle is open on it,
+    /// pushed on the truncate list until the last close. The caller stores `child`.
+    fn plan_last_link_gone(
+        &self,
+        inner: &Inner,
+        ino: u64,
+        child: &mut Inode,
+        batch: &mut Batch,
+    ) -> Result<Option<Vec<(u64, u64)>>, Errno> {
+        if inner.open.contains_key(&ino) {
+            (child.trunc_next, child.trunc_size) = (self.truncate_head()?, 0);
+            batch.cold(&self.sb, ino, child, field::TRUNC_NEXT, field::GENERATION);
+            batch.head(&self.sb, ino)?;
+            return Ok(None);
+        }
+        let blocks = self.inode_blocks(child)?;
+        free_inode_fields(child);
+        Ok(Some(blocks))
     }
 
     /// Removes the empty directory `name` from `parent`.
@@ -639,19 +653,10 @@ impl<B: Persist> Fs<B> {
         now: u64,
         batch: &mut Batch,
     ) -> Result<Option<Vec<(u64, u64)>>, Errno> {
-        let sb = &self.sb;
-        let mut freed = None;
-        if inner.open.contains_key(&ino) {
-            child.nlink = 0;
-            child.ctime = now;
-            (child.trunc_next, child.trunc_size) = (self.truncate_head()?, 0);
-            batch.cold(sb, ino, child, field::TRUNC_NEXT, field::GENERATION);
-            batch.head(sb, ino)?;
-        } else {
-            freed = Some(self.inode_blocks(child)?);
-            free_inode_fields(child);
-        }
-        batch.hot(sb, ino, child);
+        child.nlink = 0;
+        child.ctime = now;
+        let freed = self.plan_last_link_gone(inner, ino, child, batch)?;
+        batch.hot(&self.sb, ino, child);
         Ok(freed)
     }
 

@@ -22,23 +22,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "counter_state.h"
 #include "nvthreads.h"
 
-#define MAX_LOG 400000
-#define MAX_RUNS 1024
-#define MAX_THREADS 16
-
-struct state {
-    uint64_t run;
-    uint64_t seq;
-    uint64_t a;
-    char pad_a[4096];
-    uint64_t b;
-    char pad_b[4096];
-    uint64_t log[MAX_LOG];
-};
-
-static struct state *st;
 static mtx_t m;
 static once_flag once = ONCE_FLAG_INIT;
 static tss_t thread_id;
@@ -48,10 +34,6 @@ static int ack_fd = -1;
 static uint64_t run_id;
 
 static void count_once(void) { once_runs += 1; }
-
-static uint64_t entry(uint64_t run, uint64_t tid, uint64_t iter) {
-    return (run << 40) | (tid << 32) | iter;
-}
 
 static int worker(void *arg) {
     call_once(&once, count_once);
@@ -82,34 +64,6 @@ static int worker(void *arg) {
         }
     }
     thrd_exit(done);
-}
-
-static int check(const char **why) {
-    static uint64_t next[MAX_RUNS][MAX_THREADS];
-    memset(next, 0, sizeof next);
-    if (st->a != st->seq || st->b != st->seq) {
-        *why = "a, b and seq differ";
-        return 0;
-    }
-    if (st->seq > MAX_LOG) {
-        *why = "seq out of range";
-        return 0;
-    }
-    for (uint64_t i = 0; i < st->seq; i++) {
-        uint64_t run = st->log[i] >> 40;
-        uint64_t tid = (st->log[i] >> 32) & 0xff;
-        uint64_t iter = st->log[i] & 0xffffffffu;
-        if (run == 0 || run > st->run || run >= MAX_RUNS || tid >= MAX_THREADS) {
-            *why = "log entry names no run or thread";
-            return 0;
-        }
-        if (iter != next[run][tid]) {
-            *why = "log entry is not the next iteration of its thread";
-            return 0;
-        }
-        next[run][tid] = iter + 1;
-    }
-    return 1;
 }
 
 #define EXPECT(what)                                                                   \
