@@ -75,6 +75,10 @@ pub(crate) struct Shared {
     /// A lower bound of the timestamp of a commit between its first push and its
     /// publication, or [`NONE`].
     pub(crate) inflight: AtomicU64,
+    /// Transactions that committed without writing on this lane (stored only by the lane's
+    /// holder, so a load and a store count exactly; checkpoints read it to tell a
+    /// read-mostly interval).
+    pub(crate) reads: AtomicU64,
     /// Headers (and their chunks) that got versions since the last checkpoint.
     pub(crate) dirty: Mutex<Vec<(u32, u64)>>,
     /// Byte ranges written in place by committed transactions since the last checkpoint.
@@ -88,6 +92,7 @@ impl Shared {
         Shared {
             active: AtomicU64::new(NONE),
             inflight: AtomicU64::new(NONE),
+            reads: AtomicU64::new(0),
             dirty: Mutex::new(Vec::new()),
             fresh: Mutex::new(Vec::new()),
             returned: Mutex::new(Vec::new()),

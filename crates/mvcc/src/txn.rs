@@ -566,6 +566,9 @@ impl<P: Persist, R: Replay> Lifecycle for MvccTx<'_, P, R> {
             return self.commit_replay();
         }
         if self.state.writes.is_empty() && self.reservations.is_empty() && self.frees.is_empty() {
+            // Only this lane's holder stores the count: no read-modify-write needed.
+            let reads = &self.engine.shared[self.lane].reads;
+            reads.store(reads.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
             return Ok(());
         }
         self.commit_live()
