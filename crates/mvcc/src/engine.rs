@@ -826,7 +826,8 @@ impl<P: Persist, R: Replay> Engine for Mvcc<P, R> {
     }
 
     /// A checkpoint covering every commit so far: nothing is left to re-execute. The masters
-    /// are rewritten only when the checkpoint log fills (TimeStone's delayed write-back);
+    /// are rewritten only when the checkpoint log fills (TimeStone's delayed write-back) or
+    /// a checkpoint ends a read-mostly interval (`docs/mvcc-format.md` §5.10);
     /// [`Mvcc::quiesce`] also writes everything back.
     fn sync(&self) -> TxResult<()> {
         if std::env::var_os("MVCC_SYNC_QUIESCE").is_some() {
