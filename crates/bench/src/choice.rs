@@ -247,7 +247,8 @@ pub fn with_engine_ops<V: EngineVisitor>(
 /// The MVCC engine's options for a benchmark: the defaults, with the version log's size
 /// and the cooling threshold overridable for sweeps (`FERRITE_MVCC_TLOG_VERSIONS`,
 /// `FERRITE_MVCC_COOL_HEADERS`: versions per lane, headers in use above which checkpoints
-/// cool), and the background reclaimer off with `FERRITE_MVCC_BACKGROUND=0`.
+/// cool), the background reclaimer off with `FERRITE_MVCC_BACKGROUND=0`, and the
+/// read-mostly write-back off with `FERRITE_MVCC_READ_MOSTLY_WRITEBACK=0`.
 pub fn mvcc_options() -> MvccOptions {
     let knob = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u32>().ok());
     let defaults = MvccOptions::default();
@@ -255,6 +256,8 @@ pub fn mvcc_options() -> MvccOptions {
         tlog_versions: knob("FERRITE_MVCC_TLOG_VERSIONS").unwrap_or(defaults.tlog_versions),
         cool_headers: knob("FERRITE_MVCC_COOL_HEADERS").unwrap_or(defaults.cool_headers),
         background: knob("FERRITE_MVCC_BACKGROUND").map_or(defaults.background, |on| on != 0),
+        read_mostly_writeback: knob("FERRITE_MVCC_READ_MOSTLY_WRITEBACK")
+            .map_or(defaults.read_mostly_writeback, |on| on != 0),
         ..defaults
     }
 }

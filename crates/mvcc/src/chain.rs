@@ -232,23 +232,12 @@ fn load_words(words: &[AtomicU64; WORDS], offset: usize, dst: &mut [u8]) {
         dst.copy_from_slice(&words[offset / 8].load(Ordering::Relaxed).to_le_bytes());
         return;
     }
-    // Whole aligned words (a record's fields, a value).
-    if offset.is_multiple_of(8) && dst.len().is_multiple_of(8) {
-        let first = offset / 8;
-        for (word, out) in words[first..].iter().zip(dst.chunks_exact_mut(8)) {
-            out.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
-        }
-        return;
+    // Anything else: the whole line (eight loads, one cache line), then one copy.
+    let mut line = [0u8; CHUNK as usize];
+    for (word, out) in words.iter().zip(line.chunks_exact_mut(8)) {
+        out.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
     }
-    let end = offset + dst.len();
-    let mut at = offset;
-    while at < end {
-        let bytes = words[at / 8].load(Ordering::Relaxed).to_le_bytes();
-        let from = at % 8;
-        let n = (8 - from).min(end - at);
-        dst[at - offset..at - offset + n].copy_from_slice(&bytes[from..from + n]);
-        at += n;
-    }
+    dst.copy_from_slice(&line[offset..offset + dst.len()]);
 }
 
 fn store_words(words: &[AtomicU64; WORDS], src: &Bytes) {
@@ -323,6 +312,20 @@ impl Header {
     /// Copies the base.
     pub fn base(&self, out: &mut Bytes) {
         load_words(&self.base, 0, out);
+    }
+
+    /// The common read of a header: when the chain is empty and the base is not newer than
+    /// `snapshot`, copies `dst.len()` bytes at `offset` of the base and returns true — what
+    /// [`Header::read_at`] returns then (`Copied`, the newest), without its chain walk.
+    #[inline]
+    pub fn read_settled(&self, snapshot: u64, offset: usize, dst: &mut [u8]) -> bool {
+        if self.head.load(Ordering::Acquire) != NIL
+            || self.base_ts.load(Ordering::Acquire) > snapshot
+        {
+            return false;
+        }
+        load_words(&self.base, offset, dst);
+        true
     }
 
     /// Copies `dst.len()` bytes at `offset` of the version snapshot `snapshot` sees: the
@@ -566,6 +569,36 @@ mod tests {
         let gap = versions.get(2).data.as_ptr() as usize - versions.get(1).data.as_ptr() as usize;
         assert_eq!(gap, 64, "data slots are packed lines");
         assert_eq!(VERSION_BYTES, 80, "a 64-byte line and 16 bytes of metadata");
+    }
+
+    #[test]
+    fn every_range_of_a_base_reads_as_its_bytes_and_only_while_settled() {
+        let versions = Versions::new(4);
+        let header = Header::default();
+        let line: Bytes = std::array::from_fn(|i| i as u8 + 1);
+        header.reset(&line);
+        for offset in 0..CHUNK as usize {
+            for len in 0..=CHUNK as usize - offset {
+                let mut out = vec![0u8; len];
+                assert!(header.read_settled(0, offset, &mut out));
+                assert_eq!(out, line[offset..offset + len], "offset {offset} len {len}");
+            }
+        }
+        // A chain with a version, or a base newer than the snapshot: not settled, and
+        // `read_at` decides.
+        let chained = chain(&versions, &[10]);
+        assert!(!chained.read_settled(20, 0, &mut [0u8; 8]));
+        let mut retired = Vec::new();
+        assert!(chained.try_lock(1));
+        assert_eq!(chained.cut(&versions, 10, &mut retired), Some(10));
+        chained.unlock();
+        assert!(
+            !chained.read_settled(9, 0, &mut [0u8; 8]),
+            "base newer than snapshot"
+        );
+        let mut word = [0u8; 8];
+        assert!(chained.read_settled(10, 8, &mut word));
+        assert_eq!(word, [10u8; 8]);
     }
 
     fn read(header: &Header, versions: &Versions, snapshot: u64) -> (u8, Seen) {

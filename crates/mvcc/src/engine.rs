@@ -200,6 +200,40 @@ pub(crate) fn written_ranges(writes: &[WriteEntry]) -> Vec<(u64, Vec<u8>)> {
     ranges
 }
 
+/// The spans `(addr, len)` of [`written_ranges`], into `out` (cleared first), without
+/// copying any byte.
+pub(crate) fn written_spans(writes: &[WriteEntry], out: &mut Vec<(u64, u64)>) {
+    out.clear();
+    for w in writes {
+        let mut mask = w.mask;
+        while mask != 0 {
+            let start = mask.trailing_zeros();
+            let run = (!(mask >> start)).trailing_zeros();
+            out.push((w.chunk * CHUNK + u64::from(start), u64::from(run)));
+            mask = if start + run >= 64 {
+                0
+            } else {
+                mask & !(((1u64 << run) - 1) << start)
+            };
+        }
+    }
+    // Runs of distinct chunks never overlap: sorted, adjacent ones merge as in
+    // `written_ranges`.
+    out.sort_unstable();
+    let mut kept = 0usize;
+    for i in 0..out.len() {
+        let (addr, len) = out[i];
+        match kept.checked_sub(1).map(|last| &mut out[last]) {
+            Some((at, n)) if *at + *n == addr => *n += len,
+            _ => {
+                out[kept] = (addr, len);
+                kept += 1;
+            }
+        }
+    }
+    out.truncate(kept);
+}
+
 /// Writes back each distinct line of `lines` once, merging runs of adjacent lines.
 pub(crate) fn write_back_lines<P: Persist>(pm: &P, lines: &mut Vec<u64>) {
     lines.sort_unstable();
@@ -792,12 +826,55 @@ impl<P: Persist, R: Replay> Engine for Mvcc<P, R> {
     }
 
     /// A checkpoint covering every commit so far: nothing is left to re-execute. The masters
-    /// are rewritten only when the checkpoint log fills (TimeStone's delayed write-back);
+    /// are rewritten only when the checkpoint log fills (TimeStone's delayed write-back) or
+    /// a checkpoint ends a read-mostly interval (`docs/mvcc-format.md` §5.10);
     /// [`Mvcc::quiesce`] also writes everything back.
     fn sync(&self) -> TxResult<()> {
         if std::env::var_os("MVCC_SYNC_QUIESCE").is_some() {
             return self.quiesce();
         }
         self.checkpoint_all()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(chunk: u64, mask: u64) -> WriteEntry {
+        WriteEntry {
+            chunk,
+            header: 1,
+            data: std::array::from_fn(|i| i as u8),
+            mask,
+        }
+    }
+
+    #[test]
+    fn written_spans_are_the_written_ranges_without_their_bytes() {
+        let masks = [
+            u64::MAX,
+            1,
+            1 << 63,
+            0xFF00,
+            0xF0F0_0000_0000_00FF,
+            0x8000_0000_0000_0001,
+            0x5555_5555_5555_5555,
+        ];
+        let mut spans = vec![(9, 9)];
+        for &a in &masks {
+            for &b in &masks {
+                // Out of order, adjacent chunks (runs merge across them) and a gap.
+                let writes = [entry(11, a), entry(10, b), entry(13, a & b | 1)];
+                written_spans(&writes, &mut spans);
+                let ranges: Vec<(u64, u64)> = written_ranges(&writes)
+                    .iter()
+                    .map(|(addr, bytes)| (*addr, bytes.len() as u64))
+                    .collect();
+                assert_eq!(spans, ranges, "masks {a:#x} {b:#x}");
+            }
+        }
+        written_spans(&[], &mut spans);
+        assert!(spans.is_empty());
     }
 }

@@ -32,6 +32,14 @@ pub(crate) struct Lane {
     pub(crate) args: Vec<u8>,
     /// Byte ranges this transaction wrote in place (blocks it allocated).
     pub(crate) fresh: Vec<(u64, u64)>,
+    /// Scratch: the spans a physical record of the write set would hold.
+    pub(crate) spans: Vec<(u64, u64)>,
+    /// Scratch: the versions a commit pushed.
+    pub(crate) pushed: Vec<u32>,
+    /// Kept between transactions so their capacity is reused: a transaction's blocks
+    /// reserved and blocks freed (empty outside a transaction).
+    pub(crate) reservations: Vec<heap::Reservation>,
+    pub(crate) frees: Vec<heap::Freeing>,
     /// Free versions of this lane's share of the TLog.
     pub(crate) free: Vec<u32>,
     /// Versions in this lane's share.
@@ -67,6 +75,10 @@ pub(crate) struct Shared {
     /// A lower bound of the timestamp of a commit between its first push and its
     /// publication, or [`NONE`].
     pub(crate) inflight: AtomicU64,
+    /// Transactions that committed without writing on this lane (stored only by the lane's
+    /// holder, so a load and a store count exactly; checkpoints read it to tell a
+    /// read-mostly interval).
+    pub(crate) reads: AtomicU64,
     /// Headers (and their chunks) that got versions since the last checkpoint.
     pub(crate) dirty: Mutex<Vec<(u32, u64)>>,
     /// Byte ranges written in place by committed transactions since the last checkpoint.
@@ -80,6 +92,7 @@ impl Shared {
         Shared {
             active: AtomicU64::new(NONE),
             inflight: AtomicU64::new(NONE),
+            reads: AtomicU64::new(0),
             dirty: Mutex::new(Vec::new()),
             fresh: Mutex::new(Vec::new()),
             returned: Mutex::new(Vec::new()),
@@ -107,6 +120,10 @@ impl Lane {
             reads: Vec::new(),
             args: Vec::new(),
             fresh: Vec::new(),
+            spans: Vec::new(),
+            pushed: Vec::new(),
+            reservations: Vec::new(),
+            frees: Vec::new(),
             free: versions.rev().collect(),
             capacity,
             used_at_reclaim: 0,
@@ -164,12 +181,35 @@ impl Lane {
 /// Sorts `ranges` and merges overlapping or adjacent ones.
 pub(crate) fn merge_ranges(ranges: &mut Vec<(u64, u64)>) {
     ranges.sort_unstable();
-    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
-    for &(addr, len) in ranges.iter() {
-        match merged.last_mut() {
+    // In place: `kept` ranges, merged, precede index `i`.
+    let mut kept = 0usize;
+    for i in 0..ranges.len() {
+        let (addr, len) = ranges[i];
+        match kept.checked_sub(1).map(|last| &mut ranges[last]) {
             Some((at, n)) if *at + *n >= addr => *n = (*n).max(addr + len - *at),
-            _ => merged.push((addr, len)),
+            _ => {
+                ranges[kept] = (addr, len);
+                kept += 1;
+            }
         }
     }
-    *ranges = merged;
+    ranges.truncate(kept);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge_ranges;
+
+    #[test]
+    fn ranges_merge_in_place_when_they_overlap_or_touch() {
+        let mut ranges = vec![(100, 8), (90, 10), (200, 4), (104, 8), (300, 1), (150, 0)];
+        merge_ranges(&mut ranges);
+        assert_eq!(ranges, [(90, 22), (150, 0), (200, 4), (300, 1)]);
+        let mut nested = vec![(10, 50), (20, 5), (0, 10)];
+        merge_ranges(&mut nested);
+        assert_eq!(nested, [(0, 60)]);
+        let mut none: Vec<(u64, u64)> = Vec::new();
+        merge_ranges(&mut none);
+        assert!(none.is_empty());
+    }
 }

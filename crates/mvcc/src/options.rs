@@ -64,6 +64,13 @@ pub struct MvccOptions {
     /// reclaims by itself only when its version log or OLog is nearly full (7/8), or when
     /// this is off. `FERRITE_MVCC_BACKGROUND=0` turns it off for `ferrite bench`.
     pub background: bool,
+    /// Run-time: a checkpoint that ends an interval in which at least 7 in 8 transactions
+    /// only read writes everything back at once (§5.10): the masters get the content of
+    /// the quiet chunks and their empty headers leave the table, so reads go to the masters
+    /// directly instead of through headers. The write-back is the one the full checkpoint
+    /// log would force later; a chunk written again after it is written back once more.
+    /// `FERRITE_MVCC_READ_MOSTLY_WRITEBACK=0` turns it off for `ferrite bench`.
+    pub read_mostly_writeback: bool,
     /// Test-only: a broken protocol step (see [`Mutant`]).
     #[doc(hidden)]
     pub mutant: Mutant,
@@ -82,6 +89,7 @@ impl Default for MvccOptions {
             max_headers: 1 << 24,
             cool_headers: 1 << 16,
             background: true,
+            read_mostly_writeback: true,
             mutant: Mutant::None,
         }
     }
@@ -103,6 +111,7 @@ impl MvccOptions {
             // Cooling on every checkpoint, so the crash tests cover it.
             cool_headers: 0,
             background: true,
+            read_mostly_writeback: true,
             mutant: Mutant::None,
         }
     }

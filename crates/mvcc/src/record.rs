@@ -115,10 +115,26 @@ pub fn encoded_len<'a>(
     ranges: impl Iterator<Item = (u64, &'a [u8])>,
     actions: usize,
 ) -> (usize, usize) {
+    encoded_len_of(args, ranges.map(|(_, bytes)| bytes.len()), actions)
+}
+
+/// [`encoded_len`] from the ranges' lengths alone (what a commit reserves before it knows
+/// whether its record is logical or physical, without gathering any bytes).
+pub fn encoded_len_of(
+    args: usize,
+    lens: impl Iterator<Item = usize>,
+    actions: usize,
+) -> (usize, usize) {
     let (mut len, mut count) = (HEADER_LEN + args.next_multiple_of(8), 0);
-    for (_, piece) in split(ranges) {
-        len += 8 + piece.len().next_multiple_of(8);
-        count += 1;
+    for n in lens {
+        // `split`: full pieces of `MAX_RANGE` bytes, then the rest.
+        let (full, rest) = (n / MAX_RANGE, n % MAX_RANGE);
+        len += full * (8 + MAX_RANGE.next_multiple_of(8));
+        count += full;
+        if rest > 0 {
+            len += 8 + rest.next_multiple_of(8);
+            count += 1;
+        }
     }
     (len + ACTION_LEN * actions, count)
 }
@@ -237,16 +253,19 @@ fn encode_compact(
     let Some(link) = compact_link(prev) else {
         return false;
     };
-    let words: Option<Vec<u64>> = actions.iter().map(compact_action).collect();
-    let Some(words) = words else {
-        return false;
-    };
     if args.len() > COMPACT_MAX_ARGS
         || op >= COMPACT_OPS
         || actions.len() > COMPACT_MAX_ACTIONS
         || ts >= COMPACT_TS
     {
         return false;
+    }
+    let mut words = [0u64; COMPACT_MAX_ACTIONS];
+    for (word, action) in words.iter_mut().zip(actions) {
+        let Some(compact) = compact_action(action) else {
+            return false;
+        };
+        *word = compact;
     }
     out.clear();
     out.push(COMPACT_TAG);
@@ -257,7 +276,7 @@ fn encode_compact(
     out.extend_from_slice(&[0; 4]);
     out.extend_from_slice(args);
     out.resize(out.len().next_multiple_of(8), 0);
-    for word in words {
+    for word in &words[..actions.len()] {
         out.extend_from_slice(&word.to_le_bytes());
     }
     let crc = compact_checksum(out, pos);
@@ -470,6 +489,47 @@ mod tests {
     use super::*;
     use crashsim::SimPm;
     use pmem::WriteClass;
+
+    #[test]
+    fn the_length_from_lengths_alone_matches_the_encoded_record() {
+        let big = vec![3u8; 2 * MAX_RANGE + 13];
+        let cases: [&[usize]; 5] = [
+            &[],
+            &[1],
+            &[8, 64, 3],
+            &[MAX_RANGE],
+            &[MAX_RANGE + 1, 2 * MAX_RANGE + 13, 40],
+        ];
+        for lens in cases {
+            let ranges: Vec<(u64, &[u8])> = lens
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| (0x10_0000 * (i as u64 + 1), &big[..n]))
+                .collect();
+            for actions in [0, 2] {
+                let mut out = Vec::new();
+                encode(
+                    0,
+                    Kind::Physical,
+                    5,
+                    0,
+                    0,
+                    &[],
+                    ranges.iter().copied(),
+                    &[],
+                    &mut out,
+                );
+                let by_bytes = encoded_len(0, ranges.iter().copied(), actions);
+                let by_lens = encoded_len_of(0, lens.iter().copied(), actions);
+                assert_eq!(by_lens, by_bytes, "lengths {lens:?}");
+                assert_eq!(
+                    by_lens.0,
+                    out.len() + ACTION_LEN * actions,
+                    "lengths {lens:?}"
+                );
+            }
+        }
+    }
 
     fn sample(kind: Kind, pos: u64) -> Vec<u8> {
         let data = [7u8; 100];

@@ -80,12 +80,15 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
     pub(crate) fn new(
         engine: &'a Mvcc<P, R>,
         lane: usize,
-        state: MutexGuard<'a, Lane>,
+        mut state: MutexGuard<'a, Lane>,
         snapshot: u64,
         level: Level,
         op: Option<OpId>,
         outcome: &'a Outcome,
     ) -> Self {
+        let reservations = std::mem::take(&mut state.reservations);
+        let frees = std::mem::take(&mut state.frees);
+        debug_assert!(reservations.is_empty() && frees.is_empty());
         MvccTx {
             engine,
             lane,
@@ -94,8 +97,8 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             level,
             op,
             replaying: None,
-            reservations: Vec::new(),
-            frees: Vec::new(),
+            reservations,
+            frees,
             outcome,
             failed: false,
             tracking: level != Level::Snapshot || op.is_some(),
@@ -140,8 +143,24 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         }
     }
 
-    /// Copies bytes of a chunk through its header `r`, as this snapshot sees them.
+    /// Copies bytes of a chunk through its header `r`, as this snapshot sees them: the base
+    /// at once when the chain is empty (most headers most of the time), else the chain.
+    #[inline]
     fn read_header(&mut self, r: u32, offset: usize, dst: &mut [u8]) -> TxResult<()> {
+        if self
+            .engine
+            .table
+            .header(r)
+            .read_settled(self.snapshot, offset, dst)
+        {
+            return Ok(());
+        }
+        self.read_chain(r, offset, dst)
+    }
+
+    /// [`MvccTx::read_header`] when the chain has versions (kept out of line).
+    #[inline(never)]
+    fn read_chain(&mut self, r: u32, offset: usize, dst: &mut [u8]) -> TxResult<()> {
         let engine = self.engine;
         match engine
             .table
@@ -293,9 +312,7 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             )));
         }
         merge_ranges(&mut self.state.fresh);
-        let ranges = self.physical_ranges();
-        let ranges_iter = || ranges.iter().map(|(a, b)| (*a, &b[..]));
-        let (physical, count) = record::encoded_len(0, ranges_iter(), actions.len());
+        let (physical, count) = self.physical_len(actions.len());
         if count > u32::MAX as usize {
             return Err(TxError::InvalidArgument("too many written ranges".into()));
         }
@@ -332,7 +349,12 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         }
         let as_op = valid && self.op.is_some();
 
-        // The record, one fence: the durability point.
+        // The record, one fence: the durability point. A physical record's bytes are
+        // gathered only when one is written.
+        let ranges = match (as_op, self.op) {
+            (true, Some(_)) => Vec::new(),
+            _ => self.physical_ranges(),
+        };
         let state = &mut *self.state;
         let at = state.base + pos;
         let mut scratch = std::mem::take(&mut state.scratch);
@@ -356,7 +378,7 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
                 prev,
                 0,
                 &[],
-                ranges_iter(),
+                ranges.iter().map(|(a, b)| (*a, &b[..])),
                 &actions,
                 &mut scratch,
             ),
@@ -378,6 +400,7 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         engine.apply_actions(&actions);
         engine.clock.wait_visible(ts);
         self.publish(&pushed, ts);
+        self.state.pushed = pushed;
         self.state.olog.push(ts, pos, len);
         let counter = if as_op {
             &engine.stats.commits_logical
@@ -407,6 +430,18 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         Ok(())
     }
 
+    /// The encoded length and range count of this commit's physical record (the write
+    /// set's spans and the in-place ranges, `fresh` already merged), without its bytes.
+    fn physical_len(&mut self, actions: usize) -> (usize, usize) {
+        let state = &mut *self.state;
+        let mut spans = std::mem::take(&mut state.spans);
+        crate::engine::written_spans(&state.writes, &mut spans);
+        spans.extend_from_slice(&state.fresh);
+        let len = record::encoded_len_of(0, spans.iter().map(|&(_, n)| n as usize), actions);
+        state.spans = spans;
+        len
+    }
+
     /// The bytes a physical record holds: each locked chunk's written bytes, and the bytes
     /// written in place (read back from the masters), in address order.
     fn physical_ranges(&self) -> Vec<(u64, Vec<u8>)> {
@@ -425,7 +460,8 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
     fn push_all(&mut self) -> Vec<u32> {
         let engine = self.engine;
         let state = &mut *self.state;
-        let mut pushed = Vec::with_capacity(state.writes.len());
+        let mut pushed = std::mem::take(&mut state.pushed);
+        pushed.clear();
         for w in &state.writes {
             let r = state.free.pop().expect("checked before pushing");
             engine.versions.check_ownership(r, true);
@@ -500,6 +536,7 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             engine.versions.publish(r, ts);
             engine.table.header(w.header).unlock();
         }
+        self.state.pushed = pushed;
         merge_ranges(&mut self.state.fresh);
         self.list_for_checkpoint();
         self.state.writes.clear();
@@ -509,6 +546,11 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
 
 impl<P: Persist, R: Replay> Drop for MvccTx<'_, P, R> {
     fn drop(&mut self) {
+        // The lists go back to the lane, empty (committed, aborted or abandoned alike).
+        self.reservations.clear();
+        self.frees.clear();
+        self.state.reservations = std::mem::take(&mut self.reservations);
+        self.state.frees = std::mem::take(&mut self.frees);
         self.engine.shared[self.lane]
             .active
             .store(NONE, Ordering::Release);
@@ -524,6 +566,9 @@ impl<P: Persist, R: Replay> Lifecycle for MvccTx<'_, P, R> {
             return self.commit_replay();
         }
         if self.state.writes.is_empty() && self.reservations.is_empty() && self.frees.is_empty() {
+            // Only this lane's holder stores the count: no read-modify-write needed.
+            let reads = &self.engine.shared[self.lane].reads;
+            reads.store(reads.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
             return Ok(());
         }
         self.commit_live()

@@ -784,3 +784,79 @@ fn a_pinned_snapshot_makes_the_committer_wait_not_grow() {
     });
     assert_eq!(state(engine).0, (1..=100).sum::<u64>());
 }
+
+/// Writes 16 chunks of the root, syncs, then runs `reads` read-only transactions and one
+/// more write before the next sync. Returns the write-backs and the bytes they wrote after
+/// the first sync, having checked every value before and after a reopen.
+fn writes_then_reads(read_mostly_writeback: bool, reads: u64) -> (u64, u64) {
+    let dir = tempfile::tempdir_in(pmem::DEFAULT_POOL_DIR).expect("tmp");
+    let options = MvccOptions {
+        cool_headers: u32::MAX,
+        read_mostly_writeback,
+        ..MvccOptions::small()
+    }
+    .with_background(false);
+    let engine = Mvcc::create(native_pool(&dir), &options, NoReplay).expect("create");
+    let chunks = 1..=16u64;
+    for chunk in chunks.clone() {
+        engine
+            .transaction(|tx| tx.write_u64(tx.root::<()>(), 64 * chunk, chunk))
+            .expect("write");
+    }
+    engine.sync().expect("sync");
+    let before = engine.stats();
+    assert_eq!(
+        before.writebacks, 0,
+        "an interval of writes only: no write-back"
+    );
+    for _ in 0..reads {
+        engine
+            .read_only(|tx| tx.read_u64(tx.root::<()>(), 64))
+            .expect("read");
+    }
+    engine
+        .transaction(|tx| tx.write_u64(tx.root::<()>(), 0, 99))
+        .expect("write");
+    engine.sync().expect("sync");
+    let after = engine.stats();
+    let check = |engine: &Mvcc<Native, NoReplay>| {
+        engine
+            .read_only(|tx| {
+                let root = tx.root::<()>();
+                assert_eq!(tx.read_u64(root, 0)?, 99);
+                for chunk in chunks.clone() {
+                    assert_eq!(tx.read_u64(root, 64 * chunk)?, chunk, "chunk {chunk}");
+                }
+                Ok::<_, TxError>(())
+            })
+            .expect("read back");
+    };
+    check(&engine);
+    drop(engine);
+    let pool =
+        Pool::open(dir.path().join("bank.pool"), LAYOUT, &Default::default()).expect("reopen");
+    check(&Mvcc::open(pool, &options, NoReplay).expect("recover"));
+    (
+        after.writebacks - before.writebacks,
+        after.writeback_bytes - before.writeback_bytes,
+    )
+}
+
+/// A checkpoint that ends a read-mostly interval (at least 7 in 8 transactions only read)
+/// writes everything back at once, so the quiet chunks leave the table; one that ends an
+/// interval with more writes, or with the option off, leaves that to the full CLog.
+#[test]
+fn a_read_mostly_interval_ends_in_a_write_back() {
+    let (writebacks, bytes) = writes_then_reads(true, 7);
+    assert_eq!(writebacks, 1, "7 reads, 1 write: read-mostly");
+    assert!(
+        bytes >= 16 * 8,
+        "the 16 quiet words reach their masters: {bytes} B"
+    );
+    assert_eq!(
+        writes_then_reads(true, 6),
+        (0, 0),
+        "6 reads, 1 write: not read-mostly"
+    );
+    assert_eq!(writes_then_reads(false, 64), (0, 0), "option off");
+}
