@@ -18,6 +18,7 @@
 
 use heap::{ACTION_LEN, Action};
 use pmem::Persist;
+use tx::record_search::{LaneChecksums, combine};
 use tx::{TxError, TxResult};
 
 /// Bytes of a full record header.
@@ -359,6 +360,35 @@ pub fn read<P: Persist>(pm: &P, pos: u64, limit: u64) -> TxResult<Option<Record>
         return Ok(None);
     }
     decode(pm.len(), kind, pos, &bytes).map(Some)
+}
+
+/// Whether the line at `pos` of a log read into `log` (checksums of spans starting
+/// [`HEADER_LEN`] bytes into a line, `LaneChecksums::read_spans_from`) can hold an intact
+/// record ending by `limit`: false when [`read`] would find none there, computed from the
+/// log's prefix checksums in time logarithmic in the length a header claims (a log whose
+/// every line claims a record to its end would otherwise cost time quadratic in its size).
+/// A compact record is at most a few hundred bytes: it is left to [`read`].
+pub fn may_hold_record(log: &LaneChecksums, pos: u64, limit: u64) -> bool {
+    let limit = limit.min(log.end());
+    if pos + COMPACT_HEADER_LEN as u64 <= limit && log.bytes(pos, 1)[0] == COMPACT_TAG {
+        return true;
+    }
+    if pos + HEADER_LEN as u64 > limit {
+        return false;
+    }
+    let head = log.bytes(pos, HEADER_LEN);
+    if Kind::from_magic(&head[0..4]).is_none() {
+        return false;
+    }
+    let len = u64::from(half(head, 4));
+    if len < HEADER_LEN as u64 || pos + len > limit {
+        return false;
+    }
+    let body = log.span_crc(pos + HEADER_LEN as u64, pos + len);
+    let crc = combine(crc32fast::hash(&head[..28]), body, len - HEADER_LEN as u64);
+    let mut hasher = crc32fast::Hasher::new_with_initial_len(crc, len - 4);
+    hasher.update(&pos.to_le_bytes());
+    hasher.finalize() == half(head, 28)
 }
 
 fn is_compact<P: Persist>(pm: &P, pos: u64) -> bool {
@@ -747,5 +777,44 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_prefix_checksum_search_finds_exactly_the_records_read_finds() {
+        use rand::{Rng, SeedableRng};
+        const BASE: u64 = 0x4000;
+        const LOG: u64 = 64 * 64;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let mut noise: Vec<u8> = (0..LOG).map(|_| rng.random()).collect();
+        // Every line claims a full record of some length: each is a candidate.
+        for (k, line) in noise.chunks_exact_mut(64).enumerate() {
+            let magic = [Kind::Logical, Kind::Physical, Kind::Checkpoint][k % 3].magic();
+            line[..4].copy_from_slice(&magic);
+            let room = LOG - 64 * k as u64;
+            let len = rng.random_range(HEADER_LEN as u64 / 8..=room / 8) * 8;
+            line[4..8].copy_from_slice(&(len as u32).to_le_bytes());
+        }
+        let pm = SimPm::new(1 << 16, Default::default());
+        pm.write(BASE, &noise, WriteClass::Log);
+        for (line, kind) in [
+            (0, Kind::Physical),
+            (9, Kind::Checkpoint),
+            (40, Kind::Logical),
+        ] {
+            let pos = BASE + 64 * line;
+            pm.write(pos, &sample(kind, pos), WriteClass::Log);
+        }
+        let log = LaneChecksums::read_spans_from(&pm, BASE, LOG, HEADER_LEN);
+        let mut found = 0;
+        for pos in (BASE..BASE + LOG).step_by(64) {
+            let fast = may_hold_record(&log, pos, BASE + LOG);
+            let slow = matches!(read(&pm, pos, BASE + LOG), Ok(Some(_)));
+            assert!(fast || !slow, "a record the search would skip at {pos:#x}");
+            if log.bytes(pos, 1)[0] != COMPACT_TAG {
+                assert_eq!(fast, slow, "line {pos:#x}");
+            }
+            found += usize::from(slow);
+        }
+        assert_eq!(found, 3);
     }
 }

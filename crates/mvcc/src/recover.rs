@@ -16,6 +16,7 @@ use crate::record::{self, Kind, Record};
 use pmem::integrity::{Finding, Severity};
 use pmem::{CACHE_LINE, Persist};
 use tx::lanecheck::{Found, LaneShape, verify_lane};
+use tx::record_search::LaneChecksums;
 use tx::{TxError, TxResult};
 
 /// The checkpoint log's name in findings.
@@ -77,7 +78,11 @@ fn read_clog<P: Persist>(
     let (base, end) = (layout.clog, layout.clog + layout.clog_size);
     let mut live = Vec::new();
     let mut starts = Vec::new();
+    let log = LaneChecksums::read_spans_from(pm, base, end - base, record::HEADER_LEN);
     for pos in (base..end).step_by(CACHE_LINE as usize) {
+        if !record::may_hold_record(&log, pos, end) {
+            continue;
+        }
         match record::read(pm, pos, end)? {
             Some(rec) if rec.kind != Kind::Checkpoint => {
                 return Err(TxError::Corrupted(format!(
@@ -151,7 +156,11 @@ fn read_olog<P: Persist>(
 ) -> TxResult<()> {
     let (base, len) = layout.olog(lane);
     let (mut intact, mut links) = (Vec::new(), Vec::new());
+    let log = LaneChecksums::read_spans_from(pm, base, len, record::HEADER_LEN);
     for pos in (base..base + len).step_by(CACHE_LINE as usize) {
+        if !record::may_hold_record(&log, pos, base + len) {
+            continue;
+        }
         let Some(rec) = record::read(pm, pos, base + len)? else {
             continue;
         };

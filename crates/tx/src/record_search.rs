@@ -19,12 +19,13 @@ use pmem::Persist;
 
 const LINE: u64 = 64;
 
-/// One lane's bytes and the CRC-32 of each of its prefixes that end [`CRC_START`] bytes
-/// into a line.
+/// One lane's bytes and the CRC-32 of each of its prefixes that end `start` bytes into a
+/// line (where the checksummed span of a record starting on that line begins).
 pub struct LaneChecksums {
     base: u64,
+    start: usize,
     bytes: Vec<u8>,
-    /// `prefix[k]` is the CRC-32 of `bytes[..64 k + CRC_START]`.
+    /// `prefix[k]` is the CRC-32 of `bytes[..64 k + start]`.
     prefix: Vec<u32>,
 }
 
@@ -38,29 +39,48 @@ impl std::fmt::Debug for LaneChecksums {
 }
 
 impl LaneChecksums {
-    /// Reads the `size` bytes of the lane at pool offset `base` and checksums its prefixes
-    /// (one pass over the lane).
+    /// Reads the `size` bytes of the redo lane at pool offset `base` and checksums its
+    /// prefixes (one pass over the lane).
     pub fn read<P: Persist>(pm: &P, base: u64, size: u64) -> Self {
+        Self::read_spans_from(pm, base, size, CRC_START)
+    }
+
+    /// [`LaneChecksums::read`] for a log whose records checksum a span that begins `start`
+    /// bytes after the record's first byte (`start` < 64).
+    pub fn read_spans_from<P: Persist>(pm: &P, base: u64, size: u64, start: usize) -> Self {
+        assert!(
+            start < LINE as usize,
+            "a span starts in its record's first line"
+        );
         let mut bytes = vec![0u8; size as usize];
         pm.read(base, &mut bytes);
-        let starts = bytes
-            .len()
-            .saturating_sub(CRC_START)
-            .div_ceil(LINE as usize);
+        let starts = bytes.len().saturating_sub(start).div_ceil(LINE as usize);
         let mut prefix = Vec::with_capacity(starts);
         let mut hasher = crc32fast::Hasher::new();
         let mut done = 0;
         for k in 0..starts {
-            let end = k * LINE as usize + CRC_START;
+            let end = k * LINE as usize + start;
             hasher.update(&bytes[done..end]);
             done = end;
             prefix.push(hasher.clone().finalize());
         }
         LaneChecksums {
             base,
+            start,
             bytes,
             prefix,
         }
+    }
+
+    /// The lane's bytes at pool offsets `at..at + len` (within the lane).
+    pub fn bytes(&self, at: u64, len: usize) -> &[u8] {
+        let from = (at - self.base) as usize;
+        &self.bytes[from..from + len]
+    }
+
+    /// The pool offset just past the lane.
+    pub fn end(&self) -> u64 {
+        self.base + self.bytes.len() as u64
     }
 
     /// Whether the bytes at the line at pool offset `at` can hold an intact record that
@@ -74,8 +94,7 @@ impl LaneChecksums {
         let Some(header) = parse_header(read_u32, at, limit.min(lane_end), reference) else {
             return false;
         };
-        let from = at - self.base + CRC_START as u64;
-        let to = at - self.base + header.len as u64;
+        let (from, to) = (at + CRC_START as u64, at + header.len as u64);
         let mut hasher =
             crc32fast::Hasher::new_with_initial_len(self.span_crc(from, to), to - from);
         hasher.update(&header.seq.to_le_bytes());
@@ -88,16 +107,19 @@ impl LaneChecksums {
         u32::from_le_bytes(self.bytes[at..at + 4].try_into().expect("4 bytes"))
     }
 
-    /// CRC-32 of `bytes[from..to]`, where `from` lies [`CRC_START`] bytes into a line.
-    fn span_crc(&self, from: u64, to: u64) -> u32 {
-        let first = ((from - CRC_START as u64) / LINE) as usize;
+    /// CRC-32 of the lane's bytes at pool offsets `from..to`, where `from` lies `start`
+    /// bytes into a line of the lane and `to` within the lane; logarithmic in `to - from`.
+    pub fn span_crc(&self, from: u64, to: u64) -> u32 {
+        let (from, to) = (from - self.base, to - self.base);
+        debug_assert_eq!(from % LINE, self.start as u64);
+        let first = ((from - self.start as u64) / LINE) as usize;
         shift(self.prefix[first], to - from) ^ self.prefix_crc(to)
     }
 
     /// CRC-32 of `bytes[..to]`, from the nearest kept prefix at or below `to`.
     fn prefix_crc(&self, to: u64) -> u32 {
-        let anchor_line = ((to - CRC_START as u64) / LINE) as usize;
-        let anchor = anchor_line * LINE as usize + CRC_START;
+        let anchor_line = ((to - self.start as u64) / LINE) as usize;
+        let anchor = anchor_line * LINE as usize + self.start;
         let mut hasher = crc32fast::Hasher::new_with_initial_len(self.prefix[anchor_line], 0);
         hasher.combine(&{
             let mut tail = crc32fast::Hasher::new();
@@ -106,6 +128,11 @@ impl LaneChecksums {
         });
         hasher.finalize()
     }
+}
+
+/// The CRC-32 of `a ‖ b` from `crc(a)`, `crc(b)` and `|b|` (logarithmic in `|b|`).
+pub fn combine(crc_a: u32, crc_b: u32, len_b: u64) -> u32 {
+    shift(crc_a, len_b) ^ crc_b
 }
 
 /// Appends `zeros` zero bytes' worth of shift to a CRC-32: `crc(a ‖ b) = shift(crc(a), |b|)
@@ -148,14 +175,25 @@ mod tests {
         let pm = SimPm::new(2 * LANE, SimConfig::default());
         let noise: Vec<u8> = (0..LANE).map(|_| rng.random()).collect();
         pm.write(LANE, &noise, WriteClass::Log);
-        let sums = LaneChecksums::read(&pm, LANE, LANE);
-        for _ in 0..500 {
-            let line = rng.random_range(0..LANE / LINE);
-            let from = line * LINE + CRC_START as u64;
-            let to = rng.random_range(from / 4..=LANE / 4) * 4;
-            let direct = crc32fast::hash(&noise[from as usize..to as usize]);
-            assert_eq!(sums.span_crc(from, to), direct, "span {from}..{to}");
+        for start in [CRC_START, 32] {
+            let sums = LaneChecksums::read_spans_from(&pm, LANE, LANE, start);
+            for _ in 0..500 {
+                let line = rng.random_range(0..LANE / LINE);
+                let from = line * LINE + start as u64;
+                let to = rng.random_range(from / 4..=LANE / 4) * 4;
+                let direct = crc32fast::hash(&noise[from as usize..to as usize]);
+                assert_eq!(
+                    sums.span_crc(LANE + from, LANE + to),
+                    direct,
+                    "{from}..{to}"
+                );
+            }
         }
+        let (a, b) = (&noise[..100], &noise[100..1000]);
+        assert_eq!(
+            combine(crc32fast::hash(a), crc32fast::hash(b), b.len() as u64),
+            crc32fast::hash(&noise[..1000])
+        );
     }
 
     #[test]
