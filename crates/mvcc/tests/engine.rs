@@ -619,6 +619,34 @@ fn allocation_and_checkpointing_threads_do_not_deadlock() {
     assert!(engine.stats().checkpoints > 0, "{:?}", engine.stats());
 }
 
+/// Checks that the root's word 0 holds `hot` and word 0 of chunk `c` holds `c` for every `c`
+/// of `chunks`, in `engine` and again after it is dropped and its pool (in `dir`) recovered.
+fn check_root_survives_reopen(
+    engine: Mvcc<Native, NoReplay>,
+    dir: &tempfile::TempDir,
+    options: &MvccOptions,
+    hot: u64,
+    chunks: std::ops::RangeInclusive<u64>,
+) {
+    let check = |engine: &Mvcc<Native, NoReplay>| {
+        engine
+            .read_only(|tx| {
+                let root = tx.root::<()>();
+                assert_eq!(tx.read_u64(root, 0)?, hot);
+                for chunk in chunks.clone() {
+                    assert_eq!(tx.read_u64(root, 64 * chunk)?, chunk, "chunk {chunk}");
+                }
+                Ok::<_, TxError>(())
+            })
+            .expect("read back");
+    };
+    check(&engine);
+    drop(engine);
+    let pool =
+        Pool::open(dir.path().join("bank.pool"), LAYOUT, &Default::default()).expect("reopen");
+    check(&Mvcc::open(pool, options, NoReplay).expect("recover"));
+}
+
 /// Writes 32 chunks of the root once, then rewrites one word until many checkpoints have
 /// run, then checks every value before and after a reopen. Returns the headers cooled.
 fn quiet_chunks_then_a_hot_one(cool_headers: u32) -> u64 {
@@ -641,23 +669,7 @@ fn quiet_chunks_then_a_hot_one(cool_headers: u32) -> u64 {
     }
     let stats = engine.stats();
     assert!(stats.checkpoints > 4, "{} checkpoints", stats.checkpoints);
-    let check = |engine: &Mvcc<Native, NoReplay>| {
-        engine
-            .read_only(|tx| {
-                let root = tx.root::<()>();
-                assert_eq!(tx.read_u64(root, 0)?, 1999);
-                for chunk in quiet.clone() {
-                    assert_eq!(tx.read_u64(root, 64 * chunk)?, chunk, "chunk {chunk}");
-                }
-                Ok::<_, TxError>(())
-            })
-            .expect("read back");
-    };
-    check(&engine);
-    drop(engine);
-    let pool =
-        Pool::open(dir.path().join("bank.pool"), LAYOUT, &Default::default()).expect("reopen");
-    check(&Mvcc::open(pool, &options, NoReplay).expect("recover"));
+    check_root_survives_reopen(engine, &dir, &options, 1999, quiet);
     stats.cooled
 }
 
@@ -819,23 +831,7 @@ fn writes_then_reads(read_mostly_writeback: bool, reads: u64) -> (u64, u64) {
         .expect("write");
     engine.sync().expect("sync");
     let after = engine.stats();
-    let check = |engine: &Mvcc<Native, NoReplay>| {
-        engine
-            .read_only(|tx| {
-                let root = tx.root::<()>();
-                assert_eq!(tx.read_u64(root, 0)?, 99);
-                for chunk in chunks.clone() {
-                    assert_eq!(tx.read_u64(root, 64 * chunk)?, chunk, "chunk {chunk}");
-                }
-                Ok::<_, TxError>(())
-            })
-            .expect("read back");
-    };
-    check(&engine);
-    drop(engine);
-    let pool =
-        Pool::open(dir.path().join("bank.pool"), LAYOUT, &Default::default()).expect("reopen");
-    check(&Mvcc::open(pool, &options, NoReplay).expect("recover"));
+    check_root_survives_reopen(engine, &dir, &options, 99, chunks);
     (
         after.writebacks - before.writebacks,
         after.writeback_bytes - before.writeback_bytes,
