@@ -54,7 +54,12 @@ impl LaneChecksums {
         );
         let mut bytes = vec![0u8; size as usize];
         pm.read(base, &mut bytes);
-        let starts = bytes.len().saturating_sub(start).div_ceil(LINE as usize);
+        // Every prefix ending `start` bytes into a line, up to the lane's end: any span a
+        // candidate names ends at or after the last one at or below its end.
+        let starts = bytes
+            .len()
+            .checked_sub(start)
+            .map_or(0, |rest| rest / LINE as usize + 1);
         let mut prefix = Vec::with_capacity(starts);
         let mut hasher = crc32fast::Hasher::new();
         let mut done = 0;
