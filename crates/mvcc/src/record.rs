@@ -347,13 +347,9 @@ pub fn read<P: Persist>(pm: &P, pos: u64, limit: u64) -> TxResult<Option<Record>
     }
     let mut head = [0u8; HEADER_LEN];
     pm.read(pos, &mut head);
-    let Some(kind) = Kind::from_magic(&head[0..4]) else {
+    let Some((kind, len)) = full_header(&head, pos, limit) else {
         return Ok(None);
     };
-    let len = u64::from(half(&head, 4));
-    if len < HEADER_LEN as u64 || pos + len > limit {
-        return Ok(None);
-    }
     let mut bytes = vec![0u8; len as usize];
     pm.read(pos, &mut bytes);
     if checksum(&bytes, pos) != half(&bytes, 28) {
@@ -363,7 +359,7 @@ pub fn read<P: Persist>(pm: &P, pos: u64, limit: u64) -> TxResult<Option<Record>
 }
 
 /// Whether the line at `pos` of a log read into `log` (checksums of spans starting
-/// [`HEADER_LEN`] bytes into a line, `LaneChecksums::read_spans_from`) can hold an intact
+/// [`HEADER_LEN`] bytes into a line, `LaneChecksums::read`) can hold an intact
 /// record ending by `limit`: false when [`read`] would find none there, computed from the
 /// log's prefix checksums in time logarithmic in the length a header claims (a log whose
 /// every line claims a record to its end would otherwise cost time quadratic in its size).
@@ -377,18 +373,22 @@ pub fn may_hold_record(log: &LaneChecksums, pos: u64, limit: u64) -> bool {
         return false;
     }
     let head = log.bytes(pos, HEADER_LEN);
-    if Kind::from_magic(&head[0..4]).is_none() {
+    let Some((_, len)) = full_header(head, pos, limit) else {
         return false;
-    }
-    let len = u64::from(half(head, 4));
-    if len < HEADER_LEN as u64 || pos + len > limit {
-        return false;
-    }
+    };
     let body = log.span_crc(pos + HEADER_LEN as u64, pos + len);
     let crc = combine(crc32fast::hash(&head[..28]), body, len - HEADER_LEN as u64);
     let mut hasher = crc32fast::Hasher::new_with_initial_len(crc, len - 4);
     hasher.update(&pos.to_le_bytes());
     hasher.finalize() == half(head, 28)
+}
+
+/// The kind and length a full header at `pos` names, if its magic is a record's and the
+/// record it claims fits before `limit`.
+fn full_header(head: &[u8], pos: u64, limit: u64) -> Option<(Kind, u64)> {
+    let kind = Kind::from_magic(&head[0..4])?;
+    let len = u64::from(half(head, 4));
+    (len >= HEADER_LEN as u64 && pos + len <= limit).then_some((kind, len))
 }
 
 fn is_compact<P: Persist>(pm: &P, pos: u64) -> bool {
@@ -804,7 +804,7 @@ mod tests {
             let pos = BASE + 64 * line;
             pm.write(pos, &sample(kind, pos), WriteClass::Log);
         }
-        let log = LaneChecksums::read_spans_from(&pm, BASE, LOG, HEADER_LEN);
+        let log = LaneChecksums::read(&pm, BASE, LOG, HEADER_LEN);
         let mut found = 0;
         for pos in (BASE..BASE + LOG).step_by(64) {
             let fast = may_hold_record(&log, pos, BASE + LOG);

@@ -78,7 +78,7 @@ fn read_clog<P: Persist>(
     let (base, end) = (layout.clog, layout.clog + layout.clog_size);
     let mut live = Vec::new();
     let mut starts = Vec::new();
-    let log = LaneChecksums::read_spans_from(pm, base, end - base, record::HEADER_LEN);
+    let log = LaneChecksums::read(pm, base, end - base, record::HEADER_LEN);
     for pos in (base..end).step_by(CACHE_LINE as usize) {
         if !record::may_hold_record(&log, pos, end) {
             continue;
@@ -156,7 +156,7 @@ fn read_olog<P: Persist>(
 ) -> TxResult<()> {
     let (base, len) = layout.olog(lane);
     let (mut intact, mut links) = (Vec::new(), Vec::new());
-    let log = LaneChecksums::read_spans_from(pm, base, len, record::HEADER_LEN);
+    let log = LaneChecksums::read(pm, base, len, record::HEADER_LEN);
     for pos in (base..base + len).step_by(CACHE_LINE as usize) {
         if !record::may_hold_record(&log, pos, base + len) {
             continue;

@@ -23,11 +23,12 @@
 
 use crate::api::TxError;
 use crate::bytes::extend_bytes;
+use crate::record_search::LaneChecksums;
 use heap::{ACTION_LEN, Action};
 use pmem::Persist;
 
 /// Where a record's checksum starts: the bytes after the CRC field itself.
-pub(crate) const CRC_START: usize = 4;
+pub const CRC_START: usize = 4;
 /// Bytes of the record header (short form).
 pub const HEADER_LEN: usize = 8;
 const LONG_HEADER_LEN: usize = 12;
@@ -221,12 +222,12 @@ fn checksum(record: &mut Vec<u8>, seq: u64, at: u64) -> u32 {
 /// A header as stored: its kind, length, header length and the full sequence number
 /// rebuilt around `reference`. `None` when the bytes at `at` cannot start a record that
 /// ends by `limit`.
-pub(crate) struct Header {
+struct Header {
     kind: RecordKind,
-    pub(crate) len: usize,
+    len: usize,
     header_len: usize,
-    pub(crate) seq: u64,
-    pub(crate) crc: u32,
+    seq: u64,
+    crc: u32,
 }
 
 fn read_header<P: Persist>(pm: &P, at: u64, limit: u64, reference: u64) -> Option<Header> {
@@ -234,7 +235,7 @@ fn read_header<P: Persist>(pm: &P, at: u64, limit: u64, reference: u64) -> Optio
 }
 
 /// [`read_header`] over any source of little-endian `u32`s at pool offsets.
-pub(crate) fn parse_header(
+fn parse_header(
     read_u32: impl Fn(u64) -> u32,
     at: u64,
     limit: u64,
@@ -290,6 +291,23 @@ pub fn read<P: Persist>(
         return Ok(None);
     }
     decode(&header, &bytes, pm.len()).map(Some)
+}
+
+/// Whether the line at `at` of a lane read into `lane` (`LaneChecksums::read` with
+/// [`CRC_START`]) can hold an intact record that ends by `limit`, its sequence number
+/// rebuilt around `reference`: false when no header is plausible there or its checksum does
+/// not match, computed in time logarithmic in the length the header claims. A record
+/// [`read`] finds at `at` always gets true.
+pub fn may_hold_record(lane: &LaneChecksums, at: u64, limit: u64, reference: u64) -> bool {
+    let read_u32 = |offset: u64| u32::from_le_bytes(lane.bytes(offset, 4).try_into().expect("4"));
+    let Some(header) = parse_header(read_u32, at, limit.min(lane.end()), reference) else {
+        return false;
+    };
+    let (from, to) = (at + CRC_START as u64, at + header.len as u64);
+    let mut hasher = crc32fast::Hasher::new_with_initial_len(lane.span_crc(from, to), to - from);
+    hasher.update(&header.seq.to_le_bytes());
+    hasher.update(&at.to_le_bytes());
+    hasher.finalize() == header.crc
 }
 
 /// The sequence number a record header at `at` names (rebuilt around `reference`), whether

@@ -1,25 +1,26 @@
-//! Finding redo records in a lane in time linear in the lane's size.
+//! Finding log records in time linear in the log's size.
 //!
-//! Records carry no magic (`docs/tx-format.md` §6.1): recovery tries every 64-byte line,
-//! and a line whose header names a plausible length is a candidate whose CRC-32 runs over
-//! everything up to the claimed end. Checked one by one, a lane of lines that each claim a
-//! record to the lane's end costs time quadratic in the lane's size.
+//! Recovery tries every 64-byte line of a log (redo records carry no magic,
+//! `docs/tx-format.md` §6.1; mvcc's magic can be forged by user data, which reaches its
+//! logs), and a line whose header names a plausible length is a candidate whose CRC-32 runs
+//! over everything up to the claimed end. Checked one by one, a log of lines that each claim
+//! a record to its end costs time quadratic in its size.
 //!
 //! CRC-32 is linear, so the checksum of any span follows from two checksums of prefixes:
 //! `crc(b) = crc(a ‖ b) ⊕ shift(crc(a), |b|)`, where `shift` appends `|b|` zero bytes to a
-//! checksum (a multiplication modulo the CRC polynomial, logarithmic in `|b|`). The lane is
-//! read once, the checksum of every prefix ending 4 bytes into a line is kept, and each
-//! candidate's checksum is then computed from them in logarithmic time. A candidate whose
-//! checksum does not match cannot be a record; one that matches is read and decoded by
-//! [`crate::record::read`] as before, so what recovery finds is exactly what it found with
-//! the line-by-line check.
+//! checksum (a multiplication modulo the CRC polynomial, logarithmic in `|b|`). The log is
+//! read once, the checksum of every prefix ending where a record's checksummed span would
+//! begin is kept, and each candidate's checksum is then computed from them in logarithmic
+//! time (`tx::record::may_hold_record`, `mvcc::record::may_hold_record`). A candidate whose
+//! checksum does not match cannot be a record; one that matches is read and decoded by the
+//! format's reader as before, so what recovery finds is exactly what it found with the
+//! line-by-line check.
 
-use crate::record::{CRC_START, parse_header};
 use pmem::Persist;
 
 const LINE: u64 = 64;
 
-/// One lane's bytes and the CRC-32 of each of its prefixes that end `start` bytes into a
+/// One log's bytes and the CRC-32 of each of its prefixes that end `start` bytes into a
 /// line (where the checksummed span of a record starting on that line begins).
 pub struct LaneChecksums {
     base: u64,
@@ -39,15 +40,10 @@ impl std::fmt::Debug for LaneChecksums {
 }
 
 impl LaneChecksums {
-    /// Reads the `size` bytes of the redo lane at pool offset `base` and checksums its
-    /// prefixes (one pass over the lane).
-    pub fn read<P: Persist>(pm: &P, base: u64, size: u64) -> Self {
-        Self::read_spans_from(pm, base, size, CRC_START)
-    }
-
-    /// [`LaneChecksums::read`] for a log whose records checksum a span that begins `start`
-    /// bytes after the record's first byte (`start` < 64).
-    pub fn read_spans_from<P: Persist>(pm: &P, base: u64, size: u64, start: usize) -> Self {
+    /// Reads the `size` bytes of the log at pool offset `base` and checksums its prefixes
+    /// (one pass), for records whose checksummed span begins `start` bytes after their
+    /// first byte (`start` < 64).
+    pub fn read<P: Persist>(pm: &P, base: u64, size: u64, start: usize) -> Self {
         assert!(
             start < LINE as usize,
             "a span starts in its record's first line"
@@ -86,30 +82,6 @@ impl LaneChecksums {
     /// The pool offset just past the lane.
     pub fn end(&self) -> u64 {
         self.base + self.bytes.len() as u64
-    }
-
-    /// Whether the bytes at the line at pool offset `at` can hold an intact record that
-    /// ends by `limit` (at most the lane's end), its sequence number rebuilt around
-    /// `reference`: false when no header is plausible there or its checksum does not match.
-    /// A record [`crate::record::read`] finds at `at` always gets true.
-    pub fn may_hold_record(&self, at: u64, limit: u64, reference: u64) -> bool {
-        debug_assert!(at >= self.base && (at - self.base).is_multiple_of(LINE));
-        let lane_end = self.base + self.bytes.len() as u64;
-        let read_u32 = |offset: u64| self.u32_at(offset);
-        let Some(header) = parse_header(read_u32, at, limit.min(lane_end), reference) else {
-            return false;
-        };
-        let (from, to) = (at + CRC_START as u64, at + header.len as u64);
-        let mut hasher =
-            crc32fast::Hasher::new_with_initial_len(self.span_crc(from, to), to - from);
-        hasher.update(&header.seq.to_le_bytes());
-        hasher.update(&at.to_le_bytes());
-        hasher.finalize() == header.crc
-    }
-
-    fn u32_at(&self, offset: u64) -> u32 {
-        let at = (offset - self.base) as usize;
-        u32::from_le_bytes(self.bytes[at..at + 4].try_into().expect("4 bytes"))
     }
 
     /// CRC-32 of the lane's bytes at pool offsets `from..to`, where `from` lies `start`
@@ -152,7 +124,7 @@ fn shift(crc: u32, zeros: u64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{self, RecordKind};
+    use crate::record::{self, CRC_START, RecordKind};
     use crashsim::{SimConfig, SimPm};
     use pmem::WriteClass;
     use rand::{Rng, SeedableRng};
@@ -163,11 +135,11 @@ mod tests {
     /// Every line of `pm`'s lane at `base`: whether the fast check passes, and whether the
     /// record reader finds an intact record.
     fn verdicts(pm: &SimPm, base: u64, reference: u64) -> Vec<(bool, bool)> {
-        let sums = LaneChecksums::read(pm, base, LANE);
+        let sums = LaneChecksums::read(pm, base, LANE, CRC_START);
         (base..base + LANE)
             .step_by(LINE as usize)
             .map(|at| {
-                let fast = sums.may_hold_record(at, base + LANE, reference);
+                let fast = record::may_hold_record(&sums, at, base + LANE, reference);
                 let slow = matches!(record::read(pm, at, base + LANE, reference), Ok(Some(_)));
                 (fast, slow)
             })
@@ -181,7 +153,7 @@ mod tests {
         let noise: Vec<u8> = (0..LANE).map(|_| rng.random()).collect();
         pm.write(LANE, &noise, WriteClass::Log);
         for start in [CRC_START, 32] {
-            let sums = LaneChecksums::read_spans_from(&pm, LANE, LANE, start);
+            let sums = LaneChecksums::read(&pm, LANE, LANE, start);
             for _ in 0..500 {
                 let line = rng.random_range(0..LANE / LINE);
                 let from = line * LINE + start as u64;

@@ -145,10 +145,10 @@ fn read_redo_lane<P: Persist>(
     scan: &mut RedoScan,
 ) -> TxResult<Vec<Found>> {
     let limit = base + size;
-    let checksums = LaneChecksums::read(pm, base, size);
+    let checksums = LaneChecksums::read(pm, base, size, record::CRC_START);
     let mut intact = Vec::new();
     for at in (base..limit).step_by(CACHE_LINE as usize) {
-        if !checksums.may_hold_record(at, limit, watermark) {
+        if !record::may_hold_record(&checksums, at, limit, watermark) {
             continue;
         }
         let Some(rec) = record::read(pm, at, limit, watermark)? else {

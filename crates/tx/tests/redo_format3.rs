@@ -21,6 +21,15 @@ fn attach(image: &[u8]) -> Pool<SimPm> {
     .expect("attach")
 }
 
+/// A fresh pool of `size` bytes on the simulator with a redo engine created on it.
+fn new_redo(size: u64, options: &EngineOptions) -> (SimPm, Redo<SimPm>) {
+    let pm = SimPm::new(size, SimConfig::default());
+    Pool::format(pm.clone(), &CreateOptions::new(LAYOUT, size)).expect("format");
+    let engine =
+        Redo::create(Pool::attach(pm.clone(), LAYOUT).expect("pool"), options).expect("redo");
+    (pm, engine)
+}
+
 fn blob(i: u64) -> Vec<u8> {
     (0..BLOB as u64).map(|b| (i * 7 + b) as u8).collect()
 }
@@ -50,13 +59,7 @@ fn read_state(engine: &Redo<SimPm>) -> (u64, Vec<u8>) {
 /// checkpoint) before and after its last commit, `commits` commits in all: the lanes have
 /// wrapped, so the bytes under and after each record are older records.
 fn images(commits: u64) -> (Vec<u8>, Vec<u8>, EngineLayout) {
-    let pm = SimPm::new(SIZE, SimConfig::default());
-    Pool::format(pm.clone(), &CreateOptions::new(LAYOUT, SIZE)).expect("format");
-    let engine = Redo::create(
-        Pool::attach(pm.clone(), LAYOUT).expect("pool"),
-        &EngineOptions::small(),
-    )
-    .expect("redo");
+    let (pm, engine) = new_redo(SIZE, &EngineOptions::small());
     engine
         .transaction(|tx| {
             let block: PPtr = tx.alloc(BLOB as u64)?;
@@ -166,13 +169,7 @@ fn a_middle_record_whose_later_line_holds_older_bytes_is_damage() {
 
 #[test]
 fn a_zero_length_write_alone_makes_no_record_and_no_fence() {
-    let pm = SimPm::new(SIZE, SimConfig::default());
-    Pool::format(pm.clone(), &CreateOptions::new(LAYOUT, SIZE)).expect("format");
-    let engine = Redo::create(
-        Pool::attach(pm.clone(), LAYOUT).expect("pool"),
-        &EngineOptions::small(),
-    )
-    .expect("redo");
+    let (pm, engine) = new_redo(SIZE, &EngineOptions::small());
     engine
         .transaction(|tx| tx.write_u64(tx.root::<()>(), 0, 1))
         .expect("a word");
@@ -203,10 +200,7 @@ fn a_large_lane_of_lines_claiming_records_to_its_end_recovers_the_committed_stat
         lane_size: 4 << 20,
         ..EngineOptions::small()
     };
-    let pm = SimPm::new(BIG, SimConfig::default());
-    Pool::format(pm.clone(), &CreateOptions::new(LAYOUT, BIG)).expect("format");
-    let engine =
-        Redo::create(Pool::attach(pm.clone(), LAYOUT).expect("pool"), &options).expect("redo");
+    let (pm, engine) = new_redo(BIG, &options);
     engine
         .transaction(|tx| tx.write_u64(tx.root::<()>(), 0, 41))
         .expect("commit");
