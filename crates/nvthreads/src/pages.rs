@@ -39,6 +39,7 @@ use std::ptr;
 use std::sync::atomic::{
     AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
 };
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Tracking granularity.
 pub const PAGE: usize = 4096;
@@ -75,15 +76,25 @@ const RING_ENTRIES: usize = 1 << 12;
 pub const RINGS: usize = crate::shared::MAX_THREADS;
 /// A publish-log entry meaning "any page may have changed".
 const ALL_PAGES: u32 = u32::MAX;
+/// Bytes per cache line: the granularity of the publish log's line masks.
+pub const LINE: usize = 64;
+/// A line mask naming every line of a page (a page holds exactly 64 lines).
+pub const ALL_LINES: u64 = u64::MAX;
+const _: () = assert!(
+    PAGE / LINE == 64,
+    "a line mask is one bit per line of a page"
+);
 
-/// The pages one process published, in its merge order: a ring written only by the
-/// thread-process in its slot. `reserved` counts the entries begun, `published` those
-/// complete; entry `n` is in slot `n % RING_ENTRIES`.
+/// The pages one process published, in its merge order, each with the mask of the 64-byte
+/// lines the publish wrote (bit `i`: bytes `64 i .. 64 i + 64` of the page): a ring written
+/// only by the thread-process in its slot. `reserved` counts the entries begun, `published`
+/// those complete; entry `n` is in slot `n % RING_ENTRIES` of both arrays.
 #[repr(C)]
 struct Ring {
     reserved: AtomicU64,
     published: AtomicU64,
     pages: [AtomicU32; RING_ENTRIES],
+    lines: [AtomicU64; RING_ENTRIES],
 }
 
 /// The pages every process published: a ring per thread slot, so processes merging at once
@@ -142,9 +153,8 @@ impl PageSet {
         self.bits[page / 64].fetch_and(!mask, Ordering::Relaxed) & mask != 0
     }
 
-    /// Empties the set; returns its members in ascending order.
-    fn take_all(&self) -> Vec<usize> {
-        let mut pages = Vec::new();
+    /// Empties the set, appending its members to `pages` in ascending order.
+    fn take_all(&self, pages: &mut Vec<usize>) {
         for (index, summary) in self.summary.iter().enumerate() {
             let mut words = summary.swap(0, Ordering::Relaxed);
             while words != 0 {
@@ -157,8 +167,20 @@ impl PageSet {
                 }
             }
         }
-        pages
     }
+}
+
+/// Buffers reused by every catch-up and reset.
+#[derive(Debug, Default)]
+struct Scratch {
+    /// Catch-up: the `(page, lines)` entries read from the other processes' rings.
+    unseen: Vec<(u32, u64)>,
+    /// Catch-up: kept copies to drop. Reset: the pages that cool down.
+    pages: Vec<usize>,
+    /// Reset: the pages that stay hot.
+    hot: Vec<usize>,
+    /// Reset: the pages that may stay hot, with their idle intervals.
+    candidates: Vec<(u8, usize)>,
 }
 
 /// One tracked range: a private view the program uses and a shared view, both mapping one
@@ -234,6 +256,9 @@ pub struct Tracker {
     seen: Box<[AtomicU64]>,
     /// `log.total` when this process last caught up.
     seen_total: AtomicU64,
+    /// Buffers of catch-up and reset, kept across calls so their common path allocates
+    /// nothing (the process's one thread takes it; never the fault handler).
+    scratch: Mutex<Scratch>,
     faults: AtomicU64,
     /// Nanoseconds spent handling them (measured with `NVT_PROFILE=1` only).
     fault_nanos: AtomicU64,
@@ -474,6 +499,7 @@ impl Tracker {
             writer: AtomicUsize::new(0),
             seen: zeroed_atomics(RINGS),
             seen_total: AtomicU64::new(0),
+            scratch: Mutex::default(),
             faults: AtomicU64::new(0),
             fault_nanos: AtomicU64::new(0),
             window_end: AtomicUsize::new(usize::MAX),
@@ -566,27 +592,33 @@ impl Tracker {
         unsafe { (region.private.add(local), region.shared.add(local)) }
     }
 
-    fn runs(&self, pages: &[usize]) -> Vec<(usize, usize)> {
-        let mut starts = [0usize; MAX_REGIONS];
-        for (start, region) in starts.iter_mut().zip(&self.regions[..self.region_count]) {
-            *start = region.first_page;
-        }
-        runs_of_pages_in(pages, &starts[..self.region_count])
+    /// Sorted `pages` as `(first, count)` runs, never across a region's start.
+    fn runs<'a>(&'a self, pages: &'a [usize]) -> impl Iterator<Item = (usize, usize)> + 'a {
+        let starts = &self.regions[..self.region_count];
+        runs_of_pages_in(pages, move |page| {
+            starts.iter().any(|region| region.first_page == page)
+        })
     }
 
     /// For sorted `pages`: per region holding any, the `(first, count)` range from its first
     /// to its last page in `pages`.
-    fn spans_per_region(&self, pages: &[usize]) -> Vec<(usize, usize)> {
-        let mut out: Vec<(usize, usize)> = Vec::new();
-        for region in &self.regions[..self.region_count] {
-            let end = region.first_page + region.len / PAGE;
-            let inside = &pages[pages.partition_point(|&page| page < region.first_page)
-                ..pages.partition_point(|&page| page < end)];
-            if let (Some(&first), Some(&last)) = (inside.first(), inside.last()) {
-                out.push((first, last + 1 - first));
-            }
-        }
-        out
+    fn spans_per_region<'a>(
+        &'a self,
+        pages: &'a [usize],
+    ) -> impl Iterator<Item = (usize, usize)> + 'a {
+        self.regions[..self.region_count]
+            .iter()
+            .filter_map(move |region| {
+                let end = region.first_page + region.len / PAGE;
+                let inside = &pages[pages.partition_point(|&page| page < region.first_page)
+                    ..pages.partition_point(|&page| page < end)];
+                Some((*inside.first()?, *inside.last()? + 1 - inside.first()?))
+            })
+    }
+
+    /// The buffers of catch-up and reset.
+    fn scratch(&self) -> MutexGuard<'_, Scratch> {
+        self.scratch.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Pages of the heap (region 0); global pages from here on belong to adopted ranges.
@@ -745,12 +777,19 @@ impl Tracker {
         // SAFETY: whole pages of the region's private view (dirty: a private copy only this
         // thread writes), of its twin slot (this process's own), and of the region's
         // writable shared view; the three are distinct mappings and page-aligned.
-        let published = unsafe { publish_changed_words(private, twin, shared) };
-        if published {
-            test_and_set(&self.changed_bits, page);
-            self.log_published(page as u32);
+        let lines = unsafe { publish_changed_words(private, twin, shared) };
+        self.note_published(page, lines)
+    }
+
+    /// After publishing the `lines` of dirty page `page`: marks it changed in this interval
+    /// and logs it for the other processes, if any line was written. Returns whether one was.
+    fn note_published(&self, page: usize, lines: u64) -> bool {
+        if lines == 0 {
+            return false;
         }
-        published
+        test_and_set(&self.changed_bits, page);
+        self.log_published(page as u32, lines);
+        true
     }
 
     /// [`Tracker::publish_page`] for a page whose changes are already known as `spans`
@@ -763,16 +802,15 @@ impl Tracker {
         let (private, shared) = self.addresses(page * PAGE);
         assert!(is_set(&self.dirty_bits, page), "page {page} has no twin");
         let twin = self.twin_ptr(page);
+        let mut lines = 0;
         for span in spans {
             assert!(span.start + span.len <= PAGE, "span past the page");
             let (first, last) = (span.start / 8, (span.start + span.len).div_ceil(8));
             // SAFETY: words `first..last` of the page lie inside it; the three pages are as
             // in `publish_page` (own private copy and twin, the region's shared view).
-            unsafe { publish_word_range(private, twin, shared, first, last) };
+            lines |= unsafe { publish_word_range(private, twin, shared, first, last) };
         }
-        test_and_set(&self.changed_bits, page);
-        self.log_published(page as u32);
-        true
+        self.note_published(page, lines)
     }
 
     /// Writes `bytes` straight into the shared view at `offset` (initialisation from the
@@ -894,29 +932,37 @@ impl Tracker {
     /// another process publishes into its page (the next [`Tracker::catch_up`] drops it
     /// then; a publish made while this interval ran is still in that process's ring).
     pub fn reset(&self, drop_private: bool) -> io::Result<()> {
+        let mut scratch = self.scratch();
+        let Scratch {
+            pages: cold,
+            hot,
+            candidates,
+            ..
+        } = &mut *scratch;
+        cold.clear();
+        hot.clear();
         let count = self.dirty_count.load(Ordering::Acquire);
-        let pages: Vec<usize> = (0..count)
-            .map(|i| self.dirty[i].load(Ordering::Relaxed) as usize)
-            .collect();
-        let (hot, mut cold) = if drop_private {
-            (Vec::new(), pages)
+        let dirty = (0..count).map(|i| self.dirty[i].load(Ordering::Relaxed) as usize);
+        if drop_private {
+            cold.extend(dirty);
         } else {
-            self.sort_hot(pages)
-        };
+            self.sort_hot(dirty, hot, cold, candidates);
+        }
         cold.sort_unstable();
         // In a tracked region exactly the dirty pages are writable, so with no hot page
         // left, one call per region, from its first dirty page to its last, write-protects
         // them all (a call per run of pages would split and merge the mapping once for every
         // scattered page); otherwise one call per run of cold pages, leaving the hot ones.
-        let ranges = if hot.is_empty() {
-            self.spans_per_region(&cold)
+        if hot.is_empty() {
+            for (first, count) in self.spans_per_region(cold) {
+                self.protect(first, count, libc::PROT_READ)?;
+            }
         } else {
-            self.runs(&cold)
-        };
-        for range in ranges {
-            self.protect(range.0, range.1, libc::PROT_READ)?;
+            for (first, count) in self.runs(cold) {
+                self.protect(first, count, libc::PROT_READ)?;
+            }
         }
-        for &page in &cold {
+        for &page in cold.iter() {
             clear(&self.dirty_bits, page);
             clear(&self.changed_bits, page);
             self.idle[page].store(0, Ordering::Relaxed);
@@ -926,23 +972,30 @@ impl Tracker {
                 self.kept.insert(page);
             }
         }
-        self.retwin_hot(&hot);
+        self.retwin_hot(hot);
         if drop_private {
-            for range in self.runs(&cold) {
-                self.discard(range.0, range.1)?;
+            for (first, count) in self.runs(cold) {
+                self.discard(first, count)?;
             }
+            drop(scratch);
             self.drop_kept()?;
         }
         Ok(())
     }
 
-    /// Splits this interval's dirty pages into those that stay hot and those that cool
-    /// down, updating how long each has gone unchanged. Of the pages unchanged for fewer
-    /// than [`HOT_IDLE`] intervals, the [`HOT_MAX`] changed most recently stay hot (a page
-    /// a fault window just made writable is kept over one idle for many intervals).
-    fn sort_hot(&self, pages: Vec<usize>) -> (Vec<usize>, Vec<usize>) {
-        let mut candidates = Vec::new();
-        let mut cold = Vec::new();
+    /// Splits this interval's dirty pages into those that stay hot (appended to `hot`) and
+    /// those that cool down (to `cold`), updating how long each has gone unchanged. Of the
+    /// pages unchanged for fewer than [`HOT_IDLE`] intervals, the [`HOT_MAX`] changed most
+    /// recently stay hot (a page a fault window just made writable is kept over one idle for
+    /// many intervals).
+    fn sort_hot(
+        &self,
+        pages: impl Iterator<Item = usize>,
+        hot: &mut Vec<usize>,
+        cold: &mut Vec<usize>,
+        candidates: &mut Vec<(u8, usize)>,
+    ) {
+        candidates.clear();
         for page in pages {
             let idle = if is_set(&self.changed_bits, page) {
                 0
@@ -960,8 +1013,7 @@ impl Tracker {
             candidates.sort_by_key(|&(idle, _)| idle);
             cold.extend(candidates.drain(HOT_MAX..).map(|(_, page)| page));
         }
-        let hot = candidates.into_iter().map(|(_, page)| page).collect();
-        (hot, cold)
+        hot.extend(candidates.iter().map(|&(_, page)| page));
     }
 
     /// Makes `hot` the new dirty list, each page's twin at its new position's slot. Their
@@ -971,19 +1023,25 @@ impl Tracker {
     /// (its twin copied there), so cooling one page copies at most one twin.
     fn retwin_hot(&self, hot: &[usize]) {
         let count = hot.len();
-        let mut placed: Vec<Option<usize>> = vec![None; count];
-        let mut movers = Vec::new();
+        assert!(count <= HOT_MAX, "at most HOT_MAX pages stay hot");
+        let mut placed: [Option<usize>; HOT_MAX] = [None; HOT_MAX];
+        let (mut movers, mut moving) = ([0usize; HOT_MAX], 0);
         for &page in hot {
             clear(&self.changed_bits, page);
             let old = self.twin_slot[page].load(Ordering::Relaxed) as usize;
             if old < count {
                 placed[old] = Some(page);
             } else {
-                movers.push(page);
+                movers[moving] = page;
+                moving += 1;
             }
         }
-        let vacant: Vec<usize> = (0..count).filter(|&slot| placed[slot].is_none()).collect();
-        for (&page, &slot) in movers.iter().zip(&vacant) {
+        let (mut vacant, mut vacancies) = ([0usize; HOT_MAX], 0);
+        for slot in (0..count).filter(|&slot| placed[slot].is_none()) {
+            vacant[vacancies] = slot;
+            vacancies += 1;
+        }
+        for (&page, &slot) in movers[..moving].iter().zip(&vacant[..vacancies]) {
             let old = self.twin_slot[page].load(Ordering::Relaxed) as usize;
             // SAFETY: twin slots `old` and `slot` (< `count` <= `old`) lie in the twin mapping
             // and are mapped (below the old dirty count); distinct slots, this process's own;
@@ -998,7 +1056,7 @@ impl Tracker {
             self.twin_slot[page].store(slot as u32, Ordering::Relaxed);
             placed[slot] = Some(page);
         }
-        for (slot, page) in placed.into_iter().enumerate() {
+        for (slot, page) in placed[..count].iter().enumerate() {
             let page = page.expect("every position of the new dirty list is filled");
             self.dirty[slot].store(page as u32, Ordering::Relaxed);
         }
@@ -1008,10 +1066,13 @@ impl Tracker {
     /// Discards every private copy kept by `reset(false)`, except those written again in the
     /// current interval: they hold writes not merged yet, and the next `reset` decides.
     pub fn drop_kept(&self) -> io::Result<()> {
-        let mut pages = self.kept.take_all();
+        let mut scratch = self.scratch();
+        let pages = &mut scratch.pages;
+        pages.clear();
+        self.kept.take_all(pages);
         pages.retain(|&page| !is_set(&self.dirty_bits, page));
-        for range in self.runs(&pages) {
-            self.discard(range.0, range.1)?;
+        for (first, count) in self.runs(pages) {
+            self.discard(first, count)?;
         }
         Ok(())
     }
@@ -1024,48 +1085,68 @@ impl Tracker {
 
     /// Takes into account what other processes published since this process last did: a
     /// kept copy of a page they published into is dropped (the next access reads the shared
-    /// view), and a dirty page they published into is *rebased*: the bytes this process has
-    /// not changed are refreshed from the shared view, in its private copy and its twin, so
-    /// its next reads see the others' merged bytes and its diff still holds only its own.
-    /// Called when the process synchronises (after an acquire, a wake-up, a join); costs one
-    /// load when nobody published. A process that fell a whole ring behind, or a publish of
-    /// every page ([`Tracker::publish_everything`]), drops every kept copy and rebases every
-    /// dirty page.
+    /// view), and a dirty page they published into is *rebased* line by line: in each 64-byte
+    /// line they wrote, the bytes this process has not changed are refreshed from the shared
+    /// view, in its private copy and its twin, so its next reads see the others' merged bytes
+    /// and its diff still holds only its own. Called when the process synchronises (after an
+    /// acquire, a wake-up, a join); costs one load when nobody published. A process that fell
+    /// a whole ring behind, or a publish of every page ([`Tracker::publish_everything`]),
+    /// drops every kept copy and rebases every dirty page whole.
+    ///
+    /// Why rebasing only the logged lines misses nothing. Invariant: for a dirty page, every
+    /// byte of the shared page that changed since this process's private copy and twin last
+    /// matched it (the copy taken at the fault, or the last rebase of that line) lies in a
+    /// line named by an entry this process has not read yet. The shared view changes only by
+    /// publishes, and each publish writes its bytes first and then logs the page with the
+    /// mask of every line holding a word it wrote (`publish_word_range` sets the bit of each
+    /// word it stores); a writer that may change any byte without publishing (the main
+    /// process writing unlogged regions in place) logs "every page, every line". An entry
+    /// whose bytes landed before the fault's copy is read later and only rebases a line
+    /// that already matches, which changes nothing; one whose bytes landed after is still
+    /// unread. So the union of the masks read here covers every changed line; a ring read
+    /// past its capacity (entries overwritten) falls back to every line of every page.
     pub fn catch_up(&self) -> io::Result<()> {
         let total = self.log.total.load(Ordering::Acquire);
         if total == self.seen_total.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let (pages, everything) = self.unseen_pages();
+        let mut scratch = self.scratch();
+        let Scratch { unseen, pages, .. } = &mut *scratch;
+        unseen.clear();
+        let everything = self.unseen_pages(unseen);
         self.seen_total.store(total, Ordering::Relaxed);
         if everything {
-            for page in self.dirty_pages() {
-                self.rebase(page);
+            for slot in 0..self.dirty_count.load(Ordering::Acquire) {
+                self.rebase(self.dirty[slot].load(Ordering::Relaxed) as usize, ALL_LINES);
             }
+            drop(scratch);
             return self.drop_kept();
         }
-        let mut dropped = Vec::new();
-        for page in pages.into_iter().filter(|&page| page < self.pages) {
+        unseen.sort_unstable_by_key(|&(page, _)| page);
+        pages.clear();
+        for entries in unseen.chunk_by(|a, b| a.0 == b.0) {
+            let page = entries[0].0 as usize;
+            if page >= self.pages {
+                continue;
+            }
             if is_set(&self.dirty_bits, page) {
-                self.rebase(page);
+                let lines = entries.iter().fold(0, |lines, entry| lines | entry.1);
+                self.rebase(page, lines);
             } else if self.kept.remove(page) {
-                dropped.push(page);
+                pages.push(page);
             }
         }
-        dropped.sort_unstable();
-        dropped.dedup();
-        for range in self.runs(&dropped) {
-            self.discard(range.0, range.1)?;
+        for (first, count) in self.runs(pages) {
+            self.discard(first, count)?;
         }
         Ok(())
     }
 
-    /// The pages the other processes' rings name beyond what this process has seen (their
-    /// positions advance), and whether any entry means every page or was overwritten before
-    /// it was read.
-    fn unseen_pages(&self) -> (Vec<usize>, bool) {
+    /// Appends to `unseen` the `(page, lines)` entries of the other processes' rings beyond
+    /// what this process has seen (their positions advance); returns whether any entry
+    /// means every page or was overwritten before it was read.
+    fn unseen_pages(&self, unseen: &mut Vec<(u32, u64)>) -> bool {
         let mine = self.writer.load(Ordering::Relaxed);
-        let mut pages = Vec::new();
         let mut everything = false;
         let used = self.log.rings_used.load(Ordering::Acquire);
         for (index, ring) in self.log.rings[..used].iter().enumerate() {
@@ -1080,33 +1161,41 @@ impl Tracker {
                 continue;
             }
             for at in seen..published {
-                let page = ring.pages[(at % RING_ENTRIES as u64) as usize].load(Ordering::Relaxed);
+                let slot = (at % RING_ENTRIES as u64) as usize;
+                let page = ring.pages[slot].load(Ordering::Relaxed);
                 everything |= page == ALL_PAGES;
-                pages.push(page as usize);
+                unseen.push((page, ring.lines[slot].load(Ordering::Relaxed)));
             }
             // Entries overwritten while they were read: a writer reserves its slot (and
             // fences) before writing it.
             fence(Ordering::Acquire);
             everything |= ring.reserved.load(Ordering::Relaxed) - seen > RING_ENTRIES as u64;
         }
-        (pages, everything)
+        everything
     }
 
-    /// Refreshes dirty page `page` from the shared view where this process has not changed
-    /// it (see [`Tracker::catch_up`]).
-    fn rebase(&self, page: usize) {
+    /// Refreshes the `lines` of dirty page `page` from the shared view where this process
+    /// has not changed them (see [`Tracker::catch_up`]).
+    fn rebase(&self, page: usize, lines: u64) {
         let (private, shared) = self.addresses(page * PAGE);
         let twin = self.twin_ptr(page);
         // SAFETY: whole pages: the private copy (dirty, so writable and this process's own),
         // its twin slot (below the dirty count), and the region's shared view (readable);
         // three distinct mappings, page-aligned. Only this single-threaded process touches
         // the first two; the shared page is read word by word atomically.
-        unsafe { rebase_words(private, twin, shared) }
+        unsafe {
+            if lines == ALL_LINES {
+                rebase_words(private, twin, shared);
+            } else {
+                rebase_lines(private, twin, shared, lines);
+            }
+        }
     }
 
-    /// Records that this process published into `page` (`ALL_PAGES`: anywhere), in its own
-    /// ring (one writer).
-    fn log_published(&self, page: u32) {
+    /// Records that this process published into the `lines` of `page` (`ALL_PAGES`:
+    /// anywhere), in its own ring (one writer). Called after the bytes are in the shared
+    /// view, so a reader that sees the entry (acquiring `published`) sees them.
+    fn log_published(&self, page: u32, lines: u64) {
         let writer = self.writer.load(Ordering::Relaxed);
         let ring = &self.log.rings[writer];
         if self.log.rings_used.load(Ordering::Relaxed) <= writer {
@@ -1117,7 +1206,9 @@ impl Tracker {
         // A reader that sees the entry below also sees the reservation (and so knows when
         // the slot it read was overwritten).
         fence(Ordering::Release);
-        ring.pages[(at % RING_ENTRIES as u64) as usize].store(page, Ordering::Relaxed);
+        let slot = (at % RING_ENTRIES as u64) as usize;
+        ring.pages[slot].store(page, Ordering::Relaxed);
+        ring.lines[slot].store(lines, Ordering::Relaxed);
         ring.published.store(at + 1, Ordering::Release);
         self.log.total.fetch_add(1, Ordering::AcqRel);
     }
@@ -1127,7 +1218,7 @@ impl Tracker {
     /// other process drops its kept copies, and rebases its dirty pages, when it next
     /// synchronises.
     pub fn publish_everything(&self) {
-        self.log_published(ALL_PAGES);
+        self.log_published(ALL_PAGES, ALL_LINES);
     }
 
     fn protect(&self, first: usize, count: usize, prot: i32) -> io::Result<()> {
@@ -1288,13 +1379,14 @@ fn nonzero_bytes(x: u64) -> u64 {
 /// published, never torn (a GOT slot of the program, rewritten by lazy binding in every
 /// process, must never be seen half old, half new).
 /// Each changed word is also written into `twin`, so afterwards the twin equals the private
-/// page and the next diff holds only later writes. Returns whether any byte differed.
+/// page and the next diff holds only later writes. Returns the mask of the 64-byte lines
+/// holding a changed word (0: no byte differed).
 ///
 /// # Safety
 /// The three pointers are page-aligned pages: `private` readable and not written meanwhile
 /// by this process, `twin` readable and writable and this process's own, `shared`
 /// writable; no overlap.
-unsafe fn publish_changed_words(private: *const u8, twin: *mut u8, shared: *mut u8) -> bool {
+unsafe fn publish_changed_words(private: *const u8, twin: *mut u8, shared: *mut u8) -> u64 {
     // SAFETY: forwarded: every word of the three pages.
     unsafe { publish_word_range(private, twin, shared, 0, PAGE / 8) }
 }
@@ -1309,8 +1401,8 @@ unsafe fn publish_word_range(
     shared: *mut u8,
     first: usize,
     last: usize,
-) -> bool {
-    let mut any = false;
+) -> u64 {
+    let mut lines = 0;
     for index in first..last {
         // SAFETY: word `index` of two readable, aligned pages.
         let (mine, before) = unsafe {
@@ -1323,7 +1415,7 @@ unsafe fn publish_word_range(
         if changed == 0 {
             continue;
         }
-        any = true;
+        lines |= 1u64 << (index * 8 / LINE);
         // SAFETY: word `index` of the twin page, writable and this process's own.
         unsafe { twin.cast::<u64>().add(index).write(mine) };
         // SAFETY: an aligned word of the writable shared page, only accessed atomically here.
@@ -1343,7 +1435,7 @@ unsafe fn publish_word_range(
             current = now;
         }
     }
-    any
+    lines
 }
 
 /// Rebases a dirty page on the shared view: every byte this process has not changed (equal
@@ -1366,18 +1458,46 @@ unsafe fn rebase_words(private: *mut u8, twin: *mut u8, shared: *const u8) {
         return;
     }
     for index in 0..PAGE / 8 {
-        // SAFETY: word `index` of three aligned pages; the shared word is read atomically
-        // (other processes publish into it).
-        unsafe {
-            let mine_at = private.cast::<u64>().add(index);
-            let twin_at = twin.cast::<u64>().add(index);
-            let current = AtomicU64::from_ptr(shared.cast::<u64>().add(index).cast_mut())
-                .load(Ordering::Relaxed);
-            let (mine, before) = (mine_at.read(), twin_at.read());
-            let mask = nonzero_bytes(mine ^ before);
-            mine_at.write((current & !mask) | (mine & mask));
-            twin_at.write((current & !mask) | (before & mask));
+        // SAFETY: word `index` of the three pages of the caller's contract.
+        unsafe { rebase_word(private, twin, shared, index) };
+    }
+}
+
+/// [`rebase_words`] restricted to the 64-byte lines of `lines` (bit `i`: line `i`): the
+/// other lines of `private` and `twin` are left as they are.
+///
+/// # Safety
+/// As [`rebase_words`].
+unsafe fn rebase_lines(private: *mut u8, twin: *mut u8, shared: *const u8, mut lines: u64) {
+    const WORDS: usize = LINE / 8;
+    while lines != 0 {
+        let line = lines.trailing_zeros() as usize;
+        lines &= lines - 1;
+        for index in line * WORDS..(line + 1) * WORDS {
+            // SAFETY: word `index` (< PAGE / 8: line < 64) of the three pages of the
+            // caller's contract.
+            unsafe { rebase_word(private, twin, shared, index) };
         }
+    }
+}
+
+/// Rebases word `index`: its bytes equal in `private` and `twin` take the shared word's
+/// value in both; the others keep their private value and their old twin value.
+///
+/// # Safety
+/// As [`rebase_words`]; `index < PAGE / 8`.
+unsafe fn rebase_word(private: *mut u8, twin: *mut u8, shared: *const u8, index: usize) {
+    // SAFETY: word `index` of three aligned pages; the shared word is read atomically
+    // (other processes publish into it).
+    unsafe {
+        let mine_at = private.cast::<u64>().add(index);
+        let twin_at = twin.cast::<u64>().add(index);
+        let current =
+            AtomicU64::from_ptr(shared.cast::<u64>().add(index).cast_mut()).load(Ordering::Relaxed);
+        let (mine, before) = (mine_at.read(), twin_at.read());
+        let mask = nonzero_bytes(mine ^ before);
+        mine_at.write((current & !mask) | (mine & mask));
+        twin_at.write((current & !mask) | (before & mask));
     }
 }
 
@@ -1402,19 +1522,15 @@ unsafe fn refresh_words(private: *mut u8, twin: *mut u8, shared: *const u8) {
     unsafe { ptr::copy_nonoverlapping(private, twin, PAGE) };
 }
 
-/// Coalesces sorted page numbers into `(first, count)` runs, never across a region start
-/// (`starts`: the first global page of every region).
-fn runs_of_pages_in(pages: &[usize], starts: &[usize]) -> Vec<(usize, usize)> {
-    let mut out: Vec<(usize, usize)> = Vec::new();
-    for &page in pages {
-        match out.last_mut() {
-            Some((first, count)) if *first + *count == page && !starts.contains(&page) => {
-                *count += 1
-            }
-            _ => out.push((page, 1)),
-        }
-    }
-    out
+/// Coalesces sorted, distinct page numbers into `(first, count)` runs, never across a
+/// region start (`is_start`: whether a page is the first global page of a region).
+fn runs_of_pages_in<'a>(
+    pages: &'a [usize],
+    is_start: impl Fn(usize) -> bool + 'a,
+) -> impl Iterator<Item = (usize, usize)> + 'a {
+    pages
+        .chunk_by(move |&a, &b| b == a + 1 && !is_start(b))
+        .map(|run| (run[0], run.len()))
 }
 
 /// A fresh zero-filled `MAP_SHARED | MAP_ANONYMOUS` mapping of `len` bytes, shared with every
@@ -1594,7 +1710,7 @@ mod tests {
                     shared.as_mut_ptr().cast(),
                 )
             };
-            assert_eq!(any, !spans.is_empty());
+            assert_eq!(any != 0, !spans.is_empty());
             assert_eq!(shared, expected, "round {round}");
         }
     }
@@ -1640,6 +1756,83 @@ mod tests {
         }
     }
 
+    /// Rebasing by lines is [`rebase_words`] inside the masked lines and leaves every other
+    /// line of the private copy and the twin exactly as it was.
+    #[test]
+    fn rebasing_lines_touches_exactly_the_masked_lines() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(12);
+        let words = PAGE / 8;
+        for round in 0..100 {
+            let twin: Vec<u64> = (0..words).map(|_| rng.random()).collect();
+            let mut private = twin.clone();
+            for _ in 0..[0, 3, 40, 900][round % 4] {
+                let at = rng.random_range(0..PAGE);
+                bytemuck_mut(&mut private)[at] ^= rng.random_range(1..=255u8);
+            }
+            let shared: Vec<u64> = (0..words).map(|_| rng.random()).collect();
+            let lines: u64 = rng.random::<u64>() & rng.random::<u64>();
+            let (mut whole_private, mut whole_twin) = (private.clone(), twin.clone());
+            let (mut new_private, mut new_twin) = (private.clone(), twin.clone());
+            // SAFETY: distinct, aligned page-sized buffers, used by nothing else.
+            unsafe {
+                rebase_words(
+                    whole_private.as_mut_ptr().cast(),
+                    whole_twin.as_mut_ptr().cast(),
+                    shared.as_ptr().cast(),
+                );
+                rebase_lines(
+                    new_private.as_mut_ptr().cast(),
+                    new_twin.as_mut_ptr().cast(),
+                    shared.as_ptr().cast(),
+                    lines,
+                );
+            }
+            for at in 0..PAGE {
+                let masked = lines & (1 << (at / LINE)) != 0;
+                let (want_private, want_twin) = if masked {
+                    (&whole_private, &whole_twin)
+                } else {
+                    (&private, &twin)
+                };
+                assert_eq!(
+                    (bytemuck(&new_private)[at], bytemuck(&new_twin)[at]),
+                    (bytemuck(want_private)[at], bytemuck(want_twin)[at]),
+                    "round {round} byte {at} (masked: {masked})"
+                );
+            }
+        }
+    }
+
+    /// Publishing reports exactly the lines holding a changed byte: the mask the publish log
+    /// records, which catch-up relies on to rebase every line another process changed.
+    #[test]
+    fn publishing_reports_the_lines_it_wrote() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(13);
+        let words = PAGE / 8;
+        for round in 0..100 {
+            let mut twin: Vec<u64> = (0..words).map(|_| rng.random()).collect();
+            let mut private = twin.clone();
+            let mut want = 0u64;
+            for _ in 0..[0, 1, 5, 200][round % 4] {
+                let at = rng.random_range(0..PAGE);
+                bytemuck_mut(&mut private)[at] ^= rng.random_range(1..=255u8);
+                want |= 1 << (at / LINE);
+            }
+            let mut shared = vec![0u64; words];
+            // SAFETY: three distinct, aligned page-sized buffers, used by nothing else.
+            let lines = unsafe {
+                publish_changed_words(
+                    private.as_ptr().cast(),
+                    twin.as_mut_ptr().cast(),
+                    shared.as_mut_ptr().cast(),
+                )
+            };
+            assert_eq!(lines, want, "round {round}");
+        }
+    }
+
     fn bytemuck(words: &[u64]) -> &[u8] {
         // SAFETY: u64 has no padding; the byte view covers the same memory.
         unsafe { std::slice::from_raw_parts(words.as_ptr().cast(), words.len() * 8) }
@@ -1652,11 +1845,14 @@ mod tests {
 
     #[test]
     fn page_runs_coalesce() {
+        let runs = |pages: &[usize], starts: &[usize]| -> Vec<(usize, usize)> {
+            runs_of_pages_in(pages, |page| starts.contains(&page)).collect()
+        };
         assert_eq!(
-            runs_of_pages_in(&[1, 2, 3, 7, 9, 10], &[0]),
+            runs(&[1, 2, 3, 7, 9, 10], &[0]),
             vec![(1, 3), (7, 1), (9, 2)]
         );
-        assert!(runs_of_pages_in(&[], &[0]).is_empty());
-        assert_eq!(runs_of_pages_in(&[3, 4, 5], &[0, 4]), vec![(3, 1), (4, 2)]);
+        assert!(runs(&[], &[0]).is_empty());
+        assert_eq!(runs(&[3, 4, 5], &[0, 4]), vec![(3, 1), (4, 2)]);
     }
 }
