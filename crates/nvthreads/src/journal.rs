@@ -23,7 +23,7 @@
 use crate::error::NvtError;
 use crate::record::{self, Entry, Kind, Meta};
 use pmem::checked;
-use pmem::{CreateOptions, Persist, Pool, WriteClass};
+use pmem::{CACHE_LINE, CreateOptions, Persist, Pool, WriteClass};
 use std::collections::HashSet;
 
 /// Pool layout name.
@@ -42,6 +42,12 @@ pub const HEADER_LEN: u64 = 64;
 pub const LAP_WORD: u64 = 64;
 /// The lap word, as its errors name it.
 const LAP_WHAT: &str = "lap word";
+
+thread_local! {
+    /// The record an append encodes before writing it to its lane, kept across appends so
+    /// that appending allocates nothing once it has grown to the largest record.
+    static ENCODED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 /// The first lap of a fresh pool.
 pub const FIRST_LAP: u64 = 1;
 /// Most lanes a log is cut into.
@@ -396,10 +402,20 @@ impl<P: Persist> Journal<P> {
                 free: self.geo.lane_len - *tail,
             });
         }
-        let bytes = record::encode_with_body(meta, body);
         let pm = self.pool.pm();
         let at = self.geo.lane_off(lane) + *tail;
-        pm.write(at, &bytes, WriteClass::Log);
+        let write = |bytes: &mut Vec<u8>| {
+            record::encode_into(meta, body, bytes);
+            pm.write(at, bytes, WriteClass::Log);
+        };
+        // The thread's buffer is gone once its thread-locals are destroyed (an append at
+        // exit): such an append encodes into a buffer of its own.
+        if ENCODED
+            .try_with(|bytes| write(&mut bytes.borrow_mut()))
+            .is_err()
+        {
+            write(&mut Vec::new());
+        }
         if !self.mutated(Mutation::NoLogFlush) {
             pm.flush(at, len);
         }
@@ -568,24 +584,30 @@ impl<P: Persist> Journal<P> {
     /// the bytes replayed.
     fn replay(&self, records: Vec<Scanned>) -> Result<u64, NvtError> {
         let mut bytes = 0;
+        let mut lines = Vec::new();
         for record in &records {
-            bytes += self.apply_record(&record.body)?;
+            bytes += self.apply_record(&record.body, &mut lines)?;
         }
+        self.flush_lines(&mut lines);
         self.pool.pm().fence();
         self.fenced();
         Ok(bytes)
     }
 
-    /// Writes a data record's entries into the home image and flushes them (no fence).
-    fn apply_record(&self, body: &[u8]) -> Result<u64, NvtError> {
+    /// Writes a data record's entries into the home image, noting the pool lines written in
+    /// `lines` (to flush: no flush, no fence here).
+    fn apply_record(&self, body: &[u8], lines: &mut Vec<u64>) -> Result<u64, NvtError> {
         let pm = self.pool.pm();
         let mut bytes = 0;
+        let mut written = |at: u64, len: u64| {
+            lines.extend(at / CACHE_LINE..(at + len).div_ceil(CACHE_LINE));
+        };
         for entry in record::parse_body(body, self.geo.heap_len)? {
             match entry {
                 Entry::Run(run) => {
                     let at = self.geo.heap_off + run.offset;
                     pm.write(at, run.bytes, WriteClass::User);
-                    pm.flush(at, run.bytes.len() as u64);
+                    written(at, run.bytes.len() as u64);
                     bytes += run.bytes.len() as u64;
                 }
                 Entry::Masked(page) => {
@@ -594,12 +616,31 @@ impl<P: Persist> Journal<P> {
                     pm.read(at, &mut image);
                     page.for_each_byte(|offset, byte| image[offset] = byte);
                     pm.write(at, &image, WriteClass::User);
-                    pm.flush(at, image.len() as u64);
+                    written(at, image.len() as u64);
                     bytes += page.bytes.len() as u64;
                 }
             }
         }
         Ok(bytes)
+    }
+
+    /// Flushes each pool line of `lines` once, neighbouring lines in one call. A replay
+    /// writes the same home lines again and again (a ledger's balances, a counter); one
+    /// flush of each after its last write, before the replay's fence, makes every write to
+    /// it durable at that fence exactly as a flush after each write would.
+    fn flush_lines(&self, lines: &mut [u64]) {
+        lines.sort_unstable();
+        let pm = self.pool.pm();
+        let mut at = 0;
+        while at < lines.len() {
+            let first = lines[at];
+            let mut last = first;
+            while at < lines.len() && lines[at] <= last + 1 {
+                last = last.max(lines[at]);
+                at += 1;
+            }
+            pm.flush(first * CACHE_LINE, (last + 1 - first) * CACHE_LINE);
+        }
     }
 
     /// Zeroes `len` bytes of the home image at heap offset `offset` and makes them durable

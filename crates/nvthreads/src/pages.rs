@@ -701,6 +701,13 @@ impl Tracker {
             .collect()
     }
 
+    /// [`Tracker::dirty_pages`] into `pages` (emptied first; its allocation is reused).
+    pub fn dirty_pages_into(&self, pages: &mut Vec<usize>) {
+        pages.clear();
+        let count = self.dirty_count.load(Ordering::Acquire);
+        pages.extend((0..count).map(|i| self.dirty[i].load(Ordering::Relaxed) as usize));
+    }
+
     /// Appends the runs this process changed in dirty page `page` (page-relative).
     pub fn diff_page(&self, page: usize, out: &mut Vec<Span>) {
         diff::spans(self.private_page(page), self.twin_page(page), out);

@@ -24,8 +24,12 @@ pub enum Step {
     /// Diffing the dirty pages against their twins into entries (and publishing the
     /// unlogged ones).
     Diff,
-    /// Appending a record: gate, sequence number, lane, encode, write, flush, fence.
+    /// Appending a record: gate, sequence number, lane, encode, write, flush, fence (and
+    /// any checkpoint the append runs: [`Step::Checkpoint`] is part of this step's time).
     Append,
+    /// Emptying the log into the home image (run by an append that found its lane half
+    /// full or full; counted inside [`Step::Append`] too).
+    Checkpoint,
     /// Publishing the logged pages into the shared view.
     Publish,
     /// Ending the interval: write-protecting the dirty pages, keeping or dropping copies.
@@ -37,12 +41,13 @@ pub enum Step {
 
 impl Step {
     /// Every step, in line order.
-    pub const ALL: [Step; 8] = [
+    pub const ALL: [Step; 9] = [
         Step::Fault,
         Step::Interval,
         Step::CatchUp,
         Step::Diff,
         Step::Append,
+        Step::Checkpoint,
         Step::Publish,
         Step::Reset,
         Step::Blocked,
@@ -56,6 +61,7 @@ impl Step {
             Step::CatchUp => "catch_up",
             Step::Diff => "diff",
             Step::Append => "append",
+            Step::Checkpoint => "checkpoint",
             Step::Publish => "publish",
             Step::Reset => "reset",
             Step::Blocked => "blocked",
@@ -76,8 +82,8 @@ impl Step {
 pub struct Profile {
     /// Sections ended (outermost unlocks, and condition waits that end one).
     pub sections: AtomicU64,
-    counts: [AtomicU64; 8],
-    nanos: [AtomicU64; 8],
+    counts: [AtomicU64; Step::ALL.len()],
+    nanos: [AtomicU64; Step::ALL.len()],
 }
 
 static ENABLED: AtomicBool = AtomicBool::new(false);

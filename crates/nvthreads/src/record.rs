@@ -210,12 +210,19 @@ pub fn close_body(groups: &[u64]) -> Vec<u8> {
 
 /// The body of a data record holding `entries`.
 pub fn data_body(entries: &[Entry<'_>]) -> Vec<u8> {
-    let mut body = Vec::with_capacity(body_len(entries) as usize);
+    let mut body = Vec::new();
+    data_body_into(entries, &mut body);
+    body
+}
+
+/// [`data_body`] into `body` (emptied first; its allocation is reused).
+pub fn data_body_into(entries: &[Entry<'_>], body: &mut Vec<u8>) {
+    body.clear();
+    body.reserve(body_len(entries) as usize);
     for entry in entries {
-        push_entry(&mut body, entry);
+        push_entry(body, entry);
     }
     debug_assert_eq!(body.len() as u64, body_len(entries));
-    body
 }
 
 /// Encodes a data record of `entries` (padded to [`RECORD_ALIGN`]).
@@ -227,8 +234,16 @@ pub fn encode(meta: Meta, entries: &[Entry<'_>]) -> Vec<u8> {
 /// body), also for moving a record to another lap (a checkpoint keeps the records that are
 /// not committed yet).
 pub fn encode_with_body(meta: Meta, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_into(meta, body, &mut out);
+    out
+}
+
+/// [`encode_with_body`] into `out` (emptied first; its allocation is reused).
+pub fn encode_into(meta: Meta, body: &[u8], out: &mut Vec<u8>) {
     let total = record_len(body.len() as u64);
-    let mut out = Vec::with_capacity(total as usize);
+    out.clear();
+    out.reserve(total as usize);
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
     out.extend_from_slice(&(HEADER_LEN as u16).to_le_bytes());
@@ -246,7 +261,6 @@ pub fn encode_with_body(meta: Meta, body: &[u8]) -> Vec<u8> {
     let crc = crc_of(&out[..CRC_COVERED], body);
     out[CRC_COVERED..CRC_COVERED + 4].copy_from_slice(&crc.to_le_bytes());
     out.resize(total as usize, 0);
-    out
 }
 
 fn crc_of(header: &[u8], body: &[u8]) -> u32 {

@@ -75,9 +75,9 @@ pub(super) fn journal_mutation() -> Mutation {
 /// or one of the deliberate bugs the C-program tests must catch (`NVT_MUTANT`), chosen once
 /// at start-up ([`protocol`]), so the merge itself has no test-only branch.
 trait Protocol: Sync {
-    /// The records one merge's entries are appended as (correct: one, so a section's pages
-    /// are all or nothing).
-    fn records<'r, 'a>(&self, entries: &'r [Entry<'a>]) -> Vec<&'r [Entry<'a>]>;
+    /// Calls `append` with each record one merge's entries are appended as (correct: one,
+    /// so a section's pages are all or nothing).
+    fn records(&self, entries: &[Entry<'_>], append: &mut dyn FnMut(&[Entry<'_>]));
     /// The group a record of a thread depending on `group` carries; `member`: the thread's
     /// own section is open (correct: `group`, so a section that observed an open one
     /// commits with it).
@@ -88,8 +88,8 @@ trait Protocol: Sync {
 struct Correct;
 
 impl Protocol for Correct {
-    fn records<'r, 'a>(&self, entries: &'r [Entry<'a>]) -> Vec<&'r [Entry<'a>]> {
-        vec![entries]
+    fn records(&self, entries: &[Entry<'_>], append: &mut dyn FnMut(&[Entry<'_>])) {
+        append(entries);
     }
 
     fn group(&self, group: u64, _member: bool) -> u64 {
@@ -102,8 +102,10 @@ impl Protocol for Correct {
 struct CommitPerPage;
 
 impl Protocol for CommitPerPage {
-    fn records<'r, 'a>(&self, entries: &'r [Entry<'a>]) -> Vec<&'r [Entry<'a>]> {
-        entries.chunk_by(|a, b| page_of(a) == page_of(b)).collect()
+    fn records(&self, entries: &[Entry<'_>], append: &mut dyn FnMut(&[Entry<'_>])) {
+        entries
+            .chunk_by(|a, b| page_of(a) == page_of(b))
+            .for_each(append);
     }
 
     fn group(&self, group: u64, _member: bool) -> u64 {
@@ -116,8 +118,8 @@ impl Protocol for CommitPerPage {
 struct NoDependence;
 
 impl Protocol for NoDependence {
-    fn records<'r, 'a>(&self, entries: &'r [Entry<'a>]) -> Vec<&'r [Entry<'a>]> {
-        vec![entries]
+    fn records(&self, entries: &[Entry<'_>], append: &mut dyn FnMut(&[Entry<'_>])) {
+        append(entries);
     }
 
     fn group(&self, group: u64, member: bool) -> u64 {
@@ -153,10 +155,41 @@ pub(super) enum MergeEnd {
 }
 
 /// A logged dirty page of one merge: its runs, and the masked form when that is smaller.
+#[derive(Debug, Default)]
 struct LoggedPage {
     page: usize,
     spans: Vec<Span>,
-    masked: Option<(Vec<u8>, Vec<u8>)>,
+    /// Whether the page is logged in its masked form (`mask`, `bytes`).
+    masked: bool,
+    mask: Vec<u8>,
+    bytes: Vec<u8>,
+}
+
+/// The buffers of a process's merges, kept across merges so that the common path allocates
+/// nothing once they have grown to the largest merge.
+#[derive(Debug, Default)]
+pub(super) struct MergeBuffers {
+    /// The dirty pages of the merge.
+    dirty: Vec<usize>,
+    /// Its logged pages: the first `logged` are this merge's; the others keep their
+    /// buffers for later merges.
+    pages: Vec<LoggedPage>,
+    logged: usize,
+    /// Its record's entries (empty between merges: they borrow the pages).
+    entries: Vec<Entry<'static>>,
+    /// Its record's body.
+    body: Vec<u8>,
+}
+
+/// `entries` emptied, as a vector of entries of another lifetime on the same allocation
+/// (the standard library collects a vector's own iterator into its allocation when the
+/// element layouts match, as they do here).
+fn recycle<'b>(mut entries: Vec<Entry<'_>>) -> Vec<Entry<'b>> {
+    entries.clear();
+    entries
+        .into_iter()
+        .map(|_| unreachable!("the vector is empty"))
+        .collect()
 }
 
 impl Runtime {
@@ -236,17 +269,34 @@ impl Runtime {
     /// Logs this process's changes, publishes them to the shared view and ends the tracking
     /// interval; at a section's end, leaves its group (closing it if last).
     pub(super) fn merge(&self, end: MergeEnd, force_drop: bool) {
+        // A merge reached again from inside a merge (none is known) gets fresh buffers.
+        let mut reused = self.merge_buffers.try_lock().ok();
+        let mut fresh = MergeBuffers::default();
+        let buffers = reused.as_deref_mut().unwrap_or(&mut fresh);
+        self.merge_with(end, force_drop, buffers);
+    }
+
+    /// [`Runtime::merge`] with `buffers`.
+    fn merge_with(&self, end: MergeEnd, force_drop: bool, buffers: &mut MergeBuffers) {
         let profile = &self.shared.profile;
         let diff = profile.time(Step::Diff);
-        let pages = self.publish_unlogged_and_diff();
-        let entries = self.entries(&pages);
+        self.publish_unlogged_and_diff(buffers);
+        let MergeBuffers {
+            pages,
+            logged,
+            entries,
+            body,
+            ..
+        } = buffers;
+        let pages = &pages[..*logged];
+        let mut record = recycle(std::mem::take(entries));
+        self.entries(pages, &mut record);
         drop(diff);
-        if !entries.is_empty() {
+        if !record.is_empty() {
             let _append = profile.time(Step::Append);
-            for records in protocol().records(&entries) {
-                self.log_data(records);
-            }
+            protocol().records(&record, &mut |entries| self.log_data(entries, body));
         }
+        *entries = recycle(record);
         if end == MergeEnd::Section && get(&LOCAL.member) {
             set(&LOCAL.member, false);
             let group = LOCAL.group.load(Ordering::Relaxed);
@@ -255,7 +305,7 @@ impl Runtime {
             }
         }
         let publish = profile.time(Step::Publish);
-        for dirty in &pages {
+        for dirty in pages {
             self.tracker.publish_spans(dirty.page, &dirty.spans);
         }
         drop(publish);
@@ -266,47 +316,57 @@ impl Runtime {
 
     /// Publishes the unlogged dirty pages at once, word by word from the page and its twin,
     /// without building runs (a page of small scattered changes would cost a call and a
-    /// compare-and-swap per run); returns the logged ones, diffed into runs for the log.
-    /// Heap runs are logged and published; runs in adopted ranges (the program's globals)
-    /// and the shared malloc region are only published: shared, not persistent.
-    fn publish_unlogged_and_diff(&self) -> Vec<LoggedPage> {
+    /// compare-and-swap per run); diffs the logged ones into runs for the log, into
+    /// `buffers.pages[..buffers.logged]`. Heap runs are logged and published; runs in
+    /// adopted ranges (the program's globals) and the shared malloc region are only
+    /// published: shared, not persistent.
+    fn publish_unlogged_and_diff(&self, buffers: &mut MergeBuffers) {
         let tracker = self.tracker;
-        let dirty = tracker.dirty_pages();
+        let MergeBuffers {
+            dirty,
+            pages,
+            logged,
+            ..
+        } = buffers;
+        tracker.dirty_pages_into(dirty);
         Counters::add(&self.shared.counters.merged_pages, dirty.len() as u64);
         let heap_pages = self.heap_len as usize / PAGE;
-        let mut logged = Vec::new();
-        for page in dirty {
+        *logged = 0;
+        for &page in dirty.iter() {
             if !tracker.is_logged(page) {
                 tracker.publish_page(page);
                 continue;
             }
-            let mut spans = Vec::new();
-            tracker.diff_page(page, &mut spans);
-            let masked = (page < heap_pages && masked_len(&spans) < runs_len(&spans))
-                .then(|| masked_form(tracker.private_page(page), &spans));
-            logged.push(LoggedPage {
-                page,
-                spans,
-                masked,
-            });
+            if *logged == pages.len() {
+                pages.push(LoggedPage::default());
+            }
+            let entry = &mut pages[*logged];
+            entry.page = page;
+            entry.spans.clear();
+            tracker.diff_page(page, &mut entry.spans);
+            entry.masked = page < heap_pages && masked_len(&entry.spans) < runs_len(&entry.spans);
+            if entry.masked {
+                let private = tracker.private_page(page);
+                masked_form(private, &entry.spans, &mut entry.mask, &mut entry.bytes);
+            }
+            *logged += 1;
         }
-        logged
     }
 
-    /// The entries of one record: each logged page's runs (persistent globals minus the
-    /// bytes the loader writes), or its masked form when that is smaller (a page of many
-    /// scattered changes). Never more than the bytes this thread changed: another thread
-    /// may be publishing other bytes of the same page at the same moment.
-    fn entries<'a>(&'a self, pages: &'a [LoggedPage]) -> Vec<Entry<'a>> {
+    /// The entries of one record, appended to `entries`: each logged page's runs
+    /// (persistent globals minus the bytes the loader writes), or its masked form when that
+    /// is smaller (a page of many scattered changes). Never more than the bytes this thread
+    /// changed: another thread may be publishing other bytes of the same page at the same
+    /// moment.
+    fn entries<'a>(&'a self, pages: &'a [LoggedPage], entries: &mut Vec<Entry<'a>>) {
         let heap_pages = self.heap_len as usize / PAGE;
-        let mut entries = Vec::new();
         for logged in pages {
             let page = logged.page;
-            if let Some((mask, bytes)) = &logged.masked {
+            if logged.masked {
                 entries.push(Entry::Masked(MaskedPage {
                     offset: (page * PAGE) as u64,
-                    mask,
-                    bytes,
+                    mask: &logged.mask,
+                    bytes: &logged.bytes,
                 }));
                 continue;
             }
@@ -324,16 +384,15 @@ impl Runtime {
                 entries.extend(runs.map(Entry::Run));
             }
         }
-        entries
     }
 
-    /// Appends one data record of `entries`, tagged with the group this thread depends on
-    /// (if still pending when the record is written).
-    pub(super) fn log_data(&self, entries: &[Entry<'_>]) {
-        let body = record::data_body(entries);
+    /// Appends one data record of `entries` (its body encoded into `body`), tagged with the
+    /// group this thread depends on (if still pending when the record is written).
+    pub(super) fn log_data(&self, entries: &[Entry<'_>], body: &mut Vec<u8>) {
+        record::data_body_into(entries, body);
         let member = get(&LOCAL.member);
         let wanted = protocol().group(self.dependency(), member);
-        let (seq, group) = self.append_record(Kind::Data, &body, wanted, &|| {});
+        let (seq, group) = self.append_record(Kind::Data, body, wanted, &|| {});
         LOCAL.last_seq.store(seq, Ordering::Relaxed);
         if group == 0 {
             LOCAL.durable_seq.store(seq, Ordering::Relaxed);
@@ -436,6 +495,7 @@ impl Runtime {
     /// gate is closed while it runs). `needed`: the lane and record size that asked for it;
     /// skipped if another thread's checkpoint made room meanwhile.
     pub(super) fn checkpoint(&self, needed: Option<(usize, u64)>) {
+        let _timer = self.shared.profile.time(Step::Checkpoint);
         let log = &self.shared.log;
         log.gate.close();
         let room = |(lane, len): (usize, u64)| {
@@ -574,7 +634,7 @@ impl Runtime {
         let budget = self.lane_len / 4;
         for batch in batches(&runs, budget) {
             let entries: Vec<Entry<'_>> = batch.iter().copied().map(Entry::Run).collect();
-            self.log_data(&entries);
+            self.log_data(&entries, &mut Vec::new());
         }
         crate::heapmeta::set_globals(
             self.meta(),
@@ -613,17 +673,18 @@ fn masked_len(spans: &[Span]) -> usize {
     record::ENTRY_HEADER_LEN as usize + record::MASK_LEN + changed.next_multiple_of(8)
 }
 
-/// The mask and changed bytes of a page whose changes are `spans`.
-fn masked_form(page: &[u8], spans: &[Span]) -> (Vec<u8>, Vec<u8>) {
-    let mut mask = vec![0u8; record::MASK_LEN];
-    let mut bytes = Vec::new();
+/// The mask and changed bytes of a page whose changes are `spans`, into `mask` and `bytes`
+/// (their allocations reused).
+fn masked_form(page: &[u8], spans: &[Span], mask: &mut Vec<u8>, bytes: &mut Vec<u8>) {
+    mask.clear();
+    mask.resize(record::MASK_LEN, 0);
+    bytes.clear();
     for span in spans {
         for at in span.start..span.start + span.len {
             mask[at / 8] |= 1 << (at % 8);
         }
         bytes.extend_from_slice(&page[span.start..span.start + span.len]);
     }
-    (mask, bytes)
 }
 
 /// The runs of the non-zero bytes of `images` (the reservation is zero until now), minus

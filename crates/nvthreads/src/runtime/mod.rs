@@ -66,6 +66,8 @@ pub struct Runtime {
     /// Persistent mode: the arena's header chunk (private view), holding the high-water
     /// marks.
     pub(crate) arena_header: AtomicUsize,
+    /// The buffers of this process's merges (`commit.rs`).
+    merge_buffers: Mutex<commit::MergeBuffers>,
 }
 
 /// The calling thread-process's own state (private to each process; `fork` copies it).
@@ -225,6 +227,7 @@ impl Runtime {
             malloc_mode,
             arena: OnceLock::new(),
             arena_header: AtomicUsize::new(0),
+            merge_buffers: Mutex::default(),
             excluded: layout.excluded_offsets(),
         };
         if !formatted {
