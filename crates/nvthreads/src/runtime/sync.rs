@@ -160,11 +160,18 @@ impl Runtime {
 
     /// Hands back every mutex unlocked inside the section.
     pub(super) fn release_deferred(&self) {
-        let keys: Vec<u64> = std::mem::take(&mut *deferred());
-        for key in keys {
+        let mut keys: Vec<u64> = std::mem::take(&mut *deferred());
+        for &key in &keys {
             if let Some(slot) = self.shared.find(Table::Mutex, key) {
                 self.release(slot);
             }
+        }
+        // The emptied list goes back, so the next nested section's inner unlocks push into
+        // its allocation rather than a new one.
+        keys.clear();
+        let mut list = deferred();
+        if list.is_empty() {
+            *list = keys;
         }
     }
 
