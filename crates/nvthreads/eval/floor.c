@@ -8,7 +8,13 @@
  *   fence:    writing a 192-byte record to a file on /dev/shm mapped MAP_SHARED, `clwb`
  *             of its 3 lines and `sfence` (one log append's persistence);
  *   diff:     `memcmp` of 13 private pages with their twins, all equal (a merge's check of
- *             a worker's hot pages when the section wrote none of them).
+ *             a worker's hot pages when the section wrote none of them);
+ *   detect:   the alternative to diffs, write detection by the kernel: 16 private pages of
+ *             a 64 MiB file mapping registered with userfaultfd for asynchronous
+ *             write-protection (Linux 6.7), then per round W of them written and one
+ *             PAGEMAP_SCAN ioctl that reports and write-protects again the pages written
+ *             since the last scan; per round, for W = 0, 1 and 3 (skipped, with a message,
+ *             where the kernel lacks the features).
  * Each is timed over ROUNDS repetitions, 5 times; the median is printed in ns.
  * Usage: floor ROUNDS   (x86-64 with clwb; build: cc -O2 floor.c -o floor -lpthread)
  */
@@ -16,11 +22,13 @@
 #include <fcntl.h>
 #include <immintrin.h>
 #include <linux/futex.h>
+#include <linux/userfaultfd.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -31,6 +39,23 @@
 #define PAGE 4096
 #define HOT_PAGES 13
 #define RECORD 192
+#define DETECT_PAGES 16
+#define DETECT_SPAN (64UL << 20)
+
+/* Linux 6.7 interfaces, absent from older headers (values from the kernel's uapi). */
+#define WP_ASYNC (1ULL << 15)       /* UFFD_FEATURE_WP_ASYNC */
+#define WP_UNPOPULATED (1ULL << 13) /* UFFD_FEATURE_WP_UNPOPULATED */
+struct scan_arg {                   /* struct pm_scan_arg */
+    uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
+    uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
+};
+struct scan_region {                /* struct page_region */
+    uint64_t start, end, categories;
+};
+#define SCAN _IOWR('f', 16, struct scan_arg) /* PAGEMAP_SCAN */
+#define SCAN_WP_MATCHING (1 << 0)
+#define SCAN_CHECK_WPASYNC (1 << 1)
+#define PAGE_WRITTEN (1 << 1)
 
 static double now_ns(void) {
     struct timespec t;
@@ -154,22 +179,119 @@ static double diff(long rounds) {
     return elapsed / (double)rounds;
 }
 
+/* A file mapped shared and private (as the heap's two views), the private view
+ * registered for asynchronous write-protection. */
+struct detection {
+    char *shared, *region;
+    int file, uffd, pagemap;
+};
+
+static void release(struct detection *d) {
+    munmap(d->region, DETECT_SPAN);
+    munmap(d->shared, DETECT_SPAN);
+    close(d->uffd);
+    close(d->file);
+    if (d->pagemap >= 0) {
+        close(d->pagemap);
+    }
+}
+
+/* The detection region: DETECT_PAGES private copies in a registered 64 MiB file mapping,
+ * write-protected asynchronously. Returns 0, or -1 (after a message) without the
+ * features. */
+static int detection_region(struct detection *d) {
+    d->pagemap = -1;
+    d->file = memfd_create("nvt-floor", 0);
+    if (d->file < 0 || ftruncate(d->file, (off_t)DETECT_SPAN) != 0) {
+        perror("memfd");
+        exit(1);
+    }
+    d->shared = mmap(NULL, DETECT_SPAN, PROT_READ | PROT_WRITE, MAP_SHARED, d->file, 0);
+    memset(d->shared, 1, DETECT_PAGES * PAGE);
+    char *region = mmap(NULL, DETECT_SPAN, PROT_READ | PROT_WRITE, MAP_PRIVATE, d->file, 0);
+    d->region = region;
+    for (int p = 0; p < DETECT_PAGES; p++) {
+        region[p * PAGE] = 2; /* this process's private copy, as a dirty page has */
+    }
+    int uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+    d->uffd = uffd;
+    struct uffdio_api api = {.api = UFFD_API, .features = WP_ASYNC | WP_UNPOPULATED};
+    struct uffdio_register reg = {
+        .range = {(uint64_t)region, DETECT_SPAN}, .mode = UFFDIO_REGISTER_MODE_WP};
+    struct uffdio_writeprotect protect = {
+        .range = {(uint64_t)region, DETECT_SPAN}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
+    if (uffd < 0 || ioctl(uffd, UFFDIO_API, &api) != 0 ||
+        ioctl(uffd, UFFDIO_REGISTER, &reg) != 0 ||
+        ioctl(uffd, UFFDIO_WRITEPROTECT, &protect) != 0) {
+        perror("userfaultfd asynchronous write-protection");
+        release(d);
+        return -1;
+    }
+    d->pagemap = open("/proc/self/pagemap", O_RDONLY);
+    return 0;
+}
+
+/* ns per round of writing `written` of the pages and one scan; -1 without the features. */
+static double detect(long rounds, int written) {
+    struct detection d;
+    if (detection_region(&d) != 0) {
+        return -1;
+    }
+    char *region = d.region;
+    struct scan_region found[DETECT_PAGES];
+    struct scan_arg scan = {
+        .size = sizeof scan,
+        .flags = SCAN_WP_MATCHING | SCAN_CHECK_WPASYNC,
+        .start = (uint64_t)region,
+        .end = (uint64_t)region + DETECT_PAGES * PAGE,
+        .vec = (uint64_t)found,
+        .vec_len = DETECT_PAGES,
+        .category_mask = PAGE_WRITTEN,
+        .return_mask = PAGE_WRITTEN,
+    };
+    double start = now_ns();
+    for (long i = 0; i < rounds; i++) {
+        for (int w = 0; w < written; w++) {
+            region[((i * 7 + w * 5) % DETECT_PAGES) * PAGE + 8] = (char)i;
+        }
+        scan.walk_end = 0;
+        if (ioctl(d.pagemap, SCAN, &scan) < 0) {
+            perror("PAGEMAP_SCAN");
+            release(&d);
+            return -1;
+        }
+    }
+    double elapsed = now_ns() - start;
+    release(&d);
+    return elapsed / (double)rounds;
+}
+
 int main(int argc, char **argv) {
     long rounds = argc > 1 ? atol(argv[1]) : 20000;
     if (rounds <= 0) {
         fprintf(stderr, "usage: floor ROUNDS\n");
         return 2;
     }
-    double processes[RUNS], threads[RUNS], fences[RUNS], diffs[RUNS];
+    static const int WRITTEN[] = {0, 1, 3};
+    double processes[RUNS], threads[RUNS], fences[RUNS], diffs[RUNS], detects[3][RUNS];
     for (int run = 0; run < RUNS; run++) {
         processes[run] = handoff(rounds, 1);
         threads[run] = handoff(rounds, 0);
         fences[run] = fence(rounds);
         diffs[run] = diff(rounds);
+        for (int w = 0; w < 3; w++) {
+            detects[w][run] = detect(rounds, WRITTEN[w]);
+        }
     }
     printf("handoff between processes: %.0f ns\n", median(processes));
     printf("handoff between threads: %.0f ns\n", median(threads));
     printf("record write + clwb x3 + sfence: %.0f ns\n", median(fences));
     printf("memcmp of %d equal hot pages: %.0f ns\n", HOT_PAGES, median(diffs));
+    for (int w = 0; w < 3; w++) {
+        if (median(detects[w]) >= 0) {
+            printf("write detection, %d of %d pages written: %.0f ns\n", WRITTEN[w],
+                   DETECT_PAGES, median(detects[w]));
+        }
+    }
     return 0;
 }
