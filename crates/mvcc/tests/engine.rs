@@ -856,3 +856,60 @@ fn a_read_mostly_interval_ends_in_a_write_back() {
     );
     assert_eq!(writes_then_reads(false, 64), (0, 0), "option off");
 }
+
+/// Objects take the heap's size class (an 80-byte object takes 96 bytes, not two whole
+/// chunks), so neighbours share a chunk: a committed write to one's tail gives the shared
+/// chunk a header, and the other's bytes there still read back — through the chain, after a
+/// crash and recovery, and after a checkpoint.
+#[test]
+fn neighbours_that_share_a_chunk_keep_their_own_bytes() {
+    let engine = Mvcc::create(sim_pool(), &MvccOptions::small(), NoReplay).expect("create");
+    let fill = |seed: u8| -> Vec<u8> { (0..80u8).map(|i| i.wrapping_mul(3) ^ seed).collect() };
+    let (a, b) = engine
+        .transaction(|tx| {
+            let a = tx.alloc::<()>(80)?;
+            let b = tx.alloc::<()>(80)?;
+            tx.write(a, 0, &fill(0xa0))?;
+            tx.write(b, 0, &fill(0xb0))?;
+            Ok::<_, TxError>((a, b))
+        })
+        .expect("allocate");
+    let (first, second) = if a.offset() < b.offset() {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    assert_eq!(
+        second.offset() - first.offset(),
+        96,
+        "80-byte objects sit at their size class's stride"
+    );
+    assert_eq!(
+        (first.offset() + 79) / 64,
+        second.offset() / 64,
+        "the two share a chunk"
+    );
+    // A committed write to the first object's tail: the shared chunk gets a header.
+    engine
+        .transaction(|tx| tx.write(first, 72, &[0xee; 8]))
+        .expect("tail");
+    let mut first_bytes = fill(if first == a { 0xa0 } else { 0xb0 });
+    first_bytes[72..].copy_from_slice(&[0xee; 8]);
+    let second_bytes = fill(if second == a { 0xa0 } else { 0xb0 });
+    let check = |engine: &Mvcc<SimPm, NoReplay>| {
+        let (mut x, mut y) = (vec![0u8; 80], vec![0u8; 80]);
+        engine
+            .read_only(|tx| {
+                tx.read(first, 0, &mut x)?;
+                tx.read(second, 0, &mut y)
+            })
+            .expect("read");
+        assert_eq!(x, first_bytes, "the written neighbour");
+        assert_eq!(y, second_bytes, "the neighbour sharing its chunk");
+    };
+    check(&engine);
+    let recovered = Mvcc::open(crash(engine), &MvccOptions::small(), NoReplay).expect("recover");
+    check(&recovered);
+    recovered.sync().expect("checkpoint");
+    check(&recovered);
+}
