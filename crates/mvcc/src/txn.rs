@@ -60,6 +60,10 @@ pub struct MvccTx<'a, P: Persist, R: Replay> {
     failed: bool,
     /// Reads are recorded for validation at commit.
     tracking: bool,
+    /// Reads need neither the read set nor the write set: reads are not tracked, nothing
+    /// has been written through a chain yet and the attempt has not failed (the one flag
+    /// [`Tx::read_raw`]'s common case checks).
+    plain_reads: bool,
 }
 
 impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
@@ -76,6 +80,11 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         let reservations = std::mem::take(&mut state.reservations);
         let frees = std::mem::take(&mut state.frees);
         debug_assert!(reservations.is_empty() && frees.is_empty());
+        debug_assert!(
+            state.writes.is_empty(),
+            "a lane's write set is empty between attempts"
+        );
+        let tracking = level != Level::Snapshot || op.is_some();
         MvccTx {
             engine,
             lane,
@@ -88,7 +97,8 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             frees,
             outcome,
             failed: false,
-            tracking: level != Level::Snapshot || op.is_some(),
+            tracking,
+            plain_reads: !tracking,
         }
     }
 
@@ -99,6 +109,7 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
 
     fn fail<T>(&mut self, why: Retry) -> TxResult<T> {
         self.failed = true;
+        self.plain_reads = false;
         self.outcome.retry.set(Some(why));
         Err(TxError::Conflict)
     }
@@ -178,6 +189,42 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         Ok(())
     }
 
+    /// Every read [`Tx::read_raw`]'s common case does not take: a failed attempt, tracked
+    /// reads, a transaction that has written, or a read spanning chunks (kept out of line).
+    #[inline(never)]
+    fn read_tracked_or_spanning(&mut self, addr: u64, dst: &mut [u8]) -> TxResult<()> {
+        if self.failed {
+            return Err(TxError::Conflict);
+        }
+        let len = dst.len() as u64;
+        let pm = self.engine.pool.pm();
+        if !pm.check_range(addr, len) {
+            return Err(TxError::OutOfBounds { addr, len });
+        }
+        if len == 0 {
+            // Possibly at the pool's end, past the last chunk's slot.
+            return Ok(());
+        }
+        if !self.tracking {
+            let chunk = addr / CHUNK;
+            if (addr + len.max(1) - 1) / CHUNK == chunk {
+                if self.state.find(chunk).is_none() {
+                    return match self.engine.table.reader_slot(chunk) {
+                        NO_HEADER | FRESH => {
+                            pm.read(addr, dst);
+                            Ok(())
+                        }
+                        r => self.read_header(r, (addr % CHUNK) as usize, dst),
+                    };
+                }
+            } else if self.reads_masters(addr, len) {
+                pm.read(addr, dst);
+                return Ok(());
+            }
+        }
+        self.read_versions(addr, dst)
+    }
+
     /// Whether every chunk of `[addr, addr + len)` reads as its master for this transaction:
     /// none has a header, and none is in the write set.
     fn reads_masters(&self, addr: u64, len: u64) -> bool {
@@ -214,6 +261,7 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             header.unlock();
             return self.conflict();
         }
+        self.plain_reads = false;
         Ok(self.state.push_write(WriteEntry {
             chunk,
             header: href,
@@ -576,35 +624,23 @@ impl<P: Persist, R: Replay> Lifecycle for MvccTx<'_, P, R> {
 
 impl<P: Persist, R: Replay> Tx for MvccTx<'_, P, R> {
     fn read_raw(&mut self, addr: u64, dst: &mut [u8]) -> TxResult<()> {
-        if self.failed {
-            return Err(TxError::Conflict);
-        }
         let len = dst.len() as u64;
-        let pm = self.engine.pool.pm();
-        if !pm.check_range(addr, len) {
-            return Err(TxError::OutOfBounds { addr, len });
-        }
-        if !self.tracking {
-            let chunk = addr / CHUNK;
-            if (addr + len.max(1) - 1) / CHUNK == chunk {
-                // The common read: one chunk, not written by this transaction, whose slot is
-                // looked up once — the master if it has no header, as for any engine, else
-                // its chain.
-                if self.state.writes.is_empty() || self.state.find(chunk).is_none() {
-                    return match self.engine.table.reader_slot(chunk) {
-                        NO_HEADER | FRESH => {
-                            pm.read(addr, dst);
-                            Ok(())
-                        }
-                        r => self.read_header(r, (addr % CHUNK) as usize, dst),
-                    };
-                }
-            } else if self.reads_masters(addr, len) {
-                pm.read(addr, dst);
-                return Ok(());
+        if self.plain_reads && len != 0 && addr % CHUNK + len <= CHUNK {
+            // The common read: inside one chunk, by a transaction whose reads need no set —
+            // the master if the chunk has no header, as for any engine, else its header.
+            let pm = self.engine.pool.pm();
+            if !pm.check_range(addr, len) {
+                return Err(TxError::OutOfBounds { addr, len });
             }
+            return match self.engine.table.reader_slot(addr / CHUNK) {
+                NO_HEADER | FRESH => {
+                    pm.read(addr, dst);
+                    Ok(())
+                }
+                r => self.read_header(r, (addr % CHUNK) as usize, dst),
+            };
         }
-        self.read_versions(addr, dst)
+        self.read_tracked_or_spanning(addr, dst)
     }
 
     fn write_raw(&mut self, addr: u64, src: &[u8]) -> TxResult<()> {

@@ -913,3 +913,53 @@ fn neighbours_that_share_a_chunk_keep_their_own_bytes() {
     recovered.sync().expect("checkpoint");
     check(&recovered);
 }
+
+/// The common read's one flag: a snapshot-level transaction reads the master or a header
+/// until it writes through a chain; from then on every read of a chunk it wrote sees its
+/// write set, at every level, and a read after a failed attempt's conflict is refused.
+#[test]
+fn reads_see_the_write_set_once_a_transaction_writes() {
+    for level in [Level::Snapshot, Level::Serializable, Level::Linearizable] {
+        let options = MvccOptions {
+            isolation: level,
+            ..MvccOptions::small()
+        };
+        let engine = Mvcc::create(sim_pool(), &options, NoReplay).expect("create");
+        engine
+            .transaction(|tx| {
+                let root = tx.root::<()>();
+                assert_eq!(tx.read_u64(root, 64)?, 0, "{level:?}: the master first");
+                tx.write_u64(root, 64, 41)?;
+                assert_eq!(tx.read_u64(root, 64)?, 41, "{level:?}: its own write");
+                tx.write_u64(root, 72, 42)?;
+                let mut both = [0u8; 16];
+                tx.read(root, 64, &mut both)?;
+                assert_eq!(both[8..], 42u64.to_le_bytes(), "{level:?}: a later write");
+                assert_eq!(tx.read_u64(root, 128)?, 0, "{level:?}: an unwritten chunk");
+                Ok::<_, TxError>(())
+            })
+            .expect("write then read");
+        let read = engine
+            .read_only(|tx| tx.read_u64(tx.root::<()>(), 64))
+            .expect("read");
+        assert_eq!(read, 41, "{level:?}: committed");
+    }
+}
+
+/// A zero-length read is in bounds anywhere up to the pool's end, including the end itself
+/// (past the last chunk's slot), and one byte further is out of bounds.
+#[test]
+fn an_empty_read_at_the_pool_end_is_in_bounds() {
+    let engine = Mvcc::create(sim_pool(), &MvccOptions::small(), NoReplay).expect("create");
+    engine
+        .read_only(|tx| {
+            tx.read_raw(POOL, &mut [])?;
+            tx.read_raw(POOL - 3, &mut [])?;
+            assert!(matches!(
+                tx.read_raw(POOL, &mut [0u8; 1]),
+                Err(TxError::OutOfBounds { .. })
+            ));
+            Ok::<_, TxError>(())
+        })
+        .expect("empty reads");
+}
