@@ -8,7 +8,7 @@ use crate::lane::{Lane, NONE, WriteEntry, merge_ranges};
 use crate::options::{Level, Mutant};
 use crate::record::{self, Kind};
 use crate::table::{FRESH, NO_HEADER};
-use heap::{Action, Freeing, Reservation};
+use heap::Action;
 use parking_lot::MutexGuard;
 use pmem::{Persist, WriteClass};
 use std::cell::Cell;
@@ -54,8 +54,6 @@ pub struct MvccTx<'a, P: Persist, R: Replay> {
     level: Level,
     op: Option<OpId>,
     pub(crate) replaying: Option<Replaying>,
-    reservations: Vec<Reservation>,
-    frees: Vec<Freeing>,
     outcome: &'a Outcome,
     failed: bool,
     /// Reads are recorded for validation at commit.
@@ -71,15 +69,13 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
     pub(crate) fn new(
         engine: &'a Mvcc<P, R>,
         lane: usize,
-        mut state: MutexGuard<'a, Lane>,
+        state: MutexGuard<'a, Lane>,
         snapshot: u64,
         level: Level,
         op: Option<OpId>,
         outcome: &'a Outcome,
     ) -> Self {
-        let reservations = std::mem::take(&mut state.reservations);
-        let frees = std::mem::take(&mut state.frees);
-        debug_assert!(reservations.is_empty() && frees.is_empty());
+        debug_assert!(state.reservations.is_empty() && state.frees.is_empty());
         debug_assert!(
             state.writes.is_empty(),
             "a lane's write set is empty between attempts"
@@ -93,8 +89,6 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             level,
             op,
             replaying: None,
-            reservations,
-            frees,
             outcome,
             failed: false,
             tracking,
@@ -275,7 +269,11 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         let inside = |(start, size): (u64, u64)| start <= addr && addr + len <= start + size;
         match &self.replaying {
             Some(replaying) => replaying.blocks.iter().any(|&b| inside(b)),
-            None => self.reservations.iter().any(|r| inside((r.addr, r.size))),
+            None => self
+                .state
+                .reservations
+                .iter()
+                .any(|r| inside((r.addr, r.size))),
         }
     }
 
@@ -335,11 +333,12 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             return self.fail(Retry::Versions(needed));
         }
         let mut actions: Vec<Action> = self
+            .state
             .reservations
             .iter()
             .map(|r| engine.heap.publish_action(r))
             .collect();
-        actions.extend(self.frees.iter().map(|f| engine.heap.free_action(f)));
+        actions.extend(self.state.frees.iter().map(|f| engine.heap.free_action(f)));
         if actions.len() > record::MAX_ACTIONS {
             return Err(TxError::InvalidArgument(format!(
                 "a transaction may make at most {} heap changes",
@@ -443,8 +442,8 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             &engine.stats.commits_physical
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        self.reservations.clear();
-        engine.defer_frees(ts, self.frees.drain(..));
+        self.state.reservations.clear();
+        engine.defer_frees(ts, self.state.frees.drain(..));
         let copied: u64 = self
             .state
             .writes
@@ -581,11 +580,9 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
 
 impl<P: Persist, R: Replay> Drop for MvccTx<'_, P, R> {
     fn drop(&mut self) {
-        // The lists go back to the lane, empty (committed, aborted or abandoned alike).
-        self.reservations.clear();
-        self.frees.clear();
-        self.state.reservations = std::mem::take(&mut self.reservations);
-        self.state.frees = std::mem::take(&mut self.frees);
+        // The lane's lists are left empty (committed, aborted or abandoned alike).
+        self.state.reservations.clear();
+        self.state.frees.clear();
         self.engine.shared[self.lane]
             .active
             .store(NONE, Ordering::Release);
@@ -600,7 +597,10 @@ impl<P: Persist, R: Replay> Lifecycle for MvccTx<'_, P, R> {
         if self.replaying.is_some() {
             return self.commit_replay();
         }
-        if self.state.writes.is_empty() && self.reservations.is_empty() && self.frees.is_empty() {
+        if self.state.writes.is_empty()
+            && self.state.reservations.is_empty()
+            && self.state.frees.is_empty()
+        {
             // Only this lane's holder stores the count: no read-modify-write needed.
             let reads = &self.engine.shared[self.lane].reads;
             reads.store(reads.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
@@ -613,10 +613,10 @@ impl<P: Persist, R: Replay> Lifecycle for MvccTx<'_, P, R> {
         self.release_locks();
         self.state.writes.clear();
         self.state.by_chunk.clear();
-        for r in self.reservations.drain(..) {
+        for r in self.state.reservations.drain(..) {
             self.engine.heap.cancel(&r);
         }
-        for f in self.frees.drain(..) {
+        for f in self.state.frees.drain(..) {
             self.engine.heap.cancel_free(&f);
         }
     }
@@ -691,7 +691,7 @@ impl<P: Persist, R: Replay> Tx for MvccTx<'_, P, R> {
         // block on a chunk with a header is written through the chain). Rounded to 128, every
         // node's first line would sit on an even line, in half the cache's sets (§10).
         let reservation = engine.heap.reserve(size, &mut system)?;
-        self.reservations.push(reservation);
+        self.state.reservations.push(reservation);
         Ok(reservation.addr)
     }
 
@@ -702,14 +702,14 @@ impl<P: Persist, R: Replay> Tx for MvccTx<'_, P, R> {
         }
         match self.engine.heap.prepare_free(addr) {
             Ok(freeing) => {
-                self.frees.push(freeing);
+                self.state.frees.push(freeing);
                 Ok(())
             }
             // Another transaction freed the block this one read (running, or committed after
             // this snapshot, its free not yet reusable): a conflict, retried at a newer
             // snapshot. A block this transaction already frees is the caller's error.
             Err(heap::HeapError::BeingFreed(block))
-                if !self.frees.iter().any(|f| f.addr == block) =>
+                if !self.state.frees.iter().any(|f| f.addr == block) =>
             {
                 self.conflict()
             }
