@@ -232,6 +232,17 @@ fn load_words(words: &[AtomicU64; WORDS], offset: usize, dst: &mut [u8]) {
         dst.copy_from_slice(&words[offset / 8].load(Ordering::Relaxed).to_le_bytes());
         return;
     }
+    // Whole aligned words (a node's key and links, a value): just those words.
+    if dst.len().is_multiple_of(8) && offset.is_multiple_of(8) {
+        let first = offset / 8;
+        for (word, out) in words[first..first + dst.len() / 8]
+            .iter()
+            .zip(dst.chunks_exact_mut(8))
+        {
+            out.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
+        }
+        return;
+    }
     // Anything else: the whole line (eight loads, one cache line), then one copy.
     let mut line = [0u8; CHUNK as usize];
     for (word, out) in words.iter().zip(line.chunks_exact_mut(8)) {
@@ -599,6 +610,24 @@ mod tests {
         let mut word = [0u8; 8];
         assert!(chained.read_settled(10, 8, &mut word));
         assert_eq!(word, [10u8; 8]);
+    }
+
+    #[test]
+    fn every_offset_and_length_reads_the_bytes_of_the_line() {
+        let line: Bytes = std::array::from_fn(|i| (i as u8).wrapping_mul(37) ^ 0x5a);
+        let words: [AtomicU64; WORDS] = std::array::from_fn(|_| AtomicU64::new(0));
+        store_words(&words, &line);
+        for offset in 0..CHUNK as usize {
+            for len in 0..=CHUNK as usize - offset {
+                let mut out = vec![0u8; len];
+                load_words(&words, offset, &mut out);
+                assert_eq!(
+                    out,
+                    line[offset..offset + len],
+                    "offset {offset}, length {len}"
+                );
+            }
+        }
     }
 
     fn read(header: &Header, versions: &Versions, snapshot: u64) -> (u8, Seen) {

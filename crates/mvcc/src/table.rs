@@ -13,15 +13,18 @@
 //! header is reused only after a grace period (the engine's retire list), so a reader that
 //! still holds its reference reads its base, which equals the master.
 //!
-//! Beside the slots, a one-byte summary per 4 KiB page counts the page's chunks whose slot
-//! holds a header reference. A reader checks it first: the summaries of a large pool fit in
-//! the cache where the slots do not, so a read of a chunk on a page with no header costs no
-//! second cache miss. The count rises before a header reference is stored in a slot and
-//! falls after it is taken out, so a zero count means every slot of the page is
-//! [`NO_HEADER`] or [`FRESH`] — both read as the master.
+//! Beside the slots, one bit per chunk (a `u64` per 4 KiB page) says whether the chunk's
+//! slot may hold a header reference. A reader checks it first: the bits of a large pool fit
+//! in the cache where the slots do not (a 64-byte line of bits covers 32 KiB of pool, a
+//! line of slots 1 KiB), and a chunk without a header costs no second cache miss even when
+//! a neighbour on its page has one. The bit is set before a header reference is stored in
+//! a slot and cleared before it is taken out — once the header is retired, when its base
+//! equals the written-back master — so a clear bit means the slot is [`NO_HEADER`] or
+//! [`FRESH`], or holds a retired header whose master reads the same: all read as the
+//! master.
 
 use crate::chain::{Bytes, Header};
-use crate::sync::{AtomicU8, AtomicU32, Backoff, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Backoff, Ordering};
 use parking_lot::Mutex;
 use std::sync::OnceLock;
 use tx::{TxError, TxResult};
@@ -36,15 +39,15 @@ const SEGMENT: u32 = 1024;
 /// Headers per slab segment (small under loom, which tracks every atomic it makes).
 #[cfg(loom)]
 const SEGMENT: u32 = 4;
-/// Chunks per summary byte (a 4 KiB page; at most 64 headers, so a `u8` count suffices).
-const SUMMARY_CHUNKS: u64 = 64;
+/// Chunks per word of header bits (a 4 KiB page).
+const BITS_CHUNKS: u64 = 64;
 
 /// The chunk table and the header slab.
 #[derive(Debug)]
 pub struct Table {
     slots: Box<[AtomicU32]>,
-    /// Per page of [`SUMMARY_CHUNKS`] chunks: how many of its slots hold a header.
-    summaries: Box<[AtomicU8]>,
+    /// Per page of [`BITS_CHUNKS`] chunks: one bit per chunk whose slot may hold a header.
+    present: Box<[AtomicU64]>,
     segments: Box<[OnceLock<Box<[Header]>>]>,
     /// Headers never handed out start here.
     next: AtomicU32,
@@ -62,7 +65,7 @@ impl Table {
         let segments = max_headers.div_ceil(SEGMENT).max(1);
         Table {
             slots: zeroed(chunks),
-            summaries: zeroed(chunks.div_ceil(SUMMARY_CHUNKS)),
+            present: zeroed(chunks.div_ceil(BITS_CHUNKS)),
             segments: (0..segments).map(|_| OnceLock::new()).collect(),
             next: AtomicU32::new(1),
             free: Mutex::new(Vec::new()),
@@ -77,19 +80,24 @@ impl Table {
         self.slots[chunk as usize].load(Ordering::Acquire)
     }
 
-    /// The slot of `chunk`, or [`NO_HEADER`] without loading it when no chunk of its page
-    /// has a header: what a reader acts on.
+    /// The slot of `chunk`, or [`NO_HEADER`] without loading it when the chunk's header bit
+    /// is clear: what a reader acts on.
     #[inline]
     pub fn reader_slot(&self, chunk: u64) -> u32 {
-        // SeqCst pairs with the SeqCst increment in `get_or_create`: a reader whose load
-        // follows the increment in that order sees the page counted and loads the slot. A
-        // zero read from the last decrement (Release, in `remove`) shows the reader what
-        // was written before that header was taken out.
-        if self.summary(chunk).load(Ordering::SeqCst) == 0 {
+        // SeqCst pairs with the SeqCst bit set in `get_or_create`: a reader whose load
+        // follows the set in that order sees the bit and loads the slot. A clear bit read
+        // from the clear in `remove` (Release) shows the reader the write-back that made
+        // the master equal to the retired header's base.
+        if self.bits(chunk).load(Ordering::SeqCst) & bit(chunk) == 0 {
             NO_HEADER
         } else {
             self.slot(chunk)
         }
+    }
+
+    /// Whether a reader of `chunk` loads its slot (its header bit is set).
+    pub fn may_have_header(&self, chunk: u64) -> bool {
+        self.bits(chunk).load(Ordering::SeqCst) & bit(chunk) != 0
     }
 
     /// Whether a reader reads `chunk` from its master ([`Table::reader_slot`] is
@@ -99,8 +107,8 @@ impl Table {
         matches!(self.reader_slot(chunk), NO_HEADER | FRESH)
     }
 
-    fn summary(&self, chunk: u64) -> &AtomicU8 {
-        &self.summaries[(chunk / SUMMARY_CHUNKS) as usize]
+    fn bits(&self, chunk: u64) -> &AtomicU64 {
+        &self.present[(chunk / BITS_CHUNKS) as usize]
     }
 
     fn cell(&self, chunk: u64) -> &AtomicU32 {
@@ -139,8 +147,13 @@ impl Table {
                         }
                     };
                     self.header(r).reset(&master());
-                    // Counted before the reference is visible (see the module docs).
-                    self.summary(chunk).fetch_add(1, Ordering::SeqCst);
+                    // Marked before the reference is visible (see the module docs). The
+                    // slot was NO_HEADER, so the bit was clear: `remove` clears it first.
+                    let before = self.bits(chunk).fetch_or(bit(chunk), Ordering::SeqCst);
+                    debug_assert!(
+                        before & bit(chunk) == 0,
+                        "a chunk without a header has no bit"
+                    );
                     cell.store(r, Ordering::SeqCst);
                     return Ok(r);
                 }
@@ -162,17 +175,23 @@ impl Table {
         self.cell(chunk).store(NO_HEADER, Ordering::Release);
     }
 
-    /// Takes header `r` (retired by [`Header::try_retire`]) out of `chunk`'s slot; it may be
-    /// reused after a grace period ([`Table::release`]).
+    /// Takes header `r` (retired by [`Header::try_retire`], its base written back to the
+    /// master) out of `chunk`'s slot; it may be reused after a grace period
+    /// ([`Table::release`]).
     pub fn remove(&self, chunk: u64, r: u32) {
+        // Unmarked before the slot is emptied: a creator can mark the chunk again only once
+        // the slot is NO_HEADER, so a clear here never hides its new header. Release so a
+        // reader that sees the bit clear also sees the write-back (the retired base and the
+        // master read the same from then on).
+        let before = self.bits(chunk).fetch_and(!bit(chunk), Ordering::Release);
+        debug_assert!(
+            before & bit(chunk) != 0,
+            "a chunk with a header has its bit"
+        );
         let swapped =
             self.cell(chunk)
                 .compare_exchange(r, NO_HEADER, Ordering::AcqRel, Ordering::Relaxed);
         debug_assert!(swapped.is_ok(), "a retired header leaves its own slot");
-        // Uncounted only after the slot is empty; Release so a reader that sees the count
-        // at zero also sees what was written before the header was taken out.
-        let before = self.summary(chunk).fetch_sub(1, Ordering::Release);
-        debug_assert!(before > 0, "a page's header count never goes below zero");
     }
 
     /// Returns header `r` to the free list (no reader can hold it any more).
@@ -212,6 +231,12 @@ impl Table {
     }
 }
 
+/// `chunk`'s bit in its page's word.
+#[inline]
+fn bit(chunk: u64) -> u64 {
+    1 << (chunk % BITS_CHUNKS)
+}
+
 /// `n` atomics at zero. Zeroed memory: the operating system provides pages only for the
 /// parts of a large pool's table that get written.
 #[cfg(not(loom))]
@@ -223,4 +248,44 @@ fn zeroed<T: bytemuck::Zeroable>(n: u64) -> Box<[T]> {
 #[cfg(loom)]
 fn zeroed<T: Default>(n: u64) -> Box<[T]> {
     (0..n).map(|_| T::default()).collect()
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_header_sends_readers_to_the_slot_of_its_own_chunk_only() {
+        let table = Table::new(128 * 64, 4);
+        let r = table.get_or_create(70, || [7; 64]).expect("header");
+        assert!(table.may_have_header(70));
+        assert_eq!(table.reader_slot(70), r);
+        for neighbour in [64, 69, 71, 127] {
+            assert!(
+                !table.may_have_header(neighbour),
+                "chunk {neighbour} shares a page with a header but has none"
+            );
+        }
+        let other = table.get_or_create(71, || [8; 64]).expect("header");
+        assert_eq!(table.reader_slot(71), other);
+        assert!(table.header(r).try_retire());
+        table.remove(70, r);
+        assert!(!table.may_have_header(70));
+        assert_eq!(table.reader_slot(70), NO_HEADER);
+        assert!(
+            table.may_have_header(71),
+            "removing a header leaves its neighbour's bit"
+        );
+    }
+
+    #[test]
+    fn a_chunk_gets_a_new_header_after_its_old_one_is_removed() {
+        let table = Table::new(64 * 64, 4);
+        let r = table.get_or_create(5, || [1; 64]).expect("header");
+        assert!(table.header(r).try_retire());
+        table.remove(5, r);
+        let again = table.get_or_create(5, || [2; 64]).expect("header");
+        assert!(table.may_have_header(5));
+        assert_eq!(table.reader_slot(5), again);
+    }
 }

@@ -8,26 +8,13 @@ use crate::lane::{Lane, NONE, WriteEntry, merge_ranges};
 use crate::options::{Level, Mutant};
 use crate::record::{self, Kind};
 use crate::table::{FRESH, NO_HEADER};
-use heap::{Action, Freeing, Reservation};
+use heap::Action;
 use parking_lot::MutexGuard;
 use pmem::{Persist, WriteClass};
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use tx::api::{Lifecycle, OpId, Replay, Tx, TxError, TxResult};
-
-/// The size mvcc allocates for `size` bytes: objects above 16 bytes get whole 64-byte
-/// chunks (the versioning unit), so a new object is written in place without sharing a
-/// chunk with a neighbour (whose control header would force versioned writes), and
-/// neighbours never conflict falsely. Costs up to a third more memory for mid-sized
-/// objects (an 80-byte node takes 128 bytes instead of 96).
-pub(crate) fn chunk_aligned(size: u64) -> u64 {
-    if size <= 16 {
-        size
-    } else {
-        size.next_multiple_of(CHUNK)
-    }
-}
 
 /// What a failed attempt needs before it is run again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,12 +54,14 @@ pub struct MvccTx<'a, P: Persist, R: Replay> {
     level: Level,
     op: Option<OpId>,
     pub(crate) replaying: Option<Replaying>,
-    reservations: Vec<Reservation>,
-    frees: Vec<Freeing>,
     outcome: &'a Outcome,
     failed: bool,
     /// Reads are recorded for validation at commit.
     tracking: bool,
+    /// Reads need neither the read set nor the write set: reads are not tracked, nothing
+    /// has been written through a chain yet and the attempt has not failed (the one flag
+    /// [`Tx::read_raw`]'s common case checks).
+    plain_reads: bool,
 }
 
 impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
@@ -80,15 +69,18 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
     pub(crate) fn new(
         engine: &'a Mvcc<P, R>,
         lane: usize,
-        mut state: MutexGuard<'a, Lane>,
+        state: MutexGuard<'a, Lane>,
         snapshot: u64,
         level: Level,
         op: Option<OpId>,
         outcome: &'a Outcome,
     ) -> Self {
-        let reservations = std::mem::take(&mut state.reservations);
-        let frees = std::mem::take(&mut state.frees);
-        debug_assert!(reservations.is_empty() && frees.is_empty());
+        debug_assert!(state.reservations.is_empty() && state.frees.is_empty());
+        debug_assert!(
+            state.writes.is_empty(),
+            "a lane's write set is empty between attempts"
+        );
+        let tracking = level != Level::Snapshot || op.is_some();
         MvccTx {
             engine,
             lane,
@@ -97,11 +89,10 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             level,
             op,
             replaying: None,
-            reservations,
-            frees,
             outcome,
             failed: false,
-            tracking: level != Level::Snapshot || op.is_some(),
+            tracking,
+            plain_reads: !tracking,
         }
     }
 
@@ -112,6 +103,7 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
 
     fn fail<T>(&mut self, why: Retry) -> TxResult<T> {
         self.failed = true;
+        self.plain_reads = false;
         self.outcome.retry.set(Some(why));
         Err(TxError::Conflict)
     }
@@ -191,6 +183,42 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         Ok(())
     }
 
+    /// Every read [`Tx::read_raw`]'s common case does not take: a failed attempt, tracked
+    /// reads, a transaction that has written, or a read spanning chunks (kept out of line).
+    #[inline(never)]
+    fn read_tracked_or_spanning(&mut self, addr: u64, dst: &mut [u8]) -> TxResult<()> {
+        if self.failed {
+            return Err(TxError::Conflict);
+        }
+        let len = dst.len() as u64;
+        let pm = self.engine.pool.pm();
+        if !pm.check_range(addr, len) {
+            return Err(TxError::OutOfBounds { addr, len });
+        }
+        if len == 0 {
+            // Possibly at the pool's end, past the last chunk's slot.
+            return Ok(());
+        }
+        if !self.tracking {
+            let chunk = addr / CHUNK;
+            if (addr + len.max(1) - 1) / CHUNK == chunk {
+                if self.state.find(chunk).is_none() {
+                    return match self.engine.table.reader_slot(chunk) {
+                        NO_HEADER | FRESH => {
+                            pm.read(addr, dst);
+                            Ok(())
+                        }
+                        r => self.read_header(r, (addr % CHUNK) as usize, dst),
+                    };
+                }
+            } else if self.reads_masters(addr, len) {
+                pm.read(addr, dst);
+                return Ok(());
+            }
+        }
+        self.read_versions(addr, dst)
+    }
+
     /// Whether every chunk of `[addr, addr + len)` reads as its master for this transaction:
     /// none has a header, and none is in the write set.
     fn reads_masters(&self, addr: u64, len: u64) -> bool {
@@ -227,6 +255,7 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             header.unlock();
             return self.conflict();
         }
+        self.plain_reads = false;
         Ok(self.state.push_write(WriteEntry {
             chunk,
             header: href,
@@ -240,7 +269,11 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         let inside = |(start, size): (u64, u64)| start <= addr && addr + len <= start + size;
         match &self.replaying {
             Some(replaying) => replaying.blocks.iter().any(|&b| inside(b)),
-            None => self.reservations.iter().any(|r| inside((r.addr, r.size))),
+            None => self
+                .state
+                .reservations
+                .iter()
+                .any(|r| inside((r.addr, r.size))),
         }
     }
 
@@ -300,11 +333,12 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             return self.fail(Retry::Versions(needed));
         }
         let mut actions: Vec<Action> = self
+            .state
             .reservations
             .iter()
             .map(|r| engine.heap.publish_action(r))
             .collect();
-        actions.extend(self.frees.iter().map(|f| engine.heap.free_action(f)));
+        actions.extend(self.state.frees.iter().map(|f| engine.heap.free_action(f)));
         if actions.len() > record::MAX_ACTIONS {
             return Err(TxError::InvalidArgument(format!(
                 "a transaction may make at most {} heap changes",
@@ -408,8 +442,8 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             &engine.stats.commits_physical
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        self.reservations.clear();
-        engine.defer_frees(ts, self.frees.drain(..));
+        self.state.reservations.clear();
+        engine.defer_frees(ts, self.state.frees.drain(..));
         let copied: u64 = self
             .state
             .writes
@@ -546,11 +580,9 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
 
 impl<P: Persist, R: Replay> Drop for MvccTx<'_, P, R> {
     fn drop(&mut self) {
-        // The lists go back to the lane, empty (committed, aborted or abandoned alike).
-        self.reservations.clear();
-        self.frees.clear();
-        self.state.reservations = std::mem::take(&mut self.reservations);
-        self.state.frees = std::mem::take(&mut self.frees);
+        // The lane's lists are left empty (committed, aborted or abandoned alike).
+        self.state.reservations.clear();
+        self.state.frees.clear();
         self.engine.shared[self.lane]
             .active
             .store(NONE, Ordering::Release);
@@ -565,7 +597,10 @@ impl<P: Persist, R: Replay> Lifecycle for MvccTx<'_, P, R> {
         if self.replaying.is_some() {
             return self.commit_replay();
         }
-        if self.state.writes.is_empty() && self.reservations.is_empty() && self.frees.is_empty() {
+        if self.state.writes.is_empty()
+            && self.state.reservations.is_empty()
+            && self.state.frees.is_empty()
+        {
             // Only this lane's holder stores the count: no read-modify-write needed.
             let reads = &self.engine.shared[self.lane].reads;
             reads.store(reads.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
@@ -578,10 +613,10 @@ impl<P: Persist, R: Replay> Lifecycle for MvccTx<'_, P, R> {
         self.release_locks();
         self.state.writes.clear();
         self.state.by_chunk.clear();
-        for r in self.reservations.drain(..) {
+        for r in self.state.reservations.drain(..) {
             self.engine.heap.cancel(&r);
         }
-        for f in self.frees.drain(..) {
+        for f in self.state.frees.drain(..) {
             self.engine.heap.cancel_free(&f);
         }
     }
@@ -589,35 +624,23 @@ impl<P: Persist, R: Replay> Lifecycle for MvccTx<'_, P, R> {
 
 impl<P: Persist, R: Replay> Tx for MvccTx<'_, P, R> {
     fn read_raw(&mut self, addr: u64, dst: &mut [u8]) -> TxResult<()> {
-        if self.failed {
-            return Err(TxError::Conflict);
-        }
         let len = dst.len() as u64;
-        let pm = self.engine.pool.pm();
-        if !pm.check_range(addr, len) {
-            return Err(TxError::OutOfBounds { addr, len });
-        }
-        if !self.tracking {
-            let chunk = addr / CHUNK;
-            if (addr + len.max(1) - 1) / CHUNK == chunk {
-                // The common read: one chunk, not written by this transaction, whose slot is
-                // looked up once — the master if it has no header, as for any engine, else
-                // its chain.
-                if self.state.writes.is_empty() || self.state.find(chunk).is_none() {
-                    return match self.engine.table.reader_slot(chunk) {
-                        NO_HEADER | FRESH => {
-                            pm.read(addr, dst);
-                            Ok(())
-                        }
-                        r => self.read_header(r, (addr % CHUNK) as usize, dst),
-                    };
-                }
-            } else if self.reads_masters(addr, len) {
-                pm.read(addr, dst);
-                return Ok(());
+        if self.plain_reads && len != 0 && addr % CHUNK + len <= CHUNK {
+            // The common read: inside one chunk, by a transaction whose reads need no set —
+            // the master if the chunk has no header, as for any engine, else its header.
+            let pm = self.engine.pool.pm();
+            if !pm.check_range(addr, len) {
+                return Err(TxError::OutOfBounds { addr, len });
             }
+            return match self.engine.table.reader_slot(addr / CHUNK) {
+                NO_HEADER | FRESH => {
+                    pm.read(addr, dst);
+                    Ok(())
+                }
+                r => self.read_header(r, (addr % CHUNK) as usize, dst),
+            };
         }
-        self.read_versions(addr, dst)
+        self.read_tracked_or_spanning(addr, dst)
     }
 
     fn write_raw(&mut self, addr: u64, src: &[u8]) -> TxResult<()> {
@@ -663,8 +686,12 @@ impl<P: Persist, R: Replay> Tx for MvccTx<'_, P, R> {
         }
         let engine = self.engine;
         let mut system = |actions: &[Action]| engine.system_commit(actions);
-        let reservation = engine.heap.reserve(chunk_aligned(size), &mut system)?;
-        self.reservations.push(reservation);
+        // The heap's size class, not rounded up to whole chunks: an 80-byte node takes 96
+        // bytes and may share a chunk with a neighbour (a false conflict at worst; a fresh
+        // block on a chunk with a header is written through the chain). Rounded to 128, every
+        // node's first line would sit on an even line, in half the cache's sets (§10).
+        let reservation = engine.heap.reserve(size, &mut system)?;
+        self.state.reservations.push(reservation);
         Ok(reservation.addr)
     }
 
@@ -675,14 +702,14 @@ impl<P: Persist, R: Replay> Tx for MvccTx<'_, P, R> {
         }
         match self.engine.heap.prepare_free(addr) {
             Ok(freeing) => {
-                self.frees.push(freeing);
+                self.state.frees.push(freeing);
                 Ok(())
             }
             // Another transaction freed the block this one read (running, or committed after
             // this snapshot, its free not yet reusable): a conflict, retried at a newer
             // snapshot. A block this transaction already frees is the caller's error.
             Err(heap::HeapError::BeingFreed(block))
-                if !self.frees.iter().any(|f| f.addr == block) =>
+                if !self.state.frees.iter().any(|f| f.addr == block) =>
             {
                 self.conflict()
             }

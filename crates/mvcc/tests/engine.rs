@@ -856,3 +856,110 @@ fn a_read_mostly_interval_ends_in_a_write_back() {
     );
     assert_eq!(writes_then_reads(false, 64), (0, 0), "option off");
 }
+
+/// Objects take the heap's size class (an 80-byte object takes 96 bytes, not two whole
+/// chunks), so neighbours share a chunk: a committed write to one's tail gives the shared
+/// chunk a header, and the other's bytes there still read back — through the chain, after a
+/// crash and recovery, and after a checkpoint.
+#[test]
+fn neighbours_that_share_a_chunk_keep_their_own_bytes() {
+    let engine = Mvcc::create(sim_pool(), &MvccOptions::small(), NoReplay).expect("create");
+    let fill = |seed: u8| -> Vec<u8> { (0..80u8).map(|i| i.wrapping_mul(3) ^ seed).collect() };
+    let (a, b) = engine
+        .transaction(|tx| {
+            let a = tx.alloc::<()>(80)?;
+            let b = tx.alloc::<()>(80)?;
+            tx.write(a, 0, &fill(0xa0))?;
+            tx.write(b, 0, &fill(0xb0))?;
+            Ok::<_, TxError>((a, b))
+        })
+        .expect("allocate");
+    let (first, second) = if a.offset() < b.offset() {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    assert_eq!(
+        second.offset() - first.offset(),
+        96,
+        "80-byte objects sit at their size class's stride"
+    );
+    assert_eq!(
+        (first.offset() + 79) / 64,
+        second.offset() / 64,
+        "the two share a chunk"
+    );
+    // A committed write to the first object's tail: the shared chunk gets a header.
+    engine
+        .transaction(|tx| tx.write(first, 72, &[0xee; 8]))
+        .expect("tail");
+    let mut first_bytes = fill(if first == a { 0xa0 } else { 0xb0 });
+    first_bytes[72..].copy_from_slice(&[0xee; 8]);
+    let second_bytes = fill(if second == a { 0xa0 } else { 0xb0 });
+    let check = |engine: &Mvcc<SimPm, NoReplay>| {
+        let (mut x, mut y) = (vec![0u8; 80], vec![0u8; 80]);
+        engine
+            .read_only(|tx| {
+                tx.read(first, 0, &mut x)?;
+                tx.read(second, 0, &mut y)
+            })
+            .expect("read");
+        assert_eq!(x, first_bytes, "the written neighbour");
+        assert_eq!(y, second_bytes, "the neighbour sharing its chunk");
+    };
+    check(&engine);
+    let recovered = Mvcc::open(crash(engine), &MvccOptions::small(), NoReplay).expect("recover");
+    check(&recovered);
+    recovered.sync().expect("checkpoint");
+    check(&recovered);
+}
+
+/// The common read's one flag: a snapshot-level transaction reads the master or a header
+/// until it writes through a chain; from then on every read of a chunk it wrote sees its
+/// write set, at every level, and a read after a failed attempt's conflict is refused.
+#[test]
+fn reads_see_the_write_set_once_a_transaction_writes() {
+    for level in [Level::Snapshot, Level::Serializable, Level::Linearizable] {
+        let options = MvccOptions {
+            isolation: level,
+            ..MvccOptions::small()
+        };
+        let engine = Mvcc::create(sim_pool(), &options, NoReplay).expect("create");
+        engine
+            .transaction(|tx| {
+                let root = tx.root::<()>();
+                assert_eq!(tx.read_u64(root, 64)?, 0, "{level:?}: the master first");
+                tx.write_u64(root, 64, 41)?;
+                assert_eq!(tx.read_u64(root, 64)?, 41, "{level:?}: its own write");
+                tx.write_u64(root, 72, 42)?;
+                let mut both = [0u8; 16];
+                tx.read(root, 64, &mut both)?;
+                assert_eq!(both[8..], 42u64.to_le_bytes(), "{level:?}: a later write");
+                assert_eq!(tx.read_u64(root, 128)?, 0, "{level:?}: an unwritten chunk");
+                Ok::<_, TxError>(())
+            })
+            .expect("write then read");
+        let read = engine
+            .read_only(|tx| tx.read_u64(tx.root::<()>(), 64))
+            .expect("read");
+        assert_eq!(read, 41, "{level:?}: committed");
+    }
+}
+
+/// A zero-length read is in bounds anywhere up to the pool's end, including the end itself
+/// (past the last chunk's slot), and one byte further is out of bounds.
+#[test]
+fn an_empty_read_at_the_pool_end_is_in_bounds() {
+    let engine = Mvcc::create(sim_pool(), &MvccOptions::small(), NoReplay).expect("create");
+    engine
+        .read_only(|tx| {
+            tx.read_raw(POOL, &mut [])?;
+            tx.read_raw(POOL - 3, &mut [])?;
+            assert!(matches!(
+                tx.read_raw(POOL, &mut [0u8; 1]),
+                Err(TxError::OutOfBounds { .. })
+            ));
+            Ok::<_, TxError>(())
+        })
+        .expect("empty reads");
+}

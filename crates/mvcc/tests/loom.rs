@@ -1,5 +1,5 @@
 //! Model tests of the lock / commit / dereference protocol of the version chains
-//! (`mvcc::chain`) and of the chunk table's page summaries (`mvcc::table`) under every
+//! (`mvcc::chain`) and of the chunk table's header bits (`mvcc::table`) under every
 //! interleaving loom explores.
 //!
 //! Run with: `RUSTFLAGS="--cfg loom" cargo test -p mvcc --release --test loom`
@@ -248,14 +248,13 @@ fn a_writer_never_pushes_onto_a_retired_header() {
     });
 }
 
-/// A table of two summary pages (128 chunks) with room for `headers` headers.
+/// A table of two pages of header bits (128 chunks) with room for `headers` headers.
 fn small_table(headers: u32) -> Arc<Table> {
     Arc::new(Table::new(128 * 64, headers))
 }
 
-/// The page summary is counted before a header reference reaches the slot: a reader that
-/// could see the reference through the slot never skips it because the summary says the
-/// page has no header.
+/// A chunk's header bit is set before a header reference reaches the slot: a reader that
+/// could see the reference through the slot never skips it because the bit is clear.
 #[test]
 fn a_reader_never_skips_a_header_the_slot_already_shows() {
     model(|| {
@@ -267,14 +266,14 @@ fn a_reader_never_skips_a_header_the_slot_already_shows() {
         let r = table.get_or_create(70, || chunk(1)).expect("header");
         let (raw, seen) = reader.join().expect("reader");
         if raw != NO_HEADER && raw != FRESH {
-            assert_eq!(seen, r, "the summary hid a header the slot showed");
+            assert_eq!(seen, r, "the header bit hid a header the slot showed");
         }
     });
 }
 
 /// A header taken out after its content was written back to the master: a reader that saw
-/// the header and then finds the page's summary at zero reads the written-back master (the
-/// summary's decrement publishes the write-back).
+/// the header and then finds its bit clear reads the written-back master (the bit's clear
+/// publishes the write-back).
 #[test]
 fn a_reader_past_a_removal_sees_the_written_back_master() {
     model(|| {
@@ -298,6 +297,31 @@ fn a_reader_past_a_removal_sees_the_written_back_master() {
             );
         }
         remover.join().expect("remover");
+    });
+}
+
+/// A header made for a chunk while its retired header is being taken out stays visible to
+/// readers: the old bit is cleared before the slot is emptied, so the new header's bit,
+/// set only once the slot is empty, is never cleared by the removal.
+#[test]
+fn a_removal_never_hides_the_next_header_of_its_chunk() {
+    model(|| {
+        let table = small_table(4);
+        let old = table.get_or_create(70, || chunk(1)).expect("header");
+        assert!(table.header(old).try_retire());
+        let remover = {
+            let table = table.clone();
+            thread::spawn(move || table.remove(70, old))
+        };
+        let new = loop {
+            let r = table.get_or_create(70, || chunk(1)).expect("header");
+            if r != old {
+                break r;
+            }
+            thread::yield_now();
+        };
+        remover.join().expect("remover");
+        assert_eq!(table.reader_slot(70), new, "the removal hid the new header");
     });
 }
 
