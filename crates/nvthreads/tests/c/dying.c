@@ -11,8 +11,8 @@
  * then:
  *   abort-exit   a worker runs 10 sections and calls abort() instead of returning; main
  *                joins it.
- *   kill-mutex   worker 1 locks m, writes in its section, prints "STALL pid=P" and pauses
- *                holding m; worker 2 and main then lock m.
+ *   kill-mutex   worker 1 locks m, writes in its section, says so to main, prints
+ *                "STALL pid=P" and pauses holding m; worker 2 and main then lock m.
  *   kill-cond    worker 1 prints "STALL pid=P" and pauses (it would set the flag); worker 2
  *                waits on a condition variable for the flag; main joins worker 2.
  *   kill-detached  a detached worker prints "STALL pid=P" and pauses; main calls
@@ -40,6 +40,10 @@ static struct state *st;
 static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t c = PTHREAD_COND_INITIALIZER;
 static int flag;
+/* The holder says it holds m (so that the others wait for it). */
+static pthread_mutex_t h = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hc = PTHREAD_COND_INITIALIZER;
+static int held;
 static int iters = 10;
 
 static void section(void) {
@@ -78,8 +82,20 @@ static void *holder(void *arg) {
     pthread_mutex_lock(&m);
     st->a += 1;
     st->b += 1;
+    pthread_mutex_lock(&h);
+    held = 1;
+    pthread_cond_signal(&hc);
+    pthread_mutex_unlock(&h);
     stall();
     return NULL;
+}
+
+static void wait_until_held(void) {
+    pthread_mutex_lock(&h);
+    while (!held) {
+        pthread_cond_wait(&hc, &h);
+    }
+    pthread_mutex_unlock(&h);
 }
 
 static void *staller(void *arg) {
@@ -156,6 +172,7 @@ int main(int argc, char **argv) {
         join(t1);
     } else if (strcmp(mode, "kill-mutex") == 0) {
         spawn(&t1, holder);
+        wait_until_held();
         spawn(&t2, locker);
         section();
         join(t2);
