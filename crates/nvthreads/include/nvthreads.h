@@ -87,6 +87,12 @@
  * A program that uses the runtime, started (system(), exec) by a running program on the same
  * pool, runs with the runtime dormant (plain pthreads, nothing persistent) and says so on
  * stderr.
+ * A thread that dies (a fatal signal, abort(), _exit(), killed from outside, an internal
+ * error of the runtime) ends the whole program, as in a pthreads process: a line on stderr
+ * says which thread died, and every process of the program is killed with SIGKILL (the
+ * program's status: killed by signal 9, 137 in a shell). A death no handler sees is noticed
+ * within 0.2 s by any thread waiting in the runtime (a lock, a condition variable, a join).
+ * The pool keeps every committed section; the next run recovers it.
  *
  * Environment: NVT_POOL (pool file; default /dev/shm/nvthreads-<program>-<uid>.pool),
  * NVT_HEAP_MB (heap size of a new pool, default 64), NVT_LOG_MB (log size, default 16),
@@ -103,7 +109,8 @@
  * runtime's counters at exit), NVT_PROFILE=1 (time every step of every section and print
  * the totals at exit), NVT_CRASH_AT=n (kill the process group after the n-th fence of the
  * log protocol, recovery included; for tests), NVT_PFAIL (power-failure images at that
- * point; for tests), FERRITE_PERSIST_MODE / FERRITE_FLUSH (see Ferrite's README). A value
+ * point; for tests), NVT_FAIL_AT=<panic|abort|stall>@<exit|lane|checkpoint> (a thread
+ * fails there; for tests), FERRITE_PERSIST_MODE / FERRITE_FLUSH (see Ferrite's README). A value
  * that does not parse ends the program with a message naming the variable.
  */
 #ifndef FERRITE_NVTHREADS_H

@@ -128,10 +128,13 @@ impl Groups {
     /// Waits until the closing group `id` is durable (its closer is appending the close
     /// record: microseconds).
     fn wait_durable(&self, id: u64) {
+        let mut patience = crate::shared::Patience::new();
         while self.is_pending(id)
             && self.slot(self.root(id)).state.load(Ordering::Acquire) == state::CLOSING
         {
             std::thread::yield_now();
+            // A closer that died while closing would keep the group closing forever.
+            patience.tick();
         }
     }
 

@@ -205,12 +205,68 @@ impl Mutation {
     ];
 }
 
-/// A valid record found by a scan.
+/// A valid record found by a scan: where its body lies in its lane's bytes.
 #[derive(Clone, Debug)]
 struct Scanned {
     lane: usize,
     meta: Meta,
-    body: Vec<u8>,
+    body: std::ops::Range<usize>,
+}
+
+/// What a replay reuses from record to record: the entries of the record being applied,
+/// and the image of a masked page.
+#[derive(Debug, Default)]
+struct ReplayBuffers<'b> {
+    entries: Vec<Entry<'b>>,
+    page: Vec<u8>,
+}
+
+/// The home lines a replay wrote, to flush once each: a list, and a small direct-mapped
+/// filter of lines already in it that keeps the lines written again and again (a ledger's
+/// balances, a counter) from being listed once per write. A line is left out only if the
+/// filter says it is listed, so every written line is listed at least once.
+#[derive(Debug)]
+struct LineSet {
+    lines: Vec<u64>,
+    listed: [u64; LineSet::FILTER],
+}
+
+impl LineSet {
+    const FILTER: usize = 256;
+
+    fn insert(&mut self, line: u64) {
+        let slot = &mut self.listed[line as usize % Self::FILTER];
+        if *slot != line {
+            *slot = line;
+            self.lines.push(line);
+        }
+    }
+}
+
+impl Default for LineSet {
+    fn default() -> Self {
+        LineSet {
+            lines: Vec::new(),
+            listed: [u64::MAX; Self::FILTER],
+        }
+    }
+}
+
+/// A lap's records as scanned: each lane's bytes, read from the pool in one piece per lane
+/// (a checkpoint knows the tails) or a record at a time (recovery), and every valid
+/// record's place in them. Nothing is allocated per record.
+#[derive(Debug, Default)]
+struct Scan {
+    lanes: Vec<Vec<u8>>,
+    records: Vec<Scanned>,
+    /// Where each lane's scan stopped.
+    ends: Vec<u64>,
+}
+
+impl Scan {
+    fn body(&self, record: &Scanned) -> &[u8] {
+        &self.lanes[record.lane][record.body.clone()]
+    }
 }
 
 /// An open NVthreads pool.
@@ -296,17 +352,14 @@ impl<P: Persist> Journal<P> {
     fn recover(&self) -> Result<(JournalState, Recovery), NvtError> {
         let word = self.pool.pm().read_u64(self.geo.lap_word);
         let lap = checked::open(word, self.geo.lap_word, LAP_WHAT)?;
-        let mut records = Vec::new();
-        for lane in 0..self.geo.lanes as usize {
-            records.extend(self.scan_lane(lane, lap).0);
-        }
-        let (committed, pending) = self.split_committed(records);
+        let scan = self.scan(lap, None);
+        let (committed, pending) = self.split_committed(&scan);
         let mut recovery = Recovery {
             records: committed.len() as u64,
             uncommitted: pending.len() as u64,
             ..Recovery::default()
         };
-        recovery.bytes = self.replay(committed)?;
+        recovery.bytes = self.replay(&scan, &committed)?;
         self.write_lap(lap + 1)?;
         recovery.was_clean = self.pool.was_clean();
         Ok((self.empty_state(lap + 1), recovery))
@@ -491,18 +544,15 @@ impl<P: Persist> Journal<P> {
     /// others, and recovery would replay older records of one lane over newer bytes of
     /// another ([`Mutation::RewriteBeforeLapBump`]).
     pub fn checkpoint(&self, state: &mut JournalState) -> Result<Checkpoint, NvtError> {
-        let mut records = Vec::new();
-        for lane in 0..self.geo.lanes as usize {
-            let (found, end) = self.scan_lane(lane, state.lap);
-            if end != state.tails[lane] {
+        let scan = self.scan(state.lap, Some(&state.tails));
+        for (lane, (&end, &tail)) in scan.ends.iter().zip(&state.tails).enumerate() {
+            if end != tail {
                 return Err(NvtError::Corrupted(format!(
-                    "lane {lane} scan ends at {end}, its tail is {}",
-                    state.tails[lane]
+                    "lane {lane} scan ends at {end}, its tail is {tail}"
                 )));
             }
-            records.extend(found);
         }
-        let (committed, pending) = self.split_committed(records);
+        let (committed, pending) = self.split_committed(&scan);
         let tails = self.kept_tails(&pending)?;
         let report = Checkpoint {
             applied: committed.len() as u64,
@@ -512,15 +562,15 @@ impl<P: Persist> Journal<P> {
         if self.mutated(Mutation::EarlyLapBump) {
             self.write_lap(next_lap)?;
         }
-        self.replay(committed)?;
+        self.replay(&scan, &committed)?;
         if self.mutated(Mutation::RewriteBeforeLapBump) {
-            self.rewrite_kept(&pending, next_lap);
+            self.rewrite_kept(&scan, &pending, next_lap);
         }
         if !self.mutated(Mutation::EarlyLapBump) {
             self.write_lap(next_lap)?;
         }
         if !self.mutated(Mutation::RewriteBeforeLapBump) {
-            self.rewrite_kept(&pending, next_lap);
+            self.rewrite_kept(&scan, &pending, next_lap);
         }
         state.lap = next_lap;
         state.tails = tails;
@@ -528,7 +578,7 @@ impl<P: Persist> Journal<P> {
     }
 
     /// The lane tails after the kept records are written again, or `LogFull`.
-    fn kept_tails(&self, pending: &[Scanned]) -> Result<Vec<u64>, NvtError> {
+    fn kept_tails(&self, pending: &[&Scanned]) -> Result<Vec<u64>, NvtError> {
         let mut tails = vec![0u64; self.geo.lanes as usize];
         for record in pending {
             tails[record.lane] += record::record_len(record.body.len() as u64);
@@ -546,12 +596,12 @@ impl<P: Persist> Journal<P> {
     }
 
     /// Writes `pending` at the start of their lanes in lap `lap`, flushed, then one fence.
-    fn rewrite_kept(&self, pending: &[Scanned], lap: u64) {
+    fn rewrite_kept(&self, scan: &Scan, pending: &[&Scanned], lap: u64) {
         let pm = self.pool.pm();
         let mut tails = vec![0u64; self.geo.lanes as usize];
         for record in pending {
             let meta = Meta { lap, ..record.meta };
-            let bytes = record::encode_with_body(meta, &record.body);
+            let bytes = record::encode_with_body(meta, scan.body(record));
             let at = self.geo.lane_off(record.lane) + tails[record.lane];
             pm.write(at, &bytes, WriteClass::Log);
             pm.flush(at, bytes.len() as u64);
@@ -563,15 +613,17 @@ impl<P: Persist> Journal<P> {
 
     /// Splits scanned records into the committed data records, in replay order, and the
     /// records not committed yet (of groups no close record names).
-    fn split_committed(&self, records: Vec<Scanned>) -> (Vec<Scanned>, Vec<Scanned>) {
-        let closed: HashSet<u64> = records
+    fn split_committed<'s>(&self, scan: &'s Scan) -> (Vec<&'s Scanned>, Vec<&'s Scanned>) {
+        let closed: HashSet<u64> = scan
+            .records
             .iter()
             .filter(|r| r.meta.kind == Kind::Close)
-            .flat_map(|r| record::parse_close(&r.body))
+            .flat_map(|r| record::parse_close(scan.body(r)))
             .collect();
         let ignore_groups = self.mutated(Mutation::GroupsIgnored);
-        let (mut committed, pending): (Vec<Scanned>, Vec<Scanned>) = records
-            .into_iter()
+        let (mut committed, pending): (Vec<&Scanned>, Vec<&Scanned>) = scan
+            .records
+            .iter()
             .filter(|r| r.meta.kind == Kind::Data)
             .partition(|r| r.meta.group == 0 || ignore_groups || closed.contains(&r.meta.group));
         if !self.mutated(Mutation::NoSeqOrder) {
@@ -582,13 +634,14 @@ impl<P: Persist> Journal<P> {
 
     /// Writes every record's entries into the home image (flushed), then one fence. Returns
     /// the bytes replayed.
-    fn replay(&self, records: Vec<Scanned>) -> Result<u64, NvtError> {
+    fn replay(&self, scan: &Scan, records: &[&Scanned]) -> Result<u64, NvtError> {
         let mut bytes = 0;
-        let mut lines = Vec::new();
-        for record in &records {
-            bytes += self.apply_record(&record.body, &mut lines)?;
+        let mut lines = LineSet::default();
+        let mut buffers = ReplayBuffers::default();
+        for record in records {
+            bytes += self.apply_record(scan.body(record), &mut lines, &mut buffers)?;
         }
-        self.flush_lines(&mut lines);
+        self.flush_lines(&mut lines.lines);
         self.pool.pm().fence();
         self.fenced();
         Ok(bytes)
@@ -596,13 +649,21 @@ impl<P: Persist> Journal<P> {
 
     /// Writes a data record's entries into the home image, noting the pool lines written in
     /// `lines` (to flush: no flush, no fence here).
-    fn apply_record(&self, body: &[u8], lines: &mut Vec<u64>) -> Result<u64, NvtError> {
+    fn apply_record<'b>(
+        &self,
+        body: &'b [u8],
+        lines: &mut LineSet,
+        buffers: &mut ReplayBuffers<'b>,
+    ) -> Result<u64, NvtError> {
         let pm = self.pool.pm();
         let mut bytes = 0;
         let mut written = |at: u64, len: u64| {
-            lines.extend(at / CACHE_LINE..(at + len).div_ceil(CACHE_LINE));
+            for line in at / CACHE_LINE..(at + len).div_ceil(CACHE_LINE) {
+                lines.insert(line);
+            }
         };
-        for entry in record::parse_body(body, self.geo.heap_len)? {
+        record::parse_body_into(body, self.geo.heap_len, &mut buffers.entries)?;
+        for entry in &buffers.entries {
             match entry {
                 Entry::Run(run) => {
                     let at = self.geo.heap_off + run.offset;
@@ -612,10 +673,11 @@ impl<P: Persist> Journal<P> {
                 }
                 Entry::Masked(page) => {
                     let at = self.geo.heap_off + page.offset;
-                    let mut image = vec![0u8; record::MASK_PAGE];
-                    pm.read(at, &mut image);
+                    let image = &mut buffers.page;
+                    image.resize(record::MASK_PAGE, 0);
+                    pm.read(at, image);
                     page.for_each_byte(|offset, byte| image[offset] = byte);
-                    pm.write(at, &image, WriteClass::User);
+                    pm.write(at, image, WriteClass::User);
                     written(at, image.len() as u64);
                     bytes += page.bytes.len() as u64;
                 }
@@ -665,35 +727,75 @@ impl<P: Persist> Journal<P> {
         Ok(())
     }
 
-    /// The valid records of `lane` in lap `lap`, in lane order, and where the scan stopped:
-    /// at the first torn record, record of another lap, or zeros.
-    fn scan_lane(&self, lane: usize, lap: u64) -> (Vec<Scanned>, u64) {
-        let mut found = Vec::new();
-        let mut pos = 0u64;
-        while let Some((meta, body)) = self.read_record(lane, pos, lap) {
-            pos += record::record_len(body.len() as u64);
-            found.push(Scanned { lane, meta, body });
+    /// The valid records of every lane in lap `lap`. `tails`: where the lanes end (a
+    /// checkpoint's; each lane is then read in one piece), or `None` (recovery: read a
+    /// record at a time, as far as they are valid).
+    fn scan(&self, lap: u64, tails: Option<&[u64]>) -> Scan {
+        let mut scan = Scan::default();
+        for lane in 0..self.geo.lanes as usize {
+            let mut bytes = Vec::new();
+            if let Some(tails) = tails {
+                self.load(lane, &mut bytes, tails[lane].min(self.geo.lane_len));
+            }
+            let end = self.scan_lane(lane, lap, &mut bytes, &mut scan.records);
+            scan.lanes.push(bytes);
+            scan.ends.push(end);
         }
-        (found, pos)
+        scan
     }
 
-    /// The record at `pos` of `lane` if it is a whole record of lap `lap` (CRC-valid).
-    fn read_record(&self, lane: usize, pos: u64, lap: u64) -> Option<(Meta, Vec<u8>)> {
-        if pos + record::HEADER_LEN > self.geo.lane_len {
-            return None;
+    /// Appends the valid records of `lane` in lap `lap` to `found`, in lane order, with
+    /// `bytes` holding the lane from its start (read further as needed); returns where the
+    /// scan stopped: at the first torn record, record of another lap, or zeros.
+    fn scan_lane(
+        &self,
+        lane: usize,
+        lap: u64,
+        bytes: &mut Vec<u8>,
+        found: &mut Vec<Scanned>,
+    ) -> u64 {
+        const HEADER: usize = record::HEADER_LEN as usize;
+        let mut pos = 0u64;
+        while pos + record::HEADER_LEN <= self.geo.lane_len {
+            let start = pos as usize;
+            self.load(lane, bytes, pos + record::HEADER_LEN);
+            let header: &[u8; HEADER] = bytes[start..start + HEADER]
+                .try_into()
+                .expect("a header's bytes");
+            let Some(head) = record::decode_header(header) else {
+                break;
+            };
+            let lap_ok = head.meta.lap == lap || self.mutated(Mutation::NoLapCheck);
+            let len = record::record_len(head.body_len);
+            if !lap_ok || pos + len > self.geo.lane_len {
+                break;
+            }
+            let body = start + HEADER..start + HEADER + head.body_len as usize;
+            self.load(lane, bytes, body.end as u64);
+            let header: &[u8; HEADER] = bytes[start..start + HEADER]
+                .try_into()
+                .expect("a header's bytes");
+            if !record::crc_matches(header, &head, &bytes[body.clone()]) {
+                break;
+            }
+            found.push(Scanned {
+                lane,
+                meta: head.meta,
+                body,
+            });
+            pos += len;
         }
-        let pm = self.pool.pm();
-        let at = self.geo.lane_off(lane) + pos;
-        let mut header = [0u8; record::HEADER_LEN as usize];
-        pm.read(at, &mut header);
-        let head = record::decode_header(&header)?;
-        let lap_ok = head.meta.lap == lap || self.mutated(Mutation::NoLapCheck);
-        if !lap_ok || pos + record::record_len(head.body_len) > self.geo.lane_len {
-            return None;
+        pos
+    }
+
+    /// Reads `lane` into `bytes` up to `end` (from where `bytes` ends).
+    fn load(&self, lane: usize, bytes: &mut Vec<u8>, end: u64) {
+        let have = bytes.len();
+        if end as usize > have {
+            bytes.resize(end as usize, 0);
+            let at = self.geo.lane_off(lane) + have as u64;
+            self.pool.pm().read(at, &mut bytes[have..]);
         }
-        let mut body = vec![0u8; head.body_len as usize];
-        pm.read(at + record::HEADER_LEN, &mut body);
-        record::crc_matches(&header, &head, &body).then_some((head.meta, body))
     }
 
     /// Marks the pool cleanly closed (the next run's `crashed()` is false).
@@ -823,4 +925,30 @@ fn write_runtime_header<P: Persist>(pool: &Pool<P>, config: &Config) -> Result<G
     pm.write(root, &header[..8], WriteClass::Meta);
     pm.persist(root, 8);
     Ok(geo)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LineSet;
+
+    #[test]
+    fn the_line_set_lists_every_line_and_repeats_only_on_filter_collisions() {
+        let mut set = LineSet::default();
+        // A ledger's two balances written by thousands of records: listed once each.
+        for _ in 0..1000 {
+            set.insert(7);
+            set.insert(900);
+        }
+        assert_eq!(set.lines, vec![7, 900]);
+        // Lines sharing a filter slot evict each other: listed again, never lost.
+        let slots = LineSet::FILTER as u64;
+        for line in [3, 3 + slots, 3, 3 + 2 * slots] {
+            set.insert(line);
+        }
+        let mut listed = set.lines.clone();
+        listed.sort_unstable();
+        listed.dedup();
+        assert_eq!(listed, vec![3, 7, 3 + slots, 3 + 2 * slots, 900]);
+        assert_eq!(set.lines.len(), 2 + 4);
+    }
 }

@@ -317,6 +317,17 @@ fn corrupted(at: usize, offset: u64, len: u64, kind: u32) -> NvtError {
 /// `heap_len` bytes. A CRC-valid body that does not parse is corruption, not a torn write.
 pub fn parse_body(body: &[u8], heap_len: u64) -> Result<Vec<Entry<'_>>, NvtError> {
     let mut entries = Vec::new();
+    parse_body_into(body, heap_len, &mut entries)?;
+    Ok(entries)
+}
+
+/// [`parse_body`] into `entries` (cleared first), reusing its allocation.
+pub fn parse_body_into<'b>(
+    body: &'b [u8],
+    heap_len: u64,
+    entries: &mut Vec<Entry<'b>>,
+) -> Result<(), NvtError> {
+    entries.clear();
     let mut at = 0usize;
     while at < body.len() {
         if body.len() - at < ENTRY_HEADER_LEN as usize {
@@ -337,7 +348,7 @@ pub fn parse_body(body: &[u8], heap_len: u64) -> Result<Vec<Entry<'_>>, NvtError
         entries.push(entry);
         at = start + used;
     }
-    Ok(entries)
+    Ok(())
 }
 
 fn parse_run(

@@ -26,18 +26,64 @@ pub const MAX_ONCES: usize = 1024;
 /// A slot key that was released: lookups continue past it, claims may reuse it.
 const TOMBSTONE: u64 = u64::MAX;
 
-/// Blocks while `*word == expected` (process-shared futex; spurious wake-ups are possible).
+/// How long a wait of the runtime blocks before it checks that the run's processes still
+/// live: a thread-process killed while holding a lock, a lane or the log's gate, or while
+/// others wait for it on a condition variable, would otherwise block them forever
+/// (`docs/nvthreads.md` §3.7).
+pub const WATCHDOG_PERIOD: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The check a long wait makes every [`WATCHDOG_PERIOD`] (set once by the runtime; it ends
+/// the run if one of its processes died without ending).
+static WATCHDOG: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Sets the check long waits make (the first call wins; forked processes inherit it).
+pub fn set_watchdog(check: fn()) {
+    let _ = WATCHDOG.set(check);
+}
+
+/// Runs the watchdog's check (nothing if none is set).
+pub fn watchdog() {
+    if let Some(check) = WATCHDOG.get() {
+        check();
+    }
+}
+
+/// Runs the watchdog's check every [`WATCHDOG_PERIOD`] of a wait that spins, yields or
+/// sleeps instead of blocking on a futex.
+#[derive(Debug)]
+pub struct Patience {
+    next_check: std::time::Instant,
+}
+
+impl Patience {
+    /// Starts counting the wait.
+    pub fn new() -> Patience {
+        Patience {
+            next_check: std::time::Instant::now() + WATCHDOG_PERIOD,
+        }
+    }
+
+    /// One more round of the wait: checks the run if a period has passed.
+    pub fn tick(&mut self) {
+        let now = std::time::Instant::now();
+        if now >= self.next_check {
+            watchdog();
+            self.next_check = now + WATCHDOG_PERIOD;
+        }
+    }
+}
+
+impl Default for Patience {
+    fn default() -> Self {
+        Patience::new()
+    }
+}
+
+/// Blocks while `*word == expected` (process-shared futex; spurious wake-ups are possible):
+/// at most [`WATCHDOG_PERIOD`], after which it runs the watchdog's check and returns.
 pub fn futex_wait(word: &AtomicU32, expected: u32) {
-    // SAFETY: FUTEX_WAIT on a valid, aligned u32 that lives in shared memory for the whole
-    // run; no timeout. The kernel only reads the word.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            std::ptr::null::<libc::timespec>(),
-        );
+    if !futex_wait_for(word, expected, WATCHDOG_PERIOD) {
+        watchdog();
     }
 }
 
@@ -76,33 +122,43 @@ impl Clock {
     }
 }
 
-/// Blocks while `*word == expected`, for `timeout` at most.
-pub fn futex_wait_for(word: &AtomicU32, expected: u32, timeout: std::time::Duration) {
+/// Blocks while `*word == expected`, for `timeout` at most. Returns false if the timeout
+/// passed (spurious wake-ups return true).
+pub fn futex_wait_for(word: &AtomicU32, expected: u32, timeout: std::time::Duration) -> bool {
     let relative = libc::timespec {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
     };
     // SAFETY: FUTEX_WAIT on a valid, aligned u32 in shared memory with a relative timeout
     // read from a valid timespec.
-    unsafe {
+    let rc = unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
             libc::FUTEX_WAIT,
             expected,
             &relative as *const libc::timespec,
-        );
-    }
+        )
+    };
+    !(rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT))
 }
 
 /// Blocks while `*word == expected` until the absolute time `deadline` on `clock`. Returns
-/// false if the deadline passed (spurious wake-ups return true).
+/// false if the deadline passed (spurious wake-ups return true). A deadline further than
+/// [`WATCHDOG_PERIOD`] is waited for in periods, with the watchdog's check after each (the
+/// call then returns true: the caller checks its condition and waits again).
 pub fn futex_wait_until(
     word: &AtomicU32,
     expected: u32,
     clock: Clock,
     deadline: &libc::timespec,
 ) -> bool {
+    if time_left(clock, deadline) > WATCHDOG_PERIOD {
+        if !futex_wait_for(word, expected, WATCHDOG_PERIOD) {
+            watchdog();
+        }
+        return true;
+    }
     let mut op = libc::FUTEX_WAIT_BITSET;
     if clock == Clock::Realtime {
         op |= libc::FUTEX_CLOCK_REALTIME;
@@ -125,6 +181,11 @@ pub fn futex_wait_until(
 
 /// Whether `deadline` on `clock` has passed.
 pub fn deadline_passed(clock: Clock, deadline: &libc::timespec) -> bool {
+    let now = clock_now(clock);
+    (now.tv_sec, now.tv_nsec) >= (deadline.tv_sec, deadline.tv_nsec)
+}
+
+fn clock_now(clock: Clock) -> libc::timespec {
     let id = match clock {
         Clock::Realtime => libc::CLOCK_REALTIME,
         Clock::Monotonic => libc::CLOCK_MONOTONIC,
@@ -135,7 +196,15 @@ pub fn deadline_passed(clock: Clock, deadline: &libc::timespec) -> bool {
     };
     // SAFETY: clock_gettime writes one timespec into `now`.
     unsafe { libc::clock_gettime(id, &mut now) };
-    (now.tv_sec, now.tv_nsec) >= (deadline.tv_sec, deadline.tv_nsec)
+    now
+}
+
+/// Time until `deadline` on `clock` (zero once passed).
+fn time_left(clock: Clock, deadline: &libc::timespec) -> std::time::Duration {
+    let now = clock_now(clock);
+    let nanos = |t: &libc::timespec| i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec);
+    let left = (nanos(deadline) - nanos(&now)).clamp(0, i128::from(u64::MAX));
+    std::time::Duration::from_nanos(left as u64)
 }
 
 /// Sends `SIGKILL` to the process group `group` (a program started in its own group, its
@@ -266,7 +335,7 @@ pub struct ThreadSlot {
     pub state: AtomicU32,
     /// The start routine's result.
     pub retval: AtomicU64,
-    /// 1 if detached: the thread frees its own slot when it ends.
+    /// 1 if detached: the thread frees its own slot when it ends (2 once it is being freed).
     pub detached: AtomicU32,
     /// Slot index of the thread that created it (its parent process).
     pub parent: AtomicU32,
@@ -467,12 +536,14 @@ impl Gate {
     pub fn close(&self) {
         self.checkpoint.lock();
         self.closed.store(1, Ordering::SeqCst);
+        let mut patience = Patience::new();
         loop {
             let inside = self.appenders.load(Ordering::SeqCst);
             if inside == 0 {
                 return;
             }
             futex_wait_for(&self.appenders, inside, std::time::Duration::from_millis(1));
+            patience.tick();
         }
     }
 

@@ -443,6 +443,7 @@ impl Runtime {
             };
             let slot = &log.lanes[lane];
             slot.lock.lock();
+            super::signals::fail_point(super::env::FailPoint::Lane);
             let mut tail = slot.tail.load(Ordering::Acquire);
             let result = self.with_journal(|journal| journal.append(lane, &mut tail, meta, body));
             slot.tail.store(tail, Ordering::Release);
@@ -498,6 +499,7 @@ impl Runtime {
         let _timer = self.shared.profile.time(Step::Checkpoint);
         let log = &self.shared.log;
         log.gate.close();
+        super::signals::fail_point(super::env::FailPoint::Checkpoint);
         let room = |(lane, len): (usize, u64)| {
             log.lanes[lane].tail.load(Ordering::Acquire) + len <= self.lane_len
         };

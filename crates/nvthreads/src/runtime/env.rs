@@ -56,6 +56,51 @@ pub enum Mutant {
     NoLogFlush,
 }
 
+/// A failure injected into a thread-process by `NVT_FAIL_AT=<action>@<point>` (tests only):
+/// the run must end, never hang, whatever a thread-process dies of and wherever
+/// (`docs/nvthreads.md` §3.7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FailAt {
+    /// What the thread-process does there.
+    pub action: FailAction,
+    /// Where.
+    pub point: FailPoint,
+}
+
+/// What an injected failure does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailAction {
+    /// `panic`: a Rust panic in the runtime.
+    Panic,
+    /// `abort`: `abort()`.
+    Abort,
+    /// `stall`: says on stderr that it stalls, with its process id, and waits forever (for
+    /// a test to kill it there).
+    Stall,
+}
+
+/// Where an injected failure strikes a thread-process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailPoint {
+    /// `exit`: in its exit, after its last commit, before its slot says it ended.
+    Exit,
+    /// `lane`: inside the log's gate, holding its lane, before appending a record.
+    Lane,
+    /// `checkpoint`: holding the log's gate closed for a checkpoint.
+    Checkpoint,
+}
+
+impl FailPoint {
+    /// The point's name in `NVT_FAIL_AT`.
+    pub fn name(self) -> &'static str {
+        match self {
+            FailPoint::Exit => "exit",
+            FailPoint::Lane => "lane",
+            FailPoint::Checkpoint => "checkpoint",
+        }
+    }
+}
+
 /// Every setting of the runtime, parsed once.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Env {
@@ -99,6 +144,8 @@ pub struct Env {
     pub debug: bool,
     /// `NVT_MUTANT` (tests only).
     pub mutant: Option<Mutant>,
+    /// `NVT_FAIL_AT` (tests only).
+    pub fail_at: Option<FailAt>,
 }
 
 /// A variable whose value does not parse.
@@ -152,6 +199,7 @@ impl Env {
             profile: text("NVT_PROFILE").is_some_and(|v| v == "1"),
             debug: text("NVT_DEBUG").is_some_and(|v| v == "1"),
             mutant: mutant(text("NVT_MUTANT"))?,
+            fail_at: fail_at(text("NVT_FAIL_AT"))?,
         })
     }
 
@@ -236,6 +284,33 @@ fn mutant(value: Option<String>) -> Result<Option<Mutant>, EnvError> {
     }
 }
 
+fn fail_at(value: Option<String>) -> Result<Option<FailAt>, EnvError> {
+    let Some(text) = value.filter(|text| !text.is_empty()) else {
+        return Ok(None);
+    };
+    let (action, point) = text.split_once('@').unwrap_or((&text, ""));
+    let action = match action {
+        "panic" => Some(FailAction::Panic),
+        "abort" => Some(FailAction::Abort),
+        "stall" => Some(FailAction::Stall),
+        _ => None,
+    };
+    let point = match point {
+        "exit" => Some(FailPoint::Exit),
+        "lane" => Some(FailPoint::Lane),
+        "checkpoint" => Some(FailPoint::Checkpoint),
+        _ => None,
+    };
+    match (action, point) {
+        (Some(action), Some(point)) => Ok(Some(FailAt { action, point })),
+        _ => Err(EnvError {
+            name: "NVT_FAIL_AT",
+            value: text,
+            expected: "<panic|abort|stall>@<exit|lane|checkpoint>",
+        }),
+    }
+}
+
 /// The settings of this process, read on first use. A bad value ends the program with a
 /// message naming the variable.
 pub fn env() -> &'static Env {
@@ -278,6 +353,7 @@ mod tests {
         assert_eq!(env.globals, GlobalsMode::Shared);
         assert!(!env.isolate_volatile);
         assert_eq!((env.crash_at, env.pfail, env.mutant), (None, None, None));
+        assert_eq!(env.fail_at, None);
         assert!(!env.dormant());
         assert!(
             env.pool
@@ -304,6 +380,7 @@ mod tests {
             ("NVT_STATS", "1"),
             ("NVT_ISOLATE_VOLATILE", "1"),
             ("NVT_ENABLE", "1"),
+            ("NVT_FAIL_AT", "stall@lane"),
         ])
         .expect("valid");
         assert_eq!(env.pool, PathBuf::from("/tmp/p.pool"));
@@ -317,6 +394,13 @@ mod tests {
         assert!(env.stats);
         assert!(env.isolate_volatile);
         assert!(env.enable);
+        assert_eq!(
+            env.fail_at,
+            Some(FailAt {
+                action: FailAction::Stall,
+                point: FailPoint::Lane
+            })
+        );
     }
 
     #[test]
@@ -327,6 +411,10 @@ mod tests {
         assert_eq!(error.name, "NVT_MALLOC");
         assert!(parse(&[("NVT_PFAIL", "some")]).is_err());
         assert!(parse(&[("NVT_GLOBALS", "yes")]).is_err());
+        for bad in ["panic", "panic@", "crash@exit", "stall@merge"] {
+            let error = parse(&[("NVT_FAIL_AT", bad)]).expect_err("no such failure");
+            assert_eq!(error.name, "NVT_FAIL_AT", "{bad}");
+        }
         let error = parse(&[("NVT_ISOLATE_VOLATILE", "yes")]).expect_err("not a switch");
         assert_eq!(
             error.to_string(),

@@ -401,6 +401,8 @@ impl Runtime {
             .load(Ordering::Acquire)
             .saturating_sub(1);
         if others > 0 || depth() > 0 {
+            // A thread that died without ending ends the run as a crash, with its message.
+            signals::check_run();
             self.abandon();
             return;
         }

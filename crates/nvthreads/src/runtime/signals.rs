@@ -1,7 +1,10 @@
-//! Fatal signals and exits (`docs/nvthreads.md` §3.7): a fatal signal in any process of
-//! the run, or a fault that is not a tracked write, prints which thread died of which signal
-//! and ends every process of the run, as one crashing thread ends a pthreads process.
+//! Fatal signals, deaths and exits (`docs/nvthreads.md` §3.7): a fatal signal in any
+//! process of the run, or a fault that is not a tracked write, prints which thread died of
+//! which signal and ends every process of the run, as one crashing thread ends a pthreads
+//! process. A thread-process that died without ending (killed from outside, or of a signal
+//! no handler sees) is found by the watchdog of every long wait, which ends the run too.
 
+use super::env::{FailAction, FailPoint, env};
 use super::{RUNTIME, commit};
 use crate::shared::thread_state;
 use std::sync::atomic::Ordering;
@@ -56,8 +59,132 @@ extern "C" fn on_fatal_signal(signal: i32) {
     }
 }
 
-/// A fatal signal in any process of the run ends every process of it.
+/// The watchdog of every long wait (`shared::WATCHDOG_PERIOD`): ends the run if one of its
+/// thread-processes died without ending. Its slot says `RUNNING` until it ends (an ending
+/// thread marks it `DONE` before its process exits), so a `RUNNING` slot whose process is
+/// gone or a zombie, seen so after the process was found dead, is a thread that died
+/// without ending: whatever it held (a mutex, a lane, the log's gate, a group it was
+/// closing) stays held, and the others would wait for it forever.
+pub(super) fn check_run() {
+    if super::fork::forked() {
+        // Not a process of the run (a child of fork() outside pthread_create).
+        return;
+    }
+    let Some(shared) = commit::shared_block() else {
+        return;
+    };
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    for (index, slot) in shared.threads.iter().enumerate() {
+        let pid = slot.pid.load(Ordering::SeqCst);
+        if pid <= 0 || pid == me || slot.state.load(Ordering::SeqCst) != thread_state::RUNNING {
+            continue;
+        }
+        if super::threads::process_alive(pid) {
+            continue;
+        }
+        if slot.state.load(Ordering::SeqCst) == thread_state::RUNNING
+            && slot.pid.load(Ordering::SeqCst) == pid
+        {
+            end_run(index, pid);
+        }
+    }
+}
+
+/// Ends the run because the thread of slot `index` (process `pid`) died without ending: one
+/// line on stderr, then every process of the run is killed with `SIGKILL` (this one last),
+/// as a crash would end it. The pool keeps every committed section; the next run recovers.
+fn end_run(index: usize, pid: i32) -> ! {
+    let who = if index == 0 {
+        "the main thread".to_owned()
+    } else {
+        format!("thread {}", index + 1)
+    };
+    super::warn(&format!(
+        "{who} (process {pid}) died without ending; ending the program (killed by SIGKILL; \
+         the next run recovers every committed section)"
+    ));
+    kill_other_processes();
+    // SAFETY: killing this process; SIGKILL cannot be caught, so kill does not return.
+    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    // SAFETY: _exit has no preconditions (reached only if the kill above failed).
+    unsafe { libc::_exit(137) }
+}
+
+/// A failure injected by `NVT_FAIL_AT` (tests only) at `point`, in thread-processes only.
+pub(super) fn fail_point(point: FailPoint) {
+    let Some(fail) = env().fail_at else {
+        return;
+    };
+    if fail.point != point || !super::get(&super::LOCAL.child) {
+        return;
+    }
+    let thread = u64::from(super::me()) + 1;
+    match fail.action {
+        FailAction::Panic => panic!("NVT_FAIL_AT: thread {thread} panics at {}", point.name()),
+        // SAFETY: abort has no preconditions.
+        FailAction::Abort => unsafe { libc::abort() },
+        FailAction::Stall => {
+            // SAFETY: getpid has no preconditions.
+            let pid = unsafe { libc::getpid() };
+            super::warn(&format!(
+                "NVT_FAIL_AT: thread {thread} (process {pid}) stalls at {}",
+                point.name()
+            ));
+            loop {
+                // SAFETY: pause has no preconditions; it returns after a caught signal.
+                unsafe { libc::pause() };
+            }
+        }
+    }
+}
+
+/// A fixed buffer a line is formatted into without allocating (the rest is cut).
+struct StackLine {
+    bytes: [u8; 512],
+    len: usize,
+}
+
+impl std::fmt::Write for StackLine {
+    fn write_str(&mut self, text: &str) -> std::fmt::Result {
+        for &byte in text.as_bytes() {
+            if self.len < self.bytes.len() - 1 {
+                self.bytes[self.len] = if byte == b'\n' { b' ' } else { byte };
+                self.len += 1;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A panic in the runtime says where on stderr in one `write` and aborts at once: the
+/// `SIGABRT` handler then ends every process of the run. The default hook would format a
+/// backtrace, allocating and taking locks, inside a thread-process that may hold a lane,
+/// the log's gate or a lock of the program: a panicking thread-process stalled there forever
+/// and every other one waited for it.
+fn on_panic(info: &std::panic::PanicHookInfo<'_>) {
+    use std::fmt::Write;
+    let mut line = StackLine {
+        bytes: [0; 512],
+        len: 0,
+    };
+    let _ = write!(
+        line,
+        "nvthreads: internal error in thread {}: {info}",
+        u64::from(super::me()) + 1
+    );
+    line.bytes[line.len] = b'\n';
+    // SAFETY: write(2) of a stack buffer of `len + 1` initialised bytes.
+    unsafe { libc::write(2, line.bytes.as_ptr().cast(), line.len + 1) };
+    // SAFETY: abort has no preconditions.
+    unsafe { libc::abort() }
+}
+
+/// A fatal signal in any process of the run ends every process of it; a long wait ends it
+/// if one of its processes died without ending; a panic in the runtime aborts at once.
 pub(super) fn install_fatal_handlers() {
+    std::panic::set_hook(Box::new(on_panic));
+    crate::shared::set_watchdog(check_run);
     crate::pages::set_fatal_hook(on_foreign_fault);
     for signal in [
         libc::SIGBUS,

@@ -295,15 +295,26 @@ impl Runtime {
         seq: u32,
         deadline: Option<(Option<Clock>, &libc::timespec)>,
     ) -> bool {
+        // The futex waits return every watchdog period (to check that the run's processes
+        // live): only a signal (a new sequence) or the deadline ends the sleep.
+        let signalled = || slot.seq.load(Ordering::Acquire) != seq;
         match deadline {
             None => {
-                futex_wait(&slot.seq, seq);
+                while !signalled() {
+                    futex_wait(&slot.seq, seq);
+                }
                 false
             }
             Some((clock, at)) => {
                 let clock = clock.unwrap_or_else(|| slot.clock());
-                !futex_wait_until(&slot.seq, seq, clock, at)
-                    && slot.seq.load(Ordering::Acquire) == seq
+                loop {
+                    if !futex_wait_until(&slot.seq, seq, clock, at) {
+                        return !signalled();
+                    }
+                    if signalled() {
+                        return false;
+                    }
+                }
             }
         }
     }

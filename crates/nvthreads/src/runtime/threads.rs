@@ -6,7 +6,8 @@
 use super::commit::MergeEnd;
 use super::{LOCAL, Runtime, depth, fatal, get, set};
 use crate::shared::{
-    Clock, MAX_THREADS, ThreadSlot, futex_wait_for, futex_wait_until, futex_wake, thread_state,
+    Clock, MAX_THREADS, Patience, ThreadSlot, futex_wait, futex_wait_until, futex_wake,
+    thread_state,
 };
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
@@ -106,6 +107,7 @@ impl Runtime {
         self.end_section();
         self.release_deferred();
         self.account_faults();
+        super::signals::fail_point(super::env::FailPoint::Exit);
         let slot = &self.shared.threads[index];
         slot.dep.store(self.dependency(), Ordering::Release);
         slot.retval.store(retval, Ordering::Release);
@@ -155,7 +157,7 @@ impl Runtime {
             });
         }
         let slot = self.thread_slot(handle)?;
-        if slot.detached.load(Ordering::SeqCst) == 1 {
+        if slot.detached.load(Ordering::SeqCst) != 0 {
             return Err(libc::EINVAL);
         }
         if matches!(wait, JoinWait::Try) && slot.state.load(Ordering::Acquire) != thread_state::DONE
@@ -181,9 +183,10 @@ impl Runtime {
                         }
                     }
                 }
-                _ => futex_wait_for(&slot.state, state, JOIN_WATCHDOG),
+                // Every watchdog period, the run ends if a thread died without ending
+                // (this one included): waiting for it would never return.
+                _ => futex_wait(&slot.state, state),
             }
-            self.check_alive(handle, slot);
         }
         if timed_out {
             self.refresh_kept();
@@ -197,23 +200,6 @@ impl Runtime {
         Ok(retval)
     }
 
-    /// Ends the run if the thread `handle` died without ending (a signal, or `exit` in a
-    /// thread-process that was not the program's): waiting for it would never return.
-    fn check_alive(&self, handle: u64, slot: &ThreadSlot) {
-        if slot.state.load(Ordering::Acquire) != thread_state::RUNNING {
-            return;
-        }
-        let pid = slot.pid.load(Ordering::Acquire);
-        if pid > 0
-            && !process_alive(pid)
-            && slot.state.load(Ordering::Acquire) == thread_state::RUNNING
-        {
-            fatal(&format!(
-                "thread {handle} (process {pid}) died without ending; ending the program"
-            ));
-        }
-    }
-
     /// `pthread_detach`: the thread frees its own slot when it ends (at once if it has).
     pub fn detach(&self, handle: u64) -> i32 {
         let Ok(slot) = self.thread_slot(handle) else {
@@ -222,7 +208,11 @@ impl Runtime {
         if handle == 1 {
             return 0; // the main thread's end is the process's
         }
-        if slot.detached.swap(1, Ordering::SeqCst) == 1 {
+        if slot
+            .detached
+            .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
             return libc::EINVAL;
         }
         free_if_done(slot);
@@ -301,20 +291,20 @@ impl Runtime {
                 let _ = self.join(handle);
             }
         }
+        let mut patience = Patience::new();
         while self.shared.live_threads.load(Ordering::Acquire) > 1 {
-            // Detached threads still running: wait for them as the process would.
+            // Detached threads still running: wait for them as the process would (one that
+            // died without ending would never leave: the watchdog ends the run then).
             std::thread::sleep(std::time::Duration::from_millis(1));
             reap_exited_children();
+            patience.tick();
         }
     }
 }
 
-/// How often a joiner checks that the thread it waits for still lives.
-const JOIN_WATCHDOG: std::time::Duration = std::time::Duration::from_millis(200);
-
 /// Whether `pid` is alive (not gone, not a zombie). A child of this process that has exited
 /// is reaped here.
-fn process_alive(pid: i32) -> bool {
+pub(super) fn process_alive(pid: i32) -> bool {
     if children().contains(&pid) {
         // SAFETY: a non-blocking wait for one of our own children.
         let reaped = unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
@@ -406,18 +396,17 @@ fn reap_exited_children() {
 }
 
 /// Frees a detached thread's slot once it has ended (called by the thread and by the
-/// detacher; the exchange makes exactly one of them do it).
+/// detacher; the exchange of `detached` from 1 to 2 makes exactly one of them do it). The
+/// process id is cleared before the slot is free: the watchdog never pairs a new thread's
+/// `RUNNING` state with the ended process of the slot's previous thread.
 fn free_if_done(slot: &ThreadSlot) {
-    if slot
-        .state
-        .compare_exchange(
-            thread_state::DONE,
-            thread_state::FREE,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        )
-        .is_ok()
+    if slot.state.load(Ordering::SeqCst) == thread_state::DONE
+        && slot
+            .detached
+            .compare_exchange(1, 2, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
     {
-        slot.pid.store(0, Ordering::Relaxed);
+        slot.pid.store(0, Ordering::SeqCst);
+        slot.state.store(thread_state::FREE, Ordering::SeqCst);
     }
 }
