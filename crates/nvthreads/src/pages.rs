@@ -1722,6 +1722,22 @@ mod tests {
         }
     }
 
+    /// A random twin and a private copy of it with 0, 3, 40 or 900 random bytes changed
+    /// (by `round`).
+    fn twin_and_changed_copy(
+        rng: &mut rand_chacha::ChaCha8Rng,
+        round: usize,
+    ) -> (Vec<u64>, Vec<u64>) {
+        use rand::Rng;
+        let twin: Vec<u64> = (0..PAGE / 8).map(|_| rng.random()).collect();
+        let mut private = twin.clone();
+        for _ in 0..[0, 3, 40, 900][round % 4] {
+            let at = rng.random_range(0..PAGE);
+            bytemuck_mut(&mut private)[at] ^= rng.random_range(1..=255u8);
+        }
+        (twin, private)
+    }
+
     /// Rebasing keeps exactly this process's changed bytes and takes every other byte from
     /// the shared page, in the private copy and the twin alike.
     #[test]
@@ -1730,12 +1746,7 @@ mod tests {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
         let words = PAGE / 8;
         for round in 0..100 {
-            let twin: Vec<u64> = (0..words).map(|_| rng.random()).collect();
-            let mut private = twin.clone();
-            for _ in 0..[0, 3, 40, 900][round % 4] {
-                let at = rng.random_range(0..PAGE);
-                bytemuck_mut(&mut private)[at] ^= rng.random_range(1..=255u8);
-            }
+            let (twin, private) = twin_and_changed_copy(&mut rng, round);
             let mut before = Vec::new();
             diff::spans(bytemuck(&private), bytemuck(&twin), &mut before);
             let shared: Vec<u64> = (0..words).map(|_| rng.random()).collect();
@@ -1771,12 +1782,7 @@ mod tests {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(12);
         let words = PAGE / 8;
         for round in 0..100 {
-            let twin: Vec<u64> = (0..words).map(|_| rng.random()).collect();
-            let mut private = twin.clone();
-            for _ in 0..[0, 3, 40, 900][round % 4] {
-                let at = rng.random_range(0..PAGE);
-                bytemuck_mut(&mut private)[at] ^= rng.random_range(1..=255u8);
-            }
+            let (twin, private) = twin_and_changed_copy(&mut rng, round);
             let shared: Vec<u64> = (0..words).map(|_| rng.random()).collect();
             let lines: u64 = rng.random::<u64>() & rng.random::<u64>();
             let (mut whole_private, mut whole_twin) = (private.clone(), twin.clone());
