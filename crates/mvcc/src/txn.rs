@@ -200,16 +200,9 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             return Ok(());
         }
         if !self.tracking {
-            let chunk = addr / CHUNK;
-            if (addr + len.max(1) - 1) / CHUNK == chunk {
-                if self.state.find(chunk).is_none() {
-                    return match self.engine.table.reader_slot(chunk) {
-                        NO_HEADER | FRESH => {
-                            pm.read(addr, dst);
-                            Ok(())
-                        }
-                        r => self.read_header(r, (addr % CHUNK) as usize, dst),
-                    };
+            if addr % CHUNK + len <= CHUNK {
+                if self.state.find(addr / CHUNK).is_none() {
+                    return self.read_in_chunk(addr, dst);
                 }
             } else if self.reads_masters(addr, len) {
                 pm.read(addr, dst);
@@ -217,6 +210,19 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             }
         }
         self.read_versions(addr, dst)
+    }
+
+    /// Reads `dst` at `addr`, inside one chunk this transaction has not written: the master
+    /// if the chunk has no header, as for any engine, else through its header.
+    #[inline]
+    fn read_in_chunk(&mut self, addr: u64, dst: &mut [u8]) -> TxResult<()> {
+        match self.engine.table.reader_slot(addr / CHUNK) {
+            NO_HEADER | FRESH => {
+                self.engine.pool.pm().read(addr, dst);
+                Ok(())
+            }
+            r => self.read_header(r, (addr % CHUNK) as usize, dst),
+        }
     }
 
     /// Whether every chunk of `[addr, addr + len)` reads as its master for this transaction:
@@ -628,17 +634,10 @@ impl<P: Persist, R: Replay> Tx for MvccTx<'_, P, R> {
         if self.plain_reads && len != 0 && addr % CHUNK + len <= CHUNK {
             // The common read: inside one chunk, by a transaction whose reads need no set —
             // the master if the chunk has no header, as for any engine, else its header.
-            let pm = self.engine.pool.pm();
-            if !pm.check_range(addr, len) {
+            if !self.engine.pool.pm().check_range(addr, len) {
                 return Err(TxError::OutOfBounds { addr, len });
             }
-            return match self.engine.table.reader_slot(addr / CHUNK) {
-                NO_HEADER | FRESH => {
-                    pm.read(addr, dst);
-                    Ok(())
-                }
-                r => self.read_header(r, (addr % CHUNK) as usize, dst),
-            };
+            return self.read_in_chunk(addr, dst);
         }
         self.read_tracked_or_spanning(addr, dst)
     }

@@ -46,7 +46,6 @@ pub fn spans(page: &[u8], twin: &[u8], out: &mut Vec<Span>) {
     close(&mut open, page.len(), out);
 }
 
-/// Ends the open run (if any) at `at`.
 /// Whether the [`BLOCK`] bytes at `at` differ: the XORs of their words ORed together, in
 /// one branch-free pass the compiler vectorises (a slice comparison would call `memcmp`
 /// once per block, which costs more than comparing 64 bytes). Only for pages already known
@@ -64,6 +63,7 @@ fn block_differs(page: &[u8], twin: &[u8], at: usize) -> bool {
         != 0
 }
 
+/// Ends the open run (if any) at `at`.
 fn close(open: &mut Option<usize>, at: usize, out: &mut Vec<Span>) {
     if let Some(start) = open.take() {
         out.push(Span {

@@ -759,10 +759,11 @@ impl<P: Persist> Journal<P> {
         while pos + record::HEADER_LEN <= self.geo.lane_len {
             let start = pos as usize;
             self.load(lane, bytes, pos + record::HEADER_LEN);
-            let header: &[u8; HEADER] = bytes[start..start + HEADER]
+            // A copy: loading the body below may move `bytes`.
+            let header: [u8; HEADER] = bytes[start..start + HEADER]
                 .try_into()
                 .expect("a header's bytes");
-            let Some(head) = record::decode_header(header) else {
+            let Some(head) = record::decode_header(&header) else {
                 break;
             };
             let lap_ok = head.meta.lap == lap || self.mutated(Mutation::NoLapCheck);
@@ -772,10 +773,7 @@ impl<P: Persist> Journal<P> {
             }
             let body = start + HEADER..start + HEADER + head.body_len as usize;
             self.load(lane, bytes, body.end as u64);
-            let header: &[u8; HEADER] = bytes[start..start + HEADER]
-                .try_into()
-                .expect("a header's bytes");
-            if !record::crc_matches(header, &head, &bytes[body.clone()]) {
+            if !record::crc_matches(&header, &head, &bytes[body.clone()]) {
                 break;
             }
             found.push(Scanned {

@@ -91,6 +91,9 @@ pub enum FailPoint {
 }
 
 impl FailPoint {
+    /// Every point, for parsing by name.
+    const ALL: [FailPoint; 3] = [FailPoint::Exit, FailPoint::Lane, FailPoint::Checkpoint];
+
     /// The point's name in `NVT_FAIL_AT`.
     pub fn name(self) -> &'static str {
         match self {
@@ -295,12 +298,9 @@ fn fail_at(value: Option<String>) -> Result<Option<FailAt>, EnvError> {
         "stall" => Some(FailAction::Stall),
         _ => None,
     };
-    let point = match point {
-        "exit" => Some(FailPoint::Exit),
-        "lane" => Some(FailPoint::Lane),
-        "checkpoint" => Some(FailPoint::Checkpoint),
-        _ => None,
-    };
+    let point = FailPoint::ALL
+        .into_iter()
+        .find(|known| known.name() == point);
     match (action, point) {
         (Some(action), Some(point)) => Ok(Some(FailAt { action, point })),
         _ => Err(EnvError {
