@@ -16,51 +16,72 @@ pub struct Span {
     pub len: usize,
 }
 
-/// Bytes compared as one block before looking at words (a page written in a few places is
-/// mostly equal blocks, each skipped by one vectorised comparison).
+/// Bytes compared with one `memcmp` inside a page known to differ: a page changed in a few
+/// places is mostly equal chunks, each skipped at `memcmp`'s speed (about 8 instructions per
+/// 64 bytes with AVX2, where the block test below takes about 25).
+const CHUNK: usize = 256;
+
+/// Bytes compared as one block inside a differing chunk before looking at words.
 const BLOCK: usize = 64;
 
 /// Appends to `out` the maximal runs of bytes where `page` differs from `twin`, in
-/// ascending order. An equal page costs one `memcmp`; otherwise skips equal 64-byte blocks,
-/// compares 8 bytes at a time inside the others, and refines to bytes only inside differing
-/// words.
+/// ascending order. An equal page costs one `memcmp`; otherwise skips equal 256-byte chunks
+/// (one `memcmp` each), then equal 64-byte blocks inside the others, compares 8 bytes at a
+/// time inside differing blocks, and refines to bytes only inside differing words.
 pub fn spans(page: &[u8], twin: &[u8], out: &mut Vec<Span>) {
     assert_eq!(page.len(), twin.len(), "page and twin differ in size");
     if page == twin {
         return;
     }
     let mut open: Option<usize> = None;
-    let blocks = page.len() / BLOCK;
-    for block in 0..blocks {
-        let at = block * BLOCK;
-        if !block_differs(page, twin, at) {
+    let chunks_end = page.len() / CHUNK * CHUNK;
+    for at in (0..chunks_end).step_by(CHUNK) {
+        if page[at..at + CHUNK] == twin[at..at + CHUNK] {
             close(&mut open, at, out);
             continue;
         }
-        words_into(page, twin, at, at + BLOCK, &mut open, out);
+        blocks_into(page, twin, at, at + CHUNK, &mut open, out);
     }
-    let tail = blocks * BLOCK;
-    let words_end = tail + (page.len() - tail) / 8 * 8;
-    words_into(page, twin, tail, words_end, &mut open, out);
+    let blocks_end = page.len() / BLOCK * BLOCK;
+    blocks_into(page, twin, chunks_end, blocks_end, &mut open, out);
+    let words_end = blocks_end + (page.len() - blocks_end) / 8 * 8;
+    words_into(page, twin, blocks_end, words_end, &mut open, out);
     bytes_into(page, twin, words_end, page.len(), &mut open, out);
     close(&mut open, page.len(), out);
 }
 
+/// The runs of `[from, to)` (a multiple of [`BLOCK`] bytes), block by block.
+fn blocks_into(
+    page: &[u8],
+    twin: &[u8],
+    from: usize,
+    to: usize,
+    open: &mut Option<usize>,
+    out: &mut Vec<Span>,
+) {
+    for at in (from..to).step_by(BLOCK) {
+        if block_differs(page, twin, at) {
+            words_into(page, twin, at, at + BLOCK, open, out);
+        } else {
+            close(open, at, out);
+        }
+    }
+}
+
 /// Whether the [`BLOCK`] bytes at `at` differ: the XORs of their words ORed together, in
-/// one branch-free pass the compiler vectorises (a slice comparison would call `memcmp`
-/// once per block, which costs more than comparing 64 bytes). Only for pages already known
-/// to differ: a whole-page `memcmp` is faster for the equal ones.
+/// one branch-free pass (a slice comparison would call `memcmp` once per block, which
+/// costs more than comparing 64 bytes).
 fn block_differs(page: &[u8], twin: &[u8], at: usize) -> bool {
-    let words = |bytes: &[u8]| -> [u64; BLOCK / 8] {
-        std::array::from_fn(|i| {
-            u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
-        })
-    };
-    let (mine, before) = (words(&page[at..at + BLOCK]), words(&twin[at..at + BLOCK]));
-    mine.iter()
-        .zip(&before)
-        .fold(0, |acc, (a, b)| acc | (a ^ b))
+    let (mine, before) = (&page[at..at + BLOCK], &twin[at..at + BLOCK]);
+    mine.chunks_exact(8)
+        .zip(before.chunks_exact(8))
+        .fold(0, |acc, (a, b)| acc | (word(a) ^ word(b)))
         != 0
+}
+
+/// The 8 bytes of `bytes` (exactly 8 long) as a word.
+fn word(bytes: &[u8]) -> u64 {
+    u64::from_le_bytes(bytes.try_into().expect("8 bytes"))
 }
 
 /// Ends the open run (if any) at `at`.
@@ -73,7 +94,9 @@ fn close(open: &mut Option<usize>, at: usize, out: &mut Vec<Span>) {
     }
 }
 
-/// The runs of `[from, to)` (a multiple of 8 bytes), word by word.
+/// The runs of `[from, to)` (a multiple of 8 bytes), word by word: an equal word closes the
+/// open run, a word changed in all 8 bytes extends (or opens) it, and only a word changed in
+/// part is looked at byte by byte.
 fn words_into(
     page: &[u8],
     twin: &[u8],
@@ -83,14 +106,23 @@ fn words_into(
     out: &mut Vec<Span>,
 ) {
     for at in (from..to).step_by(8) {
-        let a = u64::from_le_bytes(page[at..at + 8].try_into().expect("8 bytes"));
-        let b = u64::from_le_bytes(twin[at..at + 8].try_into().expect("8 bytes"));
-        if a == b {
+        let changed = word(&page[at..at + 8]) ^ word(&twin[at..at + 8]);
+        if changed == 0 {
             close(open, at, out);
+        } else if all_bytes_nonzero(changed) {
+            open.get_or_insert(at);
         } else {
             bytes_into(page, twin, at, at + 8, open, out);
         }
     }
+}
+
+/// Whether every byte of `x` is non-zero.
+fn all_bytes_nonzero(x: u64) -> bool {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    // Per byte: the high bit of ((b & 0x7f) + 0x7f) | b is set exactly when b != 0 (no
+    // carry crosses a byte).
+    (((x & LOW7) + LOW7) | x) & !LOW7 == !LOW7
 }
 
 fn bytes_into(
@@ -162,6 +194,51 @@ mod tests {
             out,
             vec![Span { start: 7, len: 2 }, Span { start: 63, len: 1 }]
         );
+    }
+
+    #[test]
+    fn all_bytes_nonzero_needs_every_byte() {
+        assert!(all_bytes_nonzero(u64::MAX));
+        assert!(all_bytes_nonzero(0x0101_0101_0101_0101));
+        assert!(all_bytes_nonzero(0x8080_8080_8080_8080));
+        for byte in 0..8 {
+            assert!(
+                !all_bytes_nonzero(!(0xff << (byte * 8))),
+                "byte {byte} zero"
+            );
+            assert!(!all_bytes_nonzero(0x80 << (byte * 8)), "only byte {byte}");
+        }
+    }
+
+    /// Pages changed in a few places, as a section leaves them: runs across chunk, block and
+    /// word boundaries, whole and partial words, in pages of every tail length.
+    #[test]
+    fn matches_the_naive_diff_on_sparsely_changed_pages() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let edges = [0, 1, 7, 8, 63, 64, 255, 256, 257, 511, 512, 4088, 4095];
+        for round in 0..2000 {
+            let len = if round % 2 == 0 {
+                4096
+            } else {
+                rng.random_range(1..1100)
+            };
+            let twin: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+            let mut page = twin.clone();
+            for _ in 0..rng.random_range(1..6) {
+                let start = if rng.random_bool(0.5) {
+                    edges[rng.random_range(0..edges.len())].min(len - 1)
+                } else {
+                    rng.random_range(0..len)
+                };
+                let end = (start + rng.random_range(1..20)).min(len);
+                for byte in &mut page[start..end] {
+                    *byte = byte.wrapping_add(rng.random_range(1..=255));
+                }
+            }
+            let mut out = Vec::new();
+            spans(&page, &twin, &mut out);
+            assert_eq!(out, naive(&page, &twin), "round {round}");
+        }
     }
 
     #[test]

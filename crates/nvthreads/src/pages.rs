@@ -573,8 +573,13 @@ impl Tracker {
             .map(|region| (region.first_page, region.len))
     }
 
-    /// The region holding global page `page`.
+    /// The region holding global page `page`. The heap (region 0, from page 0) is checked
+    /// first: nearly every page a merge, publish or rebase visits is a heap page.
     fn region_of_page(&self, page: usize) -> &Region {
+        let heap = &self.regions[0];
+        if page < heap.len / PAGE {
+            return heap;
+        }
         self.regions[..self.region_count]
             .iter()
             .rev()
@@ -939,6 +944,9 @@ impl Tracker {
     /// another process publishes into its page (the next [`Tracker::catch_up`] drops it
     /// then; a publish made while this interval ran is still in that process's ring).
     pub fn reset(&self, drop_private: bool) -> io::Result<()> {
+        if !drop_private && self.all_stay_hot() {
+            return Ok(());
+        }
         let mut scratch = self.scratch();
         let Scratch {
             pages: cold,
@@ -988,6 +996,35 @@ impl Tracker {
             self.drop_kept()?;
         }
         Ok(())
+    }
+
+    /// The common end of an interval in a lock-heavy program: every dirty page stays hot
+    /// (at most [`HOT_MAX`] of them, none unchanged for [`HOT_IDLE`] intervals). Then the
+    /// dirty list, the twin slots and the protections stay exactly as they are (what
+    /// [`Tracker::sort_hot`] and [`Tracker::retwin_hot`] would leave); only each page's idle
+    /// count advances and its changed bit clears. Returns false, changing nothing, when a
+    /// page would cool down.
+    fn all_stay_hot(&self) -> bool {
+        let count = self.dirty_count.load(Ordering::Acquire);
+        if count > HOT_MAX {
+            return false;
+        }
+        let dirty = || (0..count).map(|i| self.dirty[i].load(Ordering::Relaxed) as usize);
+        let idle_after = |page: usize| {
+            if is_set(&self.changed_bits, page) {
+                0
+            } else {
+                self.idle[page].load(Ordering::Relaxed).saturating_add(1)
+            }
+        };
+        if dirty().any(|page| idle_after(page) >= HOT_IDLE) {
+            return false;
+        }
+        for page in dirty() {
+            self.idle[page].store(idle_after(page), Ordering::Relaxed);
+            clear(&self.changed_bits, page);
+        }
+        true
     }
 
     /// Splits this interval's dirty pages into those that stay hot (appended to `hot`) and

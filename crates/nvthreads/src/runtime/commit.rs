@@ -316,8 +316,9 @@ impl Runtime {
 
     /// Publishes the unlogged dirty pages at once, word by word from the page and its twin,
     /// without building runs (a page of small scattered changes would cost a call and a
-    /// compare-and-swap per run); diffs the logged ones into runs for the log, into
-    /// `buffers.pages[..buffers.logged]`. Heap runs are logged and published; runs in
+    /// compare-and-swap per run); diffs the logged ones into runs for the log, the changed
+    /// ones into `buffers.pages[..buffers.logged]` (an unchanged hot page is left out, so
+    /// the record and the publish visit only pages with runs). Heap runs are logged and published; runs in
     /// adopted ranges (the program's globals) and the shared malloc region are only
     /// published: shared, not persistent.
     fn publish_unlogged_and_diff(&self, buffers: &mut MergeBuffers) {
@@ -344,6 +345,11 @@ impl Runtime {
             entry.page = page;
             entry.spans.clear();
             tracker.diff_page(page, &mut entry.spans);
+            if entry.spans.is_empty() {
+                // A hot page this interval did not write: nothing to log or publish (its
+                // slot is reused by the next changed page).
+                continue;
+            }
             entry.masked = page < heap_pages && masked_len(&entry.spans) < runs_len(&entry.spans);
             if entry.masked {
                 let private = tracker.private_page(page);
