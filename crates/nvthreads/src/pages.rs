@@ -1517,11 +1517,53 @@ unsafe fn rebase_lines(private: *mut u8, twin: *mut u8, shared: *const u8, mut l
     while lines != 0 {
         let line = lines.trailing_zeros() as usize;
         lines &= lines - 1;
-        for index in line * WORDS..(line + 1) * WORDS {
+        let words = line * WORDS..(line + 1) * WORDS;
+        // SAFETY: the line's words (< PAGE / 8: line < 64) of the caller's pages.
+        if unsafe { line_unchanged(private, twin, line) } {
+            for index in words {
+                // SAFETY: as above.
+                unsafe { refresh_word(private, twin, shared, index) };
+            }
+            continue;
+        }
+        for index in words {
             // SAFETY: word `index` (< PAGE / 8: line < 64) of the three pages of the
             // caller's contract.
             unsafe { rebase_word(private, twin, shared, index) };
         }
+    }
+}
+
+/// Whether 64-byte line `line` is equal in `private` and `twin` (this process has not
+/// changed it since its last merge or rebase, the usual case when it synchronises).
+///
+/// # Safety
+/// As [`rebase_words`]; `line < PAGE / LINE`.
+unsafe fn line_unchanged(private: *const u8, twin: *const u8, line: usize) -> bool {
+    // SAFETY: one line inside both pages of the caller's contract.
+    unsafe {
+        std::slice::from_raw_parts(private.add(line * LINE), LINE)
+            .chunks_exact(8)
+            .zip(std::slice::from_raw_parts(twin.add(line * LINE), LINE).chunks_exact(8))
+            .fold(0, |acc, (a, b)| {
+                acc | (u64::from_le_bytes(a.try_into().expect("8 bytes"))
+                    ^ u64::from_le_bytes(b.try_into().expect("8 bytes")))
+            })
+            == 0
+    }
+}
+
+/// [`rebase_word`] for a word equal in `private` and `twin`: both take the shared word.
+///
+/// # Safety
+/// As [`rebase_word`].
+unsafe fn refresh_word(private: *mut u8, twin: *mut u8, shared: *const u8, index: usize) {
+    // SAFETY: word `index` of three aligned pages; the shared word is read atomically.
+    unsafe {
+        let current =
+            AtomicU64::from_ptr(shared.cast::<u64>().add(index).cast_mut()).load(Ordering::Relaxed);
+        private.cast::<u64>().add(index).write(current);
+        twin.cast::<u64>().add(index).write(current);
     }
 }
 
