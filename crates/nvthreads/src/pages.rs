@@ -1166,20 +1166,23 @@ impl Tracker {
             drop(scratch);
             return self.drop_kept();
         }
-        unseen.sort_unstable_by_key(|&(page, _)| page);
+        // Entry by entry, unsorted (a catch-up reads a few entries; sorting them cost as
+        // much as the rest of it): a page named twice is rebased twice, each time in the
+        // lines of one entry, which is the rebase of their union (lines are independent,
+        // and each takes the shared view's current bytes).
         pages.clear();
-        for entries in unseen.chunk_by(|a, b| a.0 == b.0) {
-            let page = entries[0].0 as usize;
+        for &(page, lines) in unseen.iter() {
+            let page = page as usize;
             if page >= self.pages {
                 continue;
             }
             if is_set(&self.dirty_bits, page) {
-                let lines = entries.iter().fold(0, |lines, entry| lines | entry.1);
                 self.rebase(page, lines);
             } else if self.kept.remove(page) {
                 pages.push(page);
             }
         }
+        pages.sort_unstable();
         for (first, count) in self.runs(pages) {
             self.discard(first, count)?;
         }
