@@ -128,17 +128,16 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
 
     /// Copies bytes of chunk `chunk` (not in the write set) as this snapshot sees them.
     fn read_chunk(&mut self, chunk: u64, offset: usize, dst: &mut [u8]) -> TxResult<()> {
-        // A chunk read again right away (a node's fields, one by one) is validated once.
+        self.note_read(chunk);
+        self.read_in_chunk(chunk * CHUNK + offset as u64, dst)
+    }
+
+    /// Records a read of `chunk` for validation, if reads are tracked. A chunk read again
+    /// right away (a node's fields, one by one) is validated once.
+    #[inline(always)]
+    fn note_read(&mut self, chunk: u64) {
         if self.tracking && self.state.reads.last() != Some(&chunk) {
             self.state.reads.push(chunk);
-        }
-        let engine = self.engine;
-        match engine.table.reader_slot(chunk) {
-            NO_HEADER | FRESH => {
-                engine.pool.pm().read(chunk * CHUNK + offset as u64, dst);
-                Ok(())
-            }
-            r => self.read_header(r, offset, dst),
         }
     }
 
@@ -208,15 +207,20 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             // Possibly at the pool's end, past the last chunk's slot.
             return Ok(());
         }
-        if !self.tracking {
-            if addr % CHUNK + len <= CHUNK {
-                if self.state.find(addr / CHUNK).is_none() {
-                    return self.read_in_chunk(addr, dst);
-                }
-            } else if self.reads_masters(addr, len) {
-                pm.read(addr, dst);
+        if addr % CHUNK + len <= CHUNK {
+            // One chunk (an update's reads, tracked or not): the write set, else as
+            // `read_chunk` reads it, without the chunk-by-chunk loop.
+            let (chunk, offset) = (addr / CHUNK, (addr % CHUNK) as usize);
+            if let Some(i) = self.state.find(chunk) {
+                dst.copy_from_slice(&self.state.writes[i].data[offset..offset + dst.len()]);
                 return Ok(());
             }
+            self.note_read(chunk);
+            return self.read_in_chunk(addr, dst);
+        }
+        if !self.tracking && self.reads_masters(addr, len) {
+            pm.read(addr, dst);
+            return Ok(());
         }
         self.read_versions(addr, dst)
     }
