@@ -138,6 +138,21 @@ impl Clock {
         }
     }
 
+    /// How a commit stores its in-flight bound (`Shared::inflight`) before it pushes. With
+    /// the counter, the stamp that follows is a `SeqCst` read-modify-write of the clock: a
+    /// checkpointer whose (acquiring) clock read sees that stamp or a later one then sees
+    /// the bound too, so the store needs no order of its own (model-checked:
+    /// `a_checkpoint_that_reads_a_stamp_sees_its_inflight_bound`). The TSC's stamp touches
+    /// no memory, so there the store itself is `SeqCst`.
+    #[inline]
+    pub(crate) fn inflight_order(&self) -> Ordering {
+        if self.tsc {
+            Ordering::SeqCst
+        } else {
+            Ordering::Relaxed
+        }
+    }
+
     /// Waits until this core's clock has passed `ts` (a commit does so before it validates,
     /// so any commit that pushes later gets a larger timestamp).
     #[inline]

@@ -36,6 +36,8 @@ pub(crate) struct Lane {
     pub(crate) spans: Vec<(u64, u64)>,
     /// Scratch: the versions a commit pushed.
     pub(crate) pushed: Vec<u32>,
+    /// Scratch: a commit's heap actions (publishes, then frees).
+    pub(crate) actions: Vec<heap::Action>,
     /// Kept between transactions so their capacity is reused: a transaction's blocks
     /// reserved and blocks freed (empty outside a transaction).
     pub(crate) reservations: Vec<heap::Reservation>,
@@ -122,6 +124,7 @@ impl Lane {
             fresh: Vec::new(),
             spans: Vec::new(),
             pushed: Vec::new(),
+            actions: Vec::new(),
             reservations: Vec::new(),
             frees: Vec::new(),
             free: versions.rev().collect(),

@@ -24,6 +24,7 @@ use crate::txn::Retry;
 use heap::{Action, Freeing, Heap};
 use pmem::{CACHE_LINE, Persist, WriteClass};
 use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::Ordering;
 use tx::api::{TxError, TxResult};
 
@@ -45,7 +46,11 @@ pub(crate) struct Ckpt {
     /// read from the master directly).
     cooling: Vec<(u32, u64)>,
     /// Chunks with bytes in live CLog records.
-    clog_chunks: HashSet<u64>,
+    clog_chunks: NumberSet<u64>,
+    /// The changed words of the checkpoint being built (kept for their capacity).
+    diff: Diff,
+    /// What the lanes listed since the last gathering (kept for its capacity).
+    listed: Vec<(u32, u64)>,
     scratch: Vec<u8>,
     /// Read-only and writing transactions counted at the previous checkpoint.
     counted: (u64, u64),
@@ -79,27 +84,131 @@ impl Ckpt {
             retained: Vec::new(),
             writeback: Vec::new(),
             cooling: Vec::new(),
-            clog_chunks: HashSet::new(),
+            clog_chunks: NumberSet::default(),
+            diff: Diff::default(),
+            listed: Vec::new(),
             scratch: Vec::new(),
             counted: (0, 0),
         }
     }
 }
 
-/// The 8-byte words that differ between `old` and `new`, merged into ranges, relative to the
-/// chunk start.
-fn changed_words(old: &Bytes, new: &Bytes) -> Vec<(usize, usize)> {
-    let mut out: Vec<(usize, usize)> = Vec::new();
-    for word in 0..8 {
-        let r = word * 8..word * 8 + 8;
-        if old[r.clone()] != new[r] {
-            match out.last_mut() {
-                Some((start, len)) if *start + *len == word * 8 => *len += 8,
-                _ => out.push((word * 8, 8)),
+/// Hashes a chunk or header number with one multiplication (Fibonacci hashing) and hands
+/// hashbrown the product's top bits, the best mixed, as the low (bucket) bits, reversed so
+/// that every table size gets the top bits: keys in arithmetic progression (chunk numbers of
+/// one size class) spread at least as well as under a random hash. The keys are the
+/// engine's own numbers, not chosen by an adversary, so SipHash's resistance to flooding
+/// buys nothing here; it cost a checkpoint more than its sort.
+#[derive(Clone, Copy, Debug, Default)]
+struct NumberHasher(u64);
+
+/// An odd constant near 2^64 / φ.
+const FIBONACCI: u64 = 0x9E37_79B9_7F4A_7C15;
+
+impl Hasher for NumberHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.write_u64(u64::from(byte));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(FIBONACCI);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0.reverse_bits()
+    }
+}
+
+/// A set of chunk or header numbers.
+type NumberSet<T> = HashSet<T, BuildHasherDefault<NumberHasher>>;
+
+/// The changed words a checkpoint record holds, in one buffer: `(addr, start, len)` per
+/// range, its bytes at `bytes[start..start + len]` (no allocation per range).
+#[derive(Debug, Default)]
+struct Diff {
+    ranges: Vec<(u64, usize, usize)>,
+    bytes: Vec<u8>,
+}
+
+impl Diff {
+    fn clear(&mut self) {
+        self.ranges.clear();
+        self.bytes.clear();
+    }
+
+    fn push(&mut self, addr: u64, bytes: &[u8]) {
+        self.ranges.push((addr, self.bytes.len(), bytes.len()));
+        self.bytes.extend_from_slice(bytes);
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u64, &[u8])> + Clone {
+        self.ranges
+            .iter()
+            .map(|&(addr, start, len)| (addr, &self.bytes[start..start + len]))
+    }
+}
+
+/// The union of two strictly increasing lists, strictly increasing.
+fn merge_sorted<T: Ord + Copy>(a: &[T], b: &[T]) -> Vec<T> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            std::cmp::Ordering::Less => {
+                out.push(a[i]);
+                i += 1;
+            }
+            std::cmp::Ordering::Greater => {
+                out.push(b[j]);
+                j += 1;
+            }
+            std::cmp::Ordering::Equal => {
+                out.push(a[i]);
+                i += 1;
+                j += 1;
             }
         }
     }
+    out.extend_from_slice(&a[i..]);
+    out.extend_from_slice(&b[j..]);
     out
+}
+
+/// The 8-byte words that differ between `old` and `new`, merged into runs `(start, len)` in
+/// bytes from the chunk start, lowest first (an iterator over a word mask: no allocation).
+fn changed_words(old: &Bytes, new: &Bytes) -> ChangedWords {
+    let mut mask = 0u16;
+    for (word, (a, b)) in old.chunks_exact(8).zip(new.chunks_exact(8)).enumerate() {
+        if a != b {
+            mask |= 1 << word;
+        }
+    }
+    ChangedWords { mask }
+}
+
+/// The runs of set bits of a mask of changed words (bit i = word i of a chunk).
+struct ChangedWords {
+    mask: u16,
+}
+
+impl Iterator for ChangedWords {
+    type Item = (usize, usize);
+
+    fn next(&mut self) -> Option<(usize, usize)> {
+        if self.mask == 0 {
+            return None;
+        }
+        let start = self.mask.trailing_zeros();
+        let run = (self.mask >> start).trailing_ones();
+        self.mask &= !(((1u16 << run) - 1) << start);
+        Some((start as usize * 8, run as usize * 8))
+    }
 }
 
 /// The region `MVCC_VERIFY=<offset>:<len>` names (read once).
@@ -355,14 +464,24 @@ impl<P: Persist> Core<P> {
         self.retire_versions(retired);
     }
 
-    /// The retained headers and every lane's dirty list, sorted, without duplicates.
+    /// The retained headers and every lane's dirty list, sorted, without duplicates. The
+    /// retained list is kept sorted (every checkpoint and trim leaves it in this order), so
+    /// only what the lanes listed since is sorted, then merged in.
     fn gather_dirty(&self, ck: &mut Ckpt) -> Vec<(u32, u64)> {
-        let mut dirty = std::mem::take(&mut ck.retained);
+        let mut listed = std::mem::take(&mut ck.listed);
+        listed.clear();
         for shared in self.shared.iter() {
-            dirty.append(&mut shared.dirty.lock());
+            listed.append(&mut shared.dirty.lock());
         }
-        dirty.sort_unstable();
-        dirty.dedup();
+        listed.sort_unstable();
+        listed.dedup();
+        let mut retained = std::mem::take(&mut ck.retained);
+        if !retained.is_sorted_by(|a, b| a < b) {
+            retained.sort_unstable();
+            retained.dedup();
+        }
+        let dirty = merge_sorted(&retained, &listed);
+        ck.listed = listed;
         dirty
     }
 
@@ -424,7 +543,8 @@ impl<P: Persist> Core<P> {
         if ck.head + bound > self.layout.clog_size {
             self.write_back(ck)?;
         }
-        let mut ranges: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut diff = std::mem::take(&mut ck.diff);
+        diff.clear();
         let (mut old, mut new): (Bytes, Bytes) = ([0; CHUNK as usize], [0; CHUNK as usize]);
         let dirty: Vec<(u32, u64)> = dirty
             .into_iter()
@@ -438,13 +558,12 @@ impl<P: Persist> Core<P> {
             self.content_at(header, ck.last_t, &mut old)?;
             self.content_at(header, boundary, &mut new)?;
             for (start, len) in changed_words(&old, &new) {
-                let addr = chunk * CHUNK + start as u64;
-                ranges.push((addr, new[start..start + len].to_vec()));
+                diff.push(chunk * CHUNK + start as u64, &new[start..start + len]);
             }
         }
         // Fail before anything changes: after a cut, the versions the record must cover
         // exist nowhere else.
-        let (len, _) = record::encoded_len(0, ranges.iter().map(|(a, b)| (*a, &b[..])), 0);
+        let (len, _) = record::encoded_len(0, diff.iter(), 0);
         let len = len as u64;
         if ck.head + len > self.layout.clog_size {
             ck.retained = dirty;
@@ -506,7 +625,7 @@ impl<P: Persist> Core<P> {
             0,
             0,
             &[],
-            ranges.iter().map(|(a, b)| (*a, &b[..])),
+            diff.iter(),
             &[],
             &mut scratch,
         );
@@ -521,10 +640,11 @@ impl<P: Persist> Core<P> {
         ck.head = (ck.head + len).next_multiple_of(CACHE_LINE);
         ck.last_t = ck.last_t.max(boundary);
         self.checkpointed.store(ck.last_t, Ordering::Release);
-        for (addr, bytes) in &ranges {
+        for (addr, bytes) in diff.iter() {
             let (first, last) = (addr / CHUNK, (addr + bytes.len() as u64 - 1) / CHUNK);
             ck.clog_chunks.extend(first..=last);
         }
+        ck.diff = diff;
         self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
         self.retire_versions(retired);
         let read_mostly = self.read_mostly_since_last(ck);
@@ -569,8 +689,8 @@ impl<P: Persist> Core<P> {
             return;
         }
         let pm = self.pool.pm();
-        let recent: HashSet<u32> = emptied.iter().map(|&(href, _)| href).collect();
-        let mut removed = HashSet::new();
+        let recent: NumberSet<u32> = emptied.iter().map(|&(href, _)| href).collect();
+        let mut removed = NumberSet::default();
         let (mut content, mut master): (Bytes, Bytes) = ([0; CHUNK as usize], [0; CHUNK as usize]);
         for (href, chunk) in std::mem::replace(&mut ck.cooling, emptied) {
             if recent.contains(&href) || self.table.slot(chunk) != href {
@@ -789,5 +909,103 @@ impl<P: Persist> Core<P> {
         let _serialised = self.actions.lock();
         heap::apply_durably(pm, actions);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Bytes, Diff, NumberHasher, changed_words, merge_sorted};
+    use rand::{Rng, SeedableRng};
+    use std::hash::Hasher;
+
+    /// The runs of differing words, found word by word.
+    fn runs_by_scanning(old: &Bytes, new: &Bytes) -> Vec<(usize, usize)> {
+        let mut out: Vec<(usize, usize)> = Vec::new();
+        for word in 0..8 {
+            let r = word * 8..word * 8 + 8;
+            if old[r.clone()] != new[r] {
+                match out.last_mut() {
+                    Some((start, len)) if *start + *len == word * 8 => *len += 8,
+                    _ => out.push((word * 8, 8)),
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn changed_words_are_the_runs_of_every_word_mask() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        for mask in 0u16..256 {
+            let old: Bytes = std::array::from_fn(|_| rng.random());
+            let mut new = old;
+            for word in 0..8 {
+                if mask & (1 << word) != 0 {
+                    // One byte of the word differs (anywhere in it).
+                    new[word * 8 + rng.random_range(0..8)] ^= 1 << rng.random_range(0..8);
+                }
+            }
+            let runs: Vec<_> = changed_words(&old, &new).collect();
+            assert_eq!(runs, runs_by_scanning(&old, &new), "mask {mask:#010b}");
+            let words: u32 = runs.iter().map(|&(_, len)| len as u32 / 8).sum();
+            assert_eq!(words, mask.count_ones());
+        }
+    }
+
+    #[test]
+    fn merging_two_sorted_lists_is_sorting_their_union() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        for _ in 0..200 {
+            let (n, m) = (rng.random_range(0..30), rng.random_range(0..30));
+            let mut list = |n: usize| {
+                let mut v: Vec<(u32, u64)> = (0..n)
+                    .map(|_| (rng.random_range(0..40), rng.random_range(0..3)))
+                    .collect();
+                v.sort_unstable();
+                v.dedup();
+                v
+            };
+            let (a, b) = (list(n), list(m));
+            let mut expected = [a.clone(), b.clone()].concat();
+            expected.sort_unstable();
+            expected.dedup();
+            assert_eq!(merge_sorted(&a, &b), expected, "{a:?} {b:?}");
+        }
+    }
+
+    #[test]
+    fn a_diff_hands_back_each_range_with_its_own_bytes() {
+        let mut diff = Diff::default();
+        diff.push(640, &[1, 2, 3, 4, 5, 6, 7, 8]);
+        diff.push(72, &[9; 24]);
+        let got: Vec<(u64, Vec<u8>)> = diff.iter().map(|(a, b)| (a, b.to_vec())).collect();
+        assert_eq!(
+            got,
+            [(640, vec![1, 2, 3, 4, 5, 6, 7, 8]), (72, vec![9; 24])]
+        );
+        diff.clear();
+        assert_eq!(diff.iter().count(), 0);
+    }
+
+    #[test]
+    fn strided_numbers_spread_over_the_low_bits_of_the_hash() {
+        // Chunk numbers of blocks of one size class share their low bits; hashbrown takes
+        // the bucket from the hash's low bits, so those must come from the whole key. A
+        // random hash fills about 647 of 1 024 buckets with 1 024 keys; the identity would
+        // fill 1 024 / stride.
+        for stride in [1u64, 2, 4, 64, 4096, 1 << 20] {
+            let buckets: std::collections::HashSet<u64> = (0..1024u64)
+                .map(|k| {
+                    let mut h = NumberHasher::default();
+                    h.write_u64(k * stride);
+                    h.finish() & 1023
+                })
+                .collect();
+            assert!(
+                buckets.len() > 600,
+                "stride {stride}: {} of 1024 buckets",
+                buckets.len()
+            );
+        }
     }
 }

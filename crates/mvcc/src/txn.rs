@@ -101,6 +101,12 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         self.snapshot
     }
 
+    /// How many chunk reads this attempt validates at commit (0 when it does not track
+    /// reads); a chunk read again right after itself counts once.
+    pub fn tracked_reads(&self) -> usize {
+        self.state.reads.len()
+    }
+
     fn fail<T>(&mut self, why: Retry) -> TxResult<T> {
         self.failed = true;
         self.plain_reads = false;
@@ -122,22 +128,24 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
 
     /// Copies bytes of chunk `chunk` (not in the write set) as this snapshot sees them.
     fn read_chunk(&mut self, chunk: u64, offset: usize, dst: &mut [u8]) -> TxResult<()> {
-        if self.tracking {
+        self.note_read(chunk);
+        self.read_in_chunk(chunk * CHUNK + offset as u64, dst)
+    }
+
+    /// Records a read of `chunk` for validation, if reads are tracked. A chunk read again
+    /// right away (a node's fields, one by one) is validated once.
+    #[inline(always)]
+    fn note_read(&mut self, chunk: u64) {
+        if self.tracking && self.state.reads.last() != Some(&chunk) {
             self.state.reads.push(chunk);
-        }
-        let engine = self.engine;
-        match engine.table.reader_slot(chunk) {
-            NO_HEADER | FRESH => {
-                engine.pool.pm().read(chunk * CHUNK + offset as u64, dst);
-                Ok(())
-            }
-            r => self.read_header(r, offset, dst),
         }
     }
 
     /// Copies bytes of a chunk through its header `r`, as this snapshot sees them: the base
     /// at once when the chain is empty (most headers most of the time), else the chain.
-    #[inline]
+    /// Out of line: the common read, inlined into every caller, only tests the header bit
+    /// and copies the master.
+    #[inline(never)]
     fn read_header(&mut self, r: u32, offset: usize, dst: &mut [u8]) -> TxResult<()> {
         if self
             .engine
@@ -199,22 +207,29 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             // Possibly at the pool's end, past the last chunk's slot.
             return Ok(());
         }
-        if !self.tracking {
-            if addr % CHUNK + len <= CHUNK {
-                if self.state.find(addr / CHUNK).is_none() {
-                    return self.read_in_chunk(addr, dst);
-                }
-            } else if self.reads_masters(addr, len) {
-                pm.read(addr, dst);
+        if addr % CHUNK + len <= CHUNK {
+            // One chunk (an update's reads, tracked or not): the write set, else as
+            // `read_chunk` reads it, without the chunk-by-chunk loop.
+            let (chunk, offset) = (addr / CHUNK, (addr % CHUNK) as usize);
+            if let Some(i) = self.state.find(chunk) {
+                dst.copy_from_slice(&self.state.writes[i].data[offset..offset + dst.len()]);
                 return Ok(());
             }
+            self.note_read(chunk);
+            return self.read_in_chunk(addr, dst);
+        }
+        if !self.tracking && self.reads_masters(addr, len) {
+            pm.read(addr, dst);
+            return Ok(());
         }
         self.read_versions(addr, dst)
     }
 
     /// Reads `dst` at `addr`, inside one chunk this transaction has not written: the master
-    /// if the chunk has no header, as for any engine, else through its header.
-    #[inline]
+    /// if the chunk has no header, as for any engine, else through its header. Always
+    /// inlined: out of line, its call (six saved registers, a result through memory) cost
+    /// more than the header-bit test it wraps.
+    #[inline(always)]
     fn read_in_chunk(&mut self, addr: u64, dst: &mut [u8]) -> TxResult<()> {
         match self.engine.table.reader_slot(addr / CHUNK) {
             NO_HEADER | FRESH => {
@@ -338,13 +353,17 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         if (self.state.free.len() as u32) < needed {
             return self.fail(Retry::Versions(needed));
         }
-        let mut actions: Vec<Action> = self
-            .state
-            .reservations
-            .iter()
-            .map(|r| engine.heap.publish_action(r))
-            .collect();
-        actions.extend(self.state.frees.iter().map(|f| engine.heap.free_action(f)));
+        // The lane's list, kept for its capacity (lost only on a failed commit).
+        let mut actions: Vec<Action> = std::mem::take(&mut self.state.actions);
+        actions.clear();
+        let state = &*self.state;
+        actions.extend(
+            state
+                .reservations
+                .iter()
+                .map(|r| engine.heap.publish_action(r)),
+        );
+        actions.extend(state.frees.iter().map(|f| engine.heap.free_action(f)));
         if actions.len() > record::MAX_ACTIONS {
             return Err(TxError::InvalidArgument(format!(
                 "a transaction may make at most {} heap changes",
@@ -352,30 +371,27 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             )));
         }
         merge_ranges(&mut self.state.fresh);
-        let (physical, count) = self.physical_len(actions.len());
-        if count > u32::MAX as usize {
-            return Err(TxError::InvalidArgument("too many written ranges".into()));
-        }
-        let logical = self.op.map_or(0, |_| {
-            record::encoded_len(self.state.args.len(), std::iter::empty(), actions.len()).0
+        // A declared operation writes its logical record unless its reads fail validation
+        // (rare): the physical record is sized only when it is the one to be written.
+        let logical = self.op.map(|_| {
+            record::encoded_len(self.state.args.len(), std::iter::empty(), actions.len()).0 as u64
         });
-        let need = physical.max(logical) as u64;
-        if need > self.state.olog.size() {
-            return Err(TxError::LogFull {
-                needed: need,
-                capacity: self.state.olog.size(),
-            });
-        }
+        let need = match logical {
+            Some(len) => self.olog_room(len)?,
+            None => self.physical_need(actions.len())?,
+        };
         self.state
             .olog
             .drop_covered(engine.checkpointed.load(Ordering::Acquire));
-        let Some(pos) = self.state.olog.fit(need) else {
+        let Some(mut pos) = self.state.olog.fit(need) else {
             return self.fail(Retry::Olog);
         };
 
         // Push (after announcing a lower bound of the timestamp to checkpointers), stamp.
         let shared = &engine.shared[self.lane];
-        shared.inflight.store(engine.clock.now(), Ordering::SeqCst);
+        shared
+            .inflight
+            .store(engine.clock.now(), engine.clock.inflight_order());
         let pushed = self.push_all();
         let ts = engine.clock.stamp();
         for &r in &pushed {
@@ -388,6 +404,24 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             return self.conflict();
         }
         let as_op = valid && self.op.is_some();
+        if !as_op && logical.is_some() {
+            // Validation failed at `Snapshot`: the commit goes ahead as data, whose record
+            // is sized now (the lane's OLog has not changed since `fit`).
+            let fits = self
+                .physical_need(actions.len())
+                .map(|need| self.state.olog.fit(need));
+            match fits {
+                Ok(Some(at)) => pos = at,
+                Ok(None) => {
+                    self.unpush(&pushed);
+                    return self.fail(Retry::Olog);
+                }
+                Err(error) => {
+                    self.unpush(&pushed);
+                    return Err(error);
+                }
+            }
+        }
 
         // The record, one fence: the durability point. A physical record's bytes are
         // gathered only when one is written.
@@ -467,7 +501,30 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             .tlog_bytes
             .fetch_add(u64::from(needed) * CHUNK, Ordering::Relaxed);
         self.state.writes.clear();
+        self.state.actions = actions;
         Ok(())
+    }
+
+    /// `len` bytes, unless the lane's whole OLog is smaller (a typed error).
+    fn olog_room(&self, len: u64) -> TxResult<u64> {
+        let capacity = self.state.olog.size();
+        if len > capacity {
+            return Err(TxError::LogFull {
+                needed: len,
+                capacity,
+            });
+        }
+        Ok(len)
+    }
+
+    /// The OLog bytes this commit's physical record takes (checked against the OLog's size
+    /// and the record format's range count).
+    fn physical_need(&mut self, actions: usize) -> TxResult<u64> {
+        let (len, count) = self.physical_len(actions);
+        if count > u32::MAX as usize {
+            return Err(TxError::InvalidArgument("too many written ranges".into()));
+        }
+        self.olog_room(len as u64)
     }
 
     /// The encoded length and range count of this commit's physical record (the write
@@ -522,9 +579,10 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             engine.table.header(w.header).unpush(&engine.versions, r);
         }
         engine.retire_versions(pushed.to_vec());
+        // Release: a checkpointer that reads NONE sees the versions marked aborted.
         engine.shared[self.lane]
             .inflight
-            .store(NONE, Ordering::SeqCst);
+            .store(NONE, Ordering::Release);
     }
 
     /// After the commit is durable: versions committed, locks released, chunks listed for
@@ -536,9 +594,10 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             engine.table.header(w.header).unlock();
         }
         self.list_for_checkpoint();
+        // Release: a checkpointer that reads NONE sees the versions published.
         engine.shared[self.lane]
             .inflight
-            .store(NONE, Ordering::SeqCst);
+            .store(NONE, Ordering::Release);
     }
 
     /// Lists the written chunks and the in-place ranges for the next checkpoint.

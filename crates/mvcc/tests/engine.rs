@@ -963,3 +963,91 @@ fn an_empty_read_at_the_pool_end_is_in_bounds() {
         })
         .expect("empty reads");
 }
+
+#[test]
+fn a_chunk_read_again_right_away_is_validated_once() {
+    let engine = Mvcc::create(sim_pool(), &MvccOptions::small(), NoReplay).expect("create");
+    let root = engine
+        .transaction(|tx| -> TxResult<u64> {
+            let block = tx.alloc_raw(256)?;
+            tx.write_raw(block, &[7; 256])?;
+            Ok(block)
+        })
+        .expect("alloc");
+    let counts = engine
+        .transaction_with(Level::Serializable, |tx| -> TxResult<Vec<usize>> {
+            let mut word = [0u8; 8];
+            let mut counts = Vec::new();
+            for offset in [0, 8, 16] {
+                tx.read_raw(root + offset, &mut word)?;
+                counts.push(tx.tracked_reads());
+            }
+            tx.read_raw(root + 128, &mut word)?;
+            counts.push(tx.tracked_reads());
+            tx.read_raw(root, &mut word)?;
+            counts.push(tx.tracked_reads());
+            Ok(counts)
+        })
+        .expect("read");
+    // Three reads of the block's first chunk, one of another chunk, the first again.
+    assert_eq!(root % 64, 0, "the block starts a chunk");
+    assert_eq!(counts, [1, 1, 1, 2, 3]);
+    let untracked = engine
+        .transaction_with(Level::Snapshot, |tx| -> TxResult<usize> {
+            let mut word = [0u8; 8];
+            tx.read_raw(root, &mut word)?;
+            Ok(tx.tracked_reads())
+        })
+        .expect("read");
+    assert_eq!(untracked, 0);
+}
+
+#[test]
+fn an_operation_whose_reads_changed_commits_as_data_sized_then() {
+    let options = MvccOptions::small();
+    let engine = Mvcc::create(sim_pool(), &options, Adder).expect("create");
+    run_add(&engine, 1);
+    // A chunk of the root that `add` neither reads nor writes.
+    const WATCHED: u64 = 64 * 62;
+    let mut first = true;
+    let args = 2u64.to_le_bytes();
+    engine
+        .transaction_op(
+            Op {
+                id: ADD,
+                args: &args,
+            },
+            |tx| {
+                let root = tx.root::<()>();
+                let seen = tx.read_u64(root, WATCHED)?;
+                if first {
+                    first = false;
+                    // Another lane changes the chunk this operation read after its snapshot:
+                    // its logical record would not re-execute as it ran.
+                    engine
+                        .transaction(|other| {
+                            let root = other.root::<()>();
+                            other.write_u64(root, WATCHED, seen + 100)
+                        })
+                        .expect("concurrent write");
+                }
+                add(tx, 2)
+            },
+        )
+        .expect("add");
+    let stats = engine.stats();
+    assert_eq!(stats.commits_logical, 1, "{stats:?}");
+    // The concurrent write has no operation: physical; the add failed validation: physical.
+    assert_eq!(stats.commits_physical, 2, "{stats:?}");
+    let expected = state(&engine);
+    assert_eq!(expected.0, 3);
+    let recovered = Mvcc::open(crash(engine), &options, Adder).expect("recover");
+    assert_eq!(state(&recovered), expected);
+    let watched = recovered
+        .read_only(|tx| {
+            let root = tx.root::<()>();
+            tx.read_u64(root, WATCHED)
+        })
+        .expect("read");
+    assert_eq!(watched, 100);
+}

@@ -438,3 +438,47 @@ fn a_reclaimer_that_misses_an_announcement_read_an_older_clock() {
         }
     });
 }
+
+/// A commit stores its in-flight bound (`Relaxed`), pushes, then takes its stamp with a
+/// `SeqCst` read-modify-write of the counter clock; a checkpoint reads the clock, then the
+/// bounds, and covers at most `min(clock, bound - 1)`. Whenever that boundary reaches the
+/// commit's stamp, the checkpoint sees the pushed version (which it then waits on or
+/// reads): the stamp publishes the bound and the push with it. (A commit that stored its
+/// bound and pushed only after its stamp fails this model.)
+#[test]
+fn a_checkpoint_that_reads_a_stamp_sees_its_inflight_bound() {
+    use loom::sync::atomic::AtomicBool;
+    const NONE: u64 = u64::MAX;
+    model(|| {
+        let clock = Arc::new(AtomicU64::new(5));
+        let inflight = Arc::new(AtomicU64::new(NONE));
+        let pushed = Arc::new(AtomicBool::new(false));
+        let committer = {
+            let (clock, inflight, pushed) = (
+                Arc::clone(&clock),
+                Arc::clone(&inflight),
+                Arc::clone(&pushed),
+            );
+            thread::spawn(move || {
+                inflight.store(clock.load(Ordering::SeqCst), Ordering::Relaxed);
+                pushed.store(true, Ordering::Relaxed);
+                clock.fetch_add(1, Ordering::SeqCst) + 1
+            })
+        };
+        let now = clock.load(Ordering::SeqCst);
+        let bound = inflight.load(Ordering::SeqCst);
+        let boundary = if bound == NONE {
+            now
+        } else {
+            now.min(bound - 1)
+        };
+        let seen = pushed.load(Ordering::Acquire);
+        let ts = committer.join().expect("committer");
+        if boundary >= ts {
+            assert!(
+                seen,
+                "checkpoint at {boundary} missed the push of a commit at {ts}"
+            );
+        }
+    });
+}
