@@ -217,13 +217,8 @@ mod tests {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
         let edges = [0, 1, 7, 8, 63, 64, 255, 256, 257, 511, 512, 4088, 4095];
         for round in 0..2000 {
-            let len = if round % 2 == 0 {
-                4096
-            } else {
-                rng.random_range(1..1100)
-            };
-            let twin: Vec<u8> = (0..len).map(|_| rng.random()).collect();
-            let mut page = twin.clone();
+            let (twin, mut page) = random_twin(&mut rng, round % 2 == 0, 1100);
+            let len = twin.len();
             for _ in 0..rng.random_range(1..6) {
                 let start = if rng.random_bool(0.5) {
                     edges[rng.random_range(0..edges.len())].min(len - 1)
@@ -235,9 +230,7 @@ mod tests {
                     *byte = byte.wrapping_add(rng.random_range(1..=255));
                 }
             }
-            let mut out = Vec::new();
-            spans(&page, &twin, &mut out);
-            assert_eq!(out, naive(&page, &twin), "round {round}");
+            assert_same_as_naive(&page, &twin, round);
         }
     }
 
@@ -245,22 +238,31 @@ mod tests {
     fn matches_the_naive_diff_on_random_pages() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
         for round in 0..300 {
-            let len = if round % 3 == 0 {
-                4096
-            } else {
-                rng.random_range(1..300)
-            };
-            let twin: Vec<u8> = (0..len).map(|_| rng.random()).collect();
-            let mut page = twin.clone();
+            let (twin, mut page) = random_twin(&mut rng, round % 3 == 0, 300);
             let density = rng.random_range(0.0..1.0);
             for byte in page.iter_mut() {
                 if rng.random_bool(density) {
                     *byte = byte.wrapping_add(rng.random_range(1..=255));
                 }
             }
-            let mut out = Vec::new();
-            spans(&page, &twin, &mut out);
-            assert_eq!(out, naive(&page, &twin), "round {round}");
+            assert_same_as_naive(&page, &twin, round);
         }
+    }
+
+    /// A random twin (a whole page, or shorter than `short_below` bytes) and an equal copy.
+    fn random_twin(rng: &mut impl Rng, whole: bool, short_below: usize) -> (Vec<u8>, Vec<u8>) {
+        let len = if whole {
+            4096
+        } else {
+            rng.random_range(1..short_below)
+        };
+        let twin: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+        (twin.clone(), twin)
+    }
+
+    fn assert_same_as_naive(page: &[u8], twin: &[u8], round: usize) {
+        let mut out = Vec::new();
+        spans(page, twin, &mut out);
+        assert_eq!(out, naive(page, twin), "round {round}");
     }
 }
