@@ -75,6 +75,10 @@
  * exit() leaves the pool to its parent; so a server that daemonises (if (fork()) exit(0);)
  * must do it before the runtime starts (a service manager, or fork then exec). Only one process may run the program on a
  * pool at a time: a second one ends at once with a message and exit status 75 (EX_TEMPFAIL).
+ * The runtime needs a write that faults to run again alone and with its registers once the
+ * fault is handled, as the kernel does; where it does not (valgrind by default: run it with
+ * --vex-guest-max-insns=1), the program ends at start-up, before the pool is opened, with a
+ * message and exit status 78 (EX_CONFIG).
  * With LD_PRELOAD, the runtime starts only in a process whose executable itself imports
  * pthread_create or thrd_create (or is linked with -lnvthreads_rt), or where any loaded
  * object uses this API: a wrapper

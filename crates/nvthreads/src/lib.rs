@@ -26,6 +26,7 @@
 pub mod alloc;
 pub mod diff;
 mod error;
+pub mod faultprobe;
 pub mod globals;
 pub mod groups;
 pub mod heapmeta;
