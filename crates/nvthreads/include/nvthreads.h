@@ -78,7 +78,11 @@
  * The runtime needs a write that faults to run again alone and with its registers once the
  * fault is handled, as the kernel does; where it does not (valgrind by default: run it with
  * --vex-guest-max-insns=1), the program ends at start-up, before the pool is opened, with a
- * message and exit status 78 (EX_CONFIG).
+ * message and exit status 78 (EX_CONFIG). Every other reason the runtime cannot start ends the
+ * program the same way, with one line "nvthreads: cannot start: ..." and status 78: an NVT_* or
+ * FERRITE_* value that does not parse, a pool that cannot be created or opened (a missing
+ * directory, a file of another layout or format version, a damaged runtime header or heap
+ * metadata: a damaged pool is refused, never formatted over).
  * With LD_PRELOAD, the runtime starts only in a process whose executable itself imports
  * pthread_create or thrd_create (or is linked with -lnvthreads_rt), or where any loaded
  * object uses this API: a wrapper

@@ -21,7 +21,7 @@ use crate::pages::PAGE;
 /// The exit status of a program started where write faults do not resume precisely
 /// (`EX_CONFIG` of `sysexits.h`: the environment is misconfigured), documented in
 /// `include/nvthreads.h`.
-pub const EXIT_IMPRECISE_FAULTS: i32 = 78;
+pub const EXIT_IMPRECISE_FAULTS: i32 = crate::runtime::EXIT_CANNOT_START;
 
 /// How a faulting write resumed after its handler returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

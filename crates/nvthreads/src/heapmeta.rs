@@ -11,13 +11,16 @@
 //! | 24 | 8 | bytes at the heap's end reserved for persistent globals (0: none) |
 //! | 32 | 8 | fingerprint of the executable whose globals are stored there (0: none yet) |
 //! | 40 | 8 | length of those globals |
-//! | 48 | 16 | reserved (zero) |
+//! | 48 | 4 | CRC-32 (IEEE) of the page with these 4 bytes zero |
+//! | 52 | 12 | reserved (zero) |
 //! | 64 + 64·i | 64 | entry `i` (`i < 63`): name (48 bytes, NUL-padded, at most 47 bytes), heap offset (`u64`), size (`u64`) |
 
 #![forbid(unsafe_code)]
 
 /// Metadata magic.
 pub const MAGIC: [u8; 8] = *b"NVTHEAP1";
+/// Where the page's CRC-32 is (computed with these 4 bytes zero).
+const CHECKSUM_AT: usize = 48;
 /// Size of the metadata (heap page 0).
 pub const META_LEN: usize = 4096;
 /// Longest name, in bytes.
@@ -95,9 +98,49 @@ fn put_u64(meta: &mut [u8], at: usize, value: u64) {
     meta[at..at + 8].copy_from_slice(&value.to_le_bytes());
 }
 
-/// Whether the page holds metadata.
-pub fn is_formatted(meta: &[u8]) -> bool {
-    meta[..8] == MAGIC
+/// What heap page 0 holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MetaState {
+    /// Nothing yet: every byte zero (a heap the runtime has never formatted).
+    Blank,
+    /// Metadata whose magic and checksum are right.
+    Formatted,
+    /// Anything else: damaged metadata, never to be formatted over (it names the heap's
+    /// objects).
+    Damaged(String),
+}
+
+/// Tells a blank page from metadata and from damage.
+pub fn state(meta: &[u8]) -> MetaState {
+    if meta.iter().all(|&byte| byte == 0) {
+        MetaState::Blank
+    } else if meta[..8] != MAGIC {
+        MetaState::Damaged("heap metadata: bad magic".into())
+    } else if checksum(meta) != u32_at(meta, CHECKSUM_AT) {
+        MetaState::Damaged("heap metadata: checksum mismatch".into())
+    } else {
+        MetaState::Formatted
+    }
+}
+
+/// CRC-32 of the page with its checksum field taken as zero.
+fn checksum(meta: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&meta[..CHECKSUM_AT]);
+    hasher.update(&[0; 4]);
+    hasher.update(&meta[CHECKSUM_AT + 4..META_LEN]);
+    hasher.finalize()
+}
+
+/// Stores the page's checksum: every change to the metadata ends with it, in the same
+/// section, so a committed page always carries its own.
+fn seal(meta: &mut [u8]) {
+    let sum = checksum(meta);
+    meta[CHECKSUM_AT..CHECKSUM_AT + 4].copy_from_slice(&sum.to_le_bytes());
+}
+
+fn u32_at(meta: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(meta[at..at + 4].try_into().expect("4 bytes"))
 }
 
 /// Writes empty metadata.
@@ -106,6 +149,7 @@ pub fn format(meta: &mut [u8]) {
     meta[8..].fill(0);
     put_u64(meta, 8, META_LEN as u64);
     meta[..8].copy_from_slice(&MAGIC);
+    seal(meta);
 }
 
 /// The persistent-globals record: `(reserved bytes, fingerprint, length)`.
@@ -119,6 +163,7 @@ pub fn set_globals(meta: &mut [u8], reserved: u64, fingerprint: u64, len: u64) {
     put_u64(meta, 24, reserved);
     put_u64(meta, 32, fingerprint);
     put_u64(meta, 40, len);
+    seal(meta);
 }
 
 /// First free heap offset.
@@ -227,6 +272,7 @@ pub fn allocate(
         put_u64(meta, 16, count as u64 + 1);
     }
     put_u64(meta, 8, end);
+    seal(meta);
     Ok(offset)
 }
 
@@ -237,9 +283,9 @@ mod tests {
     #[test]
     fn named_and_anonymous_allocations() {
         let mut meta = vec![0u8; META_LEN];
-        assert!(!is_formatted(&meta));
+        assert_eq!(state(&meta), MetaState::Blank);
         format(&mut meta);
-        assert!(is_formatted(&meta));
+        assert_eq!(state(&meta), MetaState::Formatted);
         let a = allocate(&mut meta, 1 << 20, 10, Some(b"alpha")).unwrap();
         let b = allocate(&mut meta, 1 << 20, 3, None).unwrap();
         let c = allocate(&mut meta, 1 << 20, 100, Some(b"gamma")).unwrap();
@@ -287,5 +333,25 @@ mod tests {
         format(&mut meta);
         put_u64(&mut meta, 8, 1 << 30);
         assert!(validate(&meta, 1 << 20).is_err());
+    }
+
+    /// A damaged page must never pass for a blank one (the runtime would format over the
+    /// heap's names) nor for metadata (a changed name would hand out a fresh object).
+    #[test]
+    fn every_flipped_byte_is_damage() {
+        let mut meta = vec![0u8; META_LEN];
+        format(&mut meta);
+        allocate(&mut meta, 1 << 20, 24, Some(b"state")).unwrap();
+        set_globals(&mut meta, 8192, 0x1234, 100);
+        assert_eq!(state(&meta), MetaState::Formatted);
+        for at in 0..META_LEN {
+            let mut damaged = meta.clone();
+            damaged[at] ^= 0x5a;
+            assert!(
+                matches!(state(&damaged), MetaState::Damaged(_)),
+                "byte {at}: {:?}",
+                state(&damaged)
+            );
+        }
     }
 }

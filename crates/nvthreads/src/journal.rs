@@ -32,10 +32,10 @@ pub const LAYOUT: &str = "ferrite-nvthreads";
 pub const PAGE: u64 = 4096;
 /// Runtime header magic.
 pub const MAGIC: [u8; 8] = *b"NVTHRDS1";
-/// Runtime format version: 3 since the log is cut into lanes written concurrently, whose
-/// records carry a sequence number and a group (version 2 had one log and a commit word;
-/// version 1 also hashed its checked words offset first).
-pub const VERSION: u32 = 3;
+/// Runtime format version: 4 since the heap metadata carries a checksum; 3 cut the log into
+/// lanes written concurrently, whose records carry a sequence number and a group (version 2
+/// had one log and a commit word; version 1 also hashed its checked words offset first).
+pub const VERSION: u32 = 4;
 /// Runtime header length (one cache line).
 pub const HEADER_LEN: u64 = 64;
 /// Offset of the lap word from the start of the root region (a cache line of its own).

@@ -23,15 +23,22 @@ fn version_2_seal(value: u64, offset: u64) -> u64 {
 }
 
 /// Rewrites the runtime header of the closed pool at `path` as an older version wrote it:
-/// the version field (header CRC recomputed), page size as a `u32` at 56, and the commit
-/// word (+64) and lap word (+128) of versions 1 and 2, sealed as that version did.
+/// the version field (header CRC recomputed); for versions 1 and 2 also the page size as a
+/// `u32` at 56, and the commit word (+64) and lap word (+128), sealed as that version did.
+/// (Version 3's header is the current one; only its heap metadata had no checksum.)
 fn downgrade(path: &std::path::Path, root: u64, version: u32) {
     let mut bytes = std::fs::read(path).expect("read pool");
     let header = root as usize;
     bytes[header + 8..header + 12].copy_from_slice(&version.to_le_bytes());
-    bytes[header + 56..header + 60].copy_from_slice(&4096u32.to_le_bytes());
+    if version < 3 {
+        bytes[header + 56..header + 60].copy_from_slice(&4096u32.to_le_bytes());
+    }
     let crc = crc32fast::hash(&bytes[header..header + 60]);
     bytes[header + 60..header + 64].copy_from_slice(&crc.to_le_bytes());
+    if version >= 3 {
+        std::fs::write(path, bytes).expect("write pool");
+        return;
+    }
     let seal = if version == 1 {
         version_1_seal
     } else {
@@ -46,7 +53,7 @@ fn downgrade(path: &std::path::Path, root: u64, version: u32) {
 
 #[test]
 fn older_pools_are_refused_with_a_typed_error() {
-    for version in [1, 2] {
+    for version in [1, 2, 3] {
         an_older_pool_is_refused(version);
     }
 }

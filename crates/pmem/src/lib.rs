@@ -22,7 +22,7 @@ pub use error::PoolError;
 pub use header::Header;
 pub use latency::LatencyModel;
 pub use memory::MemPm;
-pub use native::{Media, Native, NativeInfo, NativeOptions, PersistMode};
+pub use native::{EnvOverrideError, Media, Native, NativeInfo, NativeOptions, PersistMode};
 pub use pool::{
     CreateOptions, DEFAULT_POOL_DIR, FileReport, Pool, Region, inspect, read_header, read_image,
 };

@@ -67,23 +67,78 @@ pub struct NativeOptions {
     pub latency: LatencyModel,
 }
 
+/// An environment variable of the native backend set to a value it does not know.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{name}={value:?} is not one of {expected}")]
+pub struct EnvOverrideError {
+    /// The variable.
+    pub name: &'static str,
+    /// Its value.
+    pub value: String,
+    /// The values it takes.
+    pub expected: &'static str,
+}
+
 impl NativeOptions {
     /// Applies `FERRITE_PERSIST_MODE` (adr | eadr | msync) and `FERRITE_FLUSH`
-    /// (clwb | clflushopt | clflush) from the environment, where set and valid.
+    /// (clwb | clflushopt | clflush) from the environment, where set and valid; a value that
+    /// is set but not valid is ignored (see [`NativeOptions::try_with_env_overrides`]).
     pub fn with_env_overrides(mut self) -> Self {
-        if let Some(mode) = std::env::var("FERRITE_PERSIST_MODE")
-            .ok()
-            .and_then(|v| PersistMode::parse(&v))
-        {
+        if let Ok(Some(mode)) = persist_mode_from_env() {
             self.mode = Some(mode);
         }
-        if let Some(flush) = std::env::var("FERRITE_FLUSH")
-            .ok()
-            .and_then(|v| FlushInstr::parse(&v))
-        {
+        if let Ok(Some(flush)) = flush_from_env() {
             self.flush = Some(flush);
         }
         self
+    }
+
+    /// Applies `FERRITE_PERSIST_MODE` and `FERRITE_FLUSH` from the environment; a value
+    /// that is set but not one of theirs is an error naming the variable.
+    pub fn try_with_env_overrides(mut self) -> Result<Self, EnvOverrideError> {
+        if let Some(mode) = persist_mode_from_env()? {
+            self.mode = Some(mode);
+        }
+        if let Some(flush) = flush_from_env()? {
+            self.flush = Some(flush);
+        }
+        Ok(self)
+    }
+}
+
+fn persist_mode_from_env() -> Result<Option<PersistMode>, EnvOverrideError> {
+    env_choice(
+        "FERRITE_PERSIST_MODE",
+        "adr, eadr, msync",
+        PersistMode::parse,
+    )
+}
+
+fn flush_from_env() -> Result<Option<FlushInstr>, EnvOverrideError> {
+    env_choice(
+        "FERRITE_FLUSH",
+        "clwb, clflushopt, clflush",
+        FlushInstr::parse,
+    )
+}
+
+/// The variable `name` parsed by `parse`: `None` when it is not set.
+fn env_choice<T>(
+    name: &'static str,
+    expected: &'static str,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Result<Option<T>, EnvOverrideError> {
+    let Some(value) = std::env::var_os(name) else {
+        return Ok(None);
+    };
+    let value = value.to_string_lossy().into_owned();
+    match parse(&value) {
+        Some(choice) => Ok(Some(choice)),
+        None => Err(EnvOverrideError {
+            name,
+            value,
+            expected,
+        }),
     }
 }
 

@@ -324,7 +324,7 @@ pub fn env() -> &'static Env {
         // SAFETY: getuid has no preconditions.
         let uid = unsafe { libc::getuid() };
         Env::parse(|name| std::env::var_os(name), &name, uid)
-            .unwrap_or_else(|error| super::fatal(&error.to_string()))
+            .unwrap_or_else(|error| super::cannot_start(&error.to_string()))
     })
 }
 

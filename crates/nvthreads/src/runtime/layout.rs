@@ -92,7 +92,11 @@ impl GlobalsLayout {
         };
         let mut meta = vec![0u8; heapmeta::META_LEN];
         journal.read_home(0, &mut meta);
-        let formatted = heapmeta::is_formatted(&meta);
+        let formatted = match heapmeta::state(&meta) {
+            heapmeta::MetaState::Blank => false,
+            heapmeta::MetaState::Formatted => true,
+            heapmeta::MetaState::Damaged(why) => return Err(why),
+        };
         let (recorded, fingerprint, recorded_len) = if formatted {
             heapmeta::globals(&meta)
         } else {
@@ -182,8 +186,10 @@ pub(super) fn load_home(
 ) -> Result<bool, String> {
     let mut meta = vec![0u8; heapmeta::META_LEN];
     journal.read_home(0, &mut meta);
-    if !heapmeta::is_formatted(&meta) {
-        return Ok(false);
+    match heapmeta::state(&meta) {
+        heapmeta::MetaState::Blank => return Ok(false),
+        heapmeta::MetaState::Formatted => {}
+        heapmeta::MetaState::Damaged(why) => return Err(why),
     }
     heapmeta::validate(&meta, layout.pool_heap_len)?;
     if layout.recovered {

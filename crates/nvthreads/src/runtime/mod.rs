@@ -144,9 +144,26 @@ pub fn warn_debug(message: &str) {
     warn(message);
 }
 
+/// The exit status of a program whose runtime cannot start (`EX_CONFIG` of `sysexits.h`: a
+/// bad `NVT_*` or `FERRITE_*` value, a pool that cannot be created or opened — a missing
+/// directory, another layout or version, damage —, or write faults that do not resume
+/// precisely), documented in `include/nvthreads.h`.
+pub const EXIT_CANNOT_START: i32 = 78;
+
+/// Ends a program whose runtime cannot start, before any thread-process exists: one line and
+/// [`EXIT_CANNOT_START`], not an abort (at most the pool's own recovery has run, which the
+/// next start repeats harmlessly).
+pub fn cannot_start(message: &str) -> ! {
+    let _ = writeln!(
+        std::io::stderr(),
+        "nvthreads: cannot start: {message} (exit status {EXIT_CANNOT_START})"
+    );
+    std::process::exit(EXIT_CANNOT_START)
+}
+
 /// The runtime, started on first use.
 pub fn runtime() -> &'static Runtime {
-    RUNTIME.get_or_init(|| Runtime::start().unwrap_or_else(|error| fatal(&error)))
+    RUNTIME.get_or_init(|| Runtime::start().unwrap_or_else(|error| cannot_start(&error)))
 }
 
 /// Whether the runtime runs in this process, and why not if it does not.
@@ -477,7 +494,9 @@ fn open_or_create_journal(
     settings: &Env,
 ) -> Result<(RtJournal, crate::JournalState, bool), String> {
     let path = &settings.pool;
-    let mut options = NativeOptions::default().with_env_overrides();
+    let mut options = NativeOptions::default()
+        .try_with_env_overrides()
+        .map_err(|e| e.to_string())?;
     // Emulated NVM: the paper charged each 4 KiB page written to its log; the pool charges
     // each 64-byte line written back.
     options.latency.line_writeback_ns = settings.nvm_ns_per_page.div_ceil(64);
@@ -502,7 +521,7 @@ fn open_or_create_journal(
     let mut create = CreateOptions::new(crate::journal::LAYOUT, config.pool_size());
     create.native = options;
     let pool = RtPool::create(&creating, &create, settings.pfail)
-        .map_err(|e| format!("creating {}: {e}", creating.display()))?;
+        .map_err(|e| format!("creating {}: {e}", path.display()))?;
     let (mut journal, state) = RtJournal::create_in(pool, &config).map_err(|e| e.to_string())?;
     std::fs::rename(&creating, path)
         .map_err(|e| format!("renaming {} into place: {e}", creating.display()))?;
