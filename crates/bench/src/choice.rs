@@ -196,6 +196,9 @@ pub enum OpenError {
     /// The PMDK peer is unavailable.
     #[error(transparent)]
     Pmdk(#[from] pmdk::PmdkError),
+    /// `FERRITE_PERSIST_MODE` or `FERRITE_FLUSH` is set to a value they do not take.
+    #[error(transparent)]
+    Env(#[from] pmem::EnvOverrideError),
     /// The choice is a reference measured without an engine (see `crate::raw`).
     #[error("{0} is not an engine (it runs through bench::raw)")]
     NotAnEngine(EngineChoice),
@@ -225,7 +228,7 @@ pub fn with_engine_ops<V: EngineVisitor>(
     let _cleanup = RemoveOnDrop(path);
     let native = |path: &Path| -> Result<Pool<Native>, OpenError> {
         let mut options = CreateOptions::new(LAYOUT, size);
-        options.native = NativeOptions::default().with_env_overrides();
+        options.native = NativeOptions::default().try_with_env_overrides()?;
         Ok(Pool::create(path, &options)?)
     };
     let engine_options = |mode| EngineOptions::default().with_log_mode(mode);

@@ -113,7 +113,9 @@ pub(crate) fn served_or_open(config: &Config) -> Result<&'static Served, Errno> 
 }
 
 fn open(config: &Config) -> Result<Served, String> {
-    let native = NativeOptions::default().with_env_overrides();
+    let native = NativeOptions::default()
+        .try_with_env_overrides()
+        .map_err(|e| e.to_string())?;
     let pool = Pool::open(&config.pool, pmfs::LAYOUT, &native).map_err(|e| {
         format!(
             "{}: {e} (one process at a time: is it mounted or served elsewhere?)",

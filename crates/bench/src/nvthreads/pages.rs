@@ -208,12 +208,15 @@ pub fn undo_round_time(
         let path = settings.scratch.join(format!("undo-{percent}-{run}.pool"));
         let _ = std::fs::remove_file(&path);
         let mut create = CreateOptions::new("ferrite-nvthreads-eval", 192 << 20);
+        let from_env = NativeOptions::default()
+            .try_with_env_overrides()
+            .map_err(|e| undo_error("the environment", e))?;
         create.native = NativeOptions {
             latency: LatencyModel {
                 line_writeback_ns: latency_ns.div_ceil(64),
                 fence_ns: 0,
             },
-            ..NativeOptions::default().with_env_overrides()
+            ..from_env
         };
         let pool = Pool::create(&path, &create)
             .map_err(|e| undo_error(&format!("creating {}", path.display()), e))?;

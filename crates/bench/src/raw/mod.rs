@@ -153,7 +153,9 @@ pub fn run(
     let path = spec.pool_dir.join(name);
     let _cleanup = RemoveOnDrop(&path);
     let mut options = CreateOptions::new(LAYOUT, spec.pool_size);
-    options.native = NativeOptions::default().with_env_overrides();
+    options.native = NativeOptions::default()
+        .try_with_env_overrides()
+        .map_err(crate::choice::OpenError::from)?;
     let pool: Pool<Native> =
         Pool::create(&path, &options).map_err(crate::choice::OpenError::from)?;
     match spec.workload {
