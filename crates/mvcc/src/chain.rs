@@ -477,6 +477,60 @@ impl Header {
         Some(ts)
     }
 
+    /// The checkpointer's single walk over a chain whose lock it holds: copies the content a
+    /// snapshot at `last` sees into `old` and the one at `boundary` into `new` (`last` ≤
+    /// `boundary`), then cuts at `boundary` as [`Header::cut`] does, touching each version's
+    /// lines once while they are hot instead of once per reading. Returns the cut's result,
+    /// or `Err(Seen::TooOld)` (nothing changed) if the content at `last` was reclaimed.
+    pub fn checkpoint(
+        &self,
+        versions: &Versions,
+        (last, boundary): (u64, u64),
+        (old, new): (&mut Bytes, &mut Bytes),
+        retired: &mut Vec<u32>,
+    ) -> Result<Option<u64>, Seen> {
+        debug_assert!(last <= boundary);
+        let Some((found, pred)) = self.newest_at(versions, boundary) else {
+            // Every version is newer than the boundary: both contents are the base.
+            if self.base_ts.load(Ordering::Relaxed) > last {
+                return Err(Seen::TooOld);
+            }
+            self.base(new);
+            old.copy_from_slice(new);
+            return Ok(None);
+        };
+        let version = versions.get(found);
+        let ts = version.ts.load(Ordering::Acquire);
+        load_words(version.data, 0, new);
+        match self.newest_from(versions, found, last) {
+            Some(r) => load_words(versions.get(r).data, 0, old),
+            None if self.base_ts.load(Ordering::Relaxed) > last => return Err(Seen::TooOld),
+            None => self.base(old),
+        }
+        store_words(&self.base, new);
+        self.base_ts.store(ts, Ordering::Relaxed);
+        match pred {
+            NIL => self.head.store(NIL, Ordering::Release),
+            p => versions.get(p).older.store(NIL, Ordering::Release),
+        }
+        retire_from(versions, found, retired);
+        Ok(Some(ts))
+    }
+
+    /// The newest version at or before `snapshot` among `from` and the older ones (the lock
+    /// is held: nothing is pending, aborted versions compare newer than any snapshot).
+    fn newest_from(&self, versions: &Versions, from: u32, snapshot: u64) -> Option<u32> {
+        let mut r = from;
+        while r != NIL {
+            let version = versions.get(r);
+            if version.ts.load(Ordering::Acquire) <= snapshot {
+                return Some(r);
+            }
+            r = version.older.load(Ordering::Relaxed);
+        }
+        None
+    }
+
     /// Unlinks every version older than the newest one at or before `boundary` (TimeStone's
     /// best-effort reclamation: nobody can need them); the checkpointer holds the lock.
     pub fn trim(&self, versions: &Versions, boundary: u64, retired: &mut Vec<u32>) {
@@ -683,6 +737,48 @@ mod tests {
         header.unlock();
         assert!(header.try_retire(), "an empty chain can be retired");
         assert!(!header.try_lock(1), "a retired header stays locked");
+    }
+
+    /// The checkpointer's single walk gives what its two readings and its cut gave: the
+    /// same contents, the same base, the same versions retired, for every boundary pair
+    /// over chains whose base was cut before (so older snapshots find their content gone).
+    #[test]
+    fn a_checkpoint_walk_reads_and_cuts_as_two_readings_and_a_cut() {
+        let shapes: [&[u64]; 4] = [&[], &[10], &[10, 20, 30], &[5, 15, 25, 35, 45]];
+        for stamps in shapes {
+            for last in [0, 4, 10, 12, 20, 30, 40, 50] {
+                for boundary in [last, last + 3, last + 10, last + 25, 60] {
+                    let (a, b) = (Versions::new(16), Versions::new(16));
+                    let (one, two) = (chain(&a, stamps), chain(&b, stamps));
+                    if let Some(&newest) = stamps.last() {
+                        // The base moved on by an earlier cut: older snapshots are gone.
+                        let mut gone = Vec::new();
+                        for (header, versions) in [(&one, &a), (&two, &b)] {
+                            assert!(header.try_lock(CHECKPOINTER));
+                            header.cut(versions, newest.min(stamps[0] + 1), &mut gone);
+                            header.unlock();
+                        }
+                    }
+                    let mut expected = (chunk(0), chunk(0), Vec::new());
+                    let first = two.content_at(&b, last, &mut expected.0);
+                    let _ = two.content_at(&b, boundary, &mut expected.1);
+                    let mut got = (chunk(1), chunk(1), Vec::new());
+                    assert!(one.try_lock(CHECKPOINTER) && two.try_lock(CHECKPOINTER));
+                    let walked =
+                        one.checkpoint(&a, (last, boundary), (&mut got.0, &mut got.1), &mut got.2);
+                    let case = format!("{stamps:?} last {last} boundary {boundary}");
+                    if first == Seen::TooOld {
+                        assert_eq!(walked, Err(Seen::TooOld), "{case}");
+                        assert_eq!(one.describe(&a), two.describe(&b), "untouched: {case}");
+                        continue;
+                    }
+                    let cut = two.cut(&b, boundary, &mut expected.2);
+                    assert_eq!(walked, Ok(cut), "{case}");
+                    assert_eq!(got, expected, "{case}");
+                    assert_eq!(one.describe(&a), two.describe(&b), "{case}");
+                }
+            }
+        }
     }
 
     #[test]

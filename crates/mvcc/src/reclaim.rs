@@ -382,9 +382,7 @@ impl<P: Persist> Core<P> {
     fn content_at(&self, header: &Header, snapshot: u64, out: &mut Bytes) -> TxResult<()> {
         match header.content_at(&self.versions, snapshot, out) {
             Seen::Copied { .. } => Ok(()),
-            Seen::TooOld => Err(TxError::Corrupted(format!(
-                "the versions of a chunk at checkpoint time {snapshot} were reclaimed"
-            ))),
+            Seen::TooOld => Err(self.reclaimed(snapshot)),
         }
     }
 
@@ -550,7 +548,37 @@ impl<P: Persist> Core<P> {
             .into_iter()
             .filter(|&(href, chunk)| self.table.slot(chunk) == href) // not taken out since
             .collect();
-        for &(href, chunk) in &dirty {
+        let mut retired = Vec::new();
+        let mut emptied = Vec::new();
+        // Whatever the chunks hold, the record fits (`MAX_ENTRY` bounds each chunk's
+        // ranges): each chain is then read and cut in one walk, nothing can fail in between.
+        let fused = ck.head + bound <= self.layout.clog_size;
+        for &(href, chunk) in dirty.iter().filter(|_| fused) {
+            let header = self.table.header(href);
+            if header.try_lock(CHECKPOINTER) {
+                let before = retired.len();
+                let cut = header.checkpoint(
+                    &self.versions,
+                    (ck.last_t, boundary),
+                    (&mut old, &mut new),
+                    &mut retired,
+                );
+                header.unlock();
+                match cut {
+                    Ok(cut) => self.count_cut(cut, retired.len() - before),
+                    Err(_) => return Err(self.reclaimed(ck.last_t)),
+                }
+            } else {
+                // Busy: covered as a reader at the boundary sees it, cut next time.
+                self.content_at(header, ck.last_t, &mut old)?;
+                self.content_at(header, boundary, &mut new)?;
+            }
+            for (start, len) in changed_words(&old, &new) {
+                diff.push(chunk * CHUNK + start as u64, &new[start..start + len]);
+            }
+            self.after_cut(ck, header, (href, chunk), &mut emptied);
+        }
+        for &(href, chunk) in dirty.iter().filter(|_| !fused) {
             let header = self.table.header(href);
             // The record's content is read as a reader at the boundary would (no lock): a
             // chunk a writer holds right now is covered all the same. Versions at or before
@@ -566,6 +594,7 @@ impl<P: Persist> Core<P> {
         let (len, _) = record::encoded_len(0, diff.iter(), 0);
         let len = len as u64;
         if ck.head + len > self.layout.clog_size {
+            debug_assert!(!fused, "a record within its bound");
             ck.retained = dirty;
             self.meta_dirty.lock().extend(meta);
             if let Some(shared) = self.shared.first() {
@@ -576,31 +605,16 @@ impl<P: Persist> Core<P> {
                 capacity: self.layout.clog_size - ck.head,
             });
         }
-        let mut retired = Vec::new();
-        let mut emptied = Vec::new();
-        for (href, chunk) in dirty {
+        for (href, chunk) in dirty.into_iter().filter(|_| !fused) {
             let header = self.table.header(href);
             // Reclaiming needs the lock; a busy chunk is reclaimed next time.
             if header.try_lock(CHECKPOINTER) {
                 let before = retired.len();
-                if header.cut(&self.versions, boundary, &mut retired).is_some() {
-                    self.stats
-                        .checkpointed_versions
-                        .fetch_add(1, Ordering::Relaxed);
-                    self.stats
-                        .coalesced_versions
-                        .fetch_add((retired.len() - before - 1) as u64, Ordering::Relaxed);
-                }
+                let cut = header.cut(&self.versions, boundary, &mut retired);
                 header.unlock();
+                self.count_cut(cut, retired.len() - before);
             }
-            // Checkpointed (or made and never used): the next write-back writes it and
-            // takes it out if its chain is empty by then.
-            ck.writeback.push((href, chunk));
-            if header.is_empty() {
-                emptied.push((href, chunk));
-            } else {
-                ck.retained.push((href, chunk));
-            }
+            self.after_cut(ck, header, (href, chunk), &mut emptied);
         }
         // What the record covers is durable before it: the heap metadata of the covered
         // commits and the blocks written in place (their operations leave the OLog).
@@ -656,6 +670,43 @@ impl<P: Persist> Core<P> {
             self.verify(ck, "after checkpoint + cool");
         }
         Ok(boundary)
+    }
+
+    /// Counts a chain's cut: one version became the base, the older ones it unlinked
+    /// (`unlinked` in all, itself included) were coalesced into it.
+    fn count_cut(&self, cut: Option<u64>, unlinked: usize) {
+        if cut.is_some() {
+            let stats = &self.stats;
+            stats.checkpointed_versions.fetch_add(1, Ordering::Relaxed);
+            let coalesced = unlinked as u64 - 1;
+            stats
+                .coalesced_versions
+                .fetch_add(coalesced, Ordering::Relaxed);
+        }
+    }
+
+    /// Files a checkpointed chunk (or one made and never used): the next write-back writes
+    /// it and takes it out if its chain is empty by then.
+    fn after_cut(
+        &self,
+        ck: &mut Ckpt,
+        header: &Header,
+        entry: (u32, u64),
+        emptied: &mut Vec<(u32, u64)>,
+    ) {
+        ck.writeback.push(entry);
+        if header.is_empty() {
+            emptied.push(entry);
+        } else {
+            ck.retained.push(entry);
+        }
+    }
+
+    /// The error of a checkpoint that finds the content at `snapshot` of a chunk reclaimed.
+    fn reclaimed(&self, snapshot: u64) -> TxError {
+        TxError::Corrupted(format!(
+            "the versions of a chunk at checkpoint time {snapshot} were reclaimed"
+        ))
     }
 
     /// Whether at least 7 in 8 of the transactions since the previous checkpoint only read
@@ -914,7 +965,8 @@ impl<P: Persist> Core<P> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Bytes, Diff, NumberHasher, changed_words, merge_sorted};
+    use super::{Bytes, Diff, MAX_ENTRY, NumberHasher, changed_words, merge_sorted};
+    use crate::record;
     use rand::{Rng, SeedableRng};
     use std::hash::Hasher;
 
@@ -950,6 +1002,26 @@ mod tests {
             let words: u32 = runs.iter().map(|&(_, len)| len as u32 / 8).sum();
             assert_eq!(words, mask.count_ones());
         }
+    }
+
+    /// What lets a checkpoint cut each chain as it reads it: once the record's bound fits,
+    /// no chunk's ranges can make the record longer than the bound.
+    #[test]
+    fn every_word_mask_of_a_chunk_encodes_within_its_entry_bound() {
+        let old: Bytes = [0; 64];
+        let mut worst = 0;
+        for mask in 0u16..256 {
+            let new: Bytes = std::array::from_fn(|i| u8::from(mask & (1 << (i / 8)) != 0));
+            let mut diff = Diff::default();
+            for (start, len) in changed_words(&old, &new) {
+                diff.push(64 + start as u64, &new[start..start + len]);
+            }
+            let (len, _) = record::encoded_len(0, diff.iter(), 0);
+            let entry = (len - record::HEADER_LEN) as u64;
+            assert!(entry <= MAX_ENTRY, "mask {mask:#010b}: {entry} bytes");
+            worst = worst.max(entry);
+        }
+        assert_eq!(worst, MAX_ENTRY, "the bound is tight");
     }
 
     #[test]
