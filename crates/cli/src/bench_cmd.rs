@@ -2,7 +2,6 @@
 //! ratios against a baseline engine measured in the same run.
 
 use crate::cells;
-use anyhow::bail;
 use bench::choice::{EngineChoice, WorkloadChoice};
 use bench::runner::{Measurement, RunSpec};
 use comfy_table::Table;
@@ -60,7 +59,11 @@ pub fn run(request: &BenchRequest, quiet: bool) -> anyhow::Result<Vec<Measuremen
             Err(bench::runner::RunError::Unsupported(why)) => {
                 bar.suspend(|| eprintln!("ferrite: bench: skipping {}: {why}", spec.engine));
             }
-            Err(error) => bail!("{} on {}: {error}", spec.workload.name(), spec.engine),
+            Err(error) => {
+                let what = format!("{} on {}", spec.workload.name(), spec.engine);
+                // Keep the typed error: its exit code comes from the pool error inside.
+                return Err(anyhow::Error::new(error).context(what));
+            }
         }
     }
     bar.finish_and_clear();

@@ -158,8 +158,16 @@ fn mkfs(args: &MkfsArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         root_owner: args.owner.unwrap_or_else(fsmount::invoking_user),
     };
     let native = NativeOptions::default().with_env_overrides();
-    let fs = fsmount::mkfs(&args.pool, args.size, &options, native)
-        .with_context(|| format!("{}: mkfs", args.pool.display()))?;
+    let existed = args.pool.symlink_metadata().is_ok();
+    let fs = match fsmount::mkfs(&args.pool, args.size, &options, native) {
+        Ok(fs) => fs,
+        Err(error) => {
+            if !existed {
+                remove_unformatted(&args.pool);
+            }
+            return Err(anyhow::Error::new(error).context(format!("{}: mkfs", args.pool.display())));
+        }
+    };
     let (sb, st) = (fs.superblock().clone(), fs.statfs());
     fs.unmount()
         .with_context(|| format!("{}: closing", args.pool.display()))?;
@@ -175,6 +183,19 @@ fn mkfs(args: &MkfsArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         sb.journal_entries
     )?;
     Ok(())
+}
+
+/// Removes the pool file a failed `mkfs` created (a retry would find it in the way).
+fn remove_unformatted(path: &Path) {
+    if !path.exists() {
+        return;
+    }
+    if let Err(remove) = std::fs::remove_file(path) {
+        eprintln!(
+            "ferrite: {}: removing the unformatted file: {remove}",
+            path.display()
+        );
+    }
 }
 
 fn mount_options(args: &MountArgs) -> MountOptions {
@@ -306,10 +327,31 @@ fn mount_background(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
     }
     let status = child.wait().context("waiting for the server")?;
     match line.strip_prefix("error ") {
-        Some(message) => anyhow::bail!("{message}"),
+        Some(message) => Err(ServerFailed {
+            message: message.to_owned(),
+            exit_code: status.code().unwrap_or(1),
+        }
+        .into()),
         None => anyhow::bail!("the background server exited ({status}) before mounting"),
     }
 }
+
+/// A background server that failed before mounting: its message, and its exit code (the
+/// same code a foreground mount exits with).
+#[derive(Debug)]
+pub struct ServerFailed {
+    message: String,
+    /// The server's exit code.
+    pub exit_code: i32,
+}
+
+impl std::fmt::Display for ServerFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ServerFailed {}
 
 fn parse_protection(text: &str) -> Result<pmem::Protection, String> {
     pmem::Protection::parse(text)

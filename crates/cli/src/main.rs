@@ -50,6 +50,11 @@ enum Command {
     Fs(fs_cmd::FsCommand),
 }
 
+/// Counts of at least 1 (threads, runs): clap's range error otherwise.
+fn at_least_one() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(1..)
+}
+
 #[derive(Debug, Args)]
 struct BenchArgs {
     /// Engines (comma-separated): undo, redo, mvcc (TimeStone), pmdk, ideal, mem; undo and
@@ -62,10 +67,10 @@ struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "hash", value_parser = parse_workload)]
     workload: Vec<bench::choice::WorkloadChoice>,
     /// Thread counts (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "1")]
+    #[arg(long, value_delimiter = ',', default_value = "1", value_parser = at_least_one())]
     threads: Vec<usize>,
     /// Keys (elements) loaded at setup.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
     keys: u64,
     /// Value (element) size in bytes.
     #[arg(long, default_value_t = 64)]
@@ -74,13 +79,13 @@ struct BenchArgs {
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=100))]
     update: u32,
     /// Operations per timed run.
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
     ops: u64,
     /// Untimed warm-up operations.
     #[arg(long, default_value_t = 20_000)]
     warmup: u64,
     /// Timed runs per configuration (the median is reported).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = at_least_one())]
     runs: usize,
     /// Seed of every random choice.
     #[arg(long, default_value_t = 42)]
@@ -297,6 +302,9 @@ fn rerun_with_pmdk_environment() -> ExitCode {
 }
 
 fn run_bench(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    if let Some(path) = &args.json {
+        output_file_can_be_created(path)?;
+    }
     let request = bench_cmd::BenchRequest {
         engines: args.engine.clone(),
         workloads: args.workload.clone(),
@@ -325,6 +333,7 @@ fn run_bench(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
 }
 
 fn run_eval(args: &EvalArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    output_folder_can_be_created(&args.out)?;
     let options = eval::EvalOptions {
         quick: args.quick,
         pool_dir: args.pool_dir.clone(),
@@ -379,20 +388,119 @@ impl std::fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
+/// Checks, before any work, that an output file can be written at `path`: its directory
+/// exists and `path` is not a directory (a usage error otherwise).
+fn output_file_can_be_created(path: &std::path::Path) -> anyhow::Result<()> {
+    if path.is_dir() {
+        return Err(usage(path, "is a directory, not a file to write"));
+    }
+    parent_is_a_directory(path)
+}
+
+/// Checks, before any work, that an output folder can be made at `path` (with its missing
+/// parents): the nearest existing one of `path` and its ancestors is a directory.
+fn output_folder_can_be_created(path: &std::path::Path) -> anyhow::Result<()> {
+    let nearest = path
+        .ancestors()
+        .filter(|at| !at.as_os_str().is_empty())
+        .find(|at| at.symlink_metadata().is_ok());
+    match nearest {
+        Some(at) if !at.is_dir() => Err(usage(
+            path,
+            &format!("{} exists and is not a directory", at.display()),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn parent_is_a_directory(path: &std::path::Path) -> anyhow::Result<()> {
+    let parent = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => std::path::Path::new("."),
+    };
+    if parent.is_dir() {
+        Ok(())
+    } else {
+        Err(usage(
+            path,
+            &format!("{} is not a directory", parent.display()),
+        ))
+    }
+}
+
+fn usage(path: &std::path::Path, reason: &str) -> anyhow::Error {
+    UsageError(format!("{}: {reason}", path.display())).into()
+}
+
 /// Exit code of usage errors (clap's).
 const USAGE_EXIT: u8 = 2;
 
-/// 2 for a [`UsageError`]; the pool error's code when a pool file was the problem; 1
-/// otherwise.
-fn exit_code_of(error: &anyhow::Error) -> u8 {
+/// The exit code of an error, the one place errors meet the README's table: 2 for a
+/// [`UsageError`]; the code of the first pool error (or pool check problem) in the error's
+/// chain, however deep the layers that wrapped it; 1 otherwise.
+pub(crate) fn exit_code_of(error: &anyhow::Error) -> u8 {
     if error.downcast_ref::<UsageError>().is_some() {
         return USAGE_EXIT;
     }
     error
-        .downcast_ref::<pool_cmd::PoolFailure>()
-        .and_then(|failure| u8::try_from(failure.error.exit_code()).ok())
+        .chain()
+        .find_map(pool_exit_code)
+        .and_then(|code| u8::try_from(code).ok())
         .filter(|&code| code != 0)
         .unwrap_or(1)
+}
+
+/// The table's code of one error of a chain, when it is a pool error in any wrapping.
+fn pool_exit_code(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
+    if let Some(failure) = error.downcast_ref::<pool_cmd::PoolFailure>() {
+        return Some(failure.error.exit_code());
+    }
+    if let Some(failure) = error.downcast_ref::<pool_cmd::CheckFailure>() {
+        return Some(failure.problem.exit_code());
+    }
+    if let Some(error) = error.downcast_ref::<pmem::PoolError>() {
+        return Some(error.exit_code());
+    }
+    // These wrap pool errors transparently: the chain skips the pool error, so look inside.
+    if let Some(error) = error.downcast_ref::<tx::TxError>() {
+        return pool_error_of_tx(error).map(pmem::PoolError::exit_code);
+    }
+    if let Some(error) = error.downcast_ref::<pmfs::FsError>() {
+        return match error {
+            pmfs::FsError::Pool(error) => Some(error.exit_code()),
+            pmfs::FsError::InvalidArgument(_) => Some(i32::from(USAGE_EXIT)),
+            _ => None,
+        };
+    }
+    if let Some(failure) = error.downcast_ref::<fs_cmd::ServerFailed>() {
+        return Some(failure.exit_code);
+    }
+    if let Some(error) = error.downcast_ref::<bench::runner::RunError>() {
+        return pool_error_of_run(error).map(pmem::PoolError::exit_code);
+    }
+    if error.downcast_ref::<UsageError>().is_some() {
+        return Some(i32::from(USAGE_EXIT));
+    }
+    None
+}
+
+fn pool_error_of_tx(error: &tx::TxError) -> Option<&pmem::PoolError> {
+    match error {
+        tx::TxError::Pool(error) => Some(error),
+        _ => None,
+    }
+}
+
+fn pool_error_of_run(error: &bench::runner::RunError) -> Option<&pmem::PoolError> {
+    use bench::choice::OpenError;
+    use bench::runner::RunError;
+    match error {
+        RunError::Open(OpenError::Pool(error)) => Some(error),
+        RunError::Open(OpenError::Tx(error)) | RunError::Operation(error) => {
+            pool_error_of_tx(error)
+        }
+        _ => None,
+    }
 }
 
 /// The serde name of a unit enum variant (`Media::EmulatedTmpfs` -> "emulated-tmpfs").

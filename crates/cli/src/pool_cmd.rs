@@ -142,27 +142,71 @@ pub struct CheckRequest {
     pub salvage: bool,
 }
 
+/// Why `pool check` failed on a pool whose header is sound.
+#[derive(Debug)]
+pub enum CheckProblem {
+    /// The deep check found damage in a structure behind the header (a log lane, the heap).
+    Damaged(String),
+    /// The repair or salvage was refused before anything was written: the pool's owner
+    /// recovers it (its layout, or its engine needs the application's operation handlers).
+    NotRepairableHere(String),
+    /// The engine's recovery failed.
+    RecoveryFailed(tx::TxError),
+}
+
+impl CheckProblem {
+    /// The README's exit code: damage and failed recoveries 14, a refused repair 12 (the
+    /// pool's layout or engine is one this tool does not recover).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CheckProblem::Damaged(_) => 14,
+            CheckProblem::NotRepairableHere(_) => 12,
+            CheckProblem::RecoveryFailed(tx::TxError::Pool(error)) => error.exit_code(),
+            CheckProblem::RecoveryFailed(_) => 14,
+        }
+    }
+}
+
+impl fmt::Display for CheckProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CheckProblem::Damaged(first) => write!(f, "{first}"),
+            CheckProblem::NotRepairableHere(reason) => write!(f, "not repaired: {reason}"),
+            CheckProblem::RecoveryFailed(error) => write!(f, "recovery failed: {error}"),
+        }
+    }
+}
+
+/// A `pool check` that found a problem behind a sound header.
+#[derive(Debug)]
+pub struct CheckFailure {
+    /// The pool file.
+    pub path: PathBuf,
+    /// What is wrong.
+    pub problem: CheckProblem,
+}
+
+impl fmt::Display for CheckFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.problem)
+    }
+}
+
+impl std::error::Error for CheckFailure {}
+
 /// Checks the pool at `path` deeply (read-only unless repairing or salvaging): the header,
 /// then the engine area, its logs and its heap (`pmem::integrity` findings). Prints an
-/// `ok:` line, or the problems, or a JSON object; damage exits with the code of
-/// `Corrupted` (14).
+/// `ok:` line, or the problems, or a JSON object; damage exits 14. A repair or salvage is
+/// decided from the image before the pool is opened for writing: a pool in use, a layout
+/// whose owner recovers it, or an MVCC area (its recovery re-executes operations only the
+/// application can) is refused with the pool left untouched.
 pub fn check(path: &Path, request: CheckRequest, out: &mut dyn Write) -> anyhow::Result<()> {
     let (image, report) = match pmem::read_image(path) {
         Ok(found) => found,
-        Err(error) => {
-            if request.json {
-                let verdict = json!({
-                    "ok": false,
-                    "path": path.display().to_string(),
-                    "error": error.to_string(),
-                    "exit_code": error.exit_code(),
-                });
-                writeln!(out, "{verdict}")?;
-            }
-            return Err(failure(path)(error).into());
-        }
+        Err(error) => return Err(refuse(path, request, failure(path)(error).into(), out)),
     };
-    let mut findings = deep_check(image, &report.header);
+    let pm = MemPm::new(image);
+    let mut findings = deep_check(&pm, &report.header);
     if report.in_use {
         findings.push(Finding::new(
             Severity::Note,
@@ -172,12 +216,21 @@ pub fn check(path: &Path, request: CheckRequest, out: &mut dyn Write) -> anyhow:
         ));
     }
     let damage: Vec<&Finding> = findings.iter().filter(|f| f.is_damage()).collect();
-    let action = if request.salvage {
-        Some(recover(path, &report.header, RecoveryMode::Salvage))
+    let mode = if request.salvage {
+        Some(RecoveryMode::Salvage)
     } else if request.repair && damage.is_empty() && needs_recovery(&findings, &report) {
-        Some(recover(path, &report.header, RecoveryMode::Strict))
+        Some(RecoveryMode::Strict)
     } else {
         None
+    };
+    if let Some(Err(error)) = mode.map(|mode| may_recover(path, &pm, &report, mode)) {
+        return Err(refuse(path, request, error, out));
+    }
+    let action = mode.map(|mode| recover(path, &report.header, mode));
+    let report = match &action {
+        // The recovery closed the pool cleanly: describe it as it is now.
+        Some(Ok(_)) => pmem::inspect(path).map_err(failure(path))?,
+        _ => report,
     };
     if request.json {
         print_json(path, &report, &findings, action.as_ref(), out)?;
@@ -185,27 +238,103 @@ pub fn check(path: &Path, request: CheckRequest, out: &mut dyn Write) -> anyhow:
         print_text(path, &report, &findings, action.as_ref(), out)?;
     }
     if let Some(Err(error)) = action {
-        return Err(failure(path)(PoolError::Corrupted(error)).into());
+        return Err(error);
     }
     let salvaged = request.salvage && matches!(action, Some(Ok(_)));
     if let Some(first) = damage.first().filter(|_| !salvaged) {
         let more = damage.len() - 1;
-        let error = PoolError::Corrupted(format!(
+        let first = format!(
             "{first}{}",
             if more > 0 {
                 format!(" (and {more} more)")
             } else {
                 String::new()
             }
-        ));
-        return Err(failure(path)(error).into());
+        );
+        return Err(check_failure(path, CheckProblem::Damaged(first)));
     }
     Ok(())
 }
 
+fn check_failure(path: &Path, problem: CheckProblem) -> anyhow::Error {
+    CheckFailure {
+        path: path.to_owned(),
+        problem,
+    }
+    .into()
+}
+
+/// The error of a check that stopped before its verdict; with `--json` also a verdict
+/// object naming the error and its exit code.
+fn refuse(
+    path: &Path,
+    request: CheckRequest,
+    error: anyhow::Error,
+    out: &mut dyn Write,
+) -> anyhow::Error {
+    if request.json {
+        let verdict = json!({
+            "ok": false,
+            "path": path.display().to_string(),
+            "error": error.to_string(),
+            "exit_code": crate::exit_code_of(&error),
+        });
+        if let Err(write) = writeln!(out, "{verdict}") {
+            return write.into();
+        }
+    }
+    error
+}
+
+/// Whether this tool may open the pool to recover it, decided from its image without
+/// writing: not while another process holds it, not a layout whose owner recovers it, and
+/// only an area of an engine whose recovery needs no application code.
+fn may_recover(
+    path: &Path,
+    pm: &MemPm,
+    report: &FileReport,
+    mode: RecoveryMode,
+) -> anyhow::Result<()> {
+    if report.in_use {
+        return Err(failure(path)(PoolError::AlreadyOpen).into());
+    }
+    let header = &report.header;
+    let arena = Region {
+        offset: header.arena_offset,
+        len: header.arena_size,
+    };
+    let verb = if mode == RecoveryMode::Salvage {
+        "salvaged"
+    } else {
+        "repaired"
+    };
+    let refusal = match header.layout.as_str() {
+        pmfs::LAYOUT => Some(format!(
+            "a PMFS file system is {verb} by `ferrite fs fsck --repair`, not here"
+        )),
+        nvthreads::journal::LAYOUT => Some(format!(
+            "an NVthreads pool is {verb} by the NVthreads runtime when its program starts \
+             again (it replays or discards its redo log), not here"
+        )),
+        _ if tx::check::engine_kind(pm, arena).is_some() => None,
+        _ if mvcc::check::is_mvcc_area(pm, arena) => Some(format!(
+            "an MVCC (TimeStone) pool's recovery re-executes logged operations with the \
+             application's operation handlers, which this tool does not have: it is {verb} \
+             when the program that owns it opens it again"
+        )),
+        _ => Some("the pool holds no transaction engine area to recover".to_owned()),
+    };
+    match refusal {
+        Some(reason) => Err(check_failure(
+            path,
+            CheckProblem::NotRepairableHere(format!("{reason}; the pool was left untouched")),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The findings of every structure in the pool image (the checks run on this private copy).
-fn deep_check(image: Vec<u8>, header: &Header) -> Vec<Finding> {
-    let pm = MemPm::new(image);
+fn deep_check(pm: &MemPm, header: &Header) -> Vec<Finding> {
     let arena = Region {
         offset: header.arena_offset,
         len: header.arena_size,
@@ -214,7 +343,7 @@ fn deep_check(image: Vec<u8>, header: &Header) -> Vec<Finding> {
     match header.layout.as_str() {
         pmfs::LAYOUT => vec![note("a PMFS file system: check it with `ferrite fs fsck`")],
         nvthreads::journal::LAYOUT => vec![note("an NVthreads journal: not checked here")],
-        _ => conformance::corrupt::check_engine_area(&pm, arena),
+        _ => conformance::corrupt::check_engine_area(pm, arena),
     }
 }
 
@@ -224,39 +353,39 @@ fn needs_recovery(findings: &[Finding], report: &FileReport) -> bool {
 }
 
 /// What a repair or salvage did: the recovery's report, as findings.
-type Recovered = Result<Vec<Finding>, String>;
+type Recovered = anyhow::Result<Vec<Finding>>;
 
-/// Opens the pool's engine (running its recovery, or its salvage) and closes it cleanly.
+/// Opens the pool's redo or undo engine (running its recovery, or its salvage) and closes it
+/// cleanly. [`may_recover`] has vetted the area.
 fn recover(path: &Path, header: &Header, mode: RecoveryMode) -> Recovered {
-    let pool = pmem::Pool::open(path, &header.layout, &NativeOptions::default())
-        .map_err(|e| e.to_string())?;
+    let pool =
+        pmem::Pool::open(path, &header.layout, &NativeOptions::default()).map_err(failure(path))?;
     let arena = pool.arena();
     let salvage = mode == RecoveryMode::Salvage;
-    if let Some(kind) = tx::check::engine_kind(pool.pm(), arena) {
-        let options = tx::EngineOptions::default();
-        let report = match (kind, salvage) {
-            (tx::EngineKind::Redo, false) => tx::Redo::open(pool, &options),
-            (tx::EngineKind::Redo, true) => tx::Redo::salvage(pool, &options),
-            (tx::EngineKind::Undo, false) => return opened(tx::Undo::open(pool, &options)),
-            (tx::EngineKind::Undo, true) => return opened(tx::Undo::salvage(pool, &options)),
-        };
-        return opened(report);
+    let options = tx::EngineOptions::default();
+    let failed = |error| check_failure(path, CheckProblem::RecoveryFailed(error));
+    match (tx::check::engine_kind(pool.pm(), arena), salvage) {
+        (Some(tx::EngineKind::Redo), false) => opened(tx::Redo::open(pool, &options)),
+        (Some(tx::EngineKind::Redo), true) => opened(tx::Redo::salvage(pool, &options)),
+        (Some(tx::EngineKind::Undo), false) => opened(tx::Undo::open(pool, &options)),
+        (Some(tx::EngineKind::Undo), true) => opened(tx::Undo::salvage(pool, &options)),
+        (None, _) => {
+            // The area changed between the check and the open. Closing the pool would mark
+            // it cleanly shut down and its owner would skip its crash handling: leave it
+            // open-and-unclean, as found (the process exits right after).
+            std::mem::forget(pool);
+            Err(tx::TxError::Corrupted(
+                "the engine area changed while the pool was checked".into(),
+            ))
+        }
     }
-    if mvcc::check::is_mvcc_area(pool.pm(), arena) {
-        let options = mvcc::MvccOptions::default();
-        return if salvage {
-            opened(mvcc::Mvcc::salvage(pool, &options, tx::NoReplay))
-        } else {
-            opened(mvcc::Mvcc::open(pool, &options, tx::NoReplay))
-        };
-    }
-    Err("the pool holds no transaction engine area to recover".into())
+    .map_err(failed)
 }
 
 /// The findings of an engine's recovery (dropping the engine then writes its state back and
 /// closes the pool cleanly).
-fn opened<E: Recovering>(engine: tx::TxResult<E>) -> Recovered {
-    let engine = engine.map_err(|e| e.to_string())?;
+fn opened<E: Recovering>(engine: tx::TxResult<E>) -> tx::TxResult<Vec<Finding>> {
+    let engine = engine?;
     let mut findings = engine.report().findings.clone();
     findings.push(Finding::new(
         Severity::Note,
@@ -287,12 +416,6 @@ impl Recovering for tx::Undo<pmem::Native> {
     }
 }
 
-impl Recovering for mvcc::Mvcc<pmem::Native, tx::NoReplay> {
-    fn report(&self) -> &tx::RecoveryReport {
-        self.recovery_report()
-    }
-}
-
 fn print_text(
     path: &Path,
     report: &FileReport,
@@ -303,14 +426,10 @@ fn print_text(
     for finding in findings.iter().filter(|f| f.severity != Severity::Note) {
         writeln!(out, "{finding}")?;
     }
-    match action {
-        Some(Ok(done)) => {
-            for finding in done {
-                writeln!(out, "recovered: {finding}")?;
-            }
+    if let Some(Ok(done)) = action {
+        for finding in done {
+            writeln!(out, "recovered: {finding}")?;
         }
-        Some(Err(error)) => writeln!(out, "not recovered: {error}")?,
-        None => {}
     }
     let damage = findings.iter().filter(|f| f.is_damage()).count();
     if damage > 0 {
@@ -320,6 +439,10 @@ fn print_text(
              anyway, replaying what is intact)",
             path.display()
         )?;
+        return Ok(());
+    }
+    if matches!(action, Some(Err(_))) {
+        // The failed recovery is the error the caller reports.
         return Ok(());
     }
     let header = &report.header;
@@ -363,7 +486,7 @@ fn print_json(
     if let Some(action) = action {
         verdict["recovery"] = match action {
             Ok(done) => json!({ "ok": true, "findings": done }),
-            Err(error) => json!({ "ok": false, "error": error }),
+            Err(error) => json!({ "ok": false, "error": error.to_string() }),
         };
     }
     writeln!(out, "{}", serde_json::to_string_pretty(&verdict)?)?;

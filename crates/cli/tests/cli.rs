@@ -293,3 +293,162 @@ fn unknown_eval_section_is_a_usage_error() {
     let output = ferrite(&["eval", "--quick", "--only", "no-such-section"]);
     assert_eq!(output.status.code(), Some(USAGE), "{}", stderr(&output));
 }
+
+/// A short `bench` run with `extra` arguments (the last occurrence of a flag wins nowhere:
+/// callers pass flags this base does not).
+fn bench(extra: &[&str]) -> Output {
+    let mut args = vec![
+        "bench",
+        "--engine",
+        "redo",
+        "--workload",
+        "hash",
+        "--warmup",
+        "10",
+        "--quiet",
+    ];
+    args.extend_from_slice(extra);
+    ferrite(&args)
+}
+
+#[test]
+fn bench_pool_failures_exit_with_the_tables_codes() {
+    let small = ["--ops", "50", "--runs", "1", "--keys", "64"];
+    let cases: [(&[&str], i32); 4] = [
+        (&["--pool-dir", "/nonexistent-ferrite-dir"], 19),
+        (&["--pool-dir", "/sys"], 16),
+        (&["--pool-size", "999T"], 18),
+        (&["--pool-size", "1K"], USAGE),
+    ];
+    for (extra, code) in cases {
+        let mut args = small.to_vec();
+        args.extend_from_slice(extra);
+        let output = bench(&args);
+        assert_eq!(
+            output.status.code(),
+            Some(code),
+            "{extra:?}: {}",
+            stderr(&output)
+        );
+        assert!(!stderr(&output).contains("panicked"), "{}", stderr(&output));
+    }
+}
+
+#[test]
+fn bench_refuses_zero_counts_as_usage_errors() {
+    for flag in ["--ops", "--threads", "--runs", "--keys"] {
+        let output = bench(&[flag, "0"]);
+        assert_eq!(
+            output.status.code(),
+            Some(USAGE),
+            "{flag}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains("not in 1.."),
+            "{flag}: {}",
+            stderr(&output)
+        );
+        assert!(stdout(&output).is_empty(), "{flag}: {}", stdout(&output));
+    }
+}
+
+#[test]
+fn mkfs_with_bad_arguments_exits_2_and_leaves_no_file() {
+    let dir = scratch();
+    let path = dir.path().join("fs.pool");
+    let cases: [&[&str]; 3] = [
+        &["--size", "64K"],
+        &["--size", "8M", "--inodes", "0"],
+        &["--size", "8M", "--journal-entries", "0"],
+    ];
+    for extra in cases {
+        let mut args = vec!["fs", "mkfs", text(&path)];
+        args.extend_from_slice(extra);
+        let output = ferrite(&args);
+        assert_eq!(
+            output.status.code(),
+            Some(USAGE),
+            "{extra:?}: {}",
+            stderr(&output)
+        );
+        assert!(!path.exists(), "{extra:?} left a file behind");
+    }
+    let made = ferrite(&["fs", "mkfs", text(&path), "--size", "8M"]);
+    assert!(made.status.success(), "{}", stderr(&made));
+    let again = ferrite(&["fs", "mkfs", text(&path), "--size", "8M"]);
+    assert_eq!(
+        again.status.code(),
+        Some(ALREADY_EXISTS),
+        "{}",
+        stderr(&again)
+    );
+    assert!(path.exists(), "a refused mkfs removed the existing file");
+}
+
+#[test]
+fn mount_failures_on_the_pool_exit_with_the_tables_codes() {
+    let dir = scratch();
+    let mount_point = dir.path().join("mnt");
+    std::fs::create_dir(&mount_point).expect("mount point");
+    let other = create_pool(dir.path(), "other.pool", "not-a-file-system");
+    let truncated = dir.path().join("truncated.pool");
+    let bytes = std::fs::read(&other).expect("read");
+    std::fs::write(&truncated, &bytes[..8192]).expect("write");
+    for (pool, code) in [(&other, 12), (&truncated, TRUNCATED)] {
+        for background in [false, true] {
+            let mut args = vec!["fs", "mount"];
+            if background {
+                args.push("--background");
+            }
+            args.extend([text(pool), text(&mount_point)]);
+            let output = ferrite(&args);
+            assert_eq!(
+                output.status.code(),
+                Some(code),
+                "{pool:?} background {background}: {}",
+                stderr(&output)
+            );
+        }
+    }
+}
+
+#[test]
+fn output_paths_are_checked_before_the_work() {
+    let dir = scratch();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").expect("write");
+    let eval = ferrite(&[
+        "eval",
+        "--quick",
+        "--only",
+        "substrate",
+        "--out",
+        text(&file),
+    ]);
+    assert_eq!(eval.status.code(), Some(USAGE), "{}", stderr(&eval));
+    assert!(
+        stdout(&eval).is_empty(),
+        "the section ran: {}",
+        stdout(&eval)
+    );
+    assert_eq!(std::fs::read(&file).expect("read"), b"x");
+
+    let missing = dir.path().join("missing").join("x.json");
+    let bench = bench(&[
+        "--ops",
+        "50",
+        "--runs",
+        "1",
+        "--keys",
+        "64",
+        "--json",
+        text(&missing),
+    ]);
+    assert_eq!(bench.status.code(), Some(USAGE), "{}", stderr(&bench));
+    assert!(
+        stdout(&bench).is_empty(),
+        "the bench ran: {}",
+        stdout(&bench)
+    );
+}

@@ -89,6 +89,10 @@ fn damage_in_the_middle_of_a_lane_exits_14_and_is_listed() {
     damage_a_middle_record(&crashed);
     let check = ferrite(&["pool", "check", text(&crashed)]);
     assert_eq!(check.status.code(), Some(CORRUPT), "{}", stdout(&check));
+    // The error names the damaged structure, not the (sound) header.
+    let error = String::from_utf8_lossy(&check.stderr).into_owned();
+    assert!(error.contains(": damage: redo lane"), "{error}");
+    assert!(!error.contains("header"), "{error}");
     assert!(
         stdout(&check).contains("damage: redo lane"),
         "{}",
@@ -147,6 +151,12 @@ fn repair_recovers_a_crashed_sound_pool() {
     assert_eq!(repair.status.code(), Some(0), "{}", stdout(&repair));
     assert!(
         stdout(&repair).contains("recovered:"),
+        "{}",
+        stdout(&repair)
+    );
+    // The recovery closed the pool cleanly; its verdict says so.
+    assert!(
+        !stdout(&repair).contains("not closed cleanly"),
         "{}",
         stdout(&repair)
     );
@@ -218,4 +228,88 @@ fn noise_in_redo_lanes_is_not_a_record_and_not_damage() {
     for path in [&clean, &crashed] {
         assert_every_commit_survived(path);
     }
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A pool of `layout` copied while open: not cleanly closed, as a killed owner leaves it.
+fn crashed_copy_of(dir: &Path, pool: &Pool<pmem::Native>) -> PathBuf {
+    let crashed = dir.join("crashed-copy.pool");
+    std::fs::copy(pool.path().expect("a file pool"), &crashed).expect("copy of the open pool");
+    crashed
+}
+
+/// `--repair` on `crashed` is refused with exit 12 naming `owner`, and no byte changes.
+fn assert_repair_refused_untouched(crashed: &Path, owner: &str) {
+    let before = std::fs::read(crashed).expect("read");
+    for flag in ["--repair", "--salvage"] {
+        let repair = ferrite(&["pool", "check", flag, text(crashed)]);
+        assert_eq!(repair.status.code(), Some(12), "{}", stderr(&repair));
+        assert!(stderr(&repair).contains(owner), "{}", stderr(&repair));
+        assert!(
+            !stderr(&repair).contains("corrupt pool header"),
+            "{}",
+            stderr(&repair)
+        );
+        assert!(!stdout(&repair).contains("ok: "), "{}", stdout(&repair));
+        assert!(
+            before == std::fs::read(crashed).expect("read"),
+            "{flag} changed the pool"
+        );
+    }
+    let info = ferrite(&["pool", "info", text(crashed)]);
+    assert!(
+        stdout(&info).contains("clean shutdown:  no"),
+        "{}",
+        stdout(&info)
+    );
+}
+
+#[test]
+fn repair_of_an_nvthreads_or_pmfs_pool_is_left_to_its_owner() {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
+    for (layout, owner) in [
+        (nvthreads::journal::LAYOUT, "NVthreads runtime"),
+        (pmfs::LAYOUT, "ferrite fs fsck --repair"),
+    ] {
+        let path = dir.path().join(format!("{layout}.pool"));
+        let pool = Pool::create(&path, &CreateOptions::new(layout, 8 << 20)).expect("pool");
+        let crashed = crashed_copy_of(dir.path(), &pool);
+        assert_repair_refused_untouched(&crashed, owner);
+        drop(pool);
+    }
+}
+
+#[test]
+fn repair_of_a_crashed_mvcc_pool_is_refused_before_writing() {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
+    let path = dir.path().join("mvcc.pool");
+    let pool = Pool::create(&path, &CreateOptions::new(LAYOUT, 16 << 20)).expect("pool");
+    let engine = mvcc::Mvcc::create(pool, &mvcc::MvccOptions::small(), tx::NoReplay).expect("mvcc");
+    for i in 0..20u64 {
+        engine
+            .transaction(|tx| tx.write_u64(tx.root::<()>(), 8 * (i % 16), i))
+            .expect("commit");
+    }
+    let crashed = crashed_copy_of(dir.path(), engine.pool());
+    assert_repair_refused_untouched(&crashed, "operation handlers");
+}
+
+#[test]
+fn repair_of_a_pool_in_use_exits_15_with_one_message() {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
+    let (_, crashed) = redo_pools(dir.path());
+    let holder = Pool::open(&crashed, LAYOUT, &NativeOptions::default()).expect("open");
+    let repair = ferrite(&["pool", "check", "--repair", text(&crashed)]);
+    assert_eq!(repair.status.code(), Some(15), "{}", stderr(&repair));
+    assert_eq!(stderr(&repair).lines().count(), 1, "{}", stderr(&repair));
+    assert!(
+        stderr(&repair).contains("already open"),
+        "{}",
+        stderr(&repair)
+    );
+    assert!(stdout(&repair).is_empty(), "{}", stdout(&repair));
+    drop(holder);
 }

@@ -156,9 +156,14 @@ impl Header {
             return Err(PoolError::NotAPool { reason });
         }
         if bytes.len() < HEADER_LEN {
+            // The pool size field cannot be verified (the checksum is past the end) but it
+            // is what the creator recorded; without it, at least the header is missing.
+            let recorded = (bytes.len() >= at::POOL_SIZE + 8)
+                .then(|| get_u64(bytes, at::POOL_SIZE))
+                .filter(|&size| size > bytes.len() as u64);
             return Err(PoolError::Truncated {
                 actual: bytes.len() as u64,
-                expected: HEADER_LEN as u64,
+                expected: recorded.unwrap_or(HEADER_LEN as u64),
             });
         }
         let header_len = get_u32(bytes, at::HEADER_LEN) as usize;
