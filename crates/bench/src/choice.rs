@@ -196,8 +196,9 @@ pub enum OpenError {
     /// The PMDK peer is unavailable.
     #[error(transparent)]
     Pmdk(#[from] pmdk::PmdkError),
-    /// `FERRITE_PERSIST_MODE` or `FERRITE_FLUSH` is set to a value they do not take.
-    #[error(transparent)]
+    /// `FERRITE_PERSIST_MODE` or `FERRITE_FLUSH` is set to a value they do not take (its
+    /// own message, and the error itself as the source, so a caller can tell it apart).
+    #[error("{0}")]
     Env(#[from] pmem::EnvOverrideError),
     /// The choice is a reference measured without an engine (see `crate::raw`).
     #[error("{0} is not an engine (it runs through bench::raw)")]

@@ -157,7 +157,7 @@ fn mkfs(args: &MkfsArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         journal_entries: args.journal_entries,
         root_owner: args.owner.unwrap_or_else(fsmount::invoking_user),
     };
-    let native = NativeOptions::default().with_env_overrides();
+    let native = NativeOptions::default().try_with_env_overrides()?;
     let existed = args.pool.symlink_metadata().is_ok();
     let fs = match fsmount::mkfs(&args.pool, args.size, &options, native) {
         Ok(fs) => fs,
@@ -210,12 +210,11 @@ fn mount_options(args: &MountArgs) -> MountOptions {
 }
 
 fn mount_foreground(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let fs = match fsmount::open(
-        &args.pool,
-        mount_options(args),
-        &NativeOptions::default().with_env_overrides(),
-        args.protect,
-    ) {
+    let native = match NativeOptions::default().try_with_env_overrides() {
+        Ok(native) => native,
+        Err(error) => return notify_failure(args, anyhow::Error::new(error), &args.pool),
+    };
+    let fs = match fsmount::open(&args.pool, mount_options(args), &native, args.protect) {
         Ok(fs) => fs,
         Err(error) => {
             return notify_failure(args, anyhow::Error::new(error), &args.pool);

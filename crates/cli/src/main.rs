@@ -461,6 +461,10 @@ fn pool_exit_code(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
     if let Some(error) = error.downcast_ref::<pmem::PoolError>() {
         return Some(error.exit_code());
     }
+    // A FERRITE_* variable set to a value it does not take: the invocation is wrong.
+    if error.downcast_ref::<pmem::EnvOverrideError>().is_some() {
+        return Some(i32::from(USAGE_EXIT));
+    }
     // These wrap pool errors transparently: the chain skips the pool error, so look inside.
     if let Some(error) = error.downcast_ref::<tx::TxError>() {
         return pool_error_of_tx(error).map(pmem::PoolError::exit_code);

@@ -63,7 +63,7 @@ pub struct CreateRequest {
 
 /// Creates and formats a pool, then closes it cleanly.
 pub fn create(request: &CreateRequest, out: &mut dyn Write) -> anyhow::Result<()> {
-    let mut native = NativeOptions::default().with_env_overrides();
+    let mut native = NativeOptions::default().try_with_env_overrides()?;
     native.mode = request.mode.or(native.mode);
     native.flush = request.flush.or(native.flush);
     let options = CreateOptions {

@@ -452,3 +452,42 @@ fn output_paths_are_checked_before_the_work() {
         stdout(&bench)
     );
 }
+
+/// `FERRITE_PERSIST_MODE` and `FERRITE_FLUSH` set to a value they do not take are usage
+/// errors naming the variable, before any pool file is made — never silently ignored.
+#[test]
+fn a_backend_variable_that_does_not_parse_is_a_usage_error() {
+    let dir = scratch();
+    let pool = dir.path().join("env.pool");
+    let pool_arg = pool.to_str().expect("utf-8 path");
+    for (name, args) in [
+        (
+            "FERRITE_PERSIST_MODE",
+            vec!["pool", "create", pool_arg, "--size", "8M"],
+        ),
+        (
+            "FERRITE_FLUSH",
+            vec!["fs", "mkfs", pool_arg, "--size", "64M"],
+        ),
+        (
+            "FERRITE_FLUSH",
+            vec![
+                "bench", "--engine", "redo", "--ops", "50", "--runs", "1", "--keys", "64",
+            ],
+        ),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_ferrite"))
+            .args(&args)
+            .env(name, "bogus")
+            .output()
+            .expect("the ferrite binary runs");
+        assert_eq!(
+            output.status.code(),
+            Some(USAGE),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(stderr(&output).contains(name), "{}", stderr(&output));
+        assert!(!pool.exists(), "{args:?} made a pool file");
+    }
+}
