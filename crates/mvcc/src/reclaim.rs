@@ -147,6 +147,13 @@ impl Diff {
         self.bytes.extend_from_slice(bytes);
     }
 
+    /// The words of `chunk` that differ between `old` and `new`, with `new`'s bytes.
+    fn push_changes(&mut self, chunk: u64, old: &Bytes, new: &Bytes) {
+        for (start, len) in changed_words(old, new) {
+            self.push(chunk * CHUNK + start as u64, &new[start..start + len]);
+        }
+    }
+
     fn iter(&self) -> impl Iterator<Item = (u64, &[u8])> + Clone {
         self.ranges
             .iter()
@@ -553,9 +560,9 @@ impl<P: Persist> Core<P> {
         // Whatever the chunks hold, the record fits (`MAX_ENTRY` bounds each chunk's
         // ranges): each chain is then read and cut in one walk, nothing can fail in between.
         let fused = ck.head + bound <= self.layout.clog_size;
-        for &(href, chunk) in dirty.iter().filter(|_| fused) {
+        for &(href, chunk) in &dirty {
             let header = self.table.header(href);
-            if header.try_lock(CHECKPOINTER) {
+            if fused && header.try_lock(CHECKPOINTER) {
                 let before = retired.len();
                 let cut = header.checkpoint(
                     &self.versions,
@@ -569,24 +576,16 @@ impl<P: Persist> Core<P> {
                     Err(_) => return Err(self.reclaimed(ck.last_t)),
                 }
             } else {
-                // Busy: covered as a reader at the boundary sees it, cut next time.
+                // The record's content is read as a reader at the boundary would (no
+                // lock): a chunk a writer holds right now is covered all the same, and cut
+                // next time (fused) or below. Versions at or before the boundary no longer
+                // change, so the cuts below may come after this pass.
                 self.content_at(header, ck.last_t, &mut old)?;
                 self.content_at(header, boundary, &mut new)?;
             }
-            for (start, len) in changed_words(&old, &new) {
-                diff.push(chunk * CHUNK + start as u64, &new[start..start + len]);
-            }
-            self.after_cut(ck, header, (href, chunk), &mut emptied);
-        }
-        for &(href, chunk) in dirty.iter().filter(|_| !fused) {
-            let header = self.table.header(href);
-            // The record's content is read as a reader at the boundary would (no lock): a
-            // chunk a writer holds right now is covered all the same. Versions at or before
-            // the boundary no longer change, so the cuts below may come after this pass.
-            self.content_at(header, ck.last_t, &mut old)?;
-            self.content_at(header, boundary, &mut new)?;
-            for (start, len) in changed_words(&old, &new) {
-                diff.push(chunk * CHUNK + start as u64, &new[start..start + len]);
+            diff.push_changes(chunk, &old, &new);
+            if fused {
+                self.after_cut(ck, header, (href, chunk), &mut emptied);
             }
         }
         // Fail before anything changes: after a cut, the versions the record must cover
@@ -605,16 +604,18 @@ impl<P: Persist> Core<P> {
                 capacity: self.layout.clog_size - ck.head,
             });
         }
-        for (href, chunk) in dirty.into_iter().filter(|_| !fused) {
-            let header = self.table.header(href);
-            // Reclaiming needs the lock; a busy chunk is reclaimed next time.
-            if header.try_lock(CHECKPOINTER) {
-                let before = retired.len();
-                let cut = header.cut(&self.versions, boundary, &mut retired);
-                header.unlock();
-                self.count_cut(cut, retired.len() - before);
+        if !fused {
+            for (href, chunk) in dirty {
+                let header = self.table.header(href);
+                // Reclaiming needs the lock; a busy chunk is reclaimed next time.
+                if header.try_lock(CHECKPOINTER) {
+                    let before = retired.len();
+                    let cut = header.cut(&self.versions, boundary, &mut retired);
+                    header.unlock();
+                    self.count_cut(cut, retired.len() - before);
+                }
+                self.after_cut(ck, header, (href, chunk), &mut emptied);
             }
-            self.after_cut(ck, header, (href, chunk), &mut emptied);
         }
         // What the record covers is durable before it: the heap metadata of the covered
         // commits and the blocks written in place (their operations leave the OLog).

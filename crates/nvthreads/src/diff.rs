@@ -68,10 +68,10 @@ fn blocks_into(
     }
 }
 
-/// Whether the [`BLOCK`] bytes at `at` differ: the XORs of their words ORed together, in
-/// one branch-free pass (a slice comparison would call `memcmp` once per block, which
+/// Whether the [`BLOCK`] (64) bytes at `at` differ: the XORs of their words ORed together,
+/// in one branch-free pass (a slice comparison would call `memcmp` once per block, which
 /// costs more than comparing 64 bytes).
-fn block_differs(page: &[u8], twin: &[u8], at: usize) -> bool {
+pub(crate) fn block_differs(page: &[u8], twin: &[u8], at: usize) -> bool {
     let (mine, before) = (&page[at..at + BLOCK], &twin[at..at + BLOCK]);
     mine.chunks_exact(8)
         .zip(before.chunks_exact(8))

@@ -1543,17 +1543,15 @@ unsafe fn rebase_lines(private: *mut u8, twin: *mut u8, shared: *const u8, mut l
 /// # Safety
 /// As [`rebase_words`]; `line < PAGE / LINE`.
 unsafe fn line_unchanged(private: *const u8, twin: *const u8, line: usize) -> bool {
+    const { assert!(LINE == 64) };
     // SAFETY: one line inside both pages of the caller's contract.
-    unsafe {
-        std::slice::from_raw_parts(private.add(line * LINE), LINE)
-            .chunks_exact(8)
-            .zip(std::slice::from_raw_parts(twin.add(line * LINE), LINE).chunks_exact(8))
-            .fold(0, |acc, (a, b)| {
-                acc | (u64::from_le_bytes(a.try_into().expect("8 bytes"))
-                    ^ u64::from_le_bytes(b.try_into().expect("8 bytes")))
-            })
-            == 0
-    }
+    let (mine, before) = unsafe {
+        (
+            std::slice::from_raw_parts(private.add(line * LINE), LINE),
+            std::slice::from_raw_parts(twin.add(line * LINE), LINE),
+        )
+    };
+    !diff::block_differs(mine, before, 0)
 }
 
 /// [`rebase_word`] for a word equal in `private` and `twin`: both take the shared word.
