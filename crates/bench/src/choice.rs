@@ -226,7 +226,7 @@ pub fn with_engine_ops<V: EngineVisitor>(
     ops: BenchOps,
     visitor: V,
 ) -> Result<V::Output, OpenError> {
-    let _cleanup = RemoveOnDrop(path);
+    let _cleanup = crate::scratch::ScratchFile::new(path.to_owned());
     let native = |path: &Path| -> Result<Pool<Native>, OpenError> {
         let mut options = CreateOptions::new(LAYOUT, size);
         options.native = NativeOptions::default().try_with_env_overrides()?;
@@ -314,14 +314,6 @@ impl Replay for BenchOps {
     }
 }
 
-struct RemoveOnDrop<'a>(&'a Path);
-
-impl Drop for RemoveOnDrop<'_> {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(self.0);
-    }
-}
-
 /// Builds workload `choice` with `params` and runs `visitor` on it.
 pub fn with_workload<V: WorkloadVisitor>(
     choice: WorkloadChoice,
@@ -336,9 +328,8 @@ pub fn with_workload<V: WorkloadVisitor>(
         WorkloadChoice::BTree => visitor.visit(silo_btree(params)),
         WorkloadChoice::RbTree => visitor.visit(silo_rbtree(params)),
         WorkloadChoice::List => visitor.visit(timestone_list(params)),
-        WorkloadChoice::TsHash => {
-            visitor.visit(TimestoneMap::<HashMap>::new(params, LoadOrder::Shuffled))
-        }
+        WorkloadChoice::TsHash => visitor
+            .visit(TimestoneMap::<HashMap>::new(params, LoadOrder::Shuffled).labelled("ts-hash")),
         WorkloadChoice::Bst => visitor.visit(timestone_bst(params)),
         WorkloadChoice::Ycsb(mix) => visitor.visit(Ycsb::<BTree>::new(params, mix)),
         WorkloadChoice::Tpcc => visitor.visit(TpccNewOrder::new(TpccConfig::from_params(&params))?),

@@ -30,6 +30,7 @@ pub mod nvthreads;
 pub mod pmfs;
 pub mod raw;
 pub mod runner;
+pub mod scratch;
 pub mod substrate;
 
 pub use measure::Summary;

@@ -117,7 +117,7 @@ pub fn run(spec: &RunSpec, progress: &(dyn Fn(u64) + Sync)) -> Result<Measuremen
     if let EngineChoice::Raw(durability) = spec.engine {
         return crate::raw::run(spec, durability, progress);
     }
-    let name = format!("ferrite-bench-{}-{}.pool", std::process::id(), unique());
+    let name = crate::scratch::unique_name("bench");
     let path = spec.pool_dir.join(name);
     with_engine_ops(
         spec.engine,
@@ -126,11 +126,6 @@ pub fn run(spec: &RunSpec, progress: &(dyn Fn(u64) + Sync)) -> Result<Measuremen
         BenchOps::of(spec.workload, &spec.params),
         OnEngine { spec, progress },
     )?
-}
-
-fn unique() -> u64 {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 struct OnEngine<'a> {

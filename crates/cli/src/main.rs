@@ -109,9 +109,12 @@ struct BenchArgs {
 
 fn parse_engine(text: &str) -> Result<bench::choice::EngineChoice, String> {
     bench::choice::EngineChoice::parse(text).ok_or_else(|| {
+        let modes: Vec<&str> = tx::LogMode::ALL.iter().map(|mode| mode.name()).collect();
         format!(
-            "unknown engine {text:?} (known: {})",
-            bench::choice::EngineChoice::NAMES.join(", ")
+            "unknown engine {text:?} (known: {}; undo and redo also take a log mode, \
+             undo:<mode> or redo:<mode>, with <mode> one of {})",
+            bench::choice::EngineChoice::NAMES.join(", "),
+            modes.join(", ")
         )
     })
 }
@@ -230,8 +233,11 @@ struct EvalArgs {
 fn main() -> ExitCode {
     // Usage errors exit with 2 here, --help and --version with 0.
     let cli = Cli::parse();
-    if matches!(cli.command, Command::Bench(_) | Command::Eval(_)) && needs_pmdk_environment() {
-        return rerun_with_pmdk_environment();
+    if matches!(cli.command, Command::Bench(_) | Command::Eval(_)) {
+        if needs_pmdk_environment() {
+            return rerun_with_pmdk_environment();
+        }
+        remove_scratch_pools_on_interrupt();
     }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -284,13 +290,22 @@ fn needs_pmdk_environment() -> bool {
 }
 
 /// Runs this same command again with `PMEM_IS_PMEM_FORCE=1` (setting it in-process would race
-/// with threads reading the environment) and exits with its status.
+/// with threads reading the environment) and exits with its status. An interrupt or
+/// termination request is passed on to the run, which removes its scratch pools and exits.
 fn rerun_with_pmdk_environment() -> ExitCode {
     let status = std::env::current_exe().and_then(|exe| {
-        std::process::Command::new(exe)
+        let mut run = std::process::Command::new(exe)
             .args(std::env::args_os().skip(1))
             .env(pmdk::FORCE_ENV, "1")
-            .status()
+            .spawn()?;
+        let pid = nix::unistd::Pid::from_raw(run.id() as i32);
+        let forward = ctrlc::set_handler(move || {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        });
+        if let Err(error) = forward {
+            eprintln!("ferrite: {}", interrupt_warning(&error));
+        }
+        run.wait()
     });
     match status {
         Ok(status) => ExitCode::from(status.code().map_or(1, |code| code.clamp(0, 255) as u8)),
@@ -299,6 +314,28 @@ fn rerun_with_pmdk_environment() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The status of a run ended by Ctrl-C or a termination request (128 + SIGINT, as a shell
+/// reports a process killed by it).
+const EXIT_INTERRUPTED: i32 = 130;
+
+/// Ctrl-C or SIGTERM during `bench` or `eval` removes the scratch pools of the engine runs
+/// still open (a signal's default action would leave them, up to the pool size each, in
+/// `/dev/shm`) and exits with [`EXIT_INTERRUPTED`].
+fn remove_scratch_pools_on_interrupt() {
+    let installed = ctrlc::set_handler(|| {
+        let removed = bench::scratch::remove_all();
+        eprintln!("ferrite: interrupted; removed {removed} scratch pool(s)");
+        std::process::exit(EXIT_INTERRUPTED)
+    });
+    if let Err(error) = installed {
+        eprintln!("ferrite: {}", interrupt_warning(&error));
+    }
+}
+
+fn interrupt_warning(error: &ctrlc::Error) -> String {
+    format!("cannot handle Ctrl-C ({error}): an interrupted run may leave its scratch pools behind")
 }
 
 fn run_bench(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
@@ -439,9 +476,6 @@ const USAGE_EXIT: u8 = 2;
 /// [`UsageError`]; the code of the first pool error (or pool check problem) in the error's
 /// chain, however deep the layers that wrapped it; 1 otherwise.
 pub(crate) fn exit_code_of(error: &anyhow::Error) -> u8 {
-    if error.downcast_ref::<UsageError>().is_some() {
-        return USAGE_EXIT;
-    }
     error
         .chain()
         .find_map(pool_exit_code)

@@ -98,7 +98,10 @@ pub fn create(request: &CreateRequest, out: &mut dyn Write) -> anyhow::Result<()
 
 /// Prints the header of the pool at `path` (read-only; works while the pool is open).
 pub fn info(path: &Path, as_json: bool, out: &mut dyn Write) -> anyhow::Result<()> {
-    let report = pmem::inspect(path).map_err(failure(path))?;
+    let report = match pmem::inspect(path) {
+        Ok(report) => report,
+        Err(error) => return Err(refused(path, as_json, failure(path)(error).into(), out)),
+    };
     if as_json {
         writeln!(
             out,
@@ -203,7 +206,14 @@ impl std::error::Error for CheckFailure {}
 pub fn check(path: &Path, request: CheckRequest, out: &mut dyn Write) -> anyhow::Result<()> {
     let (image, report) = match pmem::read_image(path) {
         Ok(found) => found,
-        Err(error) => return Err(refuse(path, request, failure(path)(error).into(), out)),
+        Err(error) => {
+            return Err(refused(
+                path,
+                request.json,
+                failure(path)(error).into(),
+                out,
+            ));
+        }
     };
     let pm = MemPm::new(image);
     let mut findings = deep_check(&pm, &report.header);
@@ -224,7 +234,7 @@ pub fn check(path: &Path, request: CheckRequest, out: &mut dyn Write) -> anyhow:
         None
     };
     if let Some(Err(error)) = mode.map(|mode| may_recover(path, &pm, &report, mode)) {
-        return Err(refuse(path, request, error, out));
+        return Err(refused(path, request.json, error, out));
     }
     let action = mode.map(|mode| recover(path, &report.header, mode));
     let report = match &action {
@@ -264,15 +274,11 @@ fn check_failure(path: &Path, problem: CheckProblem) -> anyhow::Error {
     .into()
 }
 
-/// The error of a check that stopped before its verdict; with `--json` also a verdict
-/// object naming the error and its exit code.
-fn refuse(
-    path: &Path,
-    request: CheckRequest,
-    error: anyhow::Error,
-    out: &mut dyn Write,
-) -> anyhow::Error {
-    if request.json {
+/// `error`, after printing it (with its exit code) as a JSON verdict when `as_json`: a
+/// command that stopped before its verdict still gives a caller that asked for JSON a JSON
+/// object on stdout.
+fn refused(path: &Path, as_json: bool, error: anyhow::Error, out: &mut dyn Write) -> anyhow::Error {
+    if as_json {
         let verdict = json!({
             "ok": false,
             "path": path.display().to_string(),
@@ -432,6 +438,16 @@ fn print_text(
         }
     }
     let damage = findings.iter().filter(|f| f.is_damage()).count();
+    if damage > 0 && matches!(action, Some(Ok(_))) {
+        // Only a salvage opens a damaged pool.
+        writeln!(
+            out,
+            "salvaged: {}: {damage} problems found before the salvage; the engine replayed \
+             what was intact and closed the pool",
+            path.display()
+        )?;
+        return Ok(());
+    }
     if damage > 0 {
         writeln!(
             out,

@@ -1,24 +1,34 @@
 //! Byte sizes on the command line: `64M`, `4K`, `1G`, `4096`.
 
 /// Parses a positive byte count with an optional binary suffix: `K`, `M`, `G` or `T` (powers
-/// of 1024, case-insensitive), optionally followed by `B` or `iB` (`64MiB`, `4kb`). The error
-/// text is shown by clap after "invalid value '...' for '--size <SIZE>': ".
+/// of 1024, case-insensitive), optionally followed by `B` or `iB` (`64MiB`, `4kb`). A decimal
+/// fraction is taken when it names a whole number of bytes (`1.5G`, `0.5K`; not `1.5`). The
+/// error text is shown by clap after "invalid value '...' for '--size <SIZE>': ".
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let trimmed = text.trim();
-    let digits_end = trimmed
-        .find(|c: char| !c.is_ascii_digit())
+    let number_end = trimmed
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
         .unwrap_or(trimmed.len());
-    let (digits, suffix) = trimmed.split_at(digits_end);
-    if digits.is_empty() {
+    let (number, suffix) = trimmed.split_at(number_end);
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
         return Err("expected a number of bytes, optionally with a K, M, G or T suffix".into());
     }
     let multiplier = multiplier_of(suffix)?;
-    let count: u64 = digits
+    let too_large = || format!("{text} is more bytes than fit in 64 bits");
+    let digits: u128 = format!("{whole}{fraction}")
         .parse()
-        .map_err(|_| format!("{digits} is too large"))?;
-    let bytes = count
-        .checked_mul(multiplier)
-        .ok_or_else(|| format!("{text} is more bytes than fit in 64 bits"))?;
+        .map_err(|_| too_large())?;
+    let scale = 10u128
+        .checked_pow(fraction.len() as u32)
+        .ok_or_else(too_large)?;
+    let scaled = digits
+        .checked_mul(u128::from(multiplier))
+        .ok_or_else(too_large)?;
+    if scaled % scale != 0 {
+        return Err(format!("{text} is not a whole number of bytes"));
+    }
+    let bytes = u64::try_from(scaled / scale).map_err(|_| too_large())?;
     if bytes == 0 {
         return Err("size must be greater than zero".into());
     }
@@ -79,6 +89,11 @@ mod tests {
         assert_eq!(parse_size("1T"), Ok(1 << 40));
         assert_eq!(parse_size("512B"), Ok(512));
         assert_eq!(parse_size(" 8K "), Ok(8192));
+        assert_eq!(parse_size("1.5G"), Ok(3 << 29));
+        assert_eq!(parse_size("0.5K"), Ok(512));
+        assert_eq!(parse_size("2.25M"), Ok(9 << 18));
+        assert_eq!(parse_size(".5K"), Ok(512));
+        assert_eq!(parse_size("64.0MB"), Ok(64 << 20));
     }
 
     #[test]
@@ -90,11 +105,15 @@ mod tests {
             ("", "expected a number"),
             ("M", "expected a number"),
             ("-5M", "expected a number"),
-            ("1.5G", "unknown size suffix"),
+            ("1.5", "whole number of bytes"),
+            ("0.001K", "whole number of bytes"),
+            (".", "expected a number"),
+            ("1.2.3G", "expected a number"),
             ("12 M", "unknown size suffix"),
             ("4KK", "unknown size suffix"),
             ("4i", "unknown size suffix"),
-            ("99999999999999999999", "too large"),
+            ("99999999999999999999", "64 bits"),
+            ("0.00000000000000000000000000000000000000001K", "64 bits"),
             ("17179869184G", "64 bits"),
         ] {
             let error = parse_size(text).expect_err(text);

@@ -172,15 +172,17 @@ fn damaged_files_fail_with_one_line_and_the_right_code() {
 }
 
 #[test]
-fn check_json_reports_a_failure_as_json_too() {
+fn info_and_check_json_report_a_failure_as_json_too() {
     let dir = scratch();
     let empty = dir.path().join("empty");
     std::fs::write(&empty, b"").expect("write");
-    let output = ferrite(&["pool", "check", "--json", text(&empty)]);
-    assert_one_line_failure(&output, &empty, NOT_A_POOL, "not a Ferrite pool");
-    let verdict: Value = serde_json::from_str(&stdout(&output)).expect("JSON on stdout");
-    assert_eq!(verdict["ok"], false);
-    assert_eq!(verdict["exit_code"], NOT_A_POOL);
+    for command in ["info", "check"] {
+        let output = ferrite(&["pool", command, "--json", text(&empty)]);
+        assert_one_line_failure(&output, &empty, NOT_A_POOL, "not a Ferrite pool");
+        let verdict: Value = serde_json::from_str(&stdout(&output)).expect("JSON on stdout");
+        assert_eq!(verdict["ok"], false, "{command}");
+        assert_eq!(verdict["exit_code"], NOT_A_POOL, "{command}");
+    }
 }
 
 #[test]
@@ -207,7 +209,7 @@ fn create_refuses_an_existing_file_and_leaves_it_alone() {
 fn bad_sizes_are_usage_errors() {
     let dir = scratch();
     let path = dir.path().join("never");
-    for size in ["12Q", "0", "", "1.5G", "-4K"] {
+    for size in ["12Q", "0", "", "1.5", "-4K"] {
         // `--size=VALUE`, so that "-4K" reaches the size parser instead of reading as a flag.
         let output = ferrite(&["pool", "create", text(&path), &format!("--size={size}")]);
         let err = stderr(&output);
@@ -489,5 +491,77 @@ fn a_backend_variable_that_does_not_parse_is_a_usage_error() {
         );
         assert!(stderr(&output).contains(name), "{}", stderr(&output));
         assert!(!pool.exists(), "{args:?} made a pool file");
+    }
+}
+
+/// 128 + SIGINT: what `ferrite bench` and `eval` exit with when interrupted.
+const INTERRUPTED: i32 = 130;
+
+/// Starts a `bench` far too long to finish into `pool_dir`, waits for its scratch pool to
+/// appear, sends `signal` to the process started (with `PMEM_IS_PMEM_FORCE` unset it is the
+/// parent that re-runs itself with the variable), and returns its output.
+fn interrupted_bench(pool_dir: &Path, force_env: bool, signal: nix::sys::signal::Signal) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
+    command
+        .args(["bench", "--engine", "redo", "--workload", "hash", "--quiet"])
+        .args([
+            "--ops",
+            "1000000000",
+            "--runs",
+            "1",
+            "--pool-dir",
+            text(pool_dir),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    if force_env {
+        command.env("PMEM_IS_PMEM_FORCE", "1");
+    } else {
+        command.env_remove("PMEM_IS_PMEM_FORCE");
+    }
+    let child = command.spawn().expect("the ferrite binary runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while pools_in(pool_dir).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no scratch pool appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, signal).expect("signal the bench");
+    child.wait_with_output().expect("wait for the bench")
+}
+
+fn pools_in(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .expect("read the pool directory")
+        .map(|entry| entry.expect("directory entry").path())
+        .collect()
+}
+
+#[test]
+fn an_interrupted_bench_removes_its_scratch_pool_and_exits_130() {
+    use nix::sys::signal::Signal;
+    for (force_env, signal) in [
+        (true, Signal::SIGINT),
+        (false, Signal::SIGINT),
+        (false, Signal::SIGTERM),
+    ] {
+        let dir = scratch();
+        let output = interrupted_bench(dir.path(), force_env, signal);
+        let what = format!("{signal} with PMEM_IS_PMEM_FORCE set: {force_env}");
+        assert_eq!(
+            output.status.code(),
+            Some(INTERRUPTED),
+            "{what}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains("removed 1 scratch pool"),
+            "{what}: {}",
+            stderr(&output)
+        );
+        assert_eq!(pools_in(dir.path()), Vec::<PathBuf>::new(), "{what}");
     }
 }

@@ -245,6 +245,53 @@ fn fio_verifies_its_writes_on_the_mount() {
     assert!(report.starts_with("ok: "), "{report}");
 }
 
+/// The exit code of a pool another process has open (`pmem::PoolError::exit_code`).
+const POOL_IN_USE: i32 = 15;
+/// fsck's code for a check that could not run (e2fsck's convention).
+const FSCK_DID_NOT_RUN: i32 = 8;
+
+#[test]
+fn mounting_or_checking_a_mounted_pool_is_refused_and_the_mount_keeps_serving() {
+    let Some(mut mounted) = Mounted::new("64M", &[]) else {
+        return;
+    };
+    std::fs::write(mounted.dir.join("kept"), b"kept").expect("write through the mount");
+    let second = mounted.dir.parent().expect("temp dir").join("second");
+    std::fs::create_dir(&second).expect("second mount point");
+    let pool = mounted.pool.to_str().unwrap().to_owned();
+    let second = second.to_str().unwrap();
+    let attempts: [(Vec<&str>, i32, &str); 4] = [
+        (
+            vec!["fs", "mount", &pool, second],
+            POOL_IN_USE,
+            "already open",
+        ),
+        (
+            vec!["fs", "mount", "--background", &pool, second],
+            POOL_IN_USE,
+            "already open",
+        ),
+        (vec!["fs", "fsck", &pool], FSCK_DID_NOT_RUN, "in use"),
+        (
+            vec!["fs", "fsck", "--repair", &pool],
+            FSCK_DID_NOT_RUN,
+            "in use",
+        ),
+    ];
+    for (args, code, says) in &attempts {
+        let output = ferrite(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(*code), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    assert_eq!(
+        std::fs::read(mounted.dir.join("kept")).expect("the first mount still serves"),
+        b"kept"
+    );
+    let report = mounted.unmount_and_check();
+    assert!(report.contains("1 files"), "{report}");
+}
+
 #[test]
 fn sigterm_unmounts_and_closes_the_pool_cleanly() {
     let Some((child, pool, dir, _tmp)) = foreground_mount("sig") else {

@@ -126,6 +126,15 @@ fn damage_in_the_middle_of_a_lane_exits_14_and_is_listed() {
         "{}",
         stdout(&salvage)
     );
+    let last = stdout(&salvage)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        last.starts_with("salvaged: ") && !last.contains("--salvage"),
+        "the closing line after a salvage: {last}"
+    );
     let after = ferrite(&["pool", "check", text(&crashed)]);
     assert_eq!(after.status.code(), Some(0), "{}", stdout(&after));
 }

@@ -414,6 +414,8 @@ pub struct TimestoneMap<M: PersistentMap> {
     inner: MapWorkload<M>,
     params: Params,
     order: LoadOrder,
+    /// The name's stem in reports (the structure's name unless another workload has it).
+    label: &'static str,
 }
 
 impl<M: PersistentMap> TimestoneMap<M> {
@@ -424,7 +426,14 @@ impl<M: PersistentMap> TimestoneMap<M> {
             inner,
             params,
             order,
+            label: M::NAME,
         }
+    }
+
+    /// The same benchmark, reported as `<label>-<updates>%`: TimeStone's hash table needs its
+    /// own name beside the Silo hash workload over the same structure.
+    pub fn labelled(self, label: &'static str) -> Self {
+        TimestoneMap { label, ..self }
     }
 
     /// The handler that re-executes this workload's logged operations.
@@ -453,7 +462,7 @@ impl<M: PersistentMap> Workload for TimestoneMap<M> {
     type Model = BTreeMap<u64, Vec<u8>>;
 
     fn name(&self) -> String {
-        self.inner.name()
+        format!("{}-{}%", self.label, self.params.update_percent)
     }
 
     fn setup<E: Engine>(&self, engine: &E) -> TxResult<()> {

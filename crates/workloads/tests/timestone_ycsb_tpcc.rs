@@ -5,7 +5,8 @@ use proptest::prelude::*;
 use std::collections::BTreeMap;
 use tx::{Engine, MemEngine, PPtr, Tx, TxError, TxResult};
 use workloads::bst::{self, Bst, timestone_bst};
-use workloads::list::{self, SortedList, timestone_list};
+use workloads::hash::HashMap;
+use workloads::list::{self, LoadOrder, SortedList, TimestoneMap, timestone_list};
 use workloads::tpcc::{self, TpccConfig, TpccNewOrder};
 use workloads::ycsb::{Ycsb, YcsbMix, record_key};
 use workloads::{OpKind, Params, PersistentMap, Workload, root_link, set_root_link, value_for};
@@ -344,6 +345,11 @@ fn timestone_list_and_bst_follow_their_model() {
         assert_eq!(list.name(), format!("list-{update_percent}%"));
         let bst = timestone_bst(params(256, 16, update_percent));
         run_serial(&bst, &[0, 1], 300);
+        assert_eq!(bst.name(), format!("bst-{update_percent}%"));
+        let hash =
+            TimestoneMap::<HashMap>::new(params(64, 16, update_percent), LoadOrder::Shuffled)
+                .labelled("ts-hash");
+        assert_eq!(hash.name(), format!("ts-hash-{update_percent}%"));
         if update_percent == 80 {
             assert!(kinds.contains(&OpKind::Insert) && kinds.contains(&OpKind::Delete));
         }

@@ -149,9 +149,9 @@ pub fn run(
             "the raw reference runs one thread".into(),
         ));
     }
-    let name = format!("ferrite-raw-{}-{}.pool", std::process::id(), unique());
+    let name = crate::scratch::unique_name("raw");
     let path = spec.pool_dir.join(name);
-    let _cleanup = RemoveOnDrop(&path);
+    let _cleanup = crate::scratch::ScratchFile::new(path.clone());
     let mut options = CreateOptions::new(LAYOUT, spec.pool_size);
     options.native = NativeOptions::default()
         .try_with_env_overrides()
@@ -178,19 +178,6 @@ pub fn run(
             "the raw reference has only array and hash, not {}",
             other.name()
         ))),
-    }
-}
-
-fn unique() -> u64 {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-}
-
-struct RemoveOnDrop<'a>(&'a std::path::Path);
-
-impl Drop for RemoveOnDrop<'_> {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(self.0);
     }
 }
 
