@@ -207,9 +207,10 @@ impl Runtime {
         slot.owner.store(0, Ordering::Release);
         let left = LOCAL.depth.fetch_sub(1, Ordering::Relaxed) - 1;
         if left == 0 {
-            self.end_section();
-            self.release(slot);
-            self.release_deferred();
+            self.end_section_then(|| {
+                self.release(slot);
+                self.release_deferred();
+            });
         } else {
             deferred().push(key);
         }
@@ -258,13 +259,16 @@ impl Runtime {
         let levels = mutex_slot.recursion.swap(0, Ordering::Relaxed).max(1);
         mutex_slot.owner.store(0, Ordering::Release);
         let left = LOCAL.depth.fetch_sub(levels, Ordering::Relaxed) - levels;
+        let hand_over = || {
+            self.release(mutex_slot);
+            self.release_deferred();
+        };
         if left == 0 {
-            self.end_section();
+            self.end_section_then(hand_over);
         } else {
             self.open_section(false);
+            hand_over();
         }
-        self.release(mutex_slot);
-        self.release_deferred();
         let timed_out = self.wait_for_signal(cond_slot, seq, deadline);
         self.after_acquire(cond_slot.dep.load(Ordering::Acquire));
         self.mutex_lock(mutex, mutex_kind::NORMAL);
