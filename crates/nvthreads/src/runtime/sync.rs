@@ -123,6 +123,10 @@ impl Runtime {
     /// Locks again a mutex this thread unlocked inside its current section (it still holds
     /// it); returns whether it was one.
     fn take_back(&self, key: u64, slot: &SyncSlot) -> bool {
+        if depth() == 0 {
+            // Outside sections nothing is deferred: the outermost unlock handed it all back.
+            return false;
+        }
         let mut held = deferred();
         let Some(at) = held.iter().position(|&k| k == key) else {
             return false;
@@ -160,7 +164,14 @@ impl Runtime {
 
     /// Hands back every mutex unlocked inside the section.
     pub(super) fn release_deferred(&self) {
-        let mut keys: Vec<u64> = std::mem::take(&mut *deferred());
+        let mut keys: Vec<u64> = {
+            let mut list = deferred();
+            if list.is_empty() {
+                // The common outermost unlock: no inner unlock was deferred.
+                return;
+            }
+            std::mem::take(&mut *list)
+        };
         for &key in &keys {
             if let Some(slot) = self.shared.find(Table::Mutex, key) {
                 self.release(slot);
