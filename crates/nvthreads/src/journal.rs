@@ -737,10 +737,10 @@ impl<P: Persist> Journal<P> {
     fn scan(&self, lap: u64, tails: Option<&[u64]>) -> Scan {
         let mut scan = Scan::default();
         for lane in 0..self.geo.lanes as usize {
-            let mut bytes = Vec::new();
-            if let Some(tails) = tails {
-                self.load(lane, &mut bytes, tails[lane].min(self.geo.lane_len));
-            }
+            let mut bytes = match tails {
+                Some(tails) => self.lane_prefix(lane, tails[lane].min(self.geo.lane_len)),
+                None => Vec::new(),
+            };
             let end = self.scan_lane(lane, lap, &mut bytes, &mut scan.records);
             scan.lanes.push(bytes);
             scan.ends.push(end);
@@ -788,6 +788,16 @@ impl<P: Persist> Journal<P> {
             pos += len;
         }
         pos
+    }
+
+    /// The first `len` bytes of `lane`, read in one piece into a zeroed allocation
+    /// (`calloc`): memory fresh from the kernel is zero already and is not cleared again
+    /// before the pool's bytes overwrite it (growing an empty vector cleared it first). The
+    /// buffer is freed after the checkpoint, so no process keeps the log's size resident.
+    fn lane_prefix(&self, lane: usize, len: u64) -> Vec<u8> {
+        let mut bytes = vec![0u8; len as usize];
+        self.pool.pm().read(self.geo.lane_off(lane), &mut bytes);
+        bytes
     }
 
     /// Reads `lane` into `bytes` up to `end` (from where `bytes` ends).

@@ -80,6 +80,11 @@ impl Runtime {
         self.release_block(arena, addr);
     }
 
+    /// Whether this process holds frees deferred until its next merge's end.
+    pub(crate) fn has_pending_frees(&self) -> bool {
+        !pending_frees().is_empty()
+    }
+
     /// Releases the frees deferred until this merge (called after publishing).
     pub(crate) fn release_pending_frees(&self) {
         let Some(arena) = self.arena() else {

@@ -37,11 +37,16 @@ pub enum Step {
     /// Waiting for a mutex another thread holds (the program's contention, not the
     /// runtime's cost).
     Blocked,
+    /// The runtime's part of a lock's hold time: from the start of an outermost unlock (or
+    /// of a condition wait that ends a section) until its mutexes are about to be released
+    /// — the section's diff, append, group close and publish (the release's own futex wake
+    /// is not counted). The next holder waits for it.
+    Handover,
 }
 
 impl Step {
     /// Every step, in line order.
-    pub const ALL: [Step; 9] = [
+    pub const ALL: [Step; 10] = [
         Step::Fault,
         Step::Interval,
         Step::CatchUp,
@@ -51,6 +56,7 @@ impl Step {
         Step::Publish,
         Step::Reset,
         Step::Blocked,
+        Step::Handover,
     ];
 
     /// Name in the line.
@@ -65,6 +71,7 @@ impl Step {
             Step::Publish => "publish",
             Step::Reset => "reset",
             Step::Blocked => "blocked",
+            Step::Handover => "handover",
         }
     }
 

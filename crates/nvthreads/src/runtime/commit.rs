@@ -245,8 +245,29 @@ impl Runtime {
     /// Ends a durable section (depth just became 0): merge, commit, and close its group if
     /// it was the group's last open member.
     pub(super) fn end_section(&self) {
-        self.shared.profile.sections.fetch_add(1, Ordering::Relaxed);
-        self.merge(MergeEnd::Section, false);
+        self.end_section_then(|| {});
+    }
+
+    /// [`Runtime::end_section`], with `hand_over` (the release of the section's mutexes)
+    /// run as soon as the section's writes are logged, committed (with its group's close)
+    /// and published — before the end of the tracking interval, which only this process's
+    /// own pages depend on (`docs/nvthreads.md` §5.5). A section that freed blocks on pages
+    /// it wrote ends its interval first: those blocks go back to the allocator only after
+    /// the reset, and the next holder may want them.
+    pub(super) fn end_section_then(&self, hand_over: impl FnOnce()) {
+        let profile = &self.shared.profile;
+        profile.sections.fetch_add(1, Ordering::Relaxed);
+        let handover = profile.time(Step::Handover);
+        self.merge_published(MergeEnd::Section);
+        let reset_first = self.has_pending_frees();
+        if reset_first {
+            self.finish_interval(false);
+        }
+        drop(handover);
+        hand_over();
+        if !reset_first {
+            self.finish_interval(false);
+        }
     }
 
     /// Opens the section: it joins (or starts) a group and its writes are merged without
@@ -269,15 +290,37 @@ impl Runtime {
     /// Logs this process's changes, publishes them to the shared view and ends the tracking
     /// interval; at a section's end, leaves its group (closing it if last).
     pub(super) fn merge(&self, end: MergeEnd, force_drop: bool) {
+        self.merge_published(end);
+        self.finish_interval(force_drop);
+    }
+
+    /// The part of a merge others depend on: this process's changes logged (and committed,
+    /// or its group closed) and published into the shared view. The tracking interval is
+    /// not ended yet ([`Runtime::finish_interval`]).
+    fn merge_published(&self, end: MergeEnd) {
         // A merge reached again from inside a merge (none is known) gets fresh buffers.
         let mut reused = self.merge_buffers.try_lock().ok();
         let mut fresh = MergeBuffers::default();
         let buffers = reused.as_deref_mut().unwrap_or(&mut fresh);
-        self.merge_with(end, force_drop, buffers);
+        self.merge_with(end, buffers);
     }
 
-    /// [`Runtime::merge`] with `buffers`.
-    fn merge_with(&self, end: MergeEnd, force_drop: bool, buffers: &mut MergeBuffers) {
+    /// Ends the tracking interval after [`Runtime::merge_published`]: write-protects the
+    /// pages that cool down (or drops every private copy, `force_drop`), then releases the
+    /// frees that waited for this merge. Nothing here is read by another process: it
+    /// changes this process's protections, dirty list, twins and idle counts only, and a
+    /// publish another process makes meanwhile stays in its ring for this process's next
+    /// catch-up (`docs/nvthreads.md` §5.5).
+    fn finish_interval(&self, force_drop: bool) {
+        let _reset = self.shared.profile.time(Step::Reset);
+        self.end_interval(force_drop);
+        // After the reset: a block is released only once no write of this process to its
+        // page is left unmerged (a cooled page's next write faults and is tracked again).
+        self.release_pending_frees();
+    }
+
+    /// [`Runtime::merge_published`] with `buffers`.
+    fn merge_with(&self, end: MergeEnd, buffers: &mut MergeBuffers) {
         let profile = &self.shared.profile;
         let diff = profile.time(Step::Diff);
         self.publish_unlogged_and_diff(buffers);
@@ -309,9 +352,7 @@ impl Runtime {
             self.tracker.publish_spans(dirty.page, &dirty.spans);
         }
         drop(publish);
-        let _reset = profile.time(Step::Reset);
-        self.end_interval(force_drop);
-        self.release_pending_frees();
+        self.publish_main_in_place();
     }
 
     /// Publishes the unlogged dirty pages at once, word by word from the page and its twin,
@@ -600,18 +641,22 @@ impl Runtime {
         }))
     }
 
-    /// After publishing: write-protects this interval's pages, keeping the private copies
-    /// (lazy dropping, §3.2).
-    fn end_interval(&self, force_drop: bool) {
-        // The main process writes the unlogged regions in place (untracked): when
-        // thread-processes keep private copies of them (NVT_ISOLATE_VOLATILE=1), they must
-        // drop those that may predate its writes whenever it synchronises.
+    /// The main process writes the unlogged regions in place (untracked): when
+    /// thread-processes keep private copies of them (`NVT_ISOLATE_VOLATILE=1`), they must
+    /// drop those that may predate its writes whenever it synchronises — part of the
+    /// publish, so before anything is handed over.
+    fn publish_main_in_place(&self) {
         if env().isolate_volatile
             && !self.is_child()
             && self.shared.live_threads.load(Ordering::Acquire) > 1
         {
             self.tracker.publish_everything();
         }
+    }
+
+    /// After publishing: write-protects this interval's pages, keeping the private copies
+    /// (lazy dropping, §3.2).
+    fn end_interval(&self, force_drop: bool) {
         // A thread-process that is ending never touches these pages again: write-protecting
         // them and dropping its copies would only delay the thread's end (and its joiner).
         if !get(&LOCAL.exiting) {

@@ -123,6 +123,10 @@ impl Runtime {
     /// Locks again a mutex this thread unlocked inside its current section (it still holds
     /// it); returns whether it was one.
     fn take_back(&self, key: u64, slot: &SyncSlot) -> bool {
+        if depth() == 0 {
+            // Outside sections nothing is deferred: the outermost unlock handed it all back.
+            return false;
+        }
         let mut held = deferred();
         let Some(at) = held.iter().position(|&k| k == key) else {
             return false;
@@ -160,7 +164,14 @@ impl Runtime {
 
     /// Hands back every mutex unlocked inside the section.
     pub(super) fn release_deferred(&self) {
-        let mut keys: Vec<u64> = std::mem::take(&mut *deferred());
+        let mut keys: Vec<u64> = {
+            let mut list = deferred();
+            if list.is_empty() {
+                // The common outermost unlock: no inner unlock was deferred.
+                return;
+            }
+            std::mem::take(&mut *list)
+        };
         for &key in &keys {
             if let Some(slot) = self.shared.find(Table::Mutex, key) {
                 self.release(slot);
@@ -207,9 +218,10 @@ impl Runtime {
         slot.owner.store(0, Ordering::Release);
         let left = LOCAL.depth.fetch_sub(1, Ordering::Relaxed) - 1;
         if left == 0 {
-            self.end_section();
-            self.release(slot);
-            self.release_deferred();
+            self.end_section_then(|| {
+                self.release(slot);
+                self.release_deferred();
+            });
         } else {
             deferred().push(key);
         }
@@ -258,13 +270,16 @@ impl Runtime {
         let levels = mutex_slot.recursion.swap(0, Ordering::Relaxed).max(1);
         mutex_slot.owner.store(0, Ordering::Release);
         let left = LOCAL.depth.fetch_sub(levels, Ordering::Relaxed) - levels;
+        let hand_over = || {
+            self.release(mutex_slot);
+            self.release_deferred();
+        };
         if left == 0 {
-            self.end_section();
+            self.end_section_then(hand_over);
         } else {
             self.open_section(false);
+            hand_over();
         }
-        self.release(mutex_slot);
-        self.release_deferred();
         let timed_out = self.wait_for_signal(cond_slot, seq, deadline);
         self.after_acquire(cond_slot.dep.load(Ordering::Acquire));
         self.mutex_lock(mutex, mutex_kind::NORMAL);
