@@ -127,17 +127,30 @@ pub struct MountArgs {
     notify_ready: bool,
 }
 
+/// Unmounts `dir` and returns once its server has closed the pool, so that `fs fsck` or
+/// another mount can open it next.
+fn unmount(dir: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
+    let released =
+        fsmount::unmount_and_wait(dir).with_context(|| format!("unmounting {}", dir.display()))?;
+    writeln!(out, "unmounted {}", dir.display())?;
+    if let fsmount::Released::StillHeld(pool) = released {
+        anyhow::bail!(
+            "unmounted {}, but its server still holds {} after {} s",
+            dir.display(),
+            pool.display(),
+            fsmount::RELEASE_TIMEOUT.as_secs()
+        );
+    }
+    Ok(())
+}
+
 /// Runs one `ferrite fs` command.
 pub fn run(command: &FsCommand, out: &mut dyn Write) -> anyhow::Result<()> {
     match command {
         FsCommand::Mkfs(args) => mkfs(args, out),
         FsCommand::Mount(args) if args.background => mount_background(args, out),
         FsCommand::Mount(args) => mount_foreground(args, out),
-        FsCommand::Unmount { dir } => {
-            fsmount::unmount(dir).with_context(|| format!("unmounting {}", dir.display()))?;
-            writeln!(out, "unmounted {}", dir.display())?;
-            Ok(())
-        }
+        FsCommand::Unmount { dir } => unmount(dir, out),
         FsCommand::Fsck {
             pool,
             json,
@@ -230,7 +243,7 @@ fn mount_foreground(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
         ttl: Duration::from_millis(args.attr_ttl_ms),
         threads: args.threads,
         writeback_cache: args.writeback_cache,
-        fsname: format!("ferrite-fs:{}", args.pool.display()),
+        fsname: format!("{}{}", fsmount::FSNAME_PREFIX, args.pool.display()),
         ..fsmount::MountConfig::default()
     };
     let notify = args.notify_ready;

@@ -241,11 +241,28 @@ fn main() -> ExitCode {
     }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(error) if reader_went_away(&error) => ExitCode::from(EXIT_BROKEN_PIPE),
         Err(error) => {
-            eprintln!("ferrite: {}", one_line(&error));
+            // Not `eprintln!`: it panics when stderr is a closed pipe too.
+            let _ = writeln!(std::io::stderr(), "ferrite: {}", one_line(&error));
             ExitCode::from(exit_code_of(&error))
         }
     }
+}
+
+/// The status of a command whose reader closed its output early (`ferrite … | head`): 128 +
+/// SIGPIPE, what a shell reports for a tool the signal ended, which is how the tools `ferrite`
+/// is piped with end there (Rust ignores SIGPIPE, so a write fails instead).
+const EXIT_BROKEN_PIPE: u8 = 141;
+
+/// Whether `error` is a write to a pipe nobody reads any more: the reader has what it wanted,
+/// so the command ends quietly, without an error line nobody would see.
+fn reader_went_away(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {

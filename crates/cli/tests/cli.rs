@@ -565,3 +565,28 @@ fn an_interrupted_bench_removes_its_scratch_pool_and_exits_130() {
         assert_eq!(pools_in(dir.path()), Vec::<PathBuf>::new(), "{what}");
     }
 }
+
+/// What `ferrite` exits with when its output pipe has no reader (128 + SIGPIPE).
+const BROKEN_PIPE: i32 = 141;
+
+#[test]
+fn output_to_a_pipe_without_reader_ends_quietly_with_141() {
+    let dir = scratch();
+    let pool = create_pool(dir.path(), "p.pool", "anything");
+    // The read end is closed before the command starts: its first write fails, every time.
+    let (read_end, write_end) = nix::unistd::pipe().expect("pipe");
+    drop(read_end);
+    let output = Command::new(env!("CARGO_BIN_EXE_ferrite"))
+        .args(["pool", "info", text(&pool)])
+        .stdout(std::process::Stdio::from(write_end))
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("the ferrite binary runs");
+    assert_eq!(
+        output.status.code(),
+        Some(BROKEN_PIPE),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(stderr(&output), "", "nothing on stderr");
+}

@@ -130,27 +130,18 @@ impl Mounted {
         })
     }
 
-    /// Unmounts, waits for the server to release the pool, and runs fsck.
+    /// Unmounts and runs fsck right after, as the README shows: `fs unmount` returns once
+    /// the server has closed the pool, so the check never finds it still in use.
     fn unmount_and_check(&mut self) -> String {
         ok(
             &ferrite(&["fs", "unmount", self.dir.to_str().unwrap()]),
             "unmount",
         );
         self.mounted = false;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let out = ferrite(&["fs", "fsck", self.pool.to_str().unwrap()]);
-            if out.status.success() {
-                return String::from_utf8_lossy(&out.stdout).into_owned();
-            }
-            let in_use = String::from_utf8_lossy(&out.stderr).contains("in use");
-            assert!(
-                in_use && Instant::now() < deadline,
-                "fsck after unmount: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        ok(
+            &ferrite(&["fs", "fsck", self.pool.to_str().unwrap()]),
+            "fsck right after unmount",
+        )
     }
 }
 

@@ -19,7 +19,7 @@ pub use null::NullFs;
 
 use pmem::{Native, NativeOptions, Pool, Protection};
 use pmfs::{Fs, FsError, MkfsOptions, MountOptions};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The real user and group of this process: the owner `ferrite fs mkfs` gives the root
 /// directory by default.
@@ -59,6 +59,94 @@ pub fn open(
     Fs::mount(pool, options)
 }
 
+/// How long [`unmount_and_wait`] waits for the server to close its pool.
+pub const RELEASE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What [`unmount_and_wait`] saw after the unmount.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Released {
+    /// The server closed the pool: `fs fsck` or another mount may open it now.
+    Pool(PathBuf),
+    /// The server still held the pool after [`RELEASE_TIMEOUT`].
+    StillHeld(PathBuf),
+    /// The mount was not one of ours (no pool named in the mount table): nothing to wait for.
+    Unknown,
+}
+
+/// Unmounts `dir` like [`unmount`], then waits until the serving process has closed the pool
+/// it named in the mount table, so that the pool can be checked or mounted again as soon as
+/// this returns (the kernel detaches the mount before the server has finished closing).
+pub fn unmount_and_wait(dir: &Path) -> std::io::Result<Released> {
+    let pool = served_pool(dir);
+    unmount(dir)?;
+    let Some(pool) = pool else {
+        return Ok(Released::Unknown);
+    };
+    let deadline = std::time::Instant::now() + RELEASE_TIMEOUT;
+    while pmem::inspect(&pool).is_ok_and(|report| report.in_use) {
+        if std::time::Instant::now() >= deadline {
+            return Ok(Released::StillHeld(pool));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Ok(Released::Pool(pool))
+}
+
+/// The pool file a ferrite mount at `dir` serves, from its source in `/proc/self/mountinfo`
+/// (`ferrite-fs:<pool>`, as `ferrite fs mount` names it).
+fn served_pool(dir: &Path) -> Option<PathBuf> {
+    let dir = std::fs::canonicalize(dir).ok()?;
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    table
+        .lines()
+        .rev()
+        .find_map(|line| pool_of_mountinfo_line(line, &dir))
+}
+
+/// The pool of one mountinfo line when it is a ferrite mount at `dir`. Fields: id, parent,
+/// device, root, mount point, options, optional fields up to `-`, then type, source, options.
+fn pool_of_mountinfo_line(line: &str, dir: &Path) -> Option<PathBuf> {
+    let fields: Vec<&str> = line.split(' ').collect();
+    let mount_point = unescape_mountinfo(fields.get(4)?);
+    let separator = fields.iter().position(|field| *field == "-")?;
+    let fs_type = fields.get(separator + 1)?;
+    let source = unescape_mountinfo(fields.get(separator + 2)?);
+    if Path::new(&mount_point) != dir || !fs_type.starts_with("fuse") {
+        return None;
+    }
+    source.strip_prefix(FSNAME_PREFIX).map(PathBuf::from)
+}
+
+/// A mountinfo field with the kernel's octal escapes (`\040` for a space) undone.
+fn unescape_mountinfo(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let octal = bytes.get(at + 1..at + 4).filter(|digits| {
+            bytes[at] == b'\\' && digits.iter().all(|d| (b'0'..=b'7').contains(d))
+        });
+        match octal {
+            Some(digits) => {
+                out.push(
+                    digits
+                        .iter()
+                        .fold(0u8, |value, d| value.wrapping_mul(8) + (d - b'0')),
+                );
+                at += 4;
+            }
+            None => {
+                out.push(bytes[at]);
+                at += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The start of a ferrite mount's source in the mount table; the pool's path follows.
+pub const FSNAME_PREFIX: &str = "ferrite-fs:";
+
 /// Unmounts the FUSE mount at `dir`: `umount(2)` as root, `fusermount3 -u` otherwise. The
 /// serving process then closes its pool cleanly.
 pub fn unmount(dir: &Path) -> std::io::Result<()> {
@@ -76,5 +164,38 @@ pub fn unmount(dir: &Path) -> std::io::Result<()> {
             }
         }
         Err(errno) => Err(errno.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ferrite_mount_line_names_its_pool_with_escapes_undone() {
+        let line = "812 30 0:77 / /tmp/a\\040dir/mnt rw,nosuid,nodev,relatime shared:1 - \
+                    fuse.ferrite ferrite-fs:/dev/shm/my\\040pool.pool rw,user_id=0,group_id=0";
+        assert_eq!(
+            pool_of_mountinfo_line(line, Path::new("/tmp/a dir/mnt")),
+            Some(PathBuf::from("/dev/shm/my pool.pool"))
+        );
+        assert_eq!(pool_of_mountinfo_line(line, Path::new("/tmp/other")), None);
+    }
+
+    #[test]
+    fn other_mounts_name_no_pool() {
+        let tmpfs =
+            "25 30 0:23 / /dev/shm rw,nosuid,nodev shared:4 - tmpfs tmpfs rw,size=24684084k";
+        assert_eq!(pool_of_mountinfo_line(tmpfs, Path::new("/dev/shm")), None);
+        let users = "90 30 0:50 / /mnt/x rw - fuse.sshfs host:/dir rw";
+        assert_eq!(pool_of_mountinfo_line(users, Path::new("/mnt/x")), None);
+        assert_eq!(pool_of_mountinfo_line("garbage", Path::new("/")), None);
+    }
+
+    #[test]
+    fn octal_escapes_and_plain_backslashes() {
+        assert_eq!(unescape_mountinfo("a\\040b\\011c\\134d"), "a b\tc\\d");
+        assert_eq!(unescape_mountinfo("tail\\04"), "tail\\04");
+        assert_eq!(unescape_mountinfo("\\999"), "\\999");
     }
 }
