@@ -880,7 +880,9 @@ impl<P: Persist> Core<P> {
     /// last checkpoint (the CLog is empty afterwards) and takes empty headers out.
     pub(crate) fn write_back(&self, ck: &mut Ckpt) -> TxResult<()> {
         let pm = self.pool.pm();
-        ck.writeback.sort_unstable();
+        sort_by_radix(&mut ck.writeback, &mut ck.sorting, |&(href, _)| {
+            u64::from(href)
+        });
         ck.writeback.dedup();
         let mut lines = Vec::new();
         let (mut content, mut master): (Bytes, Bytes) = ([0; CHUNK as usize], [0; CHUNK as usize]);
