@@ -325,17 +325,35 @@ impl Header {
         load_words(&self.base, 0, out);
     }
 
-    /// The common read of a header: when the chain is empty and the base is not newer than
-    /// `snapshot`, copies `dst.len()` bytes at `offset` of the base and returns true — what
-    /// [`Header::read_at`] returns then (`Copied`, the newest), without its chain walk.
+    /// The common read of a header: copies `dst.len()` bytes at `offset` of the chunk's
+    /// current content and returns true when the snapshot sees it — the base when the chain
+    /// is empty and `base_ts ≤ snapshot` (most headers most of the time), else the head
+    /// version when it is committed at or before `snapshot` (a chunk written a while ago, not
+    /// since). That is what [`Header::read_at`] copies then (`Copied`, the newest), with the
+    /// same loads in the same order, without its walk, waits and result. Otherwise (a newer,
+    /// pending, unstamped or aborted head, or a base newer than the snapshot) returns false
+    /// and `read_at` decides.
     #[inline]
-    pub fn read_settled(&self, snapshot: u64, offset: usize, dst: &mut [u8]) -> bool {
-        if self.head.load(Ordering::Acquire) != NIL
-            || self.base_ts.load(Ordering::Acquire) > snapshot
-        {
+    pub fn read_current(
+        &self,
+        versions: &Versions,
+        snapshot: u64,
+        offset: usize,
+        dst: &mut [u8],
+    ) -> bool {
+        debug_assert!(snapshot <= MAX_TS);
+        let head = self.head.load(Ordering::Acquire);
+        let (ts, words) = if head == NIL {
+            (self.base_ts.load(Ordering::Acquire), &self.base)
+        } else {
+            let version = versions.get(head);
+            // UNSTAMPED, ABORTED and every PENDING word are above any snapshot (≤ MAX_TS).
+            (version.ts.load(Ordering::Acquire), version.data)
+        };
+        if ts > snapshot {
             return false;
         }
-        load_words(&self.base, offset, dst);
+        load_words(words, offset, dst);
         true
     }
 
@@ -645,25 +663,56 @@ mod tests {
         for offset in 0..CHUNK as usize {
             for len in 0..=CHUNK as usize - offset {
                 let mut out = vec![0u8; len];
-                assert!(header.read_settled(0, offset, &mut out));
+                assert!(header.read_current(&versions, 0, offset, &mut out));
                 assert_eq!(out, line[offset..offset + len], "offset {offset} len {len}");
             }
         }
-        // A chain with a version, or a base newer than the snapshot: not settled, and
-        // `read_at` decides.
+        // A base newer than the snapshot: `read_at` decides.
         let chained = chain(&versions, &[10]);
-        assert!(!chained.read_settled(20, 0, &mut [0u8; 8]));
         let mut retired = Vec::new();
         assert!(chained.try_lock(1));
         assert_eq!(chained.cut(&versions, 10, &mut retired), Some(10));
         chained.unlock();
         assert!(
-            !chained.read_settled(9, 0, &mut [0u8; 8]),
+            !chained.read_current(&versions, 9, 0, &mut [0u8; 8]),
             "base newer than snapshot"
         );
         let mut word = [0u8; 8];
-        assert!(chained.read_settled(10, 8, &mut word));
+        assert!(chained.read_current(&versions, 10, 8, &mut word));
         assert_eq!(word, [10u8; 8]);
+    }
+
+    /// The read of a chain's current content agrees with the walk whenever it answers, and
+    /// answers exactly when the walk would copy the head (or the base of an empty chain):
+    /// a head committed at or before the snapshot, never a newer, pending, unstamped or
+    /// aborted one.
+    #[test]
+    fn a_current_read_copies_what_the_walk_copies_and_only_the_newest() {
+        let versions = Versions::new(8);
+        // Head word states: committed 30, pending 30, unstamped, aborted (over 10, 20).
+        let heads: [(&str, Option<u64>); 4] = [
+            ("committed", Some(30)),
+            ("pending", Some(30 | PENDING)),
+            ("unstamped", Some(UNSTAMPED)),
+            ("aborted", Some(ABORTED)),
+        ];
+        for (what, word) in heads {
+            let header = chain(&versions, &[10, 20, 30]);
+            versions.get(3).ts.store(word.unwrap(), Ordering::Release);
+            for snapshot in [5, 10, 15, 20, 25, 30, 35, MAX_TS] {
+                let mut fast = [0u8; 8];
+                let answered = header.read_current(&versions, snapshot, 8, &mut fast);
+                let head_visible = word.unwrap() <= snapshot;
+                assert_eq!(answered, head_visible, "{what} head, snapshot {snapshot}");
+                if answered {
+                    let mut walked = [0u8; 8];
+                    let seen = header.read_at(&versions, snapshot, 8, &mut walked);
+                    assert_eq!(seen, Seen::Copied { newest: true }, "{what}, {snapshot}");
+                    assert_eq!(fast, walked, "{what} head, snapshot {snapshot}");
+                    assert_eq!(fast, [30u8; 8]);
+                }
+            }
+        }
     }
 
     #[test]

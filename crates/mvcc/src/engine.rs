@@ -236,7 +236,7 @@ pub(crate) fn written_spans(writes: &[WriteEntry], out: &mut Vec<(u64, u64)>) {
 
 /// Writes back each distinct line of `lines` once, merging runs of adjacent lines.
 pub(crate) fn write_back_lines<P: Persist>(pm: &P, lines: &mut Vec<u64>) {
-    lines.sort_unstable();
+    crate::sort::sort_by_radix(lines, &mut Vec::new(), |&line| line);
     lines.dedup();
     for run in lines.chunk_by(|a, b| b - a == 1) {
         pm.flush(run[0] * CACHE_LINE, run.len() as u64 * CACHE_LINE);

@@ -37,6 +37,7 @@ mod options;
 mod reclaim;
 pub mod record;
 mod recover;
+mod sort;
 mod sync;
 pub mod table;
 mod txn;

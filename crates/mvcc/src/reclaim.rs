@@ -19,6 +19,7 @@ use crate::lane::{Lane, NONE, merge_ranges};
 use crate::layout::Watermark;
 use crate::options::Mutant;
 use crate::record::{self, Kind};
+use crate::sort::sort_by_radix;
 use crate::table::NO_HEADER;
 use crate::txn::Retry;
 use heap::{Action, Freeing, Heap};
@@ -51,6 +52,8 @@ pub(crate) struct Ckpt {
     diff: Diff,
     /// What the lanes listed since the last gathering (kept for its capacity).
     listed: Vec<(u32, u64)>,
+    /// The radix sort's second buffer for `listed` (kept for its capacity).
+    sorting: Vec<(u32, u64)>,
     scratch: Vec<u8>,
     /// Read-only and writing transactions counted at the previous checkpoint.
     counted: (u64, u64),
@@ -87,6 +90,7 @@ impl Ckpt {
             clog_chunks: NumberSet::default(),
             diff: Diff::default(),
             listed: Vec::new(),
+            sorting: Vec::new(),
             scratch: Vec::new(),
             counted: (0, 0),
         }
@@ -471,14 +475,15 @@ impl<P: Persist> Core<P> {
 
     /// The retained headers and every lane's dirty list, sorted, without duplicates. The
     /// retained list is kept sorted (every checkpoint and trim leaves it in this order), so
-    /// only what the lanes listed since is sorted, then merged in.
+    /// only what the lanes listed since is sorted — by radix on the header reference, then
+    /// by chunk among the pairs of one reference (`sort.rs`) — then merged in.
     fn gather_dirty(&self, ck: &mut Ckpt) -> Vec<(u32, u64)> {
         let mut listed = std::mem::take(&mut ck.listed);
         listed.clear();
         for shared in self.shared.iter() {
             listed.append(&mut shared.dirty.lock());
         }
-        listed.sort_unstable();
+        sort_by_radix(&mut listed, &mut ck.sorting, |&(href, _)| u64::from(href));
         listed.dedup();
         let mut retained = std::mem::take(&mut ck.retained);
         if !retained.is_sorted_by(|a, b| a < b) {
@@ -875,7 +880,9 @@ impl<P: Persist> Core<P> {
     /// last checkpoint (the CLog is empty afterwards) and takes empty headers out.
     pub(crate) fn write_back(&self, ck: &mut Ckpt) -> TxResult<()> {
         let pm = self.pool.pm();
-        ck.writeback.sort_unstable();
+        sort_by_radix(&mut ck.writeback, &mut ck.sorting, |&(href, _)| {
+            u64::from(href)
+        });
         ck.writeback.dedup();
         let mut lines = Vec::new();
         let (mut content, mut master): (Bytes, Bytes) = ([0; CHUNK as usize], [0; CHUNK as usize]);

@@ -107,6 +107,28 @@ impl Table {
         matches!(self.reader_slot(chunk), NO_HEADER | FRESH)
     }
 
+    /// Whether a reader reads every chunk of `first..=last` from its master. Chunks on one
+    /// page (a value across two chunks, nearly always) take one load of their bits; a set
+    /// bit, or a range over pages, is checked chunk by chunk as [`Table::reads_master`].
+    #[inline]
+    pub fn reads_masters(&self, first: u64, last: u64) -> bool {
+        debug_assert!(first <= last);
+        if first / BITS_CHUNKS == last / BITS_CHUNKS {
+            let span = last - first + 1;
+            let mask = if span == BITS_CHUNKS {
+                u64::MAX
+            } else {
+                ((1u64 << span) - 1) << (first % BITS_CHUNKS)
+            };
+            // SeqCst, as in `reader_slot`: one load observes each chunk's bit as a load of
+            // that chunk alone would.
+            if self.bits(first).load(Ordering::SeqCst) & mask == 0 {
+                return true;
+            }
+        }
+        (first..=last).all(|chunk| self.reads_master(chunk))
+    }
+
     fn bits(&self, chunk: u64) -> &AtomicU64 {
         &self.present[(chunk / BITS_CHUNKS) as usize]
     }
@@ -275,6 +297,32 @@ mod tests {
         assert!(
             table.may_have_header(71),
             "removing a header leaves its neighbour's bit"
+        );
+    }
+
+    /// A range's answer is every chunk's answer, for ranges within a page, across pages,
+    /// a whole page, and next to headers on either side of a page boundary.
+    #[test]
+    fn a_range_reads_the_masters_exactly_when_each_of_its_chunks_does() {
+        let table = Table::new(256 * 64, 8);
+        for chunk in [0, 63, 64, 100, 191] {
+            table.get_or_create(chunk, || [0; 64]).expect("header");
+        }
+        for first in 0..256u64 {
+            for last in first..(first + 70).min(256) {
+                let each = (first..=last).all(|chunk| table.reads_master(chunk));
+                assert_eq!(table.reads_masters(first, last), each, "{first}..={last}");
+            }
+        }
+        assert!(
+            table.reads_masters(1, 62),
+            "a page's inside, its two ends headed"
+        );
+        assert!(!table.reads_masters(62, 63));
+        assert!(!table.reads_masters(99, 100));
+        assert!(
+            table.reads_masters(192, 255),
+            "a whole page without headers"
         );
     }
 

@@ -147,11 +147,11 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
     /// and copies the master.
     #[inline(never)]
     fn read_header(&mut self, r: u32, offset: usize, dst: &mut [u8]) -> TxResult<()> {
-        if self
-            .engine
+        let engine = self.engine;
+        if engine
             .table
             .header(r)
-            .read_settled(self.snapshot, offset, dst)
+            .read_current(&engine.versions, self.snapshot, offset, dst)
         {
             return Ok(());
         }
@@ -225,6 +225,19 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         self.read_versions(addr, dst)
     }
 
+    /// A plain read (see `plain_reads`) of an in-bounds range that spans chunks: the masters
+    /// when none of its chunks has a header (a value across two chunks, the usual case), else
+    /// chunk by chunk (kept out of line, and out of `read_tracked_or_spanning`'s checks).
+    #[inline(never)]
+    fn read_plain_spanning(&mut self, addr: u64, dst: &mut [u8]) -> TxResult<()> {
+        let last = (addr + dst.len() as u64 - 1) / CHUNK;
+        if self.engine.table.reads_masters(addr / CHUNK, last) {
+            self.engine.pool.pm().read(addr, dst);
+            return Ok(());
+        }
+        self.read_versions(addr, dst)
+    }
+
     /// Reads `dst` at `addr`, inside one chunk this transaction has not written: the master
     /// if the chunk has no header, as for any engine, else through its header. Always
     /// inlined: out of line, its call (six saved registers, a result through memory) cost
@@ -243,12 +256,10 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
     /// Whether every chunk of `[addr, addr + len)` reads as its master for this transaction:
     /// none has a header, and none is in the write set.
     fn reads_masters(&self, addr: u64, len: u64) -> bool {
-        let table = &self.engine.table;
         let (first, last) = (addr / CHUNK, (addr + len.max(1) - 1) / CHUNK);
-        (first..=last).all(|chunk| {
-            table.reads_master(chunk)
-                && (self.state.writes.is_empty() || self.state.find(chunk).is_none())
-        })
+        self.engine.table.reads_masters(first, last)
+            && (self.state.writes.is_empty()
+                || (first..=last).all(|chunk| self.state.find(chunk).is_none()))
     }
 
     /// Locks chunk `chunk` for writing and adds its newest version to the write set.
@@ -690,13 +701,16 @@ impl<P: Persist, R: Replay> Lifecycle for MvccTx<'_, P, R> {
 impl<P: Persist, R: Replay> Tx for MvccTx<'_, P, R> {
     fn read_raw(&mut self, addr: u64, dst: &mut [u8]) -> TxResult<()> {
         let len = dst.len() as u64;
-        if self.plain_reads && len != 0 && addr % CHUNK + len <= CHUNK {
-            // The common read: inside one chunk, by a transaction whose reads need no set —
+        if self.plain_reads && len != 0 {
+            // The common read, by a transaction whose reads need no set: inside one chunk,
             // the master if the chunk has no header, as for any engine, else its header.
             if !self.engine.pool.pm().check_range(addr, len) {
                 return Err(TxError::OutOfBounds { addr, len });
             }
-            return self.read_in_chunk(addr, dst);
+            if addr % CHUNK + len <= CHUNK {
+                return self.read_in_chunk(addr, dst);
+            }
+            return self.read_plain_spanning(addr, dst);
         }
         self.read_tracked_or_spanning(addr, dst)
     }
