@@ -1,25 +1,78 @@
-//! Scratch pool files: each is removed when the run that made it ends, and [`remove_all`]
-//! removes the ones still open when the process is interrupted (a signal that ends the
-//! process runs no destructor, so without it Ctrl-C would leave a pool on `/dev/shm`).
+//! What a run leaves on the machine while it runs — scratch pool files, directories, mounts,
+//! loop devices — and how to take it down when the process is interrupted: a signal that ends
+//! the process runs no destructor, so without [`tear_down_all`] Ctrl-C would leave pools on
+//! `/dev/shm` and dead mounts behind.
+//!
+//! Each thing a run creates registers its teardown with [`on_interrupt`] and keeps the
+//! returned [`Teardown`]; its own destructor cleans up as usual and the guard unregisters.
 
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Every scratch file this process has open, in creation order.
-static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+type Action = Box<dyn FnOnce() + Send>;
 
-/// A scratch file's path, listed while the guard lives; dropping it removes the file.
+/// The teardowns of everything alive, in creation order, by guard id.
+static PENDING: Mutex<Vec<(u64, Action)>> = Mutex::new(Vec::new());
+
+/// Unregisters its teardown when dropped (the owner cleaned up itself).
+#[derive(Debug)]
+#[must_use = "dropping the guard unregisters the teardown at once"]
+pub struct Teardown {
+    id: u64,
+}
+
+/// Registers `action` to run if the process is interrupted while the returned guard lives.
+pub fn on_interrupt(action: impl FnOnce() + Send + 'static) -> Teardown {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    PENDING.lock().push((id, Box::new(action)));
+    Teardown { id }
+}
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        let mut pending = PENDING.lock();
+        if let Some(at) = pending.iter().position(|(id, _)| *id == self.id) {
+            drop(pending.remove(at));
+        }
+    }
+}
+
+/// Runs every registered teardown, newest first (a mount before the directory it is on),
+/// for a process about to exit on a signal; returns how many ran. The list stays locked
+/// afterwards, so that nothing registered later is left behind unnoticed while the process
+/// exits.
+pub fn tear_down_all() -> usize {
+    let mut pending = PENDING.lock();
+    let actions: Vec<(u64, Action)> = pending.drain(..).collect();
+    let count = actions.len();
+    for (_, action) in actions.into_iter().rev() {
+        action();
+    }
+    std::mem::forget(pending);
+    count
+}
+
+/// A scratch file's path, torn down on interrupt while the guard lives; dropping it removes
+/// the file.
 #[derive(Debug)]
 pub struct ScratchFile {
     path: PathBuf,
+    _teardown: Teardown,
 }
 
 impl ScratchFile {
-    /// Lists `path` (the file need not exist yet: an engine creates it after this).
+    /// Registers `path` (the file need not exist yet: an engine creates it after this).
     pub fn new(path: PathBuf) -> Self {
-        LIVE.lock().push(path.clone());
-        Self { path }
+        let doomed = path.clone();
+        let teardown = on_interrupt(move || {
+            let _ = std::fs::remove_file(doomed);
+        });
+        Self {
+            path,
+            _teardown: teardown,
+        }
     }
 
     /// The file's path.
@@ -30,11 +83,35 @@ impl ScratchFile {
 
 impl Drop for ScratchFile {
     fn drop(&mut self) {
-        let mut live = LIVE.lock();
         let _ = std::fs::remove_file(&self.path);
-        if let Some(at) = live.iter().rposition(|path| *path == self.path) {
-            live.remove(at);
-        }
+    }
+}
+
+/// A fresh scratch directory (a `tempfile::TempDir`: removed with its contents on drop), torn
+/// down on interrupt too.
+#[derive(Debug)]
+pub struct ScratchDir {
+    dir: tempfile::TempDir,
+    _teardown: Teardown,
+}
+
+impl ScratchDir {
+    /// A new directory named `<prefix><random>` in `parent`.
+    pub fn new_in(parent: &Path, prefix: &str) -> std::io::Result<Self> {
+        let dir = tempfile::Builder::new().prefix(prefix).tempdir_in(parent)?;
+        let doomed = dir.path().to_owned();
+        let teardown = on_interrupt(move || {
+            let _ = std::fs::remove_dir_all(doomed);
+        });
+        Ok(Self {
+            dir,
+            _teardown: teardown,
+        })
+    }
+
+    /// The directory's path.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
     }
 }
 
@@ -45,32 +122,33 @@ pub fn unique_name(kind: &str) -> String {
     format!("ferrite-{kind}-{}-{n}.pool", std::process::id())
 }
 
-/// Removes every listed scratch file that exists, for a process about to exit on a signal;
-/// returns how many it removed. The list stays locked afterwards, so no run can list (and
-/// then leave behind) a new file while the process exits.
-pub fn remove_all() -> usize {
-    let live = LIVE.lock();
-    let removed = live
-        .iter()
-        .filter(|path| std::fs::remove_file(path).is_ok())
-        .count();
-    std::mem::forget(live);
-    removed
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn registered(id: u64) -> bool {
+        PENDING.lock().iter().any(|(pending, _)| *pending == id)
+    }
+
     #[test]
-    fn a_dropped_guard_removes_its_file_and_unlists_it() {
+    fn a_dropped_guard_removes_its_file_and_unregisters() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("a.pool");
         let guard = ScratchFile::new(path.clone());
         std::fs::write(&path, b"x").expect("write");
-        assert!(LIVE.lock().contains(&path));
+        let id = guard._teardown.id;
+        assert!(registered(id));
         drop(guard);
         assert!(!path.exists());
-        assert!(!LIVE.lock().contains(&path));
+        assert!(!registered(id));
+    }
+
+    #[test]
+    fn a_dropped_teardown_does_not_run() {
+        let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = ran.clone();
+        let guard = on_interrupt(move || flag.store(true, Ordering::Relaxed));
+        drop(guard);
+        assert!(!ran.load(Ordering::Relaxed));
     }
 }

@@ -183,9 +183,7 @@ pub fn run_in(
     settings: &Settings,
     progress: &mut dyn FnMut(&str),
 ) -> Result<SubstrateResults, PoolError> {
-    let scratch = tempfile::Builder::new()
-        .prefix("ferrite-bench-")
-        .tempdir_in(dir)?;
+    let scratch = crate::scratch::ScratchDir::new_in(dir, "ferrite-bench-")?;
     let flushes = supported_flushes();
     let mut persist_64b = Vec::with_capacity(flushes.len());
     for &flush in &flushes {

@@ -308,28 +308,80 @@ fn needs_pmdk_environment() -> bool {
 
 /// Runs this same command again with `PMEM_IS_PMEM_FORCE=1` (setting it in-process would race
 /// with threads reading the environment) and exits with its status. An interrupt or
-/// termination request is passed on to the run, which removes its scratch pools and exits.
+/// termination request is passed on to the run, which tears down its scratch pools and exits;
+/// the handler is in place before the run starts, so no request falls between the two.
 fn rerun_with_pmdk_environment() -> ExitCode {
+    if let Err(error) = ctrlc::set_handler(RERUN.forward_interrupt()) {
+        let _ = writeln!(std::io::stderr(), "ferrite: {}", interrupt_warning(&error));
+    }
     let status = std::env::current_exe().and_then(|exe| {
         let mut run = std::process::Command::new(exe)
             .args(std::env::args_os().skip(1))
             .env(pmdk::FORCE_ENV, "1")
             .spawn()?;
-        let pid = nix::unistd::Pid::from_raw(run.id() as i32);
-        let forward = ctrlc::set_handler(move || {
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        });
-        if let Err(error) = forward {
-            eprintln!("ferrite: {}", interrupt_warning(&error));
-        }
+        RERUN.started(run.id());
         run.wait()
     });
     match status {
-        Ok(status) => ExitCode::from(status.code().map_or(1, |code| code.clamp(0, 255) as u8)),
+        Ok(status) => ExitCode::from(exit_status_code(status)),
         Err(error) => {
-            eprintln!("ferrite: re-running with {}=1: {error}", pmdk::FORCE_ENV);
+            let _ = writeln!(
+                std::io::stderr(),
+                "ferrite: re-running with {}=1: {error}",
+                pmdk::FORCE_ENV
+            );
             ExitCode::from(1)
         }
+    }
+}
+
+/// The re-run's process and whether an interrupt came, shared with the signal handler. Each
+/// side stores its own fact before it reads the other's (both `SeqCst`), so whichever comes
+/// second sees the first and the run gets the request once the two meet.
+struct Rerun {
+    pid: std::sync::atomic::AtomicU32,
+    interrupted: std::sync::atomic::AtomicBool,
+}
+
+static RERUN: Rerun = Rerun {
+    pid: std::sync::atomic::AtomicU32::new(0),
+    interrupted: std::sync::atomic::AtomicBool::new(false),
+};
+
+impl Rerun {
+    fn forward_interrupt(&'static self) -> impl FnMut() + Send + 'static {
+        move || {
+            self.interrupted
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            self.terminate(self.pid.load(std::sync::atomic::Ordering::SeqCst));
+        }
+    }
+
+    fn started(&self, pid: u32) {
+        self.pid.store(pid, std::sync::atomic::Ordering::SeqCst);
+        if self.interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+            self.terminate(pid);
+        }
+    }
+
+    fn terminate(&self, pid: u32) {
+        if let Ok(pid @ 1..) = i32::try_from(pid) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+    }
+}
+
+/// The exit code a shell would report for `status`: the code, or 128 + the signal that ended
+/// the process.
+fn exit_status_code(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code.clamp(0, 255) as u8,
+        (None, Some(signal)) => (128 + signal).clamp(0, 255) as u8,
+        (None, None) => 1,
     }
 }
 
@@ -337,13 +389,16 @@ fn rerun_with_pmdk_environment() -> ExitCode {
 /// reports a process killed by it).
 const EXIT_INTERRUPTED: i32 = 130;
 
-/// Ctrl-C or SIGTERM during `bench` or `eval` removes the scratch pools of the engine runs
-/// still open (a signal's default action would leave them, up to the pool size each, in
-/// `/dev/shm`) and exits with [`EXIT_INTERRUPTED`].
+/// Ctrl-C or SIGTERM during `bench` or `eval` tears down what the runs still have (scratch
+/// pools, mounts, loop devices: a signal's default action would leave them, pools up to the
+/// pool size each in `/dev/shm`) and exits with [`EXIT_INTERRUPTED`].
 fn remove_scratch_pools_on_interrupt() {
     let installed = ctrlc::set_handler(|| {
-        let removed = bench::scratch::remove_all();
-        eprintln!("ferrite: interrupted; removed {removed} scratch pool(s)");
+        let undone = bench::scratch::tear_down_all();
+        let _ = writeln!(
+            std::io::stderr(),
+            "ferrite: interrupted; cleaned up {undone} scratch item(s) (pools, directories, mounts)"
+        );
         std::process::exit(EXIT_INTERRUPTED)
     });
     if let Err(error) = installed {

@@ -497,16 +497,18 @@ fn a_backend_variable_that_does_not_parse_is_a_usage_error() {
 /// 128 + SIGINT: what `ferrite bench` and `eval` exit with when interrupted.
 const INTERRUPTED: i32 = 130;
 
-/// Starts a `bench` far too long to finish into `pool_dir`, waits for its scratch pool to
+/// Starts a `bench` too long to finish before the signal into `pool_dir`, waits for its scratch pool to
 /// appear, sends `signal` to the process started (with `PMEM_IS_PMEM_FORCE` unset it is the
 /// parent that re-runs itself with the variable), and returns its output.
 fn interrupted_bench(pool_dir: &Path, force_env: bool, signal: nix::sys::signal::Signal) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
     command
         .args(["bench", "--engine", "redo", "--workload", "hash", "--quiet"])
+        // Long enough never to end before the signal, short enough that a run the signal
+        // failed to stop ends the test in seconds rather than hours.
         .args([
             "--ops",
-            "1000000000",
+            "30000000",
             "--runs",
             "1",
             "--pool-dir",
@@ -558,7 +560,7 @@ fn an_interrupted_bench_removes_its_scratch_pool_and_exits_130() {
             stderr(&output)
         );
         assert!(
-            stderr(&output).contains("removed 1 scratch pool"),
+            stderr(&output).contains("cleaned up 1 scratch item"),
             "{what}: {}",
             stderr(&output)
         );
@@ -589,4 +591,18 @@ fn output_to_a_pipe_without_reader_ends_quietly_with_141() {
         stderr(&output)
     );
     assert_eq!(stderr(&output), "", "nothing on stderr");
+}
+
+#[test]
+fn a_missing_mount_point_is_named_once() {
+    let dir = scratch();
+    let pool = dir.path().join("fs.pool");
+    let made = ferrite(&["fs", "mkfs", text(&pool), "--size", "64M"]);
+    assert_eq!(made.status.code(), Some(0), "{}", stderr(&made));
+    let missing = dir.path().join("no-such-dir");
+    let output = ferrite(&["fs", "mount", text(&pool), text(&missing)]);
+    let err = stderr(&output);
+    assert_ne!(output.status.code(), Some(0), "{err}");
+    assert_eq!(err.matches(text(&missing)).count(), 1, "{err}");
+    assert!(err.contains("not an existing directory"), "{err}");
 }

@@ -101,3 +101,77 @@ fn quick_engine_sections_write_their_data_and_plots() {
         "{headlines:?}"
     );
 }
+
+/// The mounts whose mount point names `marker`, from this machine's mount table.
+fn mounts_naming(marker: &str) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .expect("mount table")
+        .lines()
+        .filter(|line| line.contains(marker))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn an_interrupted_pmfs_section_leaves_no_mount_pool_or_directory() {
+    if !Path::new("/dev/fuse").exists() {
+        eprintln!("SKIPPED: no /dev/fuse: the section mounts nothing to leave behind");
+        return;
+    }
+    let scratch = tempfile::tempdir_in("/dev/shm").expect("scratch directory in /dev/shm");
+    let pool_dir = scratch.path().join("pools");
+    std::fs::create_dir(&pool_dir).expect("pool directory");
+    let out = scratch.path().join("report");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferrite"))
+        .args(["eval", "--quick", "--only", "pmfs", "--out", text(&out)])
+        .args(["--pool-dir", text(&pool_dir)])
+        // Set, so that `ferrite` does not re-run itself: the signal goes to the process that
+        // mounts.
+        .env("PMEM_IS_PMEM_FORCE", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the ferrite binary runs");
+    let marker = format!("ferrite-eval-fuse-durable-{}", child.id());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while mounts_naming(&marker).is_empty() {
+        assert!(
+            child.try_wait().expect("poll the eval").is_none(),
+            "the section ended before mounting"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no FUSE mount appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("interrupt the eval");
+    let output = child.wait_with_output().expect("wait for the eval");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    let tag = format!("-{}", pid);
+    let left: Vec<String> = mounts_naming("ferrite-eval-")
+        .into_iter()
+        .filter(|line| line.contains(&tag))
+        .collect();
+    assert!(left.is_empty(), "mounts left: {left:?}");
+    let pools: Vec<_> = std::fs::read_dir(&pool_dir)
+        .expect("pool directory")
+        .map(|entry| entry.expect("entry").path())
+        .collect();
+    assert!(pools.is_empty(), "left in the pool directory: {pools:?}");
+    let temp = std::env::temp_dir();
+    let dirs: Vec<_> = std::fs::read_dir(&temp)
+        .expect("temp directory")
+        .map(|entry| {
+            entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|name| name.starts_with("ferrite-eval-") && name.ends_with(&tag))
+        .collect();
+    assert!(dirs.is_empty(), "left in {}: {dirs:?}", temp.display());
+}

@@ -53,9 +53,13 @@ pub fn open(
     protection: Protection,
 ) -> Result<Fs<Native>, FsError> {
     let pool = Pool::open(path, pmfs::LAYOUT, native)?;
-    pool.pm()
-        .protect(protection)
-        .map_err(|e| FsError::Pool(pmem::PoolError::from(e)))?;
+    pool.pm().protect(protection).map_err(|e| match e.kind() {
+        // A protection this machine lacks is a wrong choice of option, not a pool problem.
+        std::io::ErrorKind::Unsupported => {
+            FsError::InvalidArgument(format!("--protect {}: {e}", protection.name()))
+        }
+        _ => FsError::Pool(pmem::PoolError::from(e)),
+    })?;
     Fs::mount(pool, options)
 }
 
@@ -146,6 +150,29 @@ fn unescape_mountinfo(field: &str) -> String {
 
 /// The start of a ferrite mount's source in the mount table; the pool's path follows.
 pub const FSNAME_PREFIX: &str = "ferrite-fs:";
+
+/// Detaches the mount at `dir` at once even while it is busy (`umount2(MNT_DETACH)` as root,
+/// `fusermount3 -u -z` otherwise): for a process about to exit that serves the mount, so it
+/// is not left behind as a dead "transport endpoint" by a program still working in it.
+pub fn detach(dir: &Path) -> std::io::Result<()> {
+    match nix::mount::umount2(dir, nix::mount::MntFlags::MNT_DETACH) {
+        Ok(()) => Ok(()),
+        Err(nix::errno::Errno::EPERM) => {
+            let status = std::process::Command::new("fusermount3")
+                .args(["-u", "-z"])
+                .arg(dir)
+                .status()?;
+            if status.success() {
+                Ok(())
+            } else {
+                Err(std::io::Error::other(format!(
+                    "fusermount3 -u -z: {status}"
+                )))
+            }
+        }
+        Err(errno) => Err(errno.into()),
+    }
+}
 
 /// Unmounts the FUSE mount at `dir`: `umount(2)` as root, `fusermount3 -u` otherwise. The
 /// serving process then closes its pool cleanly.

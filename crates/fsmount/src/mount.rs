@@ -64,8 +64,9 @@ impl MountConfig {
 /// Why a mount failed or ended badly.
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
-    /// The mount point is not a directory.
-    #[error("{0}: not a directory")]
+    /// The mount point is not a directory (its path is in the field; the message leaves it
+    /// to the caller, which names the mount point already).
+    #[error("the mount point is not an existing directory")]
     NotADirectory(String),
     /// The FUSE device cannot be opened (missing, or not readable and writable by this
     /// user: Debian's `/dev/fuse` is root's only unless `fuse3` made it world-usable).

@@ -4,6 +4,7 @@
 //! and ext4 on a loop device. All sit on the same medium (DRAM): the pools and the ext4
 //! image are files in the pool directory (`/dev/shm` by default).
 
+use crate::scratch::{ScratchDir, Teardown, on_interrupt};
 use fsmount::{MountConfig, Mounted};
 use pmem::Pool;
 use pmfs::{Fs, MkfsOptions, MountOptions};
@@ -162,6 +163,7 @@ pub struct PreloadTarget {
     pool: PathBuf,
     prefix: PathBuf,
     library: PathBuf,
+    _teardown: Teardown,
 }
 
 impl PreloadTarget {
@@ -171,11 +173,13 @@ impl PreloadTarget {
         let id = std::process::id();
         let pool = pool_dir.join(format!("ferrite-eval-preload-{id}.pool"));
         let _ = std::fs::remove_file(&pool);
+        let teardown = remove_on_interrupt(&pool);
         let created = Pool::create(&pool, &pmfs::pool_options(size)).map_err(|e| e.to_string())?;
         Fs::mkfs(created, &MkfsOptions::default(), MountOptions::default())
             .and_then(|fs| fs.unmount().map_err(pmfs::FsError::from))
             .map_err(|e| e.to_string())?;
         Ok(PreloadTarget {
+            _teardown: teardown,
             pool,
             prefix: PathBuf::from(format!("/ferrite-preload-{id}")),
             library,
@@ -206,15 +210,13 @@ impl Drop for PreloadTarget {
 /// A scratch directory on tmpfs (the pool directory), removed on drop.
 #[derive(Debug)]
 pub struct TmpfsTarget {
-    dir: tempfile::TempDir,
+    dir: ScratchDir,
 }
 
 impl TmpfsTarget {
     /// A fresh directory in `pool_dir`.
     pub fn new(pool_dir: &Path) -> Result<Self, String> {
-        let dir = tempfile::Builder::new()
-            .prefix("ferrite-eval-pmfs-")
-            .tempdir_in(pool_dir)
+        let dir = ScratchDir::new_in(pool_dir, "ferrite-eval-pmfs-")
             .map_err(|e| format!("a scratch directory in {}: {e}", pool_dir.display()))?;
         Ok(TmpfsTarget { dir })
     }
@@ -232,6 +234,7 @@ pub struct FuseTarget {
     mounted: Option<Mounted>,
     dir: PathBuf,
     pool: PathBuf,
+    _teardown: Teardown,
 }
 
 impl FuseTarget {
@@ -247,6 +250,7 @@ impl FuseTarget {
         let dir = std::env::temp_dir().join(format!("ferrite-eval-fuse-{tag}-{id}"));
         let _ = std::fs::remove_file(&pool);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let teardown = unmount_on_interrupt(&dir, Some(&pool));
         let created = Pool::create(&pool, &pmfs::pool_options(size)).map_err(|e| e.to_string())?;
         let fs = Fs::mkfs(created, &MkfsOptions::default(), MountOptions::default())
             .map_err(|e| e.to_string())?;
@@ -262,6 +266,7 @@ impl FuseTarget {
             mounted: Some(mounted),
             dir,
             pool,
+            _teardown: teardown,
         })
     }
 }
@@ -287,6 +292,7 @@ impl Drop for FuseTarget {
 pub struct FuseFloor {
     mounted: Option<Mounted>,
     dir: PathBuf,
+    _teardown: Teardown,
 }
 
 impl FuseFloor {
@@ -298,11 +304,13 @@ impl FuseFloor {
         let dir =
             std::env::temp_dir().join(format!("ferrite-eval-fuse-floor-{}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let teardown = unmount_on_interrupt(&dir, None);
         let mounted =
             fsmount::spawn_null(&dir, &MountConfig::default()).map_err(|e| e.to_string())?;
         Ok(FuseFloor {
             mounted: Some(mounted),
             dir,
+            _teardown: teardown,
         })
     }
 }
@@ -330,6 +338,7 @@ pub struct Ext4Loop {
     device: String,
     dir: PathBuf,
     mounted: bool,
+    _teardown: Teardown,
 }
 
 fn run(program: &str, args: &[&str]) -> Result<String, String> {
@@ -366,11 +375,16 @@ impl Ext4Loop {
                 return Err(e);
             }
         };
+        let teardown = {
+            let (image, device, dir) = (image.clone(), device.clone(), dir.clone());
+            on_interrupt(move || Ext4Loop::tear_down(&image, &device, &dir, true))
+        };
         let mut target = Ext4Loop {
             image,
             device,
             dir,
             mounted: false,
+            _teardown: teardown,
         };
         run("mkfs.ext4", &["-q", "-F", &target.device])?;
         std::fs::create_dir_all(&target.dir).map_err(|e| e.to_string())?;
@@ -387,13 +401,44 @@ impl TargetDir for Ext4Loop {
     }
 }
 
+impl Ext4Loop {
+    /// Unmounts (when `mounted`), detaches the loop device, removes the mount point and the
+    /// image.
+    fn tear_down(image: &Path, device: &str, dir: &Path, mounted: bool) {
+        if mounted {
+            // Lazily: an interrupted benchmark program may still have files open in it.
+            let _ = run("umount", &["--lazy", &dir.display().to_string()]);
+        }
+        let _ = run("losetup", &["-d", device]);
+        let _ = std::fs::remove_dir(dir);
+        let _ = std::fs::remove_file(image);
+    }
+}
+
 impl Drop for Ext4Loop {
     fn drop(&mut self) {
-        if self.mounted {
-            let _ = run("umount", &[&self.dir.display().to_string()]);
-        }
-        let _ = run("losetup", &["-d", &self.device]);
-        let _ = std::fs::remove_dir(&self.dir);
-        let _ = std::fs::remove_file(&self.image);
+        Ext4Loop::tear_down(&self.image, &self.device, &self.dir, self.mounted);
     }
+}
+
+/// A teardown that removes `pool`.
+fn remove_on_interrupt(pool: &Path) -> Teardown {
+    let pool = pool.to_owned();
+    on_interrupt(move || {
+        let _ = std::fs::remove_file(pool);
+    })
+}
+
+/// A teardown that detaches the FUSE mount on `dir` (served by this process, which is about
+/// to exit: detached first, even while a benchmark program still works in it, it is not left
+/// as a dead "transport endpoint"), removes the mount point and, when given, the pool.
+fn unmount_on_interrupt(dir: &Path, pool: Option<&Path>) -> Teardown {
+    let (dir, pool) = (dir.to_owned(), pool.map(Path::to_owned));
+    on_interrupt(move || {
+        let _ = fsmount::detach(&dir);
+        let _ = std::fs::remove_dir(&dir);
+        if let Some(pool) = pool {
+            let _ = std::fs::remove_file(pool);
+        }
+    })
 }

@@ -49,10 +49,9 @@ pub fn run(options: &EvalOptions, bar: &ProgressBar) -> anyhow::Result<Section> 
         section.json = json!({ "skipped": "no C compiler" });
         return Ok(section);
     }
-    let scratch = tempfile::Builder::new()
-        .prefix("ferrite-nvthreads-eval")
-        .tempdir_in(&options.pool_dir)
-        .with_context(|| format!("scratch directory in {}", options.pool_dir.display()))?;
+    let scratch =
+        bench::scratch::ScratchDir::new_in(&options.pool_dir, "ferrite-nvthreads-eval")
+            .with_context(|| format!("scratch directory in {}", options.pool_dir.display()))?;
     let settings = Settings::new(scratch.path().to_path_buf(), options.quick);
     let fractions: &[f64] = if options.quick {
         &CRASH_FRACTIONS[1..2]
