@@ -349,7 +349,7 @@ fn battery_prints_the_three_designs() {
     let output = ferrite(&["sim", "battery"]);
     assert_success(&output);
     let table = stdout(&output);
-    for row in ["eadr", "bbb", "silo", "10496.0000", "5.3125"] {
+    for row in ["eadr", "bbb", "silo", "flush size KiB", " 10496 ", "5.3125"] {
         assert!(table.contains(row), "{row} missing: {table}");
     }
     let json = ferrite(&["sim", "battery", "--json", "--cores", "4"]);
@@ -469,4 +469,178 @@ fn quick_reproduce_writes_the_report_and_markdown() {
     assert_silo_report(&out, &stdout(&output));
     let markdown = std::fs::read_to_string(out.join("reproduction.md")).expect("markdown");
     assert!(markdown.contains("### Paper vs reproduction"), "{markdown}");
+}
+
+#[test]
+fn sizes_beyond_the_memory_limit_are_usage_errors_not_aborts() {
+    let dir = scratch();
+    let out = dir.path().join("big.trace");
+    let huge_tx = ferrite(&[
+        "sim",
+        "run",
+        "--design",
+        "silo",
+        "--workload",
+        "hash",
+        "--cores",
+        "1",
+        "--tx",
+        "18446744073709551615",
+    ]);
+    assert_usage_error(&huge_tx, "ferrite: hash: ", "MiB of memory per core");
+    let huge_keys = ferrite(&[
+        "sim",
+        "trace",
+        "--workload",
+        "array",
+        "--keys",
+        "268435456",
+        "--out",
+        text(&out),
+    ]);
+    assert_usage_error(&huge_keys, "ferrite: array: ", "MiB of memory per core");
+    assert!(!out.exists());
+}
+
+#[test]
+fn reproduce_refuses_an_out_path_that_is_a_file_before_running() {
+    let dir = scratch();
+    let file = dir.path().join("taken");
+    std::fs::write(&file, "keep me").expect("write");
+    let started = std::time::Instant::now();
+    let output = ferrite(&[
+        "sim",
+        "reproduce",
+        "--quick",
+        "--quiet",
+        "--out",
+        text(&file),
+    ]);
+    assert_usage_error(&output, "ferrite: --out ", "exists and is not a folder");
+    assert_eq!(std::fs::read_to_string(&file).expect("read"), "keep me");
+    // The plan never ran: a quick plan takes seconds, the check milliseconds.
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
+
+fn header(args: &[&str]) -> (String, String) {
+    let mut all = vec!["sim", "run", "--design", "silo"];
+    all.extend_from_slice(&TINY);
+    all.extend_from_slice(args);
+    let output = ferrite(&all);
+    assert_success(&output);
+    let text = stdout(&output);
+    let line = |label: &str| {
+        let found = text.lines().find(|l| l.starts_with(label));
+        found
+            .unwrap_or_else(|| panic!("no {label} line: {text}"))
+            .to_owned()
+    };
+    (line("run "), line("settings "))
+}
+
+#[test]
+fn run_header_names_every_non_default_setting() {
+    let (run, settings) = header(&[]);
+    assert!(run.contains("on-PM buffer of"), "{run}");
+    assert!(settings.ends_with("the default machine"), "{settings}");
+    let (run, settings) = header(&["--onpm-lines", "0", "--log-latency", "16", "--mlp", "4"]);
+    assert!(run.contains("no on-PM buffer"), "{run}");
+    for setting in ["mem.onpm_lines 0", "silo.buffer_latency 16", "core.mlp 4"] {
+        assert!(settings.contains(setting), "{setting}: {settings}");
+    }
+    let (_, pausing) = header(&["--write-pausing"]);
+    let (_, no_drain) = header(&["--no-final-drain"]);
+    assert_ne!(pausing, no_drain);
+    assert!(pausing.contains("write_pausing true"), "{pausing}");
+    assert!(no_drain.contains("final_drain false"), "{no_drain}");
+}
+
+#[test]
+fn silo_only_options_are_refused_for_other_designs() {
+    let mut base = vec!["sim", "run", "--design", "base"];
+    base.extend_from_slice(&TINY);
+    for extra in [
+        &["--log-entries", "5"][..],
+        &["--coalesce-lus"],
+        &["--log-latency", "16"],
+    ] {
+        let mut args = base.clone();
+        args.extend_from_slice(extra);
+        let output = ferrite(&args);
+        assert_usage_error(&output, "ferrite: --", "configures Silo's log buffer");
+    }
+    let mut zero = vec!["sim", "run", "--design", "silo", "--log-latency", "0"];
+    zero.extend_from_slice(&TINY);
+    let output = ferrite(&zero);
+    assert_eq!(output.status.code(), Some(USAGE), "{}", stderr(&output));
+}
+
+/// A trace file of hand-made streams (valid CRCs, any structure).
+fn hand_made(dir: &Path, name: &str, streams: &[Vec<trace::Event>]) -> PathBuf {
+    let mut made = trace::Trace::new(trace::TraceMeta::default());
+    for (core, events) in streams.iter().enumerate() {
+        let mut encoder = trace::Encoder::default();
+        for event in events {
+            encoder.push(event);
+        }
+        made.add_stream(core as u32, encoder);
+    }
+    let path = dir.join(name);
+    std::fs::write(&path, made.to_bytes()).expect("write the trace");
+    path
+}
+
+fn run_file(path: &Path) -> Output {
+    ferrite(&["sim", "run", "--design", "silo", "--trace", text(path)])
+}
+
+#[test]
+fn malformed_transaction_structure_is_a_usage_error_naming_stream_and_event() {
+    use trace::Event::{Compute, Store, TxBegin, TxEnd};
+    let dir = scratch();
+    let store = Store {
+        addr: 64,
+        size: 8,
+        old: 0,
+        new: 1,
+    };
+    let cases = [
+        (
+            vec![TxEnd],
+            "stream 0, event 0: TxEnd without an open transaction",
+        ),
+        (
+            vec![TxBegin, TxBegin],
+            "event 1: TxBegin inside an open transaction",
+        ),
+        (vec![store], "event 0: store outside a transaction"),
+        (
+            vec![TxBegin, store],
+            "event 2: the stream ends inside a transaction",
+        ),
+    ];
+    for (index, (events, reason)) in cases.into_iter().enumerate() {
+        let path = hand_made(dir.path(), &format!("bad{index}.trace"), &[events]);
+        assert_usage_error(&run_file(&path), "ferrite: ", reason);
+    }
+    let idle = hand_made(
+        dir.path(),
+        "idle.trace",
+        &[vec![Compute { instructions: 10 }]],
+    );
+    let output = run_file(&idle);
+    assert_success(&output);
+    let text = stdout(&output);
+    assert!(
+        text.contains("n/a B/tx") && !text.contains(" 0 B/tx"),
+        "{text}"
+    );
+    assert!(text.contains("(1 stream)"), "{text}");
+    let wide: Vec<Vec<trace::Event>> = (0..65).map(|_| vec![TxBegin, TxEnd]).collect();
+    let wide = hand_made(dir.path(), "wide.trace", &wide);
+    assert_usage_error(
+        &run_file(&wide),
+        "ferrite: ",
+        "65 streams, more than the 64 cores",
+    );
 }

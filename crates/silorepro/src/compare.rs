@@ -244,7 +244,7 @@ fn traffic(rep: &Reproduction, design: DesignKind, cores: usize) -> String {
     let per = |f: &dyn Fn(&RunRow) -> u64| mean(rs.iter().map(|r| r.per_tx(f(r))));
     format!(
         "{} sends {:.0} B/tx (log {:.0} + write-backs {:.0} + flushes {:.0} + in-place {:.0} \
-         + final drain {:.0}) and programs {:.0}",
+         + final drain {:.0}) and programs {:.0} B/tx",
         design.name(),
         mean(rs.iter().map(|r| r.bytes_per_tx())),
         per(&|r| r.log_bytes),
@@ -354,7 +354,7 @@ fn orderings(rep: &Reproduction, cores: usize) -> Vec<Comparison> {
             writes_hold,
             format!(
                 "Ours, bytes programmed × FWB (geomean): {}; bytes sent: {} (the ordering \
-                 {} by bytes sent). {} {}",
+                 {} by bytes sent). {}; {}.",
                 sorted(&bytes),
                 sorted(&sent),
                 if extremes_hold(&sent) {
@@ -531,8 +531,13 @@ fn discipline_note(rep: &Reproduction) -> String {
 
 fn sweep_losses(rep: &Reproduction) -> Vec<Comparison> {
     let mut out = Vec::new();
-    let last = |name: &str| rep.sweep(name).and_then(|s| s.points.last().cloned());
-    if let Some(p) = last("latency") {
+    // Compared at the paper's point only: a sweep that does not reach it (the quick plan)
+    // leaves the claim unmeasured rather than comparing a different point.
+    let at = |name: &str, value: u64| {
+        rep.sweep(name)
+            .and_then(|s| s.points.iter().find(|p| p.value == value).cloned())
+    };
+    if let Some(p) = at("latency", paper::LATENCY_LOSS.value) {
         out.push(verdict(
             Target::LatencyLoss,
             format!("throughput loss at a {}-cycle log buffer", p.value),
@@ -541,7 +546,7 @@ fn sweep_losses(rep: &Reproduction) -> Vec<Comparison> {
             latency_why(rep, &p),
         ));
     }
-    if let Some(p) = last("tx_size") {
+    if let Some(p) = at("tx_size", paper::TX_SIZE_LOSS.value) {
         out.push(verdict(
             Target::TxSizeLoss,
             format!("throughput loss at {}× log-buffer transactions", p.value),

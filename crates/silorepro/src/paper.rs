@@ -249,6 +249,17 @@ pub enum Target {
     },
 }
 
+impl Target {
+    /// An ordering the paper states (1 = holds, 0 = does not): no number to set beside
+    /// the paper's, so a miss reads "does not hold", not a ratio.
+    pub fn is_ordering(self) -> bool {
+        matches!(
+            self,
+            Target::ThroughputOrder { .. } | Target::WriteOrder { .. }
+        )
+    }
+}
+
 /// A column of Table IV.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -328,7 +328,7 @@ impl Timing {
                 .join(", ")
         };
         format!(
-            "Took {:.1} s: trace generation {:.1} s, simulation {:.1} s on {} host threads \
+            "Took {:.1} s: trace generation {:.1} s, simulation {:.1} s on {} \
              ({:.1} CPU seconds, {} runs reused from identical simulations); {:.1} M trace \
              events at {:.2} M events per CPU second \
              ({:.2} M per wall second per thread); largest-core runs per CPU second: {}; per \
@@ -336,7 +336,7 @@ impl Timing {
             self.wall_seconds,
             self.generation_seconds,
             self.simulation_wall_seconds,
-            self.threads,
+            count(self.threads as u64, "host thread"),
             self.simulation_cpu_seconds,
             self.reused_runs,
             self.events as f64 / 1e6,
@@ -456,5 +456,14 @@ pub fn geomean(values: impl IntoIterator<Item = f64>) -> f64 {
         1.0
     } else {
         (sum / f64::from(n)).exp()
+    }
+}
+
+/// "1 host thread", "2 host threads".
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
     }
 }

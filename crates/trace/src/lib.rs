@@ -6,6 +6,8 @@
 
 pub mod event;
 pub mod format;
+pub mod structure;
 
 pub use event::{Event, store_pieces};
 pub use format::{Decoder, Encoder, Trace, TraceError, TraceMeta};
+pub use structure::{StructureError, Violation};

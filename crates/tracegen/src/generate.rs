@@ -45,6 +45,14 @@ pub enum GenError {
         /// The error.
         error: TxError,
     },
+    /// The host refused the memory of a core's workload instance.
+    #[error("core {core}: the host cannot reserve {bytes} bytes for the workload instance")]
+    OutOfMemory {
+        /// Simulated core.
+        core: u32,
+        /// Bytes asked for.
+        bytes: u64,
+    },
     /// The workload kept aborting.
     #[error("{workload} on core {core}: only {committed} of {wanted} transactions committed")]
     Stalled {
@@ -116,8 +124,9 @@ fn record_all(spec: &TraceSpec, threads: usize) -> Result<Vec<CoreStream>, GenEr
 /// Records core `core`: untraced setup, then `spec.transactions` committed transactions.
 pub fn record_core(spec: &TraceSpec, core: u32) -> Result<CoreStream, GenError> {
     spec.validate().map_err(GenError::InvalidSpec)?;
-    let recorder = Recorder::new(MemEngine::new(spec.memory_bytes()), core, spec.compute)
-        .with_discipline(spec.discipline);
+    let bytes = spec.memory_bytes();
+    let engine = MemEngine::try_new(bytes).map_err(|_| GenError::OutOfMemory { core, bytes })?;
+    let recorder = Recorder::new(engine, core, spec.compute).with_discipline(spec.discipline);
     with_workload(spec, core, Runner { spec, recorder })
 }
 

@@ -97,6 +97,10 @@ pub const TPCC_LINES: std::ops::RangeInclusive<u32> = 1..=7;
 pub const MAX_CORES: u32 = 1 << 16;
 /// Largest value size accepted.
 pub const MAX_VALUE_SIZE: u32 = 4096;
+/// Largest memory one core's workload instance may reserve ([`TraceSpec::memory_bytes`]):
+/// 16 GiB. Keys and transactions both grow it, so this bounds them together and a spec
+/// that needs more is refused by [`TraceSpec::validate`] before anything is allocated.
+pub const MAX_CORE_MEMORY: u64 = 16 << 30;
 
 /// The parameters of one trace. Every field is recorded in the trace's metadata.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -278,20 +282,40 @@ impl TraceSpec {
         ];
         match checks.iter().find(|(ok, _)| !ok) {
             Some((_, why)) => Err((*why).to_string()),
-            None => Ok(()),
+            None => self.validate_memory(),
         }
+    }
+
+    /// Refuses a spec whose instance would need more than [`MAX_CORE_MEMORY`] per core.
+    fn validate_memory(&self) -> Result<(), String> {
+        let needed = self.memory_needed();
+        if needed <= MAX_CORE_MEMORY {
+            return Ok(());
+        }
+        Err(format!(
+            "keys {} and transactions {} need {} MiB of memory per core, over the limit of {} MiB",
+            self.keys,
+            self.transactions,
+            needed >> 20,
+            MAX_CORE_MEMORY >> 20
+        ))
     }
 
     /// Bytes of the inner `MemEngine` of one core: room for the instance, the growth of
     /// `transactions` operations and the allocator's slack. Only touched pages cost memory.
+    /// At most [`MAX_CORE_MEMORY`] (a larger spec does not validate).
     pub fn memory_bytes(&self) -> u64 {
+        self.memory_needed().min(MAX_CORE_MEMORY)
+    }
+
+    /// [`Self::memory_bytes`] before the limit (saturating).
+    fn memory_needed(&self) -> u64 {
         let record = u64::from(self.value_size) + 256;
         let instance = self.keys.saturating_mul(record).saturating_mul(3);
         let growth = self.operations().saturating_mul(record + 1024);
         (64u64 << 20)
             .saturating_add(instance)
             .saturating_add(growth)
-            .min(1 << 39)
     }
 
     /// Core `core`'s seed.

@@ -205,3 +205,33 @@ fn grouped_transactions_hold_the_same_operations() {
         );
     }
 }
+
+#[test]
+fn specs_beyond_the_memory_limit_are_refused_before_allocating() {
+    let huge_tx = TraceSpec::new(SiloWorkload::Hash)
+        .with_cores(1)
+        .with_transactions(u64::MAX);
+    let huge_keys = TraceSpec::new(SiloWorkload::Array)
+        .with_cores(1)
+        .with_keys(1 << 28);
+    for spec in [huge_tx, huge_keys] {
+        let why = spec.validate().expect_err("over the memory limit");
+        assert!(why.contains("MiB of memory per core"), "{why}");
+        let error = generate(&spec).expect_err("refused before allocating");
+        assert!(
+            matches!(error, tracegen::GenError::InvalidSpec(_)),
+            "{error}"
+        );
+    }
+    for workload in SiloWorkload::ALL {
+        let spec = TraceSpec::new(workload);
+        assert_eq!(spec.validate(), Ok(()), "{workload}'s default spec");
+        assert!(spec.memory_bytes() <= tracegen::spec::MAX_CORE_MEMORY);
+    }
+}
+
+#[test]
+fn memory_the_host_refuses_is_an_error_not_an_abort() {
+    let error = tx::MemEngine::try_new(1 << 62).expect_err("4 EiB cannot be reserved");
+    assert!(!error.to_string().is_empty());
+}

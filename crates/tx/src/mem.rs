@@ -61,22 +61,34 @@ impl Journal {
 impl MemEngine {
     /// An engine with `size` bytes of memory (root object at 4 KiB, heap after it).
     pub fn new(size: u64) -> Self {
+        match Self::try_new(size) {
+            Ok(engine) => engine,
+            Err(error) => panic!("MemEngine of {size} bytes: {error}"),
+        }
+    }
+
+    /// [`Self::new`] that reports memory the host cannot reserve instead of aborting: a
+    /// fallible reservation of the whole size is tried (and released) first, so a size the
+    /// allocator refuses is an error before the zeroed (lazily touched) allocation.
+    pub fn try_new(size: u64) -> Result<Self, std::collections::TryReserveError> {
         assert!(
             size > HEAP_START,
             "MemEngine needs more than {HEAP_START} bytes"
         );
+        let len = usize::try_from(size).unwrap_or(usize::MAX);
+        Vec::<u8>::new().try_reserve_exact(len)?;
         let state = MemState {
-            bytes: vec![0; size as usize],
+            bytes: vec![0; len],
             bump: HEAP_START,
             free: BTreeMap::new(),
             sizes: BTreeMap::new(),
             journal: Journal::default(),
         };
-        MemEngine {
+        Ok(MemEngine {
             state: Mutex::new(state),
             tag: pool_tag(b"ferrite-memengin"),
             id: new_engine_id(),
-        }
+        })
     }
 
     /// Bytes currently allocated.

@@ -103,10 +103,10 @@ fn incomplete_runs(rep: &Reproduction) -> Vec<String> {
         .filter(|r| r.committed_tx != rep.spec.transactions * r.cores as u64)
         .map(|r| {
             format!(
-                "{} on {}, {} cores: {} of {} transactions committed",
+                "{} on {}, {}: {} of {} transactions committed",
                 r.design.name(),
                 r.workload,
-                r.cores,
+                cores_text(r.cores),
                 r.committed_tx,
                 rep.spec.transactions * r.cores as u64
             )
@@ -309,15 +309,15 @@ fn plan_line(rep: &Reproduction, plan: PlanName) -> String {
         |k| format!("{k} keys per core"),
     );
     format!(
-        "Plan: {} ({} workloads × {} designs × {{{}}} cores, {} transactions per core, {keys}; \
-         sweeps at {} cores: log-buffer latency {{{}}} cycles, entries {{{}}}, transaction \
+        "Plan: {} ({} workloads × {} designs × {{{}}} cores, {} per core, {keys}; \
+         sweeps at {}: log-buffer latency {{{}}} cycles, entries {{{}}}, transaction \
          size {{{}}}× the buffer; sensitivity variants {}).",
         plan.label(),
         spec.workloads.len(),
         spec.designs.len(),
         list(spec.cores.iter().map(ToString::to_string).collect()),
-        spec.transactions,
-        spec.sweep_cores,
+        silorepro::results::count(spec.transactions, "transaction"),
+        cores_text(spec.sweep_cores),
         list(spec.latencies.iter().map(ToString::to_string).collect()),
         list(spec.entries.iter().map(ToString::to_string).collect()),
         list(
@@ -397,6 +397,9 @@ fn miss_line(c: &Comparison) -> String {
     } else {
         c.explanation.clone()
     };
+    if c.target.is_ordering() {
+        return format!("MISS — {}: does not hold. {why}", c.quantity);
+    }
     format!(
         "MISS — {}: paper {}, ours {} ({:.2}× the paper). {why}",
         c.quantity,
@@ -435,6 +438,29 @@ pub(crate) mod tests {
             };
             silorepro::reproduce(&spec).expect("the tiny plan runs")
         })
+    }
+
+    #[test]
+    fn an_ordering_miss_reads_does_not_hold_and_counts_agree_in_number() {
+        let miss = Comparison {
+            target: Target::WriteOrder { cores: 8 },
+            quantity: "8-core PM writes: Base highest, Silo lowest".to_owned(),
+            paper: 1.0,
+            ours: 0.0,
+            ratio: 0.0,
+            within: false,
+            explanation: "Because.".to_owned(),
+        };
+        assert_eq!(
+            miss_line(&miss),
+            "MISS — 8-core PM writes: Base highest, Silo lowest: does not hold. Because."
+        );
+        assert_eq!(silorepro::results::count(1, "host thread"), "1 host thread");
+        assert_eq!(
+            silorepro::results::count(3, "transaction"),
+            "3 transactions"
+        );
+        assert_eq!(cores_text(1), "1 core");
     }
 
     #[test]

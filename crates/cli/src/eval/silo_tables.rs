@@ -6,7 +6,7 @@ use super::silo::{core_extremes, cores_text, num, workload_names};
 use crate::report::Table;
 use hwsim::DesignKind;
 use hwsim::battery::BatteryTable;
-use silorepro::{Reproduction, RunRow, Sweep};
+use silorepro::{Comparison, Reproduction, RunRow, Sweep};
 
 /// Every table of the section, in display order.
 pub fn tables(rep: &Reproduction) -> Vec<Table> {
@@ -37,19 +37,29 @@ fn distinct<const N: usize>(values: [usize; N]) -> Vec<usize> {
 /// Each of the paper's numbers beside ours: the ratio and whether it is within ±25 %.
 pub fn comparison_table(rep: &Reproduction) -> Table {
     let mut table = Table::new(
-        "Paper vs reproduction (orderings: 1 = holds, 0 = does not)",
+        "Paper vs reproduction",
         &["quantity", "paper", "ours", "ours / paper", "within ±25 %"],
     );
     for c in &rep.comparison {
+        let (paper, ours, ratio) = comparison_cells(c);
         table.push(vec![
             c.quantity.clone(),
-            num(c.paper),
-            num(c.ours),
-            format!("{:.2}", c.ratio),
+            paper,
+            ours,
+            ratio,
             if c.within { "pass" } else { "MISS" }.to_owned(),
         ]);
     }
     table
+}
+
+/// Paper, ours and their ratio; an ordering has no number, only whether it holds.
+fn comparison_cells(c: &Comparison) -> (String, String, String) {
+    if c.target.is_ordering() {
+        let ours = if c.within { "holds" } else { "does not hold" };
+        return ("holds".to_owned(), ours.to_owned(), "—".to_owned());
+    }
+    (num(c.paper), num(c.ours), format!("{:.2}", c.ratio))
 }
 
 fn designs_table(rep: &Reproduction) -> Table {
@@ -293,6 +303,12 @@ fn sensitivity_table(rep: &Reproduction) -> Table {
     table
 }
 
+/// KiB with as many decimals as the value needs, at most four (10496, 5.3125).
+fn kib(value: f64) -> String {
+    let text = format!("{value:.4}");
+    text.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
 /// The battery table as a report table: one row per scheme (eADR, BBB, Silo).
 pub fn battery_table(table: &BatteryTable) -> Table {
     let mut rendered = Table::new(
@@ -302,7 +318,7 @@ pub fn battery_table(table: &BatteryTable) -> Table {
         ),
         &[
             "design",
-            "flush size KB",
+            "flush size KiB",
             "energy µJ",
             "super-capacitor mm³",
             "Li thin film mm³",
@@ -312,7 +328,7 @@ pub fn battery_table(table: &BatteryTable) -> Table {
     for row in &table.rows {
         rendered.push(vec![
             row.design.name().to_owned(),
-            format!("{:.4}", row.flush_kb),
+            kib(row.flush_kb),
             format!("{:.1}", row.energy_uj),
             format!("{:.3}", row.capacitor_mm3),
             format!("{:.5}", row.lithium_mm3),
@@ -328,6 +344,22 @@ mod tests {
     use crate::eval::silo::tests::tiny;
 
     #[test]
+    fn kib_drops_the_decimals_a_value_does_not_need() {
+        assert_eq!(kib(10496.0), "10496");
+        assert_eq!(kib(5.3125), "5.3125");
+        assert_eq!(kib(16.5), "16.5");
+        let table = hwsim::battery::battery_table(
+            &hwsim::Config::default(),
+            &hwsim::battery::BatteryParams::default(),
+        );
+        let rendered = crate::eval::terminal_table(&battery_table(&table)).to_string();
+        assert!(
+            rendered.contains("KiB") && !rendered.contains("0000"),
+            "{rendered}"
+        );
+    }
+
+    #[test]
     fn comparison_table_has_a_row_per_target_with_its_verdict() {
         let rep = tiny();
         let table = comparison_table(rep);
@@ -335,6 +367,10 @@ mod tests {
         for (row, c) in table.rows.iter().zip(&rep.comparison) {
             assert_eq!(row[0], c.quantity);
             assert_eq!(row[4], if c.within { "pass" } else { "MISS" });
+            if c.target.is_ordering() {
+                assert_eq!(row[1], "holds");
+                assert_eq!(row[3], "—");
+            }
         }
     }
 

@@ -42,3 +42,33 @@ fn assumptions(params: &BatteryParams) -> String {
         params.lithium_mj_per_mm3
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reader that went away: every write fails as a closed pipe does.
+    struct ClosedPipe;
+
+    impl Write for ClosedPipe {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::ErrorKind::BrokenPipe.into())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_closed_output_is_an_io_error_returned_not_a_panic() {
+        for json in [false, true] {
+            let error =
+                run(&BatteryArgs { cores: 8, json }, &mut ClosedPipe).expect_err("the write fails");
+            let io = error
+                .downcast_ref::<std::io::Error>()
+                .expect("an I/O error");
+            assert_eq!(io.kind(), std::io::ErrorKind::BrokenPipe);
+        }
+    }
+}

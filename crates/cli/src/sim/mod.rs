@@ -133,8 +133,8 @@ pub struct RunArgs {
     /// defaults), applied before the options below.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Silo log-buffer access latency in cycles (the paper sweeps 8..128).
-    #[arg(long, value_name = "CYCLES", value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    /// Silo log-buffer access latency in cycles, at least 1 (the paper sweeps 8..128).
+    #[arg(long, value_name = "CYCLES", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub log_latency: Option<u64>,
     /// Silo log-buffer entries per core (default 20).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=4096))]
@@ -277,6 +277,9 @@ fn generate(spec: &tracegen::TraceSpec) -> anyhow::Result<trace::Trace> {
     tracegen::generate(spec).map_err(|error| match error {
         tracegen::GenError::InvalidSpec(why) => {
             crate::UsageError(format!("{}: {why}", spec.workload)).into()
+        }
+        out_of_memory @ tracegen::GenError::OutOfMemory { .. } => {
+            crate::UsageError(format!("{}: {out_of_memory}", spec.workload)).into()
         }
         other => {
             anyhow::Error::new(other).context(format!("generating the {} trace", spec.workload))

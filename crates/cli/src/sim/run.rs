@@ -38,6 +38,8 @@ struct RunRecord {
     design: DesignKind,
     workload: String,
     cores: usize,
+    /// `--config`, when given.
+    config_file: Option<PathBuf>,
     trace: TraceInfo,
     per_tx: PerTransaction,
     config: Config,
@@ -61,30 +63,41 @@ struct TraceInfo {
 /// transactions), so runs of different lengths compare directly.
 #[derive(Debug, Serialize)]
 struct PerTransaction {
-    write_requests: f64,
-    write_bytes: f64,
-    final_drain_bytes: f64,
-    programmed_bytes: f64,
-    media_writes: f64,
-    log_bytes: f64,
+    write_requests: Option<f64>,
+    write_bytes: Option<f64>,
+    final_drain_bytes: Option<f64>,
+    programmed_bytes: Option<f64>,
+    media_writes: Option<f64>,
+    log_bytes: Option<f64>,
     stall_cycles: StallsPerTx,
+}
+
+/// `value` per committed transaction; none without a committed transaction.
+fn per_tx(value: u64, committed: u64) -> Option<f64> {
+    (committed > 0).then(|| value as f64 / committed as f64)
+}
+
+/// A per-transaction figure with `decimals`, or "n/a" without a committed transaction.
+fn per_tx_text(value: u64, committed: u64, decimals: usize) -> String {
+    per_tx(value, committed).map_or_else(|| "n/a".to_owned(), |v| format!("{v:.decimals$}"))
 }
 
 /// Stall cycles per committed transaction, by cause.
 #[derive(Debug, Serialize)]
 struct StallsPerTx {
-    load: f64,
-    store_buffer: f64,
-    writeback: f64,
-    persist: f64,
-    log_buffer: f64,
-    commit: f64,
-    drain: f64,
-    mem_drain: f64,
+    load: Option<f64>,
+    store_buffer: Option<f64>,
+    writeback: Option<f64>,
+    persist: Option<f64>,
+    log_buffer: Option<f64>,
+    commit: Option<f64>,
+    drain: Option<f64>,
+    mem_drain: Option<f64>,
 }
 
 /// Runs `sim run`.
 pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    refuse_silo_options_elsewhere(args)?;
     let (trace, source) = obtain_trace(args)?;
     let cores = cores_to_simulate(args, &trace, &source)?;
     let config = machine(args, cores)?;
@@ -94,6 +107,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         design: args.design,
         workload: trace.meta.workload.clone(),
         cores,
+        config_file: args.config.clone(),
         per_tx: per_transaction(&metrics),
         trace: TraceInfo {
             source,
@@ -112,11 +126,31 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--log-latency`, `--log-entries` and `--coalesce-lus` configure Silo's log buffer and
+/// controller: for another design they would change nothing, so they are refused.
+fn refuse_silo_options_elsewhere(args: &RunArgs) -> Result<(), UsageError> {
+    let given = [
+        ("--log-latency", args.log_latency.is_some()),
+        ("--log-entries", args.log_entries.is_some()),
+        ("--coalesce-lus", args.coalesce_lus),
+    ];
+    match given.iter().find(|(_, set)| *set) {
+        Some((option, _)) if args.design != DesignKind::Silo => Err(UsageError(format!(
+            "{option} configures Silo's log buffer; --design {} has none",
+            args.design.name()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// The trace file, or a trace generated from the workload options.
 fn obtain_trace(args: &RunArgs) -> anyhow::Result<(Trace, TraceSource)> {
     if let Some(path) = &args.trace {
-        let trace = Trace::read(path)
-            .map_err(|error| UsageError(format!("{}: {error}", path.display())))?;
+        let usage = |why: String| UsageError(format!("{}: {why}", path.display()));
+        let trace = Trace::read(path).map_err(|error| usage(error.to_string()))?;
+        trace
+            .check_transactions()
+            .map_err(|error| usage(error.to_string()))?;
         return Ok((trace, TraceSource::File { path: path.clone() }));
     }
     // clap requires --workload when --trace is absent.
@@ -136,7 +170,15 @@ fn cores_to_simulate(args: &RunArgs, trace: &Trace, source: &TraceSource) -> any
         None if trace.cores() == 0 => {
             Err(UsageError(format!("{}: the trace has no streams", source.label())).into())
         }
-        None => Ok(trace.cores().min(super::MAX_CORES as usize)),
+        None if trace.cores() > super::MAX_CORES as usize => Err(UsageError(format!(
+            "{}: the trace has {} streams, more than the {} cores the simulator models; \
+             --cores N simulates the first N",
+            source.label(),
+            trace.cores(),
+            super::MAX_CORES
+        ))
+        .into()),
+        None => Ok(trace.cores()),
     }
 }
 
@@ -185,8 +227,7 @@ fn sim_error(error: SimError, source: &TraceSource) -> anyhow::Error {
 }
 
 fn per_transaction(m: &Metrics) -> PerTransaction {
-    let tx = m.committed_tx.max(1) as f64;
-    let per = |value: u64| value as f64 / tx;
+    let per = |value: u64| per_tx(value, m.committed_tx);
     let s = &m.stalls;
     PerTransaction {
         write_requests: per(m.pm.writes.requests),
@@ -220,6 +261,7 @@ fn summary_lines(record: &RunRecord) -> Vec<(&'static str, String)> {
     let m = &record.metrics;
     let mut lines = vec![
         ("run", run_line(record)),
+        ("settings", settings_line(record)),
         ("throughput", throughput_line(m)),
         ("PM writes", writes_line(m)),
         ("  by class", classes_line(m)),
@@ -251,23 +293,78 @@ fn run_line(record: &RunRecord) -> String {
             spec.discipline.name()
         ),
         TraceSource::File { path } => {
-            format!("{} ({} streams)", path.display(), record.trace.streams)
+            let streams = record.trace.streams;
+            let noun = if streams == 1 { "stream" } else { "streams" };
+            format!("{} ({streams} {noun})", path.display())
         }
     };
     let mem = &record.config.mem;
+    let buffer = match (mem.onpm_lines, mem.baselines_use_onpm_buffer) {
+        (0, _) => "no on-PM buffer".to_owned(),
+        (lines, true) => format!("on-PM buffer of {lines} lines for every design"),
+        (lines, false) => format!("on-PM buffer of {lines} lines for Silo and Ideal"),
+    };
     format!(
-        "{} on {}, {} at {} GHz, media {}, on-PM buffer for {}; trace {source}",
+        "{} on {}, {} at {} GHz, media {}, {buffer}; trace {source}",
         record.design.name(),
         record.workload,
         crate::eval::silo::cores_text(record.cores),
         record.config.freq_ghz,
         mem.media.name(),
-        if mem.baselines_use_onpm_buffer {
-            "every design"
-        } else {
-            "Silo and Ideal"
-        }
     )
+}
+
+/// The configuration file and every setting that differs from the default machine, so two
+/// different runs never print the same header.
+fn settings_line(record: &RunRecord) -> String {
+    let default = Config {
+        cores: record.config.cores,
+        ..Config::default()
+    };
+    let mut parts: Vec<String> = record
+        .config_file
+        .iter()
+        .map(|path| format!("--config {}", path.display()))
+        .collect();
+    parts.extend(changed_settings(&default, &record.config));
+    if parts.is_empty() {
+        return "the default machine".to_owned();
+    }
+    parts.join(", ")
+}
+
+/// `name value (default d)` for every leaf of `config` that differs from `default`.
+fn changed_settings(default: &Config, config: &Config) -> Vec<String> {
+    let (Ok(default), Ok(config)) = (serde_json::to_value(default), serde_json::to_value(config))
+    else {
+        return vec!["(the configuration does not serialize)".to_owned()];
+    };
+    let mut changed = Vec::new();
+    diff_leaves("", &default, &config, &mut changed);
+    changed
+}
+
+fn diff_leaves(
+    path: &str,
+    default: &serde_json::Value,
+    ours: &serde_json::Value,
+    out: &mut Vec<String>,
+) {
+    use serde_json::Value;
+    match (default, ours) {
+        (Value::Object(d), Value::Object(o)) => {
+            for (key, value) in o {
+                let child = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                diff_leaves(&child, d.get(key).unwrap_or(&Value::Null), value, out);
+            }
+        }
+        _ if default != ours => out.push(format!("{path} {ours} (default {default})")),
+        _ => {}
+    }
 }
 
 fn throughput_line(m: &Metrics) -> String {
@@ -282,19 +379,19 @@ fn throughput_line(m: &Metrics) -> String {
 }
 
 fn writes_line(m: &Metrics) -> String {
-    let tx = m.committed_tx.max(1) as f64;
+    let per = |value: u64, decimals: usize| per_tx_text(value, m.committed_tx, decimals);
     format!(
-        "{} requests, {} sent ({:.0} B/tx, {:.1} requests/tx) + {} final drain; {} \
-         programmed ({:.0} B/tx); {} media writes of 256 B lines ({:.2}/tx)",
+        "{} requests, {} sent ({} B/tx, {} requests/tx) + {} final drain; {} \
+         programmed ({} B/tx); {} media writes of 256 B lines ({}/tx)",
         m.pm.writes.requests,
         format_bytes(m.pm.writes.bytes),
-        m.pm.writes.bytes as f64 / tx,
-        m.pm.writes.requests as f64 / tx,
+        per(m.pm.writes.bytes, 0),
+        per(m.pm.writes.requests, 1),
         format_bytes(m.pm.final_drain.bytes),
         format_bytes(m.pm.programmed_bytes),
-        m.pm.programmed_bytes as f64 / tx,
+        per(m.pm.programmed_bytes, 0),
         m.pm.media_writes,
-        m.pm.media_writes as f64 / tx,
+        per(m.pm.media_writes, 2),
     )
 }
 
@@ -384,10 +481,10 @@ fn other_log_line(log: &LogStats) -> Option<String> {
 }
 
 fn stalls_line(s: &StallCycles, committed: u64) -> String {
-    let per = |cycles: u64| cycles as f64 / committed.max(1) as f64;
+    let per = |cycles: u64| per_tx_text(cycles, committed, 0);
     format!(
-        "load {:.0}, store buffer {:.0}, write-back buffer {:.0}, persist {:.0}, log buffer \
-         {:.0}, commit {:.0}, drain {:.0}, mem_drain {:.0} cycles",
+        "load {}, store buffer {}, write-back buffer {}, persist {}, log buffer {}, commit \
+         {}, drain {}, mem_drain {} cycles",
         per(s.load),
         per(s.store_buffer),
         per(s.writeback),
