@@ -434,11 +434,11 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             state.reset();
             let snapshot = self.clock.now();
             let mut tx = MvccTx::new(self, lane, state, snapshot, Level::Snapshot, None, &outcome);
-            tx.replaying = Some(Replaying {
+            tx.replaying = Some(Box::new(Replaying {
                 ts: record.ts,
                 allocs: self.allocations_of(record)?,
                 blocks: Vec::new(),
-            });
+            }));
             let result = tx::api::run_transaction(tx, |tx| match record.kind {
                 Kind::Logical => self.replay.replay(
                     tx,
