@@ -7,7 +7,7 @@ use crate::engine::Mvcc;
 use crate::lane::{Lane, NONE, WriteEntry, merge_ranges};
 use crate::options::{Level, Mutant};
 use crate::record::{self, Kind};
-use crate::table::{FRESH, NO_HEADER};
+use crate::table::{FRESH, NO_HEADER, Table};
 use heap::Action;
 use parking_lot::MutexGuard;
 use pmem::{Persist, WriteClass};
@@ -48,12 +48,18 @@ pub(crate) struct Replaying {
 #[derive(Debug)]
 pub struct MvccTx<'a, P: Persist, R: Replay> {
     engine: &'a Mvcc<P, R>,
+    /// The engine's chunk table, PM backend and pool length, resolved once at begin: the
+    /// common read uses nothing else of the engine, so it loads none of the pointers on
+    /// the way to them (engine → core → table / pool → backend).
+    table: &'a Table,
+    pm: &'a P,
+    pool_len: u64,
     lane: usize,
     state: MutexGuard<'a, Lane>,
     snapshot: u64,
     level: Level,
     op: Option<OpId>,
-    pub(crate) replaying: Option<Replaying>,
+    pub(crate) replaying: Option<Box<Replaying>>,
     outcome: &'a Outcome,
     failed: bool,
     /// Reads are recorded for validation at commit.
@@ -81,8 +87,12 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             "a lane's write set is empty between attempts"
         );
         let tracking = level != Level::Snapshot || op.is_some();
+        let pm = engine.pool.pm();
         MvccTx {
             engine,
+            table: &engine.table,
+            pm,
+            pool_len: pm.len(),
             lane,
             state,
             snapshot,
@@ -231,8 +241,8 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
     #[inline(never)]
     fn read_plain_spanning(&mut self, addr: u64, dst: &mut [u8]) -> TxResult<()> {
         let last = (addr + dst.len() as u64 - 1) / CHUNK;
-        if self.engine.table.reads_masters(addr / CHUNK, last) {
-            self.engine.pool.pm().read(addr, dst);
+        if self.table.reads_masters(addr / CHUNK, last) {
+            self.pm.read(addr, dst);
             return Ok(());
         }
         self.read_versions(addr, dst)
@@ -244,9 +254,9 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
     /// more than the header-bit test it wraps.
     #[inline(always)]
     fn read_in_chunk(&mut self, addr: u64, dst: &mut [u8]) -> TxResult<()> {
-        match self.engine.table.reader_slot(addr / CHUNK) {
+        match self.table.reader_slot(addr / CHUNK) {
             NO_HEADER | FRESH => {
-                self.engine.pool.pm().read(addr, dst);
+                self.pm.read(addr, dst);
                 Ok(())
             }
             r => self.read_header(r, (addr % CHUNK) as usize, dst),
@@ -704,7 +714,8 @@ impl<P: Persist, R: Replay> Tx for MvccTx<'_, P, R> {
         if self.plain_reads && len != 0 {
             // The common read, by a transaction whose reads need no set: inside one chunk,
             // the master if the chunk has no header, as for any engine, else its header.
-            if !self.engine.pool.pm().check_range(addr, len) {
+            // The pool's length, resolved at begin (as `check_range` reads it).
+            if addr.checked_add(len).is_none_or(|end| end > self.pool_len) {
                 return Err(TxError::OutOfBounds { addr, len });
             }
             if addr % CHUNK + len <= CHUNK {

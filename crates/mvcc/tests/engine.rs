@@ -964,6 +964,33 @@ fn an_empty_read_at_the_pool_end_is_in_bounds() {
         .expect("empty reads");
 }
 
+/// The common read checks its range against the pool length it resolved at begin: the
+/// last bytes of the pool read, a range one byte longer or wrapping past `u64::MAX` is out
+/// of bounds, and a refused read does not fail the transaction.
+#[test]
+fn a_plain_read_is_bounded_by_the_pool_end() {
+    let engine = Mvcc::create(sim_pool(), &MvccOptions::small(), NoReplay).expect("create");
+    engine
+        .read_only(|tx| {
+            let mut last = [0xAAu8; 8];
+            tx.read_raw(POOL - 8, &mut last)?;
+            assert_eq!(last, [0; 8], "the pool's last bytes are unwritten");
+            for (addr, len) in [(POOL - 7, 8), (POOL, 1), (u64::MAX - 3, 8), (u64::MAX, 1)] {
+                let mut dst = vec![0u8; len];
+                assert!(
+                    matches!(
+                        tx.read_raw(addr, &mut dst),
+                        Err(TxError::OutOfBounds { addr: a, len: l }) if a == addr && l == len as u64
+                    ),
+                    "{addr:#x} + {len}"
+                );
+            }
+            tx.read_raw(POOL - 8, &mut last)?;
+            Ok::<_, TxError>(())
+        })
+        .expect("bounded reads");
+}
+
 #[test]
 fn a_chunk_read_again_right_away_is_validated_once() {
     let engine = Mvcc::create(sim_pool(), &MvccOptions::small(), NoReplay).expect("create");
