@@ -24,6 +24,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 /// Ferrite: atomic durability on persistent memory.
 #[derive(Debug, Parser)]
@@ -237,7 +238,7 @@ fn main() -> ExitCode {
         if needs_pmdk_environment() {
             return rerun_with_pmdk_environment();
         }
-        remove_scratch_pools_on_interrupt();
+        tear_down_scratch_on_interrupt();
     }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -339,27 +340,26 @@ fn rerun_with_pmdk_environment() -> ExitCode {
 /// side stores its own fact before it reads the other's (both `SeqCst`), so whichever comes
 /// second sees the first and the run gets the request once the two meet.
 struct Rerun {
-    pid: std::sync::atomic::AtomicU32,
-    interrupted: std::sync::atomic::AtomicBool,
+    pid: AtomicU32,
+    interrupted: AtomicBool,
 }
 
 static RERUN: Rerun = Rerun {
-    pid: std::sync::atomic::AtomicU32::new(0),
-    interrupted: std::sync::atomic::AtomicBool::new(false),
+    pid: AtomicU32::new(0),
+    interrupted: AtomicBool::new(false),
 };
 
 impl Rerun {
     fn forward_interrupt(&'static self) -> impl FnMut() + Send + 'static {
         move || {
-            self.interrupted
-                .store(true, std::sync::atomic::Ordering::SeqCst);
-            self.terminate(self.pid.load(std::sync::atomic::Ordering::SeqCst));
+            self.interrupted.store(true, Ordering::SeqCst);
+            self.terminate(self.pid.load(Ordering::SeqCst));
         }
     }
 
     fn started(&self, pid: u32) {
-        self.pid.store(pid, std::sync::atomic::Ordering::SeqCst);
-        if self.interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+        self.pid.store(pid, Ordering::SeqCst);
+        if self.interrupted.load(Ordering::SeqCst) {
             self.terminate(pid);
         }
     }
@@ -392,7 +392,7 @@ const EXIT_INTERRUPTED: i32 = 130;
 /// Ctrl-C or SIGTERM during `bench` or `eval` tears down what the runs still have (scratch
 /// pools, mounts, loop devices: a signal's default action would leave them, pools up to the
 /// pool size each in `/dev/shm`) and exits with [`EXIT_INTERRUPTED`].
-fn remove_scratch_pools_on_interrupt() {
+fn tear_down_scratch_on_interrupt() {
     let installed = ctrlc::set_handler(|| {
         let undone = bench::scratch::tear_down_all();
         let _ = writeln!(
@@ -402,7 +402,7 @@ fn remove_scratch_pools_on_interrupt() {
         std::process::exit(EXIT_INTERRUPTED)
     });
     if let Err(error) = installed {
-        eprintln!("ferrite: {}", interrupt_warning(&error));
+        let _ = writeln!(std::io::stderr(), "ferrite: {}", interrupt_warning(&error));
     }
 }
 
