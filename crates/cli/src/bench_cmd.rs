@@ -164,6 +164,51 @@ pub fn events_line(m: &Measurement) -> String {
     format!("  {} events: {}", m.engine, parts.join(", "))
 }
 
+/// The version of the `--json` document's layout (docs/bench-json.md); a change that removes
+/// or renames a field bumps it.
+pub const JSON_VERSION: u32 = 1;
+
+/// The `--json` document: what was asked for and every measurement, each marked with
+/// whether its PM traffic was counted (engines that store through Ferrite's persistence seam;
+/// PMDK stores through its own library, so its counters and per-operation traffic read 0
+/// there, meaning "not measured").
+pub fn json_report(request: &BenchRequest, results: &[Measurement]) -> serde_json::Value {
+    let measurements: Vec<serde_json::Value> = results
+        .iter()
+        .map(|m| {
+            let mut value = serde_json::to_value(m).unwrap_or(serde_json::Value::Null);
+            if let Some(object) = value.as_object_mut() {
+                object.insert("traffic_counted".into(), traffic_counted(m).into());
+            }
+            value
+        })
+        .collect();
+    serde_json::json!({
+        "format": "ferrite-bench",
+        "version": JSON_VERSION,
+        "request": {
+            "engines": request.engines.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "workloads": request.workloads.iter().map(|w| w.name()).collect::<Vec<_>>(),
+            "threads": request.threads,
+            "keys": request.params.keys,
+            "value_size": request.params.value_size,
+            "update_percent": request.params.update_percent,
+            "seed": request.params.seed,
+            "ops_per_run": request.ops,
+            "warmup_ops": request.warmup,
+            "runs": request.runs,
+            "pool_size": request.pool_size,
+            "pool_dir": request.pool_dir.display().to_string(),
+        },
+        "measurements": measurements,
+    })
+}
+
+/// Whether `m`'s engine stored through the counting seam (any PM byte or fence counted).
+fn traffic_counted(m: &Measurement) -> bool {
+    m.counters.pm_bytes() > 0 || m.counters.fences > 0
+}
+
 /// One table row of a measurement.
 pub fn row(m: &Measurement, base_throughput: Option<f64>) -> Vec<String> {
     vec![

@@ -435,7 +435,7 @@ fn run_bench(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let baseline = args.baseline.map(|b| b.to_string());
     bench_cmd::print_tables(&results, baseline.as_deref(), out)?;
     if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&results)?;
+        let text = serde_json::to_string_pretty(&bench_cmd::json_report(&request, &results))?;
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

@@ -606,3 +606,35 @@ fn a_missing_mount_point_is_named_once() {
     assert_eq!(err.matches(text(&missing)).count(), 1, "{err}");
     assert!(err.contains("not an existing directory"), "{err}");
 }
+
+#[test]
+fn bench_json_says_what_was_asked_and_whether_traffic_was_counted() {
+    let dir = scratch();
+    let json = dir.path().join("bench.json");
+    // The helper's engine is redo.
+    let output = bench(&[
+        "--ops",
+        "400",
+        "--runs",
+        "2",
+        "--keys",
+        "64",
+        "--json",
+        text(&json),
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("read")).expect("JSON");
+    assert_eq!(report["format"], "ferrite-bench");
+    assert_eq!(report["version"], 1);
+    assert_eq!(report["request"]["ops_per_run"], 400);
+    assert_eq!(report["request"]["runs"], 2);
+    assert_eq!(report["request"]["keys"], 64);
+    let measurements = report["measurements"].as_array().expect("measurements");
+    assert_eq!(measurements.len(), 1);
+    for m in measurements {
+        assert_eq!(m["ops"], 800, "ops over all runs");
+        assert_eq!(m["traffic_counted"], true, "{m}");
+        assert_eq!(m["latency_ns"].as_array().map(Vec::len), Some(3));
+    }
+}

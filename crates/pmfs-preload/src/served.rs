@@ -7,6 +7,7 @@ use pmem::{Native, NativeOptions, Pool};
 use pmfs::mmap::FileMap;
 use pmfs::{Errno, Fd, Fs, MountOptions, Posix};
 use std::collections::HashMap;
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -28,7 +29,16 @@ pub(crate) fn config() -> Option<&'static Config> {
             let pool = PathBuf::from(std::env::var_os("PMFS_POOL")?);
             let prefix = std::env::var("PMFS_PREFIX").unwrap_or_else(|_| "/pmfs".to_owned());
             let prefix = prefix.trim_end_matches('/').to_owned();
-            (prefix.starts_with('/') && prefix.len() > 1).then_some(Config { pool, prefix })
+            let usable = prefix.starts_with('/') && prefix.len() > 1;
+            if !usable {
+                // Not `eprintln!`: a panic must not unwind into the C program.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "pmfs-preload: PMFS_PREFIX={prefix:?} is not an absolute directory other \
+                     than /: nothing is served"
+                );
+            }
+            usable.then_some(Config { pool, prefix })
         })
         .as_ref()
 }
@@ -91,7 +101,23 @@ fn current_umask() -> u32 {
         .unwrap_or(0o022)
 }
 
-static SERVED: OnceLock<Result<Served, String>> = OnceLock::new();
+static SERVED: OnceLock<Result<Served, Refusal>> = OnceLock::new();
+
+/// Why the pool cannot be served, and the error number every served call then fails with.
+#[derive(Debug)]
+pub(crate) struct Refusal {
+    errno: Errno,
+    why: String,
+}
+
+impl Refusal {
+    fn io(why: String) -> Self {
+        Refusal {
+            errno: Errno::EIO,
+            why,
+        }
+    }
+}
 
 /// The served file system if it is up (descriptor calls: a descriptor can only be served
 /// once it is).
@@ -99,36 +125,56 @@ pub(crate) fn served() -> Option<&'static Served> {
     SERVED.get().and_then(|s| s.as_ref().ok())
 }
 
-/// The served file system, opening and mounting the pool on first use; `EBUSY` (after one
-/// message on stderr) when it cannot be.
+/// The served file system, opening and mounting the pool on first use. When it cannot be
+/// (after one message on stderr), every served call fails: `EBUSY` when another process has
+/// the pool, `ENOENT` when the pool file does not exist, `EACCES` when it may not be opened,
+/// `EIO` otherwise.
 pub(crate) fn served_or_open(config: &Config) -> Result<&'static Served, Errno> {
     SERVED
         .get_or_init(|| {
-            open(config).inspect_err(|why| {
-                eprintln!("pmfs-preload: cannot serve {}: {why}", config.prefix);
+            open(config).inspect_err(|refusal| {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "pmfs-preload: cannot serve {}: {}",
+                    config.prefix,
+                    refusal.why
+                );
             })
         })
         .as_ref()
-        .map_err(|_| Errno::EBUSY)
+        .map_err(|refusal| refusal.errno)
 }
 
-fn open(config: &Config) -> Result<Served, String> {
+/// The refusal of a pool that [`Pool::open`] would not open.
+fn refusal_of(pool: &std::path::Path, error: &pmem::PoolError) -> Refusal {
+    let (errno, hint) = match error {
+        pmem::PoolError::AlreadyOpen => (
+            Errno::EBUSY,
+            " (one process at a time: is it mounted or served elsewhere?)",
+        ),
+        pmem::PoolError::NotFound => (Errno::ENOENT, " (PMFS_POOL names no file)"),
+        pmem::PoolError::PermissionDenied => (Errno::EACCES, ""),
+        _ => (Errno::EIO, ""),
+    };
+    Refusal {
+        errno,
+        why: format!("{}: {error}{hint}", pool.display()),
+    }
+}
+
+fn open(config: &Config) -> Result<Served, Refusal> {
     let native = NativeOptions::default()
         .try_with_env_overrides()
-        .map_err(|e| e.to_string())?;
-    let pool = Pool::open(&config.pool, pmfs::LAYOUT, &native).map_err(|e| {
-        format!(
-            "{}: {e} (one process at a time: is it mounted or served elsewhere?)",
-            config.pool.display()
-        )
-    })?;
+        .map_err(|e| Refusal::io(e.to_string()))?;
+    let pool = Pool::open(&config.pool, pmfs::LAYOUT, &native)
+        .map_err(|e| refusal_of(&config.pool, &e))?;
     let pool_file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(&config.pool)
-        .map_err(|e| format!("{}: {e}", config.pool.display()))?;
+        .map_err(|e| Refusal::io(format!("{}: {e}", config.pool.display())))?;
     let fs = Fs::mount(pool, MountOptions::default())
-        .map_err(|e| format!("{}: {e}", config.pool.display()))?;
+        .map_err(|e| Refusal::io(format!("{}: {e}", config.pool.display())))?;
     Ok(Served {
         px: Posix::new(fs),
         fds: RwLock::new(HashMap::new()),

@@ -171,6 +171,43 @@ fn a_pool_in_use_is_refused_with_a_clear_message() {
     held.into_fs().unmount().expect("unmount");
 }
 
+#[test]
+fn a_missing_pool_or_a_relative_prefix_is_said_plainly() {
+    let _serial = serial();
+    let missing = PathBuf::from(format!(
+        "/dev/shm/ferrite-preload-missing-{}.pool",
+        std::process::id()
+    ));
+    let output = Command::new("cat")
+        .arg(format!("{PREFIX}/anything"))
+        .env("LD_PRELOAD", library())
+        .env("PMFS_POOL", &missing)
+        .env("PMFS_PREFIX", PREFIX)
+        .output()
+        .expect("cat");
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        err.contains("no such file") && err.contains("No such file or directory"),
+        "ENOENT, named: {err}"
+    );
+    assert!(!err.contains("busy") && !err.contains("elsewhere"), "{err}");
+
+    // Any file call reads the configuration: here the open of a file outside any prefix.
+    let output = Command::new("cat")
+        .arg("/proc/self/stat")
+        .env("LD_PRELOAD", library())
+        .env("PMFS_POOL", &missing)
+        .env("PMFS_PREFIX", "pmfs")
+        .output()
+        .expect("cat");
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        err.contains("PMFS_PREFIX") && err.contains("nothing is served"),
+        "{err}"
+    );
+}
+
 /// A C program: `writer START` creates files `f<i>` (8 KiB of byte `i % 251`) through a
 /// temporary name, `fsync`, `rename`, and prints `i` once each is durable, forever;
 /// `mapper` writes a pattern through a shared mapping, `msync`s it and exits.
