@@ -155,39 +155,36 @@ pub const FSNAME_PREFIX: &str = "ferrite-fs:";
 /// `fusermount3 -u -z` otherwise): for a process about to exit that serves the mount, so it
 /// is not left behind as a dead "transport endpoint" by a program still working in it.
 pub fn detach(dir: &Path) -> std::io::Result<()> {
-    match nix::mount::umount2(dir, nix::mount::MntFlags::MNT_DETACH) {
+    unmount_with(dir, nix::mount::MntFlags::MNT_DETACH, &["-u", "-z"])
+}
+
+/// Unmounts the FUSE mount at `dir`: `umount(2)` as root, `fusermount3 -u` otherwise. The
+/// serving process then closes its pool cleanly.
+pub fn unmount(dir: &Path) -> std::io::Result<()> {
+    unmount_with(dir, nix::mount::MntFlags::empty(), &["-u"])
+}
+
+/// `umount2(dir, flags)`, or, where that is not permitted (not root), `fusermount3` with
+/// `fusermount_args`, the same request for a user's FUSE mount.
+fn unmount_with(
+    dir: &Path,
+    flags: nix::mount::MntFlags,
+    fusermount_args: &[&str],
+) -> std::io::Result<()> {
+    match nix::mount::umount2(dir, flags) {
         Ok(()) => Ok(()),
         Err(nix::errno::Errno::EPERM) => {
             let status = std::process::Command::new("fusermount3")
-                .args(["-u", "-z"])
+                .args(fusermount_args)
                 .arg(dir)
                 .status()?;
             if status.success() {
                 Ok(())
             } else {
                 Err(std::io::Error::other(format!(
-                    "fusermount3 -u -z: {status}"
+                    "fusermount3 {}: {status}",
+                    fusermount_args.join(" ")
                 )))
-            }
-        }
-        Err(errno) => Err(errno.into()),
-    }
-}
-
-/// Unmounts the FUSE mount at `dir`: `umount(2)` as root, `fusermount3 -u` otherwise. The
-/// serving process then closes its pool cleanly.
-pub fn unmount(dir: &Path) -> std::io::Result<()> {
-    match nix::mount::umount(dir) {
-        Ok(()) => Ok(()),
-        Err(nix::errno::Errno::EPERM) => {
-            let status = std::process::Command::new("fusermount3")
-                .arg("-u")
-                .arg(dir)
-                .status()?;
-            if status.success() {
-                Ok(())
-            } else {
-                Err(std::io::Error::other(format!("fusermount3 -u: {status}")))
             }
         }
         Err(errno) => Err(errno.into()),

@@ -4,7 +4,7 @@
 //! and ext4 on a loop device. All sit on the same medium (DRAM): the pools and the ext4
 //! image are files in the pool directory (`/dev/shm` by default).
 
-use crate::scratch::{ScratchDir, Teardown, on_interrupt};
+use crate::scratch::{ScratchDir, ScratchFile, Teardown, on_interrupt};
 use fsmount::{MountConfig, Mounted};
 use pmem::Pool;
 use pmfs::{Fs, MkfsOptions, MountOptions};
@@ -160,10 +160,9 @@ fn build_preload_library(profile_dir: &Path) -> Result<(), String> {
 /// A formatted pool served to programs by the preload library under a prefix.
 #[derive(Debug)]
 pub struct PreloadTarget {
-    pool: PathBuf,
+    pool: ScratchFile,
     prefix: PathBuf,
     library: PathBuf,
-    _teardown: Teardown,
 }
 
 impl PreloadTarget {
@@ -171,15 +170,14 @@ impl PreloadTarget {
     pub fn new(pool_dir: &Path, size: u64) -> Result<Self, String> {
         let library = preload_library()?;
         let id = std::process::id();
-        let pool = pool_dir.join(format!("ferrite-eval-preload-{id}.pool"));
-        let _ = std::fs::remove_file(&pool);
-        let teardown = remove_on_interrupt(&pool);
-        let created = Pool::create(&pool, &pmfs::pool_options(size)).map_err(|e| e.to_string())?;
+        let pool = ScratchFile::new(pool_dir.join(format!("ferrite-eval-preload-{id}.pool")));
+        let _ = std::fs::remove_file(pool.path());
+        let created =
+            Pool::create(pool.path(), &pmfs::pool_options(size)).map_err(|e| e.to_string())?;
         Fs::mkfs(created, &MkfsOptions::default(), MountOptions::default())
             .and_then(|fs| fs.unmount().map_err(pmfs::FsError::from))
             .map_err(|e| e.to_string())?;
         Ok(PreloadTarget {
-            _teardown: teardown,
             pool,
             prefix: PathBuf::from(format!("/ferrite-preload-{id}")),
             library,
@@ -195,15 +193,9 @@ impl TargetDir for PreloadTarget {
     fn env(&self) -> Vec<(String, String)> {
         vec![
             ("LD_PRELOAD".into(), self.library.display().to_string()),
-            ("PMFS_POOL".into(), self.pool.display().to_string()),
+            ("PMFS_POOL".into(), self.pool.path().display().to_string()),
             ("PMFS_PREFIX".into(), self.prefix.display().to_string()),
         ]
-    }
-}
-
-impl Drop for PreloadTarget {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.pool);
     }
 }
 
@@ -233,8 +225,10 @@ impl TargetDir for TmpfsTarget {
 pub struct FuseTarget {
     mounted: Option<Mounted>,
     dir: PathBuf,
-    pool: PathBuf,
     _teardown: Teardown,
+    /// Removed after the unmount (fields drop after `Drop::drop`; on interrupt, teardowns
+    /// run newest first).
+    _pool: ScratchFile,
 }
 
 impl FuseTarget {
@@ -246,27 +240,25 @@ impl FuseTarget {
         }
         let id = std::process::id();
         let tag = if writeback { "writeback" } else { "durable" };
-        let pool = pool_dir.join(format!("ferrite-eval-fuse-{tag}-{id}.pool"));
+        let pool = ScratchFile::new(pool_dir.join(format!("ferrite-eval-fuse-{tag}-{id}.pool")));
         let dir = std::env::temp_dir().join(format!("ferrite-eval-fuse-{tag}-{id}"));
-        let _ = std::fs::remove_file(&pool);
+        let _ = std::fs::remove_file(pool.path());
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let teardown = unmount_on_interrupt(&dir, Some(&pool));
-        let created = Pool::create(&pool, &pmfs::pool_options(size)).map_err(|e| e.to_string())?;
+        let teardown = unmount_on_interrupt(&dir);
+        let created =
+            Pool::create(pool.path(), &pmfs::pool_options(size)).map_err(|e| e.to_string())?;
         let fs = Fs::mkfs(created, &MkfsOptions::default(), MountOptions::default())
             .map_err(|e| e.to_string())?;
         let config = MountConfig {
             writeback_cache: writeback,
             ..MountConfig::default()
         };
-        let mounted = fsmount::spawn(fs, &dir, &config).map_err(|e| {
-            let _ = std::fs::remove_file(&pool);
-            e.to_string()
-        })?;
+        let mounted = fsmount::spawn(fs, &dir, &config).map_err(|e| e.to_string())?;
         Ok(FuseTarget {
             mounted: Some(mounted),
             dir,
-            pool,
             _teardown: teardown,
+            _pool: pool,
         })
     }
 }
@@ -283,7 +275,6 @@ impl Drop for FuseTarget {
             let _ = mounted.unmount();
         }
         let _ = std::fs::remove_dir(&self.dir);
-        let _ = std::fs::remove_file(&self.pool);
     }
 }
 
@@ -304,7 +295,7 @@ impl FuseFloor {
         let dir =
             std::env::temp_dir().join(format!("ferrite-eval-fuse-floor-{}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let teardown = unmount_on_interrupt(&dir, None);
+        let teardown = unmount_on_interrupt(&dir);
         let mounted =
             fsmount::spawn_null(&dir, &MountConfig::default()).map_err(|e| e.to_string())?;
         Ok(FuseFloor {
@@ -421,24 +412,13 @@ impl Drop for Ext4Loop {
     }
 }
 
-/// A teardown that removes `pool`.
-fn remove_on_interrupt(pool: &Path) -> Teardown {
-    let pool = pool.to_owned();
-    on_interrupt(move || {
-        let _ = std::fs::remove_file(pool);
-    })
-}
-
 /// A teardown that detaches the FUSE mount on `dir` (served by this process, which is about
 /// to exit: detached first, even while a benchmark program still works in it, it is not left
-/// as a dead "transport endpoint"), removes the mount point and, when given, the pool.
-fn unmount_on_interrupt(dir: &Path, pool: Option<&Path>) -> Teardown {
-    let (dir, pool) = (dir.to_owned(), pool.map(Path::to_owned));
+/// as a dead "transport endpoint") and removes the mount point.
+fn unmount_on_interrupt(dir: &Path) -> Teardown {
+    let dir = dir.to_owned();
     on_interrupt(move || {
         let _ = fsmount::detach(&dir);
         let _ = std::fs::remove_dir(&dir);
-        if let Some(pool) = pool {
-            let _ = std::fs::remove_file(pool);
-        }
     })
 }
