@@ -136,7 +136,9 @@ pub fn fatal(message: &str) -> ! {
 }
 
 fn warn(message: &str) {
-    let _ = writeln!(std::io::stderr(), "nvthreads: {message}");
+    // One write: a process killed right after (a run being ended) never leaves half a line.
+    let line = format!("nvthreads: {message}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
 }
 
 /// A line on stderr for `NVT_DEBUG=1`.

@@ -122,6 +122,11 @@ fn end_run(shared: &crate::shared::Shared, index: usize, pid: i32) -> ! {
             "{who} died without ending; ending the program (killed by SIGKILL; the next run \
              recovers every committed section)"
         ));
+    } else {
+        // Another process is ending the run and saying why: killing it now could cut its
+        // line short. It kills this one within a moment; only if it does not (it died
+        // too) does this one end the run.
+        std::thread::sleep(crate::shared::WATCHDOG_PERIOD);
     }
     kill_other_processes();
     // SAFETY: killing this process; SIGKILL cannot be caught, so kill does not return.
