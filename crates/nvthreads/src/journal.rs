@@ -974,17 +974,18 @@ pub(crate) fn damage_after<P: Persist>(
     rest: &mut Vec<u8>,
 ) -> Result<(), NvtError> {
     let from = stop + record::RECORD_ALIGN;
-    if from + record::HEADER_LEN > geo.lane_len {
+    if from + record::HEADER_LEN > geo.lane_len || lane_ends_at(pm, geo, lane, lap, stop) {
         return Ok(());
     }
-    rest.clear();
+    // Overwritten whole by the read: no need to clear what an earlier lane left.
     rest.resize((geo.lane_len - from) as usize, 0);
     pm.read(geo.lane_off(lane) + from, rest);
     let rest_len = rest.len() as u64;
     let mut load = |_: &mut Vec<u8>, _: u64| {};
     let mut pos = 0;
     while pos + record::HEADER_LEN <= rest_len {
-        if intact_record(rest, &mut load, pos, (lap, false), rest_len).is_some() {
+        let magic = rest[pos as usize..].starts_with(&record::MAGIC);
+        if magic && intact_record(rest, &mut load, pos, (lap, false), rest_len).is_some() {
             return Err(NvtError::DamagedLog {
                 lane,
                 offset: geo.lane_off(lane) + stop,
@@ -994,6 +995,38 @@ pub(crate) fn damage_after<P: Persist>(
         pos += record::RECORD_ALIGN;
     }
     Ok(())
+}
+
+/// Whether `lane` plainly ends at `stop`, where its scan of lap `lap` stopped, so that it
+/// need not be read further (a start-up reads only the lanes' used parts): the line there
+/// is all zeros (no lap has written that far: the unused lanes and a fresh lane's end), or
+/// an intact record of an earlier lap lies there (the usual end of a lane after a
+/// checkpoint: a record of the lap written there would have replaced its header line, or,
+/// torn, broken its CRC). What it cannot tell from these: damage that zeroes a whole line,
+/// or brings back an older record's exact bytes — not a flipped bit.
+fn lane_ends_at<P: Persist>(pm: &P, geo: &Geometry, lane: usize, lap: u64, stop: u64) -> bool {
+    let at = geo.lane_off(lane) + stop;
+    let mut line = [0u8; record::RECORD_ALIGN as usize];
+    pm.read(at, &mut line);
+    line == [0; record::RECORD_ALIGN as usize] || older_record_at(pm, geo, at, lap, stop)
+}
+
+/// Whether an intact record of a lap before `lap` lies at pool offset `at`, lane offset
+/// `stop`.
+fn older_record_at<P: Persist>(pm: &P, geo: &Geometry, at: u64, lap: u64, stop: u64) -> bool {
+    let mut load = |bytes: &mut Vec<u8>, end: u64| {
+        let have = bytes.len();
+        bytes.resize(end as usize, 0);
+        pm.read(at + have as u64, &mut bytes[have..]);
+    };
+    let head = intact_record(
+        &mut Vec::new(),
+        &mut load,
+        0,
+        (lap, true),
+        geo.lane_len - stop,
+    );
+    head.is_some_and(|head| head.meta.lap < lap)
 }
 
 /// The geometry of an attached pool; initialises the runtime header first if an earlier

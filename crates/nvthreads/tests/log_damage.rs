@@ -133,3 +133,49 @@ fn an_undamaged_crashed_pool_replays_every_record_and_recovers_twice_alike() {
     let (_, second) = open(&pm.volatile_image());
     assert_eq!(second.expect("recovers again"), first);
 }
+
+/// A lane whose lap ends where an older lap's intact records continue (the usual lane after
+/// a checkpoint): a damaged record among the lap's is still refused, and the undamaged
+/// image recovers only the lap's records.
+#[test]
+fn damage_before_an_older_laps_records_is_refused() {
+    let pm = SimPm::new(config().pool_size(), SimConfig::default());
+    let (journal, mut state) = Journal::create(pm.clone(), &config()).expect("create");
+    let bytes = [0x11u8; 8];
+    let entry = [Entry::Run(Run {
+        offset: 2048,
+        bytes: &bytes,
+    })];
+    for seq in 1..=10 {
+        journal
+            .append_data(&mut state, 0, seq, 0, &entry)
+            .expect("append");
+    }
+    journal.checkpoint(&mut state).expect("checkpoint");
+    let lane0 = journal.geometry().lane_off(0);
+    let mut offsets = Vec::new();
+    for i in 0..4u64 {
+        offsets.push(lane0 + state.tails[0]);
+        let bytes = [i as u8 + 1; 8];
+        let entry = [Entry::Run(Run {
+            offset: 64 + 8 * i,
+            bytes: &bytes,
+        })];
+        journal
+            .append_data(&mut state, 0, 20 + i, 0, &entry)
+            .expect("append");
+    }
+    let image = pm.volatile_image();
+    drop(journal);
+    let mut damaged = image.clone();
+    damaged[(offsets[1] + 60) as usize] ^= 1;
+    let (pm, result) = open(&damaged);
+    assert!(
+        matches!(result, Err(NvtError::DamagedLog { offset, .. }) if offset == offsets[1]),
+        "{result:?}"
+    );
+    assert!(pm.volatile_image() == damaged, "the pool changed");
+    let home = open(&image).1.expect("recovers");
+    assert_eq!(home[64 + 24..64 + 32], [4; 8]);
+    assert_eq!(home[2048..2056], [0x11; 8]);
+}
