@@ -319,8 +319,9 @@ fn may_recover(
             "a PMFS file system is {verb} by `ferrite fs fsck --repair`, not here"
         )),
         nvthreads::journal::LAYOUT => Some(format!(
-            "an NVthreads pool is {verb} by the NVthreads runtime when its program starts \
-             again (it replays or discards its redo log), not here"
+            "an NVthreads pool is recovered by the NVthreads runtime when its program starts \
+             again (it replays or discards its redo log, and refuses a damaged one), not {verb} \
+             here"
         )),
         _ if tx::check::engine_kind(pm, arena).is_some() => None,
         _ if mvcc::check::is_mvcc_area(pm, arena) => Some(format!(
