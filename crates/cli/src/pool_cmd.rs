@@ -319,8 +319,9 @@ fn may_recover(
             "a PMFS file system is {verb} by `ferrite fs fsck --repair`, not here"
         )),
         nvthreads::journal::LAYOUT => Some(format!(
-            "an NVthreads pool is {verb} by the NVthreads runtime when its program starts \
-             again (it replays or discards its redo log), not here"
+            "an NVthreads pool is recovered by the NVthreads runtime when its program starts \
+             again (it replays or discards its redo log, and refuses a damaged one), not {verb} \
+             here"
         )),
         _ if tx::check::engine_kind(pm, arena).is_some() => None,
         _ if mvcc::check::is_mvcc_area(pm, arena) => Some(format!(
@@ -348,7 +349,13 @@ fn deep_check(pm: &MemPm, header: &Header) -> Vec<Finding> {
     let note = |message: &str| Finding::new(Severity::Note, "arena", Some(arena.offset), message);
     match header.layout.as_str() {
         pmfs::LAYOUT => vec![note("a PMFS file system: check it with `ferrite fs fsck`")],
-        nvthreads::journal::LAYOUT => vec![note("an NVthreads journal: not checked here")],
+        nvthreads::journal::LAYOUT => {
+            let root = Region {
+                offset: header.root_offset,
+                len: header.root_size,
+            };
+            nvthreads::check::check_pool(pm, root, arena)
+        }
         _ => conformance::corrupt::check_engine_area(pm, arena),
     }
 }
@@ -449,10 +456,15 @@ fn print_text(
         return Ok(());
     }
     if damage > 0 {
+        let remedy = if report.header.layout == nvthreads::journal::LAYOUT {
+            "its NVthreads program refuses to start on it, exit status 78, and changes nothing; \
+             no tool here repairs it"
+        } else {
+            "the engine refuses to open it; --salvage opens it anyway, replaying what is intact"
+        };
         writeln!(
             out,
-            "damaged: {}: {damage} problems (the engine refuses to open it; --salvage opens it \
-             anyway, replaying what is intact)",
+            "damaged: {}: {damage} problems ({remedy})",
             path.display()
         )?;
         return Ok(());

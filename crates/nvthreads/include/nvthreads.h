@@ -81,15 +81,22 @@
  * message and exit status 78 (EX_CONFIG). Every other reason the runtime cannot start ends the
  * program the same way, with one line "nvthreads: cannot start: ..." and status 78: an NVT_* or
  * FERRITE_* value that does not parse, a pool that cannot be created or opened (a missing
- * directory, a file of another layout or format version, a damaged runtime header or heap
- * metadata: a damaged pool is refused, never formatted over).
+ * directory, a file of another layout or format version, a damaged runtime header, lap word
+ * or heap metadata, or a redo log damaged in the middle of a lane -- a record that fails its
+ * check with intact records of the same lap after it, which no crash leaves; the message
+ * names the lane and offsets: a damaged pool is refused, left unchanged, never formatted
+ * over, and `ferrite pool check` reports the same damage). A lane's torn last record, which
+ * a crash does leave, is discarded silently.
  * With LD_PRELOAD, the runtime starts only in a process whose executable itself imports
  * pthread_create or thrd_create (or is linked with -lnvthreads_rt), or where any loaded
  * object uses this API: a wrapper
  * (timeout, env, strace, a shell; the libraries it loads may create threads) passes the
- * pool on to the program it runs. A wrapper whose executable creates threads itself (an
- * interpreter such as python3) takes the pool and leaves the program dormant: link the
- * program with -lnvthreads_rt, or preload it alone (python3 ... env LD_PRELOAD=... ./prog).
+ * pool on to the program it runs. A wrapper whose executable itself imports pthread_create
+ * takes the pool and leaves the program dormant: an interpreter with its core linked into
+ * the executable (Debian's /usr/bin/python3.11) does, one whose threads come from a shared
+ * libpython (a pyenv or --enable-shared python3) passes the pool on like any wrapper
+ * (readelf -r EXE | grep pthread_create tells which). To be sure, link the program with
+ * -lnvthreads_rt, or preload it alone (python3 ... env LD_PRELOAD=... ./prog).
  * A program whose threads are all created by a library (C++ std::thread) is linked with
  * -Wl,--no-as-needed -lnvthreads_rt, or preloaded with NVT_ENABLE=1.
  * A program that uses the runtime, started (system(), exec) by a running program on the same
@@ -106,7 +113,9 @@
  * NVT_HEAP_MB (heap size of a new pool, default 64), NVT_LOG_MB (log size, default 16),
  * NVT_MALLOC (shared | persistent | private), NVT_MALLOC_MB (size of the shared malloc
  * region, default 2048), NVT_PMALLOC_MB (size of the persistent malloc arena made on first
- * use; default three quarters of the free heap), NVT_GLOBALS=0 (globals private),
+ * use; default three quarters of the free heap), NVT_GLOBALS (shared, the default: globals
+ * shared by the threads, not persistent | persistent: shared, logged and recovered |
+ * private or 0: each thread its own copy),
  * NVT_ISOLATE_VOLATILE=1 (threads track their writes to volatile malloc'd memory and globals
  * and merge them at synchronisation points instead of writing in place: the original's
  * isolation, slower; kernel writes into them then fail as into persistent memory),
@@ -118,8 +127,12 @@
  * the totals at exit), NVT_CRASH_AT=n (kill the process group after the n-th fence of the
  * log protocol, recovery included; for tests), NVT_PFAIL (power-failure images at that
  * point; for tests), NVT_FAIL_AT=<panic|abort|stall>@<exit|lane|checkpoint> (a thread
- * fails there; for tests), FERRITE_PERSIST_MODE / FERRITE_FLUSH (see Ferrite's README). A value
- * that does not parse ends the program with a message naming the variable.
+ * fails there; for tests), FERRITE_PERSIST_MODE / FERRITE_FLUSH (see Ferrite's README).
+ * Switches (NVT_DISABLE, NVT_ENABLE, NVT_DEBUG, NVT_STATS, NVT_PROFILE,
+ * NVT_ISOLATE_VOLATILE) accept exactly 1 (on) or 0 or an empty value (off); sizes and
+ * counts a decimal number; NVT_POOL a non-empty path. A value that does not parse (yes,
+ * true, 2, NVT_GLOBALS=1, NVT_POOL=) ends the program at start, before the pool is
+ * touched, with "nvthreads: cannot start: NAME=VALUE: expected ..." and status 78.
  */
 #ifndef FERRITE_NVTHREADS_H
 #define FERRITE_NVTHREADS_H

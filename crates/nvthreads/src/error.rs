@@ -48,6 +48,23 @@ pub enum NvtError {
         /// Free bytes at the lane's tail.
         free: u64,
     },
+    /// A record of a lane fails its check while an intact record of the current lap lies
+    /// after it in the same lane: media damage, not a torn tail (a lane's records are
+    /// written one after the other, each durable before the next is written, so a crash
+    /// can tear only the last). Recovery refuses the pool and changes nothing in it.
+    #[error(
+        "damaged redo log: lane {lane}'s record at pool offset {offset:#x} fails its check, \
+         but an intact record of the current lap follows it at {intact:#x} (not a torn tail: \
+         committed sections would be lost)"
+    )]
+    DamagedLog {
+        /// The lane.
+        lane: usize,
+        /// Pool offset of the record that fails its check.
+        offset: u64,
+        /// Pool offset of the first intact record of the current lap after it.
+        intact: u64,
+    },
     /// Invalid geometry or argument.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -13,7 +13,9 @@
 //!   into the lap word; the records not committed yet are written again at the start of their
 //!   lanes in the new lap. Records of older laps are ignored from then on.
 //! - **recovery** = checkpoint, except that a lane's scan stops at its first torn record and
-//!   records not committed are dropped (their sections never ended).
+//!   records not committed are dropped (their sections never ended); an intact record of the
+//!   lap after where a lane's scan stopped is damage, not a torn tail, and the pool is
+//!   refused unchanged.
 //!
 //! Replay writes absolute bytes and the lap word changes only after the home image is
 //! durable, so recovery can be interrupted and rerun any number of times.
@@ -41,7 +43,7 @@ pub const HEADER_LEN: u64 = 64;
 /// Offset of the lap word from the start of the root region (a cache line of its own).
 pub const LAP_WORD: u64 = 64;
 /// The lap word, as its errors name it.
-const LAP_WHAT: &str = "lap word";
+pub(crate) const LAP_WHAT: &str = "lap word";
 
 thread_local! {
     /// The record an append encodes before writing it to its lane, kept across appends so
@@ -207,9 +209,9 @@ impl Mutation {
 
 /// A valid record found by a scan: where its body lies in its lane's bytes.
 #[derive(Clone, Debug)]
-struct Scanned {
-    lane: usize,
-    meta: Meta,
+pub(crate) struct Scanned {
+    pub(crate) lane: usize,
+    pub(crate) meta: Meta,
     body: std::ops::Range<usize>,
 }
 
@@ -260,15 +262,28 @@ impl Default for LineSet {
 /// (a checkpoint knows the tails) or a record at a time (recovery), and every valid
 /// record's place in them. Nothing is allocated per record.
 #[derive(Debug, Default)]
-struct Scan {
+pub(crate) struct Scan {
     lanes: Vec<Vec<u8>>,
-    records: Vec<Scanned>,
+    pub(crate) records: Vec<Scanned>,
     /// Where each lane's scan stopped.
-    ends: Vec<u64>,
+    pub(crate) ends: Vec<u64>,
 }
 
 impl Scan {
-    fn body(&self, record: &Scanned) -> &[u8] {
+    /// The lap `lap`'s records of every lane of the log `geo` describes, read a record at
+    /// a time as far as they are valid (as recovery reads them; read only).
+    pub(crate) fn read<P: Persist>(pm: &P, geo: &Geometry, lap: u64) -> Scan {
+        let mut scan = Scan::default();
+        for lane in 0..geo.lanes as usize {
+            let mut bytes = Vec::new();
+            let end = scan_lane(pm, geo, lane, (lap, false), &mut bytes, &mut scan.records);
+            scan.lanes.push(bytes);
+            scan.ends.push(end);
+        }
+        scan
+    }
+
+    pub(crate) fn body(&self, record: &Scanned) -> &[u8] {
         &self.lanes[record.lane][record.body.clone()]
     }
 }
@@ -357,6 +372,7 @@ impl<P: Persist> Journal<P> {
         let word = self.pool.pm().read_u64(self.geo.lap_word);
         let lap = checked::open(word, self.geo.lap_word, LAP_WHAT)?;
         let scan = self.scan(lap, None);
+        self.refuse_damage(lap, &scan)?;
         let (committed, pending) = self.split_committed(&scan);
         let mut recovery = Recovery {
             records: committed.len() as u64,
@@ -599,7 +615,11 @@ impl<P: Persist> Journal<P> {
         Ok(tails)
     }
 
-    /// Writes `pending` at the start of their lanes in lap `lap`, flushed, then one fence.
+    /// Writes `pending` at the start of their lanes in lap `lap`, each flushed and fenced
+    /// before the next is written: a lane's records of a lap become durable in lane order
+    /// (as appends do), so a crash leaves at most the last one torn and recovery can tell a
+    /// torn tail from damage in the middle of a lane (`docs/nvthreads.md` §6). Records are
+    /// kept only for sections still open at the checkpoint: the extra fences are rare.
     fn rewrite_kept(&self, scan: &Scan, pending: &[&Scanned], lap: u64) {
         let pm = self.pool.pm();
         let mut tails = vec![0u64; self.geo.lanes as usize];
@@ -609,31 +629,15 @@ impl<P: Persist> Journal<P> {
             let at = self.geo.lane_off(record.lane) + tails[record.lane];
             pm.write(at, &bytes, WriteClass::Log);
             pm.flush(at, bytes.len() as u64);
+            pm.fence();
+            self.fenced();
             tails[record.lane] += bytes.len() as u64;
         }
-        pm.fence();
-        self.fenced();
     }
 
-    /// Splits scanned records into the committed data records, in replay order, and the
-    /// records not committed yet (of groups no close record names).
+    /// [`split_committed`] under this journal's mutation.
     fn split_committed<'s>(&self, scan: &'s Scan) -> (Vec<&'s Scanned>, Vec<&'s Scanned>) {
-        let closed: HashSet<u64> = scan
-            .records
-            .iter()
-            .filter(|r| r.meta.kind == Kind::Close)
-            .flat_map(|r| record::parse_close(scan.body(r)))
-            .collect();
-        let ignore_groups = self.mutated(Mutation::GroupsIgnored);
-        let (mut committed, pending): (Vec<&Scanned>, Vec<&Scanned>) = scan
-            .records
-            .iter()
-            .filter(|r| r.meta.kind == Kind::Data)
-            .partition(|r| r.meta.group == 0 || ignore_groups || closed.contains(&r.meta.group));
-        if !self.mutated(Mutation::NoSeqOrder) {
-            committed.sort_by_key(|r| r.meta.seq);
-        }
-        (committed, pending)
+        split_committed(scan, self.mutation)
     }
 
     /// Writes every record's entries into the home image (flushed), then one fence. Returns
@@ -748,9 +752,7 @@ impl<P: Persist> Journal<P> {
         scan
     }
 
-    /// Appends the valid records of `lane` in lap `lap` to `found`, in lane order, with
-    /// `bytes` holding the lane from its start (read further as needed); returns where the
-    /// scan stopped: at the first torn record, record of another lap, or zeros.
+    /// Appends the valid records of `lane` in lap `lap` to `found` (see [`scan_lane`]).
     fn scan_lane(
         &self,
         lane: usize,
@@ -758,36 +760,25 @@ impl<P: Persist> Journal<P> {
         bytes: &mut Vec<u8>,
         found: &mut Vec<Scanned>,
     ) -> u64 {
-        const HEADER: usize = record::HEADER_LEN as usize;
-        let mut pos = 0u64;
-        while pos + record::HEADER_LEN <= self.geo.lane_len {
-            let start = pos as usize;
-            self.load(lane, bytes, pos + record::HEADER_LEN);
-            // A copy: loading the body below may move `bytes`.
-            let header: [u8; HEADER] = bytes[start..start + HEADER]
-                .try_into()
-                .expect("a header's bytes");
-            let Some(head) = record::decode_header(&header) else {
-                break;
-            };
-            let lap_ok = head.meta.lap == lap || self.mutated(Mutation::NoLapCheck);
-            let len = record::record_len(head.body_len);
-            if !lap_ok || pos + len > self.geo.lane_len {
-                break;
-            }
-            let body = start + HEADER..start + HEADER + head.body_len as usize;
-            self.load(lane, bytes, body.end as u64);
-            if !record::crc_matches(&header, &head, &bytes[body.clone()]) {
-                break;
-            }
-            found.push(Scanned {
-                lane,
-                meta: head.meta,
-                body,
-            });
-            pos += len;
+        let any_lap = self.mutated(Mutation::NoLapCheck);
+        scan_lane(
+            self.pool.pm(),
+            &self.geo,
+            lane,
+            (lap, any_lap),
+            bytes,
+            found,
+        )
+    }
+
+    /// Refuses the lap's records if a lane's scan stopped at damage rather than at its torn
+    /// tail: an intact record of lap `lap` after where the scan of that lane stopped.
+    fn refuse_damage(&self, lap: u64, scan: &Scan) -> Result<(), NvtError> {
+        let mut rest = Vec::new();
+        for (lane, &end) in scan.ends.iter().enumerate() {
+            damage_after(self.pool.pm(), &self.geo, lane, lap, end, &mut rest)?;
         }
-        pos
+        Ok(())
     }
 
     /// The first `len` bytes of `lane`, read in one piece into a zeroed allocation
@@ -798,16 +789,6 @@ impl<P: Persist> Journal<P> {
         let mut bytes = vec![0u8; len as usize];
         self.pool.pm().read(self.geo.lane_off(lane), &mut bytes);
         bytes
-    }
-
-    /// Reads `lane` into `bytes` up to `end` (from where `bytes` ends).
-    fn load(&self, lane: usize, bytes: &mut Vec<u8>, end: u64) {
-        let have = bytes.len();
-        if end as usize > have {
-            bytes.resize(end as usize, 0);
-            let at = self.geo.lane_off(lane) + have as u64;
-            self.pool.pm().read(at, &mut bytes[have..]);
-        }
     }
 
     /// Marks the pool cleanly closed (the next run's `crashed()` is false).
@@ -834,9 +815,18 @@ fn encode_header(geo: &Geometry) -> [u8; HEADER_LEN as usize] {
 }
 
 fn read_geometry<P: Persist>(pool: &Pool<P>) -> Result<Geometry, NvtError> {
-    let root = pool.root().offset;
+    geometry_at(pool.pm(), pool.root().offset, pool.arena())
+}
+
+/// The geometry the runtime header at pool offset `root` describes, checked against the
+/// pool's `arena` (read only).
+pub(crate) fn geometry_at<P: Persist>(
+    pm: &P,
+    root: u64,
+    arena: pmem::Region,
+) -> Result<Geometry, NvtError> {
     let mut bytes = [0u8; HEADER_LEN as usize];
-    pool.pm().read(root, &mut bytes);
+    pm.read(root, &mut bytes);
     let u16_at = |at: usize| u16::from_le_bytes(bytes[at..at + 2].try_into().expect("2"));
     let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4"));
     let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"));
@@ -866,7 +856,6 @@ fn read_geometry<P: Persist>(pool: &Pool<P>) -> Result<Geometry, NvtError> {
         base_addr: u64_at(48),
         lap_word: root + LAP_WORD,
     };
-    let arena = pool.arena();
     let heap_ok = arena.contains(geo.heap_off, geo.heap_len) && geo.heap_len.is_multiple_of(PAGE);
     let log_ok =
         arena.contains(geo.log_off, geo.log_len) && geo.log_off >= geo.heap_off + geo.heap_len;
@@ -880,6 +869,164 @@ fn read_geometry<P: Persist>(pool: &Pool<P>) -> Result<Geometry, NvtError> {
         )));
     }
     Ok(geo)
+}
+
+/// Splits scanned records into the committed data records, in replay order, and the
+/// records not committed yet (of groups no close record names). `mutation`: a test's bug.
+pub(crate) fn split_committed(scan: &Scan, mutation: Mutation) -> (Vec<&Scanned>, Vec<&Scanned>) {
+    let closed: HashSet<u64> = scan
+        .records
+        .iter()
+        .filter(|r| r.meta.kind == Kind::Close)
+        .flat_map(|r| record::parse_close(scan.body(r)))
+        .collect();
+    let ignore_groups = mutation == Mutation::GroupsIgnored;
+    let (mut committed, pending): (Vec<&Scanned>, Vec<&Scanned>) = scan
+        .records
+        .iter()
+        .filter(|r| r.meta.kind == Kind::Data)
+        .partition(|r| r.meta.group == 0 || ignore_groups || closed.contains(&r.meta.group));
+    if mutation != Mutation::NoSeqOrder {
+        committed.sort_by_key(|r| r.meta.seq);
+    }
+    (committed, pending)
+}
+
+/// Reads `lane` into `bytes` up to `end` (from where `bytes` ends).
+fn load_lane<P: Persist>(pm: &P, geo: &Geometry, lane: usize, bytes: &mut Vec<u8>, end: u64) {
+    let have = bytes.len();
+    if end as usize > have {
+        bytes.resize(end as usize, 0);
+        pm.read(geo.lane_off(lane) + have as u64, &mut bytes[have..]);
+    }
+}
+
+/// The header of the intact record at `pos` of a lane whose bytes from its start are
+/// `bytes` (read further by `load` as needed): its magic, version and CRC verify, it lies
+/// within the lane, and it belongs to lap `lap` (to any lap if `any_lap`).
+fn intact_record(
+    bytes: &mut Vec<u8>,
+    load: &mut dyn FnMut(&mut Vec<u8>, u64),
+    pos: u64,
+    (lap, any_lap): (u64, bool),
+    lane_len: u64,
+) -> Option<record::Header> {
+    const HEADER: usize = record::HEADER_LEN as usize;
+    let start = pos as usize;
+    load(bytes, pos + record::HEADER_LEN);
+    // A copy: loading the body below may move `bytes`.
+    let header: [u8; HEADER] = bytes[start..start + HEADER]
+        .try_into()
+        .expect("a header's bytes");
+    let head = record::decode_header(&header)?;
+    let lap_ok = head.meta.lap == lap || any_lap;
+    if !lap_ok || pos + record::record_len(head.body_len) > lane_len {
+        return None;
+    }
+    let body = start + HEADER..start + HEADER + head.body_len as usize;
+    load(bytes, body.end as u64);
+    record::crc_matches(&header, &head, &bytes[body]).then_some(head)
+}
+
+/// Appends the valid records of `lane` in lap `lap` (of any lap if `any_lap`, a test's
+/// mutant) to `found`, in lane order, with `bytes` holding the lane from its start (read
+/// further as needed); returns where the scan stopped: at the first record that is torn,
+/// damaged, of another lap, or zeros. Whether it stopped at damage is for
+/// [`damage_after`] to tell.
+fn scan_lane<P: Persist>(
+    pm: &P,
+    geo: &Geometry,
+    lane: usize,
+    lap: (u64, bool),
+    bytes: &mut Vec<u8>,
+    found: &mut Vec<Scanned>,
+) -> u64 {
+    let mut load = |bytes: &mut Vec<u8>, end: u64| load_lane(pm, geo, lane, bytes, end);
+    let mut pos = 0u64;
+    while pos + record::HEADER_LEN <= geo.lane_len {
+        let Some(head) = intact_record(bytes, &mut load, pos, lap, geo.lane_len) else {
+            break;
+        };
+        let start = pos as usize + record::HEADER_LEN as usize;
+        found.push(Scanned {
+            lane,
+            meta: head.meta,
+            body: start..start + head.body_len as usize,
+        });
+        pos += record::record_len(head.body_len);
+    }
+    pos
+}
+
+/// `DamagedLog` if an intact record of lap `lap` lies in `lane` after `stop`, where the
+/// lane's scan stopped. A lane's records of a lap are written one after the other, each
+/// durable (flushed and fenced) before the next is written, and a crash ends the run; so a
+/// crash can leave only the lane's last record torn, with nothing of the lap after it. An
+/// intact record of the lap after a bad one therefore proves the bad one was complete once:
+/// the media was damaged, and replaying around it would lose its section (or apply later
+/// sections without it). `rest` is scratch space for the lane's bytes after `stop`.
+pub(crate) fn damage_after<P: Persist>(
+    pm: &P,
+    geo: &Geometry,
+    lane: usize,
+    lap: u64,
+    stop: u64,
+    rest: &mut Vec<u8>,
+) -> Result<(), NvtError> {
+    let from = stop + record::RECORD_ALIGN;
+    if from + record::HEADER_LEN > geo.lane_len || lane_ends_at(pm, geo, lane, lap, stop) {
+        return Ok(());
+    }
+    // Overwritten whole by the read: no need to clear what an earlier lane left.
+    rest.resize((geo.lane_len - from) as usize, 0);
+    pm.read(geo.lane_off(lane) + from, rest);
+    let rest_len = rest.len() as u64;
+    let mut load = |_: &mut Vec<u8>, _: u64| {};
+    let mut pos = 0;
+    while pos + record::HEADER_LEN <= rest_len {
+        let magic = rest[pos as usize..].starts_with(&record::MAGIC);
+        if magic && intact_record(rest, &mut load, pos, (lap, false), rest_len).is_some() {
+            return Err(NvtError::DamagedLog {
+                lane,
+                offset: geo.lane_off(lane) + stop,
+                intact: geo.lane_off(lane) + from + pos,
+            });
+        }
+        pos += record::RECORD_ALIGN;
+    }
+    Ok(())
+}
+
+/// Whether `lane` plainly ends at `stop`, where its scan of lap `lap` stopped, so that it
+/// need not be read further (a start-up reads only the lanes' used parts): the line there
+/// is all zeros (no lap has written that far: the unused lanes and a fresh lane's end), or
+/// an intact record of an earlier lap lies there (the usual end of a lane after a
+/// checkpoint: a record of the lap written there would have replaced its header line, or,
+/// torn, broken its CRC). What it cannot tell from these: damage that zeroes a whole line,
+/// or brings back an older record's exact bytes — not a flipped bit.
+fn lane_ends_at<P: Persist>(pm: &P, geo: &Geometry, lane: usize, lap: u64, stop: u64) -> bool {
+    let at = geo.lane_off(lane) + stop;
+    let mut line = [0u8; record::RECORD_ALIGN as usize];
+    pm.read(at, &mut line);
+    line == [0; record::RECORD_ALIGN as usize] || older_record_at(pm, geo, at, lap, stop)
+}
+
+/// Whether an intact record of a lap before `lap` lies at pool offset `at`, lane offset
+/// `stop`.
+fn older_record_at<P: Persist>(pm: &P, geo: &Geometry, at: u64, lap: u64, stop: u64) -> bool {
+    let mut load = |bytes: &mut Vec<u8>, end: u64| {
+        let have = bytes.len();
+        bytes.resize(end as usize, 0);
+        pm.read(at + have as u64, &mut bytes[have..]);
+    };
+    let head = intact_record(
+        &mut Vec::new(),
+        &mut load,
+        0,
+        (lap, true),
+        geo.lane_len - stop,
+    );
+    head.is_some_and(|head| head.meta.lap < lap)
 }
 
 /// The geometry of an attached pool; initialises the runtime header first if an earlier

@@ -24,6 +24,7 @@
 //! crate `nvthreads-programs`; the runtime itself never runs a compiler or cargo.
 
 pub mod alloc;
+pub mod check;
 pub mod diff;
 mod error;
 pub mod faultprobe;

@@ -598,6 +598,9 @@ pub struct Shared {
     pub live_threads: AtomicU32,
     /// Persistence steps taken (for `NVT_CRASH_AT`).
     pub steps: AtomicU64,
+    /// Set by the first process that ends the run because a thread died: only it says so
+    /// on stderr (every waiter's watchdog may find the same death).
+    pub ending: AtomicU32,
     /// The log's lap, sequence numbers, lanes and checkpoint gate.
     pub log: LogShared,
     /// Groups of sections that commit together.

@@ -164,6 +164,12 @@ fn dies_and_recovers(args: &[&str], env: &[(&str, &str)], says: &[&str]) -> Ende
 
 const DIED_WITHOUT_ENDING: &str = "died without ending; ending the program";
 
+/// Every process waiting in the runtime may find the same death: one line says it.
+fn said_once(ended: &Ended, message: &str) {
+    let lines = ended.stderr.iter().filter(|line| line.contains(message));
+    assert_eq!(lines.count(), 1, "{message}: {:?}", ended.stderr);
+}
+
 fn killed_by(ended: &Ended, signal: i32) {
     assert_eq!(
         ended.status.signal(),
@@ -182,18 +188,21 @@ fn a_thread_that_aborts_instead_of_returning_ends_the_run() {
 #[test]
 fn a_thread_killed_holding_a_mutex_ends_the_run_waiting_on_it() {
     let ended = dies_and_recovers(&["kill-mutex"], &[], &[DIED_WITHOUT_ENDING]);
+    said_once(&ended, DIED_WITHOUT_ENDING);
     killed_by(&ended, libc::SIGKILL);
 }
 
 #[test]
 fn a_thread_killed_while_another_waits_on_a_condition_variable_ends_the_run() {
     let ended = dies_and_recovers(&["kill-cond"], &[], &[DIED_WITHOUT_ENDING]);
+    said_once(&ended, DIED_WITHOUT_ENDING);
     killed_by(&ended, libc::SIGKILL);
 }
 
 #[test]
 fn a_detached_thread_killed_while_main_exits_ends_the_run() {
     let ended = dies_and_recovers(&["kill-detached"], &[], &[DIED_WITHOUT_ENDING]);
+    said_once(&ended, DIED_WITHOUT_ENDING);
     killed_by(&ended, libc::SIGKILL);
 }
 

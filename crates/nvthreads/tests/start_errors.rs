@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -95,11 +96,123 @@ fn a_bad_variable_ends_with_the_documented_status() {
     });
     assert_refused(&output, "NVT_HEAP_MB");
     assert!(!pool.exists(), "no pool is made for a bad configuration");
+    for (name, value) in [
+        ("NVT_DEBUG", "2"),
+        ("NVT_DISABLE", "yes"),
+        ("NVT_STATS", "true"),
+        ("NVT_GLOBALS", "1"),
+        ("NVT_POOL", ""),
+    ] {
+        let output = counter(&pool, |command| {
+            command.env(name, value);
+        });
+        assert_refused(&output, &format!("{name}={value}: expected"));
+        assert!(!pool.exists(), "no pool is made for {name}={value}");
+    }
     for name in ["FERRITE_PERSIST_MODE", "FERRITE_FLUSH"] {
         let output = counter(&pool, |command| {
             command.env(name, "bogus");
         });
         assert_refused(&output, name);
         assert!(!pool.exists(), "no pool is made for a bad {name}");
+    }
+}
+
+/// The current lap's records of every lane of the pool image `bytes`, as pool offsets (the
+/// runtime header's geometry, the lap word's value, each record's length from its header).
+fn current_records(bytes: &[u8]) -> Vec<Vec<usize>> {
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"));
+    let root = (0..bytes.len())
+        .step_by(64)
+        .find(|&at| bytes[at..].starts_with(&nvthreads::journal::MAGIC))
+        .expect("runtime header");
+    let (log_off, log_len) = (u64_at(root + 32) as usize, u64_at(root + 40) as usize);
+    let lanes = u16::from_le_bytes([bytes[root + 58], bytes[root + 59]]) as usize;
+    let lap = u64_at(root + nvthreads::journal::LAP_WORD as usize) & ((1 << 48) - 1);
+    let lane_len = log_len / lanes;
+    (0..lanes)
+        .map(|lane| {
+            let (start, mut at, mut found) = (log_off + lane * lane_len, 0, Vec::new());
+            while at + 48 <= lane_len {
+                let record = start + at;
+                let body = u32::from_le_bytes(bytes[record + 36..record + 40].try_into().unwrap());
+                if !bytes[record..].starts_with(b"NVTR") || u64_at(record + 8) != lap {
+                    break;
+                }
+                found.push(record);
+                at += (48 + body as usize).div_ceil(64) * 64;
+            }
+            found
+        })
+        .collect()
+}
+
+/// A crashed counter run (killed after a number of log fences) whose log holds a lane with
+/// at least two records of the current lap: the pool and that lane's records.
+fn crashed_with_records() -> (tempfile::TempDir, std::path::PathBuf, Vec<usize>) {
+    let (dir, pool) = common::pool_path("damage");
+    let program = &common::program("counter").linked;
+    let mut command = common::command(program, &pool, &["2", "40"]);
+    // NVT_CRASH_AT kills the run's process group: a group of its own, not the test's.
+    command
+        .env("NVT_CRASH_AT", "60")
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let crashed = command.output().expect("spawn counter");
+    assert!(!crashed.status.success(), "the run was to be killed");
+    let lanes = current_records(&std::fs::read(&pool).expect("read pool"));
+    let lane = lanes
+        .into_iter()
+        .find(|records| records.len() >= 2)
+        .expect("a lane with two records");
+    (dir, pool, lane)
+}
+
+/// A record in the middle of a lane damaged (no crash leaves that) ends the program with
+/// status 78 naming the damage, at every start, and the pool stays byte for byte as it was
+/// (no replay, no lap advance). A torn append after the lane's last record instead (what a
+/// crash leaves: a record of the lap whose header or body did not all reach the media) is
+/// discarded and the run goes on.
+#[test]
+fn a_log_damaged_in_the_middle_of_a_lane_is_refused_and_kept() {
+    common::require_cc();
+    let (_dir, pool, lane) = crashed_with_records();
+    let pristine = std::fs::read(&pool).expect("read pool");
+    let torn = pool.with_extension("torn");
+    let last = lane[lane.len() - 1];
+    let body = u32::from_le_bytes(pristine[last + 36..last + 40].try_into().unwrap()) as usize;
+    let next = last + (48 + body).div_ceil(64) * 64;
+    for (field, at) in [("magic", 2), ("sequence", 17), ("body", 60)] {
+        let mut bytes = pristine.clone();
+        bytes[lane[0] + at] ^= 0x5a;
+        std::fs::write(&pool, &bytes).expect("write pool");
+        for _ in 0..2 {
+            let output = counter(&pool, |_| {});
+            assert_refused(&output, "damaged redo log: lane");
+            assert!(
+                stderr(&output).contains("left unchanged"),
+                "{}",
+                stderr(&output)
+            );
+            assert!(
+                std::fs::read(&pool).expect("read") == bytes,
+                "{field}: the pool changed"
+            );
+        }
+        // The next append of the lane, torn: the last record's bytes again, with this
+        // field differing, where the next record would go.
+        let mut bytes = pristine.clone();
+        let record = (48 + body).div_ceil(64) * 64;
+        bytes.copy_within(last..last + record, next);
+        bytes[next + at] ^= 0x5a;
+        std::fs::write(&torn, &bytes).expect("write pool");
+        let output = counter(&torn, |_| {});
+        assert!(
+            output.status.success(),
+            "torn {field}: {:?} {} {}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            stderr(&output)
+        );
     }
 }

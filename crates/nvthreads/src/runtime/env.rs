@@ -36,7 +36,7 @@ pub enum MallocMode {
 pub enum GlobalsMode {
     /// `0` or `private`: not adopted; each thread-process has its own copy.
     Private,
-    /// unset, `1` or `shared` (default): shared between thread-processes, not persistent.
+    /// unset, empty or `shared` (default): shared between thread-processes, not persistent.
     Shared,
     /// `persistent`: shared, logged and recovered.
     Persistent,
@@ -184,7 +184,7 @@ impl Env {
                 .transpose()
         };
         Ok(Env {
-            pool: var("NVT_POOL").map_or_else(|| default_pool(exe_name, uid), PathBuf::from),
+            pool: pool_path(var("NVT_POOL")).unwrap_or_else(|| Ok(default_pool(exe_name, uid)))?,
             heap_mb: number("NVT_HEAP_MB")?.unwrap_or(DEFAULT_HEAP_MB),
             log_mb: number("NVT_LOG_MB")?.unwrap_or(DEFAULT_LOG_MB),
             malloc: malloc_mode(text("NVT_MALLOC"))?,
@@ -193,14 +193,14 @@ impl Env {
             globals: globals_mode(text("NVT_GLOBALS"))?,
             isolate_volatile: flag("NVT_ISOLATE_VOLATILE", text("NVT_ISOLATE_VOLATILE"))?,
             nvm_ns_per_page: number("NVT_NVM_NS_PER_PAGE")?.unwrap_or(0),
-            disable: text("NVT_DISABLE").is_some_and(|v| v == "1"),
-            enable: text("NVT_ENABLE").is_some_and(|v| v == "1"),
+            disable: flag("NVT_DISABLE", text("NVT_DISABLE"))?,
+            enable: flag("NVT_ENABLE", text("NVT_ENABLE"))?,
             active: var("NVT_ACTIVE"),
             crash_at: number("NVT_CRASH_AT")?.filter(|&step| step != 0),
             pfail: pfail_mode(text("NVT_PFAIL"))?,
-            stats: text("NVT_STATS").is_some_and(|v| v == "1"),
-            profile: text("NVT_PROFILE").is_some_and(|v| v == "1"),
-            debug: text("NVT_DEBUG").is_some_and(|v| v == "1"),
+            stats: flag("NVT_STATS", text("NVT_STATS"))?,
+            profile: flag("NVT_PROFILE", text("NVT_PROFILE"))?,
+            debug: flag("NVT_DEBUG", text("NVT_DEBUG"))?,
             mutant: mutant(text("NVT_MUTANT"))?,
             fail_at: fail_at(text("NVT_FAIL_AT"))?,
         })
@@ -212,6 +212,22 @@ impl Env {
     pub fn dormant(&self) -> bool {
         self.disable || self.active.as_deref() == Some(self.pool.as_os_str())
     }
+}
+
+/// `NVT_POOL`, if set: a path, never empty (an empty value would name no file, and the
+/// error would then name none either).
+fn pool_path(value: Option<OsString>) -> Option<Result<PathBuf, EnvError>> {
+    value.map(|path| {
+        if path.is_empty() {
+            Err(EnvError {
+                name: "NVT_POOL",
+                value: String::new(),
+                expected: "the path of the pool file (unset for the default)",
+            })
+        } else {
+            Ok(PathBuf::from(path))
+        }
+    })
 }
 
 fn default_pool(exe_name: &str, uid: u32) -> PathBuf {
@@ -237,12 +253,12 @@ fn malloc_mode(value: Option<String>) -> Result<MallocMode, EnvError> {
 fn globals_mode(value: Option<String>) -> Result<GlobalsMode, EnvError> {
     match value.as_deref() {
         Some("0" | "private") => Ok(GlobalsMode::Private),
-        None | Some("" | "1" | "shared") => Ok(GlobalsMode::Shared),
+        None | Some("" | "shared") => Ok(GlobalsMode::Shared),
         Some("persistent") => Ok(GlobalsMode::Persistent),
         Some(other) => Err(EnvError {
             name: "NVT_GLOBALS",
             value: other.to_owned(),
-            expected: "shared, persistent or private",
+            expected: "shared, persistent, private or 0 (private)",
         }),
     }
 }
@@ -415,6 +431,27 @@ mod tests {
             let error = parse(&[("NVT_FAIL_AT", bad)]).expect_err("no such failure");
             assert_eq!(error.name, "NVT_FAIL_AT", "{bad}");
         }
+        for name in [
+            "NVT_DISABLE",
+            "NVT_ENABLE",
+            "NVT_STATS",
+            "NVT_PROFILE",
+            "NVT_DEBUG",
+        ] {
+            for bad in ["yes", "true", "2", "on"] {
+                let error = parse(&[(name, bad)]).expect_err("not a switch");
+                assert_eq!(error.to_string(), format!("{name}={bad}: expected 0 or 1"));
+            }
+            assert!(!parse(&[(name, "0")]).expect("off").debug);
+        }
+        assert!(parse(&[("NVT_DEBUG", "1")]).expect("on").debug);
+        let error = parse(&[("NVT_GLOBALS", "1")]).expect_err("not a mode");
+        assert_eq!(
+            error.to_string(),
+            "NVT_GLOBALS=1: expected shared, persistent, private or 0 (private)"
+        );
+        let error = parse(&[("NVT_POOL", "")]).expect_err("no file");
+        assert_eq!(error.name, "NVT_POOL");
         let error = parse(&[("NVT_ISOLATE_VOLATILE", "yes")]).expect_err("not a switch");
         assert_eq!(
             error.to_string(),

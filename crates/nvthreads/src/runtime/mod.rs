@@ -136,7 +136,9 @@ pub fn fatal(message: &str) -> ! {
 }
 
 fn warn(message: &str) {
-    let _ = writeln!(std::io::stderr(), "nvthreads: {message}");
+    // One write: a process killed right after (a run being ended) never leaves half a line.
+    let line = format!("nvthreads: {message}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
 }
 
 /// A line on stderr for `NVT_DEBUG=1`.
@@ -504,7 +506,7 @@ fn open_or_create_journal(
         let pool = open_pool(path, &options, settings)?;
         let (journal, state, recovery) =
             RtJournal::open_in(pool, commit::journal_mutation(), Some(commit::step))
-                .map_err(|e| format!("recovering {}: {e}", path.display()))?;
+                .map_err(|e| recovery_failed(path, &e))?;
         return Ok((journal, state, !recovery.was_clean));
     }
     let log_len = settings.log_mb << 20;
@@ -528,6 +530,17 @@ fn open_or_create_journal(
     journal.set_fence_hook(Some(commit::step));
     journal.set_mutation(commit::journal_mutation());
     Ok((journal, state, false))
+}
+
+/// Why the pool at `path` cannot be recovered; for a damaged log, also that nothing was
+/// written (the pool is kept as found for inspection).
+fn recovery_failed(path: &Path, error: &crate::NvtError) -> String {
+    let kept = if matches!(error, crate::NvtError::DamagedLog { .. }) {
+        "; the pool was left unchanged (`ferrite pool check` lists the damage)"
+    } else {
+        ""
+    };
+    format!("recovering {}: {error}{kept}", path.display())
 }
 
 /// The exit status of a program whose pool another running program holds (`EX_TEMPFAIL`

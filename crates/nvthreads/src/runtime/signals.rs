@@ -48,7 +48,21 @@ pub(super) fn kill_other_processes() {
     }
 }
 
+/// Whether this process is the first to end the run (a thread died): only the first says
+/// why, once. Async-signal-safe (one atomic operation).
+fn first_to_end(shared: &crate::shared::Shared) -> bool {
+    shared
+        .ending
+        .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok()
+}
+
 extern "C" fn on_fatal_signal(signal: i32) {
+    // The dying thread says what it died of even if another process ended the run first
+    // (its death may be why); it only keeps the watchdogs from adding a second line.
+    if let Some(shared) = commit::shared_block() {
+        first_to_end(shared);
+    }
     report_fatal_signal(signal);
     kill_other_processes();
     // SAFETY: restoring the default action and re-raising is async-signal-safe; the process
@@ -86,7 +100,7 @@ pub(super) fn check_run() {
         if slot.state.load(Ordering::SeqCst) == thread_state::RUNNING
             && slot.pid.load(Ordering::SeqCst) == pid
         {
-            end_run(index, pid);
+            end_run(shared, index, pid);
         }
     }
 }
@@ -94,16 +108,26 @@ pub(super) fn check_run() {
 /// Ends the run because the thread of slot `index` (process `pid`) died without ending: one
 /// line on stderr, then every process of the run is killed with `SIGKILL` (this one last),
 /// as a crash would end it. The pool keeps every committed section; the next run recovers.
-fn end_run(index: usize, pid: i32) -> ! {
+fn end_run(shared: &crate::shared::Shared, index: usize, pid: i32) -> ! {
     let who = if index == 0 {
-        "the main thread".to_owned()
+        format!("the main thread (process {pid})")
     } else {
-        format!("thread {}", index + 1)
+        format!(
+            "thread {} (numbered from 1, the main thread; process {pid})",
+            index + 1
+        )
     };
-    super::warn(&format!(
-        "{who} (process {pid}) died without ending; ending the program (killed by SIGKILL; \
-         the next run recovers every committed section)"
-    ));
+    if first_to_end(shared) {
+        super::warn(&format!(
+            "{who} died without ending; ending the program (killed by SIGKILL; the next run \
+             recovers every committed section)"
+        ));
+    } else {
+        // Another process is ending the run and saying why: killing it now could cut its
+        // line short. It kills this one within a moment; only if it does not (it died
+        // too) does this one end the run.
+        std::thread::sleep(crate::shared::WATCHDOG_PERIOD);
+    }
     kill_other_processes();
     // SAFETY: killing this process; SIGKILL cannot be caught, so kill does not return.
     unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
