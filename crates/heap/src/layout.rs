@@ -303,7 +303,7 @@ impl Layout {
         let (stored, computed) = (half(60), crc32fast::hash(&b[..60]));
         if stored != computed {
             return Err(HeapError::Corrupted(format!(
-                "heap header checksum {stored:#x} != {computed:#x}"
+                "heap header checksum mismatch (stored {stored:#x}, computed {computed:#x})"
             )));
         }
         if half(8) != VERSION {

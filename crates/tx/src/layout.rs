@@ -182,7 +182,7 @@ impl EngineLayout {
         let (stored, computed) = (half(60), crc32fast::hash(&b[..60]));
         if stored != computed {
             return Err(TxError::Corrupted(format!(
-                "engine header checksum {stored:#x} != {computed:#x}"
+                "engine header checksum mismatch (stored {stored:#x}, computed {computed:#x})"
             )));
         }
         let found = EngineKind::from_code(half(12))
