@@ -305,7 +305,8 @@ fn notify_failure(args: &MountArgs, error: anyhow::Error, what: &Path) -> anyhow
 }
 
 /// Starts this same command in the foreground as a detached child (own process group,
-/// no terminal), waits for its "ready" line, and returns.
+/// no terminal), waits for its "ready" line, and returns. Unlike the programs `bench` and
+/// `eval` start, the server is meant to outlive this process: it gets no parent-death signal.
 fn mount_background(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("locating the ferrite executable")?;

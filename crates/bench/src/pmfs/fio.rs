@@ -1,6 +1,7 @@
 //! fio jobs on a directory (pmemfile-style: append and random read/write at 64 B, 4 KiB and
 //! 64 KiB, one job at a time, `psync` engine, buffered I/O), parsed from fio's JSON output.
 
+use crate::scratch::child_command;
 use pmem::Persist;
 use pmfs::posix::{O_CREAT, O_RDWR, O_TRUNC};
 use pmfs::{Errno, Posix};
@@ -8,7 +9,6 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// What a job does.
@@ -160,7 +160,7 @@ pub fn run_fio(
     settings: &FioSettings,
 ) -> Result<FioNumbers, String> {
     let name = format!("{}-{}", job.kind.label(), job.bs);
-    let mut command = Command::new(fio);
+    let mut command = child_command(fio);
     command.envs(env.iter().map(|(k, v)| (k, v)));
     command
         .arg(format!("--name={name}"))
@@ -187,7 +187,7 @@ pub fn run_fio(
     }
     let output = command.output().map_err(|e| format!("running fio: {e}"))?;
     // Removed through the same environment (a preloaded file is not in the kernel's view).
-    let _ = Command::new("rm")
+    let _ = child_command("rm")
         .envs(env.iter().map(|(k, v)| (k, v)))
         .arg("-f")
         .arg(dir.join(format!("{name}.dat")))
