@@ -5,6 +5,7 @@
 //!
 //! Each thing a run creates registers its teardown with [`on_interrupt`] and keeps the
 //! returned [`Teardown`]; its own destructor cleans up as usual and the guard unregisters.
+//! The programs a run starts come from [`child_command`] and die with the process.
 
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
@@ -52,6 +53,16 @@ pub fn tear_down_all() -> usize {
     }
     std::mem::forget(pending);
     count
+}
+
+/// A command for a program a run starts (fio, sqlite, the NVthreads programs, the tools that
+/// set targets up): its process gets `SIGKILL` when this process dies, even by a `SIGKILL`
+/// that runs no teardown, so no benchmark program outlives the run that started it. Spawn it
+/// from a thread that waits for it (the signal follows the spawning thread).
+pub fn child_command(program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
+    let mut command = std::process::Command::new(program);
+    pdeathsig::die_with_parent(&mut command, pdeathsig::Signal::Kill);
+    command
 }
 
 /// A scratch file's path, torn down on interrupt while the guard lives; dropping it removes

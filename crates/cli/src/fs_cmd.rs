@@ -249,17 +249,7 @@ fn mount_foreground(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
     let notify = args.notify_ready;
     let mut ready_error = None;
     let ended = fsmount::serve(fs, &args.dir, &config, || {
-        let line = if notify {
-            format!("ready {}", std::process::id())
-        } else {
-            format!(
-                "mounted {} on {} (Ctrl-C, SIGTERM or `ferrite fs unmount {}` to unmount)",
-                args.pool.display(),
-                args.dir.display(),
-                args.dir.display()
-            )
-        };
-        if let Err(error) = writeln!(out, "{line}").and_then(|()| out.flush()) {
+        if let Err(error) = report_mounted(args, out) {
             ready_error = Some(error);
         }
     });
@@ -270,14 +260,38 @@ fn mount_foreground(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
     if let Some(error) = ready_error {
         eprintln!("ferrite: reporting the mount: {error}");
     }
-    if !notify {
-        let how = match ended {
-            fsmount::Ended::External => "unmounted from outside".to_owned(),
-            fsmount::Ended::Signal(signal) => format!("unmounted on {signal}"),
-        };
-        writeln!(out, "{how}; {} closed cleanly", args.pool.display())?;
+    let how = match ended {
+        fsmount::Ended::External => "unmounted from outside".to_owned(),
+        fsmount::Ended::Signal(signal) => format!("unmounted on {signal}"),
+    };
+    let closed = format!("{how}; {} closed cleanly", args.pool.display());
+    if notify {
+        // The background parent stopped reading at "ready": the server's own lines go to
+        // its log (stderr, unbuffered), so the log ends with how the pool was closed.
+        eprintln!("{closed}");
+    } else {
+        writeln!(out, "{closed}")?;
     }
     Ok(())
+}
+
+/// Says the mount is up: in the foreground on `out`; as a background server, "ready PID"
+/// on `out` for the parent and the mount line on stderr, its log.
+fn report_mounted(args: &MountArgs, out: &mut dyn Write) -> std::io::Result<()> {
+    let pid = std::process::id();
+    let dir = args.dir.display();
+    let mounted = format!("mounted {} on {dir}", args.pool.display());
+    if args.notify_ready {
+        writeln!(out, "ready {pid}")?;
+        out.flush()?;
+        eprintln!("{mounted} (server pid {pid}; `ferrite fs unmount {dir}` to unmount)");
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{mounted} (Ctrl-C, SIGTERM or `ferrite fs unmount {dir}` to unmount)"
+    )?;
+    out.flush()
 }
 
 /// A failure before the mount was up: the background parent learns it on stdout.
@@ -291,7 +305,8 @@ fn notify_failure(args: &MountArgs, error: anyhow::Error, what: &Path) -> anyhow
 }
 
 /// Starts this same command in the foreground as a detached child (own process group,
-/// no terminal), waits for its "ready" line, and returns.
+/// no terminal), waits for its "ready" line, and returns. Unlike the programs `bench` and
+/// `eval` start, the server is meant to outlive this process: it gets no parent-death signal.
 fn mount_background(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("locating the ferrite executable")?;

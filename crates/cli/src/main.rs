@@ -310,13 +310,17 @@ fn needs_pmdk_environment() -> bool {
 /// Runs this same command again with `PMEM_IS_PMEM_FORCE=1` (setting it in-process would race
 /// with threads reading the environment) and exits with its status. An interrupt or
 /// termination request is passed on to the run, which tears down its scratch pools and exits;
-/// the handler is in place before the run starts, so no request falls between the two.
+/// the handler is in place before the run starts, so no request falls between the two. A
+/// death no handler sees (`SIGKILL`) reaches the run as `SIGTERM` from the kernel
+/// (`PR_SET_PDEATHSIG`), so it tears down and exits all the same.
 fn rerun_with_pmdk_environment() -> ExitCode {
     if let Err(error) = ctrlc::set_handler(RERUN.forward_interrupt()) {
         let _ = writeln!(std::io::stderr(), "ferrite: {}", interrupt_warning(&error));
     }
     let status = std::env::current_exe().and_then(|exe| {
-        let mut run = std::process::Command::new(exe)
+        let mut command = std::process::Command::new(exe);
+        pdeathsig::die_with_parent(&mut command, pdeathsig::Signal::Terminate);
+        let mut run = command
             .args(std::env::args_os().skip(1))
             .env(pmdk::FORCE_ENV, "1")
             .spawn()?;

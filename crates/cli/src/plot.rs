@@ -5,8 +5,9 @@
 //! widths for spacing).
 
 use anyhow::Result;
+use plotters::coord::combinators::WithKeyPoints;
 use plotters::coord::ranged1d::{SegmentValue, SegmentedCoord};
-use plotters::coord::types::RangedCoordusize;
+use plotters::coord::types::{RangedCoordi64, RangedCoordusize};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
@@ -307,7 +308,11 @@ pub fn fitted_log2_line_chart(
                     .map(|p| Circle::new(p, 4, color.filled())),
             )?;
         }
-        draw_side_legend(&legend_area, series.iter().map(|s| s.name.as_str()))?;
+        draw_side_legend(
+            &legend_area,
+            series.iter().map(|s| s.name.as_str()),
+            Swatch::Line,
+        )?;
         root.present()?;
     }
     Ok(svg)
@@ -343,18 +348,35 @@ fn decimals_for(span: f64) -> usize {
     }
 }
 
-/// A legend drawn in its own area: a coloured line and the name per series, top down, in
+/// What a legend entry shows beside its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Swatch {
+    /// A line with a point, for line charts.
+    Line,
+    /// A filled square, for bar charts.
+    Bar,
+}
+
+/// A legend drawn in its own area: a coloured swatch and the name per series, top down, in
 /// palette order (the order the series were drawn in).
 fn draw_side_legend<'a>(
     area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
     names: impl Iterator<Item = &'a str>,
+    swatch: Swatch,
 ) -> Result<()> {
     let style = TextStyle::from((FONT, 14).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
     for (index, name) in names.enumerate() {
         let y = 56 + 22 * i32::try_from(index).unwrap_or(i32::MAX / 32);
         let color = PALETTE[index % PALETTE.len()];
-        area.draw(&PathElement::new([(4, y), (28, y)], color.stroke_width(3)))?;
-        area.draw(&Circle::new((16, y), 4, color.filled()))?;
+        match swatch {
+            Swatch::Line => {
+                area.draw(&PathElement::new([(4, y), (28, y)], color.stroke_width(3)))?;
+                area.draw(&Circle::new((16, y), 4, color.filled()))?;
+            }
+            Swatch::Bar => {
+                area.draw(&Rectangle::new([(9, y - 7), (23, y + 7)], color.filled()))?;
+            }
+        }
         area.draw(&Text::new(name.to_owned(), (36, y), style.clone()))?;
     }
     Ok(())
@@ -384,81 +406,250 @@ pub fn grouped_bar_chart(
     categories: &[String],
     series: &[BarSeries],
 ) -> Result<String> {
-    let count = categories.len().max(1);
-    let max = series
-        .iter()
-        .flat_map(|s| s.values.iter().flatten().copied())
-        .filter(|v| v.is_finite())
-        .fold(0.0, f64::max);
-    let legend_share = (LEGEND_ENTRY_SHARE * series.len() as f64 + 0.05).min(0.6);
+    let max = series_values(series).fold(0.0, f64::max);
+    let legend_share = legend_share(series.len());
     let y_max = if max > 0.0 {
         max / (1.0 - legend_share)
     } else {
         1.0
     };
-    let width = grouped_width(categories.len(), series.len());
+    let decimals = if max < 10.0 { 1 } else { 0 };
     let mut svg = String::new();
     {
+        let width = grouped_width(categories.len(), series.len());
         let root = SVGBackend::with_string(&mut svg, (width, SIZE.1)).into_drawing_area();
         root.fill(&WHITE)?;
-        // Category `i` spans [i, i + 1) in units of `SLOTS` steps (an integer axis, whose
-        // labels plotters can format), and its label sits at its centre.
-        let centres: Vec<i64> = (0..count as i64).map(|i| i * SLOTS + SLOTS / 2).collect();
-        let x_range = (0..count as i64 * SLOTS).with_key_points(centres);
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, (FONT, 20))
-            .margin(16)
-            .x_label_area_size(36)
-            .y_label_area_size(64)
-            .build_cartesian_2d(x_range, 0.0..y_max)?;
-        let label_of = |x: &i64| {
-            let centred = x.rem_euclid(SLOTS) == SLOTS / 2;
-            let category = usize::try_from(x.div_euclid(SLOTS)).ok();
-            category
-                .filter(|_| centred)
-                .and_then(|index| categories.get(index).cloned())
-                .unwrap_or_default()
-        };
-        let decimals = if max < 10.0 { 1 } else { 0 };
+        let mut chart = grouped_builder(&root, title)
+            .build_cartesian_2d(category_axis(categories.len()), 0.0..y_max)?;
         chart
             .configure_mesh()
             .disable_x_mesh()
-            .x_label_formatter(&label_of)
+            .x_label_formatter(&category_label(categories))
             .y_label_formatter(&|v: &f64| format!("{v:.decimals$}"))
             .max_light_lines(1)
             .y_desc(y_label)
             .label_style((FONT, 14))
             .draw()?;
-        // The bars of a category fill its middle 80 %, one slot each, with a small gap.
-        let bar_width = SLOTS * 8 / 10 / series.len().max(1) as i64;
-        for (index, line) in series.iter().enumerate() {
-            let color = PALETTE[index % PALETTE.len()];
-            let bars = line
-                .values
-                .iter()
-                .enumerate()
-                .filter_map(|(category, value)| {
-                    let left = category as i64 * SLOTS + SLOTS / 10 + index as i64 * bar_width;
-                    let corners = [(left, 0.0), (left + bar_width * 9 / 10, (*value)?)];
-                    Some(Rectangle::new(corners, color.filled()))
-                });
-            chart
-                .draw_series(bars)?
-                .label(line.name.as_str())
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled())
-                });
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK.mix(0.4))
-            .label_font((FONT, 14))
-            .draw()?;
+        draw_grouped(&mut chart, series, 0.0, None)?;
+        draw_legend(&mut chart)?;
         root.present()?;
     }
     Ok(svg)
+}
+
+/// A grouped bar chart on a base-10 logarithmic y axis, for series whose values span orders
+/// of magnitude (a linear axis would flatten the small bars to nothing): ticks at every
+/// decade and at 2x and 5x in SI notation (1k, 2k, 5k, 10k), each bar labelled with its
+/// value, the legend in a panel right of the plot. Values that are not positive get no bar.
+pub fn log_grouped_bar_chart(
+    title: &str,
+    y_label: &str,
+    categories: &[String],
+    series: &[BarSeries],
+) -> Result<String> {
+    let (y_min, y_max) = log_y_range(series_values(series));
+    let mut svg = String::new();
+    {
+        let width = grouped_width(categories.len(), series.len());
+        let root =
+            SVGBackend::with_string(&mut svg, (width + LEGEND_PANEL, SIZE.1)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (plot_area, legend_area) = root.split_horizontally(width);
+        let mut chart = grouped_builder(&plot_area, title).build_cartesian_2d(
+            category_axis(categories.len()),
+            (y_min..y_max)
+                .log_scale()
+                .with_key_points(log_ticks(y_min, y_max)),
+        )?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_label_formatter(&category_label(categories))
+            .y_label_formatter(&|v: &f64| si(*v))
+            .y_desc(y_label)
+            .label_style((FONT, 14))
+            .draw()?;
+        draw_grouped(&mut chart, series, y_min, Some(&si))?;
+        draw_side_legend(
+            &legend_area,
+            series.iter().map(|s| s.name.as_str()),
+            Swatch::Bar,
+        )?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+/// Every finite value of every series.
+fn series_values(series: &[BarSeries]) -> impl Iterator<Item = f64> + '_ {
+    series
+        .iter()
+        .flat_map(|s| s.values.iter().flatten().copied())
+        .filter(|v| v.is_finite())
+}
+
+/// Height share above the tallest bar that the legend (and its margin) takes.
+fn legend_share(entries: usize) -> f64 {
+    (LEGEND_ENTRY_SHARE * entries as f64 + 0.05).min(0.6)
+}
+
+/// The y range of a log chart: from a decade at least half a decade below the smallest
+/// positive value (so its bar has height), and high enough that a bar's label stays clear
+/// above the tallest bar.
+fn log_y_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (low, high) = values
+        .filter(|v| *v > 0.0)
+        .fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
+            (lo.min(v), hi.max(v))
+        });
+    if high <= 0.0 {
+        return (1.0, 10.0);
+    }
+    let bottom = (low.log10() - 0.5).floor();
+    // Bars need at least one decade of height to compare.
+    let top = high.log10().max(bottom + 1.0);
+    let padded = top + (top - bottom) * LOG_LABEL_SHARE / (1.0 - LOG_LABEL_SHARE);
+    (10f64.powf(bottom), 10f64.powf(padded))
+}
+
+/// Height share a bar's rotated value label takes above it on a log chart.
+const LOG_LABEL_SHARE: f64 = 0.12;
+
+/// Tick values of a log axis: every 1, 2 and 5 times a power of ten within the range.
+fn log_ticks(y_min: f64, y_max: f64) -> Vec<f64> {
+    let first = y_min.log10().floor() as i32;
+    let last = y_max.log10().ceil() as i32;
+    (first..=last)
+        .flat_map(|e| [1.0, 2.0, 5.0].map(|m| m * 10f64.powi(e)))
+        .filter(|v| *v >= y_min * (1.0 - 1e-9) && *v <= y_max)
+        .collect()
+}
+
+/// A number in SI notation with at most three significant digits: 950, 1.2k, 45k, 2.8M.
+pub fn si(value: f64) -> String {
+    let (scaled, suffix) = [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
+        .iter()
+        .find(|(unit, _)| value.abs() >= *unit)
+        .map_or((value, ""), |(unit, suffix)| (value / unit, *suffix));
+    let decimals = match scaled.abs() {
+        v if v >= 100.0 || v == v.trunc() => 0,
+        v if v >= 10.0 => 1,
+        _ => 2,
+    };
+    let text = format!("{scaled:.decimals$}");
+    let text = if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        text
+    };
+    format!("{text}{suffix}")
+}
+
+/// Caption, margins and label areas of a grouped bar chart.
+fn grouped_builder<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    title: &str,
+) -> ChartBuilder<'a, 'b, SVGBackend<'b>> {
+    let mut builder = ChartBuilder::on(root);
+    builder
+        .caption(title, (FONT, 20))
+        .margin(16)
+        .x_label_area_size(36)
+        .y_label_area_size(72);
+    builder
+}
+
+/// Category `i` spans [i, i + 1) in units of `SLOTS` steps (an integer axis, whose labels
+/// plotters can format), and its label sits at its centre.
+fn category_axis(count: usize) -> WithKeyPoints<RangedCoordi64> {
+    let count = count.max(1) as i64;
+    let centres: Vec<i64> = (0..count).map(|i| i * SLOTS + SLOTS / 2).collect();
+    RangedCoordi64::from(0..count * SLOTS).with_key_points(centres)
+}
+
+/// The x label at `x`: the category's name at its centre, nothing elsewhere.
+fn category_label(categories: &[String]) -> impl Fn(&i64) -> String + '_ {
+    move |x| {
+        let centred = x.rem_euclid(SLOTS) == SLOTS / 2;
+        let category = usize::try_from(x.div_euclid(SLOTS)).ok();
+        category
+            .filter(|_| centred)
+            .and_then(|index| categories.get(index).cloned())
+            .unwrap_or_default()
+    }
+}
+
+/// The bars of every series from `floor` up, and (given `label`) each bar's value written
+/// upwards above it. The bars of a category fill its middle 80 %, one slot
+/// each, with a small gap.
+fn draw_grouped<'a, 'b: 'a, X, Y>(
+    chart: &mut ChartContext<'a, SVGBackend<'b>, Cartesian2d<X, Y>>,
+    series: &[BarSeries],
+    floor: f64,
+    label: Option<&dyn Fn(f64) -> String>,
+) -> Result<()>
+where
+    X: Ranged<ValueType = i64>,
+    Y: Ranged<ValueType = f64>,
+{
+    let bar_width = SLOTS * 8 / 10 / series.len().max(1) as i64;
+    let bars_of = |index: usize, line: &BarSeries| -> Vec<(i64, f64)> {
+        line.values
+            .iter()
+            .enumerate()
+            .filter_map(|(category, value)| {
+                let left = category as i64 * SLOTS + SLOTS / 10 + index as i64 * bar_width;
+                value
+                    .filter(|v| v.is_finite() && *v > floor)
+                    .map(|v| (left, v))
+            })
+            .collect()
+    };
+    for (index, line) in series.iter().enumerate() {
+        let color = PALETTE[index % PALETTE.len()];
+        let bars = bars_of(index, line);
+        let rectangles = bars.iter().map(|&(left, value)| {
+            Rectangle::new(
+                [(left, floor), (left + bar_width * 9 / 10, value)],
+                color.filled(),
+            )
+        });
+        chart
+            .draw_series(rectangles)?
+            .label(line.name.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled()));
+        if let Some(text) = label {
+            let style = TextStyle::from((FONT, 11).into_font())
+                .transform(FontTransform::Rotate270)
+                .pos(Pos::new(HPos::Left, VPos::Center));
+            chart.draw_series(bars.iter().map(|&(left, value)| {
+                Text::new(
+                    format!(" {}", text(value)),
+                    (left + bar_width * 9 / 20, value),
+                    style.clone(),
+                )
+            }))?;
+        }
+    }
+    Ok(())
+}
+
+/// The legend of the series drawn so far, inside the plot at its upper right.
+fn draw_legend<'a, 'b: 'a, X, Y>(
+    chart: &mut ChartContext<'a, SVGBackend<'b>, Cartesian2d<X, Y>>,
+) -> Result<()>
+where
+    X: Ranged<ValueType = i64>,
+    Y: Ranged<ValueType = f64>,
+{
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK.mix(0.4))
+        .label_font((FONT, 14))
+        .draw()?;
+    Ok(())
 }
 
 /// Pixel width of a grouped bar chart: room for every bar and every category label.
@@ -470,7 +661,7 @@ fn grouped_width(categories: usize, series: usize) -> u32 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -571,5 +762,73 @@ mod tests {
         assert!(svg.matches("<rect").count() >= 6, "{svg}");
         grouped_bar_chart("empty", "x", &[], &[]).expect("no bars");
         assert!(grouped_width(40, 6) > SIZE.0, "many bars widen the chart");
+    }
+
+    /// Heights of the bars of an SVG chart: the filled rectangles in a palette colour.
+    pub(crate) fn bar_heights(svg: &str) -> Vec<f64> {
+        let colours: Vec<String> = PALETTE
+            .iter()
+            .map(|c| format!("fill=\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2))
+            .collect();
+        svg.split("<rect ")
+            .skip(1)
+            .filter_map(|rest| rest.split('>').next())
+            .filter(|rect| colours.iter().any(|c| rect.contains(c.as_str())))
+            .filter_map(|rect| {
+                let height = rect.split("height=\"").nth(1)?.split('"').next()?;
+                height.parse().ok()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_log_grouped_chart_keeps_bars_three_decades_apart_readable() {
+        let categories = ["randwrite 4096".to_owned()];
+        let series = [
+            BarSeries {
+                name: "preload".into(),
+                values: vec![Some(2_000_000.0)],
+            },
+            BarSeries {
+                name: "FUSE".into(),
+                values: vec![Some(2_000.0)],
+            },
+            BarSeries {
+                name: "skipped".into(),
+                values: vec![None],
+            },
+        ];
+        let log = log_grouped_bar_chart("fio", "IOPS", &categories, &series).expect("chart");
+        let heights = bar_heights(&log);
+        assert_eq!(
+            heights.len(),
+            2 + 3,
+            "two bars and three legend swatches: {heights:?}"
+        );
+        assert!(
+            heights[1] >= 40.0,
+            "the small bar stays readable: {heights:?}"
+        );
+        assert!(heights[0] > heights[1] * 2.0, "and smaller: {heights:?}");
+        for text in ["2M", "2k", "preload", "FUSE", "skipped", "IOPS"] {
+            assert!(log.contains(text), "{text} missing");
+        }
+        // The same values on a linear axis: the small bar is under a pixel.
+        let linear = grouped_bar_chart("fio", "IOPS", &categories, &series).expect("chart");
+        assert!(bar_heights(&linear)[1] < 1.0, "{:?}", bar_heights(&linear));
+    }
+
+    #[test]
+    fn log_ticks_and_si_labels() {
+        assert_eq!(log_ticks(1000.0, 6000.0), vec![1000.0, 2000.0, 5000.0]);
+        let (low, high) = log_y_range([3_000.0, 2_500_000.0].into_iter());
+        assert_eq!(low, 100.0, "half a decade under 3,000 is under 1,000");
+        assert!(high > 2_500_000.0 * 2.0, "room for the labels: {high}");
+        assert_eq!(log_y_range(std::iter::empty()), (1.0, 10.0));
+        let labels: Vec<String> = [950.0, 1000.0, 1234.0, 45_600.0, 2_790_000.0, 0.5]
+            .iter()
+            .map(|v| si(*v))
+            .collect();
+        assert_eq!(labels, ["950", "1k", "1.23k", "45.6k", "2.79M", "0.5"]);
     }
 }

@@ -568,6 +568,85 @@ fn an_interrupted_bench_removes_its_scratch_pool_and_exits_130() {
     }
 }
 
+/// The children of `pid` (Linux's `/proc/PID/task/PID/children`).
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Whether `pid` still runs (a zombie waiting to be reaped has ended).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().next());
+        state != Some("Z")
+    })
+}
+
+/// A `SIGKILL` runs no handler, so the parent cannot pass it on: the kernel does, as the
+/// re-run's parent-death signal (`SIGTERM`), and the re-run tears down its scratch pool and
+/// ends within a second instead of running its whole bench as an orphan.
+#[test]
+fn the_rerun_dies_with_a_sigkilled_parent_and_removes_its_pool() {
+    use std::time::{Duration, Instant};
+    let dir = scratch();
+    let mut parent = Command::new(env!("CARGO_BIN_EXE_ferrite"))
+        .args(["bench", "--engine", "redo", "--workload", "hash", "--quiet"])
+        .args([
+            "--ops",
+            "30000000",
+            "--runs",
+            "1",
+            "--pool-dir",
+            text(dir.path()),
+        ])
+        // A small pool: its creation and removal take milliseconds, so the second measures
+        // how soon the re-run learns of its parent's death, not how long 1 GiB takes to free.
+        .args(["--pool-size", "64M"])
+        .env_remove("PMEM_IS_PMEM_FORCE")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the ferrite binary runs");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while pools_in(dir.path()).is_empty() {
+        assert!(Instant::now() < deadline, "no scratch pool appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The pool file appears before it is sized; let the run start on it.
+    std::thread::sleep(Duration::from_millis(200));
+    let rerun = children_of(parent.id());
+    assert_eq!(rerun.len(), 1, "the parent runs one re-run: {rerun:?}");
+    parent.kill().expect("SIGKILL the parent");
+    parent.wait().expect("reap the parent");
+    let killed = Instant::now();
+    while running(rerun[0]) && killed.elapsed() < Duration::from_secs(1) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let outlived = running(rerun[0]);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", rerun[0])).unwrap_or_default();
+    if outlived {
+        let _ = Command::new("kill")
+            .args(["-KILL", &rerun[0].to_string()])
+            .status();
+    }
+    assert!(
+        !outlived,
+        "the re-run {} outlived its parent by a second: {status}",
+        rerun[0]
+    );
+    assert_eq!(
+        pools_in(dir.path()),
+        Vec::<PathBuf>::new(),
+        "the re-run tore down"
+    );
+}
+
 /// What `ferrite` exits with when its output pipe has no reader (128 + SIGPIPE).
 const BROKEN_PIPE: i32 = 141;
 

@@ -496,6 +496,43 @@ fn a_users_own_file_system_is_theirs_and_a_closed_fuse_device_is_named() {
     let _ = std::fs::remove_file(&pool);
 }
 
+/// A background server's log holds what a foreground mount prints, through to how the pool
+/// was closed: the parent stops reading the server's stdout once it is up.
+#[test]
+fn the_background_log_ends_with_the_clean_close() {
+    let Some(mut mount) = Mounted::new("16M", &[]) else {
+        return;
+    };
+    mount.unmount_and_check();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let log = tmp.path().join("server.log");
+    let pool = mount.pool.to_str().unwrap().to_owned();
+    let dir = mount.dir.to_str().unwrap().to_owned();
+    let args = [
+        "fs",
+        "mount",
+        "--background",
+        "--log",
+        log.to_str().unwrap(),
+        &pool,
+        &dir,
+    ];
+    ok(&ferrite(&args), "mount --background --log");
+    mount.mounted = true;
+    mount.unmount_and_check();
+    let text = std::fs::read_to_string(&log).expect("the log");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines[0].starts_with(&format!("mounted {pool} on {dir} (server pid ")),
+        "{text}"
+    );
+    assert_eq!(
+        lines[1],
+        format!("unmounted from outside; {pool} closed cleanly")
+    );
+}
+
 #[test]
 fn extended_attributes_and_a_full_file_system_on_the_mount() {
     if which("setfattr").is_none() {

@@ -1,6 +1,6 @@
 //! Markdown rendering of a [`Reproduction`] (the tables of `docs/hwsim.md`).
 
-use crate::results::{Reproduction, Sweep};
+use crate::results::{Comparison, Reproduction, Sweep};
 use std::fmt::Write;
 
 /// Every table: design summary, per-workload runs, sweeps, battery, comparison, timing.
@@ -225,13 +225,11 @@ fn battery(out: &mut String, rep: &Reproduction) {
 fn comparison(out: &mut String, rep: &Reproduction) {
     out.push_str("### Paper vs reproduction\n\n| quantity | paper | ours | ours / paper | within ±25 % |\n|---|---|---|---|---|\n");
     for c in &rep.comparison {
+        let (paper, ours, ratio) = comparison_cells(c);
         let _ = writeln!(
             out,
-            "| {} | {:.3} | {:.3} | {:.2} | {} |",
+            "| {} | {paper} | {ours} | {ratio} | {} |",
             c.quantity,
-            c.paper,
-            c.ours,
-            c.ratio,
             if c.within { "yes" } else { "**no**" }
         );
     }
@@ -240,6 +238,20 @@ fn comparison(out: &mut String, rep: &Reproduction) {
         let _ = writeln!(out, "* **{}**: {}", c.quantity, c.explanation);
     }
     out.push('\n');
+}
+
+/// Paper, ours and their ratio as a reader reads them: an ordering the paper states has no
+/// number (its value is 1 when it holds), so it reads "holds" or "does not hold".
+fn comparison_cells(c: &Comparison) -> (String, String, String) {
+    if c.target.is_ordering() {
+        let ours = if c.within { "holds" } else { "does not hold" };
+        return ("holds".to_owned(), ours.to_owned(), "—".to_owned());
+    }
+    (
+        format!("{:.3}", c.paper),
+        format!("{:.3}", c.ours),
+        format!("{:.2}", c.ratio),
+    )
 }
 
 fn timing(out: &mut String, rep: &Reproduction) {

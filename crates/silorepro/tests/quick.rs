@@ -162,6 +162,30 @@ fn quick_reproduction_fills_every_table() {
     ] {
         assert!(md.contains(section), "{section}");
     }
+    assert_orderings_read_as_words(&rep, &md);
+}
+
+/// An ordering the paper states is a fact that holds or not: its row says so in words,
+/// never as the 1 or 0 it is stored as.
+fn assert_orderings_read_as_words(rep: &silorepro::Reproduction, md: &str) {
+    let orderings: Vec<_> = rep
+        .comparison
+        .iter()
+        .filter(|c| c.target.is_ordering())
+        .collect();
+    assert_eq!(orderings.len(), 2, "the quick plan compares both orderings");
+    for c in orderings {
+        let row = md
+            .lines()
+            .find(|line| line.starts_with(&format!("| {} |", c.quantity)))
+            .unwrap_or_else(|| panic!("no row for {}", c.quantity));
+        let ours = if c.within { "holds" } else { "does not hold" };
+        let verdict = if c.within { "yes" } else { "**no**" };
+        assert_eq!(
+            row,
+            format!("| {} | holds | {ours} | — | {verdict} |", c.quantity)
+        );
+    }
 }
 
 #[test]

@@ -4,9 +4,9 @@
 use super::{
     PoolSizes, ProgramError, Programs, Settings, Stats, median, run, runtime_env, seconds, value,
 };
+use crate::scratch::child_command;
 use nvthreads_programs::Link;
 use std::collections::HashMap;
-use std::process::Command;
 
 /// Which kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -242,7 +242,7 @@ fn run_kernel(
 ) -> Result<(RunTimes, String), ProgramError> {
     let size = kernel.size_for(settings.quick);
     let link = variant.link();
-    let mut command = Command::new(programs.path(kernel.name, link, false));
+    let mut command = child_command(programs.path(kernel.name, link, false));
     command
         .arg(settings.threads.to_string())
         .arg(size.to_string());

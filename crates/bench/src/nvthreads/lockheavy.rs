@@ -13,9 +13,9 @@
 use super::{
     PoolSizes, ProgramError, Programs, Settings, Stats, median, run, runtime_env, seconds, value,
 };
+use crate::scratch::child_command;
 use nvthreads::profile::{ProfileLine, Step};
 use nvthreads_programs::Link;
-use std::process::Command;
 
 /// The lock-heavy kernel's program.
 pub(super) const BANK_PROGRAM: &str = "bank";
@@ -113,7 +113,7 @@ fn run_bank(
         Link::Runtime
     };
     let size = bank_size(settings.quick);
-    let mut command = Command::new(programs.path(BANK_PROGRAM, link, false));
+    let mut command = child_command(programs.path(BANK_PROGRAM, link, false));
     command.args([threads.to_string(), size.to_string()]);
     let pool = programs.pool(BANK_PROGRAM);
     if link == Link::Runtime {
@@ -219,7 +219,7 @@ fn run_sections(
     profile: bool,
 ) -> Result<(f64, Option<ProfileLine>), ProgramError> {
     let size = if settings.quick { 4 } else { 32 };
-    let mut command = Command::new(programs.path(SECTIONS_PROGRAM, link, false));
+    let mut command = child_command(programs.path(SECTIONS_PROGRAM, link, false));
     command.args(["1".to_owned(), size.to_string(), shape.name().to_owned()]);
     let pool = programs.pool(SECTIONS_PROGRAM);
     if link == Link::Runtime {

@@ -8,11 +8,11 @@ use super::{
     PAGE_BENCH_PROGRAM, PoolSizes, ProgramError, Programs, Settings, Stats, Variant, median, run,
     runtime_env, seconds,
 };
+use crate::scratch::child_command;
 use nvthreads_programs::Link;
 use pmem::{CreateOptions, LatencyModel, NativeOptions, Pool};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::process::Command;
 use std::time::Instant;
 use tx::{Engine, EngineOptions, PPtr, Tx, TxError, Undo};
 
@@ -153,7 +153,7 @@ pub fn page_round_time(
             Variant::Pthreads => Link::Pthreads,
             _ => Link::Runtime,
         };
-        let mut command = Command::new(programs.path(PAGE_BENCH_PROGRAM, link, false));
+        let mut command = child_command(programs.path(PAGE_BENCH_PROGRAM, link, false));
         command.args([
             PAGE_BENCH.threads.to_string(),
             PAGE_BENCH.pages.to_string(),

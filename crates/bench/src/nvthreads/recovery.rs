@@ -5,6 +5,7 @@
 use super::{
     KernelId, PoolSizes, ProgramError, Programs, Settings, median, number, run, runtime_env, value,
 };
+use crate::scratch::child_command;
 use nvthreads_programs::Link;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
@@ -62,7 +63,7 @@ pub fn kmeans_recovery(
     let binary = programs.path(kernel.name, Link::Runtime, true);
     let pool = programs.pool("kmeans-crash");
     let command = |fresh: bool| {
-        let mut command = Command::new(binary);
+        let mut command = child_command(binary);
         command.args([
             settings.threads.to_string(),
             size.to_string(),

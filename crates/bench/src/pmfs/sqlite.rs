@@ -4,10 +4,11 @@
 //! shell's start to its exit; the row count is checked.
 
 use super::targets::TargetDir;
+use crate::scratch::child_command;
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Instant;
 
 /// How big the workload is.
@@ -62,7 +63,7 @@ pub fn run_once(sqlite: &Path, target: &dyn TargetDir, inserts: u64) -> Result<f
     let db = target.dir().join("workload.db");
     let env = target.env();
     let remove = || {
-        let _ = Command::new("rm")
+        let _ = child_command("rm")
             .envs(env.iter().map(|(k, v)| (k, v)))
             .arg("-f")
             .arg(&db)
@@ -72,7 +73,7 @@ pub fn run_once(sqlite: &Path, target: &dyn TargetDir, inserts: u64) -> Result<f
     remove();
     let text = script(inserts);
     let start = Instant::now();
-    let mut child = Command::new(sqlite)
+    let mut child = child_command(sqlite)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .arg(&db)
         .stdin(Stdio::piped())

@@ -4,13 +4,12 @@
 //! and ext4 on a loop device. All sit on the same medium (DRAM): the pools and the ext4
 //! image are files in the pool directory (`/dev/shm` by default).
 
-use crate::scratch::{ScratchDir, ScratchFile, Teardown, on_interrupt};
+use crate::scratch::{ScratchDir, ScratchFile, Teardown, child_command, on_interrupt};
 use fsmount::{MountConfig, Mounted};
 use pmem::Pool;
 use pmfs::{Fs, MkfsOptions, MountOptions};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// Where a fio job or the sqlite workload runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -129,7 +128,7 @@ fn build_preload_library(profile_dir: &Path) -> Result<(), String> {
     }
     let target_dir = profile_dir.parent().unwrap_or(profile_dir);
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut command = std::process::Command::new(cargo);
+    let mut command = child_command(cargo);
     command
         .args(["build", "--quiet", "-p", "pmfs-preload", "--manifest-path"])
         .arg(&manifest)
@@ -333,7 +332,7 @@ pub struct Ext4Loop {
 }
 
 fn run(program: &str, args: &[&str]) -> Result<String, String> {
-    let output = Command::new(program)
+    let output = child_command(program)
         .args(args)
         .output()
         .map_err(|e| format!("{program}: {e}"))?;

@@ -7,7 +7,7 @@
 //! kernel's write-back cache), tmpfs and ext4 on a loop device, side by side.
 
 use super::{EvalOptions, empty_section, ns};
-use crate::plot::{BarSeries, grouped_bar_chart};
+use crate::plot::{BarSeries, grouped_bar_chart, log_grouped_bar_chart};
 use crate::report::{ClaimVerdict, Headline, Plot, Section, Table};
 use anyhow::Context;
 use bench::pmfs::fio::{FioJob, FioKind, FioNumbers};
@@ -363,11 +363,15 @@ fn protection_table(library: &Costs, guarded: &[Guarded]) -> Table {
 
 fn fio_table(results: &PmfsResults, jobs: &[FioJob], iops: bool) -> Table {
     let title = if iops {
-        "fio IOPS (psync, one job as a thread; the run of median IOPS of several runs that \
-         interleave the targets; the library row runs the same pattern in process, once): \
-         library, preload, FUSE mount, the no-op FUSE floor, tmpfs, ext4 on a loop device"
+        format!(
+            "fio IOPS (psync, one job as a thread; the run of median IOPS of several runs that \
+             interleave the targets; the library column runs the same pattern in process, \
+             once): library, preload, FUSE mount, the no-op FUSE floor, tmpfs, ext4 on a loop \
+             device. {}",
+            fio_run_length(results)
+        )
     } else {
-        "fio mean completion latency (µs)"
+        "fio mean completion latency (µs)".to_owned()
     };
     let value = |n: &FioNumbers| if iops { n.iops } else { n.mean_ns / 1000.0 };
     let mut columns = vec!["job".to_owned(), "block".to_owned()];
@@ -441,6 +445,47 @@ fn latency_plot(results: &PmfsResults) -> anyhow::Result<Plot> {
     })
 }
 
+/// How long the fio jobs ran, and how exact fio's millisecond clock makes their rates.
+fn fio_run_length(results: &PmfsResults) -> String {
+    let fio = results.settings.fio;
+    let appends: Vec<String> = results
+        .settings
+        .fio_jobs()
+        .iter()
+        .filter(|job| job.kind == FioKind::Append)
+        .map(|job| {
+            format!(
+                "{} writes of {} B",
+                fio.append_bytes(job.bs) / job.bs,
+                job.bs
+            )
+        })
+        .collect();
+    let shortest = results
+        .fio
+        .iter()
+        .filter(|r| r.target != FioTarget::Library)
+        .map(|r| r.numbers.run_ms)
+        .min_by(f64::total_cmp);
+    let clock = shortest.map_or(String::new(), |ms| {
+        format!(
+            " Every run reported here lasted at least {ms:.0} ms, so fio's clock leaves its \
+             rate within {:.1} %.",
+            100.0 / ms.max(1.0)
+        )
+    });
+    format!(
+        "Run length: the random jobs run {} ms each; an append job stops after {} or at {} ms, \
+         whichever comes first. IOPS are fio's operation count (total_ios) over its run time, \
+         which fio counts in whole milliseconds.{clock}",
+        fio.runtime_ms,
+        appends.join(" / "),
+        fio.runtime_ms
+    )
+}
+
+/// The fio IOPS of every target on a log axis: the kernel's tmpfs and the preload run 10 to
+/// 100 times the FUSE targets, whose bars a linear axis flattens to nothing.
 fn fio_plot(results: &PmfsResults, jobs: &[FioJob]) -> anyhow::Result<Plot> {
     let categories: Vec<String> = jobs
         .iter()
@@ -452,15 +497,23 @@ fn fio_plot(results: &PmfsResults, jobs: &[FioJob]) -> anyhow::Result<Plot> {
             name: target.label().to_owned(),
             values: jobs
                 .iter()
-                .map(|&job| results.fio(target, job).map(|n| n.iops / 1000.0))
+                .map(|&job| results.fio(target, job).map(|n| n.iops))
                 .collect(),
         })
         .collect();
-    let title = "fio: thousands of operations per second";
+    let title = "fio: operations per second";
     Ok(Plot {
         id: "fio".to_owned(),
-        title: format!("{title}, by job and block size"),
-        svg: grouped_bar_chart(title, "kIOPS", &categories, &series)?,
+        title: format!(
+            "{title} by job and block size (log scale; each job ran {} ms or less)",
+            results.settings.fio.runtime_ms
+        ),
+        svg: log_grouped_bar_chart(
+            &format!("{title} (log scale)"),
+            "IOPS, log scale",
+            &categories,
+            &series,
+        )?,
     })
 }
 
@@ -470,11 +523,9 @@ mod tests {
     use bench::pmfs::FioResult;
 
     fn results_with(fio: &[(FioTarget, FioJob, f64)]) -> PmfsResults {
-        let numbers = |iops| FioNumbers {
-            iops,
-            mean_ns: 1e9 / iops,
-            bytes_per_s: iops * 4096.0,
-        };
+        // A run of one second: the operation count is the IOPS.
+        let numbers =
+            |iops: f64| FioNumbers::over(iops as u64, iops as u64 * 4096, 1000.0, 1e9 / iops);
         PmfsResults {
             settings: Settings::QUICK,
             kernel_tmpfs: Costs(Vec::new()),
@@ -533,5 +584,34 @@ mod tests {
         assert!(paper_comparison(&results).expect("both ran").1);
         let missing = results_with(&[(FioTarget::Preload, RANDWRITE_4K, 1.0)]);
         assert_eq!(paper_comparison(&missing), None);
+    }
+
+    /// Every target's fio bar is readable however far apart the targets are (the preload
+    /// runs 100 times the mount here), and the caption gives the run length.
+    #[test]
+    fn the_fio_chart_and_table_show_every_target_and_the_run_length() {
+        let results = results_with(&[
+            (FioTarget::Preload, RANDWRITE_4K, 2_000_000.0),
+            (FioTarget::Fuse, RANDWRITE_4K, 20_000.0),
+            (FioTarget::Tmpfs, RANDWRITE_4K, 400_000.0),
+        ]);
+        let jobs = [RANDWRITE_4K];
+        let plot = fio_plot(&results, &jobs).expect("plot");
+        let heights = crate::plot::tests::bar_heights(&plot.svg);
+        let bars = &heights[..3];
+        assert!(bars.iter().all(|h| *h >= 40.0), "{heights:?}");
+        assert!(plot.title.contains("log scale"), "{}", plot.title);
+        let table = fio_table(&results, &jobs, true);
+        assert!(
+            table.title.contains("random jobs run 200 ms"),
+            "{}",
+            table.title
+        );
+        assert!(
+            table.title.contains("30000 writes of 4096 B"),
+            "{}",
+            table.title
+        );
+        assert!(table.title.contains("at least 1000 ms"), "{}", table.title);
     }
 }
