@@ -441,6 +441,10 @@ fn a_users_own_file_system_is_theirs_and_a_closed_fuse_device_is_named() {
     let _ = std::fs::remove_file(&pool);
     let dir = tmp.path().join("mnt");
     std::fs::create_dir(&dir).expect("mount point");
+    // The user reaches and owns the mount point, so only the FUSE device can refuse the mount.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).expect("chown mount point");
     let pool_text = pool.to_str().unwrap();
     ok(
         &as_nobody(&[FERRITE, "fs", "mkfs", pool_text, "--size", "16M"]),
