@@ -4,7 +4,7 @@
 
 use crate::chain::{Bytes, CHUNK, Lock, Seen};
 use crate::engine::Mvcc;
-use crate::lane::{Lane, NONE, WriteEntry, merge_ranges};
+use crate::lane::{Lane, NONE, Shared, WriteEntry, merge_ranges};
 use crate::options::{Level, Mutant};
 use crate::record::{self, Kind};
 use crate::table::{FRESH, NO_HEADER, Table};
@@ -54,7 +54,13 @@ pub struct MvccTx<'a, P: Persist, R: Replay> {
     table: &'a Table,
     pm: &'a P,
     pool_len: u64,
+    /// The pool's pointer tag, resolved at begin: every pointer a structure decodes is
+    /// checked against it, so it is one load from the transaction, not three.
+    tag: u16,
     lane: usize,
+    /// The lane's shared slot (announcement, in-flight timestamp, counts), resolved at
+    /// begin: commit and drop store to it without the engine → core → slice walk.
+    shared: &'a Shared,
     state: MutexGuard<'a, Lane>,
     snapshot: u64,
     level: Level,
@@ -93,7 +99,9 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             table: &engine.table,
             pm,
             pool_len: pm.len(),
+            tag: engine.tag,
             lane,
+            shared: &engine.shared[lane],
             state,
             snapshot,
             level,
@@ -357,7 +365,7 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             engine.table.header(w.header).unlock();
         }
         if !self.state.writes.is_empty() {
-            engine.shared[self.lane]
+            self.shared
                 .dirty
                 .lock()
                 .extend(self.state.writes.iter().map(|w| (w.header, w.chunk)));
@@ -409,7 +417,7 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         };
 
         // Push (after announcing a lower bound of the timestamp to checkpointers), stamp.
-        let shared = &engine.shared[self.lane];
+        let shared = self.shared;
         shared
             .inflight
             .store(engine.clock.now(), engine.clock.inflight_order());
@@ -601,9 +609,7 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         }
         engine.retire_versions(pushed.to_vec());
         // Release: a checkpointer that reads NONE sees the versions marked aborted.
-        engine.shared[self.lane]
-            .inflight
-            .store(NONE, Ordering::Release);
+        self.shared.inflight.store(NONE, Ordering::Release);
     }
 
     /// After the commit is durable: versions committed, locks released, chunks listed for
@@ -616,14 +622,12 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         }
         self.list_for_checkpoint();
         // Release: a checkpointer that reads NONE sees the versions published.
-        engine.shared[self.lane]
-            .inflight
-            .store(NONE, Ordering::Release);
+        self.shared.inflight.store(NONE, Ordering::Release);
     }
 
     /// Lists the written chunks and the in-place ranges for the next checkpoint.
     fn list_for_checkpoint(&mut self) {
-        let shared = &self.engine.shared[self.lane];
+        let shared = self.shared;
         let state = &*self.state;
         if !state.writes.is_empty() {
             shared
@@ -669,9 +673,7 @@ impl<P: Persist, R: Replay> Drop for MvccTx<'_, P, R> {
         // The lane's lists are left empty (committed, aborted or abandoned alike).
         self.state.reservations.clear();
         self.state.frees.clear();
-        self.engine.shared[self.lane]
-            .active
-            .store(NONE, Ordering::Release);
+        self.shared.active.store(NONE, Ordering::Release);
     }
 }
 
@@ -688,7 +690,7 @@ impl<P: Persist, R: Replay> Lifecycle for MvccTx<'_, P, R> {
             && self.state.frees.is_empty()
         {
             // Only this lane's holder stores the count: no read-modify-write needed.
-            let reads = &self.engine.shared[self.lane].reads;
+            let reads = &self.shared.reads;
             reads.store(reads.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
             return Ok(());
         }
@@ -801,7 +803,7 @@ impl<P: Persist, R: Replay> Tx for MvccTx<'_, P, R> {
     }
 
     fn pool_tag(&self) -> u16 {
-        self.engine.tag
+        self.tag
     }
 
     fn root_offset(&self) -> u64 {

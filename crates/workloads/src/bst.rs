@@ -8,14 +8,26 @@
 //!
 //! # Persistent layout (little-endian, byte offsets)
 //!
-//! Header (32 bytes), linked from the root object:
+//! Header (128 bytes: two 64-byte lines), linked from the root object:
 //!
 //! | offset | field        | type | meaning                                     |
 //! |--------|--------------|------|---------------------------------------------|
-//! | 0      | `magic`      | u64  | [`layout::MAGIC`] (`"FERBST01"`)            |
-//! | 8      | `count`      | u64  | number of nodes                             |
-//! | 16     | `root`       | ptr  | root node, or null                          |
-//! | 24     | `value_size` | u64  | bytes of every value (≤ [`MAX_VALUE_SIZE`]) |
+//! | 0      | `magic`      | u64  | [`layout::MAGIC`] (`"FERBST02"`)            |
+//! | 8      | `root`       | ptr  | root node, or null                          |
+//! | 16     | `value_size` | u64  | bytes of every value (≤ [`MAX_VALUE_SIZE`]) |
+//! | 24     | (reserved)   | 56 B | zero                                        |
+//! | 80     | `count`      | u64  | number of nodes                             |
+//! | 88     | (reserved)   | 40 B | zero                                        |
+//!
+//! Every operation reads the first 24 bytes; only inserts, deletes, `len` and the checker
+//! read `count`. The count, written by every insert and delete, sits 80 bytes in, so it
+//! never shares a 64-byte line with the fields every search reads, whatever the object's
+//! alignment (every allocator gives at least 16; the heap gives a 128-byte object a 64-byte
+//! aligned unit, the count then in the second line): on a multi-version engine the line
+//! that searches read then keeps no version chain (it changes only when the root node is
+//! replaced), and on any engine it does not bounce between writers and readers. Version 1
+//! images (`FERBST01`: a 32-byte header with the count at offset 8) are refused with a
+//! typed error naming the version.
 //!
 //! Node (24 + `value_size` bytes):
 //!
@@ -39,18 +51,22 @@ use tx::{PPtr, Tx, TxError, TxResult};
 
 /// Field offsets of the BST's persistent objects.
 pub mod layout {
-    /// Magic word of a BST header.
-    pub const MAGIC: u64 = u64::from_le_bytes(*b"FERBST01");
+    /// Magic word of a BST header (layout version 2).
+    pub const MAGIC: u64 = u64::from_le_bytes(*b"FERBST02");
+    /// Magic word of a version 1 header (the count beside the root; refused).
+    pub const MAGIC_V1: u64 = u64::from_le_bytes(*b"FERBST01");
     /// Header: magic word.
     pub const HEADER_MAGIC: u64 = 0;
-    /// Header: number of nodes.
-    pub const HEADER_COUNT: u64 = 8;
     /// Header: root node.
-    pub const HEADER_ROOT: u64 = 16;
+    pub const HEADER_ROOT: u64 = 8;
     /// Header: value size in bytes.
-    pub const HEADER_VALUE_SIZE: u64 = 24;
+    pub const HEADER_VALUE_SIZE: u64 = 16;
+    /// Header: the bytes every operation reads (magic, root, value size).
+    pub const HEADER_READ: u64 = 24;
+    /// Header: number of nodes, a line away from the fields every operation reads.
+    pub const HEADER_COUNT: u64 = 80;
     /// Header size.
-    pub const HEADER_SIZE: u64 = 32;
+    pub const HEADER_SIZE: u64 = 128;
     /// Node: key.
     pub const NODE_KEY: u64 = 0;
     /// Node: left child.
@@ -71,23 +87,19 @@ pub fn timestone_bst(params: Params) -> TimestoneMap<Bst> {
     TimestoneMap::new(params, LoadOrder::Shuffled)
 }
 
-/// The decoded header.
+/// The decoded fields every operation reads (not the count: see [`load_count`]).
 struct Header {
-    count: u64,
     root: PPtr,
     value_size: u32,
 }
 
 impl Header {
-    /// Reads and validates the header with one read.
+    /// Reads and validates the header's first line (magic, root, value size) with one read.
     fn load<T: Tx>(tx: &mut T, tree: PPtr) -> TxResult<Header> {
-        let mut buf = [0u8; HEADER_SIZE as usize];
+        let mut buf = [0u8; HEADER_READ as usize];
         tx.read(tree, 0, &mut buf)?;
-        if u64_at(&buf, HEADER_MAGIC) != MAGIC {
-            return Err(corrupt("object is not a BST header"));
-        }
+        check_magic(u64_at(&buf, HEADER_MAGIC))?;
         Ok(Header {
-            count: u64_at(&buf, HEADER_COUNT),
             root: ptr_at(tx, &buf, HEADER_ROOT)?,
             value_size: checked_value_size(u64_at(&buf, HEADER_VALUE_SIZE))?,
         })
@@ -103,6 +115,34 @@ impl Header {
         }
         Ok(())
     }
+}
+
+/// Accepts the current layout's magic (inlined into every operation: one comparison).
+#[inline(always)]
+fn check_magic(magic: u64) -> TxResult<()> {
+    if magic == MAGIC {
+        Ok(())
+    } else {
+        Err(bad_magic(magic))
+    }
+}
+
+/// The error for a header without the current magic: names an older layout's version.
+#[cold]
+#[inline(never)]
+fn bad_magic(magic: u64) -> TxError {
+    match magic {
+        MAGIC_V1 => corrupt(
+            "BST of layout version 1 (FERBST01, the count beside the root): \
+             this build reads version 2 (FERBST02); recreate the map",
+        ),
+        _ => corrupt("object is not a BST header"),
+    }
+}
+
+/// Reads the node count (its own line: only inserts, deletes, `len` and the checker).
+fn load_count<T: Tx>(tx: &mut T, tree: PPtr) -> TxResult<u64> {
+    tx.read_u64(tree, HEADER_COUNT)
 }
 
 /// The open key interval a node's position allows (`None`: unbounded).
@@ -339,7 +379,8 @@ impl PersistentMap for Bst {
         let node = tx.alloc(buf.len() as u64)?;
         tx.write(node, 0, &buf)?;
         found.slot.set(tx, node)?;
-        set_count(tx, tree, header.count.checked_add(1))?;
+        let count = load_count(tx, tree)?;
+        set_count(tx, tree, count.checked_add(1))?;
         Ok(true)
     }
 
@@ -350,7 +391,8 @@ impl PersistentMap for Bst {
             return Ok(false);
         };
         unlink(tx, found.slot, node)?;
-        set_count(tx, tree, header.count.checked_sub(1))?;
+        let count = load_count(tx, tree)?;
+        set_count(tx, tree, count.checked_sub(1))?;
         tx.free(node.at)?;
         Ok(true)
     }
@@ -380,7 +422,8 @@ impl PersistentMap for Bst {
     }
 
     fn len<T: Tx>(tx: &mut T, tree: PPtr) -> TxResult<u64> {
-        Ok(Header::load(tx, tree)?.count)
+        Header::load(tx, tree)?;
+        load_count(tx, tree)
     }
 
     fn check<T: Tx>(tx: &mut T, tree: PPtr) -> Result<BTreeMap<u64, Vec<u8>>, String> {
@@ -392,6 +435,7 @@ impl PersistentMap for Bst {
 /// returns the content.
 fn check_tree<T: Tx>(tx: &mut T, tree: PPtr) -> TxResult<BTreeMap<u64, Vec<u8>>> {
     let header = Header::load(tx, tree)?;
+    let count = check_reserved_and_count(tx, tree)?;
     let node_size = NODE_VALUE as usize + header.value_size as usize;
     let mut content = BTreeMap::new();
     let mut stack = vec![(header.root, Bounds::default())];
@@ -400,8 +444,8 @@ fn check_tree<T: Tx>(tx: &mut T, tree: PPtr) -> TxResult<BTreeMap<u64, Vec<u8>>>
             continue;
         }
         // The step bound: more nodes than `count` means a wrong count or shared subtrees.
-        if content.len() as u64 >= header.count {
-            return Err(corrupt(format!("more than count = {} nodes", header.count)));
+        if content.len() as u64 >= count {
+            return Err(corrupt(format!("more than count = {count} nodes")));
         }
         let mut buf = vec![0u8; node_size];
         tx.read(at, 0, &mut buf)?;
@@ -416,12 +460,135 @@ fn check_tree<T: Tx>(tx: &mut T, tree: PPtr) -> TxResult<BTreeMap<u64, Vec<u8>>>
         stack.push((ptr_at(tx, &buf, NODE_LEFT)?, bounds.left_of(key)));
         stack.push((ptr_at(tx, &buf, NODE_RIGHT)?, bounds.right_of(key)));
     }
-    if content.len() as u64 != header.count {
+    if content.len() as u64 != count {
         return Err(corrupt(format!(
-            "{} nodes but count = {}",
-            content.len(),
-            header.count
+            "{} nodes but count = {count}",
+            content.len()
         )));
     }
     Ok(content)
+}
+
+/// Reads the whole header: the reserved bytes must be zero; returns the count.
+fn check_reserved_and_count<T: Tx>(tx: &mut T, tree: PPtr) -> TxResult<u64> {
+    let mut buf = [0u8; HEADER_SIZE as usize];
+    tx.read(tree, 0, &mut buf)?;
+    let count_end = HEADER_COUNT as usize + 8;
+    let reserved = [
+        HEADER_READ as usize..HEADER_COUNT as usize,
+        count_end..HEADER_SIZE as usize,
+    ];
+    if reserved
+        .into_iter()
+        .any(|range| buf[range].iter().any(|&b| b != 0))
+    {
+        return Err(corrupt("BST header: reserved bytes not zero"));
+    }
+    Ok(u64_at(&buf, HEADER_COUNT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tx::{Engine, MemEngine};
+
+    fn build(engine: &MemEngine, keys: &[u64]) -> PPtr {
+        engine
+            .transaction(|tx| {
+                let tree = Bst::create(tx, 0, 8)?;
+                for &key in keys {
+                    Bst::put(tx, tree, key, &key.to_le_bytes())?;
+                }
+                Ok::<_, TxError>(tree)
+            })
+            .expect("build")
+    }
+
+    fn overwrite(engine: &MemEngine, tree: PPtr, field: u64, value: u64) {
+        engine
+            .transaction(|tx| tx.write_u64(tree, field, value))
+            .expect("overwrite");
+    }
+
+    fn check(engine: &MemEngine, tree: PPtr) -> Result<BTreeMap<u64, Vec<u8>>, String> {
+        engine
+            .read_only(|tx| Ok::<_, TxError>(Bst::check(tx, tree)))
+            .expect("check transaction")
+    }
+
+    #[test]
+    fn the_count_is_on_a_line_apart_from_what_every_operation_reads() {
+        let engine = MemEngine::new(1 << 20);
+        let tree = build(&engine, &[5, 3, 8]);
+        let start = tree.offset();
+        assert_eq!(
+            start % 64,
+            0,
+            "the heap gives the header a line-aligned unit"
+        );
+        let read_lines = start / 64..=(start + HEADER_READ - 1) / 64;
+        let count_line = (start + HEADER_COUNT) / 64;
+        assert!(!read_lines.contains(&count_line));
+        // Whatever the object's 16-byte alignment, the two never share a 64-byte line.
+        for misalignment in (0..64).step_by(16) {
+            let last_read = (misalignment + HEADER_READ - 1) / 64;
+            let count = misalignment + HEADER_COUNT;
+            assert_ne!(last_read, count / 64, "at {misalignment} past a line");
+            assert_eq!(count / 64, (count + 7) / 64, "the count within one line");
+        }
+        let len = engine.read_only(|tx| Bst::len(tx, tree)).expect("len");
+        assert_eq!(len, 3);
+        let read = engine.read_only(|tx| tx.read_u64(tree, HEADER_COUNT));
+        assert_eq!(read.expect("count"), 3);
+    }
+
+    #[test]
+    fn a_version_1_tree_is_refused_with_its_version() {
+        let engine = MemEngine::new(1 << 20);
+        let tree = build(&engine, &[5, 3, 8]);
+        overwrite(&engine, tree, HEADER_MAGIC, MAGIC_V1);
+        let mut value = [0u8; 8];
+        let get = engine.read_only(|tx| Bst::get(tx, tree, 5, &mut value));
+        assert!(
+            matches!(&get, Err(TxError::Corrupted(why)) if why.contains("layout version 1")),
+            "{get:?}"
+        );
+        let put = engine.transaction(|tx| Bst::put(tx, tree, 9, &[0u8; 8]));
+        assert!(matches!(put, Err(TxError::Corrupted(_))), "{put:?}");
+        let err = check(&engine, tree).expect_err("a version 1 header");
+        assert!(err.contains("layout version 1"), "{err}");
+        overwrite(&engine, tree, HEADER_MAGIC, 7);
+        let err = check(&engine, tree).expect_err("not a header");
+        assert!(err.contains("not a BST header"), "{err}");
+    }
+
+    #[test]
+    fn the_checker_rejects_reserved_bytes_that_are_not_zero() {
+        for field in [
+            HEADER_READ,
+            HEADER_COUNT - 8,
+            HEADER_COUNT + 8,
+            HEADER_SIZE - 8,
+        ] {
+            let engine = MemEngine::new(1 << 20);
+            let tree = build(&engine, &[5, 3, 8]);
+            assert_eq!(check(&engine, tree).expect("valid").len(), 3);
+            overwrite(&engine, tree, field, 1 << 40);
+            let err = check(&engine, tree).expect_err("reserved bytes set");
+            assert!(err.contains("reserved"), "offset {field}: {err}");
+        }
+    }
+
+    #[test]
+    fn inserts_and_deletes_keep_the_count() {
+        let engine = MemEngine::new(1 << 20);
+        let tree = build(&engine, &[50, 30, 70, 20, 40]);
+        let removed = engine.transaction(|tx| Bst::remove(tx, tree, 30));
+        assert!(removed.expect("remove"));
+        let again = engine.transaction(|tx| Bst::put(tx, tree, 70, &[1u8; 8]));
+        assert!(!again.expect("update"), "an update adds no node");
+        let len = engine.read_only(|tx| Bst::len(tx, tree)).expect("len");
+        assert_eq!(len, 4);
+        assert_eq!(check(&engine, tree).expect("valid").len(), 4);
+    }
 }
