@@ -265,7 +265,7 @@ impl MvccLayout {
         let (stored, computed) = (u32_at(&b, 60), crc32fast::hash(&b[..60]));
         if stored != computed {
             return Err(TxError::Corrupted(format!(
-                "mvcc header checksum {stored:#x} != {computed:#x}"
+                "mvcc header checksum mismatch (stored {stored:#x}, computed {computed:#x})"
             )));
         }
         if u32_at(&b, 8) != VERSION {
