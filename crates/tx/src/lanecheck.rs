@@ -99,14 +99,28 @@ pub fn verify_lane(shape: LaneShape, intact: &[Found], floor: u64) -> LaneVerdic
     {
         verdict.damage.push((oldest.pos - CACHE_LINE, message));
     }
-    if let Some(newest) = live.last() {
-        verdict.next = [shape.head(newest) % shape.size, 0]
-            .into_iter()
+    if let (Some(oldest), Some(newest)) = (live.first(), live.last()) {
+        let after = shape.head(newest) % shape.size;
+        let wrapped = next_may_wrap(shape, oldest, newest).then_some(0);
+        verdict.next = std::iter::once(after)
+            .chain(wrapped)
             .filter(|&pos| !intact.iter().any(|r| r.pos == pos))
             .collect();
         verdict.next.dedup();
     }
     verdict
+}
+
+/// Whether the record after `newest` may have gone to the lane start. It never overwrites a
+/// live record, so it must end by the oldest live one; and in a lane that wraps exactly, it
+/// went there only because it did not fit before the lane end.
+fn next_may_wrap(shape: LaneShape, oldest: &Found, newest: &Found) -> bool {
+    if newest.pos < oldest.pos {
+        // The live records already wrap: the lane start holds live records.
+        return false;
+    }
+    let room_before_end = shape.size - shape.head(newest);
+    oldest.pos > 0 && (!shape.exact_wrap || room_before_end < oldest.pos)
 }
 
 /// The record placed before the oldest live one ended where it starts. It may since have
@@ -177,6 +191,30 @@ mod tests {
             vec![256],
             "record 8 goes after 7 (0 holds record 5)"
         );
+    }
+
+    #[test]
+    fn the_next_record_goes_to_the_lane_start_only_if_it_could_have_wrapped() {
+        // Room before the lane end that no record fitting before the oldest live one can
+        // exceed: the next record goes after the newest, never to the start.
+        let intact = [found(128, 64, 5), found(192, 64, 6)];
+        assert_eq!(verify_lane(SHAPE, &intact, 4).next, vec![256]);
+        // At the lane end, the next record can only go to the start.
+        let intact = [found(1024, 64, 5), found(4032, 64, 6)];
+        assert_eq!(verify_lane(SHAPE, &intact, 4).next, vec![0]);
+        // Near it, a record longer than the room left wraps to the start.
+        let intact = [found(1024, 64, 5), found(3904, 64, 6)];
+        assert_eq!(verify_lane(SHAPE, &intact, 4).next, vec![3968, 0]);
+        // The oldest live record at the start: a wrap would overwrite it.
+        let intact = [found(0, 64, 5), found(3904, 64, 6)];
+        assert_eq!(verify_lane(SHAPE, &intact, 4).next, vec![3968]);
+        // Without exact wraps, the start is possible whenever it is not live.
+        let loose = LaneShape {
+            exact_wrap: false,
+            ..SHAPE
+        };
+        let intact = [found(128, 64, 5), found(192, 64, 6)];
+        assert_eq!(verify_lane(loose, &intact, 4).next, vec![256, 0]);
     }
 
     #[test]
