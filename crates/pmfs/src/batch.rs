@@ -56,7 +56,7 @@ impl Batch {
     pub(crate) fn cold(&mut self, sb: &Superblock, ino: u64, inode: &Inode, from: u64, to: u64) {
         let off = sb.inode_offset(ino);
         self.log(off + from, to - from);
-        match inode.encode(sb, ino) {
+        match inode.encode_range(sb, ino, from, to) {
             Ok(bytes) => self.set(off + from, &bytes[from as usize..to as usize]),
             Err(error) => self.unsealable = Some(error),
         }
@@ -66,7 +66,7 @@ impl Batch {
     /// space (a newly allocated inode).
     pub(crate) fn fresh_cold(&mut self, sb: &Superblock, ino: u64, inode: &Inode) {
         let hot = crate::inode::HOT_LEN;
-        match inode.encode(sb, ino) {
+        match inode.encode_range(sb, ino, hot, crate::layout::INODE_SIZE) {
             Ok(bytes) => self.fresh(sb.inode_offset(ino) + hot, &bytes[hot as usize..]),
             Err(error) => self.unsealable = Some(error),
         }

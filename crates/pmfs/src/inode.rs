@@ -346,6 +346,19 @@ impl Inode {
     /// addresses (a free inode's mode|nlink word is 0). A value that does not fit its word
     /// (a mode or flags past 16 bits, a 48-bit overflow) is refused, never stored masked.
     pub fn encode(&self, sb: &Superblock, ino: u64) -> Result<[u8; INODE_SIZE as usize], Corrupt> {
+        self.encode_range(sb, ino, 0, INODE_SIZE)
+    }
+
+    /// As [`Inode::encode`], but only the checked words inside bytes `[from, to)` are sealed
+    /// (the bytes outside are plain and must not be stored): a journaled store of the hot or
+    /// cold part computes only the checks it writes.
+    pub(crate) fn encode_range(
+        &self,
+        sb: &Superblock,
+        ino: u64,
+        from: u64,
+        to: u64,
+    ) -> Result<[u8; INODE_SIZE as usize], Corrupt> {
         let mut b = self.encode_plain();
         if !sb.checked_inodes() {
             return Ok(b);
@@ -368,15 +381,17 @@ impl Inode {
             (field::GENERATION, generation_flags),
             (field::XATTR, self.xattr),
         ];
-        for (f, value) in values {
+        for (f, value) in values.into_iter().filter(|(f, _)| (from..to).contains(f)) {
             put_u64(&mut b, f as usize, seal_word(sb, ino, f, value)?);
         }
-        let mode_word = if self.mode == 0 {
-            0
-        } else {
-            seal_word(sb, ino, field::MODE, mode_nlink)?
-        };
-        put_u64(&mut b, field::MODE as usize, mode_word);
+        if (from..to).contains(&field::MODE) {
+            let mode_word = if self.mode == 0 {
+                0
+            } else {
+                seal_word(sb, ino, field::MODE, mode_nlink)?
+            };
+            put_u64(&mut b, field::MODE as usize, mode_word);
+        }
         Ok(b)
     }
 
@@ -408,7 +423,7 @@ impl Inode {
     /// The hot part (first 48 bytes) of inode `ino`'s encoding.
     pub fn hot(&self, sb: &Superblock, ino: u64) -> Result<[u8; HOT_LEN as usize], Corrupt> {
         let mut hot = [0u8; HOT_LEN as usize];
-        hot.copy_from_slice(&self.encode(sb, ino)?[..HOT_LEN as usize]);
+        hot.copy_from_slice(&self.encode_range(sb, ino, 0, HOT_LEN)?[..HOT_LEN as usize]);
         Ok(hot)
     }
 
