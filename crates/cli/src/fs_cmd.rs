@@ -3,7 +3,8 @@
 //!
 //! Exit codes: 0 success; `fsck` exits 4 when the file system is damaged (mount or
 //! consistency check failed) and 8 when it could not check (unreadable file, not a pool, pool
-//! in use), as e2fsck does; other failures follow the `ferrite` conventions.
+//! in use, no file system, a format version or feature this build does not know), as e2fsck
+//! does; other failures follow the `ferrite` conventions.
 
 use crate::size::{format_bytes, parse_size};
 use anyhow::Context;
@@ -169,6 +170,7 @@ fn mkfs(args: &MkfsArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         inodes: args.inodes,
         journal_entries: args.journal_entries,
         root_owner: args.owner.unwrap_or_else(fsmount::invoking_user),
+        ..MkfsOptions::default()
     };
     let native = NativeOptions::default().try_with_env_overrides()?;
     let existed = args.pool.symlink_metadata().is_ok();
@@ -393,6 +395,9 @@ fn data_mode_name(mode: DataModeArg) -> &'static str {
 }
 
 fn fsck(pool: &Path, json: bool, out: &mut dyn Write) -> anyhow::Result<()> {
+    if let Some(error) = uncheckable(pool) {
+        return cannot_check(pool, json, &error, out);
+    }
     match fsmount::check_offline(pool) {
         Ok(report) => {
             if json {
@@ -406,31 +411,91 @@ fn fsck(pool: &Path, json: bool, out: &mut dyn Write) -> anyhow::Result<()> {
     }
 }
 
+/// The file system on `pool` when this build cannot check it at all: not formatted, a
+/// format version or incompatible features it does not know. Read-only (the superblock is
+/// probed through a private copy-on-write view); `None` also when the file cannot be
+/// attached, which the check itself then reports.
+fn uncheckable(pool: &Path) -> Option<pmfs::FsError> {
+    let file = std::fs::File::open(pool).ok()?;
+    let len = file.metadata().ok()?.len();
+    let view = pmem::Pool::attach(fsmount::OverlayPm::new(file, len), pmfs::LAYOUT).ok()?;
+    match pmfs::Fs::probe(&view) {
+        Err(
+            error @ (pmfs::FsError::NotFormatted(_)
+            | pmfs::FsError::UnsupportedVersion { .. }
+            | pmfs::FsError::UnsupportedFeatures { .. }),
+        ) => Some(error),
+        _ => None,
+    }
+}
+
+/// Exit code of a check that could not run (e2fsck's convention).
+const CANNOT_CHECK: u8 = 8;
+
+fn cannot_check(
+    pool: &Path,
+    json: bool,
+    error: &pmfs::FsError,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    report_failure(pool, json, &error.to_string(), CANNOT_CHECK, out)
+}
+
 fn fsck_failed(
     pool: &Path,
     json: bool,
     error: &fsmount::CheckError,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let verdict = if error.exit_code() == 4 {
-        "damaged"
-    } else {
-        "cannot check"
-    };
+    report_failure(pool, json, &error.to_string(), error.exit_code(), out)
+}
+
+/// Prints the verdict (4: damaged, else: cannot check) and exits with `code`.
+fn report_failure(
+    pool: &Path,
+    json: bool,
+    error: &str,
+    code: u8,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let verdict = if code == 4 { "damaged" } else { "cannot check" };
     if json {
         let value = serde_json::json!({
             "verdict": verdict,
-            "error": error.to_string(),
-            "exit_code": error.exit_code(),
+            "error": error,
+            "exit_code": code,
         });
         writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
     }
     out.flush()?;
     eprintln!("ferrite: {}: {verdict}: {error}", pool.display());
-    std::process::exit(i32::from(error.exit_code()));
+    std::process::exit(i32::from(code));
+}
+
+/// The check of a pool that needs no repair at all: consistent, closed cleanly, nothing for
+/// a mount to recover or repair. `--repair` then leaves the file untouched (not one byte).
+fn needs_no_repair(pool: &Path) -> Option<fsmount::CheckReport> {
+    let report = fsmount::check_offline(pool).ok()?;
+    let untouched = report.clean_shutdown && report.recovery_bytes == 0;
+    (untouched && report.repairs.is_empty()).then_some(report)
 }
 
 fn fsck_repair(pool: &Path, json: bool, out: &mut dyn Write) -> anyhow::Result<()> {
+    if let Some(error) = uncheckable(pool) {
+        return cannot_check(pool, json, &error, out);
+    }
+    if let Some(check) = needs_no_repair(pool) {
+        if json {
+            let report = fsmount::RepairReport {
+                repairs: Vec::new(),
+                check,
+            };
+            writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+        } else {
+            print_check(pool, &check, out)?;
+        }
+        return Ok(());
+    }
     match fsmount::repair_offline(pool) {
         Ok(report) => {
             if json {

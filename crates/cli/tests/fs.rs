@@ -817,3 +817,122 @@ fn quick_pmfs_eval_section_reports_every_part() {
     let notes = data["notes"].as_array().expect("notes");
     assert!(!fio.is_empty() || !notes.is_empty(), "{data}");
 }
+
+/// Writes `/name` with `bytes` into the file system on `pool` through the library (no FUSE).
+fn write_offline(pool: &Path, name: &str, bytes: &[u8]) {
+    let opened = pmem::Pool::open(pool, pmfs::LAYOUT, &pmem::NativeOptions::default())
+        .expect("open the pool");
+    let fs = pmfs::Fs::mount(opened, pmfs::MountOptions::default()).expect("mount");
+    let px = pmfs::Posix::new(fs);
+    let fd = px.creat(&format!("/{name}"), 0o644).expect("create");
+    assert_eq!(px.write(fd, bytes).expect("write"), bytes.len());
+    px.close(fd).expect("close");
+    px.into_fs().unmount().expect("unmount");
+}
+
+/// Sets the format version in both superblock slots, keeping their checksums valid.
+fn set_version(pool: &Path, version: u32) {
+    let header = pmem::inspect(pool).expect("inspect").header;
+    let mut bytes = std::fs::read(pool).expect("read");
+    let at = header.root_offset as usize;
+    let slot: [u8; 256] = bytes[at..at + 256].try_into().expect("256");
+    let mut sb = pmfs::Superblock::decode(&slot, &header).expect("superblock");
+    sb.version = version;
+    for slot in [pmfs::layout::SB_PRIMARY, pmfs::layout::SB_COPY] {
+        let at = (header.root_offset + slot) as usize;
+        bytes[at..at + 256].copy_from_slice(&sb.encode());
+    }
+    std::fs::write(pool, &bytes).expect("write");
+}
+
+/// A file system this build cannot read (a newer version, no superblock at all) is "cannot
+/// check" (exit 8), with and without `--repair`, and neither writes one byte.
+#[test]
+fn fsck_cannot_check_what_it_does_not_know_and_writes_nothing() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let pool = tmp.path().join("p.pool");
+    let path = pool.to_str().unwrap();
+    ok(&ferrite(&["fs", "mkfs", path, "--size", "16M"]), "mkfs");
+    set_version(&pool, pmfs::layout::SB_VERSION + 1);
+    let unknown = std::fs::read(&pool).expect("read");
+    let mut blank = unknown.clone();
+    for slot in [0x1000, 0x1800] {
+        blank[slot..slot + 8].fill(0);
+    }
+    for (image, says) in [
+        (&unknown, "unsupported file-system version"),
+        (&blank, "no superblock"),
+    ] {
+        std::fs::write(&pool, image).expect("write");
+        for args in [&["fs", "fsck", path][..], &["fs", "fsck", path, "--repair"]] {
+            let out = ferrite(args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(8), "{args:?}: {stderr}");
+            assert!(
+                stderr.contains("cannot check") && stderr.contains(says),
+                "{stderr}"
+            );
+            assert_eq!(
+                &std::fs::read(&pool).expect("read"),
+                image,
+                "{args:?} wrote"
+            );
+        }
+    }
+}
+
+/// A `--repair` of a consistent, cleanly closed pool changes not one byte.
+#[test]
+fn fsck_repair_of_a_consistent_pool_writes_nothing() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let pool = tmp.path().join("p.pool");
+    let path = pool.to_str().unwrap();
+    ok(&ferrite(&["fs", "mkfs", path, "--size", "16M"]), "mkfs");
+    write_offline(&pool, "f", b"contents");
+    let before = std::fs::read(&pool).expect("read");
+    let report = ok(&ferrite(&["fs", "fsck", path, "--repair"]), "repair");
+    assert!(report.starts_with("ok: "), "{report}");
+    assert_eq!(std::fs::read(&pool).expect("read"), before);
+}
+
+/// The outside reviewer's reproduction: bit 0 of inode 2's tree word (height 1 read as 0)
+/// is damage fsck names (exit 4); `--repair` removes the file and says so (exit 1), and the
+/// pool is then consistent.
+#[test]
+fn fsck_names_a_flipped_bit_in_an_inode_tree_word() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let pool = tmp.path().join("p.pool");
+    let path = pool.to_str().unwrap();
+    ok(&ferrite(&["fs", "mkfs", path, "--size", "16M"]), "mkfs");
+    let data: Vec<u8> = (0..108_894u32).map(|i| (i % 251) as u8).collect();
+    write_offline(&pool, "data.txt", &data);
+    let header = pmem::inspect(&pool).expect("inspect").header;
+    let mut bytes = std::fs::read(&pool).expect("read");
+    let root: [u8; 256] = bytes[header.root_offset as usize..][..256]
+        .try_into()
+        .expect("256");
+    let sb = pmfs::Superblock::decode(&root, &header).expect("superblock");
+    let at = (sb.inode_offset(2) + pmfs::inode::field::TREE) as usize;
+    bytes[at] ^= 1;
+    std::fs::write(&pool, &bytes).expect("write");
+    let out = ferrite(&["fs", "fsck", path]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains("damaged") && stderr.contains("inode 2: tree word"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(&pool).expect("read"),
+        bytes,
+        "the check wrote"
+    );
+    let out = ferrite(&["fs", "fsck", path, "--repair"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        stdout.contains("inode 2 removed") && stdout.contains("tree word"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("ok: "), "{stdout}");
+}

@@ -14,6 +14,9 @@ use pmem::{Persist, checked};
 pub(crate) struct Batch {
     log: Vec<(u64, u64)>,
     writes: Vec<(u64, Vec<u8>, bool)>,
+    /// An inode value that could not be sealed into its checked word: the batch is refused
+    /// at commit, before anything is logged or written.
+    unsealable: Option<Corrupt>,
 }
 
 impl Batch {
@@ -43,14 +46,30 @@ impl Batch {
     pub(crate) fn hot(&mut self, sb: &Superblock, ino: u64, inode: &Inode) {
         let off = sb.inode_offset(ino);
         self.log(off, crate::inode::HOT_LEN);
-        self.set(off, &inode.hot());
+        match inode.hot(sb, ino) {
+            Ok(hot) => self.set(off, &hot),
+            Err(error) => self.unsealable = Some(error),
+        }
     }
 
     /// Logs and rewrites bytes `[from, to)` of inode `ino`'s cold part.
     pub(crate) fn cold(&mut self, sb: &Superblock, ino: u64, inode: &Inode, from: u64, to: u64) {
         let off = sb.inode_offset(ino);
         self.log(off + from, to - from);
-        self.set(off + from, &inode.encode()[from as usize..to as usize]);
+        match inode.encode_range(sb, ino, from, to) {
+            Ok(bytes) => self.set(off + from, &bytes[from as usize..to as usize]),
+            Err(error) => self.unsealable = Some(error),
+        }
+    }
+
+    /// Writes inode `ino`'s cold part (after the hot part) into unreachable-on-rollback
+    /// space (a newly allocated inode).
+    pub(crate) fn fresh_cold(&mut self, sb: &Superblock, ino: u64, inode: &Inode) {
+        let hot = crate::inode::HOT_LEN;
+        match inode.encode_range(sb, ino, hot, crate::layout::INODE_SIZE) {
+            Ok(bytes) => self.fresh(sb.inode_offset(ino) + hot, &bytes[hot as usize..]),
+            Err(error) => self.unsealable = Some(error),
+        }
     }
 
     /// Sets the truncate-list head.
@@ -61,8 +80,12 @@ impl Batch {
     }
 }
 
-/// Runs `batch` as one transaction.
+/// Runs `batch` as one transaction; a batch holding an inode value that does not fit its
+/// checked word is refused (`EOVERFLOW`) before anything is written.
 pub(crate) fn commit<B: Persist>(pm: &B, journal: &mut Journal, batch: Batch) -> Result<(), Errno> {
+    if batch.unsealable.is_some() {
+        return Err(Errno::EOVERFLOW);
+    }
     let mut tx = journal.begin(pm);
     if tx.log(&batch.log).is_err() {
         tx.abort();

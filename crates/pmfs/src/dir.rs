@@ -4,7 +4,7 @@
 //! writes and applies them to the index.
 
 use crate::error::{Corrupt, Errno};
-use crate::inode::{FileType, Inode, field};
+use crate::inode::{FileType, Inode};
 use crate::layout::{BLOCK, NAME_MAX, Superblock, get_u16, get_u32, get_u64, put_u64};
 use pmem::Persist;
 use std::collections::{BTreeMap, HashMap};
@@ -228,7 +228,9 @@ impl DirIndex {
                 if child >= sb.inode_count {
                     return fail("inode number out of range");
                 }
-                let mode = pm.read_u32(sb.inode_offset(child) + field::MODE);
+                let Ok(mode) = crate::inode::read_mode(pm, sb, child) else {
+                    return fail("names a damaged inode");
+                };
                 if check_targets && FileType::from_mode(mode) != Some(kind) {
                     return fail("names a free inode or one of another type");
                 }
@@ -524,11 +526,13 @@ mod tests {
         let sb = Superblock::plan(&header, &MkfsOptions::default(), 0).expect("plan");
         // Make inodes 2..40 live regular files.
         for ino in 2..40 {
-            pm.write(
-                sb.inode_offset(ino) + field::MODE,
-                &(S_IFREG | 0o644).to_le_bytes(),
-                WriteClass::Meta,
-            );
+            let file = Inode {
+                mode: S_IFREG | 0o644,
+                nlink: 1,
+                ..Inode::default()
+            };
+            let bytes = file.encode(&sb, ino).expect("fits");
+            pm.write(sb.inode_offset(ino), &bytes, WriteClass::Meta);
         }
         let block = sb.data_offset;
         let mut index = DirIndex::default();

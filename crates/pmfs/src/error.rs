@@ -118,7 +118,7 @@ pub enum FsError {
     #[error("not a ferrite file system: {0}")]
     NotFormatted(&'static str),
     /// A superblock of a version this build cannot read.
-    #[error("unsupported file-system version {found} (this build reads versions 1 and 2)")]
+    #[error("unsupported file-system version {found} (this build reads versions 1 to 3)")]
     UnsupportedVersion {
         /// Version found in the superblock.
         found: u32,

@@ -86,7 +86,7 @@ impl<B: Persist> Fs<B> {
         if ino == 0 || ino >= self.sb.inode_count {
             return Err(Errno::ENOENT);
         }
-        let inode = Inode::read(self.pm(), &self.sb, ino);
+        let inode = Inode::read(self.pm(), &self.sb, ino)?;
         if !inode.is_live() {
             return Err(Errno::ENOENT);
         }
@@ -142,7 +142,7 @@ impl<B: Persist> Fs<B> {
             return Ok(());
         }
         inner.open.remove(&ino);
-        let inode = Inode::read(self.pm(), &self.sb, ino);
+        let inode = Inode::read(self.pm(), &self.sb, ino)?;
         if !inode.is_live() {
             // Freed while a handle was open (the namespace operations keep an open inode on
             // the truncate list instead; this guards the inode number all the same): the

@@ -42,7 +42,7 @@ impl<B: Persist> Fs<B> {
         let mut live: BTreeMap<u64, (Inode, FileType)> = BTreeMap::new();
         let mut used = vec![false; sb.data_blocks as usize];
         for ino in 1..sb.inode_count {
-            let inode = Inode::read(pm, sb, ino);
+            let inode = Inode::read(pm, sb, ino)?;
             if !inode.is_live() {
                 if !inner.free_inodes.contains(&ino)
                     && !inner.open.contains_key(&ino)
@@ -153,7 +153,7 @@ impl<B: Persist> Fs<B> {
                     "truncate list: bad or repeated inode {ino}"
                 )));
             }
-            let inode = Inode::read(pm, sb, ino);
+            let inode = Inode::read(pm, sb, ino)?;
             if !inode.is_live() {
                 return Err(Corrupt::new(format!(
                     "free inode {ino} on the truncate list"

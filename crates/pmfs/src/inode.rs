@@ -6,7 +6,7 @@ use crate::layout::{
     BLOCK, HUGE_BLOCK, INODE_SIZE, MAX_FILE_SIZE, MAX_HEIGHT, Superblock, get_u32, get_u64,
     put_u32, put_u64,
 };
-use pmem::Persist;
+use pmem::{Persist, checked};
 
 /// Field offsets inside an inode.
 pub mod field {
@@ -18,9 +18,9 @@ pub mod field {
     pub const MTIME: u64 = 0x10;
     /// Change time.
     pub const CTIME: u64 = 0x18;
-    /// Type and permission bits.
+    /// Type and permission bits (version 3: the mode|nlink checked word).
     pub const MODE: u64 = 0x20;
-    /// Link count.
+    /// Link count (versions 1 and 2; version 3 packs it into the word at `MODE`).
     pub const NLINK: u64 = 0x24;
     /// Access time.
     pub const ATIME: u64 = 0x28;
@@ -34,9 +34,9 @@ pub mod field {
     pub const TRUNC_NEXT: u64 = 0x40;
     /// Size to cut the tree to.
     pub const TRUNC_SIZE: u64 = 0x48;
-    /// Reuse generation.
+    /// Reuse generation (version 3: the generation|flags checked word).
     pub const GENERATION: u64 = 0x50;
-    /// Flags.
+    /// Flags (versions 1 and 2; version 3 packs them into the word at `GENERATION`).
     pub const FLAGS: u64 = 0x54;
     /// Creation time.
     pub const BTIME: u64 = 0x58;
@@ -195,16 +195,130 @@ pub struct Inode {
     pub xattr: u64,
 }
 
+/// The inode words that are checked words (`pmem::checked`) from version 3 on, with the
+/// names their errors carry: every word that decides where the file's data lives, what the
+/// inode is, or which other inode or block it references.
+const CHECKED_WORDS: [(u64, &str); 8] = [
+    (field::TREE, "tree word"),
+    (field::SIZE, "size word"),
+    (field::MODE, "mode|nlink word"),
+    (field::PARENT, "parent word"),
+    (field::TRUNC_NEXT, "truncate-link word"),
+    (field::TRUNC_SIZE, "truncate-size word"),
+    (field::GENERATION, "generation|flags word"),
+    (field::XATTR, "attribute-block word"),
+];
+
+/// Bits of the mode in the packed mode|nlink word (the link count takes the next 32).
+const MODE_BITS: u32 = 16;
+/// Bits of the generation in the packed generation|flags word (the flags take the next 16).
+const GENERATION_BITS: u32 = 32;
+
+/// The name of the checked word at `field` (for messages).
+fn word_name(field: u64) -> &'static str {
+    CHECKED_WORDS
+        .iter()
+        .find(|(f, _)| *f == field)
+        .map_or("inode word", |(_, name)| name)
+}
+
+fn inode_error(ino: u64, error: checked::CheckedError) -> Corrupt {
+    Corrupt::new(format!("inode {ino}: {error}"))
+}
+
+/// The stored form of the checked word `field` of inode `ino` holding `value` (the plain
+/// value before version 3).
+pub(crate) fn seal_word(sb: &Superblock, ino: u64, field: u64, value: u64) -> Result<u64, Corrupt> {
+    if !sb.checked_inodes() {
+        return Ok(value);
+    }
+    let at = sb.inode_offset(ino) + field;
+    checked::seal(value, at, word_name(field)).map_err(|e| inode_error(ino, e))
+}
+
+/// Reads the checked word `field` of inode `ino`: its value, or `Corrupt` naming the inode and
+/// the word when it fails its check (version 3; earlier versions store the plain value).
+pub(crate) fn read_word<B: Persist>(
+    pm: &B,
+    sb: &Superblock,
+    ino: u64,
+    field: u64,
+) -> Result<u64, Corrupt> {
+    let at = sb.inode_offset(ino) + field;
+    let word = pm.read_u64(at);
+    if !sb.checked_inodes() {
+        return Ok(word);
+    }
+    checked::open(word, at, word_name(field)).map_err(|e| inode_error(ino, e))
+}
+
+/// The mode of inode `ino` (0 for a free inode), read through its check.
+pub(crate) fn read_mode<B: Persist>(pm: &B, sb: &Superblock, ino: u64) -> Result<u32, Corrupt> {
+    let at = sb.inode_offset(ino) + field::MODE;
+    if !sb.checked_inodes() {
+        return Ok(pm.read_u32(at));
+    }
+    if pm.read_u64(at) == 0 {
+        return Ok(0);
+    }
+    let packed = read_word(pm, sb, ino, field::MODE)?;
+    Ok(low_bits(packed, MODE_BITS))
+}
+
+fn low_bits(value: u64, bits: u32) -> u32 {
+    (value & ((1u64 << bits) - 1)) as u32
+}
+
 impl Inode {
-    /// Reads inode `ino` (not validated).
-    pub fn read<B: Persist>(pm: &B, sb: &Superblock, ino: u64) -> Inode {
+    /// Reads inode `ino`, every checked word through its check (not otherwise validated).
+    pub fn read<B: Persist>(pm: &B, sb: &Superblock, ino: u64) -> Result<Inode, Corrupt> {
         let mut b = [0u8; INODE_SIZE as usize];
         pm.read(sb.inode_offset(ino), &mut b);
-        Inode::decode(&b)
+        Inode::decode(&b, sb, ino)
     }
 
-    /// Decodes the 128 bytes.
-    pub fn decode(b: &[u8; INODE_SIZE as usize]) -> Inode {
+    /// Decodes the 128 bytes of inode `ino`. From version 3 on, a free inode is one whose
+    /// mode|nlink word is 0 (its other words are not read, except the generation, whose value
+    /// bits are the word's low 32 bits sealed or not); in a live inode every checked word must
+    /// pass its check.
+    pub fn decode(
+        b: &[u8; INODE_SIZE as usize],
+        sb: &Superblock,
+        ino: u64,
+    ) -> Result<Inode, Corrupt> {
+        let raw = Inode::decode_plain(b);
+        if !sb.checked_inodes() {
+            return Ok(raw);
+        }
+        let word = |f: u64| get_u64(b, f as usize);
+        if word(field::MODE) == 0 {
+            return Ok(Inode {
+                generation: word(field::GENERATION) as u32,
+                ..Inode::default()
+            });
+        }
+        let at = sb.inode_offset(ino);
+        let open =
+            |f: u64| checked::open(word(f), at + f, word_name(f)).map_err(|e| inode_error(ino, e));
+        let mode_nlink = open(field::MODE)?;
+        let generation_flags = open(field::GENERATION)?;
+        Ok(Inode {
+            tree: open(field::TREE)?,
+            size: open(field::SIZE)?,
+            mode: low_bits(mode_nlink, MODE_BITS),
+            nlink: (mode_nlink >> MODE_BITS) as u32,
+            parent: open(field::PARENT)?,
+            trunc_next: open(field::TRUNC_NEXT)?,
+            trunc_size: open(field::TRUNC_SIZE)?,
+            generation: low_bits(generation_flags, GENERATION_BITS),
+            flags: (generation_flags >> GENERATION_BITS) as u32,
+            xattr: open(field::XATTR)?,
+            ..raw
+        })
+    }
+
+    /// Decodes the 128 bytes as plain integers (versions 1 and 2).
+    fn decode_plain(b: &[u8; INODE_SIZE as usize]) -> Inode {
         let u64_at = |f: u64| get_u64(b, f as usize);
         let u32_at = |f: u64| get_u32(b, f as usize);
         Inode {
@@ -228,8 +342,61 @@ impl Inode {
         }
     }
 
-    /// The 128 bytes.
-    pub fn encode(&self) -> [u8; INODE_SIZE as usize] {
+    /// The 128 bytes of inode `ino`: from version 3 on, the checked words sealed to their
+    /// addresses (a free inode's mode|nlink word is 0). A value that does not fit its word
+    /// (a mode or flags past 16 bits, a 48-bit overflow) is refused, never stored masked.
+    pub fn encode(&self, sb: &Superblock, ino: u64) -> Result<[u8; INODE_SIZE as usize], Corrupt> {
+        self.encode_range(sb, ino, 0, INODE_SIZE)
+    }
+
+    /// As [`Inode::encode`], but only the checked words inside bytes `[from, to)` are sealed
+    /// (the bytes outside are plain and must not be stored): a journaled store of the hot or
+    /// cold part computes only the checks it writes.
+    pub(crate) fn encode_range(
+        &self,
+        sb: &Superblock,
+        ino: u64,
+        from: u64,
+        to: u64,
+    ) -> Result<[u8; INODE_SIZE as usize], Corrupt> {
+        let mut b = self.encode_plain();
+        if !sb.checked_inodes() {
+            return Ok(b);
+        }
+        if self.mode >> MODE_BITS != 0 || self.flags >> (48 - GENERATION_BITS) != 0 {
+            return Err(Corrupt::new(format!(
+                "inode {ino}: mode {:#o} or flags {:#x} does not fit its checked word",
+                self.mode, self.flags
+            )));
+        }
+        let mode_nlink = u64::from(self.mode) | u64::from(self.nlink) << MODE_BITS;
+        let generation_flags =
+            u64::from(self.generation) | u64::from(self.flags) << GENERATION_BITS;
+        let values = [
+            (field::TREE, self.tree),
+            (field::SIZE, self.size),
+            (field::PARENT, self.parent),
+            (field::TRUNC_NEXT, self.trunc_next),
+            (field::TRUNC_SIZE, self.trunc_size),
+            (field::GENERATION, generation_flags),
+            (field::XATTR, self.xattr),
+        ];
+        for (f, value) in values.into_iter().filter(|(f, _)| (from..to).contains(f)) {
+            put_u64(&mut b, f as usize, seal_word(sb, ino, f, value)?);
+        }
+        if (from..to).contains(&field::MODE) {
+            let mode_word = if self.mode == 0 {
+                0
+            } else {
+                seal_word(sb, ino, field::MODE, mode_nlink)?
+            };
+            put_u64(&mut b, field::MODE as usize, mode_word);
+        }
+        Ok(b)
+    }
+
+    /// The 128 bytes as plain integers (versions 1 and 2).
+    fn encode_plain(&self) -> [u8; INODE_SIZE as usize] {
         let mut b = [0u8; INODE_SIZE as usize];
         let mut p64 = |f: u64, v: u64| put_u64(&mut b, f as usize, v);
         p64(field::TREE, self.tree);
@@ -253,11 +420,11 @@ impl Inode {
         b
     }
 
-    /// The hot part (first 48 bytes).
-    pub fn hot(&self) -> [u8; HOT_LEN as usize] {
+    /// The hot part (first 48 bytes) of inode `ino`'s encoding.
+    pub fn hot(&self, sb: &Superblock, ino: u64) -> Result<[u8; HOT_LEN as usize], Corrupt> {
         let mut hot = [0u8; HOT_LEN as usize];
-        hot.copy_from_slice(&self.encode()[..HOT_LEN as usize]);
-        hot
+        hot.copy_from_slice(&self.encode_range(sb, ino, 0, HOT_LEN)?[..HOT_LEN as usize]);
+        Ok(hot)
     }
 
     /// Whether the inode is in use.
@@ -312,6 +479,12 @@ impl Inode {
                 return fail(format!("parent {}", self.parent));
             }
         }
+        if kind != FileType::Directory && self.parent != 0 {
+            return fail(format!(
+                "parent {} on a {kind:?} (only directories have one)",
+                self.parent
+            ));
+        }
         if kind.is_special() && (self.tree != 0 || self.size != 0) {
             return fail(format!("special file with data (size {})", self.size));
         }
@@ -360,16 +533,24 @@ pub fn check_root_word(sb: &Superblock, tree: u64, huge: bool) -> Result<(), Cor
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::{LAYOUT, MkfsOptions, ROOT_SIZE};
+    use crate::layout::{LAYOUT, MkfsOptions, ROOT_SIZE, SB_VERSION};
 
     fn sb() -> Superblock {
         let pool = pmem::Header::new(LAYOUT, 8 << 20, ROOT_SIZE).expect("header");
         Superblock::plan(&pool, &MkfsOptions::default(), 0).expect("plan")
     }
 
-    #[test]
-    fn encode_decode_round_trip_and_hot_part() {
-        let inode = Inode {
+    fn sb_version(version: u32) -> Superblock {
+        let pool = pmem::Header::new(LAYOUT, 8 << 20, ROOT_SIZE).expect("header");
+        let options = MkfsOptions {
+            version,
+            ..MkfsOptions::default()
+        };
+        Superblock::plan(&pool, &options, 0).expect("plan")
+    }
+
+    fn sample() -> Inode {
+        Inode {
             tree: 0,
             size: 5,
             mtime: 6,
@@ -387,10 +568,170 @@ mod tests {
             btime: 11,
             rdev: 0,
             xattr: 0,
+        }
+    }
+
+    #[test]
+    fn encode_decode_round_trip_and_hot_part() {
+        for version in [2, SB_VERSION] {
+            let sb = sb_version(version);
+            let inode = sample();
+            let bytes = inode.encode(&sb, 2).expect("fits");
+            assert_eq!(
+                Inode::decode(&bytes, &sb, 2),
+                Ok(inode),
+                "version {version}"
+            );
+            assert_eq!(&inode.hot(&sb, 2).expect("fits")[..], &bytes[..48]);
+            assert_eq!(inode.validate(&sb, 2), Ok(FileType::Regular));
+        }
+    }
+
+    /// Version 2 stores plain integers where version 3 stores checked words: the byte
+    /// layout of the unchecked fields is the same in both.
+    #[test]
+    fn version_two_stores_plain_words_and_version_three_checked_ones() {
+        let inode = sample();
+        let plain = inode.encode(&sb_version(2), 2).expect("fits");
+        assert_eq!(get_u64(&plain, field::SIZE as usize), 5);
+        assert_eq!(get_u32(&plain, field::NLINK as usize), 1);
+        let sb = sb_version(3);
+        let sealed = inode.encode(&sb, 2).expect("fits");
+        let at = sb.inode_offset(2);
+        for (f, name) in CHECKED_WORDS {
+            let word = get_u64(&sealed, f as usize);
+            assert!(checked::open(word, at + f, name).is_ok(), "{name}");
+        }
+        assert_eq!(
+            get_u64(&sealed, field::MODE as usize) & checked::MAX_VALUE,
+            u64::from(S_IFREG | 0o644) | 1 << 16,
+            "mode in bits 0..16, nlink in 16..48"
+        );
+        for f in [field::MTIME, field::CTIME, field::ATIME, field::BTIME] {
+            assert_eq!(
+                &sealed[f as usize..f as usize + 8],
+                &plain[f as usize..f as usize + 8]
+            );
+        }
+    }
+
+    #[test]
+    fn free_inodes_are_a_zero_mode_word_and_keep_their_generation() {
+        let sb = sb_version(3);
+        assert_eq!(Inode::decode(&[0; 128], &sb, 5), Ok(Inode::default()));
+        let freed = Inode {
+            mode: 0,
+            nlink: 0,
+            tree: 0,
+            generation: 7,
+            ..sample()
         };
-        assert_eq!(Inode::decode(&inode.encode()), inode);
-        assert_eq!(&inode.hot()[..], &inode.encode()[..48]);
-        assert_eq!(inode.validate(&sb(), 2), Ok(FileType::Regular));
+        let bytes = freed.encode(&sb, 5).expect("fits");
+        assert_eq!(get_u64(&bytes, field::MODE as usize), 0);
+        let decoded = Inode::decode(&bytes, &sb, 5).expect("free");
+        assert!(!decoded.is_live());
+        assert_eq!(decoded.generation, 7);
+    }
+
+    #[test]
+    fn values_that_do_not_fit_their_words_are_refused() {
+        let sb = sb_version(3);
+        for inode in [
+            Inode {
+                size: checked::MAX_VALUE + 1,
+                ..sample()
+            },
+            Inode {
+                flags: 1 << 16,
+                ..sample()
+            },
+            Inode {
+                mode: 1 << 16,
+                ..sample()
+            },
+        ] {
+            assert!(inode.encode(&sb, 2).is_err(), "{inode:?}");
+        }
+    }
+
+    /// A live inode with every checked word in use (a directory on the truncate list with
+    /// an attribute block).
+    fn busy(sb: &Superblock) -> Inode {
+        Inode {
+            tree: sb.data_offset + 3 * BLOCK + 2,
+            size: 8 * BLOCK,
+            mode: S_IFDIR | 0o755,
+            nlink: 3,
+            parent: 1,
+            trunc_next: 4,
+            trunc_size: BLOCK,
+            generation: 9,
+            flags: 0,
+            xattr: sb.data_offset + 7 * BLOCK,
+            ..sample()
+        }
+    }
+
+    #[test]
+    fn every_single_bit_flip_of_every_checked_word_is_caught_and_named() {
+        let sb = sb_version(3);
+        let ino = 2;
+        let bytes = busy(&sb).encode(&sb, ino).expect("fits");
+        for (f, name) in CHECKED_WORDS {
+            for bit in 0..64 {
+                let mut damaged = bytes;
+                damaged[f as usize + bit / 8] ^= 1 << (bit % 8);
+                let error = Inode::decode(&damaged, &sb, ino).expect_err(name);
+                assert!(
+                    error.0.starts_with(&format!("inode {ino}: {name}")),
+                    "bit {bit} of the {name}: {error:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_checked_word_copied_from_another_inode_fails() {
+        let sb = sb_version(3);
+        let mut two = busy(&sb).encode(&sb, 2).expect("fits");
+        let three = busy(&sb).encode(&sb, 3).expect("fits");
+        two[..8].copy_from_slice(&three[..8]);
+        assert!(Inode::decode(&two, &sb, 2).is_err());
+    }
+
+    proptest::proptest! {
+        /// Any live inode, any checked word, any bit: the flip is caught.
+        #[test]
+        fn flipped_bits_of_random_inodes_are_caught(
+            size in 0..=MAX_FILE_SIZE,
+            nlink in 1u32..=65_000,
+            perm in 0u32..=PERM_MASK,
+            trunc in 0u64..64,
+            generation in proptest::prelude::any::<u32>(),
+            word in 0usize..CHECKED_WORDS.len(),
+            bit in 0usize..64,
+            ino in 1u64..64,
+        ) {
+            let sb = sb_version(3);
+            let inode = Inode {
+                size,
+                nlink,
+                mode: S_IFREG | perm,
+                trunc_next: trunc,
+                trunc_size: size / 2,
+                generation,
+                ..sample()
+            };
+            let mut bytes = inode.encode(&sb, ino).expect("fits");
+            proptest::prop_assert_eq!(Inode::decode(&bytes, &sb, ino), Ok(inode));
+            let (f, name) = CHECKED_WORDS[word];
+            bytes[f as usize + bit / 8] ^= 1 << (bit % 8);
+            let decoded = Inode::decode(&bytes, &sb, ino);
+            proptest::prop_assert!(
+                decoded.as_ref().is_err_and(|e| e.0.contains(name)),
+                "{:?}", decoded
+            );
+        }
     }
 
     #[test]
@@ -428,6 +769,12 @@ mod tests {
                 tree: sb.data_offset | 5,
                 ..good
             }, // height 5
+            Inode {
+                mode: S_IFREG | 0o644,
+                nlink: 1,
+                parent: 1,
+                ..good
+            }, // a regular file with a parent
         ];
         for (i, inode) in bad.iter().enumerate() {
             assert!(inode.validate(&sb, 1).is_err(), "case {i}");

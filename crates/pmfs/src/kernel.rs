@@ -92,7 +92,8 @@ impl<B: Persist> Fs<B> {
         if ino == 0 || ino >= self.sb.inode_count || inner.open.contains_key(&ino) {
             return;
         }
-        if !Inode::read(self.pm(), &self.sb, ino).is_live() {
+        // A damaged inode is not free: it stays out of the free list.
+        if Inode::read(self.pm(), &self.sb, ino).is_ok_and(|inode| !inode.is_live()) {
             inner.free_inodes.insert(ino);
         }
     }

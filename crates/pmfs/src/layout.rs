@@ -3,7 +3,7 @@
 //! Words updated in place are `pmem::checked` words.
 
 use crate::error::{Corrupt, FsError};
-use pmem::Header;
+use pmem::{Header, checked};
 
 /// Pool layout name of a file system.
 pub const LAYOUT: &str = "ferrite-fs";
@@ -11,8 +11,9 @@ pub const LAYOUT: &str = "ferrite-fs";
 pub const ROOT_SIZE: u64 = 4096;
 /// Superblock magic.
 pub const SB_MAGIC: [u8; 8] = *b"FERRITFS";
-/// Format version written by mkfs (2: inodes may point to an extended-attribute block).
-pub const SB_VERSION: u32 = 2;
+/// Format version written by mkfs (2: inodes may point to an extended-attribute block;
+/// 3: the inode words that place data or reference other objects are checked words).
+pub const SB_VERSION: u32 = 3;
 /// Oldest format version still read (1: no extended attributes; they are refused).
 pub const SB_VERSION_MIN: u32 = 1;
 /// Checksummed superblock bytes.
@@ -91,6 +92,9 @@ pub struct MkfsOptions {
     /// Owner and group of the root directory (`ferrite fs mkfs` gives it to the invoking
     /// user, so a user's own mount is writable by that user).
     pub root_owner: (u32, u32),
+    /// Format version to write (`SB_VERSION_MIN..=SB_VERSION`; default the newest): an
+    /// older one makes a pool that older builds read, and the compatibility tests' images.
+    pub version: u32,
 }
 
 impl Default for MkfsOptions {
@@ -99,6 +103,7 @@ impl Default for MkfsOptions {
             inodes: None,
             journal_entries: JOURNAL_DEFAULT,
             root_owner: (0, 0),
+            version: SB_VERSION,
         }
     }
 }
@@ -138,6 +143,12 @@ impl Superblock {
                 pool.root_size
             ));
         }
+        if !(SB_VERSION_MIN..=SB_VERSION).contains(&options.version) {
+            return bad(format!(
+                "format version {} (this build writes {SB_VERSION_MIN}..={SB_VERSION})",
+                options.version
+            ));
+        }
         let entries = options.journal_entries;
         if !(JOURNAL_MIN..=JOURNAL_MAX).contains(&entries) {
             return bad(format!(
@@ -161,7 +172,7 @@ impl Superblock {
             ));
         }
         let sb = Superblock {
-            version: SB_VERSION,
+            version: options.version,
             pool_uuid: pool.uuid,
             journal_entries: entries,
             journal_offset,
@@ -278,6 +289,9 @@ impl Superblock {
         if self.data_offset != data {
             return fail("data area does not follow the inode table");
         }
+        if self.checked_inodes() && pool.pool_size > checked::MAX_VALUE {
+            return fail("pool offsets past 48 bits do not fit the inodes' checked words");
+        }
         if self.data_offset > pool.pool_size
             || self.data_blocks != (pool.pool_size - self.data_offset) / BLOCK
             || self.data_blocks < DATA_MIN_BLOCKS
@@ -290,6 +304,12 @@ impl Superblock {
     /// Whether inodes may have an extended-attribute block (version 2 and later).
     pub fn has_xattrs(&self) -> bool {
         self.version >= 2
+    }
+
+    /// Whether the inode words that place data or reference other objects are checked
+    /// words (version 3 and later; `docs/pmfs-format.md` §5).
+    pub fn checked_inodes(&self) -> bool {
+        self.version >= 3
     }
 
     /// Absolute offset of inode `ino`.

@@ -288,7 +288,7 @@ impl<B: Persist> Fs<B> {
     ) -> Result<Attr, Errno> {
         let sb = &self.sb;
         let ino = inner.free_inodes.pop_first().ok_or(Errno::ENOSPC)?;
-        let old = Inode::read(self.pm(), sb, ino);
+        let old = Inode::read(self.pm(), sb, ino)?;
         let now = self.now();
         let (uid, mut gid) = inner.creds;
         let mut perm = perm;
@@ -335,8 +335,7 @@ impl<B: Persist> Fs<B> {
         }
         let mut batch = Batch::default();
         batch.hot(sb, ino, &inode);
-        let at = sb.inode_offset(ino) + crate::inode::HOT_LEN;
-        batch.fresh(at, &inode.encode()[crate::inode::HOT_LEN as usize..]);
+        batch.fresh_cold(sb, ino, &inode);
         let result = self
             .plan_insert(inner, pinode, dir, name, slot_of(ino, kind), &mut batch)
             .and_then(|new_block| {

@@ -61,7 +61,11 @@ impl<B: Persist> Fs<B> {
             gid: mkfs.root_owner.1,
             ..Inode::default()
         };
-        pm.write_nt(sb.inode_offset(ROOT_INO), &root.encode(), WriteClass::Meta);
+        pm.write_nt(
+            sb.inode_offset(ROOT_INO),
+            &root.encode(&sb, ROOT_INO)?,
+            WriteClass::Meta,
+        );
         let head = sb.truncate_head();
         let empty = checked::seal(0, head, "truncate-list head").map_err(Corrupt::from)?;
         pm.write_u64(head, empty, WriteClass::Meta);
@@ -182,11 +186,47 @@ pub(crate) fn read_superblock<B: Persist>(
             repair(primary, &c_bytes);
             Ok((sb, vec![Repair::PrimarySuperblockFromCopy]))
         }
-        (Err(SbProblem::Blank), Err(SbProblem::Blank)) => Err(FsError::NotFormatted(
-            "no superblock; never formatted, or mkfs was interrupted",
-        )),
-        (Err(SbProblem::Bad(error)), _) | (Err(SbProblem::Blank), Err(SbProblem::Bad(error))) => {
-            Err(error)
+        (Err(primary), Err(copy)) => Err(no_usable_superblock(primary, copy)),
+    }
+}
+
+/// Why neither superblock slot can be used: a slot this build cannot read (a newer version,
+/// unknown incompatible features) says so first, as it is a valid superblock; two blank
+/// slots are an unformatted pool; otherwise the primary's damage (the copy's if the primary
+/// is blank).
+fn no_usable_superblock(primary: SbProblem, copy: SbProblem) -> FsError {
+    let unsupported = |error: &FsError| {
+        matches!(
+            error,
+            FsError::UnsupportedVersion { .. } | FsError::UnsupportedFeatures { .. }
+        )
+    };
+    match (primary, copy) {
+        (SbProblem::Blank, SbProblem::Blank) => {
+            FsError::NotFormatted("no superblock; never formatted, or mkfs was interrupted")
+        }
+        (SbProblem::Bad(error), _) if unsupported(&error) => error,
+        (_, SbProblem::Bad(error)) if unsupported(&error) => error,
+        (SbProblem::Bad(error), _) | (SbProblem::Blank, SbProblem::Bad(error)) => error,
+    }
+}
+
+impl<B: Persist> Fs<B> {
+    /// Reads the superblock of the file system on `pool` and writes nothing (a damaged slot
+    /// is not repaired): whether this build can use the pool at all. `NotFormatted`,
+    /// `UnsupportedVersion`, `UnsupportedFeatures` and a wrong layout (`InvalidArgument`) mean
+    /// it cannot; `Corrupted` that neither slot is usable.
+    pub fn probe(pool: &Pool<B>) -> Result<Superblock, FsError> {
+        check_layout(pool.header())?;
+        let (pm, header) = (pool.pm(), pool.header());
+        let decode = |slot: u64| {
+            let mut bytes = [0u8; SB_LEN];
+            pm.read(header.root_offset + slot, &mut bytes);
+            Superblock::decode(&bytes, header)
+        };
+        match (decode(SB_PRIMARY), decode(SB_COPY)) {
+            (Ok(sb), _) | (_, Ok(sb)) => Ok(sb),
+            (Err(primary), Err(copy)) => Err(no_usable_superblock(primary, copy)),
         }
     }
 }
@@ -202,7 +242,9 @@ fn cut_listed_before_rollback<B: Persist>(pm: &B, sb: &Superblock) {
         if ino == 0 || ino >= sb.inode_count {
             return;
         }
-        let mut inode = Inode::read(pm, sb, ino);
+        let Ok(mut inode) = Inode::read(pm, sb, ino) else {
+            return;
+        };
         if inode.validate(sb, ino).is_err() {
             return;
         }
@@ -228,7 +270,7 @@ fn process_truncate_list<B: Persist>(
         if ino >= sb.inode_count {
             return Err(Corrupt::new(format!("truncate-list head {ino}")));
         }
-        let mut inode = Inode::read(pm, sb, ino);
+        let mut inode = Inode::read(pm, sb, ino)?;
         if !inode.is_live() {
             return Err(Corrupt::new(format!(
                 "free inode {ino} on the truncate list"
@@ -275,7 +317,8 @@ pub(crate) fn rebuild<B: Persist>(pm: &B, sb: &Superblock) -> Result<Rebuilt, Co
             );
         }
         let at = ((ino % per_chunk) * INODE_SIZE) as usize;
-        let inode = Inode::decode(chunk[at..at + INODE_SIZE as usize].try_into().expect("128"));
+        let bytes = chunk[at..at + INODE_SIZE as usize].try_into().expect("128");
+        let inode = Inode::decode(bytes, sb, ino)?;
         if !inode.is_live() {
             if ino == ROOT_INO {
                 return Err(Corrupt::new("the root inode is free"));

@@ -79,7 +79,10 @@ impl std::fmt::Display for FsckRepair {
         match self {
             FsckRepair::Superblock { repair } => write!(f, "{repair}"),
             FsckRepair::InodeRemoved { ino, why } => {
-                write!(f, "inode {ino} removed (damaged: {why})")
+                write!(
+                    f,
+                    "inode {ino} removed (damaged: {why}); its blocks are free space again"
+                )
             }
             FsckRepair::EntryRemoved {
                 dir,
@@ -148,7 +151,7 @@ impl<B: Persist> Fs<B> {
         let mut reached = BTreeSet::from([ROOT_INO]);
         let mut queue = vec![ROOT_INO];
         while let Some(dir) = queue.pop() {
-            let dinode = Inode::read(self.pm(), &self.sb, dir);
+            let dinode = Inode::read(self.pm(), &self.sb, dir)?;
             let index = match DirIndex::load_checking(self.pm(), &self.sb, dir, &dinode, false) {
                 Ok(index) => index,
                 Err(e) if dir == ROOT_INO => {
@@ -175,7 +178,7 @@ impl<B: Persist> Fs<B> {
             }
         }
         for ino in 1..self.sb.inode_count {
-            let inode = Inode::read(self.pm(), &self.sb, ino);
+            let inode = Inode::read(self.pm(), &self.sb, ino)?;
             if !inode.is_live() {
                 continue;
             }
@@ -236,7 +239,8 @@ impl<B: Persist> Fs<B> {
         let mut kept = Vec::new();
         for (name, ino, kind) in records {
             let child = (ino != 0 && ino < self.sb.inode_count)
-                .then(|| Inode::read(self.pm(), &self.sb, ino));
+                .then(|| Inode::read(self.pm(), &self.sb, ino))
+                .transpose()?;
             let why = match child {
                 None => Some("out of range"),
                 Some(c) if !c.is_live() => Some("free"),
@@ -272,7 +276,7 @@ impl<B: Persist> Fs<B> {
             }
             kept.push((ino, kind));
         }
-        let dinode = Inode::read(self.pm(), &self.sb, dir);
+        let dinode = Inode::read(self.pm(), &self.sb, dir)?;
         let want = u32::try_from(2 + index.subdirs()).unwrap_or(u32::MAX);
         if dinode.nlink != want {
             let mut fixed = dinode;
@@ -351,7 +355,15 @@ fn free_damaged_inodes<B: Persist>(pool: &Pool<B>) -> Result<Vec<FsckRepair>, Fs
     let mut owner = vec![0u64; sb.data_blocks as usize];
     let mut shared: HashMap<u64, u64> = HashMap::new();
     for ino in 1..sb.inode_count {
-        let inode = Inode::read(pm, &sb, ino);
+        // An inode whose checked words fail their checks is damaged like one that fails
+        // validation: nothing of it can be trusted (version 3, `docs/pmfs-format.md` §5).
+        let inode = match Inode::read(pm, &sb, ino) {
+            Ok(inode) => inode,
+            Err(damage) => {
+                damaged.push((ino, damage.0));
+                continue;
+            }
+        };
         if !inode.is_live() {
             continue;
         }
@@ -384,7 +396,7 @@ fn free_damaged_inodes<B: Persist>(pool: &Pool<B>) -> Result<Vec<FsckRepair>, Fs
         let mut batch = Batch::default();
         let off = sb.inode_offset(ino);
         batch.log(off, crate::layout::INODE_SIZE);
-        batch.set(off, &Inode::default().encode());
+        batch.set(off, &[0u8; crate::layout::INODE_SIZE as usize]);
         commit(pm, &mut journal, batch)
             .map_err(|_| Corrupt::new("journal too small for an inode"))?;
         repairs.push(FsckRepair::InodeRemoved { ino, why });
@@ -404,7 +416,7 @@ fn keep_root_claims<B: Persist>(
     let Some(block) = shared.remove(&ROOT_INO) else {
         return Ok(());
     };
-    let root = Inode::read(pm, sb, ROOT_INO);
+    let root = Inode::read(pm, sb, ROOT_INO)?;
     match DirIndex::load_checking(pm, sb, ROOT_INO, &root, false) {
         Ok(_) => Ok(()),
         Err(e) => Err(FsError::Corrupted(format!(

@@ -5,7 +5,7 @@
 use crate::batch::{Batch, commit};
 use crate::error::{Corrupt, Errno};
 use crate::filesystem::Fs;
-use crate::inode::{Inode, field};
+use crate::inode::{Inode, field, read_word, seal_word};
 use crate::journal::Journal;
 use crate::layout::Superblock;
 use crate::state::Inner;
@@ -92,7 +92,7 @@ pub(crate) fn cut_tree<B: Persist>(
     let freed = tree::cut(pm, sb, inode.tree, inode.is_huge(), keep)?;
     if keep == 0 && inode.tree != 0 {
         let at = sb.inode_offset(ino) + field::TREE;
-        pm.write_u64(at, 0, WriteClass::Meta);
+        pm.write_u64(at, seal_word(sb, ino, field::TREE, 0)?, WriteClass::Meta);
         pm.flush(at, 8);
         inode.tree = 0;
     }
@@ -123,9 +123,10 @@ pub(crate) fn unlink_from_list<B: Persist>(
                     "inode {ino} is not on the truncate list"
                 )));
             }
-            let prev_next = pm.read_u64(sb.inode_offset(prev) + field::TRUNC_NEXT);
+            let prev_next = read_word(pm, sb, prev, field::TRUNC_NEXT)?;
             if prev_next == ino {
-                batch.word(sb.inode_offset(prev) + field::TRUNC_NEXT, next);
+                let stored = seal_word(sb, prev, field::TRUNC_NEXT, next)?;
+                batch.word(sb.inode_offset(prev) + field::TRUNC_NEXT, stored);
                 break;
             }
             prev = prev_next;

@@ -600,44 +600,154 @@ fn fallocate_reserves_zeroed_blocks_with_or_without_the_size() {
     px.fs().fsck().expect("fsck after a refused fallocate");
 }
 
-/// A version-1 file system (no attribute blocks) is still read and written; attributes
-/// are refused there. A version this build does not know is a typed error.
-#[test]
-fn version_one_images_are_read_and_unknown_versions_refused() {
-    let px = new_fs(DataMode::InPlace);
-    let fd = px.creat("/old", 0o644).expect("create");
-    px.write(fd, b"written by version 1").expect("write");
-    px.close(fd).expect("close");
-    let fs = px.into_fs();
-    let rewrite = |fs: &Fs<SimPm>, version: u32| {
-        let mut sb = fs.superblock().clone();
-        sb.version = version;
-        let bytes = sb.encode();
-        for slot in [pmfs::layout::SB_PRIMARY, pmfs::layout::SB_COPY] {
-            let at = sb.root_offset + slot;
-            fs.pool().pm().write(at, &bytes, pmem::WriteClass::Meta);
-            fs.pool().pm().persist(at, bytes.len() as u64);
-        }
+fn new_fs_of_version(version: u32) -> Posix<SimPm> {
+    let pool = Pool::format(
+        SimPm::new(SIZE, SimConfig::default()),
+        &pmfs::pool_options(SIZE),
+    )
+    .expect("pool");
+    let mkfs = MkfsOptions {
+        version,
+        ..MkfsOptions::default()
     };
-    rewrite(&fs, 1);
-    let px = remount(Posix::new(fs), DataMode::InPlace);
-    assert_eq!(px.fs().superblock().version, 1);
-    assert_eq!(read_all(&px, "/old"), b"written by version 1");
-    assert_eq!(
-        px.setxattr("/old", b"user.a", b"v", pmfs::SetMode::Any, true),
-        Err(Errno::EOPNOTSUPP)
-    );
-    assert_eq!(px.listxattr("/old", true), Ok(Vec::new()));
-    let fs = px.into_fs();
-    rewrite(&fs, 3);
+    Posix::new(Fs::mkfs(pool, &mkfs, options(DataMode::InPlace)).expect("mkfs"))
+}
+
+/// Sets the version in both superblock slots (with valid checksums).
+fn rewrite_version(fs: &Fs<SimPm>, version: u32) {
+    let mut sb = fs.superblock().clone();
+    sb.version = version;
+    let bytes = sb.encode();
+    for slot in [pmfs::layout::SB_PRIMARY, pmfs::layout::SB_COPY] {
+        let at = sb.root_offset + slot;
+        fs.pool().pm().write(at, &bytes, pmem::WriteClass::Meta);
+        fs.pool().pm().persist(at, bytes.len() as u64);
+    }
+}
+
+/// Version-1 and version-2 file systems (plain inode words; version 1 without attribute
+/// blocks) are still read and written in their own format; attributes are refused on
+/// version 1. A version this build does not know is a typed error.
+#[test]
+fn older_version_images_are_read_and_unknown_versions_refused() {
+    for version in [1, 2] {
+        let px = new_fs_of_version(version);
+        let fd = px.creat("/old", 0o644).expect("create");
+        px.write(fd, b"written by an older version").expect("write");
+        px.close(fd).expect("close");
+        px.mkdir("/dir", 0o755).expect("mkdir");
+        let px = remount(px, DataMode::InPlace);
+        assert_eq!(px.fs().superblock().version, version);
+        assert_eq!(read_all(&px, "/old"), b"written by an older version");
+        px.rename("/old", "/dir/new").expect("rename");
+        px.truncate("/dir/new", 7).expect("truncate");
+        let px = remount(px, DataMode::InPlace);
+        assert_eq!(read_all(&px, "/dir/new"), b"written");
+        px.fs().fsck().expect("fsck");
+        let attrs = px.setxattr("/dir/new", b"user.a", b"v", pmfs::SetMode::Any, true);
+        if version == 1 {
+            assert_eq!(attrs, Err(Errno::EOPNOTSUPP));
+            assert_eq!(px.listxattr("/dir/new", true), Ok(Vec::new()));
+        } else {
+            assert_eq!(attrs, Ok(()));
+        }
+        // The inode words are plain integers: the file's size is readable as one.
+        let fs = px.into_fs();
+        let dir = fs.lookup(1, b"dir").expect("dir").ino;
+        let ino = fs.lookup(dir, b"new").expect("file").ino;
+        let at = fs.superblock().inode_offset(ino) + pmfs::inode::field::SIZE;
+        assert_eq!(fs.pool().pm().read_u64(at), 7, "version {version}");
+        fs.abandon();
+    }
+    let fs = new_fs(DataMode::InPlace).into_fs();
+    let unknown = pmfs::layout::SB_VERSION + 1;
+    rewrite_version(&fs, unknown);
     let image = fs.pool().pm().durable_image();
     fs.abandon();
     let pool =
         Pool::attach(SimPm::from_image(image, SimConfig::default()), pmfs::LAYOUT).expect("attach");
     assert!(matches!(
-        Fs::mount(pool, options(DataMode::InPlace)),
-        Err(pmfs::FsError::UnsupportedVersion { found: 3 })
+        Fs::probe(&pool),
+        Err(pmfs::FsError::UnsupportedVersion { found }) if found == unknown
     ));
+    assert!(matches!(
+        Fs::mount(pool, options(DataMode::InPlace)),
+        Err(pmfs::FsError::UnsupportedVersion { found }) if found == unknown
+    ));
+}
+
+/// An unknown incompatible feature bit (valid checksum) is `UnsupportedFeatures` for the
+/// probe and the mount, which write nothing; a blank superblock pair is `NotFormatted`.
+#[test]
+fn unknown_features_and_blank_superblocks_are_typed_refusals() {
+    let fs = new_fs(DataMode::InPlace).into_fs();
+    let root = fs.superblock().root_offset;
+    let mut bytes = fs.superblock().encode();
+    bytes[0x58..0x5C].copy_from_slice(&0x8000_0000u32.to_le_bytes());
+    let crc = crc32fast::hash(&bytes[..0xFC]);
+    bytes[0xFC..].copy_from_slice(&crc.to_le_bytes());
+    for slot in [pmfs::layout::SB_PRIMARY, pmfs::layout::SB_COPY] {
+        fs.pool()
+            .pm()
+            .write(root + slot, &bytes, pmem::WriteClass::Meta);
+        fs.pool().pm().persist(root + slot, bytes.len() as u64);
+    }
+    let image = fs.pool().pm().durable_image();
+    fs.abandon();
+    let attach = |image: Vec<u8>| {
+        Pool::attach(SimPm::from_image(image, SimConfig::default()), pmfs::LAYOUT).expect("attach")
+    };
+    let pool = attach(image.clone());
+    assert!(matches!(
+        Fs::probe(&pool),
+        Err(pmfs::FsError::UnsupportedFeatures { bits: 0x8000_0000 })
+    ));
+    assert_eq!(pool.pm().durable_image(), image, "the probe wrote");
+    assert!(matches!(
+        Fs::mount(pool, options(DataMode::InPlace)),
+        Err(pmfs::FsError::UnsupportedFeatures { .. })
+    ));
+    let mut blank = image;
+    for slot in [pmfs::layout::SB_PRIMARY, pmfs::layout::SB_COPY] {
+        let at = (root + slot) as usize;
+        blank[at..at + 8].fill(0);
+    }
+    assert!(matches!(
+        Fs::probe(&attach(blank)),
+        Err(pmfs::FsError::NotFormatted(_))
+    ));
+}
+
+/// Version 3: the words that place a file's data are checked words; a flipped bit in one is
+/// a typed `Corrupted` error at mount naming the inode and the word, never a file that reads
+/// its index block as data.
+#[test]
+fn version_three_inode_words_are_checked() {
+    let px = new_fs(DataMode::InPlace);
+    assert_eq!(px.fs().superblock().version, 3);
+    let fd = px.creat("/data.txt", 0o644).expect("create");
+    px.write(fd, &vec![b'x'; 108_894]).expect("write");
+    px.close(fd).expect("close");
+    let fs = px.into_fs();
+    let ino = fs.lookup(1, b"data.txt").expect("file").ino;
+    let at = fs.superblock().inode_offset(ino) + pmfs::inode::field::TREE;
+    let word = fs.pool().pm().read_u64(at);
+    assert_eq!(word & 7, 1, "a 27-leaf file has a height-1 tree");
+    fs.pool()
+        .pm()
+        .write_u64(at, word ^ 1, pmem::WriteClass::Meta);
+    fs.pool().pm().persist(at, 8);
+    let image = fs.pool().pm().durable_image();
+    fs.abandon();
+    let pool =
+        Pool::attach(SimPm::from_image(image, SimConfig::default()), pmfs::LAYOUT).expect("attach");
+    let Err(pmfs::FsError::Corrupted(message)) = Fs::mount(pool, options(DataMode::InPlace)) else {
+        panic!("a flipped tree word must not mount");
+    };
+    assert!(
+        message.starts_with(&format!("inode {ino}: tree word")),
+        "{message}"
+    );
 }
 
 #[test]

@@ -164,7 +164,8 @@ fn a_file_whose_tree_node_is_damaged_is_removed_and_its_blocks_freed() {
         &SimPm::from_image(image.clone(), SimConfig::default()),
         &sb,
         a,
-    );
+    )
+    .expect("inode");
     let (node, height) = split_root(inode.tree);
     assert_eq!(height, 1, "5000 bytes need an interior node");
     poke(&mut image, node + 7, &[0x7f]);
@@ -173,6 +174,76 @@ fn a_file_whose_tree_node_is_damaged_is_removed_and_its_blocks_freed() {
     assert!(matches!(repairs[0], FsckRepair::InodeRemoved { ino, .. } if ino == a));
     assert_intact(&px, &["/d/a"]);
     assert_eq!(px.stat("/d").expect("dir").nlink, 3);
+}
+
+/// The outside reviewer's case: one flipped bit turns a height-1 tree word into a
+/// height-0 one (the index block would read as the file's data, and the file's real blocks
+/// would look free). Version 3 catches it at mount, naming the inode and the word; the
+/// repair removes the file, reports it, and only then are its blocks free space: no other
+/// file shares them, and new data written there serves no live file's bytes.
+#[test]
+fn a_flipped_bit_in_a_tree_word_is_named_and_the_file_removed_visibly() {
+    let (mut image, sb, inos) = populated();
+    let free_before = free_blocks(image.clone());
+    let a = ino_of(&inos, "/d/a");
+    let at = sb.inode_offset(a) + pmfs::inode::field::TREE;
+    image[at as usize] ^= 1;
+    let Err(pmfs::FsError::Corrupted(message)) = Fs::mount(pool_of(image.clone()), options())
+    else {
+        panic!("the flipped tree word must fail the mount");
+    };
+    assert!(
+        message.starts_with(&format!("inode {a}: tree word")),
+        "{message}"
+    );
+    let (repairs, px) = repair(image);
+    assert!(
+        matches!(&repairs[0], FsckRepair::InodeRemoved { ino, why } if *ino == a && why.contains("tree word")),
+        "{repairs:?}"
+    );
+    assert!(
+        repairs[0]
+            .to_string()
+            .contains("its blocks are free space again")
+    );
+    assert_intact(&px, &["/d/a"]);
+    // Its node and two leaves are free again, and reusing them disturbs no other file.
+    assert_eq!(px.fs().fsck().expect("fsck").free_blocks, free_before + 3);
+    let fd = px.creat("/new", 0o644).expect("create");
+    px.write(fd, &vec![0xab; 100_000]).expect("write");
+    px.close(fd).expect("close");
+    assert_intact(&px, &["/d/a"]);
+    px.fs().fsck().expect("fsck after reuse");
+}
+
+/// A regular file's `parent` word must be 0 (only directories have a parent); a sealed
+/// non-zero value is damage fsck reports, and the repair removes the file like any inode
+/// that fails validation.
+#[test]
+fn a_regular_file_with_a_parent_is_flagged() {
+    let (mut image, sb, inos) = populated();
+    let keep = ino_of(&inos, "/keep");
+    let pm = SimPm::from_image(image.clone(), SimConfig::default());
+    let mut inode = Inode::read(&pm, &sb, keep).expect("inode");
+    inode.parent = 1;
+    poke(
+        &mut image,
+        sb.inode_offset(keep),
+        &inode.encode(&sb, keep).expect("fits"),
+    );
+    let Err(pmfs::FsError::Corrupted(message)) = Fs::mount(pool_of(image.clone()), options())
+    else {
+        panic!("a regular file with a parent must fail the check");
+    };
+    assert!(
+        message.contains(&format!("inode {keep}: parent 1")),
+        "{message}"
+    );
+    let (repairs, _) = repair(image);
+    assert!(
+        matches!(&repairs[0], FsckRepair::InodeRemoved { ino, .. } if *ino == keep),
+        "{repairs:?}"
+    );
 }
 
 #[test]
@@ -204,8 +275,15 @@ fn a_damaged_directory_inode_is_removed_with_everything_below_it() {
 fn a_wrong_link_count_is_set_to_the_names_found() {
     let (mut image, sb, inos) = populated();
     let keep = ino_of(&inos, "/keep");
-    let at = sb.inode_offset(keep) + pmfs::inode::field::NLINK;
-    poke(&mut image, at, &7u32.to_le_bytes());
+    // A count that passes its check but is wrong (the mode|nlink word sealed with 7).
+    let pm = SimPm::from_image(image.clone(), SimConfig::default());
+    let mut inode = Inode::read(&pm, &sb, keep).expect("inode");
+    inode.nlink = 7;
+    poke(
+        &mut image,
+        sb.inode_offset(keep),
+        &inode.encode(&sb, keep).expect("fits"),
+    );
     let mounted = Fs::mount(pool_of(image.clone()), options()).expect("mounts");
     assert!(mounted.fsck().is_err(), "fsck sees the bad count");
     mounted.abandon();
@@ -232,7 +310,7 @@ fn a_damaged_root_is_refused_and_the_pool_left_as_it_was() {
 fn a_tree_claiming_the_root_directory_block_loses_its_claim() {
     let (mut image, sb, inos) = populated();
     let pm = SimPm::from_image(image.clone(), SimConfig::default());
-    let a = Inode::read(&pm, &sb, ino_of(&inos, "/d/a"));
+    let a = Inode::read(&pm, &sb, ino_of(&inos, "/d/a")).expect("inode");
     let off = split_root(a.tree).0 + 41 % 16;
     image[off as usize] ^= 224;
     let (repairs, px) = repair(image);
@@ -268,7 +346,7 @@ mod flips {
                 (path, sb.inode_offset(ino) + at)
             } else {
                 let pm = SimPm::from_image(image.clone(), SimConfig::default());
-                let a = Inode::read(&pm, &sb, ino_of(&inos, "/d/a"));
+                let a = Inode::read(&pm, &sb, ino_of(&inos, "/d/a")).expect("inode");
                 ("/d/a", split_root(a.tree).0 + at % 16)
             };
             image[off as usize] ^= mask;
