@@ -28,19 +28,7 @@ fn config() -> Config {
 fn crashed_image() -> (Vec<u8>, Vec<u64>) {
     let pm = SimPm::new(config().pool_size(), SimConfig::default());
     let (journal, mut state) = Journal::create(pm.clone(), &config()).expect("create");
-    let lane0 = journal.geometry().lane_off(0);
-    let mut offsets = Vec::new();
-    for i in 0..RECORDS {
-        offsets.push(lane0 + state.tails[0]);
-        let bytes = [i as u8 + 1; 8];
-        let entry = [Entry::Run(Run {
-            offset: 64 + 8 * i,
-            bytes: &bytes,
-        })];
-        journal
-            .append_data(&mut state, 0, 2 * i + 1, 0, &entry)
-            .expect("append");
-    }
+    let offsets = append_to_lane_0(&journal, &mut state, (0..RECORDS).map(|i| 2 * i + 1));
     let other = [Entry::Run(Run {
         offset: 4096,
         bytes: &[0xee; 8],
@@ -52,6 +40,30 @@ fn crashed_image() -> (Vec<u8>, Vec<u64>) {
     let image = pm.volatile_image();
     drop(journal);
     (image, offsets)
+}
+
+/// Appends one record per sequence number to lane 0, the `i`-th writing 8 bytes of `i + 1`
+/// at home offset `64 + 8 i`; returns each record's pool offset.
+fn append_to_lane_0(
+    journal: &Journal<SimPm>,
+    state: &mut nvthreads::JournalState,
+    seqs: impl Iterator<Item = u64>,
+) -> Vec<u64> {
+    let lane0 = journal.geometry().lane_off(0);
+    let mut offsets = Vec::new();
+    for (i, seq) in seqs.enumerate() {
+        let i = i as u64;
+        offsets.push(lane0 + state.tails[0]);
+        let bytes = [i as u8 + 1; 8];
+        let entry = [Entry::Run(Run {
+            offset: 64 + 8 * i,
+            bytes: &bytes,
+        })];
+        journal
+            .append_data(state, 0, seq, 0, &entry)
+            .expect("append");
+    }
+    offsets
 }
 
 fn open(image: &[u8]) -> (SimPm, Result<Vec<u8>, NvtError>) {
@@ -152,19 +164,7 @@ fn damage_before_an_older_laps_records_is_refused() {
             .expect("append");
     }
     journal.checkpoint(&mut state).expect("checkpoint");
-    let lane0 = journal.geometry().lane_off(0);
-    let mut offsets = Vec::new();
-    for i in 0..4u64 {
-        offsets.push(lane0 + state.tails[0]);
-        let bytes = [i as u8 + 1; 8];
-        let entry = [Entry::Run(Run {
-            offset: 64 + 8 * i,
-            bytes: &bytes,
-        })];
-        journal
-            .append_data(&mut state, 0, 20 + i, 0, &entry)
-            .expect("append");
-    }
+    let offsets = append_to_lane_0(&journal, &mut state, 20..24);
     let image = pm.volatile_image();
     drop(journal);
     let mut damaged = image.clone();
