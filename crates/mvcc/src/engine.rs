@@ -64,6 +64,11 @@ pub struct Core<P: Persist> {
     /// Blocks freed by committed transactions, with the commit timestamp: reusable once a
     /// durable checkpoint covers the free (and no snapshot can still reach them).
     pub(crate) frees: Mutex<Vec<(u64, Freeing)>>,
+    /// Releases of frees to the heap started and finished: between the two, the blocks a
+    /// checkpoint took out of `frees` are in neither `frees` nor the heap's free space, and
+    /// [`Mvcc::allocated_blocks`] waits for none to be under way.
+    pub(crate) releases_started: AtomicU64,
+    pub(crate) releases_finished: AtomicU64,
     /// Versions and headers waiting for their grace period.
     pub(crate) retired: Mutex<VecDeque<Retired>>,
     /// A running checkpoint's or write-back's announcement (it reads version chains), or
@@ -381,6 +386,8 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             meta_dirty: Mutex::new(Vec::new()),
             actions: Mutex::new(()),
             frees: Mutex::new(Vec::new()),
+            releases_started: AtomicU64::new(0),
+            releases_finished: AtomicU64::new(0),
             retired: Mutex::new(VecDeque::new()),
             reclaimer: CachePadded::new(AtomicU64::new(NONE)),
             requests: Requests::default(),
@@ -531,9 +538,21 @@ impl<P: Persist> Core<P> {
 
     /// Blocks allocated as committed transactions see them: the heap's count less the
     /// blocks freed by committed transactions that are not reusable yet.
+    /// Exact while no transaction runs, even with the background reclaimer releasing frees.
     pub fn allocated_blocks(&self) -> u64 {
-        let deferred = self.frees.lock().len() as u64;
-        self.heap.usage().allocated_blocks - deferred
+        loop {
+            let started = self.releases_started.load(Ordering::SeqCst);
+            if self.releases_finished.load(Ordering::SeqCst) == started {
+                let deferred = self.frees.lock().len() as u64;
+                let allocated = self.heap.usage().allocated_blocks;
+                std::sync::atomic::fence(Ordering::SeqCst);
+                // No release started since: none straddled the two reads.
+                if self.releases_started.load(Ordering::SeqCst) == started {
+                    return allocated - deferred;
+                }
+            }
+            std::thread::yield_now();
+        }
     }
 
     /// The engine's event counters.
@@ -880,5 +899,33 @@ mod tests {
         }
         written_spans(&[], &mut spans);
         assert!(spans.is_empty());
+    }
+
+    /// Blocks a checkpoint took out of the deferred frees are in neither count until it
+    /// hands them to the heap: the count waits for that release instead of missing them.
+    #[test]
+    fn allocated_blocks_waits_out_a_release_under_way() {
+        use crashsim::SimPm;
+        use pmem::{CreateOptions, Pool};
+        use tx::{Engine, NoReplay, Tx};
+        const POOL: u64 = 1 << 20;
+        let pool = Pool::format(
+            SimPm::new(POOL, Default::default()),
+            &CreateOptions::new("mvcc-release", POOL),
+        )
+        .expect("format");
+        let engine = Mvcc::create(pool, &crate::MvccOptions::small(), NoReplay).expect("create");
+        engine
+            .transaction(|tx| tx.alloc::<()>(64).map(drop))
+            .expect("allocate");
+        assert_eq!(engine.allocated_blocks(), 1);
+        engine.core.releases_started.fetch_add(1, Ordering::SeqCst);
+        std::thread::scope(|s| {
+            let counting = s.spawn(|| engine.allocated_blocks());
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            assert!(!counting.is_finished(), "counted during a release");
+            engine.core.releases_finished.fetch_add(1, Ordering::SeqCst);
+            assert_eq!(counting.join().expect("count"), 1);
+        });
     }
 }

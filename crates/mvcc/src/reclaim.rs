@@ -503,8 +503,12 @@ impl<P: Persist> Core<P> {
             let boundary = self.checkpoint_once(&mut ck)?;
             (boundary, self.ready_frees(boundary, &ck))
         };
-        for freeing in ready {
-            self.heap.finish_free(&freeing);
+        if !ready.is_empty() {
+            for freeing in ready {
+                self.heap.finish_free(&freeing);
+            }
+            // Ends the release `ready_frees` started (`Mvcc::allocated_blocks`).
+            self.releases_finished.fetch_add(1, Ordering::SeqCst);
         }
         Ok(boundary)
     }
@@ -858,13 +862,19 @@ impl<P: Persist> Core<P> {
     /// log.
     fn ready_frees(&self, boundary: u64, ck: &Ckpt) -> Vec<Freeing> {
         let mut ready = Vec::new();
-        self.frees.lock().retain(|(ts, freeing)| {
+        let mut frees = self.frees.lock();
+        frees.retain(|(ts, freeing)| {
             let reusable = *ts <= boundary && self.reusable(freeing, ck);
             if reusable {
                 ready.push(*freeing);
             }
             !reusable
         });
+        if !ready.is_empty() {
+            // Starts a release while `frees` is still locked: a reader that counts the
+            // deferred frees after this sees it (`Mvcc::allocated_blocks`).
+            self.releases_started.fetch_add(1, Ordering::SeqCst);
+        }
         ready
     }
 
