@@ -364,41 +364,55 @@ pub struct EngineResults {
     pub seconds: f64,
 }
 
-/// Runs every case in order; `progress` is called as each starts. PMDK being unavailable
-/// skips its cases and is reported once; any other failure is recorded and the remaining
-/// cases still run.
+/// Runs every case: the engines of one configuration together, their timed runs interleaved
+/// ([`runner::run_interleaved`]), configurations in order; `progress` is called as each
+/// case starts and ends. PMDK being unavailable skips its cases and is reported once; any
+/// other failure is recorded and the remaining cases still run.
 pub fn run(cases: &[Case], progress: &dyn Fn(Progress<'_, Case>)) -> EngineResults {
     let start = Instant::now();
     let mut results = EngineResults::default();
-    for case in cases {
-        progress(Progress::Started(case));
-        let spec = &case.spec;
-        if spec.engine == PMDK && results.pmdk_skipped.is_some() {
+    for group in cases.chunk_by(|a, b| a.config == b.config) {
+        let (skipped, measured): (Vec<&Case>, Vec<&Case>) = group
+            .iter()
+            .partition(|case| case.spec.engine == PMDK && results.pmdk_skipped.is_some());
+        for case in &measured {
+            progress(Progress::Started(case));
+        }
+        let specs: Vec<RunSpec> = measured.iter().map(|case| case.spec.clone()).collect();
+        let outcomes = runner::run_interleaved(&specs, &|_, _| {});
+        for (case, outcome) in measured.iter().zip(outcomes) {
+            record(&mut results, case, outcome);
             progress(Progress::Finished(case));
-            continue;
         }
-        match runner::run(spec, &|_| {}) {
-            Ok(measurement) => results.runs.push(EngineRun {
-                family: case.config.family,
-                label: case.config.label(),
-                workload: spec.workload,
-                params: spec.params.clone(),
-                engine: spec.engine,
-                measurement,
-            }),
-            Err(RunError::Open(OpenError::Pmdk(error))) => {
-                results.pmdk_skipped = Some(pmdk_skip_reason(&error));
-            }
-            Err(error) => results.failures.push(RunFailure {
-                config: case.config,
-                engine: spec.engine.to_string(),
-                error: error.to_string(),
-            }),
+        for case in skipped {
+            progress(Progress::Finished(case));
         }
-        progress(Progress::Finished(case));
     }
     results.seconds = start.elapsed().as_secs_f64();
     results
+}
+
+/// Files one case's outcome under runs, failures or the PMDK skip.
+fn record(results: &mut EngineResults, case: &Case, outcome: Result<Measurement, RunError>) {
+    let spec = &case.spec;
+    match outcome {
+        Ok(measurement) => results.runs.push(EngineRun {
+            family: case.config.family,
+            label: case.config.label(),
+            workload: spec.workload,
+            params: spec.params.clone(),
+            engine: spec.engine,
+            measurement,
+        }),
+        Err(RunError::Open(OpenError::Pmdk(error))) => {
+            results.pmdk_skipped = Some(pmdk_skip_reason(&error));
+        }
+        Err(error) => results.failures.push(RunFailure {
+            config: case.config,
+            engine: spec.engine.to_string(),
+            error: error.to_string(),
+        }),
+    }
 }
 
 /// Why PMDK was skipped, with the fix when it is the missing library.

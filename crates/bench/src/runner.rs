@@ -4,6 +4,11 @@
 //! threads, which start together at a barrier); throughput is the median over runs; latency
 //! percentiles pool every timed operation; PM traffic is the seam's counter delta over the
 //! timed runs, divided per operation and per commit.
+//!
+//! [`run_interleaved`] measures several engines on one configuration with their timed runs
+//! taken in turn (engine A's first run, B's first, …, A's second, …), each engine on its own
+//! pool kept open throughout, so that a change of the machine's speed during the
+//! measurement hits every engine alike instead of the one measured at that moment.
 
 use crate::choice::{
     BenchOps, EngineChoice, EngineVisitor, OpenError, WorkloadChoice, WorkloadVisitor,
@@ -15,6 +20,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Barrier;
+use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::Instant;
 use tx::{Engine, TxError};
 use workloads::{OpKind, Params, Workload};
@@ -114,8 +120,173 @@ pub enum RunError {
 
 /// Runs `spec`, calling `progress(done_ops)` now and then.
 pub fn run(spec: &RunSpec, progress: &(dyn Fn(u64) + Sync)) -> Result<Measurement, RunError> {
+    run_in_turn(spec, &Turn::Always, progress)
+}
+
+/// Runs every spec of `specs` (one configuration on several engines) with their timed runs
+/// interleaved: each engine opens, sets up and warms up in turn, then the engines take turns
+/// run by run (the first engine of each round moving one place on, so none is always first
+/// after the same neighbour), then each checks its structure. Only one engine works at any
+/// moment; all pools stay open until the last check. `progress(index, done_ops)` reports
+/// spec `index`'s operations. Results come back in the order of `specs`.
+pub fn run_interleaved(
+    specs: &[RunSpec],
+    progress: &(dyn Fn(usize, u64) + Sync),
+) -> Vec<Result<Measurement, RunError>> {
+    if !room_for_every_pool(specs) {
+        return specs
+            .iter()
+            .enumerate()
+            .map(|(index, spec)| run(spec, &|n| progress(index, n)))
+            .collect();
+    }
+    interleave(specs.len(), &|index, turn| {
+        run_in_turn(&specs[index], turn, &|n| progress(index, n))
+    })
+}
+
+/// Whether the pools of all `specs` fit in their directories at once (pools are allocated
+/// whole). When they do not, the specs run one after another, each pool removed before the
+/// next is made, as a lone run would; an unknown amount of room counts as enough.
+fn room_for_every_pool(specs: &[RunSpec]) -> bool {
+    let mut wanted: BTreeMap<&std::path::Path, u64> = BTreeMap::new();
+    for spec in specs {
+        *wanted.entry(&spec.pool_dir).or_default() += spec.pool_size;
+    }
+    wanted.into_iter().all(|(dir, bytes)| {
+        rustix::fs::statvfs(dir)
+            .map(|room| bytes <= room.f_bavail.saturating_mul(room.f_frsize))
+            .unwrap_or(true)
+    })
+}
+
+/// Runs `driver(index, turn)` for every index below `count`, each on its own thread, one at
+/// a time: a driver works only between receiving its turn and passing it on
+/// ([`Turn::pass`]) or returning. Results in index order.
+pub(crate) fn interleave<R: Send>(
+    count: usize,
+    driver: &(dyn Fn(usize, &Turn) -> R + Sync),
+) -> Vec<R> {
+    let (done_tx, done_rx) = channel();
+    std::thread::scope(|scope| {
+        let mut gos = Vec::with_capacity(count);
+        let drivers: Vec<_> = (0..count)
+            .map(|index| {
+                let (go_tx, go_rx) = channel();
+                gos.push(go_tx);
+                let turn = Turn::Given(Baton {
+                    index,
+                    go: go_rx,
+                    done: done_tx.clone(),
+                });
+                scope.spawn(move || {
+                    let _finished = Finished(&turn);
+                    turn.wait();
+                    driver(index, &turn)
+                })
+            })
+            .collect();
+        drop(done_tx);
+        hand_out_turns(&gos, &done_rx);
+        drivers
+            .into_iter()
+            .map(|driver| {
+                driver
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    })
+}
+
+/// Gives each driver that has not finished one turn per round, round after round, until
+/// every driver has finished; round `r` starts with driver `r mod n`.
+fn hand_out_turns(gos: &[Sender<()>], done: &Receiver<(usize, Step)>) {
+    let mut running = vec![true; gos.len()];
+    let mut round = 0;
+    while running.contains(&true) {
+        for offset in 0..gos.len() {
+            let index = (round + offset) % gos.len();
+            if !running[index] {
+                continue;
+            }
+            if gos[index].send(()).is_err() {
+                running[index] = false;
+                continue;
+            }
+            // Only this driver works now, so the next report is its own.
+            match done.recv() {
+                Ok((_, Step::Passed)) => {}
+                Ok((_, Step::Finished)) | Err(_) => running[index] = false,
+            }
+        }
+        round += 1;
+    }
+}
+
+/// What a driver reports when it hands its turn back.
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    /// It finished a step and waits for its next turn.
+    Passed,
+    /// It has nothing more to do.
+    Finished,
+}
+
+/// When a measurement may do its next step (open and warm up, one timed run, check).
+pub(crate) enum Turn {
+    /// Whenever it likes: it runs alone.
+    Always,
+    /// When an interleaving coordinator hands it the baton.
+    Given(Baton),
+}
+
+/// A driver's end of the coordinator's channels.
+pub(crate) struct Baton {
+    index: usize,
+    go: Receiver<()>,
+    done: Sender<(usize, Step)>,
+}
+
+impl Turn {
+    /// Waits for this measurement's turn.
+    fn wait(&self) {
+        if let Turn::Given(baton) = self {
+            // A coordinator that has gone away hands out no turns: run on.
+            let _ = baton.go.recv();
+        }
+    }
+
+    /// Ends this step and waits for the next turn.
+    pub(crate) fn pass(&self) {
+        self.report(Step::Passed);
+        self.wait();
+    }
+
+    fn report(&self, step: Step) {
+        if let Turn::Given(baton) = self {
+            let _ = baton.done.send((baton.index, step));
+        }
+    }
+}
+
+/// Reports a driver's end when it returns or unwinds, so the coordinator never waits for a
+/// driver that has stopped.
+struct Finished<'a>(&'a Turn);
+
+impl Drop for Finished<'_> {
+    fn drop(&mut self) {
+        self.0.report(Step::Finished);
+    }
+}
+
+fn run_in_turn(
+    spec: &RunSpec,
+    turn: &Turn,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Measurement, RunError> {
     if let EngineChoice::Raw(durability) = spec.engine {
-        return crate::raw::run(spec, durability, progress);
+        return crate::raw::run(spec, durability, turn, progress);
     }
     let name = crate::scratch::unique_name("bench");
     let path = spec.pool_dir.join(name);
@@ -124,12 +295,17 @@ pub fn run(spec: &RunSpec, progress: &(dyn Fn(u64) + Sync)) -> Result<Measuremen
         &path,
         spec.pool_size,
         BenchOps::of(spec.workload, &spec.params),
-        OnEngine { spec, progress },
+        OnEngine {
+            spec,
+            turn,
+            progress,
+        },
     )?
 }
 
 struct OnEngine<'a> {
     spec: &'a RunSpec,
+    turn: &'a Turn,
     progress: &'a (dyn Fn(u64) + Sync),
 }
 
@@ -139,6 +315,7 @@ impl EngineVisitor for OnEngine<'_> {
     fn visit<E: Engine>(self, engine: &E) -> Self::Output {
         let visitor = OnWorkload {
             spec: self.spec,
+            turn: self.turn,
             progress: self.progress,
             engine,
         };
@@ -148,6 +325,7 @@ impl EngineVisitor for OnEngine<'_> {
 
 struct OnWorkload<'a, E: Engine> {
     spec: &'a RunSpec,
+    turn: &'a Turn,
     progress: &'a (dyn Fn(u64) + Sync),
     engine: &'a E,
 }
@@ -156,7 +334,7 @@ impl<E: Engine> WorkloadVisitor for OnWorkload<'_, E> {
     type Output = Result<Measurement, RunError>;
 
     fn visit<W: Workload>(self, workload: W) -> Self::Output {
-        measure(self.spec, self.engine, &workload, self.progress)
+        measure(self.spec, self.engine, &workload, self.turn, self.progress)
     }
 }
 
@@ -217,6 +395,7 @@ fn measure<E: Engine, W: Workload>(
     spec: &RunSpec,
     engine: &E,
     workload: &W,
+    turn: &Turn,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Measurement, RunError> {
     workload.setup(engine)?;
@@ -224,6 +403,7 @@ fn measure<E: Engine, W: Workload>(
         spec,
         workload.name(),
         &OnEngineWorkload { engine, workload },
+        turn,
         progress,
     )?;
     workload.check(engine).map_err(RunError::Check)?;
@@ -232,11 +412,12 @@ fn measure<E: Engine, W: Workload>(
 }
 
 /// Warms `subject` up, then times `spec.runs` runs of it (everything after its setup and
-/// before its check).
+/// before its check), each in its own `turn`; the check that follows takes one more.
 pub(crate) fn measure_subject<S: Subject>(
     spec: &RunSpec,
     workload: String,
     subject: &S,
+    turn: &Turn,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Measurement, RunError> {
     let threads = spec.params.threads.max(1);
@@ -257,6 +438,7 @@ pub(crate) fn measure_subject<S: Subject>(
     let mut rates = Vec::with_capacity(spec.runs);
     let mut logs = Vec::new();
     for run in 0..spec.runs.max(1) {
+        turn.pass();
         let done = run as u64 * spec.ops;
         let report = |n: u64| progress(done + n);
         let mut run_logs = run_ops(subject, threads, next_index, per_thread(spec.ops), &report)?;
@@ -269,6 +451,7 @@ pub(crate) fn measure_subject<S: Subject>(
         rates.push((per_thread(spec.ops) * threads as u64) as f64 / elapsed);
         logs.append(&mut run_logs);
     }
+    turn.pass();
     let counters = subject.counters().since(&before);
     let events = subject
         .event_counters()
@@ -400,5 +583,173 @@ fn summarise(
         mix,
         events: BTreeMap::new(),
         checked: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A subject that logs which subject ran each operation and notices two subjects working
+    /// at once.
+    struct Logged<'a> {
+        id: usize,
+        log: &'a Mutex<Vec<usize>>,
+        active: &'a AtomicUsize,
+    }
+
+    impl Subject for Logged<'_> {
+        fn run_op(&self, _thread: usize, _index: u64) -> Result<OpKind, TxError> {
+            assert_eq!(self.active.fetch_add(1, Ordering::SeqCst), 0, "two at once");
+            self.log.lock().unwrap().push(self.id);
+            std::thread::yield_now();
+            self.active.fetch_sub(1, Ordering::SeqCst);
+            Ok(OpKind::Read)
+        }
+
+        fn sync(&self) -> Result<(), TxError> {
+            Ok(())
+        }
+
+        fn counters(&self) -> Counters {
+            Counters::default()
+        }
+    }
+
+    fn spec(ops: u64, warmup_ops: u64, runs: usize) -> RunSpec {
+        RunSpec {
+            engine: EngineChoice::Mem,
+            workload: WorkloadChoice::Hash,
+            params: Params::default(),
+            ops,
+            warmup_ops,
+            runs,
+            pool_dir: PathBuf::from("/dev/shm"),
+            pool_size: 0,
+        }
+    }
+
+    /// The log as (subject, operations in a row) blocks.
+    fn blocks(log: &[usize]) -> Vec<(usize, usize)> {
+        let mut blocks: Vec<(usize, usize)> = Vec::new();
+        for &id in log {
+            match blocks.last_mut() {
+                Some((last, count)) if *last == id => *count += 1,
+                _ => blocks.push((id, 1)),
+            }
+        }
+        blocks
+    }
+
+    #[test]
+    fn interleaved_subjects_take_their_runs_in_rotating_turns_one_at_a_time() {
+        let log = Mutex::new(Vec::new());
+        let active = AtomicUsize::new(0);
+        let spec = spec(3, 2, 3);
+        let results = interleave(3, &|id, turn| {
+            let subject = Logged {
+                id,
+                log: &log,
+                active: &active,
+            };
+            measure_subject(&spec, format!("s{id}"), &subject, turn, &|_| {})
+                .map(|m| (m.workload, m.throughput.runs))
+        });
+        let names: Vec<_> = results.into_iter().map(Result::unwrap).collect();
+        assert_eq!(
+            names,
+            [("s0".into(), 3), ("s1".into(), 3), ("s2".into(), 3)],
+            "results in index order"
+        );
+        let warm = |id| (id, 2);
+        let run = |id| (id, 3);
+        assert_eq!(
+            blocks(&log.lock().unwrap()),
+            [
+                warm(0),
+                warm(1),
+                warm(2),
+                run(1),
+                run(2),
+                run(0),
+                run(2),
+                run(0),
+                run(1),
+                run(0),
+                run(1),
+                run(2),
+            ],
+            "warm-ups in order, then one run each per round, each round starting one later"
+        );
+    }
+
+    #[test]
+    fn a_driver_that_stops_early_leaves_the_others_their_turns() {
+        let log = Mutex::new(Vec::new());
+        let active = AtomicUsize::new(0);
+        let spec = spec(2, 0, 2);
+        let results = interleave(2, &|id, turn| {
+            if id == 0 {
+                return Err(RunError::Unsupported("stops at once".into()));
+            }
+            let subject = Logged {
+                id,
+                log: &log,
+                active: &active,
+            };
+            measure_subject(&spec, "s".into(), &subject, turn, &|_| {})
+        });
+        assert!(matches!(results[0], Err(RunError::Unsupported(_))));
+        assert_eq!(results[1].as_ref().unwrap().throughput.runs, 2);
+        assert_eq!(log.lock().unwrap().len(), 4);
+    }
+
+    #[test]
+    fn pools_that_do_not_fit_together_are_measured_one_after_another() {
+        let sized = |pool_size| RunSpec {
+            pool_size,
+            ..spec(1, 0, 1)
+        };
+        assert!(room_for_every_pool(&[sized(1 << 20), sized(1 << 20)]));
+        assert!(!room_for_every_pool(&[sized(u64::MAX / 2), sized(1 << 20)]));
+    }
+
+    #[test]
+    fn engines_measured_together_each_report_their_own_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let specs: Vec<RunSpec> = [EngineChoice::Mem, crate::engines::REDO]
+            .into_iter()
+            .map(|engine| RunSpec {
+                engine,
+                params: Params {
+                    keys: 500,
+                    ..Params::default()
+                },
+                pool_dir: dir.path().to_owned(),
+                pool_size: 64 << 20,
+                ..spec(400, 100, 2)
+            })
+            .collect();
+        let results = run_interleaved(&specs, &|_, _| {});
+        let engines: Vec<String> = results
+            .into_iter()
+            .map(|m| {
+                let m = m.unwrap();
+                assert!(m.checked);
+                assert_eq!(m.throughput.runs, 2);
+                m.engine
+            })
+            .collect();
+        assert_eq!(
+            engines,
+            [specs[0].engine.to_string(), specs[1].engine.to_string()]
+        );
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "pools removed"
+        );
     }
 }

@@ -8,6 +8,7 @@ use comfy_table::Table;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use workloads::Params;
 
 /// What `ferrite bench` was asked to run.
@@ -33,41 +34,55 @@ pub struct BenchRequest {
     pub pool_dir: PathBuf,
 }
 
-/// Runs every configuration of `request`; a configuration whose engine is unavailable (PMDK
-/// not installed) or that does not exist (the raw reference on a workload it lacks) is
-/// reported and skipped, any other failure stops the run.
+/// Runs every configuration of `request`, the engines of each (workload, threads) together
+/// with their timed runs interleaved (`bench::runner::run_interleaved`); a configuration
+/// whose engine is unavailable (PMDK not installed) or that does not exist (the raw
+/// reference on a workload it lacks) is reported and skipped, any other failure stops the
+/// run once its group is done.
 pub fn run(request: &BenchRequest, quiet: bool) -> anyhow::Result<Vec<Measurement>> {
     let configs = configurations(request);
-    let bar = progress_bar(
-        configs.len() as u64 * request.ops * request.runs as u64,
-        quiet,
-    );
+    let per_spec = request.ops * request.runs as u64;
+    let bar = progress_bar(configs.len() as u64 * per_spec, quiet);
     let mut results = Vec::new();
-    for (done, spec) in configs.iter().enumerate() {
+    let mut first = 0;
+    for group in configs.chunk_by(|a, b| a.workload == b.workload && a.params == b.params) {
         bar.set_message(format!(
-            "{} on {} ×{}",
-            spec.workload.name(),
-            spec.engine,
-            spec.params.threads
+            "{} ×{} on {}",
+            group[0].workload.name(),
+            group[0].params.threads,
+            engine_names(group)
         ));
-        let base = done as u64 * request.ops * request.runs as u64;
-        match bench::runner::run(spec, &|n| bar.set_position(base + n)) {
-            Ok(measurement) => results.push(measurement),
-            Err(bench::runner::RunError::Open(bench::choice::OpenError::Pmdk(error))) => {
-                bar.suspend(|| eprintln!("ferrite: bench: skipping pmdk: {error}"));
-            }
-            Err(bench::runner::RunError::Unsupported(why)) => {
-                bar.suspend(|| eprintln!("ferrite: bench: skipping {}: {why}", spec.engine));
-            }
-            Err(error) => {
-                let what = format!("{} on {}", spec.workload.name(), spec.engine);
-                // Keep the typed error: its exit code comes from the pool error inside.
-                return Err(anyhow::Error::new(error).context(what));
+        let done: Vec<AtomicU64> = group.iter().map(|_| AtomicU64::new(0)).collect();
+        let outcomes = bench::runner::run_interleaved(group, &|index, n| {
+            done[index].store(n, Ordering::Relaxed);
+            let total: u64 = done.iter().map(|d| d.load(Ordering::Relaxed)).sum();
+            bar.set_position(first as u64 * per_spec + total);
+        });
+        for (spec, outcome) in group.iter().zip(outcomes) {
+            match outcome {
+                Ok(measurement) => results.push(measurement),
+                Err(bench::runner::RunError::Open(bench::choice::OpenError::Pmdk(error))) => {
+                    bar.suspend(|| eprintln!("ferrite: bench: skipping pmdk: {error}"));
+                }
+                Err(bench::runner::RunError::Unsupported(why)) => {
+                    bar.suspend(|| eprintln!("ferrite: bench: skipping {}: {why}", spec.engine));
+                }
+                Err(error) => {
+                    let what = format!("{} on {}", spec.workload.name(), spec.engine);
+                    // Keep the typed error: its exit code comes from the pool error inside.
+                    return Err(anyhow::Error::new(error).context(what));
+                }
             }
         }
+        first += group.len();
     }
     bar.finish_and_clear();
     Ok(results)
+}
+
+fn engine_names(group: &[RunSpec]) -> String {
+    let names: Vec<String> = group.iter().map(|spec| spec.engine.to_string()).collect();
+    names.join(", ")
 }
 
 fn configurations(request: &BenchRequest) -> Vec<RunSpec> {

@@ -449,9 +449,10 @@ fn print_text(
         // Only a salvage opens a damaged pool.
         writeln!(
             out,
-            "salvaged: {}: {damage} problems found before the salvage; the engine replayed \
-             what was intact and closed the pool",
-            path.display()
+            "salvaged: {}: {} found before the salvage; the engine replayed what was intact \
+             and closed the pool",
+            path.display(),
+            problems(damage)
         )?;
         return Ok(());
     }
@@ -464,8 +465,9 @@ fn print_text(
         };
         writeln!(
             out,
-            "damaged: {}: {damage} problems ({remedy})",
-            path.display()
+            "damaged: {}: {} ({remedy})",
+            path.display(),
+            problems(damage)
         )?;
         return Ok(());
     }
@@ -550,4 +552,12 @@ fn region_text(offset: u64, len: u64) -> String {
 
 fn yes_no(flag: bool) -> &'static str {
     if flag { "yes" } else { "no" }
+}
+
+/// "1 problem", "3 problems".
+fn problems(count: usize) -> String {
+    match count {
+        1 => "1 problem".into(),
+        n => format!("{n} problems"),
+    }
 }

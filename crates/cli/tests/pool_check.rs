@@ -98,6 +98,23 @@ fn damage_in_the_middle_of_a_lane_exits_14_and_is_listed() {
         "{}",
         stdout(&check)
     );
+    let listed = stdout(&check)
+        .lines()
+        .filter(|line| line.starts_with("damage: "))
+        .count();
+    let count = match listed {
+        1 => "1 problem (".to_owned(),
+        n => format!("{n} problems ("),
+    };
+    assert!(
+        stdout(&check)
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .contains(&count),
+        "the closing line counts the {listed} listed problems: {}",
+        stdout(&check)
+    );
 
     let json = ferrite(&["pool", "check", "--json", text(&crashed)]);
     assert_eq!(json.status.code(), Some(CORRUPT));

@@ -22,7 +22,7 @@ pub use array::RawArray;
 pub use hash::RawHash;
 
 use crate::choice::{LAYOUT, WorkloadChoice};
-use crate::runner::{Measurement, RunError, RunSpec, Subject, measure_subject};
+use crate::runner::{Measurement, RunError, RunSpec, Subject, Turn, measure_subject};
 use pmem::{CreateOptions, Native, NativeOptions, Persist, Pool, Region, WriteClass};
 use tx::{TxError, TxResult};
 
@@ -139,9 +139,10 @@ impl Geometry {
 }
 
 /// Runs `spec` on the raw reference with `durability`: Array and Hash only, one thread.
-pub fn run(
+pub(crate) fn run(
     spec: &RunSpec,
     durability: Durability,
+    turn: &Turn,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Measurement, RunError> {
     if spec.params.threads > 1 {
@@ -161,7 +162,7 @@ pub fn run(
     match spec.workload {
         WorkloadChoice::Array => {
             let array = RawArray::format(pool, &spec.params, durability, LOG_BYTES)?;
-            let mut measurement = measure_subject(spec, "array".into(), &array, progress)?;
+            let mut measurement = measure_subject(spec, "array".into(), &array, turn, progress)?;
             array.check().map_err(RunError::Check)?;
             measurement.checked = true;
             Ok(measurement)
@@ -169,7 +170,7 @@ pub fn run(
         WorkloadChoice::Hash => {
             let table = RawHash::format(pool, &spec.params, durability, LOG_BYTES)?;
             let name = format!("hash-{}%", spec.params.update_percent);
-            let mut measurement = measure_subject(spec, name, &table, progress)?;
+            let mut measurement = measure_subject(spec, name, &table, turn, progress)?;
             table.check().map_err(RunError::Check)?;
             measurement.checked = true;
             Ok(measurement)
