@@ -58,13 +58,13 @@ const MAX_WINDOW: usize = 16;
 
 /// Most *hot* pages a process keeps: pages it changed lately, left writable (with their
 /// twins refreshed) across intervals, so that writing them again takes no fault. It bounds
-/// what idle hot pages can cost a merge (a whole-page compare each); the pages a program
-/// keeps coming back to are bounded by [`HOT_IDLE`] first. 16 was too few for a program
-/// whose sections write one of a few dozen pages each (reverse_index with persistent
-/// `malloc`: links on 32 pages, index buckets, allocation frontiers): a page cooled about
-/// every other section and was written, and faulted, again soon after
-/// (`docs/nvthreads.md` §10).
-pub const HOT_MAX: usize = 64;
+/// what idle hot pages can cost a merge (a whole-page compare each, which grows several-fold
+/// once the hot pages and their twins no longer fit the core's caches); which pages stay is
+/// decided by [`HOT_IDLE`]. 16 was too few for a program whose sections write one of a few
+/// dozen pages each (reverse_index with persistent `malloc`: links on 32 pages, index
+/// buckets, allocation frontiers), 64 too many for one writing a page it comes back to only
+/// after hundreds of sections (`eval/sections.c cold`): `docs/nvthreads.md` §3.2 and §10.
+pub const HOT_MAX: usize = 32;
 /// Intervals a hot page may go unchanged before it is write-protected again. Keeping a page
 /// hot costs a diff of an unchanged page at every merge (0.1–0.2 µs on the project's
 /// virtual machine); cooling it costs, if it is written again, a write fault, a twin, two
