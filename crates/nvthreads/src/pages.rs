@@ -57,14 +57,22 @@ const TWIN_BATCH: usize = 64;
 const MAX_WINDOW: usize = 16;
 
 /// Most *hot* pages a process keeps: pages it changed lately, left writable (with their
-/// twins refreshed) across intervals, so that writing them again takes no fault.
-pub const HOT_MAX: usize = 16;
+/// twins refreshed) across intervals, so that writing them again takes no fault. It bounds
+/// what idle hot pages can cost a merge (a whole-page compare each: 0.1–0.2 µs while the
+/// pages stay in the core's caches, 0.8–0.9 µs for a writer of many pages); which pages stay
+/// is decided by [`HOT_IDLE`]. 16 was too few for a program whose sections write one of a few
+/// dozen pages each (reverse_index with persistent `malloc`: links on 32 pages, index
+/// buckets, allocation frontiers), 64 too many for one writing a page it comes back to only
+/// after hundreds of sections (`eval/sections.c cold`): `docs/nvthreads.md` §3.2 and §10.
+pub const HOT_MAX: usize = 32;
 /// Intervals a hot page may go unchanged before it is write-protected again. Keeping a page
-/// hot costs a diff of an unchanged page at every merge (0.2–0.35 µs on the project's
-/// virtual machine); cooling it costs, if it is written again, a write fault, a twin and two
-/// `mprotect`s (7–9 µs). As in ski rental, a page is kept until its idle diffs have cost
-/// about what a fault would: `docs/nvthreads.md` §3.2.
-pub const HOT_IDLE: u8 = 32;
+/// hot costs a diff of an unchanged page at every merge (0.1–0.2 µs on the project's
+/// virtual machine); cooling it costs, if it is written again, a write fault, a twin, two
+/// `mprotect`s and, when another process publishes into the cooled copy meanwhile, an
+/// `madvise` to drop it — 28–33 µs of the run (hold time included) measured in
+/// reverse_index with persistent `malloc`. As in ski rental, a page is kept until its idle diffs have cost about
+/// what a fault would: `docs/nvthreads.md` §3.2.
+pub const HOT_IDLE: u8 = 128;
 
 /// Most tracked regions (the heap plus adopted ranges such as the program's globals).
 pub const MAX_REGIONS: usize = 4;

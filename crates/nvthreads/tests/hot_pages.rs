@@ -12,7 +12,8 @@ use tracker_util::{merge, shared, write};
 
 #[test]
 fn the_pages_changed_most_recently_stay_hot() {
-    let tracker = Tracker::install(64 * PAGE, None).expect("install");
+    // Room for page 0, the HOT_MAX fresh pages two apart from page 4, and some to spare.
+    let tracker = Tracker::install((8 + 2 * HOT_MAX) * PAGE, None).expect("install");
     // A hot page, unchanged for one interval (well under HOT_IDLE).
     write(tracker, 0, &[1]);
     merge(tracker);
