@@ -225,9 +225,12 @@ impl Default for Header {
     }
 }
 
-#[inline]
+/// Always inlined: nearly every read through a header asks for whole aligned words (a
+/// pointer, a key, a counter, a node's key and link), and out of line the call cost about as
+/// much as those loads. Any other shape goes to `load_line_part`, out of line.
+#[inline(always)]
 fn load_words(words: &[AtomicU64; WORDS], offset: usize, dst: &mut [u8]) {
-    // An aligned word, the most common read (a pointer, a key, a counter).
+    // An aligned word, the most common read.
     if dst.len() == 8 && offset.is_multiple_of(8) {
         dst.copy_from_slice(&words[offset / 8].load(Ordering::Relaxed).to_le_bytes());
         return;
@@ -243,7 +246,13 @@ fn load_words(words: &[AtomicU64; WORDS], offset: usize, dst: &mut [u8]) {
         }
         return;
     }
-    // Anything else: the whole line (eight loads, one cache line), then one copy.
+    load_line_part(words, offset, dst);
+}
+
+/// [`load_words`] for a range that is not whole aligned words.
+#[inline(never)]
+fn load_line_part(words: &[AtomicU64; WORDS], offset: usize, dst: &mut [u8]) {
+    // The whole line (eight loads, one cache line), then one copy.
     let mut line = [0u8; CHUNK as usize];
     for (word, out) in words.iter().zip(line.chunks_exact_mut(8)) {
         out.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());

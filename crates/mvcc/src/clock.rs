@@ -153,6 +153,18 @@ impl Clock {
         }
     }
 
+    /// Whether a commit stamped `ts` by a transaction whose snapshot is `snapshot` is the
+    /// only commit stamped after that snapshot, so that no version can carry a stamp in
+    /// `(snapshot, ts)`: with the counter every stamp is a distinct `fetch_add`, and `ts ==
+    /// snapshot + 1` means the counter still read `snapshot` when this commit stamped (an
+    /// unlinking's [`Clock::retire_time`] also moves it, and only makes this false). Its
+    /// reads then cannot have changed, and validation has nothing to look at. Never with
+    /// the TSC, whose stamps are not counted.
+    #[inline]
+    pub(crate) fn only_stamp_since(&self, snapshot: u64, ts: u64) -> bool {
+        !self.tsc && ts == snapshot.wrapping_add(1)
+    }
+
     /// Waits until this core's clock has passed `ts` (a commit does so before it validates,
     /// so any commit that pushes later gets a larger timestamp).
     #[inline]
@@ -314,6 +326,33 @@ mod tests {
         let ts = clock.stamp();
         assert!(ts > s);
         assert!(clock.now() >= ts);
+    }
+
+    #[test]
+    fn a_stamp_is_the_only_one_since_a_snapshot_only_when_nothing_else_moved_the_counter() {
+        let clock = Clock::new(ClockMode::Counter, 41);
+        let s = clock.now();
+        let ts = clock.stamp();
+        assert!(clock.only_stamp_since(s, ts), "nothing else stamped");
+        // Another commit stamped between this snapshot and this stamp.
+        let s = clock.now();
+        let other = clock.stamp();
+        let ts = clock.stamp();
+        assert!(other > s && other < ts);
+        assert!(!clock.only_stamp_since(s, ts));
+        // An unlinking moved the counter: the answer is only conservative.
+        let s = clock.now();
+        clock.retire_time();
+        let ts = clock.stamp();
+        assert!(!clock.only_stamp_since(s, ts));
+        let tsc = Clock::new(ClockMode::Tsc, 1000);
+        if tsc.is_tsc() {
+            let s = tsc.now();
+            assert!(
+                !tsc.only_stamp_since(s, s + 1),
+                "TSC stamps are not counted"
+            );
+        }
     }
 
     #[test]

@@ -51,6 +51,9 @@ pub(crate) struct Lane {
     /// The checkpoint boundary when this lane last asked the reclaimer for a checkpoint
     /// because of its OLog ([`NONE`]: never); it asks again only once that moved.
     pub(crate) asked_at: u64,
+    /// Transactions left before the lane next hands off to the background reclaimer (0:
+    /// at the next one above the watermarks).
+    pub(crate) hand_off_in: u32,
     /// The snapshot of the lane's previous transaction: a lower bound to announce before the
     /// next one reads the clock.
     pub(crate) last_snapshot: u64,
@@ -131,6 +134,7 @@ impl Lane {
             capacity,
             used_at_reclaim: 0,
             asked_at: NONE,
+            hand_off_in: 0,
             last_snapshot: 0,
         }
     }

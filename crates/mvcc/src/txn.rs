@@ -217,8 +217,8 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             return Err(TxError::Conflict);
         }
         let len = dst.len() as u64;
-        let pm = self.engine.pool.pm();
-        if !pm.check_range(addr, len) {
+        // The pool's length, resolved at begin, as in `read_raw`'s common case.
+        if addr.checked_add(len).is_none_or(|end| end > self.pool_len) {
             return Err(TxError::OutOfBounds { addr, len });
         }
         if len == 0 {
@@ -237,7 +237,7 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             return self.read_in_chunk(addr, dst);
         }
         if !self.tracking && self.reads_masters(addr, len) {
-            pm.read(addr, dst);
+            self.pm.read(addr, dst);
             return Ok(());
         }
         self.read_versions(addr, dst)
@@ -427,7 +427,12 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             engine.versions.stamp(r, ts);
         }
         engine.clock.wait_past(ts);
-        let valid = !self.tracks_reads() || self.validate(ts);
+        // Validation looks for versions stamped in `(snapshot, ts]` by others: when no
+        // other commit stamped since the snapshot (one thread, or no concurrent writer),
+        // there are none, and the read set is not walked.
+        let valid = !self.tracks_reads()
+            || engine.clock.only_stamp_since(self.snapshot, ts)
+            || self.validate(ts);
         if !valid && self.level != Level::Snapshot {
             self.unpush(&pushed);
             return self.conflict();
