@@ -105,7 +105,8 @@ fn summary(plan: &Plan, outcomes: &EngineResults, goals: &[Goal], quick: bool) -
         "Measured {} configurations ({} Silo, {} TimeStone, {} YCSB / TPC-C, {hot} hot-key) \
          in {:.0} s: \
          {} operations per timed run ({} on the list) after {:.0} % as warm-up, median of {} \
-         run(s); all engines of a table ran in this same run.",
+         run(s); the engines of a table were measured together, their timed runs taken in \
+         turn (every engine's first run, then every engine's second, …).",
         outcomes.runs.len(),
         count(Family::Silo),
         count(Family::TimeStone),
