@@ -175,7 +175,6 @@ pub(crate) fn interleave<R: Send>(
                 let (go_tx, go_rx) = channel();
                 gos.push(go_tx);
                 let turn = Turn::Given(Baton {
-                    index,
                     go: go_rx,
                     done: done_tx.clone(),
                 });
@@ -201,7 +200,7 @@ pub(crate) fn interleave<R: Send>(
 
 /// Gives each driver that has not finished one turn per round, round after round, until
 /// every driver has finished; round `r` starts with driver `r mod n`.
-fn hand_out_turns(gos: &[Sender<()>], done: &Receiver<(usize, Step)>) {
+fn hand_out_turns(gos: &[Sender<()>], done: &Receiver<Step>) {
     let mut running = vec![true; gos.len()];
     let mut round = 0;
     while running.contains(&true) {
@@ -216,8 +215,8 @@ fn hand_out_turns(gos: &[Sender<()>], done: &Receiver<(usize, Step)>) {
             }
             // Only this driver works now, so the next report is its own.
             match done.recv() {
-                Ok((_, Step::Passed)) => {}
-                Ok((_, Step::Finished)) | Err(_) => running[index] = false,
+                Ok(Step::Passed) => {}
+                Ok(Step::Finished) | Err(_) => running[index] = false,
             }
         }
         round += 1;
@@ -243,9 +242,8 @@ pub(crate) enum Turn {
 
 /// A driver's end of the coordinator's channels.
 pub(crate) struct Baton {
-    index: usize,
     go: Receiver<()>,
-    done: Sender<(usize, Step)>,
+    done: Sender<Step>,
 }
 
 impl Turn {
@@ -265,7 +263,7 @@ impl Turn {
 
     fn report(&self, step: Step) {
         if let Turn::Given(baton) = self {
-            let _ = baton.done.send((baton.index, step));
+            let _ = baton.done.send(step);
         }
     }
 }
