@@ -7,42 +7,19 @@
 //! `struct stat`), as the C library's own definition assumes.
 
 use crate::served::{Mapping, Open, Served, config, route, served, served_or_open};
-use libc::{DIR, c_char, c_int, c_long, c_uint, c_void, dirent64, mode_t, off_t, size_t, ssize_t};
-use pmfs::{Attr, Errno, FileType, SetAttr, TimeSet, Whence};
+use libc::{c_char, c_int, c_long, c_uint, c_void, mode_t, off_t, size_t, ssize_t};
+use pmfs::{Attr, Errno, SetAttr, Whence};
 use std::ffi::CStr;
 use std::os::fd::IntoRawFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The next definition of C function `$name` with type `$ty`, looked up once.
-macro_rules! next {
-    ($name:expr, $ty:ty) => {{
-        static ADDRESS: AtomicUsize = AtomicUsize::new(0);
-        let mut address = ADDRESS.load(Ordering::Relaxed);
-        if address == 0 {
-            // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name has no other
-            // precondition.
-            address = unsafe { libc::dlsym(libc::RTLD_NEXT, concat!($name, "\0").as_ptr().cast()) }
-                as usize;
-            if address == 0 {
-                eprintln!(concat!("pmfs-preload: no C library definition of ", $name));
-                std::process::abort();
-            }
-            ADDRESS.store(address, Ordering::Relaxed);
-        }
-        // SAFETY: `address` is the non-null address of the C library's `$name`, whose
-        // prototype `$ty` transcribes.
-        unsafe { std::mem::transmute::<usize, $ty>(address) }
-    }};
-}
-
-fn set_errno(errno: Errno) {
+pub(crate) fn set_errno(errno: Errno) {
     // SAFETY: `__errno_location` returns this thread's errno slot.
     unsafe { *libc::__errno_location() = errno.raw() };
 }
 
 /// `Ok(v)` as `v`, an error as -1 with errno set.
-fn ret<T: From<i8>>(result: Result<T, Errno>) -> T {
+pub(crate) fn ret<T: From<i8>>(result: Result<T, Errno>) -> T {
     result.unwrap_or_else(|errno| {
         set_errno(errno);
         T::from(-1)
@@ -53,21 +30,25 @@ fn ret<T: From<i8>>(result: Result<T, Errno>) -> T {
 ///
 /// # Safety
 /// `path` is null or a NUL-terminated string.
-unsafe fn served_path(path: *const c_char) -> Option<String> {
+pub(crate) unsafe fn served_path(path: *const c_char) -> Option<String> {
     let config = config()?;
     if path.is_null() {
         return None;
     }
     // SAFETY: the caller passes a NUL-terminated string.
     let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
-    route(config, bytes)
+    if bytes.first() == Some(&b'/') {
+        route(config, bytes)
+    } else {
+        crate::cwd::served_relative(bytes)
+    }
 }
 
 /// The served path of `path` relative to directory descriptor `dirfd` (`*at` calls).
 ///
 /// # Safety
 /// `path` is null or a NUL-terminated string.
-unsafe fn served_path_at(dirfd: c_int, path: *const c_char) -> Option<String> {
+pub(crate) unsafe fn served_path_at(dirfd: c_int, path: *const c_char) -> Option<String> {
     if path.is_null() {
         return None;
     }
@@ -82,7 +63,7 @@ unsafe fn served_path_at(dirfd: c_int, path: *const c_char) -> Option<String> {
     Some(format!("{}/{rel}", dir.path.trim_end_matches('/')))
 }
 
-fn served_fs() -> Result<&'static Served, Errno> {
+pub(crate) fn served_fs() -> Result<&'static Served, Errno> {
     served_or_open(config().ok_or(Errno::ENOENT)?)
 }
 
@@ -103,7 +84,7 @@ fn release_number(kfd: c_int) {
     unsafe { close(kfd) };
 }
 
-fn open_served(path: &str, flags: c_int, mode: mode_t) -> Result<c_int, Errno> {
+pub(crate) fn open_served(path: &str, flags: c_int, mode: mode_t) -> Result<c_int, Errno> {
     let fs = served_fs()?;
     let fd = fs
         .px
@@ -207,6 +188,39 @@ pub unsafe extern "C" fn openat64(
             unsafe { real(dirfd, path, flags, mode) }
         }
     }
+}
+
+/// # Safety
+/// C `__open_2` (what `_FORTIFY_SOURCE` programs call when the compiler cannot check
+/// `open`'s flags; it has no mode: a creating `open` is never routed here).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: `open` without a mode, which the flags then do not use.
+    unsafe { open(path, flags, 0) }
+}
+
+/// # Safety
+/// C `__open64_2`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: as `__open_2`.
+    unsafe { open64(path, flags, 0) }
+}
+
+/// # Safety
+/// C `__openat_2` (fortified `openat` without a mode).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: as `__open_2`.
+    unsafe { openat(dirfd, path, flags, 0) }
+}
+
+/// # Safety
+/// C `__openat64_2`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: as `__open_2`.
+    unsafe { openat64(dirfd, path, flags, 0) }
 }
 
 /// # Safety
@@ -314,7 +328,7 @@ pub unsafe extern "C" fn dup3(kfd: c_int, target: c_int, flags: c_int) -> c_int 
 // ---------------------------------------------------------------------------- data calls
 
 /// The served file system and descriptor of `kfd`, if it is served.
-fn served_fd(kfd: c_int) -> Option<(&'static Served, Open)> {
+pub(crate) fn served_fd(kfd: c_int) -> Option<(&'static Served, Open)> {
     let fs = served()?;
     Some((fs, fs.open_of(kfd)?))
 }
@@ -323,7 +337,7 @@ fn served_fd(kfd: c_int) -> Option<(&'static Served, Open)> {
 ///
 /// # Safety
 /// `buf` points to `count` writable bytes (or `count` is 0).
-unsafe fn out_slice<'a>(buf: *mut c_void, count: size_t) -> &'a mut [u8] {
+pub(crate) unsafe fn out_slice<'a>(buf: *mut c_void, count: size_t) -> &'a mut [u8] {
     if count == 0 {
         return &mut [];
     }
@@ -335,7 +349,7 @@ unsafe fn out_slice<'a>(buf: *mut c_void, count: size_t) -> &'a mut [u8] {
 ///
 /// # Safety
 /// `buf` points to `count` readable bytes (or `count` is 0).
-unsafe fn in_slice<'a>(buf: *const c_void, count: size_t) -> &'a [u8] {
+pub(crate) unsafe fn in_slice<'a>(buf: *const c_void, count: size_t) -> &'a [u8] {
     if count == 0 {
         return &[];
     }
@@ -343,7 +357,7 @@ unsafe fn in_slice<'a>(buf: *const c_void, count: size_t) -> &'a [u8] {
     unsafe { std::slice::from_raw_parts(buf.cast(), count) }
 }
 
-fn size_ret(result: Result<usize, Errno>) -> ssize_t {
+pub(crate) fn size_ret(result: Result<usize, Errno>) -> ssize_t {
     ret(result.map(|n| n as ssize_t))
 }
 
@@ -379,7 +393,7 @@ pub unsafe extern "C" fn write(kfd: c_int, buf: *const c_void, count: size_t) ->
     unsafe { real(kfd, buf, count) }
 }
 
-fn offset(off: off_t) -> Result<u64, Errno> {
+pub(crate) fn offset(off: off_t) -> Result<u64, Errno> {
     u64::try_from(off).map_err(|_| Errno::EINVAL)
 }
 
@@ -687,6 +701,14 @@ pub unsafe extern "C" fn fcntl64(kfd: c_int, cmd: c_int, arg: c_long) -> c_int {
 
 // ---------------------------------------------------------------------------- attributes
 
+/// The device number of served files: major 0 (the kernel's anonymous devices, such as
+/// tmpfs mounts), minor `0xffffe`, near the end of the 20-bit range the kernel hands out
+/// from the bottom, so no real mount of the machine has it. A device number of a real
+/// disk would make tools that compare device and inode numbers (`rm`'s guard against
+/// removing `/`, `find`'s cycle check) take a served file for another.
+pub(crate) const DEV_MAJOR: u32 = 0;
+pub(crate) const DEV_MINOR: u32 = 0xffffe;
+
 /// Fills `st` from `attr`.
 ///
 /// # Safety
@@ -694,7 +716,7 @@ pub unsafe extern "C" fn fcntl64(kfd: c_int, cmd: c_int, arg: c_long) -> c_int {
 unsafe fn fill_stat(st: *mut libc::stat, attr: &Attr) {
     // SAFETY: an all-zero `struct stat` is valid.
     let mut out: libc::stat = unsafe { std::mem::zeroed() };
-    out.st_dev = 0xfe00;
+    out.st_dev = libc::makedev(DEV_MAJOR, DEV_MINOR);
     out.st_ino = attr.ino;
     out.st_mode = attr.mode();
     out.st_nlink = u64::from(attr.nlink);
@@ -712,7 +734,7 @@ unsafe fn fill_stat(st: *mut libc::stat, attr: &Attr) {
     unsafe { st.write(out) };
 }
 
-fn stat_ret(st: *mut libc::stat, result: Result<Attr, Errno>) -> c_int {
+pub(crate) fn stat_ret(st: *mut libc::stat, result: Result<Attr, Errno>) -> c_int {
     ret(result.map(|attr| {
         // SAFETY: the caller's `struct stat`.
         unsafe { fill_stat(st, &attr) };
@@ -898,7 +920,8 @@ unsafe fn fill_statx(out: *mut libc::statx, attr: &Attr) {
     );
     x.stx_rdev_major = (attr.rdev >> 8) as u32;
     x.stx_rdev_minor = (attr.rdev & 0xff) as u32;
-    x.stx_dev_major = 0xfe;
+    x.stx_dev_major = DEV_MAJOR;
+    x.stx_dev_minor = DEV_MINOR;
     // SAFETY: the caller's `struct statx`.
     unsafe { out.write(x) };
 }
@@ -987,7 +1010,7 @@ pub unsafe extern "C" fn faccessat(
     unsafe { real(dirfd, path, mode, flags) }
 }
 
-fn set_served(kfd: c_int, set: SetAttr) -> Option<c_int> {
+pub(crate) fn set_served(kfd: c_int, set: SetAttr) -> Option<c_int> {
     let (fs, open) = served_fd(kfd)?;
     Some(ret(fs.px.fsetattr(open.fd, set).map(|_| 0)))
 }
@@ -1049,24 +1072,16 @@ pub unsafe extern "C" fn chmod(path: *const c_char, mode: mode_t) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn futimens(kfd: c_int, times: *const libc::timespec) -> c_int {
     if served_fd(kfd).is_some() {
-        let time = |i: usize| -> Option<TimeSet> {
-            if times.is_null() {
-                return Some(TimeSet::Now);
-            }
-            // SAFETY: `futimens`' array of two `timespec`s.
-            let t = unsafe { *times.add(i) };
-            match t.tv_nsec {
-                libc::UTIME_OMIT => None,
-                libc::UTIME_NOW => Some(TimeSet::Now),
-                ns => Some(TimeSet::At(t.tv_sec as u64 * 1_000_000_000 + ns as u64)),
-            }
-        };
-        let set = SetAttr {
-            atime: time(0),
-            mtime: time(1),
+        // SAFETY: `futimens`' times.
+        let set = unsafe { crate::names::time_sets(times) }.map(|(atime, mtime)| SetAttr {
+            atime,
+            mtime,
             ..SetAttr::default()
+        });
+        return match set {
+            Ok(set) => set_served(kfd, set).unwrap_or(-1),
+            Err(e) => ret(Err(e)),
         };
-        return set_served(kfd, set).unwrap_or(-1);
     }
     let real = next!(
         "futimens",
@@ -1186,7 +1201,7 @@ pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t
     unsafe { real(dirfd, path, mode) }
 }
 
-fn rename_served(from: Option<String>, to: Option<String>) -> Option<Result<(), Errno>> {
+pub(crate) fn rename_served(from: Option<String>, to: Option<String>) -> Option<Result<(), Errno>> {
     match (from, to) {
         (None, None) => None,
         (Some(a), Some(b)) => Some(served_fs().and_then(|fs| fs.px.rename(&a, &b))),
@@ -1289,7 +1304,7 @@ unsafe fn xattr_out(bytes: &[u8], buf: *mut c_void, size: size_t) -> Result<usiz
 ///
 /// # Safety
 /// `name` is a NUL-terminated string.
-unsafe fn name_bytes<'a>(name: *const c_char) -> &'a [u8] {
+pub(crate) unsafe fn name_bytes<'a>(name: *const c_char) -> &'a [u8] {
     // SAFETY: the caller's NUL-terminated name.
     unsafe { CStr::from_ptr(name) }.to_bytes()
 }
@@ -1400,19 +1415,38 @@ unsafe fn removexattr_served(p: &str, name: *const c_char, follow: bool) -> c_in
 xattr_by_path!(removexattr, removexattr_served, true, (name: *const c_char), c_int);
 xattr_by_path!(lremovexattr, removexattr_served, false, (name: *const c_char), c_int);
 
+/// Defines the descriptor-based attribute call `$name`: on a served descriptor, the call
+/// on the path the file was opened with.
+macro_rules! xattr_by_fd {
+    ($name:ident, $served:ident, ($($arg:ident: $ty:ty),*), $ret:ty) => {
+        /// # Safety
+        /// The C function of this name.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(kfd: c_int, $($arg: $ty),*) -> $ret {
+            if let Some((_, open)) = served_fd(kfd) {
+                // SAFETY: the call's arguments, as received.
+                return unsafe { $served(&open.path, $($arg,)* true) };
+            }
+            let real = next!(stringify!($name), unsafe extern "C" fn(c_int, $($ty),*) -> $ret);
+            // SAFETY: forwarded as received.
+            unsafe { real(kfd, $($arg),*) }
+        }
+    };
+}
+
+xattr_by_fd!(fgetxattr, getxattr_served, (name: *const c_char, value: *mut c_void, size: size_t), ssize_t);
+xattr_by_fd!(flistxattr, listxattr_served, (list: *mut c_char, size: size_t), ssize_t);
+xattr_by_fd!(fsetxattr, setxattr_served, (name: *const c_char, value: *const c_void, size: size_t, flags: c_int), c_int);
+xattr_by_fd!(fremovexattr, removexattr_served, (name: *const c_char), c_int);
+
 /// # Safety
 /// C `readlink`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, size: size_t) -> ssize_t {
     // SAFETY: `readlink`'s path.
     if let Some(p) = unsafe { served_path(path) } {
-        let result = served_fs().and_then(|fs| fs.px.readlink(&p)).map(|target| {
-            let n = target.len().min(size);
-            // SAFETY: `readlink`'s buffer of `size` bytes.
-            unsafe { std::ptr::copy_nonoverlapping(target.as_ptr(), buf.cast(), n) };
-            n
-        });
-        return size_ret(result);
+        // SAFETY: `readlink`'s buffer.
+        return unsafe { crate::names::readlink_served(&p, buf, size) };
     }
     let real = next!(
         "readlink",
@@ -1420,128 +1454,6 @@ pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, size: s
     );
     // SAFETY: forwarded as received.
     unsafe { real(path, buf, size) }
-}
-
-// ---------------------------------------------------------------------------- directories
-
-/// A directory stream of a served directory: its entries, read at `opendir`.
-struct ServedDir {
-    entries: Vec<(Vec<u8>, u64, FileType)>,
-    next: usize,
-    current: dirent64,
-}
-
-static DIRS: parking_lot::Mutex<Vec<usize>> = parking_lot::Mutex::new(Vec::new());
-
-fn is_served_dir(dir: *mut DIR) -> bool {
-    DIRS.lock().contains(&(dir as usize))
-}
-
-fn dirent_type(kind: FileType) -> u8 {
-    match kind {
-        FileType::Regular => libc::DT_REG,
-        FileType::Directory => libc::DT_DIR,
-        FileType::Symlink => libc::DT_LNK,
-        FileType::Fifo => libc::DT_FIFO,
-        FileType::CharDevice => libc::DT_CHR,
-        FileType::BlockDevice => libc::DT_BLK,
-        FileType::Socket => libc::DT_SOCK,
-    }
-}
-
-/// # Safety
-/// C `opendir`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut DIR {
-    // SAFETY: `opendir`'s path.
-    if let Some(p) = unsafe { served_path(path) } {
-        let listed = served_fs().and_then(|fs| fs.px.readdir(&p));
-        return match listed {
-            Ok(entries) => {
-                let dir = Box::new(ServedDir {
-                    entries: entries
-                        .into_iter()
-                        .map(|e| (e.name, e.ino, e.kind))
-                        .collect(),
-                    next: 0,
-                    // SAFETY: an all-zero `dirent64` is valid.
-                    current: unsafe { std::mem::zeroed() },
-                });
-                let pointer = Box::into_raw(dir).cast::<DIR>();
-                DIRS.lock().push(pointer as usize);
-                pointer
-            }
-            Err(e) => {
-                set_errno(e);
-                std::ptr::null_mut()
-            }
-        };
-    }
-    let real = next!("opendir", unsafe extern "C" fn(*const c_char) -> *mut DIR);
-    // SAFETY: forwarded as received.
-    unsafe { real(path) }
-}
-
-/// The next entry of a served stream, or null at its end.
-fn next_entry(dir: &mut ServedDir) -> *mut dirent64 {
-    let Some((name, ino, kind)) = dir.entries.get(dir.next) else {
-        return std::ptr::null_mut();
-    };
-    dir.next += 1;
-    let out = &mut dir.current;
-    out.d_ino = *ino;
-    out.d_off = dir.next as i64;
-    out.d_reclen = std::mem::size_of::<dirent64>() as u16;
-    out.d_type = dirent_type(*kind);
-    let n = name.len().min(out.d_name.len() - 1);
-    for (slot, &byte) in out.d_name.iter_mut().zip(&name[..n]) {
-        *slot = byte as c_char;
-    }
-    out.d_name[n] = 0;
-    out
-}
-
-/// # Safety
-/// C `readdir64`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn readdir64(dir: *mut DIR) -> *mut dirent64 {
-    if is_served_dir(dir) {
-        // SAFETY: `dir` came from `Box::into_raw` in `opendir` and is not closed.
-        return next_entry(unsafe { &mut *dir.cast::<ServedDir>() });
-    }
-    let real = next!("readdir64", unsafe extern "C" fn(*mut DIR) -> *mut dirent64);
-    // SAFETY: forwarded as received.
-    unsafe { real(dir) }
-}
-
-/// # Safety
-/// C `readdir` (the same structure as `readdir64` on x86-64).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn readdir(dir: *mut DIR) -> *mut dirent64 {
-    if is_served_dir(dir) {
-        // SAFETY: as `readdir64`.
-        return unsafe { readdir64(dir) };
-    }
-    let real = next!("readdir", unsafe extern "C" fn(*mut DIR) -> *mut dirent64);
-    // SAFETY: forwarded as received.
-    unsafe { real(dir) }
-}
-
-/// # Safety
-/// C `closedir`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn closedir(dir: *mut DIR) -> c_int {
-    let mut dirs = DIRS.lock();
-    if let Some(i) = dirs.iter().position(|&d| d == dir as usize) {
-        dirs.swap_remove(i);
-        // SAFETY: `dir` came from `Box::into_raw` in `opendir`; it is freed once.
-        drop(unsafe { Box::from_raw(dir.cast::<ServedDir>()) });
-        return 0;
-    }
-    drop(dirs);
-    let real = next!("closedir", unsafe extern "C" fn(*mut DIR) -> c_int);
-    // SAFETY: forwarded as received.
-    unsafe { real(dir) }
 }
 
 // ---------------------------------------------------------------------------- mappings

@@ -30,5 +30,31 @@
 //! x86-64 Linux only: the variadic `open`/`fcntl` are declared with their optional
 //! argument, which the System V calling convention passes in the same register either way.
 
+/// The next definition of C function `$name` with type `$ty`, looked up once.
+macro_rules! next {
+    ($name:expr, $ty:ty) => {{
+        static ADDRESS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let mut address = ADDRESS.load(std::sync::atomic::Ordering::Relaxed);
+        if address == 0 {
+            // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name has no other
+            // precondition.
+            address = unsafe { libc::dlsym(libc::RTLD_NEXT, concat!($name, "\0").as_ptr().cast()) }
+                as usize;
+            if address == 0 {
+                eprintln!(concat!("pmfs-preload: no C library definition of ", $name));
+                std::process::abort();
+            }
+            ADDRESS.store(address, std::sync::atomic::Ordering::Relaxed);
+        }
+        // SAFETY: `address` is the non-null address of the C library's `$name`, whose
+        // prototype `$ty` transcribes.
+        unsafe { std::mem::transmute::<usize, $ty>(address) }
+    }};
+}
+
 mod abi;
+mod cwd;
+mod dirs;
+mod names;
 mod served;
+mod statfs;

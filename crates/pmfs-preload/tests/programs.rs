@@ -2,112 +2,13 @@
 //! with `msync`, the single-owner rule, and `SIGKILL` of a program in the middle of
 //! `fsync`'ed writes (every acknowledged file survives, fsck finds nothing wrong).
 
-use pmem::{NativeOptions, Pool};
-use pmfs::posix::O_RDONLY;
-use pmfs::{Fs, MkfsOptions, MountOptions, Posix};
+mod common;
+
+use common::{PREFIX, TestPool, compile, have, library, read_file, run, serial};
 use rand::{Rng, SeedableRng};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-
-const PREFIX: &str = "/pmfs-test";
-
-/// One test at a time: a child spawned by one test inherits, until it execs, whatever pool
-/// descriptor (and so `flock`) another test holds at that moment, which would make that
-/// test's next open of its pool fail as "in use".
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// The preload library cargo built beside this test: `cargo test` builds the library (an
-/// rlib and a cdylib) into `deps`, next to the test; `cargo build` copies it one level up.
-fn library() -> PathBuf {
-    let exe = std::env::current_exe().expect("test path");
-    let deps = exe.parent().expect("deps dir");
-    let candidates = [
-        deps.to_owned(),
-        deps.parent().expect("target dir").to_owned(),
-    ];
-    candidates
-        .iter()
-        .map(|dir| dir.join("libpmfs_preload.so"))
-        .find(|lib| lib.is_file())
-        .unwrap_or_else(|| panic!("libpmfs_preload.so is in neither {candidates:?}"))
-}
-
-/// A fresh pool of `size` bytes in /dev/shm, removed on drop.
-struct TestPool(PathBuf);
-
-impl TestPool {
-    fn new(tag: &str, size: u64) -> TestPool {
-        let path = PathBuf::from(format!(
-            "/dev/shm/ferrite-preload-{tag}-{}.pool",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_file(&path);
-        let pool = Pool::create(&path, &pmfs::pool_options(size)).expect("pool");
-        Fs::mkfs(pool, &MkfsOptions::default(), MountOptions::default())
-            .expect("mkfs")
-            .unmount()
-            .expect("unmount");
-        TestPool(path)
-    }
-
-    /// `program` with the library preloaded and this pool served under [`PREFIX`].
-    fn command(&self, program: &str) -> Command {
-        let mut command = Command::new(program);
-        command
-            .env("LD_PRELOAD", library())
-            .env("PMFS_POOL", &self.0)
-            .env("PMFS_PREFIX", PREFIX);
-        command
-    }
-
-    /// Mounts the pool here (recovering as after a crash), checks it, and returns it.
-    fn mount_and_check(&self) -> Posix<pmem::Native> {
-        let pool = Pool::open(&self.0, pmfs::LAYOUT, &NativeOptions::default()).expect("open");
-        let fs = Fs::mount(pool, MountOptions::default()).expect("mount");
-        fs.fsck().expect("fsck");
-        Posix::new(fs)
-    }
-}
-
-impl Drop for TestPool {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn read_file(px: &Posix<pmem::Native>, path: &str) -> Option<Vec<u8>> {
-    let fd = px.open(path, O_RDONLY, 0).ok()?;
-    let size = px.fstat(fd).ok()?.size as usize;
-    let mut buf = vec![0u8; size];
-    let n = px.pread(fd, &mut buf, 0).ok()?;
-    px.close(fd).ok()?;
-    buf.truncate(n);
-    Some(buf)
-}
-
-fn run(command: &mut Command) -> String {
-    let output = command.output().expect("run");
-    assert!(
-        output.status.success(),
-        "{command:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
 
 #[test]
 fn sqlite_in_both_journal_modes_and_coreutils() {
@@ -251,29 +152,10 @@ int main(int argc, char **argv) {
 }
 "#;
 
-fn compile(tag: &str) -> Option<PathBuf> {
-    if !have("gcc") {
-        return None;
-    }
-    let dir = std::env::temp_dir().join(format!("ferrite-preload-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let source = dir.join("program.c");
-    std::fs::write(&source, PROGRAM).expect("source");
-    let binary = dir.join("program");
-    let status = Command::new("gcc")
-        .args(["-O2", "-o"])
-        .arg(&binary)
-        .arg(&source)
-        .status()
-        .expect("gcc");
-    assert!(status.success(), "gcc failed");
-    Some(binary)
-}
-
 #[test]
 fn a_shared_mapping_writes_the_pool_and_msync_makes_it_durable() {
     let _serial = serial();
-    let Some(program) = compile("mmap") else {
+    let Some(program) = compile("mmap", PROGRAM) else {
         eprintln!("SKIPPED: gcc is not installed");
         return;
     };
@@ -293,7 +175,7 @@ fn a_shared_mapping_writes_the_pool_and_msync_makes_it_durable() {
 #[test]
 fn sigkill_keeps_every_acknowledged_file() {
     let _serial = serial();
-    let Some(program) = compile("kill") else {
+    let Some(program) = compile("kill", PROGRAM) else {
         eprintln!("SKIPPED: gcc is not installed");
         return;
     };

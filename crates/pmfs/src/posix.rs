@@ -655,8 +655,14 @@ impl<B: Persist> Posix<B> {
     }
 
     fn set(&self, path: &str, set: SetAttr) -> Result<(), Errno> {
+        self.setattr(path, true, set)
+    }
+
+    /// Changes the attributes in `set` of `path`; `follow`: of the file a final symbolic
+    /// link names, else of the link itself (as `lchown`, `utimensat(AT_SYMLINK_NOFOLLOW)`).
+    pub fn setattr(&self, path: &str, follow: bool, set: SetAttr) -> Result<(), Errno> {
         let mut inner = self.fs.lock();
-        let (ino, _) = self.resolve(&mut inner, path, true)?;
+        let (ino, _) = self.resolve(&mut inner, path, follow)?;
         self.fs.setattr_locked(&mut inner, ino, set)?;
         self.fs.pm().durability_point();
         Ok(())

@@ -1,0 +1,186 @@
+//! Ordinary tools on served paths through the preload library: links, attribute changes,
+//! file system statistics and directory walks (`ln`, `chmod`, `df`, `find`, `rm -r`, `mv`,
+//! `cp -p`), each result read back through the library from the pool, which fsck checks.
+
+mod common;
+
+use common::{PREFIX, TestPool, read_file, serial};
+use pmfs::{Errno, FileType};
+
+#[test]
+fn ln_and_ln_s_make_links_and_a_link_out_of_the_prefix_is_cross_device() {
+    let _serial = serial();
+    let pool = TestPool::new("ln", 16 << 20);
+    let out = pool.sh(
+        "cp /etc/hostname $P/f && ln $P/f $P/h && ln -s f $P/s && readlink $P/s && cat $P/s \
+         && stat -c %h $P/f && ln -s /nowhere/else $P/abs && readlink $P/abs \
+         && python3 -c 'import os; os.link(\"'$P'/f\", \"'$P'/py\"); os.symlink(\"h\", \"'$P'/pys\")' \
+         ; ln $P/f /tmp/ferrite-preload-out-$$ 2>&1; echo ln-out=$?",
+    );
+    let hostname = std::fs::read_to_string("/etc/hostname").expect("hostname");
+    assert!(
+        out.starts_with(&format!("f\n{hostname}2\n/nowhere/else\n")),
+        "{out}"
+    );
+    assert!(
+        out.contains("Invalid cross-device link") && out.ends_with("ln-out=1\n"),
+        "{out}"
+    );
+    let px = pool.mount_and_check();
+    let f = px.stat("/f").expect("f");
+    assert_eq!(f.nlink, 3);
+    assert_eq!(px.stat("/h").expect("h").ino, f.ino);
+    assert_eq!(px.stat("/py").expect("python's link").ino, f.ino);
+    assert_eq!(px.lstat("/s").expect("s").kind, FileType::Symlink);
+    assert_eq!(px.readlink("/s").expect("readlink"), b"f");
+    assert_eq!(px.readlink("/pys").expect("python's symlink"), b"h");
+    assert_eq!(px.readlink("/abs").expect("readlink"), b"/nowhere/else");
+    assert_eq!(
+        read_file(&px, "/s").expect("through s"),
+        hostname.as_bytes()
+    );
+    px.into_fs().unmount().expect("unmount");
+}
+
+#[test]
+fn chmod_chown_and_touch_change_served_attributes() {
+    let _serial = serial();
+    let pool = TestPool::new("chmod", 16 << 20);
+    let out = pool.sh(
+        "cp /etc/hostname $P/f && chmod 640 $P/f && stat -c %a $P/f && chmod u+x,o+r $P/f \
+         && stat -c %a $P/f && chown 1234:5678 $P/f && touch -d '2021-05-06 07:08:09' $P/f \
+         && ln -s f $P/s && touch -h -d '2020-01-02 03:04:05' $P/s && chmod 600 $P/s \
+         && stat -c %a $P/f",
+    );
+    assert_eq!(out, "640\n744\n600\n");
+    let px = pool.mount_and_check();
+    let f = px.stat("/f").expect("f");
+    assert_eq!((f.mode() & 0o7777, f.uid, f.gid), (0o600, 1234, 5678));
+    assert_eq!(f.mtime, 1_620_284_889 * 1_000_000_000);
+    let s = px.lstat("/s").expect("s");
+    assert_eq!(
+        s.mtime,
+        1_577_934_245 * 1_000_000_000,
+        "touch -h changed the link"
+    );
+    px.into_fs().unmount().expect("unmount");
+}
+
+#[test]
+fn df_and_statvfs_report_the_pools_own_counts() {
+    let _serial = serial();
+    let pool = TestPool::new("df", 32 << 20);
+    let stat_f = pool.sh(
+        "cp /bin/sh $P/big && stat -f -c '%b %f %a %c %d %l %S' $P/big \
+         && python3 -c 'import os; s = os.statvfs(\"'$P'\"); print(s.f_blocks, s.f_bfree)'",
+    );
+    let df = pool.sh("df -B4096 --output=size,avail,target $P/big");
+    let px = pool.mount_and_check();
+    let counts = px.fs().statfs();
+    assert!(counts.free_blocks < counts.blocks, "the copy used blocks");
+    let df_row = df.lines().nth(1).expect("df's row");
+    let want = format!("{} {} {PREFIX}", counts.blocks, counts.free_blocks);
+    assert_eq!(
+        df_row.split_whitespace().collect::<Vec<_>>().join(" "),
+        want
+    );
+    let want = [
+        counts.blocks,
+        counts.free_blocks,
+        counts.free_blocks,
+        counts.inodes,
+        counts.free_inodes,
+        255,
+        4096,
+    ]
+    .map(|n| n.to_string())
+    .join(" ");
+    let want = format!("{want}\n{} {}\n", counts.blocks, counts.free_blocks);
+    assert_eq!(stat_f, want, "stat -f, then os.statvfs");
+    px.into_fs().unmount().expect("unmount");
+}
+
+#[test]
+fn find_du_and_rm_r_walk_a_served_tree() {
+    let _serial = serial();
+    let pool = TestPool::new("walk", 16 << 20);
+    let out = pool.sh("mkdir -p $P/t/a/b $P/t/c && cp /etc/hostname $P/t/a/b/f \
+         && cp /etc/hostname $P/t/g && ln -s g $P/t/s && find $P/t | sort \
+         && find $P -name f -type f && du -s $P/t > /dev/null && ls -R $P/t > /dev/null \
+         && rm -r $P/t/a && find $P/t | sort");
+    let expected_before = ["", "/a", "/a/b", "/a/b/f", "/c", "/g", "/s"];
+    let expected_after = ["", "/c", "/g", "/s"];
+    let mut want = String::new();
+    for tail in expected_before {
+        want.push_str(&format!("{PREFIX}/t{tail}\n"));
+    }
+    want.push_str(&format!("{PREFIX}/t/a/b/f\n"));
+    for tail in expected_after {
+        want.push_str(&format!("{PREFIX}/t{tail}\n"));
+    }
+    assert_eq!(out, want);
+    pool.sh("rm -rf $P/t && env test ! -e $P/t");
+    let px = pool.mount_and_check();
+    assert_eq!(px.stat("/t").map(|_| ()), Err(Errno::ENOENT));
+    let names: Vec<Vec<u8>> = px
+        .readdir("/")
+        .expect("root")
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(
+        names,
+        [b".".to_vec(), b"..".to_vec()],
+        "rm -rf left entries"
+    );
+    px.into_fs().unmount().expect("unmount");
+}
+
+#[test]
+fn mv_out_keeps_the_mode_and_cp_p_in_keeps_mode_times_and_attributes() {
+    let _serial = serial();
+    let pool = TestPool::new("mv", 16 << 20);
+    let outside = std::env::temp_dir().join(format!("ferrite-preload-mv-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&outside);
+    std::fs::create_dir_all(&outside).expect("dir");
+    let o = outside.display();
+    let out = pool.sh(&format!(
+        "cp /etc/hostname $P/m && chmod 751 $P/m && mv $P/m {o}/m && stat -c %a {o}/m \
+         && env test ! -e $P/m && cp /etc/hostname {o}/in && chmod 604 {o}/in \
+         && touch -d '2021-05-06 07:08:09' {o}/in && cp -p {o}/in $P/in \
+         && cp -a {o}/m $P/back && stat -c %a $P/back"
+    ));
+    assert_eq!(out, "751\n751\n");
+    let px = pool.mount_and_check();
+    let copied = px.stat("/in").expect("in");
+    assert_eq!(copied.mode() & 0o7777, 0o604);
+    assert_eq!(copied.mtime, 1_620_284_889 * 1_000_000_000);
+    assert_eq!(px.stat("/m").map(|_| ()), Err(Errno::ENOENT));
+    px.into_fs().unmount().expect("unmount");
+    std::fs::remove_dir_all(&outside).expect("cleanup");
+}
+
+#[test]
+fn a_working_directory_inside_the_prefix_serves_relative_paths() {
+    let _serial = serial();
+    let pool = TestPool::new("cwd", 16 << 20);
+    let out = pool.sh("mkdir $P/d && python3 -c '
+import os
+os.chdir(\"'$P'/d\")
+print(os.getcwd())
+os.mkdir(\"sub\")
+with open(\"sub/file\", \"w\") as f:
+    f.write(\"relative\")
+os.chdir(\"sub\")
+print(os.getcwd(), sorted(os.listdir(\"..\")), open(\"file\").read())
+os.chdir(\"/\")
+print(os.getcwd())
+'");
+    assert_eq!(
+        out,
+        format!("{PREFIX}/d\n{PREFIX}/d/sub ['sub'] relative\n/\n")
+    );
+    let px = pool.mount_and_check();
+    assert_eq!(read_file(&px, "/d/sub/file").expect("file"), b"relative");
+    px.into_fs().unmount().expect("unmount");
+}
