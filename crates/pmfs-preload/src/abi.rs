@@ -103,6 +103,7 @@ pub(crate) fn open_served(path: &str, flags: c_int, mode: mode_t) -> Result<c_in
             path: path.to_owned(),
         },
     );
+    crate::stdio::serve_std_stream(kfd);
     Ok(kfd)
 }
 
@@ -244,6 +245,10 @@ pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close(kfd: c_int) -> c_int {
     if let Some(fs) = served() {
+        if (0..3).contains(&kfd) && fs.open_of(kfd).is_some() {
+            // Output buffered for the served file goes there before it closes.
+            crate::stdio::unserve_std_stream(kfd);
+        }
         let mut fds = fs.fds.write();
         if let Some(open) = fds.remove(&kfd) {
             let last = !fds.values().any(|other| other.fd == open.fd);
@@ -265,6 +270,7 @@ pub unsafe extern "C" fn close(kfd: c_int) -> c_int {
 /// another descriptor of `kfd`'s served file (same position, as `dup` shares it).
 fn record_dup(fs: &Served, open: Open, new: c_int) -> c_int {
     if new >= 0 {
+        crate::stdio::serve_std_stream(new);
         let replaced = fs.fds.write().insert(new, open);
         if let Some(old) = replaced
             && !fs.fds.read().values().any(|other| other.fd == old.fd)
@@ -298,6 +304,10 @@ pub unsafe extern "C" fn dup2(kfd: c_int, target: c_int) -> c_int {
         // SAFETY: closing the target is what `dup2` does.
         unsafe { close(target) };
     }
+    if source.is_some() && kfd != target {
+        // Output the standard stream buffered so far goes where it was going.
+        crate::stdio::flush_std_stream(target);
+    }
     let real = next!("dup2", unsafe extern "C" fn(c_int, c_int) -> c_int);
     // SAFETY: forwarded as received.
     let new = unsafe { real(kfd, target) };
@@ -315,6 +325,9 @@ pub unsafe extern "C" fn dup3(kfd: c_int, target: c_int, flags: c_int) -> c_int 
     if source.is_none() && served_fd(target).is_some() {
         // SAFETY: closing the target is what `dup3` does.
         unsafe { close(target) };
+    }
+    if source.is_some() {
+        crate::stdio::flush_std_stream(target);
     }
     let real = next!("dup3", unsafe extern "C" fn(c_int, c_int, c_int) -> c_int);
     // SAFETY: forwarded as received.
@@ -987,6 +1000,30 @@ pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
     );
     // SAFETY: forwarded as received.
     unsafe { real(path, mode) }
+}
+
+/// # Safety
+/// C `euidaccess` (as `access`: the program acts with the pool owner's rights).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
+    // SAFETY: `euidaccess`' path.
+    if let Some(p) = unsafe { served_path(path) } {
+        return ret(access_served(&p));
+    }
+    let real = next!(
+        "euidaccess",
+        unsafe extern "C" fn(*const c_char, c_int) -> c_int
+    );
+    // SAFETY: forwarded as received.
+    unsafe { real(path, mode) }
+}
+
+/// # Safety
+/// C `eaccess` (another name of `euidaccess`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn eaccess(path: *const c_char, mode: c_int) -> c_int {
+    // SAFETY: the same call.
+    unsafe { euidaccess(path, mode) }
 }
 
 /// # Safety

@@ -58,3 +58,4 @@ mod dirs;
 mod names;
 mod served;
 mod statfs;
+mod stdio;

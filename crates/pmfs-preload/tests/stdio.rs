@@ -1,0 +1,175 @@
+//! C stdio on served files through the preload library: a C program using `fopen`,
+//! `fprintf`, `fgets`, `fseek`, `fdopen`, `freopen` and `mkstemp`, and the tools built on
+//! them (`sed -i`, `sort -o`, `awk` printing into a file, a shell built-in's output
+//! redirected), each result read back through the library from the pool, which fsck checks.
+
+mod common;
+
+use common::{PREFIX, TestPool, compile, have, read_file, run, serial};
+
+/// `stdio DIR` exercises stdio on files in `DIR`; prints one line per check.
+const STDIO_PROGRAM: &str = r#"
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+static void die(const char *what) { perror(what); exit(2); }
+int main(int argc, char **argv) {
+    char path[512], line[256];
+    const char *dir = argv[1];
+    snprintf(path, sizeof path, "%s/text", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) die("fopen w");
+    for (int i = 0; i < 1000; i++) fprintf(f, "line %04d\n", i);
+    if (fflush(f) != 0) die("fflush");
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) die("fstat of fileno");
+    printf("size after fflush %lld\n", (long long)st.st_size);
+    if (fclose(f) != 0) die("fclose");
+
+    f = fopen(path, "r+");
+    if (!f) die("fopen r+");
+    if (fseeko(f, 10 * 500, SEEK_SET) != 0) die("fseeko");
+    if (!fgets(line, sizeof line, f)) die("fgets");
+    printf("at 5000: %s", line);
+    printf("ftello %lld\n", (long long)ftello(f));
+    if (fseek(f, -10, SEEK_END) != 0) die("fseek end");
+    if (fputs("LAST LINE\n", f) < 0) die("fputs");
+    rewind(f);
+    if (!fgets(line, sizeof line, f)) die("fgets after rewind");
+    printf("first: %s", line);
+    if (fclose(f) != 0) die("fclose r+");
+
+    f = fopen(path, "a");
+    if (!f || fprintf(f, "appended\n") < 0 || fclose(f) != 0) die("append");
+
+    printf("x on existing: %s\n", fopen(path, "wx") == NULL && errno == EEXIST ? "EEXIST" : "?");
+    snprintf(line, sizeof line, "%s/missing", dir);
+    printf("r of missing: %s\n", fopen(line, "r") == NULL && errno == ENOENT ? "ENOENT" : "?");
+    printf("bad mode: %s\n", fopen(path, "z") == NULL && errno == EINVAL ? "EINVAL" : "?");
+
+    snprintf(line, sizeof line, "%s/viafd", dir);
+    int fd = open(line, O_CREAT | O_RDWR | O_TRUNC, 0640);
+    if (fd < 0) die("open");
+    f = fdopen(fd, "w+");
+    if (!f) die("fdopen");
+    fprintf(f, "through fdopen %d\n", 42);
+    fflush(f);
+    if (fsync(fileno(f)) != 0) die("fsync");
+    fclose(f);
+    printf("closed by fclose: %s\n", close(fd) != 0 && errno == EBADF ? "EBADF" : "?");
+
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%s/tmpXXXXXX", dir);
+    int t = mkstemp(tmp);
+    if (t < 0) die("mkstemp");
+    if (write(t, "temp\n", 5) != 5) die("write temp");
+    close(t);
+    snprintf(line, sizeof line, "%s/renamed", dir);
+    if (rename(tmp, line) != 0) die("rename temp");
+    printf("mkstemp under %s: %s\n", dir, strncmp(tmp, dir, strlen(dir)) == 0 ? "yes" : "no");
+
+    snprintf(line, sizeof line, "%s/stdout", dir);
+    fflush(stdout);
+    int saved = dup(1);
+    if (!freopen(line, "w", stdout)) die("freopen");
+    printf("into the served file through stdout\n");
+    fflush(stdout);
+    dup2(saved, 1);
+    printf("back on the terminal\n");
+    return 0;
+}
+"#;
+
+#[test]
+fn a_c_program_uses_stdio_on_served_files() {
+    let _serial = serial();
+    let Some(program) = compile("stdio", STDIO_PROGRAM) else {
+        eprintln!("SKIPPED: gcc is not installed");
+        return;
+    };
+    let pool = TestPool::new("stdio", 16 << 20);
+    let out = run(pool.command(program.to_str().unwrap()).arg(PREFIX));
+    assert_eq!(
+        out,
+        format!(
+            "size after fflush 10000\nat 5000: line 0500\nftello 5010\nfirst: line 0000\n\
+             x on existing: EEXIST\nr of missing: ENOENT\nbad mode: EINVAL\n\
+             closed by fclose: EBADF\nmkstemp under {PREFIX}: yes\nback on the terminal\n"
+        )
+    );
+    let px = pool.mount_and_check();
+    let text = read_file(&px, "/text").expect("text");
+    let mut want: String = (0..999).map(|i| format!("line {i:04}\n")).collect();
+    want.push_str("LAST LINE\nappended\n");
+    assert_eq!(String::from_utf8(text).expect("utf-8"), want);
+    assert_eq!(
+        read_file(&px, "/viafd").expect("viafd"),
+        b"through fdopen 42\n"
+    );
+    assert_eq!(px.stat("/viafd").expect("viafd").mode() & 0o777, 0o640);
+    assert_eq!(read_file(&px, "/renamed").expect("temp"), b"temp\n");
+    assert_eq!(
+        read_file(&px, "/stdout").expect("stdout"),
+        b"into the served file through stdout\n"
+    );
+    px.into_fs().unmount().expect("unmount");
+}
+
+#[test]
+fn sed_i_sort_o_awk_and_a_builtins_redirection_write_served_files() {
+    let _serial = serial();
+    let pool = TestPool::new("tools-stdio", 16 << 20);
+    let script = "printf 'pear\\napple\\nfig\\n' | tee $P/fruit > /dev/null \
+         && chmod 640 $P/fruit && sed -i 's/apple/APPLE/' $P/fruit && sort -o $P/sorted $P/fruit \
+         && sort -o $P/fruit $P/fruit \
+         && awk '{ print NR \": \" $0 > \"'$P'/numbered\" }' $P/sorted";
+    pool.sh(script);
+    if have("bash") {
+        run(pool.command("bash").env("P", PREFIX).args([
+            "-c",
+            "echo from bash > $P/bash; printf '%s\\n' more >> $P/bash",
+        ]));
+    }
+    run(pool
+        .command("sh")
+        .env("P", PREFIX)
+        .args(["-c", "echo from sh > $P/sh; printf '%s\\n' more >> $P/sh"]));
+    let px = pool.mount_and_check();
+    assert_eq!(
+        read_file(&px, "/sorted").expect("sorted"),
+        b"APPLE\nfig\npear\n"
+    );
+    assert_eq!(
+        read_file(&px, "/fruit").expect("fruit"),
+        b"APPLE\nfig\npear\n"
+    );
+    assert_eq!(
+        px.stat("/fruit").expect("fruit").mode() & 0o777,
+        0o640,
+        "sed -i kept the mode"
+    );
+    assert_eq!(
+        read_file(&px, "/numbered").expect("numbered"),
+        b"1: APPLE\n2: fig\n3: pear\n"
+    );
+    let names: Vec<String> = px
+        .readdir("/")
+        .expect("root")
+        .into_iter()
+        .map(|e| String::from_utf8_lossy(&e.name).into_owned())
+        .collect();
+    assert!(
+        !names.iter().any(|n| n.starts_with("sed")),
+        "sed's temporary file is left: {names:?}"
+    );
+    if have("bash") {
+        assert_eq!(read_file(&px, "/bash").expect("bash"), b"from bash\nmore\n");
+    }
+    assert_eq!(read_file(&px, "/sh").expect("sh"), b"from sh\nmore\n");
+    px.into_fs().unmount().expect("unmount");
+}
