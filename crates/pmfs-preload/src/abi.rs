@@ -69,13 +69,21 @@ pub(crate) fn served_fs() -> Result<&'static Served, Errno> {
 
 /// A kernel descriptor number to stand for a served descriptor: an `O_PATH` descriptor of
 /// `/`, on which any call not served here fails with `EBADF`.
-fn reserve_number() -> Result<c_int, Errno> {
-    std::fs::OpenOptions::new()
+/// Without `cloexec` the number survives `exec`, as the served descriptor would
+/// (`handover.rs` opens the file again there).
+fn reserve_number(cloexec: bool) -> Result<c_int, Errno> {
+    let kfd = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_PATH)
         .open("/")
         .map(IntoRawFd::into_raw_fd)
-        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
+        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
+    if !cloexec {
+        let fcntl = next!("fcntl", unsafe extern "C" fn(c_int, c_int, c_long) -> c_int);
+        // SAFETY: clears the close-on-exec flag of the descriptor opened above.
+        unsafe { fcntl(kfd, libc::F_SETFD, 0) };
+    }
+    Ok(kfd)
 }
 
 fn release_number(kfd: c_int) {
@@ -89,7 +97,7 @@ pub(crate) fn open_served(path: &str, flags: c_int, mode: mode_t) -> Result<c_in
     let fd = fs
         .px
         .open(path, flags & !libc::O_CLOEXEC, mode & !fs.umask)?;
-    let kfd = match reserve_number() {
+    let kfd = match reserve_number(flags & libc::O_CLOEXEC != 0) {
         Ok(kfd) => kfd,
         Err(e) => {
             let _ = fs.px.close(fd);
@@ -101,6 +109,7 @@ pub(crate) fn open_served(path: &str, flags: c_int, mode: mode_t) -> Result<c_in
         Open {
             fd,
             path: path.to_owned(),
+            flags: flags & !libc::O_CLOEXEC,
         },
     );
     crate::stdio::serve_std_stream(kfd);
@@ -676,7 +685,7 @@ pub unsafe extern "C" fn posix_fadvise64(
 /// process owns the pool); the close-on-exec flag is the reserved number's.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fcntl(kfd: c_int, cmd: c_int, arg: c_long) -> c_int {
-    if served_fd(kfd).is_some() {
+    if let Some((_, open)) = served_fd(kfd) {
         match cmd {
             libc::F_SETLK | libc::F_SETLKW | libc::F_OFD_SETLK | libc::F_OFD_SETLKW => return 0,
             libc::F_GETLK | libc::F_OFD_GETLK => {
@@ -687,7 +696,10 @@ pub unsafe extern "C" fn fcntl(kfd: c_int, cmd: c_int, arg: c_long) -> c_int {
                 }
                 return 0;
             }
-            libc::F_GETFL => return libc::O_RDWR,
+            libc::F_GETFL => {
+                let kept = libc::O_ACCMODE | libc::O_APPEND | libc::O_NONBLOCK | libc::O_SYNC;
+                return open.flags & kept;
+            }
             libc::F_SETFL => return 0,
             libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
                 let real = next!("fcntl", unsafe extern "C" fn(c_int, c_int, c_long) -> c_int);

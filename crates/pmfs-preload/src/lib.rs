@@ -55,6 +55,7 @@ macro_rules! next {
 mod abi;
 mod cwd;
 mod dirs;
+mod handover;
 mod names;
 mod served;
 mod statfs;

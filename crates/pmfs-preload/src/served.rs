@@ -64,6 +64,8 @@ pub(crate) struct Open {
     pub(crate) fd: Fd,
     /// The path it was opened with, inside the file system (for the `*at` calls).
     pub(crate) path: String,
+    /// The `open` flags (for `F_GETFL`, and to open the file again after `exec`).
+    pub(crate) flags: i32,
 }
 
 /// A live mapping of a served file.
@@ -88,6 +90,9 @@ pub(crate) struct Served {
     /// The process's file-creation mask when the pool was opened (applied to new files
     /// and directories, as the kernel applies the current one).
     pub(crate) umask: u32,
+    /// The process that opened the pool (and so holds its lock; a forked child does not
+    /// own it).
+    pub(crate) owner_pid: u32,
 }
 
 /// This process's file-creation mask, read without changing it.
@@ -181,6 +186,7 @@ fn open(config: &Config) -> Result<Served, Refusal> {
         maps: Mutex::new(Vec::new()),
         pool_file,
         umask: current_umask(),
+        owner_pid: std::process::id(),
     })
 }
 

@@ -173,3 +173,48 @@ fn sed_i_sort_o_awk_and_a_builtins_redirection_write_served_files() {
     assert_eq!(read_file(&px, "/sh").expect("sh"), b"from sh\nmore\n");
     px.into_fs().unmount().expect("unmount");
 }
+
+#[test]
+fn a_redirection_bash_makes_for_a_command_hands_it_the_served_file() {
+    let _serial = serial();
+    if !have("bash") {
+        eprintln!("SKIPPED: bash is not installed");
+        return;
+    }
+    let pool = TestPool::new("redirect", 16 << 20);
+    // Each external command gets its redirections in the child bash forks for it; the
+    // built-in's comes last (bash applies it in itself, which then owns the pool).
+    let script = "ls / > $P/ls && cat /etc/hostname >> $P/ls && wc -l < $P/ls > $P/count \
+                  && echo built-in >> $P/count";
+    run(pool.command("bash").env("P", PREFIX).args(["-c", script]));
+    // dash opens a redirection's file in the shell itself, which then owns the pool: the
+    // command gets the placeholder descriptor and fails, typed, without harm.
+    let dash = pool
+        .command("sh")
+        .env("P", PREFIX)
+        .args(["-c", "ls / > $P/from-dash"])
+        .output()
+        .expect("sh");
+    let px = pool.mount_and_check();
+    let listing = std::fs::read_dir("/")
+        .expect("/")
+        .filter(|e| {
+            let name = e.as_ref().expect("entry").file_name();
+            !name.to_string_lossy().starts_with('.')
+        })
+        .count();
+    let hostname = std::fs::read("/etc/hostname").expect("hostname");
+    let ls = read_file(&px, "/ls").expect("ls");
+    assert_eq!(ls.iter().filter(|&&b| b == b'\n').count(), listing + 1);
+    assert!(ls.ends_with(&hostname));
+    let count = read_file(&px, "/count").expect("count");
+    assert_eq!(count, format!("{}\nbuilt-in\n", listing + 1).as_bytes());
+    assert!(!dash.status.success());
+    assert!(
+        String::from_utf8_lossy(&dash.stderr).contains("Bad file descriptor"),
+        "{}",
+        String::from_utf8_lossy(&dash.stderr)
+    );
+    assert_eq!(read_file(&px, "/from-dash").expect("created, empty"), b"");
+    px.into_fs().unmount().expect("unmount");
+}
