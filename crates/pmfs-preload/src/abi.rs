@@ -10,8 +10,6 @@ use crate::served::{Mapping, Open, Served, config, route, served, served_or_open
 use libc::{c_char, c_int, c_long, c_uint, c_void, mode_t, off_t, size_t, ssize_t};
 use pmfs::{Attr, Errno, SetAttr, Whence};
 use std::ffi::CStr;
-use std::os::fd::IntoRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 
 pub(crate) fn set_errno(errno: Errno) {
     // SAFETY: `__errno_location` returns this thread's errno slot.
@@ -72,16 +70,16 @@ pub(crate) fn served_fs() -> Result<&'static Served, Errno> {
 /// Without `cloexec` the number survives `exec`, as the served descriptor would
 /// (`handover.rs` opens the file again there).
 fn reserve_number(cloexec: bool) -> Result<c_int, Errno> {
-    let kfd = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH)
-        .open("/")
-        .map(IntoRawFd::into_raw_fd)
-        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
-    if !cloexec {
-        let fcntl = next!("fcntl", unsafe extern "C" fn(c_int, c_int, c_long) -> c_int);
-        // SAFETY: clears the close-on-exec flag of the descriptor opened above.
-        unsafe { fcntl(kfd, libc::F_SETFD, 0) };
+    let open = next!(
+        "open",
+        unsafe extern "C" fn(*const c_char, c_int, mode_t) -> c_int
+    );
+    let flags = libc::O_PATH | if cloexec { libc::O_CLOEXEC } else { 0 };
+    // SAFETY: a NUL-terminated path and flags without `O_CREAT`.
+    let kfd = unsafe { open(c"/".as_ptr(), flags, 0) };
+    if kfd < 0 {
+        // SAFETY: errno of this thread, set by the failed `open`.
+        return Err(Errno::from_raw(unsafe { *libc::__errno_location() }));
     }
     Ok(kfd)
 }
