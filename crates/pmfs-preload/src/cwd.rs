@@ -3,6 +3,8 @@
 //! then resolve from it through the library (as `mkdir -p`, `df` and `find` walk a tree);
 //! `getcwd` names it. The kernel's working directory does not move, so a program started
 //! from there (`exec`) starts where the kernel's is. `chdir` anywhere else ends it.
+//! `realpath` and `canonicalize_file_name` of served paths resolve through the library
+//! (glibc's own would ask the kernel about each component).
 
 use crate::abi::{ret, served_fd, served_fs, set_errno};
 use crate::served::config;
@@ -156,4 +158,141 @@ pub unsafe extern "C" fn get_current_dir_name() -> *mut c_char {
     );
     // SAFETY: forwarded as received.
     unsafe { real() }
+}
+
+/// The canonical form of served path `p`: every component exists, `.` and `..` and
+/// symbolic links resolved (an absolute target from the pool's root, as the library
+/// follows it).
+fn canonical(p: &str) -> Result<String, Errno> {
+    let fs = served_fs()?;
+    let mut done: Vec<String> = Vec::new();
+    let mut todo: std::collections::VecDeque<String> = p
+        .split('/')
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let mut links = 0;
+    while let Some(component) = todo.pop_front() {
+        match component.as_str() {
+            "." => continue,
+            ".." => {
+                done.pop();
+                continue;
+            }
+            _ => {}
+        }
+        let candidate = if done.is_empty() {
+            format!("/{component}")
+        } else {
+            format!("/{}/{component}", done.join("/"))
+        };
+        let attr = fs.px.lstat(&candidate)?;
+        match attr.kind {
+            FileType::Symlink => {
+                links += 1;
+                if links > 40 {
+                    return Err(Errno::ELOOP);
+                }
+                let target =
+                    String::from_utf8(fs.px.readlink(&candidate)?).map_err(|_| Errno::ENOENT)?;
+                if target.starts_with('/') {
+                    done.clear();
+                }
+                for part in target.split('/').filter(|c| !c.is_empty()).rev() {
+                    todo.push_front(part.to_owned());
+                }
+            }
+            FileType::Directory => done.push(component),
+            _ if todo.is_empty() => done.push(component),
+            _ => return Err(Errno::ENOTDIR),
+        }
+    }
+    Ok(format!("/{}", done.join("/")))
+}
+
+/// The canonical served path `p` as the program names it (under the prefix).
+fn canonical_outside(p: &str) -> Result<String, Errno> {
+    let inner = canonical(p)?;
+    let prefix = &config().ok_or(Errno::ENOENT)?.prefix;
+    Ok(if inner == "/" {
+        prefix.clone()
+    } else {
+        format!("{prefix}{inner}")
+    })
+}
+
+/// # Safety
+/// C `realpath` (`resolved`: null, or `PATH_MAX` writable bytes).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn realpath(path: *const c_char, resolved: *mut c_char) -> *mut c_char {
+    // SAFETY: `realpath`'s path.
+    if let Some(p) = unsafe { crate::abi::served_path(path) } {
+        let size = if resolved.is_null() {
+            0
+        } else {
+            libc::PATH_MAX as size_t
+        };
+        let result = canonical_outside(&p).and_then(|name| {
+            // SAFETY: `realpath`'s buffer of `PATH_MAX` bytes, or null for a new one.
+            unsafe { copy_out(&name, resolved, size) }.map_err(|e| {
+                if e == Errno::ERANGE {
+                    Errno::ENAMETOOLONG
+                } else {
+                    e
+                }
+            })
+        });
+        return result.unwrap_or_else(|e| {
+            set_errno(e);
+            std::ptr::null_mut()
+        });
+    }
+    let real = next!(
+        "realpath",
+        unsafe extern "C" fn(*const c_char, *mut c_char) -> *mut c_char
+    );
+    // SAFETY: forwarded as received.
+    unsafe { real(path, resolved) }
+}
+
+/// # Safety
+/// C `__realpath_chk` (fortified `realpath`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __realpath_chk(
+    path: *const c_char,
+    resolved: *mut c_char,
+    resolved_len: size_t,
+) -> *mut c_char {
+    // SAFETY: `__realpath_chk`'s path.
+    if unsafe { crate::abi::served_path(path) }.is_some() {
+        if !resolved.is_null() && resolved_len < libc::PATH_MAX as size_t {
+            set_errno(Errno::from_raw(libc::ERANGE));
+            return std::ptr::null_mut();
+        }
+        // SAFETY: the buffer holds `PATH_MAX` bytes, checked above.
+        return unsafe { realpath(path, resolved) };
+    }
+    let real = next!(
+        "__realpath_chk",
+        unsafe extern "C" fn(*const c_char, *mut c_char, size_t) -> *mut c_char
+    );
+    // SAFETY: forwarded as received.
+    unsafe { real(path, resolved, resolved_len) }
+}
+
+/// # Safety
+/// C `canonicalize_file_name` (`realpath` into a new buffer).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn canonicalize_file_name(path: *const c_char) -> *mut c_char {
+    // SAFETY: `canonicalize_file_name`'s path.
+    if unsafe { crate::abi::served_path(path) }.is_some() {
+        // SAFETY: a null buffer asks for a new one.
+        return unsafe { realpath(path, std::ptr::null_mut()) };
+    }
+    let real = next!(
+        "canonicalize_file_name",
+        unsafe extern "C" fn(*const c_char) -> *mut c_char
+    );
+    // SAFETY: forwarded as received.
+    unsafe { real(path) }
 }

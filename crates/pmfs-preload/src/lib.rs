@@ -60,3 +60,4 @@ mod names;
 mod served;
 mod statfs;
 mod stdio;
+mod vectored;

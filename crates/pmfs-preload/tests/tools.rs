@@ -184,3 +184,66 @@ print(os.getcwd())
     assert_eq!(read_file(&px, "/d/sub/file").expect("file"), b"relative");
     px.into_fs().unmount().expect("unmount");
 }
+
+/// `vectored DIR`: `writev`/`readv`/`pwritev`/`preadv` on a served file, then `realpath`
+/// and `canonicalize_file_name` of served paths.
+const VECTORED_PROGRAM: &str = r#"
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+static void die(const char *what) { perror(what); exit(2); }
+int main(int argc, char **argv) {
+    char path[512], a[4] = {0}, b[8] = {0}, resolved[PATH_MAX];
+    snprintf(path, sizeof path, "%s/dir/v", argv[1]);
+    int fd = open(path, O_CREAT | O_RDWR | O_TRUNC, 0644);
+    if (fd < 0) die("open");
+    struct iovec out[2] = {{"abc", 3}, {"defghij", 7}};
+    printf("writev %zd\n", writev(fd, out, 2));
+    struct iovec at[1] = {{"XY", 2}};
+    printf("pwritev %zd\n", pwritev(fd, at, 1, 4));
+    lseek(fd, 0, SEEK_SET);
+    struct iovec in[2] = {{a, 3}, {b, 7}};
+    printf("readv %zd %s %s\n", readv(fd, in, 2), a, b);
+    memset(b, 0, sizeof b);
+    struct iovec tail[1] = {{b, 7}};
+    printf("preadv %zd %s\n", preadv(fd, tail, 1, 5), b);
+    close(fd);
+    snprintf(path, sizeof path, "%s/dir/./sub/../link", argv[1]);
+    printf("realpath %s\n", realpath(path, resolved) ? resolved : strerror(errno));
+    char *fresh = canonicalize_file_name(path);
+    printf("canonicalize %s\n", fresh ? fresh : strerror(errno));
+    free(fresh);
+    snprintf(path, sizeof path, "%s/dir/missing", argv[1]);
+    printf("missing %s\n", realpath(path, resolved) ? resolved : strerror(errno));
+    return 0;
+}
+"#;
+
+#[test]
+fn vectored_io_and_realpath_are_served() {
+    let _serial = serial();
+    let Some(program) = common::compile("vectored", VECTORED_PROGRAM) else {
+        eprintln!("SKIPPED: gcc is not installed");
+        return;
+    };
+    let pool = TestPool::new("vectored", 16 << 20);
+    pool.sh("mkdir -p $P/dir/sub && ln -s v $P/dir/link");
+    let out = common::run(pool.command(program.to_str().unwrap()).arg(PREFIX));
+    assert_eq!(
+        out,
+        format!(
+            "writev 10\npwritev 2\nreadv 10 abc dXYghij\npreadv 5 Yghij\n\
+             realpath {PREFIX}/dir/v\ncanonicalize {PREFIX}/dir/v\n\
+             missing No such file or directory\n"
+        )
+    );
+    let px = pool.mount_and_check();
+    assert_eq!(read_file(&px, "/dir/v").expect("v"), b"abcdXYghij");
+    px.into_fs().unmount().expect("unmount");
+}
