@@ -22,8 +22,12 @@
 //!   directory descriptor with the `*at` calls); relative paths resolve through the kernel.
 //! - A served descriptor is a real descriptor number (an `O_PATH` descriptor of `/` holds
 //!   it, so a call this library does not serve fails with `EBADF` instead of touching
-//!   another file). `dup` of a served descriptor is refused (`EBADF`); record locks
-//!   (`fcntl` `F_SETLK`) always succeed, since no other process can hold one.
+//!   another file). `dup` of it is another descriptor of the same open file; record locks
+//!   (`fcntl` `F_SETLK`) always succeed, since no other process can hold one. A served
+//!   descriptor without close-on-exec is handed to the program `exec` starts (`handover`).
+//! - C stdio on served files is a `fopencookie` `FILE` over the served calls (`stdio`);
+//!   the standard streams switch to one while a served file is descriptor 0, 1 or 2.
+//! - `chdir` into the prefix gives a served working directory for relative paths (`cwd`).
 //! - The pool is not marked clean when the program exits; the next open recovers as after
 //!   a crash, which every mount does anyway.
 //!
