@@ -186,20 +186,11 @@ pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut
 }
 
 /// # Safety
-/// C `fopen64`.
+/// C `fopen64`: on x86-64 glibc the same function as `fopen` (offsets are 64-bit either way).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE {
-    // SAFETY: `fopen64`'s path.
-    if let Some(p) = unsafe { served_path(path) } {
-        // SAFETY: `fopen64`'s mode.
-        return file_ret(unsafe { fopen_served(&p, mode) });
-    }
-    let real = next!(
-        "fopen64",
-        unsafe extern "C" fn(*const c_char, *const c_char) -> *mut FILE
-    );
-    // SAFETY: forwarded as received.
-    unsafe { real(path, mode) }
+    // SAFETY: `fopen64`'s arguments, which `fopen` takes as they are.
+    unsafe { fopen(path, mode) }
 }
 
 /// # Safety
