@@ -40,6 +40,11 @@ fn enter(p: String) -> Result<c_int, Errno> {
     Ok(0)
 }
 
+/// Whether the working directory is a served one.
+pub(crate) fn is_served() -> bool {
+    SERVED_CWD.load(Ordering::Acquire)
+}
+
 fn leave() {
     SERVED_CWD.store(false, Ordering::Release);
 }

@@ -23,6 +23,11 @@ struct ServedDir {
 /// The addresses of the live served streams.
 static DIRS: parking_lot::Mutex<Vec<usize>> = parking_lot::Mutex::new(Vec::new());
 
+/// Whether no served stream is open.
+pub(crate) fn none_open() -> bool {
+    DIRS.lock().is_empty()
+}
+
 /// The served stream `dir`, if it is one.
 ///
 /// # Safety

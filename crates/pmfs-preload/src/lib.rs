@@ -11,8 +11,8 @@
 //! The model (`docs/pmfs-mount.md`, "Direct access"):
 //! - **One process owns the pool** (the pool's lock): the first served call opens and
 //!   mounts it; a pool mounted elsewhere (or served to another process) makes served calls
-//!   fail with `EBUSY` and one message on stderr. Sharing between processes is the FUSE
-//!   mount's job. A forked child must not use served descriptors (it holds a stale copy of
+//!   fail with `EBUSY` (tried again at each call) and one message on stderr. Sharing
+//!   between processes is the FUSE mount's job. A forked child must not use served descriptors (it holds a stale copy of
 //!   the file system's DRAM state); programs that fork workers (fio) run threads instead.
 //! - Guarantees are the library's: every call that returns has made its change durable
 //!   (metadata atomic, data in place with non-temporal stores, or copy-on-write), exactly as
@@ -28,6 +28,8 @@
 //! - C stdio on served files is a `fopencookie` `FILE` over the served calls (`stdio`);
 //!   the standard streams switch to one while a served file is descriptor 0, 1 or 2.
 //! - `chdir` into the prefix gives a served working directory for relative paths (`cwd`).
+//! - A process that holds nothing served and runs one thread gives the pool up before it
+//!   starts another program (`spawn`), and mounts it again at its next served call.
 //! - The pool is not marked clean when the program exits; the next open recovers as after
 //!   a crash, which every mount does anyway.
 //!
@@ -62,6 +64,7 @@ mod dirs;
 mod handover;
 mod names;
 mod served;
+mod spawn;
 mod statfs;
 mod stdio;
 mod vectored;

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 /// What the environment asks for.
 #[derive(Debug)]
@@ -106,7 +107,17 @@ fn current_umask() -> u32 {
         .unwrap_or(0o022)
 }
 
-static SERVED: OnceLock<Result<Served, Refusal>> = OnceLock::new();
+/// The mounted pool, or null. Set under [`MOUNTING`]; taken down only by
+/// [`release_if_idle`], when no other reference to it can exist.
+static CURRENT: AtomicPtr<Served> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Serialises mounting and releasing, and keeps a refusal that another try would repeat
+/// (no pool file, no permission, not a PMFS pool). A busy pool is tried again at the next
+/// served call: its owner may have released it meanwhile.
+static MOUNTING: Mutex<Option<Refusal>> = Mutex::new(None);
+
+/// Whether the "pool is busy" line was printed (once per process).
+static BUSY_REPORTED: AtomicBool = AtomicBool::new(false);
 
 /// Why the pool cannot be served, and the error number every served call then fails with.
 #[derive(Debug)]
@@ -127,27 +138,76 @@ impl Refusal {
 /// The served file system if it is up (descriptor calls: a descriptor can only be served
 /// once it is).
 pub(crate) fn served() -> Option<&'static Served> {
-    SERVED.get().and_then(|s| s.as_ref().ok())
+    let current = CURRENT.load(Ordering::Acquire);
+    // SAFETY: a non-null `CURRENT` came from `Box::into_raw` in `served_or_open` and is
+    // freed only by `release_if_idle`, in a process of one thread that is not inside a
+    // served call, holds nothing served open, and so keeps no reference to it.
+    (!current.is_null()).then(|| unsafe { &*current })
 }
 
 /// The served file system, opening and mounting the pool on first use. When it cannot be
-/// (after one message on stderr), every served call fails: `EBUSY` when another process has
-/// the pool, `ENOENT` when the pool file does not exist, `EACCES` when it may not be opened,
-/// `EIO` otherwise.
+/// (after one message on stderr), served calls fail: `EBUSY` while another process has the
+/// pool (tried again at every call), `ENOENT` when the pool file does not exist, `EACCES`
+/// when it may not be opened, `EIO` otherwise (those three for good).
 pub(crate) fn served_or_open(config: &Config) -> Result<&'static Served, Errno> {
-    SERVED
-        .get_or_init(|| {
-            open(config).inspect_err(|refusal| {
+    if let Some(fs) = served() {
+        return Ok(fs);
+    }
+    let mut refused = MOUNTING.lock();
+    if let Some(fs) = served() {
+        return Ok(fs);
+    }
+    if let Some(refusal) = refused.as_ref() {
+        return Err(refusal.errno);
+    }
+    match open(config) {
+        Ok(fs) => {
+            let fs = Box::into_raw(Box::new(fs));
+            CURRENT.store(fs, Ordering::Release);
+            // SAFETY: just made by `Box::into_raw`; see `served`.
+            Ok(unsafe { &*fs })
+        }
+        Err(refusal) => {
+            let busy = refusal.errno == Errno::EBUSY;
+            if !busy || !BUSY_REPORTED.swap(true, Ordering::Relaxed) {
                 let _ = writeln!(
                     std::io::stderr(),
                     "pmfs-preload: cannot serve {}: {}",
                     config.prefix,
                     refusal.why
                 );
-            })
-        })
-        .as_ref()
-        .map_err(|refusal| refusal.errno)
+            }
+            let errno = refusal.errno;
+            if !busy {
+                *refused = Some(refusal);
+            }
+            Err(errno)
+        }
+    }
+}
+
+/// Gives the pool up if this process holds nothing served (no descriptor, stream,
+/// mapping or working directory) and runs one thread, so that a program it starts can
+/// open the pool: a shell that wrote a file with a built-in's redirection then runs `cat`
+/// of it. Called before `fork`, `posix_spawn`, `system` and `popen`; the next served call
+/// mounts the pool again (recovering as every mount does).
+pub(crate) fn release_if_idle(holds_nothing: impl FnOnce(&Served) -> bool) {
+    let _mounting = MOUNTING.lock();
+    let Some(fs) = served() else {
+        return;
+    };
+    if fs.owner_pid != std::process::id() || !holds_nothing(fs) || !single_threaded() {
+        return;
+    }
+    let current = CURRENT.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    // SAFETY: from `Box::into_raw` in `served_or_open`; with one thread, outside any served
+    // call and nothing served open, nothing refers to it any more (see `served`).
+    drop(unsafe { Box::from_raw(current) });
+}
+
+/// Whether this process runs a single thread (its task directory has one entry).
+fn single_threaded() -> bool {
+    std::fs::read_dir("/proc/self/task").is_ok_and(|tasks| tasks.take(2).count() == 1)
 }
 
 /// The refusal of a pool that [`Pool::open`] would not open.

@@ -183,12 +183,14 @@ fn a_redirection_bash_makes_for_a_command_hands_it_the_served_file() {
     }
     let pool = TestPool::new("redirect", 16 << 20);
     // Each external command gets its redirections in the child bash forks for it; the
-    // built-in's comes last (bash applies it in itself, which then owns the pool).
+    // built-in's is applied in bash itself, which gives the pool up again before it
+    // starts another command.
     let script = "ls / > $P/ls && cat /etc/hostname >> $P/ls && wc -l < $P/ls > $P/count \
                   && echo built-in >> $P/count";
     run(pool.command("bash").env("P", PREFIX).args(["-c", script]));
-    // dash opens a redirection's file in the shell itself, which then owns the pool: the
-    // command gets the placeholder descriptor and fails, typed, without harm.
+    // dash opens a command's redirection in the shell itself, which then holds the file
+    // and the pool: the command gets the placeholder descriptor and fails, typed, without
+    // harm.
     let dash = pool
         .command("sh")
         .env("P", PREFIX)
@@ -216,5 +218,55 @@ fn a_redirection_bash_makes_for_a_command_hands_it_the_served_file() {
         String::from_utf8_lossy(&dash.stderr)
     );
     assert_eq!(read_file(&px, "/from-dash").expect("created, empty"), b"");
+    px.into_fs().unmount().expect("unmount");
+}
+
+#[test]
+fn a_process_that_holds_nothing_served_leaves_the_pool_to_the_programs_it_starts() {
+    let _serial = serial();
+    let pool = TestPool::new("release", 16 << 20);
+    // A built-in's redirection opens the file in the shell itself; once the file is closed
+    // the shell holds nothing served and gives the pool up before starting `cat` (dash
+    // starts it with vfork, bash with fork), then mounts it again for the next built-in.
+    let script = "echo one > $P/f-$0; cat $P/f-$0; echo two >> $P/f-$0; \
+                  cat $P/f-$0 | tr a-z A-Z; cat $P/f-$0 > /dev/null && echo three >> $P/f-$0";
+    let mut shells = vec!["sh"];
+    if have("bash") {
+        shells.push("bash");
+    }
+    for shell in &shells {
+        let out = run(pool
+            .command(shell)
+            .env("P", PREFIX)
+            .args(["-c", script, shell]));
+        assert_eq!(out, "one\nONE\nTWO\n", "{shell}");
+    }
+    // Python starts programs with vfork (subprocess), system and popen.
+    if have("python3") {
+        let python = "import os, subprocess\n\
+                      P = os.environ['P']\n\
+                      open(P + '/py', 'w').write('from python\\n')\n\
+                      print(subprocess.run(['cat', P + '/py'], capture_output=True, text=True).stdout, end='')\n\
+                      os.system('cp $P/py $P/py2')\n\
+                      print(os.popen('wc -c $P/py').read(), end='')\n\
+                      held = open(P + '/held', 'w')\n\
+                      busy = subprocess.run(['cat', P + '/py'], capture_output=True, text=True)\n\
+                      print(busy.returncode != 0 and 'busy' in busy.stderr)\n";
+        let out = run(pool
+            .command("python3")
+            .env("P", PREFIX)
+            .args(["-c", python]));
+        assert_eq!(out, format!("from python\n12 {PREFIX}/py\nTrue\n"));
+    }
+    let px = pool.mount_and_check();
+    for shell in &shells {
+        assert_eq!(
+            read_file(&px, &format!("/f-{shell}")).expect("written"),
+            b"one\ntwo\nthree\n"
+        );
+    }
+    if have("python3") {
+        assert_eq!(read_file(&px, "/py2").expect("py2"), b"from python\n");
+    }
     px.into_fs().unmount().expect("unmount");
 }
