@@ -208,7 +208,7 @@ fn take_over(list: &[Handed]) {
     let Ok(fs) = served_or_open(config) else {
         return;
     };
-    for h in list {
+    for h in list.iter().filter(|h| is_placeholder(h.kfd)) {
         let reopen = h.flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
         let Ok(fd) = fs.px.open(&h.path, reopen, 0) else {
             continue;
@@ -230,6 +230,19 @@ fn take_over(list: &[Handed]) {
         fs.fds.write().insert(h.kfd, open);
         crate::stdio::serve_std_stream(h.kfd);
     }
+}
+
+/// Whether kernel descriptor `kfd` is a served descriptor's placeholder (an `O_PATH`
+/// descriptor of `/`): a variable left over or set by hand never turns a real descriptor
+/// (a terminal, a pipe, a kernel file) into a served one.
+fn is_placeholder(kfd: c_int) -> bool {
+    let fcntl = next!("fcntl", unsafe extern "C" fn(c_int, c_int, c_long) -> c_int);
+    // SAFETY: reads the status flags of `kfd` (an error for a closed number).
+    let flags = unsafe { fcntl(kfd, libc::F_GETFL, 0) };
+    flags >= 0
+        && flags & libc::O_PATH != 0
+        && std::fs::read_link(format!("/proc/self/fd/{kfd}"))
+            .is_ok_and(|target| target == std::path::Path::new("/"))
 }
 
 /// Runs when the library loads: takes over what the program that `exec`ed this one

@@ -270,3 +270,24 @@ fn a_process_that_holds_nothing_served_leaves_the_pool_to_the_programs_it_starts
     }
     px.into_fs().unmount().expect("unmount");
 }
+
+#[test]
+fn a_handover_variable_set_by_hand_never_serves_a_real_descriptor() {
+    let _serial = serial();
+    let pool = TestPool::new("forged", 16 << 20);
+    pool.sh("printf 'kept\\n' > $P/target");
+    let px = pool.mount_and_check();
+    let ino = px.stat("/target").expect("target").ino;
+    px.into_fs().unmount().expect("unmount");
+    let path_hex: String = "/target".bytes().map(|b| format!("{b:02x}")).collect();
+    // Descriptor 1 is the test's pipe, not a placeholder: the variable must be ignored.
+    let forged = format!("1,{},0,{ino},{path_hex}", libc::O_WRONLY);
+    let out = run(pool
+        .command("echo")
+        .env("PMFS_PRELOAD_HANDOVER", forged)
+        .arg("to the pipe"));
+    assert_eq!(out, "to the pipe\n");
+    let px = pool.mount_and_check();
+    assert_eq!(read_file(&px, "/target").expect("target"), b"kept\n");
+    px.into_fs().unmount().expect("unmount");
+}
