@@ -12,8 +12,10 @@
 //! - **One process owns the pool** (the pool's lock): the first served call opens and
 //!   mounts it; a pool mounted elsewhere (or served to another process) makes served calls
 //!   fail with `EBUSY` (tried again at each call) and one message on stderr. Sharing
-//!   between processes is the FUSE mount's job. A forked child must not use served descriptors (it holds a stale copy of
-//!   the file system's DRAM state); programs that fork workers (fio) run threads instead.
+//!   between processes is the FUSE mount's job. A child forked while its parent holds the
+//!   pool drops its copy of the served state (it would go stale): its inherited served
+//!   descriptors are placeholders (`EBADF`) and the pool is busy (`EBUSY`); programs that
+//!   fork workers (fio) run threads instead.
 //! - Guarantees are the library's: every call that returns has made its change durable
 //!   (metadata atomic, data in place with non-temporal stores, or copy-on-write), exactly as
 //!   through the mount; stores through a mapping are durable at `msync`, `fsync` or

@@ -141,7 +141,8 @@ pub(crate) fn served() -> Option<&'static Served> {
     let current = CURRENT.load(Ordering::Acquire);
     // SAFETY: a non-null `CURRENT` came from `Box::into_raw` in `served_or_open` and is
     // freed only by `release_if_idle`, in a process of one thread that is not inside a
-    // served call, holds nothing served open, and so keeps no reference to it.
+    // served call, holds nothing served open, and so keeps no reference to it (a forked
+    // child sets it to null without freeing its copy, `forget_after_fork`).
     (!current.is_null()).then(|| unsafe { &*current })
 }
 
@@ -162,6 +163,7 @@ pub(crate) fn served_or_open(config: &Config) -> Result<&'static Served, Errno> 
     }
     match open(config) {
         Ok(fs) => {
+            forget_in_forked_children();
             let fs = Box::into_raw(Box::new(fs));
             CURRENT.store(fs, Ordering::Release);
             // SAFETY: just made by `Box::into_raw`; see `served`.
@@ -184,6 +186,26 @@ pub(crate) fn served_or_open(config: &Config) -> Result<&'static Served, Errno> 
             Err(errno)
         }
     }
+}
+
+/// Registers (once) [`forget_after_fork`] to run in every child `fork` makes.
+fn forget_in_forked_children() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: registers a child handler that only stores to an atomic, which is
+        // allowed between `fork` and `exec`.
+        unsafe { libc::pthread_atfork(None, None, Some(forget_after_fork)) };
+    });
+}
+
+/// In a child of the pool's owner: drops the inherited copy of the served state without
+/// running its destructor. The copy goes stale at the parent's next change, and its
+/// destructor would unlock the parent's pool (the lock belongs to the open file
+/// description both share). The child's served calls then try to open the pool for
+/// themselves, and find it busy while the parent has it (`EBUSY`); its inherited served
+/// descriptors are placeholders (`EBADF`).
+extern "C" fn forget_after_fork() {
+    CURRENT.store(std::ptr::null_mut(), Ordering::Release);
 }
 
 /// Gives the pool up if this process holds nothing served (no descriptor, stream,

@@ -291,3 +291,71 @@ fn a_handover_variable_set_by_hand_never_serves_a_real_descriptor() {
     assert_eq!(read_file(&px, "/target").expect("target"), b"kept\n");
     px.into_fs().unmount().expect("unmount");
 }
+
+const FORK_PROGRAM: &str = r#"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* A parent holding a served file forks: the child cannot use the parent's served state
+   (its descriptor is a placeholder, the pool is the parent's); once the parent holds
+   nothing, a child mounts the pool for itself. */
+int main(int argc, char **argv) {
+    char held[512], other[512], later[512];
+    snprintf(held, sizeof held, "%s/held", argv[1]);
+    snprintf(other, sizeof other, "%s/other", argv[1]);
+    snprintf(later, sizeof later, "%s/later", argv[1]);
+    int fd = open(held, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || write(fd, "parent\n", 7) != 7) { perror("parent"); return 1; }
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) {
+        int w = write(fd, "child\n", 6);
+        int write_errno = errno;
+        int o = open(other, O_WRONLY | O_CREAT, 0644);
+        int open_errno = errno;
+        printf("child: write %s, open %s\n",
+               w < 0 && write_errno == EBADF ? "EBADF" : "served",
+               o < 0 && open_errno == EBUSY ? "EBUSY" : "served");
+        fflush(stdout);
+        _exit(0);
+    }
+    int status;
+    waitpid(child, &status, 0);
+    if (write(fd, "again\n", 6) != 6) { perror("parent again"); return 1; }
+    close(fd);
+    fflush(stdout);
+    child = fork();
+    if (child == 0) {
+        int l = open(later, O_WRONLY | O_CREAT, 0644);
+        printf("second child: %s\n", l >= 0 && write(l, "child\n", 6) == 6 ? "served" : "refused");
+        fflush(stdout);
+        _exit(0);
+    }
+    waitpid(child, &status, 0);
+    return 0;
+}
+"#;
+
+#[test]
+fn a_forked_child_never_uses_its_parents_served_state() {
+    let _serial = serial();
+    let Some(program) = compile("fork", FORK_PROGRAM) else {
+        eprintln!("SKIPPED: gcc is not installed");
+        return;
+    };
+    let pool = TestPool::new("fork", 16 << 20);
+    let out = run(pool.command(program.to_str().unwrap()).arg(PREFIX));
+    assert_eq!(
+        out,
+        "child: write EBADF, open EBUSY\nsecond child: served\n"
+    );
+    let px = pool.mount_and_check();
+    assert_eq!(read_file(&px, "/held").expect("held"), b"parent\nagain\n");
+    assert_eq!(read_file(&px, "/other"), None);
+    assert_eq!(read_file(&px, "/later").expect("later"), b"child\n");
+    px.into_fs().unmount().expect("unmount");
+}
