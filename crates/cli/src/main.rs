@@ -12,6 +12,7 @@ mod bench_cmd;
 mod cells;
 mod eval;
 mod fs_cmd;
+mod output;
 mod plot;
 mod pool_cmd;
 mod report;
@@ -73,8 +74,9 @@ struct BenchArgs {
     /// Keys (elements) loaded at setup.
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
     keys: u64,
-    /// Value (element) size in bytes.
-    #[arg(long, default_value_t = 64)]
+    /// Value (element) size in bytes, 1 to 1 MiB (the workloads' limit).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32)
+        .range(1..=i64::from(workloads::list::MAX_VALUE_SIZE)))]
     value_size: u32,
     /// Update percentage of read/update mixes.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=100))]
@@ -416,7 +418,7 @@ fn interrupt_warning(error: &ctrlc::Error) -> String {
 
 fn run_bench(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if let Some(path) = &args.json {
-        output_file_can_be_created(path)?;
+        output::file_can_be_written(path)?;
     }
     let request = bench_cmd::BenchRequest {
         engines: args.engine.clone(),
@@ -446,7 +448,7 @@ fn run_bench(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
 }
 
 fn run_eval(args: &EvalArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    output_folder_can_be_created(&args.out)?;
+    output::folder_can_be_written(&args.out)?;
     let options = eval::EvalOptions {
         quick: args.quick,
         pool_dir: args.pool_dir.clone(),
@@ -500,50 +502,6 @@ impl std::fmt::Display for UsageError {
 }
 
 impl std::error::Error for UsageError {}
-
-/// Checks, before any work, that an output file can be written at `path`: its directory
-/// exists and `path` is not a directory (a usage error otherwise).
-fn output_file_can_be_created(path: &std::path::Path) -> anyhow::Result<()> {
-    if path.is_dir() {
-        return Err(usage(path, "is a directory, not a file to write"));
-    }
-    parent_is_a_directory(path)
-}
-
-/// Checks, before any work, that an output folder can be made at `path` (with its missing
-/// parents): the nearest existing one of `path` and its ancestors is a directory.
-fn output_folder_can_be_created(path: &std::path::Path) -> anyhow::Result<()> {
-    let nearest = path
-        .ancestors()
-        .filter(|at| !at.as_os_str().is_empty())
-        .find(|at| at.symlink_metadata().is_ok());
-    match nearest {
-        Some(at) if !at.is_dir() => Err(usage(
-            path,
-            &format!("{} exists and is not a directory", at.display()),
-        )),
-        _ => Ok(()),
-    }
-}
-
-fn parent_is_a_directory(path: &std::path::Path) -> anyhow::Result<()> {
-    let parent = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => std::path::Path::new("."),
-    };
-    if parent.is_dir() {
-        Ok(())
-    } else {
-        Err(usage(
-            path,
-            &format!("{} is not a directory", parent.display()),
-        ))
-    }
-}
-
-fn usage(path: &std::path::Path, reason: &str) -> anyhow::Error {
-    UsageError(format!("{}: {reason}", path.display())).into()
-}
 
 /// Exit code of usage errors (clap's).
 const USAGE_EXIT: u8 = 2;

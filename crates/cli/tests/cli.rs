@@ -717,3 +717,120 @@ fn bench_json_says_what_was_asked_and_whether_traffic_was_counted() {
         assert_eq!(m["latency_ns"].as_array().map(Vec::len), Some(3));
     }
 }
+
+/// Value sizes outside what the workloads take (none, or above their 1 MiB limit) are
+/// usage errors before any pool is made, not a benchmark of nothing or a failed operation
+/// after the setup.
+#[test]
+fn bench_value_sizes_out_of_range_are_usage_errors() {
+    for size in ["0", "1048577", "4294967295"] {
+        let output = bench(&[
+            "--ops",
+            "50",
+            "--runs",
+            "1",
+            "--keys",
+            "64",
+            "--value-size",
+            size,
+        ]);
+        assert_eq!(
+            output.status.code(),
+            Some(USAGE),
+            "{size}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains("1..=1048576"),
+            "{}",
+            stderr(&output)
+        );
+        assert!(stdout(&output).is_empty(), "{size}: {}", stdout(&output));
+    }
+}
+
+/// A failed configuration says what to change: the pool directory that could not take the
+/// pool, the pool size that could not hold the engine and workload.
+#[test]
+fn bench_failures_name_the_directory_or_the_option() {
+    let small = ["--ops", "50", "--runs", "1", "--keys", "64"];
+    let cases: [(&[&str], i32, &str); 2] = [
+        (
+            &["--pool-dir", "/nonexistent-ferrite-dir"],
+            19,
+            "in /nonexistent-ferrite-dir",
+        ),
+        (&["--pool-size", "1M"], 1, "--pool-size 1 MiB"),
+    ];
+    for (extra, code, named) in cases {
+        let mut args = small.to_vec();
+        args.extend_from_slice(extra);
+        let output = bench(&args);
+        assert_eq!(output.status.code(), Some(code), "{}", stderr(&output));
+        assert!(stderr(&output).contains(named), "{}", stderr(&output));
+        assert_eq!(stderr(&output).lines().count(), 1, "{}", stderr(&output));
+    }
+}
+
+/// A bench whose every configuration was skipped measured nothing: it fails instead of
+/// exiting 0 with no table.
+#[test]
+fn a_bench_that_measures_nothing_fails() {
+    let output = ferrite(&[
+        "bench",
+        "--engine",
+        "raw",
+        "--workload",
+        "btree",
+        "--ops",
+        "50",
+        "--runs",
+        "1",
+        "--keys",
+        "64",
+        "--quiet",
+    ]);
+    assert_eq!(output.status.code(), Some(USAGE), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("nothing was measured"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(stdout(&output).is_empty(), "{}", stdout(&output));
+}
+
+/// Outputs in a place that takes no files (`/sys`, even for root) fail before the work, not
+/// after a whole benchmark or evaluation.
+#[test]
+fn unwritable_outputs_fail_before_the_work() {
+    let bench = bench(&[
+        "--ops",
+        "50",
+        "--runs",
+        "1",
+        "--keys",
+        "64",
+        "--json",
+        "/sys/ferrite-bench.json",
+    ]);
+    assert_eq!(bench.status.code(), Some(USAGE), "{}", stderr(&bench));
+    assert!(
+        stdout(&bench).is_empty(),
+        "the bench ran: {}",
+        stdout(&bench)
+    );
+    let eval = ferrite(&[
+        "eval",
+        "--quick",
+        "--only",
+        "substrate",
+        "--out",
+        "/sys/ferrite-report",
+    ]);
+    assert_eq!(eval.status.code(), Some(USAGE), "{}", stderr(&eval));
+    assert!(
+        !stderr(&eval).contains("started"),
+        "the section ran: {}",
+        stderr(&eval)
+    );
+}
