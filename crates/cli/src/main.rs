@@ -417,6 +417,8 @@ fn interrupt_warning(error: &ctrlc::Error) -> String {
 }
 
 fn run_bench(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    bench_lists_are_consistent(args)?;
+    output::pool_dir_exists(&args.pool_dir)?;
     if let Some(path) = &args.json {
         output::file_can_be_written(path)?;
     }
@@ -447,7 +449,38 @@ fn run_bench(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The tables have one row per engine and one table per workload and thread count, and
+/// the ratio column divides by the baseline: a name given twice would print two rows or
+/// tables no reader can tell apart, and a baseline that is not measured would silently
+/// become the first engine. Both are usage errors.
+fn bench_lists_are_consistent(args: &BenchArgs) -> Result<(), UsageError> {
+    let engines: Vec<String> = args.engine.iter().map(ToString::to_string).collect();
+    let workloads: Vec<String> = args.workload.iter().map(|w| w.name()).collect();
+    let threads: Vec<String> = args.threads.iter().map(ToString::to_string).collect();
+    for (option, names) in [
+        ("--engine", &engines),
+        ("--workload", &workloads),
+        ("--threads", &threads),
+    ] {
+        if let Some(twice) = names
+            .iter()
+            .enumerate()
+            .find_map(|(i, name)| names[..i].contains(name).then_some(name))
+        {
+            return Err(UsageError(format!("{option} lists {twice} twice")));
+        }
+    }
+    match args.baseline {
+        Some(baseline) if !args.engine.contains(&baseline) => Err(UsageError(format!(
+            "--baseline {baseline} is not one of the engines measured (--engine {})",
+            engines.join(",")
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn run_eval(args: &EvalArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    output::pool_dir_exists(&args.pool_dir)?;
     output::folder_can_be_written(&args.out)?;
     let options = eval::EvalOptions {
         quick: args.quick,

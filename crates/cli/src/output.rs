@@ -51,6 +51,23 @@ pub fn folder_can_be_written(path: &Path) -> anyhow::Result<()> {
         .map_err(|error| usage(path, &format!("cannot write in the folder: {error}")))
 }
 
+/// Checks that the scratch pool directory `--pool-dir` exists and is a directory, before
+/// any section or configuration runs (each would fail on it, one after the other): a
+/// missing one exits with the table's "no such file" code, anything else is a usage error.
+pub fn pool_dir_exists(path: &Path) -> anyhow::Result<()> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(UsageError(format!("--pool-dir {}: not a directory", path.display())).into()),
+        Err(error) => {
+            let failure = crate::pool_cmd::PoolFailure {
+                path: path.to_owned(),
+                error: pmem::PoolError::from(error),
+            };
+            Err(anyhow::Error::new(failure).context("--pool-dir"))
+        }
+    }
+}
+
 fn parent_is_a_directory(path: &Path) -> anyhow::Result<()> {
     let parent = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent,

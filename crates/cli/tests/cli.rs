@@ -754,12 +754,13 @@ fn bench_value_sizes_out_of_range_are_usage_errors() {
 #[test]
 fn bench_failures_name_the_directory_or_the_option() {
     let small = ["--ops", "50", "--runs", "1", "--keys", "64"];
-    let cases: [(&[&str], i32, &str); 2] = [
+    let cases: [(&[&str], i32, &str); 3] = [
         (
             &["--pool-dir", "/nonexistent-ferrite-dir"],
             19,
-            "in /nonexistent-ferrite-dir",
+            "--pool-dir: /nonexistent-ferrite-dir: no such file",
         ),
+        (&["--pool-dir", "/sys"], 16, "creating its pool in /sys"),
         (&["--pool-size", "1M"], 1, "--pool-size 1 MiB"),
     ];
     for (extra, code, named) in cases {
@@ -833,4 +834,62 @@ fn unwritable_outputs_fail_before_the_work() {
         "the section ran: {}",
         stderr(&eval)
     );
+}
+
+/// A missing scratch directory stops `eval` before its first section, not section by
+/// section after minutes of the ones that need no pool.
+#[test]
+fn eval_with_a_missing_pool_dir_fails_before_any_section() {
+    let dir = scratch();
+    let out = dir.path().join("report");
+    let output = ferrite(&[
+        "eval",
+        "--quick",
+        "--only",
+        "crash-selftest",
+        "--pool-dir",
+        "/nonexistent-ferrite-dir",
+        "--out",
+        text(&out),
+    ]);
+    assert_eq!(output.status.code(), Some(19), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("--pool-dir: /nonexistent-ferrite-dir"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!stderr(&output).contains("started"), "{}", stderr(&output));
+    assert!(!out.exists(), "the report folder was made");
+}
+
+/// Lists with a name twice (two rows or tables nobody can tell apart) and a baseline that is
+/// not measured (the ratio column silently divided by the first engine) are usage errors.
+#[test]
+fn bench_duplicate_names_and_an_unmeasured_baseline_are_usage_errors() {
+    let cases: [(&[&str], &str); 4] = [
+        (&["--engine", "redo,undo,redo"], "--engine lists redo twice"),
+        (
+            &["--workload", "hash,array,hash"],
+            "--workload lists hash twice",
+        ),
+        (&["--threads", "1,1"], "--threads lists 1 twice"),
+        (
+            &["--baseline", "undo"],
+            "--baseline undo is not one of the engines",
+        ),
+    ];
+    for (extra, reason) in cases {
+        let mut args = vec!["--ops", "50", "--runs", "1", "--keys", "64"];
+        args.extend_from_slice(extra);
+        // `bench` passes `--engine redo --workload hash`; a list given again is appended.
+        let output = bench(&args);
+        assert_eq!(
+            output.status.code(),
+            Some(USAGE),
+            "{extra:?}: {}",
+            stderr(&output)
+        );
+        assert!(stderr(&output).contains(reason), "{}", stderr(&output));
+        assert!(stdout(&output).is_empty(), "{extra:?}: {}", stdout(&output));
+    }
 }
