@@ -68,6 +68,26 @@ pub fn pool_dir_exists(path: &Path) -> anyhow::Result<()> {
     }
 }
 
+/// Checks that the directory a new pool file goes in exists, so a missing one is named as
+/// such (the table's "no such file" code) rather than the pool path being reported missing.
+pub fn directory_of_new_file_exists(path: &Path) -> anyhow::Result<()> {
+    let parent = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => return Ok(()),
+    };
+    match std::fs::metadata(parent) {
+        Ok(_) => Ok(()),
+        Err(error) => {
+            let failure = crate::pool_cmd::PoolFailure {
+                path: parent.to_owned(),
+                error: pmem::PoolError::from(error),
+            };
+            Err(anyhow::Error::new(failure)
+                .context(format!("{}: the directory to create it in", path.display())))
+        }
+    }
+}
+
 fn parent_is_a_directory(path: &Path) -> anyhow::Result<()> {
     let parent = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent,

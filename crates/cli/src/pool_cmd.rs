@@ -73,6 +73,7 @@ pub fn create(request: &CreateRequest, out: &mut dyn Write) -> anyhow::Result<()
         native,
     };
     let path = request.path.as_path();
+    crate::output::directory_of_new_file_exists(path)?;
     let pool = pmem::Pool::create(path, &options).map_err(failure(path))?;
     let header = pool.header().clone();
     let backend = pool.pm().info();

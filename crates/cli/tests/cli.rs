@@ -893,3 +893,25 @@ fn bench_duplicate_names_and_an_unmeasured_baseline_are_usage_errors() {
         assert!(stdout(&output).is_empty(), "{extra:?}: {}", stdout(&output));
     }
 }
+
+/// A pool path in a directory that does not exist names the directory, not the pool file
+/// as missing (exit 19 as before).
+#[test]
+fn a_missing_directory_for_a_new_pool_is_named() {
+    let dir = scratch();
+    let missing = dir.path().join("no-such-dir");
+    let pool = missing.join("p.pool");
+    for args in [
+        ["pool", "create", text(&pool), "--size", "8M"],
+        ["fs", "mkfs", text(&pool), "--size", "8M"],
+    ] {
+        let output = ferrite(&args);
+        assert_eq!(output.status.code(), Some(19), "{}", stderr(&output));
+        let named = format!(
+            "the directory to create it in: {}: no such file",
+            text(&missing)
+        );
+        assert!(stderr(&output).contains(&named), "{}", stderr(&output));
+        assert!(!missing.exists());
+    }
+}
