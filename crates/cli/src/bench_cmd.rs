@@ -44,6 +44,7 @@ pub fn run(request: &BenchRequest, quiet: bool) -> anyhow::Result<Vec<Measuremen
     let per_spec = request.ops * request.runs as u64;
     let bar = progress_bar(configs.len() as u64 * per_spec, quiet);
     let mut results = Vec::new();
+    let mut skipped = Skipped::default();
     let mut first = 0;
     for group in configs.chunk_by(|a, b| a.workload == b.workload && a.params == b.params) {
         bar.set_message(format!(
@@ -62,22 +63,75 @@ pub fn run(request: &BenchRequest, quiet: bool) -> anyhow::Result<Vec<Measuremen
             match outcome {
                 Ok(measurement) => results.push(measurement),
                 Err(bench::runner::RunError::Open(bench::choice::OpenError::Pmdk(error))) => {
+                    skipped.unavailable += 1;
                     bar.suspend(|| eprintln!("ferrite: bench: skipping pmdk: {error}"));
                 }
                 Err(bench::runner::RunError::Unsupported(why)) => {
+                    skipped.not_measurable += 1;
                     bar.suspend(|| eprintln!("ferrite: bench: skipping {}: {why}", spec.engine));
                 }
                 Err(error) => {
-                    let what = format!("{} on {}", spec.workload.name(), spec.engine);
-                    // Keep the typed error: its exit code comes from the pool error inside.
-                    return Err(anyhow::Error::new(error).context(what));
+                    bar.finish_and_clear();
+                    return Err(failed_run(spec, error));
                 }
             }
         }
         first += group.len();
     }
     bar.finish_and_clear();
+    if results.is_empty() {
+        return Err(skipped.nothing_measured());
+    }
     Ok(results)
+}
+
+/// Configurations `run` skipped, by why.
+#[derive(Debug, Default)]
+struct Skipped {
+    /// An engine that is not installed (PMDK).
+    unavailable: usize,
+    /// A configuration that does not exist (the raw reference on a workload it lacks).
+    not_measurable: usize,
+}
+
+impl Skipped {
+    /// The error of a run that measured nothing at all: it must not look like a success
+    /// with an empty table. Asking only for configurations that do not exist is a usage
+    /// error; a missing peer is not.
+    fn nothing_measured(&self) -> anyhow::Error {
+        let why = "bench: nothing was measured: every configuration asked for was skipped";
+        if self.unavailable == 0 && self.not_measurable > 0 {
+            crate::UsageError(why.to_owned()).into()
+        } else {
+            anyhow::anyhow!("{why}")
+        }
+    }
+}
+
+/// The error of a failed configuration, saying what ran where; the typed error is kept as
+/// the source, so its exit code comes from the pool error inside. A pool that could not be
+/// made names its directory; a pool too small for the engine and workload names the option.
+fn failed_run(spec: &RunSpec, error: bench::runner::RunError) -> anyhow::Error {
+    use bench::choice::OpenError;
+    use bench::runner::RunError;
+    let what = format!("{} on {}", spec.workload.name(), spec.engine);
+    let out_of_space = matches!(
+        &error,
+        RunError::Open(OpenError::Tx(tx::TxError::OutOfSpace { .. }))
+            | RunError::Operation(tx::TxError::OutOfSpace { .. })
+    );
+    let context = match &error {
+        RunError::Open(OpenError::Pool(_)) => {
+            format!("{what}: creating its pool in {}", spec.pool_dir.display())
+        }
+        _ if out_of_space => format!(
+            "{what}: the pool (--pool-size {}) is too small for this engine, workload and \
+             --keys; give a larger --pool-size",
+            crate::size::format_bytes(spec.pool_size)
+        ),
+        _ => what,
+    };
+    anyhow::Error::new(error).context(context)
 }
 
 fn engine_names(group: &[RunSpec]) -> String {

@@ -173,6 +173,7 @@ fn mkfs(args: &MkfsArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         ..MkfsOptions::default()
     };
     let native = NativeOptions::default().try_with_env_overrides()?;
+    crate::output::directory_of_new_file_exists(&args.pool)?;
     let existed = args.pool.symlink_metadata().is_ok();
     let fs = match fsmount::mkfs(&args.pool, args.size, &options, native) {
         Ok(fs) => fs,

@@ -12,6 +12,7 @@ mod bench_cmd;
 mod cells;
 mod eval;
 mod fs_cmd;
+mod output;
 mod plot;
 mod pool_cmd;
 mod report;
@@ -73,8 +74,9 @@ struct BenchArgs {
     /// Keys (elements) loaded at setup.
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
     keys: u64,
-    /// Value (element) size in bytes.
-    #[arg(long, default_value_t = 64)]
+    /// Value (element) size in bytes, 1 to 1 MiB (the workloads' limit).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32)
+        .range(1..=i64::from(workloads::list::MAX_VALUE_SIZE)))]
     value_size: u32,
     /// Update percentage of read/update mixes.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=100))]
@@ -415,8 +417,10 @@ fn interrupt_warning(error: &ctrlc::Error) -> String {
 }
 
 fn run_bench(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    bench_lists_are_consistent(args)?;
+    output::pool_dir_exists(&args.pool_dir)?;
     if let Some(path) = &args.json {
-        output_file_can_be_created(path)?;
+        output::file_can_be_written(path)?;
     }
     let request = bench_cmd::BenchRequest {
         engines: args.engine.clone(),
@@ -445,8 +449,39 @@ fn run_bench(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The tables have one row per engine and one table per workload and thread count, and
+/// the ratio column divides by the baseline: a name given twice would print two rows or
+/// tables no reader can tell apart, and a baseline that is not measured would silently
+/// become the first engine. Both are usage errors.
+fn bench_lists_are_consistent(args: &BenchArgs) -> Result<(), UsageError> {
+    let engines: Vec<String> = args.engine.iter().map(ToString::to_string).collect();
+    let workloads: Vec<String> = args.workload.iter().map(|w| w.name()).collect();
+    let threads: Vec<String> = args.threads.iter().map(ToString::to_string).collect();
+    for (option, names) in [
+        ("--engine", &engines),
+        ("--workload", &workloads),
+        ("--threads", &threads),
+    ] {
+        if let Some(twice) = names
+            .iter()
+            .enumerate()
+            .find_map(|(i, name)| names[..i].contains(name).then_some(name))
+        {
+            return Err(UsageError(format!("{option} lists {twice} twice")));
+        }
+    }
+    match args.baseline {
+        Some(baseline) if !args.engine.contains(&baseline) => Err(UsageError(format!(
+            "--baseline {baseline} is not one of the engines measured (--engine {})",
+            engines.join(",")
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn run_eval(args: &EvalArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    output_folder_can_be_created(&args.out)?;
+    output::pool_dir_exists(&args.pool_dir)?;
+    output::folder_can_be_written(&args.out)?;
     let options = eval::EvalOptions {
         quick: args.quick,
         pool_dir: args.pool_dir.clone(),
@@ -500,50 +535,6 @@ impl std::fmt::Display for UsageError {
 }
 
 impl std::error::Error for UsageError {}
-
-/// Checks, before any work, that an output file can be written at `path`: its directory
-/// exists and `path` is not a directory (a usage error otherwise).
-fn output_file_can_be_created(path: &std::path::Path) -> anyhow::Result<()> {
-    if path.is_dir() {
-        return Err(usage(path, "is a directory, not a file to write"));
-    }
-    parent_is_a_directory(path)
-}
-
-/// Checks, before any work, that an output folder can be made at `path` (with its missing
-/// parents): the nearest existing one of `path` and its ancestors is a directory.
-fn output_folder_can_be_created(path: &std::path::Path) -> anyhow::Result<()> {
-    let nearest = path
-        .ancestors()
-        .filter(|at| !at.as_os_str().is_empty())
-        .find(|at| at.symlink_metadata().is_ok());
-    match nearest {
-        Some(at) if !at.is_dir() => Err(usage(
-            path,
-            &format!("{} exists and is not a directory", at.display()),
-        )),
-        _ => Ok(()),
-    }
-}
-
-fn parent_is_a_directory(path: &std::path::Path) -> anyhow::Result<()> {
-    let parent = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => std::path::Path::new("."),
-    };
-    if parent.is_dir() {
-        Ok(())
-    } else {
-        Err(usage(
-            path,
-            &format!("{} is not a directory", parent.display()),
-        ))
-    }
-}
-
-fn usage(path: &std::path::Path, reason: &str) -> anyhow::Error {
-    UsageError(format!("{}: {reason}", path.display())).into()
-}
 
 /// Exit code of usage errors (clap's).
 const USAGE_EXIT: u8 = 2;

@@ -73,6 +73,7 @@ pub fn create(request: &CreateRequest, out: &mut dyn Write) -> anyhow::Result<()
         native,
     };
     let path = request.path.as_path();
+    crate::output::directory_of_new_file_exists(path)?;
     let pool = pmem::Pool::create(path, &options).map_err(failure(path))?;
     let header = pool.header().clone();
     let backend = pool.pm().info();
@@ -152,6 +153,7 @@ pub enum CheckProblem {
     Damaged(String),
     /// The repair or salvage was refused before anything was written: the pool's owner
     /// recovers it (its layout, or its engine needs the application's operation handlers).
+    /// The text starts with what was refused ("not repaired: …", "not salvaged: …").
     NotRepairableHere(String),
     /// The engine's recovery failed.
     RecoveryFailed(tx::TxError),
@@ -174,7 +176,7 @@ impl fmt::Display for CheckProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CheckProblem::Damaged(first) => write!(f, "{first}"),
-            CheckProblem::NotRepairableHere(reason) => write!(f, "not repaired: {reason}"),
+            CheckProblem::NotRepairableHere(reason) => write!(f, "{reason}"),
             CheckProblem::RecoveryFailed(error) => write!(f, "recovery failed: {error}"),
         }
     }
@@ -334,7 +336,9 @@ fn may_recover(
     match refusal {
         Some(reason) => Err(check_failure(
             path,
-            CheckProblem::NotRepairableHere(format!("{reason}; the pool was left untouched")),
+            CheckProblem::NotRepairableHere(format!(
+                "not {verb}: {reason}; the pool was left untouched"
+            )),
         )),
         None => Ok(()),
     }

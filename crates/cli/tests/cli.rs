@@ -717,3 +717,201 @@ fn bench_json_says_what_was_asked_and_whether_traffic_was_counted() {
         assert_eq!(m["latency_ns"].as_array().map(Vec::len), Some(3));
     }
 }
+
+/// Value sizes outside what the workloads take (none, or above their 1 MiB limit) are
+/// usage errors before any pool is made, not a benchmark of nothing or a failed operation
+/// after the setup.
+#[test]
+fn bench_value_sizes_out_of_range_are_usage_errors() {
+    for size in ["0", "1048577", "4294967295"] {
+        let output = bench(&[
+            "--ops",
+            "50",
+            "--runs",
+            "1",
+            "--keys",
+            "64",
+            "--value-size",
+            size,
+        ]);
+        assert_eq!(
+            output.status.code(),
+            Some(USAGE),
+            "{size}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains("1..=1048576"),
+            "{}",
+            stderr(&output)
+        );
+        assert!(stdout(&output).is_empty(), "{size}: {}", stdout(&output));
+    }
+}
+
+/// A failed configuration says what to change: the pool directory that could not take the
+/// pool, the pool size that could not hold the engine and workload.
+#[test]
+fn bench_failures_name_the_directory_or_the_option() {
+    let small = ["--ops", "50", "--runs", "1", "--keys", "64"];
+    let cases: [(&[&str], i32, &str); 3] = [
+        (
+            &["--pool-dir", "/nonexistent-ferrite-dir"],
+            19,
+            "--pool-dir: /nonexistent-ferrite-dir: no such file",
+        ),
+        (&["--pool-dir", "/sys"], 16, "creating its pool in /sys"),
+        (&["--pool-size", "1M"], 1, "--pool-size 1 MiB"),
+    ];
+    for (extra, code, named) in cases {
+        let mut args = small.to_vec();
+        args.extend_from_slice(extra);
+        let output = bench(&args);
+        assert_eq!(output.status.code(), Some(code), "{}", stderr(&output));
+        assert!(stderr(&output).contains(named), "{}", stderr(&output));
+        assert_eq!(stderr(&output).lines().count(), 1, "{}", stderr(&output));
+    }
+}
+
+/// A bench whose every configuration was skipped measured nothing: it fails instead of
+/// exiting 0 with no table.
+#[test]
+fn a_bench_that_measures_nothing_fails() {
+    let output = ferrite(&[
+        "bench",
+        "--engine",
+        "raw",
+        "--workload",
+        "btree",
+        "--ops",
+        "50",
+        "--runs",
+        "1",
+        "--keys",
+        "64",
+        "--quiet",
+    ]);
+    assert_eq!(output.status.code(), Some(USAGE), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("nothing was measured"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(stdout(&output).is_empty(), "{}", stdout(&output));
+}
+
+/// Outputs in a place that takes no files (`/sys`, even for root) fail before the work, not
+/// after a whole benchmark or evaluation.
+#[test]
+fn unwritable_outputs_fail_before_the_work() {
+    let bench = bench(&[
+        "--ops",
+        "50",
+        "--runs",
+        "1",
+        "--keys",
+        "64",
+        "--json",
+        "/sys/ferrite-bench.json",
+    ]);
+    assert_eq!(bench.status.code(), Some(USAGE), "{}", stderr(&bench));
+    assert!(
+        stdout(&bench).is_empty(),
+        "the bench ran: {}",
+        stdout(&bench)
+    );
+    let eval = ferrite(&[
+        "eval",
+        "--quick",
+        "--only",
+        "substrate",
+        "--out",
+        "/sys/ferrite-report",
+    ]);
+    assert_eq!(eval.status.code(), Some(USAGE), "{}", stderr(&eval));
+    assert!(
+        !stderr(&eval).contains("started"),
+        "the section ran: {}",
+        stderr(&eval)
+    );
+}
+
+/// A missing scratch directory stops `eval` before its first section, not section by
+/// section after minutes of the ones that need no pool.
+#[test]
+fn eval_with_a_missing_pool_dir_fails_before_any_section() {
+    let dir = scratch();
+    let out = dir.path().join("report");
+    let output = ferrite(&[
+        "eval",
+        "--quick",
+        "--only",
+        "crash-selftest",
+        "--pool-dir",
+        "/nonexistent-ferrite-dir",
+        "--out",
+        text(&out),
+    ]);
+    assert_eq!(output.status.code(), Some(19), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("--pool-dir: /nonexistent-ferrite-dir"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!stderr(&output).contains("started"), "{}", stderr(&output));
+    assert!(!out.exists(), "the report folder was made");
+}
+
+/// Lists with a name twice (two rows or tables nobody can tell apart) and a baseline that is
+/// not measured (the ratio column silently divided by the first engine) are usage errors.
+#[test]
+fn bench_duplicate_names_and_an_unmeasured_baseline_are_usage_errors() {
+    let cases: [(&[&str], &str); 4] = [
+        (&["--engine", "redo,undo,redo"], "--engine lists redo twice"),
+        (
+            &["--workload", "hash,array,hash"],
+            "--workload lists hash twice",
+        ),
+        (&["--threads", "1,1"], "--threads lists 1 twice"),
+        (
+            &["--baseline", "undo"],
+            "--baseline undo is not one of the engines",
+        ),
+    ];
+    for (extra, reason) in cases {
+        let mut args = vec!["--ops", "50", "--runs", "1", "--keys", "64"];
+        args.extend_from_slice(extra);
+        // `bench` passes `--engine redo --workload hash`; a list given again is appended.
+        let output = bench(&args);
+        assert_eq!(
+            output.status.code(),
+            Some(USAGE),
+            "{extra:?}: {}",
+            stderr(&output)
+        );
+        assert!(stderr(&output).contains(reason), "{}", stderr(&output));
+        assert!(stdout(&output).is_empty(), "{extra:?}: {}", stdout(&output));
+    }
+}
+
+/// A pool path in a directory that does not exist names the directory, not the pool file
+/// as missing (exit 19 as before).
+#[test]
+fn a_missing_directory_for_a_new_pool_is_named() {
+    let dir = scratch();
+    let missing = dir.path().join("no-such-dir");
+    let pool = missing.join("p.pool");
+    for args in [
+        ["pool", "create", text(&pool), "--size", "8M"],
+        ["fs", "mkfs", text(&pool), "--size", "8M"],
+    ] {
+        let output = ferrite(&args);
+        assert_eq!(output.status.code(), Some(19), "{}", stderr(&output));
+        let named = format!(
+            "the directory to create it in: {}: no such file",
+            text(&missing)
+        );
+        assert!(stderr(&output).contains(&named), "{}", stderr(&output));
+        assert!(!missing.exists());
+    }
+}

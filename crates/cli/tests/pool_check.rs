@@ -270,10 +270,14 @@ fn crashed_copy_of(dir: &Path, pool: &Pool<pmem::Native>) -> PathBuf {
 /// `--repair` on `crashed` is refused with exit 12 naming `owner`, and no byte changes.
 fn assert_repair_refused_untouched(crashed: &Path, owner: &str) {
     let before = std::fs::read(crashed).expect("read");
-    for flag in ["--repair", "--salvage"] {
+    for (flag, refused) in [
+        ("--repair", "not repaired: "),
+        ("--salvage", "not salvaged: "),
+    ] {
         let repair = ferrite(&["pool", "check", flag, text(crashed)]);
         assert_eq!(repair.status.code(), Some(12), "{}", stderr(&repair));
         assert!(stderr(&repair).contains(owner), "{}", stderr(&repair));
+        assert!(stderr(&repair).contains(refused), "{}", stderr(&repair));
         assert!(
             !stderr(&repair).contains("corrupt pool header"),
             "{}",

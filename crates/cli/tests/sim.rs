@@ -516,7 +516,8 @@ fn reproduce_refuses_an_out_path_that_is_a_file_before_running() {
         "--out",
         text(&file),
     ]);
-    assert_usage_error(&output, "ferrite: --out ", "exists and is not a folder");
+    let prefix = format!("ferrite: {}: ", text(&file));
+    assert_usage_error(&output, &prefix, "exists and is not a directory");
     assert_eq!(std::fs::read_to_string(&file).expect("read"), "keep me");
     // The plan never ran: a quick plan takes seconds, the check milliseconds.
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
@@ -643,4 +644,91 @@ fn malformed_transaction_structure_is_a_usage_error_naming_stream_and_event() {
         "ferrite: ",
         "65 streams, more than the 64 cores",
     );
+}
+
+/// `--config` keeps the defaults of every field the file leaves out, inside nested objects
+/// too; what is not an object of the configuration's fields, or is out of the model's range
+/// (a latency that would wrap the simulated clock, a queue that would not fit in memory),
+/// is a usage error before the run.
+#[test]
+fn a_partial_configuration_keeps_the_other_defaults_and_bad_ones_are_refused() {
+    let dir = scratch();
+    let partial = dir.path().join("partial.json");
+    std::fs::write(&partial, r#"{"l1": {"latency": 9}, "mem": {"banks": 8}}"#).expect("write");
+    let mut args = vec!["--design", "silo", "--config", text(&partial)];
+    args.extend_from_slice(&TINY);
+    let run = run_json(dir.path(), "partial", &args);
+    assert_eq!(run["config"]["l1"]["latency"], 9);
+    assert_eq!(run["config"]["l1"]["ways"], 8, "the L1's other fields kept");
+    assert_eq!(run["config"]["l1"]["size_bytes"], 32 << 10);
+    assert_eq!(run["config"]["mem"]["banks"], 8);
+
+    let cases = [
+        ("array.json", "[1, 2]", "a JSON object"),
+        (
+            "wrap.json",
+            r#"{"path_cycles": 18446744073709551615}"#,
+            "path_cycles",
+        ),
+        (
+            "queue.json",
+            r#"{"mem": {"read_queue": 1000000000000}}"#,
+            "mem.read_queue",
+        ),
+        (
+            "cache.json",
+            r#"{"llc": {"size_bytes": 1099511627776}}"#,
+            "llc",
+        ),
+    ];
+    for (name, contents, reason) in cases {
+        let config = dir.path().join(name);
+        std::fs::write(&config, contents).expect("write");
+        let mut args = vec!["sim", "run", "--design", "silo", "--config", text(&config)];
+        args.extend_from_slice(&TINY);
+        let output = ferrite(&args);
+        assert_usage_error(&output, "ferrite: ", reason);
+    }
+}
+
+/// An output the command cannot write fails before the simulation or generation runs, not
+/// after it (`/sys` takes no new files, even for root).
+#[test]
+fn unwritable_outputs_fail_before_the_work() {
+    let mut run = vec![
+        "sim",
+        "run",
+        "--design",
+        "silo",
+        "--json",
+        "/sys/ferrite-run.json",
+    ];
+    run.extend_from_slice(&TINY);
+    let trace = [
+        "sim",
+        "trace",
+        "--workload",
+        "hash",
+        "--tx",
+        "30",
+        "--out",
+        "/sys/ferrite.trace",
+    ];
+    let reproduce = [
+        "sim",
+        "reproduce",
+        "--quick",
+        "--quiet",
+        "--out",
+        "/sys/ferrite-report",
+    ];
+    for args in [&run[..], &trace[..], &reproduce[..]] {
+        let output = ferrite(args);
+        assert_usage_error(&output, "ferrite: /sys/ferrite", "cannot");
+        assert!(
+            stdout(&output).is_empty(),
+            "{args:?} ran: {}",
+            stdout(&output)
+        );
+    }
 }

@@ -405,6 +405,25 @@ impl Default for LadConfig {
     }
 }
 
+/// Largest latency in cycles a configuration may give (a millisecond at 1 GHz).
+pub const MAX_LATENCY_CYCLES: u64 = 1_000_000;
+/// Largest media latency in nanoseconds.
+pub const MAX_LATENCY_NS: f64 = 1_000_000.0;
+/// Largest cache a configuration may give (1 GiB).
+pub const MAX_CACHE_BYTES: u64 = 1 << 30;
+/// Largest queue, buffer or on-PM buffer a configuration may give, in entries.
+pub const MAX_ENTRIES: u64 = 1 << 20;
+
+fn at_most(name: &str, value: u64, max: u64, unit: &str) -> Result<(), ConfigError> {
+    if value <= max {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid(format!(
+            "{name} = {value} (at most {max} {unit})"
+        )))
+    }
+}
+
 /// Why a configuration cannot be simulated.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {
@@ -448,7 +467,60 @@ impl Config {
         if self.silo.entries == 0 {
             return bad("silo.entries must be ≥ 1".into());
         }
+        self.validate_magnitudes()?;
         self.validate_baselines()
+    }
+
+    /// Upper bounds on latencies and on the sizes the model allocates: the timing model adds
+    /// cycles in plain `u64` arithmetic and sizes its structures from these values, so a
+    /// huge latency would wrap the clock and a huge queue or cache would abort the process
+    /// on allocation. The bounds are far above any machine the model describes.
+    fn validate_magnitudes(&self) -> Result<(), ConfigError> {
+        let cycles = [
+            ("core.cpi", self.core.cpi),
+            ("l1.latency", self.l1.latency),
+            ("l2.latency", self.l2.latency),
+            ("llc.latency", self.llc.latency),
+            ("path_cycles", self.path_cycles),
+            ("silo.buffer_latency", self.silo.buffer_latency),
+            ("morlog.undo_window", self.morlog.undo_window),
+            ("lad.issue_interval", self.lad.issue_interval),
+        ];
+        for (name, value) in cycles {
+            at_most(name, value, MAX_LATENCY_CYCLES, "cycles")?;
+        }
+        let m = &self.mem;
+        for (name, ns) in [
+            ("mem.read_ns", m.read_ns),
+            ("mem.write_ns", m.write_ns),
+            ("mem.burst_ns", m.burst_ns),
+        ] {
+            if !(0.0..=MAX_LATENCY_NS).contains(&ns) {
+                return Err(ConfigError::Invalid(format!(
+                    "{name} = {ns} (0..={MAX_LATENCY_NS} ns)"
+                )));
+            }
+        }
+        for (name, c) in [("l1", &self.l1), ("l2", &self.l2), ("llc", &self.llc)] {
+            at_most(name, c.size_bytes, MAX_CACHE_BYTES, "bytes")?;
+        }
+        let entries = [
+            ("core.mlp", self.core.mlp),
+            ("core.store_buffer", self.core.store_buffer),
+            ("core.writeback_buffer", self.core.writeback_buffer),
+            ("mem.write_queue", m.write_queue),
+            ("mem.read_queue", m.read_queue),
+            ("mem.onpm_lines", m.onpm_lines),
+            ("silo.entries", self.silo.entries),
+            ("fwb.log_buffer", self.fwb.log_buffer),
+            ("morlog.redo_buffer", self.morlog.redo_buffer),
+            ("morlog.log_buffer", self.morlog.log_buffer),
+            ("lad.spec_limit", self.lad.spec_limit),
+        ];
+        for (name, value) in entries {
+            at_most(name, value as u64, MAX_ENTRIES, "entries")?;
+        }
+        Ok(())
     }
 
     fn validate_baselines(&self) -> Result<(), ConfigError> {
@@ -542,5 +614,35 @@ mod tests {
         let mut c = Config::default();
         c.l1.ways = 3;
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn latencies_and_sizes_beyond_the_bounds_are_refused() {
+        let refused = |change: &dyn Fn(&mut Config)| {
+            let mut c = Config::default();
+            change(&mut c);
+            c.validate().expect_err("out of range")
+        };
+        let error = refused(&|c| c.path_cycles = u64::MAX);
+        assert!(error.to_string().contains("path_cycles"), "{error}");
+        refused(&|c| c.core.cpi = MAX_LATENCY_CYCLES + 1);
+        refused(&|c| c.l1.latency = u64::MAX);
+        refused(&|c| c.mem.write_ns = 1e300);
+        refused(&|c| c.mem.read_ns = -1.0);
+        refused(&|c| c.llc.size_bytes = 1 << 40);
+        refused(&|c| c.mem.onpm_lines = 1 << 40);
+        let error = refused(&|c| {
+            c.mem.write_queue = 1 << 40;
+            c.mem.read_queue = 1 << 40;
+        });
+        assert!(error.to_string().contains("mem.write_queue"), "{error}");
+        let mut at_the_bounds = Config {
+            path_cycles: MAX_LATENCY_CYCLES,
+            ..Config::default()
+        };
+        at_the_bounds.mem.onpm_lines = MAX_ENTRIES as usize;
+        at_the_bounds
+            .validate()
+            .expect("the bounds themselves are allowed");
     }
 }

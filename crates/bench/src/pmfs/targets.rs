@@ -126,6 +126,16 @@ fn build_preload_library(profile_dir: &Path) -> Result<(), String> {
     if !manifest.is_file() {
         return Err("libpmfs_preload.so is not built and the sources are not here".into());
     }
+    if !is_cargo_profile_dir(profile_dir) {
+        // An installed or copied binary: its directory is no profile of a target directory,
+        // so its name is no cargo profile and its parent no place to build into.
+        return Err(format!(
+            "libpmfs_preload.so is not beside the running binary in {}, which is not a cargo \
+             target directory to build it in (cargo build --release -p pmfs-preload, then \
+             copy target/release/libpmfs_preload.so there)",
+            profile_dir.display()
+        ));
+    }
     let target_dir = profile_dir.parent().unwrap_or(profile_dir);
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = child_command(cargo);
@@ -154,6 +164,12 @@ fn build_preload_library(profile_dir: &Path) -> Result<(), String> {
             String::from_utf8_lossy(&output.stderr).trim()
         ))
     }
+}
+
+/// Whether `dir` is a profile's output directory of a cargo target directory (`debug`,
+/// `release`, a custom profile): cargo keeps its fingerprints there.
+fn is_cargo_profile_dir(dir: &Path) -> bool {
+    dir.join(".fingerprint").is_dir()
 }
 
 /// A formatted pool served to programs by the preload library under a prefix.
@@ -420,4 +436,23 @@ fn unmount_on_interrupt(dir: &Path) -> Teardown {
         let _ = fsmount::detach(&dir);
         let _ = std::fs::remove_dir(&dir);
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A binary copied or installed outside a target directory (its directory's name is no
+    /// cargo profile) is told where the library must be, without running cargo with that
+    /// name as a profile and its parent as the target directory.
+    #[test]
+    fn no_build_is_attempted_outside_a_cargo_target_directory() {
+        let installed = tempfile::tempdir().expect("scratch");
+        let error = build_preload_library(installed.path()).expect_err("nothing to build in");
+        assert!(error.contains("not a cargo target directory"), "{error}");
+        assert!(
+            std::fs::read_dir(installed.path()).expect("list").count() == 0,
+            "something was built in the binary's directory"
+        );
+    }
 }

@@ -9,12 +9,12 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use silorepro::ReproSpec;
 use std::io::Write;
-use std::path::Path;
 use std::time::Duration;
 
 /// Runs `sim reproduce`.
 pub fn run(args: &ReproduceArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    prepare_out_folder(&args.out)?;
+    // Before the (long) plan runs, so an unusable `--out` fails first.
+    crate::output::folder_can_be_written(&args.out)?;
     let (spec, plan) = plan(args);
     let spinner = spinner(args.quiet, args.quick);
     let reproduction = silo::reproduce(&spec);
@@ -35,17 +35,6 @@ pub fn run(args: &ReproduceArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     written.push(markdown);
     crate::eval::print_summary(&report, &args.out, written.len(), out)?;
     Ok(())
-}
-
-/// Creates the report folder before the (long) plan runs, so an unusable `--out` fails
-/// first: a path that exists and is not a folder is a usage error.
-fn prepare_out_folder(folder: &Path) -> anyhow::Result<()> {
-    if folder.exists() && !folder.is_dir() {
-        let why = format!("--out {} exists and is not a folder", folder.display());
-        return Err(crate::UsageError(why).into());
-    }
-    std::fs::create_dir_all(folder)
-        .with_context(|| format!("creating the report folder {}", folder.display()))
 }
 
 /// The plan of the options: quick or full, then the command line's changes.

@@ -98,6 +98,9 @@ struct StallsPerTx {
 /// Runs `sim run`.
 pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     refuse_silo_options_elsewhere(args)?;
+    if let Some(path) = &args.json {
+        crate::output::file_can_be_written(path)?;
+    }
     let (trace, source) = obtain_trace(args)?;
     let cores = cores_to_simulate(args, &trace, &source)?;
     let config = machine(args, cores)?;
@@ -214,11 +217,41 @@ fn machine(args: &RunArgs, cores: usize) -> anyhow::Result<Config> {
     Ok(config)
 }
 
+/// The default machine with the fields of the JSON object in `path` laid over it, at every
+/// depth: `{"l1": {"latency": 8}}` changes the L1 latency and keeps its size and ways.
 fn read_config(path: &Path) -> anyhow::Result<Config> {
     let usage = |why: String| UsageError(format!("{}: {why}", path.display()));
     let text = std::fs::read_to_string(path).map_err(|e| usage(e.to_string()))?;
-    serde_json::from_str(&text)
-        .map_err(|e| usage(format!("not a simulator configuration: {e}")).into())
+    let not_config = |e: serde_json::Error| usage(format!("not a simulator configuration: {e}"));
+    let given: serde_json::Value = serde_json::from_str(&text).map_err(not_config)?;
+    if !given.is_object() {
+        return Err(usage(
+            "not a simulator configuration: a JSON object of hwsim's Config fields is expected"
+                .to_owned(),
+        )
+        .into());
+    }
+    let mut config = serde_json::to_value(Config::default())?;
+    lay_over(&mut config, given);
+    Ok(serde_json::from_value(config).map_err(not_config)?)
+}
+
+/// Replaces the values of `base` by those of `over`, descending into objects both have.
+fn lay_over(base: &mut serde_json::Value, over: serde_json::Value) {
+    use serde_json::Value;
+    match (base, over) {
+        (Value::Object(base), Value::Object(over)) => {
+            for (key, value) in over {
+                match base.get_mut(&key) {
+                    Some(slot) => lay_over(slot, value),
+                    None => {
+                        base.insert(key, value);
+                    }
+                }
+            }
+        }
+        (base, over) => *base = over,
+    }
 }
 
 /// A simulation refused to start: the configuration or the trace does not fit.

@@ -8,6 +8,7 @@ use std::io::Write;
 
 /// Runs `sim trace`.
 pub fn run(args: &TraceArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    crate::output::file_can_be_written(&args.out)?;
     let spec = trace_spec(args.workload, args.cores, &args.shape);
     let trace = generate(&spec)?;
     let bytes = trace.to_bytes();
