@@ -379,6 +379,18 @@ fn build_library(profile_dir: &Path) -> Result<(), ProgramError> {
             profile_dir.join("examples/libnvthreads_rt.so").display()
         ))
     })?;
+    if !profile_dir.join(".fingerprint").is_dir() {
+        // An installed or copied binary: its directory is no profile of a cargo target
+        // directory (cargo keeps its fingerprints there), so its name is no cargo profile
+        // and its parent no place to build into.
+        return Err(ProgramError::Library(format!(
+            "{} is missing, and {} is not a cargo target directory to build it in (cargo \
+             build --release -p nvthreads --example nvthreads_rt, then set NVT_RUNTIME_LIB \
+             to target/release/examples/libnvthreads_rt.so)",
+            profile_dir.join("examples/libnvthreads_rt.so").display(),
+            profile_dir.display()
+        )));
+    }
     let manifest = dir.join("../../Cargo.toml");
     let target_dir = profile_dir.parent().unwrap_or(profile_dir);
     let profile = profile_dir
@@ -418,4 +430,25 @@ fn build_library(profile_dir: &Path) -> Result<(), ProgramError> {
         "cargo build -p nvthreads --example nvthreads_rt failed: {}",
         String::from_utf8_lossy(&output.stderr)
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A binary copied or installed outside a target directory is told where the runtime
+    /// must be, without running cargo with its directory's name as a profile.
+    #[test]
+    fn no_build_is_attempted_outside_a_cargo_target_directory() {
+        let installed = std::env::temp_dir().join(format!("nvt-installed-{}", std::process::id()));
+        std::fs::create_dir_all(&installed).expect("scratch");
+        let error = build_library(&installed).expect_err("nothing to build in");
+        let listed = std::fs::read_dir(&installed).expect("list").count();
+        std::fs::remove_dir_all(&installed).expect("clean up");
+        assert!(
+            error.to_string().contains("not a cargo target directory"),
+            "{error}"
+        );
+        assert_eq!(listed, 0, "something was built in the binary's directory");
+    }
 }
