@@ -118,7 +118,7 @@ fn summary(plan: &Plan, outcomes: &EngineResults, goals: &[Goal], quick: bool) -
         plan.runs
     )];
     lines.push(
-        "Write amplification, two definitions: \"WA (pm)\" is ours, every PM byte stored \
+        "Write amplification, two definitions: \"WA (ours)\", every PM byte stored \
          (logs, data, allocator and engine metadata) per distinct byte the transactions \
          wrote, the same for every engine; \"WA TimeStone\" is TimeStone's (ASPLOS 2020), \
          OLog + CLog + write-back bytes (+ the bytes of newly allocated objects, first \
@@ -174,7 +174,7 @@ const COLUMNS: [&str; 13] = [
     "fences/commit",
     "flushes/commit",
     "PM B/op",
-    "WA (pm)",
+    "WA (ours)",
     "WA (media)",
     "WA TimeStone (new objs / artifact)",
 ];
