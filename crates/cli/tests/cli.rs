@@ -340,19 +340,24 @@ fn bench_pool_failures_exit_with_the_tables_codes() {
 fn bench_refuses_zero_counts_as_usage_errors() {
     for flag in ["--ops", "--threads", "--runs", "--keys"] {
         let output = bench(&[flag, "0"]);
-        assert_eq!(
-            output.status.code(),
-            Some(USAGE),
-            "{flag}: {}",
-            stderr(&output)
-        );
-        assert!(
-            stderr(&output).contains("not in 1.."),
-            "{flag}: {}",
-            stderr(&output)
-        );
-        assert!(stdout(&output).is_empty(), "{flag}: {}", stdout(&output));
+        assert_usage_error(&output, "not in 1..", flag);
     }
+}
+
+/// A usage error: exit 2, `needle` in the message, nothing on standard output.
+fn assert_usage_error(output: &Output, needle: &str, case: &str) {
+    assert_eq!(
+        output.status.code(),
+        Some(USAGE),
+        "{case}: {}",
+        stderr(output)
+    );
+    assert!(
+        stderr(output).contains(needle),
+        "{case}: {}",
+        stderr(output)
+    );
+    assert!(stdout(output).is_empty(), "{case}: {}", stdout(output));
 }
 
 #[test]
@@ -734,18 +739,7 @@ fn bench_value_sizes_out_of_range_are_usage_errors() {
             "--value-size",
             size,
         ]);
-        assert_eq!(
-            output.status.code(),
-            Some(USAGE),
-            "{size}: {}",
-            stderr(&output)
-        );
-        assert!(
-            stderr(&output).contains("1..=1048576"),
-            "{}",
-            stderr(&output)
-        );
-        assert!(stdout(&output).is_empty(), "{size}: {}", stdout(&output));
+        assert_usage_error(&output, "1..=1048576", size);
     }
 }
 
@@ -791,13 +785,11 @@ fn a_bench_that_measures_nothing_fails() {
         "64",
         "--quiet",
     ]);
-    assert_eq!(output.status.code(), Some(USAGE), "{}", stderr(&output));
-    assert!(
-        stderr(&output).contains("nothing was measured"),
-        "{}",
-        stderr(&output)
+    assert_usage_error(
+        &output,
+        "nothing was measured",
+        "a bench that measures nothing",
     );
-    assert!(stdout(&output).is_empty(), "{}", stdout(&output));
 }
 
 /// Outputs in a place that takes no files (`/sys`, even for root) fail before the work, not

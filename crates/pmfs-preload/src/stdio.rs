@@ -291,24 +291,15 @@ pub unsafe extern "C" fn freopen(
 }
 
 /// # Safety
-/// C `freopen64`.
+/// C `freopen64`: on x86-64 glibc the same function as `freopen`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn freopen64(
     path: *const c_char,
     mode: *const c_char,
     stream: *mut FILE,
 ) -> *mut FILE {
-    // SAFETY: `freopen64`'s path.
-    if let Some(p) = unsafe { served_path(path) } {
-        // SAFETY: `freopen64`'s mode and stream.
-        return file_ret(unsafe { freopen_served(&p, mode, stream) });
-    }
-    let real = next!(
-        "freopen64",
-        unsafe extern "C" fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE
-    );
-    // SAFETY: forwarded as received.
-    unsafe { real(path, mode, stream) }
+    // SAFETY: `freopen64`'s arguments, which `freopen` takes as they are.
+    unsafe { freopen(path, mode, stream) }
 }
 
 // ---------------------------------------------------------------------- standard streams
