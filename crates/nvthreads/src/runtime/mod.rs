@@ -210,6 +210,7 @@ pub fn warn_pool_in_use() {
 
 impl Runtime {
     fn start() -> Result<Runtime, String> {
+        signals::install_start_panic_hook();
         crate::faultprobe::require_precise_write_faults();
         let settings = env();
         let (journal, state, crashed) = open_or_create_journal(settings)?;
