@@ -283,6 +283,77 @@ fn mounting_or_checking_a_mounted_pool_is_refused_and_the_mount_keeps_serving() 
     assert!(report.contains("1 files"), "{report}");
 }
 
+/// `fs unmount` of a directory where no ferrite file system is mounted refuses and says what
+/// is there: as root, `umount(2)` would otherwise unmount whatever it is (it unmounted a
+/// tmpfs, hiding its files for good). A ferrite mount whose server was killed is still
+/// unmounted (its directory cannot be looked into).
+#[test]
+fn unmount_refuses_what_is_not_a_ferrite_mount() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let plain = tmp.path().join("plain");
+    std::fs::create_dir(&plain).expect("plain dir");
+    let output = ferrite(&["fs", "unmount", plain.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("nothing is mounted there"), "{stderr}");
+    if nix_is_root() {
+        let tmpfs = tmp.path().join("tmpfs");
+        std::fs::create_dir(&tmpfs).expect("tmpfs dir");
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1M", "ferrite-test-tmpfs"])
+            .arg(&tmpfs)
+            .status()
+            .expect("run mount");
+        assert!(mounted.success(), "mount -t tmpfs failed");
+        std::fs::write(tmpfs.join("kept"), b"kept").expect("write to the tmpfs");
+        let output = ferrite(&["fs", "unmount", tmpfs.to_str().unwrap()]);
+        let kept = std::fs::read(tmpfs.join("kept"));
+        let _ = Command::new("umount").arg(&tmpfs).status();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains("it is a tmpfs mount of ferrite-test-tmpfs, not a ferrite"),
+            "{stderr}"
+        );
+        assert_eq!(kept.expect("the tmpfs is still mounted"), b"kept");
+    }
+    let Some(mut dead) = Mounted::new("16M", &[]) else {
+        return;
+    };
+    kill_server_of(&dead.dir);
+    ok(
+        &ferrite(&["fs", "unmount", dead.dir.to_str().unwrap()]),
+        "unmount of a mount whose server was killed",
+    );
+    dead.mounted = false;
+}
+
+/// Kills the process serving the ferrite mount at `dir` with SIGKILL (found by its command
+/// line) and waits until the mount answers "transport endpoint is not connected".
+fn kill_server_of(dir: &Path) {
+    let needle = format!(" {} ", dir.display());
+    let server = std::fs::read_dir("/proc")
+        .expect("read /proc")
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| {
+                let line = String::from_utf8_lossy(&line).replace('\0', " ") + " ";
+                line.contains(" fs mount ") && line.contains(&needle)
+            })
+        })
+        .expect("the mount's server process");
+    let killed = Command::new("kill")
+        .args(["-KILL", &server.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(killed.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::metadata(dir).is_ok() {
+        assert!(Instant::now() < deadline, "the mount still answers");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn sigterm_unmounts_and_closes_the_pool_cleanly() {
     let Some((child, pool, dir, _tmp)) = foreground_mount("sig") else {
