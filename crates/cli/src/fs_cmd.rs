@@ -232,9 +232,7 @@ fn mount_foreground(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
     };
     let fs = match fsmount::open(&args.pool, mount_options(args), &native, args.protect) {
         Ok(fs) => fs,
-        Err(error) => {
-            return notify_failure(args, anyhow::Error::new(error), &args.pool);
-        }
+        Err(error) => return notify_failure(args, where_in_use(error, &args.pool), &args.pool),
     };
     for repair in fs.repairs() {
         eprintln!(
@@ -298,6 +296,16 @@ fn report_mounted(args: &MountArgs, out: &mut dyn Write) -> std::io::Result<()> 
 }
 
 /// A failure before the mount was up: the background parent learns it on stdout.
+/// A pool refused because it is open elsewhere says where it is mounted, when it is.
+fn where_in_use(error: pmfs::FsError, pool: &Path) -> anyhow::Error {
+    let in_use = matches!(error, pmfs::FsError::Pool(pmem::PoolError::AlreadyOpen));
+    let error = anyhow::Error::new(error);
+    match fsmount::mount_point_of_pool(pool).filter(|_| in_use) {
+        Some(dir) => error.context(format!("mounted on {}", dir.display())),
+        None => error,
+    }
+}
+
 fn notify_failure(args: &MountArgs, error: anyhow::Error, what: &Path) -> anyhow::Result<()> {
     let error = error.context(what.display().to_string());
     if args.notify_ready {

@@ -269,11 +269,15 @@ fn mounting_or_checking_a_mounted_pool_is_refused_and_the_mount_keeps_serving() 
             "in use",
         ),
     ];
+    let mounted_on = format!("mounted on {}", mounted.dir.display());
     for (args, code, says) in &attempts {
         let output = ferrite(args);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(*code), "{args:?}: {stderr}");
         assert!(stderr.contains(says), "{args:?}: {stderr}");
+        if args[1] == "mount" {
+            assert!(stderr.contains(&mounted_on), "{args:?}: {stderr}");
+        }
     }
     assert_eq!(
         std::fs::read(mounted.dir.join("kept")).expect("the first mount still serves"),

@@ -128,6 +128,20 @@ impl MountEntry {
     }
 }
 
+/// Where a ferrite mount serves `pool` (the first in the mount table), so that a refused
+/// second mount or check can say where the pool is in use.
+pub fn mount_point_of_pool(pool: &Path) -> Option<PathBuf> {
+    let pool = std::fs::canonicalize(pool).ok()?;
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    table.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let mount_point = unescape_mountinfo(fields.get(4)?);
+        let entry = mount_of_mountinfo_line(line, Path::new(&mount_point))?;
+        let served = std::fs::canonicalize(entry.ferrite_pool()?).ok()?;
+        (served == pool).then(|| PathBuf::from(mount_point))
+    })
+}
+
 /// The topmost mount at `dir`, from `/proc/self/mountinfo`.
 fn mount_at(dir: &Path) -> Option<MountEntry> {
     let dir = canonical_mount_point(dir)?;
