@@ -332,6 +332,54 @@ fn unmount_refuses_what_is_not_a_ferrite_mount() {
     dead.mounted = false;
 }
 
+/// The unmount command `mount --background` prints runs as printed in a shell, also for a
+/// mount point whose name has a space and a quote (it used to be printed unquoted).
+#[test]
+fn the_printed_unmount_command_works_for_any_mount_point_name() {
+    if let Some(reason) = fuse_unavailable() {
+        eprintln!("SKIPPED: cannot mount FUSE file systems here: {reason}");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("mount point's dir");
+    std::fs::create_dir(&dir).expect("mount point");
+    let pool = Path::new("/dev/shm").join(format!(
+        "ferrite-fs-test-{}-quoted.pool",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&pool);
+    let pool_arg = pool.to_str().unwrap();
+    ok(&ferrite(&["fs", "mkfs", pool_arg, "--size", "8M"]), "mkfs");
+    let out = ok(
+        &ferrite(&[
+            "fs",
+            "mount",
+            "--background",
+            pool_arg,
+            dir.to_str().unwrap(),
+        ]),
+        "mount --background",
+    );
+    let hint = out
+        .split('`')
+        .nth(1)
+        .expect("a command in backquotes")
+        .to_owned();
+    let command = hint.replacen("ferrite", FERRITE, 1);
+    let unmounted = Command::new("sh").args(["-c", &command]).output();
+    if std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|t| t.contains("quoted.pool")) {
+        let _ = Command::new(FERRITE)
+            .args(["fs", "unmount"])
+            .arg(&dir)
+            .output();
+    }
+    let _ = std::fs::remove_file(&pool);
+    ok(
+        &unmounted.expect("run sh"),
+        &format!("the printed command {hint}"),
+    );
+}
+
 /// Kills the process serving the ferrite mount at `dir` with SIGKILL (found by its command
 /// line) and waits until the mount answers "transport endpoint is not connected".
 fn kill_server_of(dir: &Path) {
