@@ -186,6 +186,8 @@ NVT_API const char *nvt_error(void);
  * Copies min(size, object size) bytes of the recovered object `name` into `dest` and returns
  * the number of bytes copied (0 if no such object). With the fixed-address heap this is
  * rarely needed: nvmalloc(size, name) already returns the recovered object in place.
+ * A NULL `dest` with a nonzero `size` copies nothing and returns 0 with errno EINVAL
+ * (nvt_error() says why).
  */
 NVT_API size_t nvrecover(void *dest, size_t size, const char *name);
 

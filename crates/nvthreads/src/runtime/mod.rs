@@ -380,7 +380,8 @@ impl Runtime {
             Some((offset, existing)) => {
                 let len = existing.min(size);
                 let src = self.heap_ptr(offset);
-                if src != dest {
+                // `copy` needs a non-null `dest` even for 0 bytes: `nvrecover(NULL, 0, …)`.
+                if src != dest && len > 0 {
                     // SAFETY: `src` is `len` bytes of the heap; `dest` is valid for `size ≥
                     // len` bytes (caller); `copy` allows overlap.
                     unsafe { std::ptr::copy(src, dest, len as usize) };
