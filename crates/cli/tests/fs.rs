@@ -269,11 +269,15 @@ fn mounting_or_checking_a_mounted_pool_is_refused_and_the_mount_keeps_serving() 
             "in use",
         ),
     ];
+    let mounted_on = format!("mounted on {}", mounted.dir.display());
     for (args, code, says) in &attempts {
         let output = ferrite(args);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(*code), "{args:?}: {stderr}");
         assert!(stderr.contains(says), "{args:?}: {stderr}");
+        if args[1] == "mount" {
+            assert!(stderr.contains(&mounted_on), "{args:?}: {stderr}");
+        }
     }
     assert_eq!(
         std::fs::read(mounted.dir.join("kept")).expect("the first mount still serves"),
@@ -281,6 +285,125 @@ fn mounting_or_checking_a_mounted_pool_is_refused_and_the_mount_keeps_serving() 
     );
     let report = mounted.unmount_and_check();
     assert!(report.contains("1 files"), "{report}");
+}
+
+/// `fs unmount` of a directory where no ferrite file system is mounted refuses and says what
+/// is there: as root, `umount(2)` would otherwise unmount whatever it is (it unmounted a
+/// tmpfs, hiding its files for good). A ferrite mount whose server was killed is still
+/// unmounted (its directory cannot be looked into).
+#[test]
+fn unmount_refuses_what_is_not_a_ferrite_mount() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let plain = tmp.path().join("plain");
+    std::fs::create_dir(&plain).expect("plain dir");
+    let output = ferrite(&["fs", "unmount", plain.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("nothing is mounted there"), "{stderr}");
+    if nix_is_root() {
+        let tmpfs = tmp.path().join("tmpfs");
+        std::fs::create_dir(&tmpfs).expect("tmpfs dir");
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1M", "ferrite-test-tmpfs"])
+            .arg(&tmpfs)
+            .status()
+            .expect("run mount");
+        assert!(mounted.success(), "mount -t tmpfs failed");
+        std::fs::write(tmpfs.join("kept"), b"kept").expect("write to the tmpfs");
+        let output = ferrite(&["fs", "unmount", tmpfs.to_str().unwrap()]);
+        let kept = std::fs::read(tmpfs.join("kept"));
+        let _ = Command::new("umount").arg(&tmpfs).status();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains("it is a tmpfs mount of ferrite-test-tmpfs, not a ferrite"),
+            "{stderr}"
+        );
+        assert_eq!(kept.expect("the tmpfs is still mounted"), b"kept");
+    }
+    let Some(mut dead) = Mounted::new("16M", &[]) else {
+        return;
+    };
+    kill_server_of(&dead.dir);
+    ok(
+        &ferrite(&["fs", "unmount", dead.dir.to_str().unwrap()]),
+        "unmount of a mount whose server was killed",
+    );
+    dead.mounted = false;
+}
+
+/// The unmount command `mount --background` prints runs as printed in a shell, also for a
+/// mount point whose name has a space and a quote (it used to be printed unquoted).
+#[test]
+fn the_printed_unmount_command_works_for_any_mount_point_name() {
+    if let Some(reason) = fuse_unavailable() {
+        eprintln!("SKIPPED: cannot mount FUSE file systems here: {reason}");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("mount point's dir");
+    std::fs::create_dir(&dir).expect("mount point");
+    let pool = Path::new("/dev/shm").join(format!(
+        "ferrite-fs-test-{}-quoted.pool",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&pool);
+    let pool_arg = pool.to_str().unwrap();
+    ok(&ferrite(&["fs", "mkfs", pool_arg, "--size", "8M"]), "mkfs");
+    let out = ok(
+        &ferrite(&[
+            "fs",
+            "mount",
+            "--background",
+            pool_arg,
+            dir.to_str().unwrap(),
+        ]),
+        "mount --background",
+    );
+    let hint = out
+        .split('`')
+        .nth(1)
+        .expect("a command in backquotes")
+        .to_owned();
+    let command = hint.replacen("ferrite", FERRITE, 1);
+    let unmounted = Command::new("sh").args(["-c", &command]).output();
+    if std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|t| t.contains("quoted.pool")) {
+        let _ = Command::new(FERRITE)
+            .args(["fs", "unmount"])
+            .arg(&dir)
+            .output();
+    }
+    let _ = std::fs::remove_file(&pool);
+    ok(
+        &unmounted.expect("run sh"),
+        &format!("the printed command {hint}"),
+    );
+}
+
+/// Kills the process serving the ferrite mount at `dir` with SIGKILL (found by its command
+/// line) and waits until the mount answers "transport endpoint is not connected".
+fn kill_server_of(dir: &Path) {
+    let needle = format!(" {} ", dir.display());
+    let server = std::fs::read_dir("/proc")
+        .expect("read /proc")
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| {
+                let line = String::from_utf8_lossy(&line).replace('\0', " ") + " ";
+                line.contains(" fs mount ") && line.contains(&needle)
+            })
+        })
+        .expect("the mount's server process");
+    let killed = Command::new("kill")
+        .args(["-KILL", &server.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(killed.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::metadata(dir).is_ok() {
+        assert!(Instant::now() < deadline, "the mount still answers");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]

@@ -73,19 +73,28 @@ pub enum Released {
     Pool(PathBuf),
     /// The server still held the pool after [`RELEASE_TIMEOUT`].
     StillHeld(PathBuf),
-    /// The mount was not one of ours (no pool named in the mount table): nothing to wait for.
-    Unknown,
 }
 
-/// Unmounts `dir` like [`unmount`], then waits until the serving process has closed the pool
-/// it named in the mount table, so that the pool can be checked or mounted again as soon as
-/// this returns (the kernel detaches the mount before the server has finished closing).
+/// Unmounts the ferrite mount at `dir` like [`unmount`], then waits until the serving process
+/// has closed the pool it named in the mount table, so that the pool can be checked or
+/// mounted again as soon as this returns (the kernel detaches the mount before the server has
+/// finished closing). Anything else at `dir` is left alone with an `InvalidInput` error that
+/// says what is there: `umount(2)` as root would unmount any file system (a `tmpfs` such as
+/// `/dev/shm`, with every file in it lost).
 pub fn unmount_and_wait(dir: &Path) -> std::io::Result<Released> {
-    let pool = served_pool(dir);
-    unmount(dir)?;
-    let Some(pool) = pool else {
-        return Ok(Released::Unknown);
+    let pool = match mount_at(dir) {
+        None => return Err(not_unmounted("nothing is mounted there")),
+        Some(entry) => match entry.ferrite_pool() {
+            Some(pool) => pool,
+            None => {
+                return Err(not_unmounted(&format!(
+                    "it is a {} mount of {}, not a ferrite file system; left mounted",
+                    entry.fs_type, entry.source
+                )));
+            }
+        },
     };
+    unmount(dir)?;
     let deadline = std::time::Instant::now() + RELEASE_TIMEOUT;
     while pmem::inspect(&pool).is_ok_and(|report| report.in_use) {
         if std::time::Instant::now() >= deadline {
@@ -96,29 +105,83 @@ pub fn unmount_and_wait(dir: &Path) -> std::io::Result<Released> {
     Ok(Released::Pool(pool))
 }
 
-/// The pool file a ferrite mount at `dir` serves, from its source in `/proc/self/mountinfo`
-/// (`ferrite-fs:<pool>`, as `ferrite fs mount` names it).
-fn served_pool(dir: &Path) -> Option<PathBuf> {
-    let dir = std::fs::canonicalize(dir).ok()?;
+fn not_unmounted(why: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidInput, why)
+}
+
+/// One line of the mount table, as far as [`unmount_and_wait`] needs it.
+#[derive(Debug, PartialEq, Eq)]
+struct MountEntry {
+    /// `fuse`, `fuse.<subtype>`, `tmpfs`, ...
+    fs_type: String,
+    /// What is mounted (`ferrite-fs:<pool>` for a ferrite mount).
+    source: String,
+}
+
+impl MountEntry {
+    /// The pool a ferrite mount serves (`ferrite fs mount` names its source so).
+    fn ferrite_pool(&self) -> Option<PathBuf> {
+        if !self.fs_type.starts_with("fuse") {
+            return None;
+        }
+        self.source.strip_prefix(FSNAME_PREFIX).map(PathBuf::from)
+    }
+}
+
+/// Where a ferrite mount serves `pool` (the first in the mount table), so that a refused
+/// second mount or check can say where the pool is in use.
+pub fn mount_point_of_pool(pool: &Path) -> Option<PathBuf> {
+    let pool = std::fs::canonicalize(pool).ok()?;
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    table.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let mount_point = unescape_mountinfo(fields.get(4)?);
+        let entry = mount_of_mountinfo_line(line, Path::new(&mount_point))?;
+        let served = std::fs::canonicalize(entry.ferrite_pool()?).ok()?;
+        (served == pool).then(|| PathBuf::from(mount_point))
+    })
+}
+
+/// The topmost mount at `dir`, from `/proc/self/mountinfo`.
+fn mount_at(dir: &Path) -> Option<MountEntry> {
+    let dir = canonical_mount_point(dir)?;
     let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     table
         .lines()
         .rev()
-        .find_map(|line| pool_of_mountinfo_line(line, &dir))
+        .find_map(|line| mount_of_mountinfo_line(line, &dir))
 }
 
-/// The pool of one mountinfo line when it is a ferrite mount at `dir`. Fields: id, parent,
+/// `dir` with symbolic links resolved. A mount whose server died cannot be looked into
+/// ("transport endpoint is not connected"), so its parent is resolved instead.
+fn canonical_mount_point(dir: &Path) -> Option<PathBuf> {
+    std::fs::canonicalize(dir).ok().or_else(|| {
+        let parent = match dir.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        Some(std::fs::canonicalize(parent).ok()?.join(dir.file_name()?))
+    })
+}
+
+/// The mount of one mountinfo line when its mount point is `dir`. Fields: id, parent,
 /// device, root, mount point, options, optional fields up to `-`, then type, source, options.
-fn pool_of_mountinfo_line(line: &str, dir: &Path) -> Option<PathBuf> {
+fn mount_of_mountinfo_line(line: &str, dir: &Path) -> Option<MountEntry> {
     let fields: Vec<&str> = line.split(' ').collect();
     let mount_point = unescape_mountinfo(fields.get(4)?);
     let separator = fields.iter().position(|field| *field == "-")?;
     let fs_type = fields.get(separator + 1)?;
     let source = unescape_mountinfo(fields.get(separator + 2)?);
-    if Path::new(&mount_point) != dir || !fs_type.starts_with("fuse") {
-        return None;
-    }
-    source.strip_prefix(FSNAME_PREFIX).map(PathBuf::from)
+    (Path::new(&mount_point) == dir).then(|| MountEntry {
+        fs_type: (*fs_type).to_owned(),
+        source,
+    })
+}
+
+/// The pool of one mountinfo line when it is a ferrite mount at `dir`.
+#[cfg(test)]
+fn pool_of_mountinfo_line(line: &str, dir: &Path) -> Option<PathBuf> {
+    mount_of_mountinfo_line(line, dir)?.ferrite_pool()
 }
 
 /// A mountinfo field with the kernel's octal escapes (`\040` for a space) undone.

@@ -280,12 +280,23 @@ pub extern "C" fn nvt_error() -> *const c_char {
     }
 }
 
-/// Copies at most `size` recovered bytes of the object `name` into `dest`.
+/// Copies at most `size` recovered bytes of the object `name` into `dest`. A NULL `dest`
+/// with a nonzero `size` copies nothing: 0, `EINVAL` and a reason for `nvt_error`.
 ///
 /// # Safety
-/// `dest` is valid for `size` bytes of writes; `name` is a NUL-terminated string.
+/// `dest` is NULL or valid for `size` bytes of writes; `name` is a NUL-terminated string.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvrecover(dest: *mut c_void, size: size_t, name: *const c_char) -> size_t {
+    if dest.is_null() && size > 0 {
+        let name = name_of(name).map_or("NULL".into(), |name| {
+            format!("\"{}\"", String::from_utf8_lossy(name))
+        });
+        fail(
+            libc::EINVAL,
+            &format!("nvrecover(NULL, {size}, {name}): the destination is NULL"),
+        );
+        return 0;
+    }
     let (Some(name), Some(runtime)) = (name_of(name), api()) else {
         return 0;
     };

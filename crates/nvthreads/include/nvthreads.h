@@ -112,7 +112,7 @@
  * Environment: NVT_POOL (pool file; default /dev/shm/nvthreads-<program>-<uid>.pool),
  * NVT_HEAP_MB (heap size of a new pool, default 64), NVT_LOG_MB (log size, default 16),
  * NVT_MALLOC (shared | persistent | private), NVT_MALLOC_MB (size of the shared malloc
- * region, default 2048), NVT_PMALLOC_MB (size of the persistent malloc arena made on first
+ * region, default 2048, at most 1048576), NVT_PMALLOC_MB (size of the persistent malloc arena made on first
  * use; default three quarters of the free heap), NVT_GLOBALS (shared, the default: globals
  * shared by the threads, not persistent | persistent: shared, logged and recovered |
  * private or 0: each thread its own copy),
@@ -186,6 +186,8 @@ NVT_API const char *nvt_error(void);
  * Copies min(size, object size) bytes of the recovered object `name` into `dest` and returns
  * the number of bytes copied (0 if no such object). With the fixed-address heap this is
  * rarely needed: nvmalloc(size, name) already returns the recovered object in place.
+ * A NULL `dest` with a nonzero `size` copies nothing and returns 0 with errno EINVAL
+ * (nvt_error() says why).
  */
 NVT_API size_t nvrecover(void *dest, size_t size, const char *name);
 

@@ -118,6 +118,53 @@ fn a_bad_variable_ends_with_the_documented_status() {
     }
 }
 
+/// `counter` with `NVT_MALLOC_MB=value`, killed if it has not ended within 30 s (a start-up
+/// panic once unwound into the interposed `pthread_once` and waited forever).
+fn counter_with_malloc_mb(pool: &Path, value: &str) -> Output {
+    let program = &common::program("counter").linked;
+    let mut child = common::command(program, pool, &["2", "20"])
+        .env("NVT_MALLOC_MB", value)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn counter");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().expect("reap");
+            panic!("NVT_MALLOC_MB={value}: hung at start: {}", stderr(&output));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// A shared `malloc` region of 0 MiB, or larger than the address space set aside for it, is
+/// a bad variable like any other (it once panicked in the page tracker and hung), and the
+/// bounds themselves work.
+#[test]
+fn a_malloc_region_size_out_of_range_is_refused() {
+    common::require_cc();
+    let (_dir, pool) = common::pool_path("malloc-mb");
+    for value in ["0", "1048577", "99999999999"] {
+        let output = counter_with_malloc_mb(&pool, value);
+        assert_refused(
+            &output,
+            &format!("NVT_MALLOC_MB={value}: expected a number of MiB from 1 to 1048576"),
+        );
+        assert!(!pool.exists(), "no pool is made for NVT_MALLOC_MB={value}");
+    }
+    for value in ["1", "1048576"] {
+        let output = counter_with_malloc_mb(&pool, value);
+        assert!(
+            output.status.success(),
+            "NVT_MALLOC_MB={value}: {}",
+            stderr(&output)
+        );
+    }
+}
+
 /// The current lap's records of every lane of the pool image `bytes`, as pool offsets (the
 /// runtime header's geometry, the lap word's value, each record's length from its header).
 fn current_records(bytes: &[u8]) -> Vec<Vec<usize>> {

@@ -16,6 +16,10 @@ pub const DEFAULT_HEAP_MB: u64 = 64;
 pub const DEFAULT_LOG_MB: u64 = 16;
 /// Default size of the volatile `malloc` region (`NVT_MALLOC_MB`).
 pub const DEFAULT_MALLOC_MB: u64 = 2048;
+/// Largest `NVT_MALLOC_MB`: 1 TiB. The region is reserved at `MALLOC_BASE` and counted in
+/// the page tracker's space (at most 2^31 pages, 8 TiB, with the heap and globals), so a
+/// larger value would fail deep in the start-up (or wrap when shifted to bytes).
+pub const MAX_MALLOC_MB: u64 = 1 << 20;
 
 /// Where the interposed `malloc` family allocates (`NVT_MALLOC`, `docs/nvthreads.md` §3.6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,7 +192,7 @@ impl Env {
             heap_mb: number("NVT_HEAP_MB")?.unwrap_or(DEFAULT_HEAP_MB),
             log_mb: number("NVT_LOG_MB")?.unwrap_or(DEFAULT_LOG_MB),
             malloc: malloc_mode(text("NVT_MALLOC"))?,
-            malloc_mb: number("NVT_MALLOC_MB")?.unwrap_or(DEFAULT_MALLOC_MB),
+            malloc_mb: malloc_mb(number("NVT_MALLOC_MB")?)?,
             pmalloc_mb: number("NVT_PMALLOC_MB")?,
             globals: globals_mode(text("NVT_GLOBALS"))?,
             isolate_volatile: flag("NVT_ISOLATE_VOLATILE", text("NVT_ISOLATE_VOLATILE"))?,
@@ -235,6 +239,20 @@ fn default_pool(exe_name: &str, uid: u32) -> PathBuf {
         "{}/nvthreads-{exe_name}-{uid}.pool",
         pmem::DEFAULT_POOL_DIR
     ))
+}
+
+/// `NVT_MALLOC_MB`: at least 1 MiB (the region holds the `malloc` family's chunks) and at
+/// most [`MAX_MALLOC_MB`].
+fn malloc_mb(value: Option<u64>) -> Result<u64, EnvError> {
+    match value {
+        None => Ok(DEFAULT_MALLOC_MB),
+        Some(mb @ 1..=MAX_MALLOC_MB) => Ok(mb),
+        Some(mb) => Err(EnvError {
+            name: "NVT_MALLOC_MB",
+            value: mb.to_string(),
+            expected: "a number of MiB from 1 to 1048576",
+        }),
+    }
 }
 
 fn malloc_mode(value: Option<String>) -> Result<MallocMode, EnvError> {
@@ -423,6 +441,19 @@ mod tests {
     fn bad_values_name_the_variable() {
         let error = parse(&[("NVT_HEAP_MB", "lots")]).expect_err("not a number");
         assert_eq!(error.to_string(), "NVT_HEAP_MB=lots: expected a number");
+        for bad in ["0", "1048577", "99999999999", "18446744073709551615"] {
+            let error = parse(&[("NVT_MALLOC_MB", bad)]).expect_err("out of range");
+            assert_eq!(
+                error.to_string(),
+                format!("NVT_MALLOC_MB={bad}: expected a number of MiB from 1 to 1048576")
+            );
+        }
+        assert_eq!(
+            parse(&[("NVT_MALLOC_MB", "1048576")])
+                .expect("max")
+                .malloc_mb,
+            1 << 20
+        );
         let error = parse(&[("NVT_MALLOC", "everywhere")]).expect_err("no such mode");
         assert_eq!(error.name, "NVT_MALLOC");
         assert!(parse(&[("NVT_PFAIL", "some")]).is_err());

@@ -210,6 +210,7 @@ pub fn warn_pool_in_use() {
 
 impl Runtime {
     fn start() -> Result<Runtime, String> {
+        signals::install_start_panic_hook();
         crate::faultprobe::require_precise_write_faults();
         let settings = env();
         let (journal, state, crashed) = open_or_create_journal(settings)?;
@@ -379,7 +380,8 @@ impl Runtime {
             Some((offset, existing)) => {
                 let len = existing.min(size);
                 let src = self.heap_ptr(offset);
-                if src != dest {
+                // `copy` needs a non-null `dest` even for 0 bytes: `nvrecover(NULL, 0, …)`.
+                if src != dest && len > 0 {
                     // SAFETY: `src` is `len` bytes of the heap; `dest` is valid for `size ≥
                     // len` bytes (caller); `copy` allows overlap.
                     unsafe { std::ptr::copy(src, dest, len as usize) };

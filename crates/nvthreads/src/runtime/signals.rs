@@ -181,6 +181,34 @@ impl std::fmt::Write for StackLine {
     }
 }
 
+/// A panic while the runtime starts (before [`install_fatal_handlers`]) ends the program as
+/// every other start-up failure does: one line and [`super::EXIT_CANNOT_START`]. It must not
+/// unwind: the unwinder calls `pthread_once`, which this library interposes, and which would
+/// wait forever for the runtime whose start is the one panicking. No thread-process exists
+/// yet, so `_exit` of this process ends the run.
+fn on_start_panic(info: &std::panic::PanicHookInfo<'_>) {
+    use std::fmt::Write;
+    let mut line = StackLine {
+        bytes: [0; 512],
+        len: 0,
+    };
+    let _ = write!(
+        line,
+        "nvthreads: cannot start: internal error: {info} (exit status {})",
+        super::EXIT_CANNOT_START
+    );
+    line.bytes[line.len] = b'\n';
+    // SAFETY: write(2) of a stack buffer of `len + 1` initialised bytes.
+    unsafe { libc::write(2, line.bytes.as_ptr().cast(), line.len + 1) };
+    // SAFETY: _exit has no preconditions.
+    unsafe { libc::_exit(super::EXIT_CANNOT_START) }
+}
+
+/// Makes a panic during start-up end the program with the start-up failure's status.
+pub(super) fn install_start_panic_hook() {
+    std::panic::set_hook(Box::new(on_start_panic));
+}
+
 /// A panic in the runtime says where on stderr in one `write` and aborts at once: the
 /// `SIGABRT` handler then ends every process of the run. The default hook would format a
 /// backtrace, allocating and taking locks, inside a thread-process that may hold a lane,

@@ -2,7 +2,7 @@
  * errors: every way nvmalloc can fail returns NULL with a documented errno and a reason
  * nvt_error() returns: a name longer than 47 bytes (ENAMETOOLONG), an empty name (EINVAL),
  * an existing object smaller than asked (EEXIST), more than 63 names (ENOSPC), more than
- * the heap holds (ENOMEM). A successful call leaves errno alone. Prints "ERRORS ok", or the
+ * the heap holds (ENOMEM); nvrecover into NULL (EINVAL). A successful call leaves errno alone. Prints "ERRORS ok", or the
  * first mismatch and exits 1.
  * Usage: errors
  */
@@ -43,6 +43,23 @@ int main(void) {
     }
     expect_failure(nvmalloc(8, "one-too-many"), ENOSPC, "full directory", "names");
     expect_failure(nvmalloc((size_t)1 << 40, NULL), ENOMEM, "huge", "free bytes");
+    /* nvrecover: a NULL destination of a nonzero size is refused (it crashed), of size 0
+       copies nothing; a real destination gets the object's bytes. */
+    errno = 0;
+    if (nvrecover(NULL, 0, "first") != 0 || errno != 0) {
+        printf("nvrecover(NULL, 0) copied something or set errno %d\n", errno);
+        failed = 1;
+    }
+    if (nvrecover(NULL, 16, "first") != 0 || errno != EINVAL ||
+        strstr(nvt_error(), "destination is NULL") == NULL) {
+        printf("nvrecover(NULL, 16): errno %d reason \"%s\"\n", errno, nvt_error());
+        failed = 1;
+    }
+    char copy[16];
+    if (nvrecover(copy, sizeof copy, "first") != sizeof copy) {
+        printf("nvrecover of \"first\" did not copy its 16 bytes\n");
+        failed = 1;
+    }
     if (!failed) {
         printf("ERRORS ok\n");
     }
