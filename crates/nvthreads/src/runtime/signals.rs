@@ -181,25 +181,30 @@ impl std::fmt::Write for StackLine {
     }
 }
 
+/// Writes `text` and a newline to stderr in one `write`, without allocating (cut to the
+/// buffer's length).
+fn write_stderr_line(text: std::fmt::Arguments<'_>) {
+    use std::fmt::Write;
+    let mut line = StackLine {
+        bytes: [0; 512],
+        len: 0,
+    };
+    let _ = line.write_fmt(text);
+    line.bytes[line.len] = b'\n';
+    // SAFETY: write(2) of a stack buffer of `len + 1` initialised bytes.
+    unsafe { libc::write(2, line.bytes.as_ptr().cast(), line.len + 1) };
+}
+
 /// A panic while the runtime starts (before [`install_fatal_handlers`]) ends the program as
 /// every other start-up failure does: one line and [`super::EXIT_CANNOT_START`]. It must not
 /// unwind: the unwinder calls `pthread_once`, which this library interposes, and which would
 /// wait forever for the runtime whose start is the one panicking. No thread-process exists
 /// yet, so `_exit` of this process ends the run.
 fn on_start_panic(info: &std::panic::PanicHookInfo<'_>) {
-    use std::fmt::Write;
-    let mut line = StackLine {
-        bytes: [0; 512],
-        len: 0,
-    };
-    let _ = write!(
-        line,
+    write_stderr_line(format_args!(
         "nvthreads: cannot start: internal error: {info} (exit status {})",
         super::EXIT_CANNOT_START
-    );
-    line.bytes[line.len] = b'\n';
-    // SAFETY: write(2) of a stack buffer of `len + 1` initialised bytes.
-    unsafe { libc::write(2, line.bytes.as_ptr().cast(), line.len + 1) };
+    ));
     // SAFETY: _exit has no preconditions.
     unsafe { libc::_exit(super::EXIT_CANNOT_START) }
 }
@@ -215,19 +220,10 @@ pub(super) fn install_start_panic_hook() {
 /// the log's gate or a lock of the program: a panicking thread-process stalled there forever
 /// and every other one waited for it.
 fn on_panic(info: &std::panic::PanicHookInfo<'_>) {
-    use std::fmt::Write;
-    let mut line = StackLine {
-        bytes: [0; 512],
-        len: 0,
-    };
-    let _ = write!(
-        line,
+    write_stderr_line(format_args!(
         "nvthreads: internal error in thread {}: {info}",
         u64::from(super::me()) + 1
-    );
-    line.bytes[line.len] = b'\n';
-    // SAFETY: write(2) of a stack buffer of `len + 1` initialised bytes.
-    unsafe { libc::write(2, line.bytes.as_ptr().cast(), line.len + 1) };
+    ));
     // SAFETY: abort has no preconditions.
     unsafe { libc::abort() }
 }
