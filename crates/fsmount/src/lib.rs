@@ -109,9 +109,11 @@ fn not_unmounted(why: &str) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidInput, why)
 }
 
-/// One line of the mount table, as far as [`unmount_and_wait`] needs it.
+/// One line of the mount table, as far as this crate needs it.
 #[derive(Debug, PartialEq, Eq)]
 struct MountEntry {
+    /// Where it is mounted.
+    mount_point: PathBuf,
     /// `fuse`, `fuse.<subtype>`, `tmpfs`, ...
     fs_type: String,
     /// What is mounted (`ferrite-fs:<pool>` for a ferrite mount).
@@ -134,11 +136,9 @@ pub fn mount_point_of_pool(pool: &Path) -> Option<PathBuf> {
     let pool = std::fs::canonicalize(pool).ok()?;
     let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     table.lines().find_map(|line| {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let mount_point = unescape_mountinfo(fields.get(4)?);
-        let entry = mount_of_mountinfo_line(line, Path::new(&mount_point))?;
+        let entry = parse_mountinfo_line(line)?;
         let served = std::fs::canonicalize(entry.ferrite_pool()?).ok()?;
-        (served == pool).then(|| PathBuf::from(mount_point))
+        (served == pool).then_some(entry.mount_point)
     })
 }
 
@@ -149,7 +149,8 @@ fn mount_at(dir: &Path) -> Option<MountEntry> {
     table
         .lines()
         .rev()
-        .find_map(|line| mount_of_mountinfo_line(line, &dir))
+        .filter_map(parse_mountinfo_line)
+        .find(|entry| entry.mount_point == dir)
 }
 
 /// `dir` with symbolic links resolved. A mount whose server died cannot be looked into
@@ -164,16 +165,17 @@ fn canonical_mount_point(dir: &Path) -> Option<PathBuf> {
     })
 }
 
-/// The mount of one mountinfo line when its mount point is `dir`. Fields: id, parent,
-/// device, root, mount point, options, optional fields up to `-`, then type, source, options.
-fn mount_of_mountinfo_line(line: &str, dir: &Path) -> Option<MountEntry> {
+/// One mountinfo line. Fields: id, parent, device, root, mount point, options, optional
+/// fields up to `-`, then type, source, options.
+fn parse_mountinfo_line(line: &str) -> Option<MountEntry> {
     let fields: Vec<&str> = line.split(' ').collect();
-    let mount_point = unescape_mountinfo(fields.get(4)?);
+    let mount_point = PathBuf::from(unescape_mountinfo(fields.get(4)?));
     let separator = fields.iter().position(|field| *field == "-")?;
-    let fs_type = fields.get(separator + 1)?;
+    let fs_type = (*fields.get(separator + 1)?).to_owned();
     let source = unescape_mountinfo(fields.get(separator + 2)?);
-    (Path::new(&mount_point) == dir).then(|| MountEntry {
-        fs_type: (*fs_type).to_owned(),
+    Some(MountEntry {
+        mount_point,
+        fs_type,
         source,
     })
 }
@@ -181,7 +183,9 @@ fn mount_of_mountinfo_line(line: &str, dir: &Path) -> Option<MountEntry> {
 /// The pool of one mountinfo line when it is a ferrite mount at `dir`.
 #[cfg(test)]
 fn pool_of_mountinfo_line(line: &str, dir: &Path) -> Option<PathBuf> {
-    mount_of_mountinfo_line(line, dir)?.ferrite_pool()
+    parse_mountinfo_line(line)
+        .filter(|entry| entry.mount_point == dir)?
+        .ferrite_pool()
 }
 
 /// A mountinfo field with the kernel's octal escapes (`\040` for a space) undone.
