@@ -112,8 +112,8 @@
  * Environment: NVT_POOL (pool file; default /dev/shm/nvthreads-<program>-<uid>.pool),
  * NVT_HEAP_MB (heap size of a new pool, default 64), NVT_LOG_MB (log size, default 16),
  * NVT_MALLOC (shared | persistent | private), NVT_MALLOC_MB (size of the shared malloc
- * region, default 2048, at most 1048576), NVT_PMALLOC_MB (size of the persistent malloc arena made on first
- * use; default three quarters of the free heap), NVT_GLOBALS (shared, the default: globals
+ * region, default 2048), NVT_PMALLOC_MB (size of the persistent malloc arena made on first
+ * use; default three quarters of the free heap) — every *_MB value from 1 to 1048576, NVT_GLOBALS (shared, the default: globals
  * shared by the threads, not persistent | persistent: shared, logged and recovered |
  * private or 0: each thread its own copy),
  * NVT_ISOLATE_VOLATILE=1 (threads track their writes to volatile malloc'd memory and globals

@@ -165,6 +165,31 @@ fn a_malloc_region_size_out_of_range_is_refused() {
     }
 }
 
+/// A heap or log size of 0 is refused as a bad variable (it once failed later, about "heap
+/// size 0" or "log size 0", naming no variable), and a pool too large for its file system
+/// names the variables that sized it.
+#[test]
+fn a_pool_size_out_of_range_names_its_variable() {
+    common::require_cc();
+    let (_dir, pool) = common::pool_path("sizes");
+    for name in ["NVT_HEAP_MB", "NVT_LOG_MB", "NVT_PMALLOC_MB"] {
+        let output = counter(&pool, |command| {
+            command.env(name, "0");
+        });
+        assert_refused(
+            &output,
+            &format!("{name}=0: expected a number of MiB from 1 to 1048576"),
+        );
+        assert!(!pool.exists(), "no pool is made for {name}=0");
+    }
+    let output = counter(&pool, |command| {
+        command.env("NVT_HEAP_MB", "1048576");
+    });
+    assert_refused(&output, "not enough space");
+    assert!(stderr(&output).contains("NVT_HEAP_MB of heap"), "{}", stderr(&output));
+    assert!(!pool.exists(), "no half-made pool is left");
+}
+
 /// The current lap's records of every lane of the pool image `bytes`, as pool offsets (the
 /// runtime header's geometry, the lap word's value, each record's length from its header).
 fn current_records(bytes: &[u8]) -> Vec<Vec<usize>> {

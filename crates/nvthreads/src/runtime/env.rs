@@ -16,10 +16,12 @@ pub const DEFAULT_HEAP_MB: u64 = 64;
 pub const DEFAULT_LOG_MB: u64 = 16;
 /// Default size of the volatile `malloc` region (`NVT_MALLOC_MB`).
 pub const DEFAULT_MALLOC_MB: u64 = 2048;
-/// Largest `NVT_MALLOC_MB`: 1 TiB. The region is reserved at `MALLOC_BASE` and counted in
-/// the page tracker's space (at most 2^31 pages, 8 TiB, with the heap and globals), so a
-/// larger value would fail deep in the start-up (or wrap when shifted to bytes).
-pub const MAX_MALLOC_MB: u64 = 1 << 20;
+/// Largest value of every size variable (`NVT_HEAP_MB`, `NVT_LOG_MB`, `NVT_MALLOC_MB`,
+/// `NVT_PMALLOC_MB`): 1 TiB. The regions are reserved at fixed bases and counted in the page
+/// tracker's space (at most 2^31 pages, 8 TiB, with the globals), so a larger value would
+/// fail deep in the start-up with a message that names no variable (or wrap when shifted
+/// to bytes).
+pub const MAX_SIZE_MB: u64 = 1 << 20;
 
 /// Where the interposed `malloc` family allocates (`NVT_MALLOC`, `docs/nvthreads.md` §3.6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,11 +191,12 @@ impl Env {
         };
         Ok(Env {
             pool: pool_path(var("NVT_POOL")).unwrap_or_else(|| Ok(default_pool(exe_name, uid)))?,
-            heap_mb: number("NVT_HEAP_MB")?.unwrap_or(DEFAULT_HEAP_MB),
-            log_mb: number("NVT_LOG_MB")?.unwrap_or(DEFAULT_LOG_MB),
+            heap_mb: megabytes("NVT_HEAP_MB", number("NVT_HEAP_MB")?)?.unwrap_or(DEFAULT_HEAP_MB),
+            log_mb: megabytes("NVT_LOG_MB", number("NVT_LOG_MB")?)?.unwrap_or(DEFAULT_LOG_MB),
             malloc: malloc_mode(text("NVT_MALLOC"))?,
-            malloc_mb: malloc_mb(number("NVT_MALLOC_MB")?)?,
-            pmalloc_mb: number("NVT_PMALLOC_MB")?,
+            malloc_mb: megabytes("NVT_MALLOC_MB", number("NVT_MALLOC_MB")?)?
+                .unwrap_or(DEFAULT_MALLOC_MB),
+            pmalloc_mb: megabytes("NVT_PMALLOC_MB", number("NVT_PMALLOC_MB")?)?,
             globals: globals_mode(text("NVT_GLOBALS"))?,
             isolate_volatile: flag("NVT_ISOLATE_VOLATILE", text("NVT_ISOLATE_VOLATILE"))?,
             nvm_ns_per_page: number("NVT_NVM_NS_PER_PAGE")?.unwrap_or(0),
@@ -241,14 +244,15 @@ fn default_pool(exe_name: &str, uid: u32) -> PathBuf {
     ))
 }
 
-/// `NVT_MALLOC_MB`: at least 1 MiB (the region holds the `malloc` family's chunks) and at
-/// most [`MAX_MALLOC_MB`].
-fn malloc_mb(value: Option<u64>) -> Result<u64, EnvError> {
+/// A size variable in MiB: at least 1 (0 would make an empty heap, log or region, which
+/// fails later with a message about bytes that names no variable) and at most
+/// [`MAX_SIZE_MB`].
+fn megabytes(name: &'static str, value: Option<u64>) -> Result<Option<u64>, EnvError> {
     match value {
-        None => Ok(DEFAULT_MALLOC_MB),
-        Some(mb @ 1..=MAX_MALLOC_MB) => Ok(mb),
+        None => Ok(None),
+        Some(mb @ 1..=MAX_SIZE_MB) => Ok(Some(mb)),
         Some(mb) => Err(EnvError {
-            name: "NVT_MALLOC_MB",
+            name,
             value: mb.to_string(),
             expected: "a number of MiB from 1 to 1048576",
         }),
@@ -441,12 +445,14 @@ mod tests {
     fn bad_values_name_the_variable() {
         let error = parse(&[("NVT_HEAP_MB", "lots")]).expect_err("not a number");
         assert_eq!(error.to_string(), "NVT_HEAP_MB=lots: expected a number");
-        for bad in ["0", "1048577", "99999999999", "18446744073709551615"] {
-            let error = parse(&[("NVT_MALLOC_MB", bad)]).expect_err("out of range");
-            assert_eq!(
-                error.to_string(),
-                format!("NVT_MALLOC_MB={bad}: expected a number of MiB from 1 to 1048576")
-            );
+        for name in ["NVT_HEAP_MB", "NVT_LOG_MB", "NVT_MALLOC_MB", "NVT_PMALLOC_MB"] {
+            for bad in ["0", "1048577", "99999999999", "18446744073709551615"] {
+                let error = parse(&[(name, bad)]).expect_err("out of range");
+                assert_eq!(
+                    error.to_string(),
+                    format!("{name}={bad}: expected a number of MiB from 1 to 1048576")
+                );
+            }
         }
         assert_eq!(
             parse(&[("NVT_MALLOC_MB", "1048576")])

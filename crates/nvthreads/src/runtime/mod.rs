@@ -525,7 +525,7 @@ fn open_or_create_journal(
     let mut create = CreateOptions::new(crate::journal::LAYOUT, config.pool_size());
     create.native = options;
     let pool = RtPool::create(&creating, &create, settings.pfail)
-        .map_err(|e| format!("creating {}: {e}", path.display()))?;
+        .map_err(|e| format!("creating {}: {e}{}", path.display(), sizing_hint(&e)))?;
     let (mut journal, state) = RtJournal::create_in(pool, &config).map_err(|e| e.to_string())?;
     std::fs::rename(&creating, path)
         .map_err(|e| format!("renaming {} into place: {e}", creating.display()))?;
@@ -568,6 +568,16 @@ fn open_pool(path: &Path, options: &NativeOptions, settings: &Env) -> Result<RtP
             }
             result => return result.map_err(|e| format!("opening {}: {e}", path.display())),
         }
+    }
+}
+
+/// Which variables chose a new pool's size, for an error about that size.
+fn sizing_hint(error: &pmem::PoolError) -> &'static str {
+    match error {
+        pmem::PoolError::OutOfSpace { .. } => {
+            " (a new pool holds NVT_HEAP_MB of heap and NVT_LOG_MB of log)"
+        }
+        _ => "",
     }
 }
 
