@@ -230,6 +230,11 @@ fn mount_foreground(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
         Ok(native) => native,
         Err(error) => return notify_failure(args, anyhow::Error::new(error), &args.pool),
     };
+    // Before the pool is opened (and perhaps repaired): a typo in the mount point costs
+    // nothing and is named as such.
+    if let Err(error) = fsmount::check_mount_point(&args.dir) {
+        return notify_failure(args, anyhow::Error::new(error), &args.dir);
+    }
     let fs = match fsmount::open(&args.pool, mount_options(args), &native, args.protect) {
         Ok(fs) => fs,
         Err(error) => return notify_failure(args, where_in_use(error, &args.pool), &args.pool),

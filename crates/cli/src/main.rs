@@ -577,6 +577,16 @@ fn pool_exit_code(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
             _ => None,
         };
     }
+    // A mount point that is missing is "no such file"; one that is a file is a wrong
+    // argument.
+    if let Some(fsmount::MountError::NotADirectory(dir)) = error.downcast_ref() {
+        let exists = std::path::Path::new(dir).exists();
+        return Some(if exists {
+            i32::from(USAGE_EXIT)
+        } else {
+            pmem::PoolError::NotFound.exit_code()
+        });
+    }
     if let Some(failure) = error.downcast_ref::<fs_cmd::ServerFailed>() {
         return Some(failure.exit_code);
     }

@@ -686,9 +686,17 @@ fn a_missing_mount_point_is_named_once() {
     let missing = dir.path().join("no-such-dir");
     let output = ferrite(&["fs", "mount", text(&pool), text(&missing)]);
     let err = stderr(&output);
-    assert_ne!(output.status.code(), Some(0), "{err}");
+    assert_eq!(output.status.code(), Some(19), "no such file: {err}");
     assert_eq!(err.matches(text(&missing)).count(), 1, "{err}");
     assert!(err.contains("not an existing directory"), "{err}");
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"").expect("make a file");
+    let output = ferrite(&["fs", "mount", text(&pool), text(&file)]);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "a file is a wrong argument: {err}");
+    assert!(err.contains("not an existing directory"), "{err}");
+    let background = ferrite(&["fs", "mount", "--background", text(&pool), text(&missing)]);
+    assert_eq!(background.status.code(), Some(19), "{}", stderr(&background));
 }
 
 #[test]

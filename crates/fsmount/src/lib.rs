@@ -14,7 +14,9 @@ mod null;
 pub use adapter::{FuseFs, errno, file_attr};
 pub use check::{CheckError, CheckReport, RepairReport, check_offline, repair_offline};
 pub use memory::OverlayPm;
-pub use mount::{Ended, MountConfig, MountError, Mounted, serve, spawn, spawn_null};
+pub use mount::{
+    Ended, MountConfig, MountError, Mounted, check_mount_point, serve, spawn, spawn_null,
+};
 pub use null::NullFs;
 
 use pmem::{Native, NativeOptions, Pool, Protection};

@@ -64,8 +64,8 @@ impl MountConfig {
 /// Why a mount failed or ended badly.
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
-    /// The mount point is not a directory (its path is in the field; the message leaves it
-    /// to the caller, which names the mount point already).
+    /// The mount point is missing or not a directory (its path is in the field; the
+    /// message leaves it to the caller, which names the mount point already).
     #[error("the mount point is not an existing directory")]
     NotADirectory(String),
     /// The FUSE device cannot be opened (missing, or not readable and writable by this
@@ -100,7 +100,9 @@ impl Mounted {
     }
 }
 
-fn check_dir(dir: &Path) -> Result<(), MountError> {
+/// Whether `dir` can be a mount point (an existing directory): checked by every mount, and
+/// by callers that want to refuse a bad mount point before the work of opening a pool.
+pub fn check_mount_point(dir: &Path) -> Result<(), MountError> {
     if dir.is_dir() {
         Ok(())
     } else {
@@ -143,7 +145,7 @@ pub fn spawn<B: Persist + 'static>(
     dir: &Path,
     config: &MountConfig,
 ) -> Result<Mounted, MountError> {
-    check_dir(dir)?;
+    check_mount_point(dir)?;
     let session = new_session(fs, dir, config)?;
     Ok(Mounted {
         session: session.spawn()?,
@@ -153,7 +155,7 @@ pub fn spawn<B: Persist + 'static>(
 /// Mounts the FUSE floor ([`crate::NullFs`]: names and sizes, no data) on `dir`, served by
 /// a background thread of this process, with `config`'s threads.
 pub fn spawn_null(dir: &Path, config: &MountConfig) -> Result<Mounted, MountError> {
-    check_dir(dir)?;
+    check_mount_point(dir)?;
     let session = Session::new(crate::NullFs::default(), dir, &config.fuser())
         .map_err(|error| mount_failed(error, Path::new(FUSE_DEVICE)))?;
     Ok(Mounted {
@@ -184,7 +186,7 @@ pub fn serve<B: Persist + 'static>(
     config: &MountConfig,
     ready: impl FnOnce(),
 ) -> Result<Ended, MountError> {
-    check_dir(dir)?;
+    check_mount_point(dir)?;
     let mut signals = SigSet::empty();
     for signal in [
         Signal::SIGINT,
