@@ -5,7 +5,7 @@ use crate::ideal::Ideal;
 use crate::raw::Durability;
 use mvcc::{Mvcc, MvccOptions};
 use pmdk::Pmdk;
-use pmem::{CreateOptions, Native, NativeOptions, Pool};
+use pmem::{CreateOptions, LatencyModel, Native, NativeOptions, Pool};
 use std::fmt;
 use std::path::Path;
 use tx::{
@@ -214,22 +214,31 @@ pub fn with_engine<V: EngineVisitor>(
     size: u64,
     visitor: V,
 ) -> Result<V::Output, OpenError> {
-    with_engine_ops(choice, path, size, BenchOps::NONE, visitor)
+    with_engine_ops(
+        choice,
+        path,
+        size,
+        LatencyModel::NONE,
+        BenchOps::NONE,
+        visitor,
+    )
 }
 
-/// [`with_engine`], with the handler of the workload's registered operations, which the
-/// MVCC engine then logs as operations (the other engines ignore it).
+/// [`with_engine`], with emulated PM latency charged by Ferrite's pools (PMDK's and the
+/// volatile engine's are not charged), and with the handler of the workload's registered
+/// operations, which the MVCC engine then logs as operations (the other engines ignore it).
 pub fn with_engine_ops<V: EngineVisitor>(
     choice: EngineChoice,
     path: &Path,
     size: u64,
+    latency: LatencyModel,
     ops: BenchOps,
     visitor: V,
 ) -> Result<V::Output, OpenError> {
     let _cleanup = crate::scratch::ScratchFile::new(path.to_owned());
     let native = |path: &Path| -> Result<Pool<Native>, OpenError> {
         let mut options = CreateOptions::new(LAYOUT, size);
-        options.native = NativeOptions::default().try_with_env_overrides()?;
+        options.native = native_options(latency)?;
         Ok(Pool::create(path, &options)?)
     };
     let engine_options = |mode| EngineOptions::default().with_log_mode(mode);
@@ -245,6 +254,15 @@ pub fn with_engine_ops<V: EngineVisitor>(
         EngineChoice::Mem => visitor.visit(&MemEngine::new(size)),
         EngineChoice::Mvcc => visitor.visit(&Mvcc::create(native(path)?, &mvcc_options(), ops)?),
         EngineChoice::Raw(_) => return Err(OpenError::NotAnEngine(choice)),
+    })
+}
+
+/// The native backend's options of a benchmark pool: the environment's overrides
+/// (`FERRITE_PERSIST_MODE`, `FERRITE_FLUSH`) and `latency`.
+pub fn native_options(latency: LatencyModel) -> Result<NativeOptions, OpenError> {
+    Ok(NativeOptions {
+        latency,
+        ..NativeOptions::default().try_with_env_overrides()?
     })
 }
 

@@ -46,6 +46,9 @@ pub const FLOORS: [EngineChoice; 3] = [RAW, RAW_VOLATILE, MEM];
 pub const SILO_ENGINES: [EngineChoice; 4] = [REDO, UNDO, PMDK, IDEAL];
 /// TimeStone's structures, YCSB and TPC-C: the MVCC engine beside the logging engines.
 pub const PEER_ENGINES: [EngineChoice; 4] = [MVCC, REDO, UNDO, PMDK];
+/// The emulated-PM-cost sweep: the engines whose every PM write the emulation charges
+/// (PMDK writes PM through its own library).
+pub const PM_COST_ENGINES: [EngineChoice; 3] = [MVCC, REDO, UNDO];
 
 /// Seed of every workload's random choices (fixed, so runs are comparable).
 pub const SEED: u64 = 42;
@@ -66,6 +69,15 @@ pub enum Family {
         /// Value size in bytes.
         value_size: u32,
     },
+    /// The MVCC engine against redo and undo with a PM write cost emulated on top of this
+    /// machine's DRAM-backed pools: TimeStone's throughput argument (fewer PM writes than a
+    /// logging engine) can only show where PM writes cost more than DRAM stores. Two
+    /// workloads: the first hot-key configuration (`WorkloadChoice::Hash`) and TimeStone's
+    /// hash at 80 % updates (`WorkloadChoice::TsHash`), one thread.
+    PmCost {
+        /// Nanoseconds spun per cache line written back (flushed or streamed).
+        line_ns: u32,
+    },
 }
 
 impl Family {
@@ -76,6 +88,7 @@ impl Family {
             Family::TimeStone => "TimeStone",
             Family::Ycsb => "YCSB / TPC-C",
             Family::HotKey { .. } => "Hot keys",
+            Family::PmCost { .. } => "Emulated PM cost",
         }
     }
 }
@@ -115,10 +128,14 @@ pub struct Plan {
     pub hot_keys: u64,
     /// Value sizes of the hot-key upsert workload.
     pub hot_value_sizes: &'static [u32],
+    /// Emulated PM costs of the sweep, in nanoseconds per cache line written back (empty:
+    /// no sweep).
+    pub pm_cost_line_ns: &'static [u32],
 }
 
 impl Plan {
-    /// The default matrix: about three minutes, setup included, on a two-core machine.
+    /// The default matrix: about six minutes, setup included, on a two-core machine (the
+    /// emulated-PM-cost sweep is about a sixth of it).
     pub const FULL: Plan = Plan {
         array_elements: 1_000_000,
         keys: 100_000,
@@ -154,6 +171,7 @@ impl Plan {
         ],
         hot_keys: 1_000,
         hot_value_sizes: &[256, 1024],
+        pm_cost_line_ns: &[0, 100, 300, 1000],
     };
 
     /// A quick evaluation: one workload or two per family, tiny sizes, one run.
@@ -174,6 +192,7 @@ impl Plan {
         ycsb: &[WorkloadChoice::Ycsb(YcsbMix::A), WorkloadChoice::Tpcc],
         hot_keys: 100,
         hot_value_sizes: &[256],
+        pm_cost_line_ns: &[0, 300],
     };
 
     /// Every configuration of the plan with the engines it runs on, in report order.
@@ -182,6 +201,7 @@ impl Plan {
         for config in self.configs() {
             let engines: &[EngineChoice] = match config.family {
                 Family::Silo => &SILO_ENGINES,
+                Family::PmCost { .. } => &PM_COST_ENGINES,
                 _ => &PEER_ENGINES,
             };
             let floors: &[EngineChoice] = match (config.family, config.workload) {
@@ -221,7 +241,18 @@ impl Plan {
             .hot_value_sizes
             .iter()
             .map(|&value_size| config(Family::HotKey { value_size }, WorkloadChoice::Hash, 100, 1));
-        silo.chain(timestone).chain(ycsb).chain(hot).collect()
+        let pm_cost = self.pm_cost_line_ns.iter().flat_map(|&line_ns| {
+            let family = Family::PmCost { line_ns };
+            [
+                config(family, WorkloadChoice::Hash, 100, 1),
+                config(family, WorkloadChoice::TsHash, 80, 1),
+            ]
+        });
+        silo.chain(timestone)
+            .chain(ycsb)
+            .chain(hot)
+            .chain(pm_cost)
+            .collect()
     }
 
     fn spec(&self, config: Config, engine: EngineChoice, pool_dir: &Path) -> RunSpec {
@@ -229,8 +260,12 @@ impl Plan {
             WorkloadChoice::List => self.list_ops,
             _ => self.ops,
         };
+        let hot_value_size = self.hot_value_sizes.first().copied();
         let (keys, value_size) = match (config.family, config.workload) {
             (Family::HotKey { value_size }, _) => (self.hot_keys, value_size),
+            (Family::PmCost { .. }, WorkloadChoice::Hash) => {
+                (self.hot_keys, hot_value_size.unwrap_or(self.value_size))
+            }
             (_, WorkloadChoice::Array) => (self.array_elements, self.value_size),
             (_, WorkloadChoice::List) => (self.list_keys, self.value_size),
             _ => (self.keys, self.value_size),
@@ -250,6 +285,13 @@ impl Plan {
             runs: self.runs,
             pool_dir: pool_dir.to_owned(),
             pool_size: self.pool_size,
+            pm_latency: match config.family {
+                Family::PmCost { line_ns } => pmem::LatencyModel {
+                    line_writeback_ns: u64::from(line_ns),
+                    fence_ns: 0,
+                },
+                _ => pmem::LatencyModel::NONE,
+            },
         }
     }
 }
@@ -275,6 +317,14 @@ impl Config {
         match self.family {
             Family::TimeStone => format!("{} {}%", self.workload.name(), self.update_percent),
             Family::HotKey { value_size } => format!("hot-key upserts {value_size} B"),
+            Family::PmCost { line_ns } => match self.workload {
+                WorkloadChoice::Hash => format!("hot-key upserts, PM +{line_ns} ns/line"),
+                _ => format!(
+                    "{} {}%, PM +{line_ns} ns/line",
+                    self.workload.name(),
+                    self.update_percent
+                ),
+            },
             _ => self.workload.name(),
         }
     }
@@ -513,7 +563,8 @@ mod tests {
     fn the_quick_plan_covers_every_family_and_engine() {
         let cases = Plan::QUICK.cases(Path::new("/dev/shm"));
         let hot = Family::HotKey { value_size: 256 };
-        for family in [Family::Silo, Family::TimeStone, Family::Ycsb, hot] {
+        let pm_cost = Family::PmCost { line_ns: 300 };
+        for family in [Family::Silo, Family::TimeStone, Family::Ycsb, hot, pm_cost] {
             assert!(
                 cases.iter().any(|c| c.config.family == family),
                 "{family:?}"
@@ -524,7 +575,10 @@ mod tests {
         }
         let full = Plan::FULL.cases(Path::new("/dev/shm"));
         // The floors run beside Silo's Array and Hash only.
-        assert_eq!(full.len(), 5 * 4 + 2 * 3 + 3 * 3 * 2 * 4 + 7 * 4 + 2 * 4);
+        assert_eq!(
+            full.len(),
+            5 * 4 + 2 * 3 + 3 * 3 * 2 * 4 + 7 * 4 + 2 * 4 + 4 * 2 * 3
+        );
         for case in full.iter().filter(|c| FLOORS.contains(&c.spec.engine)) {
             assert_eq!(case.config.family, Family::Silo);
             assert!(matches!(
@@ -563,6 +617,44 @@ mod tests {
             assert_eq!(case.spec.params.keys, Plan::FULL.hot_keys);
             assert_eq!(case.spec.params.update_percent, 100);
             assert_eq!(case.config.workload, WorkloadChoice::Hash);
+            assert!(!case.spec.pm_latency.is_enabled());
         }
+    }
+
+    /// The sweep charges exactly its own configurations, never PMDK's (which the emulation
+    /// cannot reach), and measures the hot keys with the first hot-key value size.
+    #[test]
+    fn only_the_pm_cost_sweep_is_charged() {
+        let cases = Plan::FULL.cases(Path::new("/dev/shm"));
+        for case in &cases {
+            let charged = case.spec.pm_latency.line_writeback_ns;
+            match case.config.family {
+                Family::PmCost { line_ns } => {
+                    assert_eq!(charged, u64::from(line_ns));
+                    assert!(PM_COST_ENGINES.contains(&case.spec.engine));
+                    let params = &case.spec.params;
+                    match case.config.workload {
+                        WorkloadChoice::Hash => {
+                            assert_eq!((params.keys, params.value_size), (1_000, 256));
+                            assert_eq!(params.update_percent, 100);
+                        }
+                        WorkloadChoice::TsHash => {
+                            assert_eq!((params.keys, params.update_percent), (100_000, 80));
+                        }
+                        other => panic!("unexpected sweep workload {other:?}"),
+                    }
+                }
+                _ => assert_eq!(charged, 0, "{:?}", case.config),
+            }
+        }
+        let swept: Vec<u32> = cases
+            .iter()
+            .filter_map(|c| match c.config.family {
+                Family::PmCost { line_ns } => Some(line_ns),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(swept.len(), 4 * 2 * PM_COST_ENGINES.len());
+        assert!(swept.contains(&0) && swept.contains(&1000));
     }
 }

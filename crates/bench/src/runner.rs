@@ -15,7 +15,7 @@ use crate::choice::{
     with_engine_ops, with_workload,
 };
 use crate::measure::Summary;
-use pmem::{Counters, WriteClass};
+use pmem::{Counters, LatencyModel, WriteClass};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -44,6 +44,10 @@ pub struct RunSpec {
     pub pool_dir: PathBuf,
     /// Pool size in bytes.
     pub pool_size: u64,
+    /// Emulated PM cost charged by Ferrite's pools (none by default): a spin per cache line
+    /// written back and per fence, as the seeds' DRAM-based PM emulators did. PMDK writes
+    /// PM through its own library, so it cannot be charged and is not measured with it.
+    pub pm_latency: LatencyModel,
 }
 
 /// Per-operation PM traffic.
@@ -286,12 +290,19 @@ fn run_in_turn(
     if let EngineChoice::Raw(durability) = spec.engine {
         return crate::raw::run(spec, durability, turn, progress);
     }
+    if spec.engine == EngineChoice::Pmdk && spec.pm_latency.is_enabled() {
+        return Err(RunError::Unsupported(
+            "PMDK writes PM through its own library, which emulated PM latency cannot charge"
+                .into(),
+        ));
+    }
     let name = crate::scratch::unique_name("bench");
     let path = spec.pool_dir.join(name);
     with_engine_ops(
         spec.engine,
         &path,
         spec.pool_size,
+        spec.pm_latency,
         BenchOps::of(spec.workload, &spec.params),
         OnEngine {
             spec,
@@ -626,6 +637,7 @@ mod tests {
             runs,
             pool_dir: PathBuf::from("/dev/shm"),
             pool_size: 0,
+            pm_latency: LatencyModel::NONE,
         }
     }
 

@@ -32,6 +32,8 @@ pub struct BenchRequest {
     pub pool_size: u64,
     /// Pool directory.
     pub pool_dir: PathBuf,
+    /// Emulated PM cost of Ferrite's pools (`--pm-line-ns`, `--pm-fence-ns`).
+    pub pm_latency: pmem::LatencyModel,
 }
 
 /// Runs every configuration of `request`, the engines of each (workload, threads) together
@@ -156,6 +158,7 @@ fn configurations(request: &BenchRequest) -> Vec<RunSpec> {
                     runs: request.runs,
                     pool_dir: request.pool_dir.clone(),
                     pool_size: request.pool_size,
+                    pm_latency: request.pm_latency,
                 });
             }
         }
@@ -268,6 +271,8 @@ pub fn json_report(request: &BenchRequest, results: &[Measurement]) -> serde_jso
             "runs": request.runs,
             "pool_size": request.pool_size,
             "pool_dir": request.pool_dir.display().to_string(),
+            "pm_line_ns": request.pm_latency.line_writeback_ns,
+            "pm_fence_ns": request.pm_latency.fence_ns,
         },
         "measurements": measurements,
     })

@@ -99,6 +99,14 @@ struct BenchArgs {
     /// Directory for pool files.
     #[arg(long, default_value = pmem::DEFAULT_POOL_DIR)]
     pool_dir: PathBuf,
+    /// Emulated PM: nanoseconds spun for every cache line Ferrite's pools write back (0,
+    /// the default: none). PMDK cannot be charged, so it is skipped when this or
+    /// --pm-fence-ns is set.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    pm_line_ns: u64,
+    /// Emulated PM: nanoseconds spun for every fence of Ferrite's pools (0: none).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    pm_fence_ns: u64,
     /// Engine the ratio column divides by (default: the first engine).
     #[arg(long, value_parser = parse_engine)]
     baseline: Option<bench::choice::EngineChoice>,
@@ -438,6 +446,10 @@ fn run_bench(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         runs: args.runs,
         pool_size: args.pool_size,
         pool_dir: args.pool_dir.clone(),
+        pm_latency: pmem::LatencyModel {
+            line_writeback_ns: args.pm_line_ns,
+            fence_ns: args.pm_fence_ns,
+        },
     };
     let results = bench_cmd::run(&request, args.quiet)?;
     let baseline = args.baseline.map(|b| b.to_string());

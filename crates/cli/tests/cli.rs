@@ -693,10 +693,19 @@ fn a_missing_mount_point_is_named_once() {
     std::fs::write(&file, b"").expect("make a file");
     let output = ferrite(&["fs", "mount", text(&pool), text(&file)]);
     let err = stderr(&output);
-    assert_eq!(output.status.code(), Some(2), "a file is a wrong argument: {err}");
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "a file is a wrong argument: {err}"
+    );
     assert!(err.contains("not an existing directory"), "{err}");
     let background = ferrite(&["fs", "mount", "--background", text(&pool), text(&missing)]);
-    assert_eq!(background.status.code(), Some(19), "{}", stderr(&background));
+    assert_eq!(
+        background.status.code(),
+        Some(19),
+        "{}",
+        stderr(&background)
+    );
 }
 
 #[test]
@@ -729,6 +738,56 @@ fn bench_json_says_what_was_asked_and_whether_traffic_was_counted() {
         assert_eq!(m["traffic_counted"], true, "{m}");
         assert_eq!(m["latency_ns"].as_array().map(Vec::len), Some(3));
     }
+}
+
+/// `--pm-line-ns` and `--pm-fence-ns` charge Ferrite's pools (every committing operation
+/// writes back at least one line and fences once, so its latency is at least the charge:
+/// a lower bound, whatever the machine's speed), are recorded in the JSON, and skip PMDK,
+/// whose stores the emulation cannot reach.
+#[test]
+fn emulated_pm_cost_is_charged_recorded_and_skips_pmdk() {
+    let dir = scratch();
+    let json = dir.path().join("bench.json");
+    let output = ferrite(&[
+        "bench",
+        "--engine",
+        "redo,pmdk",
+        "--workload",
+        "hash",
+        "--update",
+        "100",
+        "--pm-line-ns",
+        "3000",
+        "--pm-fence-ns",
+        "2000",
+        "--ops",
+        "200",
+        "--runs",
+        "1",
+        "--keys",
+        "64",
+        "--warmup",
+        "10",
+        "--quiet",
+        "--json",
+        text(&json),
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("skipping pmdk: PMDK writes PM through its own library"),
+        "{}",
+        stderr(&output)
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("read")).expect("JSON");
+    assert_eq!(report["request"]["pm_line_ns"], 3000);
+    assert_eq!(report["request"]["pm_fence_ns"], 2000);
+    let measurements = report["measurements"].as_array().expect("measurements");
+    assert_eq!(measurements.len(), 1, "redo only");
+    let p50 = measurements[0]["latency_ns"][0].as_u64().expect("p50");
+    assert!(p50 >= 5000, "one line and one fence charged: p50 {p50} ns");
+    let usage = ferrite(&["bench", "--pm-line-ns", "100001"]);
+    assert_eq!(usage.status.code(), Some(2), "{}", stderr(&usage));
 }
 
 /// Value sizes outside what the workloads take (none, or above their 1 MiB limit) are

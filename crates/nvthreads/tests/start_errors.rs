@@ -186,7 +186,11 @@ fn a_pool_size_out_of_range_names_its_variable() {
         command.env("NVT_HEAP_MB", "1048576");
     });
     assert_refused(&output, "not enough space");
-    assert!(stderr(&output).contains("NVT_HEAP_MB of heap"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("NVT_HEAP_MB of heap"),
+        "{}",
+        stderr(&output)
+    );
     assert!(!pool.exists(), "no half-made pool is left");
 }
 

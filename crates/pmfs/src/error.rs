@@ -92,6 +92,16 @@ impl Corrupt {
     pub(crate) fn new(message: impl Into<String>) -> Self {
         Corrupt(message.into())
     }
+
+    /// The same damage, said to be in inode `ino`'s structures (once: a message that
+    /// already names an inode is kept).
+    pub(crate) fn of_inode(self, ino: u64) -> Self {
+        if self.0.contains("inode ") {
+            self
+        } else {
+            Corrupt(format!("inode {ino}: {}", self.0))
+        }
+    }
 }
 
 impl From<pmem::checked::CheckedError> for Corrupt {

@@ -351,7 +351,8 @@ pub(crate) fn rebuild<B: Persist>(pm: &B, sb: &Superblock) -> Result<Rebuilt, Co
             count += n;
             Ok(())
         };
-        tree::walk(pm, sb, inode.tree, inode.is_huge(), &mut mark)?;
+        tree::walk(pm, sb, inode.tree, inode.is_huge(), &mut mark)
+            .map_err(|error| error.of_inode(ino))?;
         if let Some(visit) = xattr {
             mark(visit)?;
         }

@@ -169,7 +169,14 @@ fn a_file_whose_tree_node_is_damaged_is_removed_and_its_blocks_freed() {
     let (node, height) = split_root(inode.tree);
     assert_eq!(height, 1, "5000 bytes need an interior node");
     poke(&mut image, node + 7, &[0x7f]);
-    assert!(Fs::mount(pool_of(image.clone()), options()).is_err());
+    let Err(pmfs::FsError::Corrupted(message)) = Fs::mount(pool_of(image.clone()), options())
+    else {
+        panic!("the damaged node must fail the mount");
+    };
+    assert!(
+        message.starts_with(&format!("inode {a}: block pointer")),
+        "the mount names the damaged file: {message}"
+    );
     let (repairs, px) = repair(image);
     assert!(matches!(repairs[0], FsckRepair::InodeRemoved { ino, .. } if ino == a));
     assert_intact(&px, &["/d/a"]);

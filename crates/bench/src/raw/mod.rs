@@ -23,7 +23,7 @@ pub use hash::RawHash;
 
 use crate::choice::{LAYOUT, WorkloadChoice};
 use crate::runner::{Measurement, RunError, RunSpec, Subject, Turn, measure_subject};
-use pmem::{CreateOptions, Native, NativeOptions, Persist, Pool, Region, WriteClass};
+use pmem::{CreateOptions, Native, Persist, Pool, Region, WriteClass};
 use tx::{TxError, TxResult};
 
 /// Whether the raw reference persists its operations.
@@ -154,9 +154,7 @@ pub(crate) fn run(
     let path = spec.pool_dir.join(name);
     let _cleanup = crate::scratch::ScratchFile::new(path.clone());
     let mut options = CreateOptions::new(LAYOUT, spec.pool_size);
-    options.native = NativeOptions::default()
-        .try_with_env_overrides()
-        .map_err(crate::choice::OpenError::from)?;
+    options.native = crate::choice::native_options(spec.pm_latency)?;
     let pool: Pool<Native> =
         Pool::create(&path, &options).map_err(crate::choice::OpenError::from)?;
     match spec.workload {

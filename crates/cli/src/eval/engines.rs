@@ -16,8 +16,8 @@ use crate::report::{Plot, Section, Table, Verdict};
 use bench::Progress;
 use bench::choice::{EngineChoice, WorkloadChoice};
 use bench::engines::{
-    self, EngineResults, EngineRun as Run, FLOORS, Family, IDEAL, PEER_ENGINES, PMDK, Plan, RAW,
-    SEED, SILO_ENGINES,
+    self, EngineResults, EngineRun as Run, FLOORS, Family, IDEAL, MVCC, PEER_ENGINES, PMDK, Plan,
+    RAW, SEED, SILO_ENGINES,
 };
 use bench::runner::Measurement;
 use indicatif::ProgressBar;
@@ -60,11 +60,21 @@ fn section_of(plan: &Plan, outcomes: &EngineResults, quick: bool) -> anyhow::Res
         Verdict::Fail
     };
     section.summary = summary(plan, outcomes, &goals, quick);
-    section.tables = groups(runs)
+    let (swept, compared): (Vec<Run>, Vec<Run>) = runs
+        .iter()
+        .cloned()
+        .partition(|run| matches!(run.family, Family::PmCost { .. }));
+    section.tables = groups(&compared)
         .into_iter()
         .map(|group| group_table(&group))
         .collect();
-    section.plots = plots(plan, runs)?;
+    if !swept.is_empty() {
+        section.tables.push(pm_cost_table(&swept));
+    }
+    section.plots = plots(plan, &compared)?;
+    if let Some(plot) = pm_cost_plot(&swept)? {
+        section.plots.push(plot);
+    }
     section.json = json!({
         "plan": plan,
         "seed": SEED,
@@ -75,6 +85,154 @@ fn section_of(plan: &Plan, outcomes: &EngineResults, quick: bool) -> anyhow::Res
         "runs": runs,
     });
     Ok(section)
+}
+
+/// What the emulated-PM-cost table measures, and why it is there.
+fn pm_cost_note(plan: &Plan) -> String {
+    let costs: Vec<String> = plan.pm_cost_line_ns.iter().map(u32::to_string).collect();
+    format!(
+        "Emulated PM cost (last table): this machine's pools are DRAM, where a write-back \
+         costs what a store does, so the MVCC engine's argument (TimeStone: coalesce writes \
+         in a DRAM version log and write PM less than a logging engine) shows in its bytes \
+         only. The sweep spins {} ns per cache line Ferrite's pools write back (flushed or \
+         streamed; `ferrite bench --pm-line-ns`, as the seeds' DRAM-based emulators did) on \
+         the hot-key upserts and TimeStone's hash at 80 % updates, mvcc, redo and undo \
+         measured together at each cost (PMDK writes PM through its own library, which the \
+         emulation cannot charge). Goals above are judged at no added cost only.",
+        costs.join(", ")
+    )
+}
+
+/// One row per (workload, cost) of the sweep: each engine's rate, mvcc's ratios and the
+/// lines each engine wrote back per operation (what the cost is charged on).
+fn pm_cost_table(runs: &[Run]) -> Table {
+    const ENGINES: [EngineChoice; 3] = bench::engines::PM_COST_ENGINES;
+    let mut table = Table::new(
+        "Emulated PM cost: the MVCC engine against redo and undo, 1 thread, \
+         extra nanoseconds per cache line written back"
+            .to_owned(),
+        &[
+            "workload",
+            "ns/line",
+            "mvcc Kops/s",
+            "redo Kops/s",
+            "undo Kops/s",
+            "mvcc ÷ redo",
+            "mvcc ÷ undo",
+            "lines/op mvcc · redo · undo",
+        ],
+    );
+    for group in groups(runs) {
+        let Family::PmCost { line_ns } = group[0].family else {
+            continue;
+        };
+        let of = |engine| group.iter().find(|run| run.engine == engine);
+        let rate = |engine| of(engine).map(|run| run.throughput());
+        let [mvcc, redo, undo] = ENGINES.map(rate);
+        let lines: Vec<String> = ENGINES
+            .iter()
+            .map(|&engine| {
+                of(engine)
+                    .map(|run| format!("{:.1}", lines_written_back_per_op(&run.measurement)))
+                    .unwrap_or_else(|| "n/a".to_owned())
+            })
+            .collect();
+        let workload = match group[0].workload {
+            WorkloadChoice::Hash => format!(
+                "hot-key upserts: {} keys, {} B values",
+                group[0].params.keys, group[0].params.value_size
+            ),
+            _ => format!(
+                "{} {} %: {} keys",
+                group[0].workload.name(),
+                group[0].params.update_percent,
+                group[0].params.keys
+            ),
+        };
+        table.push(vec![
+            workload,
+            line_ns.to_string(),
+            kops_or_na(mvcc),
+            kops_or_na(redo),
+            kops_or_na(undo),
+            cells::optional(ratio_of(mvcc, redo)),
+            cells::optional(ratio_of(mvcc, undo)),
+            lines.join(" · "),
+        ]);
+    }
+    table
+}
+
+fn kops_or_na(rate: Option<f64>) -> String {
+    rate.map_or_else(|| "n/a".to_owned(), cells::kops)
+}
+
+fn ratio_of(value: Option<f64>, base: Option<f64>) -> Option<f64> {
+    value.and_then(|value| cells::ratio(value, base))
+}
+
+/// Cache lines written back per operation, flushed or streamed: what the emulation
+/// charges (`pmem::native`).
+fn lines_written_back_per_op(m: &Measurement) -> f64 {
+    m.traffic.media_write_amplification.unwrap_or(0.0) * m.traffic.user_bytes_per_op / 64.0
+}
+
+/// mvcc ÷ redo and mvcc ÷ undo at each emulated cost, one series per workload.
+fn pm_cost_plot(runs: &[Run]) -> anyhow::Result<Option<Plot>> {
+    let mut costs: Vec<u32> = Vec::new();
+    let mut workloads: Vec<(WorkloadChoice, String)> = Vec::new();
+    for run in runs {
+        if let Family::PmCost { line_ns } = run.family
+            && !costs.contains(&line_ns)
+        {
+            costs.push(line_ns);
+        }
+        if !workloads.iter().any(|(w, _)| *w == run.workload) {
+            let name = match run.workload {
+                WorkloadChoice::Hash => "hot-key upserts".to_owned(),
+                w => format!("{} {}%", w.name(), run.params.update_percent),
+            };
+            workloads.push((run.workload, name));
+        }
+    }
+    if costs.is_empty() {
+        return Ok(None);
+    }
+    let rate = |workload, line_ns, engine| {
+        runs.iter()
+            .find(|r| {
+                r.workload == workload
+                    && r.family == Family::PmCost { line_ns }
+                    && r.engine == engine
+            })
+            .map(Run::throughput)
+    };
+    let mut bars = Vec::new();
+    for (workload, name) in &workloads {
+        for (base, base_name) in [
+            (bench::engines::REDO, "redo"),
+            (bench::engines::UNDO, "undo"),
+        ] {
+            let values = costs
+                .iter()
+                .map(|&ns| ratio_of(rate(*workload, ns, MVCC), rate(*workload, ns, base)))
+                .collect();
+            bars.push(BarSeries {
+                name: format!("{name}: mvcc ÷ {base_name}"),
+                values,
+            });
+        }
+    }
+    let labels: Vec<String> = costs.iter().map(|ns| format!("+{ns} ns/line")).collect();
+    let title = "MVCC against the logging engines under emulated PM cost";
+    Ok(Some(Plot {
+        id: "pm-cost".to_owned(),
+        title: format!(
+            "{title}: mvcc's median throughput over redo's and undo's, by extra nanoseconds \
+             per cache line written back (1.0: equal)"
+        ),
+        svg: grouped_bar_chart(title, "mvcc ÷ engine", &labels, &bars)?,
+    }))
 }
 
 /// "hash (1 thread) on redo: operation failed: …" for each failed configuration.
@@ -96,14 +254,13 @@ fn failure_lines(outcomes: &EngineResults) -> Vec<String> {
 
 fn summary(plan: &Plan, outcomes: &EngineResults, goals: &[Goal], quick: bool) -> Vec<String> {
     let count = |family| outcomes.of_family(family).count();
-    let hot = outcomes
-        .runs
-        .iter()
-        .filter(|r| matches!(r.family, Family::HotKey { .. }))
-        .count();
+    let matching =
+        |family: fn(&Family) -> bool| outcomes.runs.iter().filter(|r| family(&r.family)).count();
+    let hot = matching(|f| matches!(f, Family::HotKey { .. }));
+    let swept = matching(|f| matches!(f, Family::PmCost { .. }));
     let mut lines = vec![format!(
-        "Measured {} configurations ({} Silo, {} TimeStone, {} YCSB / TPC-C, {hot} hot-key) \
-         in {:.0} s: \
+        "Measured {} configurations ({} Silo, {} TimeStone, {} YCSB / TPC-C, {hot} hot-key, \
+         {swept} with emulated PM cost) in {:.0} s: \
          {} operations per timed run ({} on the list) after {:.0} % as warm-up, median of {} \
          run(s); the engines of a table were measured together, their timed runs taken in \
          turn (every engine's first run, then every engine's second, …).",
@@ -129,6 +286,9 @@ fn summary(plan: &Plan, outcomes: &EngineResults, goals: &[Goal], quick: bool) -
          docs/mvcc-format.md §11."
             .to_owned(),
     );
+    if swept > 0 {
+        lines.push(pm_cost_note(plan));
+    }
     lines.extend(goals.iter().map(Goal::line));
     lines.extend(engine_goals::scaling_line(outcomes));
     if let Some(error) = &outcomes.pmdk_skipped {
@@ -443,5 +603,64 @@ mod tests {
             crate::report::ClaimVerdict::Met
         );
         assert_eq!(section.verdict, Verdict::Info);
+    }
+
+    /// A run of the sweep at `line_ns` of `engine` on `workload`, `lines` cache lines
+    /// written back per operation of 64 user bytes.
+    fn swept(workload: WorkloadChoice, line_ns: u32, engine: EngineChoice, kops: f64) -> Run {
+        let mut run = fake::silo(workload, engine, kops, Some(1.0));
+        run.family = Family::PmCost { line_ns };
+        run.label = run.config().label();
+        run.measurement.traffic.user_bytes_per_op = 64.0;
+        run.measurement.traffic.media_write_amplification =
+            Some(if engine == MVCC { 2.0 } else { 5.0 });
+        run
+    }
+
+    #[test]
+    fn the_pm_cost_sweep_gets_one_table_of_ratios_and_stays_out_of_the_others() {
+        let runs = vec![
+            fake::silo(WorkloadChoice::Array, REDO, 800.0, Some(2.5)),
+            swept(WorkloadChoice::Hash, 0, MVCC, 500.0),
+            swept(WorkloadChoice::Hash, 0, REDO, 1000.0),
+            swept(WorkloadChoice::Hash, 0, UNDO, 800.0),
+            swept(WorkloadChoice::Hash, 300, MVCC, 300.0),
+            swept(WorkloadChoice::Hash, 300, REDO, 200.0),
+        ];
+        let results = EngineResults {
+            runs,
+            ..EngineResults::default()
+        };
+        let section = section_of(&Plan::QUICK, &results, true).expect("section");
+        assert_eq!(section.tables.len(), 2, "the Silo group and the sweep");
+        let table = &section.tables[1];
+        assert!(
+            table.title.starts_with("Emulated PM cost"),
+            "{}",
+            table.title
+        );
+        assert_eq!(table.rows.len(), 2, "one row per cost");
+        assert_eq!(table.rows[0][1], "0");
+        assert_eq!(table.rows[0][5], "0.50", "mvcc ÷ redo at no cost");
+        assert_eq!(table.rows[0][6], "0.62", "mvcc ÷ undo at no cost");
+        assert_eq!(table.rows[0][7], "2.0 · 5.0 · 5.0");
+        assert_eq!(table.rows[1][5], "1.50", "mvcc ÷ redo at 300 ns");
+        assert_eq!(table.rows[1][4], "n/a", "no undo run at 300 ns");
+        assert!(section.plots.iter().any(|p| p.id == "pm-cost"));
+        let amplification = section
+            .plots
+            .iter()
+            .find(|p| p.id == "write-amplification")
+            .expect("the WA plot");
+        assert!(
+            !amplification.svg.contains("ns/line"),
+            "the sweep's runs stay out of the write-amplification plot"
+        );
+        assert!(
+            section
+                .summary
+                .iter()
+                .any(|l| l.starts_with("Emulated PM cost"))
+        );
     }
 }

@@ -445,7 +445,12 @@ mod tests {
     fn bad_values_name_the_variable() {
         let error = parse(&[("NVT_HEAP_MB", "lots")]).expect_err("not a number");
         assert_eq!(error.to_string(), "NVT_HEAP_MB=lots: expected a number");
-        for name in ["NVT_HEAP_MB", "NVT_LOG_MB", "NVT_MALLOC_MB", "NVT_PMALLOC_MB"] {
+        for name in [
+            "NVT_HEAP_MB",
+            "NVT_LOG_MB",
+            "NVT_MALLOC_MB",
+            "NVT_PMALLOC_MB",
+        ] {
             for bad in ["0", "1048577", "99999999999", "18446744073709551615"] {
                 let error = parse(&[(name, bad)]).expect_err("out of range");
                 assert_eq!(
