@@ -2,8 +2,10 @@
 //! thread can see of the lane.
 
 use crate::chain::Bytes;
+use crate::reclaim::NumberHasher;
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::AtomicU64;
 use tx::ring::LogRing;
 
@@ -25,8 +27,9 @@ pub(crate) struct Lane {
     pub(crate) olog: LogRing,
     pub(crate) scratch: Vec<u8>,
     pub(crate) writes: Vec<WriteEntry>,
-    /// Chunk → position in `writes`, for large write sets.
-    pub(crate) by_chunk: HashMap<u64, usize>,
+    /// Chunk → position in `writes`, for large write sets (keyed by the engine's own chunk
+    /// numbers: the cheap hash the checkpointer's sets use, not SipHash).
+    pub(crate) by_chunk: HashMap<u64, usize, BuildHasherDefault<NumberHasher>>,
     /// Chunks read (when reads are validated).
     pub(crate) reads: Vec<u64>,
     pub(crate) args: Vec<u8>,
@@ -121,7 +124,7 @@ impl Lane {
             olog: LogRing::new(size),
             scratch: Vec::new(),
             writes: Vec::new(),
-            by_chunk: HashMap::new(),
+            by_chunk: HashMap::default(),
             reads: Vec::new(),
             args: Vec::new(),
             fresh: Vec::new(),

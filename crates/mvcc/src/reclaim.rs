@@ -104,7 +104,7 @@ impl Ckpt {
 /// engine's own numbers, not chosen by an adversary, so SipHash's resistance to flooding
 /// buys nothing here; it cost a checkpoint more than its sort.
 #[derive(Clone, Copy, Debug, Default)]
-struct NumberHasher(u64);
+pub(crate) struct NumberHasher(u64);
 
 /// An odd constant near 2^64 / φ.
 const FIBONACCI: u64 = 0x9E37_79B9_7F4A_7C15;
