@@ -81,7 +81,12 @@ pub enum Family {
 }
 
 impl Family {
-    /// Display name.
+    /// Whether the family's runs spin an emulated PM cost (the sweep, above 0 ns per line).
+    pub fn charges_pm_cost(self) -> bool {
+        matches!(self, Family::PmCost { line_ns } if line_ns > 0)
+    }
+
+    /// The family's name in tables.
     pub fn name(self) -> &'static str {
         match self {
             Family::Silo => "Silo",
@@ -532,21 +537,26 @@ impl EngineResults {
         self.get(config, engine)
     }
 
-    /// The write amplification of every run of `engine` that counted it.
-    pub fn amplifications(&self, engine: EngineChoice) -> Vec<(f64, &EngineRun)> {
+    /// The runs of `engine` at no added PM cost: the goals are judged on these only (the
+    /// emulated-cost sweep's charged runs repeat configurations under a different machine).
+    fn uncharged_runs(&self, engine: EngineChoice) -> impl Iterator<Item = &EngineRun> {
         self.runs
             .iter()
-            .filter(|run| run.engine == engine)
+            .filter(move |run| run.engine == engine && !run.family.charges_pm_cost())
+    }
+
+    /// The write amplification of every run of `engine` at no added PM cost that counted it.
+    pub fn amplifications(&self, engine: EngineChoice) -> Vec<(f64, &EngineRun)> {
+        self.uncharged_runs(engine)
             .filter_map(|run| Some((run.write_amplification()?, run)))
             .collect()
     }
 
-    /// The fewest and most fences per commit of `engine` over the runs that committed.
+    /// The fewest and most fences per commit of `engine` over the runs at no added PM cost
+    /// that committed.
     pub fn fence_range(&self, engine: EngineChoice) -> Option<(f64, f64, usize)> {
         let fences: Vec<f64> = self
-            .runs
-            .iter()
-            .filter(|run| run.engine == engine)
+            .uncharged_runs(engine)
             .filter_map(|run| run.measurement.traffic.fences_per_commit)
             .collect();
         let min = fences.iter().copied().reduce(f64::min)?;

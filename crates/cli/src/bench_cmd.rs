@@ -177,12 +177,17 @@ fn progress_bar(len: u64, quiet: bool) -> ProgressBar {
     )
 }
 
-/// Prints one table per (workload, threads), with throughput ratios against the baseline.
+/// Prints one table per (workload, threads), with throughput ratios against the baseline;
+/// with an emulated PM cost, first what it charges and a column of each engine's charge.
 pub fn print_tables(
     results: &[Measurement],
     baseline: Option<&str>,
+    pm_latency: pmem::LatencyModel,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
+    if pm_latency.is_enabled() {
+        writeln!(out, "\n{}", pm_cost_note(results, pm_latency))?;
+    }
     let mut groups: Vec<(String, usize)> = results
         .iter()
         .map(|m| (m.workload.clone(), m.threads))
@@ -202,7 +207,7 @@ pub fn print_tables(
         let ratio_heading = base
             .as_ref()
             .map_or("ratio".to_owned(), |(name, _)| format!("× {name}"));
-        table.set_header(vec![
+        let mut header = vec![
             "engine".to_owned(),
             "Kops/s (median)".into(),
             ratio_heading,
@@ -213,9 +218,17 @@ pub fn print_tables(
             "PM B/op".into(),
             "WA (ours)".into(),
             "WA TimeStone (new objs / artifact)".into(),
-        ]);
+        ];
+        if pm_latency.is_enabled() {
+            header.push("emulated PM µs/op".into());
+        }
+        table.set_header(header);
         for m in &rows {
-            table.add_row(row(m, base.as_ref().map(|b| b.1)));
+            let mut cells = row(m, base.as_ref().map(|b| b.1));
+            if pm_latency.is_enabled() {
+                cells.push(charged_cell(m, pm_latency));
+            }
+            table.add_row(cells);
         }
         writeln!(out, "{table}")?;
         for m in rows.iter().filter(|m| !m.events.is_empty()) {
@@ -223,6 +236,52 @@ pub fn print_tables(
         }
     }
     Ok(())
+}
+
+/// What the emulated PM cost charges, and which measured engines it could not charge (no
+/// line written back, no fence): their rates are not PM rates, whatever column they sit in.
+fn pm_cost_note(results: &[Measurement], pm_latency: pmem::LatencyModel) -> String {
+    let mut uncharged: Vec<&str> = Vec::new();
+    for m in results {
+        let charged = emulated_ns_per_op(m, pm_latency).is_some_and(|ns| ns > 0.0);
+        if !charged && !uncharged.contains(&m.engine.as_str()) {
+            uncharged.push(&m.engine);
+        }
+    }
+    let mut note = format!(
+        "Emulated PM cost: {} ns spun per cache line Ferrite's pools write back (flushed or \
+         streamed) and {} ns per fence; the last column is each engine's charge per \
+         operation (pmdk, which the emulation cannot reach, is skipped).",
+        pm_latency.line_writeback_ns, pm_latency.fence_ns
+    );
+    if !uncharged.is_empty() {
+        note.push_str(&format!(
+            " Not charged at all: {} (nothing written back or fenced; mem has no pool, \
+             raw:volatile never writes back), so their rates are DRAM rates, not PM ones.",
+            uncharged.join(", ")
+        ));
+    }
+    note
+}
+
+/// Nanoseconds of emulated PM cost charged per operation: the lines written back (flushed,
+/// or streamed and counted in whole lines, as `pmem::native` charges them) and the fences,
+/// at `pm_latency`'s prices; `None` when the engine stored nothing through Ferrite's seam.
+pub fn emulated_ns_per_op(m: &Measurement, pm_latency: pmem::LatencyModel) -> Option<f64> {
+    if !traffic_counted(m) || m.ops == 0 {
+        return None;
+    }
+    let lines = m.counters.media_bytes() / pmem::CACHE_LINE;
+    let charged = lines.saturating_mul(pm_latency.line_writeback_ns)
+        + m.counters.fences.saturating_mul(pm_latency.fence_ns);
+    Some(charged as f64 / m.ops as f64)
+}
+
+fn charged_cell(m: &Measurement, pm_latency: pmem::LatencyModel) -> String {
+    match emulated_ns_per_op(m, pm_latency) {
+        None => "none (no PM)".to_owned(),
+        Some(ns) => format!("{:.2}", ns / 1e3),
+    }
 }
 
 /// An engine's own event counters over the timed runs, one line (the MVCC engine's include
@@ -251,6 +310,10 @@ pub fn json_report(request: &BenchRequest, results: &[Measurement]) -> serde_jso
             let mut value = serde_json::to_value(m).unwrap_or(serde_json::Value::Null);
             if let Some(object) = value.as_object_mut() {
                 object.insert("traffic_counted".into(), traffic_counted(m).into());
+                object.insert(
+                    "emulated_pm_ns_per_op".into(),
+                    emulated_ns_per_op(m, request.pm_latency).into(),
+                );
             }
             value
         })

@@ -453,7 +453,7 @@ fn run_bench(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     };
     let results = bench_cmd::run(&request, args.quiet)?;
     let baseline = args.baseline.map(|b| b.to_string());
-    bench_cmd::print_tables(&results, baseline.as_deref(), out)?;
+    bench_cmd::print_tables(&results, baseline.as_deref(), request.pm_latency, out)?;
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&bench_cmd::json_report(&request, &results))?;
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
@@ -487,6 +487,13 @@ fn bench_lists_are_consistent(args: &BenchArgs) -> Result<(), UsageError> {
             "--baseline {baseline} is not one of the engines measured (--engine {})",
             engines.join(",")
         ))),
+        Some(bench::choice::EngineChoice::Pmdk) if args.pm_line_ns > 0 || args.pm_fence_ns > 0 => {
+            Err(UsageError(
+                "--baseline pmdk: PMDK is skipped under --pm-line-ns or --pm-fence-ns (the \
+                 emulation cannot charge its stores); choose another baseline"
+                    .to_owned(),
+            ))
+        }
         _ => Ok(()),
     }
 }

@@ -790,6 +790,76 @@ fn emulated_pm_cost_is_charged_recorded_and_skips_pmdk() {
     assert_eq!(usage.status.code(), Some(2), "{}", stderr(&usage));
 }
 
+/// Under an emulated PM cost the table says what was charged: a note with the prices and
+/// the engines it cannot charge (mem has no pool, raw:volatile writes nothing back), and
+/// each engine's charge per operation, in the table and in the JSON; a PMDK baseline, which
+/// the emulation skips, is a usage error rather than a ratio silently against another engine.
+#[test]
+fn emulated_pm_cost_says_which_engines_were_charged() {
+    let dir = scratch();
+    let json = dir.path().join("bench.json");
+    let output = ferrite(&[
+        "bench",
+        "--engine",
+        "raw:volatile,mem,redo",
+        "--workload",
+        "hash",
+        "--update",
+        "100",
+        "--pm-line-ns",
+        "200",
+        "--ops",
+        "200",
+        "--runs",
+        "1",
+        "--keys",
+        "64",
+        "--warmup",
+        "10",
+        "--quiet",
+        "--json",
+        text(&json),
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let out = stdout(&output);
+    assert!(out.contains("Emulated PM cost: 200 ns"), "{out}");
+    assert!(
+        out.contains("Not charged at all: raw:volatile, mem "),
+        "{out}"
+    );
+    assert!(out.contains("emulated PM µs/op"), "{out}");
+    assert!(out.contains("none (no PM)"), "{out}");
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("read")).expect("JSON");
+    let charge = |engine: &str| {
+        report["measurements"]
+            .as_array()
+            .expect("measurements")
+            .iter()
+            .find(|m| m["engine"] == engine)
+            .map(|m| m["emulated_pm_ns_per_op"].clone())
+            .expect("engine measured")
+    };
+    assert!(charge("redo").as_f64().expect("redo charged") >= 200.0);
+    assert_eq!(charge("raw:volatile").as_f64(), Some(0.0));
+    assert!(charge("mem").is_null());
+    let usage = ferrite(&[
+        "bench",
+        "--engine",
+        "pmdk,redo",
+        "--baseline",
+        "pmdk",
+        "--pm-line-ns",
+        "100",
+    ]);
+    assert_eq!(usage.status.code(), Some(2), "{}", stderr(&usage));
+    assert!(
+        stderr(&usage).contains("--baseline pmdk"),
+        "{}",
+        stderr(&usage)
+    );
+}
+
 /// Value sizes outside what the workloads take (none, or above their 1 MiB limit) are
 /// usage errors before any pool is made, not a benchmark of nothing or a failed operation
 /// after the setup.

@@ -532,6 +532,41 @@ mod tests {
         assert_eq!(goals[3].headline().verdict, ClaimVerdict::NotMeasured);
     }
 
+    /// The emulated-cost sweep's charged runs are not judged ("goals are judged at no added
+    /// cost only"); its run at 0 ns is an ordinary measurement and is.
+    #[test]
+    fn amplification_and_fence_goals_leave_out_the_charged_sweep() {
+        use WorkloadChoice::{Hash, TsHash};
+        use bench::engines::Family;
+        let swept = |engine, line_ns, wa, fences| {
+            let mut run = fake::timestone(TsHash, 80, 1, engine, 100.0, Some(wa));
+            run.family = Family::PmCost { line_ns };
+            run.measurement.traffic.fences_per_commit = Some(fences);
+            run
+        };
+        let runs = results(vec![
+            fake::silo(Hash, REDO, 300.0, Some(2.5)),
+            fake::silo(Hash, UNDO, 300.0, Some(2.0)),
+            swept(REDO, 0, 2.6, 1.0),
+            swept(REDO, 300, 3.5, 1.5),
+            swept(UNDO, 300, 4.9, 4.0),
+        ]);
+        let goals = goals(&runs);
+        let [amplification, fences] = [&goals[4], &goals[5]];
+        assert_eq!(amplification.holds, Some(true), "{amplification:?}");
+        assert!(
+            amplification
+                .measured
+                .contains("redo: at most 3 in 2 of 2 runs, worst 2.60")
+                && amplification
+                    .measured
+                    .contains("undo: at most 3 in 1 of 1 runs"),
+            "{amplification:?}"
+        );
+        assert_eq!(fences.holds, Some(true), "{fences:?}");
+        assert!(fences.measured.contains("over 2 runs"), "{fences:?}");
+    }
+
     #[test]
     fn hot_key_and_update_heavy_goals_compare_mvcc_with_redo_and_undo() {
         use WorkloadChoice::{Hash, TsHash};
