@@ -40,10 +40,19 @@ pub fn timestone_amplification(m: &Measurement) -> String {
 
 /// PM bytes stored per operation, or "n/a" when nothing was counted.
 pub fn pm_bytes_per_op(m: &Measurement) -> String {
-    if m.counters.pm_bytes() > 0 {
-        format!("{:.0}", m.traffic.pm_bytes_per_op)
+    if m.counters.pm_bytes() == 0 {
+        return "n/a".into();
+    }
+    bytes_per_op(m.traffic.pm_bytes_per_op)
+}
+
+/// Bytes per operation: whole bytes, with one decimal below 10 (a read-mostly workload's
+/// 1.4 bytes would otherwise read as 1, and 0.4 as 0).
+pub fn bytes_per_op(bytes: f64) -> String {
+    if bytes < 10.0 {
+        format!("{bytes:.1}")
     } else {
-        "n/a".into()
+        format!("{bytes:.0}")
     }
 }
 
@@ -58,4 +67,17 @@ pub fn threads_text(threads: usize) -> String {
 /// "bst 20%, 2 threads": where a number was measured, for summary lines.
 pub fn place(run: &EngineRun) -> String {
     format!("{}, {}", run.label, threads_text(run.threads()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_byte_counts_keep_a_decimal() {
+        assert_eq!(bytes_per_op(0.44), "0.4");
+        assert_eq!(bytes_per_op(9.94), "9.9");
+        assert_eq!(bytes_per_op(10.0), "10");
+        assert_eq!(bytes_per_op(532.4), "532");
+    }
 }

@@ -390,9 +390,11 @@ pub fn scaling_line(results: &EngineResults) -> Option<String> {
                 continue;
             };
             let speedup = two.throughput() / one.throughput();
-            let bytes = |r: &bench::engines::EngineRun| r.measurement.traffic.pm_bytes_per_op;
+            let bytes = |r: &bench::engines::EngineRun| {
+                crate::cells::bytes_per_op(r.measurement.traffic.pm_bytes_per_op)
+            };
             parts.push(format!(
-                "{}: {speedup:.2}× throughput, {:.0} → {:.0} PM B/op",
+                "{}: {speedup:.2}× throughput, {} → {} PM B/op",
                 one.label,
                 bytes(one),
                 bytes(two)
