@@ -101,6 +101,14 @@ pub struct Measurement {
     pub checked: bool,
 }
 
+impl Measurement {
+    /// Cache lines written back over the timed runs, flushed or streamed (a streamed run
+    /// counted in whole lines): what an emulated PM cost charges per line (`pmem::native`).
+    pub fn lines_written_back(&self) -> u64 {
+        self.counters.media_bytes() / pmem::CACHE_LINE
+    }
+}
+
 /// Why a run failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {

@@ -271,8 +271,9 @@ pub fn emulated_ns_per_op(m: &Measurement, pm_latency: pmem::LatencyModel) -> Op
     if !traffic_counted(m) || m.ops == 0 {
         return None;
     }
-    let lines = m.counters.media_bytes() / pmem::CACHE_LINE;
-    let charged = lines.saturating_mul(pm_latency.line_writeback_ns)
+    let charged = m
+        .lines_written_back()
+        .saturating_mul(pm_latency.line_writeback_ns)
         + m.counters.fences.saturating_mul(pm_latency.fence_ns);
     Some(charged as f64 / m.ops as f64)
 }

@@ -598,13 +598,12 @@ fn pool_exit_code(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
     }
     // A mount point that is missing is "no such file"; one that is a file is a wrong
     // argument.
-    if let Some(fsmount::MountError::NotADirectory(dir)) = error.downcast_ref() {
-        let exists = std::path::Path::new(dir).exists();
-        return Some(if exists {
-            i32::from(USAGE_EXIT)
-        } else {
-            pmem::PoolError::NotFound.exit_code()
-        });
+    match error.downcast_ref::<fsmount::MountError>() {
+        Some(fsmount::MountError::MissingMountPoint(_)) => {
+            return Some(pmem::PoolError::NotFound.exit_code());
+        }
+        Some(fsmount::MountError::NotADirectory(_)) => return Some(i32::from(USAGE_EXIT)),
+        _ => {}
     }
     if let Some(failure) = error.downcast_ref::<fs_cmd::ServerFailed>() {
         return Some(failure.exit_code);

@@ -740,26 +740,17 @@ fn bench_json_says_what_was_asked_and_whether_traffic_was_counted() {
     }
 }
 
-/// `--pm-line-ns` and `--pm-fence-ns` charge Ferrite's pools (every committing operation
-/// writes back at least one line and fences once, so its latency is at least the charge:
-/// a lower bound, whatever the machine's speed), are recorded in the JSON, and skip PMDK,
-/// whose stores the emulation cannot reach.
-#[test]
-fn emulated_pm_cost_is_charged_recorded_and_skips_pmdk() {
-    let dir = scratch();
-    let json = dir.path().join("bench.json");
-    let output = ferrite(&[
+/// A short all-update hash bench of `engines` under the emulated PM `costs`, with its JSON
+/// written to `json`.
+fn costed_bench(engines: &str, costs: &[&str], json: &Path) -> Output {
+    let mut args = vec![
         "bench",
         "--engine",
-        "redo,pmdk",
+        engines,
         "--workload",
         "hash",
         "--update",
         "100",
-        "--pm-line-ns",
-        "3000",
-        "--pm-fence-ns",
-        "2000",
         "--ops",
         "200",
         "--runs",
@@ -770,8 +761,25 @@ fn emulated_pm_cost_is_charged_recorded_and_skips_pmdk() {
         "10",
         "--quiet",
         "--json",
-        text(&json),
-    ]);
+        text(json),
+    ];
+    args.extend_from_slice(costs);
+    ferrite(&args)
+}
+
+/// `--pm-line-ns` and `--pm-fence-ns` charge Ferrite's pools (every committing operation
+/// writes back at least one line and fences once, so its latency is at least the charge:
+/// a lower bound, whatever the machine's speed), are recorded in the JSON, and skip PMDK,
+/// whose stores the emulation cannot reach.
+#[test]
+fn emulated_pm_cost_is_charged_recorded_and_skips_pmdk() {
+    let dir = scratch();
+    let json = dir.path().join("bench.json");
+    let output = costed_bench(
+        "redo,pmdk",
+        &["--pm-line-ns", "3000", "--pm-fence-ns", "2000"],
+        &json,
+    );
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(
         stderr(&output).contains("skipping pmdk: PMDK writes PM through its own library"),
@@ -798,28 +806,7 @@ fn emulated_pm_cost_is_charged_recorded_and_skips_pmdk() {
 fn emulated_pm_cost_says_which_engines_were_charged() {
     let dir = scratch();
     let json = dir.path().join("bench.json");
-    let output = ferrite(&[
-        "bench",
-        "--engine",
-        "raw:volatile,mem,redo",
-        "--workload",
-        "hash",
-        "--update",
-        "100",
-        "--pm-line-ns",
-        "200",
-        "--ops",
-        "200",
-        "--runs",
-        "1",
-        "--keys",
-        "64",
-        "--warmup",
-        "10",
-        "--quiet",
-        "--json",
-        text(&json),
-    ]);
+    let output = costed_bench("raw:volatile,mem,redo", &["--pm-line-ns", "200"], &json);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let out = stdout(&output);
     assert!(out.contains("Emulated PM cost: 200 ns"), "{out}");

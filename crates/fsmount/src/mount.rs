@@ -64,8 +64,11 @@ impl MountConfig {
 /// Why a mount failed or ended badly.
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
-    /// The mount point is missing or not a directory (its path is in the field; the
-    /// message leaves it to the caller, which names the mount point already).
+    /// The mount point does not exist (its path is in the field; the message leaves it to
+    /// the caller, which names the mount point already).
+    #[error("the mount point is not an existing directory")]
+    MissingMountPoint(String),
+    /// The mount point exists but is not a directory (path as above).
     #[error("the mount point is not an existing directory")]
     NotADirectory(String),
     /// The FUSE device cannot be opened (missing, or not readable and writable by this
@@ -103,10 +106,13 @@ impl Mounted {
 /// Whether `dir` can be a mount point (an existing directory): checked by every mount, and
 /// by callers that want to refuse a bad mount point before the work of opening a pool.
 pub fn check_mount_point(dir: &Path) -> Result<(), MountError> {
-    if dir.is_dir() {
-        Ok(())
-    } else {
-        Err(MountError::NotADirectory(dir.display().to_string()))
+    let path = || dir.display().to_string();
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            Err(MountError::MissingMountPoint(path()))
+        }
+        _ => Err(MountError::NotADirectory(path())),
     }
 }
 

@@ -172,9 +172,9 @@ fn ratio_of(value: Option<f64>, base: Option<f64>) -> Option<f64> {
 }
 
 /// Cache lines written back per operation, flushed or streamed: what the emulation
-/// charges (`pmem::native`).
+/// charges.
 fn lines_written_back_per_op(m: &Measurement) -> f64 {
-    m.traffic.media_write_amplification.unwrap_or(0.0) * m.traffic.user_bytes_per_op / 64.0
+    m.lines_written_back() as f64 / m.ops.max(1) as f64
 }
 
 /// mvcc ÷ redo and mvcc ÷ undo at each emulated cost, one series per workload.
@@ -605,15 +605,14 @@ mod tests {
         assert_eq!(section.verdict, Verdict::Info);
     }
 
-    /// A run of the sweep at `line_ns` of `engine` on `workload`, `lines` cache lines
-    /// written back per operation of 64 user bytes.
+    /// A run of the sweep at `line_ns` of `engine` on `workload`: mvcc writes back 2 cache
+    /// lines per operation, the others 5.
     fn swept(workload: WorkloadChoice, line_ns: u32, engine: EngineChoice, kops: f64) -> Run {
         let mut run = fake::silo(workload, engine, kops, Some(1.0));
         run.family = Family::PmCost { line_ns };
         run.label = run.config().label();
-        run.measurement.traffic.user_bytes_per_op = 64.0;
-        run.measurement.traffic.media_write_amplification =
-            Some(if engine == MVCC { 2.0 } else { 5.0 });
+        let lines_per_op = if engine == MVCC { 2 } else { 5 };
+        run.measurement.counters.flushed_lines = lines_per_op * run.measurement.ops;
         run
     }
 
