@@ -406,7 +406,28 @@ pub fn grouped_bar_chart(
     categories: &[String],
     series: &[BarSeries],
 ) -> Result<String> {
-    let max = series_values(series).fold(0.0, f64::max);
+    grouped_chart(title, y_label, categories, series, None)
+}
+
+/// [`grouped_bar_chart`] of ratios, with a dashed line across the plot at 1.0 (equal), the
+/// axis reaching at least that high, so a bar reads at a glance as above or below it.
+pub fn grouped_ratio_chart(
+    title: &str,
+    y_label: &str,
+    categories: &[String],
+    series: &[BarSeries],
+) -> Result<String> {
+    grouped_chart(title, y_label, categories, series, Some(1.0))
+}
+
+fn grouped_chart(
+    title: &str,
+    y_label: &str,
+    categories: &[String],
+    series: &[BarSeries],
+    reference: Option<f64>,
+) -> Result<String> {
+    let max = series_values(series).chain(reference).fold(0.0, f64::max);
     let legend_share = legend_share(series.len());
     let y_max = if max > 0.0 {
         max / (1.0 - legend_share)
@@ -431,6 +452,15 @@ pub fn grouped_bar_chart(
             .label_style((FONT, 14))
             .draw()?;
         draw_grouped(&mut chart, series, 0.0, None)?;
+        if let Some(level) = reference {
+            let end = categories.len().max(1) as i64 * SLOTS;
+            chart.draw_series(DashedLineSeries::new(
+                [(0, level), (end, level)],
+                6,
+                4,
+                BLACK.stroke_width(1),
+            ))?;
+        }
         draw_legend(&mut chart)?;
         root.present()?;
     }
@@ -762,6 +792,23 @@ pub(crate) mod tests {
         assert!(svg.matches("<rect").count() >= 6, "{svg}");
         grouped_bar_chart("empty", "x", &[], &[]).expect("no bars");
         assert!(grouped_width(40, 6) > SIZE.0, "many bars widen the chart");
+    }
+
+    /// A ratio chart's axis reaches 1.0 even when every bar is far below it, and a dashed
+    /// line (its segments: polylines a plain bar chart has none of) marks it.
+    #[test]
+    fn a_ratio_chart_marks_equal_with_a_line() {
+        let categories = vec!["+0 ns".to_owned(), "+300 ns".to_owned()];
+        let series = vec![BarSeries {
+            name: "mvcc ÷ redo".into(),
+            values: vec![Some(0.3), Some(0.4)],
+        }];
+        let plain = grouped_bar_chart("r", "ratio", &categories, &series).expect("chart");
+        let ratio = grouped_ratio_chart("r", "ratio", &categories, &series).expect("chart");
+        assert!(ratio.contains("\n1.0\n"), "{ratio}");
+        assert!(!plain.contains("\n1.0\n"), "{plain}");
+        let lines = |svg: &str| svg.matches("<polyline").count() + svg.matches("<line").count();
+        assert!(lines(&ratio) > lines(&plain) + 4, "dashes drawn");
     }
 
     /// Heights of the bars of an SVG chart: the filled rectangles in a palette colour.

@@ -8,11 +8,21 @@ use pmem::Persist;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How often the reclaimer looks again for grace periods that ended while versions or
 /// headers wait for one (a lane's next transaction usually ends them within microseconds).
 const GRACE_POLL: Duration = Duration::from_micros(50);
+
+/// How long the reclaimer must go without a request before it looks at the interval since
+/// its last look: a read-mostly one that left headers in the table ends in a settle
+/// ([`Core::settle`]). Short enough that a bulk load's headers stop costing reads within
+/// milliseconds; long enough that the look costs nothing measurable.
+const SETTLE_AFTER: Duration = Duration::from_millis(10);
+
+/// How often an idle reclaimer with no header in the table looks again (a write that makes
+/// one asks for nothing until the version log fills).
+const IDLE_POLL: Duration = Duration::from_secs(1);
 
 /// Starts the reclaimer of `core`; `None` (the lanes reclaim by themselves) if the thread
 /// cannot be started.
@@ -36,14 +46,27 @@ impl<P: Persist> Core<P> {
     /// poisoned, the CLog too small) ends it: the lanes then reclaim by themselves and
     /// meet the same failure as a typed error of their next transaction.
     fn serve_requests(&self) {
+        let mut quiet = Quiet::new(self.transactions_so_far());
         loop {
-            let poll = (!self.retired.lock().is_empty()).then_some(GRACE_POLL);
-            match self.requests.next(poll) {
+            let poll = if !self.retired.lock().is_empty() {
+                GRACE_POLL
+            } else if self.table.live() > 0 {
+                SETTLE_AFTER
+            } else {
+                IDLE_POLL
+            };
+            match self.requests.next(Some(poll)) {
                 Wake::Stop => return,
-                Wake::Idle => {}
+                Wake::Idle => {
+                    if quiet.is_over() && self.settles_after(&mut quiet) && self.settle().is_err() {
+                        self.requests.withdraw();
+                        return;
+                    }
+                }
                 Wake::Work(Work::Trim) => {
                     self.trim();
                     self.count_done();
+                    quiet.restart();
                 }
                 Wake::Work(Work::Checkpoint) => {
                     if self.checkpoint_and_release().is_err() {
@@ -51,10 +74,18 @@ impl<P: Persist> Core<P> {
                         return;
                     }
                     self.count_done();
+                    quiet.restart();
                 }
             }
             self.free_expired();
         }
+    }
+
+    /// Whether the interval `quiet` ends calls for a settle: it was read-mostly and left
+    /// headers in the table. Starts the next interval either way.
+    fn settles_after(&self, quiet: &mut Quiet) -> bool {
+        quiet.restart();
+        self.read_mostly_since(&mut quiet.counted) && self.table.live() > 0
     }
 
     /// Counts a served request once it is done (Release: whoever reads the count with
@@ -63,5 +94,31 @@ impl<P: Persist> Core<P> {
         self.stats
             .background_reclaims
             .fetch_add(1, Ordering::Release);
+    }
+}
+
+/// The reclaimer's view of the interval since its last request or look.
+struct Quiet {
+    /// When the interval began.
+    since: Instant,
+    /// Read-only and writing transactions before it.
+    counted: (u64, u64),
+}
+
+impl Quiet {
+    fn new(counted: (u64, u64)) -> Self {
+        Quiet {
+            since: Instant::now(),
+            counted,
+        }
+    }
+
+    /// Whether [`SETTLE_AFTER`] went by without a request.
+    fn is_over(&self) -> bool {
+        self.since.elapsed() >= SETTLE_AFTER
+    }
+
+    fn restart(&mut self) {
+        self.since = Instant::now();
     }
 }

@@ -111,6 +111,7 @@ pub(crate) struct Stats {
     pub(crate) cooled: AtomicU64,
     pub(crate) inline_reclaims: AtomicU64,
     pub(crate) background_reclaims: AtomicU64,
+    pub(crate) settles: AtomicU64,
 }
 
 /// The name under which `Engine::event_counters` reports the bytes copied into the version
@@ -166,6 +167,9 @@ pub struct MvccStats {
     pub inline_reclaims: u64,
     /// Trims and checkpoints the background reclaimer ran.
     pub background_reclaims: u64,
+    /// Checkpoints with a write-back the background reclaimer ran on its own after a
+    /// quiet, read-mostly interval, so reads went back to the masters (§5.10).
+    pub settles: u64,
     /// Chunks with a control header now.
     pub headers: u64,
     /// The clock: `"tsc"` or `"counter"`.
@@ -577,6 +581,7 @@ impl<P: Persist> Core<P> {
             cooled: get(&s.cooled),
             inline_reclaims: get(&s.inline_reclaims),
             background_reclaims: get(&s.background_reclaims),
+            settles: get(&s.settles),
             headers: self.table.live(),
             clock: if self.clock.is_tsc() {
                 "tsc"
@@ -844,6 +849,7 @@ impl<P: Persist, R: Replay> Engine for Mvcc<P, R> {
             ("cooled_headers", s.cooled),
             ("inline_reclaims", s.inline_reclaims),
             ("background_reclaims", s.background_reclaims),
+            ("settles", s.settles),
             ("headers", s.headers),
         ]
     }

@@ -748,16 +748,7 @@ impl<P: Persist> Core<P> {
     /// between 1 in 20 and 1 in 2 writing tells the read-mostly workloads (1 in 50) from
     /// the update-heavy ones (4 in 5, 1 in 1) alike.
     fn read_mostly_since_last(&self, ck: &mut Ckpt) -> bool {
-        let reads: u64 = self
-            .shared
-            .iter()
-            .map(|s| s.reads.load(Ordering::Relaxed))
-            .sum();
-        let writes = self.stats.commits_logical.load(Ordering::Relaxed)
-            + self.stats.commits_physical.load(Ordering::Relaxed);
-        let (r, w) = (reads - ck.counted.0, writes - ck.counted.1);
-        ck.counted = (reads, writes);
-        self.options.read_mostly_writeback && r > 0 && r >= 7 * w
+        self.read_mostly_since(&mut ck.counted)
     }
 
     /// Above [`crate::MvccOptions::cool_headers`] headers in use: writes the content of the
@@ -954,6 +945,47 @@ impl<P: Persist> Core<P> {
         }
         self.retire(Vec::new(), headers);
         self.stats.writebacks.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Whether the transactions since `counted` (reads, writes), which it then advances,
+    /// were read-mostly by the same test as [`Core::read_mostly_since_last`]: at least 7 in 8
+    /// only read, and the option on.
+    pub(crate) fn read_mostly_since(&self, counted: &mut (u64, u64)) -> bool {
+        let now = self.transactions_so_far();
+        let (r, w) = (now.0 - counted.0, now.1 - counted.1);
+        *counted = now;
+        self.options.read_mostly_writeback && r > 0 && r >= 7 * w
+    }
+
+    /// Read-only and writing transactions committed so far.
+    pub(crate) fn transactions_so_far(&self) -> (u64, u64) {
+        let reads: u64 = self
+            .shared
+            .iter()
+            .map(|s| s.reads.load(Ordering::Relaxed))
+            .sum();
+        let writes = self.stats.commits_logical.load(Ordering::Relaxed)
+            + self.stats.commits_physical.load(Ordering::Relaxed);
+        (reads, writes)
+    }
+
+    /// A checkpoint of what is committed, then a write-back of everything checkpointed:
+    /// the headers it leaves empty leave the table, so reads of their chunks go to the
+    /// masters again. The reclaimer runs it after a quiet, read-mostly interval — a bulk
+    /// load followed by reads, say — instead of waiting for a full version log to force a
+    /// checkpoint (§5.10). What it writes back, the full checkpoint log would have forced
+    /// later; a chunk written again after it is written back once more.
+    pub(crate) fn settle(&self) -> TxResult<()> {
+        self.checkpoint_and_release()?;
+        {
+            let mut ck = self.ckpt.lock();
+            let _reading = self.reclaiming();
+            if !ck.writeback.is_empty() {
+                self.write_back(&mut ck)?;
+            }
+        }
+        self.stats.settles.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 

@@ -857,6 +857,85 @@ fn a_read_mostly_interval_ends_in_a_write_back() {
     assert_eq!(writes_then_reads(false, 64), (0, 0), "option off");
 }
 
+/// Writes word 0 of root chunks 1..=16 (16 headers, below a trim request), then runs
+/// `body` with the engine and its options (the background reclaimer on, cooling off, so
+/// only a write-back takes headers out), then checks every value before and after a reopen.
+fn sixteen_headers_then(read_mostly_writeback: bool, body: impl FnOnce(&Mvcc<Native, NoReplay>)) {
+    let dir = tempfile::tempdir_in(pmem::DEFAULT_POOL_DIR).expect("tmp");
+    let options = MvccOptions {
+        cool_headers: u32::MAX,
+        read_mostly_writeback,
+        ..MvccOptions::small()
+    }
+    .with_background(true);
+    let engine = Mvcc::create(native_pool(&dir), &options, NoReplay).expect("create");
+    let chunks = 1..=16u64;
+    for chunk in chunks.clone() {
+        engine
+            .transaction(|tx| tx.write_u64(tx.root::<()>(), 64 * chunk, chunk))
+            .expect("write");
+    }
+    assert!(engine.stats().headers >= 16, "{:?}", engine.stats());
+    body(&engine);
+    check_root_survives_reopen(engine, &dir, &options, 0, chunks);
+}
+
+/// Reads the root's chunks until `done` holds (true) or 60 s pass (false).
+fn read_until(engine: &Mvcc<Native, NoReplay>, done: impl Fn(&mvcc::MvccStats) -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        if done(&engine.stats()) {
+            return true;
+        }
+        engine
+            .read_only(|tx| tx.read_u64(tx.root::<()>(), 64))
+            .expect("read");
+    }
+    false
+}
+
+/// A bulk load followed by reads only: no version log fills, no checkpoint is asked for,
+/// yet the reclaimer settles on its own (a checkpoint and a write-back after a quiet,
+/// read-mostly interval), so the load's headers leave the table and reads go to the
+/// masters again.
+#[test]
+fn reads_after_a_load_settle_its_headers_back_to_the_masters() {
+    sixteen_headers_then(true, |engine| {
+        assert!(
+            read_until(engine, |s| s.settles > 0 && s.headers == 0),
+            "never settled: {:?}",
+            engine.stats()
+        );
+        assert_eq!(engine.stats().inline_reclaims, 0, "{:?}", engine.stats());
+    });
+}
+
+/// No settle without reads (every look finds writes only) or with the option off.
+#[test]
+fn writes_or_the_option_off_never_settle() {
+    sixteen_headers_then(true, |engine| {
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(100);
+        let mut round = 0;
+        while std::time::Instant::now() < until {
+            round += 1;
+            engine
+                .transaction(|tx| tx.write_u64(tx.root::<()>(), 0, round % 2))
+                .expect("write");
+        }
+        engine
+            .transaction(|tx| tx.write_u64(tx.root::<()>(), 0, 0))
+            .expect("write");
+        assert_eq!(engine.stats().settles, 0, "{:?}", engine.stats());
+    });
+    sixteen_headers_then(false, |engine| {
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(100);
+        read_until(engine, |s| {
+            s.settles > 0 || std::time::Instant::now() > until
+        });
+        assert_eq!(engine.stats().settles, 0, "{:?}", engine.stats());
+    });
+}
+
 /// Objects take the heap's size class (an 80-byte object takes 96 bytes, not two whole
 /// chunks), so neighbours share a chunk: a committed write to one's tail gives the shared
 /// chunk a header, and the other's bytes there still read back — through the chain, after a

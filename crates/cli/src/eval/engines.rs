@@ -11,7 +11,7 @@ use super::engine_goals::{self, Goal};
 use super::{EvalOptions, empty_section};
 use crate::cells;
 use crate::cells::threads_text;
-use crate::plot::{BarSeries, grouped_bar_chart};
+use crate::plot::{BarSeries, grouped_bar_chart, grouped_ratio_chart};
 use crate::report::{Plot, Section, Table, Verdict};
 use bench::Progress;
 use bench::choice::{EngineChoice, WorkloadChoice};
@@ -231,7 +231,7 @@ fn pm_cost_plot(runs: &[Run]) -> anyhow::Result<Option<Plot>> {
             "{title}: mvcc's median throughput over redo's and undo's, by extra nanoseconds \
              per cache line written back (1.0: equal)"
         ),
-        svg: grouped_bar_chart(title, "mvcc ÷ engine", &labels, &bars)?,
+        svg: grouped_ratio_chart(title, "mvcc ÷ engine", &labels, &bars)?,
     }))
 }
 
