@@ -82,10 +82,10 @@ impl<P: Persist> Core<P> {
     }
 
     /// Whether the interval `quiet` ends calls for a settle: it was read-mostly and left
-    /// headers in the table. Starts the next interval either way.
+    /// something to checkpoint or write back. Starts the next interval either way.
     fn settles_after(&self, quiet: &mut Quiet) -> bool {
         quiet.restart();
-        self.read_mostly_since(&mut quiet.counted) && self.table.live() > 0
+        self.read_mostly_since(&mut quiet.counted) && self.has_settling_work()
     }
 
     /// Counts a served request once it is done (Release: whoever reads the count with

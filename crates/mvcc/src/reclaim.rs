@@ -970,6 +970,23 @@ impl<P: Persist> Core<P> {
         (reads, writes)
     }
 
+    /// Whether a settle would checkpoint or write back anything: chunks listed since the
+    /// last checkpoint (or kept from it), blocks written in place, heap metadata, or
+    /// checkpointed chunks not written back yet. Without any, a settle would only append an
+    /// empty checkpoint record: reads alone write nothing.
+    pub(crate) fn has_settling_work(&self) -> bool {
+        let pending = {
+            let ck = self.ckpt.lock();
+            !ck.writeback.is_empty() || !ck.retained.is_empty()
+        };
+        pending
+            || !self.meta_dirty.lock().is_empty()
+            || self
+                .shared
+                .iter()
+                .any(|s| !s.dirty.lock().is_empty() || !s.fresh.lock().is_empty())
+    }
+
     /// A checkpoint of what is committed, then a write-back of everything checkpointed:
     /// the headers it leaves empty leave the table, so reads of their chunks go to the
     /// masters again. The reclaimer runs it after a quiet, read-mostly interval — a bulk

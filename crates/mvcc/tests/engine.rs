@@ -906,7 +906,19 @@ fn reads_after_a_load_settle_its_headers_back_to_the_masters() {
             "never settled: {:?}",
             engine.stats()
         );
-        assert_eq!(engine.stats().inline_reclaims, 0, "{:?}", engine.stats());
+        let settled = engine.stats();
+        assert_eq!(settled.inline_reclaims, 0, "{settled:?}");
+        // Nothing left to settle: more reads write nothing (no checkpoint record either).
+        let stored = engine.counters().stored_bytes;
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(50);
+        read_until(engine, |_| std::time::Instant::now() > until);
+        let after = engine.stats();
+        assert_eq!(
+            (after.settles, after.checkpoints, after.writebacks),
+            (settled.settles, settled.checkpoints, settled.writebacks),
+            "{after:?}"
+        );
+        assert_eq!(engine.counters().stored_bytes, stored);
     });
 }
 
