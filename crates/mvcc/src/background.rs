@@ -51,7 +51,7 @@ impl<P: Persist> Core<P> {
             let poll = if !self.retired.lock().is_empty() {
                 GRACE_POLL
             } else if self.table.live() > 0 {
-                SETTLE_AFTER
+                quiet.next_look()
             } else {
                 IDLE_POLL
             };
@@ -66,7 +66,7 @@ impl<P: Persist> Core<P> {
                 Wake::Work(Work::Trim) => {
                     self.trim();
                     self.count_done();
-                    quiet.restart();
+                    quiet.busy();
                 }
                 Wake::Work(Work::Checkpoint) => {
                     if self.checkpoint_and_release().is_err() {
@@ -74,7 +74,7 @@ impl<P: Persist> Core<P> {
                         return;
                     }
                     self.count_done();
-                    quiet.restart();
+                    quiet.busy();
                 }
             }
             self.free_expired();
@@ -84,8 +84,16 @@ impl<P: Persist> Core<P> {
     /// Whether the interval `quiet` ends calls for a settle: it was read-mostly and left
     /// something to checkpoint or write back. Starts the next interval either way.
     fn settles_after(&self, quiet: &mut Quiet) -> bool {
+        let now = self.transactions_so_far();
+        let (reads, writes) = (now.0 - quiet.counted.0, now.1 - quiet.counted.1);
+        quiet.counted = now;
         quiet.restart();
-        self.read_mostly_since(&mut quiet.counted) && self.has_settling_work()
+        if reads + writes == 0 {
+            quiet.idle_looks = quiet.idle_looks.saturating_add(1);
+        } else {
+            quiet.idle_looks = 0;
+        }
+        self.is_read_mostly(reads, writes) && self.has_settling_work()
     }
 
     /// Counts a served request once it is done (Release: whoever reads the count with
@@ -103,6 +111,9 @@ struct Quiet {
     since: Instant,
     /// Read-only and writing transactions before it.
     counted: (u64, u64),
+    /// Looks in a row that found no transaction at all: each doubles the wait for the
+    /// next (up to [`IDLE_POLL`]), so an engine nobody uses does not wake 100 times a second.
+    idle_looks: u32,
 }
 
 impl Quiet {
@@ -110,7 +121,21 @@ impl Quiet {
         Quiet {
             since: Instant::now(),
             counted,
+            idle_looks: 0,
         }
+    }
+
+    /// How long to wait before the next look.
+    fn next_look(&self) -> Duration {
+        SETTLE_AFTER
+            .saturating_mul(1 << self.idle_looks.min(7))
+            .min(IDLE_POLL)
+    }
+
+    /// A request came: transactions are running, look again soon.
+    fn busy(&mut self) {
+        self.restart();
+        self.idle_looks = 0;
     }
 
     /// Whether [`SETTLE_AFTER`] went by without a request.
@@ -120,5 +145,24 @@ impl Quiet {
 
     fn restart(&mut self) {
         self.since = Instant::now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Looks that find no transaction back off from 10 ms to at most 1 s; a request or a
+    /// transaction brings the wait back to 10 ms.
+    #[test]
+    fn idle_looks_back_off_up_to_a_second() {
+        let mut quiet = Quiet::new((0, 0));
+        assert_eq!(quiet.next_look(), SETTLE_AFTER);
+        quiet.idle_looks = 3;
+        assert_eq!(quiet.next_look(), Duration::from_millis(80));
+        quiet.idle_looks = u32::MAX;
+        assert_eq!(quiet.next_look(), IDLE_POLL);
+        quiet.busy();
+        assert_eq!(quiet.next_look(), SETTLE_AFTER);
     }
 }

@@ -748,7 +748,10 @@ impl<P: Persist> Core<P> {
     /// between 1 in 20 and 1 in 2 writing tells the read-mostly workloads (1 in 50) from
     /// the update-heavy ones (4 in 5, 1 in 1) alike.
     fn read_mostly_since_last(&self, ck: &mut Ckpt) -> bool {
-        self.read_mostly_since(&mut ck.counted)
+        let now = self.transactions_so_far();
+        let (reads, writes) = (now.0 - ck.counted.0, now.1 - ck.counted.1);
+        ck.counted = now;
+        self.is_read_mostly(reads, writes)
     }
 
     /// Above [`crate::MvccOptions::cool_headers`] headers in use: writes the content of the
@@ -948,14 +951,10 @@ impl<P: Persist> Core<P> {
         Ok(())
     }
 
-    /// Whether the transactions since `counted` (reads, writes), which it then advances,
-    /// were read-mostly by the same test as [`Core::read_mostly_since_last`]: at least 7 in 8
-    /// only read, and the option on.
-    pub(crate) fn read_mostly_since(&self, counted: &mut (u64, u64)) -> bool {
-        let now = self.transactions_so_far();
-        let (r, w) = (now.0 - counted.0, now.1 - counted.1);
-        *counted = now;
-        self.options.read_mostly_writeback && r > 0 && r >= 7 * w
+    /// Whether `reads` read-only and `writes` writing transactions make a read-mostly
+    /// interval: at least 7 in 8 only read, and the option on.
+    pub(crate) fn is_read_mostly(&self, reads: u64, writes: u64) -> bool {
+        self.options.read_mostly_writeback && reads > 0 && reads >= 7 * writes
     }
 
     /// Read-only and writing transactions committed so far.
