@@ -801,20 +801,7 @@ fn a_pinned_snapshot_makes_the_committer_wait_not_grow() {
 /// more write before the next sync. Returns the write-backs and the bytes they wrote after
 /// the first sync, having checked every value before and after a reopen.
 fn writes_then_reads(read_mostly_writeback: bool, reads: u64) -> (u64, u64) {
-    let dir = tempfile::tempdir_in(pmem::DEFAULT_POOL_DIR).expect("tmp");
-    let options = MvccOptions {
-        cool_headers: u32::MAX,
-        read_mostly_writeback,
-        ..MvccOptions::small()
-    }
-    .with_background(false);
-    let engine = Mvcc::create(native_pool(&dir), &options, NoReplay).expect("create");
-    let chunks = 1..=16u64;
-    for chunk in chunks.clone() {
-        engine
-            .transaction(|tx| tx.write_u64(tx.root::<()>(), 64 * chunk, chunk))
-            .expect("write");
-    }
+    let (dir, options, engine) = sixteen_chunks_written(read_mostly_writeback, false);
     engine.sync().expect("sync");
     let before = engine.stats();
     assert_eq!(
@@ -831,7 +818,7 @@ fn writes_then_reads(read_mostly_writeback: bool, reads: u64) -> (u64, u64) {
         .expect("write");
     engine.sync().expect("sync");
     let after = engine.stats();
-    check_root_survives_reopen(engine, &dir, &options, 99, chunks);
+    check_root_survives_reopen(engine, &dir, &options, 99, SIXTEEN);
     (
         after.writebacks - before.writebacks,
         after.writeback_bytes - before.writeback_bytes,
@@ -857,27 +844,39 @@ fn a_read_mostly_interval_ends_in_a_write_back() {
     assert_eq!(writes_then_reads(false, 64), (0, 0), "option off");
 }
 
-/// Writes word 0 of root chunks 1..=16 (16 headers, below a trim request), then runs
-/// `body` with the engine and its options (the background reclaimer on, cooling off, so
-/// only a write-back takes headers out), then checks every value before and after a reopen.
-fn sixteen_headers_then(read_mostly_writeback: bool, body: impl FnOnce(&Mvcc<Native, NoReplay>)) {
+/// The root chunks [`sixteen_chunks_written`] writes.
+const SIXTEEN: std::ops::RangeInclusive<u64> = 1..=16;
+
+/// A fresh engine (small geometry, cooling off, so only a write-back takes headers out)
+/// whose transactions wrote word 0 of each root chunk of [`SIXTEEN`] (16 headers, below a
+/// trim request), with its pool's directory and its options.
+fn sixteen_chunks_written(
+    read_mostly_writeback: bool,
+    background: bool,
+) -> (tempfile::TempDir, MvccOptions, Mvcc<Native, NoReplay>) {
     let dir = tempfile::tempdir_in(pmem::DEFAULT_POOL_DIR).expect("tmp");
     let options = MvccOptions {
         cool_headers: u32::MAX,
         read_mostly_writeback,
         ..MvccOptions::small()
     }
-    .with_background(true);
+    .with_background(background);
     let engine = Mvcc::create(native_pool(&dir), &options, NoReplay).expect("create");
-    let chunks = 1..=16u64;
-    for chunk in chunks.clone() {
+    for chunk in SIXTEEN {
         engine
             .transaction(|tx| tx.write_u64(tx.root::<()>(), 64 * chunk, chunk))
             .expect("write");
     }
     assert!(engine.stats().headers >= 16, "{:?}", engine.stats());
+    (dir, options, engine)
+}
+
+/// [`sixteen_chunks_written`] with the background reclaimer on, then `body`, then checks
+/// every value before and after a reopen.
+fn sixteen_headers_then(read_mostly_writeback: bool, body: impl FnOnce(&Mvcc<Native, NoReplay>)) {
+    let (dir, options, engine) = sixteen_chunks_written(read_mostly_writeback, true);
     body(&engine);
-    check_root_survives_reopen(engine, &dir, &options, 0, chunks);
+    check_root_survives_reopen(engine, &dir, &options, 0, SIXTEEN);
 }
 
 /// Reads the root's chunks until `done` holds (true) or 60 s pass (false).
