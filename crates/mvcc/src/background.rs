@@ -152,8 +152,8 @@ impl Quiet {
 mod tests {
     use super::*;
 
-    /// Looks that find no transaction back off from 10 ms to at most 1 s; a request or a
-    /// transaction brings the wait back to 10 ms.
+    /// Looks that find no transaction back off from 10 ms to at most 1 s; a request brings
+    /// the wait back to 10 ms.
     #[test]
     fn idle_looks_back_off_up_to_a_second() {
         let mut quiet = Quiet::new((0, 0));
