@@ -893,6 +893,12 @@ fn read_until(engine: &Mvcc<Native, NoReplay>, done: impl Fn(&mvcc::MvccStats) -
     false
 }
 
+/// Reads the root's chunks for `millis` milliseconds.
+fn read_for(engine: &Mvcc<Native, NoReplay>, millis: u64) {
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(millis);
+    read_until(engine, |_| std::time::Instant::now() > until);
+}
+
 /// A bulk load followed by reads only: no version log fills, no checkpoint is asked for,
 /// yet the reclaimer settles on its own (a checkpoint and a write-back after a quiet,
 /// read-mostly interval), so the load's headers leave the table and reads go to the
@@ -909,8 +915,7 @@ fn reads_after_a_load_settle_its_headers_back_to_the_masters() {
         assert_eq!(settled.inline_reclaims, 0, "{settled:?}");
         // Nothing left to settle: more reads write nothing (no checkpoint record either).
         let stored = engine.counters().stored_bytes;
-        let until = std::time::Instant::now() + std::time::Duration::from_millis(50);
-        read_until(engine, |_| std::time::Instant::now() > until);
+        read_for(engine, 50);
         let after = engine.stats();
         assert_eq!(
             (after.settles, after.checkpoints, after.writebacks),
@@ -939,10 +944,7 @@ fn writes_or_the_option_off_never_settle() {
         assert_eq!(engine.stats().settles, 0, "{:?}", engine.stats());
     });
     sixteen_headers_then(false, |engine| {
-        let until = std::time::Instant::now() + std::time::Duration::from_millis(100);
-        read_until(engine, |s| {
-            s.settles > 0 || std::time::Instant::now() > until
-        });
+        read_for(engine, 100);
         assert_eq!(engine.stats().settles, 0, "{:?}", engine.stats());
     });
 }
