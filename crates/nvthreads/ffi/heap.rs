@@ -85,6 +85,11 @@ fn arena_runtime(caller: usize) -> Option<&'static nvthreads::runtime::Runtime> 
         .filter(|runtime| runtime.malloc_mode() != MallocMode::Private && runtime.arena().is_some())
 }
 
+/// Whether the program's allocations go to the runtime's arena (not to glibc).
+pub(crate) fn program_arena() -> bool {
+    arena_runtime(0).is_some()
+}
+
 /// The runtime, if `ptr` is one of its arena's blocks.
 fn owner(ptr: *mut c_void) -> Option<&'static nvthreads::runtime::Runtime> {
     if ptr.is_null() || !ENABLED.load(Ordering::Acquire) {
@@ -183,7 +188,7 @@ entry_point!(
     pvalloc(size: size_t) -> *mut c_void => pvalloc_from, "rsi", "x1"
 );
 
-extern "C" fn malloc_from(size: size_t, caller: usize) -> *mut c_void {
+pub(crate) extern "C" fn malloc_from(size: size_t, caller: usize) -> *mut c_void {
     match arena_runtime(caller) {
         Some(runtime) => or_enomem(runtime.arena_alloc(size, 16, false)),
         // SAFETY: glibc's malloc has no preconditions.
@@ -344,7 +349,7 @@ pub unsafe extern "C" fn strndup(text: *const c_char, max: size_t) -> *mut c_cha
 ///
 /// # Safety
 /// `text` is readable for `len` bytes.
-unsafe fn copy_string(text: *const c_char, len: usize) -> *mut c_char {
+pub(crate) unsafe fn copy_string(text: *const c_char, len: usize) -> *mut c_char {
     let copy = malloc_from(len + 1, 0).cast::<c_char>();
     if !copy.is_null() {
         // SAFETY: `copy` has `len + 1` bytes; `text` has `len` readable bytes.

@@ -29,6 +29,7 @@
 
 mod c11;
 mod heap;
+mod libc_allocs;
 mod pthread;
 
 use libc::{c_char, c_int, c_void, size_t, ssize_t};

@@ -27,9 +27,42 @@ fn key<T>(object: *const T) -> u64 {
 
 /// The running runtime, or `None` when dormant; ends a child of `fork()` outside
 /// `pthread_create` (`runtime::fork`).
-fn active() -> Option<&'static Runtime> {
+fn active() -> Option<Active> {
     nvthreads::runtime::fork::refuse_if_forked("a pthread call");
-    crate::active()
+    crate::active().map(Active::new)
+}
+
+/// The runtime for the length of one interposed call, which leaves `errno` as the caller had
+/// it. glibc's pthread functions report errors by their result and never change `errno`, and
+/// programs rely on that (`if (write(...) < 0) { lock; report strerror(errno); }`); the
+/// runtime's own system calls would change it (a futex wait that finds its word changed
+/// sets `EAGAIN`, a merge's `mprotect`s and `madvise`s).
+struct Active {
+    runtime: &'static Runtime,
+    errno: c_int,
+}
+
+impl Active {
+    fn new(runtime: &'static Runtime) -> Self {
+        // SAFETY: `__errno_location` returns this thread's errno, valid for its life.
+        let errno = unsafe { *libc::__errno_location() };
+        Self { runtime, errno }
+    }
+}
+
+impl std::ops::Deref for Active {
+    type Target = Runtime;
+
+    fn deref(&self) -> &Runtime {
+        self.runtime
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        // SAFETY: as in `Active::new`.
+        unsafe { *libc::__errno_location() = self.errno };
+    }
 }
 
 /// A deadline the runtime can wait for, or `EINVAL`.
@@ -275,7 +308,7 @@ pub unsafe extern "C" fn pthread_getname_np(
             let len = pending.iter().position(|&b| b == 0).unwrap_or(15);
             pending[..len].to_vec()
         }
-        None => match comm_path(runtime, thread).map(std::fs::read) {
+        None => match comm_path(&runtime, thread).map(std::fs::read) {
             Ok(Ok(text)) => text,
             Ok(Err(error)) => return error.raw_os_error().unwrap_or(libc::EIO),
             Err(errno) => return errno,

@@ -31,9 +31,10 @@
  *     section, the section is durable. In general a thread's writes up to its last
  *     synchronisation point are durable once nvt_durable_epoch() >= nvt_section_epoch();
  *     a dependent section reaches that when the open section it depends on ends.
- * Stdout is made line-buffered (a 64 KiB buffer) when the first thread starts: a line
- * printed by one call goes out in one write, so it never tears on a file up to 64 KiB, nor
- * on a pipe up to 4 KiB (PIPE_BUF); longer lines can tear across threads.
+ * Stdout is made line-buffered (a 64 KiB buffer) when the first thread starts, unless the
+ * program chose its buffering before (setvbuf, setbuf, setlinebuf): a line printed by one
+ * call goes out in one write, so it never tears on a file up to 64 KiB, nor on a pipe up to
+ * 4 KiB (PIPE_BUF); longer lines can tear across threads.
  *
  * Memory. Threads are processes. Shared between them, with pthreads semantics for
  * data-race-free programs (a thread sees another's writes after synchronising with it):
@@ -46,10 +47,21 @@
  * and globals, unless persistent) is written in place by every thread, as with pthreads; a
  * racy program sees races as it would under pthreads. Private to each thread (a copy of
  * the creator's at creation): stacks, thread-local variables, other libraries' globals, and
- * memory libc allocates for itself (stdio buffers, DIR streams, ...): a FILE is used by one
- * thread at a time; streams are flushed at pthread_create and at each thread's exit.
+ * memory libc allocates for itself (stdio buffers, DIR streams, ...). What libc allocates
+ * and hands to the program is shared like malloc's memory for asprintf (x86-64),
+ * vasprintf, getline, getdelim, realpath, canonicalize_file_name, getcwd(NULL, n) and
+ * get_current_dir_name; other results libc allocates (scandir's list, open_memstream's
+ * buffer, ...) stay private to the thread that made them. Each thread has its own copy of
+ * every FILE and its buffer: two threads using one FILE lose or repeat data, even under a
+ * mutex (each reads ahead into its own buffer; output goes out at each one's flushes), so
+ * give each thread its own stream, or use read/write on the descriptor. Streams are flushed
+ * at pthread_create and at each thread's exit.
  *
- * Threads are processes, also for signals and atomics. A signal goes to the process it is
+ * Threads are processes, also for signals, child processes and atomics. wait() and
+ * waitpid(-1, ...) can return a thread's process (status 0), and SIGCHLD is raised when a
+ * thread ends: wait for the program's own children by their pid. A thread made by a
+ * thread dies with the main process (a thread's process whose thread has ended stays, idle,
+ * until the threads it made have ended). A signal goes to the process it is
  * sent to: kill(getpid(), ...) or raise() reaches only the calling thread (from main, only
  * the main thread: a thread blocked in sigwait never sees it); a signal to the process
  * group (Ctrl-C) runs the handler in every thread. Volatile malloc'd memory and globals
@@ -65,8 +77,11 @@
  * Limits. Mutex attributes other than the type are ignored; pthread_cancel returns ENOTSUP;
  * thread attributes other than the detach state do not apply (a thread runs on a copy of its
  * creator's stack); pthread_key (and tss) destructors do not run, and a key created after a
- * thread exists is unknown to that thread; pthread_atfork handlers run at every
- * pthread_create. read, pread and fread into the persistent heap (and persistent globals or
+ * thread exists is unknown to that thread; a new thread starts with errno 0 and a null
+ * value for every key, but with a copy of its creator's thread-local variables (__thread,
+ * _Thread_local); pthread and C11 calls never change errno, as with glibc; at most 255
+ * threads exist at a time (pthread_create returns EAGAIN beyond); pthread_atfork handlers
+ * run at every pthread_create. read, pread and fread into the persistent heap (and persistent globals or
  * malloc'd memory) are wrapped to work; other system calls that write into persistent
  * memory (recv, readv, ...) fail with EFAULT unless the thread wrote to those pages since its
  * last synchronisation (into volatile malloc'd memory and globals they all work). fork()

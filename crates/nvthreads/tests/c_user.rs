@@ -406,3 +406,90 @@ fn long_stdout_lines_to_a_file_never_tear() {
         assert_eq!(seen.len(), 400, "len {len}: every line once");
     }
 }
+
+/// Runs `surprises MODE` linked and preloaded; each must print "MODE ok".
+fn surprises_hold(mode: &str) {
+    let library = library_dir().join("libnvthreads_rt.so");
+    let built = program("surprises");
+    for (binary, preload) in [(&built.linked, false), (&built.preload, true)] {
+        let (_dir, pool) = pool_path("surprises");
+        let mut surprises = command(binary, &pool, &[mode]);
+        if preload {
+            surprises.env("LD_PRELOAD", &library);
+        }
+        assert_eq!(
+            run(surprises),
+            [format!("{mode} ok")],
+            "preloaded: {preload}"
+        );
+    }
+}
+
+/// A contended lock, a condition wait, a barrier and a join leave `errno` as it was (the
+/// runtime's futex waits would set `EAGAIN`).
+#[test]
+fn waiting_pthread_calls_leave_errno_alone() {
+    surprises_hold("errno");
+}
+
+/// A new thread starts with `errno` 0 and null thread-specific data, not its creator's.
+#[test]
+fn a_new_thread_has_no_thread_specific_data() {
+    surprises_hold("tsd");
+}
+
+/// Strings libc allocates for a thread (`asprintf`, `getline`, `realpath`, ...) are
+/// readable and freeable by main: they come from the shared arena, not the thread's glibc.
+#[test]
+fn strings_libc_allocates_for_a_thread_are_shared() {
+    surprises_hold("allocs");
+}
+
+#[test]
+fn joining_the_calling_thread_is_edeadlk() {
+    surprises_hold("joinself");
+}
+
+#[test]
+fn a_stdout_the_program_made_unbuffered_stays_unbuffered() {
+    surprises_hold("buffering");
+}
+
+/// Killing the main process ends a thread made by a thread too: nothing is left running
+/// that would hold the pool.
+#[test]
+fn a_thread_made_by_a_thread_dies_with_the_main_process() {
+    use std::io::BufRead;
+    let (_dir, pool) = pool_path("orphan");
+    let mut orphan = command(&program("surprises").linked, &pool, &["orphan"]);
+    let mut child = orphan
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn surprises");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read the grandchild's pid");
+    let grandchild: u32 = line
+        .strip_prefix("PID ")
+        .and_then(|pid| pid.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no PID line: {line:?}"));
+    child.kill().expect("kill main");
+    child.wait().expect("reap main");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while process_runs(grandchild) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "thread-process {grandchild} outlived the main process"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Whether `pid` exists and is not a zombie.
+fn process_runs(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    })
+}

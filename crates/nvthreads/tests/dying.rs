@@ -181,7 +181,7 @@ fn killed_by(ended: &Ended, signal: i32) {
 
 #[test]
 fn a_thread_that_aborts_instead_of_returning_ends_the_run() {
-    let ended = dies_and_recovers(&["abort-exit"], &[], &["died of signal 06"]);
+    let ended = dies_and_recovers(&["abort-exit"], &[], &["died of signal 6;"]);
     killed_by(&ended, libc::SIGKILL);
 }
 
@@ -214,7 +214,7 @@ fn injected_failures_at_exit_in_a_lane_and_in_a_checkpoint_end_the_run() {
             let fail = format!("{action}@{point}");
             let says: &[&str] = match action {
                 "stall" => &[DIED_WITHOUT_ENDING],
-                _ => &["died of signal 06", "died of signal 04"],
+                _ => &["died of signal 6;", "died of signal 4;"],
             };
             // 2 workers × 1,500 sections fill half a lane of the 2 MiB log (16 lanes), so a
             // worker checkpoints.

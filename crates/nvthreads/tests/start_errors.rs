@@ -72,13 +72,17 @@ fn damaged_heap_metadata_is_refused_and_kept() {
     }
 }
 
-/// A pool path in a missing directory names the path the user gave.
+/// A pool path in a missing directory names the path the user gave, and the directory.
 #[test]
 fn a_pool_in_a_missing_directory_names_the_path() {
     common::require_cc();
     let pool = Path::new("/nonexistent-nvthreads-dir/x.pool");
     let output = counter(pool, |_| {});
     assert_refused(&output, "/nonexistent-nvthreads-dir/x.pool:");
+    assert_refused(
+        &output,
+        "the directory /nonexistent-nvthreads-dir does not exist",
+    );
     assert!(
         !stderr(&output).contains(".creating"),
         "{}",

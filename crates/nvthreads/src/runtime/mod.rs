@@ -511,6 +511,15 @@ fn open_or_create_journal(
                 .map_err(|e| recovery_failed(path, &e))?;
         return Ok((journal, state, !recovery.was_clean));
     }
+    if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty())
+        && !dir.is_dir()
+    {
+        return Err(format!(
+            "creating {}: the directory {} does not exist (NVT_POOL names the pool file)",
+            path.display(),
+            dir.display()
+        ));
+    }
     let log_len = settings.log_mb << 20;
     let config = Config {
         heap_len: settings.heap_mb << 20,

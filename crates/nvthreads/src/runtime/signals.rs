@@ -10,19 +10,34 @@ use crate::shared::thread_state;
 use std::sync::atomic::Ordering;
 
 /// Says on stderr which thread dies of which signal (async-signal-safe: no allocation,
-/// one `write`).
+/// one `write`): "nvthreads: thread 13 died of signal 6; ending the program".
 fn report_fatal_signal(signal: i32) {
-    let mut message = *b"nvthreads: thread ### died of signal ##; ending the program\n";
-    let mut put = |at: usize, width: usize, mut value: u64| {
-        for i in (0..width).rev() {
-            message[at + i] = b'0' + (value % 10) as u8;
-            value /= 10;
-        }
+    let mut message = [0u8; 96];
+    let mut len = 0;
+    let mut put = |bytes: &[u8]| {
+        message[len..len + bytes.len()].copy_from_slice(bytes);
+        len += bytes.len();
     };
-    put(18, 3, u64::from(super::me()) + 1);
-    put(37, 2, signal.unsigned_abs().into());
+    put(b"nvthreads: thread ");
+    put(decimal(&mut [0; 20], u64::from(super::me()) + 1));
+    put(b" died of signal ");
+    put(decimal(&mut [0; 20], signal.unsigned_abs().into()));
+    put(b"; ending the program\n");
     // SAFETY: write(2) of a stack buffer is async-signal-safe.
-    unsafe { libc::write(2, message.as_ptr().cast(), message.len()) };
+    unsafe { libc::write(2, message.as_ptr().cast(), len) };
+}
+
+/// `value` in decimal, without leading zeros, in the end of `buffer` (async-signal-safe).
+fn decimal(buffer: &mut [u8; 20], mut value: u64) -> &[u8] {
+    let mut at = buffer.len();
+    loop {
+        at -= 1;
+        buffer[at] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            return &buffer[at..];
+        }
+    }
 }
 
 /// The fatal hook of the page tracker: a fault that is not a tracked write.

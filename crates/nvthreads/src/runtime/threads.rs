@@ -55,6 +55,8 @@ impl Runtime {
         // SAFETY: fflush(NULL) flushes every open output stream; no pointer is passed.
         unsafe { libc::fflush(std::ptr::null_mut()) };
         line_buffer_stdout();
+        // SAFETY: getpid has no preconditions.
+        let creator = unsafe { libc::getpid() };
         // SAFETY: fork in a single-threaded process; the child only runs the program's start
         // routine and the runtime, then leaves with _exit.
         let pid = unsafe { libc::fork() };
@@ -64,11 +66,8 @@ impl Runtime {
             return Err(libc::EAGAIN);
         }
         if pid == 0 {
-            if super::me() == 0 {
-                // A thread dies with the program's main process (as with pthreads).
-                // SAFETY: prctl with an integer argument.
-                unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-            }
+            die_with_creator(creator);
+            start_as_new_thread();
             LOCAL.me.store(index as u32, Ordering::Relaxed);
             // Every process writes the unlogged regions in place, as pthreads do (§3.2): a
             // data-race-free program reads another thread's write only after synchronising
@@ -117,6 +116,7 @@ impl Runtime {
             free_if_done(slot);
         }
         futex_wake(&slot.state, i32::MAX);
+        outlive_children();
         // SAFETY: ends the thread-process without running the program's exit handlers (they
         // belong to the main thread's process exit).
         unsafe { libc::_exit(0) }
@@ -149,12 +149,11 @@ impl Runtime {
     /// and `pthread_timedjoin_np` (`Until`: `ETIMEDOUT` after the realtime deadline).
     pub fn join_until(&self, handle: u64, wait: JoinWait<'_>) -> Result<u64, i32> {
         let index = handle.wrapping_sub(1) as usize;
-        if index == 0 || index == super::me() as usize {
-            return Err(if index == 0 {
-                libc::ESRCH
-            } else {
-                libc::EDEADLK
-            });
+        if index == super::me() as usize {
+            return Err(libc::EDEADLK);
+        }
+        if index == 0 {
+            return Err(libc::ESRCH);
         }
         let slot = self.thread_slot(handle)?;
         if slot.detached.load(Ordering::SeqCst) != 0 {
@@ -302,6 +301,53 @@ impl Runtime {
     }
 }
 
+/// Makes the new thread-process die when its creator does, as a thread dies with its
+/// process: every thread-process is killed when the process that forked it ends, and a
+/// thread-process whose thread has ended stays (as an empty process) until the threads it
+/// created have ended (`outlive_children`). So killing the main process ends the whole run,
+/// down to threads created by threads, and a detached thread still outlives the thread that
+/// created it. A creator that died before the setting took effect ends this process here.
+fn die_with_creator(creator: i32) {
+    // SAFETY: prctl with an integer argument.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    // SAFETY: getppid has no preconditions.
+    if unsafe { libc::getppid() } != creator {
+        // SAFETY: ends this new process before it ran anything of the program.
+        unsafe { libc::_exit(0) };
+    }
+}
+
+/// Keeps a thread-process whose thread has ended until every thread-process it created has
+/// ended (see `die_with_creator`): its children die with it. Its slot is already done, so
+/// joiners and the watchdog no longer count it.
+fn outlive_children() {
+    let pids = std::mem::take(&mut *children());
+    for pid in pids {
+        // SAFETY: a blocking wait for one of this process's own children; EINTR retried.
+        while unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) } < 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+        {}
+    }
+}
+
+/// What a new thread starts with under pthreads, which the fork would otherwise copy from
+/// its creator: `errno` 0, and no thread-specific data (`pthread_getspecific` returns null
+/// for every key, so the usual lazily allocated per-thread buffer is the thread's own).
+/// Thread-local variables (`__thread`, `_Thread_local`) keep the creator's values (§2).
+fn start_as_new_thread() {
+    for key in 0..PTHREAD_KEYS_MAX {
+        // SAFETY: glibc's pthread_setspecific on a key that is not allocated returns EINVAL
+        // and changes nothing; on an allocated one it clears this process's value (null
+        // values never allocate).
+        unsafe { libc::pthread_setspecific(key, std::ptr::null()) };
+    }
+    // SAFETY: `__errno_location` returns this thread's errno.
+    unsafe { *libc::__errno_location() = 0 };
+}
+
+/// glibc's number of thread-specific data keys (`PTHREAD_KEYS_MAX`).
+const PTHREAD_KEYS_MAX: libc::pthread_key_t = 1024;
+
 /// Whether `pid` is alive (not gone, not a zombie). A child of this process that has exited
 /// is reaped here.
 pub(super) fn process_alive(pid: i32) -> bool {
@@ -356,6 +402,10 @@ fn line_buffer_stdout() {
     }
     // A line goes out in one `write` if it fits the buffer: whole on a file up to its size
     // (on a pipe, up to PIPE_BUF). glibc ignores the size of a buffer it allocates itself.
+    // SAFETY: reading the address glibc's `stdout` holds, valid for the process's life.
+    if chose_buffering(unsafe { stdout }) {
+        return;
+    }
     let buffer: &'static mut [u8] = Box::leak(vec![0u8; STDOUT_BUFFER].into_boxed_slice());
     // SAFETY: `stdout` is glibc's stream, valid for the process's life; its buffer is empty
     // (flushed just before), which is when glibc accepts a change of buffering; the buffer
@@ -368,6 +418,17 @@ fn line_buffer_stdout() {
             buffer.len(),
         )
     };
+}
+
+/// Whether the program chose `stream`'s buffering itself (`setvbuf` unbuffered, line-buffered
+/// or with a buffer of its own; `setbuf`, `setlinebuf`): glibc's flags word, the first `int`
+/// of every `FILE` (`_IO_USER_BUF`, `_IO_UNBUFFERED`, `_IO_LINE_BUF`). A terminal's
+/// line buffering is set at the first output, so a stream not yet written reads as not chosen.
+fn chose_buffering(stream: *mut libc::FILE) -> bool {
+    const CHOSEN: i32 = 0x0001 | 0x0002 | 0x0200;
+    // SAFETY: `stream` is glibc's `stdout`, a valid FILE whose first member is `int _flags`.
+    let flags = unsafe { stream.cast::<i32>().read() };
+    flags & CHOSEN != 0
 }
 
 /// How `join_until` waits.

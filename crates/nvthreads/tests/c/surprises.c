@@ -1,0 +1,228 @@
+/*
+ * What a pthreads program takes for granted and a thread made by fork would otherwise
+ * change (docs/nvthreads.md §2, §3.6, §3.7). Usage: surprises MODE, printing "MODE ok" or
+ * the first failure:
+ *   errno      pthread calls that wait (a contended mutex, rwlock, spin lock, a condition
+ *              variable, a barrier, a join) leave errno as it was;
+ *   tsd        a new thread starts with errno 0 and no thread-specific data (null for every
+ *              key), whatever its creator had;
+ *   allocs     strings libc allocates for a thread (asprintf, vasprintf, getline, getdelim,
+ *              realpath, canonicalize_file_name, getcwd, get_current_dir_name) are read and
+ *              freed by main;
+ *   joinself   pthread_join of the calling thread is EDEADLK, in main and in a thread;
+ *   buffering  an unbuffered stdout chosen by the program stays unbuffered once threads run;
+ *   orphan     main -> thread -> thread that sleeps; the last prints "PID <its pid>" and
+ *              all block (the test kills main and checks that the grandchild dies with it).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CHECK(cond, what)                                                                  \
+    do {                                                                                   \
+        if (!(cond)) {                                                                     \
+            printf("FAIL %s (errno %d)\n", what, errno);                                   \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+static pthread_rwlock_t rwlock = PTHREAD_RWLOCK_INITIALIZER;
+static pthread_spinlock_t spin;
+static pthread_barrier_t barrier;
+static int turn;
+
+/* Four threads take every lock in turn many times, so many calls wait for another. */
+static void *contend(void *arg) {
+    long me = (long)arg;
+    for (int i = 0; i < 2000; i++) {
+        errno = 1000 + (int)me;
+        pthread_mutex_lock(&mutex);
+        CHECK(errno == 1000 + me, "errno after a contended pthread_mutex_lock");
+        turn++;
+        pthread_mutex_unlock(&mutex);
+        CHECK(errno == 1000 + me, "errno after pthread_mutex_unlock");
+        pthread_rwlock_wrlock(&rwlock);
+        pthread_rwlock_unlock(&rwlock);
+        CHECK(errno == 1000 + me, "errno after a pthread_rwlock");
+        pthread_spin_lock(&spin);
+        pthread_spin_unlock(&spin);
+        CHECK(errno == 1000 + me, "errno after a pthread_spin_lock");
+    }
+    pthread_mutex_lock(&mutex);
+    while (turn < 8000)
+        pthread_cond_wait(&cond, &mutex);
+    pthread_cond_broadcast(&cond);
+    pthread_mutex_unlock(&mutex);
+    CHECK(errno == 1000 + me, "errno after pthread_cond_wait");
+    pthread_barrier_wait(&barrier);
+    CHECK(errno == 1000 + me, "errno after pthread_barrier_wait");
+    return NULL;
+}
+
+static void errno_mode(void) {
+    pthread_t threads[4];
+    pthread_spin_init(&spin, PTHREAD_PROCESS_PRIVATE);
+    pthread_barrier_init(&barrier, NULL, 4);
+    for (long i = 0; i < 4; i++)
+        pthread_create(&threads[i], NULL, contend, (void *)i);
+    for (;;) {
+        pthread_mutex_lock(&mutex);
+        int done = turn >= 8000;
+        pthread_cond_broadcast(&cond);
+        pthread_mutex_unlock(&mutex);
+        if (done)
+            break;
+        usleep(1000);
+    }
+    errno = 77;
+    for (int i = 0; i < 4; i++)
+        pthread_join(threads[i], NULL);
+    CHECK(errno == 77, "errno after pthread_join");
+}
+
+static pthread_key_t key;
+static void *fresh_thread(void *arg) {
+    (void)arg;
+    CHECK(errno == 0, "a new thread's errno");
+    CHECK(pthread_getspecific(key) == NULL, "a new thread's thread-specific data");
+    CHECK(pthread_setspecific(key, &key) == 0, "pthread_setspecific in a thread");
+    return NULL;
+}
+
+static void tsd_mode(void) {
+    pthread_t thread;
+    CHECK(pthread_key_create(&key, NULL) == 0, "pthread_key_create");
+    CHECK(pthread_setspecific(key, &thread) == 0, "pthread_setspecific");
+    errno = 33;
+    CHECK(pthread_create(&thread, NULL, fresh_thread, NULL) == 0, "pthread_create");
+    CHECK(pthread_join(thread, NULL) == 0, "pthread_join");
+    CHECK(pthread_getspecific(key) == &thread, "main's own thread-specific data");
+}
+
+static int printed(char **out, const char *format, ...) {
+    va_list args;
+    va_start(args, format);
+    int len = vasprintf(out, format, args);
+    va_end(args);
+    return len;
+}
+
+#define STRINGS 9
+static void *allocate(void *arg) {
+    char **strings = arg;
+    CHECK(asprintf(&strings[0], "%s %d %.1f", "asprintf", 42, 0.5) == 15, "asprintf");
+    CHECK(printed(&strings[1], "vasprintf %ld", 7L) == 11, "vasprintf");
+    FILE *file = fopen("/proc/self/cmdline", "r");
+    CHECK(file != NULL, "fopen");
+    size_t capacity = 0;
+    CHECK(getline(&strings[2], &capacity, file) > 0, "getline");
+    rewind(file);
+    capacity = 0;
+    CHECK(getdelim(&strings[3], &capacity, 0, file) > 0, "getdelim");
+    fclose(file);
+    strings[4] = realpath("/", NULL);
+    strings[5] = canonicalize_file_name("/");
+    strings[6] = getcwd(NULL, 0);
+    strings[7] = getcwd(NULL, PATH_MAX);
+    strings[8] = get_current_dir_name();
+    for (int i = 4; i < STRINGS; i++)
+        CHECK(strings[i] != NULL, "a path");
+    return NULL;
+}
+
+static void allocs_mode(void) {
+    char **strings = calloc(STRINGS, sizeof *strings); /* a stack is each thread's own */
+    char cwd[PATH_MAX];
+    CHECK(getcwd(cwd, sizeof cwd) != NULL, "getcwd");
+    pthread_t thread;
+    pthread_create(&thread, NULL, allocate, strings);
+    pthread_join(thread, NULL);
+    CHECK(strcmp(strings[0], "asprintf 42 0.5") == 0, "asprintf's string in main");
+    CHECK(strcmp(strings[1], "vasprintf 7") == 0, "vasprintf's string in main");
+    CHECK(strstr(strings[2], "surprises") != NULL, "getline's line in main");
+    CHECK(strstr(strings[3], "surprises") != NULL, "getdelim's line in main");
+    CHECK(strcmp(strings[4], "/") == 0 && strcmp(strings[5], "/") == 0, "realpath in main");
+    for (int i = 6; i < STRINGS; i++)
+        CHECK(strcmp(strings[i], cwd) == 0, "the working directory in main");
+    for (int i = 0; i < STRINGS; i++)
+        free(strings[i]);
+    free(strings);
+}
+
+static void *join_itself(void *arg) {
+    (void)arg;
+    return (void *)(long)pthread_join(pthread_self(), NULL);
+}
+
+static void joinself_mode(void) {
+    CHECK(pthread_join(pthread_self(), NULL) == EDEADLK, "main joining itself");
+    pthread_t thread;
+    void *result;
+    pthread_create(&thread, NULL, join_itself, NULL);
+    pthread_join(thread, &result);
+    CHECK((long)result == EDEADLK, "a thread joining itself");
+}
+
+static void *nothing(void *arg) { return arg; }
+
+static void buffering_mode(void) {
+    CHECK(setvbuf(stdout, NULL, _IONBF, 0) == 0, "setvbuf");
+    pthread_t thread;
+    pthread_create(&thread, NULL, nothing, NULL);
+    pthread_join(thread, NULL);
+    /* glibc's _IO_UNBUFFERED flag */
+    CHECK(stdout->_flags & 0x0002, "stdout still unbuffered");
+}
+
+static void *sleeper(void *arg) {
+    (void)arg;
+    printf("PID %d\n", (int)getpid());
+    fflush(stdout);
+    for (;;)
+        pause();
+    return NULL;
+}
+
+static void *middle(void *arg) {
+    (void)arg;
+    pthread_t thread;
+    pthread_create(&thread, NULL, sleeper, NULL);
+    pthread_join(thread, NULL);
+    return NULL;
+}
+
+static void orphan_mode(void) {
+    pthread_t thread;
+    pthread_create(&thread, NULL, middle, NULL);
+    pthread_join(thread, NULL);
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (strcmp(mode, "errno") == 0)
+        errno_mode();
+    else if (strcmp(mode, "tsd") == 0)
+        tsd_mode();
+    else if (strcmp(mode, "allocs") == 0)
+        allocs_mode();
+    else if (strcmp(mode, "joinself") == 0)
+        joinself_mode();
+    else if (strcmp(mode, "buffering") == 0)
+        buffering_mode();
+    else if (strcmp(mode, "orphan") == 0)
+        orphan_mode();
+    else {
+        fprintf(stderr, "usage: surprises errno|tsd|allocs|joinself|buffering|orphan\n");
+        return 2;
+    }
+    printf("%s ok\n", mode);
+    return 0;
+}
