@@ -31,6 +31,7 @@ mod c11;
 mod heap;
 mod libc_allocs;
 mod pthread;
+mod wait;
 
 use libc::{c_char, c_int, c_void, size_t, ssize_t};
 use nvthreads::pages::Tracker;

@@ -57,9 +57,10 @@
  * give each thread its own stream, or use read/write on the descriptor. Streams are flushed
  * at pthread_create and at each thread's exit.
  *
- * Threads are processes, also for signals, child processes and atomics. wait() and
- * waitpid(-1, ...) can return a thread's process (status 0), and SIGCHLD is raised when a
- * thread ends: wait for the program's own children by their pid. A thread made by a
+ * Threads are processes, also for signals and atomics. wait, waitpid, wait3, wait4 and
+ * waitid skip threads' processes (a wait for any child returns only the program's own
+ * children, ECHILD when only threads are left), but SIGCHLD is raised when a thread ends
+ * too (a handler that reaps with waitpid(-1, ..., WNOHANG) then finds nothing). A thread made by a
  * thread dies with the main process (a thread's process whose thread has ended stays, idle,
  * until the threads it made have ended). A signal goes to the process it is
  * sent to: kill(getpid(), ...) or raise() reaches only the calling thread (from main, only

@@ -455,6 +455,13 @@ fn a_stdout_the_program_made_unbuffered_stays_unbuffered() {
     surprises_hold("buffering");
 }
 
+/// `wait()` returns the program's own child, not a thread's process, and fails with
+/// `ECHILD` while only threads are left (it would block on them).
+#[test]
+fn wait_sees_the_programs_children_not_its_threads() {
+    surprises_hold("wait");
+}
+
 /// Killing the main process ends a thread made by a thread too: nothing is left running
 /// that would hold the pool.
 #[test]

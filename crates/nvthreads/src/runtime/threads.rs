@@ -448,6 +448,35 @@ fn children() -> std::sync::MutexGuard<'static, Vec<i32>> {
     CHILDREN.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Whether `pid` is a thread-process this process created and has not reaped.
+pub fn is_thread_process(pid: i32) -> bool {
+    children().contains(&pid)
+}
+
+/// Reaps thread-process `pid` if it has ended (the program's `wait` met it first).
+pub fn reap_thread_process(pid: i32) {
+    // SAFETY: a non-blocking wait for one of our own children.
+    if unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) } == pid {
+        children().retain(|&child| child != pid);
+    }
+}
+
+/// Whether this process has a child that is not a thread-process (one the program made with
+/// `fork`, `posix_spawn`, `system`, ...): the kernel's list of the calling task's children
+/// (`/proc/self/task/TID/children`) less the thread-processes. `true` when the list cannot be
+/// read, so a `wait` then waits as the kernel would.
+pub fn has_program_children() -> bool {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    let Ok(list) = std::fs::read_to_string(format!("/proc/self/task/{tid}/children")) else {
+        return true;
+    };
+    let threads = children();
+    list.split_whitespace()
+        .filter_map(|pid| pid.parse::<i32>().ok())
+        .any(|pid| !threads.contains(&pid))
+}
+
 /// Reaps the children that have exited without being joined (detached threads).
 fn reap_exited_children() {
     children().retain(|&pid| {

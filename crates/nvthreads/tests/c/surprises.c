@@ -11,6 +11,8 @@
  *              freed by main;
  *   joinself   pthread_join of the calling thread is EDEADLK, in main and in a thread;
  *   buffering  an unbuffered stdout chosen by the program stays unbuffered once threads run;
+ *   wait       wait() returns the program's own child, not a thread's process, and fails
+ *              with ECHILD, instead of blocking, when only threads are left;
  *   orphan     main -> thread -> thread that sleeps; the last prints "PID <its pid>" and
  *              all block (the test kills main and checks that the grandchild dies with it).
  */
@@ -22,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define CHECK(cond, what)                                                                  \
@@ -182,6 +185,43 @@ static void buffering_mode(void) {
     CHECK(stdout->_flags & 0x0002, "stdout still unbuffered");
 }
 
+static int released;
+static void *short_thread(void *arg) {
+    usleep(50000);
+    return arg;
+}
+
+static void *held_thread(void *arg) {
+    pthread_mutex_lock(&mutex);
+    while (!released)
+        pthread_cond_wait(&cond, &mutex);
+    pthread_mutex_unlock(&mutex);
+    return arg;
+}
+
+static void wait_mode(void) {
+    pthread_t quick, held;
+    pthread_create(&quick, NULL, short_thread, NULL);
+    pthread_create(&held, NULL, held_thread, NULL);
+    pid_t child = fork();
+    if (child == 0) {
+        execlp("sh", "sh", "-c", "sleep 0.3; exit 5", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    CHECK(wait(&status) == child, "wait() returning the program's child");
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 5, "the child's status");
+    CHECK(pthread_join(quick, NULL) == 0, "joining the thread that ended first");
+    errno = 0;
+    CHECK(wait(&status) == -1 && errno == ECHILD, "wait() with only threads left");
+    CHECK(waitpid(-1, &status, WNOHANG) == -1 && errno == ECHILD, "waitpid(-1, WNOHANG)");
+    pthread_mutex_lock(&mutex);
+    released = 1;
+    pthread_cond_broadcast(&cond);
+    pthread_mutex_unlock(&mutex);
+    CHECK(pthread_join(held, NULL) == 0, "joining the held thread");
+}
+
 static void *sleeper(void *arg) {
     (void)arg;
     printf("PID %d\n", (int)getpid());
@@ -217,10 +257,12 @@ int main(int argc, char **argv) {
         joinself_mode();
     else if (strcmp(mode, "buffering") == 0)
         buffering_mode();
+    else if (strcmp(mode, "wait") == 0)
+        wait_mode();
     else if (strcmp(mode, "orphan") == 0)
         orphan_mode();
     else {
-        fprintf(stderr, "usage: surprises errno|tsd|allocs|joinself|buffering|orphan\n");
+        fprintf(stderr, "usage: surprises errno|tsd|allocs|joinself|buffering|wait|orphan\n");
         return 2;
     }
     printf("%s ok\n", mode);

@@ -253,9 +253,10 @@ impl Spec {
         if crash_at.is_none() {
             assert!(
                 line.is_some(),
-                "{}: check run printed nothing: {:?}",
+                "{}: check run printed nothing: {:?}\n{}",
                 self.name,
-                output.status
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
             );
         }
         line
