@@ -157,6 +157,10 @@ pub enum CheckProblem {
     NotRepairableHere(String),
     /// The engine's recovery failed.
     RecoveryFailed(tx::TxError),
+    /// The check found what looks like damage in a pool another process has open: the image
+    /// it read was changing under it (half-written log records, a moving watermark), so the
+    /// finding is not a verdict.
+    InUse(String),
 }
 
 impl CheckProblem {
@@ -168,6 +172,7 @@ impl CheckProblem {
             CheckProblem::NotRepairableHere(_) => 12,
             CheckProblem::RecoveryFailed(tx::TxError::Pool(error)) => error.exit_code(),
             CheckProblem::RecoveryFailed(_) => 14,
+            CheckProblem::InUse(_) => PoolError::AlreadyOpen.exit_code(),
         }
     }
 }
@@ -178,6 +183,12 @@ impl fmt::Display for CheckProblem {
             CheckProblem::Damaged(first) => write!(f, "{first}"),
             CheckProblem::NotRepairableHere(reason) => write!(f, "{reason}"),
             CheckProblem::RecoveryFailed(error) => write!(f, "recovery failed: {error}"),
+            CheckProblem::InUse(first) => write!(
+                f,
+                "already open in another process: the check read a changing image, so what \
+                 it found ({first}) may be writes in flight, not damage; check it again once \
+                 the pool is closed"
+            ),
         }
     }
 }
@@ -201,7 +212,8 @@ impl std::error::Error for CheckFailure {}
 
 /// Checks the pool at `path` deeply (read-only unless repairing or salvaging): the header,
 /// then the engine area, its logs and its heap (`pmem::integrity` findings). Prints an
-/// `ok:` line, or the problems, or a JSON object; damage exits 14. A repair or salvage is
+/// `ok:` line, or the problems, or a JSON object; damage exits 14, but 15 when another
+/// process has the pool open (its image was read while it changed). A repair or salvage is
 /// decided from the image before the pool is opened for writing: a pool in use, a layout
 /// whose owner recovers it, or an MVCC area (its recovery re-executes operations only the
 /// application can) is refused with the pool left untouched.
@@ -253,19 +265,27 @@ pub fn check(path: &Path, request: CheckRequest, out: &mut dyn Write) -> anyhow:
         return Err(error);
     }
     let salvaged = request.salvage && matches!(action, Some(Ok(_)));
-    if let Some(first) = damage.first().filter(|_| !salvaged) {
-        let more = damage.len() - 1;
-        let first = format!(
-            "{first}{}",
-            if more > 0 {
-                format!(" (and {more} more)")
-            } else {
-                String::new()
-            }
-        );
-        return Err(check_failure(path, CheckProblem::Damaged(first)));
+    match damage.first().filter(|_| !salvaged) {
+        // No recovery ran on a pool in use (`may_recover` refuses it), so the image is the
+        // one read while the pool changed: its damage is no verdict.
+        Some(_) if report.in_use => Err(check_failure(
+            path,
+            CheckProblem::InUse(first_of(&damage)),
+        )),
+        Some(_) => Err(check_failure(
+            path,
+            CheckProblem::Damaged(first_of(&damage)),
+        )),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// The first damage finding, and how many more there are.
+fn first_of(damage: &[&Finding]) -> String {
+    match damage.len() {
+        0 | 1 => damage.first().map_or(String::new(), |f| f.to_string()),
+        n => format!("{} (and {} more)", damage[0], n - 1),
+    }
 }
 
 fn check_failure(path: &Path, problem: CheckProblem) -> anyhow::Error {
@@ -460,6 +480,16 @@ fn print_text(
         )?;
         return Ok(());
     }
+    if damage > 0 && report.in_use {
+        writeln!(
+            out,
+            "unreliable: {}: {} found while another process had the pool open and was \
+             changing it; not a damage verdict (check it again once it is closed)",
+            path.display(),
+            problems(damage)
+        )?;
+        return Ok(());
+    }
     if damage > 0 {
         let remedy = if report.header.layout == nvthreads::journal::LAYOUT {
             "its NVthreads program refuses to start on it, exit status 78, and changes nothing; \
@@ -516,6 +546,8 @@ fn print_json(
     let damage = findings.iter().filter(|f| f.is_damage()).count();
     verdict["ok"] = Value::Bool(damage == 0);
     verdict["damage"] = json!(damage);
+    // Findings on the image of a pool another process was writing are no verdict.
+    verdict["reliable"] = Value::Bool(!report.in_use);
     verdict["findings"] = serde_json::to_value(findings)?;
     if let Some(action) = action {
         verdict["recovery"] = match action {

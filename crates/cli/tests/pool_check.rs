@@ -343,3 +343,28 @@ fn repair_of_a_pool_in_use_exits_15_with_one_message() {
     assert!(stdout(&repair).is_empty(), "{}", stdout(&repair));
     drop(holder);
 }
+
+/// A pool another process holds is read while it changes: what looks like damage may be a
+/// record half written, so the check exits 15 (already open), never 14 with a salvage hint.
+#[test]
+fn damage_in_a_pool_in_use_is_no_verdict_and_exits_15() {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
+    let (_, crashed) = redo_pools(dir.path());
+    damage_a_middle_record(&crashed);
+    let holder = Pool::open(&crashed, LAYOUT, &NativeOptions::default()).expect("open");
+    let check = ferrite(&["pool", "check", text(&crashed)]);
+    assert_eq!(check.status.code(), Some(15), "{}", stderr(&check));
+    assert!(stdout(&check).contains("unreliable:"), "{}", stdout(&check));
+    assert!(!stdout(&check).contains("--salvage"), "{}", stdout(&check));
+    assert!(
+        stderr(&check).contains("already open"),
+        "{}",
+        stderr(&check)
+    );
+    let json = ferrite(&["pool", "check", "--json", text(&crashed)]);
+    assert_eq!(json.status.code(), Some(15), "{}", stderr(&json));
+    let verdict: Value = serde_json::from_str(&stdout(&json)).expect("JSON");
+    assert_eq!(verdict["reliable"], Value::Bool(false), "{verdict}");
+    drop(holder);
+}
+
