@@ -847,12 +847,17 @@ fn emulated_pm_cost_says_which_engines_were_charged() {
     );
 }
 
-/// Value sizes outside what the workloads take (none, or above their 1 MiB limit) are
-/// usage errors before any pool is made, not a benchmark of nothing or a failed operation
-/// after the setup.
+/// Value sizes outside what every engine can log (none, or above 64 KiB) are usage errors
+/// before any pool is made, not a benchmark of nothing or a failed operation after the
+/// setup; sizes take suffixes.
 #[test]
 fn bench_value_sizes_out_of_range_are_usage_errors() {
-    for size in ["0", "1048577", "4294967295"] {
+    // 64 keys of 64 KiB: a setup that put 64 values in one transaction overflowed the lane.
+    let largest = bench(&[
+        "--ops", "20", "--runs", "1", "--keys", "64", "--pool-size", "64M", "--value-size", "64K",
+    ]);
+    assert_eq!(largest.status.code(), Some(0), "{}", stderr(&largest));
+    for size in ["0", "65537", "1M", "4294967295"] {
         let output = bench(&[
             "--ops",
             "50",
@@ -863,7 +868,8 @@ fn bench_value_sizes_out_of_range_are_usage_errors() {
             "--value-size",
             size,
         ]);
-        assert_usage_error(&output, "1..=1048576", size);
+        let reason = if size == "0" { "greater than zero" } else { "64 KiB" };
+        assert_usage_error(&output, reason, size);
     }
 }
 
