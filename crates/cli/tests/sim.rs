@@ -691,6 +691,62 @@ fn a_partial_configuration_keeps_the_other_defaults_and_bad_ones_are_refused() {
     }
 }
 
+/// The file's `cores` is honoured like `--cores` (which wins over it) and held to the same
+/// range.
+#[test]
+fn configuration_cores_are_honoured_like_the_option() {
+    let dir = scratch();
+    // TINY without its `--cores 2`.
+    let small: Vec<&str> = [&TINY[..2], &TINY[4..]].concat();
+    let four = dir.path().join("four.json");
+    std::fs::write(&four, r#"{"cores": 4}"#).expect("write");
+    let mut args = vec!["--design", "silo", "--config", text(&four)];
+    args.extend_from_slice(&small);
+    let run = run_json(dir.path(), "run-four", &args);
+    assert_eq!(run["config"]["cores"], 4, "the file's cores");
+    assert_eq!(run["trace"]["streams"], 4, "a trace generated for them");
+    args.extend_from_slice(&["--cores", "2"]);
+    let run = run_json(dir.path(), "run-two", &args);
+    assert_eq!(run["config"]["cores"], 2, "--cores wins");
+
+    for (name, contents, reason) in [
+        ("zero.json", r#"{"cores": 0}"#, "cores = 0"),
+        ("many.json", r#"{"cores": 100}"#, "cores = 100"),
+    ] {
+        let config = dir.path().join(name);
+        std::fs::write(&config, contents).expect("write");
+        let mut args = vec!["sim", "run", "--design", "silo", "--config", text(&config)];
+        args.extend_from_slice(&small);
+        assert_usage_error(&ferrite(&args), "ferrite: ", reason);
+    }
+}
+
+/// A Silo batch of 0 bytes (its overflow writes would cost nothing) and a cache of 0 ways
+/// are refused, each named.
+#[test]
+fn zero_sizes_in_a_configuration_are_refused_by_name() {
+    let dir = scratch();
+    let cases = [
+        (
+            "batch.json",
+            r#"{"silo": {"entries": 1, "batch_bytes": 0}}"#,
+            "silo.batch_bytes",
+        ),
+        (
+            "ways.json",
+            r#"{"l1": {"size_bytes": 32768, "ways": 0, "latency": 4}}"#,
+            "l1: ways must be ≥ 1",
+        ),
+    ];
+    for (name, contents, reason) in cases {
+        let config = dir.path().join(name);
+        std::fs::write(&config, contents).expect("write");
+        let mut args = vec!["sim", "run", "--design", "silo", "--config", text(&config)];
+        args.extend_from_slice(&TINY);
+        assert_usage_error(&ferrite(&args), "ferrite: ", reason);
+    }
+}
+
 /// An output the command cannot write fails before the simulation or generation runs, not
 /// after it (`/sys` takes no new files, even for root).
 #[test]
