@@ -351,6 +351,17 @@ fn may_recover(
              application's operation handlers, which this tool does not have: it is {verb} \
              when the program that owns it opens it again"
         )),
+        // Not zeros and no engine's magic: an engine header whose magic is damaged, which
+        // is damage (14), not a layout this tool leaves to another program (12).
+        _ if !arena_is_empty(pm, arena) => {
+            return Err(check_failure(
+                path,
+                CheckProblem::Damaged(format!(
+                    "not {verb}: the arena starts with no engine's magic (a damaged engine \
+                     header): no engine opens it; the pool was left untouched"
+                )),
+            ));
+        }
         _ => Some("the pool holds no transaction engine area to recover".to_owned()),
     };
     match refusal {
@@ -362,6 +373,28 @@ fn may_recover(
         )),
         None => Ok(()),
     }
+}
+
+/// Whether the arena starts with zeros (no engine was ever formatted there), as
+/// `conformance::corrupt::check_engine_area` tells an empty arena from a damaged one.
+fn arena_is_empty(pm: &MemPm, arena: Region) -> bool {
+    let mut start = [0u8; 64];
+    pmem::Persist::read(pm, arena.offset, &mut start);
+    start.iter().all(|&b| b == 0)
+}
+
+/// Whether `--salvage` would open the damaged pool at `path`: the engine's salvage run on a
+/// fresh private copy of the file (the check's own copy holds what it already stored), so
+/// the hint after the damage says what the salvage will really do. `None` when the file
+/// holds no redo or undo area or cannot be read again.
+fn salvage_trial(path: &Path) -> Option<tx::TxResult<()>> {
+    let (image, report) = pmem::read_image(path).ok()?;
+    let pool = pmem::Pool::attach(MemPm::new(image), &report.header.layout).ok()?;
+    let options = tx::EngineOptions::default();
+    Some(match tx::check::engine_kind(pool.pm(), pool.arena())? {
+        tx::EngineKind::Redo => tx::Redo::salvage(pool, &options).map(drop),
+        tx::EngineKind::Undo => tx::Undo::salvage(pool, &options).map(drop),
+    })
 }
 
 /// The findings of every structure in the pool image (the checks run on this private copy).
@@ -491,12 +524,7 @@ fn print_text(
         return Ok(());
     }
     if damage > 0 {
-        let remedy = if report.header.layout == nvthreads::journal::LAYOUT {
-            "its NVthreads program refuses to start on it, exit status 78, and changes nothing; \
-             no tool here repairs it"
-        } else {
-            "the engine refuses to open it; --salvage opens it anyway, replaying what is intact"
-        };
+        let remedy = remedy(path, report);
         writeln!(
             out,
             "damaged: {}: {} ({remedy})",
@@ -533,6 +561,29 @@ fn print_text(
         }
     )?;
     Ok(())
+}
+
+/// What the user can do about a damaged pool: `--salvage` only where a trial salvage on a
+/// private copy opened it.
+fn remedy(path: &Path, report: &FileReport) -> String {
+    if report.header.layout == nvthreads::journal::LAYOUT {
+        return "its NVthreads program refuses to start on it, exit status 78, and changes \
+                nothing; no tool here repairs it"
+            .into();
+    }
+    match salvage_trial(path) {
+        Some(Ok(())) => {
+            "the engine refuses to open it; --salvage opens it anyway, replaying what is intact"
+                .into()
+        }
+        Some(Err(error)) => format!(
+            "the engine refuses to open it and --salvage cannot either ({error}); no tool here \
+             repairs it"
+        ),
+        None => "--salvage does not open it either (it salvages redo and undo areas whose \
+                 engine header is intact); no tool here repairs it"
+            .into(),
+    }
 }
 
 fn print_json(
