@@ -897,6 +897,27 @@ fn bench_failures_name_the_directory_or_the_option() {
     }
 }
 
+/// A hash table for more keys than any pool holds is the same "too small" failure, naming
+/// the options to change, not an abort naming the workload's internal bound.
+#[test]
+fn keys_no_pool_can_hold_name_the_pool_size() {
+    let output = bench(&[
+        "--ops",
+        "50",
+        "--runs",
+        "1",
+        "--keys",
+        "1000000000000",
+        "--pool-size",
+        "64M",
+    ]);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(err.contains("give a larger --pool-size or fewer --keys"), "{err}");
+    assert!(!err.contains("transaction aborted"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
 /// A bench whose every configuration was skipped measured nothing: it fails instead of
 /// exiting 0 with no table.
 #[test]
