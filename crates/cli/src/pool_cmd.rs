@@ -74,6 +74,11 @@ pub fn create(request: &CreateRequest, out: &mut dyn Write) -> anyhow::Result<()
     };
     let path = request.path.as_path();
     crate::output::directory_of_new_file_exists(path)?;
+    // `open(O_CREAT | O_EXCL)` on `dir/` fails with EISDIR, not EEXIST: name an existing
+    // directory (with or without its trailing slash) as the existing file it is.
+    if path.is_dir() {
+        return Err(failure(path)(PoolError::AlreadyExists).into());
+    }
     let pool = pmem::Pool::create(path, &options).map_err(failure(path))?;
     let header = pool.header().clone();
     let backend = pool.pm().info();

@@ -203,6 +203,15 @@ fn create_refuses_an_existing_file_and_leaves_it_alone() {
     let over = ferrite(&["pool", "create", text(&notes), "--size", "1M"]);
     assert_one_line_failure(&over, &notes, ALREADY_EXISTS, "already exists");
     assert_eq!(std::fs::read(&notes).expect("read"), b"keep me");
+
+    // A directory is an existing file with or without its trailing slash (EISDIR otherwise).
+    let folder = dir.path().join("folder");
+    std::fs::create_dir(&folder).expect("folder");
+    for arg in [text(&folder).to_owned(), format!("{}/", text(&folder))] {
+        let output = ferrite(&["pool", "create", &arg, "--size", "1M"]);
+        assert_eq!(output.status.code(), Some(ALREADY_EXISTS), "{arg}: {}", stderr(&output));
+        assert!(stderr(&output).contains("already exists"), "{}", stderr(&output));
+    }
 }
 
 #[test]
