@@ -323,8 +323,7 @@ fn unreadable_or_corrupt_trace_files_are_one_line_usage_errors() {
     std::fs::write(&flipped, &damaged).expect("write");
     let config = dir.path().join("config.json");
     std::fs::write(&config, "{\"silo\": {\"entries\": \"twenty\"}}").expect("write");
-    let cases: [(&Path, &[&str], &str); 6] = [
-        (&missing, &[], "No such file"),
+    let cases: [(&Path, &[&str], &str); 5] = [
         (&not_a_trace, &[], "not a Ferrite trace"),
         (&truncated, &[], "truncated"),
         (&flipped, &[], "checksum"),
@@ -341,6 +340,16 @@ fn unreadable_or_corrupt_trace_files_are_one_line_usage_errors() {
         args.extend_from_slice(extra);
         let output = ferrite(&args);
         assert_usage_error(&output, &format!("ferrite: {}: ", path.display()), reason);
+    }
+    // A missing trace or configuration file is the table's "no such file".
+    let good_config = dir.path().join("good.json");
+    std::fs::write(&good_config, "{}").expect("write");
+    for (trace, config) in [(&missing, &good_config), (&good, &missing)] {
+        let args = ["sim", "run", "--design", "silo", "--trace", text(trace)];
+        let output = ferrite(&[&args[..], &["--config", text(config)]].concat());
+        assert_eq!(output.status.code(), Some(19), "{}", stderr(&output));
+        assert!(stderr(&output).contains("no such file"), "{}", stderr(&output));
+        assert_eq!(stderr(&output).lines().count(), 1, "{}", stderr(&output));
     }
 }
 

@@ -157,7 +157,10 @@ fn refuse_silo_options_elsewhere(args: &RunArgs) -> Result<(), UsageError> {
 fn obtain_trace(args: &RunArgs, cores: Option<u64>) -> anyhow::Result<(Trace, TraceSource)> {
     if let Some(path) = &args.trace {
         let usage = |why: String| UsageError(format!("{}: {why}", path.display()));
-        let trace = Trace::read(path).map_err(|error| usage(error.to_string()))?;
+        let trace = Trace::read(path).map_err(|error| match error {
+            trace::TraceError::Io(io) => unreadable(path, io),
+            error => usage(error.to_string()).into(),
+        })?;
         trace
             .check_transactions()
             .map_err(|error| usage(error.to_string()))?;
@@ -231,7 +234,7 @@ fn machine(args: &RunArgs, mut config: Config, cores: usize) -> anyhow::Result<C
 /// the file's `cores` when it names them, held to `--cores`' range.
 fn read_config(path: &Path) -> anyhow::Result<(Config, Option<u64>)> {
     let usage = |why: String| UsageError(format!("{}: {why}", path.display()));
-    let text = std::fs::read_to_string(path).map_err(|e| usage(e.to_string()))?;
+    let text = std::fs::read_to_string(path).map_err(|e| unreadable(path, e))?;
     let not_config = |e: serde_json::Error| usage(format!("not a simulator configuration: {e}"));
     let given: serde_json::Value = serde_json::from_str(&text).map_err(not_config)?;
     if !given.is_object() {
@@ -257,6 +260,19 @@ fn read_config(path: &Path) -> anyhow::Result<(Config, Option<u64>)> {
         .into());
     }
     Ok((config, Some(cores)))
+}
+
+/// An input file that cannot be read: a missing one is the table's "no such file" (19),
+/// anything else (a directory, no permission to read it) a usage error naming it.
+fn unreadable(path: &Path, error: std::io::Error) -> anyhow::Error {
+    if error.kind() == std::io::ErrorKind::NotFound {
+        return crate::pool_cmd::PoolFailure {
+            path: path.to_owned(),
+            error: pmem::PoolError::NotFound,
+        }
+        .into();
+    }
+    UsageError(format!("{}: {error}", path.display())).into()
 }
 
 /// Replaces the values of `base` by those of `over`, descending into objects both have.
