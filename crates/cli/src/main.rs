@@ -248,7 +248,8 @@ impl From<FlushArg> for pmem::FlushInstr {
 
 #[derive(Debug, Args)]
 struct EvalArgs {
-    /// Report folder (created if needed).
+    /// Report folder (created if needed). Section files an earlier report there listed and
+    /// this run does not write (a section left out by --only) are removed.
     #[arg(long, default_value = "report")]
     out: PathBuf,
     /// Small sizes everywhere: fast, numbers indicative only.
