@@ -273,10 +273,9 @@ pub fn check(path: &Path, request: CheckRequest, out: &mut dyn Write) -> anyhow:
     match damage.first().filter(|_| !salvaged) {
         // No recovery ran on a pool in use (`may_recover` refuses it), so the image is the
         // one read while the pool changed: its damage is no verdict.
-        Some(_) if report.in_use => Err(check_failure(
-            path,
-            CheckProblem::InUse(first_of(&damage)),
-        )),
+        Some(_) if report.in_use => {
+            Err(check_failure(path, CheckProblem::InUse(first_of(&damage))))
+        }
         Some(_) => Err(check_failure(
             path,
             CheckProblem::Damaged(first_of(&damage)),

@@ -271,7 +271,9 @@ fn files_of_earlier_report(dir: &Path) -> Vec<String> {
     let Ok(earlier) = serde_json::from_str::<Value>(&text) else {
         return Vec::new();
     };
-    let sections = earlier["sections"].as_array().map_or(&[][..], Vec::as_slice);
+    let sections = earlier["sections"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
     let mut files = Vec::new();
     for section in sections {
         let Some(id) = section["id"].as_str().filter(|id| check_id(id).is_ok()) else {

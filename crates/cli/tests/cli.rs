@@ -209,8 +209,17 @@ fn create_refuses_an_existing_file_and_leaves_it_alone() {
     std::fs::create_dir(&folder).expect("folder");
     for arg in [text(&folder).to_owned(), format!("{}/", text(&folder))] {
         let output = ferrite(&["pool", "create", &arg, "--size", "1M"]);
-        assert_eq!(output.status.code(), Some(ALREADY_EXISTS), "{arg}: {}", stderr(&output));
-        assert!(stderr(&output).contains("already exists"), "{}", stderr(&output));
+        assert_eq!(
+            output.status.code(),
+            Some(ALREADY_EXISTS),
+            "{arg}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains("already exists"),
+            "{}",
+            stderr(&output)
+        );
     }
 }
 
@@ -863,7 +872,16 @@ fn emulated_pm_cost_says_which_engines_were_charged() {
 fn bench_value_sizes_out_of_range_are_usage_errors() {
     // 64 keys of 64 KiB: a setup that put 64 values in one transaction overflowed the lane.
     let largest = bench(&[
-        "--ops", "20", "--runs", "1", "--keys", "64", "--pool-size", "64M", "--value-size", "64K",
+        "--ops",
+        "20",
+        "--runs",
+        "1",
+        "--keys",
+        "64",
+        "--pool-size",
+        "64M",
+        "--value-size",
+        "64K",
     ]);
     assert_eq!(largest.status.code(), Some(0), "{}", stderr(&largest));
     for size in ["0", "65537", "1M", "4294967295"] {
@@ -877,7 +895,11 @@ fn bench_value_sizes_out_of_range_are_usage_errors() {
             "--value-size",
             size,
         ]);
-        let reason = if size == "0" { "greater than zero" } else { "64 KiB" };
+        let reason = if size == "0" {
+            "greater than zero"
+        } else {
+            "64 KiB"
+        };
         assert_usage_error(&output, reason, size);
     }
 }
@@ -922,7 +944,10 @@ fn keys_no_pool_can_hold_name_the_pool_size() {
     ]);
     let err = stderr(&output);
     assert_eq!(output.status.code(), Some(1), "{err}");
-    assert!(err.contains("give a larger --pool-size or fewer --keys"), "{err}");
+    assert!(
+        err.contains("give a larger --pool-size or fewer --keys"),
+        "{err}"
+    );
     assert!(!err.contains("transaction aborted"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
 }

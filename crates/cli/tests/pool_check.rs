@@ -394,13 +394,26 @@ fn salvage_is_suggested_only_where_it_opens_the_pool() {
     damage_a_middle_record(&middle);
     let check = ferrite(&["pool", "check", text(&middle)]);
     assert_eq!(check.status.code(), Some(CORRUPT), "{}", stdout(&check));
-    assert!(stdout(&check).contains("--salvage opens it anyway"), "{}", stdout(&check));
-    for (name, at) in [("watermark", watermark), ("header", arena + 8), ("magic", arena)] {
+    assert!(
+        stdout(&check).contains("--salvage opens it anyway"),
+        "{}",
+        stdout(&check)
+    );
+    for (name, at) in [
+        ("watermark", watermark),
+        ("header", arena + 8),
+        ("magic", arena),
+    ] {
         let damaged = dir.path().join(format!("{name}.pool"));
         std::fs::copy(&crashed, &damaged).expect("copy");
         flip(&damaged, at);
         let check = ferrite(&["pool", "check", text(&damaged)]);
-        assert_eq!(check.status.code(), Some(CORRUPT), "{name}: {}", stdout(&check));
+        assert_eq!(
+            check.status.code(),
+            Some(CORRUPT),
+            "{name}: {}",
+            stdout(&check)
+        );
         assert!(
             !stdout(&check).contains("--salvage opens it")
                 && stdout(&check).contains("no tool here repairs it"),
@@ -408,6 +421,11 @@ fn salvage_is_suggested_only_where_it_opens_the_pool() {
             stdout(&check)
         );
         let salvage = ferrite(&["pool", "check", "--salvage", text(&damaged)]);
-        assert_eq!(salvage.status.code(), Some(CORRUPT), "{name}: {}", stderr(&salvage));
+        assert_eq!(
+            salvage.status.code(),
+            Some(CORRUPT),
+            "{name}: {}",
+            stderr(&salvage)
+        );
     }
 }

@@ -348,7 +348,11 @@ fn unreadable_or_corrupt_trace_files_are_one_line_usage_errors() {
         let args = ["sim", "run", "--design", "silo", "--trace", text(trace)];
         let output = ferrite(&[&args[..], &["--config", text(config)]].concat());
         assert_eq!(output.status.code(), Some(19), "{}", stderr(&output));
-        assert!(stderr(&output).contains("no such file"), "{}", stderr(&output));
+        assert!(
+            stderr(&output).contains("no such file"),
+            "{}",
+            stderr(&output)
+        );
         assert_eq!(stderr(&output).lines().count(), 1, "{}", stderr(&output));
     }
 }

@@ -644,7 +644,10 @@ mod tests {
         let mut c = Config::default();
         c.l1.ways = 0;
         let error = c.validate().expect_err("no ways");
-        assert!(error.to_string().contains("l1: ways must be ≥ 1"), "{error}");
+        assert!(
+            error.to_string().contains("l1: ways must be ≥ 1"),
+            "{error}"
+        );
     }
 
     #[test]
