@@ -128,7 +128,7 @@ fn failed_run(spec: &RunSpec, error: bench::runner::RunError) -> anyhow::Error {
         }
         _ if out_of_space => format!(
             "{what}: the pool (--pool-size {}) is too small for this engine, workload and \
-             --keys; give a larger --pool-size",
+             --keys; give a larger --pool-size or fewer --keys",
             crate::size::format_bytes(spec.pool_size)
         ),
         _ => what,

@@ -93,13 +93,17 @@ fn parent_is_a_directory(path: &Path) -> anyhow::Result<()> {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
     };
-    if parent.is_dir() {
-        Ok(())
-    } else {
-        Err(usage(
+    match std::fs::metadata(parent) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(usage(
             path,
             &format!("{} is not a directory", parent.display()),
-        ))
+        )),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Err(usage(
+            path,
+            &format!("the directory {} does not exist", parent.display()),
+        )),
+        Err(error) => Err(usage(path, &format!("{}: {error}", parent.display()))),
     }
 }
 
@@ -121,6 +125,18 @@ mod tests {
         let new = dir.path().join("new.json");
         file_can_be_written(&new).expect("creatable");
         assert!(!new.exists(), "the check left its file behind");
+    }
+
+    #[test]
+    fn a_missing_directory_is_named_missing_not_a_non_directory() {
+        let dir = tempfile::tempdir().expect("scratch");
+        let file = dir.path().join("nope").join("x.json");
+        let error = file_can_be_written(&file).expect_err("no directory");
+        assert!(error.to_string().contains("does not exist"), "{error}");
+        let plain = dir.path().join("plain");
+        std::fs::write(&plain, b"").expect("write");
+        let error = file_can_be_written(&plain.join("x.json")).expect_err("a file");
+        assert!(error.to_string().contains("is not a directory"), "{error}");
     }
 
     #[test]

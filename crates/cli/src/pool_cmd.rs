@@ -74,6 +74,11 @@ pub fn create(request: &CreateRequest, out: &mut dyn Write) -> anyhow::Result<()
     };
     let path = request.path.as_path();
     crate::output::directory_of_new_file_exists(path)?;
+    // `open(O_CREAT | O_EXCL)` on `dir/` fails with EISDIR, not EEXIST: name an existing
+    // directory (with or without its trailing slash) as the existing file it is.
+    if path.is_dir() {
+        return Err(failure(path)(PoolError::AlreadyExists).into());
+    }
     let pool = pmem::Pool::create(path, &options).map_err(failure(path))?;
     let header = pool.header().clone();
     let backend = pool.pm().info();
@@ -157,6 +162,10 @@ pub enum CheckProblem {
     NotRepairableHere(String),
     /// The engine's recovery failed.
     RecoveryFailed(tx::TxError),
+    /// The check found what looks like damage in a pool another process has open: the image
+    /// it read was changing under it (half-written log records, a moving watermark), so the
+    /// finding is not a verdict.
+    InUse(String),
 }
 
 impl CheckProblem {
@@ -168,6 +177,7 @@ impl CheckProblem {
             CheckProblem::NotRepairableHere(_) => 12,
             CheckProblem::RecoveryFailed(tx::TxError::Pool(error)) => error.exit_code(),
             CheckProblem::RecoveryFailed(_) => 14,
+            CheckProblem::InUse(_) => PoolError::AlreadyOpen.exit_code(),
         }
     }
 }
@@ -178,6 +188,12 @@ impl fmt::Display for CheckProblem {
             CheckProblem::Damaged(first) => write!(f, "{first}"),
             CheckProblem::NotRepairableHere(reason) => write!(f, "{reason}"),
             CheckProblem::RecoveryFailed(error) => write!(f, "recovery failed: {error}"),
+            CheckProblem::InUse(first) => write!(
+                f,
+                "already open in another process: the check read a changing image, so what \
+                 it found ({first}) may be writes in flight, not damage; check it again once \
+                 the pool is closed"
+            ),
         }
     }
 }
@@ -201,7 +217,8 @@ impl std::error::Error for CheckFailure {}
 
 /// Checks the pool at `path` deeply (read-only unless repairing or salvaging): the header,
 /// then the engine area, its logs and its heap (`pmem::integrity` findings). Prints an
-/// `ok:` line, or the problems, or a JSON object; damage exits 14. A repair or salvage is
+/// `ok:` line, or the problems, or a JSON object; damage exits 14, but 15 when another
+/// process has the pool open (its image was read while it changed). A repair or salvage is
 /// decided from the image before the pool is opened for writing: a pool in use, a layout
 /// whose owner recovers it, or an MVCC area (its recovery re-executes operations only the
 /// application can) is refused with the pool left untouched.
@@ -253,19 +270,26 @@ pub fn check(path: &Path, request: CheckRequest, out: &mut dyn Write) -> anyhow:
         return Err(error);
     }
     let salvaged = request.salvage && matches!(action, Some(Ok(_)));
-    if let Some(first) = damage.first().filter(|_| !salvaged) {
-        let more = damage.len() - 1;
-        let first = format!(
-            "{first}{}",
-            if more > 0 {
-                format!(" (and {more} more)")
-            } else {
-                String::new()
-            }
-        );
-        return Err(check_failure(path, CheckProblem::Damaged(first)));
+    match damage.first().filter(|_| !salvaged) {
+        // No recovery ran on a pool in use (`may_recover` refuses it), so the image is the
+        // one read while the pool changed: its damage is no verdict.
+        Some(_) if report.in_use => {
+            Err(check_failure(path, CheckProblem::InUse(first_of(&damage))))
+        }
+        Some(_) => Err(check_failure(
+            path,
+            CheckProblem::Damaged(first_of(&damage)),
+        )),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// The first damage finding, and how many more there are.
+fn first_of(damage: &[&Finding]) -> String {
+    match damage.len() {
+        0 | 1 => damage.first().map_or(String::new(), |f| f.to_string()),
+        n => format!("{} (and {} more)", damage[0], n - 1),
+    }
 }
 
 fn check_failure(path: &Path, problem: CheckProblem) -> anyhow::Error {
@@ -331,6 +355,17 @@ fn may_recover(
              application's operation handlers, which this tool does not have: it is {verb} \
              when the program that owns it opens it again"
         )),
+        // Not zeros and no engine's magic: an engine header whose magic is damaged, which
+        // is damage (14), not a layout this tool leaves to another program (12).
+        _ if !arena_is_empty(pm, arena) => {
+            return Err(check_failure(
+                path,
+                CheckProblem::Damaged(format!(
+                    "not {verb}: the arena starts with no engine's magic (a damaged engine \
+                     header): no engine opens it; the pool was left untouched"
+                )),
+            ));
+        }
         _ => Some("the pool holds no transaction engine area to recover".to_owned()),
     };
     match refusal {
@@ -342,6 +377,28 @@ fn may_recover(
         )),
         None => Ok(()),
     }
+}
+
+/// Whether the arena starts with zeros (no engine was ever formatted there), as
+/// `conformance::corrupt::check_engine_area` tells an empty arena from a damaged one.
+fn arena_is_empty(pm: &MemPm, arena: Region) -> bool {
+    let mut start = [0u8; 64];
+    pmem::Persist::read(pm, arena.offset, &mut start);
+    start.iter().all(|&b| b == 0)
+}
+
+/// Whether `--salvage` would open the damaged pool at `path`: the engine's salvage run on a
+/// fresh private copy of the file (the check's own copy holds what it already stored), so
+/// the hint after the damage says what the salvage will really do. `None` when the file
+/// holds no redo or undo area or cannot be read again.
+fn salvage_trial(path: &Path) -> Option<tx::TxResult<()>> {
+    let (image, report) = pmem::read_image(path).ok()?;
+    let pool = pmem::Pool::attach(MemPm::new(image), &report.header.layout).ok()?;
+    let options = tx::EngineOptions::default();
+    Some(match tx::check::engine_kind(pool.pm(), pool.arena())? {
+        tx::EngineKind::Redo => tx::Redo::salvage(pool, &options).map(drop),
+        tx::EngineKind::Undo => tx::Undo::salvage(pool, &options).map(drop),
+    })
 }
 
 /// The findings of every structure in the pool image (the checks run on this private copy).
@@ -460,13 +517,18 @@ fn print_text(
         )?;
         return Ok(());
     }
+    if damage > 0 && report.in_use {
+        writeln!(
+            out,
+            "unreliable: {}: {} found while another process had the pool open and was \
+             changing it; not a damage verdict (check it again once it is closed)",
+            path.display(),
+            problems(damage)
+        )?;
+        return Ok(());
+    }
     if damage > 0 {
-        let remedy = if report.header.layout == nvthreads::journal::LAYOUT {
-            "its NVthreads program refuses to start on it, exit status 78, and changes nothing; \
-             no tool here repairs it"
-        } else {
-            "the engine refuses to open it; --salvage opens it anyway, replaying what is intact"
-        };
+        let remedy = remedy(path, report);
         writeln!(
             out,
             "damaged: {}: {} ({remedy})",
@@ -505,6 +567,29 @@ fn print_text(
     Ok(())
 }
 
+/// What the user can do about a damaged pool: `--salvage` only where a trial salvage on a
+/// private copy opened it.
+fn remedy(path: &Path, report: &FileReport) -> String {
+    if report.header.layout == nvthreads::journal::LAYOUT {
+        return "its NVthreads program refuses to start on it, exit status 78, and changes \
+                nothing; no tool here repairs it"
+            .into();
+    }
+    match salvage_trial(path) {
+        Some(Ok(())) => {
+            "the engine refuses to open it; --salvage opens it anyway, replaying what is intact"
+                .into()
+        }
+        Some(Err(error)) => format!(
+            "the engine refuses to open it and --salvage cannot either ({error}); no tool here \
+             repairs it"
+        ),
+        None => "--salvage does not open it either (it salvages redo and undo areas whose \
+                 engine header is intact); no tool here repairs it"
+            .into(),
+    }
+}
+
 fn print_json(
     path: &Path,
     report: &FileReport,
@@ -516,6 +601,8 @@ fn print_json(
     let damage = findings.iter().filter(|f| f.is_damage()).count();
     verdict["ok"] = Value::Bool(damage == 0);
     verdict["damage"] = json!(damage);
+    // Findings on the image of a pool another process was writing are no verdict.
+    verdict["reliable"] = Value::Bool(!report.in_use);
     verdict["findings"] = serde_json::to_value(findings)?;
     if let Some(action) = action {
         verdict["recovery"] = match action {

@@ -226,11 +226,14 @@ impl Report {
     }
 }
 
-/// Writes `report` into `dir` (created if needed; files of the same names are replaced,
-/// others left alone) and returns the paths written, `index.html` last.
+/// Writes `report` into `dir` (created if needed; files of the same names are replaced) and
+/// returns the paths written, `index.html` last. The section files an earlier report in
+/// `dir` listed in its `report.json` and this one does not write are removed, so the folder
+/// holds only what its `report.json` names; files no report listed are left alone.
 pub fn write(report: &Report, dir: &Path) -> io::Result<Vec<PathBuf>> {
     check_ids(report)?;
     std::fs::create_dir_all(dir)?;
+    let earlier = files_of_earlier_report(dir);
     let mut written = Vec::new();
     let mut put = |name: String, contents: &str| -> io::Result<()> {
         let path = dir.join(name);
@@ -246,7 +249,45 @@ pub fn write(report: &Report, dir: &Path) -> io::Result<Vec<PathBuf>> {
     }
     put("report.json".into(), &pretty(&report.to_json()))?;
     put("index.html".into(), &render_html(report))?;
+    for name in earlier {
+        let path = dir.join(name);
+        if !written.contains(&path) {
+            match std::fs::remove_file(&path) {
+                Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+                _ => {}
+            }
+        }
+    }
     Ok(written)
+}
+
+/// The section files (`<id>.json`, `<id>-<plot>.svg`) the `report.json` already in `dir`
+/// lists; none when there is none or it does not parse. Only names made of a valid id are
+/// taken, so a hand-edited `report.json` cannot point the removal outside `dir`.
+fn files_of_earlier_report(dir: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(dir.join("report.json")) else {
+        return Vec::new();
+    };
+    let Ok(earlier) = serde_json::from_str::<Value>(&text) else {
+        return Vec::new();
+    };
+    let sections = earlier["sections"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice);
+    let mut files = Vec::new();
+    for section in sections {
+        let Some(id) = section["id"].as_str().filter(|id| check_id(id).is_ok()) else {
+            continue;
+        };
+        files.push(format!("{id}.json"));
+        let plots = section["plots"].as_array().map_or(&[][..], Vec::as_slice);
+        files.extend(plots.iter().filter_map(|plot| {
+            let stem = plot["file"].as_str()?.strip_suffix(".svg")?;
+            let plot_id = stem.strip_prefix(id)?.strip_prefix('-')?;
+            check_id(plot_id).is_ok().then(|| format!("{stem}.svg"))
+        }));
+    }
+    files
 }
 
 fn pretty(value: &Value) -> String {
@@ -564,6 +605,22 @@ mod tests {
         assert_eq!(report["sections"][0]["verdict"], "pass");
         assert_eq!(report["sections"][0]["plots"][0]["file"], "first-bars.svg");
         assert_eq!(report["sections"][0]["tables"][0]["rows"][0][0], "a & b");
+    }
+
+    #[test]
+    fn files_of_sections_an_earlier_report_wrote_and_this_one_does_not_are_removed() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        write(&sample_report(), dir.path()).expect("first report");
+        std::fs::write(dir.path().join("notes.txt"), "mine").expect("a file of the user");
+        let mut later = sample_report();
+        later.sections.truncate(1);
+        write(&later, dir.path()).expect("second report");
+        for gone in ["second.json", "second-bars.svg"] {
+            assert!(!dir.path().join(gone).exists(), "{gone} left behind");
+        }
+        for kept in ["first.json", "first-bars.svg", "notes.txt", "index.html"] {
+            assert!(dir.path().join(kept).exists(), "{kept} removed");
+        }
     }
 
     #[test]

@@ -203,6 +203,24 @@ fn create_refuses_an_existing_file_and_leaves_it_alone() {
     let over = ferrite(&["pool", "create", text(&notes), "--size", "1M"]);
     assert_one_line_failure(&over, &notes, ALREADY_EXISTS, "already exists");
     assert_eq!(std::fs::read(&notes).expect("read"), b"keep me");
+
+    // A directory is an existing file with or without its trailing slash (EISDIR otherwise).
+    let folder = dir.path().join("folder");
+    std::fs::create_dir(&folder).expect("folder");
+    for arg in [text(&folder).to_owned(), format!("{}/", text(&folder))] {
+        let output = ferrite(&["pool", "create", &arg, "--size", "1M"]);
+        assert_eq!(
+            output.status.code(),
+            Some(ALREADY_EXISTS),
+            "{arg}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains("already exists"),
+            "{}",
+            stderr(&output)
+        );
+    }
 }
 
 #[test]
@@ -847,12 +865,26 @@ fn emulated_pm_cost_says_which_engines_were_charged() {
     );
 }
 
-/// Value sizes outside what the workloads take (none, or above their 1 MiB limit) are
-/// usage errors before any pool is made, not a benchmark of nothing or a failed operation
-/// after the setup.
+/// Value sizes outside what every engine can log (none, or above 64 KiB) are usage errors
+/// before any pool is made, not a benchmark of nothing or a failed operation after the
+/// setup; sizes take suffixes.
 #[test]
 fn bench_value_sizes_out_of_range_are_usage_errors() {
-    for size in ["0", "1048577", "4294967295"] {
+    // 64 keys of 64 KiB: a setup that put 64 values in one transaction overflowed the lane.
+    let largest = bench(&[
+        "--ops",
+        "20",
+        "--runs",
+        "1",
+        "--keys",
+        "64",
+        "--pool-size",
+        "64M",
+        "--value-size",
+        "64K",
+    ]);
+    assert_eq!(largest.status.code(), Some(0), "{}", stderr(&largest));
+    for size in ["0", "65537", "1M", "4294967295"] {
         let output = bench(&[
             "--ops",
             "50",
@@ -863,7 +895,12 @@ fn bench_value_sizes_out_of_range_are_usage_errors() {
             "--value-size",
             size,
         ]);
-        assert_usage_error(&output, "1..=1048576", size);
+        let reason = if size == "0" {
+            "greater than zero"
+        } else {
+            "64 KiB"
+        };
+        assert_usage_error(&output, reason, size);
     }
 }
 
@@ -889,6 +926,30 @@ fn bench_failures_name_the_directory_or_the_option() {
         assert!(stderr(&output).contains(named), "{}", stderr(&output));
         assert_eq!(stderr(&output).lines().count(), 1, "{}", stderr(&output));
     }
+}
+
+/// A hash table for more keys than any pool holds is the same "too small" failure, naming
+/// the options to change, not an abort naming the workload's internal bound.
+#[test]
+fn keys_no_pool_can_hold_name_the_pool_size() {
+    let output = bench(&[
+        "--ops",
+        "50",
+        "--runs",
+        "1",
+        "--keys",
+        "1000000000000",
+        "--pool-size",
+        "64M",
+    ]);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("give a larger --pool-size or fewer --keys"),
+        "{err}"
+    );
+    assert!(!err.contains("transaction aborted"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
 }
 
 /// A bench whose every configuration was skipped measured nothing: it fails instead of

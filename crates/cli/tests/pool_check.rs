@@ -343,3 +343,89 @@ fn repair_of_a_pool_in_use_exits_15_with_one_message() {
     assert!(stdout(&repair).is_empty(), "{}", stdout(&repair));
     drop(holder);
 }
+
+/// A pool another process holds is read while it changes: what looks like damage may be a
+/// record half written, so the check exits 15 (already open), never 14 with a salvage hint.
+#[test]
+fn damage_in_a_pool_in_use_is_no_verdict_and_exits_15() {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
+    let (_, crashed) = redo_pools(dir.path());
+    damage_a_middle_record(&crashed);
+    let holder = Pool::open(&crashed, LAYOUT, &NativeOptions::default()).expect("open");
+    let check = ferrite(&["pool", "check", text(&crashed)]);
+    assert_eq!(check.status.code(), Some(15), "{}", stderr(&check));
+    assert!(stdout(&check).contains("unreliable:"), "{}", stdout(&check));
+    assert!(!stdout(&check).contains("--salvage"), "{}", stdout(&check));
+    assert!(
+        stderr(&check).contains("already open"),
+        "{}",
+        stderr(&check)
+    );
+    let json = ferrite(&["pool", "check", "--json", text(&crashed)]);
+    assert_eq!(json.status.code(), Some(15), "{}", stderr(&json));
+    let verdict: Value = serde_json::from_str(&stdout(&json)).expect("JSON");
+    assert_eq!(verdict["reliable"], Value::Bool(false), "{verdict}");
+    drop(holder);
+}
+
+/// Flips one bit of the byte at `at` of the file.
+fn flip(path: &Path, at: u64) {
+    let mut bytes = std::fs::read(path).expect("read");
+    bytes[at as usize] ^= 0x04;
+    std::fs::write(path, bytes).expect("write");
+}
+
+/// The check suggests `--salvage` only for damage the salvage gets past (a record in the
+/// middle of a lane); for a damaged watermark, engine header or magic it says the salvage
+/// cannot open the pool, and the salvage itself exits 14 (damaged), never 12.
+#[test]
+fn salvage_is_suggested_only_where_it_opens_the_pool() {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
+    // The crashed copy still has live records above its watermark to damage.
+    let (_, crashed) = redo_pools(dir.path());
+    let image = MemPm::new(std::fs::read(&crashed).expect("read"));
+    let pool = Pool::attach(image, LAYOUT).expect("attach");
+    let arena = pool.arena().offset;
+    let layout = EngineLayout::read(pool.pm(), pool.arena(), EngineKind::Redo).expect("layout");
+    let watermark = layout.watermark();
+    drop(pool);
+    let middle = dir.path().join("middle.pool");
+    std::fs::copy(&crashed, &middle).expect("copy");
+    damage_a_middle_record(&middle);
+    let check = ferrite(&["pool", "check", text(&middle)]);
+    assert_eq!(check.status.code(), Some(CORRUPT), "{}", stdout(&check));
+    assert!(
+        stdout(&check).contains("--salvage opens it anyway"),
+        "{}",
+        stdout(&check)
+    );
+    for (name, at) in [
+        ("watermark", watermark),
+        ("header", arena + 8),
+        ("magic", arena),
+    ] {
+        let damaged = dir.path().join(format!("{name}.pool"));
+        std::fs::copy(&crashed, &damaged).expect("copy");
+        flip(&damaged, at);
+        let check = ferrite(&["pool", "check", text(&damaged)]);
+        assert_eq!(
+            check.status.code(),
+            Some(CORRUPT),
+            "{name}: {}",
+            stdout(&check)
+        );
+        assert!(
+            !stdout(&check).contains("--salvage opens it")
+                && stdout(&check).contains("no tool here repairs it"),
+            "{name}: {}",
+            stdout(&check)
+        );
+        let salvage = ferrite(&["pool", "check", "--salvage", text(&damaged)]);
+        assert_eq!(
+            salvage.status.code(),
+            Some(CORRUPT),
+            "{name}: {}",
+            stderr(&salvage)
+        );
+    }
+}

@@ -323,8 +323,7 @@ fn unreadable_or_corrupt_trace_files_are_one_line_usage_errors() {
     std::fs::write(&flipped, &damaged).expect("write");
     let config = dir.path().join("config.json");
     std::fs::write(&config, "{\"silo\": {\"entries\": \"twenty\"}}").expect("write");
-    let cases: [(&Path, &[&str], &str); 6] = [
-        (&missing, &[], "No such file"),
+    let cases: [(&Path, &[&str], &str); 5] = [
         (&not_a_trace, &[], "not a Ferrite trace"),
         (&truncated, &[], "truncated"),
         (&flipped, &[], "checksum"),
@@ -341,6 +340,20 @@ fn unreadable_or_corrupt_trace_files_are_one_line_usage_errors() {
         args.extend_from_slice(extra);
         let output = ferrite(&args);
         assert_usage_error(&output, &format!("ferrite: {}: ", path.display()), reason);
+    }
+    // A missing trace or configuration file is the table's "no such file".
+    let good_config = dir.path().join("good.json");
+    std::fs::write(&good_config, "{}").expect("write");
+    for (trace, config) in [(&missing, &good_config), (&good, &missing)] {
+        let args = ["sim", "run", "--design", "silo", "--trace", text(trace)];
+        let output = ferrite(&[&args[..], &["--config", text(config)]].concat());
+        assert_eq!(output.status.code(), Some(19), "{}", stderr(&output));
+        assert!(
+            stderr(&output).contains("no such file"),
+            "{}",
+            stderr(&output)
+        );
+        assert_eq!(stderr(&output).lines().count(), 1, "{}", stderr(&output));
     }
 }
 
@@ -688,6 +701,62 @@ fn a_partial_configuration_keeps_the_other_defaults_and_bad_ones_are_refused() {
         args.extend_from_slice(&TINY);
         let output = ferrite(&args);
         assert_usage_error(&output, "ferrite: ", reason);
+    }
+}
+
+/// The file's `cores` is honoured like `--cores` (which wins over it) and held to the same
+/// range.
+#[test]
+fn configuration_cores_are_honoured_like_the_option() {
+    let dir = scratch();
+    // TINY without its `--cores 2`.
+    let small: Vec<&str> = [&TINY[..2], &TINY[4..]].concat();
+    let four = dir.path().join("four.json");
+    std::fs::write(&four, r#"{"cores": 4}"#).expect("write");
+    let mut args = vec!["--design", "silo", "--config", text(&four)];
+    args.extend_from_slice(&small);
+    let run = run_json(dir.path(), "run-four", &args);
+    assert_eq!(run["config"]["cores"], 4, "the file's cores");
+    assert_eq!(run["trace"]["streams"], 4, "a trace generated for them");
+    args.extend_from_slice(&["--cores", "2"]);
+    let run = run_json(dir.path(), "run-two", &args);
+    assert_eq!(run["config"]["cores"], 2, "--cores wins");
+
+    for (name, contents, reason) in [
+        ("zero.json", r#"{"cores": 0}"#, "cores = 0"),
+        ("many.json", r#"{"cores": 100}"#, "cores = 100"),
+    ] {
+        let config = dir.path().join(name);
+        std::fs::write(&config, contents).expect("write");
+        let mut args = vec!["sim", "run", "--design", "silo", "--config", text(&config)];
+        args.extend_from_slice(&small);
+        assert_usage_error(&ferrite(&args), "ferrite: ", reason);
+    }
+}
+
+/// A Silo batch of 0 bytes (its overflow writes would cost nothing) and a cache of 0 ways
+/// are refused, each named.
+#[test]
+fn zero_sizes_in_a_configuration_are_refused_by_name() {
+    let dir = scratch();
+    let cases = [
+        (
+            "batch.json",
+            r#"{"silo": {"entries": 1, "batch_bytes": 0}}"#,
+            "silo.batch_bytes",
+        ),
+        (
+            "ways.json",
+            r#"{"l1": {"size_bytes": 32768, "ways": 0, "latency": 4}}"#,
+            "l1: ways must be ≥ 1",
+        ),
+    ];
+    for (name, contents, reason) in cases {
+        let config = dir.path().join(name);
+        std::fs::write(&config, contents).expect("write");
+        let mut args = vec!["sim", "run", "--design", "silo", "--config", text(&config)];
+        args.extend_from_slice(&TINY);
+        assert_usage_error(&ferrite(&args), "ferrite: ", reason);
     }
 }
 

@@ -443,8 +443,12 @@ impl Config {
             return bad("freq_ghz must be positive".into());
         }
         for (name, c) in [("l1", &self.l1), ("l2", &self.l2), ("llc", &self.llc)] {
+            // `sets()` divides by at least 1 way, so name a zero associativity itself.
+            if c.ways == 0 {
+                return bad(format!("{name}: ways must be ≥ 1"));
+            }
             let sets = c.sets();
-            if c.ways == 0 || sets == 0 || !sets.is_power_of_two() {
+            if sets == 0 || !sets.is_power_of_two() {
                 return bad(format!("{name}: sets = {sets} must be a power of two ≥ 1"));
             }
             if c.ways > crate::cache::MAX_WAYS {
@@ -464,9 +468,7 @@ impl Config {
         if m.onpm_line_bytes != 256 {
             return bad("onpm_line_bytes must be 256 (word masks are 32 bits)".into());
         }
-        if self.silo.entries == 0 {
-            return bad("silo.entries must be ≥ 1".into());
-        }
+        self.validate_silo()?;
         self.validate_magnitudes()?;
         self.validate_baselines()
     }
@@ -523,8 +525,29 @@ impl Config {
         Ok(())
     }
 
+    /// Silo's log buffer and the sizes its log writes are made of: a zero size would make
+    /// its overflow and failure writes cost nothing, and an overflow batch is one on-PM
+    /// buffer line that holds at least one undo record.
+    fn validate_silo(&self) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.to_string()));
+        let s = &self.silo;
+        if s.entries == 0 || s.entry_bytes == 0 {
+            return bad("silo.entries and silo.entry_bytes must be ≥ 1");
+        }
+        if s.undo_record_bytes == 0 || s.redo_record_bytes == 0 {
+            return bad("silo.undo_record_bytes and silo.redo_record_bytes must be ≥ 1");
+        }
+        if !(s.undo_record_bytes..=256).contains(&s.batch_bytes) {
+            return bad("silo.batch_bytes must hold one undo record and fit a 256 B line");
+        }
+        Ok(())
+    }
+
     fn validate_baselines(&self) -> Result<(), ConfigError> {
         let bad = |m: &str| Err(ConfigError::Invalid(m.to_string()));
+        if self.base.record_bytes == 0 {
+            return bad("base.record_bytes must be ≥ 1");
+        }
         let (f, m, l) = (&self.fwb, &self.morlog, &self.lad);
         if f.log_buffer == 0 || f.records_per_write == 0 || f.record_bytes == 0 {
             return bad("fwb: log_buffer, records_per_write and record_bytes must be ≥ 1");
@@ -614,6 +637,32 @@ mod tests {
         let mut c = Config::default();
         c.l1.ways = 3;
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn zero_ways_are_named_as_such() {
+        let mut c = Config::default();
+        c.l1.ways = 0;
+        let error = c.validate().expect_err("no ways");
+        assert!(
+            error.to_string().contains("l1: ways must be ≥ 1"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn silo_and_base_record_sizes_of_zero_are_refused() {
+        let refused = |change: &dyn Fn(&mut Config)| {
+            let mut c = Config::default();
+            change(&mut c);
+            c.validate().expect_err("a zero size").to_string()
+        };
+        assert!(refused(&|c| c.silo.batch_bytes = 0).contains("silo.batch_bytes"));
+        assert!(refused(&|c| c.silo.batch_bytes = 512).contains("silo.batch_bytes"));
+        assert!(refused(&|c| c.silo.undo_record_bytes = 0).contains("undo_record_bytes"));
+        assert!(refused(&|c| c.silo.redo_record_bytes = 0).contains("redo_record_bytes"));
+        assert!(refused(&|c| c.silo.entry_bytes = 0).contains("entry_bytes"));
+        assert!(refused(&|c| c.base.record_bytes = 0).contains("base.record_bytes"));
     }
 
     #[test]

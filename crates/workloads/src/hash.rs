@@ -363,11 +363,15 @@ impl PersistentMap for HashMap {
     const ORDERED: bool = false;
 
     fn create<T: Tx>(tx: &mut T, capacity: u64, value_size: u32) -> TxResult<PPtr> {
+        // A table past MAX_BUCKETS needs a bucket array of more than 8 TiB: no pool has the
+        // room, which is what the caller must hear (not an abort naming an internal bound).
         let bucket_count = capacity
             .max(1)
             .checked_next_power_of_two()
             .filter(|&n| n <= MAX_BUCKETS)
-            .ok_or_else(|| TxError::abort(format_args!("hash: capacity {capacity}")))?;
+            .ok_or(TxError::OutOfSpace {
+                size: capacity.saturating_mul(8),
+            })?;
         if u64::from(value_size) > MAX_VALUE_SIZE {
             return Err(TxError::abort(format_args!(
                 "hash: value size {value_size}"
@@ -673,6 +677,16 @@ mod tests {
         assert!(
             matches!(&opened, Err(TxError::Corrupted(why)) if why.contains("bad magic")),
             "{opened:?}"
+        );
+    }
+
+    #[test]
+    fn a_table_larger_than_any_pool_is_out_of_space() {
+        let engine = MemEngine::new(1 << 20);
+        let created = engine.transaction(|tx| HashMap::create(tx, 2 * MAX_BUCKETS, 8));
+        assert!(
+            matches!(created, Err(TxError::OutOfSpace { size }) if size == 16 * MAX_BUCKETS),
+            "{created:?}"
         );
     }
 

@@ -372,14 +372,21 @@ const LOAD_ENTRIES_PER_TX: usize = 64;
 /// Value bytes per setup transaction, about (keeps setup within small log lanes).
 const LOAD_BYTES_PER_TX: usize = 16 * 1024;
 
+/// Entries of `value_size` bytes a setup transaction puts: about [`LOAD_BYTES_PER_TX`] of
+/// values (a node's 64 bytes counted with each), at least one, at most
+/// [`LOAD_ENTRIES_PER_TX`]. Large values go one or a few per transaction, so the setup's
+/// log stays far below a lane whatever the value size.
+pub(crate) fn entries_per_load_tx(value_size: usize) -> usize {
+    (LOAD_BYTES_PER_TX / (value_size + 64)).clamp(1, LOAD_ENTRIES_PER_TX)
+}
+
 /// Puts `entries` into the map linked from the root, in the given order, a bounded batch per
 /// transaction.
 pub(crate) fn load_entries<M: PersistentMap, E: Engine>(
     engine: &E,
     entries: &[(u64, Vec<u8>)],
 ) -> TxResult<()> {
-    let entry_bytes = entries.first().map_or(1, |(_, value)| value.len() + 64);
-    let per_tx = (LOAD_BYTES_PER_TX / entry_bytes).clamp(1, LOAD_ENTRIES_PER_TX);
+    let per_tx = entries_per_load_tx(entries.first().map_or(0, |(_, value)| value.len()));
     for batch in entries.chunks(per_tx) {
         engine.transaction(|tx| {
             let map = root_link(tx)?;

@@ -227,7 +227,9 @@ impl<M: PersistentMap> Workload for MapWorkload<M> {
             set_root_link(tx, map)
         })?;
         let keys: Vec<u64> = self.initial_keys().collect();
-        for batch in keys.chunks(64) {
+        // Batches bounded in bytes: 64 values of 16 KiB were one redo record larger than the
+        // 1 MiB lane.
+        for batch in keys.chunks(crate::list::entries_per_load_tx(size as usize)) {
             engine.transaction(|tx| {
                 let map = root_link(tx)?;
                 for &key in batch {

@@ -40,9 +40,6 @@ const HEADER_SIZE: usize = 40;
 const N_NEXT: usize = 0;
 const N_VALUE: usize = 8;
 
-/// Items enqueued per setup transaction.
-const SETUP_BATCH: u64 = 64;
-
 enum Header {}
 enum Node {}
 
@@ -193,9 +190,12 @@ impl Workload for QueueWorkload {
             tx.write(header, 0, &buf)?;
             set_root_link(tx, header.cast())
         })?;
+        // Batches bounded in bytes, as the maps load theirs: 64 items of 16 KiB were one
+        // record larger than a 1 MiB lane.
+        let batch = crate::list::entries_per_load_tx(size as usize) as u64;
         let mut first = 0;
         while first < self.params.keys {
-            let end = (first + SETUP_BATCH).min(self.params.keys);
+            let end = (first + batch).min(self.params.keys);
             engine.transaction(|tx| {
                 let mut queue = Queue::open(tx, size)?;
                 (first..end).try_for_each(|i| queue.enqueue(tx, &value_for(i, 0, size)))

@@ -121,7 +121,8 @@ pub struct RunArgs {
     /// Workload to generate the trace of: array, btree, hash, queue, rbtree, tpcc, ycsb.
     #[arg(long, value_parser = parse_workload, required_unless_present = "trace")]
     pub workload: Option<SiloWorkload>,
-    /// Simulated cores (default: 8 for a generated trace, every stream of a trace file).
+    /// Simulated cores (default: the `cores` of --config, else 8 for a generated trace and
+    /// every stream of a trace file).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_CORES))]
     pub cores: Option<u64>,
     #[command(flatten)]

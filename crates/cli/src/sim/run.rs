@@ -101,9 +101,15 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if let Some(path) = &args.json {
         crate::output::file_can_be_written(path)?;
     }
-    let (trace, source) = obtain_trace(args)?;
-    let cores = cores_to_simulate(args, &trace, &source)?;
-    let config = machine(args, cores)?;
+    let (file, file_cores) = match &args.config {
+        Some(path) => read_config(path)?,
+        None => (Config::default(), None),
+    };
+    // `--cores` wins over the file's `cores`, which wins over the trace's streams.
+    let requested = args.cores.or(file_cores);
+    let (trace, source) = obtain_trace(args, requested)?;
+    let cores = cores_to_simulate(requested, &trace, &source)?;
+    let config = machine(args, file, cores)?;
     let metrics =
         hwsim::simulate(&config, args.design, &trace).map_err(|e| sim_error(e, &source))?;
     let record = RunRecord {
@@ -146,11 +152,15 @@ fn refuse_silo_options_elsewhere(args: &RunArgs) -> Result<(), UsageError> {
     }
 }
 
-/// The trace file, or a trace generated from the workload options.
-fn obtain_trace(args: &RunArgs) -> anyhow::Result<(Trace, TraceSource)> {
+/// The trace file, or a trace generated from the workload options on `cores` cores (8 when
+/// neither `--cores` nor the configuration file names them).
+fn obtain_trace(args: &RunArgs, cores: Option<u64>) -> anyhow::Result<(Trace, TraceSource)> {
     if let Some(path) = &args.trace {
         let usage = |why: String| UsageError(format!("{}: {why}", path.display()));
-        let trace = Trace::read(path).map_err(|error| usage(error.to_string()))?;
+        let trace = Trace::read(path).map_err(|error| match error {
+            trace::TraceError::Io(io) => unreadable(path, io),
+            error => usage(error.to_string()).into(),
+        })?;
         trace
             .check_transactions()
             .map_err(|error| usage(error.to_string()))?;
@@ -160,15 +170,20 @@ fn obtain_trace(args: &RunArgs) -> anyhow::Result<(Trace, TraceSource)> {
     let workload = args
         .workload
         .ok_or_else(|| UsageError("sim run: --workload or --trace is required".into()))?;
-    let spec = trace_spec(workload, args.cores.unwrap_or(8), &args.shape);
+    let spec = trace_spec(workload, cores.unwrap_or(8), &args.shape);
     let trace = generate(&spec)?;
     Ok((trace, TraceSource::Generated { spec }))
 }
 
-/// `--cores`, or every stream of the trace (at most hwsim's 64).
-fn cores_to_simulate(args: &RunArgs, trace: &Trace, source: &TraceSource) -> anyhow::Result<usize> {
-    match args.cores {
-        // clap keeps --cores in 1..=MAX_CORES.
+/// The cores asked for (`--cores` or the configuration file's), or every stream of the trace
+/// (at most hwsim's 64).
+fn cores_to_simulate(
+    requested: Option<u64>,
+    trace: &Trace,
+    source: &TraceSource,
+) -> anyhow::Result<usize> {
+    match requested {
+        // clap keeps --cores, and `read_config` the file's cores, in 1..=MAX_CORES.
         Some(cores) => Ok(cores as usize),
         None if trace.cores() == 0 => {
             Err(UsageError(format!("{}: the trace has no streams", source.label())).into())
@@ -185,12 +200,9 @@ fn cores_to_simulate(args: &RunArgs, trace: &Trace, source: &TraceSource) -> any
     }
 }
 
-/// The default machine, then `--config`, then the single-parameter options, checked.
-fn machine(args: &RunArgs, cores: usize) -> anyhow::Result<Config> {
-    let mut config = match &args.config {
-        Some(path) => read_config(path)?,
-        None => Config::default(),
-    };
+/// The machine of `--config` (or the default one), then the single-parameter options,
+/// checked.
+fn machine(args: &RunArgs, mut config: Config, cores: usize) -> anyhow::Result<Config> {
     config.cores = cores;
     if let Some(latency) = args.log_latency {
         config.silo.buffer_latency = latency;
@@ -218,10 +230,11 @@ fn machine(args: &RunArgs, cores: usize) -> anyhow::Result<Config> {
 }
 
 /// The default machine with the fields of the JSON object in `path` laid over it, at every
-/// depth: `{"l1": {"latency": 8}}` changes the L1 latency and keeps its size and ways.
-fn read_config(path: &Path) -> anyhow::Result<Config> {
+/// depth: `{"l1": {"latency": 8}}` changes the L1 latency and keeps its size and ways. Also
+/// the file's `cores` when it names them, held to `--cores`' range.
+fn read_config(path: &Path) -> anyhow::Result<(Config, Option<u64>)> {
     let usage = |why: String| UsageError(format!("{}: {why}", path.display()));
-    let text = std::fs::read_to_string(path).map_err(|e| usage(e.to_string()))?;
+    let text = std::fs::read_to_string(path).map_err(|e| unreadable(path, e))?;
     let not_config = |e: serde_json::Error| usage(format!("not a simulator configuration: {e}"));
     let given: serde_json::Value = serde_json::from_str(&text).map_err(not_config)?;
     if !given.is_object() {
@@ -231,9 +244,35 @@ fn read_config(path: &Path) -> anyhow::Result<Config> {
         )
         .into());
     }
+    let named_cores = given.get("cores").is_some();
     let mut config = serde_json::to_value(Config::default())?;
     lay_over(&mut config, given);
-    Ok(serde_json::from_value(config).map_err(not_config)?)
+    let config: Config = serde_json::from_value(config).map_err(not_config)?;
+    if !named_cores {
+        return Ok((config, None));
+    }
+    let cores = config.cores as u64;
+    if !(1..=super::MAX_CORES).contains(&cores) {
+        return Err(usage(format!(
+            "cores = {cores}: the simulator models 1 to {} cores",
+            super::MAX_CORES
+        ))
+        .into());
+    }
+    Ok((config, Some(cores)))
+}
+
+/// An input file that cannot be read: a missing one is the table's "no such file" (19),
+/// anything else (a directory, no permission to read it) a usage error naming it.
+fn unreadable(path: &Path, error: std::io::Error) -> anyhow::Error {
+    if error.kind() == std::io::ErrorKind::NotFound {
+        return crate::pool_cmd::PoolFailure {
+            path: path.to_owned(),
+            error: pmem::PoolError::NotFound,
+        }
+        .into();
+    }
+    UsageError(format!("{}: {error}", path.display())).into()
 }
 
 /// Replaces the values of `base` by those of `over`, descending into objects both have.
