@@ -128,21 +128,27 @@ pub struct MountArgs {
     notify_ready: bool,
 }
 
-/// Unmounts `dir` and returns once its server has closed the pool, so that `fs fsck` or
-/// another mount can open it next.
+/// Unmounts `dir` and returns once its server has closed the pool and exited, so that
+/// `fs fsck` or another mount can open the pool next.
 fn unmount(dir: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
     let released =
         fsmount::unmount_and_wait(dir).with_context(|| format!("unmounting {}", dir.display()))?;
     writeln!(out, "unmounted {}", dir.display())?;
-    if let fsmount::Released::StillHeld(pool) = released {
-        anyhow::bail!(
-            "unmounted {}, but its server still holds {} after {} s",
+    let waited = fsmount::RELEASE_TIMEOUT.as_secs();
+    match released {
+        fsmount::Released::Pool(_) => Ok(()),
+        fsmount::Released::StillHeld(pool) => anyhow::bail!(
+            "unmounted {}, but its server still holds {} after {waited} s",
             dir.display(),
-            pool.display(),
-            fsmount::RELEASE_TIMEOUT.as_secs()
-        );
+            pool.display()
+        ),
+        fsmount::Released::ServerRunning { pool, pid } => anyhow::bail!(
+            "unmounted {}; its server (pid {pid}) closed {} but was still running after \
+             {waited} s",
+            dir.display(),
+            pool.display()
+        ),
     }
-    Ok(())
 }
 
 /// Runs one `ferrite fs` command.

@@ -332,6 +332,133 @@ fn unmount_refuses_what_is_not_a_ferrite_mount() {
     dead.mounted = false;
 }
 
+/// A tmpfs mounted for a test, unmounted (lazily) on drop.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path) -> Tmpfs {
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1M", "ferrite-test-tmpfs"])
+            .arg(dir)
+            .status()
+            .expect("run mount");
+        assert!(mounted.success(), "mount -t tmpfs failed");
+        Tmpfs(dir.to_owned())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// `mount --background` of `pool` on `dir`; the server's pid.
+fn background_server(pool: &Path, dir: &Path) -> u32 {
+    let out = ok(
+        &ferrite(&[
+            "fs",
+            "mount",
+            "--background",
+            pool.to_str().unwrap(),
+            dir.to_str().unwrap(),
+        ]),
+        "mount --background",
+    );
+    out.split("server pid ")
+        .nth(1)
+        .and_then(|rest| rest.split(';').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no server pid in {out:?}"))
+}
+
+/// Waits until process `pid` has exited (a zombie counts as exited).
+fn wait_for_exit(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .is_some_and(|(_, s)| !s.starts_with(" Z"))
+    }) {
+        assert!(Instant::now() < deadline, "server {pid} still runs");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Stopping a mount — `umount`, SIGTERM to its server, `fs unmount` — takes away that mount
+/// only. Its server used to unmount the mount point once more on its way out, which
+/// unmounted what the mount covered: a tmpfs (its files gone from view) or another ferrite
+/// mount, which `fs unmount` of the top one then took away too.
+#[test]
+fn stopping_a_mount_leaves_what_it_covered_mounted() {
+    if !nix_is_root() {
+        eprintln!("SKIPPED: needs root to mount a tmpfs");
+        return;
+    }
+    if let Some(reason) = fuse_unavailable() {
+        eprintln!("SKIPPED: cannot mount FUSE file systems here: {reason}");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("stack");
+    std::fs::create_dir(&dir).expect("mount point");
+    let _tmpfs = Tmpfs::mount(&dir);
+    std::fs::write(dir.join("precious"), b"kept").expect("write to the tmpfs");
+    let pools: Vec<PathBuf> = ["low", "high"]
+        .iter()
+        .map(|tag| {
+            let pool = Path::new("/dev/shm").join(format!(
+                "ferrite-fs-test-{}-stack-{tag}.pool",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_file(&pool);
+            ok(
+                &ferrite(&["fs", "mkfs", pool.to_str().unwrap(), "--size", "8M"]),
+                "mkfs",
+            );
+            pool
+        })
+        .collect();
+    let dir_arg = dir.to_str().unwrap();
+    for how in ["umount", "SIGTERM", "fs unmount"] {
+        let server = background_server(&pools[0], &dir);
+        let stopped = match how {
+            "umount" => Command::new("umount").arg(&dir).output().expect("umount"),
+            "SIGTERM" => Command::new("kill")
+                .args(["-TERM", &server.to_string()])
+                .output()
+                .expect("kill"),
+            _ => ferrite(&["fs", "unmount", dir_arg]),
+        };
+        ok(&stopped, how);
+        wait_for_exit(server);
+        let precious = std::fs::read(dir.join("precious"));
+        assert_eq!(precious.ok().as_deref(), Some(&b"kept"[..]), "after {how}");
+    }
+    let low = background_server(&pools[0], &dir);
+    std::fs::write(dir.join("low"), b"low").expect("write to the lower mount");
+    let high = background_server(&pools[1], &dir);
+    ok(
+        &ferrite(&["fs", "unmount", dir_arg]),
+        "unmount of the top mount",
+    );
+    wait_for_exit(high);
+    let low_file = std::fs::read(dir.join("low"));
+    ok(
+        &ferrite(&["fs", "unmount", dir_arg]),
+        "unmount of the lower mount",
+    );
+    wait_for_exit(low);
+    for pool in &pools {
+        let _ = std::fs::remove_file(pool);
+    }
+    assert_eq!(
+        low_file.ok().as_deref(),
+        Some(&b"low"[..]),
+        "the lower mount"
+    );
+    let precious = std::fs::read(dir.join("precious"));
+    assert_eq!(precious.ok().as_deref(), Some(&b"kept"[..]), "at the end");
+}
+
 /// The unmount command `mount --background` prints runs as printed in a shell, also for a
 /// mount point whose name has a space and a quote (it used to be printed unquoted).
 #[test]
