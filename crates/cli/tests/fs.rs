@@ -236,6 +236,33 @@ fn fio_verifies_its_writes_on_the_mount() {
     assert!(report.starts_with("ok: "), "{report}");
 }
 
+/// A time an inode cannot hold (before 1970, after 2554) is refused with `EINVAL`, as the
+/// preload refuses it; the mount used to store 1970 (or 2554) instead and report success.
+#[test]
+fn times_the_format_cannot_hold_are_refused() {
+    let Some(mut m) = Mounted::new("8M", &[]) else {
+        return;
+    };
+    sh("touch f && touch -d 2001-02-03T04:05:06Z f", &m.dir);
+    for date in ["1960-01-01", "2600-01-01"] {
+        let output = Command::new("touch")
+            .args(["-d", date, "f"])
+            .current_dir(&m.dir)
+            .output()
+            .expect("run touch");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "touch -d {date} succeeded");
+        assert!(stderr.contains("Invalid argument"), "{date}: {stderr}");
+    }
+    let mtime = sh("stat -c %Y f", &m.dir);
+    assert_eq!(
+        mtime.trim(),
+        "981173106",
+        "the time before the refused ones stays"
+    );
+    m.unmount_and_check();
+}
+
 /// The exit code of a pool another process has open (`pmem::PoolError::exit_code`).
 const POOL_IN_USE: i32 = 15;
 /// fsck's code for a check that could not run (e2fsck's convention).

@@ -102,9 +102,14 @@ fn time(ns: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_nanos(ns)
 }
 
-fn nanos(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+/// `t` in nanoseconds since 1970, as an inode stores a time (`u64`): `EINVAL` for a time
+/// the format cannot hold (before 1970, or after 2554), as the preload answers, rather than
+/// a different time stored in its place.
+fn nanos(t: SystemTime) -> Result<u64, fuser::Errno> {
+    let since = t
+        .duration_since(UNIX_EPOCH)
+        .map_err(|_| fuser::Errno::EINVAL)?;
+    u64::try_from(since.as_nanos()).map_err(|_| fuser::Errno::EINVAL)
 }
 
 fn kind(kind: FileType) -> fuser::FileType {
@@ -158,10 +163,10 @@ fn xattr_reply(reply: ReplyXattr, bytes: &[u8], size: u32) {
     }
 }
 
-fn time_set(t: TimeOrNow) -> TimeSet {
+fn time_set(t: TimeOrNow) -> Result<TimeSet, fuser::Errno> {
     match t {
-        TimeOrNow::Now => TimeSet::Now,
-        TimeOrNow::SpecificTime(at) => TimeSet::At(nanos(at)),
+        TimeOrNow::Now => Ok(TimeSet::Now),
+        TimeOrNow::SpecificTime(at) => nanos(at).map(TimeSet::At),
     }
 }
 
@@ -226,13 +231,21 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let times = atime.map(time_set).transpose().and_then(|atime| {
+            let mtime = mtime.map(time_set).transpose()?;
+            Ok((atime, mtime))
+        });
+        let (atime, mtime) = match times {
+            Ok(times) => times,
+            Err(e) => return reply.error(e),
+        };
         let set = SetAttr {
             perm: mode.map(|m| m & 0o7777),
             uid,
             gid,
             size,
-            atime: atime.map(time_set),
-            mtime: mtime.map(time_set),
+            atime,
+            mtime,
         };
         let result = if set == SetAttr::default() {
             self.fs().getattr(ino.0)
@@ -602,5 +615,23 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
             ),
             Err(e) => reply.error(errno(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_the_format_cannot_hold_are_refused_not_clamped() {
+        let at = |t| time_set(TimeOrNow::SpecificTime(t));
+        let before_1970 = UNIX_EPOCH - Duration::from_secs(10 * 365 * 86_400);
+        assert_eq!(at(before_1970), Err(fuser::Errno::EINVAL));
+        let after_2554 = UNIX_EPOCH + Duration::from_nanos(u64::MAX) + Duration::from_secs(1);
+        assert_eq!(at(after_2554), Err(fuser::Errno::EINVAL));
+        assert_eq!(at(UNIX_EPOCH), Ok(TimeSet::At(0)));
+        let last = UNIX_EPOCH + Duration::from_nanos(u64::MAX);
+        assert_eq!(at(last), Ok(TimeSet::At(u64::MAX)));
+        assert_eq!(time_set(TimeOrNow::Now), Ok(TimeSet::Now));
     }
 }
