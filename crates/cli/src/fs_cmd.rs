@@ -298,29 +298,16 @@ fn report_mounted(args: &MountArgs, out: &mut dyn Write) -> std::io::Result<()> 
         out.flush()?;
         eprintln!(
             "{mounted} (server pid {pid}; `ferrite fs unmount {}` to unmount)",
-            shell_word(&args.dir)
+            fsmount::shell_word(&args.dir)
         );
         return Ok(());
     }
     writeln!(
         out,
         "{mounted} (Ctrl-C, SIGTERM or `ferrite fs unmount {}` to unmount)",
-        shell_word(&args.dir)
+        fsmount::shell_word(&args.dir)
     )?;
     out.flush()
-}
-
-/// A failure before the mount was up: the background parent learns it on stdout.
-/// `path` as one shell word, for a command the user is told to run: as it is when every
-/// character is safe, else in single quotes (a `'` inside written `'\''`).
-fn shell_word(path: &Path) -> String {
-    let text = path.display().to_string();
-    let safe = |c: char| c.is_ascii_alphanumeric() || "/._-+,:@%=".contains(c);
-    if !text.is_empty() && text.chars().all(safe) {
-        text
-    } else {
-        format!("'{}'", text.replace('\'', r"'\''"))
-    }
 }
 
 /// A pool refused because it is open elsewhere says where it is mounted, when it is.
@@ -333,6 +320,7 @@ fn where_in_use(error: pmfs::FsError, pool: &Path) -> anyhow::Error {
     }
 }
 
+/// A failure before the mount was up: the background parent learns it on stdout.
 fn notify_failure(args: &MountArgs, error: anyhow::Error, what: &Path) -> anyhow::Result<()> {
     let error = error.context(what.display().to_string());
     if args.notify_ready {
@@ -386,7 +374,7 @@ fn mount_background(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
             "mounted {} on {} (server pid {pid}; `ferrite fs unmount {}` to unmount)",
             args.pool.display(),
             args.dir.display(),
-            shell_word(&args.dir)
+            fsmount::shell_word(&args.dir)
         )?;
         return Ok(());
     }
@@ -589,30 +577,4 @@ fn print_check(
         report.free_blocks
     )?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The unmount hint is one word to the shell whatever the mount point's name holds.
-    #[test]
-    fn the_unmount_hint_is_one_shell_word() {
-        assert_eq!(shell_word(Path::new("/tmp/mnt-1")), "/tmp/mnt-1");
-        for name in [
-            "/tmp/m sp",
-            "/tmp/it's",
-            "/tmp/$HOME;x",
-            "/tmp/a\\b",
-            "/tmp/`q`",
-            "",
-        ] {
-            let word = shell_word(Path::new(name));
-            let output = Command::new("sh")
-                .args(["-c", &format!("printf %s {word}")])
-                .output()
-                .expect("run sh");
-            assert_eq!(String::from_utf8_lossy(&output.stdout), name, "{word}");
-        }
-    }
 }

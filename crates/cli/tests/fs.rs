@@ -317,7 +317,7 @@ fn mounting_or_checking_a_mounted_pool_is_refused_and_the_mount_keeps_serving() 
 /// `fs unmount` of a directory where no ferrite file system is mounted refuses and says what
 /// is there: as root, `umount(2)` would otherwise unmount whatever it is (it unmounted a
 /// tmpfs, hiding its files for good). A ferrite mount whose server was killed is still
-/// unmounted (its directory cannot be looked into).
+/// unmounted (its directory cannot be looked into), and a mount there first names it.
 #[test]
 fn unmount_refuses_what_is_not_a_ferrite_mount() {
     let tmp = tempfile::tempdir().expect("temp dir");
@@ -352,8 +352,30 @@ fn unmount_refuses_what_is_not_a_ferrite_mount() {
         return;
     };
     kill_server_of(&dead.dir);
+    // Mounting there again says what is in the way and how to remove it (it used to say
+    // that the mount point is not an existing directory, as a usage error).
+    let dir = dead.dir.to_str().unwrap();
+    for mount in [
+        vec!["fs", "mount", dead.pool.to_str().unwrap(), dir],
+        vec![
+            "fs",
+            "mount",
+            "--background",
+            dead.pool.to_str().unwrap(),
+            dir,
+        ],
+    ] {
+        let output = ferrite(&mount);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{mount:?}: {stderr}");
+        assert!(
+            stderr.contains("a FUSE mount whose server has ended is still mounted there")
+                && stderr.contains(&format!("`ferrite fs unmount {dir}` removes it")),
+            "{mount:?}: {stderr}"
+        );
+    }
     ok(
-        &ferrite(&["fs", "unmount", dead.dir.to_str().unwrap()]),
+        &ferrite(&["fs", "unmount", dir]),
         "unmount of a mount whose server was killed",
     );
     dead.mounted = false;

@@ -344,6 +344,18 @@ fn unescape_mountinfo(field: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// `path` as one shell word, for a command the user is told to run: as it is when every
+/// character is safe, else in single quotes (a `'` inside written `'\''`).
+pub fn shell_word(path: &Path) -> String {
+    let text = path.display().to_string();
+    let safe = |c: char| c.is_ascii_alphanumeric() || "/._-+,:@%=".contains(c);
+    if !text.is_empty() && text.chars().all(safe) {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
 /// The start of a ferrite mount's source in the mount table; the pool's path follows.
 pub const FSNAME_PREFIX: &str = "ferrite-fs:";
 
@@ -429,6 +441,27 @@ mod tests {
     fn this_process_runs_and_a_pid_past_the_limit_does_not() {
         assert!(is_running(std::process::id()));
         assert!(!is_running(u32::MAX));
+    }
+
+    /// The unmount hint is one word to the shell whatever the mount point's name holds.
+    #[test]
+    fn the_unmount_hint_is_one_shell_word() {
+        assert_eq!(shell_word(Path::new("/tmp/mnt-1")), "/tmp/mnt-1");
+        for name in [
+            "/tmp/m sp",
+            "/tmp/it's",
+            "/tmp/$HOME;x",
+            "/tmp/a\\b",
+            "/tmp/`q`",
+            "",
+        ] {
+            let word = shell_word(Path::new(name));
+            let output = std::process::Command::new("sh")
+                .args(["-c", &format!("printf %s {word}")])
+                .output()
+                .expect("run sh");
+            assert_eq!(String::from_utf8_lossy(&output.stdout), name, "{word}");
+        }
     }
 
     #[test]

@@ -74,6 +74,14 @@ pub enum MountError {
     /// The mount point exists but is not a directory (path as above).
     #[error("the mount point is not an existing directory")]
     NotADirectory(String),
+    /// A FUSE mount whose server has ended (killed) is still mounted at the mount point:
+    /// the directory answers "transport endpoint is not connected".
+    #[error(
+        "a FUSE mount whose server has ended is still mounted there (transport endpoint is \
+         not connected); `ferrite fs unmount {}` removes it",
+        crate::shell_word(Path::new(.0))
+    )]
+    DeadMount(String),
     /// The FUSE device cannot be opened (missing, or not readable and writable by this
     /// user: Debian's `/dev/fuse` is root's only unless `fuse3` made it world-usable).
     #[error(
@@ -174,14 +182,18 @@ impl Drop for Mounted {
     }
 }
 
-/// Whether `dir` can be a mount point (an existing directory): checked by every mount, and
-/// by callers that want to refuse a bad mount point before the work of opening a pool.
+/// Whether `dir` can be a mount point (an existing directory, not a dead FUSE mount):
+/// checked by every mount, and by callers that want to refuse a bad mount point before the
+/// work of opening a pool.
 pub fn check_mount_point(dir: &Path) -> Result<(), MountError> {
     let path = || dir.display().to_string();
     match std::fs::metadata(dir) {
         Ok(meta) if meta.is_dir() => Ok(()),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             Err(MountError::MissingMountPoint(path()))
+        }
+        Err(error) if error.raw_os_error() == Some(nix::libc::ENOTCONN) => {
+            Err(MountError::DeadMount(path()))
         }
         _ => Err(MountError::NotADirectory(path())),
     }
