@@ -893,6 +893,27 @@ fn fsck_exit_codes() {
     let json: serde_json::Value = serde_json::from_str(&out).expect("json");
     assert_eq!(json["clean_shutdown"], true);
     assert_eq!(json["inodes"], 1);
+    // One flipped bit in the pool header (its creation time): damaged too, in the check
+    // and for the repair, which cannot rebuild it (both said "cannot check", exit 8).
+    let header = tmp.path().join("header.pool");
+    let mut flipped = std::fs::read(&pool).expect("read");
+    flipped[0x28] ^= 0x01;
+    std::fs::write(&header, &flipped).expect("write");
+    for fsck in [vec!["fs", "fsck"], vec!["fs", "fsck", "--repair"]] {
+        let out = ferrite(&[fsck.as_slice(), &[header.to_str().unwrap()]].concat());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(4), "{fsck:?}: {stderr}");
+        assert!(
+            stderr.contains("damaged: pool header checksum mismatch")
+                && stderr.contains("cannot be repaired"),
+            "{fsck:?}: {stderr}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(&header).expect("read"),
+        flipped,
+        "nothing written"
+    );
     // Damage both superblocks' checksummed bytes: the file system is damaged (exit 4).
     let mut bytes = std::fs::read(&pool).expect("read");
     for slot in [0x1000 + 0x20, 0x1800 + 0x20] {
