@@ -98,8 +98,9 @@ pub struct MountArgs {
     /// printed pid).
     #[arg(long)]
     background: bool,
-    /// With --background: append the server's messages to this file.
-    #[arg(long)]
+    /// With --background: append the server's messages to this file (a foreground mount
+    /// prints them).
+    #[arg(long, requires = "background")]
     log: Option<PathBuf>,
     /// Data write mode.
     #[arg(long, value_enum, default_value = "in-place")]
@@ -110,8 +111,8 @@ pub struct MountArgs {
     /// How long the kernel caches attributes and names, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     attr_ttl_ms: u64,
-    /// Threads serving requests.
-    #[arg(long, default_value_t = 1)]
+    /// Threads serving requests (at least 1).
+    #[arg(long, default_value_t = 1, value_parser = crate::at_least_one())]
     threads: usize,
     /// The kernel's write-back cache: faster writes, durable only at fsync or unmount (not
     /// when write returns).
@@ -337,13 +338,7 @@ fn mount_background(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("locating the ferrite executable")?;
     let stderr = match &args.log {
-        Some(path) => Stdio::from(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .with_context(|| format!("opening the log {}", path.display()))?,
-        ),
+        Some(path) => Stdio::from(open_log(path)?),
         None => Stdio::null(),
     };
     let mut child = Command::new(exe)
@@ -387,6 +382,22 @@ fn mount_background(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
         .into()),
         None => anyhow::bail!("the background server exited ({status}) before mounting"),
     }
+}
+
+/// The log of a background server, opened for appending; a failure has the exit code of
+/// the README's table (19 no such file, 16 permission denied).
+fn open_log(path: &Path) -> anyhow::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|error| {
+            let failure = crate::pool_cmd::PoolFailure {
+                path: path.to_owned(),
+                error: pmem::PoolError::from(error),
+            };
+            anyhow::Error::new(failure).context("opening the log")
+        })
 }
 
 /// A background server that failed before mounting: its message, and its exit code (the

@@ -878,6 +878,34 @@ fn extended_attributes_and_a_full_file_system_on_the_mount() {
     assert!(report.starts_with("ok: "), "{report}");
 }
 
+/// Mount options that cannot do what they say are refused before anything is opened: a
+/// log for a foreground mount (it was ignored), no serving thread (accepted), and a log
+/// that cannot be created exits with the code of its cause (it exited 1).
+#[test]
+fn mount_options_that_cannot_work_are_refused() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let pool = tmp.path().join("absent.pool");
+    let (pool, dir) = (pool.to_str().unwrap(), tmp.path().to_str().unwrap());
+    let log = tmp.path().join("log");
+    let refusals: [(Vec<&str>, i32, &str); 3] = [
+        (vec!["--log", log.to_str().unwrap()], 2, "--background"),
+        (vec!["--background", "--threads", "0"], 2, "--threads"),
+        (
+            vec!["--background", "--log", "/nonexistent-ferrite-dir/log"],
+            19,
+            "opening the log: /nonexistent-ferrite-dir/log: no such file",
+        ),
+    ];
+    for (options, code, says) in refusals {
+        let args = [&["fs", "mount", pool, dir][..], &options].concat();
+        let output = ferrite(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(code), "{options:?}: {stderr}");
+        assert!(stderr.contains(says), "{options:?}: {stderr}");
+    }
+    assert!(!log.exists(), "no log for a refused mount");
+}
+
 #[test]
 fn fsck_exit_codes() {
     let tmp = tempfile::tempdir().expect("temp dir");
