@@ -507,19 +507,38 @@ fn report_failure(
     std::process::exit(i32::from(code));
 }
 
-/// The check of a pool that needs no repair at all: consistent, closed cleanly, nothing for
-/// a mount to recover or repair. `--repair` then leaves the file untouched (not one byte).
-fn needs_no_repair(pool: &Path) -> Option<fsmount::CheckReport> {
-    let report = fsmount::check_offline(pool).ok()?;
-    let untouched = report.clean_shutdown && report.recovery_bytes == 0;
-    (untouched && report.repairs.is_empty()).then_some(report)
+/// Whether `check` shows a pool that needs no repair at all: consistent, closed cleanly,
+/// nothing for a mount to recover or repair. `--repair` then leaves the file untouched (not
+/// one byte).
+fn needs_no_repair(check: &fsmount::CheckReport) -> bool {
+    check.clean_shutdown && check.recovery_bytes == 0 && check.repairs.is_empty()
+}
+
+/// What opening the pool for the repair changed besides the repairs `Fs::repair` lists,
+/// from the check made before: the recovery of a pool not closed cleanly, the repairs
+/// every mount makes, and the clean close.
+fn recovery_done(before: Option<&fsmount::CheckReport>) -> Option<String> {
+    let before = before?;
+    let mut done = Vec::new();
+    if !before.clean_shutdown {
+        done.push(match before.recovery_bytes {
+            0 => "recovered after an unclean shutdown (nothing to roll back)".to_owned(),
+            bytes => format!("recovered after an unclean shutdown ({bytes} bytes rewritten)"),
+        });
+    }
+    if !before.repairs.is_empty() {
+        done.push(format!("repaired at mount: {}", before.repairs.join("; ")));
+    }
+    done.push("closed cleanly".to_owned());
+    Some(done.join("; "))
 }
 
 fn fsck_repair(pool: &Path, json: bool, out: &mut dyn Write) -> anyhow::Result<()> {
     if let Some(error) = uncheckable(pool) {
         return cannot_check(pool, json, &error, out);
     }
-    if let Some(check) = needs_no_repair(pool) {
+    let before = fsmount::check_offline(pool).ok();
+    if let Some(check) = before.clone().filter(needs_no_repair) {
         if json {
             let report = fsmount::RepairReport {
                 repairs: Vec::new(),
@@ -531,25 +550,28 @@ fn fsck_repair(pool: &Path, json: bool, out: &mut dyn Write) -> anyhow::Result<(
         }
         return Ok(());
     }
-    match fsmount::repair_offline(pool) {
-        Ok(report) => {
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
-            } else {
-                for repair in &report.repairs {
-                    writeln!(out, "repaired: {}: {repair}", pool.display())?;
-                }
-                print_check(pool, &report.check, out)?;
-            }
-            if report.repairs.is_empty() {
-                return Ok(());
-            }
-            // e2fsck's convention: 1 = errors were corrected.
-            out.flush()?;
-            std::process::exit(1);
+    let report = match fsmount::repair_offline(pool) {
+        Ok(report) => report,
+        Err(error) => return fsck_failed(pool, json, &error, out),
+    };
+    let recovery = recovery_done(before.as_ref());
+    if json {
+        let mut value = serde_json::to_value(&report)?;
+        value["recovery"] = serde_json::json!(recovery);
+        writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
+    } else {
+        for repair in &report.repairs {
+            writeln!(out, "repaired: {}: {repair}", pool.display())?;
         }
-        Err(error) => fsck_failed(pool, json, &error, out),
+        if let Some(recovery) = &recovery {
+            writeln!(out, "repaired: {}: {recovery}", pool.display())?;
+        }
+        print_check(pool, &report.check, out)?;
     }
+    // The pool was written (recovered, repaired, closed cleanly): e2fsck's 1, "errors were
+    // corrected", whatever the list of repairs says.
+    out.flush()?;
+    std::process::exit(1);
 }
 
 fn print_check(

@@ -1243,6 +1243,36 @@ fn fsck_repair_of_a_consistent_pool_writes_nothing() {
     assert_eq!(std::fs::read(&pool).expect("read"), before);
 }
 
+/// `--repair` of a pool its last user did not close cleanly writes it (the recovery a
+/// mount runs, then the clean close): it says so and exits 1, e2fsck's "errors corrected"
+/// (it exited 0, as if nothing had been written). Then nothing is left to do: 0.
+#[test]
+fn fsck_repair_of_a_pool_not_closed_cleanly_says_what_it_wrote_and_exits_1() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let pool = tmp.path().join("p.pool");
+    let path = pool.to_str().unwrap();
+    ok(&ferrite(&["fs", "mkfs", path, "--size", "16M"]), "mkfs");
+    let opened = pmem::Pool::open(&pool, pmfs::LAYOUT, &pmem::NativeOptions::default())
+        .expect("open the pool");
+    pmfs::Fs::mount(opened, pmfs::MountOptions::default())
+        .expect("mount")
+        .abandon();
+    let before = std::fs::read(&pool).expect("read");
+    let output = ferrite(&["fs", "fsck", path, "--repair", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(output.status.code(), Some(1), "{json}");
+    let recovery = json["recovery"].as_str().unwrap_or_default();
+    assert!(recovery.contains("unclean shutdown"), "{json}");
+    assert_eq!(json["check"]["clean_shutdown"], true, "{json}");
+    assert_ne!(
+        std::fs::read(&pool).expect("read"),
+        before,
+        "the pool was written"
+    );
+    let again = ferrite(&["fs", "fsck", path, "--repair"]);
+    assert_eq!(again.status.code(), Some(0), "{again:?}");
+}
+
 /// The outside reviewer's reproduction: bit 0 of inode 2's tree word (height 1 read as 0)
 /// is damage fsck names (exit 4); `--repair` removes the file and says so (exit 1), and the
 /// pool is then consistent.
