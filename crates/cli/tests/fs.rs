@@ -110,24 +110,42 @@ impl Mounted {
             std::process::id(),
             tmp.path().file_name().unwrap().to_string_lossy()
         ));
-        let dir = tmp.path().join("mnt");
-        std::fs::create_dir(&dir).expect("mount point");
         ok(
             &ferrite(&["fs", "mkfs", pool.to_str().unwrap(), "--size", size]),
             "mkfs",
         );
+        Some(Mounted::mount(pool, tmp, extra))
+    }
+
+    /// Mounts the existing `pool` (removed on drop).
+    fn with_pool(pool: PathBuf, extra: &[&str]) -> Option<Mounted> {
+        if let Some(reason) = fuse_unavailable() {
+            eprintln!("SKIPPED: cannot mount FUSE file systems here: {reason}");
+            let _ = std::fs::remove_file(&pool);
+            return None;
+        }
+        Some(Mounted::mount(
+            pool,
+            tempfile::tempdir().expect("temp dir"),
+            extra,
+        ))
+    }
+
+    fn mount(pool: PathBuf, tmp: tempfile::TempDir, extra: &[&str]) -> Mounted {
+        let dir = tmp.path().join("mnt");
+        std::fs::create_dir(&dir).expect("mount point");
         let mut args = vec!["fs", "mount", "--background"];
         args.extend_from_slice(extra);
         args.push(pool.to_str().unwrap());
         args.push(dir.to_str().unwrap());
         let out = ok(&ferrite(&args), "mount --background");
         assert!(out.starts_with("mounted "), "{out}");
-        Some(Mounted {
+        Mounted {
             pool,
             dir,
             _tmp: tmp,
             mounted: true,
-        })
+        }
     }
 
     /// Unmounts and runs fsck right after, as the README shows: `fs unmount` returns once
@@ -1271,6 +1289,51 @@ fn fsck_repair_of_a_pool_not_closed_cleanly_says_what_it_wrote_and_exits_1() {
     );
     let again = ferrite(&["fs", "fsck", path, "--repair"]);
     assert_eq!(again.status.code(), Some(0), "{again:?}");
+}
+
+/// Damage a program meets as `EIO` is said in the server's log, once per damaged object,
+/// with what is damaged: before, the log had nothing, and only fsck could tell.
+#[test]
+fn damage_met_through_the_mount_is_logged_once_per_object() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let pool = Path::new("/dev/shm").join(format!(
+        "ferrite-fs-test-{}-damage.pool",
+        std::process::id()
+    ));
+    let path = pool.to_str().unwrap();
+    ok(&ferrite(&["fs", "mkfs", path, "--size", "16M"]), "mkfs");
+    // A flipped bit in the name of the root directory's record: the mount does not read
+    // directory records, a lookup in the root does (and fails its record check).
+    let name = "a-name-found-once-in-the-pool";
+    write_offline(&pool, name, b"contents");
+    let mut bytes = std::fs::read(&pool).expect("read");
+    let at = bytes
+        .windows(name.len())
+        .position(|window| window == name.as_bytes())
+        .expect("the record's name");
+    bytes[at] ^= 1;
+    std::fs::write(&pool, &bytes).expect("write");
+    let log = tmp.path().join("log");
+    let Some(mut m) = Mounted::with_pool(pool.clone(), &["--log", log.to_str().unwrap()]) else {
+        return;
+    };
+    for _ in 0..3 {
+        let looked_up = std::fs::metadata(m.dir.join("other"));
+        let error = looked_up.expect_err("a damaged directory cannot be searched");
+        assert_eq!(error.raw_os_error(), Some(5), "EIO: {error}");
+    }
+    ok(
+        &ferrite(&["fs", "unmount", m.dir.to_str().unwrap()]),
+        "unmount",
+    );
+    m.mounted = false;
+    let text = std::fs::read_to_string(&log).expect("log");
+    let damaged: Vec<&str> = text.lines().filter(|l| l.contains("damaged")).collect();
+    assert_eq!(damaged.len(), 1, "{text}");
+    assert!(
+        damaged[0].contains("lookup of inode 1 answered EIO") && damaged[0].contains("record"),
+        "{text}"
+    );
 }
 
 /// The outside reviewer's reproduction: bit 0 of inode 2's tree word (height 1 read as 0)

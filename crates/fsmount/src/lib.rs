@@ -7,6 +7,7 @@
 
 mod adapter;
 mod check;
+mod damage;
 mod memory;
 mod mount;
 mod null;
