@@ -98,8 +98,9 @@ pub struct MountArgs {
     /// printed pid).
     #[arg(long)]
     background: bool,
-    /// With --background: append the server's messages to this file.
-    #[arg(long)]
+    /// With --background: append the server's messages to this file (a foreground mount
+    /// prints them).
+    #[arg(long, requires = "background")]
     log: Option<PathBuf>,
     /// Data write mode.
     #[arg(long, value_enum, default_value = "in-place")]
@@ -110,8 +111,8 @@ pub struct MountArgs {
     /// How long the kernel caches attributes and names, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     attr_ttl_ms: u64,
-    /// Threads serving requests.
-    #[arg(long, default_value_t = 1)]
+    /// Threads serving requests (at least 1).
+    #[arg(long, default_value_t = 1, value_parser = crate::at_least_one())]
     threads: usize,
     /// The kernel's write-back cache: faster writes, durable only at fsync or unmount (not
     /// when write returns).
@@ -128,21 +129,27 @@ pub struct MountArgs {
     notify_ready: bool,
 }
 
-/// Unmounts `dir` and returns once its server has closed the pool, so that `fs fsck` or
-/// another mount can open it next.
+/// Unmounts `dir` and returns once its server has closed the pool and exited, so that
+/// `fs fsck` or another mount can open the pool next.
 fn unmount(dir: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
     let released =
         fsmount::unmount_and_wait(dir).with_context(|| format!("unmounting {}", dir.display()))?;
     writeln!(out, "unmounted {}", dir.display())?;
-    if let fsmount::Released::StillHeld(pool) = released {
-        anyhow::bail!(
-            "unmounted {}, but its server still holds {} after {} s",
+    let waited = fsmount::RELEASE_TIMEOUT.as_secs();
+    match released {
+        fsmount::Released::Pool(_) => Ok(()),
+        fsmount::Released::StillHeld(pool) => anyhow::bail!(
+            "unmounted {}, but its server still holds {} after {waited} s",
             dir.display(),
-            pool.display(),
-            fsmount::RELEASE_TIMEOUT.as_secs()
-        );
+            pool.display()
+        ),
+        fsmount::Released::ServerRunning { pool, pid } => anyhow::bail!(
+            "unmounted {}; its server (pid {pid}) closed {} but was still running after \
+             {waited} s",
+            dir.display(),
+            pool.display()
+        ),
     }
-    Ok(())
 }
 
 /// Runs one `ferrite fs` command.
@@ -292,29 +299,16 @@ fn report_mounted(args: &MountArgs, out: &mut dyn Write) -> std::io::Result<()> 
         out.flush()?;
         eprintln!(
             "{mounted} (server pid {pid}; `ferrite fs unmount {}` to unmount)",
-            shell_word(&args.dir)
+            fsmount::shell_word(&args.dir)
         );
         return Ok(());
     }
     writeln!(
         out,
         "{mounted} (Ctrl-C, SIGTERM or `ferrite fs unmount {}` to unmount)",
-        shell_word(&args.dir)
+        fsmount::shell_word(&args.dir)
     )?;
     out.flush()
-}
-
-/// A failure before the mount was up: the background parent learns it on stdout.
-/// `path` as one shell word, for a command the user is told to run: as it is when every
-/// character is safe, else in single quotes (a `'` inside written `'\''`).
-fn shell_word(path: &Path) -> String {
-    let text = path.display().to_string();
-    let safe = |c: char| c.is_ascii_alphanumeric() || "/._-+,:@%=".contains(c);
-    if !text.is_empty() && text.chars().all(safe) {
-        text
-    } else {
-        format!("'{}'", text.replace('\'', r"'\''"))
-    }
 }
 
 /// A pool refused because it is open elsewhere says where it is mounted, when it is.
@@ -327,6 +321,7 @@ fn where_in_use(error: pmfs::FsError, pool: &Path) -> anyhow::Error {
     }
 }
 
+/// A failure before the mount was up: the background parent learns it on stdout.
 fn notify_failure(args: &MountArgs, error: anyhow::Error, what: &Path) -> anyhow::Result<()> {
     let error = error.context(what.display().to_string());
     if args.notify_ready {
@@ -343,13 +338,7 @@ fn mount_background(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("locating the ferrite executable")?;
     let stderr = match &args.log {
-        Some(path) => Stdio::from(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .with_context(|| format!("opening the log {}", path.display()))?,
-        ),
+        Some(path) => Stdio::from(open_log(path)?),
         None => Stdio::null(),
     };
     let mut child = Command::new(exe)
@@ -380,7 +369,7 @@ fn mount_background(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
             "mounted {} on {} (server pid {pid}; `ferrite fs unmount {}` to unmount)",
             args.pool.display(),
             args.dir.display(),
-            shell_word(&args.dir)
+            fsmount::shell_word(&args.dir)
         )?;
         return Ok(());
     }
@@ -393,6 +382,22 @@ fn mount_background(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
         .into()),
         None => anyhow::bail!("the background server exited ({status}) before mounting"),
     }
+}
+
+/// The log of a background server, opened for appending; a failure has the exit code of
+/// the README's table (19 no such file, 16 permission denied).
+fn open_log(path: &Path) -> anyhow::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|error| {
+            let failure = crate::pool_cmd::PoolFailure {
+                path: path.to_owned(),
+                error: pmem::PoolError::from(error),
+            };
+            anyhow::Error::new(failure).context("opening the log")
+        })
 }
 
 /// A background server that failed before mounting: its message, and its exit code (the
@@ -502,19 +507,38 @@ fn report_failure(
     std::process::exit(i32::from(code));
 }
 
-/// The check of a pool that needs no repair at all: consistent, closed cleanly, nothing for
-/// a mount to recover or repair. `--repair` then leaves the file untouched (not one byte).
-fn needs_no_repair(pool: &Path) -> Option<fsmount::CheckReport> {
-    let report = fsmount::check_offline(pool).ok()?;
-    let untouched = report.clean_shutdown && report.recovery_bytes == 0;
-    (untouched && report.repairs.is_empty()).then_some(report)
+/// Whether `check` shows a pool that needs no repair at all: consistent, closed cleanly,
+/// nothing for a mount to recover or repair. `--repair` then leaves the file untouched (not
+/// one byte).
+fn needs_no_repair(check: &fsmount::CheckReport) -> bool {
+    check.clean_shutdown && check.recovery_bytes == 0 && check.repairs.is_empty()
+}
+
+/// What opening the pool for the repair changed besides the repairs `Fs::repair` lists,
+/// from the check made before: the recovery of a pool not closed cleanly, the repairs
+/// every mount makes, and the clean close.
+fn recovery_done(before: Option<&fsmount::CheckReport>) -> Option<String> {
+    let before = before?;
+    let mut done = Vec::new();
+    if !before.clean_shutdown {
+        done.push(match before.recovery_bytes {
+            0 => "recovered after an unclean shutdown (nothing to roll back)".to_owned(),
+            bytes => format!("recovered after an unclean shutdown ({bytes} bytes rewritten)"),
+        });
+    }
+    if !before.repairs.is_empty() {
+        done.push(format!("repaired at mount: {}", before.repairs.join("; ")));
+    }
+    done.push("closed cleanly".to_owned());
+    Some(done.join("; "))
 }
 
 fn fsck_repair(pool: &Path, json: bool, out: &mut dyn Write) -> anyhow::Result<()> {
     if let Some(error) = uncheckable(pool) {
         return cannot_check(pool, json, &error, out);
     }
-    if let Some(check) = needs_no_repair(pool) {
+    let before = fsmount::check_offline(pool).ok();
+    if let Some(check) = before.clone().filter(needs_no_repair) {
         if json {
             let report = fsmount::RepairReport {
                 repairs: Vec::new(),
@@ -526,25 +550,28 @@ fn fsck_repair(pool: &Path, json: bool, out: &mut dyn Write) -> anyhow::Result<(
         }
         return Ok(());
     }
-    match fsmount::repair_offline(pool) {
-        Ok(report) => {
-            if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
-            } else {
-                for repair in &report.repairs {
-                    writeln!(out, "repaired: {}: {repair}", pool.display())?;
-                }
-                print_check(pool, &report.check, out)?;
-            }
-            if report.repairs.is_empty() {
-                return Ok(());
-            }
-            // e2fsck's convention: 1 = errors were corrected.
-            out.flush()?;
-            std::process::exit(1);
+    let report = match fsmount::repair_offline(pool) {
+        Ok(report) => report,
+        Err(error) => return fsck_failed(pool, json, &error, out),
+    };
+    let recovery = recovery_done(before.as_ref());
+    if json {
+        let mut value = serde_json::to_value(&report)?;
+        value["recovery"] = serde_json::json!(recovery);
+        writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
+    } else {
+        for repair in &report.repairs {
+            writeln!(out, "repaired: {}: {repair}", pool.display())?;
         }
-        Err(error) => fsck_failed(pool, json, &error, out),
+        if let Some(recovery) = &recovery {
+            writeln!(out, "repaired: {}: {recovery}", pool.display())?;
+        }
+        print_check(pool, &report.check, out)?;
     }
+    // The pool was written (recovered, repaired, closed cleanly): e2fsck's 1, "errors were
+    // corrected", whatever the list of repairs says.
+    out.flush()?;
+    std::process::exit(1);
 }
 
 fn print_check(
@@ -583,30 +610,4 @@ fn print_check(
         report.free_blocks
     )?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The unmount hint is one word to the shell whatever the mount point's name holds.
-    #[test]
-    fn the_unmount_hint_is_one_shell_word() {
-        assert_eq!(shell_word(Path::new("/tmp/mnt-1")), "/tmp/mnt-1");
-        for name in [
-            "/tmp/m sp",
-            "/tmp/it's",
-            "/tmp/$HOME;x",
-            "/tmp/a\\b",
-            "/tmp/`q`",
-            "",
-        ] {
-            let word = shell_word(Path::new(name));
-            let output = Command::new("sh")
-                .args(["-c", &format!("printf %s {word}")])
-                .output()
-                .expect("run sh");
-            assert_eq!(String::from_utf8_lossy(&output.stdout), name, "{word}");
-        }
-    }
 }

@@ -620,7 +620,7 @@ fn pool_exit_code(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
         };
     }
     // A mount point that is missing is "no such file"; one that is a file is a wrong
-    // argument.
+    // argument; a dead FUSE mount still there is none of these (1, with its hint).
     match error.downcast_ref::<fsmount::MountError>() {
         Some(fsmount::MountError::MissingMountPoint(_)) => {
             return Some(pmem::PoolError::NotFound.exit_code());

@@ -110,24 +110,42 @@ impl Mounted {
             std::process::id(),
             tmp.path().file_name().unwrap().to_string_lossy()
         ));
-        let dir = tmp.path().join("mnt");
-        std::fs::create_dir(&dir).expect("mount point");
         ok(
             &ferrite(&["fs", "mkfs", pool.to_str().unwrap(), "--size", size]),
             "mkfs",
         );
+        Some(Mounted::mount(pool, tmp, extra))
+    }
+
+    /// Mounts the existing `pool` (removed on drop).
+    fn with_pool(pool: PathBuf, extra: &[&str]) -> Option<Mounted> {
+        if let Some(reason) = fuse_unavailable() {
+            eprintln!("SKIPPED: cannot mount FUSE file systems here: {reason}");
+            let _ = std::fs::remove_file(&pool);
+            return None;
+        }
+        Some(Mounted::mount(
+            pool,
+            tempfile::tempdir().expect("temp dir"),
+            extra,
+        ))
+    }
+
+    fn mount(pool: PathBuf, tmp: tempfile::TempDir, extra: &[&str]) -> Mounted {
+        let dir = tmp.path().join("mnt");
+        std::fs::create_dir(&dir).expect("mount point");
         let mut args = vec!["fs", "mount", "--background"];
         args.extend_from_slice(extra);
         args.push(pool.to_str().unwrap());
         args.push(dir.to_str().unwrap());
         let out = ok(&ferrite(&args), "mount --background");
         assert!(out.starts_with("mounted "), "{out}");
-        Some(Mounted {
+        Mounted {
             pool,
             dir,
             _tmp: tmp,
             mounted: true,
-        })
+        }
     }
 
     /// Unmounts and runs fsck right after, as the README shows: `fs unmount` returns once
@@ -236,6 +254,33 @@ fn fio_verifies_its_writes_on_the_mount() {
     assert!(report.starts_with("ok: "), "{report}");
 }
 
+/// A time an inode cannot hold (before 1970, after 2554) is refused with `EINVAL`, as the
+/// preload refuses it; the mount used to store 1970 (or 2554) instead and report success.
+#[test]
+fn times_the_format_cannot_hold_are_refused() {
+    let Some(mut m) = Mounted::new("8M", &[]) else {
+        return;
+    };
+    sh("touch f && touch -d 2001-02-03T04:05:06Z f", &m.dir);
+    for date in ["1960-01-01", "2600-01-01"] {
+        let output = Command::new("touch")
+            .args(["-d", date, "f"])
+            .current_dir(&m.dir)
+            .output()
+            .expect("run touch");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "touch -d {date} succeeded");
+        assert!(stderr.contains("Invalid argument"), "{date}: {stderr}");
+    }
+    let mtime = sh("stat -c %Y f", &m.dir);
+    assert_eq!(
+        mtime.trim(),
+        "981173106",
+        "the time before the refused ones stays"
+    );
+    m.unmount_and_check();
+}
+
 /// The exit code of a pool another process has open (`pmem::PoolError::exit_code`).
 const POOL_IN_USE: i32 = 15;
 /// fsck's code for a check that could not run (e2fsck's convention).
@@ -290,7 +335,7 @@ fn mounting_or_checking_a_mounted_pool_is_refused_and_the_mount_keeps_serving() 
 /// `fs unmount` of a directory where no ferrite file system is mounted refuses and says what
 /// is there: as root, `umount(2)` would otherwise unmount whatever it is (it unmounted a
 /// tmpfs, hiding its files for good). A ferrite mount whose server was killed is still
-/// unmounted (its directory cannot be looked into).
+/// unmounted (its directory cannot be looked into), and a mount there first names it.
 #[test]
 fn unmount_refuses_what_is_not_a_ferrite_mount() {
     let tmp = tempfile::tempdir().expect("temp dir");
@@ -325,11 +370,160 @@ fn unmount_refuses_what_is_not_a_ferrite_mount() {
         return;
     };
     kill_server_of(&dead.dir);
+    // Mounting there again says what is in the way and how to remove it (it used to say
+    // that the mount point is not an existing directory, as a usage error).
+    let dir = dead.dir.to_str().unwrap();
+    for mount in [
+        vec!["fs", "mount", dead.pool.to_str().unwrap(), dir],
+        vec![
+            "fs",
+            "mount",
+            "--background",
+            dead.pool.to_str().unwrap(),
+            dir,
+        ],
+    ] {
+        let output = ferrite(&mount);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{mount:?}: {stderr}");
+        assert!(
+            stderr.contains("a FUSE mount whose server has ended is still mounted there")
+                && stderr.contains(&format!("`ferrite fs unmount {dir}` removes it")),
+            "{mount:?}: {stderr}"
+        );
+    }
     ok(
-        &ferrite(&["fs", "unmount", dead.dir.to_str().unwrap()]),
+        &ferrite(&["fs", "unmount", dir]),
         "unmount of a mount whose server was killed",
     );
     dead.mounted = false;
+}
+
+/// A tmpfs mounted for a test, unmounted (lazily) on drop.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path) -> Tmpfs {
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1M", "ferrite-test-tmpfs"])
+            .arg(dir)
+            .status()
+            .expect("run mount");
+        assert!(mounted.success(), "mount -t tmpfs failed");
+        Tmpfs(dir.to_owned())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// `mount --background` of `pool` on `dir`; the server's pid.
+fn background_server(pool: &Path, dir: &Path) -> u32 {
+    let out = ok(
+        &ferrite(&[
+            "fs",
+            "mount",
+            "--background",
+            pool.to_str().unwrap(),
+            dir.to_str().unwrap(),
+        ]),
+        "mount --background",
+    );
+    out.split("server pid ")
+        .nth(1)
+        .and_then(|rest| rest.split(';').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no server pid in {out:?}"))
+}
+
+/// Waits until process `pid` has exited (a zombie counts as exited).
+fn wait_for_exit(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .is_some_and(|(_, s)| !s.starts_with(" Z"))
+    }) {
+        assert!(Instant::now() < deadline, "server {pid} still runs");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Stopping a mount — `umount`, SIGTERM to its server, `fs unmount` — takes away that mount
+/// only. Its server used to unmount the mount point once more on its way out, which
+/// unmounted what the mount covered: a tmpfs (its files gone from view) or another ferrite
+/// mount, which `fs unmount` of the top one then took away too.
+#[test]
+fn stopping_a_mount_leaves_what_it_covered_mounted() {
+    if !nix_is_root() {
+        eprintln!("SKIPPED: needs root to mount a tmpfs");
+        return;
+    }
+    if let Some(reason) = fuse_unavailable() {
+        eprintln!("SKIPPED: cannot mount FUSE file systems here: {reason}");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("stack");
+    std::fs::create_dir(&dir).expect("mount point");
+    let _tmpfs = Tmpfs::mount(&dir);
+    std::fs::write(dir.join("precious"), b"kept").expect("write to the tmpfs");
+    let pools: Vec<PathBuf> = ["low", "high"]
+        .iter()
+        .map(|tag| {
+            let pool = Path::new("/dev/shm").join(format!(
+                "ferrite-fs-test-{}-stack-{tag}.pool",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_file(&pool);
+            ok(
+                &ferrite(&["fs", "mkfs", pool.to_str().unwrap(), "--size", "8M"]),
+                "mkfs",
+            );
+            pool
+        })
+        .collect();
+    let dir_arg = dir.to_str().unwrap();
+    for how in ["umount", "SIGTERM", "fs unmount"] {
+        let server = background_server(&pools[0], &dir);
+        let stopped = match how {
+            "umount" => Command::new("umount").arg(&dir).output().expect("umount"),
+            "SIGTERM" => Command::new("kill")
+                .args(["-TERM", &server.to_string()])
+                .output()
+                .expect("kill"),
+            _ => ferrite(&["fs", "unmount", dir_arg]),
+        };
+        ok(&stopped, how);
+        wait_for_exit(server);
+        let precious = std::fs::read(dir.join("precious"));
+        assert_eq!(precious.ok().as_deref(), Some(&b"kept"[..]), "after {how}");
+    }
+    let low = background_server(&pools[0], &dir);
+    std::fs::write(dir.join("low"), b"low").expect("write to the lower mount");
+    let high = background_server(&pools[1], &dir);
+    ok(
+        &ferrite(&["fs", "unmount", dir_arg]),
+        "unmount of the top mount",
+    );
+    wait_for_exit(high);
+    let low_file = std::fs::read(dir.join("low"));
+    ok(
+        &ferrite(&["fs", "unmount", dir_arg]),
+        "unmount of the lower mount",
+    );
+    wait_for_exit(low);
+    for pool in &pools {
+        let _ = std::fs::remove_file(pool);
+    }
+    assert_eq!(
+        low_file.ok().as_deref(),
+        Some(&b"low"[..]),
+        "the lower mount"
+    );
+    let precious = std::fs::read(dir.join("precious"));
+    assert_eq!(precious.ok().as_deref(), Some(&b"kept"[..]), "at the end");
 }
 
 /// The unmount command `mount --background` prints runs as printed in a shell, also for a
@@ -702,6 +896,34 @@ fn extended_attributes_and_a_full_file_system_on_the_mount() {
     assert!(report.starts_with("ok: "), "{report}");
 }
 
+/// Mount options that cannot do what they say are refused before anything is opened: a
+/// log for a foreground mount (it was ignored), no serving thread (accepted), and a log
+/// that cannot be created exits with the code of its cause (it exited 1).
+#[test]
+fn mount_options_that_cannot_work_are_refused() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let pool = tmp.path().join("absent.pool");
+    let (pool, dir) = (pool.to_str().unwrap(), tmp.path().to_str().unwrap());
+    let log = tmp.path().join("log");
+    let refusals: [(Vec<&str>, i32, &str); 3] = [
+        (vec!["--log", log.to_str().unwrap()], 2, "--background"),
+        (vec!["--background", "--threads", "0"], 2, "--threads"),
+        (
+            vec!["--background", "--log", "/nonexistent-ferrite-dir/log"],
+            19,
+            "opening the log: /nonexistent-ferrite-dir/log: no such file",
+        ),
+    ];
+    for (options, code, says) in refusals {
+        let args = [&["fs", "mount", pool, dir][..], &options].concat();
+        let output = ferrite(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(code), "{options:?}: {stderr}");
+        assert!(stderr.contains(says), "{options:?}: {stderr}");
+    }
+    assert!(!log.exists(), "no log for a refused mount");
+}
+
 #[test]
 fn fsck_exit_codes() {
     let tmp = tempfile::tempdir().expect("temp dir");
@@ -717,6 +939,27 @@ fn fsck_exit_codes() {
     let json: serde_json::Value = serde_json::from_str(&out).expect("json");
     assert_eq!(json["clean_shutdown"], true);
     assert_eq!(json["inodes"], 1);
+    // One flipped bit in the pool header (its creation time): damaged too, in the check
+    // and for the repair, which cannot rebuild it (both said "cannot check", exit 8).
+    let header = tmp.path().join("header.pool");
+    let mut flipped = std::fs::read(&pool).expect("read");
+    flipped[0x28] ^= 0x01;
+    std::fs::write(&header, &flipped).expect("write");
+    for fsck in [vec!["fs", "fsck"], vec!["fs", "fsck", "--repair"]] {
+        let out = ferrite(&[fsck.as_slice(), &[header.to_str().unwrap()]].concat());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(4), "{fsck:?}: {stderr}");
+        assert!(
+            stderr.contains("damaged: pool header checksum mismatch")
+                && stderr.contains("cannot be repaired"),
+            "{fsck:?}: {stderr}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(&header).expect("read"),
+        flipped,
+        "nothing written"
+    );
     // Damage both superblocks' checksummed bytes: the file system is damaged (exit 4).
     let mut bytes = std::fs::read(&pool).expect("read");
     for slot in [0x1000 + 0x20, 0x1800 + 0x20] {
@@ -1016,6 +1259,81 @@ fn fsck_repair_of_a_consistent_pool_writes_nothing() {
     let report = ok(&ferrite(&["fs", "fsck", path, "--repair"]), "repair");
     assert!(report.starts_with("ok: "), "{report}");
     assert_eq!(std::fs::read(&pool).expect("read"), before);
+}
+
+/// `--repair` of a pool its last user did not close cleanly writes it (the recovery a
+/// mount runs, then the clean close): it says so and exits 1, e2fsck's "errors corrected"
+/// (it exited 0, as if nothing had been written). Then nothing is left to do: 0.
+#[test]
+fn fsck_repair_of_a_pool_not_closed_cleanly_says_what_it_wrote_and_exits_1() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let pool = tmp.path().join("p.pool");
+    let path = pool.to_str().unwrap();
+    ok(&ferrite(&["fs", "mkfs", path, "--size", "16M"]), "mkfs");
+    let opened = pmem::Pool::open(&pool, pmfs::LAYOUT, &pmem::NativeOptions::default())
+        .expect("open the pool");
+    pmfs::Fs::mount(opened, pmfs::MountOptions::default())
+        .expect("mount")
+        .abandon();
+    let before = std::fs::read(&pool).expect("read");
+    let output = ferrite(&["fs", "fsck", path, "--repair", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(output.status.code(), Some(1), "{json}");
+    let recovery = json["recovery"].as_str().unwrap_or_default();
+    assert!(recovery.contains("unclean shutdown"), "{json}");
+    assert_eq!(json["check"]["clean_shutdown"], true, "{json}");
+    assert_ne!(
+        std::fs::read(&pool).expect("read"),
+        before,
+        "the pool was written"
+    );
+    let again = ferrite(&["fs", "fsck", path, "--repair"]);
+    assert_eq!(again.status.code(), Some(0), "{again:?}");
+}
+
+/// Damage a program meets as `EIO` is said in the server's log, once per damaged object,
+/// with what is damaged: before, the log had nothing, and only fsck could tell.
+#[test]
+fn damage_met_through_the_mount_is_logged_once_per_object() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let pool = Path::new("/dev/shm").join(format!(
+        "ferrite-fs-test-{}-damage.pool",
+        std::process::id()
+    ));
+    let path = pool.to_str().unwrap();
+    ok(&ferrite(&["fs", "mkfs", path, "--size", "16M"]), "mkfs");
+    // A flipped bit in the name of the root directory's record: the mount does not read
+    // directory records, a lookup in the root does (and fails its record check).
+    let name = "a-name-found-once-in-the-pool";
+    write_offline(&pool, name, b"contents");
+    let mut bytes = std::fs::read(&pool).expect("read");
+    let at = bytes
+        .windows(name.len())
+        .position(|window| window == name.as_bytes())
+        .expect("the record's name");
+    bytes[at] ^= 1;
+    std::fs::write(&pool, &bytes).expect("write");
+    let log = tmp.path().join("log");
+    let Some(mut m) = Mounted::with_pool(pool.clone(), &["--log", log.to_str().unwrap()]) else {
+        return;
+    };
+    for _ in 0..3 {
+        let looked_up = std::fs::metadata(m.dir.join("other"));
+        let error = looked_up.expect_err("a damaged directory cannot be searched");
+        assert_eq!(error.raw_os_error(), Some(5), "EIO: {error}");
+    }
+    ok(
+        &ferrite(&["fs", "unmount", m.dir.to_str().unwrap()]),
+        "unmount",
+    );
+    m.mounted = false;
+    let text = std::fs::read_to_string(&log).expect("log");
+    let damaged: Vec<&str> = text.lines().filter(|l| l.contains("damaged")).collect();
+    assert_eq!(damaged.len(), 1, "{text}");
+    assert!(
+        damaged[0].contains("lookup of inode 1 answered EIO") && damaged[0].contains("record"),
+        "{text}"
+    );
 }
 
 /// The outside reviewer's reproduction: bit 0 of inode 2's tree word (height 1 read as 0)

@@ -11,6 +11,7 @@
 //! - Every operation is durable when it returns, so `flush`, `fsync` and `fsyncdir` have
 //!   nothing to do.
 
+use crate::damage::DamageLog;
 use fuser::{
     AccessFlags, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -31,6 +32,7 @@ pub struct FuseFs<B: Persist + 'static> {
     fs: Option<Fs<B>>,
     ttl: Duration,
     writeback: bool,
+    damage: DamageLog,
 }
 
 impl<B: Persist + 'static> FuseFs<B> {
@@ -40,6 +42,7 @@ impl<B: Persist + 'static> FuseFs<B> {
             fs: Some(fs),
             ttl,
             writeback: false,
+            damage: DamageLog::default(),
         }
     }
 
@@ -54,22 +57,33 @@ impl<B: Persist + 'static> FuseFs<B> {
         self.fs.as_ref().expect("no request arrives after destroy")
     }
 
-    fn entry(&self, reply: ReplyEntry, result: Result<Attr, pmfs::Errno>) {
+    fn entry(&self, op: &str, ino: u64, reply: ReplyEntry, result: Result<Attr, pmfs::Errno>) {
         match result {
             Ok(attr) => reply.entry(
                 &self.ttl,
                 &file_attr(&attr),
                 Generation(u64::from(attr.generation)),
             ),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.failed(op, ino, e)),
         }
     }
 
-    fn empty(reply: ReplyEmpty, result: Result<(), pmfs::Errno>) {
+    fn empty(&self, op: &str, ino: u64, reply: ReplyEmpty, result: Result<(), pmfs::Errno>) {
         match result {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.failed(op, ino, e)),
         }
+    }
+
+    /// The kernel's errno for `e`, which request `op` on inode `ino` got; damage (`EIO`)
+    /// is reported on stderr, the server's log, once per damaged object.
+    fn failed(&self, op: &str, ino: u64, e: pmfs::Errno) -> fuser::Errno {
+        if e == pmfs::Errno::EIO
+            && let Some(line) = self.damage.line(op, ino, pmfs::error::take_damage())
+        {
+            eprintln!("{line}");
+        }
+        errno(e)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -102,9 +116,14 @@ fn time(ns: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_nanos(ns)
 }
 
-fn nanos(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+/// `t` in nanoseconds since 1970, as an inode stores a time (`u64`): `EINVAL` for a time
+/// the format cannot hold (before 1970, or after 2554), as the preload answers, rather than
+/// a different time stored in its place.
+fn nanos(t: SystemTime) -> Result<u64, fuser::Errno> {
+    let since = t
+        .duration_since(UNIX_EPOCH)
+        .map_err(|_| fuser::Errno::EINVAL)?;
+    u64::try_from(since.as_nanos()).map_err(|_| fuser::Errno::EINVAL)
 }
 
 fn kind(kind: FileType) -> fuser::FileType {
@@ -158,10 +177,10 @@ fn xattr_reply(reply: ReplyXattr, bytes: &[u8], size: u32) {
     }
 }
 
-fn time_set(t: TimeOrNow) -> TimeSet {
+fn time_set(t: TimeOrNow) -> Result<TimeSet, fuser::Errno> {
     match t {
-        TimeOrNow::Now => TimeSet::Now,
-        TimeOrNow::SpecificTime(at) => TimeSet::At(nanos(at)),
+        TimeOrNow::Now => Ok(TimeSet::Now),
+        TimeOrNow::SpecificTime(at) => nanos(at).map(TimeSet::At),
     }
 }
 
@@ -194,7 +213,12 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.entry(reply, self.fs().lookup_pinned(parent.0, name.as_bytes()));
+        self.entry(
+            "lookup",
+            parent.0,
+            reply,
+            self.fs().lookup_pinned(parent.0, name.as_bytes()),
+        );
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -204,7 +228,7 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.fs().getattr(ino.0) {
             Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.failed("getattr", ino.0, e)),
         }
     }
 
@@ -226,13 +250,21 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let times = atime.map(time_set).transpose().and_then(|atime| {
+            let mtime = mtime.map(time_set).transpose()?;
+            Ok((atime, mtime))
+        });
+        let (atime, mtime) = match times {
+            Ok(times) => times,
+            Err(e) => return reply.error(e),
+        };
         let set = SetAttr {
             perm: mode.map(|m| m & 0o7777),
             uid,
             gid,
             size,
-            atime: atime.map(time_set),
-            mtime: mtime.map(time_set),
+            atime,
+            mtime,
         };
         let result = if set == SetAttr::default() {
             self.fs().getattr(ino.0)
@@ -241,14 +273,14 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
         };
         match result {
             Ok(attr) => reply.attr(&self.ttl, &file_attr(&attr)),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.failed("setattr", ino.0, e)),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         match self.fs().readlink(ino.0) {
             Ok(target) => reply.data(&target),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.failed("readlink", ino.0, e)),
         }
     }
 
@@ -274,7 +306,7 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
             0
         };
         let made = self.make(req, parent, name, kind, mode, None, rdev);
-        self.entry(reply, made);
+        self.entry("mknod", parent.0, reply, made);
     }
 
     fn mkdir(
@@ -287,15 +319,25 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
         reply: ReplyEntry,
     ) {
         let made = self.make(req, parent, name, FileType::Directory, mode, None, 0);
-        self.entry(reply, made);
+        self.entry("mkdir", parent.0, reply, made);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(reply, self.fs().unlink(parent.0, name.as_bytes()));
+        self.empty(
+            "unlink",
+            parent.0,
+            reply,
+            self.fs().unlink(parent.0, name.as_bytes()),
+        );
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(reply, self.fs().rmdir(parent.0, name.as_bytes()));
+        self.empty(
+            "rmdir",
+            parent.0,
+            reply,
+            self.fs().rmdir(parent.0, name.as_bytes()),
+        );
     }
 
     fn symlink(
@@ -316,7 +358,7 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
             Some(target),
             0,
         );
-        self.entry(reply, made);
+        self.entry("symlink", parent.0, reply, made);
     }
 
     fn rename(
@@ -341,7 +383,7 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
         } else {
             fs.rename(parent.0, from, newparent.0, to)
         };
-        Self::empty(reply, result);
+        self.empty("rename", parent.0, reply, result);
     }
 
     fn link(
@@ -353,6 +395,8 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
         reply: ReplyEntry,
     ) {
         self.entry(
+            "link",
+            ino.0,
             reply,
             self.fs()
                 .link_pinned(ino.0, newparent.0, newname.as_bytes()),
@@ -362,7 +406,7 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.fs().open_inode(ino.0) {
             Ok(_) => reply.opened(FileHandle(ino.0), FopenFlags::empty()),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.failed("open", ino.0, e)),
         }
     }
 
@@ -380,7 +424,7 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
         let mut buf = vec![0u8; size as usize];
         match self.fs().read(ino.0, offset, &mut buf) {
             Ok(n) => reply.data(&buf[..n]),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.failed("read", ino.0, e)),
         }
     }
 
@@ -398,7 +442,7 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
     ) {
         match self.fs().write(ino.0, offset, data) {
             Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.failed("write", ino.0, e)),
         }
     }
 
@@ -423,7 +467,7 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        Self::empty(reply, self.fs().release_inode(ino.0));
+        self.empty("release", ino.0, reply, self.fs().release_inode(ino.0));
     }
 
     fn fsync(
@@ -443,9 +487,9 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
             Ok(attr) if attr.kind != FileType::Directory => reply.error(fuser::Errno::ENOTDIR),
             Ok(_) => match fs.open_inode(ino.0) {
                 Ok(_) => reply.opened(FileHandle(ino.0), FopenFlags::empty()),
-                Err(e) => reply.error(errno(e)),
+                Err(e) => reply.error(self.failed("opendir", ino.0, e)),
             },
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.failed("opendir", ino.0, e)),
         }
     }
 
@@ -459,7 +503,7 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
     ) {
         let entries = match self.fs().readdir(ino.0) {
             Ok(entries) => entries,
-            Err(e) => return reply.error(errno(e)),
+            Err(e) => return reply.error(self.failed("readdir", ino.0, e)),
         };
         for entry in entries.iter().filter(|e| e.cookie > offset) {
             let name = OsStr::from_bytes(&entry.name);
@@ -478,7 +522,7 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        Self::empty(reply, self.fs().release_inode(ino.0));
+        self.empty("releasedir", ino.0, reply, self.fs().release_inode(ino.0));
     }
 
     fn fsyncdir(
@@ -508,7 +552,12 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
             FALLOC_FL_KEEP_SIZE => true,
             _ => return reply.error(fuser::Errno::EOPNOTSUPP),
         };
-        Self::empty(reply, self.fs().fallocate(ino.0, offset, length, keep));
+        self.empty(
+            "fallocate",
+            ino.0,
+            reply,
+            self.fs().fallocate(ino.0, offset, length, keep),
+        );
     }
 
     fn setxattr(
@@ -527,7 +576,9 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
             libc_flags::XATTR_REPLACE => SetMode::Replace,
             _ => return reply.error(fuser::Errno::EINVAL),
         };
-        Self::empty(
+        self.empty(
+            "setxattr",
+            ino.0,
             reply,
             self.fs().setxattr(ino.0, name.as_bytes(), value, mode),
         );
@@ -536,7 +587,7 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         match self.fs().getxattr(ino.0, name.as_bytes()) {
             Ok(value) => xattr_reply(reply, &value, size),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.failed("getxattr", ino.0, e)),
         }
     }
 
@@ -552,12 +603,17 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
                     .collect();
                 xattr_reply(reply, &list, size);
             }
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.failed("listxattr", ino.0, e)),
         }
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::empty(reply, self.fs().removexattr(ino.0, name.as_bytes()));
+        self.empty(
+            "removexattr",
+            ino.0,
+            reply,
+            self.fs().removexattr(ino.0, name.as_bytes()),
+        );
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -600,7 +656,25 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
                 FileHandle(attr.ino),
                 FopenFlags::empty(),
             ),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.failed("create", parent.0, e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_the_format_cannot_hold_are_refused_not_clamped() {
+        let at = |t| time_set(TimeOrNow::SpecificTime(t));
+        let before_1970 = UNIX_EPOCH - Duration::from_secs(10 * 365 * 86_400);
+        assert_eq!(at(before_1970), Err(fuser::Errno::EINVAL));
+        let after_2554 = UNIX_EPOCH + Duration::from_nanos(u64::MAX) + Duration::from_secs(1);
+        assert_eq!(at(after_2554), Err(fuser::Errno::EINVAL));
+        assert_eq!(at(UNIX_EPOCH), Ok(TimeSet::At(0)));
+        let last = UNIX_EPOCH + Duration::from_nanos(u64::MAX);
+        assert_eq!(at(last), Ok(TimeSet::At(u64::MAX)));
+        assert_eq!(time_set(TimeOrNow::Now), Ok(TimeSet::Now));
     }
 }

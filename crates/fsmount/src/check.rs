@@ -42,7 +42,7 @@ pub struct CheckReport {
 pub enum CheckError {
     /// The file could not be read or is not a pool (nothing was checked).
     #[error(transparent)]
-    Pool(#[from] pmem::PoolError),
+    Pool(pmem::PoolError),
     /// The file could not be read.
     #[error("reading the pool: {0}")]
     Io(#[from] std::io::Error),
@@ -52,6 +52,23 @@ pub enum CheckError {
     /// The pool is not a file system, or recovery or the consistency check failed.
     #[error("{0}")]
     Damaged(String),
+}
+
+impl From<pmem::PoolError> for CheckError {
+    /// A pool header or state word that fails its checksum or holds inconsistent fields is
+    /// damage to this pool, not a file the check cannot read: e2fsck's "damaged", as for
+    /// every other structure. The header is written once at creation and has no redundant
+    /// copy, so it cannot be repaired (`docs/pool-format.md`).
+    fn from(error: pmem::PoolError) -> Self {
+        match error {
+            pmem::PoolError::ChecksumMismatch { .. } | pmem::PoolError::Corrupted(_) => {
+                CheckError::Damaged(format!(
+                    "{error}; the pool header area has no redundant copy, so it cannot be repaired"
+                ))
+            }
+            error => CheckError::Pool(error),
+        }
+    }
 }
 
 impl CheckError {
@@ -125,10 +142,38 @@ pub fn repair_offline(path: &Path) -> Result<RepairReport, CheckError> {
     let pool = Pool::open(path, pmfs::LAYOUT, &pmem::NativeOptions::default())?;
     let (fs, repairs) = match Fs::repair(pool, MountOptions::default()) {
         Ok(repaired) => repaired,
-        Err(pmfs::FsError::Pool(e)) => return Err(CheckError::Pool(e)),
+        Err(pmfs::FsError::Pool(e)) => return Err(e.into()),
         Err(e) => return Err(CheckError::Damaged(format!("repair: {e}"))),
     };
     fs.unmount()?;
     let check = check_offline(path)?;
     Ok(RepairReport { repairs, check })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_damage_is_damage_and_other_pool_errors_are_not() {
+        let checksum = pmem::PoolError::ChecksumMismatch {
+            what: "pool header",
+            stored: 1,
+            computed: 2,
+        };
+        let damaged = CheckError::from(checksum);
+        assert_eq!(damaged.exit_code(), 4, "{damaged}");
+        assert!(
+            damaged
+                .to_string()
+                .contains("pool header checksum mismatch")
+        );
+        let corrupt = CheckError::from(pmem::PoolError::Corrupted("bad".into()));
+        assert_eq!(corrupt.exit_code(), 4, "{corrupt}");
+        let foreign = CheckError::from(pmem::PoolError::NotAPool {
+            reason: "bad magic",
+        });
+        assert_eq!(foreign.exit_code(), 8, "{foreign}");
+        assert_eq!(CheckError::from(pmem::PoolError::NotFound).exit_code(), 8);
+    }
 }

@@ -7,6 +7,7 @@
 
 mod adapter;
 mod check;
+mod damage;
 mod memory;
 mod mount;
 mod null;
@@ -71,16 +72,25 @@ pub const RELEASE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 /// What [`unmount_and_wait`] saw after the unmount.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Released {
-    /// The server closed the pool: `fs fsck` or another mount may open it now.
+    /// The server closed the pool and exited: `fs fsck` or another mount may open the pool
+    /// now.
     Pool(PathBuf),
     /// The server still held the pool after [`RELEASE_TIMEOUT`].
     StillHeld(PathBuf),
+    /// The server closed the pool but was still running after [`RELEASE_TIMEOUT`].
+    ServerRunning {
+        /// The pool it served.
+        pool: PathBuf,
+        /// The server's process id.
+        pid: u32,
+    },
 }
 
 /// Unmounts the ferrite mount at `dir` like [`unmount`], then waits until the serving process
-/// has closed the pool it named in the mount table, so that the pool can be checked or
-/// mounted again as soon as this returns (the kernel detaches the mount before the server has
-/// finished closing). Anything else at `dir` is left alone with an `InvalidInput` error that
+/// has closed the pool it named in the mount table and exited, so that the pool can be
+/// checked or mounted again as soon as this returns (the kernel detaches the mount before the
+/// server has finished closing), and nothing the server does at its end can meet what the
+/// caller does next. Anything else at `dir` is left alone with an `InvalidInput` error that
 /// says what is there: `umount(2)` as root would unmount any file system (a `tmpfs` such as
 /// `/dev/shm`, with every file in it lost).
 pub fn unmount_and_wait(dir: &Path) -> std::io::Result<Released> {
@@ -96,15 +106,68 @@ pub fn unmount_and_wait(dir: &Path) -> std::io::Result<Released> {
             }
         },
     };
+    // The server is whoever holds the pool's lock; a mount served by this very process
+    // (a test) cannot be waited for.
+    let servers: Vec<u32> = lock_holders(&pool)
+        .into_iter()
+        .filter(|&pid| pid != std::process::id())
+        .collect();
     unmount(dir)?;
     let deadline = std::time::Instant::now() + RELEASE_TIMEOUT;
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(10));
     while pmem::inspect(&pool).is_ok_and(|report| report.in_use) {
         if std::time::Instant::now() >= deadline {
             return Ok(Released::StillHeld(pool));
         }
-        std::thread::sleep(std::time::Duration::from_millis(10));
+        pause();
+    }
+    while let Some(&pid) = servers.iter().find(|&&pid| is_running(pid)) {
+        if std::time::Instant::now() >= deadline {
+            return Ok(Released::ServerRunning { pool, pid });
+        }
+        pause();
     }
     Ok(Released::Pool(pool))
+}
+
+/// The processes holding a `flock` on `pool` (a mount's server), from `/proc/locks`.
+fn lock_holders(pool: &Path) -> Vec<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(meta), Ok(locks)) = (
+        std::fs::metadata(pool),
+        std::fs::read_to_string("/proc/locks"),
+    ) else {
+        return Vec::new();
+    };
+    let (major, minor) = (libc::major(meta.dev()), libc::minor(meta.dev()));
+    let file = format!("{major:02x}:{minor:02x}:{}", meta.ino());
+    locks
+        .lines()
+        .filter_map(|line| flock_holder(line, &file))
+        .collect()
+}
+
+/// The process of a `/proc/locks` line that is a granted `flock` on `file`
+/// (`MAJOR:MINOR:INODE`, as the kernel writes it): `1: FLOCK ADVISORY WRITE 1234
+/// 00:1a:5678 0 EOF`. A request still waiting (`1: -> FLOCK …`) holds nothing.
+fn flock_holder(line: &str, file: &str) -> Option<u32> {
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    if fields.get(1) != Some(&"FLOCK") || fields.get(5) != Some(&file) {
+        return None;
+    }
+    fields.get(4)?.parse().ok()
+}
+
+/// Whether process `pid` exists and has not exited (a zombie has).
+fn is_running(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // `PID (COMMAND) STATE …`: the command may hold spaces and parentheses.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next());
+    state != Some("Z") && state != Some("X")
 }
 
 fn not_unmounted(why: &str) -> std::io::Error {
@@ -114,6 +177,8 @@ fn not_unmounted(why: &str) -> std::io::Error {
 /// One line of the mount table, as far as this crate needs it.
 #[derive(Debug, PartialEq, Eq)]
 struct MountEntry {
+    /// The mount's id: unique among the mounts that exist at the same time.
+    id: u64,
     /// Where it is mounted.
     mount_point: PathBuf,
     /// `fuse`, `fuse.<subtype>`, `tmpfs`, ...
@@ -146,13 +211,74 @@ pub fn mount_point_of_pool(pool: &Path) -> Option<PathBuf> {
 
 /// The topmost mount at `dir`, from `/proc/self/mountinfo`.
 fn mount_at(dir: &Path) -> Option<MountEntry> {
-    let dir = canonical_mount_point(dir)?;
-    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    top_mount_at(&canonical_mount_point(dir)?)
+}
+
+/// The topmost mount at canonical path `dir`.
+fn top_mount_at(dir: &Path) -> Option<MountEntry> {
+    mounts_at(dir).pop()
+}
+
+/// The mounts at canonical path `dir`, bottom first (the table lists a mount after the one
+/// it covers).
+fn mounts_at(dir: &Path) -> Vec<MountEntry> {
+    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
     table
         .lines()
-        .rev()
         .filter_map(parse_mountinfo_line)
-        .find(|entry| entry.mount_point == dir)
+        .filter(|entry| entry.mount_point == dir)
+        .collect()
+}
+
+/// The mount a server made, as the mount table named it then. A server unmounts this mount
+/// only, and only while it is the topmost one at its directory: `umount(2)` takes a path,
+/// and once the server's mount is gone (unmounted from outside) or covered, that path names
+/// another file system — the tmpfs the mount was stacked on, another ferrite mount — which
+/// an unmount would take away with its files.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct OwnMount {
+    /// The mount point, canonical (as the mount table writes it).
+    dir: PathBuf,
+    /// The mount's id. Ids are reused once a mount is gone, so the source is compared too.
+    id: u64,
+    /// `ferrite-fs:<pool>`: while the server runs it holds the pool's lock, so no other
+    /// mount can serve that pool.
+    source: String,
+}
+
+impl OwnMount {
+    /// The topmost mount at canonical `dir` when it is a FUSE mount of `source`: called
+    /// right after mounting, it is the mount just made.
+    pub(crate) fn find(dir: &Path, source: &str) -> Option<OwnMount> {
+        let top = top_mount_at(dir)?;
+        (top.fs_type.starts_with("fuse") && top.source == source).then(|| OwnMount {
+            dir: dir.to_owned(),
+            id: top.id,
+            source: top.source,
+        })
+    }
+
+    fn is(&self, entry: &MountEntry) -> bool {
+        entry.id == self.id && entry.source == self.source
+    }
+
+    /// Unmounts this mount as [`unmount`] does if it is the topmost at its directory;
+    /// otherwise leaves every mount there as it is and says why.
+    pub(crate) fn unmount(&self) -> std::io::Result<()> {
+        let mounts = mounts_at(&self.dir);
+        match mounts.last() {
+            Some(top) if self.is(top) => unmount(&self.dir),
+            Some(top) if mounts.iter().any(|entry| self.is(entry)) => Err(not_unmounted(&format!(
+                "this server's mount is covered by a {} mount of {}; unmount that first",
+                top.fs_type, top.source
+            ))),
+            _ => Err(not_unmounted(
+                "this server's mount is no longer in the mount table; nothing unmounted",
+            )),
+        }
+    }
 }
 
 /// `dir` with symbolic links resolved. A mount whose server died cannot be looked into
@@ -171,11 +297,13 @@ fn canonical_mount_point(dir: &Path) -> Option<PathBuf> {
 /// fields up to `-`, then type, source, options.
 fn parse_mountinfo_line(line: &str) -> Option<MountEntry> {
     let fields: Vec<&str> = line.split(' ').collect();
+    let id = fields.first()?.parse().ok()?;
     let mount_point = PathBuf::from(unescape_mountinfo(fields.get(4)?));
     let separator = fields.iter().position(|field| *field == "-")?;
     let fs_type = (*fields.get(separator + 1)?).to_owned();
     let source = unescape_mountinfo(fields.get(separator + 2)?);
     Some(MountEntry {
+        id,
         mount_point,
         fs_type,
         source,
@@ -215,6 +343,18 @@ fn unescape_mountinfo(field: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `path` as one shell word, for a command the user is told to run: as it is when every
+/// character is safe, else in single quotes (a `'` inside written `'\''`).
+pub fn shell_word(path: &Path) -> String {
+    let text = path.display().to_string();
+    let safe = |c: char| c.is_ascii_alphanumeric() || "/._-+,:@%=".contains(c);
+    if !text.is_empty() && text.chars().all(safe) {
+        text
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
 }
 
 /// The start of a ferrite mount's source in the mount table; the pool's path follows.
@@ -283,6 +423,46 @@ mod tests {
         let users = "90 30 0:50 / /mnt/x rw - fuse.sshfs host:/dir rw";
         assert_eq!(pool_of_mountinfo_line(users, Path::new("/mnt/x")), None);
         assert_eq!(pool_of_mountinfo_line("garbage", Path::new("/")), None);
+    }
+
+    #[test]
+    fn only_granted_flocks_of_the_file_name_a_holder() {
+        let file = "00:1a:5678";
+        let granted = "1: FLOCK  ADVISORY  WRITE 1234 00:1a:5678 0 EOF";
+        assert_eq!(flock_holder(granted, file), Some(1234));
+        let waiting = "1: -> FLOCK  ADVISORY  WRITE 99 00:1a:5678 0 EOF";
+        assert_eq!(flock_holder(waiting, file), None);
+        let other = "2: FLOCK  ADVISORY  WRITE 1234 00:1a:56789 0 EOF";
+        assert_eq!(flock_holder(other, file), None);
+        let posix = "3: POSIX  ADVISORY  WRITE 1234 00:1a:5678 0 EOF";
+        assert_eq!(flock_holder(posix, file), None);
+    }
+
+    #[test]
+    fn this_process_runs_and_a_pid_past_the_limit_does_not() {
+        assert!(is_running(std::process::id()));
+        assert!(!is_running(u32::MAX));
+    }
+
+    /// The unmount hint is one word to the shell whatever the mount point's name holds.
+    #[test]
+    fn the_unmount_hint_is_one_shell_word() {
+        assert_eq!(shell_word(Path::new("/tmp/mnt-1")), "/tmp/mnt-1");
+        for name in [
+            "/tmp/m sp",
+            "/tmp/it's",
+            "/tmp/$HOME;x",
+            "/tmp/a\\b",
+            "/tmp/`q`",
+            "",
+        ] {
+            let word = shell_word(Path::new(name));
+            let output = std::process::Command::new("sh")
+                .args(["-c", &format!("printf %s {word}")])
+                .output()
+                .expect("run sh");
+            assert_eq!(String::from_utf8_lossy(&output.stdout), name, "{word}");
+        }
     }
 
     #[test]

@@ -2,12 +2,15 @@
 //! process ([`spawn`], for tests and benchmarks) or in the foreground until a signal or an
 //! external unmount ([`serve`], for `ferrite fs mount`).
 
+use crate::OwnMount;
 use crate::adapter::FuseFs;
 use fuser::{Config, MountOption, Session, SessionACL};
 use nix::sys::signal::{SigSet, Signal};
 use pmem::Persist;
 use pmfs::Fs;
-use std::path::Path;
+use std::mem::ManuallyDrop;
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// How the file system is presented to the kernel.
@@ -71,6 +74,14 @@ pub enum MountError {
     /// The mount point exists but is not a directory (path as above).
     #[error("the mount point is not an existing directory")]
     NotADirectory(String),
+    /// A FUSE mount whose server has ended (killed) is still mounted at the mount point:
+    /// the directory answers "transport endpoint is not connected".
+    #[error(
+        "a FUSE mount whose server has ended is still mounted there (transport endpoint is \
+         not connected); `ferrite fs unmount {}` removes it",
+        crate::shell_word(Path::new(.0))
+    )]
+    DeadMount(String),
     /// The FUSE device cannot be opened (missing, or not readable and writable by this
     /// user: Debian's `/dev/fuse` is root's only unless `fuse3` made it world-usable).
     #[error(
@@ -90,27 +101,99 @@ pub enum MountError {
     Signals(#[from] nix::Error),
 }
 
-/// A file system mounted by [`spawn`]; dropping it (or [`Mounted::unmount`]) unmounts.
+/// A FUSE session served by a thread of this process, and the mount it made.
+///
+/// fuser 0.18 unmounts its mount point by path when its mount handle drops, and does so
+/// even after the kernel has ended the session (its test of whether the mount is still there
+/// takes the connection's `POLLERR` for "mounted"). By then that path names whatever the
+/// mount covered — a tmpfs it was stacked on, another ferrite mount — and the unmount would
+/// take it away. So fuser's handle is never dropped (one `/dev/fuse` descriptor, its
+/// connection ended, stays open per session), and only [`OwnMount::unmount`] unmounts.
+#[derive(Debug)]
+struct Running {
+    /// fuser's handle; its session thread has been taken out ([`Running::take_thread`]).
+    session: ManuallyDrop<fuser::BackgroundSession>,
+    /// The mount made, `None` if the mount table did not show it (then it is never
+    /// unmounted from here).
+    own: Option<OwnMount>,
+}
+
+impl Running {
+    /// Mounts `session`'s file system on `dir` (canonical) and runs it on a new thread.
+    fn start<FS: fuser::Filesystem + Send + 'static>(
+        session: Session<FS>,
+        dir: &Path,
+        config: &MountConfig,
+    ) -> Result<Running, MountError> {
+        let own = OwnMount::find(dir, &config.fsname);
+        let session = ManuallyDrop::new(session.spawn()?);
+        Ok(Running { session, own })
+    }
+
+    /// The session thread, to be joined: fuser's handle keeps a thread that has already
+    /// finished in its place, since the handle itself is never dropped.
+    fn take_thread(&mut self) -> std::io::Result<JoinHandle<std::io::Result<()>>> {
+        let finished = std::thread::Builder::new()
+            .name("ferrite-fuse-done".to_owned())
+            .stack_size(16 * 1024)
+            .spawn(|| Ok(()))?;
+        Ok(std::mem::replace(&mut self.session.guard, finished))
+    }
+
+    /// Unmounts this session's mount if it is still the topmost at its directory.
+    fn unmount(&self) -> std::io::Result<()> {
+        match &self.own {
+            Some(own) => own.unmount(),
+            None => Err(std::io::Error::other(
+                "this server's mount was not found in the mount table; unmount it from outside",
+            )),
+        }
+    }
+}
+
+/// A file system mounted by [`spawn`]; dropping it (or [`Mounted::unmount`]) unmounts it
+/// while it is still the topmost mount at its directory.
 #[derive(Debug)]
 pub struct Mounted {
-    session: fuser::BackgroundSession,
+    running: Running,
+    /// Whether [`Mounted::unmount`] ran (the drop has nothing left to do).
+    done: bool,
 }
 
 impl Mounted {
     /// Unmounts and waits for the session (and the pool's clean close) to finish.
-    pub fn unmount(self) -> Result<(), MountError> {
-        Ok(self.session.umount_and_join()?)
+    pub fn unmount(mut self) -> Result<(), MountError> {
+        self.done = true;
+        self.running.unmount()?;
+        let thread = self.running.take_thread()?;
+        thread
+            .join()
+            .map_err(|_| std::io::Error::other("the FUSE session thread panicked"))??;
+        Ok(())
     }
 }
 
-/// Whether `dir` can be a mount point (an existing directory): checked by every mount, and
-/// by callers that want to refuse a bad mount point before the work of opening a pool.
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if !self.done {
+            // Nothing to report to: a mount no longer this session's stays as it is.
+            let _ = self.running.unmount();
+        }
+    }
+}
+
+/// Whether `dir` can be a mount point (an existing directory, not a dead FUSE mount):
+/// checked by every mount, and by callers that want to refuse a bad mount point before the
+/// work of opening a pool.
 pub fn check_mount_point(dir: &Path) -> Result<(), MountError> {
     let path = || dir.display().to_string();
     match std::fs::metadata(dir) {
         Ok(meta) if meta.is_dir() => Ok(()),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             Err(MountError::MissingMountPoint(path()))
+        }
+        Err(error) if error.raw_os_error() == Some(nix::libc::ENOTCONN) => {
+            Err(MountError::DeadMount(path()))
         }
         _ => Err(MountError::NotADirectory(path())),
     }
@@ -145,27 +228,36 @@ fn mount_failed(error: std::io::Error, device: &Path) -> MountError {
     }
 }
 
+/// `dir` as the mount table will name it: resolved before the mount, since looking at a
+/// mount point afterwards asks the file system, which may not be serving yet.
+fn canonical_dir(dir: &Path) -> Result<PathBuf, MountError> {
+    check_mount_point(dir)?;
+    Ok(dir.canonicalize()?)
+}
+
 /// Mounts `fs` on `dir`, served by a background thread of this process.
 pub fn spawn<B: Persist + 'static>(
     fs: Fs<B>,
     dir: &Path,
     config: &MountConfig,
 ) -> Result<Mounted, MountError> {
-    check_mount_point(dir)?;
-    let session = new_session(fs, dir, config)?;
+    let dir = canonical_dir(dir)?;
+    let session = new_session(fs, &dir, config)?;
     Ok(Mounted {
-        session: session.spawn()?,
+        running: Running::start(session, &dir, config)?,
+        done: false,
     })
 }
 
 /// Mounts the FUSE floor ([`crate::NullFs`]: names and sizes, no data) on `dir`, served by
 /// a background thread of this process, with `config`'s threads.
 pub fn spawn_null(dir: &Path, config: &MountConfig) -> Result<Mounted, MountError> {
-    check_mount_point(dir)?;
-    let session = Session::new(crate::NullFs::default(), dir, &config.fuser())
+    let dir = canonical_dir(dir)?;
+    let session = Session::new(crate::NullFs::default(), &dir, &config.fuser())
         .map_err(|error| mount_failed(error, Path::new(FUSE_DEVICE)))?;
     Ok(Mounted {
-        session: session.spawn()?,
+        running: Running::start(session, &dir, config)?,
+        done: false,
     })
 }
 
@@ -192,7 +284,7 @@ pub fn serve<B: Persist + 'static>(
     config: &MountConfig,
     ready: impl FnOnce(),
 ) -> Result<Ended, MountError> {
-    check_mount_point(dir)?;
+    let dir = &canonical_dir(dir)?;
     let mut signals = SigSet::empty();
     for signal in [
         Signal::SIGINT,
@@ -216,10 +308,14 @@ fn serve_blocked<B: Persist + 'static>(
     ready: impl FnOnce(),
 ) -> Result<Ended, MountError> {
     let session = new_session(fs, dir, config)?;
+    let mut running = Running::start(session, dir, config)?;
+    let session_thread = running.take_thread()?;
     let worker = std::thread::Builder::new()
         .name("ferrite-fuse".to_owned())
         .spawn(move || {
-            let result = session.run();
+            let result = session_thread
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("the FUSE session panicked")));
             // Wake the waiting thread; it consumes this signal before unblocking it.
             let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), Signal::SIGUSR1);
             result
@@ -227,12 +323,13 @@ fn serve_blocked<B: Persist + 'static>(
     ready();
     // Every signal tries `umount` itself (fuser's unmounter gives its handle away on the
     // first try, so a refused unmount could never be retried); the mount ended because of a
-    // signal only if one of these calls unmounted it.
+    // signal only if one of these calls unmounted it. Each unmounts this server's own mount
+    // only, and once the session has ended nothing is unmounted any more.
     let mut ended = Ended::External;
     loop {
         match signals.wait()? {
             Signal::SIGUSR1 => break,
-            signal => match crate::unmount(dir) {
+            signal => match running.unmount() {
                 Ok(()) => ended = Ended::Signal(signal),
                 Err(error) => eprintln!(
                     "ferrite: cannot unmount {} on {signal}: {error}; still serving",

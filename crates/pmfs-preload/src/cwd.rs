@@ -1,23 +1,47 @@
 //! A working directory inside the prefix: `chdir` to a served directory (or `fchdir` to a
 //! served descriptor) makes it this process's served working directory, and relative paths
 //! then resolve from it through the library (as `mkdir -p`, `df` and `find` walk a tree);
-//! `getcwd` names it. The kernel's working directory does not move, so a program started
-//! from there (`exec`) starts where the kernel's is. `chdir` anywhere else ends it.
-//! `realpath` and `canonicalize_file_name` of served paths resolve through the library
-//! (glibc's own would ask the kernel about each component).
+//! `getcwd` names it. `chdir` anywhere else ends it.
+//!
+//! The kernel cannot enter a served directory, and a relative path the kernel resolves —
+//! a call this library does not serve, a program started from here without the library
+//! or unable to serve — must never reach the files of the directory the process was in
+//! before (`rm -f a` there would delete a file outside the pool). So while the working
+//! directory is served, the kernel's is **parked**: an empty directory removed as soon as
+//! the process entered it, where every lookup fails with `ENOENT` and nothing can be
+//! created. `exec` hands the served working directory to the new program in [`VAR`], with
+//! the parked directory it belongs to; the new program's copy of this library takes it
+//! over when it loads and serves its relative paths from there (mounting the pool at its
+//! first use, or failing them with the pool's error, `EBUSY` while another process holds
+//! it). `realpath` and `canonicalize_file_name` of served paths resolve through the
+//! library (glibc's own would ask the kernel about each component).
 
 use crate::abi::{ret, served_fd, served_fs, set_errno};
-use crate::served::config;
+use crate::served::{config, route};
 use libc::{c_char, c_int, size_t};
 use parking_lot::Mutex;
 use pmfs::{Errno, FileType};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Whether [`CWD`] holds a served working directory (read without the lock by every
 /// relative path).
 static SERVED_CWD: AtomicBool = AtomicBool::new(false);
 /// The served working directory, a path inside the file system.
 static CWD: Mutex<String> = Mutex::new(String::new());
+/// The parked kernel working directory (device, inode) while [`SERVED_CWD`] is set.
+static PARKED: Mutex<Option<DirId>> = Mutex::new(None);
+
+/// The environment variable that hands the served working directory to the program
+/// `exec` starts: `DEVICE:INODE:hex(path)`, the parked directory (which `exec` keeps as
+/// the kernel's working directory) and the path inside the file system. A copy left in
+/// the environment of a process whose kernel working directory is another one is ignored.
+pub(crate) const VAR: &str = "PMFS_PRELOAD_CWD";
+
+/// A directory's device and inode numbers.
+type DirId = (u64, u64);
 
 /// The served path of relative path `rel` when the working directory is served. A `..`
 /// at the file system's root stays there, as `..` of `/` does.
@@ -30,11 +54,13 @@ pub(crate) fn served_relative(rel: &[u8]) -> Option<String> {
     Some(format!("{}/{rel}", cwd.trim_end_matches('/')))
 }
 
-/// Makes served directory `p` the working directory (`ENOTDIR` for another file).
+/// Makes served directory `p` the working directory (`ENOTDIR` for another file), the
+/// kernel's parked.
 fn enter(p: String) -> Result<c_int, Errno> {
     if served_fs()?.px.stat(&p)?.kind != FileType::Directory {
         return Err(Errno::ENOTDIR);
     }
+    park()?;
     *CWD.lock() = p;
     SERVED_CWD.store(true, Ordering::Release);
     Ok(0)
@@ -45,9 +71,123 @@ pub(crate) fn is_served() -> bool {
     SERVED_CWD.load(Ordering::Acquire)
 }
 
+/// After a `chdir` the kernel made: the working directory is the kernel's again.
 fn leave() {
     SERVED_CWD.store(false, Ordering::Release);
+    *PARKED.lock() = None;
 }
+
+/// The kernel's working directory (followed through `/proc`, which works for a removed
+/// directory too).
+fn kernel_cwd() -> Option<DirId> {
+    let meta = std::fs::metadata("/proc/self/cwd").ok()?;
+    Some((meta.dev(), meta.ino()))
+}
+
+/// Parks the kernel's working directory unless it is parked already.
+fn park() -> Result<(), Errno> {
+    let mut parked = PARKED.lock();
+    if parked.is_some() && *parked == kernel_cwd() {
+        return Ok(());
+    }
+    let mut last = Errno::ENOENT;
+    for base in park_bases() {
+        match park_in(&base) {
+            Ok(id) => {
+                *parked = Some(id);
+                return Ok(());
+            }
+            Err(e) => last = e,
+        }
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "pmfs-preload: cannot enter a served directory: no directory to park the kernel's \
+         working directory in ({last}; tried $TMPDIR, /tmp, /dev/shm)"
+    );
+    Err(last)
+}
+
+/// Where a parked directory may be made: `$TMPDIR`, `/tmp`, `/dev/shm` (never under the
+/// prefix, which the kernel does not see).
+fn park_bases() -> Vec<PathBuf> {
+    let tmpdir = std::env::var_os("TMPDIR").map(PathBuf::from);
+    tmpdir
+        .into_iter()
+        .chain([PathBuf::from("/tmp"), PathBuf::from("/dev/shm")])
+        .filter(|base| base.is_absolute())
+        .filter(|base| {
+            let bytes = base.as_os_str().as_encoded_bytes();
+            config().is_none_or(|config| route(config, bytes).is_none())
+        })
+        .collect()
+}
+
+/// Makes an empty directory in `base`, opens it, removes it, and moves the kernel's
+/// working directory into it through the descriptor: at no moment is the working directory
+/// one that exists.
+fn park_in(base: &Path) -> Result<DirId, Errno> {
+    static MADE: AtomicU64 = AtomicU64::new(0);
+    let errno = |e: std::io::Error| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO));
+    let made = MADE.fetch_add(1, Ordering::Relaxed);
+    let dir = base.join(format!(".pmfs-preload-cwd-{}-{made}", std::process::id()));
+    std::fs::create_dir(&dir).map_err(errno)?;
+    let opened = std::fs::File::open(&dir);
+    std::fs::remove_dir(&dir).map_err(errno)?;
+    let opened = opened.map_err(errno)?;
+    let meta = opened.metadata().map_err(errno)?;
+    let fchdir = next!("fchdir", unsafe extern "C" fn(c_int) -> c_int);
+    // SAFETY: a descriptor this function owns, open until the end of it.
+    if unsafe { fchdir(std::os::fd::AsRawFd::as_raw_fd(&opened)) } != 0 {
+        return Err(errno(std::io::Error::last_os_error()));
+    }
+    Ok((meta.dev(), meta.ino()))
+}
+
+/// The value of [`VAR`] for the program this process starts, when the working directory
+/// is served.
+pub(crate) fn handed_over() -> Option<String> {
+    if !is_served() {
+        return None;
+    }
+    let (dev, ino) = (*PARKED.lock())?;
+    let path = crate::handover::hex(CWD.lock().as_bytes());
+    Some(format!("{dev}:{ino}:{path}"))
+}
+
+/// The parked directory and served path of a [`VAR`] value.
+fn decode(text: &str) -> Option<(DirId, String)> {
+    let mut parts = text.splitn(3, ':');
+    let dev = parts.next()?.parse().ok()?;
+    let ino = parts.next()?.parse().ok()?;
+    let path = String::from_utf8(crate::handover::unhex(parts.next()?)?).ok()?;
+    path.starts_with('/').then_some(((dev, ino), path))
+}
+
+/// Runs when the library loads: takes over the served working directory the program that
+/// `exec`ed this one handed over, if the kernel's working directory is still the parked
+/// directory it belongs to, and removes the variable (it is this program's alone). The
+/// pool is mounted at the first served call, not here.
+extern "C" fn at_load() {
+    let Some(text) = std::env::var_os(VAR) else {
+        return;
+    };
+    // SAFETY: called while the library loads, before the program's threads exist.
+    unsafe { std::env::remove_var(VAR) };
+    let Some((id, path)) = text.to_str().and_then(decode) else {
+        return;
+    };
+    if config().is_none() || kernel_cwd() != Some(id) {
+        return;
+    }
+    *PARKED.lock() = Some(id);
+    *CWD.lock() = path;
+    SERVED_CWD.store(true, Ordering::Release);
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static AT_LOAD: extern "C" fn() = at_load;
 
 /// # Safety
 /// C `chdir`.
@@ -300,4 +440,21 @@ pub unsafe extern "C" fn canonicalize_file_name(path: *const c_char) -> *mut c_c
     );
     // SAFETY: forwarded as received.
     unsafe { real(path) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_handed_over_directory_survives_its_encoding_and_garbage_is_ignored() {
+        let value = format!("12:345:{}", crate::handover::hex(b"/a:b dir"));
+        assert_eq!(decode(&value), Some(((12, 345), "/a:b dir".to_owned())));
+        assert_eq!(decode("12:345"), None);
+        assert_eq!(decode("x:345:2f"), None);
+        assert_eq!(
+            decode(&format!("1:2:{}", crate::handover::hex(b"rel"))),
+            None
+        );
+    }
 }

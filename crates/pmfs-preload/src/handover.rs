@@ -29,11 +29,11 @@ struct Handed {
     path: String,
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn unhex(text: &str) -> Option<Vec<u8>> {
+pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
     if !text.len().is_multiple_of(2) {
         return None;
     }
@@ -102,11 +102,11 @@ fn to_hand_over() -> Vec<Handed> {
         .collect()
 }
 
-/// `envp` with [`VAR`] set to `value` (and any earlier setting dropped).
+/// `envp` with each of `vars` set (any earlier setting of them dropped).
 ///
 /// # Safety
 /// `envp` is null or a null-terminated array of NUL-terminated strings.
-unsafe fn environment_with(envp: *const *const c_char, value: &str) -> Vec<CString> {
+unsafe fn environment_with(envp: *const *const c_char, vars: &[(&str, String)]) -> Vec<CString> {
     let mut out = Vec::new();
     let mut at = envp;
     while !at.is_null() {
@@ -117,17 +117,52 @@ unsafe fn environment_with(envp: *const *const c_char, value: &str) -> Vec<CStri
         }
         // SAFETY: each entry is NUL-terminated.
         let bytes = unsafe { CStr::from_ptr(entry) };
-        if !bytes.to_bytes().starts_with(format!("{VAR}=").as_bytes()) {
+        let replaced = vars
+            .iter()
+            .any(|(name, _)| bytes.to_bytes().starts_with(format!("{name}=").as_bytes()));
+        if !replaced {
             out.push(bytes.to_owned());
         }
         // SAFETY: the next slot of the same array (the null one ends the loop).
         at = unsafe { at.add(1) };
     }
-    out.push(CString::new(format!("{VAR}={value}")).expect("no NUL in the encoding"));
+    // The values are decimal numbers and hex digits: never a NUL.
+    out.extend(
+        vars.iter()
+            .filter_map(|(name, value)| CString::new(format!("{name}={value}")).ok()),
+    );
     out
 }
 
-/// Calls `exec` with `envp`, extended by the served descriptors to hand over if any.
+/// Calls `start` with `envp`, extended by `vars` if there are any.
+///
+/// # Safety
+/// `envp` is null or a null-terminated array of NUL-terminated strings.
+pub(crate) unsafe fn with_variables(
+    envp: *const *const c_char,
+    vars: &[(&str, String)],
+    start: impl FnOnce(*const *const c_char) -> c_int,
+) -> c_int {
+    if vars.is_empty() {
+        return start(envp);
+    }
+    // SAFETY: the caller's environment array.
+    let strings = unsafe { environment_with(envp, vars) };
+    let mut pointers: Vec<*const c_char> = strings.iter().map(|s| s.as_ptr()).collect();
+    pointers.push(std::ptr::null());
+    start(pointers.as_ptr())
+}
+
+/// The served working directory for a program this process starts, as a variable.
+pub(crate) fn cwd_variable() -> Vec<(&'static str, String)> {
+    crate::cwd::handed_over()
+        .map(|cwd| (crate::cwd::VAR, cwd))
+        .into_iter()
+        .collect()
+}
+
+/// Calls `exec` with `envp`, extended by the served descriptors to hand over and the
+/// served working directory, if any.
 ///
 /// # Safety
 /// `envp` is null or a null-terminated array of NUL-terminated strings.
@@ -135,15 +170,13 @@ unsafe fn with_handover(
     envp: *const *const c_char,
     exec: impl FnOnce(*const *const c_char) -> c_int,
 ) -> c_int {
+    let mut vars = cwd_variable();
     let handed = to_hand_over();
-    if handed.is_empty() {
-        return exec(envp);
+    if !handed.is_empty() {
+        vars.push((VAR, encode(&handed)));
     }
     // SAFETY: the caller's environment array.
-    let strings = unsafe { environment_with(envp, &encode(&handed)) };
-    let mut pointers: Vec<*const c_char> = strings.iter().map(|s| s.as_ptr()).collect();
-    pointers.push(std::ptr::null());
-    exec(pointers.as_ptr())
+    unsafe { with_variables(envp, &vars, exec) }
 }
 
 /// The process's environment.

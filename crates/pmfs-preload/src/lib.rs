@@ -29,7 +29,9 @@
 //!   descriptor without close-on-exec is handed to the program `exec` starts (`handover`).
 //! - C stdio on served files is a `fopencookie` `FILE` over the served calls (`stdio`);
 //!   the standard streams switch to one while a served file is descriptor 0, 1 or 2.
-//! - `chdir` into the prefix gives a served working directory for relative paths (`cwd`).
+//! - `chdir` into the prefix gives a served working directory for relative paths (`cwd`);
+//!   the kernel's is parked meanwhile in a removed empty directory, where nothing resolves,
+//!   and the programs started from there take the served one over.
 //! - A process that holds nothing served and runs one thread gives the pool up before it
 //!   starts another program (`spawn`), and mounts it again at its next served call.
 //! - The pool is not marked clean when the program exits; the next open recovers as after

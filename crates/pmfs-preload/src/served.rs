@@ -208,8 +208,8 @@ extern "C" fn forget_after_fork() {
     CURRENT.store(std::ptr::null_mut(), Ordering::Release);
 }
 
-/// Gives the pool up if this process holds nothing served (no descriptor, stream,
-/// mapping or working directory) and runs one thread, so that a program it starts can
+/// Gives the pool up if this process holds nothing served (`holds_nothing`: no
+/// descriptor, stream or mapping) and runs one thread, so that a program it starts can
 /// open the pool: a shell that wrote a file with a built-in's redirection then runs `cat`
 /// of it. Called before `fork`, `posix_spawn`, `system` and `popen`; the next served call
 /// mounts the pool again (recovering as every mount does).

@@ -3,15 +3,15 @@
 //! wrote `/pmfs/f` with a built-in's redirection owns the pool until then; without this its
 //! `cat /pmfs/f` would find the pool busy.
 
+use crate::handover::{cwd_variable, with_variables};
 use crate::served::{Served, release_if_idle};
 use libc::{FILE, c_char, c_int, pid_t, posix_spawn_file_actions_t, posix_spawnattr_t};
 
-/// Whether `fs` has no served descriptor, stream, mapping or working directory.
+/// Whether `fs` has no served descriptor, stream or mapping. A served working directory
+/// holds nothing of the pool (a path, resolved at each call): the program started from it
+/// takes it over (`cwd`) and needs the pool as much as any other.
 fn holds_nothing(fs: &Served) -> bool {
-    fs.fds.read().is_empty()
-        && fs.maps.lock().is_empty()
-        && crate::dirs::none_open()
-        && !crate::cwd::is_served()
+    fs.fds.read().is_empty() && fs.maps.lock().is_empty() && crate::dirs::none_open()
 }
 
 fn release_before_start() {
@@ -83,8 +83,13 @@ pub unsafe extern "C" fn posix_spawn(
 ) -> c_int {
     release_before_start();
     let real = next!("posix_spawn", Spawn);
-    // SAFETY: forwarded as received.
-    unsafe { real(pid, path, actions, attr, argv, envp) }
+    // SAFETY: forwarded as received, the environment extended by the served working
+    // directory.
+    unsafe {
+        with_variables(envp.cast(), &cwd_variable(), |env| {
+            real(pid, path, actions, attr, argv, env.cast())
+        })
+    }
 }
 
 /// # Safety
@@ -100,8 +105,13 @@ pub unsafe extern "C" fn posix_spawnp(
 ) -> c_int {
     release_before_start();
     let real = next!("posix_spawnp", Spawn);
-    // SAFETY: forwarded as received.
-    unsafe { real(pid, file, actions, attr, argv, envp) }
+    // SAFETY: forwarded as received, the environment extended by the served working
+    // directory.
+    unsafe {
+        with_variables(envp.cast(), &cwd_variable(), |env| {
+            real(pid, file, actions, attr, argv, env.cast())
+        })
+    }
 }
 
 /// # Safety

@@ -271,6 +271,65 @@ fn a_process_that_holds_nothing_served_leaves_the_pool_to_the_programs_it_starts
     px.into_fs().unmount().expect("unmount");
 }
 
+/// A program started in a served working directory works there; where it cannot serve it
+/// (the shell holds the pool, the program runs without the library) it finds nothing,
+/// never the files of the directory the shell was in before: after `cd $P/d`, `rm -f a`
+/// used to delete the kernel's `./a`.
+#[test]
+fn a_program_started_in_a_served_directory_runs_there_or_finds_nothing() {
+    let _serial = serial();
+    if !have("bash") {
+        eprintln!("SKIPPED: bash is not installed");
+        return;
+    }
+    let pool = TestPool::new("cwd", 16 << 20);
+    let outside = std::env::temp_dir().join(format!("ferrite-preload-cwd-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&outside);
+    std::fs::create_dir(&outside).expect("outside dir");
+    for name in ["a", "b", "c"] {
+        std::fs::write(outside.join(name), b"outside\n").expect("outside file");
+    }
+    let script = "mkdir $P/d && for f in a b c; do echo inside > $P/d/$f; done && cd $P/d \
+                  && rm -f a && cat b && python3 -c 'import os; print(os.getcwd())' \
+                  && env -u LD_PRELOAD rm -f b && ! env -u LD_PRELOAD touch new 2>/dev/null \
+                  && exec 3> $P/held && { rm -f c 2>/dev/null || echo refused; } \
+                  && exec 3>&- && ls";
+    let out = pool
+        .command("bash")
+        .env("P", PREFIX)
+        .args(["-c", script])
+        .current_dir(&outside)
+        .output()
+        .expect("bash");
+    let left: Vec<_> = ["a", "b", "c", "new"]
+        .iter()
+        .map(|name| std::fs::read(outside.join(name)).ok())
+        .collect();
+    let _ = std::fs::remove_dir_all(&outside);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout, format!("inside\n{PREFIX}/d\nrefused\nb\nc\n"));
+    let kept = Some(b"outside\n".to_vec());
+    assert_eq!(
+        left,
+        [kept.clone(), kept.clone(), kept, None],
+        "the kernel's directory"
+    );
+    let px = pool.mount_and_check();
+    assert_eq!(
+        read_file(&px, "/d/a"),
+        None,
+        "rm -f a ran in the served directory"
+    );
+    assert_eq!(read_file(&px, "/d/b").expect("b"), b"inside\n");
+    assert_eq!(read_file(&px, "/d/c").expect("c"), b"inside\n");
+    px.into_fs().unmount().expect("unmount");
+}
+
 #[test]
 fn a_handover_variable_set_by_hand_never_serves_a_real_descriptor() {
     let _serial = serial();

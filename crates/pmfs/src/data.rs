@@ -7,7 +7,7 @@
 
 use crate::Mutant;
 use crate::batch::Batch;
-use crate::error::Errno;
+use crate::error::{Corrupt, Errno};
 use crate::filesystem::Fs;
 use crate::inode::{FileType, Inode, field, split_root};
 use crate::layout::{BLOCK, BLOCKS_PER_HUGE, MAX_FILE_SIZE, Superblock};
@@ -448,7 +448,8 @@ impl<B: Persist> Fs<B> {
             return Err(Errno::EINVAL);
         }
         if inode.size == 0 || inode.size >= BLOCK {
-            return Err(Errno::EIO);
+            let why = format!("a symbolic link of {} bytes (1 to 4095)", inode.size);
+            return Err(Corrupt::new(why).of_inode(ino).into());
         }
         let mut target = vec![0u8; inode.size as usize];
         self.read_inode(&inode, 0, &mut target)?;

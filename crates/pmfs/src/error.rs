@@ -110,10 +110,25 @@ impl From<pmem::checked::CheckedError> for Corrupt {
     }
 }
 
+thread_local! {
+    /// The damage behind the last `EIO` this thread's operations returned, for a caller
+    /// that reports it ([`take_damage`]): the errno alone cannot carry it.
+    static LAST_DAMAGE: std::cell::Cell<Option<String>> = const { std::cell::Cell::new(None) };
+}
+
 impl From<Corrupt> for Errno {
-    fn from(_: Corrupt) -> Self {
+    fn from(damage: Corrupt) -> Self {
+        LAST_DAMAGE.set(Some(damage.0));
         Errno::EIO
     }
+}
+
+/// What the damage behind the last `EIO` an operation of this thread returned was (which
+/// object, which word), taken: `None` once taken, or when no damage was described. An
+/// operation that met damage but answered with another error leaves its description for
+/// the next `EIO`'s caller to take.
+pub fn take_damage() -> Option<String> {
+    LAST_DAMAGE.take()
 }
 
 /// Why a file system could not be created or mounted.

@@ -8,7 +8,7 @@ use crate::Mutant;
 use crate::attr::{Attr, DirEntry};
 use crate::batch::Batch;
 use crate::dir::{self, DirIndex, Placement, Removal, SlotOf};
-use crate::error::Errno;
+use crate::error::{Corrupt, Errno};
 use crate::filesystem::Fs;
 use crate::inode::{FLAG_HUGE, FileType, Inode, field, root_word};
 use crate::layout::{BLOCK, LINK_MAX, MAX_FILE_SIZE, ROOT_INO};
@@ -842,7 +842,8 @@ impl<B: Persist> Fs<B> {
             }
             cur = self.dir_inode(cur)?.parent;
         }
-        Err(Errno::EIO)
+        let why = format!("its parent links never reach the root (a loop through directory {cur})");
+        Err(Corrupt::new(why).of_inode(ino).into())
     }
 
     fn rename_commit(

@@ -11,18 +11,29 @@ use pmem::{Persist, WriteClass};
 use std::collections::BTreeMap;
 
 /// Checks a pointer read from the media: a node or 4 KiB leaf is a block of the data area, a
-/// huge leaf a 2 MiB-aligned run inside it.
+/// huge leaf a 2 MiB-aligned run inside it. The damage names what is wrong with it.
 pub fn check_ptr(sb: &Superblock, ptr: u64, leaf: bool, huge: bool) -> Result<(), Corrupt> {
-    let ok = if leaf && huge {
-        ptr.is_multiple_of(HUGE_BLOCK) && sb.is_data_range(ptr, HUGE_BLOCK)
+    let (len, size, what) = if leaf && huge {
+        (HUGE_BLOCK, "2 MiB", "a 2 MiB leaf")
+    } else if leaf {
+        (BLOCK, "4 KiB", "a 4 KiB leaf")
     } else {
-        sb.is_data_range(ptr, BLOCK)
+        (BLOCK, "4 KiB", "a tree node")
     };
-    if ok {
-        Ok(())
+    let wrong = if !ptr.is_multiple_of(len) {
+        format!("is not aligned to {size}")
+    } else if !sb.is_data_range(ptr, len) {
+        format!(
+            "is outside the data area [{:#x}, {:#x})",
+            sb.data_offset,
+            sb.data_end()
+        )
     } else {
-        Err(Corrupt::new(format!("block pointer {ptr:#x}")))
-    }
+        return Ok(());
+    };
+    Err(Corrupt::new(format!(
+        "block pointer {ptr:#x} to {what} {wrong}"
+    )))
 }
 
 /// Leaves a tree of `height` can hold.
@@ -394,6 +405,39 @@ mod tests {
     use std::collections::BTreeMap;
 
     const POOL: u64 = 8 << 20;
+
+    #[test]
+    fn a_bad_block_pointer_says_what_is_wrong_with_it() {
+        let (_, sb) = setup();
+        let message = |ptr, leaf, huge| check_ptr(&sb, ptr, leaf, huge).map_err(|c| c.0);
+        let area = format!("[{:#x}, {:#x})", sb.data_offset, sb.data_end());
+        assert_eq!(
+            message(0x1000, true, false),
+            Err(format!(
+                "block pointer 0x1000 to a 4 KiB leaf is outside the data area {area}"
+            ))
+        );
+        let past = sb.data_end();
+        let text = message(past, false, false).expect_err("past the data area");
+        assert!(
+            text.ends_with(&format!("outside the data area {area}")),
+            "{text}"
+        );
+        assert_eq!(
+            message(sb.data_offset + 8, false, false),
+            Err(format!(
+                "block pointer {:#x} to a tree node is not aligned to 4 KiB",
+                sb.data_offset + 8
+            ))
+        );
+        let huge = sb.data_offset.next_multiple_of(HUGE_BLOCK) + BLOCK;
+        let text = message(huge, true, true).expect_err("misaligned huge leaf");
+        assert!(
+            text.ends_with("to a 2 MiB leaf is not aligned to 2 MiB"),
+            "{text}"
+        );
+        assert_eq!(message(sb.data_offset, true, false), Ok(()));
+    }
 
     fn setup() -> (SimPm, Superblock) {
         let pm = SimPm::new(POOL, SimConfig::default());
