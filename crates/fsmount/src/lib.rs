@@ -108,7 +108,7 @@ pub fn unmount_and_wait(dir: &Path) -> std::io::Result<Released> {
     };
     // The server is whoever holds the pool's lock; a mount served by this very process
     // (a test) cannot be waited for.
-    let servers: Vec<u32> = lock_holders(&pool)
+    let servers: Vec<u32> = pmem::flock_holders(&pool)
         .into_iter()
         .filter(|&pid| pid != std::process::id())
         .collect();
@@ -128,34 +128,6 @@ pub fn unmount_and_wait(dir: &Path) -> std::io::Result<Released> {
         pause();
     }
     Ok(Released::Pool(pool))
-}
-
-/// The processes holding a `flock` on `pool` (a mount's server), from `/proc/locks`.
-fn lock_holders(pool: &Path) -> Vec<u32> {
-    use std::os::unix::fs::MetadataExt;
-    let (Ok(meta), Ok(locks)) = (
-        std::fs::metadata(pool),
-        std::fs::read_to_string("/proc/locks"),
-    ) else {
-        return Vec::new();
-    };
-    let (major, minor) = (libc::major(meta.dev()), libc::minor(meta.dev()));
-    let file = format!("{major:02x}:{minor:02x}:{}", meta.ino());
-    locks
-        .lines()
-        .filter_map(|line| flock_holder(line, &file))
-        .collect()
-}
-
-/// The process of a `/proc/locks` line that is a granted `flock` on `file`
-/// (`MAJOR:MINOR:INODE`, as the kernel writes it): `1: FLOCK ADVISORY WRITE 1234
-/// 00:1a:5678 0 EOF`. A request still waiting (`1: -> FLOCK …`) holds nothing.
-fn flock_holder(line: &str, file: &str) -> Option<u32> {
-    let fields: Vec<&str> = line.split_whitespace().collect();
-    if fields.get(1) != Some(&"FLOCK") || fields.get(5) != Some(&file) {
-        return None;
-    }
-    fields.get(4)?.parse().ok()
 }
 
 /// Whether process `pid` exists and has not exited (a zombie has).
@@ -423,19 +395,6 @@ mod tests {
         let users = "90 30 0:50 / /mnt/x rw - fuse.sshfs host:/dir rw";
         assert_eq!(pool_of_mountinfo_line(users, Path::new("/mnt/x")), None);
         assert_eq!(pool_of_mountinfo_line("garbage", Path::new("/")), None);
-    }
-
-    #[test]
-    fn only_granted_flocks_of_the_file_name_a_holder() {
-        let file = "00:1a:5678";
-        let granted = "1: FLOCK  ADVISORY  WRITE 1234 00:1a:5678 0 EOF";
-        assert_eq!(flock_holder(granted, file), Some(1234));
-        let waiting = "1: -> FLOCK  ADVISORY  WRITE 99 00:1a:5678 0 EOF";
-        assert_eq!(flock_holder(waiting, file), None);
-        let other = "2: FLOCK  ADVISORY  WRITE 1234 00:1a:56789 0 EOF";
-        assert_eq!(flock_holder(other, file), None);
-        let posix = "3: POSIX  ADVISORY  WRITE 1234 00:1a:5678 0 EOF";
-        assert_eq!(flock_holder(posix, file), None);
     }
 
     #[test]

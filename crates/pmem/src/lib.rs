@@ -24,7 +24,8 @@ pub use latency::LatencyModel;
 pub use memory::MemPm;
 pub use native::{EnvOverrideError, Media, Native, NativeInfo, NativeOptions, PersistMode};
 pub use pool::{
-    CreateOptions, DEFAULT_POOL_DIR, FileReport, Pool, Region, inspect, read_header, read_image,
+    CreateOptions, DEFAULT_POOL_DIR, FileReport, Pool, Region, flock_holders, inspect, read_header,
+    read_image,
 };
 pub use protect::{Protection, mpk_supported};
 pub use seam::{CACHE_LINE, Persist, WriteClass, assert_in_bounds, line_of, lines_covering};

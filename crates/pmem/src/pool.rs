@@ -360,15 +360,37 @@ pub fn read_image(path: impl AsRef<Path>) -> Result<(Vec<u8>, FileReport), PoolE
 /// Whether some process holds a `flock` on the file, read from `/proc/locks` so that
 /// inspecting never takes a lock (which could make a concurrent open fail).
 fn is_flocked(metadata: &std::fs::Metadata) -> bool {
+    !flock_holders_of(metadata).is_empty()
+}
+
+/// The processes holding a `flock` on the file at `path` (a pool's opener), from
+/// `/proc/locks`; empty when either cannot be read.
+pub fn flock_holders(path: &Path) -> Vec<u32> {
+    std::fs::metadata(path).map_or_else(|_| Vec::new(), |meta| flock_holders_of(&meta))
+}
+
+fn flock_holders_of(metadata: &std::fs::Metadata) -> Vec<u32> {
     use std::os::unix::fs::MetadataExt;
     let Ok(locks) = std::fs::read_to_string("/proc/locks") else {
-        return false;
+        return Vec::new();
     };
     let (major, minor) = (libc::major(metadata.dev()), libc::minor(metadata.dev()));
-    let id = format!("{major:02x}:{minor:02x}:{}", metadata.ino());
+    let file = format!("{major:02x}:{minor:02x}:{}", metadata.ino());
     locks
         .lines()
-        .any(|line| line.contains("FLOCK") && line.split_whitespace().any(|field| field == id))
+        .filter_map(|line| flock_holder(line, &file))
+        .collect()
+}
+
+/// The process of a `/proc/locks` line that is a granted `flock` on `file`
+/// (`MAJOR:MINOR:INODE`, as the kernel writes it): `1: FLOCK ADVISORY WRITE 1234
+/// 00:1a:5678 0 EOF`. A request still waiting (`1: -> FLOCK …`) holds nothing.
+fn flock_holder(line: &str, file: &str) -> Option<u32> {
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    if fields.get(1) != Some(&"FLOCK") || fields.get(5) != Some(&file) {
+        return None;
+    }
+    fields.get(4)?.parse().ok()
 }
 
 /// Opens `path` without blocking (a FIFO would otherwise block the open) and refuses anything
@@ -450,5 +472,23 @@ fn reserve(file: &File, size: u64) -> Result<(), PoolError> {
             _ => PoolError::from(error),
         }),
         errno => Err(PoolError::Io(std::io::Error::from_raw_os_error(errno))),
+    }
+}
+
+#[cfg(test)]
+mod flock_tests {
+    use super::flock_holder;
+
+    #[test]
+    fn only_granted_flocks_of_the_file_name_a_holder() {
+        let file = "00:1a:5678";
+        let granted = "1: FLOCK  ADVISORY  WRITE 1234 00:1a:5678 0 EOF";
+        assert_eq!(flock_holder(granted, file), Some(1234));
+        let waiting = "1: -> FLOCK  ADVISORY  WRITE 99 00:1a:5678 0 EOF";
+        assert_eq!(flock_holder(waiting, file), None);
+        let other = "2: FLOCK  ADVISORY  WRITE 1234 00:1a:56789 0 EOF";
+        assert_eq!(flock_holder(other, file), None);
+        let posix = "3: POSIX  ADVISORY  WRITE 1234 00:1a:5678 0 EOF";
+        assert_eq!(flock_holder(posix, file), None);
     }
 }
