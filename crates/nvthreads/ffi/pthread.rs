@@ -487,12 +487,7 @@ pub unsafe extern "C" fn pthread_mutex_timedlock(
         // SAFETY: forwarded.
         return unsafe { real(mutex, abstime) };
     };
-    match deadline(abstime) {
-        Ok(at) => {
-            runtime.mutex_lock_until(key(mutex), static_kind(mutex), Some((Clock::Realtime, at)))
-        }
-        Err(errno) => errno,
-    }
+    mutex_lock_by(&runtime, mutex, Clock::Realtime, abstime)
 }
 
 /// Acquires, waiting until an absolute deadline on `clock` (`ETIMEDOUT`).
@@ -510,11 +505,34 @@ pub unsafe extern "C" fn pthread_mutex_clocklock(
         // SAFETY: forwarded.
         return unsafe { real(mutex, clock, abstime) };
     };
-    match (Clock::from_id(clock), deadline(abstime)) {
-        (Some(clock), Ok(at)) => {
-            runtime.mutex_lock_until(key(mutex), static_kind(mutex), Some((clock, at)))
+    match Clock::from_id(clock) {
+        Some(clock) => mutex_lock_by(&runtime, mutex, clock, abstime),
+        None => libc::EINVAL,
+    }
+}
+
+/// A timed acquire. As glibc does (POSIX allows it), the deadline is checked only if the
+/// call has to wait: a free mutex (or a recursive one the caller holds) is taken even with
+/// an invalid `abstime`, and a held one then gives `EINVAL` instead of waiting.
+fn mutex_lock_by(
+    runtime: &Runtime,
+    mutex: *mut libc::pthread_mutex_t,
+    clock: Clock,
+    abstime: *const timespec,
+) -> c_int {
+    let (key, kind) = (key(mutex), static_kind(mutex));
+    match deadline(abstime) {
+        Ok(at) => runtime.mutex_lock_until(key, kind, Some((clock, at))),
+        Err(invalid) => {
+            const LONG_PAST: timespec = timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            match runtime.mutex_lock_until(key, kind, Some((clock, &LONG_PAST))) {
+                libc::ETIMEDOUT => invalid,
+                taken_or_refused => taken_or_refused,
+            }
         }
-        _ => libc::EINVAL,
     }
 }
 

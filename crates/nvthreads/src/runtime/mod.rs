@@ -566,7 +566,7 @@ fn open_pool(path: &Path, options: &NativeOptions, settings: &Env) -> Result<RtP
     loop {
         match RtPool::open(path, options, settings.pfail) {
             Err(pmem::PoolError::AlreadyOpen) => {
-                let holders = pool_holders(path);
+                let holders = pmem::flock_holders(path);
                 if let Some(&pid) = holders.iter().find(|&&pid| !is_dying(pid)) {
                     pool_busy(path, &format!("process {pid}"));
                 }
@@ -600,27 +600,9 @@ fn pool_busy(path: &Path, holder: &str) -> ! {
     std::process::exit(EXIT_POOL_BUSY)
 }
 
-/// The processes holding a `flock` on the file at `path` (from `/proc/locks`).
-fn pool_holders(path: &Path) -> Vec<i32> {
-    use std::os::unix::fs::MetadataExt;
-    let (Ok(meta), Ok(locks)) = (
-        std::fs::metadata(path),
-        std::fs::read_to_string("/proc/locks"),
-    ) else {
-        return Vec::new();
-    };
-    let (major, minor) = (libc::major(meta.dev()), libc::minor(meta.dev()));
-    let id = format!("{major:02x}:{minor:02x}:{}", meta.ino());
-    locks
-        .lines()
-        .filter(|line| line.contains("FLOCK") && line.split_whitespace().any(|f| f == id))
-        .filter_map(|line| line.split_whitespace().nth(4)?.parse().ok())
-        .collect()
-}
-
 /// Whether process `pid` is gone, a zombie, or has `SIGKILL` pending (its run was killed;
 /// it releases the pool as it exits).
-fn is_dying(pid: i32) -> bool {
+fn is_dying(pid: u32) -> bool {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
         return true;
     };

@@ -161,10 +161,17 @@ static void mutex_kinds(void) {
     check(pthread_mutex_unlock(&checking) == 0, "errorcheck unlock");
     check(pthread_mutex_destroy(&checking) == 0, "errorcheck destroy");
 
+    /* As glibc: an invalid deadline is an error only for a call that has to wait. */
+    struct timespec never_checked = {0, -1};
+    check(pthread_mutex_timedlock(&m, &never_checked) == 0, "timedlock, invalid time, free");
+    check(pthread_mutex_unlock(&m) == 0, "unlock after timedlock");
+
     pthread_t t;
     pthread_create(&t, NULL, hold_m, NULL);
     char byte;
     check(read(holding[0], &byte, 1) == 1, "holder started");
+    struct timespec invalid = {0, 2000000000};
+    check(pthread_mutex_timedlock(&m, &invalid) == EINVAL, "timedlock, invalid time, held");
     struct timespec soon = in_ms(CLOCK_REALTIME, 10);
     check(pthread_mutex_timedlock(&m, &soon) == ETIMEDOUT, "timedlock timeout");
     struct timespec far = in_ms(CLOCK_REALTIME, 5000);
