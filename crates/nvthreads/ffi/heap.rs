@@ -90,6 +90,11 @@ pub(crate) fn program_arena() -> bool {
     arena_runtime(0).is_some()
 }
 
+/// Whether `ptr` is one of the program arena's blocks (not glibc's).
+pub(crate) fn is_program_block(ptr: *mut c_void) -> bool {
+    owner(ptr).is_some()
+}
+
 /// The runtime, if `ptr` is one of its arena's blocks.
 fn owner(ptr: *mut c_void) -> Option<&'static nvthreads::runtime::Runtime> {
     if ptr.is_null() || !ENABLED.load(Ordering::Acquire) {

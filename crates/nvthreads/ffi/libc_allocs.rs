@@ -1,6 +1,7 @@
 //! libc functions that allocate memory on the program's behalf and hand it over
 //! (`docs/nvthreads.md` §3.6): `asprintf`, `vasprintf` (x86-64), `getline`, `getdelim`, `realpath`
-//! and `canonicalize_file_name`, `getcwd` with a null buffer, `get_current_dir_name`.
+//! and `canonicalize_file_name`, `getcwd` with a null buffer, `get_current_dir_name`,
+//! `scandir` and `scandirat` (and their `64` names), `getaddrinfo` (with `freeaddrinfo`).
 //! glibc allocates that memory through internal calls, which the `malloc` family serves from
 //! glibc's own heap — private to each thread-process — so a string one thread made and
 //! another freed or read would be another process's pointer. Interposed here, the memory
@@ -293,4 +294,261 @@ pub unsafe extern "C" fn get_current_dir_name() -> *mut c_char {
     }
     // SAFETY: glibc's string, owned here.
     unsafe { adopt_string(path) }
+}
+
+/// A directory entry's filter, as `scandir` takes it.
+type EntryFilter = Option<unsafe extern "C" fn(*const libc::dirent) -> c_int>;
+/// An ordering of two directory entries, as `scandir` takes it.
+type EntryOrder =
+    Option<unsafe extern "C" fn(*mut *const libc::dirent, *mut *const libc::dirent) -> c_int>;
+
+/// `scandir(3)`: the list and its entries are moved into the program's arena, so a thread
+/// can hand them to another, which frees them with `free`.
+///
+/// # Safety
+/// As the C function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn scandir(
+    dir: *const c_char,
+    list: *mut *mut *mut libc::dirent,
+    filter: EntryFilter,
+    order: EntryOrder,
+) -> c_int {
+    let real = next!(c"scandir" => unsafe extern "C" fn(*const c_char, *mut *mut *mut libc::dirent, EntryFilter, EntryOrder) -> c_int);
+    // SAFETY: forwarded; on success glibc stored its list at `*list`.
+    unsafe { adopt_entries(list, real(dir, list, filter, order)) }
+}
+
+/// `scandirat(3)`, `scandir` relative to a directory descriptor.
+///
+/// # Safety
+/// As the C function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn scandirat(
+    at: c_int,
+    dir: *const c_char,
+    list: *mut *mut *mut libc::dirent,
+    filter: EntryFilter,
+    order: EntryOrder,
+) -> c_int {
+    let real = next!(c"scandirat" => unsafe extern "C" fn(c_int, *const c_char, *mut *mut *mut libc::dirent, EntryFilter, EntryOrder) -> c_int);
+    // SAFETY: forwarded; on success glibc stored its list at `*list`.
+    unsafe { adopt_entries(list, real(at, dir, list, filter, order)) }
+}
+
+/// `scandir64`: the same function on LP64 glibc (`dirent64` is `dirent`).
+///
+/// # Safety
+/// As `scandir`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn scandir64(
+    dir: *const c_char,
+    list: *mut *mut *mut libc::dirent,
+    filter: EntryFilter,
+    order: EntryOrder,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { scandir(dir, list, filter, order) }
+}
+
+/// `scandirat64`, as `scandirat`.
+///
+/// # Safety
+/// As `scandirat`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn scandirat64(
+    at: c_int,
+    dir: *const c_char,
+    list: *mut *mut *mut libc::dirent,
+    filter: EntryFilter,
+    order: EntryOrder,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { scandirat(at, dir, list, filter, order) }
+}
+
+/// After a `scandir` that returned `count`: its list and entries copied into the program's
+/// arena and glibc's freed. Every copy is made before anything of glibc's is freed, so on
+/// `ENOMEM` the caller gets -1 and nothing leaks.
+///
+/// # Safety
+/// When `count >= 0`, `*list` is glibc's array of `count` entries, owned by the caller.
+unsafe fn adopt_entries(list: *mut *mut *mut libc::dirent, count: c_int) -> c_int {
+    if count < 0 || !program_arena() {
+        return count;
+    }
+    // SAFETY: the caller's contract.
+    let theirs = unsafe { *list };
+    let count_usize = count as usize;
+    let ours = malloc_from(count_usize.max(1) * size_of::<*mut libc::dirent>(), 0)
+        .cast::<*mut libc::dirent>();
+    let mut copied = 0;
+    while !ours.is_null() && copied < count_usize {
+        // SAFETY: `theirs` holds `count` valid entries; `ours` has room for `count` pointers.
+        let copy = unsafe { copy_entry(*theirs.add(copied)) };
+        if copy.is_null() {
+            break;
+        }
+        // SAFETY: as above.
+        unsafe { *ours.add(copied) = copy };
+        copied += 1;
+    }
+    let complete = !ours.is_null() && copied == count_usize;
+    for i in 0..count_usize {
+        // SAFETY: glibc's entries and array, no longer used (or given up on ENOMEM).
+        unsafe { __libc_free((*theirs.add(i)).cast()) };
+    }
+    // SAFETY: as above.
+    unsafe { __libc_free(theirs.cast()) };
+    if !complete {
+        for i in 0..copied {
+            // SAFETY: our copies made above.
+            unsafe { crate::heap::free((*ours.add(i)).cast()) };
+        }
+        // SAFETY: our array (or null).
+        unsafe { crate::heap::free(ours.cast()) };
+        // SAFETY: __errno_location returns this thread's errno.
+        unsafe { *libc::__errno_location() = libc::ENOMEM };
+        return -1;
+    }
+    // SAFETY: `list` is writable (the C contract).
+    unsafe { *list = ours };
+    count
+}
+
+/// A copy of one directory entry in the program's arena: its fixed fields and its name with
+/// the NUL (as glibc's `scandir` sizes its own copies), or null.
+///
+/// # Safety
+/// `entry` is a valid `dirent` with a NUL-terminated name.
+unsafe fn copy_entry(entry: *const libc::dirent) -> *mut libc::dirent {
+    let name_at = std::mem::offset_of!(libc::dirent, d_name);
+    // SAFETY: the name is NUL-terminated (the caller's contract).
+    let len = name_at + unsafe { libc::strlen((*entry).d_name.as_ptr()) } + 1;
+    let copy = malloc_from(len.max(size_of::<libc::dirent>()), 0).cast::<libc::dirent>();
+    if !copy.is_null() {
+        // SAFETY: `entry` is readable for `len` bytes; `copy` has at least `len`.
+        unsafe { std::ptr::copy_nonoverlapping(entry.cast::<u8>(), copy.cast::<u8>(), len) };
+    }
+    copy
+}
+
+/// `getaddrinfo(3)`: the list is moved into the program's arena (each node with its address
+/// in one block and its canonical name in another, as glibc lays them out), so a thread can
+/// hand it to another, which frees it with `freeaddrinfo`.
+///
+/// # Safety
+/// As the C function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn getaddrinfo(
+    node: *const c_char,
+    service: *const c_char,
+    hints: *const libc::addrinfo,
+    result: *mut *mut libc::addrinfo,
+) -> c_int {
+    let real = next!(c"getaddrinfo" => unsafe extern "C" fn(*const c_char, *const c_char, *const libc::addrinfo, *mut *mut libc::addrinfo) -> c_int);
+    // SAFETY: forwarded.
+    let status = unsafe { real(node, service, hints, result) };
+    if status != 0 || !program_arena() {
+        return status;
+    }
+    // SAFETY: on success glibc stored its list at `*result`, owned by the caller.
+    let theirs = unsafe { *result };
+    // SAFETY: glibc's well-formed list.
+    let ours = unsafe { copy_addresses(theirs) };
+    let glibc_free = next!(c"freeaddrinfo" => unsafe extern "C" fn(*mut libc::addrinfo));
+    // SAFETY: glibc's list, no longer used.
+    unsafe { glibc_free(theirs) };
+    if ours.is_null() {
+        return libc::EAI_MEMORY;
+    }
+    // SAFETY: `result` is writable (the C contract).
+    unsafe { *result = ours };
+    0
+}
+
+/// `freeaddrinfo(3)` of a list from either allocator.
+///
+/// # Safety
+/// `list` is null or a list `getaddrinfo` returned, not yet freed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn freeaddrinfo(list: *mut libc::addrinfo) {
+    if crate::heap::is_program_block(list.cast()) {
+        // SAFETY: our list, made by `copy_addresses`.
+        unsafe { free_addresses(list) };
+        return;
+    }
+    let real = next!(c"freeaddrinfo" => unsafe extern "C" fn(*mut libc::addrinfo));
+    // SAFETY: forwarded: glibc's list (or null).
+    unsafe { real(list) }
+}
+
+/// A copy of an address list in the program's arena, or null (nothing left allocated).
+///
+/// # Safety
+/// `list` is a well-formed `addrinfo` list.
+unsafe fn copy_addresses(list: *const libc::addrinfo) -> *mut libc::addrinfo {
+    let mut first: *mut libc::addrinfo = std::ptr::null_mut();
+    let mut link: *mut *mut libc::addrinfo = &mut first;
+    let mut at = list;
+    while !at.is_null() {
+        // SAFETY: a node of a well-formed list.
+        let node = unsafe { &*at };
+        let size = size_of::<libc::addrinfo>() + node.ai_addrlen as usize;
+        let copy = malloc_from(size, 0).cast::<libc::addrinfo>();
+        if copy.is_null() {
+            // SAFETY: our partial list, null-terminated.
+            unsafe { free_addresses(first) };
+            return std::ptr::null_mut();
+        }
+        // SAFETY: `copy` has room for the node and its address right after it.
+        unsafe {
+            copy.write(libc::addrinfo {
+                ai_next: std::ptr::null_mut(),
+                ai_canonname: std::ptr::null_mut(),
+                ai_addr: std::ptr::null_mut(),
+                ..*node
+            });
+            *link = copy;
+            link = &mut (*copy).ai_next;
+            if !node.ai_addr.is_null() {
+                let address = copy.add(1).cast::<libc::sockaddr>();
+                std::ptr::copy_nonoverlapping(
+                    node.ai_addr.cast::<u8>(),
+                    address.cast::<u8>(),
+                    node.ai_addrlen as usize,
+                );
+                (*copy).ai_addr = address;
+            }
+        }
+        if !node.ai_canonname.is_null() {
+            // SAFETY: a NUL-terminated name.
+            let name = unsafe { copy_string(node.ai_canonname, libc::strlen(node.ai_canonname)) };
+            if name.is_null() {
+                // SAFETY: our partial list, null-terminated.
+                unsafe { free_addresses(first) };
+                return std::ptr::null_mut();
+            }
+            // SAFETY: `copy` is our node.
+            unsafe { (*copy).ai_canonname = name };
+        }
+        at = node.ai_next;
+    }
+    first
+}
+
+/// Frees a list [`copy_addresses`] made.
+///
+/// # Safety
+/// `list` is null or such a list, not yet freed.
+unsafe fn free_addresses(mut list: *mut libc::addrinfo) {
+    while !list.is_null() {
+        // SAFETY: our node and name (or null), freed once.
+        unsafe {
+            let next = (*list).ai_next;
+            crate::heap::free((*list).ai_canonname.cast());
+            crate::heap::free(list.cast());
+            list = next;
+        }
+    }
 }

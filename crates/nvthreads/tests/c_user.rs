@@ -445,6 +445,13 @@ fn strings_libc_allocates_for_a_thread_are_shared() {
     surprises_hold("allocs");
 }
 
+/// Lists libc allocates for a thread (`scandir`, `scandirat`, `getaddrinfo`) are readable
+/// and freeable by main.
+#[test]
+fn lists_libc_allocates_for_a_thread_are_shared() {
+    surprises_hold("lists");
+}
+
 #[test]
 fn joining_the_calling_thread_is_edeadlk() {
     surprises_hold("joinself");

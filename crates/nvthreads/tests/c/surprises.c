@@ -9,6 +9,8 @@
  *   allocs     strings libc allocates for a thread (asprintf, vasprintf, getline, getdelim,
  *              realpath, canonicalize_file_name, getcwd, get_current_dir_name) are read and
  *              freed by main;
+ *   lists      lists libc allocates for a thread (scandir, scandirat, getaddrinfo) are read
+ *              and freed by main;
  *   joinself   pthread_join of the calling thread is EDEADLK, in main and in a thread;
  *   buffering  an unbuffered stdout chosen by the program stays unbuffered once threads run;
  *   wait       wait() returns the program's own child, not a thread's process, and fails
@@ -17,8 +19,12 @@
  *              all block (the test kills main and checks that the grandchild dies with it).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -160,6 +166,59 @@ static void allocs_mode(void) {
     free(strings);
 }
 
+struct lists {
+    struct dirent **entries, **at_entries;
+    int count, at_count;
+    struct addrinfo *addresses;
+};
+
+static int not_dot(const struct dirent *entry) { return entry->d_name[0] != '.'; }
+
+static void *list_things(void *arg) {
+    struct lists *lists = arg;
+    lists->count = scandir("/proc/self", &lists->entries, not_dot, alphasort);
+    CHECK(lists->count > 10, "scandir");
+    int proc = open("/proc", O_RDONLY | O_DIRECTORY);
+    CHECK(proc >= 0, "open /proc");
+    lists->at_count = scandirat(proc, "self", &lists->at_entries, NULL, NULL);
+    CHECK(lists->at_count > lists->count, "scandirat");
+    close(proc);
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_CANONNAME};
+    CHECK(getaddrinfo("127.0.0.1", "8080", &hints, &lists->addresses) == 0, "getaddrinfo");
+    return NULL;
+}
+
+static void lists_mode(void) {
+    struct lists *lists = calloc(1, sizeof *lists); /* a stack is each thread's own */
+    pthread_t thread;
+    pthread_create(&thread, NULL, list_things, lists);
+    pthread_join(thread, NULL);
+    int status = 0;
+    for (int i = 0; i < lists->count; i++) {
+        if (strcmp(lists->entries[i]->d_name, "status") == 0)
+            status++;
+        if (i > 0)
+            CHECK(strcmp(lists->entries[i - 1]->d_name, lists->entries[i]->d_name) < 0,
+                  "scandir's order in main");
+        free(lists->entries[i]);
+    }
+    free(lists->entries);
+    CHECK(status == 1, "scandir's names in main");
+    for (int i = 0; i < lists->at_count; i++)
+        free(lists->at_entries[i]);
+    free(lists->at_entries);
+    const struct addrinfo *address = lists->addresses;
+    CHECK(address != NULL && address->ai_family == AF_INET, "getaddrinfo's list in main");
+    const struct sockaddr_in *in = (const struct sockaddr_in *)address->ai_addr;
+    CHECK(ntohs(in->sin_port) == 8080 && ntohl(in->sin_addr.s_addr) == INADDR_LOOPBACK,
+          "getaddrinfo's address in main");
+    CHECK(address->ai_canonname != NULL && strcmp(address->ai_canonname, "127.0.0.1") == 0,
+          "getaddrinfo's canonical name in main");
+    freeaddrinfo(lists->addresses);
+    free(lists);
+}
+
 static void *join_itself(void *arg) {
     (void)arg;
     return (void *)(long)pthread_join(pthread_self(), NULL);
@@ -253,6 +312,8 @@ int main(int argc, char **argv) {
         tsd_mode();
     else if (strcmp(mode, "allocs") == 0)
         allocs_mode();
+    else if (strcmp(mode, "lists") == 0)
+        lists_mode();
     else if (strcmp(mode, "joinself") == 0)
         joinself_mode();
     else if (strcmp(mode, "buffering") == 0)
@@ -262,7 +323,7 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "orphan") == 0)
         orphan_mode();
     else {
-        fprintf(stderr, "usage: surprises errno|tsd|allocs|joinself|buffering|wait|orphan\n");
+        fprintf(stderr, "usage: surprises errno|tsd|allocs|lists|joinself|buffering|wait|orphan\n");
         return 2;
     }
     printf("%s ok\n", mode);
