@@ -213,7 +213,11 @@ extern "C" fn calloc_from(count: size_t, size: size_t, caller: usize) -> *mut c_
     }
 }
 
-extern "C" fn realloc_from(ptr: *mut c_void, size: size_t, caller: usize) -> *mut c_void {
+pub(crate) extern "C" fn realloc_from(
+    ptr: *mut c_void,
+    size: size_t,
+    caller: usize,
+) -> *mut c_void {
     if ptr.is_null() {
         return malloc_from(size, caller);
     }

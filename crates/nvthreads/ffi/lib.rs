@@ -30,6 +30,7 @@
 mod c11;
 mod heap;
 mod libc_allocs;
+mod memstream;
 mod pthread;
 mod wait;
 

@@ -50,9 +50,9 @@
  * memory libc allocates for itself (stdio buffers, DIR streams, ...). What libc allocates
  * and hands to the program is shared like malloc's memory for asprintf (x86-64),
  * vasprintf, getline, getdelim, realpath, canonicalize_file_name, getcwd(NULL, n),
- * get_current_dir_name, scandir, scandirat and getaddrinfo; other results libc allocates
- * (open_memstream's buffer, getifaddrs' list, ...) stay private to the thread that made
- * them. Each thread has its own copy of
+ * get_current_dir_name, scandir, scandirat, getaddrinfo and open_memstream's buffer;
+ * other results libc allocates (open_wmemstream's buffer, getifaddrs' list, ...) stay
+ * private to the thread that made them. Each thread has its own copy of
  * every FILE and its buffer: two threads using one FILE lose or repeat data, even under a
  * mutex (each reads ahead into its own buffer; output goes out at each one's flushes), so
  * give each thread its own stream, or use read/write on the descriptor. Streams are flushed

@@ -445,8 +445,8 @@ fn strings_libc_allocates_for_a_thread_are_shared() {
     surprises_hold("allocs");
 }
 
-/// Lists libc allocates for a thread (`scandir`, `scandirat`, `getaddrinfo`) are readable
-/// and freeable by main.
+/// Lists and buffers libc allocates for a thread (`scandir`, `scandirat`, `getaddrinfo`,
+/// `open_memstream`) are readable and freeable by main.
 #[test]
 fn lists_libc_allocates_for_a_thread_are_shared() {
     surprises_hold("lists");

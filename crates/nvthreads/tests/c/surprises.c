@@ -9,8 +9,8 @@
  *   allocs     strings libc allocates for a thread (asprintf, vasprintf, getline, getdelim,
  *              realpath, canonicalize_file_name, getcwd, get_current_dir_name) are read and
  *              freed by main;
- *   lists      lists libc allocates for a thread (scandir, scandirat, getaddrinfo) are read
- *              and freed by main;
+ *   lists      lists and buffers libc allocates for a thread (scandir, scandirat,
+ *              getaddrinfo, open_memstream) are read and freed by main;
  *   joinself   pthread_join of the calling thread is EDEADLK, in main and in a thread;
  *   buffering  an unbuffered stdout chosen by the program stays unbuffered once threads run;
  *   wait       wait() returns the program's own child, not a thread's process, and fails
@@ -170,6 +170,8 @@ struct lists {
     struct dirent **entries, **at_entries;
     int count, at_count;
     struct addrinfo *addresses;
+    char *text;
+    size_t text_len;
 };
 
 static int not_dot(const struct dirent *entry) { return entry->d_name[0] != '.'; }
@@ -186,6 +188,11 @@ static void *list_things(void *arg) {
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_CANONNAME};
     CHECK(getaddrinfo("127.0.0.1", "8080", &hints, &lists->addresses) == 0, "getaddrinfo");
+    FILE *stream = open_memstream(&lists->text, &lists->text_len);
+    CHECK(stream != NULL, "open_memstream");
+    for (int i = 0; i < 1000; i++)
+        fprintf(stream, "%d,", i);
+    CHECK(fclose(stream) == 0, "fclose of a memory stream");
     return NULL;
 }
 
@@ -216,6 +223,10 @@ static void lists_mode(void) {
     CHECK(address->ai_canonname != NULL && strcmp(address->ai_canonname, "127.0.0.1") == 0,
           "getaddrinfo's canonical name in main");
     freeaddrinfo(lists->addresses);
+    CHECK(lists->text_len == 3890 && strlen(lists->text) == 3890, "open_memstream's size in main");
+    CHECK(strncmp(lists->text, "0,1,2,", 6) == 0 && strcmp(lists->text + 3886, "999,") == 0,
+          "open_memstream's text in main");
+    free(lists->text);
     free(lists);
 }
 
