@@ -252,7 +252,11 @@ pub fn check(path: &Path, request: CheckRequest, out: &mut dyn Write) -> anyhow:
     } else {
         None
     };
-    if let Some(Err(error)) = mode.map(|mode| may_recover(path, &pm, &report, mode)) {
+    let refusal = mode.and_then(|mode| may_recover(path, &pm, &report, mode).err());
+    // The image is done with: a damaged pool's remedy reads a second copy for its trial
+    // salvage, and two whole images of a large pool at once could exhaust memory.
+    drop(pm);
+    if let Some(error) = refusal {
         return Err(refused(path, request.json, error, out));
     }
     let action = mode.map(|mode| recover(path, &report.header, mode));

@@ -31,8 +31,13 @@ fn text(path: &Path) -> &str {
 /// A redo pool after 30 committed transactions: closed cleanly at `clean`, and copied while
 /// still open (as a killed process leaves it) to `crashed`.
 fn redo_pools(dir: &Path) -> (PathBuf, PathBuf) {
+    redo_pools_of(dir, 8 << 20)
+}
+
+/// [`redo_pools`] of `size` bytes.
+fn redo_pools_of(dir: &Path, size: u64) -> (PathBuf, PathBuf) {
     let (clean, crashed) = (dir.join("clean.pool"), dir.join("crashed.pool"));
-    let pool = Pool::create(&clean, &CreateOptions::new(LAYOUT, 8 << 20)).expect("pool");
+    let pool = Pool::create(&clean, &CreateOptions::new(LAYOUT, size)).expect("pool");
     let engine = Redo::create(pool, &EngineOptions::small()).expect("redo");
     for i in 0..30u64 {
         engine
@@ -373,6 +378,59 @@ fn flip(path: &Path, at: u64) {
     let mut bytes = std::fs::read(path).expect("read");
     bytes[at as usize] ^= 0x04;
     std::fs::write(path, bytes).expect("write");
+}
+
+/// The peak resident memory of `ferrite ARGS`, in bytes, and its exit status.
+fn peak_memory(args: &[&str]) -> (u64, Option<i32>) {
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
+    command
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // The child's peak starts at this process's (its memory before `exec`): reset it to the
+    // child's current size, so what is measured is the binary's own.
+    // SAFETY: the hook runs between fork and exec and only makes system calls
+    // (async-signal-safe) on a NUL-terminated path and a 1-byte buffer.
+    unsafe {
+        command.pre_exec(|| {
+            let fd = libc::open(c"/proc/self/clear_refs".as_ptr(), libc::O_WRONLY);
+            if fd >= 0 {
+                libc::write(fd, b"5".as_ptr().cast(), 1);
+                libc::close(fd);
+            }
+            Ok(())
+        })
+    };
+    let child = command.spawn().expect("the ferrite binary runs");
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is valid; wait4 fills it for our own child, which nothing
+    // else waits for (the `Child` handle is dropped without `wait`).
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `status` and `usage` are valid for writes.
+    let reaped = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(reaped, child.id() as i32, "wait4");
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    (usage.ru_maxrss as u64 * 1024, code)
+}
+
+/// A damaged pool is read into memory once at a time: the check's image is dropped before
+/// the remedy's trial salvage reads its own copy (two at once doubled the peak, so checking
+/// a pool half the machine's memory could exhaust it).
+#[test]
+fn checking_a_damaged_pool_holds_one_image_at_a_time() {
+    const SIZE: u64 = 128 << 20;
+    let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
+    let (_, crashed) = redo_pools_of(dir.path(), SIZE);
+    damage_a_middle_record(&crashed);
+    let (peak, code) = peak_memory(&["pool", "check", text(&crashed)]);
+    assert_eq!(code, Some(CORRUPT));
+    assert!(
+        peak < SIZE * 3 / 2,
+        "peak resident memory {} MiB for a {} MiB pool",
+        peak >> 20,
+        SIZE >> 20
+    );
 }
 
 /// The check suggests `--salvage` only for damage the salvage gets past (a record in the
