@@ -402,14 +402,15 @@ fn peak_memory(args: &[&str]) -> (u64, Option<i32>) {
             Ok(())
         })
     };
-    let child = command.spawn().expect("the ferrite binary runs");
+    // Reaped by `wait4` below, which also gives its resource usage (`Child::wait` does not).
+    let pid = command.spawn().expect("the ferrite binary runs").id() as i32;
     let mut status = 0;
     // SAFETY: a zeroed rusage is valid; wait4 fills it for our own child, which nothing
-    // else waits for (the `Child` handle is dropped without `wait`).
+    // else waits for (its `Child` handle was dropped without `wait`).
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: as above; `status` and `usage` are valid for writes.
-    let reaped = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
-    assert_eq!(reaped, child.id() as i32, "wait4");
+    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(reaped, pid, "wait4");
     let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
     (usage.ru_maxrss as u64 * 1024, code)
 }
