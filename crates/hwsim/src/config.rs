@@ -445,7 +445,7 @@ impl Config {
         // clock (1e300 GHz printed a PCM bus busy 10^16 % of the time).
         if !(self.freq_ghz > 0.0 && self.freq_ghz <= MAX_FREQ_GHZ) {
             return bad(format!(
-                "freq_ghz = {} (above 0, at most {MAX_FREQ_GHZ} GHz)",
+                "freq_ghz = {:?} (above 0, at most {MAX_FREQ_GHZ} GHz)",
                 self.freq_ghz
             ));
         }
@@ -683,6 +683,7 @@ mod tests {
             };
             let error = c.validate().expect_err("out of range");
             assert!(error.to_string().contains("freq_ghz"), "{freq}: {error}");
+            assert!(error.to_string().len() < 100, "a short number: {error}");
         }
         let c = Config {
             freq_ghz: MAX_FREQ_GHZ,
