@@ -469,6 +469,15 @@ pub fn geomean(values: impl IntoIterator<Item = f64>) -> f64 {
     }
 }
 
+/// "1 host thread", "2 host threads".
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 #[cfg(test)]
 mod geomean_tests {
     use super::geomean;
@@ -480,14 +489,5 @@ mod geomean_tests {
         assert_eq!(geomean([0.0, 0.0]), 0.0);
         assert_eq!(geomean(std::iter::empty()), 1.0);
         assert!((geomean([2.0, f64::NAN, 8.0]) - 4.0).abs() < 1e-12);
-    }
-}
-
-/// "1 host thread", "2 host threads".
-pub fn count(n: u64, noun: &str) -> String {
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{n} {noun}s")
     }
 }
