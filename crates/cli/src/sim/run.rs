@@ -587,7 +587,7 @@ fn stalls_line(s: &StallCycles, committed: u64) -> String {
     let per = |cycles: u64| per_tx_text(cycles, committed, 0);
     format!(
         "load {}, store buffer {}, write-back buffer {}, persist {}, log buffer {}, commit \
-         {}, drain {}, mem_drain {} cycles",
+         {}, store-buffer drain before commit {}, write-drain wait (mem_drain) {} cycles",
         per(s.load),
         per(s.store_buffer),
         per(s.writeback),
@@ -672,6 +672,24 @@ mod tests {
         assert_eq!(
             records_line(&every_store),
             "10 undo records written to the PM log"
+        );
+    }
+
+    #[test]
+    fn the_two_drain_stalls_are_told_apart() {
+        let stalls = StallCycles {
+            drain: 30,
+            mem_drain: 500,
+            ..StallCycles::default()
+        };
+        let line = stalls_line(&stalls, 10);
+        assert!(
+            line.contains("store-buffer drain before commit 3,"),
+            "{line}"
+        );
+        assert!(
+            line.contains("write-drain wait (mem_drain) 50 cycles"),
+            "{line}"
         );
     }
 
