@@ -69,7 +69,8 @@ pub enum GenError {
 
 /// Generates the trace of `spec`, using every host core — as many of them as the host's
 /// available memory holds instances of `spec` at once (each thread builds one core's
-/// instance; two 16 GiB instances at once were killed by the kernel on a 23 GiB host).
+/// instance: two Array instances of 2^24 keys took 2.0 GB resident together, so two at the
+/// 16 GiB limit would need about 32 GiB, more than the 23 GiB of the host it was found on).
 pub fn generate(spec: &TraceSpec) -> Result<Trace, GenError> {
     let host = std::thread::available_parallelism().map_or(1, usize::from);
     let threads = threads_within_memory(host, spec.memory_bytes(), available_memory());
