@@ -196,7 +196,8 @@ pub fn run(
     settings: &StudySettings,
     progress: &dyn Fn(usize, usize),
 ) -> Result<StudyResults, PoolError> {
-    let pool_size = (RING_BYTES + settings.array_bytes + (1 << 20)).next_multiple_of(4096);
+    let pool_size =
+        (MODES.len() as u64 * RING_BYTES + settings.array_bytes + (1 << 20)).next_multiple_of(4096);
     let mut options = CreateOptions::new("ferrite-logstudy", pool_size);
     options.native = NativeOptions {
         mode: Some(PersistMode::Adr),
@@ -223,10 +224,12 @@ pub fn run(
     })
 }
 
-/// One update loop of a mode, with its own ring position and writer.
+/// One update loop of a mode, with its own log ring, ring position and writer.
 struct Runner {
     mode: LogMode,
     writer: LogWriter,
+    /// Pool offset of this mode's ring of `RING_BYTES`.
+    ring: u64,
     head: u64,
     next: u64,
     samples: Vec<f64>,
@@ -241,19 +244,7 @@ fn measure_interleaved(
     batch: usize,
 ) -> Vec<StudyPoint> {
     let pm = pool.pm();
-    // Each mode updates its own sequence of array elements (disjoint update numbers), so
-    // no mode runs on lines another mode just brought into the cache.
-    let mut runners: Vec<Runner> = MODES
-        .iter()
-        .enumerate()
-        .map(|(index, &mode)| Runner {
-            mode,
-            writer: LogWriter::new(mode),
-            head: 0,
-            next: (index as u64) << 40,
-            samples: Vec::new(),
-        })
-        .collect();
+    let mut runners = runners(pool.arena().offset);
     let mut deltas = vec![pmem::Counters::default(); runners.len()];
     let count = runners.len();
     for round in 0..=settings.runs {
@@ -292,6 +283,30 @@ fn measure_interleaved(
         .collect()
 }
 
+/// The modes' runners over an arena at `arena`. Each mode updates its own sequence of array
+/// elements (disjoint update numbers) and appends to its own ring, so no mode runs on lines
+/// another mode just brought into the cache or flushed out of it. (With one shared ring,
+/// every mode appended at the same ring offsets the mode before it had just written.)
+fn runners(arena: u64) -> Vec<Runner> {
+    MODES
+        .iter()
+        .enumerate()
+        .map(|(index, &mode)| Runner {
+            mode,
+            writer: LogWriter::new(mode),
+            ring: arena + index as u64 * RING_BYTES,
+            head: 0,
+            next: (index as u64) << 40,
+            samples: Vec::new(),
+        })
+        .collect()
+}
+
+/// Pool offset of the updated array: after every mode's ring.
+fn array_offset(arena: u64) -> u64 {
+    arena + MODES.len() as u64 * RING_BYTES
+}
+
 fn run_updates(
     pool: &Pool<Native>,
     settings: &StudySettings,
@@ -300,8 +315,8 @@ fn run_updates(
     batch: usize,
 ) {
     let pm = pool.pm();
-    let ring = pool.arena().offset;
-    let array = ring + RING_BYTES;
+    let ring = runner.ring;
+    let array = array_offset(pool.arena().offset);
     let elements = settings.array_bytes / 8;
     let mut bytes = vec![0u8; record];
     for u in runner.next..runner.next + settings.updates {
@@ -329,4 +344,30 @@ fn run_updates(
 /// sequential counter would walk the array in order and let the prefetcher hide misses).
 fn mix(u: u64) -> u64 {
     (u ^ (u >> 29)).wrapping_mul(0xBF58_476D_1CE4_E5B9) >> 7
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_mode_appends_to_a_ring_of_its_own_before_the_array() {
+        let arena = 4096;
+        let runners = runners(arena);
+        assert_eq!(runners.len(), MODES.len());
+        let mut rings: Vec<(u64, u64)> = runners
+            .iter()
+            .map(|r| (r.ring, r.ring + RING_BYTES))
+            .collect();
+        rings.sort_unstable();
+        assert!(rings[0].0 >= arena);
+        for pair in rings.windows(2) {
+            assert!(pair[0].1 <= pair[1].0, "rings overlap: {rings:?}");
+        }
+        assert!(rings.last().expect("rings").1 <= array_offset(arena));
+        // Each mode also updates its own array elements.
+        let mut starts: Vec<u64> = runners.iter().map(|r| r.next).collect();
+        starts.dedup();
+        assert_eq!(starts.len(), MODES.len());
+    }
 }

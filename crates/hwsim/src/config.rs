@@ -407,6 +407,8 @@ impl Default for LadConfig {
 
 /// Largest latency in cycles a configuration may give (a millisecond at 1 GHz).
 pub const MAX_LATENCY_CYCLES: u64 = 1_000_000;
+/// Largest core clock a configuration may give, GHz.
+pub const MAX_FREQ_GHZ: f64 = 100.0;
 /// Largest media latency in nanoseconds.
 pub const MAX_LATENCY_NS: f64 = 1_000_000.0;
 /// Largest cache a configuration may give (1 GiB).
@@ -439,8 +441,13 @@ impl Config {
         if !(1..=64).contains(&self.cores) {
             return bad(format!("cores = {} (1..=64)", self.cores));
         }
-        if self.freq_ghz.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
-            return bad("freq_ghz must be positive".into());
+        // Above the bound, nanosecond times convert to cycle counts that wrap the simulated
+        // clock (1e300 GHz printed a PCM bus busy 10^16 % of the time).
+        if !(self.freq_ghz > 0.0 && self.freq_ghz <= MAX_FREQ_GHZ) {
+            return bad(format!(
+                "freq_ghz = {:?} (above 0, at most {MAX_FREQ_GHZ} GHz)",
+                self.freq_ghz
+            ));
         }
         for (name, c) in [("l1", &self.l1), ("l2", &self.l2), ("llc", &self.llc)] {
             // `sets()` divides by at least 1 way, so name a zero associativity itself.
@@ -453,6 +460,16 @@ impl Config {
             }
             if c.ways > crate::cache::MAX_WAYS {
                 return bad(format!("{name}: at most {} ways", crate::cache::MAX_WAYS));
+            }
+            // The cache holds `sets × ways` lines: a size that is not such a product was
+            // silently rounded down (a 1000 B L1 simulated as 512 B under its given size).
+            let modelled = sets as u64 * c.ways as u64 * LINE_BYTES;
+            if modelled != c.size_bytes {
+                return bad(format!(
+                    "{name}: size_bytes = {} is not sets × ways × {LINE_BYTES} B with a power-of-two \
+                     number of sets ({} ways: the nearest the model holds is {modelled} B)",
+                    c.size_bytes, c.ways
+                ));
             }
         }
         if self.core.store_buffer == 0 || self.core.mlp == 0 || self.core.writeback_buffer == 0 {
@@ -637,6 +654,42 @@ mod tests {
         let mut c = Config::default();
         c.l1.ways = 3;
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn a_cache_size_the_model_would_round_down_is_refused() {
+        let mut c = Config::default();
+        c.l1.size_bytes = 1000;
+        let error = c.validate().expect_err("1000 B is not sets × ways × 64 B");
+        assert!(
+            error.to_string().contains("l1: size_bytes = 1000"),
+            "{error}"
+        );
+        assert!(error.to_string().contains("512 B"), "{error}");
+        let mut c = Config::default();
+        c.llc.size_bytes = 12 << 20; // 12 MiB in 16 ways: 12288 sets, not a power of two
+        assert!(c.validate().is_err());
+        let mut c = Config::default();
+        c.l2.size_bytes = 64 << 10; // 128 sets of 8 ways: held exactly
+        c.validate().expect("a power-of-two size is held exactly");
+    }
+
+    #[test]
+    fn a_clock_that_would_wrap_the_cycle_counts_is_refused() {
+        for freq in [0.0, -1.0, f64::NAN, 1e12, 1e300, f64::INFINITY] {
+            let c = Config {
+                freq_ghz: freq,
+                ..Config::default()
+            };
+            let error = c.validate().expect_err("out of range");
+            assert!(error.to_string().contains("freq_ghz"), "{freq}: {error}");
+            assert!(error.to_string().len() < 100, "a short number: {error}");
+        }
+        let c = Config {
+            freq_ghz: MAX_FREQ_GHZ,
+            ..Config::default()
+        };
+        c.validate().expect("the bound itself is allowed");
     }
 
     #[test]

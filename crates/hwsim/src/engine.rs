@@ -32,6 +32,14 @@ const LOG_BASE: u64 = 0xF000_0000_0000;
 /// Bytes of one core's log region (a ring).
 const LOG_REGION: u64 = 1 << 24;
 
+/// "1 stream", "3 streams".
+fn streams(n: usize) -> String {
+    match n {
+        1 => "1 stream".to_owned(),
+        n => format!("{n} streams"),
+    }
+}
+
 /// Why a simulation cannot start.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SimError {
@@ -39,7 +47,10 @@ pub enum SimError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     /// The trace has fewer streams than the configuration has cores.
-    #[error("the trace has {have} streams, the configuration {need} cores")]
+    #[error(
+        "the trace has {}, fewer than the {need} cores to simulate (a core runs one stream)",
+        streams(*.have)
+    )]
     TooFewStreams {
         /// Cores configured.
         need: usize,
@@ -1246,5 +1257,25 @@ impl Core<'_> {
         self.park = park;
         self.park_since = self.clock;
         self.park_cause = cause;
+    }
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::SimError;
+
+    #[test]
+    fn too_few_streams_reads_as_a_sentence() {
+        let one = SimError::TooFewStreams { need: 2, have: 1 };
+        assert_eq!(
+            one.to_string(),
+            "the trace has 1 stream, fewer than the 2 cores to simulate (a core runs one stream)"
+        );
+        let three = SimError::TooFewStreams { need: 8, have: 3 };
+        assert!(
+            three
+                .to_string()
+                .starts_with("the trace has 3 streams, fewer than the 8")
+        );
     }
 }

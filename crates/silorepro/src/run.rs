@@ -429,6 +429,12 @@ pub(crate) fn sweep(
                 .iter()
                 .filter_map(|w| {
                     let (r, b) = (find(w, v)?, base(w, v)?);
+                    // A trace too short for one transaction of this size (a `tx_size` point
+                    // of 160 operations per transaction on traces of 100) commits nothing:
+                    // no measurement, not a throughput of 0.
+                    if r.committed_tx == 0 || b.committed_tx == 0 {
+                        return None;
+                    }
                     let t = r.throughput / b.throughput.max(f64::MIN_POSITIVE);
                     let bytes = r.bytes_per_tx() / b.bytes_per_tx().max(f64::MIN_POSITIVE);
                     Some((w.clone(), t, bytes))
@@ -441,6 +447,9 @@ pub(crate) fn sweep(
                 per_workload: per,
             }
         })
+        // A point no workload measured is left out (its claim reads "not measured"), rather
+        // than kept with the empty mean's 1.0.
+        .filter(|p: &SweepPoint| !p.per_workload.is_empty())
         .collect();
     Sweep {
         name: name.to_string(),
@@ -501,6 +510,33 @@ mod tests {
             assert_eq!(&got.name, name);
             assert_eq!(got.trace.to_bytes(), alone.to_bytes(), "{name}");
         }
+    }
+
+    #[test]
+    fn a_sweep_point_whose_runs_committed_nothing_is_not_measured() {
+        let cfg = Config::default().with_cores(2);
+        let row = |trace: &Trace| {
+            let m = hwsim::simulate(&cfg, DesignKind::Silo, trace).expect("simulates");
+            RunRow::from_metrics(&m, DesignKind::Silo, "hash", "", &cfg)
+        };
+        let w = workload();
+        let measured = row(&w.trace);
+        // Grouped 1000 operations per transaction, 20 operations make no transaction.
+        let empty = row(&group_transactions(&w.trace, 1000, 1));
+        assert_eq!(empty.committed_tx, 0);
+        let workloads = vec!["hash".to_string(), "queue".to_string()];
+        let find = |name: &str, value: u64| match (name, value) {
+            ("hash", 1) => Some(measured.clone()),
+            ("queue", 1) => Some(empty.clone()),
+            (_, _) => Some(empty.clone()),
+        };
+        let base = |_: &str, _: u64| Some(measured.clone());
+        let s = sweep("tx_size", "ref", &[1, 16], &workloads, &find, &base);
+        // Value 1: the queue's empty run is left out, not counted as a throughput of 0.
+        assert_eq!(s.points.len(), 1, "{:?}", s.points);
+        assert_eq!(s.points[0].value, 1);
+        assert_eq!(s.points[0].per_workload.len(), 1);
+        assert!((s.points[0].relative_throughput - 1.0).abs() < 1e-12);
     }
 
     #[test]

@@ -67,10 +67,34 @@ pub enum GenError {
     },
 }
 
-/// Generates the trace of `spec`, using every host core.
+/// Generates the trace of `spec`, using every host core — as many of them as the host's
+/// available memory holds instances of `spec` at once (each thread builds one core's
+/// instance: two Array instances of 2^24 keys took 2.0 GB resident together, so two at the
+/// 16 GiB limit would need about 32 GiB, more than the 23 GiB of the host it was found on).
 pub fn generate(spec: &TraceSpec) -> Result<Trace, GenError> {
-    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let host = std::thread::available_parallelism().map_or(1, usize::from);
+    let threads = threads_within_memory(host, spec.memory_bytes(), available_memory());
     generate_with_threads(spec, threads)
+}
+
+/// `host` threads, fewer if `available` bytes (when known) do not hold that many instances
+/// of `per_instance` bytes at once; at least one.
+pub fn threads_within_memory(host: usize, per_instance: u64, available: Option<u64>) -> usize {
+    let fit = match available {
+        Some(bytes) if per_instance > 0 => {
+            usize::try_from(bytes / per_instance).unwrap_or(usize::MAX)
+        }
+        _ => usize::MAX,
+    };
+    host.min(fit).max(1)
+}
+
+/// The host's available memory (`MemAvailable` of `/proc/meminfo`), if it can be read.
+fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 /// Generates the trace of `spec` on `threads` host threads (the result does not depend on
@@ -305,5 +329,34 @@ pub fn metadata(spec: &TraceSpec, data_bytes: &[u64]) -> TraceMeta {
     TraceMeta {
         workload: spec.workload.name().to_string(),
         params,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generation_threads_fit_the_available_memory() {
+        const GIB: u64 = 1 << 30;
+        // Two 16 GiB instances do not fit 23 GiB: one thread at a time.
+        assert_eq!(threads_within_memory(2, 16 * GIB, Some(23 * GIB)), 1);
+        assert_eq!(threads_within_memory(8, 4 * GIB, Some(23 * GIB)), 5);
+        assert_eq!(threads_within_memory(2, 64 << 20, Some(23 * GIB)), 2);
+        // Never fewer than one; unknown memory does not limit.
+        assert_eq!(threads_within_memory(2, 32 * GIB, Some(GIB)), 1);
+        assert_eq!(threads_within_memory(4, 16 * GIB, None), 4);
+        assert_eq!(threads_within_memory(0, GIB, None), 1);
+    }
+
+    #[test]
+    fn the_threads_do_not_change_the_trace() {
+        let spec = TraceSpec::new(crate::SiloWorkload::Hash)
+            .with_cores(3)
+            .with_transactions(20)
+            .with_keys(64);
+        let one = generate_with_threads(&spec, 1).expect("generates");
+        let all = generate(&spec).expect("generates");
+        assert_eq!(one.to_bytes(), all.to_bytes());
     }
 }

@@ -5,6 +5,7 @@
 //! value, nothing of an open transaction remains, and no other word changed.
 
 use super::{CrashArgs, generate, trace_spec};
+use crate::eval::silo::cores_text;
 use anyhow::Context;
 use hwsim::{Config, Violation, crash_check, simulate};
 use std::io::Write;
@@ -31,10 +32,10 @@ pub fn run(args: &CrashArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             Err(violation) => {
                 return Err(anyhow::Error::new(violation)).with_context(|| {
                     format!(
-                        "{} on {} ({} cores, {} transactions per core)",
+                        "{} on {} ({}, {} transactions per core)",
                         args.design.name(),
                         spec.workload,
-                        spec.cores,
+                        cores_text(spec.cores as usize),
                         spec.transactions
                     )
                 });
@@ -46,14 +47,44 @@ pub fn run(args: &CrashArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     }
     writeln!(
         out,
-        "{} on {} ({} cores, {} transactions per core): {} crash points over {end} cycles, \
+        "{} on {} ({}, {} transactions per core): {} crash points over {end} cycles, \
          all recovered all-or-nothing ({open} transactions open at the crashes, {words} word \
          checks, {committed} transactions committed by the end)",
         args.design.name(),
         spec.workload,
-        spec.cores,
+        cores_text(spec.cores as usize),
         spec.transactions,
         args.points + 1
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::CrashShape;
+    use hwsim::DesignKind;
+    use tracegen::SiloWorkload;
+
+    #[test]
+    fn one_core_is_named_in_the_singular() {
+        let args = CrashArgs {
+            design: DesignKind::Silo,
+            workload: SiloWorkload::Hash,
+            cores: 1,
+            shape: CrashShape {
+                transactions: 5,
+                keys: 64,
+                seed: 1,
+            },
+            points: 2,
+        };
+        let mut out = Vec::new();
+        run(&args, &mut out).expect("crash check");
+        let text = String::from_utf8(out).expect("utf-8");
+        assert!(
+            text.starts_with("silo on hash (1 core, 5 transactions per core)"),
+            "{text}"
+        );
+    }
 }

@@ -342,8 +342,11 @@ fn summary_lines(record: &RunRecord) -> Vec<(&'static str, String)> {
     ];
     match &m.log {
         Some(log) => {
-            lines.push(("log", log_line(log)));
-            lines.push(("overflow", overflow_line(log)));
+            lines.push(("log", log_line(record.design, log)));
+            lines.push(match record.design {
+                DesignKind::Silo => ("overflow", overflow_line(log)),
+                _ => ("records", records_line(log)),
+            });
             if let Some(other) = other_log_line(log) {
                 lines.push(("  also", other));
             }
@@ -507,7 +510,30 @@ fn caches_line(m: &Metrics) -> String {
     )
 }
 
-fn log_line(log: &LogStats) -> String {
+/// What became of the transactional stores. Only Silo and MorLog have a log generator that
+/// ignores silent stores and merges per word into buffer slots; Base and FWB log every store
+/// (silent ones too) as a record of its own, and LAD logs none — for those the slot counts
+/// would read "at most 0 live entries" (Base, FWB) and "100 % reduction" (LAD).
+fn log_line(design: DesignKind, log: &LogStats) -> String {
+    match design {
+        DesignKind::Base | DesignKind::Fwb => {
+            return format!(
+                "{} transactional stores: {} undo+redo records, one per store (silent ones too: \
+                 {} has no log generator)",
+                log.tx_stores,
+                log.generated,
+                design.name()
+            );
+        }
+        DesignKind::Lad => {
+            return format!(
+                "{} transactional stores: no log entries (lad keeps no log: a transaction's \
+                 dirty lines wait in the write queue until it commits)",
+                log.tx_stores
+            );
+        }
+        _ => {}
+    }
     format!(
         "{} transactional stores: {} generated entries, {} silent stores ignored, {} merged, \
          {} took a slot ({:.0} % reduction); at most {} live entries in one transaction",
@@ -534,6 +560,11 @@ fn overflow_line(log: &LogStats) -> String {
     )
 }
 
+/// The PM log records of a design other than Silo (which has no overflow retirement).
+fn records_line(log: &LogStats) -> String {
+    format!("{} undo records written to the PM log", log.undo_records)
+}
+
 /// The counters only some designs use, when any is non-zero.
 fn other_log_line(log: &LogStats) -> Option<String> {
     let counters = [
@@ -556,7 +587,7 @@ fn stalls_line(s: &StallCycles, committed: u64) -> String {
     let per = |cycles: u64| per_tx_text(cycles, committed, 0);
     format!(
         "load {}, store buffer {}, write-back buffer {}, persist {}, log buffer {}, commit \
-         {}, drain {}, mem_drain {} cycles",
+         {}, store-buffer drain before commit {}, write-drain wait (mem_drain) {} cycles",
         per(s.load),
         per(s.store_buffer),
         per(s.writeback),
@@ -597,6 +628,69 @@ mod tests {
         assert_eq!(si(1_500.0), "1.5 k");
         assert_eq!(si(12.0), "12.0");
         assert_eq!(si(2.5e9), "2.50 G");
+    }
+
+    #[test]
+    fn the_log_line_describes_what_each_design_logs() {
+        // Base and FWB: a record per store, no slots, so no "at most 0 live entries".
+        let every_store = LogStats {
+            tx_stores: 10,
+            generated: 10,
+            appended: 10,
+            undo_records: 10,
+            ..LogStats::default()
+        };
+        for design in [DesignKind::Base, DesignKind::Fwb] {
+            let line = log_line(design, &every_store);
+            assert!(
+                line.contains("10 undo+redo records, one per store"),
+                "{line}"
+            );
+            assert!(!line.contains("live entries"), "{line}");
+        }
+        // LAD logs nothing: not "100 % reduction".
+        let lad = LogStats {
+            tx_stores: 10,
+            ..LogStats::default()
+        };
+        let line = log_line(DesignKind::Lad, &lad);
+        assert!(line.contains("no log entries"), "{line}");
+        assert!(!line.contains("reduction"), "{line}");
+        // Silo (and MorLog) keep the generator's counts.
+        let silo = LogStats {
+            tx_stores: 10,
+            silent_ignored: 2,
+            generated: 8,
+            merged: 1,
+            appended: 7,
+            max_entries_per_tx: 3,
+            ..LogStats::default()
+        };
+        let line = log_line(DesignKind::Silo, &silo);
+        assert!(line.contains("7 took a slot (30 % reduction)"), "{line}");
+        assert!(line.contains("at most 3 live entries"), "{line}");
+        assert_eq!(
+            records_line(&every_store),
+            "10 undo records written to the PM log"
+        );
+    }
+
+    #[test]
+    fn the_two_drain_stalls_are_told_apart() {
+        let stalls = StallCycles {
+            drain: 30,
+            mem_drain: 500,
+            ..StallCycles::default()
+        };
+        let line = stalls_line(&stalls, 10);
+        assert!(
+            line.contains("store-buffer drain before commit 3,"),
+            "{line}"
+        );
+        assert!(
+            line.contains("write-drain wait (mem_drain) 50 cycles"),
+            "{line}"
+        );
     }
 
     #[test]
