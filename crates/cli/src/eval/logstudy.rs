@@ -98,36 +98,62 @@ fn headlines(results: &StudyResults) -> Vec<Headline> {
 fn cacheable_wins_headline(results: &StudyResults) -> Headline {
     let claim = "MemSys 2017: logging with non-temporal (uncacheable) writes can be slower \
                  than logging through the cache";
-    let faster = |batch| -> Vec<String> {
-        results
-            .records()
-            .into_iter()
-            .filter(|&record| {
-                let time = |mode| results.median_ns(mode, record, batch);
-                time(LogMode::Cacheable)
-                    .zip(time(LogMode::NonTemporal))
-                    .is_some_and(|(cached, streamed)| cached < streamed)
-            })
-            .map(|record| format!("{record} B"))
-            .collect()
-    };
     let batches = results.batches();
     if batches.is_empty() {
         return Headline::new(claim, "not measured", ClaimVerdict::NotMeasured);
     }
-    let per_batch: Vec<(usize, Vec<String>)> = batches.iter().map(|&b| (b, faster(b))).collect();
+    let per_batch: Vec<(usize, Vec<String>, Vec<String>)> = batches
+        .iter()
+        .map(|&batch| {
+            let (clear, by_median) = cacheable_faster(results, batch);
+            (batch, clear, by_median)
+        })
+        .collect();
     let ours: Vec<String> = per_batch
         .iter()
-        .map(|(batch, sizes)| match sizes.is_empty() {
-            true => format!("batch {batch}: never"),
-            false => format!("batch {batch}: at {}", sizes.join(", ")),
+        .map(|(batch, clear, by_median)| {
+            let clear = match clear.is_empty() {
+                true => format!("batch {batch}: never"),
+                false => format!("batch {batch}: at {}", clear.join(", ")),
+            };
+            match by_median.is_empty() {
+                true => clear,
+                false => format!(
+                    "{clear} (by the median alone, within the runs' spread, at {})",
+                    by_median.join(", ")
+                ),
+            }
         })
         .collect();
     Headline::new(
         claim,
-        format!("cacheable faster than non-temporal — {}", ours.join("; ")),
-        ClaimVerdict::from_holds(per_batch.iter().any(|(_, sizes)| !sizes.is_empty())),
+        format!(
+            "cacheable faster than non-temporal in every run — {}",
+            ours.join("; ")
+        ),
+        ClaimVerdict::from_holds(per_batch.iter().any(|(_, clear, _)| !clear.is_empty())),
     )
+}
+
+/// The record sizes of `batch` where logging through the cache was faster than streaming:
+/// in every run (the slowest cacheable run faster than the fastest non-temporal one), and
+/// by the median alone (the runs' ranges overlap: on a busy machine that is noise, not a
+/// finding).
+fn cacheable_faster(results: &StudyResults, batch: usize) -> (Vec<String>, Vec<String>) {
+    let (mut clear, mut by_median) = (Vec::new(), Vec::new());
+    for record in results.records() {
+        let time = |mode| results.point(mode, record, batch).map(|p| p.ns_per_update);
+        let Some((cached, streamed)) = time(LogMode::Cacheable).zip(time(LogMode::NonTemporal))
+        else {
+            continue;
+        };
+        if cached.max < streamed.min {
+            clear.push(format!("{record} B"));
+        } else if cached.median < streamed.median {
+            by_median.push(format!("{record} B"));
+        }
+    }
+    (clear, by_median)
 }
 
 /// The paper's 8 MB logged as 4 B or as 64 B strings (its slide "Execution time vs.
@@ -247,7 +273,7 @@ fn auto_line(excess: &[AutoExcess]) -> String {
         )
     };
     format!(
-        "{rule}: {verdict} (worst {:.0} % at {} B).",
+        "{rule}: {verdict} (worst {:.1} % at {} B).",
         worst.excess * 100.0,
         worst.record
     )
@@ -397,6 +423,38 @@ mod tests {
         );
     }
 
+    /// A cacheable median below the non-temporal one whose runs overlap the non-temporal
+    /// runs is noise: the claim is not met on it, and the line says so.
+    #[test]
+    fn cacheable_faster_only_by_the_median_is_not_a_finding() {
+        let point = |mode, samples: &[f64]| StudyPoint {
+            mode,
+            record: 32,
+            batch: 1,
+            ns_per_update: Summary::of(samples).expect("samples"),
+            flushes_per_update: 1.0,
+            nt_bytes_per_update: 0.0,
+        };
+        let results = |cached: &[f64]| StudyResults {
+            settings: StudySettings::quick(),
+            points: vec![
+                point(LogMode::Cacheable, cached),
+                point(LogMode::NonTemporal, &[50.0, 51.0, 52.0]),
+            ],
+        };
+        let overlapping = cacheable_wins_headline(&results(&[40.0, 41.0, 70.0]));
+        assert_eq!(overlapping.verdict, ClaimVerdict::NotMet, "{overlapping:?}");
+        assert!(
+            overlapping
+                .ours
+                .contains("batch 1: never (by the median alone, within the runs' spread, at 32 B)"),
+            "{overlapping:?}"
+        );
+        let clear = cacheable_wins_headline(&results(&[40.0, 41.0, 49.0]));
+        assert_eq!(clear.verdict, ClaimVerdict::Met, "{clear:?}");
+        assert!(clear.ours.contains("batch 1: at 32 B"), "{clear:?}");
+    }
+
     #[test]
     fn auto_far_from_the_best_is_reported() {
         let excess = [
@@ -414,7 +472,7 @@ mod tests {
             line.contains("slower than the fastest fixed mode at 128 B"),
             "{line}"
         );
-        assert!(line.contains("worst 90 % at 128 B"), "{line}");
+        assert!(line.contains("worst 90.0 % at 128 B"), "{line}");
     }
 
     #[test]

@@ -267,6 +267,16 @@ fn sweep_table(sweep: &Sweep) -> Table {
             per.join(", "),
         ]);
     }
+    if sweep.points.is_empty() {
+        // Every point was left out (a point whose runs completed no transaction of its
+        // size is not measured): say so rather than print an empty table.
+        table.push(vec![
+            "—".to_owned(),
+            "not measured".to_owned(),
+            "—".to_owned(),
+            "no point of this sweep completed a whole transaction (traces too short)".to_owned(),
+        ]);
+    }
     table
 }
 
@@ -313,8 +323,8 @@ fn kib(value: f64) -> String {
 pub fn battery_table(table: &BatteryTable) -> Table {
     let mut rendered = Table::new(
         format!(
-            "Battery: what must be flushed on a power failure, {} cores (Silo Table IV)",
-            table.cores
+            "Battery: what must be flushed on a power failure, {} (Silo Table IV)",
+            cores_text(table.cores)
         ),
         &[
             "design",
@@ -394,6 +404,29 @@ mod tests {
         // Array swaps of sparse elements are mostly silent stores.
         let silent: u64 = log.rows[0][2].parse().expect("a count");
         assert!(silent > 0, "{:?}", log.rows[0]);
+    }
+
+    #[test]
+    fn a_sweep_without_points_says_it_was_not_measured() {
+        let sweep = Sweep {
+            name: "tx_size".to_owned(),
+            reference: "1×".to_owned(),
+            points: Vec::new(),
+        };
+        let table = sweep_table(&sweep);
+        assert_eq!(table.rows.len(), 1);
+        assert_eq!(table.rows[0][1], "not measured");
+    }
+
+    #[test]
+    fn a_one_core_battery_table_says_1_core() {
+        let config = hwsim::Config {
+            cores: 1,
+            ..hwsim::Config::default()
+        };
+        let table = hwsim::battery::battery_table(&config, &Default::default());
+        let title = battery_table(&table).title;
+        assert!(title.contains(", 1 core ("), "{title}");
     }
 
     #[test]
