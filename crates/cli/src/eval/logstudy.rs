@@ -119,7 +119,7 @@ fn cacheable_wins_headline(results: &StudyResults) -> Headline {
             match by_median.is_empty() {
                 true => clear,
                 false => format!(
-                    "{clear} (by the median alone, within the runs' spread, at {})",
+                    "{clear} (by the medians alone, within the runs' spread, at {})",
                     by_median.join(", ")
                 ),
             }
@@ -128,7 +128,7 @@ fn cacheable_wins_headline(results: &StudyResults) -> Headline {
     Headline::new(
         claim,
         format!(
-            "cacheable faster than non-temporal in every run — {}",
+            "cacheable's median run faster than every non-temporal run — {}",
             ours.join("; ")
         ),
         ClaimVerdict::from_holds(per_batch.iter().any(|(_, clear, _)| !clear.is_empty())),
@@ -136,9 +136,10 @@ fn cacheable_wins_headline(results: &StudyResults) -> Headline {
 }
 
 /// The record sizes of `batch` where logging through the cache was faster than streaming:
-/// in every run (the slowest cacheable run faster than the fastest non-temporal one), and
-/// by the median alone (the runs' ranges overlap: on a busy machine that is noise, not a
-/// finding).
+/// clearly (the median cacheable run faster than the fastest non-temporal one: a slow
+/// spell of the machine in a few runs of either mode does not decide it), and by the
+/// medians alone (the cacheable median inside the non-temporal runs' range: on a busy
+/// machine that is noise, not a finding).
 fn cacheable_faster(results: &StudyResults, batch: usize) -> (Vec<String>, Vec<String>) {
     let (mut clear, mut by_median) = (Vec::new(), Vec::new());
     for record in results.records() {
@@ -147,7 +148,7 @@ fn cacheable_faster(results: &StudyResults, batch: usize) -> (Vec<String>, Vec<S
         else {
             continue;
         };
-        if cached.max < streamed.min {
+        if cached.median < streamed.min {
             clear.push(format!("{record} B"));
         } else if cached.median < streamed.median {
             by_median.push(format!("{record} B"));
@@ -423,8 +424,8 @@ mod tests {
         );
     }
 
-    /// A cacheable median below the non-temporal one whose runs overlap the non-temporal
-    /// runs is noise: the claim is not met on it, and the line says so.
+    /// A cacheable median below the non-temporal one but inside the non-temporal runs'
+    /// range is noise: the claim is not met on it, and the line says so.
     #[test]
     fn cacheable_faster_only_by_the_median_is_not_a_finding() {
         let point = |mode, samples: &[f64]| StudyPoint {
@@ -442,15 +443,16 @@ mod tests {
                 point(LogMode::NonTemporal, &[50.0, 51.0, 52.0]),
             ],
         };
-        let overlapping = cacheable_wins_headline(&results(&[40.0, 41.0, 70.0]));
+        let overlapping = cacheable_wins_headline(&results(&[49.0, 50.5, 70.0]));
         assert_eq!(overlapping.verdict, ClaimVerdict::NotMet, "{overlapping:?}");
         assert!(
-            overlapping
-                .ours
-                .contains("batch 1: never (by the median alone, within the runs' spread, at 32 B)"),
+            overlapping.ours.contains(
+                "batch 1: never (by the medians alone, within the runs' spread, at 32 B)"
+            ),
             "{overlapping:?}"
         );
-        let clear = cacheable_wins_headline(&results(&[40.0, 41.0, 49.0]));
+        // One slow cacheable run (a busy moment) does not hide a clear win.
+        let clear = cacheable_wins_headline(&results(&[40.0, 41.0, 90.0]));
         assert_eq!(clear.verdict, ClaimVerdict::Met, "{clear:?}");
         assert!(clear.ours.contains("batch 1: at 32 B"), "{clear:?}");
     }
