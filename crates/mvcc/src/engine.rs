@@ -624,9 +624,11 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
     {
         let mut attempt = 0u32;
         let mut need = None;
+        let mut space_asked = false;
         let id = op.map(|o| o.id).filter(|&id| self.replay.handles(id));
         loop {
             let outcome = Outcome::default();
+            outcome.space_asked.set(space_asked);
             let (lane, mut state) = self.lanes.acquire();
             // Reclamation happens here, between transactions, never inside one; a read-only
             // transaction skips it (one that writes after all and lacks room retries with
@@ -656,6 +658,10 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             #[allow(clippy::redundant_closure)]
             let result = tx::api::run_transaction(tx, |tx| body(tx));
             match outcome.retry.get() {
+                Some(Retry::Space) if result.is_err() => {
+                    space_asked = true;
+                    need = Some(Retry::Space);
+                }
                 Some(retry) if result.is_err() => {
                     self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
                     if retry == Retry::Conflict {
@@ -686,6 +692,11 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
         self.meta_dirty
             .lock()
             .extend(actions.iter().map(|a| (a.addr(), a.len())));
+    }
+
+    /// Whether blocks freed by committed transactions wait for reuse.
+    pub(crate) fn has_deferred_frees(&self) -> bool {
+        !self.frees.lock().is_empty()
     }
 
     /// Keeps the blocks a commit at `ts` freed until a checkpoint covers the free.

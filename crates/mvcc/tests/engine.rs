@@ -1170,3 +1170,48 @@ fn an_operation_whose_reads_changed_commits_as_data_sized_then() {
         .expect("read");
     assert_eq!(watched, 100);
 }
+
+/// When every free block of the heap is one that committed transactions freed and that waits
+/// for a checkpoint (or for the checkpoint log to be written back) before it may be reused,
+/// an allocation gets it after the engine checkpoints and writes back, instead of failing
+/// with `OutOfSpace` until some later reclamation happens to run.
+#[test]
+fn an_allocation_does_not_fail_while_freed_blocks_wait_for_reuse() {
+    for background in [false, true] {
+        for linked in [false, true] {
+            let options = MvccOptions::small().with_background(background);
+            let engine = Mvcc::create(sim_pool(), &options, NoReplay).expect("create");
+            // Fill the heap; `linked` chains the blocks through versioned writes, so their
+            // chunks are in the checkpoint log when they are freed.
+            let mut blocks = Vec::new();
+            loop {
+                let result = engine.transaction(|tx| {
+                    let block: tx::PPtr = tx.alloc(1024)?;
+                    tx.write_u64(block, 0, 0)?;
+                    Ok::<_, TxError>(block)
+                });
+                match result {
+                    Ok(block) => blocks.push(block),
+                    Err(TxError::OutOfSpace { .. }) => break,
+                    Err(other) => panic!("allocating: {other}"),
+                }
+                if linked && blocks.len() >= 2 {
+                    let (a, b) = (blocks[blocks.len() - 2], blocks[blocks.len() - 1]);
+                    engine
+                        .transaction(|tx| tx.write_ptr(a, 0, b))
+                        .expect("link");
+                }
+            }
+            assert!(blocks.len() > 16, "only {} blocks fit", blocks.len());
+            for block in &blocks {
+                engine.transaction(|tx| tx.free(*block)).expect("free");
+            }
+            let again = engine.transaction(|tx| tx.alloc::<()>(1024));
+            assert!(
+                again.is_ok(),
+                "background {background}, linked {linked}: {again:?} with {} blocks freed",
+                blocks.len()
+            );
+        }
+    }
+}
