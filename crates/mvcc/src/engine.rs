@@ -315,7 +315,7 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
         let scanned = match scan(&pool, mode) {
             Ok(scanned) => scanned,
             Err(error) => {
-                pool.mark_unclean_on_drop();
+                tx::api::refused_open(&pool, &error);
                 return Err(error);
             }
         };

@@ -361,6 +361,16 @@ pub trait Tx {
     }
 }
 
+/// What an engine's `open` does with its pool when it fails with `error` before the
+/// engine exists: a pool it could not recover must not be marked as cleanly closed, but a
+/// pool of another engine, which it refused before writing anything, keeps the state it
+/// had (a clean pool stays clean).
+pub fn refused_open<P: pmem::Persist>(pool: &pmem::Pool<P>, error: &TxError) {
+    if !(matches!(error, TxError::WrongEngine { .. }) && pool.was_clean()) {
+        pool.mark_unclean_on_drop();
+    }
+}
+
 /// The absolute address of field `field` of an object at `base`; an address past the end
 /// of the address space (which would otherwise wrap to the start of the pool) is
 /// `OutOfBounds`.

@@ -166,7 +166,7 @@ impl<P: Persist> Redo<P> {
             });
         // A pool that could not be recovered must not be marked as cleanly closed.
         let (layout, watermark, recovery, heap) =
-            recovered.inspect_err(|_| pool.mark_unclean_on_drop())?;
+            recovered.inspect_err(|error| crate::api::refused_open(&pool, error))?;
         let lanes = Lanes::new((0..layout.lane_count as usize).map(|lane| Ring {
             base: layout.lane(lane),
             log: LogRing::new(layout.lane_size),

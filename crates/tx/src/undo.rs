@@ -147,8 +147,8 @@ impl<P: Persist> Undo<P> {
 
     fn open_with(pool: Pool<P>, options: &EngineOptions, mode: RecoveryMode) -> TxResult<Self> {
         // A pool that could not be recovered must not be marked as cleanly closed.
-        let (lanes, heap, recovery) =
-            Self::recover(&pool, options, mode).inspect_err(|_| pool.mark_unclean_on_drop())?;
+        let (lanes, heap, recovery) = Self::recover(&pool, options, mode)
+            .inspect_err(|error| crate::api::refused_open(&pool, error))?;
         let chunks = Region {
             offset: heap.layout().chunks,
             len: heap.layout().end() - heap.layout().chunks,

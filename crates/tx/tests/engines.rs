@@ -416,3 +416,48 @@ fn a_failed_run_creation_reaches_the_transaction_with_its_own_error() {
     let result = engine.transaction(|tx| tx.alloc::<()>(64).map(|_| ()));
     assert!(matches!(result, Err(TxError::Poisoned)), "{result:?}");
 }
+
+/// Opening a pool with the wrong engine is refused before anything is written, so the pool
+/// keeps the clean flag it had: a cleanly closed pool is not left looking crashed, and a
+/// crashed one is not made to look clean.
+#[test]
+fn a_refused_open_of_another_engines_pool_keeps_its_clean_flag() {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir");
+    let path = dir.path().join("redo");
+    let options = EngineOptions::small();
+    let pool = Pool::create(&path, &CreateOptions::new("engines", 1 << 20)).expect("create");
+    drop(Redo::create(pool, &options).expect("redo"));
+    let open = || Pool::open(&path, "engines", &pmem::NativeOptions::default()).expect("open");
+    let refused = Undo::open(open(), &options).expect_err("a redo pool");
+    assert!(matches!(refused, TxError::WrongEngine { .. }), "{refused}");
+    assert!(
+        open().was_clean(),
+        "a refused open left the pool marked as crashed"
+    );
+    open().abandon();
+    let refused = Undo::open(open(), &options).expect_err("a redo pool");
+    assert!(matches!(refused, TxError::WrongEngine { .. }), "{refused}");
+    assert!(
+        !open().was_clean(),
+        "a refused open marked a crashed pool clean"
+    );
+    // (That open, like any open, left the pool clean when it dropped it.)
+    drop(Redo::open(open(), &options).expect("the right engine"));
+    let refused = Redo::open(
+        {
+            let path = dir.path().join("undo");
+            let pool =
+                Pool::create(&path, &CreateOptions::new("engines", 1 << 20)).expect("create");
+            drop(Undo::create(pool, &options).expect("undo"));
+            Pool::open(&path, "engines", &pmem::NativeOptions::default()).expect("open")
+        },
+        &options,
+    )
+    .expect_err("an undo pool");
+    assert!(matches!(refused, TxError::WrongEngine { .. }), "{refused}");
+    let undo = Pool::open(dir.path().join("undo"), "engines", &Default::default()).expect("open");
+    assert!(
+        undo.was_clean(),
+        "redo's refused open left the pool marked as crashed"
+    );
+}
