@@ -44,7 +44,7 @@ pub struct Mvcc<P: Persist, R: Replay = NoReplay> {
 
 /// What the transactions of an engine and its background reclaimer share: the pool, the
 /// heap, the version log and chunk table, the clock, the lanes' announcements, and the
-/// checkpointer's state.
+/// checkpointer's state. An [`Mvcc`] dereferences to it: its methods are the engine's.
 #[derive(Debug)]
 pub struct Core<P: Persist> {
     pub(crate) pool: Pool<P>,
@@ -268,6 +268,10 @@ struct Scanned {
 
 impl<P: Persist, R: Replay> Mvcc<P, R> {
     /// Formats the engine area of a fresh pool and returns the engine.
+    ///
+    /// It formats unconditionally: on a pool that already holds an engine's area (of any
+    /// engine) everything in it is lost. Call it on a pool [`Pool::create`] just made, and
+    /// `open` a pool that exists.
     pub fn create(pool: Pool<P>, options: &MvccOptions, replay: R) -> TxResult<Self> {
         check_options(options)?;
         let layout = MvccLayout::plan(
@@ -286,6 +290,10 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
     /// Opens the engine area of `pool`: replays the checkpoint log, then re-executes the
     /// operations logged after the newest checkpoint, in timestamp order (recovery). Logs
     /// damaged in the middle (not a torn tail) are refused with `Corrupted`.
+    ///
+    /// The lanes, the log sizes and the heap's chunk size are the pool's, recorded by
+    /// `create`; of `options` only the run-time fields apply. A pool of another engine is
+    /// `WrongEngine`, one no engine formatted `Corrupted`.
     pub fn open(pool: Pool<P>, options: &MvccOptions, replay: R) -> TxResult<Self> {
         Self::open_with(pool, options, replay, RecoveryMode::Strict)
     }
@@ -868,7 +876,7 @@ impl<P: Persist, R: Replay> Engine for Mvcc<P, R> {
     /// A checkpoint covering every commit so far: nothing is left to re-execute. The masters
     /// are rewritten only when the checkpoint log fills (TimeStone's delayed write-back) or
     /// a checkpoint ends a read-mostly interval (`docs/mvcc-format.md` §5.10);
-    /// [`Mvcc::quiesce`] also writes everything back.
+    /// [`Core::quiesce`] also writes everything back.
     fn sync(&self) -> TxResult<()> {
         if std::env::var_os("MVCC_SYNC_QUIESCE").is_some() {
             return self.quiesce();

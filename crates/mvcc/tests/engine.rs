@@ -1215,3 +1215,22 @@ fn an_allocation_does_not_fail_while_freed_blocks_wait_for_reuse() {
         }
     }
 }
+
+/// The engine's shared state is a public, documented type: a user can name it and call its
+/// methods (they used to be reachable only through `Deref` to a type rustdoc did not show).
+#[test]
+fn the_engines_shared_state_is_nameable() {
+    fn core<P: pmem::Persist, R: Replay>(engine: &Mvcc<P, R>) -> &mvcc::Core<P> {
+        engine
+    }
+    let engine = Mvcc::create(sim_pool(), &MvccOptions::small(), NoReplay).expect("create");
+    engine
+        .transaction(|tx| tx.alloc::<()>(64).map(drop))
+        .expect("allocate");
+    let shared = core(&engine);
+    assert_eq!(shared.allocated_blocks(), 1);
+    assert_eq!(shared.stats().commits_physical, 1);
+    shared.quiesce().expect("quiesce");
+    assert_eq!(shared.heap().usage().allocated_blocks, 1);
+    assert_eq!(shared.pool().header().layout, LAYOUT);
+}

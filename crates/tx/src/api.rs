@@ -128,7 +128,12 @@ pub enum Isolation {
     /// transactions with their own locks, held around the whole `transaction` call (as with
     /// PMDK). Releasing a lock inside the body, before commit, is a bug.
     External,
-    /// The engine isolates transactions itself (e.g. MVCC); callers need no locks.
+    /// The engine isolates transactions itself (e.g. MVCC); callers need no locks. At
+    /// snapshot isolation (the MVCC engine's default level) only write–write conflicts
+    /// abort: two transactions that each read what the other writes may both commit (write
+    /// skew). A linked structure whose updates read a neighbour they do not write (unlinking
+    /// a node reads its successor's link) needs a serializable level, or the transaction
+    /// must also write what it relies on.
     Internal,
 }
 

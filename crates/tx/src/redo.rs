@@ -124,6 +124,10 @@ impl DirtyRanges {
 
 impl<P: Persist> Redo<P> {
     /// Formats the engine area of a fresh pool and returns the engine.
+    ///
+    /// It formats unconditionally: on a pool that already holds an engine's area (of any
+    /// engine) everything in it is lost. Call it on a pool [`Pool::create`] just made, and
+    /// `open` a pool that exists.
     pub fn create(pool: Pool<P>, options: &EngineOptions) -> TxResult<Self> {
         let layout = EngineLayout::plan(
             EngineKind::Redo,
@@ -142,6 +146,10 @@ impl<P: Persist> Redo<P> {
 
     /// Opens the engine area of `pool`, replaying committed records (recovery). A log with
     /// damage in the middle of a lane (not a torn tail) is refused with `Corrupted`.
+    ///
+    /// The lanes, their size and the heap's chunk size are the pool's, recorded by
+    /// `create`; of `options` only the run-time [`EngineOptions::log_mode`] applies. A pool
+    /// of another engine is `WrongEngine`, one no engine formatted `Corrupted`.
     pub fn open(pool: Pool<P>, options: &EngineOptions) -> TxResult<Self> {
         Self::open_with(pool, options, RecoveryMode::Strict)
     }
