@@ -630,6 +630,7 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
     where
         E: From<TxError>,
     {
+        let _running = tx::api::enter(self).map_err(E::from)?;
         let mut attempt = 0u32;
         let mut need = None;
         let mut space_asked = false;

@@ -1142,13 +1142,20 @@ fn an_operation_whose_reads_changed_commits_as_data_sized_then() {
                 if first {
                     first = false;
                     // Another lane changes the chunk this operation read after its snapshot:
-                    // its logical record would not re-execute as it ran.
-                    engine
-                        .transaction(|other| {
-                            let root = other.root::<()>();
-                            other.write_u64(root, WATCHED, seen + 100)
-                        })
-                        .expect("concurrent write");
+                    // its logical record would not re-execute as it ran. (On another thread:
+                    // a transaction nested in this one on the same thread is refused.)
+                    std::thread::scope(|scope| {
+                        scope
+                            .spawn(|| {
+                                engine.transaction(|other| {
+                                    let root = other.root::<()>();
+                                    other.write_u64(root, WATCHED, seen + 100)
+                                })
+                            })
+                            .join()
+                            .expect("thread")
+                    })
+                    .expect("concurrent write");
                 }
                 add(tx, 2)
             },
@@ -1233,4 +1240,35 @@ fn the_engines_shared_state_is_nameable() {
     shared.quiesce().expect("quiesce");
     assert_eq!(shared.heap().usage().allocated_blocks, 1);
     assert_eq!(shared.pool().header().layout, LAYOUT);
+}
+
+/// A transaction started inside another of the same engine on the same thread is refused:
+/// one that wrote a chunk the outer one had written used to retry forever on the outer
+/// one's lock.
+#[test]
+fn a_nested_transaction_is_refused_not_retried_forever() {
+    let engine = Mvcc::create(sim_pool(), &MvccOptions::small(), NoReplay).expect("create");
+    let (done_tx, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let outcome = engine.transaction(|tx| {
+            tx.write_u64(tx.root::<()>(), 0, 1)?;
+            let inner = engine.transaction(|inner| inner.write_u64(inner.root::<()>(), 8, 2));
+            assert!(
+                matches!(inner, Err(TxError::InvalidArgument(_))),
+                "{inner:?}"
+            );
+            Ok::<_, TxError>(())
+        });
+        outcome.expect("the outer transaction commits");
+        let words = engine.read_only(|tx| {
+            Ok::<_, TxError>((
+                tx.read_u64(tx.root::<()>(), 0)?,
+                tx.read_u64(tx.root::<()>(), 8)?,
+            ))
+        });
+        assert_eq!(words.expect("read"), (1, 0));
+        done_tx.send(()).expect("report");
+    });
+    done.recv_timeout(std::time::Duration::from_secs(30))
+        .expect("a nested transaction hung (or the test panicked)");
 }

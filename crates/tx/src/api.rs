@@ -454,7 +454,8 @@ pub trait Engine: Send + Sync {
     /// How concurrent transactions are isolated.
     fn isolation(&self) -> Isolation;
 
-    /// Runs `body` as one failure-atomic transaction.
+    /// Runs `body` as one failure-atomic transaction. Starting another transaction of the
+    /// same engine inside `body` (on the same thread) fails with `InvalidArgument`.
     fn transaction<R, E>(
         &self,
         body: impl FnMut(&mut Self::Tx<'_>) -> Result<R, E>,
@@ -498,6 +499,50 @@ pub trait Engine: Send + Sync {
     /// was opened, by name; a benchmark reports their change over its timed runs.
     fn event_counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
+    }
+}
+
+thread_local! {
+    /// The engines (by address) with a transaction running on this thread.
+    static RUNNING: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A transaction of one engine running on this thread (see [`enter`]); leaving it when
+/// dropped.
+#[derive(Debug)]
+pub struct Running {
+    engine: usize,
+}
+
+/// Marks a transaction of `engine` as running on this thread, refusing a second one: a
+/// transaction started inside the body of another transaction of the same engine would
+/// wait forever for a lane or a chunk lock the outer one holds, or commit on its own what
+/// it read from the outer one's uncommitted writes. Engines call it first thing in
+/// [`Engine::transaction`].
+pub fn enter<T: ?Sized>(engine: &T) -> TxResult<Running> {
+    let engine = std::ptr::from_ref(engine).cast::<()>().addr();
+    RUNNING.with_borrow_mut(|running| {
+        if running.contains(&engine) {
+            return Err(TxError::InvalidArgument(
+                "a transaction was started inside a transaction of the same engine on the \
+                 same thread; nested transactions are not supported (call the inner body \
+                 with the outer transaction's handle instead)"
+                    .into(),
+            ));
+        }
+        running.push(engine);
+        Ok(Running { engine })
+    })
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = RUNNING.try_with(|running| {
+            let mut running = running.borrow_mut();
+            if let Some(at) = running.iter().rposition(|&e| e == self.engine) {
+                running.swap_remove(at);
+            }
+        });
     }
 }
 

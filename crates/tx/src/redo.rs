@@ -715,6 +715,7 @@ impl<P: Persist> Engine for Redo<P> {
     where
         E: From<TxError>,
     {
+        let _running = crate::api::enter(self)?;
         let (lane, mut ring) = self.lanes.acquire();
         ring.writes.clear();
         let tx = RedoTx {

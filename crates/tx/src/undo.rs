@@ -572,6 +572,7 @@ impl<P: Persist> Engine for Undo<P> {
     where
         E: From<TxError>,
     {
+        let _running = crate::api::enter(self)?;
         let (_, mut lane) = self.lanes.acquire();
         check_generation_room(&lane)?;
         // A transaction that panicked inside `abort` may have left its state behind.

@@ -461,3 +461,53 @@ fn a_refused_open_of_another_engines_pool_keeps_its_clean_flag() {
         "redo's refused open left the pool marked as crashed"
     );
 }
+
+/// A transaction started inside another transaction of the same engine on the same thread
+/// is refused: with one lane it used to wait forever for the lane the outer one holds, and
+/// with more it committed on its own what it read from the outer one's uncommitted writes
+/// (which then survived the outer one's abort). Another engine's transaction still nests.
+#[test]
+fn a_nested_transaction_of_the_same_engine_is_refused_not_a_deadlock() {
+    let options = EngineOptions {
+        lanes: 1,
+        ..EngineOptions::small()
+    };
+    fn nest<E: Engine, F: Engine>(engine: &E, other: &F) {
+        let outcome = engine.transaction(|tx| {
+            tx.write_u64(tx.root::<()>(), 0, 1)?;
+            let inner = engine.transaction(|inner| {
+                let seen = inner.read_u64(inner.root::<()>(), 0)?;
+                inner.write_u64(inner.root::<()>(), 64, seen + 5)
+            });
+            assert!(
+                matches!(inner, Err(TxError::InvalidArgument(_))),
+                "{}: {inner:?}",
+                engine.name()
+            );
+            other.transaction(|tx| tx.write_u64(tx.root::<()>(), 128, 7))?;
+            Err::<(), _>(TxError::abort("outer aborts"))
+        });
+        assert!(matches!(outcome, Err(TxError::Aborted(_))), "{outcome:?}");
+        let after = engine.transaction(|tx| {
+            Ok::<_, TxError>((
+                tx.read_u64(tx.root::<()>(), 0)?,
+                tx.read_u64(tx.root::<()>(), 64)?,
+            ))
+        });
+        assert_eq!(after.expect("read"), (0, 0), "{}", engine.name());
+        let other = other.transaction(|tx| tx.read_u64(tx.root::<()>(), 128));
+        assert_eq!(other.expect("read"), 7);
+    }
+    let (undo, redo) = (
+        Undo::create(sim_pool(), &options).expect("undo"),
+        Redo::create(sim_pool(), &options).expect("redo"),
+    );
+    let (done_tx, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        nest(&undo, &redo);
+        nest(&redo, &undo);
+        done_tx.send(()).expect("report");
+    });
+    done.recv_timeout(std::time::Duration::from_secs(30))
+        .expect("a nested transaction hung (or the test panicked)");
+}
