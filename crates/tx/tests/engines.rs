@@ -511,3 +511,40 @@ fn a_nested_transaction_of_the_same_engine_is_refused_not_a_deadlock() {
     done.recv_timeout(std::time::Duration::from_secs(30))
         .expect("a nested transaction hung (or the test panicked)");
 }
+
+/// A pool whose engine header has a damaged magic is named as damaged, not as a pool no
+/// engine formatted (both are `Corrupted`; only the zeros of a blank area mean the latter).
+#[test]
+fn a_damaged_engine_magic_is_not_called_unformatted() {
+    let blank = Redo::open(sim_pool(), &EngineOptions::small()).expect_err("blank");
+    assert!(
+        blank.to_string().contains("not formatted"),
+        "blank pool: {blank}"
+    );
+    for undo in [false, true] {
+        let pool = sim_pool();
+        let at = pool.arena().offset;
+        let image = if undo {
+            let engine = Undo::create(pool, &EngineOptions::small()).expect("undo");
+            engine.pool().pm().volatile_image()
+        } else {
+            let engine = Redo::create(pool, &EngineOptions::small()).expect("redo");
+            engine.pool().pm().volatile_image()
+        };
+        let mut image = image;
+        image[at as usize + 3] ^= 0x40;
+        let pool =
+            Pool::attach(SimPm::from_image(image, SimConfig::default()), "engines").expect("pool");
+        let error = if undo {
+            Undo::open(pool, &EngineOptions::small()).map(drop)
+        } else {
+            Redo::open(pool, &EngineOptions::small()).map(drop)
+        }
+        .expect_err("damaged magic");
+        assert!(matches!(error, TxError::Corrupted(_)), "{error:?}");
+        assert!(
+            error.to_string().contains("damaged") && !error.to_string().contains("not formatted"),
+            "{error}"
+        );
+    }
+}
