@@ -209,7 +209,7 @@ impl Clock {
 
 /// The TSC's cross-core uncertainty on this machine, in cycles, or `None` if it could not
 /// be measured: measured once per process by passing counter values between two threads
-/// ([`measure_boundary`]), in batches for at most [`CALIBRATION`] (the smallest result
+/// ([`measure_boundary`]), in batches for at most `CALIBRATION` (the smallest result
 /// counts).
 pub fn tsc_boundary() -> Option<u64> {
     static BOUNDARY: OnceLock<Option<u64>> = OnceLock::new();
@@ -240,7 +240,7 @@ const FALLBACK_BOUNDARY: u64 = 20_000;
 /// A thread reads its counter and posts the value; the other reads its own on receipt. The
 /// difference is the clocks' offset plus the hand-over latency, so the smallest difference
 /// in each direction bounds the offset from above (ORDO's method); the boundary is the
-/// larger of the two, never below [`MIN_BOUNDARY`]. `None` if the other thread could not run
+/// larger of the two, never below `MIN_BOUNDARY`. `None` if the other thread could not run
 /// or never ran at the same time as this one (a loaded machine).
 pub fn measure_boundary(rounds: u32) -> Option<u64> {
     let boxes = std::sync::Arc::new([Mailbox::default(), Mailbox::default()]);

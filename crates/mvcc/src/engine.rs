@@ -44,7 +44,7 @@ pub struct Mvcc<P: Persist, R: Replay = NoReplay> {
 
 /// What the transactions of an engine and its background reclaimer share: the pool, the
 /// heap, the version log and chunk table, the clock, the lanes' announcements, and the
-/// checkpointer's state.
+/// checkpointer's state. An [`Mvcc`] dereferences to it: its methods are the engine's.
 #[derive(Debug)]
 pub struct Core<P: Persist> {
     pub(crate) pool: Pool<P>,
@@ -268,6 +268,10 @@ struct Scanned {
 
 impl<P: Persist, R: Replay> Mvcc<P, R> {
     /// Formats the engine area of a fresh pool and returns the engine.
+    ///
+    /// It formats unconditionally: on a pool that already holds an engine's area (of any
+    /// engine) everything in it is lost. Call it on a pool [`Pool::create`] just made, and
+    /// `open` a pool that exists.
     pub fn create(pool: Pool<P>, options: &MvccOptions, replay: R) -> TxResult<Self> {
         check_options(options)?;
         let layout = MvccLayout::plan(
@@ -286,6 +290,10 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
     /// Opens the engine area of `pool`: replays the checkpoint log, then re-executes the
     /// operations logged after the newest checkpoint, in timestamp order (recovery). Logs
     /// damaged in the middle (not a torn tail) are refused with `Corrupted`.
+    ///
+    /// The lanes, the log sizes and the heap's chunk size are the pool's, recorded by
+    /// `create`; of `options` only the run-time fields apply. A pool of another engine is
+    /// `WrongEngine`, one no engine formatted `Corrupted`.
     pub fn open(pool: Pool<P>, options: &MvccOptions, replay: R) -> TxResult<Self> {
         Self::open_with(pool, options, replay, RecoveryMode::Strict)
     }
@@ -315,7 +323,7 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
         let scanned = match scan(&pool, mode) {
             Ok(scanned) => scanned,
             Err(error) => {
-                pool.mark_unclean_on_drop();
+                tx::api::refused_open(&pool, &error);
                 return Err(error);
             }
         };
@@ -622,11 +630,14 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
     where
         E: From<TxError>,
     {
+        let _running = tx::api::enter(self).map_err(E::from)?;
         let mut attempt = 0u32;
         let mut need = None;
+        let mut space_asked = false;
         let id = op.map(|o| o.id).filter(|&id| self.replay.handles(id));
         loop {
             let outcome = Outcome::default();
+            outcome.space_asked.set(space_asked);
             let (lane, mut state) = self.lanes.acquire();
             // Reclamation happens here, between transactions, never inside one; a read-only
             // transaction skips it (one that writes after all and lacks room retries with
@@ -656,6 +667,10 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             #[allow(clippy::redundant_closure)]
             let result = tx::api::run_transaction(tx, |tx| body(tx));
             match outcome.retry.get() {
+                Some(Retry::Space) if result.is_err() => {
+                    space_asked = true;
+                    need = Some(Retry::Space);
+                }
                 Some(retry) if result.is_err() => {
                     self.stats.conflicts.fetch_add(1, Ordering::Relaxed);
                     if retry == Retry::Conflict {
@@ -686,6 +701,11 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
         self.meta_dirty
             .lock()
             .extend(actions.iter().map(|a| (a.addr(), a.len())));
+    }
+
+    /// Whether blocks freed by committed transactions wait for reuse.
+    pub(crate) fn has_deferred_frees(&self) -> bool {
+        !self.frees.lock().is_empty()
     }
 
     /// Keeps the blocks a commit at `ts` freed until a checkpoint covers the free.
@@ -857,7 +877,7 @@ impl<P: Persist, R: Replay> Engine for Mvcc<P, R> {
     /// A checkpoint covering every commit so far: nothing is left to re-execute. The masters
     /// are rewritten only when the checkpoint log fills (TimeStone's delayed write-back) or
     /// a checkpoint ends a read-mostly interval (`docs/mvcc-format.md` §5.10);
-    /// [`Mvcc::quiesce`] also writes everything back.
+    /// [`Core::quiesce`] also writes everything back.
     fn sync(&self) -> TxResult<()> {
         if std::env::var_os("MVCC_SYNC_QUIESCE").is_some() {
             return self.quiesce();

@@ -258,9 +258,16 @@ impl MvccLayout {
             });
         }
         if b[0..8] != MAGIC {
-            return Err(TxError::Corrupted(
-                "no transaction area in this pool (not formatted by an engine)".into(),
-            ));
+            // Formats write the magic last: zeros are a pool no engine formatted (or whose
+            // format was interrupted); anything else is a damaged header.
+            return Err(TxError::Corrupted(if b[0..8] == [0; 8] {
+                "no transaction area in this pool (not formatted by an engine)".into()
+            } else {
+                format!(
+                    "mvcc header damaged: its magic is {:02x?}, which no engine writes",
+                    &b[0..8]
+                )
+            }));
         }
         let (stored, computed) = (u32_at(&b, 60), crc32fast::hash(&b[..60]));
         if stored != computed {
@@ -308,6 +315,31 @@ mod tests {
             len: 1 << 20,
         };
         MvccLayout::plan(arena, 2, 8192, 8192).expect("plan")
+    }
+
+    /// Zeros where the magic goes are an area no engine formatted; other bytes there are a
+    /// damaged header, and the error says so.
+    #[test]
+    fn a_damaged_magic_is_not_called_unformatted() {
+        let pm = SimPm::new(1 << 21, Default::default());
+        let l = layout();
+        let arena = Region {
+            offset: 4096,
+            len: 1 << 20,
+        };
+        let blank = MvccLayout::read(&pm, arena).expect_err("blank");
+        assert!(blank.to_string().contains("not formatted"), "{blank}");
+        l.write(&pm);
+        let mut b = [0u8; 1];
+        pm.read(arena.offset + 2, &mut b);
+        pm.write(arena.offset + 2, &[b[0] ^ 1], WriteClass::Meta);
+        let damaged = MvccLayout::read(&pm, arena).expect_err("damaged");
+        assert!(
+            matches!(damaged, TxError::Corrupted(_))
+                && damaged.to_string().contains("damaged")
+                && !damaged.to_string().contains("not formatted"),
+            "{damaged}"
+        );
     }
 
     #[test]

@@ -38,7 +38,9 @@ pub enum Mutant {
 pub struct MvccOptions {
     /// Lanes: the most transactions that run at once, each lane with its operation log.
     pub lanes: u32,
-    /// Bytes per lane (its operation log), a multiple of 4 KiB.
+    /// Bytes per lane (its operation log), a multiple of 4 KiB. One transaction's record
+    /// must fit: the bytes it writes (blocks it allocated included) when it is not a
+    /// registered operation, otherwise `LogFull`.
     pub olog_size: u64,
     /// Bytes of the checkpoint log, a multiple of 4 KiB.
     pub clog_size: u64,

@@ -251,6 +251,9 @@ impl<P: Persist> Core<P> {
     /// Runs before each transaction on the lane: takes back versions whose grace period
     /// ended, and reclaims by the watermarks until `need` is satisfied.
     pub(crate) fn prepare(&self, state: &mut Lane, need: Option<Retry>) -> TxResult<()> {
+        if need == Some(Retry::Space) {
+            return self.release_deferred_frees();
+        }
         let capacity = state.capacity;
         let used = state.tlog_used();
         // The common case costs a few comparisons: nothing asked for, below every watermark.
@@ -1002,6 +1005,23 @@ impl<P: Persist> Core<P> {
             }
         }
         self.stats.settles.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// For an allocation that found no space: a checkpoint (covering the frees committed
+    /// so far), a write-back (the checkpoint log then holds none of the freed blocks'
+    /// chunks, and empty headers leave the table), and another checkpoint, which releases
+    /// the frees that became reusable.
+    pub(crate) fn release_deferred_frees(&self) -> TxResult<()> {
+        self.checkpoint_and_release()?;
+        {
+            let mut ck = self.ckpt.lock();
+            let _reading = self.reclaiming();
+            if !ck.writeback.is_empty() {
+                self.write_back(&mut ck)?;
+            }
+        }
+        self.checkpoint_and_release()?;
         Ok(())
     }
 

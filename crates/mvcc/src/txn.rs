@@ -25,12 +25,18 @@ pub(crate) enum Retry {
     Versions(u32),
     /// Room in the lane's OLog (a checkpoint).
     Olog,
+    /// Free heap space: an allocation found none while blocks freed by committed
+    /// transactions wait for a checkpoint or a write-back before they may be reused.
+    Space,
 }
 
 /// How a transaction attempt ended, for the retry loop.
 #[derive(Debug, Default)]
 pub(crate) struct Outcome {
     pub(crate) retry: Cell<Option<Retry>>,
+    /// An earlier attempt of this transaction already asked for [`Retry::Space`]: out of
+    /// space now is final.
+    pub(crate) space_asked: Cell<bool>,
 }
 
 /// Recovery's re-execution of one logged commit.
@@ -780,7 +786,16 @@ impl<P: Persist, R: Replay> Tx for MvccTx<'_, P, R> {
         // bytes and may share a chunk with a neighbour (a false conflict at worst; a fresh
         // block on a chunk with a header is written through the chain). Rounded to 128, every
         // node's first line would sit on an even line, in half the cache's sets (§10).
-        let reservation = engine.heap.reserve(size, &mut system)?;
+        let reservation = match engine.heap.reserve(size, &mut system) {
+            // Blocks freed by committed transactions may be waiting for reuse: run again
+            // after the engine has checkpointed, written back and released them.
+            Err(TxError::OutOfSpace { .. })
+                if !self.outcome.space_asked.get() && engine.has_deferred_frees() =>
+            {
+                return self.fail(Retry::Space);
+            }
+            other => other?,
+        };
         self.state.reservations.push(reservation);
         Ok(reservation.addr)
     }

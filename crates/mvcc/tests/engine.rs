@@ -1142,13 +1142,20 @@ fn an_operation_whose_reads_changed_commits_as_data_sized_then() {
                 if first {
                     first = false;
                     // Another lane changes the chunk this operation read after its snapshot:
-                    // its logical record would not re-execute as it ran.
-                    engine
-                        .transaction(|other| {
-                            let root = other.root::<()>();
-                            other.write_u64(root, WATCHED, seen + 100)
-                        })
-                        .expect("concurrent write");
+                    // its logical record would not re-execute as it ran. (On another thread:
+                    // a transaction nested in this one on the same thread is refused.)
+                    std::thread::scope(|scope| {
+                        scope
+                            .spawn(|| {
+                                engine.transaction(|other| {
+                                    let root = other.root::<()>();
+                                    other.write_u64(root, WATCHED, seen + 100)
+                                })
+                            })
+                            .join()
+                            .expect("thread")
+                    })
+                    .expect("concurrent write");
                 }
                 add(tx, 2)
             },
@@ -1169,4 +1176,99 @@ fn an_operation_whose_reads_changed_commits_as_data_sized_then() {
         })
         .expect("read");
     assert_eq!(watched, 100);
+}
+
+/// When every free block of the heap is one that committed transactions freed and that waits
+/// for a checkpoint (or for the checkpoint log to be written back) before it may be reused,
+/// an allocation gets it after the engine checkpoints and writes back, instead of failing
+/// with `OutOfSpace` until some later reclamation happens to run.
+#[test]
+fn an_allocation_does_not_fail_while_freed_blocks_wait_for_reuse() {
+    for background in [false, true] {
+        for linked in [false, true] {
+            let options = MvccOptions::small().with_background(background);
+            let engine = Mvcc::create(sim_pool(), &options, NoReplay).expect("create");
+            // Fill the heap; `linked` chains the blocks through versioned writes, so their
+            // chunks are in the checkpoint log when they are freed.
+            let mut blocks = Vec::new();
+            loop {
+                let result = engine.transaction(|tx| {
+                    let block: tx::PPtr = tx.alloc(1024)?;
+                    tx.write_u64(block, 0, 0)?;
+                    Ok::<_, TxError>(block)
+                });
+                match result {
+                    Ok(block) => blocks.push(block),
+                    Err(TxError::OutOfSpace { .. }) => break,
+                    Err(other) => panic!("allocating: {other}"),
+                }
+                if linked && blocks.len() >= 2 {
+                    let (a, b) = (blocks[blocks.len() - 2], blocks[blocks.len() - 1]);
+                    engine
+                        .transaction(|tx| tx.write_ptr(a, 0, b))
+                        .expect("link");
+                }
+            }
+            assert!(blocks.len() > 16, "only {} blocks fit", blocks.len());
+            for block in &blocks {
+                engine.transaction(|tx| tx.free(*block)).expect("free");
+            }
+            let again = engine.transaction(|tx| tx.alloc::<()>(1024));
+            assert!(
+                again.is_ok(),
+                "background {background}, linked {linked}: {again:?} with {} blocks freed",
+                blocks.len()
+            );
+        }
+    }
+}
+
+/// The engine's shared state is a public, documented type: a user can name it and call its
+/// methods (they used to be reachable only through `Deref` to a type rustdoc did not show).
+#[test]
+fn the_engines_shared_state_is_nameable() {
+    fn core<P: pmem::Persist, R: Replay>(engine: &Mvcc<P, R>) -> &mvcc::Core<P> {
+        engine
+    }
+    let engine = Mvcc::create(sim_pool(), &MvccOptions::small(), NoReplay).expect("create");
+    engine
+        .transaction(|tx| tx.alloc::<()>(64).map(drop))
+        .expect("allocate");
+    let shared = core(&engine);
+    assert_eq!(shared.allocated_blocks(), 1);
+    assert_eq!(shared.stats().commits_physical, 1);
+    shared.quiesce().expect("quiesce");
+    assert_eq!(shared.heap().usage().allocated_blocks, 1);
+    assert_eq!(shared.pool().header().layout, LAYOUT);
+}
+
+/// A transaction started inside another of the same engine on the same thread is refused:
+/// one that wrote a chunk the outer one had written used to retry forever on the outer
+/// one's lock.
+#[test]
+fn a_nested_transaction_is_refused_not_retried_forever() {
+    let engine = Mvcc::create(sim_pool(), &MvccOptions::small(), NoReplay).expect("create");
+    let (done_tx, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let outcome = engine.transaction(|tx| {
+            tx.write_u64(tx.root::<()>(), 0, 1)?;
+            let inner = engine.transaction(|inner| inner.write_u64(inner.root::<()>(), 8, 2));
+            assert!(
+                matches!(inner, Err(TxError::InvalidArgument(_))),
+                "{inner:?}"
+            );
+            Ok::<_, TxError>(())
+        });
+        outcome.expect("the outer transaction commits");
+        let words = engine.read_only(|tx| {
+            Ok::<_, TxError>((
+                tx.read_u64(tx.root::<()>(), 0)?,
+                tx.read_u64(tx.root::<()>(), 8)?,
+            ))
+        });
+        assert_eq!(words.expect("read"), (1, 0));
+        done_tx.send(()).expect("report");
+    });
+    done.recv_timeout(std::time::Duration::from_secs(30))
+        .expect("a nested transaction hung (or the test panicked)");
 }

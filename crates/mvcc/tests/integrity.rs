@@ -350,3 +350,28 @@ fn logs_whose_every_line_claims_a_record_to_the_end_recover_the_committed_state(
     assert_eq!(value, 41);
     assert_eq!(engine.recovery_report().damage().count(), 0);
 }
+
+/// The MVCC engine refuses a redo pool before writing anything, so the pool keeps the clean
+/// flag it had.
+#[test]
+fn a_refused_open_of_a_redo_pool_keeps_its_clean_flag() {
+    let dir = tempfile::tempdir_in(pmem::DEFAULT_POOL_DIR).expect("tmp");
+    let path = dir.path().join("redo");
+    let pool: Pool<Native> =
+        Pool::create(&path, &CreateOptions::new(LAYOUT, 1 << 20)).expect("pool");
+    drop(Redo::create(pool, &EngineOptions::small()).expect("redo"));
+    let open = || Pool::open(&path, LAYOUT, &Default::default()).expect("open");
+    let refused = Mvcc::open(open(), &MvccOptions::small(), NoReplay).expect_err("a redo pool");
+    assert!(matches!(refused, TxError::WrongEngine { .. }), "{refused}");
+    assert!(
+        open().was_clean(),
+        "a refused open left the pool marked as crashed"
+    );
+    open().abandon();
+    let refused = Mvcc::open(open(), &MvccOptions::small(), NoReplay).expect_err("a redo pool");
+    assert!(matches!(refused, TxError::WrongEngine { .. }), "{refused}");
+    assert!(
+        !open().was_clean(),
+        "a refused open marked a crashed pool clean"
+    );
+}

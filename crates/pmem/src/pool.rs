@@ -396,7 +396,15 @@ fn flock_holder(line: &str, file: &str) -> Option<u32> {
 /// Opens `path` without blocking (a FIFO would otherwise block the open) and refuses anything
 /// but a regular file.
 fn open_regular(options: &mut OpenOptions, path: &Path) -> Result<File, PoolError> {
-    let file = options.custom_flags(libc::O_NONBLOCK).open(path)?;
+    let file = match options.custom_flags(libc::O_NONBLOCK).open(path) {
+        // Opening a directory for writing fails before its type can be checked.
+        Err(error) if error.kind() == std::io::ErrorKind::IsADirectory => {
+            return Err(PoolError::NotAPool {
+                reason: "not a regular file",
+            });
+        }
+        other => other?,
+    };
     if !file.metadata()?.is_file() {
         return Err(PoolError::NotAPool {
             reason: "not a regular file",

@@ -322,10 +322,15 @@ fn missing_file_is_not_found() {
     assert!(matches!(error, PoolError::NotFound), "{error}");
 }
 
+/// A directory is "not a pool" (as `inspect` says), not an I/O error: opening it for
+/// writing fails with `EISDIR` before its type is checked.
 #[test]
 fn directory_is_not_a_pool() {
     let dir = shm_dir();
-    assert!(open(dir.path()).is_err());
+    let error = open(dir.path()).expect_err("a directory");
+    assert!(matches!(error, PoolError::NotAPool { .. }), "{error:?}");
+    let error = pmem::inspect(dir.path()).expect_err("a directory");
+    assert!(matches!(error, PoolError::NotAPool { .. }), "{error:?}");
 }
 
 #[test]

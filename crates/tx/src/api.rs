@@ -95,6 +95,7 @@ impl From<heap::HeapError> for TxError {
             heap::HeapError::InvalidFree(addr) | heap::HeapError::BeingFreed(addr) => {
                 TxError::InvalidFree(addr)
             }
+            heap::HeapError::InvalidArgument(reason) => TxError::InvalidArgument(reason),
             other => TxError::Corrupted(other.to_string()),
         }
     }
@@ -127,7 +128,12 @@ pub enum Isolation {
     /// transactions with their own locks, held around the whole `transaction` call (as with
     /// PMDK). Releasing a lock inside the body, before commit, is a bug.
     External,
-    /// The engine isolates transactions itself (e.g. MVCC); callers need no locks.
+    /// The engine isolates transactions itself (e.g. MVCC); callers need no locks. At
+    /// snapshot isolation (the MVCC engine's default level) only write–write conflicts
+    /// abort: two transactions that each read what the other writes may both commit (write
+    /// skew). A linked structure whose updates read a neighbour they do not write (unlinking
+    /// a node reads its successor's link) needs a serializable level, or the transaction
+    /// must also write what it relies on.
     Internal,
 }
 
@@ -284,16 +290,18 @@ pub trait Tx {
         PPtr::from_parts(self.pool_tag(), self.root_offset())
     }
 
-    /// Reads bytes of field `field` of `obj`.
+    /// Reads bytes of field `field` of `obj`. A field offset so large that the address
+    /// overflows is `OutOfBounds`.
     fn read<T>(&mut self, obj: PPtr<T>, field: u64, dst: &mut [u8]) -> TxResult<()> {
-        let base = self.check(obj)?;
-        self.read_raw(base + field, dst)
+        let addr = field_addr(self.check(obj)?, field, dst.len())?;
+        self.read_raw(addr, dst)
     }
 
-    /// Writes bytes of field `field` of `obj`.
+    /// Writes bytes of field `field` of `obj`. A field offset so large that the address
+    /// overflows is `OutOfBounds`.
     fn write<T>(&mut self, obj: PPtr<T>, field: u64, src: &[u8]) -> TxResult<()> {
-        let base = self.check(obj)?;
-        self.write_raw(base + field, src)
+        let addr = field_addr(self.check(obj)?, field, src.len())?;
+        self.write_raw(addr, src)
     }
 
     /// Reads a little-endian `u64` field.
@@ -356,6 +364,26 @@ pub trait Tx {
         let offset = self.check(obj)?;
         self.free_raw(offset)
     }
+}
+
+/// What an engine's `open` does with its pool when it fails with `error` before the
+/// engine exists: a pool it could not recover must not be marked as cleanly closed, but a
+/// pool of another engine, which it refused before writing anything, keeps the state it
+/// had (a clean pool stays clean).
+pub fn refused_open<P: pmem::Persist>(pool: &pmem::Pool<P>, error: &TxError) {
+    if !(matches!(error, TxError::WrongEngine { .. }) && pool.was_clean()) {
+        pool.mark_unclean_on_drop();
+    }
+}
+
+/// The absolute address of field `field` of an object at `base`; an address past the end
+/// of the address space (which would otherwise wrap to the start of the pool) is
+/// `OutOfBounds`.
+fn field_addr(base: u64, field: u64, len: usize) -> TxResult<u64> {
+    base.checked_add(field).ok_or(TxError::OutOfBounds {
+        addr: u64::MAX,
+        len: len as u64,
+    })
 }
 
 /// Identifies a registered operation (see [`Op`]).
@@ -426,7 +454,8 @@ pub trait Engine: Send + Sync {
     /// How concurrent transactions are isolated.
     fn isolation(&self) -> Isolation;
 
-    /// Runs `body` as one failure-atomic transaction.
+    /// Runs `body` as one failure-atomic transaction. Starting another transaction of the
+    /// same engine inside `body` (on the same thread) fails with `InvalidArgument`.
     fn transaction<R, E>(
         &self,
         body: impl FnMut(&mut Self::Tx<'_>) -> Result<R, E>,
@@ -470,6 +499,50 @@ pub trait Engine: Send + Sync {
     /// was opened, by name; a benchmark reports their change over its timed runs.
     fn event_counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
+    }
+}
+
+thread_local! {
+    /// The engines (by address) with a transaction running on this thread.
+    static RUNNING: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A transaction of one engine running on this thread (see [`enter`]); leaving it when
+/// dropped.
+#[derive(Debug)]
+pub struct Running {
+    engine: usize,
+}
+
+/// Marks a transaction of `engine` as running on this thread, refusing a second one: a
+/// transaction started inside the body of another transaction of the same engine would
+/// wait forever for a lane or a chunk lock the outer one holds, or commit on its own what
+/// it read from the outer one's uncommitted writes. Engines call it first thing in
+/// [`Engine::transaction`].
+pub fn enter<T: ?Sized>(engine: &T) -> TxResult<Running> {
+    let engine = std::ptr::from_ref(engine).cast::<()>().addr();
+    RUNNING.with_borrow_mut(|running| {
+        if running.contains(&engine) {
+            return Err(TxError::InvalidArgument(
+                "a transaction was started inside a transaction of the same engine on the \
+                 same thread; nested transactions are not supported (call the inner body \
+                 with the outer transaction's handle instead)"
+                    .into(),
+            ));
+        }
+        running.push(engine);
+        Ok(Running { engine })
+    })
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = RUNNING.try_with(|running| {
+            let mut running = running.borrow_mut();
+            if let Some(at) = running.iter().rposition(|&e| e == self.engine) {
+                running.swap_remove(at);
+            }
+        });
     }
 }
 
@@ -520,6 +593,81 @@ mod tests {
         assert_eq!(PPtr::<u8>::from_word(ptr.word()), ptr);
         assert!(PPtr::<u8>::null().is_null());
         assert_eq!(ptr.offset_by(64).offset(), 0x1234_5678 + 64);
+    }
+
+    /// A transaction over a 1 MiB byte array, recording what it was asked for.
+    struct Flat {
+        bytes: Vec<u8>,
+    }
+
+    impl Tx for Flat {
+        fn read_raw(&mut self, addr: u64, dst: &mut [u8]) -> TxResult<()> {
+            let len = dst.len() as u64;
+            let end = addr
+                .checked_add(len)
+                .filter(|&end| end <= self.bytes.len() as u64);
+            let end = end.ok_or(TxError::OutOfBounds { addr, len })?;
+            dst.copy_from_slice(&self.bytes[addr as usize..end as usize]);
+            Ok(())
+        }
+        fn write_raw(&mut self, addr: u64, src: &[u8]) -> TxResult<()> {
+            let len = src.len() as u64;
+            let end = addr
+                .checked_add(len)
+                .filter(|&end| end <= self.bytes.len() as u64);
+            let end = end.ok_or(TxError::OutOfBounds { addr, len })?;
+            self.bytes[addr as usize..end as usize].copy_from_slice(src);
+            Ok(())
+        }
+        fn alloc_raw(&mut self, size: u64) -> TxResult<u64> {
+            Err(TxError::OutOfSpace { size })
+        }
+        fn free_raw(&mut self, addr: u64) -> TxResult<()> {
+            Err(TxError::InvalidFree(addr))
+        }
+        fn pool_tag(&self) -> u16 {
+            7
+        }
+        fn root_offset(&self) -> u64 {
+            4096
+        }
+    }
+
+    /// A field offset that makes the address overflow is out of bounds; it used to wrap
+    /// around (in release builds) to the pool's first bytes, the header, and read or write
+    /// them.
+    #[test]
+    fn a_field_offset_past_the_address_space_is_out_of_bounds() {
+        let mut tx = Flat {
+            bytes: vec![0xAA; 1 << 20],
+        };
+        let root = tx.root::<()>();
+        // 4096 + (2^64 - 4096) wraps to 0.
+        let wrapping = 0u64.wrapping_sub(4096);
+        assert!(matches!(
+            tx.read_u64(root, wrapping),
+            Err(TxError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            tx.write_u64(root, wrapping, 1),
+            Err(TxError::OutOfBounds { .. })
+        ));
+        assert!(
+            tx.bytes[..8].iter().all(|&b| b == 0xAA),
+            "the header was written"
+        );
+        assert_eq!(
+            tx.read_u64(root, 8).expect("in bounds"),
+            0xAAAA_AAAA_AAAA_AAAA
+        );
+    }
+
+    /// A heap parameter out of range (such as a chunk size) is the caller's invalid argument,
+    /// not corrupt persistent state.
+    #[test]
+    fn an_invalid_heap_argument_is_an_invalid_argument() {
+        let error = TxError::from(heap::HeapError::InvalidArgument("chunk size".into()));
+        assert!(matches!(error, TxError::InvalidArgument(_)), "{error:?}");
     }
 
     #[test]

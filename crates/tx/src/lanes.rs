@@ -13,7 +13,10 @@ use std::cell::Cell;
 pub struct EngineOptions {
     /// Lanes (the most transactions that run at once; more threads wait for a lane).
     pub lanes: u32,
-    /// Bytes of log per lane (a transaction's log must fit in it).
+    /// Bytes of log per lane (a transaction's log must fit in it, or the transaction fails
+    /// with `LogFull`). `undo` keeps a quarter of each lane (at least 128 bytes) for the
+    /// records of the blocks a transaction allocates and frees, so there a `LogFull` may
+    /// name that area's capacity rather than the lane's.
     pub lane_size: u64,
     /// log2 of the heap's chunk size.
     pub chunk_shift: u32,

@@ -173,9 +173,16 @@ impl EngineLayout {
             });
         }
         if b[0..8] != MAGIC {
-            return Err(TxError::Corrupted(
-                "no transaction area in this pool (not formatted by an engine)".into(),
-            ));
+            // Formats write the magic last: zeros are a pool no engine formatted (or whose
+            // format was interrupted); anything else is a damaged header.
+            return Err(TxError::Corrupted(if b[0..8] == [0; 8] {
+                "no transaction area in this pool (not formatted by an engine)".into()
+            } else {
+                format!(
+                    "engine header damaged: its magic is {:02x?}, which no engine writes",
+                    &b[0..8]
+                )
+            }));
         }
         let half = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
         let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));

@@ -124,6 +124,10 @@ impl DirtyRanges {
 
 impl<P: Persist> Redo<P> {
     /// Formats the engine area of a fresh pool and returns the engine.
+    ///
+    /// It formats unconditionally: on a pool that already holds an engine's area (of any
+    /// engine) everything in it is lost. Call it on a pool [`Pool::create`] just made, and
+    /// `open` a pool that exists.
     pub fn create(pool: Pool<P>, options: &EngineOptions) -> TxResult<Self> {
         let layout = EngineLayout::plan(
             EngineKind::Redo,
@@ -142,6 +146,10 @@ impl<P: Persist> Redo<P> {
 
     /// Opens the engine area of `pool`, replaying committed records (recovery). A log with
     /// damage in the middle of a lane (not a torn tail) is refused with `Corrupted`.
+    ///
+    /// The lanes, their size and the heap's chunk size are the pool's, recorded by
+    /// `create`; of `options` only the run-time [`EngineOptions::log_mode`] applies. A pool
+    /// of another engine is `WrongEngine`, one no engine formatted `Corrupted`.
     pub fn open(pool: Pool<P>, options: &EngineOptions) -> TxResult<Self> {
         Self::open_with(pool, options, RecoveryMode::Strict)
     }
@@ -166,7 +174,7 @@ impl<P: Persist> Redo<P> {
             });
         // A pool that could not be recovered must not be marked as cleanly closed.
         let (layout, watermark, recovery, heap) =
-            recovered.inspect_err(|_| pool.mark_unclean_on_drop())?;
+            recovered.inspect_err(|error| crate::api::refused_open(&pool, error))?;
         let lanes = Lanes::new((0..layout.lane_count as usize).map(|lane| Ring {
             base: layout.lane(lane),
             log: LogRing::new(layout.lane_size),
@@ -707,6 +715,7 @@ impl<P: Persist> Engine for Redo<P> {
     where
         E: From<TxError>,
     {
+        let _running = crate::api::enter(self)?;
         let (lane, mut ring) = self.lanes.acquire();
         ring.writes.clear();
         let tx = RedoTx {

@@ -107,6 +107,10 @@ impl UndoLane {
 
 impl<P: Persist> Undo<P> {
     /// Formats the engine area of a fresh pool and returns the engine.
+    ///
+    /// It formats unconditionally: on a pool that already holds an engine's area (of any
+    /// engine) everything in it is lost. Call it on a pool [`Pool::create`] just made, and
+    /// `open` a pool that exists.
     pub fn create(pool: Pool<P>, options: &EngineOptions) -> TxResult<Self> {
         let layout = EngineLayout::plan(
             EngineKind::Undo,
@@ -133,6 +137,10 @@ impl<P: Persist> Undo<P> {
     /// Opens the engine area of `pool`, finishing committed and rolling back interrupted
     /// transactions (recovery). A lane whose log is damaged (not torn) is refused with
     /// `Corrupted`.
+    ///
+    /// The lanes, their size and the heap's chunk size are the pool's, recorded by
+    /// `create`; of `options` only the run-time [`EngineOptions::log_mode`] applies. A pool
+    /// of another engine is `WrongEngine`, one no engine formatted `Corrupted`.
     pub fn open(pool: Pool<P>, options: &EngineOptions) -> TxResult<Self> {
         Self::open_with(pool, options, RecoveryMode::Strict)
     }
@@ -147,8 +155,8 @@ impl<P: Persist> Undo<P> {
 
     fn open_with(pool: Pool<P>, options: &EngineOptions, mode: RecoveryMode) -> TxResult<Self> {
         // A pool that could not be recovered must not be marked as cleanly closed.
-        let (lanes, heap, recovery) =
-            Self::recover(&pool, options, mode).inspect_err(|_| pool.mark_unclean_on_drop())?;
+        let (lanes, heap, recovery) = Self::recover(&pool, options, mode)
+            .inspect_err(|error| crate::api::refused_open(&pool, error))?;
         let chunks = Region {
             offset: heap.layout().chunks,
             len: heap.layout().end() - heap.layout().chunks,
@@ -294,7 +302,7 @@ fn set_word<P: Persist>(pm: &P, at: u64, value: u64) {
     pm.persist(at, 8);
 }
 
-/// A transaction of the undo engine (its state is in the lane's [`Work`]).
+/// A transaction of the undo engine (its state is in the lane it holds).
 #[derive(Debug)]
 pub struct UndoTx<'e, P: Persist> {
     engine: &'e Undo<P>,
@@ -564,6 +572,7 @@ impl<P: Persist> Engine for Undo<P> {
     where
         E: From<TxError>,
     {
+        let _running = crate::api::enter(self)?;
         let (_, mut lane) = self.lanes.acquire();
         check_generation_room(&lane)?;
         // A transaction that panicked inside `abort` may have left its state behind.

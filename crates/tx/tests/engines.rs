@@ -416,3 +416,135 @@ fn a_failed_run_creation_reaches_the_transaction_with_its_own_error() {
     let result = engine.transaction(|tx| tx.alloc::<()>(64).map(|_| ()));
     assert!(matches!(result, Err(TxError::Poisoned)), "{result:?}");
 }
+
+/// Opening a pool with the wrong engine is refused before anything is written, so the pool
+/// keeps the clean flag it had: a cleanly closed pool is not left looking crashed, and a
+/// crashed one is not made to look clean.
+#[test]
+fn a_refused_open_of_another_engines_pool_keeps_its_clean_flag() {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir");
+    let path = dir.path().join("redo");
+    let options = EngineOptions::small();
+    let pool = Pool::create(&path, &CreateOptions::new("engines", 1 << 20)).expect("create");
+    drop(Redo::create(pool, &options).expect("redo"));
+    let open = || Pool::open(&path, "engines", &pmem::NativeOptions::default()).expect("open");
+    let refused = Undo::open(open(), &options).expect_err("a redo pool");
+    assert!(matches!(refused, TxError::WrongEngine { .. }), "{refused}");
+    assert!(
+        open().was_clean(),
+        "a refused open left the pool marked as crashed"
+    );
+    open().abandon();
+    let refused = Undo::open(open(), &options).expect_err("a redo pool");
+    assert!(matches!(refused, TxError::WrongEngine { .. }), "{refused}");
+    assert!(
+        !open().was_clean(),
+        "a refused open marked a crashed pool clean"
+    );
+    // (That open, like any open, left the pool clean when it dropped it.)
+    drop(Redo::open(open(), &options).expect("the right engine"));
+    let refused = Redo::open(
+        {
+            let path = dir.path().join("undo");
+            let pool =
+                Pool::create(&path, &CreateOptions::new("engines", 1 << 20)).expect("create");
+            drop(Undo::create(pool, &options).expect("undo"));
+            Pool::open(&path, "engines", &pmem::NativeOptions::default()).expect("open")
+        },
+        &options,
+    )
+    .expect_err("an undo pool");
+    assert!(matches!(refused, TxError::WrongEngine { .. }), "{refused}");
+    let undo = Pool::open(dir.path().join("undo"), "engines", &Default::default()).expect("open");
+    assert!(
+        undo.was_clean(),
+        "redo's refused open left the pool marked as crashed"
+    );
+}
+
+/// A transaction started inside another transaction of the same engine on the same thread
+/// is refused: with one lane it used to wait forever for the lane the outer one holds, and
+/// with more it committed on its own what it read from the outer one's uncommitted writes
+/// (which then survived the outer one's abort). Another engine's transaction still nests.
+#[test]
+fn a_nested_transaction_of_the_same_engine_is_refused_not_a_deadlock() {
+    let options = EngineOptions {
+        lanes: 1,
+        ..EngineOptions::small()
+    };
+    fn nest<E: Engine, F: Engine>(engine: &E, other: &F) {
+        let outcome = engine.transaction(|tx| {
+            tx.write_u64(tx.root::<()>(), 0, 1)?;
+            let inner = engine.transaction(|inner| {
+                let seen = inner.read_u64(inner.root::<()>(), 0)?;
+                inner.write_u64(inner.root::<()>(), 64, seen + 5)
+            });
+            assert!(
+                matches!(inner, Err(TxError::InvalidArgument(_))),
+                "{}: {inner:?}",
+                engine.name()
+            );
+            other.transaction(|tx| tx.write_u64(tx.root::<()>(), 128, 7))?;
+            Err::<(), _>(TxError::abort("outer aborts"))
+        });
+        assert!(matches!(outcome, Err(TxError::Aborted(_))), "{outcome:?}");
+        let after = engine.transaction(|tx| {
+            Ok::<_, TxError>((
+                tx.read_u64(tx.root::<()>(), 0)?,
+                tx.read_u64(tx.root::<()>(), 64)?,
+            ))
+        });
+        assert_eq!(after.expect("read"), (0, 0), "{}", engine.name());
+        let other = other.transaction(|tx| tx.read_u64(tx.root::<()>(), 128));
+        assert_eq!(other.expect("read"), 7);
+    }
+    let (undo, redo) = (
+        Undo::create(sim_pool(), &options).expect("undo"),
+        Redo::create(sim_pool(), &options).expect("redo"),
+    );
+    let (done_tx, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        nest(&undo, &redo);
+        nest(&redo, &undo);
+        done_tx.send(()).expect("report");
+    });
+    done.recv_timeout(std::time::Duration::from_secs(30))
+        .expect("a nested transaction hung (or the test panicked)");
+}
+
+/// A pool whose engine header has a damaged magic is named as damaged, not as a pool no
+/// engine formatted (both are `Corrupted`; only the zeros of a blank area mean the latter).
+#[test]
+fn a_damaged_engine_magic_is_not_called_unformatted() {
+    let blank = Redo::open(sim_pool(), &EngineOptions::small()).expect_err("blank");
+    assert!(
+        blank.to_string().contains("not formatted"),
+        "blank pool: {blank}"
+    );
+    for undo in [false, true] {
+        let pool = sim_pool();
+        let at = pool.arena().offset;
+        let image = if undo {
+            let engine = Undo::create(pool, &EngineOptions::small()).expect("undo");
+            engine.pool().pm().volatile_image()
+        } else {
+            let engine = Redo::create(pool, &EngineOptions::small()).expect("redo");
+            engine.pool().pm().volatile_image()
+        };
+        let mut image = image;
+        image[at as usize + 3] ^= 0x40;
+        let pool =
+            Pool::attach(SimPm::from_image(image, SimConfig::default()), "engines").expect("pool");
+        let error = if undo {
+            Undo::open(pool, &EngineOptions::small()).map(drop)
+        } else {
+            Redo::open(pool, &EngineOptions::small()).map(drop)
+        }
+        .expect_err("damaged magic");
+        assert!(matches!(error, TxError::Corrupted(_)), "{error:?}");
+        assert!(
+            error.to_string().contains("damaged") && !error.to_string().contains("not formatted"),
+            "{error}"
+        );
+    }
+}
