@@ -484,7 +484,25 @@ fn a_nested_transaction_of_the_same_engine_is_refused_not_a_deadlock() {
                 "{}: {inner:?}",
                 engine.name()
             );
-            other.transaction(|tx| tx.write_u64(tx.root::<()>(), 128, 7))?;
+            other.transaction(|tx| {
+                // Two levels down, under the other engine's transaction: still refused.
+                let deeper: Result<u64, TxError> =
+                    engine.transaction(|inner| inner.read_u64(inner.root::<()>(), 0));
+                assert!(
+                    matches!(deeper, Err(TxError::InvalidArgument(_))),
+                    "{}: {deeper:?}",
+                    engine.name()
+                );
+                tx.write_u64(tx.root::<()>(), 128, 7)
+            })?;
+            // Once the other engine's transaction ended, this thread is inside `engine`'s
+            // transaction alone again: still refused.
+            let again: Result<u64, TxError> =
+                engine.transaction(|inner| inner.read_u64(inner.root::<()>(), 0));
+            assert!(
+                matches!(again, Err(TxError::InvalidArgument(_))),
+                "{again:?}"
+            );
             Err::<(), _>(TxError::abort("outer aborts"))
         });
         assert!(matches!(outcome, Err(TxError::Aborted(_))), "{outcome:?}");
