@@ -258,16 +258,7 @@ impl MvccLayout {
             });
         }
         if b[0..8] != MAGIC {
-            // Formats write the magic last: zeros are a pool no engine formatted (or whose
-            // format was interrupted); anything else is a damaged header.
-            return Err(TxError::Corrupted(if b[0..8] == [0; 8] {
-                "no transaction area in this pool (not formatted by an engine)".into()
-            } else {
-                format!(
-                    "mvcc header damaged: its magic is {:02x?}, which no engine writes",
-                    &b[0..8]
-                )
-            }));
+            return Err(tx::layout::not_an_engine_magic("mvcc", &b[0..8]));
         }
         let (stored, computed) = (u32_at(&b, 60), crc32fast::hash(&b[..60]));
         if stored != computed {

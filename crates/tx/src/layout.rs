@@ -173,16 +173,7 @@ impl EngineLayout {
             });
         }
         if b[0..8] != MAGIC {
-            // Formats write the magic last: zeros are a pool no engine formatted (or whose
-            // format was interrupted); anything else is a damaged header.
-            return Err(TxError::Corrupted(if b[0..8] == [0; 8] {
-                "no transaction area in this pool (not formatted by an engine)".into()
-            } else {
-                format!(
-                    "engine header damaged: its magic is {:02x?}, which no engine writes",
-                    &b[0..8]
-                )
-            }));
+            return Err(not_an_engine_magic("engine", &b[0..8]));
         }
         let half = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
         let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
@@ -218,4 +209,16 @@ impl EngineLayout {
         }
         Ok(layout)
     }
+}
+
+/// The error for an engine area whose magic (`magic`, its first 8 bytes) is not the
+/// engine's: formats write the magic last, so zeros are a pool no engine formatted (or whose
+/// format was interrupted), and anything else is a damaged header (`area` names it: "engine",
+/// "mvcc").
+pub fn not_an_engine_magic(area: &str, magic: &[u8]) -> TxError {
+    TxError::Corrupted(if magic.iter().all(|&b| b == 0) {
+        "no transaction area in this pool (not formatted by an engine)".into()
+    } else {
+        format!("{area} header damaged: its magic is {magic:02x?}, which no engine writes")
+    })
 }
