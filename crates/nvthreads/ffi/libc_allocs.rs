@@ -379,9 +379,18 @@ unsafe fn adopt_entries(list: *mut *mut *mut libc::dirent, count: c_int) -> c_in
     }
     // SAFETY: the caller's contract.
     let theirs = unsafe { *list };
+    if count == 0 {
+        // glibc's list of no entries is null: keep it so (freeing whatever it gave).
+        // SAFETY: glibc's array (or null), no longer used; `list` is writable.
+        unsafe {
+            __libc_free(theirs.cast());
+            *list = std::ptr::null_mut();
+        }
+        return 0;
+    }
     let count_usize = count as usize;
-    let ours = malloc_from(count_usize.max(1) * size_of::<*mut libc::dirent>(), 0)
-        .cast::<*mut libc::dirent>();
+    let ours =
+        malloc_from(count_usize * size_of::<*mut libc::dirent>(), 0).cast::<*mut libc::dirent>();
     let mut copied = 0;
     while !ours.is_null() && copied < count_usize {
         // SAFETY: `theirs` holds `count` valid entries; `ours` has room for `count` pointers.
@@ -405,8 +414,12 @@ unsafe fn adopt_entries(list: *mut *mut *mut libc::dirent, count: c_int) -> c_in
             // SAFETY: our copies made above.
             unsafe { crate::heap::free((*ours.add(i)).cast()) };
         }
-        // SAFETY: our array (or null).
-        unsafe { crate::heap::free(ours.cast()) };
+        // SAFETY: our array (or null); `list` is writable (the C contract): it must not
+        // keep glibc's freed array for an error path that frees it.
+        unsafe {
+            crate::heap::free(ours.cast());
+            *list = std::ptr::null_mut();
+        }
         // SAFETY: __errno_location returns this thread's errno.
         unsafe { *libc::__errno_location() = libc::ENOMEM };
         return -1;
@@ -459,11 +472,12 @@ pub unsafe extern "C" fn getaddrinfo(
     let glibc_free = next!(c"freeaddrinfo" => unsafe extern "C" fn(*mut libc::addrinfo));
     // SAFETY: glibc's list, no longer used.
     unsafe { glibc_free(theirs) };
+    // SAFETY: `result` is writable (the C contract); on failure it must not keep glibc's
+    // freed list for an error path that frees it.
+    unsafe { *result = ours };
     if ours.is_null() {
         return libc::EAI_MEMORY;
     }
-    // SAFETY: `result` is writable (the C contract).
-    unsafe { *result = ours };
     0
 }
 

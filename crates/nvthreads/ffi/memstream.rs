@@ -66,7 +66,8 @@ impl MemStream {
     }
 
     /// Tells the program where its string is, as a flush does: the data ends at the
-    /// position.
+    /// position. Fails only if the position has no room, which `write` and `seek` make
+    /// before they move it: once open, a stream always has room for its position's NUL.
     fn publish(&mut self) -> bool {
         if !self.reserve(self.position) {
             return false;
@@ -100,7 +101,9 @@ pub unsafe extern "C" fn open_memstream(bufp: *mut *mut c_char, sizep: *mut size
         bufp,
         sizep,
     });
-    if !stream.reserve(0) {
+    // Published at once, as glibc's stream is at its first flush: a `fflush` before any
+    // output (which calls no cookie function) finds an empty string.
+    if !stream.publish() {
         set_errno(libc::ENOMEM);
         return std::ptr::null_mut();
     }
@@ -173,6 +176,12 @@ unsafe extern "C" fn seek(cookie: *mut c_void, offset: *mut i64, whence: c_int) 
         set_errno(libc::EINVAL);
         return -1;
     };
+    // Room first: a seek that fails (ENOMEM) leaves the stream where it was, so the program's
+    // string, later writes and `fclose` still work.
+    if !stream.reserve(position) {
+        set_errno(libc::ENOMEM);
+        return -1;
+    }
     stream.position = position;
     *offset = position as i64;
     if stream.publish() { 0 } else { -1 }

@@ -466,8 +466,10 @@ pub trait Engine: Send + Sync {
     /// How concurrent transactions are isolated.
     fn isolation(&self) -> Isolation;
 
-    /// Runs `body` as one failure-atomic transaction. Starting another transaction of the
-    /// same engine inside `body` (on the same thread) fails with `InvalidArgument`.
+    /// Runs `body` as one failure-atomic transaction. With Ferrite's engines (`undo`,
+    /// `redo`, `mvcc`, `mem`), starting another transaction of the same engine inside `body`
+    /// (on the same thread) fails with `InvalidArgument` ([`enter`]); the bench harness's
+    /// references and the PMDK peer do not check (a nested transaction there may block).
     fn transaction<R, E>(
         &self,
         body: impl FnMut(&mut Self::Tx<'_>) -> Result<R, E>,

@@ -235,6 +235,7 @@ impl Engine for MemEngine {
     where
         E: From<TxError>,
     {
+        let _running = crate::api::enter(self)?;
         let mut state = self.state.lock();
         // A transaction that panicked inside `abort` may have left its journal behind.
         state.journal.clear();

@@ -520,10 +520,12 @@ fn a_nested_transaction_of_the_same_engine_is_refused_not_a_deadlock() {
         Undo::create(sim_pool(), &options).expect("undo"),
         Redo::create(sim_pool(), &options).expect("redo"),
     );
+    let mem = tx::MemEngine::new(SIZE);
     let (done_tx, done) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         nest(&undo, &redo);
         nest(&redo, &undo);
+        nest(&mem, &undo);
         done_tx.send(()).expect("report");
     });
     done.recv_timeout(std::time::Duration::from_secs(30))

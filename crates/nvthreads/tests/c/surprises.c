@@ -188,6 +188,14 @@ static void *list_things(void *arg) {
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_CANONNAME};
     CHECK(getaddrinfo("127.0.0.1", "8080", &hints, &lists->addresses) == 0, "getaddrinfo");
+    char *early = NULL;
+    size_t early_len = 99;
+    FILE *empty = open_memstream(&early, &early_len);
+    CHECK(empty != NULL && fflush(empty) == 0, "open_memstream, fflush");
+    CHECK(early != NULL && early_len == 0 && early[0] == 0, "a memory stream flushed empty");
+    CHECK(fputs("ok", empty) >= 0 && fclose(empty) == 0, "fclose of a memory stream");
+    CHECK(early_len == 2 && strcmp(early, "ok") == 0, "a memory stream closed");
+    free(early);
     FILE *stream = open_memstream(&lists->text, &lists->text_len);
     CHECK(stream != NULL, "open_memstream");
     for (int i = 0; i < 1000; i++)
