@@ -9,7 +9,9 @@
 //! (the caller) on as one more argument: on x86-64 it is the word at the stack pointer, on
 //! AArch64 the link register. Other architectures treat every caller as the program.
 
-use super::{__libc_calloc, __libc_free, __libc_malloc, __libc_memalign, __libc_realloc, active};
+use super::{
+    __libc_calloc, __libc_free, __libc_malloc, __libc_memalign, __libc_realloc, active, set_errno,
+};
 use libc::{c_char, c_int, c_void, size_t};
 use nvthreads::heapmeta::{self, AllocError};
 use nvthreads::runtime::MallocMode;
@@ -105,11 +107,6 @@ fn owner(ptr: *mut c_void) -> Option<&'static nvthreads::runtime::Runtime> {
             .arena()
             .is_some_and(|arena| arena.contains(ptr as usize))
     })
-}
-
-fn set_errno(code: c_int) {
-    // SAFETY: __errno_location returns this thread's errno.
-    unsafe { *libc::__errno_location() = code };
 }
 
 fn or_enomem(ptr: *mut u8) -> *mut c_void {

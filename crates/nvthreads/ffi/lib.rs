@@ -259,6 +259,12 @@ pub unsafe extern "C" fn nvmalloc(size: size_t, name: *const c_char) -> *mut c_v
 /// before any).
 static LAST_ERROR: std::sync::Mutex<Option<std::ffi::CString>> = std::sync::Mutex::new(None);
 
+/// Sets the calling thread's `errno`.
+pub(crate) fn set_errno(code: c_int) {
+    // SAFETY: __errno_location returns the calling thread's errno, always valid.
+    unsafe { *libc::__errno_location() = code };
+}
+
 /// Records a failure of the persistence API: `errno`, the message `nvt_error` returns, and
 /// with `NVT_DEBUG=1` a line on stderr.
 fn fail(errno: c_int, message: &str) {
@@ -267,8 +273,7 @@ fn fail(errno: c_int, message: &str) {
     }
     let text = std::ffi::CString::new(message.replace('\0', " ")).unwrap_or_default();
     *LAST_ERROR.lock().unwrap_or_else(|e| e.into_inner()) = Some(text);
-    // SAFETY: __errno_location returns the calling thread's errno, always valid.
-    unsafe { *libc::__errno_location() = errno };
+    set_errno(errno);
 }
 
 /// Why the calling thread's last failed call of the persistence API failed (a message that

@@ -10,7 +10,7 @@
 //! forwards to glibc unchanged.
 
 use crate::heap::{copy_string, malloc_from, program_arena};
-use crate::{__libc_free, next};
+use crate::{__libc_free, next, set_errno};
 use libc::{FILE, c_char, c_int, c_void, size_t, ssize_t};
 
 /// glibc's `PATH_MAX`: the longest path `realpath` returns.
@@ -29,8 +29,7 @@ unsafe fn adopt_string(text: *mut c_char) -> *mut c_char {
     // SAFETY: glibc's block, no longer used.
     unsafe { __libc_free(text.cast()) };
     if copy.is_null() {
-        // SAFETY: __errno_location returns this thread's errno.
-        unsafe { *libc::__errno_location() = libc::ENOMEM };
+        set_errno(libc::ENOMEM);
     }
     copy
 }
@@ -420,8 +419,7 @@ unsafe fn adopt_entries(list: *mut *mut *mut libc::dirent, count: c_int) -> c_in
             crate::heap::free(ours.cast());
             *list = std::ptr::null_mut();
         }
-        // SAFETY: __errno_location returns this thread's errno.
-        unsafe { *libc::__errno_location() = libc::ENOMEM };
+        set_errno(libc::ENOMEM);
         return -1;
     }
     // SAFETY: `list` is writable (the C contract).

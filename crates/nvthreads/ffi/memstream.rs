@@ -9,7 +9,7 @@
 //! runtime dormant, or `NVT_MALLOC=private`, glibc's own `open_memstream` is used.
 
 use crate::heap::{program_arena, realloc_from};
-use crate::next;
+use crate::{next, set_errno};
 use libc::{FILE, c_char, c_int, c_void, size_t, ssize_t};
 
 /// glibc's `cookie_io_functions_t`.
@@ -27,13 +27,12 @@ unsafe extern "C" {
 
 /// A memory stream's state, kept as glibc keeps it: `buffer` holds `capacity` bytes, every
 /// byte never written is zero (so a write past the end after a seek finds the gap
-/// zero-filled), and the end of the data (`len`, where `SEEK_END` counts from) is the
-/// position at the last write or seek — a write after a seek back shortens it without
-/// clearing what follows; `fclose` then cuts the string at the position with a NUL.
+/// zero-filled), and the end of the data, where `SEEK_END` counts from, is the position:
+/// every write and seek publishes it as the size — a write after a seek back shortens the
+/// data without clearing what follows; `fclose` then cuts the string there with a NUL.
 struct MemStream {
     buffer: *mut u8,
     capacity: usize,
-    len: usize,
     position: usize,
     bufp: *mut *mut c_char,
     sizep: *mut size_t,
@@ -72,7 +71,6 @@ impl MemStream {
         if !self.reserve(self.position) {
             return false;
         }
-        self.len = self.position;
         // SAFETY: the program's locations, valid while the stream is open (the C contract).
         unsafe {
             *self.bufp = self.buffer.cast();
@@ -96,7 +94,6 @@ pub unsafe extern "C" fn open_memstream(bufp: *mut *mut c_char, sizep: *mut size
     let mut stream = Box::new(MemStream {
         buffer: std::ptr::null_mut(),
         capacity: 0,
-        len: 0,
         position: 0,
         bufp,
         sizep,
@@ -123,11 +120,6 @@ pub unsafe extern "C" fn open_memstream(bufp: *mut *mut c_char, sizep: *mut size
         unsafe { crate::heap::free(stream.buffer.cast()) };
     }
     file
-}
-
-fn set_errno(code: c_int) {
-    // SAFETY: __errno_location returns this thread's errno.
-    unsafe { *libc::__errno_location() = code };
 }
 
 /// The stream's write: at the position, zero-filling a gap past the end.
@@ -161,8 +153,8 @@ unsafe extern "C" fn seek(cookie: *mut c_void, offset: *mut i64, whence: c_int) 
     let (stream, offset) = unsafe { (&mut *cookie.cast::<MemStream>(), &mut *offset) };
     let base = match whence {
         libc::SEEK_SET => 0,
-        libc::SEEK_CUR => stream.position,
-        libc::SEEK_END => stream.len,
+        // The data ends at the position (see `MemStream`).
+        libc::SEEK_CUR | libc::SEEK_END => stream.position,
         _ => {
             set_errno(libc::EINVAL);
             return -1;

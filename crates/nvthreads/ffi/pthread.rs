@@ -60,8 +60,7 @@ impl std::ops::Deref for Active {
 
 impl Drop for Active {
     fn drop(&mut self) {
-        // SAFETY: as in `Active::new`.
-        unsafe { *libc::__errno_location() = self.errno };
+        crate::set_errno(self.errno);
     }
 }
 

@@ -7,7 +7,7 @@
 //! runtime and the wait goes on; a child of the program is then waited for by its pid, with
 //! the caller's options. A wait for one pid, and every wait of a dormant runtime, is glibc's.
 
-use crate::next;
+use crate::{next, set_errno};
 use libc::{c_int, idtype_t, pid_t, rusage, siginfo_t};
 use nvthreads::runtime::threads::{has_program_children, is_thread_process, reap_thread_process};
 
@@ -20,11 +20,6 @@ fn real_wait4() -> Wait4 {
 
 fn real_waitid() -> WaitId {
     next!(c"waitid" => WaitId)
-}
-
-fn set_errno(code: c_int) {
-    // SAFETY: __errno_location returns this thread's errno.
-    unsafe { *libc::__errno_location() = code };
 }
 
 /// Whether waits for any child must skip thread-processes here.
