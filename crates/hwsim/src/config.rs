@@ -476,8 +476,9 @@ impl Config {
             return bad("store_buffer, mlp and writeback_buffer must be ≥ 1".into());
         }
         let m = &self.mem;
-        if m.write_queue == 0 || !(1..=64).contains(&m.banks) {
-            return bad("write_queue must be ≥ 1 and banks in 1..=64".into());
+        // A read queue of 0 would count every read that waits for its bank as an overflow.
+        if m.write_queue == 0 || m.read_queue == 0 || !(1..=64).contains(&m.banks) {
+            return bad("mem: write_queue and read_queue must be ≥ 1 and banks in 1..=64".into());
         }
         if m.drain_low >= m.drain_high || m.drain_high > m.write_queue {
             return bad("need drain_low < drain_high ≤ write_queue".into());
@@ -690,6 +691,22 @@ mod tests {
             ..Config::default()
         };
         c.validate().expect("the bound itself is allowed");
+    }
+
+    #[test]
+    fn empty_memory_queues_are_refused() {
+        for change in [
+            (|m: &mut MemConfig| m.read_queue = 0) as fn(&mut MemConfig),
+            |m| m.write_queue = 0,
+        ] {
+            let mut c = Config::default();
+            change(&mut c.mem);
+            let error = c.validate().expect_err("an empty queue");
+            assert!(
+                error.to_string().contains("read_queue must be ≥ 1"),
+                "{error}"
+            );
+        }
     }
 
     #[test]

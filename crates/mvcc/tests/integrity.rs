@@ -2,7 +2,7 @@
 
 use crashsim::SimPm;
 use mvcc::{Mvcc, MvccOptions};
-use pmem::{CreateOptions, Native, Pool};
+use pmem::{CreateOptions, Native, Persist, Pool};
 use tx::{
     Engine, EngineOptions, NoReplay, Op, OpId, PPtr, Redo, Replay, Tx, TxError, TxResult, Undo,
 };
@@ -374,4 +374,114 @@ fn a_refused_open_of_a_redo_pool_keeps_its_clean_flag() {
         !open().was_clean(),
         "a refused open marked a crashed pool clean"
     );
+}
+
+/// The engine a test formats a pool with, or asks to format over one.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Undo,
+    Redo,
+    Mvcc,
+}
+
+const KINDS: [Kind; 3] = [Kind::Undo, Kind::Redo, Kind::Mvcc];
+
+/// `kind`'s `create` on `pool`, the engine dropped at once.
+fn create(kind: Kind, pool: Pool<Native>) -> TxResult<()> {
+    match kind {
+        Kind::Undo => Undo::create(pool, &EngineOptions::small()).map(drop),
+        Kind::Redo => Redo::create(pool, &EngineOptions::small()).map(drop),
+        Kind::Mvcc => Mvcc::create(pool, &MvccOptions::small(), NoReplay).map(drop),
+    }
+}
+
+/// Commits `value` into the root's first word through `kind`'s engine on a fresh `pool`.
+fn create_with_value(kind: Kind, pool: Pool<Native>, value: u64) {
+    fn set<E: Engine>(engine: E, value: u64) {
+        engine
+            .transaction(|tx| {
+                let root = tx.root::<()>();
+                tx.write_u64(root, 0, value)
+            })
+            .expect("commit");
+    }
+    match kind {
+        Kind::Undo => set(
+            Undo::create(pool, &EngineOptions::small()).expect("undo"),
+            value,
+        ),
+        Kind::Redo => set(
+            Redo::create(pool, &EngineOptions::small()).expect("redo"),
+            value,
+        ),
+        Kind::Mvcc => set(
+            Mvcc::create(pool, &MvccOptions::small(), NoReplay).expect("mvcc"),
+            value,
+        ),
+    }
+}
+
+/// The root's first word, read by `kind`'s engine opening `pool`.
+fn value_in(kind: Kind, pool: Pool<Native>) -> u64 {
+    fn get<E: Engine>(engine: E) -> u64 {
+        engine
+            .read_only(|tx| {
+                let root = tx.root::<()>();
+                tx.read_u64(root, 0)
+            })
+            .expect("read")
+    }
+    match kind {
+        Kind::Undo => get(Undo::open(pool, &EngineOptions::small()).expect("undo")),
+        Kind::Redo => get(Redo::open(pool, &EngineOptions::small()).expect("redo")),
+        Kind::Mvcc => get(Mvcc::open(pool, &MvccOptions::small(), NoReplay).expect("mvcc")),
+    }
+}
+
+/// `create` formats only a fresh pool: on a pool any engine formatted, or whose engine area
+/// holds other data, every engine's `create` is `AlreadyFormatted`, the file is unchanged
+/// byte for byte, and the engine that owns it still opens it with its data.
+#[test]
+fn create_refuses_a_pool_whose_engine_area_is_not_fresh() {
+    let dir = tempfile::tempdir_in(pmem::DEFAULT_POOL_DIR).expect("tmp");
+    let open = |path: &std::path::Path| {
+        Pool::<Native>::open(path, LAYOUT, &Default::default()).expect("open")
+    };
+    for owner in KINDS {
+        let path = dir.path().join(format!("{owner:?}"));
+        let pool = Pool::create(&path, &CreateOptions::new(LAYOUT, POOL)).expect("pool");
+        create_with_value(owner, pool, 0x5eed);
+        let before = std::fs::read(&path).expect("read");
+        for other in KINDS {
+            let refused = create(other, open(&path)).expect_err("a formatted pool");
+            assert!(
+                matches!(refused, TxError::AlreadyFormatted { found } if found.contains(&format!("{owner:?}").to_lowercase())),
+                "{other:?} over {owner:?}: {refused}"
+            );
+        }
+        assert!(
+            std::fs::read(&path).expect("read") == before,
+            "a refused create changed the {owner:?} pool"
+        );
+        assert_eq!(value_in(owner, open(&path)), 0x5eed, "{owner:?}");
+    }
+
+    // Bytes no engine wrote at the arena's start: refused alike; zeros there are fresh.
+    let path = dir.path().join("foreign");
+    let pool: Pool<Native> = Pool::create(&path, &CreateOptions::new(LAYOUT, POOL)).expect("pool");
+    let at = pool.arena().offset;
+    pool.pm().write(at, b"not-ours", pmem::WriteClass::Meta);
+    pool.pm().persist(at, 8);
+    drop(pool);
+    for kind in KINDS {
+        let refused = create(kind, open(&path)).expect_err("foreign data");
+        assert!(
+            matches!(refused, TxError::AlreadyFormatted { found } if found.contains("no engine")),
+            "{kind:?}: {refused}"
+        );
+    }
+    let pool = open(&path);
+    pool.pm().fill(at, 8, 0, pmem::WriteClass::Meta);
+    pool.pm().persist(at, 8);
+    create(Kind::Redo, pool).expect("an area whose magic is zero is fresh");
 }

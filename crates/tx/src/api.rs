@@ -67,6 +67,16 @@ pub enum TxError {
     /// Persistent state is inconsistent (detected by a checksum or a structural check).
     #[error("corrupt persistent state: {0}")]
     Corrupted(String),
+    /// `create` was given a pool whose engine area is not empty: formatting it would lose
+    /// what it holds. Open the pool instead, or create a new pool file.
+    #[error(
+        "the pool already holds {found}; create formats only a fresh pool (open this one, or create a new pool file)"
+    )]
+    AlreadyFormatted {
+        /// What the engine area holds: "the undo engine's area", "the mvcc engine's
+        /// area", or "data no engine wrote".
+        found: &'static str,
+    },
     /// A counter kept in a checked word (the redo sequence, an undo lane's generation) has
     /// no room left below its 48-bit limit: the pool takes no more transactions.
     #[error(

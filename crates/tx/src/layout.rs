@@ -211,6 +211,30 @@ impl EngineLayout {
     }
 }
 
+/// Refuses to format `arena` over something: `create` takes a pool whose engine area starts
+/// with the zeros [`pmem::Pool::create`] leaves (an interrupted format, which writes the magic
+/// last, also reads as fresh). Any engine's magic, or any other bytes there, is
+/// `AlreadyFormatted`, and nothing is written.
+pub fn refuse_formatted<P: Persist>(pm: &P, arena: Region) -> Result<(), TxError> {
+    let mut b = [0u8; HEADER_LEN as usize];
+    pm.read(arena.offset, &mut b);
+    let found = if b[0..8] == MVCC_MAGIC {
+        "the mvcc engine's area"
+    } else if b[0..8] == MAGIC {
+        let code = u32::from_le_bytes(b[12..16].try_into().expect("4 bytes"));
+        match EngineKind::from_code(code) {
+            Some(EngineKind::Undo) => "the undo engine's area",
+            Some(EngineKind::Redo) => "the redo engine's area",
+            None => "an engine header of an unknown kind",
+        }
+    } else if b[0..8].iter().any(|&byte| byte != 0) {
+        "data no engine wrote (another program's, or a damaged engine header)"
+    } else {
+        return Ok(());
+    };
+    Err(TxError::AlreadyFormatted { found })
+}
+
 /// The error for an engine area whose magic (`magic`, its first 8 bytes) is not the
 /// engine's: formats write the magic last, so zeros are a pool no engine formatted (or whose
 /// format was interrupted), and anything else is a damaged header (`area` names it: "engine",

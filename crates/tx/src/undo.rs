@@ -106,12 +106,12 @@ impl UndoLane {
 }
 
 impl<P: Persist> Undo<P> {
-    /// Formats the engine area of a fresh pool and returns the engine.
-    ///
-    /// It formats unconditionally: on a pool that already holds an engine's area (of any
-    /// engine) everything in it is lost. Call it on a pool [`Pool::create`] just made, and
-    /// `open` a pool that exists.
+    /// Formats the engine area of a fresh pool (one [`Pool::create`] just made) and returns
+    /// the engine. A pool whose engine area holds anything (any engine's area, or other
+    /// data) is refused with [`TxError::AlreadyFormatted`] and left unchanged: `open` a pool
+    /// that exists.
     pub fn create(pool: Pool<P>, options: &EngineOptions) -> TxResult<Self> {
+        crate::layout::refuse_formatted(pool.pm(), pool.arena())?;
         let layout = EngineLayout::plan(
             EngineKind::Undo,
             pool.arena(),
