@@ -180,6 +180,19 @@ pub fn print_summary(
     if !headlines.rows.is_empty() {
         writeln!(out, "\n{}\n{}", headlines.title, terminal_table(&headlines))?;
     }
+    let indicative = crate::report::ClaimVerdict::Indicative;
+    if report
+        .sections
+        .iter()
+        .flat_map(|section| &section.headlines)
+        .any(|headline| headline.verdict == indicative)
+    {
+        writeln!(
+            out,
+            "({}: measured at --quick sizes, which cannot judge the claim, so no verdict.)",
+            indicative.label()
+        )?;
+    }
     for section in &report.sections {
         writeln!(out, "\n== {} [{}]", section.title, section.verdict.label())?;
         for line in &section.summary {

@@ -156,14 +156,14 @@ fn bank_headline(settings: &Settings, bank: &[BankPoint]) -> Headline {
         Some(point) => Headline::new(
             claim,
             format!(
-                "{:.0}× ({:.0} vs {:.0} transfers/s, median of {} runs)",
+                "{:.0}× (nvthreads {:.0} vs pthreads {:.0} transfers/s, median of {})",
                 point.slowdown(),
                 point.rates().1,
                 point.rates().0,
-                point.nvthreads_s.len()
+                runs_text(point.nvthreads_s.len())
             ),
             if settings.quick {
-                ClaimVerdict::NotMeasured
+                ClaimVerdict::Indicative
             } else {
                 ClaimVerdict::from_holds(point.slowdown() <= BANK_GOAL)
             },
@@ -311,9 +311,10 @@ fn headlines(
     pages: &[PagePoint],
     recovery: &KmeansRecovery,
 ) -> Vec<Headline> {
+    // Quick sizes cannot judge the claims: what was measured is shown, without a verdict.
     let verdict = |holds: bool| {
         if settings.quick {
-            ClaimVerdict::NotMeasured
+            ClaimVerdict::Indicative
         } else {
             ClaimVerdict::from_holds(holds)
         }
@@ -331,9 +332,9 @@ fn headlines(
             (PAPER_OVERHEAD - 1.0) * 100.0
         ),
         format!(
-            "{persistent_within} of {} Phoenix-style kernels (median of {} runs)",
+            "{persistent_within} of {} Phoenix-style kernels (median of {})",
             kernels.len(),
-            settings.runs
+            runs_text(settings.runs)
         ),
         verdict(persistent_within * 14 >= 9 * kernels.len()),
     ));
@@ -344,9 +345,9 @@ fn headlines(
     rows.push(Headline::new(
         format!("Goal: runtime defaults within {SLOWDOWN_GOAL}× of pthreads on 6 of 8 kernels"),
         format!(
-            "{defaults_within} of {} (median of {} runs)",
+            "{defaults_within} of {} (median of {})",
             kernels.len(),
-            settings.kernel_runs
+            runs_text(settings.kernel_runs)
         ),
         verdict(defaults_within >= 6),
     ));
@@ -364,6 +365,14 @@ fn headlines(
     rows.push(page_headline(pages, &verdict));
     rows.push(recovery_headline(recovery, &verdict));
     rows
+}
+
+/// "1 run", "5 runs".
+fn runs_text(runs: usize) -> String {
+    match runs {
+        1 => "1 run".to_owned(),
+        n => format!("{n} runs"),
+    }
 }
 
 /// The paper's overhead bound for most applications (< 28 %).
@@ -459,11 +468,11 @@ fn summary(
     let mut lines = vec![
         format!(
             "Kernels, runtime defaults (malloc shared, not persistent): {} of {} within the \
-             {SLOWDOWN_GOAL}× goal of plain pthreads in the compute phase (median of {} \
-             runs, {} threads){}.",
+             {SLOWDOWN_GOAL}× goal of plain pthreads in the compute phase (median of {}, {} \
+             threads){}.",
             within.len(),
             kernels.len(),
-            settings.kernel_runs,
+            runs_text(settings.kernel_runs),
             settings.threads,
             if over.is_empty() {
                 String::new()
@@ -779,7 +788,7 @@ fn page_plot(pages: &[PagePoint]) -> anyhow::Result<Plot> {
     let title = "Page micro-benchmark: slowdown vs pthreads";
     Ok(Plot {
         id: "pages".to_owned(),
-        title: format!("{title} by % of each page modified (log scales)"),
+        title: format!("{title} by % of each page modified (log-scale x axis, linear y)"),
         svg: log2_line_chart(title, "% of each page modified", "slowdown (×)", &series)?,
     })
 }
@@ -843,4 +852,53 @@ fn recovery_json(recovery: &KmeansRecovery) -> Value {
             "same_result": p.same_result,
         })).collect::<Vec<_>>(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recovery(speedup: f64) -> KmeansRecovery {
+        KmeansRecovery {
+            size: 4,
+            iterations: 19,
+            full_wall_s: 0.064,
+            points: vec![nvt::CrashPoint {
+                killed_after: 10,
+                resumed_from: 10,
+                iterations_after: 9,
+                resume_wall_s: 0.064 / speedup,
+                same_result: true,
+            }],
+        }
+    }
+
+    /// A quick run shows what it measured with no verdict; "not measured" is kept for what
+    /// did not run.
+    #[test]
+    fn quick_headlines_are_indicative_not_unmeasured() {
+        let full = Settings::new(std::path::PathBuf::from("/dev/shm"), false);
+        let quick = Settings::new(std::path::PathBuf::from("/dev/shm"), true);
+        let resumed = |settings: &Settings| {
+            let rows = headlines(settings, &[], &[], &recovery(1.66));
+            rows.into_iter()
+                .find(|h| h.claim.starts_with("K-means"))
+                .expect("the recovery headline")
+        };
+        assert_eq!(resumed(&full).verdict, ClaimVerdict::Met);
+        let indicative = resumed(&quick);
+        assert_eq!(indicative.verdict, ClaimVerdict::Indicative);
+        assert!(
+            indicative
+                .ours
+                .starts_with("1.66× after iteration 10 of 19")
+        );
+        let pages = headlines(&quick, &[], &[], &recovery(1.66))
+            .into_iter()
+            .find(|h| h.claim.starts_with("Page micro-benchmark"))
+            .expect("the page headline");
+        assert_eq!(pages.verdict, ClaimVerdict::NotMeasured, "no page run");
+        assert_eq!(runs_text(1), "1 run");
+        assert_eq!(runs_text(11), "11 runs");
+    }
 }
