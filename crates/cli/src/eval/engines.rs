@@ -520,8 +520,10 @@ fn amplification_plot(runs: &[&Run]) -> anyhow::Result<Plot> {
         .filter(|r| r.measurement.traffic.write_amplification.is_some())
         .collect();
     let (categories, labels) = categories(&measured);
-    let bars: Vec<BarSeries> = SILO_ENGINES
-        .iter()
+    // Every engine whose stores the seam counts: the logging engines and the ideal
+    // reference on Silo's workloads, mvcc beside them on the others.
+    let engines = SILO_ENGINES.iter().chain(&[MVCC]);
+    let bars: Vec<BarSeries> = engines
         .filter(|&&engine| measured.iter().any(|r| r.engine == engine))
         .map(|&engine| {
             series(
@@ -645,6 +647,22 @@ mod tests {
             "{}",
             quick.summary[0]
         );
+    }
+
+    /// The write-amplification plot has a bar for every engine the seam counts, mvcc
+    /// included.
+    #[test]
+    fn the_write_amplification_plot_shows_mvcc() {
+        use bench::engines::Family;
+        let mut hot = fake::silo(WorkloadChoice::Hash, MVCC, 100.0, Some(0.26));
+        hot.family = Family::HotKey { value_size: 256 };
+        let mut redo = fake::silo(WorkloadChoice::Hash, REDO, 100.0, Some(2.08));
+        redo.family = hot.family;
+        let runs = [hot, redo];
+        let refs: Vec<&Run> = runs.iter().collect();
+        let plot = amplification_plot(&refs).expect("plot");
+        assert!(plot.svg.contains("\nmvcc\n"), "no mvcc series");
+        assert!(plot.svg.contains("\nredo\n"));
     }
 
     /// A run of the sweep at `line_ns` of `engine` on `workload`: mvcc writes back 2 cache
