@@ -401,7 +401,8 @@ fn page_headline(pages: &[PagePoint], verdict: &dyn Fn(bool) -> ClaimVerdict) ->
         if at_paper.is_empty() {
             "not measured".to_owned()
         } else {
-            format!("{min:.1}–{max:.1}× faster than the undo engine")
+            // "0.8× faster" would read as faster: the range is the speed ratio, below 1 slower.
+            format!("NVthreads at {min:.1}–{max:.1}× the undo engine's speed")
         },
         if at_paper.is_empty() {
             ClaimVerdict::NotMeasured
@@ -551,7 +552,7 @@ fn page_line(pages: &[PagePoint]) -> String {
         let max = speedups.iter().copied().fold(0.0, f64::max);
         format!(
             "NVthreads {:.1}× pthreads at {}% of each page modified and {:.1}× at {}%, undo \
-             {:.0}× and {:.0}×: NVthreads {min:.1}–{max:.1}× faster",
+             {:.0}× and {:.0}×: NVthreads at {min:.1}–{max:.1}× undo's speed",
             low.nvthreads_slowdown(),
             low.percent,
             high.nvthreads_slowdown(),
@@ -693,7 +694,7 @@ fn page_table(pages: &[PagePoint]) -> Table {
             "undo µs",
             "nvthreads ×",
             "undo ×",
-            "nvthreads faster by",
+            "nvthreads speed ÷ undo speed",
             "log KiB per round",
         ],
     );
@@ -898,6 +899,21 @@ mod tests {
             .find(|h| h.claim.starts_with("Page micro-benchmark"))
             .expect("the page headline");
         assert_eq!(pages.verdict, ClaimVerdict::NotMeasured, "no page run");
+        let point = |percent, undo_s| PagePoint {
+            latency_ns: 1000,
+            percent,
+            pthreads_s: 1.0,
+            nvthreads_s: 10.0,
+            undo_s,
+            nvthreads_logged: 0,
+            nvthreads_rounds: 1,
+        };
+        let slower = page_headline(
+            &[point(5, 8.0), point(100, 46.0)],
+            &ClaimVerdict::from_holds,
+        );
+        assert_eq!(slower.ours, "NVthreads at 0.8–4.6× the undo engine's speed");
+        assert_eq!(slower.verdict, ClaimVerdict::NotMet);
         assert_eq!(runs_text(1), "1 run");
         assert_eq!(runs_text(11), "11 runs");
     }
