@@ -86,8 +86,11 @@ pub enum ClaimVerdict {
     Met,
     /// Ours misses the paper's claim; the section says why.
     NotMet,
-    /// Not measurable here (missing tool or hardware, or a `--quick` run).
+    /// Not measurable here (missing tool or hardware, or not in this run's plan).
     NotMeasured,
+    /// Measured at `--quick` sizes, which cannot judge the claim: the number is shown, no
+    /// verdict is given (the full run's can differ either way).
+    Indicative,
 }
 
 impl ClaimVerdict {
@@ -106,6 +109,7 @@ impl ClaimVerdict {
             ClaimVerdict::Met => "met",
             ClaimVerdict::NotMet => "not met",
             ClaimVerdict::NotMeasured => "not measured",
+            ClaimVerdict::Indicative => "indicative",
         }
     }
 }
@@ -129,6 +133,21 @@ impl Headline {
             claim: claim.into(),
             ours: ours.into(),
             verdict,
+        }
+    }
+
+    /// The headline of a `--quick` run: a measured claim (met or not) becomes
+    /// [`ClaimVerdict::Indicative`]; one that was not measured stays so.
+    pub fn indicative(&mut self) {
+        if matches!(self.verdict, ClaimVerdict::Met | ClaimVerdict::NotMet) {
+            self.verdict = ClaimVerdict::Indicative;
+        }
+    }
+
+    /// [`Headline::indicative`] on every headline when `quick`.
+    pub fn all_indicative_if(headlines: &mut [Headline], quick: bool) {
+        if quick {
+            headlines.iter_mut().for_each(Headline::indicative);
         }
     }
 }
@@ -359,7 +378,7 @@ th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
 vertical-align:middle}.info{background:#e8eef8}.pass{background:#d9f2d9}\
 .fail{background:#f8d7d7}figure{margin:1em 0}figure svg{max-width:100%;height:auto}\
 nav li{margin:.2em 0}td.met{background:#d9f2d9}td.not-met{background:#f8d7d7}\
-td.not-measured{background:#eee}";
+td.not-measured{background:#eee}td.indicative{background:#fdf3d6}";
 
 /// The whole `index.html`. Every piece of report text goes through [`escape_html`]; the
 /// SVGs are inlined as they are (the plotting code escapes the text inside them).
@@ -432,7 +451,14 @@ fn render_headlines(html: &mut String, report: &Report) {
         );
     }
     html.push_str("</table>\n");
+    html.push_str(VERDICT_LEGEND);
 }
+
+/// What each verdict of the first-screen table means.
+const VERDICT_LEGEND: &str = "<p class=\"meta\">Verdicts: <b>met</b> / <b>not met</b>: ours \
+judged against the claim's number; <b>not measured</b>: this run did not measure it (its \
+plan, a missing tool or hardware); <b>indicative</b>: measured at <code>--quick</code> \
+sizes, which cannot judge the claim, so no verdict.</p>\n";
 
 fn verdict_badge(verdict: Verdict) -> String {
     format!(
@@ -635,6 +661,43 @@ mod tests {
             std::fs::read_dir(dir.path()).expect("list").count(),
             0,
             "nothing written for a rejected report"
+        );
+    }
+
+    #[test]
+    fn a_quick_headline_is_indicative_unless_it_was_not_measured() {
+        let mut rows = vec![
+            Headline::new("a", "1×", ClaimVerdict::Met),
+            Headline::new("b", "2×", ClaimVerdict::NotMet),
+            Headline::new("c", "not in this plan", ClaimVerdict::NotMeasured),
+        ];
+        Headline::all_indicative_if(&mut rows, false);
+        assert_eq!(
+            rows[0].verdict,
+            ClaimVerdict::Met,
+            "a full run keeps its verdicts"
+        );
+        Headline::all_indicative_if(&mut rows, true);
+        let verdicts: Vec<ClaimVerdict> = rows.iter().map(|h| h.verdict).collect();
+        assert_eq!(
+            verdicts,
+            [
+                ClaimVerdict::Indicative,
+                ClaimVerdict::Indicative,
+                ClaimVerdict::NotMeasured
+            ]
+        );
+        let mut report = sample_report();
+        report.sections[0].headlines = rows;
+        let html = render_html(&report);
+        assert!(html.contains("<td class=\"claim indicative\">indicative</td>"));
+        assert!(
+            html.contains("<b>indicative</b>: measured at"),
+            "the legend says why"
+        );
+        assert_eq!(
+            serde_json::to_value(ClaimVerdict::Indicative).expect("serialises"),
+            "indicative"
         );
     }
 

@@ -88,6 +88,17 @@ fn quick_engine_sections_write_their_data_and_plots() {
     assert!(!goals.is_empty());
     let headlines = engines["headlines"].as_array().expect("headlines");
     assert_eq!(headlines.len(), goals.len(), "one headline per goal");
+    // Quick sizes judge no goal: a measured one is indicative, the others not measured.
+    assert!(
+        headlines
+            .iter()
+            .all(|h| h["verdict"] == "indicative" || h["verdict"] == "not-measured"),
+        "{headlines:?}"
+    );
+    assert!(
+        stdout.contains("(indicative: measured at --quick sizes"),
+        "{stdout}"
+    );
 
     let logstudy = section_data(&out, "logstudy");
     let points = logstudy["data"]["points"].as_array().expect("study points");

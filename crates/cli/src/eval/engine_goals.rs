@@ -70,6 +70,14 @@ impl Goal {
         format!("Goal: {}: {verdict} ({}).", self.statement, self.measured)
     }
 
+    /// The summary line of a quick run: the measurement, without a verdict.
+    pub fn indicative_line(&self) -> String {
+        match self.holds {
+            Some(_) => format!("Goal: {}: measured {}.", self.statement, self.measured),
+            None => self.line(),
+        }
+    }
+
     /// The report's first-screen row.
     pub fn headline(&self) -> Headline {
         let verdict = self

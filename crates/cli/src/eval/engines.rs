@@ -54,6 +54,8 @@ fn section_of(plan: &Plan, outcomes: &EngineResults, quick: bool) -> anyhow::Res
     let goals = engine_goals::goals(outcomes);
     let mut section = empty_section(ID, TITLE);
     section.headlines = goals.iter().map(Goal::headline).collect();
+    // Quick sizes cannot judge the goals: the numbers are shown, without a verdict.
+    crate::report::Headline::all_indicative_if(&mut section.headlines, quick);
     section.verdict = if outcomes.failures.is_empty() {
         Verdict::Info
     } else {
@@ -259,12 +261,13 @@ fn summary(plan: &Plan, outcomes: &EngineResults, goals: &[Goal], quick: bool) -
     let hot = matching(|f| matches!(f, Family::HotKey { .. }));
     let swept = matching(|f| matches!(f, Family::PmCost { .. }));
     let mut lines = vec![format!(
-        "Measured {} configurations ({} Silo, {} TimeStone, {} YCSB / TPC-C, {hot} hot-key, \
-         {swept} with emulated PM cost) in {:.0} s: \
+        "Measured {} engine runs over {} configurations (runs: {} Silo, {} TimeStone, {} \
+         YCSB / TPC-C, {hot} hot-key, {swept} with emulated PM cost) in {:.0} s: \
          {} operations per timed run ({} on the list) after {:.0} % as warm-up, median of {} \
          run(s); the engines of a table were measured together, their timed runs taken in \
          turn (every engine's first run, then every engine's second, …).",
         outcomes.runs.len(),
+        groups(&outcomes.runs).len(),
         count(Family::Silo),
         count(Family::TimeStone),
         count(Family::Ycsb),
@@ -289,7 +292,16 @@ fn summary(plan: &Plan, outcomes: &EngineResults, goals: &[Goal], quick: bool) -
     if swept > 0 {
         lines.push(pm_cost_note(plan));
     }
-    lines.extend(goals.iter().map(Goal::line));
+    if quick {
+        lines.push(
+            "Goals at quick sizes are not judged (tiny structures, one short run): each goal's \
+             measurement follows, without a verdict."
+                .to_owned(),
+        );
+        lines.extend(goals.iter().map(Goal::indicative_line));
+    } else {
+        lines.extend(goals.iter().map(Goal::line));
+    }
     lines.extend(engine_goals::scaling_line(outcomes));
     if let Some(error) = &outcomes.pmdk_skipped {
         lines.push(format!(
@@ -508,8 +520,10 @@ fn amplification_plot(runs: &[&Run]) -> anyhow::Result<Plot> {
         .filter(|r| r.measurement.traffic.write_amplification.is_some())
         .collect();
     let (categories, labels) = categories(&measured);
-    let bars: Vec<BarSeries> = SILO_ENGINES
-        .iter()
+    // Every engine whose stores the seam counts: the logging engines and the ideal
+    // reference on Silo's workloads, mvcc beside them on the others.
+    let engines = SILO_ENGINES.iter().chain(&[MVCC]);
+    let bars: Vec<BarSeries> = engines
         .filter(|&&engine| measured.iter().any(|r| r.engine == engine))
         .map(|&engine| {
             series(
@@ -591,7 +605,7 @@ mod tests {
             ],
             ..EngineResults::default()
         };
-        let section = section_of(&Plan::QUICK, &results, true).expect("section");
+        let section = section_of(&Plan::FULL, &results, false).expect("section");
         assert_eq!(section.headlines.len(), engine_goals::goals(&results).len());
         assert!(
             section.headlines[0]
@@ -603,6 +617,52 @@ mod tests {
             crate::report::ClaimVerdict::Met
         );
         assert_eq!(section.verdict, Verdict::Info);
+        assert!(
+            section.summary.iter().any(|l| l.contains(": holds (")),
+            "{:?}",
+            section.summary
+        );
+        // A quick run shows the same measurement with no verdict, in the headlines and the
+        // summary alike.
+        let quick = section_of(&Plan::QUICK, &results, true).expect("section");
+        assert_eq!(
+            quick.headlines[0].verdict,
+            crate::report::ClaimVerdict::Indicative
+        );
+        assert_eq!(quick.headlines[0].ours, section.headlines[0].ours);
+        assert_eq!(
+            quick.headlines[3].verdict,
+            crate::report::ClaimVerdict::NotMeasured,
+            "no B+tree run"
+        );
+        for line in &quick.summary {
+            assert!(
+                !line.contains("holds (") && !line.contains("does NOT hold"),
+                "{line}"
+            );
+        }
+        assert!(
+            quick.summary[0]
+                .starts_with("Measured 3 engine runs over 1 configurations (runs: 3 Silo"),
+            "{}",
+            quick.summary[0]
+        );
+    }
+
+    /// The write-amplification plot has a bar for every engine the seam counts, mvcc
+    /// included.
+    #[test]
+    fn the_write_amplification_plot_shows_mvcc() {
+        use bench::engines::Family;
+        let mut hot = fake::silo(WorkloadChoice::Hash, MVCC, 100.0, Some(0.26));
+        hot.family = Family::HotKey { value_size: 256 };
+        let mut redo = fake::silo(WorkloadChoice::Hash, REDO, 100.0, Some(2.08));
+        redo.family = hot.family;
+        let runs = [hot, redo];
+        let refs: Vec<&Run> = runs.iter().collect();
+        let plot = amplification_plot(&refs).expect("plot");
+        assert!(plot.svg.contains("\nmvcc\n"), "no mvcc series");
+        assert!(plot.svg.contains("\nredo\n"));
     }
 
     /// A run of the sweep at `line_ns` of `engine` on `workload`: mvcc writes back 2 cache

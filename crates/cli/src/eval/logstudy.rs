@@ -50,6 +50,8 @@ fn section_of(results: &StudyResults, quick: bool) -> anyhow::Result<Section> {
     let batches = results.batches();
     let mut section = empty_section(ID, TITLE);
     section.headlines = headlines(results);
+    // Quick sizes cannot judge the paper's claims: the numbers are shown, without a verdict.
+    Headline::all_indicative_if(&mut section.headlines, quick);
     section.summary = summary(results, &excess, quick);
     section.tables = batches
         .iter()
@@ -479,7 +481,7 @@ mod tests {
 
     #[test]
     fn section_has_a_table_pair_and_a_plot_per_batch() {
-        let section = section_of(&study(&|r| r as f64, 50.0), true).expect("section");
+        let section = section_of(&study(&|r| r as f64, 50.0), false).expect("section");
         assert_eq!(section.tables.len(), 4);
         assert_eq!(section.plots.len(), 2);
         assert_eq!(section.tables[0].rows.len(), 4);
@@ -503,5 +505,17 @@ mod tests {
             section.headlines[1]
         );
         assert_eq!(section.headlines[2].verdict, ClaimVerdict::NotMeasured);
+        // A quick run shows the same numbers with no verdict.
+        let quick = section_of(&study(&|r| r as f64, 50.0), true).expect("section");
+        let verdicts: Vec<ClaimVerdict> = quick.headlines.iter().map(|h| h.verdict).collect();
+        assert_eq!(
+            verdicts,
+            [
+                ClaimVerdict::Indicative,
+                ClaimVerdict::Indicative,
+                ClaimVerdict::NotMeasured
+            ]
+        );
+        assert_eq!(quick.headlines[0].ours, section.headlines[0].ours);
     }
 }

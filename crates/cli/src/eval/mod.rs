@@ -108,10 +108,14 @@ pub fn run(options: &EvalOptions, only: &[String]) -> Report {
 /// (a pipe, a log file, CI) the bar is hidden, so one line marks the section's start and one
 /// its end with the elapsed time.
 fn run_one(spec: &SectionSpec, options: &EvalOptions) -> Section {
-    let bar = ProgressBar::new(0).with_prefix(spec.title).with_style(
-        ProgressStyle::with_template("{prefix:.bold} [{bar:30}] {pos}/{len} {msg} ({elapsed})")
-            .expect("the progress template is valid")
-            .progress_chars("=> "),
+    // The short id and a message cut to the terminal's width keep the bar on one line (a
+    // section's title alone can fill 80 columns, and a wrapped bar redraws as two).
+    let bar = ProgressBar::new(0).with_prefix(spec.id).with_style(
+        ProgressStyle::with_template(
+            "{prefix:.bold} [{bar:30}] {pos}/{len} ({elapsed}) {wide_msg}",
+        )
+        .expect("the progress template is valid")
+        .progress_chars("=> "),
     );
     let plain_lines = bar.is_hidden();
     let started = std::time::Instant::now();
@@ -179,6 +183,19 @@ pub fn print_summary(
     }
     if !headlines.rows.is_empty() {
         writeln!(out, "\n{}\n{}", headlines.title, terminal_table(&headlines))?;
+    }
+    let indicative = crate::report::ClaimVerdict::Indicative;
+    if report
+        .sections
+        .iter()
+        .flat_map(|section| &section.headlines)
+        .any(|headline| headline.verdict == indicative)
+    {
+        writeln!(
+            out,
+            "({}: measured at --quick sizes, which cannot judge the claim, so no verdict.)",
+            indicative.label()
+        )?;
     }
     for section in &report.sections {
         writeln!(out, "\n== {} [{}]", section.title, section.verdict.label())?;

@@ -53,6 +53,8 @@ fn section_of(results: &PmfsResults) -> anyhow::Result<Section> {
     let jobs = results.settings.fio_jobs();
     let mut section = empty_section(ID, TITLE);
     section.headlines = headlines(results);
+    // Quick sizes cannot judge the goals: the numbers are shown, without a verdict.
+    Headline::all_indicative_if(&mut section.headlines, results.settings.quick);
     section.summary = summary(results);
     section.tables = vec![
         latency_table(results),
@@ -209,7 +211,11 @@ fn summary(results: &PmfsResults) -> Vec<String> {
                 ns(lib),
                 ns(tmpfs),
                 lib / tmpfs,
-                if lib <= tmpfs { "met" } else { "NOT met" }
+                match (quick, lib <= tmpfs) {
+                    (true, _) => "not judged at quick sizes",
+                    (false, true) => "met",
+                    (false, false) => "NOT met",
+                }
             ))
         })
         .collect();
@@ -573,6 +579,12 @@ mod tests {
         let floor = &lines[5];
         assert_eq!(floor.verdict, ClaimVerdict::Met, "{floor:?}");
         assert!(floor.ours.contains("0.67x the no-op floor"), "{floor:?}");
+        // At quick sizes the section shows the same numbers with no verdict.
+        assert!(results.settings.quick);
+        let quick = section_of(&results).expect("section");
+        assert_eq!(quick.headlines[4].verdict, ClaimVerdict::Indicative);
+        assert_eq!(quick.headlines[5].verdict, ClaimVerdict::Indicative);
+        assert_eq!(quick.headlines[5].ours, floor.ours);
     }
 
     #[test]
