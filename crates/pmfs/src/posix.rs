@@ -1,6 +1,6 @@
 //! The POSIX-style layer: paths (absolute; a relative path starts at the root, there is no
 //! working directory), symbolic links followed as the system calls do, file descriptors with
-//! a position, `open` flags, errors as errno values. Reached through [`Fs::posix`].
+//! a position, `open` flags, errors as errno values: [`Posix::new`] over a mounted [`Fs`].
 //!
 //! A [`Posix`] owns the [`Fs`] it serves and its own descriptor table (descriptors are a
 //! property of this layer, not of the file system: the FUSE adapter keeps kernel handles
@@ -14,7 +14,7 @@ use crate::attr::{Attr, DirEntry, SetAttr, TimeSet};
 use crate::error::Errno;
 use crate::filesystem::Fs;
 use crate::inode::FileType;
-use crate::layout::{NAME_MAX, ROOT_INO};
+use crate::layout::{MAX_FILE_SIZE, NAME_MAX, ROOT_INO};
 use crate::state::Inner;
 use parking_lot::Mutex;
 use pmem::Persist;
@@ -247,7 +247,15 @@ impl<B: Persist> Posix<B> {
         self.split(inner, ROOT_INO, path.as_bytes(), &mut { MAX_SYMLINKS })
     }
 
-    /// Opens (and with `O_CREAT` creates) a file or directory.
+    /// Opens (and with `O_CREAT` creates) a file or directory, as `open(2)` on Linux does.
+    ///
+    /// `flags` is one access mode (`O_RDONLY`, `O_WRONLY`, `O_RDWR`) or'ed with `O_CREAT`,
+    /// `O_EXCL`, `O_TRUNC`, `O_APPEND`, `O_DIRECTORY` and `O_NOFOLLOW`; other bits are
+    /// ignored. `perm` is the permission bits of a created file (no umask is applied).
+    /// As on Linux: `O_CREAT` on an existing directory is `EISDIR` (`EEXIST` with
+    /// `O_EXCL`), `O_CREAT | O_DIRECTORY` is `EINVAL`, `O_TRUNC` empties a regular file
+    /// whatever the access mode and makes a directory `EISDIR`, and a trailing slash
+    /// follows a final symbolic link even with `O_NOFOLLOW`.
     pub fn open(&self, path: &str, flags: i32, perm: u32) -> Result<Fd, Errno> {
         let fs = &self.fs;
         let mut fds = self.fds.lock();
@@ -258,25 +266,42 @@ impl<B: Persist> Posix<B> {
             O_RDWR => (true, true),
             _ => return Err(Errno::EINVAL),
         };
+        let create = flags & O_CREAT != 0;
+        if create && flags & O_DIRECTORY != 0 {
+            return Err(Errno::EINVAL);
+        }
         let mut budget = MAX_SYMLINKS;
         let split = self.split(&mut inner, ROOT_INO, path.as_bytes(), &mut budget)?;
-        if split.trailing_slash && flags & O_CREAT != 0 {
+        if split.trailing_slash && create {
             return Err(Errno::EISDIR);
         }
+        // A trailing slash asks for a directory: a final symbolic link is followed.
+        let last_flags = if split.trailing_slash {
+            flags & !O_NOFOLLOW
+        } else {
+            flags
+        };
         let (ino, kind, created) = match split.last {
             None => (split.dir, FileType::Directory, false),
-            Some(name) => self.open_last(&mut inner, split.dir, name, flags, perm, &mut budget)?,
+            Some(name) => {
+                self.open_last(&mut inner, split.dir, name, last_flags, perm, &mut budget)?
+            }
         };
+        if create && !created && flags & O_EXCL != 0 {
+            return Err(Errno::EEXIST);
+        }
         if split.trailing_slash && kind != FileType::Directory {
             return Err(Errno::ENOTDIR);
         }
         match kind {
-            FileType::Directory if write => return Err(Errno::EISDIR),
+            FileType::Directory if write || create || flags & O_TRUNC != 0 => {
+                return Err(Errno::EISDIR);
+            }
             FileType::Directory => {}
             _ if flags & O_DIRECTORY != 0 => return Err(Errno::ENOTDIR),
             _ => {}
         }
-        if flags & O_TRUNC != 0 && write && kind == FileType::Regular && !created {
+        if flags & O_TRUNC != 0 && kind == FileType::Regular && !created {
             let set = SetAttr {
                 size: Some(0),
                 ..SetAttr::default()
@@ -446,7 +471,9 @@ impl<B: Persist> Posix<B> {
         Ok(n)
     }
 
-    /// Moves the position; returns the new one.
+    /// Moves the position; returns the new one. A position before the start or past the
+    /// largest file size ([`MAX_FILE_SIZE`](crate::layout::MAX_FILE_SIZE)) is `EINVAL`, as
+    /// Linux refuses one past its file system's limit; past the end of the file is allowed.
     pub fn lseek(&self, fd: Fd, off: i64, whence: Whence) -> Result<u64, Errno> {
         let mut fds = self.fds.lock();
         let _inner = self.fs.lock();
@@ -456,7 +483,10 @@ impl<B: Persist> Posix<B> {
             Whence::Cur => file.pos,
             Whence::End => self.fs.inode(file.ino)?.size,
         };
-        let pos = base.checked_add_signed(off).ok_or(Errno::EINVAL)?;
+        let pos = base
+            .checked_add_signed(off)
+            .filter(|&pos| pos <= MAX_FILE_SIZE)
+            .ok_or(Errno::EINVAL)?;
         fds.set_pos(fd, pos);
         Ok(pos)
     }
@@ -552,7 +582,8 @@ impl<B: Persist> Posix<B> {
         self.truncate_ino(&mut inner, ino, size)
     }
 
-    /// Creates a directory.
+    /// Creates a directory. As `mkdir(2)`, only the permission bits and the sticky bit of
+    /// `perm` are kept (a set-group-ID parent gives its group and that bit).
     pub fn mkdir(&self, path: &str, perm: u32) -> Result<(), Errno> {
         let mut inner = self.fs.lock();
         let split = self.parent_of(&mut inner, path)?;
@@ -562,7 +593,7 @@ impl<B: Persist> Posix<B> {
             split.dir,
             &name,
             FileType::Directory,
-            perm & 0o7777,
+            perm & 0o1777,
             None,
         )?;
         self.fs.pm().durability_point();
@@ -630,11 +661,18 @@ impl<B: Persist> Posix<B> {
         Ok(())
     }
 
-    /// Creates the symbolic link `path` with contents `target`.
+    /// Creates the symbolic link `path` with contents `target` (a `path` with a trailing
+    /// slash names no link that can be made: `ENOENT`, or `EEXIST` when it exists).
     pub fn symlink(&self, target: &str, path: &str) -> Result<(), Errno> {
         let mut inner = self.fs.lock();
         let split = self.parent_of(&mut inner, path)?;
         let name = split.last.ok_or(Errno::EEXIST)?;
+        if split.trailing_slash {
+            return Err(match self.fs.lookup_locked(&mut inner, split.dir, &name) {
+                Ok(_) => Errno::EEXIST,
+                Err(_) => Errno::ENOENT,
+            });
+        }
         self.fs.make_locked(
             &mut inner,
             split.dir,
@@ -668,12 +706,13 @@ impl<B: Persist> Posix<B> {
         Ok(())
     }
 
-    /// Changes the permission bits.
+    /// Changes the permission bits (and set-user-ID, set-group-ID, sticky). As `chmod(2)`,
+    /// bits above them are ignored, so a whole `st_mode` ([`Attr::mode`]) can be passed.
     pub fn chmod(&self, path: &str, perm: u32) -> Result<(), Errno> {
         self.set(
             path,
             SetAttr {
-                perm: Some(perm),
+                perm: Some(perm & crate::inode::PERM_MASK),
                 ..SetAttr::default()
             },
         )

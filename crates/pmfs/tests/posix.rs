@@ -797,3 +797,102 @@ fn huge_leaf_files() {
         "every block, the emptied root directory's included"
     );
 }
+
+/// `open` flag combinations whose result Linux defines (checked against ext4/tmpfs on
+/// Linux 6.18): `O_CREAT` on a directory, `O_CREAT | O_DIRECTORY`, `O_TRUNC` without write
+/// access, a trailing slash through a symbolic link with `O_NOFOLLOW`.
+#[test]
+fn open_flags_match_linux() {
+    use pmfs::posix::O_NOFOLLOW;
+    let px = new_fs(DataMode::InPlace);
+    px.mkdir("/d", 0o755).expect("mkdir");
+    px.symlink("d", "/s").expect("symlink");
+    let fd = px.creat("/f", 0o644).expect("creat");
+    px.write(fd, b"hello").expect("write");
+    px.close(fd).expect("close");
+    // O_CREAT never opens a directory: EISDIR, or EEXIST with O_EXCL.
+    for path in ["/d", "/d/.", "/", "/s"] {
+        assert_eq!(
+            px.open(path, O_CREAT | O_RDONLY, 0o644),
+            Err(Errno::EISDIR),
+            "{path}"
+        );
+        assert_eq!(
+            px.open(path, O_CREAT | O_EXCL | O_RDONLY, 0o644),
+            Err(Errno::EEXIST),
+            "{path}"
+        );
+    }
+    assert_eq!(
+        px.open("/new", O_CREAT | O_DIRECTORY | O_RDONLY, 0o755),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        px.stat("/new").map(|_| ()),
+        Err(Errno::ENOENT),
+        "nothing made"
+    );
+    // O_TRUNC asks for write access: a directory refuses it, a file is emptied.
+    assert_eq!(px.open("/d", O_RDONLY | O_TRUNC, 0), Err(Errno::EISDIR));
+    let fd = px.open("/f", O_RDONLY | O_TRUNC, 0).expect("open");
+    assert_eq!(px.fstat(fd).expect("fstat").size, 0);
+    px.close(fd).expect("close");
+    // A trailing slash follows the final link even with O_NOFOLLOW.
+    let fd = px.open("/s/", O_RDONLY | O_NOFOLLOW, 0).expect("s/");
+    assert_eq!(px.fstat(fd).expect("fstat").kind, FileType::Directory);
+    px.close(fd).expect("close");
+    assert_eq!(px.open("/s", O_RDONLY | O_NOFOLLOW, 0), Err(Errno::ELOOP));
+    assert_eq!(px.open_count(), 0);
+    px.fs().fsck().expect("fsck");
+}
+
+/// A position past the largest file size is `EINVAL` (Linux checks its `s_maxbytes`), not a
+/// position that a C `off_t` cannot hold.
+#[test]
+fn lseek_stops_at_the_largest_file_size() {
+    let px = new_fs(DataMode::InPlace);
+    let fd = px.creat("/f", 0o644).expect("creat");
+    let max = pmfs::layout::MAX_FILE_SIZE;
+    assert_eq!(px.lseek(fd, max as i64, Whence::Set), Ok(max));
+    assert_eq!(px.lseek(fd, 1, Whence::Cur), Err(Errno::EINVAL));
+    assert_eq!(px.lseek(fd, i64::MAX, Whence::Set), Err(Errno::EINVAL));
+    assert_eq!(
+        px.lseek(fd, 0, Whence::Cur),
+        Ok(max),
+        "unchanged by a refusal"
+    );
+    assert_eq!(px.lseek(fd, 1 << 20, Whence::Set), Ok(1 << 20));
+    assert_eq!(px.lseek(fd, i64::MAX, Whence::End), Err(Errno::EINVAL));
+    px.close(fd).expect("close");
+}
+
+/// Mode bits as `chmod(2)`, `mkdir(2)` and `symlink(2)` treat them: a whole `st_mode` to
+/// `chmod`, set-id bits to `mkdir`, a trailing slash on a new link's name.
+#[test]
+fn modes_and_new_names_match_linux() {
+    let px = new_fs(DataMode::InPlace);
+    px.close(px.creat("/f", 0o600).expect("creat"))
+        .expect("close");
+    let st = px.stat("/f").expect("stat");
+    px.chmod("/f", st.mode() | 0o044)
+        .expect("chmod with the type bits");
+    assert_eq!(px.stat("/f").expect("stat").mode(), 0o100644);
+    px.mkdir("/d", 0o7777).expect("mkdir");
+    assert_eq!(
+        px.stat("/d").expect("stat").perm,
+        0o1777,
+        "set-id bits dropped"
+    );
+    px.chmod("/d", 0o2755).expect("chmod");
+    px.mkdir("/d/sub", 0o755).expect("mkdir");
+    assert_eq!(px.stat("/d/sub").expect("stat").perm, 0o2755, "inherited");
+    assert_eq!(px.symlink("x", "/new/"), Err(Errno::ENOENT));
+    assert_eq!(px.symlink("x", "/f/"), Err(Errno::EEXIST));
+    assert_eq!(px.symlink("x", "/d/"), Err(Errno::EEXIST));
+    assert_eq!(
+        px.lstat("/new").map(|_| ()),
+        Err(Errno::ENOENT),
+        "nothing made"
+    );
+    px.fs().fsck().expect("fsck");
+}
