@@ -896,3 +896,65 @@ fn modes_and_new_names_match_linux() {
     );
     px.fs().fsck().expect("fsck");
 }
+
+/// Attribute names and sizes answered as Linux's `setxattr(2)`: a bare namespace prefix is
+/// `EINVAL`, a value over 64 KiB `E2BIG`; one that only overflows the block stays `ENOSPC`.
+#[test]
+fn extended_attribute_limits_match_linux() {
+    use pmfs::SetMode;
+    let px = new_fs(DataMode::InPlace);
+    px.close(px.creat("/f", 0o644).expect("creat"))
+        .expect("close");
+    for prefix in [&b"user."[..], b"security."] {
+        assert_eq!(
+            px.setxattr("/f", prefix, b"v", SetMode::Any, true),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(px.getxattr("/f", prefix, true), Err(Errno::EINVAL));
+    }
+    assert_eq!(
+        px.setxattr("/f", b"user.big", &vec![0; 70_000], SetMode::Any, true),
+        Err(Errno::E2BIG)
+    );
+    assert_eq!(
+        px.setxattr("/f", b"user.big", &vec![0; 5_000], SetMode::Any, true),
+        Err(Errno::ENOSPC)
+    );
+    assert_eq!(px.listxattr("/f", true), Ok(vec![]));
+    assert_eq!(Errno::E2BIG.raw(), libc::E2BIG);
+    assert_eq!(Errno::E2BIG.name(), "E2BIG");
+}
+
+/// A pool of another layout (an engine's pool) is refused by mkfs, mount, probe and repair
+/// with the pool error `Pool::open` gives for it (`WrongLayout`, the CLI's exit 12), not as
+/// a bad argument.
+#[test]
+fn a_pool_of_another_layout_is_wrong_layout() {
+    const OTHER: u64 = 1 << 20;
+    let fresh = || {
+        let mut options = pmem::CreateOptions::new("redo", OTHER);
+        options.root_size = pmfs::layout::ROOT_SIZE;
+        Pool::format(SimPm::new(OTHER, SimConfig::default()), &options).expect("pool")
+    };
+    let wrong = |error: pmfs::FsError| match error {
+        pmfs::FsError::Pool(pmem::PoolError::WrongLayout { expected, found }) => {
+            assert_eq!((expected.as_str(), found.as_str()), (pmfs::LAYOUT, "redo"));
+        }
+        other => panic!("not WrongLayout: {other:?}"),
+    };
+    let pool = fresh();
+    wrong(Fs::probe(&pool).expect_err("probe"));
+    wrong(Fs::mount(pool, options(DataMode::InPlace)).expect_err("mount"));
+    let pool = fresh();
+    wrong(
+        Fs::repair(pool, options(DataMode::InPlace))
+            .map(|_| ())
+            .expect_err("repair"),
+    );
+    let pool = fresh();
+    wrong(
+        Fs::mkfs(pool, &MkfsOptions::default(), options(DataMode::InPlace))
+            .map(|_| ())
+            .expect_err("mkfs"),
+    );
+}
