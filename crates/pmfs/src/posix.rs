@@ -472,7 +472,7 @@ impl<B: Persist> Posix<B> {
     }
 
     /// Moves the position; returns the new one. A position before the start or past the
-    /// largest file size ([`MAX_FILE_SIZE`](crate::layout::MAX_FILE_SIZE)) is `EINVAL`, as
+    /// largest file size ([`MAX_FILE_SIZE`]) is `EINVAL`, as
     /// Linux refuses one past its file system's limit; past the end of the file is allowed.
     pub fn lseek(&self, fd: Fd, off: i64, whence: Whence) -> Result<u64, Errno> {
         let mut fds = self.fds.lock();
