@@ -524,16 +524,13 @@ impl<B: Persist> Posix<B> {
     /// Allocates blocks for `[off, off + len)` of an open file (`fallocate`: mode 0 grows
     /// the file, `keep_size` does not).
     pub fn fallocate(&self, fd: Fd, off: u64, len: u64, keep_size: bool) -> Result<(), Errno> {
-        let ino = {
-            let fds = self.fds.lock();
-            let _inner = self.fs.lock();
-            let file = self.file(&fds, fd)?;
-            if !file.write {
-                return Err(Errno::EBADF);
-            }
-            file.ino
+        let writable = |file: &OpenFile| match file.write {
+            true => Ok(()),
+            false => Err(Errno::EBADF),
         };
-        self.fs.fallocate(ino, off, len, keep_size)
+        self.with_fd(fd, writable, |ino| {
+            self.fs.fallocate(ino, off, len, keep_size)
+        })
     }
 
     /// Changes attributes of an open file (`fchmod`, `fchown`, `futimens`).
@@ -747,20 +744,66 @@ impl<B: Persist> Posix<B> {
         )
     }
 
-    fn resolve_ino(&self, path: &str, follow: bool) -> Result<u64, Errno> {
-        let mut inner = self.fs.lock();
-        Ok(self.resolve(&mut inner, path, follow)?.0)
+    /// Runs `op`, which takes the file system's lock itself, on the inode `path` names, with
+    /// a handle held on it from the lookup on: a concurrent unlink cannot free the inode and
+    /// give its number to a new file in between (which `op` would then change instead).
+    fn with_path<T>(
+        &self,
+        path: &str,
+        follow: bool,
+        op: impl FnOnce(u64) -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        let ino = {
+            let mut inner = self.fs.lock();
+            let (ino, _) = self.resolve(&mut inner, path, follow)?;
+            Self::hold(&mut inner, ino);
+            ino
+        };
+        self.run_held(ino, op)
+    }
+
+    /// As [`Posix::with_path`] for the file open as `fd`, checked by `check` first (a
+    /// concurrent `close` of `fd` cannot free it either).
+    fn with_fd<T>(
+        &self,
+        fd: Fd,
+        check: impl FnOnce(&OpenFile) -> Result<(), Errno>,
+        op: impl FnOnce(u64) -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        let ino = {
+            let fds = self.fds.lock();
+            let mut inner = self.fs.lock();
+            let file = self.file(&fds, fd)?;
+            check(&file)?;
+            Self::hold(&mut inner, file.ino);
+            file.ino
+        };
+        self.run_held(ino, op)
+    }
+
+    fn hold(inner: &mut Inner, ino: u64) {
+        *inner.open.entry(ino).or_insert(0) += 1;
+    }
+
+    /// Runs `op` on `ino`, then drops the handle [`Posix::hold`] took (the last one frees an
+    /// unlinked file, as a `close` does).
+    fn run_held<T>(&self, ino: u64, op: impl FnOnce(u64) -> Result<T, Errno>) -> Result<T, Errno> {
+        let result = op(ino);
+        let released = self.fs.release_inode(ino);
+        let value = result?;
+        released?;
+        Ok(value)
     }
 
     /// The value of extended attribute `name` of `path` (`follow`: through a final symbolic
     /// link, as `getxattr`; else as `lgetxattr`).
     pub fn getxattr(&self, path: &str, name: &[u8], follow: bool) -> Result<Vec<u8>, Errno> {
-        self.fs.getxattr(self.resolve_ino(path, follow)?, name)
+        self.with_path(path, follow, |ino| self.fs.getxattr(ino, name))
     }
 
     /// The extended attribute names of `path`.
     pub fn listxattr(&self, path: &str, follow: bool) -> Result<Vec<Vec<u8>>, Errno> {
-        self.fs.listxattr(self.resolve_ino(path, follow)?)
+        self.with_path(path, follow, |ino| self.fs.listxattr(ino))
     }
 
     /// Sets extended attribute `name` of `path`.
@@ -772,13 +815,12 @@ impl<B: Persist> Posix<B> {
         mode: crate::xattr::SetMode,
         follow: bool,
     ) -> Result<(), Errno> {
-        self.fs
-            .setxattr(self.resolve_ino(path, follow)?, name, value, mode)
+        self.with_path(path, follow, |ino| self.fs.setxattr(ino, name, value, mode))
     }
 
     /// Removes extended attribute `name` of `path`.
     pub fn removexattr(&self, path: &str, name: &[u8], follow: bool) -> Result<(), Errno> {
-        self.fs.removexattr(self.resolve_ino(path, follow)?, name)
+        self.with_path(path, follow, |ino| self.fs.removexattr(ino, name))
     }
 
     /// The entries of a directory (`.` and `..` first).
@@ -802,14 +844,10 @@ impl<B: Persist> Posix<B> {
         len: u64,
         writable: bool,
     ) -> Result<crate::mmap::FileMap<'_, B>, Errno> {
-        let file = {
-            let fds = self.fds.lock();
-            let _inner = self.fs.lock();
-            self.file(&fds, fd)?
+        let allowed = |file: &OpenFile| match file.read && (file.write || !writable) {
+            true => Ok(()),
+            false => Err(Errno::EACCES),
         };
-        if !file.read || (writable && !file.write) {
-            return Err(Errno::EACCES);
-        }
-        self.fs.map(file.ino, off, len, writable)
+        self.with_fd(fd, allowed, |ino| self.fs.map(ino, off, len, writable))
     }
 }

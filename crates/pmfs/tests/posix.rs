@@ -958,3 +958,50 @@ fn a_pool_of_another_layout_is_wrong_layout() {
             .expect_err("mkfs"),
     );
 }
+
+/// A path-based call that the file system runs under its own lock (the extended-attribute
+/// calls; `fallocate` and `mmap` on a descriptor likewise) holds the inode it looked up:
+/// an unlink by another thread in between cannot free it and hand its number to a new file,
+/// which the call would then change instead. Before, a `setxattr("/a")` racing with
+/// `unlink("/a")` + `creat("/b")` set the attribute on `/b` a few times a second.
+#[test]
+fn a_path_call_never_lands_on_a_file_created_after_its_lookup() {
+    use pmfs::SetMode;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const SIZE: u64 = 16 << 20;
+    let pool = Pool::format(
+        pmem::MemPm::new(vec![0; SIZE as usize]),
+        &pmfs::pool_options(SIZE),
+    )
+    .expect("pool");
+    let fs = Fs::mkfs(pool, &MkfsOptions::default(), options(DataMode::InPlace)).expect("mkfs");
+    let px = Posix::new(fs);
+    px.close(px.creat("/a", 0o644).expect("creat"))
+        .expect("close");
+    let stop = AtomicBool::new(false);
+    let misplaced = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = px.setxattr("/a", b"user.x", b"1", SetMode::Any, true);
+            }
+        });
+        let start = std::time::Instant::now();
+        let mut misplaced = 0;
+        while start.elapsed() < std::time::Duration::from_secs(3) && misplaced == 0 {
+            let _ = px.unlink("/a");
+            px.close(px.creat("/b", 0o644).expect("creat b"))
+                .expect("close");
+            if px.getxattr("/b", b"user.x", true).is_ok() {
+                misplaced += 1;
+            }
+            px.unlink("/b").expect("unlink b");
+            px.close(px.creat("/a", 0o644).expect("creat a"))
+                .expect("close");
+        }
+        stop.store(true, Ordering::Relaxed);
+        misplaced
+    });
+    assert_eq!(misplaced, 0, "an attribute set on /a appeared on /b");
+    assert_eq!(px.open_count(), 0);
+    px.fs().fsck().expect("fsck");
+}
