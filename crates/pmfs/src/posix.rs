@@ -9,6 +9,11 @@
 //! There are no permission checks: the library acts with the rights of its caller (the FUSE
 //! mount will let the kernel check permissions). New inodes get the credentials set with
 //! [`Posix::set_credentials`] (0:0 by default).
+//!
+//! Paths are `&str`, so a name that is not UTF-8 (one made through the FUSE mount, the
+//! preload or the inode-level calls, which take bytes) cannot be named here: reach it with
+//! [`Fs::lookup`] and the other inode-level calls of [`Posix::fs`]. [`Posix::readdir`] lists
+//! it (its [`DirEntry::name`] is bytes).
 
 use crate::attr::{Attr, DirEntry, SetAttr, TimeSet};
 use crate::error::Errno;
@@ -533,11 +538,17 @@ impl<B: Persist> Posix<B> {
         })
     }
 
-    /// Changes attributes of an open file (`fchmod`, `fchown`, `futimens`).
-    pub fn fsetattr(&self, fd: Fd, set: SetAttr) -> Result<Attr, Errno> {
+    /// Changes attributes of an open file (`fchmod`, `fchown`, `futimens`, and `ftruncate`
+    /// with a size, which needs a descriptor open for writing as [`Posix::ftruncate`] does:
+    /// `EINVAL`). As `fchmod(2)`, bits of `perm` above `0o7777` are ignored.
+    pub fn fsetattr(&self, fd: Fd, mut set: SetAttr) -> Result<Attr, Errno> {
         let fds = self.fds.lock();
         let mut inner = self.fs.lock();
         let file = self.file(&fds, fd)?;
+        if set.size.is_some() && !file.write {
+            return Err(Errno::EINVAL);
+        }
+        set.perm = set.perm.map(|perm| perm & crate::inode::PERM_MASK);
         let attr = self.fs.setattr_locked(&mut inner, file.ino, set)?;
         self.fs.pm().durability_point();
         Ok(attr)

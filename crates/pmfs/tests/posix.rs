@@ -1005,3 +1005,32 @@ fn a_path_call_never_lands_on_a_file_created_after_its_lookup() {
     assert_eq!(px.open_count(), 0);
     px.fs().fsck().expect("fsck");
 }
+
+/// `fsetattr` is `ftruncate` when it carries a size: a read-only descriptor cannot change
+/// the size (it did: the file was emptied through `O_RDONLY`); and `fchmod` of a whole
+/// `st_mode` keeps the permission bits, as `chmod`.
+#[test]
+fn fsetattr_with_a_size_needs_a_writable_descriptor() {
+    use pmfs::SetAttr;
+    let px = new_fs(DataMode::InPlace);
+    let fd = px.creat("/f", 0o644).expect("creat");
+    px.write(fd, b"keep me").expect("write");
+    px.close(fd).expect("close");
+    let ro = px.open("/f", O_RDONLY, 0).expect("open");
+    let shrink = SetAttr {
+        size: Some(0),
+        ..SetAttr::default()
+    };
+    assert_eq!(px.fsetattr(ro, shrink).map(|a| a.size), Err(Errno::EINVAL));
+    assert_eq!(px.ftruncate(ro, 0), Err(Errno::EINVAL));
+    assert_eq!(read_all(&px, "/f"), b"keep me");
+    let chmod = SetAttr {
+        perm: Some(0o100600),
+        ..SetAttr::default()
+    };
+    assert_eq!(px.fsetattr(ro, chmod).map(|a| a.perm), Ok(0o600));
+    px.close(ro).expect("close");
+    let rw = px.open("/f", O_RDWR, 0).expect("open");
+    assert_eq!(px.fsetattr(rw, shrink).map(|a| a.size), Ok(0));
+    px.close(rw).expect("close");
+}
