@@ -255,8 +255,8 @@ impl<B: Persist> Posix<B> {
     /// Opens (and with `O_CREAT` creates) a file or directory, as `open(2)` on Linux does.
     ///
     /// `flags` is one access mode (`O_RDONLY`, `O_WRONLY`, `O_RDWR`) or'ed with `O_CREAT`,
-    /// `O_EXCL`, `O_TRUNC`, `O_APPEND`, `O_DIRECTORY` and `O_NOFOLLOW`; other bits are
-    /// ignored. `perm` is the permission bits of a created file (no umask is applied).
+    /// `O_EXCL`, `O_TRUNC`, `O_APPEND`, `O_DIRECTORY` and `O_NOFOLLOW`; `O_TMPFILE` is
+    /// `EOPNOTSUPP`, other bits are ignored. `perm` is the permission bits of a created file (no umask is applied).
     /// As on Linux: `O_CREAT` on an existing directory is `EISDIR` (`EEXIST` with
     /// `O_EXCL`), `O_CREAT | O_DIRECTORY` is `EINVAL`, `O_TRUNC` empties a regular file
     /// whatever the access mode and makes a directory `EISDIR`, and a trailing slash
@@ -271,6 +271,12 @@ impl<B: Persist> Posix<B> {
             O_RDWR => (true, true),
             _ => return Err(Errno::EINVAL),
         };
+        // An unnamed temporary file (it contains O_DIRECTORY's bit, so it would otherwise
+        // open the directory or fail with EISDIR): what Linux answers for a file system
+        // without it.
+        if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+            return Err(Errno::EOPNOTSUPP);
+        }
         let create = flags & O_CREAT != 0;
         if create && flags & O_DIRECTORY != 0 {
             return Err(Errno::EINVAL);

@@ -832,6 +832,12 @@ fn open_flags_match_linux() {
         Err(Errno::ENOENT),
         "nothing made"
     );
+    // No unnamed temporary files (O_TMPFILE carries O_DIRECTORY's bit: not EISDIR).
+    assert_eq!(
+        px.open("/d", libc::O_TMPFILE | O_RDWR, 0o600),
+        Err(Errno::EOPNOTSUPP)
+    );
+    assert_eq!(px.readdir("/d").expect("readdir").len(), 2);
     // O_TRUNC asks for write access: a directory refuses it, a file is emptied.
     assert_eq!(px.open("/d", O_RDONLY | O_TRUNC, 0), Err(Errno::EISDIR));
     let fd = px.open("/f", O_RDONLY | O_TRUNC, 0).expect("open");
