@@ -33,6 +33,7 @@ macro_rules! errnos {
 errnos! {
     EPERM: "operation not permitted",
     ENOENT: "no such file or directory",
+    E2BIG: "argument list too long (an extended attribute value over 64 KiB)",
     EIO: "input/output error (the file system is damaged)",
     EBADF: "bad file descriptor",
     EACCES: "permission denied",

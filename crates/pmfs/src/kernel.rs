@@ -35,7 +35,9 @@ impl<B: Persist> Fs<B> {
 
     /// Creates a node owned by `caller` (a regular file, a directory, a symbolic link to
     /// `target`, a FIFO, a socket, or a device numbered `rdev`) and takes one kernel
-    /// reference on it.
+    /// reference on it. `target` is required for a symbolic link and refused for anything
+    /// else, as `rdev` other than 0 is for anything but a device (`EINVAL`); `perm` holds
+    /// permission bits only (`0o7777`, else `EINVAL`).
     #[allow(clippy::too_many_arguments)]
     pub fn make_pinned(
         &self,

@@ -19,6 +19,64 @@
 //!   their inode number until `forget`, nodes created with the caller's credentials
 //!   ([`Caller`]), special files.
 //!
+//! # Using it from an application
+//!
+//! A file system lives in a pool file (`pmem`), on `/dev/shm` (DRAM standing in for PM) or a
+//! DAX file system. Create and format it once, then open and mount it at every start; the
+//! mount recovers from a crash by itself:
+//!
+//! ```
+//! use pmem::{NativeOptions, Pool};
+//! use pmfs::posix::{O_APPEND, O_CREAT, O_RDONLY, O_WRONLY};
+//! use pmfs::{Fs, MkfsOptions, MountOptions, Posix};
+//!
+//! # let dir = tempfile::tempdir()?;
+//! # let path = dir.path().join("app.pool");
+//! // let path = "/dev/shm/app.pool";
+//! let pool = Pool::create(&path, &pmfs::pool_options(16 << 20))?; // the file must not exist
+//! let px = Posix::new(Fs::mkfs(pool, &MkfsOptions::default(), MountOptions::default())?);
+//! let fd = px.open("/log", O_CREAT | O_WRONLY | O_APPEND, 0o644)?;
+//! px.write(fd, b"record 1\n")?; // durable when it returns
+//! px.close(fd)?;
+//! px.into_fs().unmount()?; // marks the pool clean (dropping the `Posix` or `Fs` does too)
+//!
+//! // Every later start, and after a crash: open and mount.
+//! let pool = Pool::open(&path, pmfs::LAYOUT, &NativeOptions::default())?;
+//! let px = Posix::new(Fs::mount(pool, MountOptions::default())?);
+//! let fd = px.open("/log", O_RDONLY, 0)?;
+//! let mut buf = [0u8; 64];
+//! let n = px.read(fd, &mut buf)?;
+//! assert_eq!(&buf[..n], b"record 1\n");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! What to know before relying on it:
+//!
+//! - **Durability.** Every operation is durable when it returns (`fsync` only checks its
+//!   descriptor); after a crash the file system shows each operation wholly done or not done
+//!   at all, except that an in-place overwrite (the default [`DataMode`]) may show each
+//!   8-byte word old or new, and a write larger than one transaction piece (1 MiB in place,
+//!   4 MiB with copy-on-write) may stop at a piece boundary (`docs/pmfs-format.md` §11).
+//!   Stores through a mapping ([`mmap`]) are durable only after `persist`.
+//! - **One process.** The pool file is locked while it is open: a second `Pool::open`, in
+//!   this process or another, is `PoolError::AlreadyOpen`. Share the file system between
+//!   processes with the FUSE mount (`ferrite fs mount`).
+//! - **Threads.** [`Fs`] and [`Posix`] are `Send + Sync` (share them by reference or in an
+//!   `Arc`); one lock serialises every operation, so threads get consistency, not
+//!   parallelism.
+//! - **Errors.** Operations return an [`Errno`], the number Linux's system call would give
+//!   (`EIO` for damage found on the media: [`error::take_damage`] tells what); `mkfs`,
+//!   `mount` and `repair` return an [`FsError`] (a pool-level problem is
+//!   `FsError::Pool`). Nothing panics on damaged media.
+//! - **Not a kernel.** [`Posix`] has no working directory (relative paths start at the
+//!   root), no umask (the `perm` given is the mode), no permission checks (it acts with its
+//!   caller's rights; new nodes are owned by [`Posix::set_credentials`]) and no access-time
+//!   updates.
+//! - **Checking and repair.** [`Fs::fsck`] checks a mounted file system; [`Fs::repair`]
+//!   mounts one that a plain mount refuses as damaged, removing what it cannot trust.
+//!
+//! The same on a simulated pool (the crash simulator's backend, as the tests use):
+//!
 //! ```
 //! use crashsim::{SimConfig, SimPm};
 //! use pmfs::{Fs, MkfsOptions, MountOptions, Posix, posix::{O_CREAT, O_RDWR}};
@@ -108,4 +166,16 @@ pub enum Mutant {
     /// The overwrite path stores `mtime` before `ctime` (a crash can then show a new
     /// `mtime` with an old `ctime`).
     TimesOutOfOrder,
+}
+
+#[cfg(test)]
+mod tests {
+    /// The crate documentation promises that a file system can be shared between threads.
+    #[test]
+    fn fs_and_posix_are_send_and_sync() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<crate::Fs<pmem::Native>>();
+        shareable::<crate::Posix<pmem::Native>>();
+        shareable::<crate::Fs<pmem::MemPm>>();
+    }
 }

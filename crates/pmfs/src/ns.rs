@@ -234,6 +234,11 @@ impl<B: Persist> Fs<B> {
         if rdev != 0 && !matches!(kind, FileType::CharDevice | FileType::BlockDevice) {
             return Err(Errno::EINVAL);
         }
+        // A symbolic link has a target and nothing else has one: a link made without one
+        // would be a link of size 0, which fsck reports as damage.
+        if target.is_some() != (kind == FileType::Symlink) {
+            return Err(Errno::EINVAL);
+        }
         if name == DOT || name == DOTDOT {
             return Err(Errno::EEXIST);
         }

@@ -1,6 +1,6 @@
 //! The POSIX-style layer: paths (absolute; a relative path starts at the root, there is no
 //! working directory), symbolic links followed as the system calls do, file descriptors with
-//! a position, `open` flags, errors as errno values. Reached through [`Fs::posix`].
+//! a position, `open` flags, errors as errno values: [`Posix::new`] over a mounted [`Fs`].
 //!
 //! A [`Posix`] owns the [`Fs`] it serves and its own descriptor table (descriptors are a
 //! property of this layer, not of the file system: the FUSE adapter keeps kernel handles
@@ -9,12 +9,17 @@
 //! There are no permission checks: the library acts with the rights of its caller (the FUSE
 //! mount will let the kernel check permissions). New inodes get the credentials set with
 //! [`Posix::set_credentials`] (0:0 by default).
+//!
+//! Paths are `&str`, so a name that is not UTF-8 (one made through the FUSE mount, the
+//! preload or the inode-level calls, which take bytes) cannot be named here: reach it with
+//! [`Fs::lookup`] and the other inode-level calls of [`Posix::fs`]. [`Posix::readdir`] lists
+//! it (its [`DirEntry::name`] is bytes).
 
 use crate::attr::{Attr, DirEntry, SetAttr, TimeSet};
 use crate::error::Errno;
 use crate::filesystem::Fs;
 use crate::inode::FileType;
-use crate::layout::{NAME_MAX, ROOT_INO};
+use crate::layout::{MAX_FILE_SIZE, NAME_MAX, ROOT_INO};
 use crate::state::Inner;
 use parking_lot::Mutex;
 use pmem::Persist;
@@ -247,7 +252,15 @@ impl<B: Persist> Posix<B> {
         self.split(inner, ROOT_INO, path.as_bytes(), &mut { MAX_SYMLINKS })
     }
 
-    /// Opens (and with `O_CREAT` creates) a file or directory.
+    /// Opens (and with `O_CREAT` creates) a file or directory, as `open(2)` on Linux does.
+    ///
+    /// `flags` is one access mode (`O_RDONLY`, `O_WRONLY`, `O_RDWR`) or'ed with `O_CREAT`,
+    /// `O_EXCL`, `O_TRUNC`, `O_APPEND`, `O_DIRECTORY` and `O_NOFOLLOW`; `O_TMPFILE` is
+    /// `EOPNOTSUPP`, other bits are ignored. `perm` is the permission bits of a created file (no umask is applied).
+    /// As on Linux: `O_CREAT` on an existing directory is `EISDIR` (`EEXIST` with
+    /// `O_EXCL`), `O_CREAT | O_DIRECTORY` is `EINVAL`, `O_TRUNC` empties a regular file
+    /// whatever the access mode and makes a directory `EISDIR`, and a trailing slash
+    /// follows a final symbolic link even with `O_NOFOLLOW`.
     pub fn open(&self, path: &str, flags: i32, perm: u32) -> Result<Fd, Errno> {
         let fs = &self.fs;
         let mut fds = self.fds.lock();
@@ -258,25 +271,48 @@ impl<B: Persist> Posix<B> {
             O_RDWR => (true, true),
             _ => return Err(Errno::EINVAL),
         };
+        // An unnamed temporary file (it contains O_DIRECTORY's bit, so it would otherwise
+        // open the directory or fail with EISDIR): what Linux answers for a file system
+        // without it.
+        if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let create = flags & O_CREAT != 0;
+        if create && flags & O_DIRECTORY != 0 {
+            return Err(Errno::EINVAL);
+        }
         let mut budget = MAX_SYMLINKS;
         let split = self.split(&mut inner, ROOT_INO, path.as_bytes(), &mut budget)?;
-        if split.trailing_slash && flags & O_CREAT != 0 {
+        if split.trailing_slash && create {
             return Err(Errno::EISDIR);
         }
+        // A trailing slash asks for a directory: a final symbolic link is followed.
+        let last_flags = if split.trailing_slash {
+            flags & !O_NOFOLLOW
+        } else {
+            flags
+        };
         let (ino, kind, created) = match split.last {
             None => (split.dir, FileType::Directory, false),
-            Some(name) => self.open_last(&mut inner, split.dir, name, flags, perm, &mut budget)?,
+            Some(name) => {
+                self.open_last(&mut inner, split.dir, name, last_flags, perm, &mut budget)?
+            }
         };
+        if create && !created && flags & O_EXCL != 0 {
+            return Err(Errno::EEXIST);
+        }
         if split.trailing_slash && kind != FileType::Directory {
             return Err(Errno::ENOTDIR);
         }
         match kind {
-            FileType::Directory if write => return Err(Errno::EISDIR),
+            FileType::Directory if write || create || flags & O_TRUNC != 0 => {
+                return Err(Errno::EISDIR);
+            }
             FileType::Directory => {}
             _ if flags & O_DIRECTORY != 0 => return Err(Errno::ENOTDIR),
             _ => {}
         }
-        if flags & O_TRUNC != 0 && write && kind == FileType::Regular && !created {
+        if flags & O_TRUNC != 0 && kind == FileType::Regular && !created {
             let set = SetAttr {
                 size: Some(0),
                 ..SetAttr::default()
@@ -446,7 +482,9 @@ impl<B: Persist> Posix<B> {
         Ok(n)
     }
 
-    /// Moves the position; returns the new one.
+    /// Moves the position; returns the new one. A position before the start or past the
+    /// largest file size ([`MAX_FILE_SIZE`]) is `EINVAL`, as
+    /// Linux refuses one past its file system's limit; past the end of the file is allowed.
     pub fn lseek(&self, fd: Fd, off: i64, whence: Whence) -> Result<u64, Errno> {
         let mut fds = self.fds.lock();
         let _inner = self.fs.lock();
@@ -456,7 +494,10 @@ impl<B: Persist> Posix<B> {
             Whence::Cur => file.pos,
             Whence::End => self.fs.inode(file.ino)?.size,
         };
-        let pos = base.checked_add_signed(off).ok_or(Errno::EINVAL)?;
+        let pos = base
+            .checked_add_signed(off)
+            .filter(|&pos| pos <= MAX_FILE_SIZE)
+            .ok_or(Errno::EINVAL)?;
         fds.set_pos(fd, pos);
         Ok(pos)
     }
@@ -494,23 +535,26 @@ impl<B: Persist> Posix<B> {
     /// Allocates blocks for `[off, off + len)` of an open file (`fallocate`: mode 0 grows
     /// the file, `keep_size` does not).
     pub fn fallocate(&self, fd: Fd, off: u64, len: u64, keep_size: bool) -> Result<(), Errno> {
-        let ino = {
-            let fds = self.fds.lock();
-            let _inner = self.fs.lock();
-            let file = self.file(&fds, fd)?;
-            if !file.write {
-                return Err(Errno::EBADF);
-            }
-            file.ino
+        let writable = |file: &OpenFile| match file.write {
+            true => Ok(()),
+            false => Err(Errno::EBADF),
         };
-        self.fs.fallocate(ino, off, len, keep_size)
+        self.with_fd(fd, writable, |ino| {
+            self.fs.fallocate(ino, off, len, keep_size)
+        })
     }
 
-    /// Changes attributes of an open file (`fchmod`, `fchown`, `futimens`).
-    pub fn fsetattr(&self, fd: Fd, set: SetAttr) -> Result<Attr, Errno> {
+    /// Changes attributes of an open file (`fchmod`, `fchown`, `futimens`, and `ftruncate`
+    /// with a size, which needs a descriptor open for writing as [`Posix::ftruncate`] does:
+    /// `EINVAL`). As `fchmod(2)`, bits of `perm` above `0o7777` are ignored.
+    pub fn fsetattr(&self, fd: Fd, mut set: SetAttr) -> Result<Attr, Errno> {
         let fds = self.fds.lock();
         let mut inner = self.fs.lock();
         let file = self.file(&fds, fd)?;
+        if set.size.is_some() && !file.write {
+            return Err(Errno::EINVAL);
+        }
+        set.perm = set.perm.map(|perm| perm & crate::inode::PERM_MASK);
         let attr = self.fs.setattr_locked(&mut inner, file.ino, set)?;
         self.fs.pm().durability_point();
         Ok(attr)
@@ -552,7 +596,8 @@ impl<B: Persist> Posix<B> {
         self.truncate_ino(&mut inner, ino, size)
     }
 
-    /// Creates a directory.
+    /// Creates a directory. As `mkdir(2)`, only the permission bits and the sticky bit of
+    /// `perm` are kept (a set-group-ID parent gives its group and that bit).
     pub fn mkdir(&self, path: &str, perm: u32) -> Result<(), Errno> {
         let mut inner = self.fs.lock();
         let split = self.parent_of(&mut inner, path)?;
@@ -562,7 +607,7 @@ impl<B: Persist> Posix<B> {
             split.dir,
             &name,
             FileType::Directory,
-            perm & 0o7777,
+            perm & 0o1777,
             None,
         )?;
         self.fs.pm().durability_point();
@@ -630,11 +675,18 @@ impl<B: Persist> Posix<B> {
         Ok(())
     }
 
-    /// Creates the symbolic link `path` with contents `target`.
+    /// Creates the symbolic link `path` with contents `target` (a `path` with a trailing
+    /// slash names no link that can be made: `ENOENT`, or `EEXIST` when it exists).
     pub fn symlink(&self, target: &str, path: &str) -> Result<(), Errno> {
         let mut inner = self.fs.lock();
         let split = self.parent_of(&mut inner, path)?;
         let name = split.last.ok_or(Errno::EEXIST)?;
+        if split.trailing_slash {
+            return Err(match self.fs.lookup_locked(&mut inner, split.dir, &name) {
+                Ok(_) => Errno::EEXIST,
+                Err(_) => Errno::ENOENT,
+            });
+        }
         self.fs.make_locked(
             &mut inner,
             split.dir,
@@ -668,12 +720,13 @@ impl<B: Persist> Posix<B> {
         Ok(())
     }
 
-    /// Changes the permission bits.
+    /// Changes the permission bits (and set-user-ID, set-group-ID, sticky). As `chmod(2)`,
+    /// bits above them are ignored, so a whole `st_mode` ([`Attr::mode`]) can be passed.
     pub fn chmod(&self, path: &str, perm: u32) -> Result<(), Errno> {
         self.set(
             path,
             SetAttr {
-                perm: Some(perm),
+                perm: Some(perm & crate::inode::PERM_MASK),
                 ..SetAttr::default()
             },
         )
@@ -708,20 +761,66 @@ impl<B: Persist> Posix<B> {
         )
     }
 
-    fn resolve_ino(&self, path: &str, follow: bool) -> Result<u64, Errno> {
-        let mut inner = self.fs.lock();
-        Ok(self.resolve(&mut inner, path, follow)?.0)
+    /// Runs `op`, which takes the file system's lock itself, on the inode `path` names, with
+    /// a handle held on it from the lookup on: a concurrent unlink cannot free the inode and
+    /// give its number to a new file in between (which `op` would then change instead).
+    fn with_path<T>(
+        &self,
+        path: &str,
+        follow: bool,
+        op: impl FnOnce(u64) -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        let ino = {
+            let mut inner = self.fs.lock();
+            let (ino, _) = self.resolve(&mut inner, path, follow)?;
+            Self::hold(&mut inner, ino);
+            ino
+        };
+        self.run_held(ino, op)
+    }
+
+    /// As [`Posix::with_path`] for the file open as `fd`, checked by `check` first (a
+    /// concurrent `close` of `fd` cannot free it either).
+    fn with_fd<T>(
+        &self,
+        fd: Fd,
+        check: impl FnOnce(&OpenFile) -> Result<(), Errno>,
+        op: impl FnOnce(u64) -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        let ino = {
+            let fds = self.fds.lock();
+            let mut inner = self.fs.lock();
+            let file = self.file(&fds, fd)?;
+            check(&file)?;
+            Self::hold(&mut inner, file.ino);
+            file.ino
+        };
+        self.run_held(ino, op)
+    }
+
+    fn hold(inner: &mut Inner, ino: u64) {
+        *inner.open.entry(ino).or_insert(0) += 1;
+    }
+
+    /// Runs `op` on `ino`, then drops the handle [`Posix::hold`] took (the last one frees an
+    /// unlinked file, as a `close` does).
+    fn run_held<T>(&self, ino: u64, op: impl FnOnce(u64) -> Result<T, Errno>) -> Result<T, Errno> {
+        let result = op(ino);
+        let released = self.fs.release_inode(ino);
+        let value = result?;
+        released?;
+        Ok(value)
     }
 
     /// The value of extended attribute `name` of `path` (`follow`: through a final symbolic
     /// link, as `getxattr`; else as `lgetxattr`).
     pub fn getxattr(&self, path: &str, name: &[u8], follow: bool) -> Result<Vec<u8>, Errno> {
-        self.fs.getxattr(self.resolve_ino(path, follow)?, name)
+        self.with_path(path, follow, |ino| self.fs.getxattr(ino, name))
     }
 
     /// The extended attribute names of `path`.
     pub fn listxattr(&self, path: &str, follow: bool) -> Result<Vec<Vec<u8>>, Errno> {
-        self.fs.listxattr(self.resolve_ino(path, follow)?)
+        self.with_path(path, follow, |ino| self.fs.listxattr(ino))
     }
 
     /// Sets extended attribute `name` of `path`.
@@ -733,13 +832,12 @@ impl<B: Persist> Posix<B> {
         mode: crate::xattr::SetMode,
         follow: bool,
     ) -> Result<(), Errno> {
-        self.fs
-            .setxattr(self.resolve_ino(path, follow)?, name, value, mode)
+        self.with_path(path, follow, |ino| self.fs.setxattr(ino, name, value, mode))
     }
 
     /// Removes extended attribute `name` of `path`.
     pub fn removexattr(&self, path: &str, name: &[u8], follow: bool) -> Result<(), Errno> {
-        self.fs.removexattr(self.resolve_ino(path, follow)?, name)
+        self.with_path(path, follow, |ino| self.fs.removexattr(ino, name))
     }
 
     /// The entries of a directory (`.` and `..` first).
@@ -763,14 +861,10 @@ impl<B: Persist> Posix<B> {
         len: u64,
         writable: bool,
     ) -> Result<crate::mmap::FileMap<'_, B>, Errno> {
-        let file = {
-            let fds = self.fds.lock();
-            let _inner = self.fs.lock();
-            self.file(&fds, fd)?
+        let allowed = |file: &OpenFile| match file.read && (file.write || !writable) {
+            true => Ok(()),
+            false => Err(Errno::EACCES),
         };
-        if !file.read || (writable && !file.write) {
-            return Err(Errno::EACCES);
-        }
-        self.fs.map(file.ino, off, len, writable)
+        self.with_fd(fd, allowed, |ino| self.fs.map(ino, off, len, writable))
     }
 }

@@ -22,7 +22,11 @@ use pmem::{Header, Persist, Pool, WriteClass, checked};
 use std::collections::{BTreeSet, HashMap};
 
 impl<B: Persist> Fs<B> {
-    /// Formats a file system on `pool` (created with layout [`LAYOUT`]) and mounts it.
+    /// Formats a file system on `pool` (created with layout [`LAYOUT`], e.g. with
+    /// [`pool_options`](crate::pool_options)) and mounts it. Whatever the pool held is
+    /// lost, a file system included. A pool of another layout is
+    /// `FsError::Pool(PoolError::WrongLayout)`; bad `mkfs` options are
+    /// `FsError::InvalidArgument`.
     ///
     /// Protocol: clear both superblock magics (durably, if set), zero the inode table and
     /// write the root inode (NT), seal an empty truncate list, format the journal (its fence
@@ -83,7 +87,11 @@ impl<B: Persist> Fs<B> {
         Fs::mount(pool, options)
     }
 
-    /// Mounts the file system on `pool`, recovering from a crash if there was one.
+    /// Mounts the file system on `pool`, recovering from a crash if there was one (journal
+    /// rollback, truncate list, a damaged superblock slot restored from the other:
+    /// [`Fs::repairs`]). A pool of another layout is `FsError::Pool(PoolError::WrongLayout)`,
+    /// one never formatted `NotFormatted`, damage that recovery cannot undo `Corrupted`
+    /// (see [`Fs::repair`]). On an error the pool is left marked unclean.
     pub fn mount(pool: Pool<B>, options: MountOptions) -> Result<Fs<B>, FsError> {
         match mount_state(&pool, options) {
             Ok((sb, inner, repairs)) => Ok(Fs {
@@ -102,12 +110,14 @@ impl<B: Persist> Fs<B> {
     }
 }
 
-fn check_layout(header: &Header) -> Result<(), FsError> {
+/// A pool of another layout (an engine's, an NVthreads heap) is the pool error a
+/// `Pool::open(path, LAYOUT, …)` of it gives, not a bad argument.
+pub(crate) fn check_layout(header: &Header) -> Result<(), FsError> {
     if header.layout != LAYOUT {
-        return Err(FsError::InvalidArgument(format!(
-            "pool layout is {:?}, a file system needs {LAYOUT:?}",
-            header.layout
-        )));
+        return Err(FsError::Pool(pmem::PoolError::WrongLayout {
+            expected: LAYOUT.to_owned(),
+            found: header.layout.clone(),
+        }));
     }
     Ok(())
 }
@@ -214,8 +224,9 @@ fn no_usable_superblock(primary: SbProblem, copy: SbProblem) -> FsError {
 impl<B: Persist> Fs<B> {
     /// Reads the superblock of the file system on `pool` and writes nothing (a damaged slot
     /// is not repaired): whether this build can use the pool at all. `NotFormatted`,
-    /// `UnsupportedVersion`, `UnsupportedFeatures` and a wrong layout (`InvalidArgument`) mean
-    /// it cannot; `Corrupted` that neither slot is usable.
+    /// `UnsupportedVersion`, `UnsupportedFeatures` and a wrong layout
+    /// (`Pool(PoolError::WrongLayout)`) mean it cannot; `Corrupted` that neither slot is
+    /// usable.
     pub fn probe(pool: &Pool<B>) -> Result<Superblock, FsError> {
         check_layout(pool.header())?;
         let (pm, header) = (pool.pm(), pool.header());

@@ -25,7 +25,7 @@ use crate::inode::{FileType, Inode, field};
 use crate::journal::Journal;
 use crate::layout::{BLOCK, BLOCKS_PER_HUGE, ROOT_INO, Superblock};
 use crate::options::MountOptions;
-use crate::recovery::{Repair, read_superblock};
+use crate::recovery::{Repair, check_layout, read_superblock};
 use crate::state::Inner;
 use crate::tree::{self, Visit};
 use crate::truncate::free_inode_fields;
@@ -344,6 +344,7 @@ fn errno_to_fs(errno: crate::Errno) -> FsError {
 /// as its own; the root, which cannot be freed, keeps its claim when its records read back
 /// whole ([`keep_root_claims`]).
 fn free_damaged_inodes<B: Persist>(pool: &Pool<B>) -> Result<Vec<FsckRepair>, FsError> {
+    check_layout(pool.header())?;
     let pm = pool.pm();
     let (sb, sb_repairs) = read_superblock(pm, pool.header())?;
     let mut repairs: Vec<FsckRepair> = sb_repairs

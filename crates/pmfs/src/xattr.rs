@@ -107,18 +107,22 @@ pub fn decode(b: &[u8], ino: u64) -> Result<Attrs, Corrupt> {
     Ok(attrs)
 }
 
-/// Checks an attribute name: served namespace, length.
+/// Largest value `setxattr(2)` takes at all (Linux's `XATTR_SIZE_MAX`): a longer one is
+/// `E2BIG`; one that does not fit the inode's attribute block is `ENOSPC`.
+pub const VALUE_MAX: usize = 65_536;
+
+/// Checks an attribute name: length, served namespace, a name after the prefix. As Linux:
+/// an empty or overlong name is `ERANGE`, an unknown namespace `EOPNOTSUPP`, a bare prefix
+/// (`user.`) `EINVAL`.
 fn check_name(name: &[u8]) -> Result<(), Errno> {
     if name.is_empty() || name.len() > NAME_MAX || name.contains(&0) {
         return Err(Errno::ERANGE);
     }
-    if !NAMESPACES
-        .iter()
-        .any(|ns| name.starts_with(ns) && name.len() > ns.len())
-    {
-        return Err(Errno::EOPNOTSUPP);
+    match NAMESPACES.iter().find(|ns| name.starts_with(ns)) {
+        None => Err(Errno::EOPNOTSUPP),
+        Some(ns) if name.len() == ns.len() => Err(Errno::EINVAL),
+        Some(_) => Ok(()),
     }
-    Ok(())
 }
 
 impl<B: Persist> Fs<B> {
@@ -156,7 +160,9 @@ impl<B: Persist> Fs<B> {
             .collect())
     }
 
-    /// Sets attribute `name` of inode `ino` to `value`.
+    /// Sets attribute `name` of inode `ino` to `value`. All of an inode's names and values
+    /// share one 4 KiB block (`ENOSPC` when they do not fit); a value over [`VALUE_MAX`]
+    /// is `E2BIG`.
     pub fn setxattr(
         &self,
         ino: u64,
@@ -164,6 +170,9 @@ impl<B: Persist> Fs<B> {
         value: &[u8],
         mode: SetMode,
     ) -> Result<(), Errno> {
+        if value.len() > VALUE_MAX {
+            return Err(Errno::E2BIG);
+        }
         let mut inner = self.lock();
         let inode = self.attr_target(ino, name)?;
         let mut attrs = self.read_attrs(ino, &inode)?;
@@ -286,7 +295,11 @@ mod tests {
         assert_eq!(check_name(b"user.x"), Ok(()));
         assert_eq!(check_name(b"security.capability"), Ok(()));
         assert_eq!(check_name(b"trusted.x"), Err(Errno::EOPNOTSUPP));
-        assert_eq!(check_name(b"user."), Err(Errno::EOPNOTSUPP));
+        assert_eq!(
+            check_name(b"user."),
+            Err(Errno::EINVAL),
+            "a bare prefix, as Linux"
+        );
         assert_eq!(check_name(b""), Err(Errno::ERANGE));
     }
 }

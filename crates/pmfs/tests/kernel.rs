@@ -110,3 +110,32 @@ fn special_files_and_set_group_id_directories() {
     assert_eq!((again.kind, again.rdev), (FileType::CharDevice, 0x0103));
     fs.fsck().expect("fsck");
 }
+
+/// A node's kind and its target must agree: a symbolic link made without a target was a
+/// link of size 0 (`readlink` then answered `EIO` and fsck reported damage), and a regular
+/// file made with one got the target as its data. Both are `EINVAL`, and nothing is made.
+#[test]
+fn a_target_is_for_symbolic_links_only() {
+    let fs = fresh();
+    let made = |name: &[u8], kind, target| {
+        fs.make_pinned(1, name, kind, 0o644, target, 0, ME)
+            .map(|a| a.ino)
+    };
+    assert_eq!(made(b"l", FileType::Symlink, None), Err(Errno::EINVAL));
+    for kind in [
+        FileType::Regular,
+        FileType::Directory,
+        FileType::Fifo,
+        FileType::Socket,
+    ] {
+        assert_eq!(
+            made(b"x", kind, Some(&b"t"[..])),
+            Err(Errno::EINVAL),
+            "{kind:?}"
+        );
+    }
+    assert_eq!(fs.readdir(1).expect("readdir").len(), 2, "nothing made");
+    let ino = made(b"l", FileType::Symlink, Some(&b"t"[..])).expect("symlink");
+    assert_eq!(fs.readlink(ino), Ok(b"t".to_vec()));
+    fs.fsck().expect("fsck");
+}

@@ -797,3 +797,246 @@ fn huge_leaf_files() {
         "every block, the emptied root directory's included"
     );
 }
+
+/// `open` flag combinations whose result Linux defines (checked against ext4/tmpfs on
+/// Linux 6.18): `O_CREAT` on a directory, `O_CREAT | O_DIRECTORY`, `O_TRUNC` without write
+/// access, a trailing slash through a symbolic link with `O_NOFOLLOW`.
+#[test]
+fn open_flags_match_linux() {
+    use pmfs::posix::O_NOFOLLOW;
+    let px = new_fs(DataMode::InPlace);
+    px.mkdir("/d", 0o755).expect("mkdir");
+    px.symlink("d", "/s").expect("symlink");
+    let fd = px.creat("/f", 0o644).expect("creat");
+    px.write(fd, b"hello").expect("write");
+    px.close(fd).expect("close");
+    // O_CREAT never opens a directory: EISDIR, or EEXIST with O_EXCL.
+    for path in ["/d", "/d/.", "/", "/s"] {
+        assert_eq!(
+            px.open(path, O_CREAT | O_RDONLY, 0o644),
+            Err(Errno::EISDIR),
+            "{path}"
+        );
+        assert_eq!(
+            px.open(path, O_CREAT | O_EXCL | O_RDONLY, 0o644),
+            Err(Errno::EEXIST),
+            "{path}"
+        );
+    }
+    assert_eq!(
+        px.open("/new", O_CREAT | O_DIRECTORY | O_RDONLY, 0o755),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        px.stat("/new").map(|_| ()),
+        Err(Errno::ENOENT),
+        "nothing made"
+    );
+    // No unnamed temporary files (O_TMPFILE carries O_DIRECTORY's bit: not EISDIR).
+    assert_eq!(
+        px.open("/d", libc::O_TMPFILE | O_RDWR, 0o600),
+        Err(Errno::EOPNOTSUPP)
+    );
+    assert_eq!(px.readdir("/d").expect("readdir").len(), 2);
+    // O_TRUNC asks for write access: a directory refuses it, a file is emptied.
+    assert_eq!(px.open("/d", O_RDONLY | O_TRUNC, 0), Err(Errno::EISDIR));
+    let fd = px.open("/f", O_RDONLY | O_TRUNC, 0).expect("open");
+    assert_eq!(px.fstat(fd).expect("fstat").size, 0);
+    px.close(fd).expect("close");
+    // A trailing slash follows the final link even with O_NOFOLLOW.
+    let fd = px.open("/s/", O_RDONLY | O_NOFOLLOW, 0).expect("s/");
+    assert_eq!(px.fstat(fd).expect("fstat").kind, FileType::Directory);
+    px.close(fd).expect("close");
+    assert_eq!(px.open("/s", O_RDONLY | O_NOFOLLOW, 0), Err(Errno::ELOOP));
+    assert_eq!(px.open_count(), 0);
+    px.fs().fsck().expect("fsck");
+}
+
+/// A position past the largest file size is `EINVAL` (Linux checks its `s_maxbytes`), not a
+/// position that a C `off_t` cannot hold.
+#[test]
+fn lseek_stops_at_the_largest_file_size() {
+    let px = new_fs(DataMode::InPlace);
+    let fd = px.creat("/f", 0o644).expect("creat");
+    let max = pmfs::layout::MAX_FILE_SIZE;
+    assert_eq!(px.lseek(fd, max as i64, Whence::Set), Ok(max));
+    assert_eq!(px.lseek(fd, 1, Whence::Cur), Err(Errno::EINVAL));
+    assert_eq!(px.lseek(fd, i64::MAX, Whence::Set), Err(Errno::EINVAL));
+    assert_eq!(
+        px.lseek(fd, 0, Whence::Cur),
+        Ok(max),
+        "unchanged by a refusal"
+    );
+    assert_eq!(px.lseek(fd, 1 << 20, Whence::Set), Ok(1 << 20));
+    assert_eq!(px.lseek(fd, i64::MAX, Whence::End), Err(Errno::EINVAL));
+    px.close(fd).expect("close");
+}
+
+/// Mode bits as `chmod(2)`, `mkdir(2)` and `symlink(2)` treat them: a whole `st_mode` to
+/// `chmod`, set-id bits to `mkdir`, a trailing slash on a new link's name.
+#[test]
+fn modes_and_new_names_match_linux() {
+    let px = new_fs(DataMode::InPlace);
+    px.close(px.creat("/f", 0o600).expect("creat"))
+        .expect("close");
+    let st = px.stat("/f").expect("stat");
+    px.chmod("/f", st.mode() | 0o044)
+        .expect("chmod with the type bits");
+    assert_eq!(px.stat("/f").expect("stat").mode(), 0o100644);
+    px.mkdir("/d", 0o7777).expect("mkdir");
+    assert_eq!(
+        px.stat("/d").expect("stat").perm,
+        0o1777,
+        "set-id bits dropped"
+    );
+    px.chmod("/d", 0o2755).expect("chmod");
+    px.mkdir("/d/sub", 0o755).expect("mkdir");
+    assert_eq!(px.stat("/d/sub").expect("stat").perm, 0o2755, "inherited");
+    assert_eq!(px.symlink("x", "/new/"), Err(Errno::ENOENT));
+    assert_eq!(px.symlink("x", "/f/"), Err(Errno::EEXIST));
+    assert_eq!(px.symlink("x", "/d/"), Err(Errno::EEXIST));
+    assert_eq!(
+        px.lstat("/new").map(|_| ()),
+        Err(Errno::ENOENT),
+        "nothing made"
+    );
+    px.fs().fsck().expect("fsck");
+}
+
+/// Attribute names and sizes answered as Linux's `setxattr(2)`: a bare namespace prefix is
+/// `EINVAL`, a value over 64 KiB `E2BIG`; one that only overflows the block stays `ENOSPC`.
+#[test]
+fn extended_attribute_limits_match_linux() {
+    use pmfs::SetMode;
+    let px = new_fs(DataMode::InPlace);
+    px.close(px.creat("/f", 0o644).expect("creat"))
+        .expect("close");
+    for prefix in [&b"user."[..], b"security."] {
+        assert_eq!(
+            px.setxattr("/f", prefix, b"v", SetMode::Any, true),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(px.getxattr("/f", prefix, true), Err(Errno::EINVAL));
+    }
+    assert_eq!(
+        px.setxattr("/f", b"user.big", &vec![0; 70_000], SetMode::Any, true),
+        Err(Errno::E2BIG)
+    );
+    assert_eq!(
+        px.setxattr("/f", b"user.big", &vec![0; 5_000], SetMode::Any, true),
+        Err(Errno::ENOSPC)
+    );
+    assert_eq!(px.listxattr("/f", true), Ok(vec![]));
+    assert_eq!(Errno::E2BIG.raw(), libc::E2BIG);
+    assert_eq!(Errno::E2BIG.name(), "E2BIG");
+}
+
+/// A pool of another layout (an engine's pool) is refused by mkfs, mount, probe and repair
+/// with the pool error `Pool::open` gives for it (`WrongLayout`, the CLI's exit 12), not as
+/// a bad argument.
+#[test]
+fn a_pool_of_another_layout_is_wrong_layout() {
+    const OTHER: u64 = 1 << 20;
+    let fresh = || {
+        let mut options = pmem::CreateOptions::new("redo", OTHER);
+        options.root_size = pmfs::layout::ROOT_SIZE;
+        Pool::format(SimPm::new(OTHER, SimConfig::default()), &options).expect("pool")
+    };
+    let wrong = |error: pmfs::FsError| match error {
+        pmfs::FsError::Pool(pmem::PoolError::WrongLayout { expected, found }) => {
+            assert_eq!((expected.as_str(), found.as_str()), (pmfs::LAYOUT, "redo"));
+        }
+        other => panic!("not WrongLayout: {other:?}"),
+    };
+    let pool = fresh();
+    wrong(Fs::probe(&pool).expect_err("probe"));
+    wrong(Fs::mount(pool, options(DataMode::InPlace)).expect_err("mount"));
+    let pool = fresh();
+    wrong(
+        Fs::repair(pool, options(DataMode::InPlace))
+            .map(|_| ())
+            .expect_err("repair"),
+    );
+    let pool = fresh();
+    wrong(
+        Fs::mkfs(pool, &MkfsOptions::default(), options(DataMode::InPlace))
+            .map(|_| ())
+            .expect_err("mkfs"),
+    );
+}
+
+/// A path-based call that the file system runs under its own lock (the extended-attribute
+/// calls; `fallocate` and `mmap` on a descriptor likewise) holds the inode it looked up:
+/// an unlink by another thread in between cannot free it and hand its number to a new file,
+/// which the call would then change instead. Before, a `setxattr("/a")` racing with
+/// `unlink("/a")` + `creat("/b")` set the attribute on `/b` a few times a second.
+#[test]
+fn a_path_call_never_lands_on_a_file_created_after_its_lookup() {
+    use pmfs::SetMode;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const SIZE: u64 = 16 << 20;
+    let pool = Pool::format(
+        pmem::MemPm::new(vec![0; SIZE as usize]),
+        &pmfs::pool_options(SIZE),
+    )
+    .expect("pool");
+    let fs = Fs::mkfs(pool, &MkfsOptions::default(), options(DataMode::InPlace)).expect("mkfs");
+    let px = Posix::new(fs);
+    px.close(px.creat("/a", 0o644).expect("creat"))
+        .expect("close");
+    let stop = AtomicBool::new(false);
+    let misplaced = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = px.setxattr("/a", b"user.x", b"1", SetMode::Any, true);
+            }
+        });
+        let start = std::time::Instant::now();
+        let mut misplaced = 0;
+        while start.elapsed() < std::time::Duration::from_secs(3) && misplaced == 0 {
+            let _ = px.unlink("/a");
+            px.close(px.creat("/b", 0o644).expect("creat b"))
+                .expect("close");
+            if px.getxattr("/b", b"user.x", true).is_ok() {
+                misplaced += 1;
+            }
+            px.unlink("/b").expect("unlink b");
+            px.close(px.creat("/a", 0o644).expect("creat a"))
+                .expect("close");
+        }
+        stop.store(true, Ordering::Relaxed);
+        misplaced
+    });
+    assert_eq!(misplaced, 0, "an attribute set on /a appeared on /b");
+    assert_eq!(px.open_count(), 0);
+    px.fs().fsck().expect("fsck");
+}
+
+/// `fsetattr` is `ftruncate` when it carries a size: a read-only descriptor cannot change
+/// the size (it did: the file was emptied through `O_RDONLY`); and `fchmod` of a whole
+/// `st_mode` keeps the permission bits, as `chmod`.
+#[test]
+fn fsetattr_with_a_size_needs_a_writable_descriptor() {
+    use pmfs::SetAttr;
+    let px = new_fs(DataMode::InPlace);
+    let fd = px.creat("/f", 0o644).expect("creat");
+    px.write(fd, b"keep me").expect("write");
+    px.close(fd).expect("close");
+    let ro = px.open("/f", O_RDONLY, 0).expect("open");
+    let shrink = SetAttr {
+        size: Some(0),
+        ..SetAttr::default()
+    };
+    assert_eq!(px.fsetattr(ro, shrink).map(|a| a.size), Err(Errno::EINVAL));
+    assert_eq!(px.ftruncate(ro, 0), Err(Errno::EINVAL));
+    assert_eq!(read_all(&px, "/f"), b"keep me");
+    let chmod = SetAttr {
+        perm: Some(0o100600),
+        ..SetAttr::default()
+    };
+    assert_eq!(px.fsetattr(ro, chmod).map(|a| a.perm), Ok(0o600));
+    px.close(ro).expect("close");
+    let rw = px.open("/f", O_RDWR, 0).expect("open");
+    assert_eq!(px.fsetattr(rw, shrink).map(|a| a.size), Ok(0));
+    px.close(rw).expect("close");
+}
