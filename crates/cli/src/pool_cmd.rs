@@ -136,6 +136,13 @@ pub fn info(path: &Path, as_json: bool, out: &mut dyn Write) -> anyhow::Result<(
     for (name, value) in fields {
         writeln!(out, "{:<16} {value}", format!("{name}:"))?;
     }
+    for repair in &report.repairable {
+        writeln!(
+            out,
+            "{:<16} {repair}; the next open repairs it",
+            "repairable:"
+        )?;
+    }
     Ok(())
 }
 
@@ -236,6 +243,16 @@ pub fn check(path: &Path, request: CheckRequest, out: &mut dyn Write) -> anyhow:
     };
     let pm = MemPm::new(image);
     let mut findings = deep_check(&pm, &report.header);
+    // Damage in the header area that the copy or the state word's rewrite makes good: the
+    // next open repairs it, as it recovers a crash.
+    findings.extend(report.repairable.iter().map(|repair| {
+        Finding::new(
+            Severity::Recovery,
+            "pool header",
+            Some(0),
+            format!("{repair}; the next open repairs it"),
+        )
+    }));
     if report.in_use {
         findings.push(Finding::new(
             Severity::Note,
@@ -634,6 +651,7 @@ fn describe(path: &Path, report: &FileReport) -> Value {
         "compat_features": header.compat_features,
         "clean": report.clean,
         "in_use": report.in_use,
+        "repairable": report.repairable,
     })
 }
 

@@ -143,7 +143,10 @@ fn damaged_files_fail_with_one_line_and_the_right_code() {
 
     let flipped = dir.path().join("flipped");
     let mut bytes = original.clone();
-    bytes[100] ^= 0x01; // inside the layout name, covered by the header checksum
+    // Inside the layout name, covered by the header checksum, and the same byte of the
+    // header's copy (a header whose copy is intact is repaired, not refused).
+    bytes[100] ^= 0x01;
+    bytes[pmem::header::COPY_OFFSET as usize + 100] ^= 0x01;
     std::fs::write(&flipped, &bytes).expect("write");
 
     let truncated = dir.path().join("truncated");

@@ -939,11 +939,33 @@ fn fsck_exit_codes() {
     let json: serde_json::Value = serde_json::from_str(&out).expect("json");
     assert_eq!(json["clean_shutdown"], true);
     assert_eq!(json["inodes"], 1);
-    // One flipped bit in the pool header (its creation time): damaged too, in the check
-    // and for the repair, which cannot rebuild it (both said "cannot check", exit 8).
+    // One flipped bit in the pool header (its creation time): its copy stands in. The check
+    // names the repair the next mount makes, `--repair` makes it (exit 1), and then the pool
+    // is whole (exit 0).
     let header = tmp.path().join("header.pool");
     let mut flipped = std::fs::read(&pool).expect("read");
     flipped[0x28] ^= 0x01;
+    std::fs::write(&header, &flipped).expect("write");
+    let path = header.to_str().unwrap();
+    let checked = ok(
+        &ferrite(&["fs", "fsck", path]),
+        "fsck of a header with a copy",
+    );
+    assert!(
+        checked.contains("pool header damaged") && checked.contains("its copy at 0x800 is intact"),
+        "{checked}"
+    );
+    let repaired = ferrite(&["fs", "fsck", "--repair", path]);
+    assert_eq!(repaired.status.code(), Some(1), "{repaired:?}");
+    ok(&ferrite(&["fs", "fsck", path]), "fsck after the repair");
+    assert_eq!(
+        std::fs::read(&header).expect("read")[..256],
+        std::fs::read(&pool).expect("read")[..256],
+        "the header restored"
+    );
+    // The same bit flipped in the copy too: damaged, in the check and for the repair, which
+    // cannot rebuild it (exit 4).
+    flipped[0x828] ^= 0x01;
     std::fs::write(&header, &flipped).expect("write");
     for fsck in [vec!["fs", "fsck"], vec!["fs", "fsck", "--repair"]] {
         let out = ferrite(&[fsck.as_slice(), &[header.to_str().unwrap()]].concat());

@@ -201,6 +201,55 @@ fn repair_recovers_a_crashed_sound_pool() {
     assert_every_commit_survived(&crashed);
 }
 
+/// A flipped bit in the pool header whose copy is intact, and one in the state word: `pool
+/// info` and `pool check` name both as what the next open repairs (exit 0), `--repair` opens
+/// the pool (recovery included), which rewrites both, and every commit is still there.
+#[test]
+fn a_damaged_header_with_an_intact_copy_is_repaired_not_refused() {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
+    let (clean, _) = redo_pools(dir.path());
+    let intact = std::fs::read(&clean).expect("read");
+    let mut damaged = intact.clone();
+    damaged[0x30] ^= 0x04;
+    damaged[0x102] ^= 0x01;
+    std::fs::write(&clean, &damaged).expect("write");
+
+    let info = ferrite(&["pool", "info", text(&clean)]);
+    assert_eq!(info.status.code(), Some(0), "{}", stderr(&info));
+    assert_eq!(
+        stdout(&info).matches("repairable:").count(),
+        2,
+        "{}",
+        stdout(&info)
+    );
+    let check = ferrite(&["pool", "check", text(&clean)]);
+    assert_eq!(check.status.code(), Some(0), "{}", stdout(&check));
+    for says in [
+        "recovery: pool header",
+        "its copy at 0x800 is intact",
+        "pool state word",
+    ] {
+        assert!(stdout(&check).contains(says), "{says}: {}", stdout(&check));
+    }
+    assert_eq!(
+        std::fs::read(&clean).expect("read"),
+        damaged,
+        "a check writes nothing"
+    );
+
+    let repair = ferrite(&["pool", "check", "--repair", text(&clean)]);
+    assert_eq!(repair.status.code(), Some(0), "{}", stdout(&repair));
+    let after = std::fs::read(&clean).expect("read");
+    assert_eq!(
+        after[..256],
+        intact[..256],
+        "the header rewritten from its copy"
+    );
+    let check = ferrite(&["pool", "check", text(&clean)]);
+    assert!(!stdout(&check).contains("recovery:"), "{}", stdout(&check));
+    assert_every_commit_survived(&clean);
+}
+
 /// Opens a pool made by `redo_pools` and checks that its last transaction (the 30th, which
 /// wrote 29 into the block that root slot 29 % 16 points at) is there.
 fn assert_every_commit_survived(path: &Path) {

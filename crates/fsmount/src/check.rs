@@ -55,15 +55,16 @@ pub enum CheckError {
 }
 
 impl From<pmem::PoolError> for CheckError {
-    /// A pool header or state word that fails its checksum or holds inconsistent fields is
-    /// damage to this pool, not a file the check cannot read: e2fsck's "damaged", as for
-    /// every other structure. The header is written once at creation and has no redundant
-    /// copy, so it cannot be repaired (`docs/pool-format.md`).
+    /// A pool header that fails its checksum or holds inconsistent fields, with no intact
+    /// copy to stand in for it, is damage to this pool, not a file the check cannot read:
+    /// e2fsck's "damaged", as for every other structure. It cannot be repaired
+    /// (`docs/pool-format.md`; a damaged header whose copy is intact, or a damaged state
+    /// word, never gets here: the open repairs them).
     fn from(error: pmem::PoolError) -> Self {
         match error {
             pmem::PoolError::ChecksumMismatch { .. } | pmem::PoolError::Corrupted(_) => {
                 CheckError::Damaged(format!(
-                    "{error}; the pool header area has no redundant copy, so it cannot be repaired"
+                    "{error}; the header's copy is damaged too (or the pool predates the copy), so it cannot be repaired"
                 ))
             }
             error => CheckError::Pool(error),
@@ -109,7 +110,15 @@ pub fn check_offline(path: &Path) -> Result<CheckReport, CheckError> {
         }
     };
     let recovery_bytes = fs.pool().pm().changed_bytes(report.header.root_offset);
-    let repairs = fs.repairs().iter().map(ToString::to_string).collect();
+    // The pool's own repairs (a header restored from its copy, a damaged state word) first:
+    // the attach above made them on the overlay, as a mount would on the file.
+    let repairs = fs
+        .pool()
+        .repaired()
+        .iter()
+        .cloned()
+        .chain(fs.repairs().iter().map(ToString::to_string))
+        .collect();
     fs.abandon();
     Ok(CheckReport {
         clean_shutdown: report.clean,

@@ -33,6 +33,13 @@ pub const REGION_ALIGN: u64 = 4096;
 
 /// State flag: the pool was closed cleanly (no crash since the last close).
 pub const FLAG_CLEAN: u32 = 1 << 0;
+/// Offset of the header's copy in the header area (cache lines 32–35): byte-identical to the
+/// header, written with it at creation, read when the header itself is damaged.
+pub const COPY_OFFSET: u64 = 0x800;
+/// Compat feature bit: the header area holds the header's copy at [`COPY_OFFSET`]. Pools
+/// made before the copy existed lack the bit (and the copy); readers that do not know the
+/// bit ignore the copy, which is what a compat feature allows.
+pub const COMPAT_HEADER_COPY: u32 = 1 << 0;
 const KNOWN_FLAGS: u32 = FLAG_CLEAN;
 /// Incompatible feature bits this build understands (none yet).
 const KNOWN_INCOMPAT: u32 = 0;
@@ -118,7 +125,7 @@ impl Header {
             root_size,
             arena_offset,
             arena_size: pool_size - arena_offset,
-            compat_features: 0,
+            compat_features: COMPAT_HEADER_COPY,
             layout: layout.to_owned(),
         })
     }
@@ -151,7 +158,7 @@ impl Header {
             let reason = if bytes.iter().take(8).all(|&b| b == 0) {
                 "no magic; empty file or an interrupted creation"
             } else {
-                "bad magic"
+                BAD_MAGIC
             };
             return Err(PoolError::NotAPool { reason });
         }
@@ -245,6 +252,56 @@ impl Header {
 
 /// Encodes the mutable state word: flags in the low half, CRC-32 of (flags, uuid) in the
 /// high half.
+/// A header read from a header area, and the damage of the header itself when it was read
+/// from the copy.
+#[derive(Debug)]
+pub struct AreaHeader {
+    /// The valid header: the header itself, or its copy.
+    pub header: Header,
+    /// Why the header itself was not used (`None`: it was).
+    pub primary_damage: Option<PoolError>,
+}
+
+/// Decodes the header at the start of `area` (the header area's bytes, or fewer), falling
+/// back to its copy at [`COPY_OFFSET`] when the header is damaged: its checksum fails, its
+/// fields are inconsistent, or its magic is wrong but not zero. A zero magic (an empty file,
+/// an interrupted creation or re-format) is never taken over by the copy, nor are a truncated
+/// area, an unknown version or unknown features. The copy must itself decode and carry
+/// [`COMPAT_HEADER_COPY`]; otherwise the header's own error is returned.
+pub fn decode_area(area: &[u8]) -> Result<AreaHeader, PoolError> {
+    let damage = match Header::decode(area) {
+        Ok(header) => {
+            return Ok(AreaHeader {
+                header,
+                primary_damage: None,
+            });
+        }
+        Err(error) => error,
+    };
+    let copy_may_stand_in = matches!(
+        damage,
+        PoolError::ChecksumMismatch { .. }
+            | PoolError::Corrupted(_)
+            | PoolError::NotAPool { reason: BAD_MAGIC }
+    );
+    let at = COPY_OFFSET as usize;
+    let copy = area
+        .get(at..at + HEADER_LEN)
+        .filter(|_| copy_may_stand_in)
+        .and_then(|bytes| Header::decode(bytes).ok())
+        .filter(|copy| copy.compat_features & COMPAT_HEADER_COPY != 0);
+    match copy {
+        Some(header) => Ok(AreaHeader {
+            header,
+            primary_damage: Some(damage),
+        }),
+        None => Err(damage),
+    }
+}
+
+/// `NotAPool`'s reason for a magic that is neither ours nor zero.
+const BAD_MAGIC: &str = "bad magic";
+
 pub fn encode_state(flags: u32, uuid: &[u8; 16]) -> u64 {
     (u64::from(state_check(flags, uuid)) << 32) | u64::from(flags)
 }

@@ -6,7 +6,7 @@
 //! advisory lock against a second opener, and validation before mapping.
 
 use crate::error::PoolError;
-use crate::header::{self, FLAG_CLEAN, HEADER_LEN, Header, STATE_OFFSET};
+use crate::header::{self, AreaHeader, COPY_OFFSET, FLAG_CLEAN, HEADER_LEN, Header, STATE_OFFSET};
 use crate::native::{Native, NativeOptions};
 use crate::seam::{Persist, WriteClass};
 use std::fs::{File, OpenOptions};
@@ -69,6 +69,7 @@ pub struct Pool<B: Persist> {
     pm: B,
     header: Header,
     was_clean: bool,
+    repaired: Vec<String>,
     path: Option<PathBuf>,
     closed: AtomicBool,
 }
@@ -93,6 +94,9 @@ impl<B: Persist> Pool<B> {
             pm.persist(0, 8);
         }
         pm.write(8, &bytes[8..], WriteClass::Meta);
+        // The copy, magic included: it is read only while the header's own magic is present
+        // (`header::decode_area`), which happens after the fence below.
+        pm.write(COPY_OFFSET, &bytes, WriteClass::Meta);
         pm.write_u64(
             STATE_OFFSET,
             header::encode_state(0, &header.uuid),
@@ -100,6 +104,7 @@ impl<B: Persist> Pool<B> {
         );
         pm.fill(header.root_offset, header.root_size, 0, WriteClass::Meta);
         pm.flush(0, HEADER_LEN as u64);
+        pm.flush(COPY_OFFSET, HEADER_LEN as u64);
         pm.flush(STATE_OFFSET, 8);
         pm.flush(header.root_offset, header.root_size);
         pm.fence();
@@ -109,6 +114,7 @@ impl<B: Persist> Pool<B> {
             pm,
             header,
             was_clean: true,
+            repaired: Vec::new(),
             path: None,
             closed: AtomicBool::new(false),
         })
@@ -116,8 +122,15 @@ impl<B: Persist> Pool<B> {
 
     /// Validates the header on `pm`, checks the layout, and marks the pool open (not clean)
     /// with one failure-atomic store.
+    ///
+    /// A damaged header whose copy is intact is rewritten from the copy, and a damaged state
+    /// word is read as "not clean" (the engines then recover, which is always safe) and
+    /// rewritten by that store; [`Pool::repaired`] says what was repaired.
     pub fn attach(pm: B, layout: &str) -> Result<Self, PoolError> {
-        let header = read_header(&pm)?;
+        let AreaHeader {
+            header,
+            primary_damage,
+        } = read_area_header(&pm)?;
         if header.layout != layout {
             return Err(PoolError::WrongLayout {
                 expected: layout.to_owned(),
@@ -130,16 +143,34 @@ impl<B: Persist> Pool<B> {
                 expected: header.pool_size,
             });
         }
-        let flags = header::decode_state(pm.read_u64(STATE_OFFSET), &header.uuid)?;
+        let mut repaired = Vec::new();
+        if let Some(damage) = primary_damage {
+            restore_header_from_copy(&pm);
+            repaired.push(header_repair(&damage));
+        }
+        let flags = match header::decode_state(pm.read_u64(STATE_OFFSET), &header.uuid) {
+            Ok(flags) => flags,
+            Err(damage) => {
+                repaired.push(state_repair(&damage));
+                0
+            }
+        };
         let pool = Pool {
             pm,
             header,
             was_clean: flags & FLAG_CLEAN != 0,
+            repaired,
             path: None,
             closed: AtomicBool::new(false),
         };
         pool.write_state(flags & !FLAG_CLEAN);
         Ok(pool)
+    }
+
+    /// What opening the pool repaired in its header area (empty for an intact one): a
+    /// damaged header rewritten from its copy, a damaged state word read as "not clean".
+    pub fn repaired(&self) -> &[String] {
+        &self.repaired
     }
 
     fn write_state(&self, flags: u32) {
@@ -220,13 +251,14 @@ impl<B: Persist> Pool<B> {
         wrap: impl FnOnce(B) -> Result<C, E>,
     ) -> Result<Pool<C>, E> {
         let this = std::mem::ManuallyDrop::new(self);
-        // SAFETY: `this` is never dropped, and these three fields are not touched again
+        // SAFETY: `this` is never dropped, and these four fields are not touched again
         // after being read, so each is moved out exactly once (the usual way to take fields
         // out of a type with `Drop`); `was_clean` and `closed` are plain values read below.
-        let (pm, header, path) = unsafe {
+        let (pm, header, repaired, path) = unsafe {
             (
                 std::ptr::read(&this.pm),
                 std::ptr::read(&this.header),
+                std::ptr::read(&this.repaired),
                 std::ptr::read(&this.path),
             )
         };
@@ -234,6 +266,7 @@ impl<B: Persist> Pool<B> {
             pm: wrap(pm)?,
             header,
             was_clean: this.was_clean,
+            repaired,
             path,
             closed: AtomicBool::new(this.closed.load(Ordering::Acquire)),
         })
@@ -256,8 +289,13 @@ impl<B: Persist> Drop for Pool<B> {
     }
 }
 
-/// Reads and validates the header through the seam.
+/// Reads and validates the header through the seam (from its copy if the header itself is
+/// damaged, see [`header::decode_area`]).
 pub fn read_header<B: Persist>(pm: &B) -> Result<Header, PoolError> {
+    read_area_header(pm).map(|area| area.header)
+}
+
+fn read_area_header<B: Persist>(pm: &B) -> Result<AreaHeader, PoolError> {
     if pm.len() < header::HEADER_AREA {
         return Err(PoolError::Truncated {
             actual: pm.len(),
@@ -267,7 +305,27 @@ pub fn read_header<B: Persist>(pm: &B) -> Result<Header, PoolError> {
     // Read the whole header area: a future version may have a longer header.
     let mut bytes = vec![0u8; header::HEADER_AREA as usize];
     pm.read(0, &mut bytes);
-    Header::decode(&bytes)
+    header::decode_area(&bytes)
+}
+
+/// Rewrites the header from its copy, all 256 bytes at once: until they persist, every mix of
+/// old and new lines fails the header's checksum (or keeps its damaged, non-zero magic), so
+/// a crash during the repair leaves the copy in charge and the next open repairs again.
+fn restore_header_from_copy<B: Persist>(pm: &B) {
+    let mut copy = [0u8; HEADER_LEN];
+    pm.read(COPY_OFFSET, &mut copy);
+    pm.write(0, &copy, WriteClass::Meta);
+    pm.persist(0, HEADER_LEN as u64);
+}
+
+/// The note for a damaged header that its copy stands in for.
+fn header_repair(damage: &PoolError) -> String {
+    format!("pool header damaged ({damage}); its copy at {COPY_OFFSET:#x} is intact")
+}
+
+/// The note for a damaged state word, read as "not clean".
+fn state_repair(damage: &PoolError) -> String {
+    format!("pool state word damaged ({damage}); read as not cleanly closed")
 }
 
 impl Pool<Native> {
@@ -309,7 +367,7 @@ impl Pool<Native> {
         let path = path.as_ref();
         let file = open_regular(OpenOptions::new().read(true).write(true), path)?;
         lock(&file)?;
-        let header = validate_file(&file).inspect_err(|_| unlock(&file))?;
+        let header = validate_file(&file).inspect_err(|_| unlock(&file))?.header;
         // From here on the backend owns the file and releases the lock when it is dropped,
         // whether `map` or `attach` fails or the pool is closed.
         let pm = Native::map(file, header.pool_size, native)?;
@@ -328,20 +386,32 @@ pub struct FileReport {
     pub clean: bool,
     /// Whether a process holds it open right now (from `/proc/locks`).
     pub in_use: bool,
+    /// Damage in the header area that the next open repairs: a header whose copy is intact
+    /// (the copy is reported), a state word that fails its check (reported as not clean).
+    pub repairable: Vec<String>,
 }
 
 /// Validates a pool file without modifying it and without mapping it (safe on any file).
 pub fn inspect(path: impl AsRef<Path>) -> Result<FileReport, PoolError> {
     let file = open_regular(OpenOptions::new().read(true), path.as_ref())?;
-    let header = validate_file(&file)?;
+    let AreaHeader {
+        header,
+        primary_damage,
+    } = validate_file(&file)?;
+    let mut repairable: Vec<String> = primary_damage.iter().map(header_repair).collect();
     let mut state = [0u8; 8];
     read_at(&file, STATE_OFFSET, &mut state)?;
-    let flags = header::decode_state(u64::from_le_bytes(state), &header.uuid)?;
+    let flags =
+        header::decode_state(u64::from_le_bytes(state), &header.uuid).unwrap_or_else(|damage| {
+            repairable.push(state_repair(&damage));
+            0
+        });
     let in_use = is_flocked(&file.metadata()?);
     Ok(FileReport {
         header,
         clean: flags & FLAG_CLEAN != 0,
         in_use,
+        repairable,
     })
 }
 
@@ -416,11 +486,12 @@ fn open_regular(options: &mut OpenOptions, path: &Path) -> Result<File, PoolErro
 /// Reads the header with ordinary file I/O and checks it against the file length, so a
 /// truncated file is rejected before it is mapped (touching a page past the end of a mapped
 /// file raises SIGBUS).
-fn validate_file(file: &File) -> Result<Header, PoolError> {
+fn validate_file(file: &File) -> Result<AreaHeader, PoolError> {
     let file_len = file.metadata()?.len();
     let mut bytes = vec![0u8; file_len.min(header::HEADER_AREA) as usize];
     read_at(file, 0, &mut bytes)?;
-    let header = Header::decode(&bytes)?;
+    let area = header::decode_area(&bytes)?;
+    let header = &area.header;
     if file_len < header.pool_size {
         return Err(PoolError::Truncated {
             actual: file_len,
@@ -433,7 +504,7 @@ fn validate_file(file: &File) -> Result<Header, PoolError> {
             expected: header.pool_size,
         });
     }
-    Ok(header)
+    Ok(area)
 }
 
 fn read_at(file: &File, offset: u64, buf: &mut [u8]) -> Result<(), PoolError> {

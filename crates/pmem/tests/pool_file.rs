@@ -1,5 +1,6 @@
 //! Pool files on the native backend: lifecycle, locking, and every way a file can be bad.
 
+use pmem::header::COPY_OFFSET;
 use pmem::{
     CreateOptions, Media, NativeOptions, Persist, PersistMode, Pool, PoolError, WriteClass,
 };
@@ -236,10 +237,14 @@ fn flip_byte(path: &Path, at: usize) {
     std::fs::write(path, bytes).expect("write");
 }
 
+/// A flipped byte in the header and the same byte in its copy: nothing stands in for it.
 #[test]
-fn flipped_header_byte_is_a_checksum_error() {
+fn flipped_header_byte_is_a_checksum_error_when_its_copy_is_damaged_too() {
     for at in [9, 0x20, 0x60, 0xFC] {
-        let error = corrupt(|path| flip_byte(path, at));
+        let error = corrupt(|path| {
+            flip_byte(path, at);
+            flip_byte(path, COPY_OFFSET as usize + at);
+        });
         assert!(
             matches!(error, PoolError::ChecksumMismatch { .. }),
             "byte {at}: {error}"
@@ -247,16 +252,93 @@ fn flipped_header_byte_is_a_checksum_error() {
     }
 }
 
+/// A damaged header whose copy is intact: `inspect` names it as repairable, the open takes
+/// the copy, says so, and rewrites the header, and the pool keeps its contents.
 #[test]
-fn flipped_state_word_is_a_checksum_error() {
-    let error = corrupt(|path| flip_byte(path, 256 + 2));
-    assert!(matches!(
-        error,
-        PoolError::ChecksumMismatch {
-            what: "pool state word",
-            ..
+fn a_damaged_header_is_restored_from_its_copy() {
+    for at in [0, 9, 0x20, 0x60, 0xFC] {
+        let dir = shm_dir();
+        let path = create(dir.path());
+        {
+            let pool = open(&path).expect("open");
+            pool.pm()
+                .write(pool.root().offset, b"kept", WriteClass::Meta);
+            pool.pm().persist(pool.root().offset, 4);
         }
-    ));
+        let intact = std::fs::read(&path).expect("read")[..256].to_vec();
+        flip_byte(&path, at);
+        let report = pmem::inspect(&path).expect("inspect a pool whose header copy is intact");
+        assert!(report.clean, "byte {at}");
+        assert!(
+            matches!(report.repairable.as_slice(), [one] if one.contains("its copy at 0x800")),
+            "byte {at}: {:?}",
+            report.repairable
+        );
+        let pool = open(&path).expect("open from the copy");
+        assert!(pool.was_clean(), "byte {at}");
+        assert!(
+            matches!(pool.repaired(), [one] if one.contains("pool header damaged")),
+            "byte {at}: {:?}",
+            pool.repaired()
+        );
+        let mut kept = [0u8; 4];
+        pool.pm().read(pool.root().offset, &mut kept);
+        assert_eq!(&kept, b"kept");
+        drop(pool);
+        assert_eq!(std::fs::read(&path).expect("read")[..256], intact[..]);
+        assert!(pmem::inspect(&path).expect("inspect").repairable.is_empty());
+    }
+}
+
+/// A header whose magic is zero is an interrupted creation (or re-format), never a damaged
+/// header for the copy to stand in for.
+#[test]
+fn a_zero_magic_is_not_a_pool_even_with_an_intact_copy() {
+    let error = corrupt(|path| {
+        let mut bytes = std::fs::read(path).expect("read");
+        bytes[..8].fill(0);
+        std::fs::write(path, bytes).expect("write");
+    });
+    assert!(matches!(error, PoolError::NotAPool { .. }), "{error}");
+}
+
+/// A pool made before the copy existed (no copy, no compat bit) reads as before: a damaged
+/// header is refused.
+#[test]
+fn a_pool_without_the_copy_feature_is_refused_when_its_header_is_damaged() {
+    let error = corrupt(|path| {
+        let mut bytes = std::fs::read(path).expect("read");
+        let copy = COPY_OFFSET as usize;
+        bytes[copy..copy + 256].fill(0);
+        bytes[9] ^= 0x10;
+        std::fs::write(path, bytes).expect("write");
+    });
+    assert!(
+        matches!(error, PoolError::ChecksumMismatch { .. }),
+        "{error}"
+    );
+}
+
+/// A state word that fails its check is read as "not closed cleanly" (recovery then runs,
+/// which is always safe) and rewritten by the open.
+#[test]
+fn a_damaged_state_word_reads_as_not_clean_and_is_rewritten() {
+    let dir = shm_dir();
+    let path = create(dir.path());
+    flip_byte(&path, 256 + 2);
+    let report = pmem::inspect(&path).expect("inspect");
+    assert!(!report.clean);
+    assert!(
+        matches!(report.repairable.as_slice(), [one] if one.contains("pool state word")),
+        "{:?}",
+        report.repairable
+    );
+    let pool = open(&path).expect("open");
+    assert!(!pool.was_clean());
+    assert!(matches!(pool.repaired(), [one] if one.contains("pool state word")));
+    drop(pool);
+    let report = pmem::inspect(&path).expect("inspect");
+    assert!(report.clean && report.repairable.is_empty(), "{report:?}");
 }
 
 #[test]
