@@ -517,6 +517,7 @@ fn areas(image: &[u8], crashed: bool) -> Result<(Vec<Area>, Newest), String> {
     let mut areas = vec![
         area("pool header", 0, 256),
         area("pool header", 256, 8),
+        area("pool header", pmem::header::COPY_OFFSET, 256),
         area("engine header", arena.offset, 64),
     ];
     let mut newest = Vec::new();

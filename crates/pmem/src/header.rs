@@ -1,8 +1,9 @@
 //! The on-media pool header (byte layout in `docs/pool-format.md`).
 //!
 //! The header is split by mutability:
-//! - an immutable block of [`HEADER_LEN`] bytes, written once at creation and protected by a
-//!   CRC-32; any flipped bit in it is detected;
+//! - a block of [`HEADER_LEN`] bytes, written at creation (and rewritten only from its
+//!   byte-identical copy at [`COPY_OFFSET`], when one of the two is damaged) and protected by
+//!   a CRC-32; any flipped bit in it is detected;
 //! - one mutable 8-byte *state word* on its own cache line, holding the flags and a CRC-32 of
 //!   them. Updating it is a single aligned 8-byte store, which is failure-atomic, so a header
 //!   update can never be torn.
@@ -250,8 +251,6 @@ impl Header {
     }
 }
 
-/// Encodes the mutable state word: flags in the low half, CRC-32 of (flags, uuid) in the
-/// high half.
 /// A header read from a header area, and the damage of the header itself when it was read
 /// from the copy.
 #[derive(Debug)]
@@ -260,20 +259,31 @@ pub struct AreaHeader {
     pub header: Header,
     /// Why the header itself was not used (`None`: it was).
     pub primary_damage: Option<PoolError>,
+    /// The header itself was used, and its copy differs from it (the copy is damaged).
+    pub copy_damaged: bool,
 }
 
 /// Decodes the header at the start of `area` (the header area's bytes, or fewer), falling
 /// back to its copy at [`COPY_OFFSET`] when the header is damaged: its checksum fails, its
 /// fields are inconsistent, or its magic is wrong but not zero. A zero magic (an empty file,
 /// an interrupted creation or re-format) is never taken over by the copy, nor are a truncated
-/// area, an unknown version or unknown features. The copy must itself decode and carry
-/// [`COMPAT_HEADER_COPY`]; otherwise the header's own error is returned.
+/// area, an unknown version or unknown features. The copy must itself decode, carry
+/// [`COMPAT_HEADER_COPY`], and be the header of this pool's state word (the word's check,
+/// bound to the pool's UUID, passes under the copy's UUID): a damaged header and a damaged
+/// state word at once, a file overwritten from its start, or a copy a re-format by another
+/// writer left behind are refused with the header's own error.
 pub fn decode_area(area: &[u8]) -> Result<AreaHeader, PoolError> {
+    let copy_at = COPY_OFFSET as usize..COPY_OFFSET as usize + HEADER_LEN;
     let damage = match Header::decode(area) {
         Ok(header) => {
+            let copy_damaged = header.compat_features & COMPAT_HEADER_COPY != 0
+                && area
+                    .get(copy_at)
+                    .is_some_and(|copy| copy != &area[..HEADER_LEN]);
             return Ok(AreaHeader {
                 header,
                 primary_damage: None,
+                copy_damaged,
             });
         }
         Err(error) => error,
@@ -284,16 +294,20 @@ pub fn decode_area(area: &[u8]) -> Result<AreaHeader, PoolError> {
             | PoolError::Corrupted(_)
             | PoolError::NotAPool { reason: BAD_MAGIC }
     );
-    let at = COPY_OFFSET as usize;
+    let state = area
+        .get(STATE_OFFSET as usize..STATE_OFFSET as usize + 8)
+        .map(|word| u64::from_le_bytes(word.try_into().expect("8 bytes")));
     let copy = area
-        .get(at..at + HEADER_LEN)
+        .get(copy_at)
         .filter(|_| copy_may_stand_in)
         .and_then(|bytes| Header::decode(bytes).ok())
-        .filter(|copy| copy.compat_features & COMPAT_HEADER_COPY != 0);
+        .filter(|copy| copy.compat_features & COMPAT_HEADER_COPY != 0)
+        .filter(|copy| state.is_some_and(|word| decode_state(word, &copy.uuid).is_ok()));
     match copy {
         Some(header) => Ok(AreaHeader {
             header,
             primary_damage: Some(damage),
+            copy_damaged: false,
         }),
         None => Err(damage),
     }
@@ -302,6 +316,8 @@ pub fn decode_area(area: &[u8]) -> Result<AreaHeader, PoolError> {
 /// `NotAPool`'s reason for a magic that is neither ours nor zero.
 const BAD_MAGIC: &str = "bad magic";
 
+/// Encodes the mutable state word: flags in the low half, CRC-32 of (flags, uuid) in the
+/// high half.
 pub fn encode_state(flags: u32, uuid: &[u8; 16]) -> u64 {
     (u64::from(state_check(flags, uuid)) << 32) | u64::from(flags)
 }

@@ -130,6 +130,7 @@ impl<B: Persist> Pool<B> {
         let AreaHeader {
             header,
             primary_damage,
+            copy_damaged,
         } = read_area_header(&pm)?;
         if header.layout != layout {
             return Err(PoolError::WrongLayout {
@@ -147,6 +148,10 @@ impl<B: Persist> Pool<B> {
         if let Some(damage) = primary_damage {
             restore_header_from_copy(&pm);
             repaired.push(header_repair(&damage));
+        }
+        if copy_damaged {
+            restore_copy_from_header(&pm);
+            repaired.push(COPY_REPAIR.to_owned());
         }
         let flags = match header::decode_state(pm.read_u64(STATE_OFFSET), &header.uuid) {
             Ok(flags) => flags,
@@ -318,6 +323,18 @@ fn restore_header_from_copy<B: Persist>(pm: &B) {
     pm.persist(0, HEADER_LEN as u64);
 }
 
+/// Rewrites the copy from the header. The copy is read only when the header fails its check,
+/// so a crash during the rewrite leaves the header in charge and the next open rewrites again.
+fn restore_copy_from_header<B: Persist>(pm: &B) {
+    let mut header = [0u8; HEADER_LEN];
+    pm.read(0, &mut header);
+    pm.write(COPY_OFFSET, &header, WriteClass::Meta);
+    pm.persist(COPY_OFFSET, HEADER_LEN as u64);
+}
+
+/// The note for a copy that differs from the intact header.
+const COPY_REPAIR: &str = "pool header copy at 0x800 damaged (it differs from the header)";
+
 /// The note for a damaged header that its copy stands in for.
 fn header_repair(damage: &PoolError) -> String {
     format!("pool header damaged ({damage}); its copy at {COPY_OFFSET:#x} is intact")
@@ -397,8 +414,12 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<FileReport, PoolError> {
     let AreaHeader {
         header,
         primary_damage,
+        copy_damaged,
     } = validate_file(&file)?;
     let mut repairable: Vec<String> = primary_damage.iter().map(header_repair).collect();
+    if copy_damaged {
+        repairable.push(COPY_REPAIR.to_owned());
+    }
     let mut state = [0u8; 8];
     read_at(&file, STATE_OFFSET, &mut state)?;
     let flags =

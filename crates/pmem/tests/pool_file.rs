@@ -319,6 +319,51 @@ fn a_pool_without_the_copy_feature_is_refused_when_its_header_is_damaged() {
     );
 }
 
+/// A damaged header and a damaged state word at once: the copy cannot be vouched for (the
+/// state word binds the pool's UUID), so the header's own error stands; and a file
+/// overwritten from its start by something else (a wrong magic) with a stale state word is
+/// refused the same way. Nothing is written.
+#[test]
+fn the_copy_stands_in_only_for_the_pool_its_state_word_names() {
+    let error = corrupt(|path| {
+        flip_byte(path, 0x20);
+        flip_byte(path, 256 + 2);
+    });
+    assert!(
+        matches!(error, PoolError::ChecksumMismatch { .. }),
+        "{error}"
+    );
+    let error = corrupt(|path| {
+        let mut bytes = std::fs::read(path).expect("read");
+        bytes[..0x800].copy_from_slice(&[0x7f; 0x800]);
+        std::fs::write(path, bytes).expect("write");
+    });
+    assert!(matches!(error, PoolError::NotAPool { .. }), "{error}");
+}
+
+/// A copy that differs from an intact header is named and rewritten by the next open, so one
+/// flipped bit in the copy does not silently remove the protection.
+#[test]
+fn a_damaged_copy_is_rewritten_from_the_header() {
+    let dir = shm_dir();
+    let path = create(dir.path());
+    let intact = std::fs::read(&path).expect("read");
+    flip_byte(&path, COPY_OFFSET as usize + 0x28);
+    let report = pmem::inspect(&path).expect("inspect");
+    assert!(
+        matches!(report.repairable.as_slice(), [one] if one.contains("copy at 0x800 damaged")),
+        "{:?}",
+        report.repairable
+    );
+    let pool = open(&path).expect("open");
+    assert!(matches!(pool.repaired(), [one] if one.contains("copy")));
+    drop(pool);
+    let after = std::fs::read(&path).expect("read");
+    let copy = COPY_OFFSET as usize..COPY_OFFSET as usize + 256;
+    assert_eq!(after[copy.clone()], intact[copy]);
+    assert!(pmem::inspect(&path).expect("inspect").repairable.is_empty());
+}
+
 /// A state word that fails its check is read as "not closed cleanly" (recovery then runs,
 /// which is always safe) and rewritten by the open.
 #[test]
