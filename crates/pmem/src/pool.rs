@@ -123,9 +123,10 @@ impl<B: Persist> Pool<B> {
     /// Validates the header on `pm`, checks the layout, and marks the pool open (not clean)
     /// with one failure-atomic store.
     ///
-    /// A damaged header whose copy is intact is rewritten from the copy, and a damaged state
-    /// word is read as "not clean" (the engines then recover, which is always safe) and
-    /// rewritten by that store; [`Pool::repaired`] says what was repaired.
+    /// A damaged header whose copy is intact is rewritten from the copy (and a damaged copy
+    /// from the header), and a damaged state word is read as "not clean" (the layers above
+    /// then recover, which is always safe) and rewritten by that store; [`Pool::repaired`]
+    /// says what was repaired.
     pub fn attach(pm: B, layout: &str) -> Result<Self, PoolError> {
         let AreaHeader {
             header,
@@ -173,7 +174,8 @@ impl<B: Persist> Pool<B> {
     }
 
     /// What opening the pool repaired in its header area (empty for an intact one): a
-    /// damaged header rewritten from its copy, a damaged state word read as "not clean".
+    /// damaged header rewritten from its copy, a damaged copy rewritten from the header, a
+    /// damaged state word read as "not clean".
     pub fn repaired(&self) -> &[String] {
         &self.repaired
     }
@@ -404,7 +406,8 @@ pub struct FileReport {
     /// Whether a process holds it open right now (from `/proc/locks`).
     pub in_use: bool,
     /// Damage in the header area that the next open repairs: a header whose copy is intact
-    /// (the copy is reported), a state word that fails its check (reported as not clean).
+    /// (the copy is reported), a copy that differs from the header, a state word that fails
+    /// its check (reported as not clean).
     pub repairable: Vec<String>,
 }
 
