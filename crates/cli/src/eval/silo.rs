@@ -312,13 +312,7 @@ fn summary(rep: &Reproduction, plan: PlanName, incomplete: &[String]) -> Vec<Str
 /// ±25 % of the paper's, judged by no verdict (8-core Silo / LAD was 1.67× quick against
 /// 1.11× full on 2026-11-27).
 fn quick_line(rep: &Reproduction) -> String {
-    let within = rep.comparison.iter().filter(|c| c.within).count();
-    let outside: Vec<&str> = rep
-        .comparison
-        .iter()
-        .filter(|c| !c.within)
-        .map(|c| c.quantity.as_str())
-        .collect();
+    let (within, outside) = within_and_outside(rep);
     let outside = if outside.is_empty() {
         String::new()
     } else {
@@ -362,14 +356,16 @@ fn plan_line(rep: &Reproduction, plan: PlanName) -> String {
     )
 }
 
+/// How many of the paper's targets the reproduction meets within ±25 %, and the quantities
+/// of the others.
+fn within_and_outside(rep: &Reproduction) -> (usize, Vec<&str>) {
+    let (within, outside): (Vec<_>, Vec<_>) = rep.comparison.iter().partition(|c| c.within);
+    let outside = outside.iter().map(|c| c.quantity.as_str()).collect();
+    (within.len(), outside)
+}
+
 fn verdict_line(rep: &Reproduction) -> String {
-    let within = rep.comparison.iter().filter(|c| c.within).count();
-    let misses: Vec<&str> = rep
-        .comparison
-        .iter()
-        .filter(|c| !c.within)
-        .map(|c| c.quantity.as_str())
-        .collect();
+    let (within, misses) = within_and_outside(rep);
     let missed = if misses.is_empty() {
         "every target reproduced".to_owned()
     } else {
