@@ -9,7 +9,7 @@ use pmem::{Persist, Pool, WriteClass};
 use std::sync::atomic::{AtomicU64, Ordering};
 use tx::api::{Lifecycle, run_transaction};
 use tx::lanes::Lanes;
-use tx::writeset::WriteSet;
+use tx::writeset::{Coalesced, WriteSet};
 use tx::{Engine, Isolation, Tx, TxError, TxResult};
 
 /// Log bytes per lane.
@@ -27,11 +27,15 @@ pub struct Ideal<P: Persist> {
     tag: u16,
 }
 
+/// A lane's log and its buffers, kept across transactions so a transaction allocates
+/// nothing (as the logging engines keep theirs).
 #[derive(Debug)]
 struct Ring {
     base: u64,
     head: u64,
     record: Vec<u8>,
+    writes: WriteSet,
+    ranges: Coalesced,
 }
 
 impl<P: Persist> Ideal<P> {
@@ -48,6 +52,8 @@ impl<P: Persist> Ideal<P> {
             base: arena.offset + lane * LANE_BYTES,
             head: 0,
             record: Vec::new(),
+            writes: WriteSet::default(),
+            ranges: Coalesced::default(),
         });
         let tag = tx::pool_tag(&pool.header().uuid);
         Ok(Ideal {
@@ -65,22 +71,24 @@ impl<P: Persist> Ideal<P> {
 pub struct IdealTx<'e, P: Persist> {
     engine: &'e Ideal<P>,
     ring: MutexGuard<'e, Ring>,
-    writes: WriteSet,
 }
 
 impl<P: Persist> Lifecycle for IdealTx<'_, P> {
-    /// Nothing was written anywhere before the commit: nothing to undo.
-    fn abort(&mut self) {}
+    /// Nothing was written anywhere before the commit: nothing to undo but the buffered
+    /// writes.
+    fn abort(&mut self) {
+        self.ring.writes.clear();
+    }
 
     fn commit(&mut self) -> TxResult<()> {
-        if self.writes.is_empty() {
+        let ring = &mut *self.ring;
+        if ring.writes.is_empty() {
             return Ok(());
         }
         let pm = self.engine.pool.pm();
-        let ranges = self.writes.coalesce();
-        let ring = &mut *self.ring;
+        ring.writes.coalesce_into(&mut ring.ranges);
         ring.record.clear();
-        for (addr, bytes) in ranges.iter() {
+        for (addr, bytes) in ring.ranges.iter() {
             // One header word per range: address and length (no length limit is needed, the
             // record is never read back).
             ring.record
@@ -101,10 +109,10 @@ impl<P: Persist> Lifecycle for IdealTx<'_, P> {
         ring.head = (ring.head + len).next_multiple_of(8);
         pm.fence();
         pm.durability_point();
-        for (addr, bytes) in ranges.iter() {
+        for (addr, bytes) in ring.ranges.iter() {
             pm.write(addr, bytes, WriteClass::User);
         }
-        let user = ranges.bytes();
+        let user = ring.ranges.bytes();
         pm.stats().record_user_bytes(user);
         Ok(())
     }
@@ -119,7 +127,7 @@ impl<P: Persist> Tx for IdealTx<'_, P> {
             });
         }
         self.engine.pool.pm().read(addr, dst);
-        self.writes.overlay(addr, dst);
+        self.ring.writes.overlay(addr, dst);
         Ok(())
     }
 
@@ -130,7 +138,7 @@ impl<P: Persist> Tx for IdealTx<'_, P> {
                 len: src.len() as u64,
             });
         }
-        self.writes.write(addr, src);
+        self.ring.writes.write(addr, src);
         Ok(())
     }
 
@@ -183,12 +191,9 @@ impl<P: Persist> Engine for Ideal<P> {
     where
         E: From<TxError>,
     {
-        let (_, ring) = self.lanes.acquire();
-        let tx = IdealTx {
-            engine: self,
-            ring,
-            writes: WriteSet::default(),
-        };
+        let (_, mut ring) = self.lanes.acquire();
+        ring.writes.clear();
+        let tx = IdealTx { engine: self, ring };
         run_transaction(tx, body)
     }
 
