@@ -28,7 +28,7 @@ pub(crate) fn ret<T: From<i8>>(result: Result<T, Errno>) -> T {
 ///
 /// # Safety
 /// `path` is null or a NUL-terminated string.
-pub(crate) unsafe fn served_path(path: *const c_char) -> Option<String> {
+pub(crate) unsafe fn served_path(path: *const c_char) -> Option<Vec<u8>> {
     let config = config()?;
     if path.is_null() {
         return None;
@@ -46,7 +46,7 @@ pub(crate) unsafe fn served_path(path: *const c_char) -> Option<String> {
 ///
 /// # Safety
 /// `path` is null or a NUL-terminated string.
-pub(crate) unsafe fn served_path_at(dirfd: c_int, path: *const c_char) -> Option<String> {
+pub(crate) unsafe fn served_path_at(dirfd: c_int, path: *const c_char) -> Option<Vec<u8>> {
     if path.is_null() {
         return None;
     }
@@ -57,8 +57,7 @@ pub(crate) unsafe fn served_path_at(dirfd: c_int, path: *const c_char) -> Option
         return unsafe { served_path(path) };
     }
     let dir = served()?.open_of(dirfd)?;
-    let rel = std::str::from_utf8(bytes).ok()?;
-    Some(format!("{}/{rel}", dir.path.trim_end_matches('/')))
+    Some(crate::served::join(&dir.path, bytes))
 }
 
 pub(crate) fn served_fs() -> Result<&'static Served, Errno> {
@@ -90,7 +89,7 @@ fn release_number(kfd: c_int) {
     unsafe { close(kfd) };
 }
 
-pub(crate) fn open_served(path: &str, flags: c_int, mode: mode_t) -> Result<c_int, Errno> {
+pub(crate) fn open_served(path: &[u8], flags: c_int, mode: mode_t) -> Result<c_int, Errno> {
     let fs = served_fs()?;
     let fd = fs
         .px
@@ -106,7 +105,7 @@ pub(crate) fn open_served(path: &str, flags: c_int, mode: mode_t) -> Result<c_in
         kfd,
         Open {
             fd,
-            path: path.to_owned(),
+            path: path.to_vec(),
             flags: flags & !libc::O_CLOEXEC,
         },
     );
@@ -992,7 +991,7 @@ pub unsafe extern "C" fn statx(
     unsafe { real(dirfd, path, flags, mask, out) }
 }
 
-fn access_served(path: &str) -> Result<c_int, Errno> {
+fn access_served(path: &[u8]) -> Result<c_int, Errno> {
     served_fs()?.px.stat(path).map(|_| 0)
 }
 
@@ -1248,7 +1247,10 @@ pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t
     unsafe { real(dirfd, path, mode) }
 }
 
-pub(crate) fn rename_served(from: Option<String>, to: Option<String>) -> Option<Result<(), Errno>> {
+pub(crate) fn rename_served(
+    from: Option<Vec<u8>>,
+    to: Option<Vec<u8>>,
+) -> Option<Result<(), Errno>> {
     match (from, to) {
         (None, None) => None,
         (Some(a), Some(b)) => Some(served_fs().and_then(|fs| fs.px.rename(&a, &b))),
@@ -1361,7 +1363,7 @@ pub(crate) unsafe fn name_bytes<'a>(name: *const c_char) -> &'a [u8] {
 /// # Safety
 /// As C `getxattr`.
 unsafe fn getxattr_served(
-    p: &str,
+    p: &[u8],
     name: *const c_char,
     value: *mut c_void,
     size: size_t,
@@ -1378,7 +1380,7 @@ unsafe fn getxattr_served(
 ///
 /// # Safety
 /// As C `listxattr`.
-unsafe fn listxattr_served(p: &str, list: *mut c_char, size: size_t, follow: bool) -> ssize_t {
+unsafe fn listxattr_served(p: &[u8], list: *mut c_char, size: size_t, follow: bool) -> ssize_t {
     let names = served_fs().and_then(|fs| fs.px.listxattr(p, follow));
     let joined = names.map(|names| {
         names
@@ -1398,7 +1400,7 @@ unsafe fn listxattr_served(p: &str, list: *mut c_char, size: size_t, follow: boo
 /// # Safety
 /// As C `setxattr`.
 unsafe fn setxattr_served(
-    p: &str,
+    p: &[u8],
     name: *const c_char,
     value: *const c_void,
     size: size_t,
@@ -1451,7 +1453,7 @@ xattr_by_path!(lsetxattr, setxattr_served, false, (name: *const c_char, value: *
 ///
 /// # Safety
 /// As C `removexattr`.
-unsafe fn removexattr_served(p: &str, name: *const c_char, follow: bool) -> c_int {
+unsafe fn removexattr_served(p: &[u8], name: *const c_char, follow: bool) -> c_int {
     // SAFETY: `removexattr`'s name.
     let name = unsafe { name_bytes(name) };
     ret(served_fs()

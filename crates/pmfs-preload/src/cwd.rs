@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 /// relative path).
 static SERVED_CWD: AtomicBool = AtomicBool::new(false);
 /// The served working directory, a path inside the file system.
-static CWD: Mutex<String> = Mutex::new(String::new());
+static CWD: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 /// The parked kernel working directory (device, inode) while [`SERVED_CWD`] is set.
 static PARKED: Mutex<Option<DirId>> = Mutex::new(None);
 
@@ -45,18 +45,16 @@ type DirId = (u64, u64);
 
 /// The served path of relative path `rel` when the working directory is served. A `..`
 /// at the file system's root stays there, as `..` of `/` does.
-pub(crate) fn served_relative(rel: &[u8]) -> Option<String> {
+pub(crate) fn served_relative(rel: &[u8]) -> Option<Vec<u8>> {
     if !SERVED_CWD.load(Ordering::Acquire) || rel.is_empty() {
         return None;
     }
-    let rel = std::str::from_utf8(rel).ok()?;
-    let cwd = CWD.lock();
-    Some(format!("{}/{rel}", cwd.trim_end_matches('/')))
+    Some(crate::served::join(&CWD.lock(), rel))
 }
 
 /// Makes served directory `p` the working directory (`ENOTDIR` for another file), the
 /// kernel's parked.
-fn enter(p: String) -> Result<c_int, Errno> {
+fn enter(p: Vec<u8>) -> Result<c_int, Errno> {
     if served_fs()?.px.stat(&p)?.kind != FileType::Directory {
         return Err(Errno::ENOTDIR);
     }
@@ -151,17 +149,17 @@ pub(crate) fn handed_over() -> Option<String> {
         return None;
     }
     let (dev, ino) = (*PARKED.lock())?;
-    let path = crate::handover::hex(CWD.lock().as_bytes());
+    let path = crate::handover::hex(&CWD.lock());
     Some(format!("{dev}:{ino}:{path}"))
 }
 
 /// The parked directory and served path of a [`VAR`] value.
-fn decode(text: &str) -> Option<(DirId, String)> {
+fn decode(text: &str) -> Option<(DirId, Vec<u8>)> {
     let mut parts = text.splitn(3, ':');
     let dev = parts.next()?.parse().ok()?;
     let ino = parts.next()?.parse().ok()?;
-    let path = String::from_utf8(crate::handover::unhex(parts.next()?)?).ok()?;
-    path.starts_with('/').then_some(((dev, ino), path))
+    let path = crate::handover::unhex(parts.next()?)?;
+    (path.first() == Some(&b'/')).then_some(((dev, ino), path))
 }
 
 /// Runs when the library loads: takes over the served working directory the program that
@@ -223,17 +221,21 @@ pub unsafe extern "C" fn fchdir(kfd: c_int) -> c_int {
 }
 
 /// The served working directory as the program sees it (under the prefix).
-fn served_cwd() -> Option<String> {
+fn served_cwd() -> Option<Vec<u8>> {
     if !SERVED_CWD.load(Ordering::Acquire) {
         return None;
     }
     let prefix = &config()?.prefix;
-    let cwd = CWD.lock();
-    Some(if cwd.as_str() == "/" {
-        prefix.clone()
-    } else {
-        format!("{prefix}{cwd}")
-    })
+    Some(outside(prefix, &CWD.lock()))
+}
+
+/// Served path `inner` as the program names it: under `prefix` (the root is the prefix).
+fn outside(prefix: &str, inner: &[u8]) -> Vec<u8> {
+    let mut path = prefix.as_bytes().to_vec();
+    if inner != b"/" {
+        path.extend_from_slice(inner);
+    }
+    path
 }
 
 /// Copies `path` and its NUL into `buf` of `size` bytes, or into a new `malloc`ed buffer
@@ -241,7 +243,7 @@ fn served_cwd() -> Option<String> {
 ///
 /// # Safety
 /// `buf` is null or points to `size` writable bytes.
-unsafe fn copy_out(path: &str, buf: *mut c_char, size: size_t) -> Result<*mut c_char, Errno> {
+unsafe fn copy_out(path: &[u8], buf: *mut c_char, size: size_t) -> Result<*mut c_char, Errno> {
     let needed = path.len() + 1;
     let out = if buf.is_null() {
         // SAFETY: plain allocation; the caller frees it with `free`, as `getcwd` documents.
@@ -308,62 +310,68 @@ pub unsafe extern "C" fn get_current_dir_name() -> *mut c_char {
 /// The canonical form of served path `p`: every component exists, `.` and `..` and
 /// symbolic links resolved (an absolute target from the pool's root, as the library
 /// follows it).
-fn canonical(p: &str) -> Result<String, Errno> {
+fn canonical(p: &[u8]) -> Result<Vec<u8>, Errno> {
     let fs = served_fs()?;
-    let mut done: Vec<String> = Vec::new();
-    let mut todo: std::collections::VecDeque<String> = p
-        .split('/')
-        .filter(|c| !c.is_empty())
-        .map(str::to_owned)
-        .collect();
+    let components = |path: &[u8]| -> Vec<Vec<u8>> {
+        path.split(|&b| b == b'/')
+            .filter(|c| !c.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect()
+    };
+    let absolute = |parts: &[Vec<u8>]| -> Vec<u8> {
+        let mut path = Vec::new();
+        for part in parts {
+            path.push(b'/');
+            path.extend_from_slice(part);
+        }
+        if path.is_empty() {
+            path.push(b'/');
+        }
+        path
+    };
+    let mut done: Vec<Vec<u8>> = Vec::new();
+    let mut todo: std::collections::VecDeque<Vec<u8>> = components(p).into();
     let mut links = 0;
     while let Some(component) = todo.pop_front() {
-        match component.as_str() {
-            "." => continue,
-            ".." => {
+        match component.as_slice() {
+            b"." => continue,
+            b".." => {
                 done.pop();
                 continue;
             }
             _ => {}
         }
-        let candidate = if done.is_empty() {
-            format!("/{component}")
-        } else {
-            format!("/{}/{component}", done.join("/"))
-        };
+        done.push(component);
+        let candidate = absolute(&done);
         let attr = fs.px.lstat(&candidate)?;
         match attr.kind {
             FileType::Symlink => {
+                done.pop();
                 links += 1;
                 if links > 40 {
                     return Err(Errno::ELOOP);
                 }
-                let target =
-                    String::from_utf8(fs.px.readlink(&candidate)?).map_err(|_| Errno::ENOENT)?;
-                if target.starts_with('/') {
+                let target = fs.px.readlink(&candidate)?;
+                if target.first() == Some(&b'/') {
                     done.clear();
                 }
-                for part in target.split('/').filter(|c| !c.is_empty()).rev() {
-                    todo.push_front(part.to_owned());
+                for part in components(&target).into_iter().rev() {
+                    todo.push_front(part);
                 }
             }
-            FileType::Directory => done.push(component),
-            _ if todo.is_empty() => done.push(component),
+            FileType::Directory => {}
+            _ if todo.is_empty() => {}
             _ => return Err(Errno::ENOTDIR),
         }
     }
-    Ok(format!("/{}", done.join("/")))
+    Ok(absolute(&done))
 }
 
 /// The canonical served path `p` as the program names it (under the prefix).
-fn canonical_outside(p: &str) -> Result<String, Errno> {
+fn canonical_outside(p: &[u8]) -> Result<Vec<u8>, Errno> {
     let inner = canonical(p)?;
     let prefix = &config().ok_or(Errno::ENOENT)?.prefix;
-    Ok(if inner == "/" {
-        prefix.clone()
-    } else {
-        format!("{prefix}{inner}")
-    })
+    Ok(outside(prefix, &inner))
 }
 
 /// # Safety
@@ -449,7 +457,7 @@ mod tests {
     #[test]
     fn a_handed_over_directory_survives_its_encoding_and_garbage_is_ignored() {
         let value = format!("12:345:{}", crate::handover::hex(b"/a:b dir"));
-        assert_eq!(decode(&value), Some(((12, 345), "/a:b dir".to_owned())));
+        assert_eq!(decode(&value), Some(((12, 345), b"/a:b dir".to_vec())));
         assert_eq!(decode("12:345"), None);
         assert_eq!(decode("x:345:2f"), None);
         assert_eq!(

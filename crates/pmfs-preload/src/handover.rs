@@ -26,7 +26,7 @@ struct Handed {
     flags: c_int,
     pos: u64,
     ino: u64,
-    path: String,
+    path: Vec<u8>,
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
@@ -46,7 +46,7 @@ pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
 fn encode(list: &[Handed]) -> String {
     list.iter()
         .map(|h| {
-            let path = hex(h.path.as_bytes());
+            let path = hex(&h.path);
             format!("{},{},{},{},{path}", h.kfd, h.flags, h.pos, h.ino)
         })
         .collect::<Vec<_>>()
@@ -61,7 +61,7 @@ fn decode(text: &str) -> Vec<Handed> {
             flags: parts.next()?.parse().ok()?,
             pos: parts.next()?.parse().ok()?,
             ino: parts.next()?.parse().ok()?,
-            path: String::from_utf8(unhex(parts.next()?)?).ok()?,
+            path: unhex(parts.next()?)?,
         };
         parts.next().is_none().then_some(handed)
     };
@@ -307,14 +307,14 @@ mod tests {
                 flags: libc::O_WRONLY | libc::O_APPEND,
                 pos: 12,
                 ino: 7,
-                path: "/a dir/with;odd,name".to_owned(),
+                path: b"/a dir/with;odd,name\xe9".to_vec(),
             },
             Handed {
                 kfd: 9,
                 flags: libc::O_RDONLY,
                 pos: 0,
                 ino: 1,
-                path: "/".to_owned(),
+                path: b"/".to_vec(),
             },
         ];
         assert_eq!(decode(&encode(&list)), list);

@@ -12,7 +12,7 @@ use pmfs::{Errno, FileType, SetAttr, TimeSet};
 const MAX_SYMLINKS: usize = 40;
 
 /// Changes `set` of served path `p` (`follow`: through a final symbolic link).
-fn setattr_path(p: &str, follow: bool, set: SetAttr) -> c_int {
+fn setattr_path(p: &[u8], follow: bool, set: SetAttr) -> c_int {
     ret(served_fs()
         .and_then(|fs| fs.px.setattr(p, follow, set))
         .map(|()| 0))
@@ -22,7 +22,7 @@ fn setattr_path(p: &str, follow: bool, set: SetAttr) -> c_int {
 /// path) or a path.
 enum AtTarget {
     Fd(c_int),
-    Path(String),
+    Path(Vec<u8>),
 }
 
 /// The served target of `(dirfd, path)`, if it is served.
@@ -50,7 +50,7 @@ fn set_at(target: AtTarget, follow: bool, set: SetAttr) -> c_int {
 
 /// `fchmodat` on a served path: with `AT_SYMLINK_NOFOLLOW` a symbolic link's mode cannot
 /// change (`EOPNOTSUPP`, as on Linux); any other file changes as `chmod`.
-fn fchmodat_served(p: &str, mode: mode_t, flags: c_int) -> Result<(), Errno> {
+fn fchmodat_served(p: &[u8], mode: mode_t, flags: c_int) -> Result<(), Errno> {
     let fs = served_fs()?;
     if flags & !libc::AT_SYMLINK_NOFOLLOW != 0 {
         return Err(Errno::EINVAL);
@@ -287,19 +287,22 @@ pub unsafe extern "C" fn utime(path: *const c_char, times: *const libc::utimbuf)
 
 /// Where the chain of symbolic links starting at served path `p` ends (`linkat` with
 /// `AT_SYMLINK_FOLLOW`): a relative target is taken from the link's directory.
-fn follow_links(p: &str) -> Result<String, Errno> {
+fn follow_links(p: &[u8]) -> Result<Vec<u8>, Errno> {
     let fs = served_fs()?;
-    let mut path = p.to_owned();
+    let mut path = p.to_vec();
     for _ in 0..MAX_SYMLINKS {
         if fs.px.lstat(&path)?.kind != FileType::Symlink {
             return Ok(path);
         }
-        let target = String::from_utf8(fs.px.readlink(&path)?).map_err(|_| Errno::ENOENT)?;
-        path = if target.starts_with('/') {
+        let target = fs.px.readlink(&path)?;
+        path = if target.first() == Some(&b'/') {
             target
         } else {
-            let dir = path.rsplit_once('/').map_or("", |(dir, _)| dir);
-            format!("{dir}/{target}")
+            let dir = path
+                .iter()
+                .rposition(|&b| b == b'/')
+                .map_or(&[][..], |i| &path[..i]);
+            crate::served::join(dir, &target)
         };
     }
     Err(Errno::ELOOP)
@@ -307,7 +310,7 @@ fn follow_links(p: &str) -> Result<String, Errno> {
 
 /// A hard link between two paths: both served, or `EXDEV` when only one is (a link
 /// cannot cross file systems); `None` when neither is.
-fn link_served(old: Option<String>, new: Option<String>, follow: bool) -> Option<c_int> {
+fn link_served(old: Option<Vec<u8>>, new: Option<Vec<u8>>, follow: bool) -> Option<c_int> {
     let result = match (old, new) {
         (None, None) => return None,
         (Some(old), Some(new)) => {
@@ -368,15 +371,12 @@ pub unsafe extern "C" fn linkat(
 ///
 /// # Safety
 /// `target` is a NUL-terminated string.
-unsafe fn symlink_served(target: *const c_char, p: &str) -> c_int {
+unsafe fn symlink_served(target: *const c_char, p: &[u8]) -> c_int {
     if target.is_null() {
         return ret(Err(Errno::EFAULT));
     }
     // SAFETY: the caller's NUL-terminated target.
-    let bytes = unsafe { name_bytes(target) };
-    let Ok(target) = std::str::from_utf8(bytes) else {
-        return ret(Err(Errno::EINVAL));
-    };
+    let target = unsafe { name_bytes(target) };
     if target.is_empty() {
         return ret(Err(Errno::ENOENT));
     }
@@ -428,7 +428,7 @@ pub unsafe extern "C" fn symlinkat(
 ///
 /// # Safety
 /// `buf` points to `size` writable bytes.
-pub(crate) unsafe fn readlink_served(p: &str, buf: *mut c_char, size: size_t) -> ssize_t {
+pub(crate) unsafe fn readlink_served(p: &[u8], buf: *mut c_char, size: size_t) -> ssize_t {
     let result = served_fs().and_then(|fs| fs.px.readlink(p)).map(|target| {
         let n = target.len().min(size);
         // SAFETY: the caller's buffer of `size` bytes.

@@ -28,11 +28,21 @@ pub(crate) fn config() -> Option<&'static Config> {
     CONFIG
         .get_or_init(|| {
             let pool = PathBuf::from(std::env::var_os("PMFS_POOL")?);
-            let prefix = std::env::var("PMFS_PREFIX").unwrap_or_else(|_| "/pmfs".to_owned());
-            let prefix = prefix.trim_end_matches('/').to_owned();
+            let prefix = match std::env::var("PMFS_PREFIX") {
+                Ok(prefix) => prefix.trim_end_matches('/').to_owned(),
+                Err(std::env::VarError::NotPresent) => "/pmfs".to_owned(),
+                Err(std::env::VarError::NotUnicode(raw)) => {
+                    // Refused, never replaced by the default. Not `eprintln!`: a panic must
+                    // not unwind into the C program.
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "pmfs-preload: PMFS_PREFIX={raw:?} is not UTF-8: nothing is served"
+                    );
+                    return None;
+                }
+            };
             let usable = prefix.starts_with('/') && prefix.len() > 1;
             if !usable {
-                // Not `eprintln!`: a panic must not unwind into the C program.
                 let _ = writeln!(
                     std::io::stderr(),
                     "pmfs-preload: PMFS_PREFIX={prefix:?} is not an absolute directory other \
@@ -44,18 +54,34 @@ pub(crate) fn config() -> Option<&'static Config> {
         .as_ref()
 }
 
-/// The path inside the file system of `path` when it is under the prefix.
-pub(crate) fn route(config: &Config, path: &[u8]) -> Option<String> {
+/// The path inside the file system of `path` when it is under the prefix. Paths are bytes,
+/// as the kernel's are: a name need not be UTF-8.
+pub(crate) fn route(config: &Config, path: &[u8]) -> Option<Vec<u8>> {
     let rest = path.strip_prefix(config.prefix.as_bytes())?;
     if !rest.is_empty() && rest[0] != b'/' {
         return None;
     }
-    let inner = std::str::from_utf8(rest).ok()?;
-    Some(if inner.is_empty() {
-        "/".to_owned()
+    Some(if rest.is_empty() {
+        b"/".to_vec()
     } else {
-        inner.to_owned()
+        rest.to_vec()
     })
+}
+
+/// `rel` relative to served directory `dir`: `dir/rel` (one slash between them).
+pub(crate) fn join(dir: &[u8], rel: &[u8]) -> Vec<u8> {
+    let dir = trim_trailing_slashes(dir);
+    let mut path = Vec::with_capacity(dir.len() + 1 + rel.len());
+    path.extend_from_slice(dir);
+    path.push(b'/');
+    path.extend_from_slice(rel);
+    path
+}
+
+/// `path` without its trailing slashes (`/` becomes empty).
+pub(crate) fn trim_trailing_slashes(path: &[u8]) -> &[u8] {
+    let end = path.iter().rposition(|&b| b != b'/').map_or(0, |i| i + 1);
+    &path[..end]
 }
 
 /// A served descriptor.
@@ -64,7 +90,7 @@ pub(crate) struct Open {
     /// The library's descriptor.
     pub(crate) fd: Fd,
     /// The path it was opened with, inside the file system (for the `*at` calls).
-    pub(crate) path: String,
+    pub(crate) path: Vec<u8>,
     /// The `open` flags (for `F_GETFL`, and to open the file again after `exec`).
     pub(crate) flags: i32,
 }
@@ -297,8 +323,13 @@ mod tests {
             pool: PathBuf::from("/dev/shm/p"),
             prefix: "/pmfs".to_owned(),
         };
-        assert_eq!(route(&config, b"/pmfs").as_deref(), Some("/"));
-        assert_eq!(route(&config, b"/pmfs/a/b").as_deref(), Some("/a/b"));
+        assert_eq!(route(&config, b"/pmfs").as_deref(), Some(&b"/"[..]));
+        assert_eq!(route(&config, b"/pmfs/a/b").as_deref(), Some(&b"/a/b"[..]));
+        assert_eq!(
+            route(&config, b"/pmfs/caf\xe9").as_deref(),
+            Some(&b"/caf\xe9"[..]),
+            "a name that is not UTF-8 is served, never left to the kernel"
+        );
         assert_eq!(route(&config, b"/pmfsx/a"), None);
         assert_eq!(route(&config, b"/tmp/pmfs"), None);
         assert_eq!(route(&config, b"pmfs/a"), None);

@@ -68,7 +68,7 @@ unsafe fn fill_statvfs(out: *mut libc::statvfs, s: &StatFs) {
 }
 
 /// The statistics of a served path (which must exist, as for the kernel's `statfs`).
-fn path_counts(p: &str) -> Result<StatFs, Errno> {
+fn path_counts(p: &[u8]) -> Result<StatFs, Errno> {
     served_fs()?.px.stat(p)?;
     counts()
 }

@@ -147,7 +147,7 @@ fn mode_flags(mode: &[u8]) -> Result<c_int, Errno> {
 ///
 /// # Safety
 /// `mode` is a NUL-terminated string.
-unsafe fn fopen_served(p: &str, mode: *const c_char) -> Result<*mut FILE, Errno> {
+unsafe fn fopen_served(p: &[u8], mode: *const c_char) -> Result<*mut FILE, Errno> {
     if mode.is_null() {
         return Err(Errno::EINVAL);
     }
@@ -233,7 +233,7 @@ fn std_var(fd: c_int) -> Option<*mut *mut FILE> {
 /// # Safety
 /// `mode` is a NUL-terminated string; `stream` is a live `FILE`.
 unsafe fn freopen_served(
-    p: &str,
+    p: &[u8],
     mode: *const c_char,
     stream: *mut FILE,
 ) -> Result<*mut FILE, Errno> {

@@ -42,6 +42,35 @@ fn ln_and_ln_s_make_links_and_a_link_out_of_the_prefix_is_cross_device() {
     px.into_fs().unmount().expect("unmount");
 }
 
+/// Linux names are bytes: a name that is not UTF-8 under the prefix is served like any other
+/// (it used to fall through to the kernel, which made the file outside the pool, or in `/`
+/// for a name relative to a served directory descriptor).
+#[test]
+fn names_that_are_not_utf8_are_served_never_left_to_the_kernel() {
+    let _serial = serial();
+    let pool = TestPool::new("bytes", 16 << 20);
+    let out = pool.sh(
+        "e=$(printf 'caf\\351'); d=$(printf 'd\\377'); f=$(printf 'f\\376'); \
+         g=$(printf 'g\\374'); l=$(printf 'l\\375') \
+         && echo one > \"$P/$e\" && mkdir \"$P/$d\" && echo two > \"$P/$d/$f\" \
+         && cd \"$P/$d\" && [ \"$(pwd -P)\" = \"$P/$d\" ] && echo pwd-ok \
+         && ln -s \"$f\" \"$l\" && cat \"$l\" && mv \"$f\" \"$g\" \
+         && [ \"$(realpath \"$g\")\" = \"$P/$d/$g\" ] && echo realpath-ok \
+         && ls \"$P/$d\" | wc -l",
+    );
+    assert_eq!(out, "pwd-ok\ntwo\nrealpath-ok\n2\n");
+    assert!(
+        !std::path::Path::new(PREFIX).exists(),
+        "nothing was made in the kernel's {PREFIX}"
+    );
+    let px = pool.mount_and_check();
+    assert_eq!(read_file(&px, b"/caf\xe9").expect("caf\\xe9"), b"one\n");
+    assert_eq!(read_file(&px, b"/d\xff/g\xfc").expect("g\\xfc"), b"two\n");
+    assert_eq!(px.readlink(b"/d\xff/l\xfd").expect("link"), b"f\xfe");
+    assert_eq!(px.stat(b"/d\xff/f\xfe"), Err(Errno::ENOENT));
+    px.into_fs().unmount().expect("unmount");
+}
+
 #[test]
 fn chmod_chown_and_touch_change_served_attributes() {
     let _serial = serial();

@@ -129,7 +129,7 @@ pub use inode::FileType;
 pub use kernel::Caller;
 pub use layout::{LAYOUT, MkfsOptions, Superblock};
 pub use options::{Clock, DataMode, MountOptions};
-pub use posix::{Fd, Posix, Whence};
+pub use posix::{Fd, PathArg, Posix, Whence};
 pub use recovery::Repair;
 pub use repair::FsckRepair;
 pub use xattr::SetMode;

@@ -10,10 +10,9 @@
 //! mount will let the kernel check permissions). New inodes get the credentials set with
 //! [`Posix::set_credentials`] (0:0 by default).
 //!
-//! Paths are `&str`, so a name that is not UTF-8 (one made through the FUSE mount, the
-//! preload or the inode-level calls, which take bytes) cannot be named here: reach it with
-//! [`Fs::lookup`] and the other inode-level calls of [`Posix::fs`]. [`Posix::readdir`] lists
-//! it (its [`DirEntry::name`] is bytes).
+//! Paths are bytes, as on Linux: every call takes any [`PathArg`] (`&str`, `String`, `&[u8]`,
+//! `Vec<u8>`, `OsStr`, `Path` and their owned forms), so a name that is not UTF-8 is named
+//! like any other. [`Posix::readdir`] lists names as bytes ([`DirEntry::name`]).
 
 use crate::attr::{Attr, DirEntry, SetAttr, TimeSet};
 use crate::error::Errno;
@@ -32,6 +31,74 @@ pub use libc::{
 
 /// Longest path in bytes (including the terminating NUL a C caller would add).
 pub const PATH_MAX: usize = 4096;
+/// A path as the calls of [`Posix`] take it: the bytes of a Linux path, which need not be
+/// UTF-8. Implemented for the string, byte-string, `OsStr` and `Path` types (borrowed and
+/// owned).
+pub trait PathArg {
+    /// The path's bytes.
+    fn path_bytes(&self) -> &[u8];
+}
+
+impl PathArg for str {
+    fn path_bytes(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl PathArg for String {
+    fn path_bytes(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl PathArg for [u8] {
+    fn path_bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+impl<const N: usize> PathArg for [u8; N] {
+    fn path_bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+impl PathArg for Vec<u8> {
+    fn path_bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+impl PathArg for std::ffi::OsStr {
+    fn path_bytes(&self) -> &[u8] {
+        std::os::unix::ffi::OsStrExt::as_bytes(self)
+    }
+}
+
+impl PathArg for std::ffi::OsString {
+    fn path_bytes(&self) -> &[u8] {
+        std::os::unix::ffi::OsStrExt::as_bytes(self.as_os_str())
+    }
+}
+
+impl PathArg for std::path::Path {
+    fn path_bytes(&self) -> &[u8] {
+        self.as_os_str().path_bytes()
+    }
+}
+
+impl PathArg for std::path::PathBuf {
+    fn path_bytes(&self) -> &[u8] {
+        self.as_os_str().path_bytes()
+    }
+}
+
+impl<T: PathArg + ?Sized> PathArg for &T {
+    fn path_bytes(&self) -> &[u8] {
+        (**self).path_bytes()
+    }
+}
+
 /// Most symbolic links followed while resolving one path.
 pub const MAX_SYMLINKS: u32 = 40;
 
@@ -240,16 +307,14 @@ impl<B: Persist> Posix<B> {
     fn resolve(
         &self,
         inner: &mut Inner,
-        path: &str,
+        path: &[u8],
         follow: bool,
     ) -> Result<(u64, FileType), Errno> {
-        self.resolve_from(inner, ROOT_INO, path.as_bytes(), follow, &mut {
-            MAX_SYMLINKS
-        })
+        self.resolve_from(inner, ROOT_INO, path, follow, &mut { MAX_SYMLINKS })
     }
 
-    fn parent_of(&self, inner: &mut Inner, path: &str) -> Result<Split, Errno> {
-        self.split(inner, ROOT_INO, path.as_bytes(), &mut { MAX_SYMLINKS })
+    fn parent_of(&self, inner: &mut Inner, path: &[u8]) -> Result<Split, Errno> {
+        self.split(inner, ROOT_INO, path, &mut { MAX_SYMLINKS })
     }
 
     /// Opens (and with `O_CREAT` creates) a file or directory, as `open(2)` on Linux does.
@@ -261,7 +326,8 @@ impl<B: Persist> Posix<B> {
     /// `O_EXCL`), `O_CREAT | O_DIRECTORY` is `EINVAL`, `O_TRUNC` empties a regular file
     /// whatever the access mode and makes a directory `EISDIR`, and a trailing slash
     /// follows a final symbolic link even with `O_NOFOLLOW`.
-    pub fn open(&self, path: &str, flags: i32, perm: u32) -> Result<Fd, Errno> {
+    pub fn open(&self, path: &(impl PathArg + ?Sized), flags: i32, perm: u32) -> Result<Fd, Errno> {
+        let path = path.path_bytes();
         let fs = &self.fs;
         let mut fds = self.fds.lock();
         let mut inner = fs.lock();
@@ -282,7 +348,7 @@ impl<B: Persist> Posix<B> {
             return Err(Errno::EINVAL);
         }
         let mut budget = MAX_SYMLINKS;
-        let split = self.split(&mut inner, ROOT_INO, path.as_bytes(), &mut budget)?;
+        let split = self.split(&mut inner, ROOT_INO, path, &mut budget)?;
         if split.trailing_slash && create {
             return Err(Errno::EISDIR);
         }
@@ -387,7 +453,8 @@ impl<B: Persist> Posix<B> {
     }
 
     /// Creates (or truncates) a regular file and opens it for writing.
-    pub fn creat(&self, path: &str, perm: u32) -> Result<Fd, Errno> {
+    pub fn creat(&self, path: &(impl PathArg + ?Sized), perm: u32) -> Result<Fd, Errno> {
+        let path = path.path_bytes();
         self.open(path, O_CREAT | O_WRONLY | O_TRUNC, perm)
     }
 
@@ -570,16 +637,18 @@ impl<B: Persist> Posix<B> {
     }
 
     /// Attributes, following a final symbolic link.
-    pub fn stat(&self, path: &str) -> Result<Attr, Errno> {
+    pub fn stat(&self, path: &(impl PathArg + ?Sized)) -> Result<Attr, Errno> {
+        let path = path.path_bytes();
         self.stat_with(path, true)
     }
 
     /// Attributes of the path itself (a symbolic link is not followed).
-    pub fn lstat(&self, path: &str) -> Result<Attr, Errno> {
+    pub fn lstat(&self, path: &(impl PathArg + ?Sized)) -> Result<Attr, Errno> {
+        let path = path.path_bytes();
         self.stat_with(path, false)
     }
 
-    fn stat_with(&self, path: &str, follow: bool) -> Result<Attr, Errno> {
+    fn stat_with(&self, path: &[u8], follow: bool) -> Result<Attr, Errno> {
         let mut inner = self.fs.lock();
         let (ino, _) = self.resolve(&mut inner, path, follow)?;
         let inode = self.fs.inode(ino)?;
@@ -587,7 +656,8 @@ impl<B: Persist> Posix<B> {
     }
 
     /// Sets the size of a file by path.
-    pub fn truncate(&self, path: &str, size: u64) -> Result<(), Errno> {
+    pub fn truncate(&self, path: &(impl PathArg + ?Sized), size: u64) -> Result<(), Errno> {
+        let path = path.path_bytes();
         let mut inner = self.fs.lock();
         let (ino, kind) = self.resolve(&mut inner, path, true)?;
         if kind == FileType::Directory {
@@ -598,7 +668,8 @@ impl<B: Persist> Posix<B> {
 
     /// Creates a directory. As `mkdir(2)`, only the permission bits and the sticky bit of
     /// `perm` are kept (a set-group-ID parent gives its group and that bit).
-    pub fn mkdir(&self, path: &str, perm: u32) -> Result<(), Errno> {
+    pub fn mkdir(&self, path: &(impl PathArg + ?Sized), perm: u32) -> Result<(), Errno> {
+        let path = path.path_bytes();
         let mut inner = self.fs.lock();
         let split = self.parent_of(&mut inner, path)?;
         let name = split.last.ok_or(Errno::EEXIST)?;
@@ -615,7 +686,8 @@ impl<B: Persist> Posix<B> {
     }
 
     /// Removes an empty directory.
-    pub fn rmdir(&self, path: &str) -> Result<(), Errno> {
+    pub fn rmdir(&self, path: &(impl PathArg + ?Sized)) -> Result<(), Errno> {
+        let path = path.path_bytes();
         let mut inner = self.fs.lock();
         let split = self.parent_of(&mut inner, path)?;
         let name = split.last.ok_or(Errno::EBUSY)?;
@@ -625,7 +697,8 @@ impl<B: Persist> Posix<B> {
     }
 
     /// Removes a name (not a directory).
-    pub fn unlink(&self, path: &str) -> Result<(), Errno> {
+    pub fn unlink(&self, path: &(impl PathArg + ?Sized)) -> Result<(), Errno> {
+        let path = path.path_bytes();
         let mut inner = self.fs.lock();
         let split = self.parent_of(&mut inner, path)?;
         let name = split.last.ok_or(Errno::EISDIR)?;
@@ -643,7 +716,13 @@ impl<B: Persist> Posix<B> {
     }
 
     /// Renames `from` to `to`, replacing `to` if it exists and is compatible.
-    pub fn rename(&self, from: &str, to: &str) -> Result<(), Errno> {
+    pub fn rename(
+        &self,
+        from: &(impl PathArg + ?Sized),
+        to: &(impl PathArg + ?Sized),
+    ) -> Result<(), Errno> {
+        let from = from.path_bytes();
+        let to = to.path_bytes();
         let mut inner = self.fs.lock();
         let a = self.parent_of(&mut inner, from)?;
         let b = self.parent_of(&mut inner, to)?;
@@ -662,7 +741,13 @@ impl<B: Persist> Posix<B> {
     }
 
     /// Adds the hard link `new` to the file `old` (a final symbolic link is not followed).
-    pub fn link(&self, old: &str, new: &str) -> Result<(), Errno> {
+    pub fn link(
+        &self,
+        old: &(impl PathArg + ?Sized),
+        new: &(impl PathArg + ?Sized),
+    ) -> Result<(), Errno> {
+        let old = old.path_bytes();
+        let new = new.path_bytes();
         let mut inner = self.fs.lock();
         let (ino, _) = self.resolve(&mut inner, old, false)?;
         let split = self.parent_of(&mut inner, new)?;
@@ -677,7 +762,13 @@ impl<B: Persist> Posix<B> {
 
     /// Creates the symbolic link `path` with contents `target` (a `path` with a trailing
     /// slash names no link that can be made: `ENOENT`, or `EEXIST` when it exists).
-    pub fn symlink(&self, target: &str, path: &str) -> Result<(), Errno> {
+    pub fn symlink(
+        &self,
+        target: &(impl PathArg + ?Sized),
+        path: &(impl PathArg + ?Sized),
+    ) -> Result<(), Errno> {
+        let target = target.path_bytes();
+        let path = path.path_bytes();
         let mut inner = self.fs.lock();
         let split = self.parent_of(&mut inner, path)?;
         let name = split.last.ok_or(Errno::EEXIST)?;
@@ -693,26 +784,33 @@ impl<B: Persist> Posix<B> {
             &name,
             FileType::Symlink,
             0o777,
-            Some(target.as_bytes()),
+            Some(target),
         )?;
         self.fs.pm().durability_point();
         Ok(())
     }
 
     /// The contents of a symbolic link.
-    pub fn readlink(&self, path: &str) -> Result<Vec<u8>, Errno> {
+    pub fn readlink(&self, path: &(impl PathArg + ?Sized)) -> Result<Vec<u8>, Errno> {
+        let path = path.path_bytes();
         let mut inner = self.fs.lock();
         let (ino, _) = self.resolve(&mut inner, path, false)?;
         self.fs.readlink_locked(ino)
     }
 
-    fn set(&self, path: &str, set: SetAttr) -> Result<(), Errno> {
+    fn set(&self, path: &[u8], set: SetAttr) -> Result<(), Errno> {
         self.setattr(path, true, set)
     }
 
     /// Changes the attributes in `set` of `path`; `follow`: of the file a final symbolic
     /// link names, else of the link itself (as `lchown`, `utimensat(AT_SYMLINK_NOFOLLOW)`).
-    pub fn setattr(&self, path: &str, follow: bool, set: SetAttr) -> Result<(), Errno> {
+    pub fn setattr(
+        &self,
+        path: &(impl PathArg + ?Sized),
+        follow: bool,
+        set: SetAttr,
+    ) -> Result<(), Errno> {
+        let path = path.path_bytes();
         let mut inner = self.fs.lock();
         let (ino, _) = self.resolve(&mut inner, path, follow)?;
         self.fs.setattr_locked(&mut inner, ino, set)?;
@@ -722,7 +820,8 @@ impl<B: Persist> Posix<B> {
 
     /// Changes the permission bits (and set-user-ID, set-group-ID, sticky). As `chmod(2)`,
     /// bits above them are ignored, so a whole `st_mode` ([`Attr::mode`]) can be passed.
-    pub fn chmod(&self, path: &str, perm: u32) -> Result<(), Errno> {
+    pub fn chmod(&self, path: &(impl PathArg + ?Sized), perm: u32) -> Result<(), Errno> {
+        let path = path.path_bytes();
         self.set(
             path,
             SetAttr {
@@ -733,7 +832,13 @@ impl<B: Persist> Posix<B> {
     }
 
     /// Changes the owner and/or group.
-    pub fn chown(&self, path: &str, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno> {
+    pub fn chown(
+        &self,
+        path: &(impl PathArg + ?Sized),
+        uid: Option<u32>,
+        gid: Option<u32>,
+    ) -> Result<(), Errno> {
+        let path = path.path_bytes();
         self.set(
             path,
             SetAttr {
@@ -747,12 +852,12 @@ impl<B: Persist> Posix<B> {
     /// Sets the access and/or modification time.
     pub fn utimens(
         &self,
-        path: &str,
+        path: &(impl PathArg + ?Sized),
         atime: Option<TimeSet>,
         mtime: Option<TimeSet>,
     ) -> Result<(), Errno> {
         self.set(
-            path,
+            path.path_bytes(),
             SetAttr {
                 atime,
                 mtime,
@@ -766,7 +871,7 @@ impl<B: Persist> Posix<B> {
     /// give its number to a new file in between (which `op` would then change instead).
     fn with_path<T>(
         &self,
-        path: &str,
+        path: &[u8],
         follow: bool,
         op: impl FnOnce(u64) -> Result<T, Errno>,
     ) -> Result<T, Errno> {
@@ -814,34 +919,54 @@ impl<B: Persist> Posix<B> {
 
     /// The value of extended attribute `name` of `path` (`follow`: through a final symbolic
     /// link, as `getxattr`; else as `lgetxattr`).
-    pub fn getxattr(&self, path: &str, name: &[u8], follow: bool) -> Result<Vec<u8>, Errno> {
+    pub fn getxattr(
+        &self,
+        path: &(impl PathArg + ?Sized),
+        name: &[u8],
+        follow: bool,
+    ) -> Result<Vec<u8>, Errno> {
+        let path = path.path_bytes();
         self.with_path(path, follow, |ino| self.fs.getxattr(ino, name))
     }
 
     /// The extended attribute names of `path`.
-    pub fn listxattr(&self, path: &str, follow: bool) -> Result<Vec<Vec<u8>>, Errno> {
+    pub fn listxattr(
+        &self,
+        path: &(impl PathArg + ?Sized),
+        follow: bool,
+    ) -> Result<Vec<Vec<u8>>, Errno> {
+        let path = path.path_bytes();
         self.with_path(path, follow, |ino| self.fs.listxattr(ino))
     }
 
     /// Sets extended attribute `name` of `path`.
     pub fn setxattr(
         &self,
-        path: &str,
+        path: &(impl PathArg + ?Sized),
         name: &[u8],
         value: &[u8],
         mode: crate::xattr::SetMode,
         follow: bool,
     ) -> Result<(), Errno> {
-        self.with_path(path, follow, |ino| self.fs.setxattr(ino, name, value, mode))
+        self.with_path(path.path_bytes(), follow, |ino| {
+            self.fs.setxattr(ino, name, value, mode)
+        })
     }
 
     /// Removes extended attribute `name` of `path`.
-    pub fn removexattr(&self, path: &str, name: &[u8], follow: bool) -> Result<(), Errno> {
+    pub fn removexattr(
+        &self,
+        path: &(impl PathArg + ?Sized),
+        name: &[u8],
+        follow: bool,
+    ) -> Result<(), Errno> {
+        let path = path.path_bytes();
         self.with_path(path, follow, |ino| self.fs.removexattr(ino, name))
     }
 
     /// The entries of a directory (`.` and `..` first).
-    pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>, Errno> {
+    pub fn readdir(&self, path: &(impl PathArg + ?Sized)) -> Result<Vec<DirEntry>, Errno> {
+        let path = path.path_bytes();
         let mut inner = self.fs.lock();
         let (ino, kind) = self.resolve(&mut inner, path, true)?;
         if kind != FileType::Directory {

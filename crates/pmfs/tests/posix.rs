@@ -1040,3 +1040,57 @@ fn fsetattr_with_a_size_needs_a_writable_descriptor() {
     assert_eq!(px.fsetattr(rw, shrink).map(|a| a.size), Ok(0));
     px.close(rw).expect("close");
 }
+
+/// Paths are bytes, as on Linux: a name that is not UTF-8 is made, found, linked, renamed and
+/// listed through every path type the calls take (`&str`, bytes, `OsStr`, `Path`).
+#[test]
+fn names_that_are_not_utf8_work_through_every_path_type() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
+    let px = new_fs(DataMode::InPlace);
+    px.mkdir(b"/d\xff", 0o755).expect("mkdir");
+    let fd = px
+        .open(
+            OsStr::from_bytes(b"/d\xff/caf\xe9"),
+            O_CREAT | O_WRONLY,
+            0o644,
+        )
+        .expect("create");
+    px.write(fd, b"bytes").expect("write");
+    px.close(fd).expect("close");
+    px.symlink(b"caf\xe9", Path::new(OsStr::from_bytes(b"/d\xff/l\xfd")))
+        .expect("symlink");
+    assert_eq!(
+        px.readlink(&b"/d\xff/l\xfd".to_vec()).expect("readlink"),
+        b"caf\xe9"
+    );
+    px.rename(b"/d\xff/caf\xe9", "/d\u{ff}/plain")
+        .expect_err("a UTF-8 name is another name");
+    px.rename(b"/d\xff/caf\xe9", b"/d\xff/g\xfc")
+        .expect("rename");
+    assert_eq!(
+        px.stat(b"/d\xff/l\xfd"),
+        Err(Errno::ENOENT),
+        "the link dangles"
+    );
+    let px = remount(px, DataMode::InPlace);
+    assert_eq!(px.stat(b"/d\xff/g\xfc").expect("renamed").size, 5);
+    let mut names: Vec<Vec<u8>> = px
+        .readdir(b"/d\xff")
+        .expect("readdir")
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            b".".to_vec(),
+            b"..".to_vec(),
+            b"g\xfc".to_vec(),
+            b"l\xfd".to_vec()
+        ]
+    );
+    px.into_fs().fsck().expect("fsck");
+}

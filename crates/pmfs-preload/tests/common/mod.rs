@@ -81,7 +81,10 @@ impl Drop for TestPool {
     }
 }
 
-pub fn read_file(px: &Posix<pmem::Native>, path: &str) -> Option<Vec<u8>> {
+pub fn read_file(
+    px: &Posix<pmem::Native>,
+    path: &(impl pmfs::PathArg + ?Sized),
+) -> Option<Vec<u8>> {
     let fd = px.open(path, O_RDONLY, 0).ok()?;
     let size = px.fstat(fd).ok()?.size as usize;
     let mut buf = vec![0u8; size];
