@@ -77,9 +77,17 @@ pub struct Config {
     pub seed: u64,
     /// Crash during recovery, `None` to skip.
     pub double_crash: Option<DoubleCrash>,
-    /// Stop after this many failures.
+    /// Stop after this many failures; `0` means no limit (check every selected image).
     pub max_failures: usize,
+    /// Most seam calls one recovery may make before it is stopped and reported as
+    /// [`Problem::RecoveryPanicked`] (see [`SimPm::set_step_limit`]): a recovery that loops
+    /// forever over PM then fails the check instead of hanging it. `None`: no limit.
+    pub recovery_step_limit: Option<u64>,
 }
+
+/// The presets' [`Config::recovery_step_limit`]: far more seam calls than any recovery of a
+/// small pool makes, and reached in a second or two by one that loops.
+pub const DEFAULT_RECOVERY_STEP_LIMIT: u64 = 20_000_000;
 
 impl Config {
     /// Every fence, structured plus random images, double crash on.
@@ -100,6 +108,7 @@ impl Config {
                 },
             }),
             max_failures: 5,
+            recovery_step_limit: Some(DEFAULT_RECOVERY_STEP_LIMIT),
         }
     }
 
@@ -118,7 +127,13 @@ impl Config {
             seed: 0,
             double_crash: None,
             max_failures: 5,
+            recovery_step_limit: Some(DEFAULT_RECOVERY_STEP_LIMIT),
         }
+    }
+
+    /// Whether `failures` failures end the run (`max_failures == 0`: never).
+    fn enough(&self, failures: usize) -> bool {
+        self.max_failures != 0 && failures >= self.max_failures
     }
 }
 
@@ -276,7 +291,7 @@ pub fn check<S: Scenario>(scenario: &S, config: &Config) -> Report {
         for snapshot in pm.take_snapshots() {
             checker.check_point(&snapshot, Some(op), points_before);
         }
-        if checker.report.failures.len() >= config.max_failures {
+        if config.enough(checker.report.failures.len()) {
             break;
         }
     }
@@ -294,6 +309,18 @@ pub fn replay<S: Scenario>(
     config: &Config,
     failure: &Failure,
 ) -> Result<S::Model, String> {
+    if failure.mode != config.sim.mode {
+        return Err(format!(
+            "the failure was found under {}, but the replay config simulates {}",
+            failure.mode.name(),
+            config.sim.mode.name()
+        ));
+    }
+    let recovery_pm = |image: Vec<u8>| {
+        let pm = SimPm::from_image(image, config.sim);
+        pm.set_step_limit(config.recovery_step_limit);
+        pm
+    };
     let pm = SimPm::new(scenario.pool_size(), config.sim);
     let mut live = scenario.setup(pm.clone());
     pm.set_capture(true);
@@ -319,9 +346,9 @@ pub fn replay<S: Scenario>(
     }
     let image = snapshot.image(&failure.choice);
     let Some((point, choice)) = &failure.second_crash else {
-        return recover_caught(scenario, SimPm::from_image(image, config.sim));
+        return recover_caught(scenario, recovery_pm(image));
     };
-    let first = SimPm::from_image(image, config.sim);
+    let first = recovery_pm(image);
     first.set_capture(true);
     recover_caught(scenario, first.clone())?;
     let inner = match point {
@@ -332,7 +359,7 @@ pub fn replay<S: Scenario>(
             .find(|s| s.kind == *point)
             .ok_or("second crash point not reached on replay")?,
     };
-    recover_caught(scenario, SimPm::from_image(inner.image(choice), config.sim))
+    recover_caught(scenario, recovery_pm(inner.image(choice)))
 }
 
 struct Checker<'a, S: Scenario> {
@@ -393,7 +420,7 @@ impl<'a, S: Scenario> Checker<'a, S> {
         };
         let mut image = Vec::new();
         for choice in picked {
-            if self.report.failures.len() >= self.config.max_failures {
+            if self.config.enough(self.report.failures.len()) {
                 return;
             }
             self.report.images += 1;
@@ -428,6 +455,7 @@ impl<'a, S: Scenario> Checker<'a, S> {
         allowed: (usize, bool),
     ) -> Result<(), (Option<(SnapshotKind, Choice)>, Problem)> {
         let pm = SimPm::from_image(image.to_vec(), self.config.sim);
+        pm.set_step_limit(self.config.recovery_step_limit);
         pm.set_capture(self.config.double_crash.is_some());
         self.report.recoveries += 1;
         let state = recover_caught(self.scenario, pm.clone()).map_err(|p| (None, problem_of(p)))?;
@@ -457,6 +485,7 @@ impl<'a, S: Scenario> Checker<'a, S> {
                 self.report.second_crash_images += 1;
                 self.report.recoveries += 1;
                 let second_pm = SimPm::from_image(snapshot.image(&choice), self.config.sim);
+                second_pm.set_step_limit(self.config.recovery_step_limit);
                 let second = recover_caught(self.scenario, second_pm);
                 let where_ = Some((snapshot.kind, choice));
                 match second {

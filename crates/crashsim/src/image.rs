@@ -226,6 +226,11 @@ pub fn choices(snapshot: &Snapshot, budget: &Budget, seed: u64) -> Vec<Choice> {
     let radices = snapshot.radices();
     let mut set = BTreeSet::new();
     let (nothing, everything) = (snapshot.nothing(), snapshot.everything());
+    if nothing == everything {
+        // Nothing pending: the durable image is the only one (reached here only when
+        // `exhaustive_max` is 0).
+        return vec![nothing];
+    }
     for (slot, &radix) in radices.iter().enumerate() {
         let mut only = nothing.clone();
         only.prefixes[slot] = radix;

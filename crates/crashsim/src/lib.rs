@@ -19,6 +19,9 @@ pub mod image;
 mod sim;
 pub mod toy;
 
-pub use harness::{Config, DoubleCrash, Failure, Points, Problem, Report, Scenario, check, replay};
+pub use harness::{
+    Config, DEFAULT_RECOVERY_STEP_LIMIT, DoubleCrash, Failure, Points, Problem, Report, Scenario,
+    check, replay,
+};
 pub use image::{Budget, Choice, Snapshot, SnapshotKind};
 pub use sim::{SimConfig, SimMode, SimPm};
