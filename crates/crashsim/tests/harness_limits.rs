@@ -155,3 +155,20 @@ fn a_snapshot_with_nothing_pending_gives_one_image_under_any_budget() {
     };
     assert_eq!(crashsim::image::choices(&snapshot, &budget, 1).len(), 1);
 }
+
+#[test]
+#[should_panic(expected = "lower exhaustive_max")]
+fn an_exhaustive_budget_beyond_what_fits_is_refused() {
+    // 21 lines with one pending store each: 2^21 images, over the enumeration limit.
+    let pm = SimPm::new(64 * 21, SimConfig::default());
+    for line in 0..21 {
+        pm.write_u64(line * 64, 1, WriteClass::User);
+    }
+    let snapshot = pm.crash_now();
+    assert!(snapshot.image_count() > u128::from(crashsim::image::MAX_EXHAUSTIVE));
+    let budget = crashsim::Budget {
+        exhaustive_max: u64::MAX,
+        random: 0,
+    };
+    let _ = crashsim::image::choices(&snapshot, &budget, 1);
+}
