@@ -302,8 +302,10 @@ pub fn check<S: Scenario>(scenario: &S, config: &Config) -> Report {
 }
 
 /// Rebuilds the image of a reported failure and recovers it again, returning the
-/// recovered state (or the recovery error). For double-crash failures the second-level image
-/// is rebuilt from the first recovery.
+/// recovered state, or the recovery's error: for [`Problem::RecoveryFailed`]`(m)` the same
+/// `m`, for a panic `"recovery panicked: "` followed by the message (the `Display` of
+/// [`Problem::RecoveryPanicked`]). For double-crash failures the second-level image is
+/// rebuilt from the first recovery.
 pub fn replay<S: Scenario>(
     scenario: &S,
     config: &Config,
@@ -346,11 +348,11 @@ pub fn replay<S: Scenario>(
     }
     let image = snapshot.image(&failure.choice);
     let Some((point, choice)) = &failure.second_crash else {
-        return recover_caught(scenario, recovery_pm(image));
+        return recover_replayed(scenario, recovery_pm(image));
     };
     let first = recovery_pm(image);
     first.set_capture(true);
-    recover_caught(scenario, first.clone())?;
+    recover_replayed(scenario, first.clone())?;
     let inner = match point {
         SnapshotKind::End => first.crash_now(),
         _ => first
@@ -359,7 +361,16 @@ pub fn replay<S: Scenario>(
             .find(|s| s.kind == *point)
             .ok_or("second crash point not reached on replay")?,
     };
-    recover_caught(scenario, recovery_pm(inner.image(choice)))
+    recover_replayed(scenario, recovery_pm(inner.image(choice)))
+}
+
+/// [`recover_caught`] for [`replay`]: a panic comes back as the text the report prints for
+/// it, without the internal marker.
+fn recover_replayed<S: Scenario>(scenario: &S, pm: SimPm) -> Result<S::Model, String> {
+    recover_caught(scenario, pm).map_err(|message| match problem_of(message) {
+        Problem::RecoveryFailed(message) => message,
+        panicked => panicked.to_string(),
+    })
 }
 
 struct Checker<'a, S: Scenario> {

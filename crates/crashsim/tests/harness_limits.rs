@@ -172,3 +172,57 @@ fn an_exhaustive_budget_beyond_what_fits_is_refused() {
     };
     let _ = crashsim::image::choices(&snapshot, &budget, 1);
 }
+
+/// Recovery panics on every image whose word 0 is odd.
+struct PanicsOnOdd;
+
+impl Scenario for PanicsOnOdd {
+    type Model = u64;
+    type Live = SimPm;
+
+    fn name(&self) -> String {
+        "panics-on-odd".into()
+    }
+    fn pool_size(&self) -> u64 {
+        64
+    }
+    fn op_count(&self) -> usize {
+        2
+    }
+    fn initial_model(&self) -> u64 {
+        0
+    }
+    fn apply_to_model(&self, model: &mut u64, op: usize) {
+        *model = op as u64 + 1;
+    }
+    fn setup(&self, pm: SimPm) -> SimPm {
+        pm
+    }
+    fn run_op(&self, pm: &mut SimPm, op: usize) {
+        pm.write_u64(0, op as u64 + 1, WriteClass::User);
+        pm.persist(0, 8);
+        pm.durability_point();
+    }
+    fn recover(&self, pm: SimPm) -> Result<u64, String> {
+        let word = pm.read_u64(0);
+        assert!(word.is_multiple_of(2), "odd word {word}");
+        Ok(word)
+    }
+}
+
+#[test]
+fn a_replayed_panic_reads_as_the_report_prints_it() {
+    let config = Config::thorough(SimMode::Adr, 1);
+    let report = check(&PanicsOnOdd, &config);
+    let failure = report.failures.first().expect("caught");
+    assert!(
+        matches!(failure.problem, Problem::RecoveryPanicked(_)),
+        "{failure}"
+    );
+    let replayed = replay(&PanicsOnOdd, &config, failure).expect_err("panics again");
+    assert_eq!(replayed, failure.problem.to_string());
+    assert!(
+        replayed.starts_with("recovery panicked: odd word 1"),
+        "{replayed:?}"
+    );
+}
