@@ -37,7 +37,9 @@ pub trait Scenario {
     fn apply_to_model(&self, model: &mut Self::Model, op: usize);
     /// Formats the pool on `pm` and builds the empty structure (not crash-tested).
     fn setup(&self, pm: SimPm) -> Self::Live;
-    /// Runs operation `op` against the structure, through the seam.
+    /// Runs operation `op` against the structure, through the seam. It declares at most one
+    /// durability point, once the whole operation is durable: from then on only the model
+    /// after `op` is accepted.
     fn run_op(&self, live: &mut Self::Live, op: usize);
     /// Opens the crashed pool on `pm`, recovers it, checks the structure's invariants and
     /// reads back its logical state. An `Err` is a consistency violation.
