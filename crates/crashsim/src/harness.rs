@@ -37,7 +37,9 @@ pub trait Scenario {
     fn apply_to_model(&self, model: &mut Self::Model, op: usize);
     /// Formats the pool on `pm` and builds the empty structure (not crash-tested).
     fn setup(&self, pm: SimPm) -> Self::Live;
-    /// Runs operation `op` against the structure, through the seam.
+    /// Runs operation `op` against the structure, through the seam. It declares at most one
+    /// durability point, once the whole operation is durable: from then on only the model
+    /// after `op` is accepted.
     fn run_op(&self, live: &mut Self::Live, op: usize);
     /// Opens the crashed pool on `pm`, recovers it, checks the structure's invariants and
     /// reads back its logical state. An `Err` is a consistency violation.
@@ -77,9 +79,17 @@ pub struct Config {
     pub seed: u64,
     /// Crash during recovery, `None` to skip.
     pub double_crash: Option<DoubleCrash>,
-    /// Stop after this many failures.
+    /// Stop after this many failures; `0` means no limit (check every selected image).
     pub max_failures: usize,
+    /// Most seam calls one recovery may make before it is stopped and reported as
+    /// [`Problem::RecoveryPanicked`] (see [`SimPm::set_step_limit`]): a recovery that loops
+    /// forever over PM then fails the check instead of hanging it. `None`: no limit.
+    pub recovery_step_limit: Option<u64>,
 }
+
+/// The presets' [`Config::recovery_step_limit`]: far more seam calls than any recovery of a
+/// small pool makes, and reached in a second or two by one that loops.
+pub const DEFAULT_RECOVERY_STEP_LIMIT: u64 = 20_000_000;
 
 impl Config {
     /// Every fence, structured plus random images, double crash on.
@@ -100,6 +110,7 @@ impl Config {
                 },
             }),
             max_failures: 5,
+            recovery_step_limit: Some(DEFAULT_RECOVERY_STEP_LIMIT),
         }
     }
 
@@ -118,7 +129,13 @@ impl Config {
             seed: 0,
             double_crash: None,
             max_failures: 5,
+            recovery_step_limit: Some(DEFAULT_RECOVERY_STEP_LIMIT),
         }
+    }
+
+    /// Whether `failures` failures end the run (`max_failures == 0`: never).
+    fn enough(&self, failures: usize) -> bool {
+        self.max_failures != 0 && failures >= self.max_failures
     }
 }
 
@@ -276,7 +293,7 @@ pub fn check<S: Scenario>(scenario: &S, config: &Config) -> Report {
         for snapshot in pm.take_snapshots() {
             checker.check_point(&snapshot, Some(op), points_before);
         }
-        if checker.report.failures.len() >= config.max_failures {
+        if config.enough(checker.report.failures.len()) {
             break;
         }
     }
@@ -287,13 +304,27 @@ pub fn check<S: Scenario>(scenario: &S, config: &Config) -> Report {
 }
 
 /// Rebuilds the image of a reported failure and recovers it again, returning the
-/// recovered state (or the recovery error). For double-crash failures the second-level image
-/// is rebuilt from the first recovery.
+/// recovered state, or the recovery's error: for [`Problem::RecoveryFailed`]`(m)` the same
+/// `m`, for a panic `"recovery panicked: "` followed by the message (the `Display` of
+/// [`Problem::RecoveryPanicked`]). For double-crash failures the second-level image is
+/// rebuilt from the first recovery.
 pub fn replay<S: Scenario>(
     scenario: &S,
     config: &Config,
     failure: &Failure,
 ) -> Result<S::Model, String> {
+    if failure.mode != config.sim.mode {
+        return Err(format!(
+            "the failure was found under {}, but the replay config simulates {}",
+            failure.mode.name(),
+            config.sim.mode.name()
+        ));
+    }
+    let recovery_pm = |image: Vec<u8>| {
+        let pm = SimPm::from_image(image, config.sim);
+        pm.set_step_limit(config.recovery_step_limit);
+        pm
+    };
     let pm = SimPm::new(scenario.pool_size(), config.sim);
     let mut live = scenario.setup(pm.clone());
     pm.set_capture(true);
@@ -319,11 +350,11 @@ pub fn replay<S: Scenario>(
     }
     let image = snapshot.image(&failure.choice);
     let Some((point, choice)) = &failure.second_crash else {
-        return recover_caught(scenario, SimPm::from_image(image, config.sim));
+        return recover_replayed(scenario, recovery_pm(image));
     };
-    let first = SimPm::from_image(image, config.sim);
+    let first = recovery_pm(image);
     first.set_capture(true);
-    recover_caught(scenario, first.clone())?;
+    recover_replayed(scenario, first.clone())?;
     let inner = match point {
         SnapshotKind::End => first.crash_now(),
         _ => first
@@ -332,7 +363,16 @@ pub fn replay<S: Scenario>(
             .find(|s| s.kind == *point)
             .ok_or("second crash point not reached on replay")?,
     };
-    recover_caught(scenario, SimPm::from_image(inner.image(choice), config.sim))
+    recover_replayed(scenario, recovery_pm(inner.image(choice)))
+}
+
+/// [`recover_caught`] for [`replay`]: a panic comes back as the text the report prints for
+/// it, without the internal marker.
+fn recover_replayed<S: Scenario>(scenario: &S, pm: SimPm) -> Result<S::Model, String> {
+    recover_caught(scenario, pm).map_err(|message| match problem_of(message) {
+        Problem::RecoveryFailed(message) => message,
+        panicked => panicked.to_string(),
+    })
 }
 
 struct Checker<'a, S: Scenario> {
@@ -393,7 +433,7 @@ impl<'a, S: Scenario> Checker<'a, S> {
         };
         let mut image = Vec::new();
         for choice in picked {
-            if self.report.failures.len() >= self.config.max_failures {
+            if self.config.enough(self.report.failures.len()) {
                 return;
             }
             self.report.images += 1;
@@ -428,6 +468,7 @@ impl<'a, S: Scenario> Checker<'a, S> {
         allowed: (usize, bool),
     ) -> Result<(), (Option<(SnapshotKind, Choice)>, Problem)> {
         let pm = SimPm::from_image(image.to_vec(), self.config.sim);
+        pm.set_step_limit(self.config.recovery_step_limit);
         pm.set_capture(self.config.double_crash.is_some());
         self.report.recoveries += 1;
         let state = recover_caught(self.scenario, pm.clone()).map_err(|p| (None, problem_of(p)))?;
@@ -457,6 +498,7 @@ impl<'a, S: Scenario> Checker<'a, S> {
                 self.report.second_crash_images += 1;
                 self.report.recoveries += 1;
                 let second_pm = SimPm::from_image(snapshot.image(&choice), self.config.sim);
+                second_pm.set_step_limit(self.config.recovery_step_limit);
                 let second = recover_caught(self.scenario, second_pm);
                 let where_ = Some((snapshot.kind, choice));
                 match second {

@@ -198,6 +198,10 @@ impl Snapshot {
     }
 }
 
+/// The most images [`choices`] enumerates at one crash point: a budget whose
+/// `exhaustive_max` lets a point with more through panics instead of exhausting memory.
+pub const MAX_EXHAUSTIVE: u64 = 1 << 20;
+
 /// How many images to test per crash point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Budget {
@@ -219,13 +223,33 @@ impl Default for Budget {
 
 /// The images to test at `snapshot`: all of them within budget, otherwise the structured
 /// set plus seeded random ones (deterministic in `seed` and the snapshot's position).
+///
+/// # Panics
+///
+/// If the budget asks for every image of a crash point that has more than
+/// [`MAX_EXHAUSTIVE`] (the list alone would not fit in memory long before the images were
+/// tested).
 pub fn choices(snapshot: &Snapshot, budget: &Budget, seed: u64) -> Vec<Choice> {
-    if snapshot.image_count() <= u128::from(budget.exhaustive_max) {
+    let count = snapshot.image_count();
+    if count <= u128::from(budget.exhaustive_max) {
+        assert!(
+            count <= u128::from(MAX_EXHAUSTIVE),
+            "Budget.exhaustive_max {} asks for all {count} crash images at {}; at most {} can be \
+             enumerated per crash point: lower exhaustive_max to sample them instead",
+            budget.exhaustive_max,
+            snapshot.kind,
+            MAX_EXHAUSTIVE
+        );
         return exhaustive(snapshot);
     }
     let radices = snapshot.radices();
     let mut set = BTreeSet::new();
     let (nothing, everything) = (snapshot.nothing(), snapshot.everything());
+    if nothing == everything {
+        // Nothing pending: the durable image is the only one (reached here only when
+        // `exhaustive_max` is 0).
+        return vec![nothing];
+    }
     for (slot, &radix) in radices.iter().enumerate() {
         let mut only = nothing.clone();
         only.prefixes[slot] = radix;

@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use pmem::{CACHE_LINE, FlushInstr, Persist, Stats, WriteClass, assert_in_bounds, lines_covering};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Which persistence domain the simulated platform has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -213,6 +214,10 @@ struct Inner {
     config: SimConfig,
     stats: Stats,
     shadow: Mutex<Shadow>,
+    /// Seam calls made on this region since the step limit was last set.
+    steps: AtomicU64,
+    /// Most seam calls allowed (`u64::MAX`: no limit).
+    step_limit: AtomicU64,
 }
 
 impl SimPm {
@@ -244,6 +249,8 @@ impl SimPm {
                 config,
                 stats: Stats::new(),
                 shadow: Mutex::new(shadow),
+                steps: AtomicU64::new(0),
+                step_limit: AtomicU64::new(u64::MAX),
             }),
         }
     }
@@ -251,6 +258,34 @@ impl SimPm {
     /// The region's configuration.
     pub fn config(&self) -> SimConfig {
         self.inner.config
+    }
+
+    /// Limits the seam calls (reads, stores, flushes, fences, durability points) made on this
+    /// region from now on: the call after the `limit`-th panics with a message naming the
+    /// limit. The harness sets it on every region it recovers
+    /// ([`crate::Config::recovery_step_limit`]), so a recovery that loops forever over PM
+    /// (a cycle in a crashed linked structure, a retry loop that never succeeds) is reported
+    /// as a panic instead of hanging the test. `None` removes the limit (the default).
+    pub fn set_step_limit(&self, limit: Option<u64>) {
+        self.inner.steps.store(0, Ordering::Relaxed);
+        self.inner
+            .step_limit
+            .store(limit.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// Counts one seam call against the step limit.
+    #[track_caller]
+    fn step(&self) {
+        let limit = self.inner.step_limit.load(Ordering::Relaxed);
+        if limit == u64::MAX {
+            return;
+        }
+        let done = self.inner.steps.fetch_add(1, Ordering::Relaxed);
+        assert!(
+            done < limit,
+            "step limit: more than {limit} seam calls on this simulated region \
+             (the code under test probably loops forever)"
+        );
     }
 
     /// Starts or stops recording a [`Snapshot`] at every crash point (before each fence
@@ -282,8 +317,12 @@ impl SimPm {
     }
 
     /// Whether any store to `[off, off + len)` is not yet durable. Engines' tests use it to
-    /// assert that what an operation declared durable really is.
+    /// assert that what an operation declared durable really is. Panics, like every seam
+    /// call, if the range is not inside the region (an assertion about bytes outside it
+    /// would pass vacuously).
+    #[track_caller]
     pub fn is_pending(&self, off: u64, len: u64) -> bool {
+        assert_in_bounds(off, len, self.inner.len);
         let shadow = self.inner.shadow.lock();
         let overlaps = |c: &Chunk| c.off < off + len && off < c.off + u64::from(c.len);
         let wb = lines_covering(off, len)
@@ -309,12 +348,14 @@ impl Persist for SimPm {
     }
 
     fn read(&self, off: u64, dst: &mut [u8]) {
+        self.step();
         assert_in_bounds(off, dst.len() as u64, self.inner.len);
         let shadow = self.inner.shadow.lock();
         dst.copy_from_slice(&shadow.volatile[off as usize..off as usize + dst.len()]);
     }
 
     fn write(&self, off: u64, src: &[u8], class: WriteClass) {
+        self.step();
         assert_in_bounds(off, src.len() as u64, self.inner.len);
         self.inner.stats.record_store(class, src.len() as u64);
         let mut shadow = self.inner.shadow.lock();
@@ -329,6 +370,7 @@ impl Persist for SimPm {
     }
 
     fn write_nt(&self, off: u64, src: &[u8], class: WriteClass) {
+        self.step();
         assert_in_bounds(off, src.len() as u64, self.inner.len);
         self.inner.stats.record_nt_store(class, src.len() as u64);
         let mut shadow = self.inner.shadow.lock();
@@ -337,6 +379,7 @@ impl Persist for SimPm {
     }
 
     fn flush(&self, off: u64, len: u64) {
+        self.step();
         assert_in_bounds(off, len, self.inner.len);
         if self.inner.config.mode == SimMode::Eadr {
             return;
@@ -366,6 +409,7 @@ impl Persist for SimPm {
     }
 
     fn fence(&self) {
+        self.step();
         self.inner.stats.record_fence();
         let mode = self.inner.config.mode;
         let mut shadow = self.inner.shadow.lock();
@@ -378,6 +422,7 @@ impl Persist for SimPm {
     }
 
     fn durability_point(&self) {
+        self.step();
         self.inner.stats.record_durability_point();
         let mut shadow = self.inner.shadow.lock();
         shadow.durability_points += 1;
