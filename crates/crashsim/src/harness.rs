@@ -88,8 +88,8 @@ pub struct Config {
 }
 
 /// The presets' [`Config::recovery_step_limit`]: far more seam calls than any recovery of a
-/// small pool makes, and reached in a second or two by one that loops.
-pub const DEFAULT_RECOVERY_STEP_LIMIT: u64 = 20_000_000;
+/// small pool makes, and reached in about ten seconds by one that loops.
+pub const DEFAULT_RECOVERY_STEP_LIMIT: u64 = 200_000_000;
 
 impl Config {
     /// Every fence, structured plus random images, double crash on.

@@ -93,7 +93,8 @@ pub trait Persist: Send + Sync + 'static {
     fn stats(&self) -> &Stats;
 
     /// A point where the caller declares an operation durable (e.g. a commit returning).
-    /// Native backends ignore it; the crash simulator checks and records it.
+    /// The native backend only counts it (`Stats`); the crash simulator also takes a
+    /// crash-point snapshot there.
     fn durability_point(&self) {}
 
     /// Whether an earlier write-back failed (e.g. `msync` returned an error): the region's
