@@ -68,6 +68,7 @@ mod dirs;
 mod handover;
 mod names;
 mod served;
+mod shell;
 mod spawn;
 mod statfs;
 mod stdio;

@@ -271,10 +271,35 @@ fn a_process_that_holds_nothing_served_leaves_the_pool_to_the_programs_it_starts
     px.into_fs().unmount().expect("unmount");
 }
 
-/// A program started in a served working directory works there; where it cannot serve it
-/// (the shell holds the pool, the program runs without the library) it finds nothing,
-/// never the files of the directory the shell was in before: after `cd $P/d`, `rm -f a`
-/// used to delete the kernel's `./a`.
+/// `shell-calls`: the C library's `popen` and `system` from the working directory (`cat b`
+/// read through `popen`, `b` written through a `popen` for writing, then `test -f c` and `exit 3`
+/// through `system`), one line of results.
+const SHELL_CALLS: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+int main(void) {
+    char line[64] = "";
+    FILE *in = popen("cat b", "r");
+    if (!in || !fgets(line, sizeof line, in)) return 2;
+    int read_status = pclose(in);
+    FILE *out = popen("tee e >/dev/null", "we");
+    if (!out) return 3;
+    fputs("through popen\n", out);
+    int write_status = pclose(out);
+    int found = system("test -f c && test -f e");
+    int three = system("exit 3");
+    printf("%s%d %d %d %d\n", line, WEXITSTATUS(read_status), WEXITSTATUS(write_status),
+           WEXITSTATUS(found), WEXITSTATUS(three));
+    return 0;
+}
+"#;
+
+/// A program started in a served working directory works there, also through `system` and
+/// `popen` (whose shell the C library starts where no preload sees it: it used to find
+/// nothing); where it cannot serve it (the shell holds the pool, the program runs without
+/// the library) it finds nothing, never the files of the directory the shell was in before:
+/// after `cd $P/d`, `rm -f a` used to delete the kernel's `./a`.
 #[test]
 fn a_program_started_in_a_served_directory_runs_there_or_finds_nothing() {
     let _serial = serial();
@@ -282,6 +307,10 @@ fn a_program_started_in_a_served_directory_runs_there_or_finds_nothing() {
         eprintln!("SKIPPED: bash is not installed");
         return;
     }
+    let Some(shell_calls) = compile("shell-calls", SHELL_CALLS) else {
+        eprintln!("SKIPPED: gcc is not installed");
+        return;
+    };
     let pool = TestPool::new("cwd", 16 << 20);
     let outside = std::env::temp_dir().join(format!("ferrite-preload-cwd-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&outside);
@@ -291,12 +320,14 @@ fn a_program_started_in_a_served_directory_runs_there_or_finds_nothing() {
     }
     let script = "mkdir $P/d && for f in a b c; do echo inside > $P/d/$f; done && cd $P/d \
                   && rm -f a && cat b && python3 -c 'import os; print(os.getcwd())' \
+                  && $SHELL_CALLS \
                   && env -u LD_PRELOAD rm -f b && ! env -u LD_PRELOAD touch new 2>/dev/null \
                   && exec 3> $P/held && { rm -f c 2>/dev/null || echo refused; } \
                   && exec 3>&- && ls";
     let out = pool
         .command("bash")
         .env("P", PREFIX)
+        .env("SHELL_CALLS", &shell_calls)
         .args(["-c", script])
         .current_dir(&outside)
         .output()
@@ -312,7 +343,10 @@ fn a_program_started_in_a_served_directory_runs_there_or_finds_nothing() {
         "{stdout} {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(stdout, format!("inside\n{PREFIX}/d\nrefused\nb\nc\n"));
+    assert_eq!(
+        stdout,
+        format!("inside\n{PREFIX}/d\ninside\n0 0 0 3\nrefused\nb\nc\ne\n")
+    );
     let kept = Some(b"outside\n".to_vec());
     assert_eq!(
         left,
@@ -327,6 +361,7 @@ fn a_program_started_in_a_served_directory_runs_there_or_finds_nothing() {
     );
     assert_eq!(read_file(&px, "/d/b").expect("b"), b"inside\n");
     assert_eq!(read_file(&px, "/d/c").expect("c"), b"inside\n");
+    assert_eq!(read_file(&px, "/d/e").expect("e"), b"through popen\n");
     px.into_fs().unmount().expect("unmount");
 }
 
