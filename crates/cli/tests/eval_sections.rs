@@ -96,14 +96,20 @@ fn quick_engine_sections_write_their_data_and_plots() {
         "{headlines:?}"
     );
     assert!(
-        stdout.contains("(indicative: measured at --quick sizes"),
+        stdout.contains("(indicative: measured at reduced sizes"),
         "{stdout}"
     );
+    // The JSON gives each goal the verdict of its headline: no true / false at quick sizes.
+    for (goal, headline) in goals.iter().zip(headlines) {
+        assert_eq!(goal["verdict"], headline["verdict"], "{goal}");
+        assert!(goal.get("holds").is_none(), "{goal}");
+    }
+    assert_eq!(engines["quick"], true);
 
     let logstudy = section_data(&out, "logstudy");
     let points = logstudy["data"]["points"].as_array().expect("study points");
     assert_eq!(points.len(), 4 * 7 * 2, "modes × record sizes × batches");
-    assert!(logstudy["data"]["auto_good"].is_boolean());
+    assert_eq!(logstudy["data"]["auto_verdict"], "indicative");
     let headlines = logstudy["headlines"].as_array().expect("headlines");
     assert!(
         headlines.iter().all(|h| h["claim"]

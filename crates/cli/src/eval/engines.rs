@@ -53,9 +53,9 @@ fn section_of(plan: &Plan, outcomes: &EngineResults, quick: bool) -> anyhow::Res
     let runs = &outcomes.runs;
     let goals = engine_goals::goals(outcomes);
     let mut section = empty_section(ID, TITLE);
-    section.headlines = goals.iter().map(Goal::headline).collect();
-    // Quick sizes cannot judge the goals: the numbers are shown, without a verdict.
-    crate::report::Headline::all_indicative_if(&mut section.headlines, quick);
+    // Quick sizes cannot judge the goals: the numbers are shown, without a verdict (in the
+    // headlines, the summary and the JSON alike).
+    section.headlines = goals.iter().map(|goal| goal.headline(quick)).collect();
     section.verdict = if outcomes.failures.is_empty() {
         Verdict::Info
     } else {
@@ -83,7 +83,7 @@ fn section_of(plan: &Plan, outcomes: &EngineResults, quick: bool) -> anyhow::Res
         "elapsed_s": outcomes.seconds,
         "pmdk_skipped": outcomes.pmdk_skipped,
         "errors": failure_lines(outcomes),
-        "goals": goals,
+        "goals": goals.iter().map(|goal| goal.to_json(quick)).collect::<Vec<_>>(),
         "runs": runs,
     });
     Ok(section)
@@ -641,6 +641,30 @@ mod tests {
                 "{line}"
             );
         }
+        // The JSON gives each goal the headline's verdict: none at quick sizes.
+        let verdicts = |section: &Section| -> Vec<String> {
+            let goals = section.json["goals"].as_array().expect("goals").clone();
+            assert_eq!(goals.len(), section.headlines.len());
+            for goal in &goals {
+                assert!(goal.get("holds").is_none(), "{goal}");
+            }
+            goals
+                .iter()
+                .map(|goal| goal["verdict"].as_str().expect("a verdict").to_owned())
+                .collect()
+        };
+        let labels = |section: &Section| -> Vec<String> {
+            section
+                .headlines
+                .iter()
+                .map(|h| h.verdict.label().replace(' ', "-"))
+                .collect()
+        };
+        assert_eq!(verdicts(&section), labels(&section));
+        assert_eq!(verdicts(&quick), labels(&quick));
+        assert_eq!(verdicts(&quick)[0], "indicative");
+        assert_eq!(verdicts(&quick)[3], "not-measured");
+        assert_eq!(verdicts(&section)[0], "met");
         assert!(
             quick.summary[0]
                 .starts_with("Measured 3 engine runs over 1 configurations (runs: 3 Silo"),

@@ -193,7 +193,8 @@ pub fn print_summary(
     {
         writeln!(
             out,
-            "({}: measured at --quick sizes, which cannot judge the claim, so no verdict.)",
+            "({}: measured at reduced sizes (--quick, or a plan below the full one), which \
+             cannot judge the claim, so no verdict.)",
             indicative.label()
         )?;
     }
