@@ -37,6 +37,7 @@ fn quick_engine_sections_write_their_data_and_plots() {
     }
     let output = Command::new(env!("CARGO_BIN_EXE_ferrite"))
         .args(&args)
+        .env("COLUMNS", "120")
         .output()
         .expect("the ferrite binary runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -105,6 +106,22 @@ fn quick_engine_sections_write_their_data_and_plots() {
         assert!(goal.get("holds").is_none(), "{goal}");
     }
     assert_eq!(engines["quick"], true);
+    // Every table row fits a 120-column terminal (cells wrap), or the table says it cannot
+    // and points at the HTML.
+    let lines: Vec<&str> = stdout.lines().collect();
+    for (index, line) in lines.iter().enumerate() {
+        if line.chars().count() <= 120 || !line.starts_with(['│', '┌', '└', '╞', '├']) {
+            continue;
+        }
+        let note = lines[index..]
+            .iter()
+            .find(|l| !l.starts_with(['│', '┌', '└', '╞', '├']))
+            .expect("a line after the table");
+        assert!(
+            note.starts_with("(this table needs") && note.contains("index.html"),
+            "a row wider than 120 columns with no note: {line}"
+        );
+    }
 
     let logstudy = section_data(&out, "logstudy");
     let points = logstudy["data"]["points"].as_array().expect("study points");
