@@ -555,7 +555,8 @@ fn timestone_plot(plan: &Plan, runs: &[&Run]) -> anyhow::Result<Plot> {
         .filter(|&&e| runs.iter().any(|r| r.engine == e))
     {
         for &threads in plan.thread_counts {
-            let name = format!("{engine} ×{threads}");
+            // "redo, 2 threads": "×2" read as a ratio, as every "×" of the section does.
+            let name = format!("{engine}, {}", threads_text(threads));
             bars.push(series(name, runs, &categories, *engine, threads, kops));
         }
     }
@@ -671,6 +672,27 @@ mod tests {
             "{}",
             quick.summary[0]
         );
+    }
+
+    /// The TimeStone plot's legend names thread counts as such, not as "×2", which the
+    /// section uses for ratios only.
+    #[test]
+    fn the_timestone_legend_names_threads() {
+        let runs: Vec<Run> = [1, 2]
+            .into_iter()
+            .map(|threads| fake::timestone(WorkloadChoice::Bst, 20, threads, MVCC, 100.0, None))
+            .collect();
+        let refs: Vec<&Run> = runs.iter().collect();
+        let plan = Plan {
+            thread_counts: &[1, 2],
+            ..Plan::QUICK
+        };
+        let svg = timestone_plot(&plan, &refs).expect("plot").svg;
+        assert!(
+            svg.contains("mvcc, 1 thread") && svg.contains("mvcc, 2 threads"),
+            "{svg}"
+        );
+        assert!(!svg.contains("mvcc ×"), "{svg}");
     }
 
     /// The write-amplification plot has a bar for every engine the seam counts, mvcc
