@@ -188,6 +188,7 @@ pub fn print_tables(
     if pm_latency.is_enabled() {
         writeln!(out, "\n{}", pm_cost_note(results, pm_latency))?;
     }
+    let width = crate::terminal::width();
     let mut groups: Vec<(String, usize)> = results
         .iter()
         .map(|m| (m.workload.clone(), m.threads))
@@ -230,7 +231,8 @@ pub fn print_tables(
             }
             table.add_row(cells);
         }
-        writeln!(out, "{table}")?;
+        let note = "the JSON of `--json FILE` (docs/bench-json.md)";
+        writeln!(out, "{}", crate::terminal::render(table, width, Some(note)))?;
         for m in rows.iter().filter(|m| !m.events.is_empty()) {
             writeln!(out, "{}", events_line(m))?;
         }

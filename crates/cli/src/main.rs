@@ -18,6 +18,7 @@ mod pool_cmd;
 mod report;
 mod sim;
 mod size;
+mod terminal;
 mod time;
 
 use anyhow::Context;

@@ -159,7 +159,9 @@ pub fn log_bar_chart(title: &str, y_label: &str, bars: &[(String, f64)]) -> Resu
 }
 
 /// A line chart over a base-2 logarithmic x axis (e.g. transfer sizes 64 .. 4096), with a
-/// marker on every point and a legend. The x values must be positive.
+/// marker on every point and a legend. The x axis is labelled at exactly the x values of the
+/// points (5, 10, 25, 50, 75, 100 % read as such, not as the powers of two between them,
+/// and no rounded label sits between two sizes). The x values must be positive.
 pub fn log2_line_chart(
     title: &str,
     x_label: &str,
@@ -167,22 +169,22 @@ pub fn log2_line_chart(
     series: &[Series],
 ) -> Result<String> {
     let (x_min, x_max) = log2_x_range(series);
+    let key_xs = log2_key_xs(series);
     let y_max = y_limit(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)));
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         root.fill(&WHITE)?;
+        let x_range = (log2_milli(x_min - 0.15)..log2_milli(x_max + 0.15)).with_key_points(key_xs);
         let mut chart = ChartBuilder::on(&root)
             .caption(title, (FONT, 20))
             .margin(16)
             .x_label_area_size(44)
             .y_label_area_size(64)
-            .build_cartesian_2d((x_min - 0.15)..(x_max + 0.15), 0.0..y_max)?;
-        let distinct_x = (x_max - x_min).round() as usize + 1;
+            .build_cartesian_2d(x_range, 0.0..y_max)?;
         chart
             .configure_mesh()
-            .x_labels(distinct_x.clamp(2, 16))
-            .x_label_formatter(&|log2: &f64| format!("{}", log2.exp2().round()))
+            .x_label_formatter(&|x: &i64| log2_tick_label(*x))
             .y_label_formatter(&|v: &f64| format!("{v:.0}"))
             .max_light_lines(1)
             .x_desc(x_label)
@@ -191,7 +193,10 @@ pub fn log2_line_chart(
             .draw()?;
         for (index, line) in series.iter().enumerate() {
             let color = PALETTE[index % PALETTE.len()];
-            let points = log2_points(line);
+            let points: Vec<(i64, f64)> = log2_points(line)
+                .into_iter()
+                .map(|(x, y)| (log2_milli(x), y))
+                .collect();
             chart
                 .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
                 .label(line.name.as_str())
@@ -244,8 +249,39 @@ fn log2_x_range(series: &[Series]) -> (f64, f64) {
     }
 }
 
-/// Steps of a fitted chart's integer x axis per doubling of x.
+/// Steps of a log2 chart's integer x axis per doubling of x.
 const LOG2_STEPS: f64 = 1000.0;
+
+/// log2(x) in thousandths: plotters formats labels at key points only on integer axes.
+fn log2_milli(log2: f64) -> i64 {
+    (log2 * LOG2_STEPS).round() as i64
+}
+
+/// The x of every point of every series, as [`log2_milli`] steps, sorted, each once: the
+/// ticks of a log2 chart.
+fn log2_key_xs(series: &[Series]) -> Vec<i64> {
+    let mut key_xs: Vec<i64> = series
+        .iter()
+        .flat_map(log2_points)
+        .map(|p| log2_milli(p.0))
+        .collect();
+    key_xs.sort_unstable();
+    key_xs.dedup();
+    key_xs
+}
+
+/// The label of a log2 chart's tick at `milli` steps: the x it stands for, a whole number
+/// when it is one (sizes, counts, percentages), else with up to two decimals.
+fn log2_tick_label(milli: i64) -> String {
+    let x = (milli as f64 / LOG2_STEPS).exp2();
+    // A thousandth of a doubling is 0.07 % of x: a whole number comes back within that.
+    if (x - x.round()).abs() <= x * 1e-3 {
+        format!("{}", x.round())
+    } else {
+        let text = format!("{x:.2}");
+        text.trim_end_matches('0').trim_end_matches('.').to_owned()
+    }
+}
 
 /// Pixel width of the legend panel right of a [`fitted_log2_line_chart`].
 const LEGEND_PANEL: u32 = 180;
@@ -262,15 +298,9 @@ pub fn fitted_log2_line_chart(
 ) -> Result<String> {
     // plotters formats labels at key points only on integer axes: x is log2(x) in
     // thousandths.
-    let milli = |log2: f64| (log2 * LOG2_STEPS).round() as i64;
+    let milli = log2_milli;
     let (x_min, x_max) = log2_x_range(series);
-    let mut key_xs: Vec<i64> = series
-        .iter()
-        .flat_map(log2_points)
-        .map(|p| milli(p.0))
-        .collect();
-    key_xs.sort_unstable();
-    key_xs.dedup();
+    let key_xs = log2_key_xs(series);
     let (y_min, y_max) = fitted_y_range(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)));
     let decimals = decimals_for(y_max - y_min);
     let mut svg = String::new();
@@ -288,7 +318,7 @@ pub fn fitted_log2_line_chart(
             .build_cartesian_2d(x_range, y_min..y_max)?;
         chart
             .configure_mesh()
-            .x_label_formatter(&|x: &i64| format!("{}", (*x as f64 / LOG2_STEPS).exp2().round()))
+            .x_label_formatter(&|x: &i64| log2_tick_label(*x))
             .y_label_formatter(&|v: &f64| format!("{v:.decimals$}"))
             .max_light_lines(1)
             .x_desc(x_label)
@@ -724,6 +754,49 @@ pub(crate) mod tests {
         for text in ["non-temporal", "store + clwb", "4096", "64", "ns/op"] {
             assert!(svg.contains(text), "{text} missing");
         }
+    }
+
+    /// The x labels of a chart's axis, in order (plotters writes each label on a line of
+    /// its own inside a `<text>` element).
+    pub(crate) fn text_labels(svg: &str) -> Vec<String> {
+        svg.split("<text")
+            .skip(1)
+            .filter_map(|element| {
+                let body = element.split_once('>')?.1.split_once("</text>")?.0;
+                Some(body.trim().to_owned())
+            })
+            .collect()
+    }
+
+    /// The page micro-benchmark's x values (5–100 % of a page) label its axis, not the
+    /// powers of two between them, and two sizes never get a rounded label between them.
+    #[test]
+    fn a_log2_chart_ticks_exactly_the_data_xs() {
+        let percents = [5.0, 10.0, 25.0, 50.0, 75.0, 100.0];
+        let series = [Series {
+            name: "nvthreads".into(),
+            points: percents.iter().map(|&p| (p, p * 10.0)).collect(),
+        }];
+        let svg = log2_line_chart("Pages", "% of each page", "slowdown", &series).expect("chart");
+        let labels = text_labels(&svg);
+        for percent in ["5", "10", "25", "50", "75", "100"] {
+            assert!(labels.iter().any(|l| l == percent), "{percent}: {labels:?}");
+        }
+        for power in ["8", "16", "32", "64"] {
+            assert!(!labels.iter().any(|l| l == power), "{power}: {labels:?}");
+        }
+        let two_sizes = [Series {
+            name: "copy".into(),
+            points: vec![(64.0, 1.0), (128.0, 2.0)],
+        }];
+        let labels = text_labels(&log2_line_chart("Copy", "B", "ns", &two_sizes).expect("chart"));
+        let xs: Vec<&String> = labels
+            .iter()
+            .filter(|l| l.parse::<f64>().is_ok_and(|v| v >= 60.0))
+            .collect();
+        assert_eq!(xs, ["64", "128"], "{labels:?}");
+        assert_eq!(log2_tick_label(log2_milli(1.5f64.log2())), "1.5");
+        assert_eq!(log2_tick_label(log2_milli(4096f64.log2())), "4096");
     }
 
     #[test]

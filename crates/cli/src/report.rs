@@ -193,8 +193,10 @@ impl Section {
         format!("{}-{}.svg", self.id, plot.id)
     }
 
-    /// The section as it appears in the JSON files (plots by file name).
-    fn to_json(&self) -> Value {
+    /// The section as it appears in the JSON files (plots by file name); `quick` is the
+    /// report's, so a section file read alone says whether its verdicts could be given
+    /// (`docs/bench-json.md`, "The evaluation's JSON").
+    fn to_json(&self, quick: bool) -> Value {
         let plots: Vec<Value> = self
             .plots
             .iter()
@@ -203,6 +205,7 @@ impl Section {
         json!({
             "id": self.id,
             "title": self.title,
+            "quick": quick,
             "verdict": self.verdict,
             "headlines": self.headlines,
             "summary": self.summary,
@@ -240,7 +243,11 @@ impl Report {
             "title": self.title,
             "generated": self.generated,
             "quick": self.quick,
-            "sections": self.sections.iter().map(Section::to_json).collect::<Vec<_>>(),
+            "sections": self
+                .sections
+                .iter()
+                .map(|section| section.to_json(self.quick))
+                .collect::<Vec<_>>(),
         })
     }
 }
@@ -261,7 +268,10 @@ pub fn write(report: &Report, dir: &Path) -> io::Result<Vec<PathBuf>> {
         Ok(())
     };
     for section in &report.sections {
-        put(format!("{}.json", section.id), &pretty(&section.to_json()))?;
+        put(
+            format!("{}.json", section.id),
+            &pretty(&section.to_json(report.quick)),
+        )?;
         for plot in &section.plots {
             put(section.plot_file(plot), &plot.svg)?;
         }
@@ -457,8 +467,9 @@ fn render_headlines(html: &mut String, report: &Report) {
 /// What each verdict of the first-screen table means.
 const VERDICT_LEGEND: &str = "<p class=\"meta\">Verdicts: <b>met</b> / <b>not met</b>: ours \
 judged against the claim's number; <b>not measured</b>: this run did not measure it (its \
-plan, a missing tool or hardware); <b>indicative</b>: measured at <code>--quick</code> \
-sizes, which cannot judge the claim, so no verdict.</p>\n";
+plan, a missing tool or hardware); <b>indicative</b>: measured at reduced sizes \
+(<code>--quick</code>, or a <code>sim reproduce --transactions</code> plan below the full \
+plan's), which cannot judge the claim, so no verdict.</p>\n";
 
 fn verdict_badge(verdict: Verdict) -> String {
     format!(
@@ -497,7 +508,8 @@ fn render_section(html: &mut String, section: &Section) {
     }
     let _ = writeln!(
         html,
-        "<p class=\"meta\">Data: <a href=\"{0}.json\">{0}.json</a></p>\n</section>",
+        "<p class=\"meta\">Data: <a href=\"{0}.json\">{0}.json</a> (its fields: \
+         <code>docs/bench-json.md</code>, \"The evaluation's JSON\")</p>\n</section>",
         escape_html(&section.id)
     );
 }
@@ -631,6 +643,11 @@ mod tests {
         assert_eq!(report["sections"][0]["verdict"], "pass");
         assert_eq!(report["sections"][0]["plots"][0]["file"], "first-bars.svg");
         assert_eq!(report["sections"][0]["tables"][0]["rows"][0][0], "a & b");
+        // Each section file says whether its run was quick, as report.json does.
+        assert_eq!(report["quick"], true);
+        let text = std::fs::read_to_string(dir.path().join("first.json")).expect("read");
+        let first: Value = serde_json::from_str(&text).expect("first.json is JSON");
+        assert_eq!(first["quick"], true);
     }
 
     #[test]

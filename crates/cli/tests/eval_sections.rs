@@ -37,6 +37,7 @@ fn quick_engine_sections_write_their_data_and_plots() {
     }
     let output = Command::new(env!("CARGO_BIN_EXE_ferrite"))
         .args(&args)
+        .env("COLUMNS", "120")
         .output()
         .expect("the ferrite binary runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -96,14 +97,36 @@ fn quick_engine_sections_write_their_data_and_plots() {
         "{headlines:?}"
     );
     assert!(
-        stdout.contains("(indicative: measured at --quick sizes"),
+        stdout.contains("(indicative: measured at reduced sizes"),
         "{stdout}"
     );
+    // The JSON gives each goal the verdict of its headline: no true / false at quick sizes.
+    for (goal, headline) in goals.iter().zip(headlines) {
+        assert_eq!(goal["verdict"], headline["verdict"], "{goal}");
+        assert!(goal.get("holds").is_none(), "{goal}");
+    }
+    assert_eq!(engines["quick"], true);
+    // Every table row fits a 120-column terminal (cells wrap), or the table says it cannot
+    // and points at the HTML.
+    let lines: Vec<&str> = stdout.lines().collect();
+    for (index, line) in lines.iter().enumerate() {
+        if line.chars().count() <= 120 || !line.starts_with(['│', '┌', '└', '╞', '├']) {
+            continue;
+        }
+        let note = lines[index..]
+            .iter()
+            .find(|l| !l.starts_with(['│', '┌', '└', '╞', '├']))
+            .expect("a line after the table");
+        assert!(
+            note.starts_with("(this table needs") && note.contains("index.html"),
+            "a row wider than 120 columns with no note: {line}"
+        );
+    }
 
     let logstudy = section_data(&out, "logstudy");
     let points = logstudy["data"]["points"].as_array().expect("study points");
     assert_eq!(points.len(), 4 * 7 * 2, "modes × record sizes × batches");
-    assert!(logstudy["data"]["auto_good"].is_boolean());
+    assert_eq!(logstudy["data"]["auto_verdict"], "indicative");
     let headlines = logstudy["headlines"].as_array().expect("headlines");
     assert!(
         headlines.iter().all(|h| h["claim"]

@@ -47,7 +47,7 @@ impl Source {
 }
 
 /// A claim and whether this run's measurements meet it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct Goal {
     /// Where the claim comes from.
     pub source: Source,
@@ -78,11 +78,30 @@ impl Goal {
         }
     }
 
-    /// The report's first-screen row.
-    pub fn headline(&self) -> Headline {
-        let verdict = self
-            .holds
-            .map_or(ClaimVerdict::NotMeasured, ClaimVerdict::from_holds);
+    /// The verdict the report gives the goal: met or not met, not measured, or indicative
+    /// (measured at `--quick` sizes, which cannot judge it).
+    pub fn verdict(&self, quick: bool) -> ClaimVerdict {
+        match self.holds {
+            None => ClaimVerdict::NotMeasured,
+            Some(_) if quick => ClaimVerdict::Indicative,
+            Some(holds) => ClaimVerdict::from_holds(holds),
+        }
+    }
+
+    /// The goal as the section's JSON holds it: the verdict of the headline and the summary
+    /// (`indicative` in a quick run), never a bare true / false that a quick run cannot give.
+    pub fn to_json(&self, quick: bool) -> serde_json::Value {
+        serde_json::json!({
+            "source": self.source,
+            "statement": self.statement,
+            "measured": self.measured,
+            "verdict": self.verdict(quick),
+        })
+    }
+
+    /// The report's first-screen row (`quick`: no verdict on a measured goal).
+    pub fn headline(&self, quick: bool) -> Headline {
+        let verdict = self.verdict(quick);
         // The source names the system, so the statement's own "TimeStone: " would repeat it.
         let statement = self
             .statement
@@ -539,7 +558,7 @@ mod tests {
         );
         assert!(goals[4].measured.contains("undo: at most 3 in 1 of 1"));
         assert!(goals[3].line().contains("not measured"));
-        assert_eq!(goals[3].headline().verdict, ClaimVerdict::NotMeasured);
+        assert_eq!(goals[3].headline(false).verdict, ClaimVerdict::NotMeasured);
     }
 
     /// The emulated-cost sweep's charged runs are not judged ("goals are judged at no added

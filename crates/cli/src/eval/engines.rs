@@ -53,9 +53,9 @@ fn section_of(plan: &Plan, outcomes: &EngineResults, quick: bool) -> anyhow::Res
     let runs = &outcomes.runs;
     let goals = engine_goals::goals(outcomes);
     let mut section = empty_section(ID, TITLE);
-    section.headlines = goals.iter().map(Goal::headline).collect();
-    // Quick sizes cannot judge the goals: the numbers are shown, without a verdict.
-    crate::report::Headline::all_indicative_if(&mut section.headlines, quick);
+    // Quick sizes cannot judge the goals: the numbers are shown, without a verdict (in the
+    // headlines, the summary and the JSON alike).
+    section.headlines = goals.iter().map(|goal| goal.headline(quick)).collect();
     section.verdict = if outcomes.failures.is_empty() {
         Verdict::Info
     } else {
@@ -83,7 +83,7 @@ fn section_of(plan: &Plan, outcomes: &EngineResults, quick: bool) -> anyhow::Res
         "elapsed_s": outcomes.seconds,
         "pmdk_skipped": outcomes.pmdk_skipped,
         "errors": failure_lines(outcomes),
-        "goals": goals,
+        "goals": goals.iter().map(|goal| goal.to_json(quick)).collect::<Vec<_>>(),
         "runs": runs,
     });
     Ok(section)
@@ -555,7 +555,8 @@ fn timestone_plot(plan: &Plan, runs: &[&Run]) -> anyhow::Result<Plot> {
         .filter(|&&e| runs.iter().any(|r| r.engine == e))
     {
         for &threads in plan.thread_counts {
-            let name = format!("{engine} ×{threads}");
+            // "redo, 2 threads": "×2" read as a ratio, as every "×" of the section does.
+            let name = format!("{engine}, {}", threads_text(threads));
             bars.push(series(name, runs, &categories, *engine, threads, kops));
         }
     }
@@ -641,12 +642,57 @@ mod tests {
                 "{line}"
             );
         }
+        // The JSON gives each goal the headline's verdict: none at quick sizes.
+        let verdicts = |section: &Section| -> Vec<String> {
+            let goals = section.json["goals"].as_array().expect("goals").clone();
+            assert_eq!(goals.len(), section.headlines.len());
+            for goal in &goals {
+                assert!(goal.get("holds").is_none(), "{goal}");
+            }
+            goals
+                .iter()
+                .map(|goal| goal["verdict"].as_str().expect("a verdict").to_owned())
+                .collect()
+        };
+        let labels = |section: &Section| -> Vec<String> {
+            section
+                .headlines
+                .iter()
+                .map(|h| h.verdict.label().replace(' ', "-"))
+                .collect()
+        };
+        assert_eq!(verdicts(&section), labels(&section));
+        assert_eq!(verdicts(&quick), labels(&quick));
+        assert_eq!(verdicts(&quick)[0], "indicative");
+        assert_eq!(verdicts(&quick)[3], "not-measured");
+        assert_eq!(verdicts(&section)[0], "met");
         assert!(
             quick.summary[0]
                 .starts_with("Measured 3 engine runs over 1 configurations (runs: 3 Silo"),
             "{}",
             quick.summary[0]
         );
+    }
+
+    /// The TimeStone plot's legend names thread counts as such, not as "×2", which the
+    /// section uses for ratios only.
+    #[test]
+    fn the_timestone_legend_names_threads() {
+        let runs: Vec<Run> = [1, 2]
+            .into_iter()
+            .map(|threads| fake::timestone(WorkloadChoice::Bst, 20, threads, MVCC, 100.0, None))
+            .collect();
+        let refs: Vec<&Run> = runs.iter().collect();
+        let plan = Plan {
+            thread_counts: &[1, 2],
+            ..Plan::QUICK
+        };
+        let svg = timestone_plot(&plan, &refs).expect("plot").svg;
+        assert!(
+            svg.contains("mvcc, 1 thread") && svg.contains("mvcc, 2 threads"),
+            "{svg}"
+        );
+        assert!(!svg.contains("mvcc ×"), "{svg}");
     }
 
     /// The write-amplification plot has a bar for every engine the seam counts, mvcc

@@ -158,7 +158,9 @@ fn ns(value: f64) -> String {
     format!("{value:.1}")
 }
 
-/// Prints each section's verdict, summary and tables, then where the report is.
+/// Prints each section's verdict, summary and tables, then where the report is. Tables are
+/// fitted to the terminal's width ([`crate::terminal::width`]; 120 columns when piped),
+/// their cells wrapped; one that cannot fit says so and points at `index.html`.
 pub fn print_summary(
     report: &Report,
     dir: &std::path::Path,
@@ -167,6 +169,11 @@ pub fn print_summary(
 ) -> std::io::Result<()> {
     let mode = if report.quick { " (quick)" } else { "" };
     writeln!(out, "{}{mode}", report.title)?;
+    let width = crate::terminal::width();
+    let html = dir.join("index.html").display().to_string();
+    let show = |table: &crate::report::Table| {
+        crate::terminal::render(terminal_table(table), width, Some(&html))
+    };
     let mut headlines = crate::report::Table::new(
         "What was reproduced (details in each section)",
         &["System", "Claim", "Ours", "Verdict"],
@@ -182,7 +189,7 @@ pub fn print_summary(
         }
     }
     if !headlines.rows.is_empty() {
-        writeln!(out, "\n{}\n{}", headlines.title, terminal_table(&headlines))?;
+        writeln!(out, "\n{}\n{}", headlines.title, show(&headlines))?;
     }
     let indicative = crate::report::ClaimVerdict::Indicative;
     if report
@@ -193,7 +200,8 @@ pub fn print_summary(
     {
         writeln!(
             out,
-            "({}: measured at --quick sizes, which cannot judge the claim, so no verdict.)",
+            "({}: measured at reduced sizes (--quick, or a plan below the full one), which \
+             cannot judge the claim, so no verdict.)",
             indicative.label()
         )?;
     }
@@ -203,7 +211,7 @@ pub fn print_summary(
             writeln!(out, "  - {line}")?;
         }
         for table in &section.tables {
-            writeln!(out, "\n{}\n{}", table.title, terminal_table(table))?;
+            writeln!(out, "\n{}\n{}", table.title, show(table))?;
         }
     }
     writeln!(

@@ -34,8 +34,14 @@ pub enum PlanName {
     Full,
     /// `ReproSpec::quick()`: the same plan on small traces.
     Quick,
-    /// A plan changed on the command line.
-    Custom,
+    /// A plan changed on the command line (`sim reproduce --transactions N`): `judged` when
+    /// its sizes are at least the full plan's, so its numbers can be judged against the
+    /// paper's; one built on the quick plan, or with fewer transactions than the full plan's,
+    /// is indicative like the quick plan.
+    Custom {
+        /// Whether the plan's sizes can judge the paper's targets.
+        judged: bool,
+    },
 }
 
 impl PlanName {
@@ -43,7 +49,17 @@ impl PlanName {
         match self {
             PlanName::Full => "full",
             PlanName::Quick => "quick",
-            PlanName::Custom => "custom",
+            PlanName::Custom { .. } => "custom",
+        }
+    }
+
+    /// Whether the plan's numbers are judged against the paper's targets (met / MISS); the
+    /// quick plan's and a reduced custom plan's are shown as indicative, with no verdict.
+    pub fn judges(self) -> bool {
+        match self {
+            PlanName::Full => true,
+            PlanName::Quick => false,
+            PlanName::Custom { judged } => judged,
         }
     }
 }
@@ -85,17 +101,41 @@ pub fn section_of(rep: &Reproduction, plan: PlanName) -> anyhow::Result<Section>
     };
     section.headlines = headlines(rep);
     // The quick plan's small traces fit the caches: what it measured is shown, judged by no
-    // verdict (the full plan's can differ either way).
-    Headline::all_indicative_if(&mut section.headlines, plan == PlanName::Quick);
+    // verdict (the full plan's can differ either way); so is a custom plan's below the full
+    // plan's sizes.
+    Headline::all_indicative_if(&mut section.headlines, !plan.judges());
     section.summary = summary(rep, plan, &incomplete);
-    section.tables = silo_tables::tables(rep, plan == PlanName::Quick);
+    section.tables = silo_tables::tables(rep, plan);
     section.plots = silo_plots::plots(rep)?;
     section.json = json!({
         "plan": plan.label(),
+        "judged": plan.judges(),
         "incomplete_runs": incomplete,
-        "reproduction": rep,
+        "reproduction": reproduction_json(rep, plan)?,
     });
     Ok(section)
+}
+
+/// The reproduction as JSON, each comparison with the verdict the report gives it: `met` or
+/// `not-met` for a plan that judges, `indicative` otherwise (its `within` stays the plain
+/// fact, as the table's yes / no).
+fn reproduction_json(rep: &Reproduction, plan: PlanName) -> anyhow::Result<serde_json::Value> {
+    let mut value = serde_json::to_value(rep)?;
+    if let Some(entries) = value["comparison"].as_array_mut() {
+        for (entry, c) in entries.iter_mut().zip(&rep.comparison) {
+            entry["verdict"] = json!(comparison_verdict(c, plan));
+        }
+    }
+    Ok(value)
+}
+
+/// The verdict on one of the paper's targets under `plan`.
+fn comparison_verdict(c: &Comparison, plan: PlanName) -> ClaimVerdict {
+    if plan.judges() {
+        ClaimVerdict::from_holds(c.within)
+    } else {
+        ClaimVerdict::Indicative
+    }
 }
 
 /// Main runs that did not commit every transaction of their trace (each core runs
@@ -286,10 +326,10 @@ fn battery_headline(rep: &Reproduction) -> Headline {
 }
 
 fn summary(rep: &Reproduction, plan: PlanName, incomplete: &[String]) -> Vec<String> {
-    let quick = plan == PlanName::Quick;
+    let quick = !plan.judges();
     let mut lines = vec![plan_line(rep, plan), rep.timing.line()];
     lines.push(if quick {
-        quick_line(rep)
+        quick_line(rep, plan)
     } else {
         verdict_line(rep)
     });
@@ -298,7 +338,7 @@ fn summary(rep: &Reproduction, plan: PlanName, incomplete: &[String]) -> Vec<Str
         rep.comparison
             .iter()
             .filter(|c| !c.within)
-            .map(|c| miss_line(c, quick)),
+            .map(|c| miss_line(c, plan)),
     );
     lines.extend(
         incomplete
@@ -308,21 +348,46 @@ fn summary(rep: &Reproduction, plan: PlanName, incomplete: &[String]) -> Vec<Str
     lines
 }
 
-/// The quick plan's counterpart of [`verdict_line`]: how many of its numbers fall within
-/// ±25 % of the paper's, judged by no verdict (8-core Silo / LAD was 1.67× quick against
-/// 1.11× full on 2026-11-27).
-fn quick_line(rep: &Reproduction) -> String {
+/// The counterpart of [`verdict_line`] for a plan that cannot judge (the quick plan, a
+/// custom plan below the full plan's sizes): how many of its numbers fall within ±25 % of
+/// the paper's, judged by no verdict (8-core Silo / LAD was 1.67× quick against 1.11× full on
+/// 2026-11-27).
+fn quick_line(rep: &Reproduction, plan: PlanName) -> String {
     let (within, outside) = within_and_outside(rep);
     let outside = if outside.is_empty() {
         String::new()
     } else {
         format!("; outside: {}", outside.join("; "))
     };
+    let full = ReproSpec::default();
+    let why = match plan {
+        PlanName::Quick => "Quick plan: small traces and instances that fit the caches".to_owned(),
+        _ => {
+            let mut smaller = Vec::new();
+            if rep.spec.keys.is_some() {
+                smaller.push("the quick plan's small instances, which fit the caches".to_owned());
+            }
+            if rep.spec.transactions < full.transactions {
+                smaller.push(format!(
+                    "{} per core (the full plan: {})",
+                    silorepro::results::count(rep.spec.transactions, "transaction"),
+                    silorepro::results::count(full.transactions, "transaction")
+                ));
+            }
+            format!(
+                "Custom plan smaller than the full plan ({})",
+                if smaller.is_empty() {
+                    "reduced sizes".to_owned()
+                } else {
+                    smaller.join("; ")
+                }
+            )
+        }
+    };
     format!(
-        "Quick plan: small traces and instances that fit the caches, so no verdict on the \
-         paper's targets (the full plan's numbers differ either way; the default `ferrite \
-         eval` runs it). Indicative only: {within} of {} quick numbers fall within ±25 % of \
-         the paper's{outside}.",
+        "{why}, so no verdict on the paper's targets (the full plan's numbers differ either \
+         way; the default `ferrite eval` and `ferrite sim reproduce` run it). Indicative \
+         only: {within} of {} numbers of this plan fall within ±25 % of the paper's{outside}.",
         rep.comparison.len()
     )
 }
@@ -419,18 +484,18 @@ fn headline_lines(rep: &Reproduction) -> Vec<String> {
     ]
 }
 
-/// A target outside ±25 % with silorepro's explanation: a "MISS" of the full plan, an
-/// indicative difference of the quick plan.
-fn miss_line(c: &Comparison, quick: bool) -> String {
+/// A target outside ±25 % with silorepro's explanation: a "MISS" of a plan that judges, an
+/// indicative difference of the quick plan (or a reduced custom one).
+fn miss_line(c: &Comparison, plan: PlanName) -> String {
     let why = if c.explanation.is_empty() {
         "silorepro gives no explanation for this one.".to_owned()
     } else {
         c.explanation.clone()
     };
-    let lead = if quick {
-        "Outside ±25 % at quick sizes (indicative)"
-    } else {
-        "MISS"
+    let lead = match plan {
+        _ if plan.judges() => "MISS",
+        PlanName::Quick => "Outside ±25 % at quick sizes (indicative)",
+        _ => "Outside ±25 % at this plan's reduced sizes (indicative)",
     };
     if c.target.is_ordering() {
         return format!("{lead} — {}: does not hold. {why}", c.quantity);
@@ -487,11 +552,11 @@ pub(crate) mod tests {
             explanation: "Because.".to_owned(),
         };
         assert_eq!(
-            miss_line(&miss, false),
+            miss_line(&miss, PlanName::Full),
             "MISS — 8-core PM writes: Base highest, Silo lowest: does not hold. Because."
         );
         assert_eq!(
-            miss_line(&miss, true),
+            miss_line(&miss, PlanName::Quick),
             "Outside ±25 % at quick sizes (indicative) — 8-core PM writes: Base highest, Silo \
              lowest: does not hold. Because."
         );
@@ -506,7 +571,7 @@ pub(crate) mod tests {
     #[test]
     fn summary_names_every_miss_with_its_explanation() {
         let rep = tiny();
-        let section = section_of(rep, PlanName::Custom).expect("section");
+        let section = section_of(rep, PlanName::Custom { judged: true }).expect("section");
         let misses: Vec<&Comparison> = rep.comparison.iter().filter(|c| !c.within).collect();
         let miss_lines: Vec<&String> = section
             .summary
@@ -566,7 +631,7 @@ pub(crate) mod tests {
     fn a_run_that_lost_transactions_fails_the_section() {
         let mut rep = tiny().clone();
         rep.runs[0].committed_tx -= 1;
-        let section = section_of(&rep, PlanName::Custom).expect("section");
+        let section = section_of(&rep, PlanName::Custom { judged: true }).expect("section");
         assert_eq!(section.verdict, Verdict::Fail);
         assert!(section.summary.iter().any(|l| l.starts_with("FAULT: ")));
     }
@@ -618,7 +683,7 @@ pub(crate) mod tests {
         assert_eq!(quick.headlines[0].ours, "1.400×");
         assert_eq!(quick.headlines[6].verdict, ClaimVerdict::NotMeasured);
         assert!(
-            section_of(&rep, PlanName::Custom)
+            section_of(&rep, PlanName::Custom { judged: true })
                 .expect("section")
                 .headlines[0]
                 .verdict
