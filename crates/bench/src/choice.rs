@@ -48,11 +48,17 @@ pub enum EngineChoice {
 
 impl EngineChoice {
     /// Parses `undo`, `redo`, `undo:packed`, `redo:non-temporal`, `pmdk`, `ideal`, `mem`,
-    /// `mvcc`, `raw`, `raw:volatile`.
+    /// `mvcc`, `raw`, `raw:volatile`. Only undo and redo take a log mode: any other engine
+    /// with one (`ideal:packed`, `pmdk:cacheable`) is no engine, rather than that engine
+    /// measured without the mode the name asked for.
     pub fn parse(text: &str) -> Option<Self> {
         match text {
             "raw" => return Some(EngineChoice::Raw(Durability::Persistent)),
             "raw:volatile" => return Some(EngineChoice::Raw(Durability::Volatile)),
+            "pmdk" => return Some(EngineChoice::Pmdk),
+            "ideal" => return Some(EngineChoice::Ideal),
+            "mem" => return Some(EngineChoice::Mem),
+            "mvcc" => return Some(EngineChoice::Mvcc),
             _ => {}
         }
         let (name, mode) = match text.split_once(':') {
@@ -62,10 +68,6 @@ impl EngineChoice {
         match name {
             "undo" => Some(EngineChoice::Undo(mode)),
             "redo" => Some(EngineChoice::Redo(mode)),
-            "pmdk" => Some(EngineChoice::Pmdk),
-            "ideal" => Some(EngineChoice::Ideal),
-            "mem" => Some(EngineChoice::Mem),
-            "mvcc" if !text.contains(':') => Some(EngineChoice::Mvcc),
             _ => None,
         }
     }
@@ -356,3 +358,35 @@ pub fn with_workload<V: WorkloadVisitor>(
 
 /// Keeps the `Bst` import meaningful for readers: TimeStone's BST runs over it.
 pub type TimestoneBst = TimestoneMap<Bst>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_undo_and_redo_take_a_log_mode() {
+        for name in EngineChoice::NAMES {
+            let choice = EngineChoice::parse(name).expect(name);
+            assert_eq!(choice.to_string(), name, "{name} reads back as printed");
+        }
+        for mode in LogMode::ALL {
+            for engine in ["undo", "redo"] {
+                let text = format!("{engine}:{}", mode.name());
+                let choice = EngineChoice::parse(&text).expect("a logging engine's mode");
+                let expected = if mode == LogMode::Auto {
+                    engine.to_owned()
+                } else {
+                    text.clone()
+                };
+                assert_eq!(choice.to_string(), expected);
+            }
+            for engine in ["pmdk", "ideal", "mem", "mvcc", "raw"] {
+                let text = format!("{engine}:{}", mode.name());
+                assert_eq!(EngineChoice::parse(&text), None, "{text} is no engine");
+            }
+        }
+        for bad in ["redo:", "undo:fast", "raw:persistent", "ideal:", ""] {
+            assert_eq!(EngineChoice::parse(bad), None, "{bad:?}");
+        }
+    }
+}

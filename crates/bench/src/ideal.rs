@@ -55,6 +55,12 @@ impl<P: Persist> Ideal<P> {
             writes: WriteSet::default(),
             ranges: Coalesced::default(),
         });
+        // Touch every lane once now, as redo formats its lanes when it creates them: a log
+        // page first written inside a timed transaction costs a page fault there (a few µs,
+        // one every 128 records of 32 bytes), which put ideal's p99 on the 8-byte Array swap
+        // at 9× redo's.
+        pool.pm()
+            .fill(arena.offset, LANES * LANE_BYTES, 0, WriteClass::Log);
         let tag = tx::pool_tag(&pool.header().uuid);
         Ok(Ideal {
             lanes: Lanes::new(rings),
@@ -199,5 +205,49 @@ impl<P: Persist> Engine for Ideal<P> {
 
     fn counters(&self) -> pmem::Counters {
         self.pool.pm().stats().snapshot()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pmem::{CreateOptions, Native};
+
+    /// Minor page faults of the calling thread so far (`/proc/thread-self/stat`, field 10).
+    fn minor_faults() -> u64 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("stat");
+        let after_name = &stat[stat.rfind(')').expect("name") + 2..];
+        after_name
+            .split(' ')
+            .nth(7)
+            .and_then(|field| field.parse().ok())
+            .expect("minflt")
+    }
+
+    /// The log is touched when the engine is made, not by the measured transactions: 2,000
+    /// commits of a 1 KiB write stream 2 MiB of records through a 1 MiB lane, which faulted
+    /// in its 256 pages one by one.
+    #[test]
+    fn timed_transactions_do_not_fault_in_log_pages() {
+        let dir = tempfile::tempdir_in(pmem::DEFAULT_POOL_DIR).expect("dir");
+        let pool: Pool<Native> = Pool::create(
+            dir.path().join("ideal.pool"),
+            &CreateOptions::new("t", 64 << 20),
+        )
+        .expect("pool");
+        let engine = Ideal::new(pool).expect("ideal");
+        let block = engine.transaction(|tx| tx.alloc_raw(1024)).expect("alloc");
+        let value = [7u8; 1024];
+        engine
+            .transaction(|tx| tx.write_raw(block, &value))
+            .expect("first write");
+        let before = minor_faults();
+        for _ in 0..2000 {
+            engine
+                .transaction(|tx| tx.write_raw(block, &value))
+                .expect("write");
+        }
+        let faults = minor_faults() - before;
+        assert!(faults < 64, "{faults} page faults in 2,000 commits");
     }
 }

@@ -252,8 +252,11 @@ fn pm_cost_note(results: &[Measurement], pm_latency: pmem::LatencyModel) -> Stri
     }
     let mut note = format!(
         "Emulated PM cost: {} ns spun per cache line Ferrite's pools write back (flushed or \
-         streamed) and {} ns per fence; the last column is each engine's charge per \
-         operation (pmdk, which the emulation cannot reach, is skipped).",
+         streamed) and {} ns per fence; the last column estimates each engine's charge per \
+         operation from its counters, streamed bytes rounded up to lines over the whole run, \
+         while the pools charge every line a streamed write touches: an engine that streams \
+         records shorter than a line (redo, ideal, raw) pays up to one line per record more \
+         than the column says (pmdk, which the emulation cannot reach, is skipped).",
         pm_latency.line_writeback_ns, pm_latency.fence_ns
     );
     if !uncharged.is_empty() {
@@ -266,9 +269,12 @@ fn pm_cost_note(results: &[Measurement], pm_latency: pmem::LatencyModel) -> Stri
     note
 }
 
-/// Nanoseconds of emulated PM cost charged per operation: the lines written back (flushed,
-/// or streamed and counted in whole lines, as `pmem::native` charges them) and the fences,
-/// at `pm_latency`'s prices; `None` when the engine stored nothing through Ferrite's seam.
+/// Nanoseconds of emulated PM cost charged per operation, estimated from the counters: the
+/// lines written back (flushed, plus the streamed bytes rounded up to whole lines over the
+/// run) and the fences, at `pm_latency`'s prices; `None` when the engine stores nothing
+/// through Ferrite's seam. An estimate: `pmem::native` charges each streamed write every line
+/// it touches (a 32-byte record is a whole line there, half a line here), and does not
+/// charge the fringe lines of a streamed write that the counters count as flushed.
 pub fn emulated_ns_per_op(m: &Measurement, pm_latency: pmem::LatencyModel) -> Option<f64> {
     if !traffic_counted(m) || m.ops == 0 {
         return None;
@@ -344,9 +350,26 @@ pub fn json_report(request: &BenchRequest, results: &[Measurement]) -> serde_jso
     })
 }
 
-/// Whether `m`'s engine stored through the counting seam (any PM byte or fence counted).
+/// Whether `m`'s engine stores through Ferrite's counting seam: every engine but PMDK (its
+/// own library) and `mem` (no pool). Decided by the engine, not by what it stored: a
+/// read-only run of redo was counted, and counted nothing, which is a measurement (0 bytes,
+/// 0 fences), not "not measured". A name no engine has falls back to whether anything was
+/// counted.
 fn traffic_counted(m: &Measurement) -> bool {
-    m.counters.pm_bytes() > 0 || m.counters.fences > 0
+    match EngineChoice::parse(&m.engine) {
+        Some(EngineChoice::Pmdk | EngineChoice::Mem) => false,
+        Some(_) => true,
+        None => m.counters.pm_bytes() > 0 || m.counters.fences > 0,
+    }
+}
+
+/// PM bytes stored per operation, "n/a" for an engine whose stores are not counted.
+fn pm_bytes_cell(m: &Measurement) -> String {
+    if traffic_counted(m) {
+        cells::bytes_per_op(m.traffic.pm_bytes_per_op)
+    } else {
+        "n/a".to_owned()
+    }
 }
 
 /// One table row of a measurement.
@@ -359,8 +382,79 @@ pub fn row(m: &Measurement, base_throughput: Option<f64>) -> Vec<String> {
         cells::micros(m.latency_ns[1]),
         cells::optional(m.traffic.fences_per_commit),
         cells::optional(m.traffic.flushes_per_commit),
-        cells::pm_bytes_per_op(m),
+        pm_bytes_cell(m),
         cells::optional(m.traffic.write_amplification),
         cells::timestone_amplification(m),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bench::measure::Summary;
+
+    fn measured(engine: &str, counters: pmem::Counters) -> Measurement {
+        Measurement {
+            engine: engine.into(),
+            workload: "hash-0%".into(),
+            threads: 1,
+            ops: 100,
+            throughput: Summary {
+                median: 1e6,
+                min: 1e6,
+                max: 1e6,
+                runs: 1,
+            },
+            latency_ns: [100, 200, 300],
+            traffic: bench::runner::Traffic::default(),
+            counters,
+            mix: Default::default(),
+            events: Default::default(),
+            checked: true,
+        }
+    }
+
+    /// A read-only run of a seam engine stores nothing: that is a count of zero, not the
+    /// "not measured" of PMDK (it once read `traffic_counted: false`, "n/a" bytes and "none
+    /// (no PM)" of emulated cost, as if redo had bypassed the seam).
+    #[test]
+    fn a_seam_engine_that_stored_nothing_was_counted_zero() {
+        let latency = pmem::LatencyModel {
+            line_writeback_ns: 100,
+            fence_ns: 10,
+        };
+        for engine in ["redo", "undo:packed", "mvcc", "ideal", "raw"] {
+            let m = measured(engine, pmem::Counters::default());
+            assert!(traffic_counted(&m), "{engine}");
+            assert_eq!(row(&m, None)[7], "0.0", "{engine}: PM B/op");
+            assert_eq!(emulated_ns_per_op(&m, latency), Some(0.0), "{engine}");
+        }
+        for engine in ["pmdk", "mem"] {
+            let m = measured(engine, pmem::Counters::default());
+            assert!(!traffic_counted(&m), "{engine}");
+            assert_eq!(row(&m, None)[7], "n/a", "{engine}: PM B/op");
+            assert_eq!(emulated_ns_per_op(&m, latency), None, "{engine}");
+        }
+        let request = BenchRequest {
+            engines: vec![bench::engines::REDO],
+            workloads: vec![WorkloadChoice::Hash],
+            threads: vec![1],
+            params: Params::default(),
+            ops: 100,
+            warmup: 0,
+            runs: 1,
+            pool_size: 1 << 30,
+            pool_dir: PathBuf::from("/dev/shm"),
+            pm_latency: pmem::LatencyModel::NONE,
+        };
+        let json = json_report(
+            &request,
+            &[
+                measured("redo", pmem::Counters::default()),
+                measured("pmdk", pmem::Counters::default()),
+            ],
+        );
+        assert_eq!(json["measurements"][0]["traffic_counted"], true);
+        assert_eq!(json["measurements"][1]["traffic_counted"], false);
+    }
 }

@@ -1,10 +1,13 @@
-//! A hash-map upsert on the raw reference: an open-addressing table with linear probing,
+//! Silo's Hash benchmark on the raw reference: an open-addressing table with linear probing,
 //! sized for half the key space, so no operation allocates or resizes.
 //!
 //! A table slot is `key + 1` (u64, 0 = empty) followed by the value padded to 8 bytes. An
 //! update logs and writes the value; an insert logs and writes key and value together (one
-//! range). Keys are drawn like Silo's Hash benchmark: uniform over twice the initial keys,
-//! which are the even ones; values are [`workloads::fill_value`] of (key, version).
+//! range); a lookup copies the value out and stores nothing. Operations are drawn exactly as
+//! the engines' `hash` workload draws those of its thread 0 (`workloads::map`): the same
+//! `params.update_percent` share of upserts, the rest lookups, keys uniform over twice the
+//! initial keys, which are the even ones; values are [`workloads::fill_value`] of (key,
+//! version). So `raw` and an engine in one `hash-N%` table run the same operations.
 
 use super::log::{RawLog, record_len};
 use super::{Durability, Geometry, Structure};
@@ -37,19 +40,24 @@ fn home(key: u64, bits: u32) -> u64 {
     key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits)
 }
 
-/// The key and value version of operation `index` (an upsert).
-fn operation(params: &Params, index: u64) -> (u64, u64) {
+/// The key of operation `index` and, for an upsert, its value's version (`None`: a lookup).
+/// Drawn as `workloads::map` draws operation `index` of thread 0 of Silo's Hash: first
+/// whether it updates (`params.update_percent`), then the key.
+fn operation(params: &Params, index: u64) -> (u64, Option<u64>) {
     let key_space = 2 * params.keys.max(1);
-    let key = op_rng(params.seed, 0, index).random_range(0..key_space);
-    (key, index + 1)
+    let mut rng = op_rng(params.seed, 0, index);
+    let is_update = rng.random_range(0..100) < params.update_percent;
+    let key = rng.random_range(0..key_space);
+    (key, is_update.then_some(index + 1))
 }
 
 /// The content after the initial load and operations `0..ops`.
 fn model(params: &Params, ops: u64) -> HashMap<u64, Vec<u8>> {
     let mut versions: HashMap<u64, u64> = (0..params.keys).map(|i| (2 * i, 0)).collect();
     for index in 0..ops {
-        let (key, version) = operation(params, index);
-        versions.insert(key, version);
+        if let (key, Some(version)) = operation(params, index) {
+            versions.insert(key, version);
+        }
     }
     let size = params.value_size as usize;
     versions
@@ -162,12 +170,27 @@ impl<P: Persist> RawHash<P> {
         self.pool.pm().write(at, &slot, WriteClass::User);
     }
 
-    /// Operation `index`: inserts or overwrites its key with its value.
+    /// Operation `index`: inserts or overwrites its key with its value, or (the share of
+    /// operations that are not updates) looks the key up and copies its value out.
     pub fn upsert(&self, index: u64) -> OpKind {
         self.ops.store(index + 1, Relaxed);
         let (key, version) = operation(&self.params, index);
         let (at, found) = self.find(key);
         let size = self.params.value_size as usize;
+        let Some(version) = version else {
+            if found {
+                let mut value = [0u8; STACK_SLOT];
+                if size <= STACK_SLOT {
+                    self.pool.pm().read(at + KEY_LEN, &mut value[..size]);
+                } else {
+                    let mut heap = vec![0u8; size];
+                    self.pool.pm().read(at + KEY_LEN, &mut heap);
+                    std::hint::black_box(&heap);
+                }
+                std::hint::black_box(&value);
+            }
+            return OpKind::Read;
+        };
         let mut stack = [0u8; STACK_SLOT];
         let mut heap = Vec::new();
         let slot = if 8 + size <= STACK_SLOT {
@@ -295,6 +318,7 @@ mod tests {
                 params: Params {
                     keys: 12,
                     value_size,
+                    update_percent: 100,
                     ..Params::default()
                 },
                 ops: 24,
@@ -311,6 +335,7 @@ mod tests {
             params: Params {
                 keys: 12,
                 value_size: 16,
+                update_percent: 100,
                 ..Params::default()
             },
             ops: 0,
@@ -330,5 +355,42 @@ mod tests {
             .pm()
             .write(at + KEY_LEN, &[0xEE; 16], WriteClass::User);
         assert!(table.check().is_err());
+    }
+
+    /// `raw` and an engine share a `hash-N%` table, so they must run the same operations:
+    /// the raw table once upserted on every operation whatever `--update` said.
+    #[test]
+    fn the_update_share_and_keys_are_those_of_the_engines_hash_workload() {
+        use workloads::Workload;
+        for update_percent in [0, 20, 100] {
+            let params = Params {
+                keys: 12,
+                value_size: 16,
+                update_percent,
+                ..Params::default()
+            };
+            let pm = SimPm::new(POOL, Default::default());
+            let pool = Pool::format(pm, &CreateOptions::new(LAYOUT, POOL)).expect("format");
+            let table =
+                RawHash::format(pool, &params, Durability::Persistent, LOG).expect("raw hash");
+            let engine = tx::MemEngine::new(1 << 20);
+            let hash = workloads::hash::silo_hash(params.clone());
+            hash.setup(&engine).expect("setup");
+            let before = table.pool.pm().stats().snapshot();
+            for index in 0..200 {
+                let raw = table.upsert(index);
+                let on_engine = hash.run_op(&engine, 0, index).expect("operation");
+                assert_eq!(raw, on_engine, "{update_percent} %: operation {index}");
+            }
+            table.check().expect("consistent");
+            let stored = table.pool.pm().stats().snapshot().since(&before);
+            if update_percent == 0 {
+                assert_eq!(
+                    stored.pm_bytes() + stored.fences,
+                    0,
+                    "lookups store nothing"
+                );
+            }
+        }
     }
 }
