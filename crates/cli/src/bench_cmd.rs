@@ -231,7 +231,7 @@ pub fn print_tables(
             }
             table.add_row(cells);
         }
-        let note = "the JSON of `--json FILE` (docs/bench-json.md)";
+        let note = "the JSON that `--json FILE` writes (docs/bench-json.md)";
         writeln!(out, "{}", crate::terminal::render(table, width, Some(note)))?;
         for m in rows.iter().filter(|m| !m.events.is_empty()) {
             writeln!(out, "{}", events_line(m))?;
@@ -276,7 +276,7 @@ fn pm_cost_note(results: &[Measurement], pm_latency: pmem::LatencyModel) -> Stri
 /// it touches (a 32-byte record is a whole line there, half a line here), and does not
 /// charge the fringe lines of a streamed write that the counters count as flushed.
 pub fn emulated_ns_per_op(m: &Measurement, pm_latency: pmem::LatencyModel) -> Option<f64> {
-    if !traffic_counted(m) || m.ops == 0 {
+    if !cells::traffic_counted(m) || m.ops == 0 {
         return None;
     }
     let charged = m
@@ -318,7 +318,7 @@ pub fn json_report(request: &BenchRequest, results: &[Measurement]) -> serde_jso
         .map(|m| {
             let mut value = serde_json::to_value(m).unwrap_or(serde_json::Value::Null);
             if let Some(object) = value.as_object_mut() {
-                object.insert("traffic_counted".into(), traffic_counted(m).into());
+                object.insert("traffic_counted".into(), cells::traffic_counted(m).into());
                 object.insert(
                     "emulated_pm_ns_per_op".into(),
                     emulated_ns_per_op(m, request.pm_latency).into(),
@@ -350,28 +350,6 @@ pub fn json_report(request: &BenchRequest, results: &[Measurement]) -> serde_jso
     })
 }
 
-/// Whether `m`'s engine stores through Ferrite's counting seam: every engine but PMDK (its
-/// own library) and `mem` (no pool). Decided by the engine, not by what it stored: a
-/// read-only run of redo was counted, and counted nothing, which is a measurement (0 bytes,
-/// 0 fences), not "not measured". A name no engine has falls back to whether anything was
-/// counted.
-fn traffic_counted(m: &Measurement) -> bool {
-    match EngineChoice::parse(&m.engine) {
-        Some(EngineChoice::Pmdk | EngineChoice::Mem) => false,
-        Some(_) => true,
-        None => m.counters.pm_bytes() > 0 || m.counters.fences > 0,
-    }
-}
-
-/// PM bytes stored per operation, "n/a" for an engine whose stores are not counted.
-fn pm_bytes_cell(m: &Measurement) -> String {
-    if traffic_counted(m) {
-        cells::bytes_per_op(m.traffic.pm_bytes_per_op)
-    } else {
-        "n/a".to_owned()
-    }
-}
-
 /// One table row of a measurement.
 pub fn row(m: &Measurement, base_throughput: Option<f64>) -> Vec<String> {
     vec![
@@ -382,7 +360,7 @@ pub fn row(m: &Measurement, base_throughput: Option<f64>) -> Vec<String> {
         cells::micros(m.latency_ns[1]),
         cells::optional(m.traffic.fences_per_commit),
         cells::optional(m.traffic.flushes_per_commit),
-        pm_bytes_cell(m),
+        cells::pm_bytes_per_op(m),
         cells::optional(m.traffic.write_amplification),
         cells::timestone_amplification(m),
     ]
@@ -425,13 +403,13 @@ mod tests {
         };
         for engine in ["redo", "undo:packed", "mvcc", "ideal", "raw"] {
             let m = measured(engine, pmem::Counters::default());
-            assert!(traffic_counted(&m), "{engine}");
+            assert!(cells::traffic_counted(&m), "{engine}");
             assert_eq!(row(&m, None)[7], "0.0", "{engine}: PM B/op");
             assert_eq!(emulated_ns_per_op(&m, latency), Some(0.0), "{engine}");
         }
         for engine in ["pmdk", "mem"] {
             let m = measured(engine, pmem::Counters::default());
-            assert!(!traffic_counted(&m), "{engine}");
+            assert!(!cells::traffic_counted(&m), "{engine}");
             assert_eq!(row(&m, None)[7], "n/a", "{engine}: PM B/op");
             assert_eq!(emulated_ns_per_op(&m, latency), None, "{engine}");
         }

@@ -38,12 +38,26 @@ pub fn timestone_amplification(m: &Measurement) -> String {
     }
 }
 
-/// PM bytes stored per operation, or "n/a" when nothing was counted.
-pub fn pm_bytes_per_op(m: &Measurement) -> String {
-    if m.counters.pm_bytes() == 0 {
-        return "n/a".into();
+/// Whether `m`'s engine stores through Ferrite's counting seam: every engine but PMDK (its
+/// own library) and `mem` (no pool). Decided by the engine, not by what it stored: a
+/// read-only run of redo was counted, and counted nothing, which is a measurement (0 bytes,
+/// 0 fences), not "not measured". A name no engine has falls back to whether anything was
+/// counted.
+pub fn traffic_counted(m: &Measurement) -> bool {
+    match bench::choice::EngineChoice::parse(&m.engine) {
+        Some(bench::choice::EngineChoice::Pmdk | bench::choice::EngineChoice::Mem) => false,
+        Some(_) => true,
+        None => m.counters.pm_bytes() > 0 || m.counters.fences > 0,
     }
-    bytes_per_op(m.traffic.pm_bytes_per_op)
+}
+
+/// PM bytes stored per operation, "n/a" for an engine whose stores are not counted.
+pub fn pm_bytes_per_op(m: &Measurement) -> String {
+    if traffic_counted(m) {
+        bytes_per_op(m.traffic.pm_bytes_per_op)
+    } else {
+        "n/a".to_owned()
+    }
 }
 
 /// Bytes per operation: whole bytes, with one decimal below 10 (a read-mostly workload's
