@@ -17,24 +17,18 @@ const SHELL: &CStr = c"/bin/sh";
 /// now, and the actions to restore when the last one returns.
 static WAITING: Mutex<(usize, Option<[libc::sigaction; 2]>)> = Mutex::new((0, None));
 
+/// This thread's `errno`.
 fn errno() -> c_int {
-    // SAFETY: this thread's errno location.
-    unsafe { *libc::__errno_location() }
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
-fn set_errno(value: c_int) {
-    // SAFETY: this thread's errno location.
-    unsafe { *libc::__errno_location() = value };
-}
-
-/// Starts `sh -c command` with `actions` and `attr` (null for none), the environment
-/// extended by `vars`; the child's pid, or the `posix_spawn` error number.
+/// Starts `sh -c command` with `attr`, the environment extended by `vars`; the child's pid,
+/// or the `posix_spawn` error number.
 ///
 /// # Safety
-/// `command` is a NUL-terminated string; `actions` and `attr` are null or initialised.
+/// `command` is a NUL-terminated string; `attr` is initialised.
 unsafe fn spawn_shell(
     command: *const c_char,
-    actions: *const libc::posix_spawn_file_actions_t,
     attr: *const libc::posix_spawnattr_t,
     vars: &[(&str, String)],
 ) -> Result<pid_t, c_int> {
@@ -51,14 +45,14 @@ unsafe fn spawn_shell(
     );
     let argv: [*const c_char; 4] = [c"sh".as_ptr(), c"-c".as_ptr(), command, std::ptr::null()];
     let mut pid: pid_t = 0;
-    // SAFETY: the process's environment array, extended; argv is null-terminated; the
-    // caller's file actions and attributes.
+    // SAFETY: the process's environment array, extended; argv is null-terminated; no file
+    // actions; the caller's attributes.
     let error = unsafe {
         with_variables((*std::ptr::addr_of!(environ)).cast(), vars, |env| {
             real(
                 &mut pid,
                 SHELL.as_ptr(),
-                actions,
+                std::ptr::null(),
                 attr,
                 argv.as_ptr().cast(),
                 env.cast(),
@@ -172,7 +166,7 @@ pub(crate) unsafe fn system(command: *const c_char, vars: &[(&str, String)]) -> 
             &mut attr,
             (libc::POSIX_SPAWN_SETSIGDEF | libc::POSIX_SPAWN_SETSIGMASK) as libc::c_short,
         );
-        let started = spawn_shell(command, std::ptr::null(), &attr, vars);
+        let started = spawn_shell(command, &attr, vars);
         libc::posix_spawnattr_destroy(&mut attr);
         started
     };
@@ -185,6 +179,6 @@ pub(crate) unsafe fn system(command: *const c_char, vars: &[(&str, String)]) -> 
     restore_interrupts();
     // SAFETY: the mask saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut()) };
-    set_errno(kept);
+    crate::abi::set_errno(pmfs::Errno::from_raw(kept));
     status
 }
