@@ -452,7 +452,17 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             self.prepare(&mut state, need.take())?;
             state.reset();
             let snapshot = self.clock.now();
-            let mut tx = MvccTx::new(self, lane, state, snapshot, Level::Snapshot, None, &outcome);
+            let shared = &self.shared[lane];
+            let mut tx = MvccTx::new(
+                self,
+                lane,
+                shared,
+                state,
+                snapshot,
+                Level::Snapshot,
+                None,
+                &outcome,
+            );
             tx.replaying = Some(Box::new(Replaying {
                 ts: record.ts,
                 allocs: self.allocations_of(record)?,
@@ -660,7 +670,7 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             crate::fence::light();
             let snapshot = self.clock.now();
             state.last_snapshot = snapshot;
-            let tx = MvccTx::new(self, lane, state, snapshot, level, id, &outcome);
+            let tx = MvccTx::new(self, lane, shared, state, snapshot, level, id, &outcome);
             // A closure calling the body, not `&mut body`: through `&mut F`'s `FnMut` shim the
             // compiler emitted the body into the shim, out of line; this way it is inlined
             // into the loop, as a data-logging engine's body is.

@@ -22,10 +22,15 @@
 use crate::sync::{Ordering, fence};
 use std::sync::OnceLock;
 
-/// Whether this process registered for expedited private membarriers.
+/// Whether this process registered for expedited private membarriers. Inline: every
+/// transaction's begin asks (one load once registered; `init` registers at the first open).
+#[inline]
 fn expedited() -> bool {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
-    *REGISTERED.get_or_init(register)
+    match REGISTERED.get() {
+        Some(&registered) => registered,
+        None => *REGISTERED.get_or_init(register),
+    }
 }
 
 #[cfg(all(target_os = "linux", not(loom)))]

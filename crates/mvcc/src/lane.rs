@@ -179,9 +179,14 @@ impl Lane {
         }
     }
 
+    #[inline]
     pub(crate) fn reset(&mut self) {
         self.writes.clear();
-        self.by_chunk.clear();
+        // A map that has held entries clears its whole control array even when empty again:
+        // only a transaction with many writes fills it.
+        if !self.by_chunk.is_empty() {
+            self.by_chunk.clear();
+        }
         self.reads.clear();
         self.args.clear();
         self.fresh.clear();

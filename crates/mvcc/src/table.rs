@@ -112,21 +112,28 @@ impl Table {
     /// bit, or a range over pages, is checked chunk by chunk as [`Table::reads_master`].
     #[inline]
     pub fn reads_masters(&self, first: u64, last: u64) -> bool {
+        self.masters_by_bits(first, last) || (first..=last).all(|chunk| self.reads_master(chunk))
+    }
+
+    /// Whether one load of header bits shows that a reader reads every chunk of
+    /// `first..=last` from its master: the chunks share a page and none has its bit set. A
+    /// false answer says nothing (a bit set, or chunks on two pages): ask
+    /// [`Table::reads_masters`]. Inlined into the common read of a value across two chunks.
+    #[inline(always)]
+    pub fn masters_by_bits(&self, first: u64, last: u64) -> bool {
         debug_assert!(first <= last);
-        if first / BITS_CHUNKS == last / BITS_CHUNKS {
-            let span = last - first + 1;
-            let mask = if span == BITS_CHUNKS {
-                u64::MAX
-            } else {
-                ((1u64 << span) - 1) << (first % BITS_CHUNKS)
-            };
-            // SeqCst, as in `reader_slot`: one load observes each chunk's bit as a load of
-            // that chunk alone would.
-            if self.bits(first).load(Ordering::SeqCst) & mask == 0 {
-                return true;
-            }
+        if first / BITS_CHUNKS != last / BITS_CHUNKS {
+            return false;
         }
-        (first..=last).all(|chunk| self.reads_master(chunk))
+        let span = last - first + 1;
+        let mask = if span == BITS_CHUNKS {
+            u64::MAX
+        } else {
+            ((1u64 << span) - 1) << (first % BITS_CHUNKS)
+        };
+        // SeqCst, as in `reader_slot`: one load observes each chunk's bit as a load of that
+        // chunk alone would.
+        self.bits(first).load(Ordering::SeqCst) & mask == 0
     }
 
     fn bits(&self, chunk: u64) -> &AtomicU64 {

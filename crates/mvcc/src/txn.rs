@@ -80,6 +80,9 @@ pub struct MvccTx<'a, P: Persist, R: Replay> {
     /// has been written through a chain yet and the attempt has not failed (the one flag
     /// [`Tx::read_raw`]'s common case checks).
     plain_reads: bool,
+    /// As `plain_reads`, but reads are tracked: a read inside one chunk notes the chunk and
+    /// reads it as a plain read would (an update's reads before its first write, inline).
+    noted_reads: bool,
 }
 
 impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
@@ -87,6 +90,7 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
     pub(crate) fn new(
         engine: &'a Mvcc<P, R>,
         lane: usize,
+        shared: &'a Shared,
         state: MutexGuard<'a, Lane>,
         snapshot: u64,
         level: Level,
@@ -98,6 +102,10 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             state.writes.is_empty(),
             "a lane's write set is empty between attempts"
         );
+        debug_assert!(
+            std::ptr::eq(shared, &*engine.shared[lane]),
+            "the lane's own slot"
+        );
         let tracking = level != Level::Snapshot || op.is_some();
         let pm = engine.pool.pm();
         MvccTx {
@@ -107,7 +115,7 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             pool_len: pm.len(),
             tag: engine.tag,
             lane,
-            shared: &engine.shared[lane],
+            shared,
             state,
             snapshot,
             level,
@@ -117,6 +125,7 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             failed: false,
             tracking,
             plain_reads: !tracking,
+            noted_reads: tracking,
         }
     }
 
@@ -134,6 +143,7 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
     fn fail<T>(&mut self, why: Retry) -> TxResult<T> {
         self.failed = true;
         self.plain_reads = false;
+        self.noted_reads = false;
         self.outcome.retry.set(Some(why));
         Err(TxError::Conflict)
     }
@@ -249,9 +259,10 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         self.read_versions(addr, dst)
     }
 
-    /// A plain read (see `plain_reads`) of an in-bounds range that spans chunks: the masters
-    /// when none of its chunks has a header (a value across two chunks, the usual case), else
-    /// chunk by chunk (kept out of line, and out of `read_tracked_or_spanning`'s checks).
+    /// A plain read (see `plain_reads`) of an in-bounds range that spans chunks whose header
+    /// bits did not show at once that it reads the masters (`read_raw` tests that inline): the
+    /// masters when none of its chunks has a header, else chunk by chunk (kept out of line,
+    /// and out of `read_tracked_or_spanning`'s checks).
     #[inline(never)]
     fn read_plain_spanning(&mut self, addr: u64, dst: &mut [u8]) -> TxResult<()> {
         let last = (addr + dst.len() as u64 - 1) / CHUNK;
@@ -312,6 +323,7 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
             return self.conflict();
         }
         self.plain_reads = false;
+        self.noted_reads = false;
         Ok(self.state.push_write(WriteEntry {
             chunk,
             header: href,
@@ -734,7 +746,28 @@ impl<P: Persist, R: Replay> Tx for MvccTx<'_, P, R> {
             if addr % CHUNK + len <= CHUNK {
                 return self.read_in_chunk(addr, dst);
             }
+            // A value across chunks (nearly always two on one page): one load of their
+            // header bits, inline; anything else out of line.
+            if self
+                .table
+                .masters_by_bits(addr / CHUNK, (addr + len - 1) / CHUNK)
+            {
+                self.pm.read(addr, dst);
+                return Ok(());
+            }
             return self.read_plain_spanning(addr, dst);
+        }
+        if self.noted_reads
+            && addr % CHUNK + len <= CHUNK
+            && len != 0
+            && addr
+                .checked_add(len)
+                .is_some_and(|end| end <= self.pool_len)
+        {
+            // What `read_tracked_or_spanning` does for one chunk while the write set is
+            // empty and the attempt has not failed, without its call and checks.
+            self.note_read(addr / CHUNK);
+            return self.read_in_chunk(addr, dst);
         }
         self.read_tracked_or_spanning(addr, dst)
     }

@@ -1038,6 +1038,48 @@ fn reads_see_the_write_set_once_a_transaction_writes() {
     }
 }
 
+/// A read across two chunks sees each chunk as its snapshot does: the common read tests both
+/// chunks' header bits at once (`read_raw`), and a committed version of either chunk, not
+/// yet written back to its master, must send the read through the versions.
+#[test]
+fn a_value_across_two_chunks_sees_a_new_version_of_either_chunk() {
+    let engine = Mvcc::create(sim_pool(), &one_lane(false), NoReplay).expect("create");
+    let root = engine
+        .read_only(|tx| Ok::<_, TxError>(tx.root::<()>()))
+        .expect("root");
+    // 16 bytes whose first 8 end one chunk and whose last 8 start the next.
+    let field = 128 - root.offset() % 64 - 8;
+    let across = |engine: &Mvcc<SimPm, NoReplay>| {
+        engine
+            .read_only(|tx| {
+                let mut both = [0u8; 16];
+                tx.read(root, field, &mut both)?;
+                Ok::<_, TxError>(both)
+            })
+            .expect("read across")
+    };
+    assert_eq!(across(&engine), [0; 16], "the masters, before any write");
+    for (half, value) in [(8, 0x2222u64), (0, 0x1111)] {
+        engine
+            .transaction(|tx| tx.write_u64(root, field + half, value))
+            .expect("write one half");
+        let both = across(&engine);
+        assert_eq!(
+            both[half as usize..half as usize + 8],
+            value.to_le_bytes(),
+            "the chunk written last (bytes {half}..)"
+        );
+    }
+    let mut expected = [0u8; 16];
+    expected[..8].copy_from_slice(&0x1111u64.to_le_bytes());
+    expected[8..].copy_from_slice(&0x2222u64.to_le_bytes());
+    assert_eq!(across(&engine), expected, "both new versions");
+    assert!(
+        engine.stats().writebacks == 0,
+        "the versions were read before any write-back (else the test proves nothing)"
+    );
+}
+
 /// A zero-length read is in bounds anywhere up to the pool's end, including the end itself
 /// (past the last chunk's slot), and one byte further is out of bounds.
 #[test]
