@@ -82,8 +82,18 @@ impl Default for Patience {
 /// Blocks while `*word == expected` (process-shared futex; spurious wake-ups are possible):
 /// at most [`WATCHDOG_PERIOD`], after which it runs the watchdog's check and returns.
 pub fn futex_wait(word: &AtomicU32, expected: u32) {
-    if !futex_wait_for(word, expected, WATCHDOG_PERIOD) {
-        watchdog();
+    futex_wait_woken(word, expected);
+}
+
+/// [`futex_wait`]; returns whether a wake-up ended the sleep ([`WaitEnd::Woken`]).
+pub fn futex_wait_woken(word: &AtomicU32, expected: u32) -> bool {
+    match futex_wait_end(word, expected, WATCHDOG_PERIOD) {
+        WaitEnd::Woken => true,
+        WaitEnd::TimedOut => {
+            watchdog();
+            false
+        }
+        WaitEnd::Other => false,
     }
 }
 
@@ -122,9 +132,38 @@ impl Clock {
     }
 }
 
+/// How a futex wait ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitEnd {
+    /// Woken by a `FUTEX_WAKE` (the waker's count of woken threads includes this one; a
+    /// wake-up by unrelated code using the same word is possible in principle).
+    Woken,
+    /// The timeout or deadline passed.
+    TimedOut,
+    /// Anything else: the word did not hold the expected value, or a signal interrupted.
+    Other,
+}
+
+/// How a `futex` wait system call's result `rc` ended the wait.
+fn wait_end(rc: libc::c_long) -> WaitEnd {
+    if rc == 0 {
+        return WaitEnd::Woken;
+    }
+    if std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT) {
+        WaitEnd::TimedOut
+    } else {
+        WaitEnd::Other
+    }
+}
+
 /// Blocks while `*word == expected`, for `timeout` at most. Returns false if the timeout
 /// passed (spurious wake-ups return true).
 pub fn futex_wait_for(word: &AtomicU32, expected: u32, timeout: std::time::Duration) -> bool {
+    futex_wait_end(word, expected, timeout) != WaitEnd::TimedOut
+}
+
+/// [`futex_wait_for`], telling how the wait ended.
+pub fn futex_wait_end(word: &AtomicU32, expected: u32, timeout: std::time::Duration) -> WaitEnd {
     let relative = libc::timespec {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
@@ -140,7 +179,7 @@ pub fn futex_wait_for(word: &AtomicU32, expected: u32, timeout: std::time::Durat
             &relative as *const libc::timespec,
         )
     };
-    !(rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT))
+    wait_end(rc)
 }
 
 /// Blocks while `*word == expected` until the absolute time `deadline` on `clock`. Returns
@@ -153,11 +192,25 @@ pub fn futex_wait_until(
     clock: Clock,
     deadline: &libc::timespec,
 ) -> bool {
+    futex_wait_until_end(word, expected, clock, deadline) != WaitEnd::TimedOut
+}
+
+/// [`futex_wait_until`], telling how the wait ended ([`WaitEnd::TimedOut`] only for the
+/// deadline: a watchdog period that passed first ends as [`WaitEnd::Other`]).
+pub fn futex_wait_until_end(
+    word: &AtomicU32,
+    expected: u32,
+    clock: Clock,
+    deadline: &libc::timespec,
+) -> WaitEnd {
     if time_left(clock, deadline) > WATCHDOG_PERIOD {
-        if !futex_wait_for(word, expected, WATCHDOG_PERIOD) {
-            watchdog();
-        }
-        return true;
+        return match futex_wait_end(word, expected, WATCHDOG_PERIOD) {
+            WaitEnd::TimedOut => {
+                watchdog();
+                WaitEnd::Other
+            }
+            end => end,
+        };
     }
     let mut op = libc::FUTEX_WAIT_BITSET;
     if clock == Clock::Realtime {
@@ -176,7 +229,7 @@ pub fn futex_wait_until(
             libc::FUTEX_BITSET_MATCH_ANY,
         )
     };
-    !(rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT))
+    wait_end(rc)
 }
 
 /// Whether `deadline` on `clock` has passed.
@@ -218,12 +271,11 @@ pub fn kill_process_group(group: u32) -> io::Result<()> {
     Ok(())
 }
 
-/// Wakes up to `count` waiters of `word`.
-pub fn futex_wake(word: &AtomicU32, count: i32) {
+/// Wakes up to `count` waiters of `word`; returns how many it woke.
+pub fn futex_wake(word: &AtomicU32, count: i32) -> u32 {
     // SAFETY: FUTEX_WAKE on a valid, aligned u32; it does not access user memory.
-    unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, count);
-    }
+    let woken = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, count) };
+    u32::try_from(woken).unwrap_or(0)
 }
 
 /// A process-shared lock: a futex word (0 free, 1 held, 2 held with possible sleepers)
@@ -438,7 +490,8 @@ pub struct SyncSlot {
     /// 1 running, 2 done.
     pub seq: AtomicU32,
     /// Barrier: threads arrived in this generation. Condition variable: threads waiting
-    /// (a signal with none makes no system call).
+    /// that no wake-up has reached yet (a signal with none makes no system call; see
+    /// `Runtime::wait_for_signal`).
     pub arrived: AtomicU32,
     /// Barrier: threads per generation.
     pub count: AtomicU32,

@@ -14,7 +14,10 @@
 //!   whoever synchronises through it next depends on that group too.
 
 use super::{LOCAL, Runtime, depth, fatal, me_tag};
-use crate::shared::{Clock, SyncSlot, Table, futex_wait, futex_wait_until, futex_wake, mutex_kind};
+use crate::shared::{
+    Clock, SyncSlot, Table, WaitEnd, futex_wait, futex_wait_until_end, futex_wait_woken,
+    futex_wake, mutex_kind,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -298,44 +301,53 @@ impl Runtime {
 
     /// Sleeps while the condition variable's sequence is `seq`; returns whether the deadline
     /// passed with no signal.
+    ///
+    /// `arrived` counts the waiters that no wake-up has reached: a waiter counts itself
+    /// before the kernel first compares the sequence, and a signal that wakes `n` sleepers
+    /// takes `n` off the count for them ([`Runtime::cond_signal`]), so a waiter that was
+    /// woken and has not run yet no longer draws wake-ups that find nobody asleep. (It used
+    /// to stay counted until it ran: with five processes on two cores, the lock-heavy
+    /// kernel's signals woke nobody 1.7 times per transfer, each a system call.) A waiter
+    /// leaves the count itself when anything but a wake-up ended its sleep; one woken while
+    /// the sequence is still `seq` (the wake-up was for a signal older than its wait) counts
+    /// itself again before it sleeps again. A signal can miss no sleeper: a waiter's count
+    /// and the kernel's comparison come after it read `seq`, and a signal bumps the sequence
+    /// before it reads the count (both sequentially consistent), so either the signal sees
+    /// the waiter counted or the kernel sees the new sequence and does not let it sleep.
     fn wait_for_signal(
         &self,
         slot: &SyncSlot,
         seq: u32,
         deadline: Option<(Option<Clock>, &libc::timespec)>,
     ) -> bool {
-        slot.arrived.fetch_add(1, Ordering::SeqCst);
-        let timed_out = self.sleep_on(slot, seq, deadline);
-        slot.arrived.fetch_sub(1, Ordering::SeqCst);
-        timed_out
-    }
-
-    fn sleep_on(
-        &self,
-        slot: &SyncSlot,
-        seq: u32,
-        deadline: Option<(Option<Clock>, &libc::timespec)>,
-    ) -> bool {
         // The futex waits return every watchdog period (to check that the run's processes
-        // live): only a signal (a new sequence) or the deadline ends the sleep.
+        // live): only a signal (a new sequence) or the deadline ends the wait.
         let signalled = || slot.seq.load(Ordering::Acquire) != seq;
-        match deadline {
-            None => {
-                while !signalled() {
-                    futex_wait(&slot.seq, seq);
+        slot.arrived.fetch_add(1, Ordering::SeqCst);
+        loop {
+            let end = match deadline {
+                None => {
+                    if futex_wait_woken(&slot.seq, seq) {
+                        WaitEnd::Woken
+                    } else {
+                        WaitEnd::Other
+                    }
                 }
-                false
+                Some((clock, at)) => {
+                    let clock = clock.unwrap_or_else(|| slot.clock());
+                    futex_wait_until_end(&slot.seq, seq, clock, at)
+                }
+            };
+            // A waker that woke this thread has taken it off the count already.
+            let woken = end == WaitEnd::Woken;
+            if signalled() || end == WaitEnd::TimedOut {
+                if !woken {
+                    slot.arrived.fetch_sub(1, Ordering::SeqCst);
+                }
+                return !signalled();
             }
-            Some((clock, at)) => {
-                let clock = clock.unwrap_or_else(|| slot.clock());
-                loop {
-                    if !futex_wait_until(&slot.seq, seq, clock, at) {
-                        return !signalled();
-                    }
-                    if signalled() {
-                        return false;
-                    }
-                }
+            if woken {
+                slot.arrived.fetch_add(1, Ordering::SeqCst);
             }
         }
     }
@@ -352,7 +364,11 @@ impl Runtime {
         // again when it does: a signal that sees no waiter bumped the sequence before any
         // waiter could sleep on the old value, so it needs no wake-up.
         if slot.arrived.load(Ordering::SeqCst) > 0 {
-            futex_wake(&slot.seq, if all { i32::MAX } else { 1 });
+            let woken = futex_wake(&slot.seq, if all { i32::MAX } else { 1 });
+            if woken > 0 {
+                // Those woken are no longer waiting for a wake-up (see `wait_for_signal`).
+                slot.arrived.fetch_sub(woken, Ordering::SeqCst);
+            }
         }
         0
     }
