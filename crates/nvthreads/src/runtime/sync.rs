@@ -323,6 +323,10 @@ impl Runtime {
         // The futex waits return every watchdog period (to check that the run's processes
         // live): only a signal (a new sequence) or the deadline ends the wait.
         let signalled = || slot.seq.load(Ordering::Acquire) != seq;
+        if spin_until(signalled) {
+            // Signalled within the spin: never counted, so the signal made no system call.
+            return false;
+        }
         slot.arrived.fetch_add(1, Ordering::SeqCst);
         loop {
             let end = match deadline {
@@ -525,8 +529,13 @@ const SPIN_ROUNDS: u32 = 256;
 /// (`docs/nvthreads.md` §10, eighth round). Bounded, because the holder may be preempted
 /// (five processes on two cores), and then only sleeping lets it run.
 fn spin_until_free(slot: &SyncSlot) -> bool {
+    spin_until(|| !slot.word.is_held())
+}
+
+/// Spins [`SPIN_ROUNDS`] rounds at most until `done`; returns whether it was.
+fn spin_until(done: impl Fn() -> bool) -> bool {
     for _ in 0..SPIN_ROUNDS {
-        if !slot.word.is_held() {
+        if done() {
             return true;
         }
         std::hint::spin_loop();
