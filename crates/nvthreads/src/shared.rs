@@ -287,19 +287,22 @@ pub fn futex_wake(word: &AtomicU32, count: i32) -> u32 {
 /// the lock next must mark it 2 for them. A thread that has waited takes it as 2 only when
 /// the count says some thread still sleeps, else as 1 — where it used to take it as 2
 /// always, so that its unlock made a futex wake-up system call whether or not anyone was
-/// left: in the lock-heavy kernel 1,093 of the work queue's 1,513 wake-ups woke nobody
-/// (`strace -ff`, 4 workers). A fresh locker (one that did not wait) takes it as 1, as
-/// before: a sleeper it overtakes was woken by the last unlock and marks the word again
-/// if it finds it held.
+/// left (the lock-heavy kernel at 4 workers: 11,247 of the work queue mutex's 13,078
+/// wake-ups woke nobody, `perf` on the futex system calls; 9,111 with this change alone —
+/// most of the rest came from waiters whose mark raced with the unlock, which the spin
+/// before sleeping in `Runtime::mutex_lock_until` removes). A fresh locker (one that did
+/// not wait) takes it as 1, as before: a sleeper it overtakes was woken by the last unlock
+/// and marks the word again if it finds it held.
 ///
 /// Why the count cannot miss a sleeper: a thread counts itself before it marks the word
 /// 2 and sleeps, and the waker's load of the count comes after its compare-and-swap that
 /// took the lock (both sequentially consistent). A sleeper counted too late for that load
 /// finds the word 1 (the new holder's) when the kernel compares it, returns, marks it 2
-/// and sleeps again, so the holder wakes it. Tried and not kept: a waiter count the unlock
-/// reads instead of the 2 (counting threads from their arrival to the moment they see the
-/// lock free): runnable waiters not yet back on a core stayed counted, and the unlocks woke
-/// nobody nine times as often (9,466 against 1,093).
+/// and sleeps again, so the holder wakes it. Tried and not kept (`docs/nvthreads.md` §10,
+/// eighth round): the count of waiting threads in the futex word itself (every arrival
+/// changed the value the others slept on: their sleeps failed and retried), and a waiter
+/// count the unlock reads instead of the 2 (runnable waiters not yet back on a core stayed
+/// counted, so unlocks woke nobody more often and more threads slept).
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct LockWord {

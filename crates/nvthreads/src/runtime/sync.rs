@@ -310,10 +310,14 @@ impl Runtime {
     /// kernel's signals woke nobody 1.7 times per transfer, each a system call.) A waiter
     /// leaves the count itself when anything but a wake-up ended its sleep; one woken while
     /// the sequence is still `seq` (the wake-up was for a signal older than its wait) counts
-    /// itself again before it sleeps again. A signal can miss no sleeper: a waiter's count
-    /// and the kernel's comparison come after it read `seq`, and a signal bumps the sequence
-    /// before it reads the count (both sequentially consistent), so either the signal sees
-    /// the waiter counted or the kernel sees the new sequence and does not let it sleep.
+    /// itself again before it sleeps again. Before counting itself at all, a waiter watches
+    /// the sequence for a moment ([`spin_until`]): a signal made then finds it uncounted and
+    /// makes no system call, and the waiter takes no sleep and process switch (the
+    /// lock-heavy kernel's producer, waiting on its full queue for each transfer, at 1 and 2
+    /// workers). A signal can miss no sleeper: a waiter's count and the kernel's comparison
+    /// come after it read `seq`, and a signal bumps the sequence before it reads the count
+    /// (both sequentially consistent), so either the signal sees the waiter counted or the
+    /// kernel sees the new sequence and does not let it sleep.
     fn wait_for_signal(
         &self,
         slot: &SyncSlot,
