@@ -520,10 +520,12 @@ impl Runtime {
     }
 }
 
-/// Rounds of [`spin_until_free`]: about 6 µs on the project's machine (23 ns per
-/// `spin_loop`, a `pause`), a few times the work queue's hold in the lock-heavy kernel
-/// (its holder's catch-up and merge, about 1.6 µs).
-const SPIN_ROUNDS: u32 = 256;
+/// Rounds of [`spin_until`]: about 3 µs on the project's machine (23 ns per `spin_loop`,
+/// a `pause`), about twice the work queue's hold in the lock-heavy kernel (its holder's
+/// catch-up and merge, about 1.6 µs). Chosen from a sweep of 0 to 1,024 rounds with both
+/// spins (`docs/nvthreads.md` §10, eighth round): 64–256 all gained, 128 the most at 4
+/// workers; from 512 on, a spinner kept a preempted holder or the producer off a core.
+const SPIN_ROUNDS: u32 = 128;
 
 /// Waits a moment, without sleeping, for the held mutex `slot` to be released: returns
 /// whether it was seen free. A mutex held for a section's merge is usually released within
