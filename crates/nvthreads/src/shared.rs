@@ -82,8 +82,18 @@ impl Default for Patience {
 /// Blocks while `*word == expected` (process-shared futex; spurious wake-ups are possible):
 /// at most [`WATCHDOG_PERIOD`], after which it runs the watchdog's check and returns.
 pub fn futex_wait(word: &AtomicU32, expected: u32) {
-    if !futex_wait_for(word, expected, WATCHDOG_PERIOD) {
-        watchdog();
+    futex_wait_woken(word, expected);
+}
+
+/// [`futex_wait`]; returns whether a wake-up ended the sleep ([`WaitEnd::Woken`]).
+pub fn futex_wait_woken(word: &AtomicU32, expected: u32) -> bool {
+    match futex_wait_end(word, expected, WATCHDOG_PERIOD) {
+        WaitEnd::Woken => true,
+        WaitEnd::TimedOut => {
+            watchdog();
+            false
+        }
+        WaitEnd::Other => false,
     }
 }
 
@@ -122,9 +132,38 @@ impl Clock {
     }
 }
 
+/// How a futex wait ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitEnd {
+    /// Woken by a `FUTEX_WAKE` (the waker's count of woken threads includes this one; a
+    /// wake-up by unrelated code using the same word is possible in principle).
+    Woken,
+    /// The timeout or deadline passed.
+    TimedOut,
+    /// Anything else: the word did not hold the expected value, or a signal interrupted.
+    Other,
+}
+
+/// How a `futex` wait system call's result `rc` ended the wait.
+fn wait_end(rc: libc::c_long) -> WaitEnd {
+    if rc == 0 {
+        return WaitEnd::Woken;
+    }
+    if std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT) {
+        WaitEnd::TimedOut
+    } else {
+        WaitEnd::Other
+    }
+}
+
 /// Blocks while `*word == expected`, for `timeout` at most. Returns false if the timeout
 /// passed (spurious wake-ups return true).
 pub fn futex_wait_for(word: &AtomicU32, expected: u32, timeout: std::time::Duration) -> bool {
+    futex_wait_end(word, expected, timeout) != WaitEnd::TimedOut
+}
+
+/// [`futex_wait_for`], telling how the wait ended.
+pub fn futex_wait_end(word: &AtomicU32, expected: u32, timeout: std::time::Duration) -> WaitEnd {
     let relative = libc::timespec {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
@@ -140,7 +179,7 @@ pub fn futex_wait_for(word: &AtomicU32, expected: u32, timeout: std::time::Durat
             &relative as *const libc::timespec,
         )
     };
-    !(rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT))
+    wait_end(rc)
 }
 
 /// Blocks while `*word == expected` until the absolute time `deadline` on `clock`. Returns
@@ -153,11 +192,25 @@ pub fn futex_wait_until(
     clock: Clock,
     deadline: &libc::timespec,
 ) -> bool {
+    futex_wait_until_end(word, expected, clock, deadline) != WaitEnd::TimedOut
+}
+
+/// [`futex_wait_until`], telling how the wait ended ([`WaitEnd::TimedOut`] only for the
+/// deadline: a watchdog period that passed first ends as [`WaitEnd::Other`]).
+pub fn futex_wait_until_end(
+    word: &AtomicU32,
+    expected: u32,
+    clock: Clock,
+    deadline: &libc::timespec,
+) -> WaitEnd {
     if time_left(clock, deadline) > WATCHDOG_PERIOD {
-        if !futex_wait_for(word, expected, WATCHDOG_PERIOD) {
-            watchdog();
-        }
-        return true;
+        return match futex_wait_end(word, expected, WATCHDOG_PERIOD) {
+            WaitEnd::TimedOut => {
+                watchdog();
+                WaitEnd::Other
+            }
+            end => end,
+        };
     }
     let mut op = libc::FUTEX_WAIT_BITSET;
     if clock == Clock::Realtime {
@@ -176,7 +229,7 @@ pub fn futex_wait_until(
             libc::FUTEX_BITSET_MATCH_ANY,
         )
     };
-    !(rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT))
+    wait_end(rc)
 }
 
 /// Whether `deadline` on `clock` has passed.
@@ -218,18 +271,46 @@ pub fn kill_process_group(group: u32) -> io::Result<()> {
     Ok(())
 }
 
-/// Wakes up to `count` waiters of `word`.
-pub fn futex_wake(word: &AtomicU32, count: i32) {
+/// Wakes up to `count` waiters of `word`; returns how many it woke.
+pub fn futex_wake(word: &AtomicU32, count: i32) -> u32 {
     // SAFETY: FUTEX_WAKE on a valid, aligned u32; it does not access user memory.
-    unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, count);
-    }
+    let woken = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, count) };
+    u32::try_from(woken).unwrap_or(0)
 }
 
-/// A process-shared lock word: 0 free, 1 held, 2 held with (possible) waiters.
+/// A process-shared lock: a futex word (0 free, 1 held, 2 held with possible sleepers)
+/// and, beside it, the number of threads asleep (or about to sleep) on it.
+///
+/// A thread that sleeps on the word marks it 2 first, and the kernel queues it only while
+/// the word still is 2, so the holder at that moment sees 2 when it unlocks and wakes one
+/// sleeper. Sleepers that wake-up did not reach sleep on a word that is now 0: whoever takes
+/// the lock next must mark it 2 for them. A thread that has waited takes it as 2 only when
+/// the count says some thread still sleeps, else as 1 — where it used to take it as 2
+/// always, so that its unlock made a futex wake-up system call whether or not anyone was
+/// left (the lock-heavy kernel at 4 workers: 11,247 of the work queue mutex's 13,078
+/// wake-ups woke nobody, `perf` on the futex system calls; 9,111 with this change alone —
+/// most of the rest came from waiters whose mark raced with the unlock, which the spin
+/// before sleeping in `Runtime::mutex_lock_until` removes). A fresh locker (one that did
+/// not wait) takes it as 1, as before: a sleeper it overtakes was woken by the last unlock
+/// and marks the word again if it finds it held.
+///
+/// Why the count cannot miss a sleeper: a thread counts itself before it marks the word
+/// 2 and sleeps, and the waker's load of the count comes after its compare-and-swap that
+/// took the lock (both sequentially consistent). A sleeper counted too late for that load
+/// finds the word 1 (the new holder's) when the kernel compares it, returns, marks it 2
+/// and sleeps again, so the holder wakes it. Tried and not kept (`docs/nvthreads.md` §10,
+/// eighth round): the count of waiting threads in the futex word itself (every arrival
+/// changed the value the others slept on: their sleeps failed and retried), and a waiter
+/// count the unlock reads instead of the 2 (runnable waiters not yet back on a core stayed
+/// counted, so unlocks woke nobody more often and more threads slept).
 #[repr(C)]
 #[derive(Debug, Default)]
-pub struct LockWord(AtomicU32);
+pub struct LockWord {
+    /// 0 free, 1 held, 2 held with possible sleepers (the futex word).
+    word: AtomicU32,
+    /// Threads between counting themselves and returning from their sleep.
+    sleepers: AtomicU32,
+}
 
 impl LockWord {
     /// Takes the lock, blocking.
@@ -243,32 +324,39 @@ impl LockWord {
         if self.try_lock(false) {
             return true;
         }
-        while self.0.swap(2, Ordering::Acquire) != 0 {
-            match deadline {
-                None => futex_wait(&self.0, 2),
-                Some((clock, at)) => {
-                    if !futex_wait_until(&self.0, 2, clock, at) || deadline_passed(clock, at) {
-                        return self.0.swap(2, Ordering::Acquire) == 0;
-                    }
-                }
+        loop {
+            if !self.wait_free_until(deadline) {
+                return false;
             }
+            if self.try_lock(true) {
+                return true;
+            }
+        }
+    }
+
+    /// Takes the lock if free. `contended`: the caller has waited for it, so it may have
+    /// overtaken sleepers the last unlock did not wake; it then marks the lock 2 if any
+    /// thread still sleeps on it (so that its own unlock wakes the next one).
+    pub fn try_lock(&self, contended: bool) -> bool {
+        if self
+            .word
+            .compare_exchange(0, 1, Ordering::SeqCst, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        if contended && self.sleepers.load(Ordering::SeqCst) != 0 {
+            // Only the holder changes a held word's 1 (to 0), and waiters change 1 to 2:
+            // a store of 2 over either is what they would have done.
+            self.word.store(2, Ordering::SeqCst);
         }
         true
     }
 
-    /// Takes the lock if free. `contended` marks it as having waiters, for a caller that has
-    /// waited before (so that its own unlock wakes the next waiter).
-    pub fn try_lock(&self, contended: bool) -> bool {
-        let held = if contended { 2 } else { 1 };
-        self.0
-            .compare_exchange(0, held, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-    }
-
     /// Releases the lock and wakes one waiter if there may be any.
     pub fn unlock(&self) {
-        if self.0.swap(0, Ordering::Release) == 2 {
-            futex_wake(&self.0, 1);
+        if self.word.swap(0, Ordering::Release) == 2 {
+            futex_wake(&self.word, 1);
         }
     }
 
@@ -281,37 +369,42 @@ impl LockWord {
     /// timeout.
     pub fn wait_free_until(&self, deadline: Option<(Clock, &libc::timespec)>) -> bool {
         loop {
-            let seen = self.0.load(Ordering::Acquire);
+            let seen = self.word.load(Ordering::Acquire);
             if seen == 0 {
                 return true;
             }
-            if seen == 1
-                && self
-                    .0
-                    .compare_exchange(1, 2, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_err()
-            {
-                continue;
-            }
-            match deadline {
-                None => futex_wait(&self.0, 2),
-                Some((clock, at)) => {
-                    if !futex_wait_until(&self.0, 2, clock, at) || deadline_passed(clock, at) {
-                        return self.0.load(Ordering::Acquire) == 0;
+            self.sleepers.fetch_add(1, Ordering::SeqCst);
+            let marked = seen == 2
+                || self
+                    .word
+                    .compare_exchange(1, 2, Ordering::SeqCst, Ordering::Relaxed)
+                    .is_ok();
+            let mut timed_out = false;
+            if marked {
+                match deadline {
+                    None => futex_wait(&self.word, 2),
+                    Some((clock, at)) => {
+                        timed_out = !futex_wait_until(&self.word, 2, clock, at)
+                            || deadline_passed(clock, at);
                     }
                 }
+            }
+            self.sleepers.fetch_sub(1, Ordering::SeqCst);
+            if timed_out {
+                return self.word.load(Ordering::Acquire) == 0;
             }
         }
     }
 
     /// Whether the lock is held.
     pub fn is_held(&self) -> bool {
-        self.0.load(Ordering::Acquire) != 0
+        self.word.load(Ordering::Acquire) != 0
     }
 
-    /// Forces the lock free (after the processes that could hold it were killed).
+    /// Forces the lock free with no sleeper counted (a slot reset for another object).
     pub fn force_free(&self) {
-        self.0.store(0, Ordering::Release);
+        self.sleepers.store(0, Ordering::Relaxed);
+        self.word.store(0, Ordering::Release);
     }
 }
 
@@ -400,7 +493,8 @@ pub struct SyncSlot {
     /// 1 running, 2 done.
     pub seq: AtomicU32,
     /// Barrier: threads arrived in this generation. Condition variable: threads waiting
-    /// (a signal with none makes no system call).
+    /// that no wake-up has reached yet (a signal with none makes no system call; see
+    /// `Runtime::wait_for_signal`).
     pub arrived: AtomicU32,
     /// Barrier: threads per generation.
     pub count: AtomicU32,
@@ -444,10 +538,24 @@ impl SyncSlot {
     }
 }
 
-/// The runtime's counters, summed over every thread-process (`NVT_STATS=1`).
+/// Sets of counters: a thread adds to the set of its slot modulo this. Each set is a cache
+/// line of its own, so thread-processes merging at the same moment do not contend for one
+/// line (with one shared line, its five read-modify-writes per record bounced between the
+/// cores at every merge).
+pub const COUNTER_SETS: usize = 16;
+
+/// The runtime's counters (`NVT_STATS=1`), kept in [`COUNTER_SETS`] sets and summed over
+/// all of them (every thread-process of the run) when read.
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct Counters {
+    sets: [CounterSet; COUNTER_SETS],
+}
+
+/// One set of counters, added to by the threads whose slot selects it.
+#[repr(C, align(64))]
+#[derive(Debug, Default)]
+pub struct CounterSet {
     /// Commit points (epoch flips).
     pub commits: AtomicU64,
     /// Redo records written.
@@ -465,28 +573,40 @@ pub struct Counters {
 }
 
 impl Counters {
+    /// The set the thread in `slot` adds to.
+    pub fn of(&self, slot: u32) -> &CounterSet {
+        &self.sets[slot as usize % COUNTER_SETS]
+    }
+
     /// Adds `amount` to `counter` (statistics: relaxed).
     pub fn add(counter: &AtomicU64, amount: u64) {
         counter.fetch_add(amount, Ordering::Relaxed);
     }
 
-    /// The counters now.
+    /// The counters now, summed over the sets.
     pub fn snapshot(&self) -> Stats {
-        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let sum = |field: fn(&CounterSet) -> &AtomicU64| -> u64 {
+            self.sets
+                .iter()
+                .map(|set| field(set).load(Ordering::Relaxed))
+                .sum()
+        };
         Stats {
-            commits: get(&self.commits),
-            records: get(&self.records),
-            logged_bytes: get(&self.logged_bytes),
-            merged_pages: get(&self.merged_pages),
-            checkpoints: get(&self.checkpoints),
-            log_bytes: get(&self.log_bytes),
-            groups: get(&self.groups),
+            commits: sum(|set| &set.commits),
+            records: sum(|set| &set.records),
+            logged_bytes: sum(|set| &set.logged_bytes),
+            merged_pages: sum(|set| &set.merged_pages),
+            checkpoints: sum(|set| &set.checkpoints),
+            log_bytes: sum(|set| &set.log_bytes),
+            groups: sum(|set| &set.groups),
         }
     }
 }
 
-/// One lane of the log: its appender's lock and its tail.
-#[repr(C)]
+/// One lane of the log: its appender's lock and its tail, a cache line of its own (the
+/// appenders of different lanes write their lanes' words at the same moment; four lanes to
+/// a line made every append's lock, tail update and unlock contend with three other lanes').
+#[repr(C, align(64))]
 #[derive(Debug, Default)]
 pub struct Lane {
     /// Held while a record is appended to the lane (threads whose slots share the lane

@@ -469,6 +469,14 @@ fn wait_sees_the_programs_children_not_its_threads() {
     surprises_hold("wait");
 }
 
+/// Every condition signal and broadcast reaches a waiting thread at once, made with the
+/// mutex held or not: a signal takes the threads it wakes off the count of waiters, and a
+/// lost wake-up would show as a round that waits out the watchdog period.
+#[test]
+fn condition_signals_reach_their_waiters_at_once() {
+    surprises_hold("wakeups");
+}
+
 /// Killing the main process ends a thread made by a thread too: nothing is left running
 /// that would hold the pool.
 #[test]

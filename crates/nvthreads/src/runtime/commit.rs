@@ -52,6 +52,11 @@ pub(super) fn attach_steps(shared: &'static Shared) {
 /// group — with `NVT_PFAIL`, after rolling back the pool's pending lines as a power failure
 /// just before that fence would (`crate::pfail`).
 pub(super) fn step() {
+    if env().crash_at.is_none() {
+        // The count is read only to find the `NVT_CRASH_AT`-th step: without it, no process
+        // touches the shared counter (a line every append of every process would write).
+        return;
+    }
     let n = match SHARED.get() {
         Some(shared) => shared.steps.fetch_add(1, Ordering::Relaxed) + 1,
         None => EARLY_STEPS.fetch_add(1, Ordering::Relaxed) + 1,
@@ -256,7 +261,10 @@ impl Runtime {
     /// the reset, and the next holder may want them.
     pub(super) fn end_section_then(&self, hand_over: impl FnOnce()) {
         let profile = &self.shared.profile;
-        profile.sections.fetch_add(1, Ordering::Relaxed);
+        if crate::profile::enabled() {
+            // Unprofiled, no shared line is touched for the count (read only when profiled).
+            profile.sections.fetch_add(1, Ordering::Relaxed);
+        }
         let handover = profile.time(Step::Handover);
         self.merge_published(MergeEnd::Section);
         let reset_first = self.has_pending_frees();
@@ -282,7 +290,7 @@ impl Runtime {
                 .unwrap_or_else(|e| fatal(&e.to_string()));
             LOCAL.group.store(group, Ordering::Relaxed);
             set(&LOCAL.member, true);
-            Counters::add(&self.shared.counters.groups, 1);
+            Counters::add(&self.shared.counters.of(me()).groups, 1);
         }
         self.merge(MergeEnd::Open, force_drop);
     }
@@ -371,7 +379,10 @@ impl Runtime {
             ..
         } = buffers;
         tracker.dirty_pages_into(dirty);
-        Counters::add(&self.shared.counters.merged_pages, dirty.len() as u64);
+        Counters::add(
+            &self.shared.counters.of(me()).merged_pages,
+            dirty.len() as u64,
+        );
         let heap_pages = self.heap_len as usize / PAGE;
         *logged = 0;
         for &page in dirty.iter() {
@@ -444,7 +455,7 @@ impl Runtime {
         if group == 0 {
             LOCAL.durable_seq.store(seq, Ordering::Relaxed);
         }
-        let counters = &self.shared.counters;
+        let counters = self.shared.counters.of(me());
         let bytes: u64 = entries
             .iter()
             .map(|entry| match entry {
@@ -466,7 +477,7 @@ impl Runtime {
         let body = record::close_body(ids);
         let groups = &self.shared.groups;
         self.append_record(Kind::Close, &body, 0, &|| groups.mark_durable(ids));
-        Counters::add(&self.shared.counters.commits, 1);
+        Counters::add(&self.shared.counters.of(me()).commits, 1);
     }
 
     /// Appends a record of `kind` to this thread's lane: sequence number, lap and group
@@ -563,7 +574,7 @@ impl Runtime {
         self.with_journal(|journal| journal.checkpoint(&mut state))
             .unwrap_or_else(|e| fatal(&log_error(&e)));
         log.set_state(&state);
-        Counters::add(&self.shared.counters.checkpoints, 1);
+        Counters::add(&self.shared.counters.of(me()).checkpoints, 1);
     }
 
     /// A record larger than a lane: with the gate closed (no other append meanwhile), after

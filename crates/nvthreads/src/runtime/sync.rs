@@ -14,7 +14,10 @@
 //!   whoever synchronises through it next depends on that group too.
 
 use super::{LOCAL, Runtime, depth, fatal, me_tag};
-use crate::shared::{Clock, SyncSlot, Table, futex_wait, futex_wait_until, futex_wake, mutex_kind};
+use crate::shared::{
+    Clock, SyncSlot, Table, WaitEnd, futex_wait, futex_wait_until_end, futex_wait_woken,
+    futex_wake, mutex_kind,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -83,6 +86,12 @@ impl Runtime {
         let mut contended = false;
         loop {
             if slot.word.try_lock(contended) {
+                self.acquired(slot);
+                return 0;
+            }
+            // Once, before the first sleep: a waiter woken from a sleep takes the lock or
+            // sleeps again.
+            if !contended && spin_until_free(slot) && slot.word.try_lock(false) {
                 self.acquired(slot);
                 return 0;
             }
@@ -292,44 +301,61 @@ impl Runtime {
 
     /// Sleeps while the condition variable's sequence is `seq`; returns whether the deadline
     /// passed with no signal.
+    ///
+    /// `arrived` counts the waiters that no wake-up has reached: a waiter counts itself
+    /// before the kernel first compares the sequence, and a signal that wakes `n` sleepers
+    /// takes `n` off the count for them ([`Runtime::cond_signal`]), so a waiter that was
+    /// woken and has not run yet no longer draws wake-ups that find nobody asleep. (It used
+    /// to stay counted until it ran: with five processes on two cores, the lock-heavy
+    /// kernel's signals woke nobody 1.7 times per transfer, each a system call.) A waiter
+    /// leaves the count itself when anything but a wake-up ended its sleep; one woken while
+    /// the sequence is still `seq` (the wake-up was for a signal older than its wait) counts
+    /// itself again before it sleeps again. Before counting itself at all, a waiter watches
+    /// the sequence for a moment ([`spin_until`]): a signal made then finds it uncounted and
+    /// makes no system call, and the waiter takes no sleep and process switch (the
+    /// lock-heavy kernel's producer, waiting on its full queue for each transfer, at 1 and 2
+    /// workers). A signal can miss no sleeper: a waiter's count and the kernel's comparison
+    /// come after it read `seq`, and a signal bumps the sequence before it reads the count
+    /// (both sequentially consistent), so either the signal sees the waiter counted or the
+    /// kernel sees the new sequence and does not let it sleep.
     fn wait_for_signal(
         &self,
         slot: &SyncSlot,
         seq: u32,
         deadline: Option<(Option<Clock>, &libc::timespec)>,
     ) -> bool {
-        slot.arrived.fetch_add(1, Ordering::SeqCst);
-        let timed_out = self.sleep_on(slot, seq, deadline);
-        slot.arrived.fetch_sub(1, Ordering::SeqCst);
-        timed_out
-    }
-
-    fn sleep_on(
-        &self,
-        slot: &SyncSlot,
-        seq: u32,
-        deadline: Option<(Option<Clock>, &libc::timespec)>,
-    ) -> bool {
         // The futex waits return every watchdog period (to check that the run's processes
-        // live): only a signal (a new sequence) or the deadline ends the sleep.
+        // live): only a signal (a new sequence) or the deadline ends the wait.
         let signalled = || slot.seq.load(Ordering::Acquire) != seq;
-        match deadline {
-            None => {
-                while !signalled() {
-                    futex_wait(&slot.seq, seq);
+        if spin_until(signalled) {
+            // Signalled within the spin: never counted, so the signal made no system call.
+            return false;
+        }
+        slot.arrived.fetch_add(1, Ordering::SeqCst);
+        loop {
+            let end = match deadline {
+                None => {
+                    if futex_wait_woken(&slot.seq, seq) {
+                        WaitEnd::Woken
+                    } else {
+                        WaitEnd::Other
+                    }
                 }
-                false
+                Some((clock, at)) => {
+                    let clock = clock.unwrap_or_else(|| slot.clock());
+                    futex_wait_until_end(&slot.seq, seq, clock, at)
+                }
+            };
+            // A waker that woke this thread has taken it off the count already.
+            let woken = end == WaitEnd::Woken;
+            if signalled() || end == WaitEnd::TimedOut {
+                if !woken {
+                    slot.arrived.fetch_sub(1, Ordering::SeqCst);
+                }
+                return !signalled();
             }
-            Some((clock, at)) => {
-                let clock = clock.unwrap_or_else(|| slot.clock());
-                loop {
-                    if !futex_wait_until(&slot.seq, seq, clock, at) {
-                        return !signalled();
-                    }
-                    if signalled() {
-                        return false;
-                    }
-                }
+            if woken {
+                slot.arrived.fetch_add(1, Ordering::SeqCst);
             }
         }
     }
@@ -346,7 +372,11 @@ impl Runtime {
         // again when it does: a signal that sees no waiter bumped the sequence before any
         // waiter could sleep on the old value, so it needs no wake-up.
         if slot.arrived.load(Ordering::SeqCst) > 0 {
-            futex_wake(&slot.seq, if all { i32::MAX } else { 1 });
+            let woken = futex_wake(&slot.seq, if all { i32::MAX } else { 1 });
+            if woken > 0 {
+                // Those woken are no longer waiting for a wake-up (see `wait_for_signal`).
+                slot.arrived.fetch_sub(woken, Ordering::SeqCst);
+            }
         }
         0
     }
@@ -488,4 +518,33 @@ impl Runtime {
     pub(super) fn forget_deferred(&self) {
         deferred().clear();
     }
+}
+
+/// Rounds of [`spin_until`]: about 3 µs on the project's machine (23 ns per `spin_loop`,
+/// a `pause`), about twice the work queue's hold in the lock-heavy kernel (its holder's
+/// catch-up and merge, about 1.6 µs). Chosen from a sweep of 0 to 1,024 rounds with both
+/// spins (`docs/nvthreads.md` §10, eighth round): 64–256 all gained, 128 the most at 4
+/// workers; from 512 on, a spinner kept a preempted holder or the producer off a core.
+const SPIN_ROUNDS: u32 = 128;
+
+/// Waits a moment, without sleeping, for the held mutex `slot` to be released: returns
+/// whether it was seen free. A mutex held for a section's merge is usually released within
+/// microseconds, and going to sleep instead costs the waiter a futex sleep and a process
+/// switch, and the releaser a wake-up system call (with an inter-processor interrupt for
+/// an idle virtual CPU): in the lock-heavy kernel, the work queue's mutex at 4 workers
+/// (`docs/nvthreads.md` §10, eighth round). Bounded, because the holder may be preempted
+/// (five processes on two cores), and then only sleeping lets it run.
+fn spin_until_free(slot: &SyncSlot) -> bool {
+    spin_until(|| !slot.word.is_held())
+}
+
+/// Spins [`SPIN_ROUNDS`] rounds at most until `done`; returns whether it was.
+fn spin_until(done: impl Fn() -> bool) -> bool {
+    for _ in 0..SPIN_ROUNDS {
+        if done() {
+            return true;
+        }
+        std::hint::spin_loop();
+    }
+    false
 }

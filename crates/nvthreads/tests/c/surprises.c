@@ -16,7 +16,14 @@
  *   wait       wait() returns the program's own child, not a thread's process, and fails
  *              with ECHILD, instead of blocking, when only threads are left;
  *   orphan     main -> thread -> thread that sleeps; the last prints "PID <its pid>" and
- *              all block (the test kills main and checks that the grandchild dies with it).
+ *              all block (the test kills main and checks that the grandchild dies with it);
+ *   wakeups    every condition signal reaches a waiter at once: 400 rounds hand tokens to
+ *              three waiting threads, one pthread_cond_signal per token (with the mutex
+ *              held in even rounds, after releasing it in odd ones) and, every eighth
+ *              round, three tokens and a broadcast; main waits for each round's tokens to
+ *              be taken on a second condition variable. A lost wake-up leaves a token until
+ *              the runtime's watchdog period (200 ms) ends the waiter's sleep: the mode
+ *              fails if a round takes 100 ms or more.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -31,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CHECK(cond, what)                                                                  \
@@ -277,6 +285,73 @@ static void *held_thread(void *arg) {
     return arg;
 }
 
+static pthread_mutex_t wk_mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wk_tokens_cond = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t wk_taken_cond = PTHREAD_COND_INITIALIZER;
+static int wk_tokens, wk_taken, wk_stop;
+
+static void *wk_waiter(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&wk_mutex);
+    for (;;) {
+        while (wk_tokens == 0 && !wk_stop)
+            pthread_cond_wait(&wk_tokens_cond, &wk_mutex);
+        if (wk_tokens == 0)
+            break;
+        wk_tokens--;
+        wk_taken++;
+        pthread_cond_signal(&wk_taken_cond);
+    }
+    pthread_mutex_unlock(&wk_mutex);
+    return NULL;
+}
+
+static double wk_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void wakeups_mode(void) {
+    pthread_t waiters[3];
+    for (int i = 0; i < 3; i++)
+        CHECK(pthread_create(&waiters[i], NULL, wk_waiter, NULL) == 0, "create");
+    int expected = 0;
+    double worst = 0;
+    for (int round = 0; round < 400; round++) {
+        int tokens = round % 8 == 7 ? 3 : 1;
+        int signal_unlocked = tokens == 1 && round % 2 == 1;
+        double start = wk_now();
+        pthread_mutex_lock(&wk_mutex);
+        wk_tokens += tokens;
+        expected += tokens;
+        if (tokens == 3)
+            pthread_cond_broadcast(&wk_tokens_cond);
+        else if (!signal_unlocked)
+            pthread_cond_signal(&wk_tokens_cond);
+        pthread_mutex_unlock(&wk_mutex);
+        if (signal_unlocked)
+            pthread_cond_signal(&wk_tokens_cond);
+        pthread_mutex_lock(&wk_mutex);
+        while (wk_taken < expected)
+            pthread_cond_wait(&wk_taken_cond, &wk_mutex);
+        pthread_mutex_unlock(&wk_mutex);
+        double took = wk_now() - start;
+        if (took > worst)
+            worst = took;
+    }
+    pthread_mutex_lock(&wk_mutex);
+    wk_stop = 1;
+    pthread_cond_broadcast(&wk_tokens_cond);
+    pthread_mutex_unlock(&wk_mutex);
+    for (int i = 0; i < 3; i++)
+        CHECK(pthread_join(waiters[i], NULL) == 0, "join");
+    if (worst >= 0.1) {
+        printf("FAIL a round took %.0f ms (a lost wake-up?)\n", worst * 1e3);
+        exit(1);
+    }
+}
+
 static void wait_mode(void) {
     pthread_t quick, held;
     pthread_create(&quick, NULL, short_thread, NULL);
@@ -341,8 +416,10 @@ int main(int argc, char **argv) {
         wait_mode();
     else if (strcmp(mode, "orphan") == 0)
         orphan_mode();
+    else if (strcmp(mode, "wakeups") == 0)
+        wakeups_mode();
     else {
-        fprintf(stderr, "usage: surprises errno|tsd|allocs|lists|joinself|buffering|wait|orphan\n");
+        fprintf(stderr, "usage: surprises errno|tsd|allocs|lists|joinself|buffering|wait|orphan|wakeups\n");
         return 2;
     }
     printf("%s ok\n", mode);
