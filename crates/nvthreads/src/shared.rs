@@ -512,10 +512,27 @@ pub struct SyncSlot {
 }
 
 impl SyncSlot {
-    fn reset(&self) {
+    /// Clears the slot for another object of `table`. A condition variable's or barrier's
+    /// sequence moves forward instead of back to 0: a waiter
+    /// that a broadcast (or the last arrival) woke may not have run yet when the program
+    /// destroys the object, which POSIX allows, and it must find the sequence changed from
+    /// the value it slept on — back at 0, a waiter of the first generation slept again for
+    /// ever. Any start value serves them: their waits compare the sequence for change.
+    fn reset(&self, table: Table) {
         self.word.force_free();
+        match table {
+            Table::Cond | Table::Barrier => {
+                self.seq.fetch_add(1, Ordering::SeqCst);
+                // Only a waiter still counted can be asleep (destroying an object threads
+                // are blocked on is undefined behaviour; woken ones are not asleep).
+                if self.arrived.load(Ordering::SeqCst) != 0 {
+                    futex_wake(&self.seq, i32::MAX);
+                }
+            }
+            // A mutex does not use it; a once-control's 0 is "not run".
+            Table::Mutex | Table::Once => self.seq.store(0, Ordering::Relaxed),
+        }
         for field in [
-            &self.seq,
             &self.arrived,
             &self.count,
             &self.kind,
@@ -825,7 +842,7 @@ impl Shared {
         let lock = &self.table_locks[table.index()];
         lock.lock();
         let slot = self.claim_locked(table, key, &|_| {}).inspect(|slot| {
-            slot.reset();
+            slot.reset(table);
             init(slot);
         });
         lock.unlock();
@@ -842,7 +859,7 @@ impl Shared {
             seen == 0 || seen == TOMBSTONE
         })?;
         let slot = &slots[free];
-        slot.reset();
+        slot.reset(table);
         init(slot);
         slot.key.store(key, Ordering::Release);
         Some(slot)
@@ -854,7 +871,7 @@ impl Shared {
         let lock = &self.table_locks[table.index()];
         lock.lock();
         let found = self.find(table, key).inspect(|slot| {
-            slot.reset();
+            slot.reset(table);
             slot.key.store(TOMBSTONE, Ordering::Release);
         });
         lock.unlock();

@@ -350,7 +350,7 @@ impl Runtime {
             let woken = end == WaitEnd::Woken;
             if signalled() || end == WaitEnd::TimedOut {
                 if !woken {
-                    slot.arrived.fetch_sub(1, Ordering::SeqCst);
+                    leave_count(&slot.arrived, 1);
                 }
                 return !signalled();
             }
@@ -375,7 +375,7 @@ impl Runtime {
             let woken = futex_wake(&slot.seq, if all { i32::MAX } else { 1 });
             if woken > 0 {
                 // Those woken are no longer waiting for a wake-up (see `wait_for_signal`).
-                slot.arrived.fetch_sub(woken, Ordering::SeqCst);
+                leave_count(&slot.arrived, woken);
             }
         }
         0
@@ -518,6 +518,15 @@ impl Runtime {
     pub(super) fn forget_deferred(&self) {
         deferred().clear();
     }
+}
+
+/// Takes `n` off a condition variable's count of waiters, stopping at 0: a waiter counted
+/// in a slot that `pthread_cond_destroy` and a new `pthread_cond_init` reset meanwhile (its
+/// wait ended by the reset's new sequence) must not wrap the new object's count.
+fn leave_count(count: &std::sync::atomic::AtomicU32, n: u32) {
+    let _ = count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| {
+        Some(now.saturating_sub(n))
+    });
 }
 
 /// Rounds of [`spin_until`]: about 3 µs on the project's machine (23 ns per `spin_loop`,
