@@ -394,9 +394,13 @@ static void *th_timed(void *arg) {
     return NULL;
 }
 
+/* The first two CPUs this process may run on (the second -1 if there is one only). */
+static int th_cpus[2] = {-1, -1};
+
 static void *th_blocking(void *arg) {
-    if (arg != NULL)
-        pin_to(1, 0);
+    (void)arg;
+    if (th_cpus[1] >= 0)
+        pin_to(th_cpus[1], 0);
     pthread_mutex_lock(&th_mutex);
     double at = wk_now();
     pthread_mutex_unlock(&th_mutex);
@@ -411,9 +415,13 @@ static void ms_sleep(long ms) {
 }
 
 static void timedhandoff_mode(void) {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t allowed;
+    CHECK(sched_getaffinity(0, sizeof allowed, &allowed) == 0, "sched_getaffinity");
+    for (int cpu = 0, found = 0; cpu < CPU_SETSIZE && found < 2; cpu++)
+        if (CPU_ISSET(cpu, &allowed))
+            th_cpus[found++] = cpu;
     CHECK(pipe(th_timed_pipe) == 0 && pipe(th_blocking_pipe) == 0, "pipe");
-    pin_to(0, 0);
+    pin_to(th_cpus[0], 0);
     clock_gettime(CLOCK_REALTIME, &th_deadline);
     th_deadline.tv_nsec += 100 * 1000000L;
     if (th_deadline.tv_nsec >= 1000000000L) {
@@ -426,8 +434,7 @@ static void timedhandoff_mode(void) {
     pid_t timed_pid;
     CHECK(read(th_timed_pipe[0], &timed_pid, sizeof timed_pid) == sizeof timed_pid, "T's pid");
     ms_sleep(15); /* T asleep in its timed lock */
-    CHECK(pthread_create(&blocking, NULL, th_blocking, cpus > 1 ? (void *)1 : NULL) == 0,
-          "create W");
+    CHECK(pthread_create(&blocking, NULL, th_blocking, NULL) == 0, "create W");
     ms_sleep(15); /* W asleep behind T */
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
@@ -447,8 +454,8 @@ static void timedhandoff_mode(void) {
             break;
         ms_sleep(left > 0 ? (long)(left * 1e3) + 6 : 1);
     }
-    if (cpus > 1)
-        pin_to(1, timed_pid); /* T may run beside main */
+    if (th_cpus[1] >= 0)
+        pin_to(th_cpus[1], timed_pid); /* T may run beside main */
     CHECK(kill(timed_pid, SIGCONT) == 0, "continue T");
     int rc;
     CHECK(read(th_timed_pipe[0], &rc, sizeof rc) == sizeof rc, "T's result");
