@@ -203,6 +203,12 @@ pub fn futex_wait_until_end(
     clock: Clock,
     deadline: &libc::timespec,
 ) -> WaitEnd {
+    if deadline.tv_sec < 0 {
+        // A time before the clock's epoch is a valid deadline, long passed, but the kernel
+        // refuses it (`EINVAL`): a caller that waits again on anything but a timeout would
+        // spin on the refusal for ever (`pthread_cond_timedwait`, `pthread_timedjoin_np`).
+        return WaitEnd::TimedOut;
+    }
     if time_left(clock, deadline) > WATCHDOG_PERIOD {
         return match futex_wait_end(word, expected, WATCHDOG_PERIOD) {
             WaitEnd::TimedOut => {
@@ -298,7 +304,10 @@ pub fn futex_wake(word: &AtomicU32, count: i32) -> u32 {
 /// 2 and sleeps, and the waker's load of the count comes after its compare-and-swap that
 /// took the lock (both sequentially consistent). A sleeper counted too late for that load
 /// finds the word 1 (the new holder's) when the kernel compares it, returns, marks it 2
-/// and sleeps again, so the holder wakes it. Tried and not kept (`docs/nvthreads.md` §10,
+/// and sleeps again, so the holder wakes it. The thread an unlock woke passes the wake-up
+/// on: it takes the lock (as 2 if some thread still sleeps), or sleeps again on a word it
+/// marked 2, or — a timed wait whose deadline passed — leaves the word marked 2 if some
+/// thread still sleeps (`LockWord::give_up`). Tried and not kept (`docs/nvthreads.md` §10,
 /// eighth round): the count of waiting threads in the futex word itself (every arrival
 /// changed the value the others slept on: their sleeps failed and retried), and a waiter
 /// count the unlock reads instead of the 2 (runnable waiters not yet back on a core stayed
@@ -391,7 +400,31 @@ impl LockWord {
             }
             self.sleepers.fetch_sub(1, Ordering::SeqCst);
             if timed_out {
-                return self.word.load(Ordering::Acquire) == 0;
+                return self.give_up();
+            }
+        }
+    }
+
+    /// The end of a wait whose deadline passed: whether the lock looks free (the caller may
+    /// still take it). If not, and other threads sleep on it, the word is left at 2 first.
+    /// This waiter may have been the one the last unlock woke, just as its deadline passed,
+    /// while a locker that had not waited took the word as 1: the sleepers that wake-up did
+    /// not reach would then wait for their watchdog period, since an unlock of 1 wakes
+    /// nobody. A sleeper counted after the load of the count marks the word itself.
+    fn give_up(&self) -> bool {
+        loop {
+            match self.word.load(Ordering::SeqCst) {
+                0 => return true,
+                1 if self.sleepers.load(Ordering::SeqCst) != 0 => {
+                    if self
+                        .word
+                        .compare_exchange(1, 2, Ordering::SeqCst, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        return false;
+                    }
+                }
+                _ => return false,
             }
         }
     }

@@ -477,6 +477,22 @@ fn condition_signals_reach_their_waiters_at_once() {
     surprises_hold("wakeups");
 }
 
+/// A timed mutex lock that an unlock woke as its deadline passed, and that finds the mutex
+/// taken again by a thread that had not waited, passes the wake-up on: the thread asleep
+/// behind it has the mutex at the next unlock, not after the watchdog period.
+#[test]
+fn a_timed_lock_that_times_out_after_its_wake_up_passes_it_on() {
+    surprises_hold("timedhandoff");
+}
+
+/// Deadlines before the clock's epoch have passed: timed condition waits, a timed lock of
+/// a held mutex and a timed join of a running thread return `ETIMEDOUT` at once (the kernel
+/// refuses such times with `EINVAL`; the waits used to retry for ever).
+#[test]
+fn deadlines_before_the_epoch_time_out_at_once() {
+    surprises_hold("pasttimes");
+}
+
 /// Killing the main process ends a thread made by a thread too: nothing is left running
 /// that would hold the pool.
 #[test]

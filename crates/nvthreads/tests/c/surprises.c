@@ -23,7 +23,20 @@
  *              round, three tokens and a broadcast; main waits for each round's tokens to
  *              be taken on a second condition variable. A lost wake-up leaves a token until
  *              the runtime's watchdog period (200 ms) ends the waiter's sleep: the mode
- *              fails if a round takes 100 ms or more.
+ *              fails if a round takes 100 ms or more;
+ *   timedhandoff  a timed lock woken by an unlock as its deadline passes, while another
+ *              thread took the mutex meanwhile, passes the wake-up on: a thread asleep
+ *              behind it gets the mutex at the next unlock. Main holds the mutex; a thread
+ *              T (SCHED_IDLE, on main's CPU, so it cannot run while main does) sleeps in
+ *              pthread_mutex_timedlock, then a thread W in pthread_mutex_lock; main unlocks
+ *              (waking T, queued first), stops T (SIGSTOP) before it runs, locks again,
+ *              lets T go on once its deadline has passed, T times out, main unlocks. W must
+ *              have the mutex within 50 ms (a lost wake-up leaves it to the watchdog
+ *              period, about 100 ms later);
+ *   pasttimes  deadlines before the clock's epoch (tv_sec -1) have passed:
+ *              pthread_cond_timedwait, pthread_cond_clockwait, pthread_mutex_timedlock of
+ *              a held mutex and pthread_timedjoin_np of a running thread return ETIMEDOUT
+ *              at once (the kernel refuses such times; a hang is ended by alarm()).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -33,10 +46,13 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -352,6 +368,147 @@ static void wakeups_mode(void) {
     }
 }
 
+static pthread_mutex_t th_mutex = PTHREAD_MUTEX_INITIALIZER;
+/* T -> main: T's pid, then its pthread_mutex_timedlock's result; W -> main: when W had the
+ * mutex. */
+static int th_timed_pipe[2], th_blocking_pipe[2];
+static struct timespec th_deadline;
+
+static void pin_to(int cpu, pid_t pid) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    CHECK(sched_setaffinity(pid, sizeof set, &set) == 0, "sched_setaffinity");
+}
+
+static void *th_timed(void *arg) {
+    (void)arg;
+    struct sched_param param = {0};
+    CHECK(sched_setscheduler(0, SCHED_IDLE, &param) == 0, "SCHED_IDLE");
+    pid_t me = (pid_t)syscall(SYS_gettid); /* this thread's own process */
+    CHECK(write(th_timed_pipe[1], &me, sizeof me) == sizeof me, "write T's pid");
+    int rc = pthread_mutex_timedlock(&th_mutex, &th_deadline);
+    if (rc == 0)
+        pthread_mutex_unlock(&th_mutex);
+    CHECK(write(th_timed_pipe[1], &rc, sizeof rc) == sizeof rc, "write T's result");
+    return NULL;
+}
+
+/* The first two CPUs this process may run on (the second -1 if there is one only). */
+static int th_cpus[2] = {-1, -1};
+
+static void *th_blocking(void *arg) {
+    (void)arg;
+    if (th_cpus[1] >= 0)
+        pin_to(th_cpus[1], 0);
+    pthread_mutex_lock(&th_mutex);
+    double at = wk_now();
+    pthread_mutex_unlock(&th_mutex);
+    CHECK(write(th_blocking_pipe[1], &at, sizeof at) == sizeof at, "write W's time");
+    return NULL;
+}
+
+static void ms_sleep(long ms) {
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&t, &t) != 0 && errno == EINTR) {
+    }
+}
+
+static void timedhandoff_mode(void) {
+    cpu_set_t allowed;
+    CHECK(sched_getaffinity(0, sizeof allowed, &allowed) == 0, "sched_getaffinity");
+    for (int cpu = 0, found = 0; cpu < CPU_SETSIZE && found < 2; cpu++)
+        if (CPU_ISSET(cpu, &allowed))
+            th_cpus[found++] = cpu;
+    CHECK(pipe(th_timed_pipe) == 0 && pipe(th_blocking_pipe) == 0, "pipe");
+    pin_to(th_cpus[0], 0);
+    clock_gettime(CLOCK_REALTIME, &th_deadline);
+    th_deadline.tv_nsec += 100 * 1000000L;
+    if (th_deadline.tv_nsec >= 1000000000L) {
+        th_deadline.tv_sec++;
+        th_deadline.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&th_mutex);
+    pthread_t timed, blocking;
+    CHECK(pthread_create(&timed, NULL, th_timed, NULL) == 0, "create T");
+    pid_t timed_pid;
+    CHECK(read(th_timed_pipe[0], &timed_pid, sizeof timed_pid) == sizeof timed_pid, "T's pid");
+    ms_sleep(15); /* T asleep in its timed lock */
+    CHECK(pthread_create(&blocking, NULL, th_blocking, NULL) == 0, "create W");
+    ms_sleep(15); /* W asleep behind T */
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    double deadline = (double)th_deadline.tv_sec + (double)th_deadline.tv_nsec / 1e9;
+    double late = (double)now.tv_sec + (double)now.tv_nsec / 1e9;
+    CHECK(late < deadline - 0.01, "setting up within T's deadline (the machine too slow?)");
+    /* Wakes T, which cannot run while main does, and stops it before it can: it stops on
+     * its way out of the kernel, its wait ended by the wake-up. Main takes the mutex back
+     * without having waited, and lets T go on once its deadline has passed. */
+    pthread_mutex_unlock(&th_mutex);
+    CHECK(kill(timed_pid, SIGSTOP) == 0, "stop T");
+    pthread_mutex_lock(&th_mutex);
+    for (;;) {
+        clock_gettime(CLOCK_REALTIME, &now);
+        double left = deadline - ((double)now.tv_sec + (double)now.tv_nsec / 1e9);
+        if (left < -0.005)
+            break;
+        ms_sleep(left > 0 ? (long)(left * 1e3) + 6 : 1);
+    }
+    if (th_cpus[1] >= 0)
+        pin_to(th_cpus[1], timed_pid); /* T may run beside main */
+    CHECK(kill(timed_pid, SIGCONT) == 0, "continue T");
+    int rc;
+    CHECK(read(th_timed_pipe[0], &rc, sizeof rc) == sizeof rc, "T's result");
+    CHECK(rc == ETIMEDOUT, "T's timed lock timing out");
+    double released = wk_now();
+    pthread_mutex_unlock(&th_mutex);
+    double acquired;
+    CHECK(read(th_blocking_pipe[0], &acquired, sizeof acquired) == sizeof acquired,
+          "W's time");
+    CHECK(pthread_join(timed, NULL) == 0 && pthread_join(blocking, NULL) == 0, "join");
+    if (acquired - released >= 0.05) {
+        printf("FAIL W had the mutex %.0f ms after its unlock (a lost wake-up)\n",
+               (acquired - released) * 1e3);
+        exit(1);
+    }
+}
+
+static pthread_mutex_t pt_held = PTHREAD_MUTEX_INITIALIZER;
+static int pt_held_pipe[2], pt_release[2];
+
+static void *pt_holder(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&pt_held);
+    char go;
+    CHECK(write(pt_held_pipe[1], "h", 1) == 1, "write held");
+    CHECK(read(pt_release[0], &go, 1) == 1, "read release");
+    pthread_mutex_unlock(&pt_held);
+    return NULL;
+}
+
+static void pasttimes_mode(void) {
+    alarm(20);
+    const struct timespec past = {-1, 0};
+    pthread_mutex_lock(&mutex);
+    CHECK(pthread_cond_timedwait(&cond, &mutex, &past) == ETIMEDOUT,
+          "pthread_cond_timedwait before the epoch");
+    CHECK(pthread_cond_clockwait(&cond, &mutex, CLOCK_MONOTONIC, &past) == ETIMEDOUT,
+          "pthread_cond_clockwait before the epoch");
+    pthread_mutex_unlock(&mutex);
+    pthread_t holder;
+    char held;
+    CHECK(pipe(pt_held_pipe) == 0 && pipe(pt_release) == 0, "pipe");
+    CHECK(pthread_create(&holder, NULL, pt_holder, NULL) == 0, "create");
+    CHECK(read(pt_held_pipe[0], &held, 1) == 1, "read held");
+    CHECK(pthread_mutex_timedlock(&pt_held, &past) == ETIMEDOUT,
+          "pthread_mutex_timedlock before the epoch");
+    CHECK(pthread_timedjoin_np(holder, NULL, &past) == ETIMEDOUT,
+          "pthread_timedjoin_np before the epoch");
+    CHECK(write(pt_release[1], "r", 1) == 1, "write release");
+    CHECK(pthread_join(holder, NULL) == 0, "join");
+    alarm(0);
+}
+
 static void wait_mode(void) {
     pthread_t quick, held;
     pthread_create(&quick, NULL, short_thread, NULL);
@@ -418,8 +575,14 @@ int main(int argc, char **argv) {
         orphan_mode();
     else if (strcmp(mode, "wakeups") == 0)
         wakeups_mode();
+    else if (strcmp(mode, "timedhandoff") == 0)
+        timedhandoff_mode();
+    else if (strcmp(mode, "pasttimes") == 0)
+        pasttimes_mode();
     else {
-        fprintf(stderr, "usage: surprises errno|tsd|allocs|lists|joinself|buffering|wait|orphan|wakeups\n");
+        fprintf(stderr, "usage: surprises "
+                        "errno|tsd|allocs|lists|joinself|buffering|wait|orphan|wakeups|"
+                        "timedhandoff|pasttimes\n");
         return 2;
     }
     printf("%s ok\n", mode);
