@@ -423,7 +423,11 @@ static void timedhandoff_mode(void) {
     CHECK(pipe(th_timed_pipe) == 0 && pipe(th_blocking_pipe) == 0, "pipe");
     pin_to(th_cpus[0], 0);
     clock_gettime(CLOCK_REALTIME, &th_deadline);
-    th_deadline.tv_nsec += 100 * 1000000L;
+    /* 120 ms: room for the two thread creations and 30 ms of sleeps on a loaded machine
+     * (the check below refuses a setup that overran it), while T's time-out and main's
+     * unlock still come before W's first watchdog wake-up (200 ms into its sleep), which
+     * would mark the mutex for it and hide the lost wake-up. */
+    th_deadline.tv_nsec += 120 * 1000000L;
     if (th_deadline.tv_nsec >= 1000000000L) {
         th_deadline.tv_sec++;
         th_deadline.tv_nsec -= 1000000000L;
