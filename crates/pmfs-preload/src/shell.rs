@@ -1,9 +1,11 @@
-//! `system` from a served working directory. The C library's own version starts `/bin/sh`
-//! through its internal `posix_spawn`, which no preload sees, so the served working
-//! directory would not be handed over (`cwd`): the shell would start in the parked, empty
-//! directory and find nothing. While the working directory is served, this version starts
-//! the shell with the C library's `posix_spawn` and an environment that hands the directory
-//! over, keeping what POSIX asks of `system` (below); otherwise the C library's own runs.
+//! `system` and `popen` from a served working directory. The C library's own versions
+//! start `/bin/sh` through its internal `posix_spawn`, which no preload sees, so the served
+//! working directory would not be handed over (`cwd`): the shell would start in the parked,
+//! empty directory and find nothing. While the working directory is served, these versions
+//! start the shell with the C library's `posix_spawn` and an environment that hands the
+//! directory over, keeping what POSIX asks of `system` and `popen` (below); otherwise the C
+//! library's own run. `pclose` waits for the shells of the streams opened here and leaves
+//! every other stream to the C library.
 
 use crate::handover::with_variables;
 use libc::{c_char, c_int, pid_t};
@@ -22,13 +24,17 @@ fn errno() -> c_int {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
-/// Starts `sh -c command` with `attr`, the environment extended by `vars`; the child's pid,
-/// or the `posix_spawn` error number.
+/// Streams `popen` opened here, with their shells' process ids: `pclose` waits for those.
+static OPENED: Mutex<Vec<(usize, pid_t)>> = Mutex::new(Vec::new());
+
+/// Starts `sh -c command` with `actions` and `attr` (either may be null), the environment
+/// extended by `vars`; the child's pid, or the `posix_spawn` error number.
 ///
 /// # Safety
-/// `command` is a NUL-terminated string; `attr` is initialised.
+/// `command` is a NUL-terminated string; `actions` and `attr` are null or initialised.
 unsafe fn spawn_shell(
     command: *const c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
     attr: *const libc::posix_spawnattr_t,
     vars: &[(&str, String)],
 ) -> Result<pid_t, c_int> {
@@ -45,14 +51,14 @@ unsafe fn spawn_shell(
     );
     let argv: [*const c_char; 4] = [c"sh".as_ptr(), c"-c".as_ptr(), command, std::ptr::null()];
     let mut pid: pid_t = 0;
-    // SAFETY: the process's environment array, extended; argv is null-terminated; no file
-    // actions; the caller's attributes.
+    // SAFETY: the process's environment array, extended; argv is null-terminated; the
+    // caller's file actions and attributes.
     let error = unsafe {
         with_variables((*std::ptr::addr_of!(environ)).cast(), vars, |env| {
             real(
                 &mut pid,
                 SHELL.as_ptr(),
-                std::ptr::null(),
+                actions,
                 attr,
                 argv.as_ptr().cast(),
                 env.cast(),
@@ -166,7 +172,7 @@ pub(crate) unsafe fn system(command: *const c_char, vars: &[(&str, String)]) -> 
             &mut attr,
             (libc::POSIX_SPAWN_SETSIGDEF | libc::POSIX_SPAWN_SETSIGMASK) as libc::c_short,
         );
-        let started = spawn_shell(command, &attr, vars);
+        let started = spawn_shell(command, std::ptr::null(), &attr, vars);
         libc::posix_spawnattr_destroy(&mut attr);
         started
     };
@@ -181,4 +187,102 @@ pub(crate) unsafe fn system(command: *const c_char, vars: &[(&str, String)]) -> 
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut()) };
     crate::abi::set_errno(pmfs::Errno::from_raw(kept));
     status
+}
+
+/// Whether `popen`'s `mode` reads (`r`) or writes (`w`): one of the two, then only `e`
+/// (close-on-exec) as the C library accepts; `None` for anything else.
+fn popen_reads(mode: &CStr) -> Option<bool> {
+    let (first, rest) = mode.to_bytes().split_first()?;
+    if !rest.iter().all(|&c| c == b'e') {
+        return None;
+    }
+    match first {
+        b'r' => Some(true),
+        b'w' => Some(false),
+        _ => None,
+    }
+}
+
+/// `popen(command, mode)` from a served working directory: `sh -c command` with its standard
+/// output (`r`) or input (`w`) on a pipe whose other end is the returned stream. The parent's
+/// end is close-on-exec whatever the mode (so no later `popen` shell, nor any program the
+/// process starts, inherits it; POSIX asks that of later `popen` shells only). Null with
+/// `errno` `EINVAL` for a bad mode, or the error of the pipe, the spawn or the stream.
+///
+/// # Safety
+/// `command` and `mode` are NUL-terminated strings.
+pub(crate) unsafe fn popen(
+    command: *const c_char,
+    mode: *const c_char,
+    vars: &[(&str, String)],
+) -> *mut libc::FILE {
+    // SAFETY: the caller's NUL-terminated mode.
+    let Some(reads) = popen_reads(unsafe { CStr::from_ptr(mode) }) else {
+        crate::abi::set_errno(pmfs::Errno::from_raw(libc::EINVAL));
+        return std::ptr::null_mut();
+    };
+    let mut fds: [c_int; 2] = [-1; 2];
+    // SAFETY: two descriptors written by the call.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return std::ptr::null_mut();
+    }
+    let (ours, theirs, target) = if reads {
+        (fds[0], fds[1], libc::STDOUT_FILENO)
+    } else {
+        (fds[1], fds[0], libc::STDIN_FILENO)
+    };
+    // SAFETY: file actions initialised here and destroyed below; `theirs` is open. A
+    // `dup2` onto itself (the pipe took descriptor 0 or 1) clears close-on-exec.
+    let started = unsafe {
+        let mut actions: libc::posix_spawn_file_actions_t = std::mem::zeroed();
+        libc::posix_spawn_file_actions_init(&mut actions);
+        libc::posix_spawn_file_actions_adddup2(&mut actions, theirs, target);
+        let started = spawn_shell(command, &actions, std::ptr::null(), vars);
+        libc::posix_spawn_file_actions_destroy(&mut actions);
+        started
+    };
+    // SAFETY: the shell's end, ours no more.
+    unsafe { libc::close(theirs) };
+    let pid = match started {
+        Ok(pid) => pid,
+        Err(error) => {
+            // SAFETY: our end, unused.
+            unsafe { libc::close(ours) };
+            crate::abi::set_errno(pmfs::Errno::from_raw(error));
+            return std::ptr::null_mut();
+        }
+    };
+    let stream_mode = if reads { c"r" } else { c"w" };
+    // SAFETY: an open pipe end and a valid mode.
+    let stream = unsafe { libc::fdopen(ours, stream_mode.as_ptr()) };
+    if stream.is_null() {
+        let kept = errno();
+        // SAFETY: our end, not taken by a stream; the shell sees its pipe closed.
+        unsafe { libc::close(ours) };
+        wait_for(pid);
+        crate::abi::set_errno(pmfs::Errno::from_raw(kept));
+        return std::ptr::null_mut();
+    }
+    OPENED.lock().push((stream as usize, pid));
+    stream
+}
+
+/// `pclose(stream)` of a stream [`popen`] opened: closes it and waits for its shell (the
+/// shell's status, or -1 with `errno` `ECHILD` if it was already waited for). `None` for any
+/// other stream, which the C library's `pclose` takes.
+///
+/// # Safety
+/// `stream` is a stream the caller may close.
+pub(crate) unsafe fn pclose(stream: *mut libc::FILE) -> Option<c_int> {
+    let pid = {
+        let mut opened = OPENED.lock();
+        let at = opened.iter().position(|&(s, _)| s == stream as usize)?;
+        opened.swap_remove(at).1
+    };
+    // SAFETY: a stream `popen` made and the caller gives up.
+    unsafe { libc::fclose(stream) };
+    let status = wait_for(pid);
+    let kept = errno();
+    crate::abi::set_errno(pmfs::Errno::from_raw(kept));
+    Some(status)
 }

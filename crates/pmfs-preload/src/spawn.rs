@@ -130,16 +130,34 @@ pub unsafe extern "C" fn system(command: *const c_char) -> c_int {
 }
 
 /// # Safety
-/// C `popen`. Its shell finds nothing in a served working directory (the C library starts
-/// it where no preload sees; `docs/pmfs-mount.md` §5): running `popen` here would mean
-/// keeping the C library's stream list and `fclose` of its streams too.
+/// C `popen`. From a served working directory the library starts the shell itself, so that
+/// the directory is handed over (`shell.rs`); otherwise the C library's.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn popen(command: *const c_char, mode: *const c_char) -> *mut FILE {
     release_before_start();
+    let vars = cwd_variable();
+    if !command.is_null() && !mode.is_null() && !vars.is_empty() {
+        // SAFETY: `popen`'s command and mode.
+        return unsafe { crate::shell::popen(command, mode, &vars) }.cast();
+    }
     let real = next!(
         "popen",
         unsafe extern "C" fn(*const c_char, *const c_char) -> *mut FILE
     );
     // SAFETY: forwarded as received.
     unsafe { real(command, mode) }
+}
+
+/// # Safety
+/// C `pclose`: a stream this library's `popen` opened is closed and its shell waited for
+/// here; any other goes to the C library's.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pclose(stream: *mut FILE) -> c_int {
+    // SAFETY: the caller's stream.
+    if let Some(status) = unsafe { crate::shell::pclose(stream.cast()) } {
+        return status;
+    }
+    let real = next!("pclose", unsafe extern "C" fn(*mut FILE) -> c_int);
+    // SAFETY: forwarded as received.
+    unsafe { real(stream) }
 }

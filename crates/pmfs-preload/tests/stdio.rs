@@ -275,6 +275,7 @@ fn a_process_that_holds_nothing_served_leaves_the_pool_to_the_programs_it_starts
 /// `exit 3`), and `popen`, whose shell the C library starts where no preload sees (it finds
 /// nothing), one line of results.
 const SHELL_CALLS: &str = r#"
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -283,16 +284,34 @@ int main(void) {
     int three = system("exit 3");
     FILE *in = popen("test -f b", "r");
     int piped = in ? pclose(in) : -1;
-    printf("%d %d %d\n", WEXITSTATUS(found), WEXITSTATUS(three), WEXITSTATUS(piped));
+    char line[64] = "";
+    FILE *cat = popen("cat b", "r");
+    if (!cat || !fgets(line, sizeof line, cat))
+        line[0] = 0;
+    int catted = cat ? pclose(cat) : -1;
+    FILE *out = popen("dd of=w status=none", "w");
+    if (out)
+        fputs("written\n", out);
+    int wrote = out ? pclose(out) : -1;
+    errno = 0;
+    FILE *bad = popen("true", "x");
+    int refused = bad == NULL && errno == EINVAL;
+    FILE *four = popen("exit 4", "re");
+    int exited = four ? pclose(four) : -1;
+    printf("%d %d %d %d %d %d %d %s", WEXITSTATUS(found), WEXITSTATUS(three),
+           WEXITSTATUS(piped), WEXITSTATUS(catted), WEXITSTATUS(wrote), refused,
+           WEXITSTATUS(exited), line);
     return 0;
 }
 "#;
 
-/// A program started in a served working directory works there, also through `system`
-/// (whose shell the C library starts where no preload sees it: it used to find nothing; a
-/// `popen`'s shell still does); where it cannot serve it (the shell holds the pool, the program runs without
-/// the library) it finds nothing, never the files of the directory the shell was in before:
-/// after `cd $P/d`, `rm -f a` used to delete the kernel's `./a`.
+/// A program started in a served working directory works there, also through `system` and
+/// `popen` (whose shells the C library starts where no preload sees them: they used to find
+/// nothing; a `popen` stream reads a served file and writes one, its `pclose` returns the
+/// shell's status, a bad mode is `EINVAL`); where it cannot serve it (the shell holds the
+/// pool, the program runs without the library) it finds nothing, never the files of the
+/// directory the shell was in before: after `cd $P/d`, `rm -f a` used to delete the kernel's
+/// `./a`.
 #[test]
 fn a_program_started_in_a_served_directory_runs_there_or_finds_nothing() {
     let _serial = serial();
@@ -338,7 +357,7 @@ fn a_program_started_in_a_served_directory_runs_there_or_finds_nothing() {
     );
     assert_eq!(
         stdout,
-        format!("inside\n{PREFIX}/d\n0 3 1\nrefused\nb\nc\n")
+        format!("inside\n{PREFIX}/d\n0 3 0 0 0 1 4 inside\nrefused\nb\nc\nw\n")
     );
     let kept = Some(b"outside\n".to_vec());
     assert_eq!(
@@ -354,6 +373,10 @@ fn a_program_started_in_a_served_directory_runs_there_or_finds_nothing() {
     );
     assert_eq!(read_file(&px, "/d/b").expect("b"), b"inside\n");
     assert_eq!(read_file(&px, "/d/c").expect("c"), b"inside\n");
+    assert_eq!(
+        read_file(&px, "/d/w").expect("w, written through popen"),
+        b"written\n"
+    );
     px.into_fs().unmount().expect("unmount");
 }
 
