@@ -4,13 +4,15 @@
 //! empty directory and find nothing. While the working directory is served, these versions
 //! start the shell with the C library's `posix_spawn` and an environment that hands the
 //! directory over, keeping what POSIX asks of `system` and `popen` (below); otherwise the C
-//! library's own run. `pclose` waits for the shells of the streams opened here and leaves
-//! every other stream to the C library.
+//! library's own run. `pclose` and `fclose` (as glibc's, whose `fclose` of a `popen` stream
+//! is its `pclose`) wait for the shells of the streams opened here; every other stream is
+//! the C library's.
 
 use crate::handover::with_variables;
 use libc::{c_char, c_int, pid_t};
 use parking_lot::Mutex;
 use std::ffi::CStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The shell `system` starts.
 const SHELL: &CStr = c"/bin/sh";
@@ -24,8 +26,15 @@ fn errno() -> c_int {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
-/// Streams `popen` opened here, with their shells' process ids: `pclose` waits for those.
+/// Streams `popen` opened here, with their shells' process ids: `pclose` and `fclose` wait
+/// for those. An entry leaves the list before its `FILE` is freed (`take`), so a stream the
+/// C library later makes at the same address is never mistaken for it.
 static OPENED: Mutex<Vec<(usize, pid_t)>> = Mutex::new(Vec::new());
+
+/// How many entries `OPENED` holds: every `fclose` asks, and while no `popen` stream is open
+/// (most programs, always) it does not lock, so a child forked while another thread held the
+/// lock can still close its streams.
+static OPENED_COUNT: AtomicUsize = AtomicUsize::new(0);
 
 /// Starts `sh -c command` with `actions` and `attr` (either may be null), the environment
 /// extended by `vars`; the child's pid, or the `posix_spawn` error number.
@@ -76,7 +85,7 @@ unsafe extern "C" {
 /// not the C library's `waitpid`, which is a cancellation point: a cancelled wait would
 /// unwind through Rust frames and leave `SIGINT`/`SIGQUIT` ignored (the C library installs
 /// a cleanup handler instead).
-fn wait_for(pid: pid_t) -> c_int {
+pub(crate) fn wait_for(pid: pid_t) -> c_int {
     let mut status: c_int = 0;
     loop {
         // SAFETY: `wait4` of a child of this process, a status word, no resource usage.
@@ -189,18 +198,20 @@ pub(crate) unsafe fn system(command: *const c_char, vars: &[(&str, String)]) -> 
     status
 }
 
-/// Whether `popen`'s `mode` reads (`r`) or writes (`w`): one of the two, then only `e`
-/// (close-on-exec) as the C library accepts; `None` for anything else.
+/// Whether `popen`'s `mode` reads (`r`) or writes (`w`), as glibc parses it: any sequence of
+/// `r`, `w` and `e` (close-on-exec) holding exactly one of `r` and `w` (`"er"` and `"rr"` are
+/// `r`); `None` for anything else.
 fn popen_reads(mode: &CStr) -> Option<bool> {
-    let (first, rest) = mode.to_bytes().split_first()?;
-    if !rest.iter().all(|&c| c == b'e') {
-        return None;
+    let (mut reads, mut writes) = (false, false);
+    for &c in mode.to_bytes() {
+        match c {
+            b'r' => reads = true,
+            b'w' => writes = true,
+            b'e' => {}
+            _ => return None,
+        }
     }
-    match first {
-        b'r' => Some(true),
-        b'w' => Some(false),
-        _ => None,
-    }
+    (reads != writes).then_some(reads)
 }
 
 /// `popen(command, mode)` from a served working directory: `sh -c command` with its standard
@@ -263,26 +274,36 @@ pub(crate) unsafe fn popen(
         crate::abi::set_errno(pmfs::Errno::from_raw(kept));
         return std::ptr::null_mut();
     }
-    OPENED.lock().push((stream as usize, pid));
+    let mut opened = OPENED.lock();
+    opened.push((stream as usize, pid));
+    OPENED_COUNT.store(opened.len(), Ordering::Release);
     stream
 }
 
+/// Takes `stream` off the streams [`popen`] opened: its shell's process id, `None` for any
+/// other stream. The caller closes the stream, then waits for the shell (a shell reading the
+/// pipe ends when it is closed).
+pub(crate) fn take(stream: *mut libc::FILE) -> Option<pid_t> {
+    if OPENED_COUNT.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let mut opened = OPENED.lock();
+    let at = opened.iter().position(|&(s, _)| s == stream as usize)?;
+    let pid = opened.swap_remove(at).1;
+    OPENED_COUNT.store(opened.len(), Ordering::Release);
+    Some(pid)
+}
+
 /// `pclose(stream)` of a stream [`popen`] opened: closes it and waits for its shell (the
-/// shell's status, or -1 with `errno` `ECHILD` if it was already waited for). `None` for any
-/// other stream, which the C library's `pclose` takes.
+/// shell's status, or -1 with `errno` `ECHILD` if it was already waited for, e.g. by a
+/// `SIGCHLD` handler). `None` for any other stream, which the C library's `pclose` takes.
 ///
 /// # Safety
 /// `stream` is a stream the caller may close.
 pub(crate) unsafe fn pclose(stream: *mut libc::FILE) -> Option<c_int> {
-    let pid = {
-        let mut opened = OPENED.lock();
-        let at = opened.iter().position(|&(s, _)| s == stream as usize)?;
-        opened.swap_remove(at).1
-    };
+    let pid = take(stream)?;
+    let real = next!("fclose", unsafe extern "C" fn(*mut libc::FILE) -> c_int);
     // SAFETY: a stream `popen` made and the caller gives up.
-    unsafe { libc::fclose(stream) };
-    let status = wait_for(pid);
-    let kept = errno();
-    crate::abi::set_errno(pmfs::Errno::from_raw(kept));
-    Some(status)
+    unsafe { real(stream) };
+    Some(wait_for(pid))
 }

@@ -161,3 +161,22 @@ pub unsafe extern "C" fn pclose(stream: *mut FILE) -> c_int {
     // SAFETY: forwarded as received.
     unsafe { real(stream) }
 }
+
+/// # Safety
+/// C `fclose`. A stream this library's `popen` opened is closed and its shell then waited
+/// for, as glibc's `fclose` does for its own `popen` streams (there it is `pclose`), so that
+/// no zombie is left and the list of those streams never names a freed `FILE`; the result
+/// is `fclose`'s own (0, or `EOF` when flushing or closing failed), not the shell's status.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fclose(stream: *mut FILE) -> c_int {
+    let shell = crate::shell::take(stream.cast());
+    let real = next!("fclose", unsafe extern "C" fn(*mut FILE) -> c_int);
+    // SAFETY: forwarded as received.
+    let closed = unsafe { real(stream) };
+    if let Some(pid) = shell {
+        let kept = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        crate::shell::wait_for(pid);
+        crate::abi::set_errno(pmfs::Errno::from_raw(kept));
+    }
+    closed
+}

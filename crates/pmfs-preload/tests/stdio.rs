@@ -380,6 +380,75 @@ fn a_program_started_in_a_served_directory_runs_there_or_finds_nothing() {
     px.into_fs().unmount().expect("unmount");
 }
 
+/// `popen` in a served working directory as glibc's: a stream closed with `fclose` instead
+/// of `pclose` is done with (its shell waited for, nothing left behind for a later stream
+/// that gets the same `FILE` address), then the modes glibc accepts and refuses, and a
+/// large output read through the pipe. One line per check.
+const POPEN_PROGRAM: &str = r#"
+#include <errno.h>
+#include <stdio.h>
+#include <sys/wait.h>
+int main(void) {
+    FILE *closed = popen("exit 5", "r");
+    if (closed)
+        fclose(closed);
+    FILE *next = popen("exit 6", "r");
+    int status = next ? pclose(next) : -1;
+    int left = 0;
+    while (waitpid(-1, NULL, 0) > 0)
+        left++;
+    printf("after fclose: status %d, unwaited %d\n", status == -1 ? -1 : WEXITSTATUS(status),
+           left);
+    const char *modes[] = {"r", "w", "re", "we", "er", "rr", "ew", "rw", "", "e", "r+", "x"};
+    for (unsigned i = 0; i < sizeof modes / sizeof *modes; i++) {
+        errno = 0;
+        FILE *p = popen("exit 0", modes[i]);
+        printf("%s'%s' %s", i ? ", " : "", modes[i], p ? "ok" : errno == EINVAL ? "EINVAL" : "?");
+        if (p)
+            pclose(p);
+    }
+    printf("\n");
+    FILE *big = popen("cat big", "r");
+    long bytes = 0;
+    while (big && getc(big) != EOF)
+        bytes++;
+    status = big ? pclose(big) : -1;
+    printf("read %ld, status %d\n", bytes, status == -1 ? -1 : WEXITSTATUS(status));
+    return 0;
+}
+"#;
+
+#[test]
+fn popen_in_a_served_directory_behaves_as_the_c_librarys() {
+    let _serial = serial();
+    if !have("bash") {
+        eprintln!("SKIPPED: bash is not installed");
+        return;
+    }
+    let Some(program) = compile("popen", POPEN_PROGRAM) else {
+        eprintln!("SKIPPED: gcc is not installed");
+        return;
+    };
+    let pool = TestPool::new("popen", 16 << 20);
+    // `big` is larger than a pipe's buffer (64 KiB): the shell blocks until it is read.
+    let out = run(pool
+        .command("bash")
+        .env("P", PREFIX)
+        .env("PROGRAM", &program)
+        .args([
+            "-c",
+            "mkdir $P/d && seq 1 20000 > $P/d/big && cd $P/d && $PROGRAM",
+        ]));
+    assert_eq!(
+        out,
+        "after fclose: status 6, unwaited 0\n\
+         'r' ok, 'w' ok, 're' ok, 'we' ok, 'er' ok, 'rr' ok, 'ew' ok, \
+         'rw' EINVAL, '' EINVAL, 'e' EINVAL, 'r+' EINVAL, 'x' EINVAL\n\
+         read 108894, status 0\n"
+    );
+    pool.mount_and_check().into_fs().unmount().expect("unmount");
+}
+
 #[test]
 fn a_handover_variable_set_by_hand_never_serves_a_real_descriptor() {
     let _serial = serial();
