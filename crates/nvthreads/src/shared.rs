@@ -82,18 +82,18 @@ impl Default for Patience {
 /// Blocks while `*word == expected` (process-shared futex; spurious wake-ups are possible):
 /// at most [`WATCHDOG_PERIOD`], after which it runs the watchdog's check and returns.
 pub fn futex_wait(word: &AtomicU32, expected: u32) {
-    futex_wait_woken(word, expected);
+    futex_wait_watched(word, expected);
 }
 
-/// [`futex_wait`]; returns whether a wake-up ended the sleep ([`WaitEnd::Woken`]).
-pub fn futex_wait_woken(word: &AtomicU32, expected: u32) -> bool {
+/// [`futex_wait`], telling how the wait ended: never [`WaitEnd::TimedOut`] (a watchdog period
+/// that passed ends as [`WaitEnd::Other`], after the watchdog's check).
+pub fn futex_wait_watched(word: &AtomicU32, expected: u32) -> WaitEnd {
     match futex_wait_end(word, expected, WATCHDOG_PERIOD) {
-        WaitEnd::Woken => true,
         WaitEnd::TimedOut => {
             watchdog();
-            false
+            WaitEnd::Other
         }
-        WaitEnd::Other => false,
+        end => end,
     }
 }
 
@@ -210,13 +210,7 @@ pub fn futex_wait_until_end(
         return WaitEnd::TimedOut;
     }
     if time_left(clock, deadline) > WATCHDOG_PERIOD {
-        return match futex_wait_end(word, expected, WATCHDOG_PERIOD) {
-            WaitEnd::TimedOut => {
-                watchdog();
-                WaitEnd::Other
-            }
-            end => end,
-        };
+        return futex_wait_watched(word, expected);
     }
     let mut op = libc::FUTEX_WAIT_BITSET;
     if clock == Clock::Realtime {
@@ -546,11 +540,11 @@ pub struct SyncSlot {
 
 impl SyncSlot {
     /// Clears the slot for another object of `table`. A condition variable's or barrier's
-    /// sequence moves forward instead of back to 0: a waiter
-    /// that a broadcast (or the last arrival) woke may not have run yet when the program
-    /// destroys the object, which POSIX allows, and it must find the sequence changed from
-    /// the value it slept on — back at 0, a waiter of the first generation slept again for
-    /// ever. Any start value serves them: their waits compare the sequence for change.
+    /// sequence moves forward instead of back to 0: a waiter that a broadcast (or the last
+    /// arrival) woke may not have run yet when the program destroys the object, which POSIX
+    /// allows, and it must find the sequence changed from the value it slept on — back at 0,
+    /// a waiter of the first generation slept again for ever. Any start value serves them:
+    /// their waits compare the sequence for change.
     fn reset(&self, table: Table) {
         self.word.force_free();
         match table {

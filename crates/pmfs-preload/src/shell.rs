@@ -22,7 +22,7 @@ const SHELL: &CStr = c"/bin/sh";
 static WAITING: Mutex<(usize, Option<[libc::sigaction; 2]>)> = Mutex::new((0, None));
 
 /// This thread's `errno`.
-fn errno() -> c_int {
+pub(crate) fn errno() -> c_int {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
@@ -302,8 +302,17 @@ pub(crate) fn take(stream: *mut libc::FILE) -> Option<pid_t> {
 /// `stream` is a stream the caller may close.
 pub(crate) unsafe fn pclose(stream: *mut libc::FILE) -> Option<c_int> {
     let pid = take(stream)?;
-    let real = next!("fclose", unsafe extern "C" fn(*mut libc::FILE) -> c_int);
     // SAFETY: a stream `popen` made and the caller gives up.
-    unsafe { real(stream) };
+    unsafe { real_fclose(stream) };
     Some(wait_for(pid))
+}
+
+/// The C library's `fclose` of `stream` (the library's own interposes it).
+///
+/// # Safety
+/// `stream` is a stream the caller may close.
+pub(crate) unsafe fn real_fclose(stream: *mut libc::FILE) -> c_int {
+    let real = next!("fclose", unsafe extern "C" fn(*mut libc::FILE) -> c_int);
+    // SAFETY: the caller's stream.
+    unsafe { real(stream) }
 }

@@ -170,11 +170,10 @@ pub unsafe extern "C" fn pclose(stream: *mut FILE) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fclose(stream: *mut FILE) -> c_int {
     let shell = crate::shell::take(stream.cast());
-    let real = next!("fclose", unsafe extern "C" fn(*mut FILE) -> c_int);
     // SAFETY: forwarded as received.
-    let closed = unsafe { real(stream) };
+    let closed = unsafe { crate::shell::real_fclose(stream.cast()) };
     if let Some(pid) = shell {
-        let kept = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        let kept = crate::shell::errno();
         crate::shell::wait_for(pid);
         crate::abi::set_errno(pmfs::Errno::from_raw(kept));
     }

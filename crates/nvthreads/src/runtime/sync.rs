@@ -15,7 +15,7 @@
 
 use super::{LOCAL, Runtime, depth, fatal, me_tag};
 use crate::shared::{
-    Clock, SyncSlot, Table, WaitEnd, futex_wait, futex_wait_until_end, futex_wait_woken,
+    Clock, SyncSlot, Table, WaitEnd, futex_wait, futex_wait_until_end, futex_wait_watched,
     futex_wake, mutex_kind,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -334,13 +334,7 @@ impl Runtime {
         slot.arrived.fetch_add(1, Ordering::SeqCst);
         loop {
             let end = match deadline {
-                None => {
-                    if futex_wait_woken(&slot.seq, seq) {
-                        WaitEnd::Woken
-                    } else {
-                        WaitEnd::Other
-                    }
-                }
+                None => futex_wait_watched(&slot.seq, seq),
                 Some((clock, at)) => {
                     let clock = clock.unwrap_or_else(|| slot.clock());
                     futex_wait_until_end(&slot.seq, seq, clock, at)
