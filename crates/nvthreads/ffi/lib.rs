@@ -32,6 +32,7 @@ mod heap;
 mod libc_allocs;
 mod memstream;
 mod pthread;
+mod signal;
 mod wait;
 
 use libc::{c_char, c_int, c_void, size_t, ssize_t};

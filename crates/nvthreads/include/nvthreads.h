@@ -60,8 +60,10 @@
  *
  * Threads are processes, also for signals and atomics. wait, waitpid, wait3, wait4 and
  * waitid skip threads' processes (a wait for any child returns only the program's own
- * children, ECHILD when only threads are left), but SIGCHLD is raised when a thread ends
- * too (a handler that reaps with waitpid(-1, ..., WNOHANG) then finds nothing). A thread made by a
+ * children, ECHILD when only threads are left), and a SIGCHLD handler installed with
+ * sigaction, signal or bsd_signal is called for the program's own children only (SIGCHLD
+ * taken with sigwaitinfo or signalfd, or handled through sysv_signal or sigset, is raised
+ * when a thread ends too). A thread made by a
  * thread dies with the main process (a thread's process whose thread has ended stays, idle,
  * until the threads it made have ended). A signal goes to the process it is
  * sent to: kill(getpid(), ...) or raise() reaches only the calling thread (from main, only

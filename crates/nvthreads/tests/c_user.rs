@@ -469,6 +469,15 @@ fn wait_sees_the_programs_children_not_its_threads() {
     surprises_hold("wait");
 }
 
+/// A `SIGCHLD` handler runs for the program's own children only, never when a thread ends
+/// (a thread's process is a child of its creator): installed with `sigaction` or `signal`,
+/// reported back as the program's handler, and called for a child whose exit merged with a
+/// thread's end while the signal was blocked.
+#[test]
+fn a_sigchld_handler_sees_the_programs_children_not_its_threads() {
+    surprises_hold("sigchld");
+}
+
 /// Every condition signal and broadcast reaches a waiting thread at once, made with the
 /// mutex held or not: a signal takes the threads it wakes off the count of waiters, and a
 /// lost wake-up would show as a round that waits out the watchdog period.

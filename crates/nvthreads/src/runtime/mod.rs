@@ -16,6 +16,7 @@
 //! - [`sync`]: mutexes, condition variables, barriers, once-controls;
 //! - [`threads`]: creating, joining, detaching, signalling and naming thread-processes;
 //! - [`signals`]: a fatal signal in any process ends the whole run;
+//! - [`sigchld`]: the program's `SIGCHLD` handler sees its own children, not threads;
 //! - [`fork`]: a `fork()` by the program outside `pthread_create` ends its child if it uses
 //!   the runtime without `exec`.
 
@@ -23,6 +24,7 @@ pub mod commit;
 pub mod env;
 pub mod fork;
 pub mod layout;
+pub mod sigchld;
 pub mod signals;
 pub mod sync;
 pub mod threads;

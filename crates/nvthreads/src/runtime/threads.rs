@@ -4,13 +4,13 @@
 //! the thread-process.
 
 use super::commit::MergeEnd;
+use super::sigchld::SigchldBlocked;
 use super::{LOCAL, Runtime, depth, fatal, get, set};
 use crate::shared::{
     Clock, MAX_THREADS, Patience, ThreadSlot, futex_wait, futex_wait_until, futex_wake,
     thread_state,
 };
-use std::sync::Mutex;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 impl Runtime {
     /// `pthread_create`: a synchronisation point, then `fork`. Returns the new thread's
@@ -57,15 +57,21 @@ impl Runtime {
         line_buffer_stdout();
         // SAFETY: getpid has no preconditions.
         let creator = unsafe { libc::getpid() };
+        // The new thread's end raises SIGCHLD here; the program's handler must not see it
+        // (`super::sigchld`), so the child is in the set before that signal can be handled.
+        let unblock = SigchldBlocked::block();
         // SAFETY: fork in a single-threaded process; the child only runs the program's start
         // routine and the runtime, then leaves with _exit.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
+            drop(unblock);
             self.shared.live_threads.fetch_sub(1, Ordering::AcqRel);
             slot.state.store(thread_state::FREE, Ordering::Release);
             return Err(libc::EAGAIN);
         }
         if pid == 0 {
+            CHILDREN.clear();
+            drop(unblock);
             die_with_creator(creator);
             start_as_new_thread();
             LOCAL.me.store(index as u32, Ordering::Relaxed);
@@ -85,12 +91,14 @@ impl Runtime {
             // It depends on what its creator depended on, but its section is not open.
             set(&LOCAL.member, false);
             set(&LOCAL.child, true);
-            children().clear();
             let result = start(arg as *mut libc::c_void);
             self.exit_thread(result as u64);
         }
         slot.pid.store(pid, Ordering::Release);
-        children().push(pid);
+        if !CHILDREN.insert(pid) {
+            fatal("more unreaped thread-processes than thread slots");
+        }
+        drop(unblock);
         Ok(index as u64 + 1)
     }
 
@@ -116,6 +124,7 @@ impl Runtime {
             free_if_done(slot);
         }
         futex_wake(&slot.state, i32::MAX);
+        super::sigchld::thread_ended();
         outlive_children();
         // SAFETY: ends the thread-process without running the program's exit handlers (they
         // belong to the main thread's process exit).
@@ -321,12 +330,12 @@ fn die_with_creator(creator: i32) {
 /// ended (see `die_with_creator`): its children die with it. Its slot is already done, so
 /// joiners and the watchdog no longer count it.
 fn outlive_children() {
-    let pids = std::mem::take(&mut *children());
-    for pid in pids {
+    for pid in CHILDREN.pids() {
         // SAFETY: a blocking wait for one of this process's own children; EINTR retried.
         while unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) } < 0
             && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
         {}
+        CHILDREN.remove(pid);
     }
 }
 
@@ -351,14 +360,8 @@ const PTHREAD_KEYS_MAX: libc::pthread_key_t = 1024;
 /// Whether `pid` is alive (not gone, not a zombie). A child of this process that has exited
 /// is reaped here.
 pub(super) fn process_alive(pid: i32) -> bool {
-    if children().contains(&pid) {
-        // SAFETY: a non-blocking wait for one of our own children.
-        let reaped = unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
-        if reaped == pid {
-            children().retain(|&child| child != pid);
-            return false;
-        }
-        return true;
+    if CHILDREN.contains(pid) {
+        return !reap_if_ended(pid);
     }
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => stat
@@ -442,23 +445,100 @@ pub enum JoinWait<'a> {
     Until(&'a libc::timespec),
 }
 
-/// Thread-processes this process created and has not reaped (private to each process).
-fn children() -> std::sync::MutexGuard<'static, Vec<i32>> {
-    static CHILDREN: Mutex<Vec<i32>> = Mutex::new(Vec::new());
-    CHILDREN.lock().unwrap_or_else(|e| e.into_inner())
+/// Thread-processes this process created and has not reaped (private to each process): a
+/// fixed set of atomic slots rather than a locked list, because the `SIGCHLD` filter
+/// (`super::sigchld`) reads it in a signal handler that may interrupt any update. Each
+/// process is single-threaded, so a slot is only written by the code the handler
+/// interrupts; a pid leaves the set only after it is reaped, so a `SIGCHLD` raised by a
+/// thread's end (handled at the latest on the return of the wait that reaps it) always
+/// finds it there.
+struct ChildSet([AtomicI32; MAX_THREADS]);
+
+static CHILDREN: ChildSet = ChildSet([const { AtomicI32::new(0) }; MAX_THREADS]);
+
+/// The last thread-processes this process reaped: a `SIGCHLD` raised by a thread's end
+/// while the program blocked the signal is handled after the join reaped that thread.
+/// (The kernel hands out pids in a cycle of `pid_max`, so one of these is not a new child's
+/// pid for a long while.)
+static REAPED: [AtomicI32; 64] = [const { AtomicI32::new(0) }; 64];
+static REAPED_NEXT: AtomicUsize = AtomicUsize::new(0);
+
+impl ChildSet {
+    /// Adds `pid`; false if every slot is taken.
+    fn insert(&self, pid: i32) -> bool {
+        self.0
+            .iter()
+            .find(|slot| slot.load(Ordering::Relaxed) == 0)
+            .map(|slot| slot.store(pid, Ordering::Relaxed))
+            .is_some()
+    }
+
+    /// Takes `pid` out (it was reaped) and notes it among the recently reaped.
+    fn remove(&self, pid: i32) {
+        if let Some(slot) = self.0.iter().find(|s| s.load(Ordering::Relaxed) == pid) {
+            slot.store(0, Ordering::Relaxed);
+            let at = REAPED_NEXT.fetch_add(1, Ordering::Relaxed) % REAPED.len();
+            REAPED[at].store(pid, Ordering::Relaxed);
+        }
+    }
+
+    fn contains(&self, pid: i32) -> bool {
+        pid > 0
+            && self
+                .0
+                .iter()
+                .any(|slot| slot.load(Ordering::Relaxed) == pid)
+    }
+
+    /// The pids in the set now.
+    fn pids(&self) -> Vec<i32> {
+        self.0
+            .iter()
+            .map(|slot| slot.load(Ordering::Relaxed))
+            .filter(|&pid| pid != 0)
+            .collect()
+    }
+
+    fn clear(&self) {
+        for slot in &self.0 {
+            slot.store(0, Ordering::Relaxed);
+        }
+    }
 }
 
-/// Whether `pid` is a thread-process this process created and has not reaped.
+/// Whether `pid` is a thread-process this process created and has not reaped. Safe in a
+/// signal handler (no lock, no allocation).
 pub fn is_thread_process(pid: i32) -> bool {
-    children().contains(&pid)
+    CHILDREN.contains(pid)
+}
+
+/// Whether `pid` is a thread-process of this process, or was one of the last it reaped.
+/// Safe in a signal handler.
+pub fn is_or_was_thread_process(pid: i32) -> bool {
+    pid > 0
+        && (CHILDREN.contains(pid)
+            || REAPED
+                .iter()
+                .any(|slot| slot.load(Ordering::Relaxed) == pid))
 }
 
 /// Reaps thread-process `pid` if it has ended (the program's `wait` met it first).
 pub fn reap_thread_process(pid: i32) {
+    reap_if_ended(pid);
+}
+
+/// Reaps thread-process `pid` if it has ended and takes it out of the set; whether it is
+/// gone. A child the kernel reaped itself (the program ignores `SIGCHLD` or set
+/// `SA_NOCLDWAIT`) is gone too: the wait then fails with `ECHILD`.
+fn reap_if_ended(pid: i32) -> bool {
     // SAFETY: a non-blocking wait for one of our own children.
-    if unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) } == pid {
-        children().retain(|&child| child != pid);
+    let reaped = unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+    let gone = reaped == pid
+        || (reaped < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD));
+    if gone {
+        CHILDREN.remove(pid);
     }
+    gone
 }
 
 /// Whether this process has a child that is not a thread-process (one the program made with
@@ -471,18 +551,16 @@ pub fn has_program_children() -> bool {
     let Ok(list) = std::fs::read_to_string(format!("/proc/self/task/{tid}/children")) else {
         return true;
     };
-    let threads = children();
     list.split_whitespace()
         .filter_map(|pid| pid.parse::<i32>().ok())
-        .any(|pid| !threads.contains(&pid))
+        .any(|pid| !CHILDREN.contains(pid))
 }
 
 /// Reaps the children that have exited without being joined (detached threads).
 fn reap_exited_children() {
-    children().retain(|&pid| {
-        // SAFETY: a non-blocking wait for one of our own children.
-        unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) == 0 }
-    });
+    for pid in CHILDREN.pids() {
+        reap_if_ended(pid);
+    }
 }
 
 /// Frees a detached thread's slot once it has ended (called by the thread and by the

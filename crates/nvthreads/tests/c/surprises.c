@@ -33,6 +33,12 @@
  *              lets T go on once its deadline has passed, T times out, main unlocks. W must
  *              have the mutex within 50 ms (a lost wake-up leaves it to the watchdog
  *              period, about 100 ms later);
+ *   sigchld    a SIGCHLD handler (sigaction with SA_SIGINFO, then signal) runs for the
+ *              program's own child and never for a thread's end: 8 threads made and joined
+ *              raise nothing; a child that exits raises one call naming it; with SIGCHLD
+ *              blocked, a thread's end and then a child's exit merge into one pending
+ *              signal, delivered once, naming the child; sigaction and signal report the
+ *              program's own handler as the old action;
  *   pasttimes  deadlines before the clock's epoch (tv_sec -1) have passed:
  *              pthread_cond_timedwait, pthread_cond_clockwait, pthread_mutex_timedlock of
  *              a held mutex and pthread_timedjoin_np of a running thread return ETIMEDOUT
@@ -49,6 +55,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -536,6 +543,107 @@ static void wait_mode(void) {
     CHECK(pthread_join(held, NULL) == 0, "joining the held thread");
 }
 
+static volatile sig_atomic_t sigchld_calls, sigchld_pid, sigchld_plain_calls;
+
+static void on_sigchld_info(int signal, siginfo_t *info, void *context) {
+    (void)signal;
+    (void)context;
+    sigchld_calls++;
+    sigchld_pid = info->si_pid;
+}
+
+static void on_sigchld_plain(int signal) {
+    (void)signal;
+    sigchld_plain_calls++;
+}
+
+static void *quick_thread(void *arg) {
+    return arg;
+}
+
+/* Waits up to 2 s for `*counter` to reach `want`. */
+static int wait_for_calls(volatile sig_atomic_t *counter, int want) {
+    for (int i = 0; i < 2000 && *counter < want; i++) {
+        usleep(1000);
+    }
+    return *counter >= want;
+}
+
+static pid_t exiting_child(int code) {
+    pid_t child = fork();
+    if (child == 0) {
+        char command[32];
+        snprintf(command, sizeof command, "exit %d", code);
+        execlp("sh", "sh", "-c", command, (char *)NULL);
+        _exit(127);
+    }
+    return child;
+}
+
+static void sigchld_mode(void) {
+    alarm(20);
+    struct sigaction act, old;
+    memset(&act, 0, sizeof act);
+    act.sa_sigaction = on_sigchld_info;
+    act.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&act.sa_mask);
+    CHECK(sigaction(SIGCHLD, &act, NULL) == 0, "sigaction");
+    CHECK(sigaction(SIGCHLD, NULL, &old) == 0 && old.sa_sigaction == on_sigchld_info &&
+              (old.sa_flags & SA_SIGINFO),
+          "sigaction reporting the program's handler");
+    for (int round = 0; round < 8; round++) {
+        pthread_t thread;
+        CHECK(pthread_create(&thread, NULL, quick_thread, NULL) == 0, "create");
+        CHECK(pthread_join(thread, NULL) == 0, "join");
+    }
+    usleep(50000);
+    CHECK(sigchld_calls == 0, "no SIGCHLD handler call for threads that ended");
+
+    pid_t child = exiting_child(3);
+    CHECK(wait_for_calls(&sigchld_calls, 1), "a handler call for the child's exit");
+    CHECK(sigchld_pid == child, "the handler's si_pid naming the child");
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 3,
+          "the child's status");
+
+    /* A thread's end and a child's exit while SIGCHLD is blocked: one pending signal. */
+    sigset_t block, before;
+    sigemptyset(&block);
+    sigaddset(&block, SIGCHLD);
+    CHECK(sigprocmask(SIG_BLOCK, &block, &before) == 0, "block SIGCHLD");
+    pthread_t thread;
+    CHECK(pthread_create(&thread, NULL, quick_thread, NULL) == 0, "create");
+    CHECK(pthread_join(thread, NULL) == 0, "join");
+    usleep(20000);
+    child = exiting_child(4);
+    siginfo_t ready;
+    do {
+        memset(&ready, 0, sizeof ready);
+        usleep(1000);
+    } while (waitid(P_PID, (id_t)child, &ready, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+             ready.si_pid == 0);
+    int calls = sigchld_calls;
+    CHECK(sigprocmask(SIG_SETMASK, &before, NULL) == 0, "unblock SIGCHLD");
+    CHECK(wait_for_calls(&sigchld_calls, calls + 1), "one handler call for the merged signal");
+    CHECK(sigchld_pid == child, "the merged signal's call naming the child");
+    CHECK(waitpid(child, &status, 0) == child && WEXITSTATUS(status) == 4, "the child's status");
+
+    /* signal() goes behind the same filter and reports the previous handler. */
+    void (*previous)(int) = signal(SIGCHLD, on_sigchld_plain);
+    CHECK((uintptr_t)previous == (uintptr_t)on_sigchld_info, "signal() returning the old handler");
+    for (int round = 0; round < 4; round++) {
+        CHECK(pthread_create(&thread, NULL, quick_thread, NULL) == 0, "create");
+        CHECK(pthread_join(thread, NULL) == 0, "join");
+    }
+    usleep(50000);
+    CHECK(sigchld_plain_calls == 0, "no signal() handler call for threads");
+    child = exiting_child(5);
+    CHECK(wait_for_calls(&sigchld_plain_calls, 1), "a signal() handler call for the child");
+    CHECK(waitpid(child, &status, 0) == child && WEXITSTATUS(status) == 5, "the child's status");
+    CHECK(signal(SIGCHLD, SIG_DFL) == on_sigchld_plain, "signal() back to SIG_DFL");
+    alarm(0);
+}
+
 static void *sleeper(void *arg) {
     (void)arg;
     printf("PID %d\n", (int)getpid());
@@ -583,10 +691,12 @@ int main(int argc, char **argv) {
         timedhandoff_mode();
     else if (strcmp(mode, "pasttimes") == 0)
         pasttimes_mode();
+    else if (strcmp(mode, "sigchld") == 0)
+        sigchld_mode();
     else {
         fprintf(stderr, "usage: surprises "
                         "errno|tsd|allocs|lists|joinself|buffering|wait|orphan|wakeups|"
-                        "timedhandoff|pasttimes\n");
+                        "timedhandoff|pasttimes|sigchld\n");
         return 2;
     }
     printf("%s ok\n", mode);

@@ -1,0 +1,99 @@
+//! `sigaction`, `signal` and `bsd_signal` for `SIGCHLD`: a handler the program installs goes
+//! behind the runtime's filter (`runtime::sigchld`), so it is not called when a thread
+//! ends (a thread-process's end raises `SIGCHLD` in its creator). Every other signal, the
+//! default and ignored actions, and every call of a dormant runtime are glibc's. `sysv_signal`
+//! and `sigset` are glibc's too (documented in `docs/nvthreads.md` §3.1).
+
+use crate::next;
+use libc::{c_int, sighandler_t};
+use nvthreads::runtime::sigchld::{self, SigactionFn, SigchldBlocked};
+
+fn real_sigaction() -> SigactionFn {
+    next!(c"sigaction" => SigactionFn)
+}
+
+/// Whether `signal`'s action goes through the filter here.
+fn filtered(signal: c_int) -> bool {
+    signal == libc::SIGCHLD && crate::active().is_some()
+}
+
+/// `sigaction(2)`.
+///
+/// # Safety
+/// As the C function: `act` and `old` are null or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sigaction(
+    signal: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    let real = real_sigaction();
+    if !filtered(signal) {
+        // SAFETY: forwarded.
+        return unsafe { real(signal, act, old) };
+    }
+    let _blocked = SigchldBlocked::block();
+    // SAFETY: a zeroed sigaction is a valid value to be overwritten.
+    let mut before: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: reading the current action into `before`.
+    if unsafe { real(signal, std::ptr::null(), &mut before) } != 0 {
+        return -1;
+    }
+    // The program's view of the old action, before a new one replaces what it refers to.
+    let view = sigchld::program_view(&before);
+    if !act.is_null() {
+        // SAFETY: `act` is valid (the caller's contract); SIGCHLD is blocked until the
+        // action is installed.
+        let install = unsafe { sigchld::to_install(&*act, real) };
+        // SAFETY: a valid action.
+        if unsafe { real(signal, &install, std::ptr::null_mut()) } != 0 {
+            sigchld::restore(&view, &before);
+            return -1;
+        }
+    }
+    if !old.is_null() {
+        // SAFETY: `old` is writable (the caller's contract).
+        unsafe { old.write(view) };
+    }
+    0
+}
+
+/// `signal(3)` with glibc's (BSD) semantics: the handler stays installed, interrupted
+/// system calls restart, the signal is blocked while its handler runs.
+///
+/// # Safety
+/// As the C function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn signal(signal: c_int, handler: sighandler_t) -> sighandler_t {
+    if !filtered(signal) {
+        let real = next!(c"signal" => unsafe extern "C" fn(c_int, sighandler_t) -> sighandler_t);
+        // SAFETY: forwarded.
+        return unsafe { real(signal, handler) };
+    }
+    // SAFETY: a zeroed sigaction is a valid value; the mask is set up below.
+    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+    act.sa_sigaction = handler;
+    act.sa_flags = libc::SA_RESTART;
+    // SAFETY: `act.sa_mask` is a valid sigset_t.
+    unsafe {
+        libc::sigemptyset(&mut act.sa_mask);
+        libc::sigaddset(&mut act.sa_mask, signal);
+    }
+    // SAFETY: a zeroed sigaction is a valid value to be overwritten.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are valid.
+    if unsafe { sigaction(signal, &act, &mut old) } != 0 {
+        return libc::SIG_ERR;
+    }
+    old.sa_sigaction
+}
+
+/// `bsd_signal(3)`: `signal`.
+///
+/// # Safety
+/// As the C function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: sighandler_t) -> sighandler_t {
+    // SAFETY: forwarded.
+    unsafe { signal(sig, handler) }
+}
