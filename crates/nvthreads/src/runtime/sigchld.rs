@@ -14,7 +14,7 @@
 //!
 //! Everything here runs in a signal handler: atomics, system calls and stack buffers only.
 
-use super::threads::is_or_was_thread_process;
+use super::threads::{is_or_was_thread_process, is_thread_process};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 
 /// The program's handler (a `sa_handler` or `sa_sigaction` address), 0 when none is
@@ -202,7 +202,9 @@ fn program_child_report(stops: bool, report: &mut libc::siginfo_t) -> bool {
     list[..len]
         .split(|&b| b == b' ' || b == b'\n')
         .filter_map(parse_pid)
-        .filter(|&pid| !is_or_was_thread_process(pid))
+        // A pid in the list is a thread-process only while in the set: a recently reaped
+        // thread's pid found here was given to a new child of the program.
+        .filter(|&pid| !is_thread_process(pid))
         .any(|pid| {
             // SAFETY: siginfo_t is plain data; zero is a valid value.
             *report = unsafe { std::mem::zeroed() };
