@@ -234,18 +234,8 @@ fn read_children(buffer: &mut [u8]) -> Option<usize> {
     path[..prefix.len()].copy_from_slice(prefix);
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() };
-    let mut digits = [0u8; 12];
-    let mut at = digits.len();
-    let mut rest = tid.unsigned_abs();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    let number = &digits[at..];
+    let mut digits = [0u8; 20];
+    let number = super::signals::decimal(&mut digits, u64::from(tid.unsigned_abs()));
     let end = prefix.len() + number.len();
     path[prefix.len()..end].copy_from_slice(number);
     path[end..end + suffix.len()].copy_from_slice(suffix);

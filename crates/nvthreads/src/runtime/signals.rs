@@ -28,7 +28,7 @@ fn report_fatal_signal(signal: i32) {
 }
 
 /// `value` in decimal, without leading zeros, in the end of `buffer` (async-signal-safe).
-fn decimal(buffer: &mut [u8; 20], mut value: u64) -> &[u8] {
+pub(super) fn decimal(buffer: &mut [u8; 20], mut value: u64) -> &[u8] {
     let mut at = buffer.len();
     loop {
         at -= 1;
