@@ -63,7 +63,18 @@ pub fn open(
         }
         _ => FsError::Pool(pmem::PoolError::from(e)),
     })?;
-    Fs::mount(pool, options)
+    Fs::mount(pool, options).map_err(|error| match error {
+        // The mount refuses any damage it meets (one bad bit in an unused inode is enough);
+        // the user is told how to see all of it and how to repair it.
+        FsError::Corrupted(what) => {
+            let pool = shell_word(path);
+            FsError::Corrupted(format!(
+                "{what} (`ferrite fs fsck {pool}` lists the damage; \
+                 `ferrite fs fsck --repair {pool}` repairs it, removing what it cannot trust)"
+            ))
+        }
+        other => other,
+    })
 }
 
 /// How long [`unmount_and_wait`] waits for the server to close its pool.
