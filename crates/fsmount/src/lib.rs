@@ -70,7 +70,7 @@ pub fn open(
             let pool = shell_word(path);
             FsError::Corrupted(format!(
                 "{what} (`ferrite fs fsck {pool}` lists the damage; \
-                 `ferrite fs fsck --repair {pool}` repairs it, removing what it cannot trust)"
+                 `ferrite fs fsck --repair {pool}` repairs what it can, removing what it cannot trust)"
             ))
         }
         other => other,
