@@ -323,8 +323,18 @@ fn open(config: &Config) -> Result<Served, Refusal> {
         .write(true)
         .open(&config.pool)
         .map_err(|e| Refusal::io(format!("{}: {e}", config.pool.display())))?;
-    let fs = Fs::mount(pool, MountOptions::default())
-        .map_err(|e| Refusal::io(format!("{}: {e}", config.pool.display())))?;
+    let fs = Fs::mount(pool, MountOptions::default()).map_err(|e| {
+        let pool = config.pool.display();
+        // Damage is refused whole (one bad bit in an unused inode is enough): say what to do.
+        let hint = match e {
+            pmfs::FsError::Corrupted(_) => format!(
+                " (`ferrite fs fsck {pool}` lists the damage; `ferrite fs fsck --repair \
+                 {pool}` repairs what it can, removing what it cannot trust)"
+            ),
+            _ => String::new(),
+        };
+        Refusal::io(format!("{pool}: {e}{hint}"))
+    })?;
     Ok(Served {
         px: Posix::new(fs),
         fds: RwLock::new(HashMap::new()),
