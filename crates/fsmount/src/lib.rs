@@ -379,6 +379,15 @@ fn unmount_with(
                 )))
             }
         }
+        // The kernel's "Device or resource busy" says nothing of the cause nor of the way out.
+        Err(nix::errno::Errno::EBUSY) => Err(std::io::Error::new(
+            std::io::ErrorKind::ResourceBusy,
+            format!(
+                "the mount is busy: a process has a file or its working directory under it; \
+                 end it (`fuser -vm {0}` or `lsof {0}` names it), then unmount again",
+                shell_word(dir)
+            ),
+        )),
         Err(errno) => Err(errno.into()),
     }
 }
