@@ -435,12 +435,35 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs().write(ino.0, offset, data) {
+        // The library writes a prefix when space runs out (a short write, `ENOSPC` only
+        // when not one byte fits). A program's own write takes the short count, as from any
+        // file system. A write the kernel sends from its page cache (`--writeback-cache`)
+        // has no program to return it to: the kernel takes any count for the whole request,
+        // and `fsync` would succeed with the rest lost. So that one is finished or failed:
+        // the rest is written again, and the error that stops it (`ENOSPC`) is the answer,
+        // which marks the file's pages failed for `fsync` to report.
+        let from_cache = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        let mut done = 0;
+        let result = loop {
+            match self.fs().write(ino.0, offset + done as u64, &data[done..]) {
+                Ok(n) => {
+                    done += n;
+                    if done == data.len() || !from_cache {
+                        break Ok(done);
+                    }
+                    if n == 0 {
+                        break Err(pmfs::Errno::ENOSPC);
+                    }
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        match result {
             Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
             Err(e) => reply.error(self.failed("write", ino.0, e)),
         }

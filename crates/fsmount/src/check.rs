@@ -10,7 +10,7 @@
 use crate::memory::OverlayPm;
 use pmem::Pool;
 use pmfs::{Fs, FsckReport, MountOptions};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// What a successful check found.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -46,12 +46,32 @@ pub enum CheckError {
     /// The file could not be read.
     #[error("reading the pool: {0}")]
     Io(#[from] std::io::Error),
-    /// A process has the pool open (mounted): its image is changing under the check.
-    #[error("the pool is in use (mounted?); unmount it first")]
-    InUse,
+    /// A process has the pool open: its image is changing under the check. The field is
+    /// the ferrite mount that serves it, if one does.
+    #[error("{}", in_use(.0.as_deref()))]
+    InUse(Option<PathBuf>),
     /// The pool is not a file system, or recovery or the consistency check failed.
     #[error("{0}")]
     Damaged(String),
+}
+
+/// Why a pool in use cannot be checked, and what to do: the mount point to unmount when a
+/// ferrite mount serves it.
+fn in_use(mounted_on: Option<&Path>) -> String {
+    match mounted_on {
+        Some(dir) => format!(
+            "the pool is in use: mounted on {0}; `ferrite fs unmount {0}` first",
+            crate::shell_word(dir)
+        ),
+        None => "the pool is in use by another process (a mount, or a program using it \
+                 through the preload library); end it first"
+            .to_owned(),
+    }
+}
+
+/// [`CheckError::InUse`] for the pool at `path`.
+fn in_use_error(path: &Path) -> CheckError {
+    CheckError::InUse(crate::mount_point_of_pool(path))
 }
 
 impl From<pmem::PoolError> for CheckError {
@@ -87,7 +107,7 @@ impl CheckError {
 pub fn check_offline(path: &Path) -> Result<CheckReport, CheckError> {
     let report = pmem::inspect(path)?;
     if report.in_use {
-        return Err(CheckError::InUse);
+        return Err(in_use_error(path));
     }
     let file = std::fs::File::open(path)?;
     let len = file.metadata()?.len();
@@ -146,7 +166,7 @@ pub struct RepairReport {
 /// it cleanly, then checks it as [`check_offline`] does.
 pub fn repair_offline(path: &Path) -> Result<RepairReport, CheckError> {
     if pmem::inspect(path)?.in_use {
-        return Err(CheckError::InUse);
+        return Err(in_use_error(path));
     }
     let pool = Pool::open(path, pmfs::LAYOUT, &pmem::NativeOptions::default())?;
     let (fs, repairs) = match Fs::repair(pool, MountOptions::default()) {

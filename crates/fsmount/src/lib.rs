@@ -63,7 +63,18 @@ pub fn open(
         }
         _ => FsError::Pool(pmem::PoolError::from(e)),
     })?;
-    Fs::mount(pool, options)
+    Fs::mount(pool, options).map_err(|error| match error {
+        // The mount refuses any damage it meets (one bad bit in an unused inode is enough);
+        // the user is told how to see all of it and how to repair it.
+        FsError::Corrupted(what) => {
+            let pool = shell_word(path);
+            FsError::Corrupted(format!(
+                "{what} (`ferrite fs fsck {pool}` lists the damage; \
+                 `ferrite fs fsck --repair {pool}` repairs what it can, removing what it cannot trust)"
+            ))
+        }
+        other => other,
+    })
 }
 
 /// How long [`unmount_and_wait`] waits for the server to close its pool.
@@ -368,6 +379,15 @@ fn unmount_with(
                 )))
             }
         }
+        // The kernel's "Device or resource busy" says nothing of the cause nor of the way out.
+        Err(nix::errno::Errno::EBUSY) => Err(std::io::Error::new(
+            std::io::ErrorKind::ResourceBusy,
+            format!(
+                "the mount is busy: a process has a file or its working directory under it; \
+                 end it (`fuser -vm {0}` or `lsof {0}` names it), then unmount again",
+                shell_word(dir)
+            ),
+        )),
         Err(errno) => Err(errno.into()),
     }
 }

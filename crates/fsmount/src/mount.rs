@@ -68,8 +68,8 @@ impl MountConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
     /// The mount point does not exist (its path is in the field; the message leaves it to
-    /// the caller, which names the mount point already).
-    #[error("the mount point is not an existing directory")]
+    /// the caller, which names the mount point already: once is enough).
+    #[error("the mount point is not an existing directory (make it first, with `mkdir -p`)")]
     MissingMountPoint(String),
     /// The mount point exists but is not a directory (path as above).
     #[error("the mount point is not an existing directory")]

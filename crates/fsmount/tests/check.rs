@@ -238,3 +238,37 @@ fn repair_makes_a_pool_one_flipped_byte_made_unmountable_mountable_again() {
     assert!(px.stat("/d/victim").is_err());
     px.into_fs().unmount().expect("unmount");
 }
+
+/// `ferrite fs mount` of a damaged pool used to stop at "file system corrupted: inode 2:
+/// mode|nlink word … fails its check", leaving the user to find `fsck --repair` alone: a
+/// single flipped bit in an inode no file uses makes a pool unmountable. The refusal now
+/// names the two commands (with the pool's path).
+#[test]
+fn a_mount_refused_for_damage_names_fsck_and_its_repair() {
+    let fs = formatted();
+    // An inode no file uses: every inode's checked words are verified at mount.
+    let at = fs.superblock().inode_offset(7) as usize;
+    let mut image = fs.pool().pm().durable_image();
+    fs.unmount().expect("unmount");
+    // The top byte of its mode|nlink word (a checked word, format §3).
+    image[at + 0x20 + 7] ^= 0x10;
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("p.pool");
+    std::fs::write(&path, &image).expect("write");
+    let error = fsmount::open(
+        &path,
+        MountOptions::default(),
+        &pmem::NativeOptions::default(),
+        pmem::Protection::None,
+    )
+    .expect_err("a damaged pool is refused");
+    let message = error.to_string();
+    assert!(matches!(error, pmfs::FsError::Corrupted(_)), "{message}");
+    let pool = path.display();
+    assert!(message.contains("inode 7"), "{message}");
+    assert!(
+        message.contains(&format!("`ferrite fs fsck {pool}`"))
+            && message.contains(&format!("`ferrite fs fsck --repair {pool}`")),
+        "{message}"
+    );
+}

@@ -11,6 +11,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::time::{Duration, Instant};
 
 /// What the environment asks for.
 #[derive(Debug)]
@@ -174,7 +175,7 @@ pub(crate) fn served() -> Option<&'static Served> {
 
 /// The served file system, opening and mounting the pool on first use. When it cannot be
 /// (after one message on stderr), served calls fail: `EBUSY` while another process has the
-/// pool (tried again at every call), `ENOENT` when the pool file does not exist, `EACCES`
+/// pool (waited for up to [`BUSY_WAIT`], tried again at every call), `ENOENT` when the pool file does not exist, `EACCES`
 /// when it may not be opened, `EIO` otherwise (those three for good).
 pub(crate) fn served_or_open(config: &Config) -> Result<&'static Served, Errno> {
     if let Some(fs) = served() {
@@ -187,7 +188,7 @@ pub(crate) fn served_or_open(config: &Config) -> Result<&'static Served, Errno> 
     if let Some(refusal) = refused.as_ref() {
         return Err(refusal.errno);
     }
-    match open(config) {
+    match open_waiting(config) {
         Ok(fs) => {
             forget_in_forked_children();
             let fs = Box::into_raw(Box::new(fs));
@@ -210,6 +211,42 @@ pub(crate) fn served_or_open(config: &Config) -> Result<&'static Served, Errno> 
                 *refused = Some(refusal);
             }
             Err(errno)
+        }
+    }
+}
+
+/// How long a served call waits for a pool another process holds before it fails with
+/// `EBUSY`. Most holders of a moment are shells between `fork` and `exec`: bash looks a
+/// pipeline stage's command up in `PATH` in the child, `stat`ing `.`, which from a served
+/// working directory mounts the pool until the child execs (about 10 ms on a 1 GiB pool);
+/// the neighbouring stage that reads a served file found the pool busy about one time in
+/// five. A holder for good (a FUSE mount, a program running) costs this wait once: see
+/// [`WAIT_RAN_OUT`].
+const BUSY_WAIT: Duration = Duration::from_millis(300);
+
+/// Set when a wait for a busy pool ran out: later calls fail at once instead of waiting
+/// again, until the pool is mounted (a process that finds the pool held for good pays
+/// [`BUSY_WAIT`] once, not at each call).
+static WAIT_RAN_OUT: AtomicBool = AtomicBool::new(false);
+
+/// [`open`], trying a pool that another process holds again every 2 ms for up to
+/// [`BUSY_WAIT`] (not at all after a wait that ran out). Called under [`MOUNTING`].
+fn open_waiting(config: &Config) -> Result<Served, Refusal> {
+    let deadline = Instant::now() + BUSY_WAIT;
+    loop {
+        match open(config) {
+            Ok(fs) => {
+                WAIT_RAN_OUT.store(false, Ordering::Relaxed);
+                return Ok(fs);
+            }
+            Err(refusal) if refusal.errno == Errno::EBUSY => {
+                if WAIT_RAN_OUT.load(Ordering::Relaxed) || Instant::now() >= deadline {
+                    WAIT_RAN_OUT.store(true, Ordering::Relaxed);
+                    return Err(refusal);
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(refusal) => return Err(refusal),
         }
     }
 }
@@ -286,8 +323,18 @@ fn open(config: &Config) -> Result<Served, Refusal> {
         .write(true)
         .open(&config.pool)
         .map_err(|e| Refusal::io(format!("{}: {e}", config.pool.display())))?;
-    let fs = Fs::mount(pool, MountOptions::default())
-        .map_err(|e| Refusal::io(format!("{}: {e}", config.pool.display())))?;
+    let fs = Fs::mount(pool, MountOptions::default()).map_err(|e| {
+        let pool = config.pool.display();
+        // Damage is refused whole (one bad bit in an unused inode is enough): say what to do.
+        let hint = match e {
+            pmfs::FsError::Corrupted(_) => format!(
+                " (`ferrite fs fsck {pool}` lists the damage; `ferrite fs fsck --repair \
+                 {pool}` repairs what it can, removing what it cannot trust)"
+            ),
+            _ => String::new(),
+        };
+        Refusal::io(format!("{pool}: {e}{hint}"))
+    })?;
     Ok(Served {
         px: Posix::new(fs),
         fds: RwLock::new(HashMap::new()),

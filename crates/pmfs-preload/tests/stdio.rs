@@ -537,3 +537,37 @@ fn a_forked_child_never_uses_its_parents_served_state() {
     assert_eq!(read_file(&px, "/later").expect("later"), b"child\n");
     px.into_fs().unmount().expect("unmount");
 }
+
+/// A pipeline started from a served working directory: bash looks each command up in
+/// `PATH` in the child it forked for it, and that lookup `stat`s `.`, a served call, so
+/// every stage's shell child mounts the pool for a moment before it execs its program.
+/// The stage that reads a served file then found the pool held by its neighbour's shell
+/// child about one time in five (`grep: f: Device or resource busy`, an empty count, one
+/// "cannot serve" line per stage on stderr). A busy pool is now waited for, briefly, before
+/// `EBUSY`: such a holder lets it go within milliseconds.
+#[test]
+fn a_pipeline_in_a_served_directory_never_finds_the_pool_busy() {
+    let _serial = serial();
+    if !have("bash") {
+        eprintln!("SKIPPED: bash is not installed");
+        return;
+    }
+    let pool = TestPool::new("pipeline", 16 << 20);
+    let rounds = 40;
+    let script = format!(
+        "mkdir $P/d && seq 1 100 > $P/d/f && cd $P/d && \
+         for i in $(seq {rounds}); do grep -c . f | cat; wc -l < /dev/null | cat; done"
+    );
+    let output = pool
+        .command("bash")
+        .env("P", PREFIX)
+        .args(["-c", &script])
+        .output()
+        .expect("bash");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(stdout, "100\n0\n".repeat(rounds), "stderr: {stderr}");
+    assert_eq!(stderr, "", "no stage may find the pool busy");
+    pool.mount_and_check().into_fs().unmount().expect("unmount");
+}

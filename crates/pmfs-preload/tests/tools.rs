@@ -276,3 +276,28 @@ fn vectored_io_and_realpath_are_served() {
     assert_eq!(read_file(&px, "/dir/v").expect("v"), b"abcdXYghij");
     px.into_fs().unmount().expect("unmount");
 }
+
+/// A damaged pool is refused with what the library found and what to do about it: the
+/// line named the damage only ("file system corrupted: inode 7: mode|nlink word … fails
+/// its check"), leaving the user to find `ferrite fs fsck --repair`.
+#[test]
+fn a_damaged_pool_is_refused_naming_fsck_and_its_repair() {
+    let _serial = serial();
+    let pool = TestPool::new("damaged", 16 << 20);
+    let px = pool.mount_and_check();
+    // The top byte of an unused inode's mode|nlink word, a checked word (format §3).
+    let at = px.fs().superblock().inode_offset(7) + 0x20 + 7;
+    px.into_fs().unmount().expect("unmount");
+    let mut image = std::fs::read(&pool.0).expect("read pool");
+    image[at as usize] ^= 0x10;
+    std::fs::write(&pool.0, &image).expect("write pool");
+    let out = pool.command("ls").arg(PREFIX).output().expect("ls");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let name = pool.0.display();
+    assert!(stderr.contains("inode 7"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("`ferrite fs fsck --repair {name}`")),
+        "{stderr}"
+    );
+}

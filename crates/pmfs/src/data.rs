@@ -77,7 +77,8 @@ impl<B: Persist> Fs<B> {
         Ok(n as usize)
     }
 
-    /// Writes `data` at `off`; returns the bytes written (all of them, or an error).
+    /// Writes `data` at `off`; returns the bytes written: all of them, or when space runs out
+    /// the prefix that fitted (a short write; `ENOSPC` only when not one byte fits).
     pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize, Errno> {
         let mut inner = self.lock();
         let n = self.write_locked(&mut inner, ino, off, data)?;

@@ -202,8 +202,8 @@ pub(crate) fn read_superblock<B: Persist>(
 
 /// Why neither superblock slot can be used: a slot this build cannot read (a newer version,
 /// unknown incompatible features) says so first, as it is a valid superblock; two blank
-/// slots are an unformatted pool; otherwise the primary's damage (the copy's if the primary
-/// is blank).
+/// slots are an unformatted pool; otherwise both slots' problems, named as both (one
+/// damaged slot alone is restored from the other, so the message must not read like that).
 fn no_usable_superblock(primary: SbProblem, copy: SbProblem) -> FsError {
     let unsupported = |error: &FsError| {
         matches!(
@@ -217,7 +217,20 @@ fn no_usable_superblock(primary: SbProblem, copy: SbProblem) -> FsError {
         }
         (SbProblem::Bad(error), _) if unsupported(&error) => error,
         (_, SbProblem::Bad(error)) if unsupported(&error) => error,
-        (SbProblem::Bad(error), _) | (SbProblem::Blank, SbProblem::Bad(error)) => error,
+        (primary, copy) => FsError::Corrupted(format!(
+            "both superblock slots are damaged (primary: {}; copy: {})",
+            slot_problem(&primary),
+            slot_problem(&copy)
+        )),
+    }
+}
+
+/// What is wrong with one superblock slot, for [`no_usable_superblock`].
+fn slot_problem(problem: &SbProblem) -> String {
+    match problem {
+        SbProblem::Blank => "blank".to_owned(),
+        SbProblem::Bad(FsError::Corrupted(what)) => what.clone(),
+        SbProblem::Bad(error) => error.to_string(),
     }
 }
 

@@ -299,6 +299,41 @@ fn a_wrong_link_count_is_set_to_the_names_found() {
     assert_intact(&px, &[]);
 }
 
+/// Both superblock slots damaged: nothing to restore from. The mount, `fsck` and the
+/// repair used to say only "superblock checksum mismatch" (the primary's problem), which
+/// reads like the one-slot damage a repair restores; they now say both slots are damaged
+/// and what each one failed.
+#[test]
+fn two_damaged_superblocks_are_named_as_both_and_refused_by_repair() {
+    let (mut image, sb, _) = populated();
+    poke(
+        &mut image,
+        sb.root_offset + pmfs::layout::SB_PRIMARY + 0x20,
+        &[0xA5; 8],
+    );
+    poke(
+        &mut image,
+        sb.root_offset + pmfs::layout::SB_COPY,
+        b"NOTMAGIC",
+    );
+    let Err(pmfs::FsError::Corrupted(message)) = Fs::mount(pool_of(image.clone()), options())
+    else {
+        panic!("no usable superblock: the mount fails");
+    };
+    assert_eq!(
+        message,
+        "both superblock slots are damaged (primary: superblock checksum mismatch; \
+         copy: bad superblock magic)"
+    );
+    let Err(error) = Fs::repair(pool_of(image), options()) else {
+        panic!("two damaged superblocks are not repairable");
+    };
+    assert!(
+        error.to_string().contains("both superblock slots"),
+        "{error}"
+    );
+}
+
 #[test]
 fn a_damaged_root_is_refused_and_the_pool_left_as_it_was() {
     let (mut image, sb, _) = populated();
