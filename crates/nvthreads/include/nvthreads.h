@@ -56,7 +56,12 @@
  * every FILE and its buffer: two threads using one FILE lose or repeat data, even under a
  * mutex (each reads ahead into its own buffer; output goes out at each one's flushes), so
  * give each thread its own stream, or use read/write on the descriptor. Streams are flushed
- * at pthread_create and at each thread's exit.
+ * at pthread_create and at each thread's exit. Descriptors are one table for all threads,
+ * as with pthreads: one a thread opens, closes or dup2s is so in every thread (on x86-64
+ * with glibc, in a process where glibc started no thread of its own, not under valgrind;
+ * otherwise each thread
+ * has a copy of its creator's table made at pthread_create, so a pipe's write end closed
+ * by one thread stays open in the others).
  *
  * Threads are processes, also for signals and atomics. wait, waitpid, wait3, wait4 and
  * waitid skip threads' processes (a wait for any child returns only the program's own
@@ -85,7 +90,7 @@
  * value for every key, but with a copy of its creator's thread-local variables (__thread,
  * _Thread_local); pthread and C11 calls never change errno, as with glibc; at most 255
  * threads exist at a time (pthread_create returns EAGAIN beyond); pthread_atfork handlers
- * run at every pthread_create. read, pread and fread into the persistent heap (and persistent globals or
+ * do not run at pthread_create, except where descriptors are copied (above). read, pread and fread into the persistent heap (and persistent globals or
  * malloc'd memory) are wrapped to work; other system calls that write into persistent
  * memory (recv, readv, ...) fail with EFAULT unless the thread wrote to those pages since its
  * last synchronisation (into volatile malloc'd memory and globals they all work). fork()

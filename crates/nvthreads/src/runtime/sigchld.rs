@@ -14,7 +14,7 @@
 //!
 //! Everything here runs in a signal handler: atomics, system calls and stack buffers only.
 
-use super::threads::is_or_was_thread_process;
+use super::threads::{is_or_was_thread_process, is_thread_process};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 
 /// The program's handler (a `sa_handler` or `sa_sigaction` address), 0 when none is
@@ -202,7 +202,10 @@ fn program_child_report(stops: bool, report: &mut libc::siginfo_t) -> bool {
     list[..len]
         .split(|&b| b == b' ' || b == b'\n')
         .filter_map(parse_pid)
-        .filter(|&pid| !is_or_was_thread_process(pid))
+        // Every child not in the set of unreaped thread-processes is the program's: a
+        // reaped thread-process is no longer a child, so an id it had, reused by a child of
+        // the program, is the program's child here.
+        .filter(|&pid| !is_thread_process(pid))
         .any(|pid| {
             // SAFETY: siginfo_t is plain data; zero is a valid value.
             *report = unsafe { std::mem::zeroed() };
@@ -247,21 +250,35 @@ fn read_children(buffer: &mut [u8]) -> Option<usize> {
     let end = prefix.len() + number.len();
     path[prefix.len()..end].copy_from_slice(number);
     path[end..end + suffix.len()].copy_from_slice(suffix);
-    // SAFETY: `path` is NUL-terminated; open, read and close are async-signal-safe.
+    // System calls, not the C library's functions: `read` called from this library reaches
+    // the library's own interposed `read` (`ffi/lib.rs`), whose first call looks glibc's up
+    // with `dlsym`, which is not async-signal-safe.
+    // SAFETY: `path` is NUL-terminated; the openat, read and close system calls are
+    // async-signal-safe; `buffer[len..]` is writable for the length passed.
     unsafe {
-        let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+        let fd = libc::syscall(
+            libc::SYS_openat,
+            libc::c_long::from(libc::AT_FDCWD),
+            path.as_ptr(),
+            libc::c_long::from(libc::O_RDONLY | libc::O_CLOEXEC),
+        );
         if fd < 0 {
             return None;
         }
         let mut len = 0;
         while len < buffer.len() {
-            let n = libc::read(fd, buffer[len..].as_mut_ptr().cast(), buffer.len() - len);
+            let n = libc::syscall(
+                libc::SYS_read,
+                fd,
+                buffer[len..].as_mut_ptr(),
+                buffer.len() - len,
+            );
             if n <= 0 {
                 break;
             }
             len += n as usize;
         }
-        libc::close(fd);
+        libc::syscall(libc::SYS_close, fd);
         Some(len)
     }
 }
