@@ -1,20 +1,48 @@
 //! `sigaction`, `signal` and `bsd_signal` for `SIGCHLD`: a handler the program installs goes
 //! behind the runtime's filter (`runtime::sigchld`), so it is not called when a thread
-//! ends (a thread-process's end raises `SIGCHLD` in its creator). Every other signal, the
-//! default and ignored actions, and every call of a dormant runtime are glibc's. `sysv_signal`
-//! and `sigset` are glibc's too (documented in `docs/nvthreads.md` §3.1).
+//! ends (a thread-process's end raises `SIGCHLD` in its creator). For `SIGSEGV`: the
+//! program's action is recorded for the page tracker's handler, which stays installed and
+//! passes on the faults that are not tracked writes (`nvthreads::pages`). Every other
+//! signal, the default and ignored actions of `SIGCHLD`, and every call of a dormant runtime
+//! are glibc's. `sysv_signal` and `sigset` are glibc's too (documented in
+//! `docs/nvthreads.md` §3.1).
 
 use crate::next;
 use libc::{c_int, sighandler_t};
+use nvthreads::pages::{self, Tracker};
 use nvthreads::runtime::sigchld::{self, SigactionFn, SigchldBlocked};
 
 fn real_sigaction() -> SigactionFn {
     next!(c"sigaction" => SigactionFn)
 }
 
-/// Whether `signal`'s action goes through the filter here.
+/// Whether `signal`'s action goes through the filter here: `SIGCHLD`, and `SIGSEGV` while
+/// the page tracker's handler is installed.
 fn filtered(signal: c_int) -> bool {
-    signal == libc::SIGCHLD && crate::active().is_some()
+    match signal {
+        libc::SIGCHLD => crate::active().is_some(),
+        libc::SIGSEGV => crate::active().is_some() && Tracker::active().is_some(),
+        _ => false,
+    }
+}
+
+/// `sigaction` for `SIGSEGV` while the tracker's handler is installed: the program's action
+/// is recorded, not installed (`nvthreads::pages::program_segv_action`), and the tracker's
+/// handler passes every fault that is not a tracked write on to it.
+///
+/// # Safety
+/// As `sigaction`: `act` and `old` are null or valid.
+unsafe fn segv_action(act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
+    let before = pages::program_segv_action();
+    if !act.is_null() {
+        // SAFETY: `act` is valid (the caller's contract).
+        pages::set_program_segv_action(unsafe { &*act });
+    }
+    if !old.is_null() {
+        // SAFETY: `old` is writable (the caller's contract).
+        unsafe { old.write(before) };
+    }
+    0
 }
 
 /// `sigaction(2)`.
@@ -31,6 +59,10 @@ pub unsafe extern "C" fn sigaction(
     if !filtered(signal) {
         // SAFETY: forwarded.
         return unsafe { real(signal, act, old) };
+    }
+    if signal == libc::SIGSEGV {
+        // SAFETY: the caller's contract.
+        return unsafe { segv_action(act, old) };
     }
     let _blocked = SigchldBlocked::block();
     // SAFETY: a zeroed sigaction is a valid value to be overwritten.

@@ -68,7 +68,10 @@
  * children, ECHILD when only threads are left), and a SIGCHLD handler installed with
  * sigaction, signal or bsd_signal is called for the program's own children only (SIGCHLD
  * taken with sigwaitinfo or signalfd, or handled through sysv_signal or sigset, is raised
- * when a thread ends too). A thread made by a
+ * when a thread ends too). A SIGSEGV handler installed with sigaction, signal or bsd_signal
+ * is called for the program's own faults only, not for the write faults the runtime uses to
+ * track writes (its handler stays installed and passes the others on; one installed with
+ * sysv_signal or sigset replaces it and breaks the runtime). A thread made by a
  * thread dies with the main process (a thread's process whose thread has ended stays, idle,
  * until the threads it made have ended). A signal goes to the process it is
  * sent to: kill(getpid(), ...) or raise() reaches only the calling thread (from main, only

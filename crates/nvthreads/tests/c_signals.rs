@@ -25,3 +25,11 @@ fn holds(mode: &str) {
 fn a_sigchld_handler_ignores_threads_joined_while_it_was_blocked() {
     holds("blockedjoins");
 }
+
+/// A `SIGSEGV` handler the program installs (a crash handler, a memory probe) is called for
+/// the program's faults only, not for the write faults the runtime tracks: before, it
+/// replaced the tracker's handler and was called at the first write to the persistent heap.
+#[test]
+fn a_sigsegv_handler_sees_the_programs_faults_not_the_runtimes() {
+    holds("segvhandler");
+}

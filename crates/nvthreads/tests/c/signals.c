@@ -6,18 +6,29 @@
  *                 handler is not called (the pending signal reports the first thread's
  *                 end); then a child of the program exits and the handler is called once,
  *                 naming it.
+ *   segvhandler   a SIGSEGV handler (SA_SIGINFO, as a crash handler or a memory probe
+ *                 installs it) is installed before the persistent heap is written: two
+ *                 threads add 1,000 each to an nvmalloc'd counter under a mutex (write
+ *                 faults the runtime tracks), then each probes an unmapped address with
+ *                 sigsetjmp/siglongjmp, as main does twice; the handler is called for the
+ *                 four probes only (one call outside a probe ends the program with status
+ *                 3), the counter is 2,000, and sigaction reports the handler back.
  * Every mode ends itself with alarm(10) if it hangs.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <setjmp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "nvthreads.h"
 
 static void fail(const char *mode, const char *what) {
     printf("%s FAILED: %s\n", mode, what);
@@ -78,6 +89,86 @@ static void blockedjoins(void) {
         fail("blockedjoins", "waitpid of the child");
 }
 
+/* Per thread: where the thread's probe resumes, and whether it is probing. */
+static __thread sigjmp_buf probe_jump;
+static __thread volatile sig_atomic_t probing;
+static atomic_int segv_calls;
+
+static void on_segv(int signal, siginfo_t *info, void *context) {
+    (void)signal;
+    (void)info;
+    (void)context;
+    if (!probing) {
+        static const char message[] = "segvhandler FAILED: the handler saw a fault outside a probe\n";
+        (void)!write(1, message, sizeof message - 1);
+        _exit(3);
+    }
+    atomic_fetch_add(&segv_calls, 1);
+    siglongjmp(probe_jump, 1);
+}
+
+/* An unmapped address, read through a variable so that the compiler cannot see it. */
+static volatile int *volatile unmapped = (volatile int *)16;
+
+/* 1 if reading `unmapped` faulted and the handler jumped back here. */
+static int probe(void) {
+    int faulted = 0;
+    probing = 1;
+    if (sigsetjmp(probe_jump, 1) == 0)
+        (void)*unmapped;
+    else
+        faulted = 1;
+    probing = 0;
+    return faulted;
+}
+
+static pthread_mutex_t counter_lock = PTHREAD_MUTEX_INITIALIZER;
+static long *counter;
+
+static void *add_then_probe(void *unused) {
+    (void)unused;
+    for (int i = 0; i < 1000; i++) {
+        pthread_mutex_lock(&counter_lock);
+        (*counter)++;
+        pthread_mutex_unlock(&counter_lock);
+    }
+    return (void *)(long)probe();
+}
+
+static void segvhandler(void) {
+    struct sigaction action, old;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = on_segv;
+    action.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(SIGSEGV, &action, &old) != 0 || old.sa_handler != SIG_DFL)
+        fail("segvhandler", "sigaction, or an old action other than SIG_DFL");
+    if (sigaction(SIGSEGV, NULL, &old) != 0 || old.sa_sigaction != on_segv ||
+        !(old.sa_flags & SA_SIGINFO))
+        fail("segvhandler", "sigaction does not report the handler back");
+    counter = nvmalloc(sizeof *counter, "counter");
+    if (counter == NULL)
+        fail("segvhandler", "nvmalloc");
+    pthread_mutex_lock(&counter_lock);
+    *counter = 0;
+    pthread_mutex_unlock(&counter_lock);
+    pthread_t threads[2];
+    long probes = 0;
+    for (int i = 0; i < 2; i++)
+        pthread_create(&threads[i], NULL, add_then_probe, NULL);
+    for (int i = 0; i < 2; i++) {
+        void *faulted;
+        pthread_join(threads[i], &faulted);
+        probes += (long)faulted;
+    }
+    probes += probe();
+    probes += probe();
+    if (probes != 4 || atomic_load(&segv_calls) != 4)
+        fail("segvhandler", "a probe's fault did not reach the handler");
+    if (*counter != 2000)
+        fail("segvhandler", "the counter is not 2000");
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: signals MODE\n");
@@ -87,6 +178,8 @@ int main(int argc, char **argv) {
     const char *mode = argv[1];
     if (strcmp(mode, "blockedjoins") == 0)
         blockedjoins();
+    else if (strcmp(mode, "segvhandler") == 0)
+        segvhandler();
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
