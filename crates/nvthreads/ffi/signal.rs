@@ -6,10 +6,16 @@
 //! signal, the default and ignored actions of `SIGCHLD`, and every call of a dormant runtime
 //! are glibc's. `sysv_signal` and `sigset` are glibc's too (documented in
 //! `docs/nvthreads.md` §3.1).
+//!
+//! An action set while threads exist is published to every thread-process
+//! (`runtime::dispositions`), as pthreads share one set of actions; `sigprocmask` and
+//! `pthread_sigmask` keep the signal that tells them (`SIGRTMAX`) unblocked, and
+//! `sigaction` refuses to change it.
 
 use crate::next;
 use libc::{c_int, sighandler_t};
 use nvthreads::pages::{self, Tracker};
+use nvthreads::runtime::dispositions::{self, notify_signal};
 use nvthreads::runtime::sigchld::{self, SigactionFn, SigchldBlocked};
 
 fn real_sigaction() -> SigactionFn {
@@ -45,12 +51,37 @@ unsafe fn segv_action(act: *const libc::sigaction, old: *mut libc::sigaction) ->
     0
 }
 
-/// `sigaction(2)`.
+/// `sigaction(2)`: installed in this process, then, while the runtime runs, published to
+/// every thread-process.
 ///
 /// # Safety
 /// As the C function: `act` and `old` are null or valid.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn sigaction(
+    signal: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    let active = crate::active().is_some();
+    if active && !act.is_null() && signal == notify_signal() {
+        // SAFETY: `__errno_location` returns this thread's errno.
+        unsafe { *libc::__errno_location() = libc::EINVAL };
+        return -1;
+    }
+    // SAFETY: the caller's contract.
+    let result = unsafe { install_here(signal, act, old) };
+    if result == 0 && active && !act.is_null() {
+        // SAFETY: `act` is valid (the caller's contract).
+        dispositions::publish(signal, unsafe { &*act });
+    }
+    result
+}
+
+/// `sigaction` in this process only.
+///
+/// # Safety
+/// As `sigaction`: `act` and `old` are null or valid.
+unsafe fn install_here(
     signal: c_int,
     act: *const libc::sigaction,
     old: *mut libc::sigaction,
@@ -91,13 +122,14 @@ pub unsafe extern "C" fn sigaction(
 }
 
 /// `signal(3)` with glibc's (BSD) semantics: the handler stays installed, interrupted
-/// system calls restart, the signal is blocked while its handler runs.
+/// system calls restart, the signal is blocked while its handler runs. While the runtime
+/// runs, through [`sigaction`] (filtered and published like it).
 ///
 /// # Safety
 /// As the C function.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn signal(signal: c_int, handler: sighandler_t) -> sighandler_t {
-    if !filtered(signal) {
+    if crate::active().is_none() {
         let real = next!(c"signal" => unsafe extern "C" fn(c_int, sighandler_t) -> sighandler_t);
         // SAFETY: forwarded.
         return unsafe { real(signal, handler) };
@@ -128,4 +160,60 @@ pub unsafe extern "C" fn signal(signal: c_int, handler: sighandler_t) -> sighand
 pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: sighandler_t) -> sighandler_t {
     // SAFETY: forwarded.
     unsafe { signal(sig, handler) }
+}
+
+/// `set` without the runtime's notification signal when it would block it (`SIG_BLOCK`,
+/// `SIG_SETMASK`) while the runtime runs, as glibc keeps its own internal signals unblocked:
+/// a thread-process that blocked it would take a signal action another thread sets only
+/// later (`runtime::dispositions`).
+fn keep_notify_unblocked(
+    how: c_int,
+    set: *const libc::sigset_t,
+    copy: &mut libc::sigset_t,
+) -> *const libc::sigset_t {
+    if set.is_null() || how == libc::SIG_UNBLOCK || crate::active().is_none() {
+        return set;
+    }
+    // SAFETY: `set` is valid (the caller's contract); `copy` is a sigset_t.
+    unsafe {
+        *copy = *set;
+        libc::sigdelset(copy, notify_signal());
+    }
+    copy
+}
+
+/// `sigprocmask(2)`, keeping the runtime's notification signal unblocked.
+///
+/// # Safety
+/// As the C function: `set` and `old` are null or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sigprocmask(
+    how: c_int,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> c_int {
+    let real = next!(c"sigprocmask" => unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int);
+    // SAFETY: a zeroed sigset_t is a valid value.
+    let mut copy: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let set = keep_notify_unblocked(how, set, &mut copy);
+    // SAFETY: forwarded; `set` is the caller's or the copy.
+    unsafe { real(how, set, old) }
+}
+
+/// `pthread_sigmask(3)`, keeping the runtime's notification signal unblocked.
+///
+/// # Safety
+/// As the C function: `set` and `old` are null or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pthread_sigmask(
+    how: c_int,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> c_int {
+    let real = next!(c"pthread_sigmask" => unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int);
+    // SAFETY: a zeroed sigset_t is a valid value.
+    let mut copy: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let set = keep_notify_unblocked(how, set, &mut copy);
+    // SAFETY: forwarded; `set` is the caller's or the copy.
+    unsafe { real(how, set, old) }
 }

@@ -71,7 +71,13 @@
  * when a thread ends too). A SIGSEGV handler installed with sigaction, signal or bsd_signal
  * is called for the program's own faults only, not for the write faults the runtime uses to
  * track writes (its handler stays installed and passes the others on; one installed with
- * sysv_signal or sigset replaces it and breaks the runtime). A thread made by a
+ * sysv_signal or sigset replaces it and breaks the runtime). A signal's action set with
+ * sigaction, signal or bsd_signal while threads run is installed in every thread, as
+ * pthreads share one set of actions (sigaction returns once every thread has it, or after
+ * 50 ms); the runtime uses SIGRTMAX for it: sigaction of SIGRTMAX fails with EINVAL,
+ * sigprocmask and pthread_sigmask leave it unblocked, a sigwait on a set holding it may
+ * return it, and a thread in pause, sleep, poll, select or another call a caught signal
+ * interrupts returns early (EINTR) when another thread sets an action. A thread made by a
  * thread dies with the main process (a thread's process whose thread has ended stays, idle,
  * until the threads it made have ended). A signal goes to the process it is
  * sent to: kill(getpid(), ...) or raise() reaches only the calling thread (from main, only

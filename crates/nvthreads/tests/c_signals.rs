@@ -33,3 +33,12 @@ fn a_sigchld_handler_ignores_threads_joined_while_it_was_blocked() {
 fn a_sigsegv_handler_sees_the_programs_faults_not_the_runtimes() {
     holds("segvhandler");
 }
+
+/// A handler installed and a signal ignored while threads run reach those threads: a signal
+/// to the process group runs the handler instead of killing them (the run ended with
+/// `SIGKILL`), and `SIGPIPE` ignored by main is ignored in a thread that writes to a pipe
+/// without a reader.
+#[test]
+fn signal_actions_set_while_threads_run_reach_them() {
+    holds("lateaction");
+}

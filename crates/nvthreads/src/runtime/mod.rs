@@ -17,10 +17,12 @@
 //! - [`threads`]: creating, joining, detaching, signalling and naming thread-processes;
 //! - [`signals`]: a fatal signal in any process ends the whole run;
 //! - [`sigchld`]: the program's `SIGCHLD` handler sees its own children, not threads;
+//! - [`dispositions`]: a signal action set while threads exist reaches every thread;
 //! - [`fork`]: a `fork()` by the program outside `pthread_create` ends its child if it uses
 //!   the runtime without `exec`.
 
 pub mod commit;
+pub mod dispositions;
 pub mod env;
 pub mod fork;
 pub mod layout;
@@ -238,6 +240,7 @@ impl Runtime {
         unsafe { libc::atexit(signals::at_exit) };
         fork::watch_forks();
         signals::install_fatal_handlers();
+        dispositions::install_handler();
         let lanes = geo.lanes as usize;
         let runtime = Runtime {
             journal: Mutex::new(Some(journal)),

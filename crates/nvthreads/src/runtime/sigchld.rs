@@ -37,6 +37,11 @@ pub(super) fn thread_ended() {
     ENDED.store(true, Ordering::Relaxed);
 }
 
+/// Whether this process's thread has ended ([`thread_ended`]).
+pub(super) fn has_ended() -> bool {
+    ENDED.load(Ordering::Relaxed)
+}
+
 /// What the program sees as its `SIGCHLD` action: the one it installed, with its own handler
 /// in place of [`on_sigchld`] (`installed` is what the kernel has).
 pub fn program_view(installed: &libc::sigaction) -> libc::sigaction {

@@ -80,12 +80,14 @@ extern "C" fn on_fatal_signal(signal: i32) {
     }
     report_fatal_signal(signal);
     kill_other_processes();
-    // SAFETY: restoring the default action and re-raising is async-signal-safe; the process
-    // then dies of the signal as it would without the runtime.
-    unsafe {
-        libc::signal(signal, libc::SIG_DFL);
-        libc::raise(signal);
-    }
+    // Restoring the default action (glibc's sigaction: the library's own would publish it to
+    // every thread) and re-raising is async-signal-safe; the process then dies of the signal
+    // as it would without the runtime.
+    // SAFETY: a zeroed sigaction is SIG_DFL with an empty mask.
+    let default: libc::sigaction = unsafe { std::mem::zeroed() };
+    crate::pages::glibc_sigaction(signal, &default, std::ptr::null_mut());
+    // SAFETY: raise is async-signal-safe.
+    unsafe { libc::raise(signal) };
 }
 
 /// The watchdog of every long wait (`shared::WATCHDOG_PERIOD`): ends the run if one of its
@@ -257,9 +259,13 @@ pub(super) fn install_fatal_handlers() {
         libc::SIGTRAP,
     ] {
         let handler: extern "C" fn(i32) = on_fatal_signal;
-        // SAFETY: installing a handler with the plain one-argument signature; it only uses
-        // async-signal-safe calls.
-        unsafe { libc::signal(signal, handler as libc::sighandler_t) };
+        // SAFETY: a zeroed sigaction is a valid value (empty mask, no flags: the handler
+        // has the plain one-argument signature and only uses async-signal-safe calls).
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        action.sa_sigaction = handler as usize;
+        action.sa_flags = libc::SA_RESTART;
+        // glibc's sigaction: the library's own would start the runtime being started.
+        crate::pages::glibc_sigaction(signal, &action, std::ptr::null_mut());
     }
 }
 

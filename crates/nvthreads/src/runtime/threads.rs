@@ -74,6 +74,7 @@ impl Runtime {
             die_with_creator(creator);
             start_as_new_thread();
             LOCAL.me.store(index as u32, Ordering::Relaxed);
+            super::dispositions::thread_started(slot);
             // Every process writes the unlogged regions in place, as pthreads do (§3.2): a
             // data-race-free program reads another thread's write only after synchronising
             // with it. With NVT_ISOLATE_VOLATILE=1 a thread-process tracks and merges them.

@@ -13,6 +13,15 @@
  *                 sigsetjmp/siglongjmp, as main does twice; the handler is called for the
  *                 four probes only (one call outside a probe ends the program with status
  *                 3), the counter is 2,000, and sigaction reports the handler back.
+ *   lateaction    actions set while threads run reach them, as pthreads share one set of
+ *                 actions: the program makes itself a process group, starts 3 threads
+ *                 that sleep in a loop, then installs a SIGUSR1 handler (sigaction) and
+ *                 ignores SIGPIPE (signal); a thread reads the SIGUSR1 action back, the
+ *                 group gets SIGUSR1 (kill(0, ...), as a terminal's Ctrl-C) and nobody
+ *                 dies (the handler runs, in every thread: at least once), and a thread's
+ *                 write to a pipe without a reader fails with EPIPE instead of killing it.
+ *                 Before, the threads kept the default actions of their creation: the
+ *                 group signal killed them and the run ended with SIGKILL.
  * Every mode ends itself with alarm(10) if it hangs.
  */
 #define _GNU_SOURCE
@@ -169,6 +178,64 @@ static void segvhandler(void) {
         fail("segvhandler", "the counter is not 2000");
 }
 
+static atomic_int usr1_calls;
+static atomic_int stop_sleepers;
+static int pipe_fds[2];
+
+static void on_usr1(int signal) {
+    (void)signal;
+    atomic_fetch_add(&usr1_calls, 1);
+}
+
+/* Sleeps until told to stop; then writes to the pipe (its reader is closed by then) and
+ * returns 1 if the handler main installed is the action here and the write failed with
+ * EPIPE. */
+static void *sleeper(void *unused) {
+    (void)unused;
+    struct timespec step = {0, 1000000};
+    while (!atomic_load(&stop_sleepers))
+        nanosleep(&step, NULL);
+    struct sigaction seen;
+    int handler_seen = sigaction(SIGUSR1, NULL, &seen) == 0 && seen.sa_handler == on_usr1;
+    errno = 0;
+    int broken = write(pipe_fds[1], "x", 1) < 0 && errno == EPIPE;
+    return (void *)(long)(handler_seen && broken);
+}
+
+static void lateaction(void) {
+    if (setpgid(0, 0) != 0)
+        fail("lateaction", "setpgid");
+    if (pipe(pipe_fds) != 0)
+        fail("lateaction", "pipe");
+    pthread_t threads[3];
+    for (int i = 0; i < 3; i++)
+        pthread_create(&threads[i], NULL, sleeper, NULL);
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = on_usr1;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(SIGUSR1, &action, NULL) != 0)
+        fail("lateaction", "sigaction");
+    if (signal(SIGPIPE, SIG_IGN) == SIG_ERR)
+        fail("lateaction", "signal");
+    close(pipe_fds[0]);
+    kill(0, SIGUSR1);
+    struct timespec step = {0, 1000000};
+    for (int i = 0; i < 2000 && atomic_load(&usr1_calls) == 0; i++)
+        nanosleep(&step, NULL);
+    atomic_store(&stop_sleepers, 1);
+    int good = 0;
+    for (int i = 0; i < 3; i++) {
+        void *result;
+        pthread_join(threads[i], &result);
+        good += (int)(long)result;
+    }
+    if (atomic_load(&usr1_calls) < 1)
+        fail("lateaction", "the SIGUSR1 handler did not run");
+    if (good != 3)
+        fail("lateaction", "a thread does not have the handler, or its write did not fail with EPIPE");
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: signals MODE\n");
@@ -180,6 +247,8 @@ int main(int argc, char **argv) {
         blockedjoins();
     else if (strcmp(mode, "segvhandler") == 0)
         segvhandler();
+    else if (strcmp(mode, "lateaction") == 0)
+        lateaction();
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
