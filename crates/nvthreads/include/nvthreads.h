@@ -57,11 +57,12 @@
  * mutex (each reads ahead into its own buffer; output goes out at each one's flushes), so
  * give each thread its own stream, or use read/write on the descriptor. Streams are flushed
  * at pthread_create and at each thread's exit. Descriptors are one table for all threads,
- * as with pthreads: one a thread opens, closes or dup2s is so in every thread (on x86-64
+ * as with pthreads: one a thread opens, closes or dup2s is so in every thread, and so are
+ * the working directory and umask (on x86-64
  * with glibc, in a process where glibc started no thread of its own, not under valgrind;
  * otherwise each thread
- * has a copy of its creator's table made at pthread_create, so a pipe's write end closed
- * by one thread stays open in the others).
+ * has a copy of its creator's table and directory made at pthread_create, so a pipe's
+ * write end closed by one thread stays open in the others).
  *
  * Threads are processes, also for signals and atomics. wait, waitpid, wait3, wait4 and
  * waitid skip threads' processes (a wait for any child returns only the program's own
@@ -138,7 +139,11 @@
  * A thread that dies (a fatal signal, abort(), _exit(), killed from outside, an internal
  * error of the runtime) ends the whole program, as in a pthreads process: a line on stderr
  * says which thread died, and every process of the program is killed with SIGKILL (the
- * program's status: killed by signal 9, 137 in a shell). A death no handler sees is noticed
+ * program's status: killed by signal 9, 137 in a shell). exit() called by a thread other
+ * than main ends the program the same way: its atexit handlers run (in that thread), but
+ * the status it passed is lost (137, not the exit(3) a pthreads program ends with).
+ * getpid() and gettid() return the calling thread's own process id (getpid() differs
+ * between threads; pthread_self() and pthread_equal() behave as with pthreads). A death no handler sees is noticed
  * within 0.2 s by any thread waiting in the runtime (a lock, a condition variable, a join).
  * The pool keeps every committed section; the next run recovers it.
  *

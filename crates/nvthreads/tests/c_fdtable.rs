@@ -1,6 +1,6 @@
 //! One descriptor table for all threads (`docs/nvthreads.md` §3.1): thread-processes are made
-//! with `clone(CLONE_FILES)`, so a descriptor opened, closed or `dup2`ed by one thread is so
-//! in every thread, as with pthreads. Each mode of `tests/c/fdtable.c` prints "MODE ok",
+//! with `clone(CLONE_FILES | CLONE_FS)`, so a descriptor opened, closed or `dup2`ed by one
+//! thread is so in every thread, as with pthreads, and so are the working directory and umask. Each mode of `tests/c/fdtable.c` prints "MODE ok",
 //! linked and preloaded, and ends itself with `alarm(5)` if it hangs.
 
 mod common;
@@ -44,4 +44,10 @@ fn descriptors_opened_by_one_thread_are_open_in_all() {
 #[test]
 fn close_and_dup2_in_a_thread_are_seen_by_main() {
     holds("closed");
+}
+
+/// The working directory and umask are shared too: a thread's `chdir` and `umask` are main's.
+#[test]
+fn chdir_and_umask_in_a_thread_are_seen_by_main() {
+    holds("cwd");
 }

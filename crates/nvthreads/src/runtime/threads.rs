@@ -342,8 +342,9 @@ fn outlive_children() {
 /// Forks a thread-process that shares its creator's descriptor table, as pthreads share one
 /// (`docs/nvthreads.md` §3.1): a descriptor one thread opens, closes or `dup2`s is so in every
 /// thread, and a pipe's write end closed by one thread is not held open by the others' copies
-/// (a reader waited for end-of-file for ever). `fork(2)` copies the table, so this is
-/// `clone(2)` with `CLONE_FILES` and otherwise `fork`'s flags: the kernel writes the child's
+/// (a reader waited for end-of-file for ever); and its working directory, root and umask
+/// (a `chdir` in one thread moves every thread). `fork(2)` copies both, so this is
+/// `clone(2)` with `CLONE_FILES | CLONE_FS` and otherwise `fork`'s flags: the kernel writes the child's
 /// id into glibc's record of it (`CLONE_CHILD_SETTID`, which `raise`, `abort` and glibc's
 /// locks use) as glibc's `fork` has it do. glibc's own bookkeeping around `fork` (its locks,
 /// and the program's `pthread_atfork` handlers, which pthreads do not run at
@@ -357,8 +358,11 @@ fn fork_thread_process() -> i32 {
         // then leaves with _exit.
         return unsafe { libc::fork() };
     };
-    let flags =
-        libc::CLONE_FILES | libc::CLONE_CHILD_SETTID | libc::CLONE_CHILD_CLEARTID | libc::SIGCHLD;
+    let flags = libc::CLONE_FILES
+        | libc::CLONE_FS
+        | libc::CLONE_CHILD_SETTID
+        | libc::CLONE_CHILD_CLEARTID
+        | libc::SIGCHLD;
     // SAFETY: clone without CLONE_VM and without a new stack is fork with a shared descriptor
     // table: the child runs on its copy of this stack and returns 0 here. `tid_record` is
     // the calling thread's own glibc record of its id (checked by `glibc_tid_record`), which

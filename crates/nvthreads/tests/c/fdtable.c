@@ -11,7 +11,9 @@
  *   opened   descriptors a thread opens (a pipe) are used by main after the join, and
  *            one main opens after creating a thread is used by that thread;
  *   closed   a descriptor closed by a thread is closed for main too (fcntl: EBADF), and
- *            a dup2 onto a number by a thread is seen by main.
+ *            a dup2 onto a number by a thread is seen by main;
+ *   cwd      the working directory and umask are the process's too: a thread's chdir and
+ *            umask are seen by main (pthreads share them as they share the table).
  * Every mode ends itself with alarm(5) if it hangs.
  */
 #define _GNU_SOURCE
@@ -22,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void fail(const char *mode, const char *what) {
@@ -158,9 +161,31 @@ static void closed(void) {
         fail("closed", "the thread's dup2 onto a number is not seen by main");
 }
 
+static void *move_and_mask(void *unused) {
+    (void)unused;
+    return (void *)(long)(chdir("/tmp") == 0 && umask(027) == 022);
+}
+
+static void cwd(void) {
+    if (chdir("/") != 0)
+        fail("cwd", "chdir in main");
+    umask(022);
+    pthread_t mover;
+    void *result;
+    pthread_create(&mover, NULL, move_and_mask, NULL);
+    pthread_join(mover, &result);
+    if (!result)
+        fail("cwd", "chdir or umask in the thread");
+    char here[64];
+    if (getcwd(here, sizeof here) == NULL || strcmp(here, "/tmp") != 0)
+        fail("cwd", "main is not where the thread moved");
+    if (umask(022) != 027)
+        fail("cwd", "main's umask is not the one the thread set");
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: fdtable eof|epipe|opened|closed\n");
+        fprintf(stderr, "usage: fdtable eof|epipe|opened|closed|cwd\n");
         return 2;
     }
     alarm(5);
@@ -173,6 +198,8 @@ int main(int argc, char **argv) {
         opened();
     else if (strcmp(mode, "closed") == 0)
         closed();
+    else if (strcmp(mode, "cwd") == 0)
+        cwd();
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
