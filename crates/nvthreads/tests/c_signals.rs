@@ -42,3 +42,10 @@ fn a_sigsegv_handler_sees_the_programs_faults_not_the_runtimes() {
 fn signal_actions_set_while_threads_run_reach_them() {
     holds("lateaction");
 }
+
+/// A one-shot `SIGCHLD` handler is reset to `SIG_DFL` keeping its flags and mask, as the
+/// kernel resets it.
+#[test]
+fn a_one_shot_sigchld_handler_keeps_its_flags_when_reset() {
+    holds("oneshot");
+}

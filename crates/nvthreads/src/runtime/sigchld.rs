@@ -168,8 +168,12 @@ fn pass_on(signal: i32, info: *mut libc::siginfo_t, context: *mut libc::c_void) 
     }
 }
 
-/// Puts `SIGCHLD` back to its default action (a one-shot handler's delivery).
+/// Puts `SIGCHLD` back to its default action (a one-shot handler's delivery) as the kernel
+/// does: only the handler changes; the program's flags (`SA_NOCLDSTOP`, `SA_NOCLDWAIT`, ...)
+/// and mask stay, and `sigaction` reports them. (A zeroed action dropped them: children
+/// stopping raised `SIGCHLD` again, and `SA_NOCLDWAIT`'s children became zombies.)
 fn reset_to_default(signal: i32) {
+    let flags = FLAGS.load(Ordering::Relaxed);
     HANDLER.store(0, Ordering::Relaxed);
     let real = REAL_SIGACTION.load(Ordering::Relaxed);
     if real == 0 {
@@ -177,10 +181,17 @@ fn reset_to_default(signal: i32) {
     }
     // SAFETY: `real` is glibc's sigaction, recorded when the handler was installed.
     let real: SigactionFn = unsafe { std::mem::transmute(real) };
-    // SAFETY: a zeroed sigaction is SIG_DFL with an empty mask and no flags.
-    let default: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: sigaction is async-signal-safe; `default` is a valid action.
-    unsafe { real(signal, &default, std::ptr::null_mut()) };
+    // SAFETY: a zeroed sigaction is a valid value, overwritten with the installed action.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: sigaction is async-signal-safe; reading the installed action into `action`.
+    if unsafe { real(signal, std::ptr::null(), &mut action) } != 0 {
+        // SAFETY: a zeroed sigaction is SIG_DFL with an empty mask and no flags.
+        action = unsafe { std::mem::zeroed() };
+    }
+    action.sa_sigaction = libc::SIG_DFL;
+    action.sa_flags = flags;
+    // SAFETY: sigaction is async-signal-safe; `action` is a valid action.
+    unsafe { real(signal, &action, std::ptr::null_mut()) };
 }
 
 /// Looks for a child of the program (not a thread-process) with a state change to report —

@@ -22,6 +22,11 @@
  *                 write to a pipe without a reader fails with EPIPE instead of killing it.
  *                 Before, the threads kept the default actions of their creation: the
  *                 group signal killed them and the run ended with SIGKILL.
+ *   oneshot       a one-shot SIGCHLD handler (SA_RESETHAND | SA_NOCLDSTOP | SA_SIGINFO,
+ *                 SIGUSR1 in its mask), installed after a thread was made and joined, is
+ *                 called once for a child's exit and then reads back as SIG_DFL with the
+ *                 flags and mask it was installed with, as the kernel resets only the
+ *                 handler (the runtime's filter reset them to 0 and an empty mask).
  * Every mode ends itself with alarm(10) if it hangs.
  */
 #define _GNU_SOURCE
@@ -236,6 +241,34 @@ static void lateaction(void) {
         fail("lateaction", "a thread does not have the handler, or its write did not fail with EPIPE");
 }
 
+static void oneshot(void) {
+    pthread_t thread;
+    pthread_create(&thread, NULL, nothing, NULL);
+    pthread_join(thread, NULL);
+    struct sigaction action, seen;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = on_chld;
+    action.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_NOCLDSTOP | SA_RESTART;
+    sigemptyset(&action.sa_mask);
+    sigaddset(&action.sa_mask, SIGUSR1);
+    if (sigaction(SIGCHLD, &action, NULL) != 0)
+        fail("oneshot", "sigaction");
+    pid_t child = fork();
+    if (child == 0)
+        _exit(0);
+    wait_for(&chld_calls, 2000);
+    int status;
+    if (waitpid(child, &status, 0) != child)
+        fail("oneshot", "waitpid of the child");
+    if (chld_calls != 1 || chld_pid != child)
+        fail("oneshot", "the handler was not called once for the child");
+    if (sigaction(SIGCHLD, NULL, &seen) != 0 || seen.sa_handler != SIG_DFL)
+        fail("oneshot", "the handler was not reset to SIG_DFL");
+    int wanted = SA_SIGINFO | SA_RESETHAND | SA_NOCLDSTOP | SA_RESTART;
+    if ((seen.sa_flags & wanted) != wanted || !sigismember(&seen.sa_mask, SIGUSR1))
+        fail("oneshot", "the reset dropped the handler's flags or mask");
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: signals MODE\n");
@@ -249,6 +282,8 @@ int main(int argc, char **argv) {
         segvhandler();
     else if (strcmp(mode, "lateaction") == 0)
         lateaction();
+    else if (strcmp(mode, "oneshot") == 0)
+        oneshot();
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
