@@ -49,3 +49,10 @@ fn signal_actions_set_while_threads_run_reach_them() {
 fn a_one_shot_sigchld_handler_keeps_its_flags_when_reset() {
     holds("oneshot");
 }
+
+/// The idle process of a thread that ended while a thread it made runs ignores signals: a
+/// signal to the process group no longer kills it (and with it the thread it made).
+#[test]
+fn a_signal_to_the_group_spares_an_ended_threads_process() {
+    holds("endedthread");
+}

@@ -119,6 +119,7 @@ impl Runtime {
         slot.dep.store(self.dependency(), Ordering::Release);
         slot.retval.store(retval, Ordering::Release);
         self.shared.live_threads.fetch_sub(1, Ordering::AcqRel);
+        ignore_signals_once_ended();
         slot.state.store(thread_state::DONE, Ordering::SeqCst);
         if slot.detached.load(Ordering::SeqCst) == 1 {
             free_if_done(slot);
@@ -448,6 +449,36 @@ fn under_valgrind() -> bool {
             });
             SEEN.store(if valgrind { YES } else { NO }, Ordering::Relaxed);
             valgrind
+        }
+    }
+}
+
+/// Ignores every signal a process can ignore, except `SIGCHLD` and the synchronous ones that
+/// report an internal error, once this process's thread has ended: it only waits for the
+/// threads it made (`outlive_children`), and is no thread of the program any more. A signal
+/// to the process group (Ctrl-C) otherwise ran the program's handler in it (an ended
+/// thread's handler call), or, under an action set after it was made, killed it: its
+/// threads died with it (`die_with_creator`) and the run ended with `SIGKILL`.
+fn ignore_signals_once_ended() {
+    // SAFETY: a zeroed sigaction is a valid value (empty mask, no flags).
+    let mut ignore: libc::sigaction = unsafe { std::mem::zeroed() };
+    ignore.sa_sigaction = libc::SIG_IGN;
+    for signal in 1..=libc::SIGRTMAX() {
+        let kept = [
+            libc::SIGKILL,
+            libc::SIGSTOP,
+            libc::SIGCHLD,
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGILL,
+            libc::SIGTRAP,
+            libc::SIGABRT,
+        ];
+        if !kept.contains(&signal) {
+            // glibc's sigaction: the library's own would publish the action to every thread.
+            // glibc refuses its internal signals (EINVAL), which stay as they are.
+            crate::pages::glibc_sigaction(signal, &ignore, std::ptr::null_mut());
         }
     }
 }

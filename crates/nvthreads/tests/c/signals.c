@@ -27,6 +27,11 @@
  *                 called once for a child's exit and then reads back as SIG_DFL with the
  *                 flags and mask it was installed with, as the kernel resets only the
  *                 handler (the runtime's filter reset them to 0 and an empty mask).
+ *   endedthread   a thread that made a thread and ended (its process stays, idle, until
+ *                 the thread it made ends) does not take signals: main installs a SIGINT
+ *                 handler once it ended and sends SIGINT to the process group; the run
+ *                 goes on (the idle process died of it, killing its thread, and the run
+ *                 ended with SIGKILL) and the handler runs.
  * Every mode ends itself with alarm(10) if it hangs.
  */
 #define _GNU_SOURCE
@@ -269,6 +274,52 @@ static void oneshot(void) {
         fail("oneshot", "the reset dropped the handler's flags or mask");
 }
 
+static atomic_int int_calls;
+static pthread_t grandchild;
+
+static void on_int(int signal) {
+    (void)signal;
+    atomic_fetch_add(&int_calls, 1);
+}
+
+static void *sleep_until_stopped(void *unused) {
+    (void)unused;
+    struct timespec step = {0, 1000000};
+    while (!atomic_load(&stop_sleepers))
+        nanosleep(&step, NULL);
+    return NULL;
+}
+
+static void *make_one_and_end(void *unused) {
+    (void)unused;
+    return (void *)(long)pthread_create(&grandchild, NULL, sleep_until_stopped, NULL);
+}
+
+static void endedthread(void) {
+    if (setpgid(0, 0) != 0)
+        fail("endedthread", "setpgid");
+    pthread_t maker;
+    void *result;
+    pthread_create(&maker, NULL, make_one_and_end, NULL);
+    pthread_join(maker, &result);
+    if (result != NULL)
+        fail("endedthread", "pthread_create in a thread");
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = on_int;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(SIGINT, &action, NULL) != 0)
+        fail("endedthread", "sigaction");
+    kill(0, SIGINT);
+    struct timespec step = {0, 1000000};
+    for (int i = 0; i < 100; i++)
+        nanosleep(&step, NULL);
+    atomic_store(&stop_sleepers, 1);
+    pthread_join(grandchild, NULL);
+    if (atomic_load(&int_calls) < 1)
+        fail("endedthread", "the SIGINT handler did not run");
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: signals MODE\n");
@@ -284,6 +335,8 @@ int main(int argc, char **argv) {
         lateaction();
     else if (strcmp(mode, "oneshot") == 0)
         oneshot();
+    else if (strcmp(mode, "endedthread") == 0)
+        endedthread();
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
