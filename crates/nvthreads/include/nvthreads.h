@@ -139,9 +139,11 @@
  * A thread that dies (a fatal signal, abort(), _exit(), killed from outside, an internal
  * error of the runtime) ends the whole program, as in a pthreads process: a line on stderr
  * says which thread died, and every process of the program is killed with SIGKILL (the
- * program's status: killed by signal 9, 137 in a shell). exit() called by a thread other
- * than main ends the program the same way: its atexit handlers run (in that thread), but
- * the status it passed is lost (137, not the exit(3) a pthreads program ends with).
+ * program's status: killed by signal 9, 137 in a shell). exit(status) called by a thread
+ * other than main ends the program with that status, as with pthreads: its atexit
+ * handlers run (in that thread), a line on stderr says so, the other threads are killed
+ * and main ends with _exit(status) (output main buffered and did not flush is lost), and
+ * the pool is left as after a crash (the next run recovers it).
  * getpid() and gettid() return the calling thread's own process id (getpid() differs
  * between threads; pthread_self() and pthread_equal() behave as with pthreads). A death no handler sees is noticed
  * within 0.2 s by any thread waiting in the runtime (a lock, a condition variable, a join).

@@ -14,7 +14,8 @@
 //! most [`ACK_WAIT`], until each has done so, so that a signal sent after `sigaction`
 //! returns finds the new action everywhere. A new thread-process applies what was published
 //! while it was being made. Everything on the receiving side is async-signal-safe: atomics,
-//! `sigaction` and `sigprocmask`.
+//! `sigaction` and `sigprocmask`. The same signal tells main that a thread called `exit`
+//! (`super::signals::end_run_with_status`).
 
 use super::commit::shared_block;
 use crate::shared::{MAX_THREADS, thread_state};
@@ -97,6 +98,7 @@ pub(super) fn install_handler() {
 }
 
 extern "C" fn on_notify(_signal: i32) {
+    super::signals::exit_if_asked();
     if super::sigchld::has_ended() {
         // The thread of this process has ended; it only waits for the threads it made.
         return;

@@ -236,8 +236,16 @@ impl Runtime {
         main.state.store(thread_state::RUNNING, Ordering::Relaxed);
         // SAFETY: getpid has no preconditions.
         main.pid.store(unsafe { libc::getpid() }, Ordering::Relaxed);
-        // SAFETY: registering a plain extern "C" function with no arguments.
-        unsafe { libc::atexit(signals::at_exit) };
+        unsafe extern "C" {
+            /// glibc's `on_exit`: an exit handler told the status `exit` was called with.
+            fn on_exit(
+                handler: extern "C" fn(libc::c_int, *mut libc::c_void),
+                arg: *mut libc::c_void,
+            ) -> libc::c_int;
+        }
+        // SAFETY: registering an extern "C" function of on_exit's handler type; its argument
+        // is unused.
+        unsafe { on_exit(signals::at_exit, std::ptr::null_mut()) };
         fork::watch_forks();
         signals::install_fatal_handlers();
         dispositions::install_handler();
@@ -411,15 +419,17 @@ impl Runtime {
     }
 
     /// The main thread's process exit: commit and close cleanly if every thread has ended
-    /// and no lock is held; otherwise leave the pool as a crash would.
-    fn finish(&self) {
+    /// and no lock is held; otherwise leave the pool as a crash would. `status` is what
+    /// `exit` was called with.
+    fn finish(&self, status: i32) {
         if self.is_child() {
-            // `exit` called by a thread: with pthreads it ends the whole program.
+            // `exit` called by a thread: with pthreads it ends the whole program, with this
+            // status.
             warn(&format!(
-                "exit() called in thread {}: ending the program",
+                "exit({status}) called in thread {}: ending the program",
                 self.self_handle()
             ));
-            signals::kill_other_processes();
+            signals::end_run_with_status(status);
             return;
         }
         let others = self

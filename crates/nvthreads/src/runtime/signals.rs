@@ -269,12 +269,71 @@ pub(super) fn install_fatal_handlers() {
     }
 }
 
-pub(super) extern "C" fn at_exit() {
+pub(super) extern "C" fn at_exit(status: i32, _arg: *mut libc::c_void) {
     if super::fork::forked() {
         // The pool belongs to the process this one was forked from.
         return;
     }
     if let Some(runtime) = RUNTIME.get() {
-        runtime.finish();
+        runtime.finish(status);
+    }
+}
+
+/// Ends the run because a thread other than main called `exit(status)` (its exit handlers
+/// have run): every other thread-process is killed, and main ends with `_exit(status)` in
+/// its handler of the runtime's notification signal ([`exit_if_asked`]), so the program's
+/// status is `status`, as a pthreads program's is. (Main was killed too: the status was
+/// 137 whatever the thread passed.) Main's own unflushed stdio buffers are lost, as they
+/// were. If main does not end within a moment (stopped, or the signal blocked), it is
+/// killed.
+pub(super) fn end_run_with_status(status: i32) {
+    let Some(shared) = commit::shared_block() else {
+        return;
+    };
+    // No watchdog of another process reports the threads killed here as deaths.
+    first_to_end(shared);
+    shared
+        .exit_status
+        .store((status & 0xff) as u32 + 1, Ordering::SeqCst);
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    let main = shared.threads[0].pid.load(Ordering::SeqCst);
+    for slot in &shared.threads[1..] {
+        let pid = slot.pid.load(Ordering::Relaxed);
+        if pid > 0 && pid != me && slot.state.load(Ordering::Relaxed) == thread_state::RUNNING {
+            // SAFETY: signalling a process of this run.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+    if main <= 0 || main == me {
+        return;
+    }
+    // SAFETY: signalling the main process of this run; its handler was installed at start.
+    unsafe { libc::kill(main, super::dispositions::notify_signal()) };
+    for _ in 0..100 {
+        if !super::threads::process_alive(main) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(main, libc::SIGKILL) };
+}
+
+/// In the main process, in the handler of the runtime's notification signal: ends it with
+/// the status a thread called `exit` with, if one did ([`end_run_with_status`]).
+/// Async-signal-safe.
+pub(super) fn exit_if_asked() {
+    if super::me() != 0 || super::get(&super::LOCAL.child) {
+        return;
+    }
+    let Some(shared) = commit::shared_block() else {
+        return;
+    };
+    let asked = shared.exit_status.load(Ordering::SeqCst);
+    if asked != 0 {
+        // SAFETY: _exit is async-signal-safe; the run ends as a crash would, with the
+        // thread's status.
+        unsafe { libc::_exit((asked - 1) as i32) };
     }
 }
