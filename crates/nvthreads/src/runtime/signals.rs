@@ -126,6 +126,9 @@ pub(super) fn check_run() {
 /// line on stderr, then every process of the run is killed with `SIGKILL` (this one last),
 /// as a crash would end it. The pool keeps every committed section; the next run recovers.
 fn end_run(shared: &crate::shared::Shared, index: usize, pid: i32) -> ! {
+    // The threads found dead may be the ones a thread's `exit` killed: main then ends with
+    // that status, not `SIGKILL`.
+    exit_if_asked();
     let who = if index == 0 {
         format!("the main thread (process {pid})")
     } else {
@@ -298,6 +301,13 @@ pub(super) fn end_run_with_status(status: i32) {
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() };
     let main = shared.threads[0].pid.load(Ordering::SeqCst);
+    // Main first: killing the others first could kill this process's creator, and this
+    // process with it (`die_with_creator`), before main was told.
+    if main > 0 && main != me {
+        // SAFETY: signalling the main process of this run; its handler was installed at
+        // start.
+        unsafe { libc::kill(main, super::dispositions::notify_signal()) };
+    }
     for slot in &shared.threads[1..] {
         let pid = slot.pid.load(Ordering::Relaxed);
         if pid > 0 && pid != me && slot.state.load(Ordering::Relaxed) == thread_state::RUNNING {
@@ -308,8 +318,6 @@ pub(super) fn end_run_with_status(status: i32) {
     if main <= 0 || main == me {
         return;
     }
-    // SAFETY: signalling the main process of this run; its handler was installed at start.
-    unsafe { libc::kill(main, super::dispositions::notify_signal()) };
     for _ in 0..100 {
         if !super::threads::process_alive(main) {
             return;
