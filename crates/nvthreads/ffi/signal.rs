@@ -1,23 +1,58 @@
 //! `sigaction`, `signal` and `bsd_signal` for `SIGCHLD`: a handler the program installs goes
 //! behind the runtime's filter (`runtime::sigchld`), so it is not called when a thread
-//! ends (a thread-process's end raises `SIGCHLD` in its creator). Every other signal, the
-//! default and ignored actions, and every call of a dormant runtime are glibc's. `sysv_signal`
-//! and `sigset` are glibc's too (documented in `docs/nvthreads.md` §3.1).
+//! ends (a thread-process's end raises `SIGCHLD` in its creator). For `SIGSEGV`: the
+//! program's action is recorded for the page tracker's handler, which stays installed and
+//! passes on the faults that are not tracked writes (`nvthreads::pages`). Every other
+//! signal, the default and ignored actions of `SIGCHLD`, and every call of a dormant runtime
+//! are glibc's. `sysv_signal` and `sigset` are glibc's too (documented in
+//! `docs/nvthreads.md` §3.1).
+//!
+//! An action set while threads exist is published to every thread-process
+//! (`runtime::dispositions`), as pthreads share one set of actions; `sigprocmask` and
+//! `pthread_sigmask` keep the signal that tells them (`SIGRTMAX`) unblocked, and
+//! `sigaction` refuses to change it.
 
 use crate::next;
 use libc::{c_int, sighandler_t};
+use nvthreads::pages::{self, Tracker};
+use nvthreads::runtime::dispositions::{self, notify_signal};
 use nvthreads::runtime::sigchld::{self, SigactionFn, SigchldBlocked};
 
 fn real_sigaction() -> SigactionFn {
     next!(c"sigaction" => SigactionFn)
 }
 
-/// Whether `signal`'s action goes through the filter here.
+/// Whether `signal`'s action goes through the filter here: `SIGCHLD`, and `SIGSEGV` while
+/// the page tracker's handler is installed.
 fn filtered(signal: c_int) -> bool {
-    signal == libc::SIGCHLD && crate::active().is_some()
+    match signal {
+        libc::SIGCHLD => crate::active().is_some(),
+        libc::SIGSEGV => crate::active().is_some() && Tracker::active().is_some(),
+        _ => false,
+    }
 }
 
-/// `sigaction(2)`.
+/// `sigaction` for `SIGSEGV` while the tracker's handler is installed: the program's action
+/// is recorded, not installed (`nvthreads::pages::program_segv_action`), and the tracker's
+/// handler passes every fault that is not a tracked write on to it.
+///
+/// # Safety
+/// As `sigaction`: `act` and `old` are null or valid.
+unsafe fn segv_action(act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
+    let before = pages::program_segv_action();
+    if !act.is_null() {
+        // SAFETY: `act` is valid (the caller's contract).
+        pages::set_program_segv_action(unsafe { &*act });
+    }
+    if !old.is_null() {
+        // SAFETY: `old` is writable (the caller's contract).
+        unsafe { old.write(before) };
+    }
+    0
+}
+
+/// `sigaction(2)`: installed in this process, then, while the runtime runs, published to
+/// every thread-process.
 ///
 /// # Safety
 /// As the C function: `act` and `old` are null or valid.
@@ -27,10 +62,38 @@ pub unsafe extern "C" fn sigaction(
     act: *const libc::sigaction,
     old: *mut libc::sigaction,
 ) -> c_int {
+    let active = crate::active().is_some();
+    if active && !act.is_null() && signal == notify_signal() {
+        // SAFETY: `__errno_location` returns this thread's errno.
+        unsafe { *libc::__errno_location() = libc::EINVAL };
+        return -1;
+    }
+    // SAFETY: the caller's contract.
+    let result = unsafe { install_here(signal, act, old) };
+    if result == 0 && active && !act.is_null() {
+        // SAFETY: `act` is valid (the caller's contract).
+        dispositions::publish(signal, unsafe { &*act });
+    }
+    result
+}
+
+/// `sigaction` in this process only.
+///
+/// # Safety
+/// As `sigaction`: `act` and `old` are null or valid.
+unsafe fn install_here(
+    signal: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
     let real = real_sigaction();
     if !filtered(signal) {
         // SAFETY: forwarded.
         return unsafe { real(signal, act, old) };
+    }
+    if signal == libc::SIGSEGV {
+        // SAFETY: the caller's contract.
+        return unsafe { segv_action(act, old) };
     }
     let _blocked = SigchldBlocked::block();
     // SAFETY: a zeroed sigaction is a valid value to be overwritten.
@@ -59,13 +122,14 @@ pub unsafe extern "C" fn sigaction(
 }
 
 /// `signal(3)` with glibc's (BSD) semantics: the handler stays installed, interrupted
-/// system calls restart, the signal is blocked while its handler runs.
+/// system calls restart, the signal is blocked while its handler runs. While the runtime
+/// runs, through [`sigaction`] (filtered and published like it).
 ///
 /// # Safety
 /// As the C function.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn signal(signal: c_int, handler: sighandler_t) -> sighandler_t {
-    if !filtered(signal) {
+    if crate::active().is_none() {
         let real = next!(c"signal" => unsafe extern "C" fn(c_int, sighandler_t) -> sighandler_t);
         // SAFETY: forwarded.
         return unsafe { real(signal, handler) };
@@ -96,4 +160,60 @@ pub unsafe extern "C" fn signal(signal: c_int, handler: sighandler_t) -> sighand
 pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: sighandler_t) -> sighandler_t {
     // SAFETY: forwarded.
     unsafe { signal(sig, handler) }
+}
+
+/// `set` without the runtime's notification signal when it would block it (`SIG_BLOCK`,
+/// `SIG_SETMASK`) while the runtime runs, as glibc keeps its own internal signals unblocked:
+/// a thread-process that blocked it would take a signal action another thread sets only
+/// later (`runtime::dispositions`).
+fn keep_notify_unblocked(
+    how: c_int,
+    set: *const libc::sigset_t,
+    copy: &mut libc::sigset_t,
+) -> *const libc::sigset_t {
+    if set.is_null() || how == libc::SIG_UNBLOCK || crate::active().is_none() {
+        return set;
+    }
+    // SAFETY: `set` is valid (the caller's contract); `copy` is a sigset_t.
+    unsafe {
+        *copy = *set;
+        libc::sigdelset(copy, notify_signal());
+    }
+    copy
+}
+
+/// `sigprocmask(2)`, keeping the runtime's notification signal unblocked.
+///
+/// # Safety
+/// As the C function: `set` and `old` are null or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sigprocmask(
+    how: c_int,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> c_int {
+    let real = next!(c"sigprocmask" => unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int);
+    // SAFETY: a zeroed sigset_t is a valid value.
+    let mut copy: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let set = keep_notify_unblocked(how, set, &mut copy);
+    // SAFETY: forwarded; `set` is the caller's or the copy.
+    unsafe { real(how, set, old) }
+}
+
+/// `pthread_sigmask(3)`, keeping the runtime's notification signal unblocked.
+///
+/// # Safety
+/// As the C function: `set` and `old` are null or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pthread_sigmask(
+    how: c_int,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> c_int {
+    let real = next!(c"pthread_sigmask" => unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int);
+    // SAFETY: a zeroed sigset_t is a valid value.
+    let mut copy: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let set = keep_notify_unblocked(how, set, &mut copy);
+    // SAFETY: forwarded; `set` is the caller's or the copy.
+    unsafe { real(how, set, old) }
 }

@@ -56,14 +56,29 @@
  * every FILE and its buffer: two threads using one FILE lose or repeat data, even under a
  * mutex (each reads ahead into its own buffer; output goes out at each one's flushes), so
  * give each thread its own stream, or use read/write on the descriptor. Streams are flushed
- * at pthread_create and at each thread's exit.
+ * at pthread_create and at each thread's exit. Descriptors are one table for all threads,
+ * as with pthreads: one a thread opens, closes or dup2s is so in every thread, and so are
+ * the working directory and umask (on x86-64
+ * with glibc, in a process where glibc started no thread of its own, not under valgrind;
+ * otherwise each thread
+ * has a copy of its creator's table and directory made at pthread_create, so a pipe's
+ * write end closed by one thread stays open in the others).
  *
  * Threads are processes, also for signals and atomics. wait, waitpid, wait3, wait4 and
  * waitid skip threads' processes (a wait for any child returns only the program's own
  * children, ECHILD when only threads are left), and a SIGCHLD handler installed with
  * sigaction, signal or bsd_signal is called for the program's own children only (SIGCHLD
  * taken with sigwaitinfo or signalfd, or handled through sysv_signal or sigset, is raised
- * when a thread ends too). A thread made by a
+ * when a thread ends too). A SIGSEGV handler installed with sigaction, signal or bsd_signal
+ * is called for the program's own faults only, not for the write faults the runtime uses to
+ * track writes (its handler stays installed and passes the others on; one installed with
+ * sysv_signal or sigset replaces it and breaks the runtime). A signal's action set with
+ * sigaction, signal or bsd_signal while threads run is installed in every thread, as
+ * pthreads share one set of actions (sigaction returns once every thread has it, or after
+ * 50 ms); the runtime uses SIGRTMAX for it: sigaction of SIGRTMAX fails with EINVAL,
+ * sigprocmask and pthread_sigmask leave it unblocked, a sigwait on a set holding it may
+ * return it, and a thread in pause, sleep, poll, select or another call a caught signal
+ * interrupts returns early (EINTR) when another thread sets an action. A thread made by a
  * thread dies with the main process (a thread's process whose thread has ended stays, idle,
  * until the threads it made have ended). A signal goes to the process it is
  * sent to: kill(getpid(), ...) or raise() reaches only the calling thread (from main, only
@@ -85,7 +100,7 @@
  * value for every key, but with a copy of its creator's thread-local variables (__thread,
  * _Thread_local); pthread and C11 calls never change errno, as with glibc; at most 255
  * threads exist at a time (pthread_create returns EAGAIN beyond); pthread_atfork handlers
- * run at every pthread_create. read, pread and fread into the persistent heap (and persistent globals or
+ * do not run at pthread_create, except where descriptors are copied (above). read, pread and fread into the persistent heap (and persistent globals or
  * malloc'd memory) are wrapped to work; other system calls that write into persistent
  * memory (recv, readv, ...) fail with EFAULT unless the thread wrote to those pages since its
  * last synchronisation (into volatile malloc'd memory and globals they all work). fork()
@@ -124,7 +139,13 @@
  * A thread that dies (a fatal signal, abort(), _exit(), killed from outside, an internal
  * error of the runtime) ends the whole program, as in a pthreads process: a line on stderr
  * says which thread died, and every process of the program is killed with SIGKILL (the
- * program's status: killed by signal 9, 137 in a shell). A death no handler sees is noticed
+ * program's status: killed by signal 9, 137 in a shell). exit(status) called by a thread
+ * other than main ends the program with that status, as with pthreads: its atexit
+ * handlers run (in that thread), a line on stderr says so, the other threads are killed
+ * and main ends with _exit(status) (output main buffered and did not flush is lost), and
+ * the pool is left as after a crash (the next run recovers it).
+ * getpid() and gettid() return the calling thread's own process id (getpid() differs
+ * between threads; pthread_self() and pthread_equal() behave as with pthreads). A death no handler sees is noticed
  * within 0.2 s by any thread waiting in the runtime (a lock, a condition variable, a join).
  * The pool keeps every committed section; the next run recovers it.
  *

@@ -83,14 +83,14 @@ fn with_probe_handler(run: impl FnOnce() -> Resume) -> io::Result<Resume> {
         let handler: extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void) = on_probe_fault;
         action.sa_sigaction = handler as usize;
         action.sa_flags = libc::SA_SIGINFO;
-        libc::sigaction(libc::SIGSEGV, &action, &mut previous)
+        crate::pages::glibc_sigaction(libc::SIGSEGV, &action, &mut previous)
     };
     if installed != 0 {
         return Err(io::Error::last_os_error());
     }
     let resume = run();
-    // SAFETY: restoring the action sigaction returned above.
-    if unsafe { libc::sigaction(libc::SIGSEGV, &previous, ptr::null_mut()) } != 0 {
+    // Restoring the action sigaction returned above.
+    if crate::pages::glibc_sigaction(libc::SIGSEGV, &previous, ptr::null_mut()) != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(resume)
@@ -158,12 +158,9 @@ extern "C" fn on_probe_fault(signal: i32, info: *mut libc::siginfo_t, _context: 
     }
     // Not the probe's fault: default action, so the instruction faults again and the
     // process dies of the signal as it would without the probe.
-    // SAFETY: sigaction with a zeroed (SIG_DFL) action is async-signal-safe.
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = libc::SIG_DFL;
-        libc::sigaction(signal, &action, ptr::null_mut());
-    }
+    // SAFETY: a zeroed sigaction is SIG_DFL with an empty mask.
+    let default: libc::sigaction = unsafe { std::mem::zeroed() };
+    crate::pages::glibc_sigaction(signal, &default, ptr::null_mut());
 }
 
 /// Ends the program with a message and [`EXIT_IMPRECISE_FAULTS`] unless write faults resume

@@ -37,7 +37,7 @@ use crate::diff::{self, Span};
 use std::io;
 use std::ptr;
 use std::sync::atomic::{
-    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
 };
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -1664,7 +1664,7 @@ fn map(addr: Option<usize>, len: usize, prot: i32, flags: i32, fd: i32) -> io::R
     Ok(got.cast())
 }
 
-extern "C" fn on_segv(signal: i32, info: *mut libc::siginfo_t, _context: *mut libc::c_void) {
+extern "C" fn on_segv(signal: i32, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
     // The interrupted code may be about to read `errno`; the system calls below must not
     // change it.
     // SAFETY: `__errno_location` returns this thread's errno, valid for the thread's life.
@@ -1688,7 +1688,12 @@ extern "C" fn on_segv(signal: i32, info: *mut libc::siginfo_t, _context: *mut li
     if handled {
         return;
     }
-    // Not a tracked write: the program crashes. Let the runtime end the other processes of
+    // Not a tracked write: the program's own handler, if it installed one, handles it as
+    // the kernel would have called it (it may recover with siglongjmp, or end the process).
+    if pass_to_program(signal, info, context) {
+        return;
+    }
+    // Otherwise the program crashes. Let the runtime end the other processes of
     // the run (as a crash of one thread ends a pthreads process), then restore the default
     // action and return, so the faulting instruction runs again and the process dies of
     // SIGSEGV as it would without us.
@@ -1698,12 +1703,113 @@ extern "C" fn on_segv(signal: i32, info: *mut libc::siginfo_t, _context: *mut li
         let hook: fn() = unsafe { std::mem::transmute::<usize, fn()>(hook) };
         hook();
     }
-    // SAFETY: sigaction with a zeroed (SIG_DFL) action is async-signal-safe.
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = libc::SIG_DFL;
-        libc::sigaction(signal, &action, ptr::null_mut());
+    // SAFETY: a zeroed sigaction is SIG_DFL with an empty mask.
+    let default: libc::sigaction = unsafe { std::mem::zeroed() };
+    glibc_sigaction(signal, &default, ptr::null_mut());
+}
+
+/// The program's own `SIGSEGV` action. The library's `sigaction` and `signal`
+/// (`ffi/signal.rs`) record it here instead of installing it: the tracker's handler must
+/// stay installed (the program's would get the tracker's write faults: a program with a
+/// crash handler "crashed" at its first write to the persistent heap), and passes every
+/// fault that is not a tracked write on to it ([`pass_to_program`]). Per process, like
+/// every signal action of a thread-process. `SIG_DFL` (0) until the program sets one.
+static PROGRAM_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
+static PROGRAM_FLAGS: AtomicI32 = AtomicI32::new(0);
+const MASK_WORDS: usize = std::mem::size_of::<libc::sigset_t>() / 8;
+static PROGRAM_MASK: [AtomicU64; MASK_WORDS] = [const { AtomicU64::new(0) }; MASK_WORDS];
+
+/// The program's `SIGSEGV` action, as `sigaction` reports it (`SIG_DFL` until it sets one).
+pub fn program_segv_action() -> libc::sigaction {
+    // SAFETY: a zeroed sigaction is a valid value (SIG_DFL, empty mask, no flags).
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = PROGRAM_HANDLER.load(Ordering::Acquire);
+    action.sa_flags = PROGRAM_FLAGS.load(Ordering::Relaxed);
+    // SAFETY: sigset_t is MASK_WORDS plain 8-byte words.
+    let mask: &mut [u64; MASK_WORDS] = unsafe { &mut *(&raw mut action.sa_mask).cast() };
+    for (word, saved) in mask.iter_mut().zip(&PROGRAM_MASK) {
+        *word = saved.load(Ordering::Relaxed);
     }
+    action
+}
+
+/// Records `action` as the program's `SIGSEGV` action (the handler last, so a fault in
+/// between finds the previous handler or the new one with its flags and mask).
+pub fn set_program_segv_action(action: &libc::sigaction) {
+    // SAFETY: sigset_t is MASK_WORDS plain 8-byte words.
+    let mask: &[u64; MASK_WORDS] = unsafe { &*(&raw const action.sa_mask).cast() };
+    for (word, saved) in mask.iter().zip(&PROGRAM_MASK) {
+        saved.store(*word, Ordering::Relaxed);
+    }
+    PROGRAM_FLAGS.store(action.sa_flags, Ordering::Relaxed);
+    PROGRAM_HANDLER.store(action.sa_sigaction, Ordering::Release);
+}
+
+/// Calls the program's `SIGSEGV` handler for a fault that is not a tracked write, as the
+/// kernel would have (its mask added to the signals blocked while it runs, `SA_NODEFER`
+/// and `SA_RESETHAND` honoured); false when the program has none (default or ignored: the
+/// process dies of the fault). Async-signal-safe.
+fn pass_to_program(signal: i32, info: *mut libc::siginfo_t, context: *mut libc::c_void) -> bool {
+    let handler = PROGRAM_HANDLER.load(Ordering::Acquire);
+    if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+        return false;
+    }
+    let flags = PROGRAM_FLAGS.load(Ordering::Relaxed);
+    if flags & libc::SA_RESETHAND != 0 {
+        PROGRAM_HANDLER.store(libc::SIG_DFL, Ordering::Release);
+    }
+    let mut action = program_segv_action();
+    // SAFETY: sigprocmask on valid sets; the kernel restores the interrupted code's mask
+    // when this handler returns (a siglongjmp restores the one its sigsetjmp saved).
+    unsafe {
+        if flags & libc::SA_NODEFER != 0 {
+            libc::sigdelset(&mut action.sa_mask, signal);
+            let mut own: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut own);
+            libc::sigaddset(&mut own, signal);
+            libc::sigprocmask(libc::SIG_UNBLOCK, &own, ptr::null_mut());
+        }
+        libc::sigprocmask(libc::SIG_BLOCK, &action.sa_mask, ptr::null_mut());
+    }
+    if flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the program installed this address as an `sa_sigaction` handler.
+        let handler: extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void) =
+            unsafe { std::mem::transmute(handler) };
+        handler(signal, info, context);
+    } else {
+        // SAFETY: the program installed this address as an `sa_handler` handler.
+        let handler: extern "C" fn(i32) = unsafe { std::mem::transmute(handler) };
+        handler(signal);
+    }
+    true
+}
+
+/// glibc's `sigaction`. The library exports a `sigaction` of its own (`ffi/signal.rs`),
+/// which a call by name from here would reach, and which records a `SIGSEGV` action as the
+/// program's instead of installing it: the tracker's own installs go to glibc directly.
+/// Looked up once, when the tracker installs its handler (before any fault it handles).
+pub(crate) fn glibc_sigaction(
+    signal: i32,
+    action: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> i32 {
+    static FOUND: AtomicUsize = AtomicUsize::new(0);
+    let mut found = FOUND.load(Ordering::Acquire);
+    if found == 0 {
+        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name: the next definition after
+        // this object, glibc's (the executable's own when this crate is linked into one).
+        found = unsafe { libc::dlsym(libc::RTLD_NEXT, c"sigaction".as_ptr()) } as usize;
+        if found == 0 {
+            // SAFETY: as the C function; `action` and `old` are the caller's.
+            return unsafe { libc::sigaction(signal, action, old) };
+        }
+        FOUND.store(found, Ordering::Release);
+    }
+    type Sigaction = unsafe extern "C" fn(i32, *const libc::sigaction, *mut libc::sigaction) -> i32;
+    // SAFETY: `found` is glibc's sigaction, whose C signature this is.
+    let real: Sigaction = unsafe { std::mem::transmute(found) };
+    // SAFETY: as the C function; `action` and `old` are the caller's.
+    unsafe { real(signal, action, old) }
 }
 
 /// Called (in the signal handler) when a fault is not the tracker's.
@@ -1745,7 +1851,7 @@ fn install_handler() -> io::Result<()> {
         action.sa_sigaction = handler as usize;
         action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
         libc::sigemptyset(&mut action.sa_mask);
-        if libc::sigaction(libc::SIGSEGV, &action, ptr::null_mut()) != 0 {
+        if glibc_sigaction(libc::SIGSEGV, &action, ptr::null_mut()) != 0 {
             return os_error("sigaction(SIGSEGV)");
         }
     }

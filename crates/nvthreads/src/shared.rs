@@ -775,6 +775,10 @@ pub struct Shared {
     pub profile: crate::profile::Profile,
     /// Thread table; slot 0 is the main thread.
     pub threads: [ThreadSlot; MAX_THREADS],
+    /// The status a thread other than main called `exit` with, plus one (0: none).
+    pub exit_status: AtomicU32,
+    /// Signal actions the program set while threads existed, for every thread-process.
+    pub dispositions: crate::runtime::dispositions::Dispositions,
     /// Serialises claims and releases of each table's slots (lookups take no lock).
     table_locks: [LockWord; 4],
     mutexes: [SyncSlot; MAX_MUTEXES],

@@ -58,6 +58,12 @@ pub fn creating_thread<T>(create: impl FnOnce() -> T) -> T {
     result
 }
 
+/// Marks a new thread-process made without glibc's `fork` (no fork handler ran in it): it
+/// creates threads of its own with the flag raised again.
+pub(super) fn in_thread_process() {
+    CREATING.store(false, Ordering::Relaxed);
+}
+
 /// Whether this process is the child of a `fork()` outside `pthread_create`.
 pub fn forked() -> bool {
     FORKED.load(Ordering::Relaxed)

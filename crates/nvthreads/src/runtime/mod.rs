@@ -17,10 +17,12 @@
 //! - [`threads`]: creating, joining, detaching, signalling and naming thread-processes;
 //! - [`signals`]: a fatal signal in any process ends the whole run;
 //! - [`sigchld`]: the program's `SIGCHLD` handler sees its own children, not threads;
+//! - [`dispositions`]: a signal action set while threads exist reaches every thread;
 //! - [`fork`]: a `fork()` by the program outside `pthread_create` ends its child if it uses
 //!   the runtime without `exec`.
 
 pub mod commit;
+pub mod dispositions;
 pub mod env;
 pub mod fork;
 pub mod layout;
@@ -234,10 +236,19 @@ impl Runtime {
         main.state.store(thread_state::RUNNING, Ordering::Relaxed);
         // SAFETY: getpid has no preconditions.
         main.pid.store(unsafe { libc::getpid() }, Ordering::Relaxed);
-        // SAFETY: registering a plain extern "C" function with no arguments.
-        unsafe { libc::atexit(signals::at_exit) };
+        unsafe extern "C" {
+            /// glibc's `on_exit`: an exit handler told the status `exit` was called with.
+            fn on_exit(
+                handler: extern "C" fn(libc::c_int, *mut libc::c_void),
+                arg: *mut libc::c_void,
+            ) -> libc::c_int;
+        }
+        // SAFETY: registering an extern "C" function of on_exit's handler type; its argument
+        // is unused.
+        unsafe { on_exit(signals::at_exit, std::ptr::null_mut()) };
         fork::watch_forks();
         signals::install_fatal_handlers();
+        dispositions::install_handler();
         let lanes = geo.lanes as usize;
         let runtime = Runtime {
             journal: Mutex::new(Some(journal)),
@@ -408,15 +419,17 @@ impl Runtime {
     }
 
     /// The main thread's process exit: commit and close cleanly if every thread has ended
-    /// and no lock is held; otherwise leave the pool as a crash would.
-    fn finish(&self) {
+    /// and no lock is held; otherwise leave the pool as a crash would. `status` is what
+    /// `exit` was called with.
+    fn finish(&self, status: i32) {
         if self.is_child() {
-            // `exit` called by a thread: with pthreads it ends the whole program.
+            // `exit` called by a thread: with pthreads it ends the whole program, with this
+            // status.
             warn(&format!(
-                "exit() called in thread {}: ending the program",
+                "exit({status}) called in thread {}: ending the program",
                 self.self_handle()
             ));
-            signals::kill_other_processes();
+            signals::end_run_with_status(status);
             return;
         }
         let others = self

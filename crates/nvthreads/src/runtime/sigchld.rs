@@ -37,6 +37,11 @@ pub(super) fn thread_ended() {
     ENDED.store(true, Ordering::Relaxed);
 }
 
+/// Whether this process's thread has ended ([`thread_ended`]).
+pub(super) fn has_ended() -> bool {
+    ENDED.load(Ordering::Relaxed)
+}
+
 /// What the program sees as its `SIGCHLD` action: the one it installed, with its own handler
 /// in place of [`on_sigchld`] (`installed` is what the kernel has).
 pub fn program_view(installed: &libc::sigaction) -> libc::sigaction {
@@ -163,8 +168,12 @@ fn pass_on(signal: i32, info: *mut libc::siginfo_t, context: *mut libc::c_void) 
     }
 }
 
-/// Puts `SIGCHLD` back to its default action (a one-shot handler's delivery).
+/// Puts `SIGCHLD` back to its default action (a one-shot handler's delivery) as the kernel
+/// does: only the handler changes; the program's flags (`SA_NOCLDSTOP`, `SA_NOCLDWAIT`, ...)
+/// and mask stay, and `sigaction` reports them. (A zeroed action dropped them: children
+/// stopping raised `SIGCHLD` again, and `SA_NOCLDWAIT`'s children became zombies.)
 fn reset_to_default(signal: i32) {
+    let flags = FLAGS.load(Ordering::Relaxed);
     HANDLER.store(0, Ordering::Relaxed);
     let real = REAL_SIGACTION.load(Ordering::Relaxed);
     if real == 0 {
@@ -172,10 +181,17 @@ fn reset_to_default(signal: i32) {
     }
     // SAFETY: `real` is glibc's sigaction, recorded when the handler was installed.
     let real: SigactionFn = unsafe { std::mem::transmute(real) };
-    // SAFETY: a zeroed sigaction is SIG_DFL with an empty mask and no flags.
-    let default: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: sigaction is async-signal-safe; `default` is a valid action.
-    unsafe { real(signal, &default, std::ptr::null_mut()) };
+    // SAFETY: a zeroed sigaction is a valid value, overwritten with the installed action.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: sigaction is async-signal-safe; reading the installed action into `action`.
+    if unsafe { real(signal, std::ptr::null(), &mut action) } != 0 {
+        // SAFETY: a zeroed sigaction is SIG_DFL with an empty mask and no flags.
+        action = unsafe { std::mem::zeroed() };
+    }
+    action.sa_sigaction = libc::SIG_DFL;
+    action.sa_flags = flags;
+    // SAFETY: sigaction is async-signal-safe; `action` is a valid action.
+    unsafe { real(signal, &action, std::ptr::null_mut()) };
 }
 
 /// Looks for a child of the program (not a thread-process) with a state change to report —
@@ -202,8 +218,9 @@ fn program_child_report(stops: bool, report: &mut libc::siginfo_t) -> bool {
     list[..len]
         .split(|&b| b == b' ' || b == b'\n')
         .filter_map(parse_pid)
-        // A pid in the list is a thread-process only while in the set: a recently reaped
-        // thread's pid found here was given to a new child of the program.
+        // Every child not in the set of unreaped thread-processes is the program's: a
+        // reaped thread-process is no longer a child, so an id it had, reused by a child of
+        // the program, is the program's child here.
         .filter(|&pid| !is_thread_process(pid))
         .any(|pid| {
             // SAFETY: siginfo_t is plain data; zero is a valid value.
@@ -239,21 +256,35 @@ fn read_children(buffer: &mut [u8]) -> Option<usize> {
     let end = prefix.len() + number.len();
     path[prefix.len()..end].copy_from_slice(number);
     path[end..end + suffix.len()].copy_from_slice(suffix);
-    // SAFETY: `path` is NUL-terminated; open, read and close are async-signal-safe.
+    // System calls, not the C library's functions: `read` called from this library reaches
+    // the library's own interposed `read` (`ffi/lib.rs`), whose first call looks glibc's up
+    // with `dlsym`, which is not async-signal-safe.
+    // SAFETY: `path` is NUL-terminated; the openat, read and close system calls are
+    // async-signal-safe; `buffer[len..]` is writable for the length passed.
     unsafe {
-        let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+        let fd = libc::syscall(
+            libc::SYS_openat,
+            libc::c_long::from(libc::AT_FDCWD),
+            path.as_ptr(),
+            libc::c_long::from(libc::O_RDONLY | libc::O_CLOEXEC),
+        );
         if fd < 0 {
             return None;
         }
         let mut len = 0;
         while len < buffer.len() {
-            let n = libc::read(fd, buffer[len..].as_mut_ptr().cast(), buffer.len() - len);
+            let n = libc::syscall(
+                libc::SYS_read,
+                fd,
+                buffer[len..].as_mut_ptr(),
+                buffer.len() - len,
+            );
             if n <= 0 {
                 break;
             }
             len += n as usize;
         }
-        libc::close(fd);
+        libc::syscall(libc::SYS_close, fd);
         Some(len)
     }
 }

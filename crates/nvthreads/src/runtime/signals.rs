@@ -80,12 +80,14 @@ extern "C" fn on_fatal_signal(signal: i32) {
     }
     report_fatal_signal(signal);
     kill_other_processes();
-    // SAFETY: restoring the default action and re-raising is async-signal-safe; the process
-    // then dies of the signal as it would without the runtime.
-    unsafe {
-        libc::signal(signal, libc::SIG_DFL);
-        libc::raise(signal);
-    }
+    // Restoring the default action (glibc's sigaction: the library's own would publish it to
+    // every thread) and re-raising is async-signal-safe; the process then dies of the signal
+    // as it would without the runtime.
+    // SAFETY: a zeroed sigaction is SIG_DFL with an empty mask.
+    let default: libc::sigaction = unsafe { std::mem::zeroed() };
+    crate::pages::glibc_sigaction(signal, &default, std::ptr::null_mut());
+    // SAFETY: raise is async-signal-safe.
+    unsafe { libc::raise(signal) };
 }
 
 /// The watchdog of every long wait (`shared::WATCHDOG_PERIOD`): ends the run if one of its
@@ -124,6 +126,9 @@ pub(super) fn check_run() {
 /// line on stderr, then every process of the run is killed with `SIGKILL` (this one last),
 /// as a crash would end it. The pool keeps every committed section; the next run recovers.
 fn end_run(shared: &crate::shared::Shared, index: usize, pid: i32) -> ! {
+    // The threads found dead may be the ones a thread's `exit` killed: main then ends with
+    // that status, not `SIGKILL`.
+    exit_if_asked();
     let who = if index == 0 {
         format!("the main thread (process {pid})")
     } else {
@@ -257,18 +262,86 @@ pub(super) fn install_fatal_handlers() {
         libc::SIGTRAP,
     ] {
         let handler: extern "C" fn(i32) = on_fatal_signal;
-        // SAFETY: installing a handler with the plain one-argument signature; it only uses
-        // async-signal-safe calls.
-        unsafe { libc::signal(signal, handler as libc::sighandler_t) };
+        // SAFETY: a zeroed sigaction is a valid value (empty mask, no flags: the handler
+        // has the plain one-argument signature and only uses async-signal-safe calls).
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        action.sa_sigaction = handler as usize;
+        action.sa_flags = libc::SA_RESTART;
+        // glibc's sigaction: the library's own would start the runtime being started.
+        crate::pages::glibc_sigaction(signal, &action, std::ptr::null_mut());
     }
 }
 
-pub(super) extern "C" fn at_exit() {
+pub(super) extern "C" fn at_exit(status: i32, _arg: *mut libc::c_void) {
     if super::fork::forked() {
         // The pool belongs to the process this one was forked from.
         return;
     }
     if let Some(runtime) = RUNTIME.get() {
-        runtime.finish();
+        runtime.finish(status);
+    }
+}
+
+/// Ends the run because a thread other than main called `exit(status)` (its exit handlers
+/// have run): every other thread-process is killed, and main ends with `_exit(status)` in
+/// its handler of the runtime's notification signal ([`exit_if_asked`]), so the program's
+/// status is `status`, as a pthreads program's is. (Main was killed too: the status was
+/// 137 whatever the thread passed.) Main's own unflushed stdio buffers are lost, as they
+/// were. If main does not end within a moment (stopped, or the signal blocked), it is
+/// killed.
+pub(super) fn end_run_with_status(status: i32) {
+    let Some(shared) = commit::shared_block() else {
+        return;
+    };
+    // No watchdog of another process reports the threads killed here as deaths.
+    first_to_end(shared);
+    shared
+        .exit_status
+        .store((status & 0xff) as u32 + 1, Ordering::SeqCst);
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    let main = shared.threads[0].pid.load(Ordering::SeqCst);
+    // Main first: killing the others first could kill this process's creator, and this
+    // process with it (`die_with_creator`), before main was told.
+    if main > 0 && main != me {
+        // SAFETY: signalling the main process of this run; its handler was installed at
+        // start.
+        unsafe { libc::kill(main, super::dispositions::notify_signal()) };
+    }
+    for slot in &shared.threads[1..] {
+        let pid = slot.pid.load(Ordering::Relaxed);
+        if pid > 0 && pid != me && slot.state.load(Ordering::Relaxed) == thread_state::RUNNING {
+            // SAFETY: signalling a process of this run.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+    if main <= 0 || main == me {
+        return;
+    }
+    for _ in 0..100 {
+        if !super::threads::process_alive(main) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(main, libc::SIGKILL) };
+}
+
+/// In the main process, in the handler of the runtime's notification signal: ends it with
+/// the status a thread called `exit` with, if one did ([`end_run_with_status`]).
+/// Async-signal-safe.
+pub(super) fn exit_if_asked() {
+    if super::me() != 0 || super::get(&super::LOCAL.child) {
+        return;
+    }
+    let Some(shared) = commit::shared_block() else {
+        return;
+    };
+    let asked = shared.exit_status.load(Ordering::SeqCst);
+    if asked != 0 {
+        // SAFETY: _exit is async-signal-safe; the run ends as a crash would, with the
+        // thread's status.
+        unsafe { libc::_exit((asked - 1) as i32) };
     }
 }

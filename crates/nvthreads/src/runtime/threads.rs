@@ -10,7 +10,7 @@ use crate::shared::{
     Clock, MAX_THREADS, Patience, ThreadSlot, futex_wait, futex_wait_until, futex_wake,
     thread_state,
 };
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
 impl Runtime {
     /// `pthread_create`: a synchronisation point, then `fork`. Returns the new thread's
@@ -60,9 +60,7 @@ impl Runtime {
         // The new thread's end raises SIGCHLD here; the program's handler must not see it
         // (`super::sigchld`), so the child is in the set before that signal can be handled.
         let unblock = SigchldBlocked::block();
-        // SAFETY: fork in a single-threaded process; the child only runs the program's start
-        // routine and the runtime, then leaves with _exit.
-        let pid = unsafe { libc::fork() };
+        let pid = fork_thread_process();
         if pid < 0 {
             drop(unblock);
             self.shared.live_threads.fetch_sub(1, Ordering::AcqRel);
@@ -70,11 +68,13 @@ impl Runtime {
             return Err(libc::EAGAIN);
         }
         if pid == 0 {
+            super::fork::in_thread_process();
             CHILDREN.clear();
             drop(unblock);
             die_with_creator(creator);
             start_as_new_thread();
             LOCAL.me.store(index as u32, Ordering::Relaxed);
+            super::dispositions::thread_started(slot);
             // Every process writes the unlogged regions in place, as pthreads do (§3.2): a
             // data-race-free program reads another thread's write only after synchronising
             // with it. With NVT_ISOLATE_VOLATILE=1 a thread-process tracks and merges them.
@@ -119,6 +119,7 @@ impl Runtime {
         slot.dep.store(self.dependency(), Ordering::Release);
         slot.retval.store(retval, Ordering::Release);
         self.shared.live_threads.fetch_sub(1, Ordering::AcqRel);
+        ignore_signals_once_ended();
         slot.state.store(thread_state::DONE, Ordering::SeqCst);
         if slot.detached.load(Ordering::SeqCst) == 1 {
             free_if_done(slot);
@@ -339,6 +340,149 @@ fn outlive_children() {
     }
 }
 
+/// Forks a thread-process that shares its creator's descriptor table, as pthreads share one
+/// (`docs/nvthreads.md` §3.1): a descriptor one thread opens, closes or `dup2`s is so in every
+/// thread, and a pipe's write end closed by one thread is not held open by the others' copies
+/// (a reader waited for end-of-file for ever); and its working directory, root and umask
+/// (a `chdir` in one thread moves every thread). `fork(2)` copies both, so this is
+/// `clone(2)` with `CLONE_FILES | CLONE_FS` and otherwise `fork`'s flags: the kernel writes the child's
+/// id into glibc's record of it (`CLONE_CHILD_SETTID`, which `raise`, `abort` and glibc's
+/// locks use) as glibc's `fork` has it do. glibc's own bookkeeping around `fork` (its locks,
+/// and the program's `pthread_atfork` handlers, which pthreads do not run at
+/// `pthread_create`) is skipped; the locks are free because the process is single-threaded.
+/// Where that cannot be relied on — glibc started a thread of its own in this process (a
+/// `SIGEV_THREAD` timer, ...), or its thread record is not where this build expects it —
+/// this is glibc's `fork`, and the table is copied as before. Returns `fork`'s result.
+fn fork_thread_process() -> i32 {
+    let Some(tid_record) = glibc_tid_record() else {
+        // SAFETY: fork; the child only runs the program's start routine and the runtime,
+        // then leaves with _exit.
+        return unsafe { libc::fork() };
+    };
+    let flags = libc::CLONE_FILES
+        | libc::CLONE_FS
+        | libc::CLONE_CHILD_SETTID
+        | libc::CLONE_CHILD_CLEARTID
+        | libc::SIGCHLD;
+    // SAFETY: clone without CLONE_VM and without a new stack is fork with a shared descriptor
+    // table: the child runs on its copy of this stack and returns 0 here. `tid_record` is
+    // the calling thread's own glibc record of its id (checked by `glibc_tid_record`), which
+    // the kernel sets in the child's copy of memory; no other thread can hold a lock of
+    // glibc's in this single-threaded process.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            libc::c_long::from(flags),
+            0 as libc::c_long,
+            std::ptr::null_mut::<libc::pid_t>(),
+            tid_record,
+            0 as libc::c_long,
+        )
+    };
+    pid as i32
+}
+
+/// glibc's record of the calling thread's kernel id (`tid` in its `struct pthread`), if this
+/// process is single-threaded to glibc and the record is where glibc 2.28–2.40 keep it on
+/// this architecture and holds the id now; `None` otherwise (the caller then uses `fork`),
+/// and under valgrind, which implements `clone` only with the flags of `fork` and of
+/// threads and ends the program on any other ("Unsupported clone() flags").
+fn glibc_tid_record() -> Option<*mut libc::pid_t> {
+    if under_valgrind() {
+        return None;
+    }
+    unsafe extern "C" {
+        /// glibc (2.32+): nonzero while the process has never had a second thread.
+        static __libc_single_threaded: libc::c_char;
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    return None;
+    /// `offsetof(struct pthread, tid)` in glibc on x86-64 (checked against `gettid` below).
+    const TID_OFFSET: usize = 0x2d0;
+    // SAFETY: a byte glibc writes only when it starts a second thread, which this thread is
+    // not doing.
+    if unsafe { std::ptr::addr_of!(__libc_single_threaded).read_volatile() } == 0 {
+        return None;
+    }
+    // glibc's own pthread_self: the name, called from this library, reaches the library's
+    // interposed one, which returns the runtime's thread number.
+    static GLIBC_PTHREAD_SELF: AtomicUsize = AtomicUsize::new(0);
+    let mut found = GLIBC_PTHREAD_SELF.load(Ordering::Relaxed);
+    if found == 0 {
+        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name: the next definition after
+        // this object, glibc's.
+        found = unsafe { libc::dlsym(libc::RTLD_NEXT, c"pthread_self".as_ptr()) } as usize;
+        if found == 0 {
+            return None;
+        }
+        GLIBC_PTHREAD_SELF.store(found, Ordering::Relaxed);
+    }
+    // SAFETY: `found` is glibc's pthread_self, whose C signature this is.
+    let glibc_pthread_self: extern "C" fn() -> libc::pthread_t =
+        unsafe { std::mem::transmute(found) };
+    // glibc's pthread_self is the address of the calling thread's `struct pthread`.
+    let record = glibc_pthread_self() as usize + TID_OFFSET;
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: `struct pthread` is larger than the offset (glibc's layout on this
+    // architecture); an aligned read of the calling thread's own record.
+    let recorded = unsafe { (record as *const libc::pid_t).read_volatile() };
+    (recorded == tid).then_some(record as *mut libc::pid_t)
+}
+
+/// Whether the program runs under valgrind: its core is preloaded into the program
+/// (`LD_PRELOAD` names `vgpreload_core-…`). Read once and kept (thread-processes inherit it).
+fn under_valgrind() -> bool {
+    const UNKNOWN: u8 = 0;
+    const NO: u8 = 1;
+    const YES: u8 = 2;
+    static SEEN: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(UNKNOWN);
+    match SEEN.load(Ordering::Relaxed) {
+        NO => false,
+        YES => true,
+        _ => {
+            let valgrind = std::env::var_os("LD_PRELOAD").is_some_and(|preload| {
+                preload
+                    .as_encoded_bytes()
+                    .windows(10)
+                    .any(|w| w == b"vgpreload_")
+            });
+            SEEN.store(if valgrind { YES } else { NO }, Ordering::Relaxed);
+            valgrind
+        }
+    }
+}
+
+/// Ignores every signal a process can ignore, except `SIGCHLD` and the synchronous ones that
+/// report an internal error, once this process's thread has ended: it only waits for the
+/// threads it made (`outlive_children`), and is no thread of the program any more. A signal
+/// to the process group (Ctrl-C) otherwise ran the program's handler in it (an ended
+/// thread's handler call), or, under an action set after it was made, killed it: its
+/// threads died with it (`die_with_creator`) and the run ended with `SIGKILL`.
+fn ignore_signals_once_ended() {
+    // SAFETY: a zeroed sigaction is a valid value (empty mask, no flags).
+    let mut ignore: libc::sigaction = unsafe { std::mem::zeroed() };
+    ignore.sa_sigaction = libc::SIG_IGN;
+    for signal in 1..=libc::SIGRTMAX() {
+        let kept = [
+            libc::SIGKILL,
+            libc::SIGSTOP,
+            libc::SIGCHLD,
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGILL,
+            libc::SIGTRAP,
+            libc::SIGABRT,
+        ];
+        if !kept.contains(&signal) {
+            // glibc's sigaction: the library's own would publish the action to every thread.
+            // glibc refuses its internal signals (EINVAL), which stay as they are.
+            crate::pages::glibc_sigaction(signal, &ignore, std::ptr::null_mut());
+        }
+    }
+}
+
 /// What a new thread starts with under pthreads, which the fork would otherwise copy from
 /// its creator: `errno` 0, and no thread-specific data (`pthread_getspecific` returns null
 /// for every key, so the usual lazily allocated per-thread buffer is the thread's own).
@@ -456,12 +600,31 @@ struct ChildSet([AtomicI32; MAX_THREADS]);
 
 static CHILDREN: ChildSet = ChildSet([const { AtomicI32::new(0) }; MAX_THREADS]);
 
-/// The last thread-processes this process reaped: a `SIGCHLD` raised by a thread's end
-/// while the program blocked the signal is handled after the join reaped that thread.
-/// (The kernel hands out pids in a cycle of `pid_max`, so one of these is not a new child's
-/// pid for a long while.)
-static REAPED: [AtomicI32; 64] = [const { AtomicI32::new(0) }; 64];
-static REAPED_NEXT: AtomicUsize = AtomicUsize::new(0);
+/// Every thread-process this process reaped, one bit per process id (Linux's largest
+/// `pid_max` on 64-bit, 2^22: 512 KiB of zeroed memory, of which only the pages holding
+/// reaped ids are ever touched). A `SIGCHLD` raised by a thread's end while the program
+/// blocked the signal is handled after the join reaped that thread, and signals of one kind
+/// merge while pending, the kernel keeping the first one's report: a program that blocks
+/// `SIGCHLD` while it makes and joins threads is handed the report of the first of them,
+/// however many followed. A ring of the last 64 ids forgot it after 64 joins, and the
+/// handler was called for a thread. (An id reused by a child of the program later is told
+/// apart by `super::sigchld`: a reaped thread-process is no longer in this task's list of
+/// children, the program's child is.)
+static REAPED: [AtomicU64; REAPED_WORDS] = [const { AtomicU64::new(0) }; REAPED_WORDS];
+const REAPED_WORDS: usize = (1 << 22) / 64;
+
+/// Records that thread-process `pid` was reaped.
+fn note_reaped(pid: i32) {
+    if let Some((word, bit)) = reaped_bit(pid) {
+        REAPED[word].fetch_or(bit, Ordering::Relaxed);
+    }
+}
+
+/// Where `pid`'s bit is in [`REAPED`].
+fn reaped_bit(pid: i32) -> Option<(usize, u64)> {
+    let pid = usize::try_from(pid).ok().filter(|&pid| pid > 0)?;
+    (pid / 64 < REAPED_WORDS).then(|| (pid / 64, 1u64 << (pid % 64)))
+}
 
 impl ChildSet {
     /// Adds `pid`; false if every slot is taken.
@@ -477,8 +640,7 @@ impl ChildSet {
     fn remove(&self, pid: i32) {
         if let Some(slot) = self.0.iter().find(|s| s.load(Ordering::Relaxed) == pid) {
             slot.store(0, Ordering::Relaxed);
-            let at = REAPED_NEXT.fetch_add(1, Ordering::Relaxed) % REAPED.len();
-            REAPED[at].store(pid, Ordering::Relaxed);
+            note_reaped(pid);
         }
     }
 
@@ -512,14 +674,12 @@ pub fn is_thread_process(pid: i32) -> bool {
     CHILDREN.contains(pid)
 }
 
-/// Whether `pid` is a thread-process of this process, or was one of the last it reaped.
-/// Safe in a signal handler.
+/// Whether `pid` is a thread-process of this process, or was one it reaped. Safe in a
+/// signal handler.
 pub fn is_or_was_thread_process(pid: i32) -> bool {
-    pid > 0
-        && (CHILDREN.contains(pid)
-            || REAPED
-                .iter()
-                .any(|slot| slot.load(Ordering::Relaxed) == pid))
+    CHILDREN.contains(pid)
+        || reaped_bit(pid)
+            .is_some_and(|(word, bit)| REAPED[word].load(Ordering::Relaxed) & bit != 0)
 }
 
 /// Reaps thread-process `pid` if it has ended (the program's `wait` met it first).

@@ -1,0 +1,58 @@
+//! Signals as a pthreads program uses them (`docs/nvthreads.md` §3.1): each mode of
+//! `tests/c/signals.c` prints "MODE ok", linked and preloaded.
+
+mod common;
+
+use common::*;
+
+fn holds(mode: &str) {
+    let library = library_dir().join("libnvthreads_rt.so");
+    let built = program("signals");
+    for (binary, preload) in [(&built.linked, false), (&built.preload, true)] {
+        let (_dir, pool) = pool_path("signals");
+        let mut signals = command(binary, &pool, &[mode]);
+        if preload {
+            signals.env("LD_PRELOAD", &library);
+        }
+        assert_eq!(run(signals), [format!("{mode} ok")], "preloaded: {preload}");
+    }
+}
+
+/// A `SIGCHLD` handler is not called for threads made and joined while the program blocked
+/// the signal, however many (the pending signal names the first thread; the filter forgot
+/// it after 64 joins), and is then called for the program's child.
+#[test]
+fn a_sigchld_handler_ignores_threads_joined_while_it_was_blocked() {
+    holds("blockedjoins");
+}
+
+/// A `SIGSEGV` handler the program installs (a crash handler, a memory probe) is called for
+/// the program's faults only, not for the write faults the runtime tracks: before, it
+/// replaced the tracker's handler and was called at the first write to the persistent heap.
+#[test]
+fn a_sigsegv_handler_sees_the_programs_faults_not_the_runtimes() {
+    holds("segvhandler");
+}
+
+/// A handler installed and a signal ignored while threads run reach those threads: a signal
+/// to the process group runs the handler instead of killing them (the run ended with
+/// `SIGKILL`), and `SIGPIPE` ignored by main is ignored in a thread that writes to a pipe
+/// without a reader.
+#[test]
+fn signal_actions_set_while_threads_run_reach_them() {
+    holds("lateaction");
+}
+
+/// A one-shot `SIGCHLD` handler is reset to `SIG_DFL` keeping its flags and mask, as the
+/// kernel resets it.
+#[test]
+fn a_one_shot_sigchld_handler_keeps_its_flags_when_reset() {
+    holds("oneshot");
+}
+
+/// The idle process of a thread that ended while a thread it made runs ignores signals: a
+/// signal to the process group no longer kills it (and with it the thread it made).
+#[test]
+fn a_signal_to_the_group_spares_an_ended_threads_process() {
+    holds("endedthread");
+}
