@@ -443,9 +443,7 @@ fn check_state(engine: &Eng, model: &Model, when: &str) -> Result<(), String> {
         .read_only(|tx| read_state(tx))
         .map_err(|e| format!("{when}: reading the state failed: {e}"))?;
     if &state != model {
-        return Err(format!(
-            "{when}: state differs from the model:\n engine {state:?}\n model  {model:?}"
-        ));
+        return Err(format!("{when}: {}", differences(&state, model)));
     }
     let blocks = engine.allocated_blocks();
     if blocks != model.live_objects() {
@@ -490,10 +488,15 @@ fn step() -> impl Strategy<Value = Step> {
         4 => (0u16..BLOB_LEN as u16, 1u16..200, any::<u8>())
             .prop_map(|(off, len, seed)| Step::BlobWrite { off, len, seed }),
         // Sizes of every small class, and spans (heap chunks are 4 KiB in `small`).
-        2 => (slot.clone(), prop_oneof![1u16..130, 130u16..700, 3000u16..5000], any::<u8>())
+        2 => (
+            slot.clone(),
+            // Mostly the small classes, whose blocks share chunks with their neighbours.
+            prop_oneof![4 => 1u16..48, 1 => 48u16..100, 1 => 100u16..700, 1 => 3000u16..5000],
+            any::<u8>()
+        )
             .prop_map(|(slot, size, seed)| Step::Alloc { slot, size, seed }),
         1 => slot.clone().prop_map(|slot| Step::Free { slot }),
-        3 => (slot.clone(), 0u16..700, 1u16..150, any::<u8>())
+        4 => (slot.clone(), prop_oneof![0u16..16, 0u16..700], 1u16..150, any::<u8>())
             .prop_map(|(slot, off, len, seed)| Step::ObjWrite { slot, off, len, seed }),
         3 => (0u16..BLOB_LEN as u16, 1u16..300)
             .prop_map(|(off, len)| Step::BlobRead { off, len }),
@@ -512,7 +515,7 @@ fn level() -> impl Strategy<Value = Level> {
 
 fn txn() -> impl Strategy<Value = Txn> {
     (
-        prop::collection::vec(step(), 1..6),
+        prop::collection::vec(step(), 1..9),
         prop::bool::weighted(0.1),
         prop::bool::weighted(0.3),
         level(),
@@ -569,10 +572,10 @@ enum Between {
 
 fn between() -> impl Strategy<Value = Between> {
     prop_oneof![
-        40 => Just(Between::Nothing),
+        30 => Just(Between::Nothing),
         1 => Just(Between::Sync),
         1 => Just(Between::Quiesce),
-        1 => any::<bool>().prop_map(Between::Crash),
+        4 => any::<bool>().prop_map(Between::Crash),
     ]
 }
 
@@ -1568,4 +1571,23 @@ fn a_block_written_in_place_then_through_its_chunk_recovers_the_newer_bytes() {
         "the commit is replayed from its record"
     );
     assert_eq!(read(&engine), (20, 11, 2), "the newer bytes win");
+}
+
+/// Where `state` differs from `model` (the first bytes of each difference).
+fn differences(state: &Model, model: &Model) -> String {
+    let mut out = String::from("state differs from the model:");
+    if let Some(i) = (0..BLOB_LEN).find(|&i| state.blob[i] != model.blob[i]) {
+        let end = (i + 16).min(BLOB_LEN);
+        out += &format!(
+            " blob from {i}: {:?}, model {:?};",
+            &state.blob[i..end],
+            &model.blob[i..end]
+        );
+    }
+    for (slot, (a, b)) in state.objects.iter().zip(&model.objects).enumerate() {
+        if a != b {
+            out += &format!(" object {slot}: {a:?}, model {b:?};");
+        }
+    }
+    out
 }
