@@ -445,6 +445,14 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
     }
 
     fn replay_one(&self, record: &Record) -> TxResult<()> {
+        // A commit logs an operation only when its handler handles it: any other id is a
+        // damaged record (with a valid CRC), never handed to a handler that may not expect it.
+        if record.kind == Kind::Logical && !self.replay.handles(OpId(record.op)) {
+            return Err(TxError::Corrupted(format!(
+                "operation {} has no handler (a commit logs only operations its handler handles)",
+                record.op
+            )));
+        }
         let mut need = None;
         loop {
             let outcome = Outcome::default();
