@@ -273,13 +273,13 @@ fn run_steps<T: Tx>(tx: &mut T, steps: &[Step], mut model: Option<&mut Model>) -
                 let (off, len) = clip(off, len, BLOB_LEN);
                 let mut bytes = vec![0u8; len];
                 tx.read(root, BLOB + off as u64, &mut bytes)?;
-                if let Some(model) = model.as_deref() {
-                    if bytes[..] != model.blob[off..off + len] {
-                        return Err(Fail::Mismatch(format!(
-                            "blob [{off}, +{len}) read {bytes:?}, model {:?}",
-                            &model.blob[off..off + len]
-                        )));
-                    }
+                if let Some(model) = model.as_deref()
+                    && bytes[..] != model.blob[off..off + len]
+                {
+                    return Err(Fail::Mismatch(format!(
+                        "blob [{off}, +{len}) read {bytes:?}, model {:?}",
+                        &model.blob[off..off + len]
+                    )));
                 }
             }
             Step::ObjRead { slot, off, len } => {
@@ -769,25 +769,12 @@ fn read_object<T: Tx>(tx: &mut T, slot: u64, pause: bool) -> Result<(PPtr, u64),
     }
     let mut bytes = vec![0u8; OBJ_SIZES[slot as usize] as usize];
     tx.read(obj, 0, &mut bytes)?;
-    if let Some(w) = bytes
-        .chunks(8)
-        .map(|w| {
-            let mut word = [0u8; 8];
-            word[..w.len()].copy_from_slice(w);
-            u64::from_le_bytes(word)
-        })
-        .zip(0..)
-        .find(|&(w, i)| {
-            let len = (bytes.len() - 8 * i).min(8);
-            let expected = id.to_le_bytes();
-            let mut expected_word = [0u8; 8];
-            expected_word[..len].copy_from_slice(&expected[..len]);
-            w != u64::from_le_bytes(expected_word)
-        })
-    {
+    // Byte `i` of the object is byte `i % 8` of its id.
+    let id_bytes = id.to_le_bytes();
+    if let Some(i) = (0..bytes.len()).find(|&i| bytes[i] != id_bytes[i % 8]) {
         return Err(Fail::Mismatch(format!(
-            "object of slot {slot} at {obj:?} should hold id {id:#x}, word {} is {:#x}",
-            w.1, w.0
+            "object of slot {slot} at {obj:?} should hold id {id:#x}: byte {i} is {:#x}",
+            bytes[i]
         )));
     }
     Ok((obj, id))
@@ -1045,7 +1032,7 @@ proptest! {
         threads in 2u64..=4,
         seed in any::<u64>(),
     ) {
-        let options = MvccOptions { lanes: options.lanes.max(threads as u32), ..options };
+        // Lanes 1-3: threads also wait for a lane.
         threads_keep_the_invariants(options, threads, seed, 300 * soak())
             .map_err(TestCaseError::fail)?;
     }
@@ -1670,4 +1657,19 @@ fn a_logged_operation_the_handler_does_not_handle_is_corrupted_not_replayed() {
         Err(TxError::Corrupted(message)) => assert!(message.contains("no handler"), "{message}"),
         other => panic!("expected a typed error, got {:?}", other.map(|_| ())),
     }
+}
+
+/// The multi-threaded invariants can fail: with freed blocks reused at once (the
+/// `EagerFree` mutant), a snapshot that still reaches a replaced object reads another
+/// object's id, or recovery finds the blocks miscounted.
+#[test]
+fn the_thread_invariants_catch_eager_reuse() {
+    let options = MvccOptions {
+        lanes: 3,
+        mutant: mvcc::Mutant::EagerFree,
+        ..MvccOptions::small()
+    };
+    let caught =
+        (0..40u64).find_map(|seed| threads_keep_the_invariants(options, 3, seed, 300).err());
+    assert!(caught.is_some(), "eager reuse went unnoticed in 40 runs");
 }
