@@ -391,8 +391,14 @@ fn run_txn(engine: &Eng, model: &Model, txn: &Txn) -> Result<(Model, bool), Stri
         Err(Fail::Abort) => Ok((model.clone(), false)),
         // Limits of the small options: the transaction is refused as a whole.
         Err(Fail::Tx(
-            TxError::LogFull { .. } | TxError::InvalidArgument(_) | TxError::OutOfSpace { .. },
-        )) => Ok((model.clone(), false)),
+            e
+            @ (TxError::LogFull { .. } | TxError::InvalidArgument(_) | TxError::OutOfSpace { .. }),
+        )) => {
+            if std::env::var_os("MVCC_MODEL_STATS").is_some() {
+                eprintln!("refused: {e}");
+            }
+            Ok((model.clone(), false))
+        }
         Err(Fail::Tx(e)) => Err(format!("{txn:?} failed: {e}")),
         Err(Fail::Mismatch(m)) => Err(format!("{txn:?}: {m}")),
     }
@@ -456,8 +462,12 @@ fn check_state(engine: &Eng, model: &Model, when: &str) -> Result<(), String> {
 }
 
 fn sim_pool() -> (SimPm, Pool<SimPm>) {
-    let pm = SimPm::new(POOL, Default::default());
-    let pool = Pool::format(pm.clone(), &CreateOptions::new(LAYOUT, POOL)).expect("format");
+    sim_pool_of(POOL)
+}
+
+fn sim_pool_of(size: u64) -> (SimPm, Pool<SimPm>) {
+    let pm = SimPm::new(size, Default::default());
+    let pool = Pool::format(pm.clone(), &CreateOptions::new(LAYOUT, size)).expect("format");
     (pm, pool)
 }
 
@@ -587,8 +597,12 @@ fn between() -> impl Strategy<Value = Between> {
     ]
 }
 
-fn single_threaded(options: MvccOptions, history: &[(Txn, Between)]) -> Result<(), TestCaseError> {
-    let (_, pool) = sim_pool();
+fn single_threaded(
+    options: MvccOptions,
+    pool_size: u64,
+    history: &[(Txn, Between)],
+) -> Result<(), TestCaseError> {
+    let (_, pool) = sim_pool_of(pool_size);
     let mut engine = Mvcc::create(pool, &options, Steps).expect("create");
     let mut model = Model::new();
     for (i, (txn, between)) in history.iter().enumerate() {
@@ -632,9 +646,13 @@ proptest! {
     #[test]
     fn one_thread_agrees_with_the_model(
         options in options(),
+        // A heap of a few heap chunks now and then: allocations run out of space, wait
+        // for deferred frees (`Retry::Space`) and fail with `OutOfSpace`.
+        small_heap in prop::bool::weighted(0.25),
         history in prop::collection::vec((txn(), between()), 1..60),
     ) {
-        single_threaded(options, &history)?;
+        let pool_size = if small_heap { pool_with_heap(&options, 40 << 10) } else { POOL };
+        single_threaded(options, pool_size, &history)?;
     }
 }
 
@@ -961,7 +979,24 @@ fn threads_keep_the_invariants(
     seed: u64,
     rounds: u32,
 ) -> Result<(), String> {
-    let (_, pool) = sim_pool();
+    threads_on_a_pool(options, POOL, threads, seed, rounds)
+}
+
+/// The pool of a model test whose heap has `heap` bytes (of which the heap's own header
+/// and descriptors take some) after the pool's header and root, the engine's header page
+/// and its logs.
+fn pool_with_heap(options: &MvccOptions, heap: u64) -> u64 {
+    3 * 4096 + u64::from(options.lanes) * options.olog_size + options.clog_size + heap
+}
+
+fn threads_on_a_pool(
+    options: MvccOptions,
+    pool_size: u64,
+    threads: u64,
+    seed: u64,
+    rounds: u32,
+) -> Result<(), String> {
+    let (_, pool) = sim_pool_of(pool_size);
     let bank = Mvcc::create(pool, &options, Transfers).expect("create");
     setup_bank(&bank);
     let problems = Problems::default();
@@ -1031,9 +1066,12 @@ proptest! {
         options in options(),
         threads in 2u64..=4,
         seed in any::<u64>(),
+        small_heap in prop::bool::weighted(0.25),
     ) {
-        // Lanes 1-3: threads also wait for a lane.
-        threads_keep_the_invariants(options, threads, seed, 300 * soak())
+        // Lanes 1-3: threads also wait for a lane. A small heap: replacements wait for
+        // deferred frees and run out of space.
+        let pool_size = if small_heap { pool_with_heap(&options, 48 << 10) } else { POOL };
+        threads_on_a_pool(options, pool_size, threads, seed, 300 * soak())
             .map_err(TestCaseError::fail)?;
     }
 }
