@@ -1184,15 +1184,18 @@ fn crash_options(background: bool) -> MvccOptions {
     }
 }
 
-fn crash_check(seed: u64, count: usize, background: bool) {
+fn crash_check(seed: u64, count: usize, background: bool, mode: SimMode) {
     let scenario = History {
         txns: history(seed, count),
         options: crash_options(background),
-        label: format!("mvcc model history {seed} (background {background})"),
+        label: format!(
+            "mvcc model history {seed} (background {background}, {})",
+            mode.name()
+        ),
     };
     // Every fence, with fewer images per fence than `thorough` (the budget of CI): the
     // structured images and a few random ones, each recovery crashed again at 4 points.
-    let thorough = Config::thorough(SimMode::Adr, seed);
+    let thorough = Config::thorough(mode, seed);
     let config = Config {
         max_failures: 1,
         budget: Budget {
@@ -1235,8 +1238,10 @@ fn random_histories_survive_a_crash_at_every_fence() {
         (3, 10)
     };
     for seed in 0..u64::from(histories * soak()) {
-        crash_check(seed, length, seed % 2 == 0);
+        crash_check(seed, length, seed % 2 == 0, SimMode::Adr);
     }
+    // Persistent caches: what persists is a prefix of the stores (fewer images).
+    crash_check(1000, length, true, SimMode::Eadr);
 }
 
 /// The watermark and the checkpoint records of a pool image (a failure's diagnosis).
