@@ -733,6 +733,19 @@ impl<P: Persist, R: Replay> Lifecycle for MvccTx<'_, P, R> {
         self.release_locks();
         self.state.writes.clear();
         self.state.by_chunk.clear();
+        // Bytes written in place stay in the masters, unflushed. A header made for one of
+        // their chunks since (by this attempt or another transaction) took them into its
+        // base, which a checkpoint reads as the content at its last boundary, durable in
+        // the masters and the CLog: a later commit that writes the same bytes through the
+        // chain (this transaction's retry) then differs from the base nowhere there, its
+        // record leaves them out, and a crash would lose them. So the next checkpoint
+        // flushes them before its record, as it does for committed in-place ranges.
+        if !self.state.fresh.is_empty() {
+            self.shared
+                .fresh
+                .lock()
+                .extend_from_slice(&self.state.fresh);
+        }
         for r in self.state.reservations.drain(..) {
             self.engine.heap.cancel(&r);
         }
