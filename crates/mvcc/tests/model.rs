@@ -580,7 +580,8 @@ fn options() -> impl Strategy<Value = MvccOptions> {
                     cool_headers,
                     background,
                     read_mostly_writeback: rmw,
-                    clock: if tsc {
+                    // `MVCC_MODEL_CLOCK=tsc|counter` runs every case on one clock.
+                    clock: if forced_clock().unwrap_or(tsc) {
                         mvcc::ClockMode::Tsc
                     } else {
                         mvcc::ClockMode::Counter
@@ -589,6 +590,15 @@ fn options() -> impl Strategy<Value = MvccOptions> {
                 }
             },
         )
+}
+
+/// `Some(true)` for `MVCC_MODEL_CLOCK=tsc`, `Some(false)` for `counter`.
+fn forced_clock() -> Option<bool> {
+    match std::env::var("MVCC_MODEL_CLOCK").ok()?.as_str() {
+        "tsc" => Some(true),
+        "counter" => Some(false),
+        _ => None,
+    }
 }
 
 /// What happens between two transactions of a single-threaded history.
