@@ -132,6 +132,13 @@ impl Clock {
     #[inline]
     pub(crate) fn stamp(&self) -> u64 {
         if self.tsc {
+            // The pushes must be visible to every core before the counter is read: `lfence`
+            // orders the read after earlier instructions, not after earlier stores leave
+            // the store buffer. Without this fence a reader whose snapshot is past the stamp
+            // could still load a chunk's old head, then wait for the version of another
+            // chunk of the same commit: a torn read (found by `tests/model.rs` with the TSC
+            // clock). The counter's stamp is a locked read-modify-write, a full barrier.
+            std::sync::atomic::fence(Ordering::SeqCst);
             self.now() + self.boundary + 1
         } else {
             self.counter.fetch_add(1, Ordering::SeqCst) + 1
@@ -185,7 +192,13 @@ impl Clock {
     /// larger. (The counter is bumped, so a read-only stretch with no commits cannot keep a
     /// grace period from ending.)
     pub(crate) fn retire_time(&self) -> u64 {
-        if self.tsc || !self.live {
+        if self.tsc {
+            // As in `stamp`: the unlinking's stores are visible to every core before the
+            // time is read, so a reader announced after that time cannot load a pointer to
+            // what was unlinked.
+            std::sync::atomic::fence(Ordering::SeqCst);
+            self.now()
+        } else if !self.live {
             self.now()
         } else {
             self.counter.fetch_add(1, Ordering::SeqCst)

@@ -445,6 +445,14 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
     }
 
     fn replay_one(&self, record: &Record) -> TxResult<()> {
+        // A commit logs an operation only when its handler handles it: any other id is a
+        // damaged record (with a valid CRC), never handed to a handler that may not expect it.
+        if record.kind == Kind::Logical && !self.replay.handles(OpId(record.op)) {
+            return Err(TxError::Corrupted(format!(
+                "operation {} has no handler (a commit logs only operations its handler handles)",
+                record.op
+            )));
+        }
         let mut need = None;
         loop {
             let outcome = Outcome::default();
@@ -463,10 +471,21 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
                 None,
                 &outcome,
             );
+            // A logged operation's body allocates its blocks again and gets these, in order.
+            // A physical record allocates nothing: its blocks are known from the start, and
+            // its ranges inside them go in place, as they did when it ran (fresh writes). It
+            // took no versions for them then, so it must not need any now: a record whose
+            // new block spans more chunks than a transaction may lock would otherwise be
+            // refused by recovery, after it committed.
+            let blocks = self.allocations_of(record)?;
+            let (allocs, blocks) = match record.kind {
+                Kind::Logical => (blocks, Vec::new()),
+                _ => (VecDeque::new(), Vec::from(blocks)),
+            };
             tx.replaying = Some(Box::new(Replaying {
                 ts: record.ts,
-                allocs: self.allocations_of(record)?,
-                blocks: Vec::new(),
+                allocs,
+                blocks,
             }));
             let result = tx::api::run_transaction(tx, |tx| match record.kind {
                 Kind::Logical => self.replay.replay(
@@ -488,16 +507,14 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
         }
     }
 
-    /// The blocks a logged operation allocated, `(addr, len)` in order, derived from its
-    /// publish actions (the heap cannot tell: a later logged free may have released them).
+    /// The blocks a logged commit (operation or physical) allocated, `(addr, len)` in order,
+    /// derived from its publish actions (the heap cannot tell: a later logged free may have
+    /// released them).
     fn allocations_of(&self, record: &Record) -> TxResult<VecDeque<(u64, u64)>> {
         let layout = *self.heap.layout();
         let pm = self.pool.pm();
         let bad = |what: String| TxError::Corrupted(format!("logged heap action: {what}"));
         let mut out = VecDeque::new();
-        if record.kind != Kind::Logical {
-            return Ok(out);
-        }
         for action in &record.actions {
             match *action {
                 Action::Or { addr, mask } => {

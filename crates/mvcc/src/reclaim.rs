@@ -665,36 +665,51 @@ impl<P: Persist> Core<P> {
             write_back_lines(pm, &mut lines);
             pm.fence();
         }
-        let at = self.layout.clog + ck.head;
-        let mut scratch = std::mem::take(&mut ck.scratch);
-        record::encode(
-            at,
-            Kind::Checkpoint,
-            boundary,
-            0,
-            0,
-            &[],
-            diff.iter(),
-            &[],
-            &mut scratch,
-        );
-        pm.write(at, &scratch, WriteClass::Log);
-        pm.flush(at, len);
-        pm.fence();
-        self.stats.clog_bytes.fetch_add(len, Ordering::Relaxed);
-        ck.scratch = scratch;
-        if pm.is_poisoned() {
-            return Err(TxError::Poisoned);
-        }
-        ck.head = (ck.head + len).next_multiple_of(CACHE_LINE);
-        ck.last_t = ck.last_t.max(boundary);
-        self.checkpointed.store(ck.last_t, Ordering::Release);
-        for (addr, bytes) in diff.iter() {
-            let (first, last) = (addr / CHUNK, (addr + bytes.len() as u64 - 1) / CHUNK);
-            ck.clog_chunks.extend(first..=last);
+        // A boundary that did not move covers nothing new (the diff between the content at
+        // `last_t` and at the same time is empty): the flush above was the work, and no
+        // record is written. One would carry the time `last_t`, which equals the watermark
+        // right after a write-back; recovery reads such a record at the log's start as
+        // dead, and the live ones after it as a chain with a gap (damage, a refused open).
+        if boundary > ck.last_t {
+            let at = self.layout.clog + ck.head;
+            let mut scratch = std::mem::take(&mut ck.scratch);
+            record::encode(
+                at,
+                Kind::Checkpoint,
+                boundary,
+                0,
+                0,
+                &[],
+                diff.iter(),
+                &[],
+                &mut scratch,
+            );
+            pm.write(at, &scratch, WriteClass::Log);
+            pm.flush(at, len);
+            pm.fence();
+            self.stats.clog_bytes.fetch_add(len, Ordering::Relaxed);
+            ck.scratch = scratch;
+            if pm.is_poisoned() {
+                return Err(TxError::Poisoned);
+            }
+            ck.head = (ck.head + len).next_multiple_of(CACHE_LINE);
+            ck.last_t = boundary;
+            self.checkpointed.store(ck.last_t, Ordering::Release);
+            for (addr, bytes) in diff.iter() {
+                let (first, last) = (addr / CHUNK, (addr + bytes.len() as u64 - 1) / CHUNK);
+                ck.clog_chunks.extend(first..=last);
+            }
+            self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+        } else {
+            debug_assert!(
+                diff.iter().next().is_none(),
+                "nothing changed between a time and itself"
+            );
+            if pm.is_poisoned() {
+                return Err(TxError::Poisoned);
+            }
         }
         ck.diff = diff;
-        self.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
         self.retire_versions(retired);
         let read_mostly = self.read_mostly_since_last(ck);
         if ck.head * 4 > self.layout.clog_size * 3 || read_mostly {

@@ -78,6 +78,10 @@ fn read_clog<P: Persist>(
     let (base, end) = (layout.clog, layout.clog + layout.clog_size);
     let mut live = Vec::new();
     let mut starts = Vec::new();
+    // Records of the watermark's own time: dead, but earlier builds wrote such records
+    // (checkpoints whose boundary had not moved) at the log's start right after a
+    // write-back, before the live ones; the chain steps over them.
+    let mut at_watermark = Vec::new();
     let log = LaneChecksums::read(pm, base, end - base, record::HEADER_LEN);
     for pos in (base..end).step_by(CACHE_LINE as usize) {
         if !record::may_hold_record(&log, pos, end) {
@@ -90,12 +94,26 @@ fn read_clog<P: Persist>(
                 )));
             }
             Some(rec) if rec.ts > watermark => live.push(rec),
-            Some(rec) => starts.push(rec.pos),
+            Some(rec) => {
+                if rec.ts == watermark {
+                    at_watermark.push((rec.pos, rec.len));
+                }
+                starts.push(rec.pos);
+            }
             None => {}
         }
     }
     live.sort_by_key(|r| r.ts);
+    // The chain starts at 0, after any records of the watermark's own time there: those
+    // were written after the write-back that restarted the log (a record of an older
+    // generation at 0 was overwritten by the first new one).
     let mut expected = base;
+    while let Some(&(_, len)) = at_watermark.iter().find(|&&(pos, _)| pos == expected) {
+        expected = (expected + len).next_multiple_of(CACHE_LINE);
+    }
+    if live.is_empty() {
+        expected = base;
+    }
     for rec in &live {
         if rec.pos != expected {
             findings.push(Finding::damage(

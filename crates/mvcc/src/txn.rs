@@ -591,17 +591,26 @@ impl<'a, P: Persist, R: Replay> MvccTx<'a, P, R> {
         len
     }
 
-    /// The bytes a physical record holds: each locked chunk's written bytes, and the bytes
-    /// written in place (read back from the masters), in address order.
+    /// The bytes a physical record holds, in the order recovery writes them: the bytes
+    /// written in place (read back from the masters), then each locked chunk's written
+    /// bytes. The two may overlap — a block written in place, then its chunk locked (a
+    /// neighbour sharing it was written) and the block written again through the write set
+    /// — and the write set's bytes are then the newer ones: a chunk in the write set is
+    /// never written in place again. (Sorted by address, an in-place range starting at or
+    /// before the write set's went after it and recovery replayed the older bytes.)
     fn physical_ranges(&self) -> Vec<(u64, Vec<u8>)> {
-        let mut ranges = crate::engine::written_ranges(&self.state.writes);
         let pm = self.engine.pool.pm();
-        for &(addr, len) in &self.state.fresh {
-            let mut bytes = vec![0u8; len as usize];
-            pm.read(addr, &mut bytes);
-            ranges.push((addr, bytes));
-        }
-        ranges.sort_by_key(|(addr, _)| *addr);
+        let mut ranges: Vec<(u64, Vec<u8>)> = self
+            .state
+            .fresh
+            .iter()
+            .map(|&(addr, len)| {
+                let mut bytes = vec![0u8; len as usize];
+                pm.read(addr, &mut bytes);
+                (addr, bytes)
+            })
+            .collect();
+        ranges.extend(crate::engine::written_ranges(&self.state.writes));
         ranges
     }
 
@@ -724,6 +733,19 @@ impl<P: Persist, R: Replay> Lifecycle for MvccTx<'_, P, R> {
         self.release_locks();
         self.state.writes.clear();
         self.state.by_chunk.clear();
+        // Bytes written in place stay in the masters, unflushed. A header made for one of
+        // their chunks since (by this attempt or another transaction) took them into its
+        // base, which a checkpoint reads as the content at its last boundary, durable in
+        // the masters and the CLog: a later commit that writes the same bytes through the
+        // chain (this transaction's retry) then differs from the base nowhere there, its
+        // record leaves them out, and a crash would lose them. So the next checkpoint
+        // flushes them before its record, as it does for committed in-place ranges.
+        if !self.state.fresh.is_empty() {
+            self.shared
+                .fresh
+                .lock()
+                .extend_from_slice(&self.state.fresh);
+        }
         for r in self.state.reservations.drain(..) {
             self.engine.heap.cancel(&r);
         }
