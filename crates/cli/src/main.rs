@@ -480,7 +480,8 @@ fn run_bench(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     bench_cmd::print_tables(&results, baseline.as_deref(), request.pm_latency, out)?;
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&bench_cmd::json_report(&request, &results))?;
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+        crate::output::replace_file(path, text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }
@@ -637,6 +638,16 @@ fn pool_exit_code(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
     }
     if error.downcast_ref::<UsageError>().is_some() {
         return Some(i32::from(USAGE_EXIT));
+    }
+    // An output (`--json`, `--out`, a trace) that did not fit: the table's "out of space",
+    // as for a pool that does not fit.
+    if let Some(error) = error.downcast_ref::<std::io::Error>()
+        && matches!(
+            error.kind(),
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+        )
+    {
+        return Some(pmem::PoolError::OutOfSpace { requested: 0 }.exit_code());
     }
     None
 }
