@@ -72,7 +72,8 @@ struct BenchArgs {
     /// Thread counts (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1", value_parser = at_least_one())]
     threads: Vec<usize>,
-    /// Keys (elements) loaded at setup.
+    /// Keys (elements) loaded at setup (tpcc's tables have fixed sizes: it takes no --keys or
+    /// --value-size, and runs one warehouse per thread).
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
     keys: u64,
     /// Value (element) size in bytes, 1 to 64 KiB (K suffix as for sizes): one transaction
@@ -450,6 +451,7 @@ fn interrupt_warning(error: &ctrlc::Error) -> String {
 
 fn run_bench(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     bench_lists_are_consistent(args)?;
+    bench_keys_fit(args)?;
     output::pool_dir_exists(&args.pool_dir)?;
     if let Some(path) = &args.json {
         output::file_can_be_written(path)?;
@@ -521,6 +523,41 @@ fn bench_lists_are_consistent(args: &BenchArgs) -> Result<(), UsageError> {
         }
         _ => Ok(()),
     }
+}
+
+/// `--keys` that no run could load, refused before any pool is made: every workload but
+/// TPC-C (whose tables have fixed sizes) stores at least `--value-size` bytes per key in the
+/// pool, and some build their model of the initial content in DRAM before the pool runs out,
+/// so a key count far beyond the pool would abort on that allocation instead of failing on
+/// the pool. The array swaps two distinct elements, so one element gives it nothing to do.
+fn bench_keys_fit(args: &BenchArgs) -> Result<(), UsageError> {
+    use bench::choice::WorkloadChoice;
+    let sized: Vec<String> = args
+        .workload
+        .iter()
+        .filter(|&&w| w != WorkloadChoice::Tpcc)
+        .map(|w| w.name())
+        .collect();
+    let least = args.keys.saturating_mul(u64::from(args.value_size));
+    if !sized.is_empty() && least > args.pool_size {
+        return Err(UsageError(format!(
+            "--keys {} of --value-size {} need at least {} of pool for {}, more than the \
+             --pool-size of {}; give a larger --pool-size or fewer --keys",
+            args.keys,
+            args.value_size,
+            size::format_bytes(least),
+            sized.join(", "),
+            size::format_bytes(args.pool_size)
+        )));
+    }
+    if args.keys < 2 && args.workload.contains(&WorkloadChoice::Array) {
+        return Err(UsageError(
+            "--keys 1: the array workload swaps two distinct elements, so it needs --keys 2 \
+             or more"
+                .to_owned(),
+        ));
+    }
+    Ok(())
 }
 
 fn run_eval(args: &EvalArgs, out: &mut dyn Write) -> anyhow::Result<()> {

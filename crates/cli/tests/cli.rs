@@ -255,6 +255,42 @@ fn bad_sizes_are_usage_errors() {
 }
 
 #[test]
+fn bench_refuses_keys_that_no_run_could_load() {
+    let dir = scratch();
+    let common = [
+        "bench",
+        "--quiet",
+        "--engine",
+        "redo",
+        "--ops",
+        "10",
+        "--warmup",
+        "1",
+        "--runs",
+        "1",
+        "--pool-dir",
+        text(dir.path()),
+    ];
+    // A million million keys: the list, BST and YCSB-E workloads built their DRAM model of
+    // them before the pool ran out, and the process aborted on that allocation.
+    for workload in ["list", "bst", "ycsb-e", "hash"] {
+        let mut args = common.to_vec();
+        args.extend(["--workload", workload, "--keys", "1000000000000"]);
+        let output = ferrite(&args);
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(USAGE), "{workload}: {err}");
+        assert!(err.contains("--pool-size"), "{workload}: {err}");
+    }
+    // The array swaps two distinct elements: with one it measured nothing, and said so nowhere.
+    let mut args = common.to_vec();
+    args.extend(["--workload", "array", "--keys", "1"]);
+    let output = ferrite(&args);
+    assert_eq!(output.status.code(), Some(USAGE), "{}", stderr(&output));
+    assert!(stderr(&output).contains("--keys 2"), "{}", stderr(&output));
+    assert_eq!(std::fs::read_dir(dir.path()).expect("list").count(), 0);
+}
+
+#[test]
 fn quick_eval_writes_a_complete_report() {
     let dir = scratch();
     let out = dir.path().join("report");
