@@ -543,7 +543,7 @@ fn render_table(html: &mut String, table: &Table) {
         html.push_str("<tr>");
         for cell in cells {
             // Numbers are right-aligned so their digits line up.
-            let class = if cell.parse::<f64>().is_ok() {
+            let class = if crate::cells::is_numeric(cell) {
                 " class=\"num\""
             } else {
                 ""
@@ -558,6 +558,18 @@ fn render_table(html: &mut String, table: &Table) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_marked_number_is_right_aligned_with_its_column() {
+        let mut table = Table::new("ns per update (* fastest)", &["bytes", "packed", "mode"]);
+        table.push(vec!["4".into(), "110.4 *".into(), "packed".into()]);
+        table.push(vec!["32".into(), "1239.3".into(), "packed".into()]);
+        let mut html = String::new();
+        render_table(&mut html, &table);
+        assert!(html.contains("<td class=\"num\">110.4 *</td>"), "{html}");
+        assert!(html.contains("<td class=\"num\">1239.3</td>"), "{html}");
+        assert!(html.contains("<td>packed</td>"), "{html}");
+    }
 
     fn sample_section(id: &str) -> Section {
         let mut table = Table::new("Costs <ns>", &["name", "value"]);
