@@ -453,6 +453,7 @@ fn run_bench(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     bench_lists_are_consistent(args)?;
     bench_keys_fit(args)?;
     output::pool_dir_exists(&args.pool_dir)?;
+    remove_abandoned_pools(&args.pool_dir);
     if let Some(path) = &args.json {
         output::file_can_be_written(path)?;
     }
@@ -560,8 +561,25 @@ fn bench_keys_fit(args: &BenchArgs) -> Result<(), UsageError> {
     Ok(())
 }
 
+/// Removes the scratch pools earlier runs left in `pool_dir` when they were killed before
+/// their teardown (each holds its `--pool-size` of memory on `/dev/shm`), saying so on stderr.
+fn remove_abandoned_pools(pool_dir: &std::path::Path) {
+    let removed = bench::scratch::remove_abandoned(pool_dir);
+    if !removed.is_empty() {
+        let names: Vec<String> = removed.iter().map(|p| p.display().to_string()).collect();
+        let _ = writeln!(
+            std::io::stderr(),
+            "ferrite: removed {} scratch pool(s) of runs that ended without removing them \
+             (their processes are gone and nothing has them open): {}",
+            removed.len(),
+            names.join(", ")
+        );
+    }
+}
+
 fn run_eval(args: &EvalArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     output::pool_dir_exists(&args.pool_dir)?;
+    remove_abandoned_pools(&args.pool_dir);
     output::folder_can_be_written(&args.out)?;
     let options = eval::EvalOptions {
         quick: args.quick,

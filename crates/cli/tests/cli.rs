@@ -291,6 +291,81 @@ fn bench_refuses_keys_that_no_run_could_load() {
 }
 
 #[test]
+fn a_bench_removes_the_pools_a_killed_bench_left_behind() {
+    let dir = scratch();
+    let bench = |ops: &str| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
+        command.args([
+            "bench",
+            "--quiet",
+            "--engine",
+            "redo",
+            "--keys",
+            "1000",
+            "--ops",
+            ops,
+            "--warmup",
+            "1",
+            "--runs",
+            "1",
+            "--pool-size",
+            "64M",
+            "--pool-dir",
+            text(dir.path()),
+        ]);
+        command
+    };
+    let pools = || -> Vec<PathBuf> {
+        std::fs::read_dir(dir.path())
+            .expect("list")
+            .map(|entry| entry.expect("entry").path())
+            .collect()
+    };
+    // The process measuring (a re-run of `ferrite` that the command starts, named in the
+    // pool's name) killed by SIGKILL, as the OOM killer kills it, runs no teardown: its pool
+    // stays.
+    let mut killed = bench("1000000000")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while pools().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let pool = pools().pop().expect("the run made its pool");
+    let name = pool
+        .file_name()
+        .expect("a name")
+        .to_string_lossy()
+        .into_owned();
+    let pid: i32 = name
+        .trim_end_matches(".pool")
+        .rsplit('-')
+        .nth(1)
+        .and_then(|pid| pid.parse().ok())
+        .expect("ferrite-bench-<pid>-<n>.pool");
+    // SAFETY: `kill` only sends a signal, to the measuring process this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    killed.wait().expect("reaped");
+    while std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let left = pools();
+    assert_eq!(left.len(), 1, "{left:?}");
+    let next = bench("10").output().expect("the ferrite binary runs");
+    assert!(next.status.success(), "{}", stderr(&next));
+    assert!(
+        stderr(&next).contains("removed 1 scratch pool"),
+        "{}",
+        stderr(&next)
+    );
+    assert!(pools().is_empty(), "{:?}", pools());
+}
+
+#[test]
 fn quick_eval_writes_a_complete_report() {
     let dir = scratch();
     let out = dir.path().join("report");
