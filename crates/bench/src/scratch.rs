@@ -218,11 +218,11 @@ mod tests {
         let holder = std::fs::File::open(&held).expect("open");
         holder.try_lock().expect("lock");
         let removed = remove_abandoned(dir.path());
-        assert_eq!(removed, [dead.clone()]);
+        assert_eq!(removed, std::slice::from_ref(&dead));
         assert!(!dead.exists());
         assert!(held.exists() && mine.exists() && user.exists());
         drop(holder);
-        assert_eq!(remove_abandoned(dir.path()), [held.clone()]);
+        assert_eq!(remove_abandoned(dir.path()), std::slice::from_ref(&held));
         assert!(mine.exists() && user.exists());
     }
 

@@ -200,7 +200,10 @@ struct CreateArgs {
     /// Pool size, with an optional K, M, G or T suffix (powers of 1024).
     #[arg(long, value_parser = size::parse_size)]
     size: u64,
-    /// Layout name the pool's users must ask for.
+    /// Layout name the pool's users must ask for (1 to 63 bytes). The pool is made empty: an
+    /// engine (undo, redo, mvcc) formats its area when the program that opens it with this
+    /// layout creates it; PMFS pools come from `ferrite fs mkfs`, NVthreads programs make
+    /// theirs (`NVT_POOL`) or format an empty one of layout `ferrite-nvthreads`.
     #[arg(long, default_value = "ferrite")]
     layout: String,
     /// Size of the root region (rounded up to 4 KiB).
