@@ -1042,8 +1042,9 @@ fn bench_failures_name_the_directory_or_the_option() {
     }
 }
 
-/// A hash table for more keys than any pool holds is the same "too small" failure, naming
-/// the options to change, not an abort naming the workload's internal bound.
+/// A hash table for more keys than any pool holds is refused before it runs (the keys'
+/// values alone exceed the pool: a usage error), naming the options to change, not an abort
+/// naming the workload's internal bound.
 #[test]
 fn keys_no_pool_can_hold_name_the_pool_size() {
     let output = bench(&[
@@ -1057,7 +1058,7 @@ fn keys_no_pool_can_hold_name_the_pool_size() {
         "64M",
     ]);
     let err = stderr(&output);
-    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert_eq!(output.status.code(), Some(USAGE), "{err}");
     assert!(
         err.contains("give a larger --pool-size or fewer --keys"),
         "{err}"
