@@ -69,8 +69,9 @@ struct BenchArgs {
     /// ycsb-a … ycsb-f, ycsb-silo, tpcc.
     #[arg(long, value_delimiter = ',', default_value = "hash", value_parser = parse_workload)]
     workload: Vec<bench::choice::WorkloadChoice>,
-    /// Thread counts (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "1", value_parser = at_least_one())]
+    /// Thread counts (comma-separated), 1 to 1024 (thousands of threads exhausted the
+    /// memory for their stacks and aborted the run).
+    #[arg(long, value_delimiter = ',', default_value = "1", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
     threads: Vec<usize>,
     /// Keys (elements) loaded at setup (tpcc's tables have fixed sizes: it takes no --keys or
     /// --value-size, and runs one warehouse per thread).

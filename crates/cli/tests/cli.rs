@@ -281,6 +281,12 @@ fn bench_refuses_keys_that_no_run_could_load() {
         assert_eq!(output.status.code(), Some(USAGE), "{workload}: {err}");
         assert!(err.contains("--pool-size"), "{workload}: {err}");
     }
+    // Twenty thousand threads could not all get their stacks: the run aborted (exit 134).
+    let mut args = common.to_vec();
+    args.extend(["--threads", "1,20000"]);
+    let output = ferrite(&args);
+    assert_eq!(output.status.code(), Some(USAGE), "{}", stderr(&output));
+    assert!(stderr(&output).contains("1..=1024"), "{}", stderr(&output));
     // The array swaps two distinct elements: with one it measured nothing, and said so nowhere.
     let mut args = common.to_vec();
     args.extend(["--workload", "array", "--keys", "1"]);
