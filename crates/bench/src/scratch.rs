@@ -133,9 +133,98 @@ pub fn unique_name(kind: &str) -> String {
     format!("ferrite-{kind}-{}-{n}.pool", std::process::id())
 }
 
+/// The kinds of scratch pool [`unique_name`] names (`runner` and `raw`).
+const SCRATCH_KINDS: [&str; 2] = ["bench", "raw"];
+
+/// The process id in a scratch pool name `ferrite-<kind>-<pid>-<n>.pool` of one of
+/// [`SCRATCH_KINDS`]; `None` for any other name.
+fn scratch_owner(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("ferrite-")?.strip_suffix(".pool")?;
+    let (kind, numbers) = rest.split_once('-')?;
+    if !SCRATCH_KINDS.contains(&kind) {
+        return None;
+    }
+    let (pid, n) = numbers.split_once('-')?;
+    let digits = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    (digits(pid) && digits(n)).then(|| pid.parse().ok())?
+}
+
+/// Removes the scratch pools in `dir` that runs which ended without their teardown left
+/// behind (killed by `SIGKILL` or the OOM killer, or aborted): a `ferrite-bench-…` or
+/// `ferrite-raw-…` file whose process is gone and that no process holds open. Each such file
+/// is as large as its `--pool-size` and, on `/dev/shm`, holds that much memory until someone
+/// deletes it, so every later run would have less. The file is locked while it is judged
+/// and removed: a pool still open elsewhere (its opener holds the lock, even from another
+/// PID namespace, where its process would look gone) is left alone. Returns the files
+/// removed.
+pub fn remove_abandoned(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let own = std::process::id();
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(scratch_owner) else {
+            continue;
+        };
+        let path = entry.path();
+        let alive = pid == own || Path::new("/proc").join(pid.to_string()).exists();
+        let regular = entry.file_type().is_ok_and(|kind| kind.is_file());
+        if alive || !regular {
+            continue;
+        }
+        let Ok(file) = std::fs::OpenOptions::new().read(true).open(&path) else {
+            continue;
+        };
+        if file.try_lock().is_err() {
+            continue;
+        }
+        if std::fs::remove_file(&path).is_ok() {
+            removed.push(path);
+        }
+        let _ = file.unlock();
+    }
+    removed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_scratch_pool_names_name_an_owner() {
+        assert_eq!(scratch_owner("ferrite-bench-1234-0.pool"), Some(1234));
+        assert_eq!(scratch_owner("ferrite-raw-77-12.pool"), Some(77));
+        assert_eq!(scratch_owner("ferrite-bench-1234-0.pool.bak"), None);
+        assert_eq!(scratch_owner("ferrite-mine-1234-0.pool"), None);
+        assert_eq!(scratch_owner("ferrite-bench-x-0.pool"), None);
+        assert_eq!(scratch_owner("ferrite-bench-1234-.pool"), None);
+        assert_eq!(scratch_owner("ferrite-bench-12-3-4.pool"), None);
+        assert_eq!(scratch_owner("p.pool"), None);
+    }
+
+    #[test]
+    fn abandoned_scratch_pools_go_and_everything_else_stays() {
+        let dir = tempfile::tempdir().expect("scratch");
+        // A process id above the kernel's limit (2^22) is never alive.
+        let dead = dir.path().join("ferrite-bench-4194305-0.pool");
+        let held = dir.path().join("ferrite-raw-4194306-1.pool");
+        let mine = dir.path().join(unique_name("bench"));
+        let user = dir.path().join("ferrite-mine-4194305-0.pool");
+        for path in [&dead, &held, &mine, &user] {
+            std::fs::write(path, b"pool").expect("write");
+        }
+        let holder = std::fs::File::open(&held).expect("open");
+        holder.try_lock().expect("lock");
+        let removed = remove_abandoned(dir.path());
+        assert_eq!(removed, std::slice::from_ref(&dead));
+        assert!(!dead.exists());
+        assert!(held.exists() && mine.exists() && user.exists());
+        drop(holder);
+        assert_eq!(remove_abandoned(dir.path()), std::slice::from_ref(&held));
+        assert!(mine.exists() && user.exists());
+    }
 
     fn registered(id: u64) -> bool {
         PENDING.lock().iter().any(|(pending, _)| *pending == id)

@@ -4,6 +4,16 @@
 use bench::engines::EngineRun;
 use bench::runner::Measurement;
 
+/// Whether a table cell holds a number, alone or followed by a ` *` mark (`"111.1 *"`, the
+/// fastest mode in the log study's tables): such columns are right-aligned so their digits
+/// line up, marked cells included.
+pub fn is_numeric(cell: &str) -> bool {
+    cell.strip_suffix(" *")
+        .unwrap_or(cell)
+        .parse::<f64>()
+        .is_ok()
+}
+
 /// Two decimals, or "n/a" when the quantity could not be measured (PMDK's stores bypass
 /// Ferrite's counters; read-only runs have no commits).
 pub fn optional(value: Option<f64>) -> String {
@@ -93,5 +103,16 @@ mod tests {
         assert_eq!(bytes_per_op(9.94), "9.9");
         assert_eq!(bytes_per_op(10.0), "10");
         assert_eq!(bytes_per_op(532.4), "532");
+    }
+    #[test]
+    fn a_marked_number_is_a_number_and_words_are_not() {
+        assert!(is_numeric("111.1"));
+        assert!(is_numeric("111.1 *"));
+        assert!(is_numeric("-4"));
+        assert!(!is_numeric("n/a"));
+        assert!(!is_numeric("packed"));
+        assert!(!is_numeric("*"));
+        assert!(!is_numeric(" *"));
+        assert!(!is_numeric("1.06 / 0.75"));
     }
 }

@@ -69,10 +69,12 @@ struct BenchArgs {
     /// ycsb-a … ycsb-f, ycsb-silo, tpcc.
     #[arg(long, value_delimiter = ',', default_value = "hash", value_parser = parse_workload)]
     workload: Vec<bench::choice::WorkloadChoice>,
-    /// Thread counts (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "1", value_parser = at_least_one())]
+    /// Thread counts (comma-separated), 1 to 1024 (thousands of threads exhausted the
+    /// memory for their stacks and aborted the run).
+    #[arg(long, value_delimiter = ',', default_value = "1", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
     threads: Vec<usize>,
-    /// Keys (elements) loaded at setup.
+    /// Keys (elements) loaded at setup (tpcc's tables have fixed sizes: it takes no --keys or
+    /// --value-size, and runs one warehouse per thread).
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
     keys: u64,
     /// Value (element) size in bytes, 1 to 64 KiB (K suffix as for sizes): one transaction
@@ -199,7 +201,10 @@ struct CreateArgs {
     /// Pool size, with an optional K, M, G or T suffix (powers of 1024).
     #[arg(long, value_parser = size::parse_size)]
     size: u64,
-    /// Layout name the pool's users must ask for.
+    /// Layout name the pool's users must ask for (1 to 63 bytes). The pool is made empty: an
+    /// engine (undo, redo, mvcc) formats its area when the program that opens it with this
+    /// layout creates it; PMFS pools come from `ferrite fs mkfs`, NVthreads programs make
+    /// theirs (`NVT_POOL`) or format an empty one of layout `ferrite-nvthreads`.
     #[arg(long, default_value = "ferrite")]
     layout: String,
     /// Size of the root region (rounded up to 4 KiB).
@@ -450,7 +455,9 @@ fn interrupt_warning(error: &ctrlc::Error) -> String {
 
 fn run_bench(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     bench_lists_are_consistent(args)?;
+    bench_keys_fit(args)?;
     output::pool_dir_exists(&args.pool_dir)?;
+    remove_abandoned_pools(&args.pool_dir);
     if let Some(path) = &args.json {
         output::file_can_be_written(path)?;
     }
@@ -480,7 +487,8 @@ fn run_bench(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     bench_cmd::print_tables(&results, baseline.as_deref(), request.pm_latency, out)?;
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&bench_cmd::json_report(&request, &results))?;
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+        crate::output::replace_file(path, text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }
@@ -522,8 +530,60 @@ fn bench_lists_are_consistent(args: &BenchArgs) -> Result<(), UsageError> {
     }
 }
 
+/// `--keys` that no run could load, refused before any pool is made: every workload but
+/// TPC-C (whose tables have fixed sizes) stores at least `--value-size` bytes per key in the
+/// pool, and some build their model of the initial content in DRAM before the pool runs out,
+/// so a key count far beyond the pool would abort on that allocation instead of failing on
+/// the pool. The array swaps two distinct elements, so one element gives it nothing to do.
+fn bench_keys_fit(args: &BenchArgs) -> Result<(), UsageError> {
+    use bench::choice::WorkloadChoice;
+    let sized: Vec<String> = args
+        .workload
+        .iter()
+        .filter(|&&w| w != WorkloadChoice::Tpcc)
+        .map(|w| w.name())
+        .collect();
+    let least = args.keys.saturating_mul(u64::from(args.value_size));
+    if !sized.is_empty() && least > args.pool_size {
+        return Err(UsageError(format!(
+            "--keys {} of --value-size {} need at least {} of pool for {}, more than the \
+             --pool-size of {}; give a larger --pool-size or fewer --keys",
+            args.keys,
+            args.value_size,
+            size::format_bytes(least),
+            sized.join(", "),
+            size::format_bytes(args.pool_size)
+        )));
+    }
+    if args.keys < 2 && args.workload.contains(&WorkloadChoice::Array) {
+        return Err(UsageError(
+            "--keys 1: the array workload swaps two distinct elements, so it needs --keys 2 \
+             or more"
+                .to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// Removes the scratch pools earlier runs left in `pool_dir` when they were killed before
+/// their teardown (each holds its `--pool-size` of memory on `/dev/shm`), saying so on stderr.
+fn remove_abandoned_pools(pool_dir: &std::path::Path) {
+    let removed = bench::scratch::remove_abandoned(pool_dir);
+    if !removed.is_empty() {
+        let names: Vec<String> = removed.iter().map(|p| p.display().to_string()).collect();
+        let _ = writeln!(
+            std::io::stderr(),
+            "ferrite: removed {} scratch pool(s) of runs that ended without removing them \
+             (their processes are gone and nothing has them open): {}",
+            removed.len(),
+            names.join(", ")
+        );
+    }
+}
+
 fn run_eval(args: &EvalArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     output::pool_dir_exists(&args.pool_dir)?;
+    remove_abandoned_pools(&args.pool_dir);
     output::folder_can_be_written(&args.out)?;
     let options = eval::EvalOptions {
         quick: args.quick,
@@ -637,6 +697,16 @@ fn pool_exit_code(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
     }
     if error.downcast_ref::<UsageError>().is_some() {
         return Some(i32::from(USAGE_EXIT));
+    }
+    // An output (`--json`, `--out`, a trace) that did not fit: the table's "out of space",
+    // as for a pool that does not fit.
+    if let Some(error) = error.downcast_ref::<std::io::Error>()
+        && matches!(
+            error.kind(),
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+        )
+    {
+        return Some(pmem::PoolError::OutOfSpace { requested: 0 }.exit_code());
     }
     None
 }

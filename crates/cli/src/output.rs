@@ -4,7 +4,8 @@
 
 use crate::UsageError;
 use std::fs::OpenOptions;
-use std::path::Path;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
 
 /// Checks that a file can be written at `path` without changing what is there: its
 /// directory exists, `path` is not a directory, and the file opens for writing (an existing
@@ -24,6 +25,104 @@ pub fn file_can_be_written(path: &Path) -> anyhow::Result<()> {
             .and_then(|_| std::fs::remove_file(path))
     };
     opened.map_err(|error| usage(path, &format!("cannot be written: {error}")))
+}
+
+/// Writes `contents` to the file at `path` so that a failure (a full file system, a quota)
+/// leaves what was there unchanged: the bytes go to a new file beside it, which then
+/// replaces it by `rename`, so a reader sees the old file or the whole new one, never a
+/// truncated mix. A path that names something other than a regular file (`/dev/stdout`, a
+/// FIFO, a terminal) is written directly: it has no contents to keep, and renaming over it
+/// would replace the device node itself. A symbolic link is followed, so the file it points
+/// to is replaced and the link is kept.
+pub fn replace_file(path: &Path, contents: &[u8]) -> io::Result<()> {
+    let target = match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => match std::fs::canonicalize(path) {
+            Ok(resolved) => resolved,
+            // A dangling link: writing through it creates its target.
+            Err(_) => return std::fs::write(path, contents),
+        },
+        _ => path.to_owned(),
+    };
+    let existing = match std::fs::metadata(&target) {
+        Ok(meta) if !meta.is_file() => return std::fs::write(&target, contents),
+        Ok(meta) => Some(meta.permissions()),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => None,
+        Err(error) => return Err(error),
+    };
+    let staged = Staged::new(&target)?;
+    staged.fill(contents, existing)?;
+    staged.commit()
+}
+
+/// A file written beside its destination (same directory, so the rename stays on one file
+/// system), removed again unless [`Staged::commit`] renamed it into place.
+pub(crate) struct Staged {
+    temp: PathBuf,
+    destination: PathBuf,
+    committed: bool,
+}
+
+impl Staged {
+    /// Reserves a fresh hidden name beside `destination` (created exclusively, so two
+    /// processes writing the same output never share one).
+    pub(crate) fn new(destination: &Path) -> io::Result<Staged> {
+        let dir = match destination.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        let name = destination
+            .file_name()
+            .map_or_else(|| "output".into(), |name| name.to_string_lossy());
+        for attempt in 0u32.. {
+            let temp = dir.join(format!(
+                ".{name}.ferrite-{}-{attempt}.tmp",
+                std::process::id()
+            ));
+            match OpenOptions::new().write(true).create_new(true).open(&temp) {
+                Ok(_) => {
+                    return Ok(Staged {
+                        temp,
+                        destination: destination.to_owned(),
+                        committed: false,
+                    });
+                }
+                Err(error) if error.kind() == io::ErrorKind::AlreadyExists && attempt < 100 => {}
+                Err(error) => return Err(error),
+            }
+        }
+        unreachable!("the loop returns by its 100th attempt")
+    }
+
+    /// Writes `contents` in full (and to stable storage, so the rename cannot publish a file
+    /// whose data a crash would lose), with `permissions` when it replaces a file.
+    pub(crate) fn fill(
+        &self,
+        contents: &[u8],
+        permissions: Option<std::fs::Permissions>,
+    ) -> io::Result<()> {
+        let mut file = OpenOptions::new().write(true).open(&self.temp)?;
+        file.write_all(contents)?;
+        file.sync_all()?;
+        if let Some(permissions) = permissions {
+            file.set_permissions(permissions)?;
+        }
+        Ok(())
+    }
+
+    /// Renames the file into place.
+    pub(crate) fn commit(mut self) -> io::Result<()> {
+        std::fs::rename(&self.temp, &self.destination)?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.temp);
+        }
+    }
 }
 
 /// Makes the folder `path` (with its missing parents) and checks that files can be created
@@ -137,6 +236,31 @@ mod tests {
         std::fs::write(&plain, b"").expect("write");
         let error = file_can_be_written(&plain.join("x.json")).expect_err("a file");
         assert!(error.to_string().contains("is not a directory"), "{error}");
+    }
+
+    #[test]
+    fn a_replaced_file_keeps_its_mode_and_the_link_that_named_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("scratch");
+        let file = dir.path().join("result.json");
+        std::fs::write(&file, b"old").expect("write");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+        let link = dir.path().join("latest.json");
+        std::os::unix::fs::symlink("result.json", &link).expect("symlink");
+        replace_file(&link, b"new").expect("replace");
+        assert!(link.symlink_metadata().expect("link").is_symlink());
+        assert_eq!(std::fs::read(&file).expect("read"), b"new");
+        let mode = std::fs::metadata(&file).expect("stat").permissions().mode();
+        assert_eq!(mode & 0o777, 0o640);
+        let mut names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("list")
+            .map(|entry| entry.expect("entry").file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["latest.json", "result.json"]);
+        // Not a regular file: written in place, the device node left as it is.
+        replace_file(Path::new("/dev/null"), b"x").expect("/dev/null");
+        assert!(!Path::new("/dev/null").metadata().expect("stat").is_file());
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //!
 //! A new evaluation adds a [`Section`]; nothing here changes.
 
+use crate::output::Staged;
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::HashSet;
@@ -260,11 +261,19 @@ pub fn write(report: &Report, dir: &Path) -> io::Result<Vec<PathBuf>> {
     check_ids(report)?;
     std::fs::create_dir_all(dir)?;
     let earlier = files_of_earlier_report(dir);
-    let mut written = Vec::new();
+    // Every file is written beside its final name first and renamed into place only when
+    // all of them were written: a report that cannot be written whole (a full file system)
+    // leaves the folder's earlier report as it was, not a mix of old and truncated files.
+    let mut staged = Vec::new();
     let mut put = |name: String, contents: &str| -> io::Result<()> {
         let path = dir.join(name);
-        std::fs::write(&path, contents)?;
-        written.push(path);
+        let file = Staged::new(&path)?;
+        let permissions = std::fs::metadata(&path)
+            .ok()
+            .filter(std::fs::Metadata::is_file)
+            .map(|meta| meta.permissions());
+        file.fill(contents.as_bytes(), permissions)?;
+        staged.push((file, path));
         Ok(())
     };
     for section in &report.sections {
@@ -278,6 +287,11 @@ pub fn write(report: &Report, dir: &Path) -> io::Result<Vec<PathBuf>> {
     }
     put("report.json".into(), &pretty(&report.to_json()))?;
     put("index.html".into(), &render_html(report))?;
+    let mut written = Vec::new();
+    for (file, path) in staged {
+        file.commit()?;
+        written.push(path);
+    }
     for name in earlier {
         let path = dir.join(name);
         if !written.contains(&path) {
@@ -529,7 +543,7 @@ fn render_table(html: &mut String, table: &Table) {
         html.push_str("<tr>");
         for cell in cells {
             // Numbers are right-aligned so their digits line up.
-            let class = if cell.parse::<f64>().is_ok() {
+            let class = if crate::cells::is_numeric(cell) {
                 " class=\"num\""
             } else {
                 ""
@@ -544,6 +558,18 @@ fn render_table(html: &mut String, table: &Table) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_marked_number_is_right_aligned_with_its_column() {
+        let mut table = Table::new("ns per update (* fastest)", &["bytes", "packed", "mode"]);
+        table.push(vec!["4".into(), "110.4 *".into(), "packed".into()]);
+        table.push(vec!["32".into(), "1239.3".into(), "packed".into()]);
+        let mut html = String::new();
+        render_table(&mut html, &table);
+        assert!(html.contains("<td class=\"num\">110.4 *</td>"), "{html}");
+        assert!(html.contains("<td class=\"num\">1239.3</td>"), "{html}");
+        assert!(html.contains("<td>packed</td>"), "{html}");
+    }
 
     fn sample_section(id: &str) -> Section {
         let mut table = Table::new("Costs <ns>", &["name", "value"]);

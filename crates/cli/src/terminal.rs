@@ -98,7 +98,7 @@ fn table_of(header: &[String], rows: &[Vec<String>], style: TableStyle) -> Table
     for (index, column) in table.column_iter_mut().enumerate() {
         let numeric = rows.iter().all(|row| {
             row.get(index)
-                .is_some_and(|cell| cell.parse::<f64>().is_ok())
+                .is_some_and(|cell| crate::cells::is_numeric(cell))
         });
         if numeric {
             column.set_cell_alignment(comfy_table::CellAlignment::Right);

@@ -255,6 +255,123 @@ fn bad_sizes_are_usage_errors() {
 }
 
 #[test]
+fn bench_refuses_keys_that_no_run_could_load() {
+    let dir = scratch();
+    let common = [
+        "bench",
+        "--quiet",
+        "--engine",
+        "redo",
+        "--ops",
+        "10",
+        "--warmup",
+        "1",
+        "--runs",
+        "1",
+        "--pool-dir",
+        text(dir.path()),
+    ];
+    // A million million keys: the list, BST and YCSB-E workloads built their DRAM model of
+    // them before the pool ran out, and the process aborted on that allocation.
+    for workload in ["list", "bst", "ycsb-e", "hash"] {
+        let mut args = common.to_vec();
+        args.extend(["--workload", workload, "--keys", "1000000000000"]);
+        let output = ferrite(&args);
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(USAGE), "{workload}: {err}");
+        assert!(err.contains("--pool-size"), "{workload}: {err}");
+    }
+    // Twenty thousand threads could not all get their stacks: the run aborted (exit 134).
+    let mut args = common.to_vec();
+    args.extend(["--threads", "1,20000"]);
+    let output = ferrite(&args);
+    assert_eq!(output.status.code(), Some(USAGE), "{}", stderr(&output));
+    assert!(stderr(&output).contains("1..=1024"), "{}", stderr(&output));
+    // The array swaps two distinct elements: with one it measured nothing, and said so nowhere.
+    let mut args = common.to_vec();
+    args.extend(["--workload", "array", "--keys", "1"]);
+    let output = ferrite(&args);
+    assert_eq!(output.status.code(), Some(USAGE), "{}", stderr(&output));
+    assert!(stderr(&output).contains("--keys 2"), "{}", stderr(&output));
+    assert_eq!(std::fs::read_dir(dir.path()).expect("list").count(), 0);
+}
+
+#[test]
+fn a_bench_removes_the_pools_a_killed_bench_left_behind() {
+    let dir = scratch();
+    let bench = |ops: &str| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
+        command.args([
+            "bench",
+            "--quiet",
+            "--engine",
+            "redo",
+            "--keys",
+            "1000",
+            "--ops",
+            ops,
+            "--warmup",
+            "1",
+            "--runs",
+            "1",
+            "--pool-size",
+            "64M",
+            "--pool-dir",
+            text(dir.path()),
+        ]);
+        command
+    };
+    let pools = || -> Vec<PathBuf> {
+        std::fs::read_dir(dir.path())
+            .expect("list")
+            .map(|entry| entry.expect("entry").path())
+            .collect()
+    };
+    // The process measuring (a re-run of `ferrite` that the command starts, named in the
+    // pool's name) killed by SIGKILL, as the OOM killer kills it, runs no teardown: its pool
+    // stays.
+    let mut killed = bench("1000000000")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while pools().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let pool = pools().pop().expect("the run made its pool");
+    let name = pool
+        .file_name()
+        .expect("a name")
+        .to_string_lossy()
+        .into_owned();
+    let pid: i32 = name
+        .trim_end_matches(".pool")
+        .rsplit('-')
+        .nth(1)
+        .and_then(|pid| pid.parse().ok())
+        .expect("ferrite-bench-<pid>-<n>.pool");
+    // SAFETY: `kill` only sends a signal, to the measuring process this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    killed.wait().expect("reaped");
+    while std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let left = pools();
+    assert_eq!(left.len(), 1, "{left:?}");
+    let next = bench("10").output().expect("the ferrite binary runs");
+    assert!(next.status.success(), "{}", stderr(&next));
+    assert!(
+        stderr(&next).contains("removed 1 scratch pool"),
+        "{}",
+        stderr(&next)
+    );
+    assert!(pools().is_empty(), "{:?}", pools());
+}
+
+#[test]
 fn quick_eval_writes_a_complete_report() {
     let dir = scratch();
     let out = dir.path().join("report");
@@ -931,8 +1048,9 @@ fn bench_failures_name_the_directory_or_the_option() {
     }
 }
 
-/// A hash table for more keys than any pool holds is the same "too small" failure, naming
-/// the options to change, not an abort naming the workload's internal bound.
+/// A hash table for more keys than any pool holds is refused before it runs (the keys'
+/// values alone exceed the pool: a usage error), naming the options to change, not an abort
+/// naming the workload's internal bound.
 #[test]
 fn keys_no_pool_can_hold_name_the_pool_size() {
     let output = bench(&[
@@ -946,7 +1064,7 @@ fn keys_no_pool_can_hold_name_the_pool_size() {
         "64M",
     ]);
     let err = stderr(&output);
-    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert_eq!(output.status.code(), Some(USAGE), "{err}");
     assert!(
         err.contains("give a larger --pool-size or fewer --keys"),
         "{err}"

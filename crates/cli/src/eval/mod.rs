@@ -236,7 +236,7 @@ pub(crate) fn terminal_table(table: &crate::report::Table) -> comfy_table::Table
         .map(|index| {
             table.rows.iter().all(|row| {
                 row.get(index)
-                    .is_some_and(|cell| cell.parse::<f64>().is_ok())
+                    .is_some_and(|cell| crate::cells::is_numeric(cell))
             })
         })
         .collect();

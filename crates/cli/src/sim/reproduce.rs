@@ -34,7 +34,8 @@ pub fn run(args: &ReproduceArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if !plan.judges() {
         text.insert_str(0, INDICATIVE_NOTE);
     }
-    std::fs::write(&markdown, text).with_context(|| format!("writing {}", markdown.display()))?;
+    crate::output::replace_file(&markdown, text.as_bytes())
+        .with_context(|| format!("writing {}", markdown.display()))?;
     written.push(markdown);
     crate::eval::print_summary(&report, &args.out, written.len(), out)?;
     Ok(())

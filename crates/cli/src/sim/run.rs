@@ -130,7 +130,8 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     print_summary(&record, out)?;
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&record)?;
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+        crate::output::replace_file(path, text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }

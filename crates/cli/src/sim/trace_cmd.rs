@@ -12,7 +12,7 @@ pub fn run(args: &TraceArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let spec = trace_spec(args.workload, args.cores, &args.shape);
     let trace = generate(&spec)?;
     let bytes = trace.to_bytes();
-    std::fs::write(&args.out, &bytes)
+    crate::output::replace_file(&args.out, &bytes)
         .with_context(|| format!("writing the trace to {}", args.out.display()))?;
     writeln!(
         out,
