@@ -281,6 +281,37 @@ fn times_the_format_cannot_hold_are_refused() {
     m.unmount_and_check();
 }
 
+/// A pool made for PMFS but never formatted is refused by `fs mount` without being touched:
+/// the refusal says so and the pool still reads as closed cleanly (the mount wrote nothing;
+/// it used to be left marked "not closed cleanly"). Needs no FUSE: the refusal comes first.
+#[test]
+fn mounting_a_never_formatted_pool_is_refused_and_leaves_it_clean() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pool = dir.path().join("blank.pool");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).expect("mkdir");
+    let pool_arg = pool.to_str().expect("utf-8 path");
+    ok(
+        &ferrite(&[
+            "pool",
+            "create",
+            pool_arg,
+            "--size",
+            "16M",
+            "--layout",
+            "ferrite-fs",
+        ]),
+        "pool create",
+    );
+    let output = ferrite(&["fs", "mount", pool_arg, mnt.to_str().expect("utf-8 path")]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "mounted a blank pool");
+    assert!(stderr.contains("never formatted"), "{stderr}");
+    let info = ok(&ferrite(&["pool", "info", pool_arg, "--json"]), "pool info");
+    let info: serde_json::Value = serde_json::from_str(&info).expect("pool info json");
+    assert_eq!(info["clean"], serde_json::Value::Bool(true), "{info}");
+}
+
 /// The exit code of a pool another process has open (`pmem::PoolError::exit_code`).
 const POOL_IN_USE: i32 = 15;
 /// fsck's code for a check that could not run (e2fsck's convention).

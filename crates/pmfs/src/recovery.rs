@@ -103,11 +103,26 @@ impl<B: Persist> Fs<B> {
                 repairs,
             }),
             Err(error) => {
-                pool.mark_unclean_on_drop();
+                if !refused_before_writing(&error) {
+                    pool.mark_unclean_on_drop();
+                }
                 Err(error)
             }
         }
     }
+}
+
+/// Whether a mount failed with `error` before it wrote anything (the layout or the
+/// superblock pair refused it), so the pool is closed as cleanly as it was opened; after a
+/// repair or a recovery started, the pool is left marked unclean.
+fn refused_before_writing(error: &FsError) -> bool {
+    matches!(
+        error,
+        FsError::NotFormatted(_)
+            | FsError::UnsupportedVersion { .. }
+            | FsError::UnsupportedFeatures { .. }
+            | FsError::Pool(pmem::PoolError::WrongLayout { .. })
+    )
 }
 
 /// A pool of another layout (an engine's, an NVthreads heap) is the pool error a
