@@ -1771,6 +1771,20 @@ fn pass_to_program(signal: i32, info: *mut libc::siginfo_t, context: *mut libc::
         }
         libc::sigprocmask(libc::SIG_BLOCK, &action.sa_mask, ptr::null_mut());
     }
+    call_program_handler(handler, flags, signal, info, context);
+    true
+}
+
+/// Calls a handler the program installed (`handler` with its `sa_flags`, `flags`) for a
+/// delivery of `signal` that the runtime's handler received first: as an `sa_sigaction`
+/// under `SA_SIGINFO`, else as an `sa_handler`.
+pub(crate) fn call_program_handler(
+    handler: usize,
+    flags: i32,
+    signal: i32,
+    info: *mut libc::siginfo_t,
+    context: *mut libc::c_void,
+) {
     if flags & libc::SA_SIGINFO != 0 {
         // SAFETY: the program installed this address as an `sa_sigaction` handler.
         let handler: extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void) =
@@ -1781,7 +1795,6 @@ fn pass_to_program(signal: i32, info: *mut libc::siginfo_t, context: *mut libc::
         let handler: extern "C" fn(i32) = unsafe { std::mem::transmute(handler) };
         handler(signal);
     }
-    true
 }
 
 /// glibc's `sigaction`. The library exports a `sigaction` of its own (`ffi/signal.rs`),

@@ -156,16 +156,7 @@ fn pass_on(signal: i32, info: *mut libc::siginfo_t, context: *mut libc::c_void) 
     if flags & libc::SA_RESETHAND != 0 {
         reset_to_default(signal);
     }
-    if flags & libc::SA_SIGINFO != 0 {
-        // SAFETY: the program installed this address as an `sa_sigaction` handler.
-        let handler: extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void) =
-            unsafe { std::mem::transmute(handler) };
-        handler(signal, info, context);
-    } else {
-        // SAFETY: the program installed this address as an `sa_handler` handler.
-        let handler: extern "C" fn(i32) = unsafe { std::mem::transmute(handler) };
-        handler(signal);
-    }
+    crate::pages::call_program_handler(handler, flags, signal, info, context);
 }
 
 /// Puts `SIGCHLD` back to its default action (a one-shot handler's delivery) as the kernel
