@@ -1,5 +1,7 @@
 //! What a mount refuses before it opens the pool says what to do about it.
 
+mod common;
+
 use fsmount::MountError;
 
 /// A missing mount point used to be "the mount point is not an existing directory" and no
@@ -29,20 +31,7 @@ fn a_missing_mount_point_is_refused_saying_how_to_make_it() {
 /// unmount of a busy mount only "Device or resource busy (os error 16)".
 #[test]
 fn a_pool_in_use_and_a_busy_mount_say_what_to_do() {
-    use pmem::NativeOptions;
-    use pmfs::MkfsOptions;
-    let pool = std::path::PathBuf::from(format!(
-        "/dev/shm/ferrite-fsmount-inuse-{}.pool",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_file(&pool);
-    let fs = fsmount::mkfs(
-        &pool,
-        4 << 20,
-        &MkfsOptions::default(),
-        NativeOptions::default(),
-    )
-    .expect("mkfs");
+    let (pool, fs) = common::fresh_fs("inuse", 4 << 20);
     let dir = tempfile::tempdir().expect("mount point");
     let config = fsmount::MountConfig {
         fsname: format!("{}{}", fsmount::FSNAME_PREFIX, pool.display()),

@@ -5,27 +5,18 @@
 //! whole request, and `fsync` succeeded with the rest of the file lost (300,000 bytes
 //! written and `fsync`ed, 57,344 found after a remount).
 
+mod common;
+
 use fsmount::{MountConfig, MountError};
 use pmem::{NativeOptions, Protection};
 use pmfs::posix::O_RDONLY;
-use pmfs::{MkfsOptions, MountOptions, Posix};
+use pmfs::{MountOptions, Posix};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 
 #[test]
 fn fsync_under_the_write_back_cache_fails_when_the_pool_is_full_never_loses_data() {
-    let pool = std::path::PathBuf::from(format!(
-        "/dev/shm/ferrite-fsmount-writeback-{}.pool",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_file(&pool);
-    let fs = fsmount::mkfs(
-        &pool,
-        16 << 20,
-        &MkfsOptions::default(),
-        NativeOptions::default(),
-    )
-    .expect("mkfs");
+    let (pool, fs) = common::fresh_fs("writeback", 16 << 20);
     let free = fs.statfs().free_blocks * 4096;
     let dir = tempfile::tempdir().expect("mount point");
     let config = MountConfig {
@@ -111,18 +102,7 @@ fn msync_of_a_shared_mapping_fails_when_the_pool_is_full_never_loses_data() {
         eprintln!("SKIPPED: python3 is not installed");
         return;
     }
-    let pool = std::path::PathBuf::from(format!(
-        "/dev/shm/ferrite-fsmount-msync-{}.pool",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_file(&pool);
-    let fs = fsmount::mkfs(
-        &pool,
-        16 << 20,
-        &MkfsOptions::default(),
-        NativeOptions::default(),
-    )
-    .expect("mkfs");
+    let (pool, fs) = common::fresh_fs("msync", 16 << 20);
     let free = fs.statfs().free_blocks * 4096;
     let dir = tempfile::tempdir().expect("mount point");
     let config = MountConfig {
