@@ -1452,6 +1452,25 @@ fn open_damaged(image: &[u8]) -> Option<String> {
         })
 }
 
+/// Damages `image[at]`: a flipped bit, or the byte overwritten (a length, a count, a
+/// position).
+fn damage_byte(rng: &mut ChaCha8Rng, image: &mut [u8], at: usize) {
+    if rng.random_bool(0.5) {
+        image[at] ^= 1 << rng.random_range(0..8);
+    } else {
+        image[at] = rng.random();
+    }
+}
+
+fn assert_no_panics(panics: &[String]) {
+    assert!(
+        panics.is_empty(),
+        "{} panics:\n{}",
+        panics.len(),
+        panics.join("\n")
+    );
+}
+
 /// Bytes of the engine header, the watermark slots, the lane headers, the operation logs
 /// and the checkpoint log flipped at random (where they hold something: records and
 /// headers) open as typed errors or as a recovered pool, never a panic.
@@ -1469,12 +1488,7 @@ fn flipped_bytes_in_the_logs_and_headers_never_panic() {
             let mut flips = Vec::new();
             for _ in 0..rng.random_range(1..=3) {
                 let at = written[rng.random_range(0..written.len())];
-                // A flipped bit, or a byte overwritten (a length, a count, a position).
-                if rng.random_bool(0.5) {
-                    damaged[at] ^= 1 << rng.random_range(0..8);
-                } else {
-                    damaged[at] = rng.random();
-                }
+                damage_byte(&mut rng, &mut damaged, at);
                 flips.push(at);
             }
             if let Some(message) = open_damaged(&damaged) {
@@ -1484,12 +1498,7 @@ fn flipped_bytes_in_the_logs_and_headers_never_panic() {
             }
         }
     }
-    assert!(
-        panics.is_empty(),
-        "{} panics:\n{}",
-        panics.len(),
-        panics.join("\n")
-    );
+    assert_no_panics(&panics);
 }
 
 /// The records of every log of `image`, `(pos, len)`.
@@ -1557,11 +1566,7 @@ fn resealed_damaged_records_never_panic() {
                     len
                 };
                 let at = (pos + rng.random_range(0..within)) as usize;
-                if rng.random_bool(0.5) {
-                    damaged[at] ^= 1 << rng.random_range(0..8);
-                } else {
-                    damaged[at] = rng.random();
-                }
+                damage_byte(&mut rng, &mut damaged, at);
                 flips.push(at);
             }
             reseal_record(&mut damaged, pos);
@@ -1572,12 +1577,7 @@ fn resealed_damaged_records_never_panic() {
             }
         }
     }
-    assert!(
-        panics.is_empty(),
-        "{} panics:\n{}",
-        panics.len(),
-        panics.join("\n")
-    );
+    assert_no_panics(&panics);
 }
 
 /// A transaction that writes its new block in place, then locks the block's chunk (it
