@@ -37,14 +37,8 @@ fn a_pool_in_use_and_a_busy_mount_say_what_to_do() {
         fsname: format!("{}{}", fsmount::FSNAME_PREFIX, pool.display()),
         ..fsmount::MountConfig::default()
     };
-    let mounted = match fsmount::spawn(fs, dir.path(), &config) {
-        Ok(mounted) => mounted,
-        Err(error @ (MountError::Device { .. } | MountError::Fuse(_))) => {
-            eprintln!("SKIPPED: cannot mount FUSE file systems here: {error}");
-            let _ = std::fs::remove_file(&pool);
-            return;
-        }
-        Err(error) => panic!("mount: {error}"),
+    let Some(mounted) = common::spawn_or_skip(fs, dir.path(), &config, &pool) else {
+        return;
     };
     let mount_point = fsmount::shell_word(&dir.path().canonicalize().expect("canonical"));
     let check = fsmount::check_offline(&pool).expect_err("in use");

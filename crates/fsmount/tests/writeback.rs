@@ -7,10 +7,7 @@
 
 mod common;
 
-use fsmount::{MountConfig, MountError};
-use pmem::{NativeOptions, Protection};
-use pmfs::posix::O_RDONLY;
-use pmfs::{MountOptions, Posix};
+use fsmount::MountConfig;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 
@@ -24,14 +21,8 @@ fn fsync_under_the_write_back_cache_fails_when_the_pool_is_full_never_loses_data
         fsname: "ferrite-fs:writeback-test".to_owned(),
         ..MountConfig::default()
     };
-    let mounted = match fsmount::spawn(fs, dir.path(), &config) {
-        Ok(mounted) => mounted,
-        Err(error @ (MountError::Device { .. } | MountError::Fuse(_))) => {
-            eprintln!("SKIPPED: cannot mount FUSE file systems here: {error}");
-            let _ = std::fs::remove_file(&pool);
-            return;
-        }
-        Err(error) => panic!("mount: {error}"),
+    let Some(mounted) = common::spawn_or_skip(fs, dir.path(), &config, &pool) else {
+        return;
     };
     // Leave about 60 KiB free (less the fill's tree nodes), durably.
     let fill_len = free - (60 << 10);
@@ -55,22 +46,8 @@ fn fsync_under_the_write_back_cache_fails_when_the_pool_is_full_never_loses_data
     drop(file);
     mounted.unmount().expect("unmount");
 
-    let fs = fsmount::open(
-        &pool,
-        MountOptions::default(),
-        &NativeOptions::default(),
-        Protection::None,
-    )
-    .expect("mount again");
-    fs.fsck().expect("consistent");
-    let px = Posix::new(fs);
-    let fd = px.open("/x", O_RDONLY, 0).expect("x");
-    let size = px.fstat(fd).expect("fstat").size as usize;
-    let mut stored = vec![0u8; size];
-    let n = px.pread(fd, &mut stored, 0).expect("read");
-    px.close(fd).expect("close");
-    px.into_fs().unmount().expect("unmount");
-    let _ = std::fs::remove_file(&pool);
+    let stored = common::stored_after_remount(&pool, "/x");
+    let n = stored.len();
     assert!(
         fsynced.is_err(),
         "fsync succeeded, but 300,000 bytes cannot fit: the pool holds {n} of them"
@@ -81,7 +58,7 @@ fn fsync_under_the_write_back_cache_fails_when_the_pool_is_full_never_loses_data
         "the failure says why"
     );
     assert_eq!(
-        &stored[..n],
+        &stored[..],
         &data[..n],
         "what was stored is the file's prefix"
     );
@@ -109,14 +86,8 @@ fn msync_of_a_shared_mapping_fails_when_the_pool_is_full_never_loses_data() {
         fsname: "ferrite-fs:msync-test".to_owned(),
         ..MountConfig::default()
     };
-    let mounted = match fsmount::spawn(fs, dir.path(), &config) {
-        Ok(mounted) => mounted,
-        Err(error @ (MountError::Device { .. } | MountError::Fuse(_))) => {
-            eprintln!("SKIPPED: cannot mount FUSE file systems here: {error}");
-            let _ = std::fs::remove_file(&pool);
-            return;
-        }
-        Err(error) => panic!("mount: {error}"),
+    let Some(mounted) = common::spawn_or_skip(fs, dir.path(), &config, &pool) else {
+        return;
     };
     std::fs::write(
         dir.path().join("fill"),
@@ -139,22 +110,8 @@ fn msync_of_a_shared_mapping_fails_when_the_pool_is_full_never_loses_data() {
         .expect("python3");
     let verdict = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     mounted.unmount().expect("unmount");
-    let fs = fsmount::open(
-        &pool,
-        MountOptions::default(),
-        &NativeOptions::default(),
-        Protection::None,
-    )
-    .expect("mount again");
-    fs.fsck().expect("consistent");
-    let px = Posix::new(fs);
-    let fd = px.open("/x", O_RDONLY, 0).expect("x");
-    let mut stored = vec![0u8; 300_000];
-    let n = px.pread(fd, &mut stored, 0).expect("read");
-    px.close(fd).expect("close");
-    px.into_fs().unmount().expect("unmount");
-    let _ = std::fs::remove_file(&pool);
-    let fives = stored[..n].iter().filter(|&&b| b == 5).count();
+    let stored = common::stored_after_remount(&pool, "/x");
+    let fives = stored.iter().filter(|&&b| b == 5).count();
     assert_eq!(
         verdict,
         libc::ENOSPC.to_string(),
