@@ -9,6 +9,7 @@
 
 use crate::next;
 use libc::{c_char, c_int, c_uint, c_void, pthread_t, size_t, timespec};
+use nvthreads::runtime::rwlock::Mode as RwMode;
 use nvthreads::runtime::{JoinWait, Runtime, fork};
 use nvthreads::shared::{Clock, mutex_kind};
 
@@ -19,6 +20,10 @@ unsafe extern "C" {
     fn pthread_attr_getdetachstate(attr: *const libc::pthread_attr_t, state: *mut c_int) -> c_int;
     fn pthread_mutexattr_gettype(attr: *const libc::pthread_mutexattr_t, kind: *mut c_int)
     -> c_int;
+    fn pthread_rwlockattr_getkind_np(
+        attr: *const libc::pthread_rwlockattr_t,
+        kind: *mut c_int,
+    ) -> c_int;
 }
 
 fn key<T>(object: *const T) -> u64 {
@@ -741,8 +746,8 @@ pub extern "C" fn pthread_once(
 }
 
 // ---------------------------------------------------------------------------------------
-// Read-write locks and spin locks: exclusive locks (a reader holds it alone; a reader may
-// take it again, as read locks are recursive). Sections and commits are as for mutexes.
+// Read-write locks (readers share them; `runtime::rwlock`) and spin locks (mutexes).
+// Sections and commits are as for mutexes.
 
 /// Generates the forwarding or runtime body of a lock function on `$object`.
 macro_rules! lock_fn {
@@ -774,26 +779,68 @@ macro_rules! cstr_of {
     };
 }
 
-lock_fn!(
-    /// Takes the lock for reading (exclusively).
-    pthread_rwlock_rdlock(lock: libc::pthread_rwlock_t) => mutex_lock(mutex_kind::RECURSIVE)
+/// Generates the forwarding or runtime body of a read-write lock function.
+macro_rules! rwlock_fn {
+    ($(#[$doc:meta])* $name:ident => |$runtime:ident, $lock:ident| $body:expr) => {
+        $(#[$doc])*
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $name($lock: *mut libc::pthread_rwlock_t) -> c_int {
+            match active() {
+                Some($runtime) => $body,
+                None => {
+                    let real = next!(cstr_of!($name) => unsafe extern "C" fn(*mut libc::pthread_rwlock_t) -> c_int);
+                    // SAFETY: forwarded.
+                    unsafe { real($lock) }
+                }
+            }
+        }
+    };
+}
+
+rwlock_fn!(
+    /// Takes the lock for reading, shared with other readers.
+    pthread_rwlock_rdlock => |runtime, lock| runtime.rwlock_lock(
+        key(lock), rwlock_static_kind(lock), RwMode::Read, None, false)
 );
-lock_fn!(
+rwlock_fn!(
     /// Takes the lock for writing.
-    pthread_rwlock_wrlock(lock: libc::pthread_rwlock_t) => mutex_lock(mutex_kind::RECURSIVE)
+    pthread_rwlock_wrlock => |runtime, lock| runtime.rwlock_lock(
+        key(lock), rwlock_static_kind(lock), RwMode::Write, None, false)
 );
-lock_fn!(
+rwlock_fn!(
     /// Tries to take the lock for reading.
-    pthread_rwlock_tryrdlock(lock: libc::pthread_rwlock_t) => mutex_trylock(mutex_kind::RECURSIVE)
+    pthread_rwlock_tryrdlock => |runtime, lock| runtime.rwlock_trylock(
+        key(lock), rwlock_static_kind(lock), RwMode::Read)
 );
-lock_fn!(
+rwlock_fn!(
     /// Tries to take the lock for writing.
-    pthread_rwlock_trywrlock(lock: libc::pthread_rwlock_t) => mutex_trylock(mutex_kind::RECURSIVE)
+    pthread_rwlock_trywrlock => |runtime, lock| runtime.rwlock_trylock(
+        key(lock), rwlock_static_kind(lock), RwMode::Write)
 );
-lock_fn!(
-    /// Releases the lock.
-    pthread_rwlock_unlock(lock: libc::pthread_rwlock_t) => mutex_unlock(mutex_kind::RECURSIVE)
+rwlock_fn!(
+    /// Releases the lock (this thread's write lock, or one of its read locks).
+    pthread_rwlock_unlock => |runtime, lock| runtime.rwlock_unlock(key(lock), rwlock_static_kind(lock))
 );
+
+/// The kind a read-write lock's static initialiser stored in the object: glibc's `__flags`
+/// (`PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP` sets 2), at byte 48 of
+/// `pthread_rwlock_t` on x86-64. Elsewhere a static initialiser gives the default kind.
+fn rwlock_static_kind(lock: *const libc::pthread_rwlock_t) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `lock` points to a pthread_rwlock_t (56 bytes), always readable.
+        let flags = unsafe { lock.cast::<u8>().add(48).cast::<c_uint>().read_volatile() };
+        if flags == PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP as c_uint {
+            return mutex_kind::RWLOCK_PREFER_WRITER;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = lock;
+    mutex_kind::RWLOCK
+}
+
+/// glibc's `PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP`.
+const PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP: c_int = 2;
 
 lock_fn!(
     /// Takes the spin lock (blocking, like a mutex).
@@ -840,7 +887,18 @@ pub extern "C" fn pthread_rwlock_init(
     attr: *const libc::pthread_rwlockattr_t,
 ) -> c_int {
     match active() {
-        Some(runtime) => runtime.mutex_init(key(lock), mutex_kind::RECURSIVE),
+        Some(runtime) => {
+            let mut kind: c_int = 0;
+            // SAFETY: a null attribute is the default; otherwise the caller's initialised
+            // attribute, read by glibc's getter into `kind`.
+            if !attr.is_null() && unsafe { pthread_rwlockattr_getkind_np(attr, &mut kind) } != 0 {
+                return libc::EINVAL;
+            }
+            runtime.rwlock_init(
+                key(lock),
+                kind == PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP,
+            )
+        }
         None => {
             let real = next!(c"pthread_rwlock_init" => unsafe extern "C" fn(*mut libc::pthread_rwlock_t, *const libc::pthread_rwlockattr_t) -> c_int);
             // SAFETY: forwarded.
@@ -872,7 +930,7 @@ pub unsafe extern "C" fn pthread_rwlock_timedrdlock(
     abstime: *const timespec,
 ) -> c_int {
     // SAFETY: forwarded.
-    unsafe { timed_rwlock(lock, abstime, c"pthread_rwlock_timedrdlock") }
+    unsafe { timed_rwlock(lock, None, abstime, RwMode::Read) }
 }
 
 /// Takes the lock for writing before an absolute `CLOCK_REALTIME` deadline.
@@ -885,33 +943,96 @@ pub unsafe extern "C" fn pthread_rwlock_timedwrlock(
     abstime: *const timespec,
 ) -> c_int {
     // SAFETY: forwarded.
-    unsafe { timed_rwlock(lock, abstime, c"pthread_rwlock_timedwrlock") }
+    unsafe { timed_rwlock(lock, None, abstime, RwMode::Write) }
 }
 
+/// Takes the lock for reading before an absolute deadline on `clock` (`CLOCK_REALTIME` or
+/// `CLOCK_MONOTONIC`; `EINVAL` otherwise).
+///
+/// # Safety
+/// `abstime` is a valid timespec.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pthread_rwlock_clockrdlock(
+    lock: *mut libc::pthread_rwlock_t,
+    clock: libc::clockid_t,
+    abstime: *const timespec,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { timed_rwlock(lock, Some(clock), abstime, RwMode::Read) }
+}
+
+/// Takes the lock for writing before an absolute deadline on `clock`.
+///
+/// # Safety
+/// `abstime` is a valid timespec.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pthread_rwlock_clockwrlock(
+    lock: *mut libc::pthread_rwlock_t,
+    clock: libc::clockid_t,
+    abstime: *const timespec,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { timed_rwlock(lock, Some(clock), abstime, RwMode::Write) }
+}
+
+/// The timed lock functions (`clock` `None`: the `timed` ones, on `CLOCK_REALTIME`).
+///
 /// # Safety
 /// `abstime` is a valid timespec.
 unsafe fn timed_rwlock(
     lock: *mut libc::pthread_rwlock_t,
+    clock: Option<libc::clockid_t>,
     abstime: *const timespec,
-    name: &'static std::ffi::CStr,
+    mode: RwMode,
 ) -> c_int {
     let Some(runtime) = active() else {
+        let name = match (clock, mode) {
+            (None, RwMode::Read) => c"pthread_rwlock_timedrdlock",
+            (None, RwMode::Write) => c"pthread_rwlock_timedwrlock",
+            (Some(_), RwMode::Read) => c"pthread_rwlock_clockrdlock",
+            (Some(_), RwMode::Write) => c"pthread_rwlock_clockwrlock",
+        };
         // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name.
         let found = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
         if found.is_null() {
             return libc::ENOSYS;
         }
-        // SAFETY: both functions have this signature.
-        let real: unsafe extern "C" fn(*mut libc::pthread_rwlock_t, *const timespec) -> c_int =
-            unsafe { std::mem::transmute(found) };
-        // SAFETY: forwarded.
-        return unsafe { real(lock, abstime) };
+        return match clock {
+            None => {
+                // SAFETY: both timed functions have this signature.
+                let real: unsafe extern "C" fn(
+                    *mut libc::pthread_rwlock_t,
+                    *const timespec,
+                ) -> c_int = unsafe { std::mem::transmute(found) };
+                // SAFETY: forwarded.
+                unsafe { real(lock, abstime) }
+            }
+            Some(id) => {
+                // SAFETY: both clock functions have this signature.
+                let real: unsafe extern "C" fn(
+                    *mut libc::pthread_rwlock_t,
+                    libc::clockid_t,
+                    *const timespec,
+                ) -> c_int = unsafe { std::mem::transmute(found) };
+                // SAFETY: forwarded.
+                unsafe { real(lock, id, abstime) }
+            }
+        };
+    };
+    let clock = match clock {
+        None => Clock::Realtime,
+        Some(id) => match Clock::from_id(id) {
+            Some(clock) => clock,
+            None => return libc::EINVAL,
+        },
     };
     match deadline(abstime) {
-        Ok(at) => runtime.mutex_lock_until(
+        Ok(at) => runtime.rwlock_lock(
             key(lock),
-            mutex_kind::RECURSIVE,
-            Some((Clock::Realtime, at)),
+            rwlock_static_kind(lock),
+            mode,
+            Some((clock, at)),
+            false,
         ),
         Err(errno) => errno,
     }

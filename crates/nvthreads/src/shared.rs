@@ -505,6 +505,18 @@ pub mod mutex_kind {
     pub const RECURSIVE: u32 = 1;
     /// `PTHREAD_MUTEX_ERRORCHECK`.
     pub const ERRORCHECK: u32 = 2;
+    /// A read-write lock preferring readers (glibc's default,
+    /// `PTHREAD_RWLOCK_PREFER_READER_NP`): a reader enters while no writer holds it, even
+    /// with writers waiting.
+    pub const RWLOCK: u32 = 3;
+    /// A read-write lock preferring writers (`PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP`):
+    /// a reader that holds no read lock on it waits while a writer waits.
+    pub const RWLOCK_PREFER_WRITER: u32 = 4;
+
+    /// Whether `kind` is a read-write lock's.
+    pub fn is_rwlock(kind: u32) -> bool {
+        kind == RWLOCK || kind == RWLOCK_PREFER_WRITER
+    }
 }
 
 /// A mutex, condition variable, barrier or once-control, keyed by the program's object
@@ -517,14 +529,19 @@ pub struct SyncSlot {
     /// Mutex: the lock word.
     pub word: LockWord,
     /// Condition variable: the wake-up sequence. Barrier: the generation. Once: 0 not run,
-    /// 1 running, 2 done.
+    /// 1 running, 2 done. Read-write lock: its state (the number of thread-processes
+    /// holding it for reading, or `runtime::rwlock::WRITER`).
     pub seq: AtomicU32,
     /// Barrier: threads arrived in this generation. Condition variable: threads waiting
     /// that no wake-up has reached yet (a signal with none makes no system call; see
-    /// `Runtime::wait_for_signal`).
+    /// `Runtime::wait_for_signal`). Read-write lock: threads between counting themselves
+    /// and returning from a sleep on `wake`.
     pub arrived: AtomicU32,
-    /// Barrier: threads per generation.
+    /// Barrier: threads per generation. Read-write lock: writers waiting.
     pub count: AtomicU32,
+    /// Read-write lock: the wake-up sequence its sleepers wait on (bumped by a release
+    /// that may let them in while any is counted in `arrived`).
+    pub wake: AtomicU32,
     /// Mutex: one of [`mutex_kind`]. Condition variable: its clock (0 realtime, 1
     /// monotonic).
     pub kind: AtomicU32,
@@ -547,6 +564,12 @@ impl SyncSlot {
     /// their waits compare the sequence for change.
     fn reset(&self, table: Table) {
         self.word.force_free();
+        // A read-write lock's sleepers wait for a change of `wake` (destroying a lock that
+        // threads wait for is undefined behaviour; none should be asleep).
+        self.wake.fetch_add(1, Ordering::SeqCst);
+        if self.arrived.load(Ordering::SeqCst) != 0 {
+            futex_wake(&self.wake, i32::MAX);
+        }
         match table {
             Table::Cond | Table::Barrier => {
                 self.seq.fetch_add(1, Ordering::SeqCst);

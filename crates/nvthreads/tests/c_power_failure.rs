@@ -75,6 +75,12 @@ fn condvar_survives_power_failures_at_every_step() {
     power_fails_at_every_step(&CONDVAR_LOOP, 8, 3);
 }
 
+/// Concurrent readers' commits under a read-write lock, between a writer's.
+#[test]
+fn rwlock_readers_and_writers_survive_power_failures_at_every_step() {
+    power_fails_at_every_step(&RWBANK, 10, 1);
+}
+
 #[test]
 fn phases_stress_and_persistent_globals_survive_power_failures_at_every_step() {
     power_fails_at_every_step(&PHASES, 10, 1);

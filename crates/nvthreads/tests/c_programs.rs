@@ -68,6 +68,13 @@ fn ledger_crashes_at_every_step_and_every_recovery_fence() {
     every_step(&LEDGER, 20);
 }
 
+/// Readers sharing a read-write lock merge and commit their own writes at the same time,
+/// between a writer's sections.
+#[test]
+fn rwlock_readers_and_writers_crash_at_every_step_and_every_recovery_fence() {
+    every_step(&RWBANK, 10);
+}
+
 #[test]
 fn persistent_globals_crash_at_every_step_and_every_recovery_fence() {
     every_step(&GCOUNTER, 15);
@@ -310,6 +317,11 @@ fn ledger_concurrent_commits_survive_random_kills() {
 }
 
 #[test]
+fn rwlock_readers_and_writers_survive_random_kills() {
+    campaign(&RWBANK, &["4", "600"], 4, 0x7277_6c6b);
+}
+
+#[test]
 fn persistent_malloc_list_survives_random_kills() {
     campaign(&MALLOC_LIST, &["3", "800"], 3, 0x6d61_6c6c);
 }
@@ -378,6 +390,7 @@ fn results_equal_plain_pthreads() {
         ("globals", &["4", "200"]),
         ("gcounter", &["4", "300"]),
         ("ledger", &["4", "200"]),
+        ("rwbank", &["3", "300"]),
         ("extras", &[]),
     ];
     for &(name, args) in cases {

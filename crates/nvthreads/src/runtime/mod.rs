@@ -14,6 +14,7 @@
 //!   and loading the recovered home image into the shared view;
 //! - [`commit`]: merges, log appends to the thread's lane, groups and checkpoints;
 //! - [`sync`]: mutexes, condition variables, barriers, once-controls;
+//! - [`rwlock`]: read-write locks, readers sharing them;
 //! - [`threads`]: creating, joining, detaching, signalling and naming thread-processes;
 //! - [`signals`]: a fatal signal in any process ends the whole run;
 //! - [`sigchld`]: the program's `SIGCHLD` handler sees its own children, not threads;
@@ -26,6 +27,7 @@ pub mod dispositions;
 pub mod env;
 pub mod fork;
 pub mod layout;
+pub mod rwlock;
 pub mod sigchld;
 pub mod signals;
 pub mod sync;

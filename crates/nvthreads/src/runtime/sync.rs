@@ -23,7 +23,7 @@ use std::sync::{Mutex, MutexGuard};
 
 /// Mutexes this thread unlocked inside its current section, still held until it ends
 /// (private to each process).
-fn deferred() -> MutexGuard<'static, Vec<u64>> {
+pub(super) fn deferred() -> MutexGuard<'static, Vec<u64>> {
     static DEFERRED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
     DEFERRED.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -48,8 +48,13 @@ impl Runtime {
             let mut held = deferred();
             if let Some(at) = held.iter().position(|&k| k == key) {
                 held.remove(at);
-                slot.word.unlock();
-            } else if slot.word.is_held() {
+                drop(held);
+                if mutex_kind::is_rwlock(slot.kind.load(Ordering::Acquire)) {
+                    self.rwlock_release(slot);
+                } else {
+                    slot.word.unlock();
+                }
+            } else if slot.word.is_held() || super::rwlock::is_held(slot) {
                 return libc::EBUSY;
             }
         }
@@ -105,7 +110,7 @@ impl Runtime {
         }
     }
 
-    fn mutex_slot(&self, key: u64, kind_at_first_use: u32) -> &'static SyncSlot {
+    pub(super) fn mutex_slot(&self, key: u64, kind_at_first_use: u32) -> &'static SyncSlot {
         self.sync_slot_with(Table::Mutex, key, &|slot| {
             slot.kind.store(kind_at_first_use, Ordering::Relaxed)
         })
@@ -183,7 +188,11 @@ impl Runtime {
         };
         for &key in &keys {
             if let Some(slot) = self.shared.find(Table::Mutex, key) {
-                self.release(slot);
+                if mutex_kind::is_rwlock(slot.kind.load(Ordering::Acquire)) {
+                    self.rwlock_release(slot);
+                } else {
+                    self.release(slot);
+                }
             }
         }
         // The emptied list goes back, so the next nested section's inner unlocks push into
@@ -377,7 +386,7 @@ impl Runtime {
 
     /// Adds the group this thread depends on to an object's `dep` (several threads may mark
     /// it at once: the groups are merged).
-    fn mark(&self, dep: &AtomicU64) {
+    pub(super) fn mark(&self, dep: &AtomicU64) {
         let mine = self.dependency();
         if mine == 0 {
             return;
@@ -511,6 +520,7 @@ impl Runtime {
     /// the creator's.
     pub(super) fn forget_deferred(&self) {
         deferred().clear();
+        super::rwlock::forget_reads();
     }
 }
 
@@ -542,7 +552,7 @@ fn spin_until_free(slot: &SyncSlot) -> bool {
 }
 
 /// Spins [`SPIN_ROUNDS`] rounds at most until `done`; returns whether it was.
-fn spin_until(done: impl Fn() -> bool) -> bool {
+pub(super) fn spin_until(done: impl Fn() -> bool) -> bool {
     for _ in 0..SPIN_ROUNDS {
         if done() {
             return true;

@@ -327,6 +327,16 @@ pub const LEDGER: Spec = Spec {
     env: &[],
     per_thread: true,
 };
+/// Transfers under a read-write lock's write lock, audits under its read lock by threads
+/// holding it together, each counting its audits in persistent memory.
+pub const RWBANK: Spec = Spec {
+    name: "rwbank",
+    args: &["2", "6"],
+    check: &["1", "1", "check"],
+    slack: 2,
+    env: &[],
+    per_thread: false,
+};
 pub const MALLOC_LIST: Spec = Spec {
     name: "list",
     args: &["2", "5"],
