@@ -31,6 +31,7 @@ mod c11;
 mod heap;
 mod libc_allocs;
 mod memstream;
+mod process;
 mod pthread;
 mod signal;
 mod wait;

@@ -364,7 +364,7 @@ impl Sim {
     /// that was durable.
     fn before_store(&self, locked: &Locked<'_>, off: u64, len: u64) {
         self.finalize(locked);
-        let process = std::process::id();
+        let process = crate::runtime::process::real_pid() as u32;
         for at in lines_covering(off, len) {
             let at = at as usize;
             self.set_writer(locked, at, process);
@@ -387,7 +387,7 @@ impl Sim {
     /// A flush of `[off, off + len)` (or the write-back an NT store implies): every covered
     /// pending line's current content is what the next fence makes durable.
     fn flushed(&self, locked: &Locked<'_>, off: u64, len: u64) {
-        let process = std::process::id();
+        let process = crate::runtime::process::real_pid() as u32;
         for at in lines_covering(off, len) {
             let at = at as usize;
             if self.state(locked, at) != line::CLEAN {
@@ -407,7 +407,9 @@ impl Sim {
         // own fence, so that one may be lost; a fence made by another process has returned
         // there, and that process may have acted on it (acknowledged a section), so it is
         // complete. Leaving it pending lost acknowledged ledger transfers now and then.
-        if self.control().unfinalized.load(Ordering::Relaxed) != std::process::id() {
+        if self.control().unfinalized.load(Ordering::Relaxed)
+            != (crate::runtime::process::real_pid() as u32)
+        {
             self.finalize(&locked);
         }
         let mut rng = ChaCha8Rng::seed_from_u64(match self.mode {
@@ -418,7 +420,7 @@ impl Sim {
             pending: self.count() as u64,
             ..Outcome::default()
         };
-        let me = std::process::id();
+        let me = crate::runtime::process::real_pid() as u32;
         for i in 0..self.count() {
             let at = self.entry(&locked, i);
             if self.writer(&locked, at) != me {
@@ -555,10 +557,10 @@ impl Persist for PfailPm {
         let locked = self.sim.lock();
         self.sim.finalize(&locked);
         self.native.fence();
-        self.sim
-            .control()
-            .unfinalized
-            .store(std::process::id(), Ordering::Relaxed);
+        self.sim.control().unfinalized.store(
+            crate::runtime::process::real_pid() as u32,
+            Ordering::Relaxed,
+        );
     }
 
     fn stats(&self) -> &Stats {

@@ -265,7 +265,7 @@ fn time_left(clock: Clock, deadline: &libc::timespec) -> std::time::Duration {
 pub fn kill_process_group(group: u32) -> io::Result<()> {
     let group = i32::try_from(group).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: kill has no memory preconditions; a negative pid names a process group.
-    if unsafe { libc::kill(-group, libc::SIGKILL) } != 0 {
+    if unsafe { libc::syscall(libc::SYS_kill, -group, libc::SIGKILL) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())

@@ -56,3 +56,24 @@ fn a_one_shot_sigchld_handler_keeps_its_flags_when_reset() {
 fn a_signal_to_the_group_spares_an_ended_threads_process() {
     holds("endedthread");
 }
+
+/// `getpid()` and `getppid()` are the program's in every thread, threads made by threads
+/// included; `gettid()` stays each thread's own.
+#[test]
+fn every_thread_has_the_programs_process_id() {
+    holds("pids");
+}
+
+/// `kill(getpid(), ...)` is a signal to the program: taken by a thread waiting for it in
+/// `sigtimedwait` while main blocks it, and by main when the sending thread blocks it.
+#[test]
+fn a_signal_to_the_programs_pid_reaches_a_thread_that_takes_it() {
+    holds("processkill");
+}
+
+/// `SIGSTOP` and `SIGCONT` sent to the program's id (here by a child of the program) stop
+/// and continue every thread, not only main.
+#[test]
+fn stop_and_continue_of_the_programs_pid_reach_every_thread() {
+    holds("stopcont");
+}

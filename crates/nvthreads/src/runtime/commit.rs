@@ -64,7 +64,7 @@ pub(super) fn step() {
     if env().crash_at == Some(n) {
         crate::pfail::power_failure(n, env().stats);
         // SAFETY: kill(0, SIGKILL) signals our own process group.
-        unsafe { libc::kill(0, libc::SIGKILL) };
+        unsafe { libc::syscall(libc::SYS_kill, 0, libc::SIGKILL) };
     }
 }
 

@@ -204,7 +204,7 @@ pub fn publish(signal: i32, action: &libc::sigaction) {
             && table.acked[slot].load(Ordering::Acquire) < generation
         {
             // SAFETY: signalling a process of this run; its handler was installed at start.
-            told[slot] = unsafe { libc::kill(pid, notify_signal()) } == 0;
+            told[slot] = unsafe { libc::syscall(libc::SYS_kill, pid, notify_signal()) } == 0;
         }
     }
     let deadline = std::time::Instant::now() + ACK_WAIT;
@@ -223,8 +223,7 @@ pub fn publish(signal: i32, action: &libc::sigaction) {
 /// A new thread-process, once its slot holds its pid: applies what was published while it
 /// was made (a publisher that read the slot before the pid was there did not tell it).
 pub(super) fn thread_started(slot: &crate::shared::ThreadSlot) {
-    // SAFETY: getpid has no preconditions.
-    slot.pid.store(unsafe { libc::getpid() }, Ordering::SeqCst);
+    slot.pid.store(super::process::real_pid(), Ordering::SeqCst);
     apply_pending();
 }
 

@@ -27,8 +27,7 @@ static FORKED_FROM: AtomicI32 = AtomicI32::new(0);
 static BEFORE_FORK: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn prepare() {
-    // SAFETY: getpid has no preconditions.
-    BEFORE_FORK.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+    BEFORE_FORK.store(super::process::real_pid(), Ordering::Relaxed);
 }
 
 extern "C" fn in_child() {
@@ -79,8 +78,7 @@ pub fn refuse_if_forked(what: &str) {
 
 fn refuse(what: &str) -> ! {
     use std::io::Write;
-    // SAFETY: getpid has no preconditions.
-    let me = unsafe { libc::getpid() };
+    let me = super::process::real_pid();
     let _ = writeln!(
         std::io::stderr(),
         "nvthreads: {what} in process {me}, made by fork() in process {} outside \

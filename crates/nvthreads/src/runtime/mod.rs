@@ -16,6 +16,7 @@
 //! - [`sync`]: mutexes, condition variables, barriers, once-controls;
 //! - [`rwlock`]: read-write locks, readers sharing them;
 //! - [`threads`]: creating, joining, detaching, signalling and naming thread-processes;
+//! - [`process`]: one process id for the program (`getpid`, `kill` of that id);
 //! - [`signals`]: a fatal signal in any process ends the whole run;
 //! - [`sigchld`]: the program's `SIGCHLD` handler sees its own children, not threads;
 //! - [`dispositions`]: a signal action set while threads exist reaches every thread;
@@ -27,6 +28,7 @@ pub mod dispositions;
 pub mod env;
 pub mod fork;
 pub mod layout;
+pub mod process;
 pub mod rwlock;
 pub mod sigchld;
 pub mod signals;
@@ -236,8 +238,9 @@ impl Runtime {
         shared.live_threads.store(1, Ordering::Relaxed);
         let main = &shared.threads[0];
         main.state.store(thread_state::RUNNING, Ordering::Relaxed);
-        // SAFETY: getpid has no preconditions.
-        main.pid.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+        let pid = process::real_pid();
+        main.pid.store(pid, Ordering::Relaxed);
+        process::set_program(pid);
         unsafe extern "C" {
             /// glibc's `on_exit`: an exit handler told the status `exit` was called with.
             fn on_exit(
@@ -474,7 +477,7 @@ impl Runtime {
             if pid > 0 && slot.state.load(Ordering::Acquire) == thread_state::RUNNING {
                 // SAFETY: killing and reaping a thread-process of this run.
                 unsafe {
-                    libc::kill(pid, libc::SIGKILL);
+                    libc::syscall(libc::SYS_kill, pid, libc::SIGKILL);
                     libc::waitpid(pid, std::ptr::null_mut(), 0);
                 }
             }

@@ -247,6 +247,13 @@ fn read_children(buffer: &mut [u8]) -> Option<usize> {
     let end = prefix.len() + number.len();
     path[prefix.len()..end].copy_from_slice(number);
     path[end..end + suffix.len()].copy_from_slice(suffix);
+    read_file(&path, buffer)
+}
+
+/// Reads the file at the NUL-terminated `path` (a `/proc` file) into `buffer`: its length,
+/// or `None` if it cannot be opened. Async-signal-safe.
+pub(super) fn read_file(path: &[u8], buffer: &mut [u8]) -> Option<usize> {
+    assert!(path.contains(&0), "the path is NUL-terminated");
     // System calls, not the C library's functions: `read` called from this library reaches
     // the library's own interposed `read` (`ffi/lib.rs`), whose first call looks glibc's up
     // with `dlsym`, which is not async-signal-safe.

@@ -52,13 +52,12 @@ pub(super) fn kill_other_processes() {
     let Some(shared) = commit::shared_block() else {
         return;
     };
-    // SAFETY: getpid has no preconditions.
-    let me = unsafe { libc::getpid() };
+    let me = super::process::real_pid();
     for slot in &shared.threads {
         let pid = slot.pid.load(Ordering::Relaxed);
         if pid > 0 && pid != me && slot.state.load(Ordering::Relaxed) == thread_state::RUNNING {
             // SAFETY: signalling a process of this run.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            unsafe { libc::syscall(libc::SYS_kill, pid, libc::SIGKILL) };
         }
     }
 }
@@ -104,8 +103,7 @@ pub(super) fn check_run() {
     let Some(shared) = commit::shared_block() else {
         return;
     };
-    // SAFETY: getpid has no preconditions.
-    let me = unsafe { libc::getpid() };
+    let me = super::process::real_pid();
     for (index, slot) in shared.threads.iter().enumerate() {
         let pid = slot.pid.load(Ordering::SeqCst);
         if pid <= 0 || pid == me || slot.state.load(Ordering::SeqCst) != thread_state::RUNNING {
@@ -150,7 +148,7 @@ fn end_run(shared: &crate::shared::Shared, index: usize, pid: i32) -> ! {
     }
     kill_other_processes();
     // SAFETY: killing this process; SIGKILL cannot be caught, so kill does not return.
-    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    unsafe { libc::syscall(libc::SYS_kill, super::process::real_pid(), libc::SIGKILL) };
     // SAFETY: _exit has no preconditions (reached only if the kill above failed).
     unsafe { libc::_exit(137) }
 }
@@ -169,8 +167,7 @@ pub(super) fn fail_point(point: FailPoint) {
         // SAFETY: abort has no preconditions.
         FailAction::Abort => unsafe { libc::abort() },
         FailAction::Stall => {
-            // SAFETY: getpid has no preconditions.
-            let pid = unsafe { libc::getpid() };
+            let pid = super::process::real_pid();
             super::warn(&format!(
                 "NVT_FAIL_AT: thread {thread} (process {pid}) stalls at {}",
                 point.name()
@@ -298,21 +295,20 @@ pub(super) fn end_run_with_status(status: i32) {
     shared
         .exit_status
         .store((status & 0xff) as u32 + 1, Ordering::SeqCst);
-    // SAFETY: getpid has no preconditions.
-    let me = unsafe { libc::getpid() };
+    let me = super::process::real_pid();
     let main = shared.threads[0].pid.load(Ordering::SeqCst);
     // Main first: killing the others first could kill this process's creator, and this
     // process with it (`die_with_creator`), before main was told.
     if main > 0 && main != me {
         // SAFETY: signalling the main process of this run; its handler was installed at
         // start.
-        unsafe { libc::kill(main, super::dispositions::notify_signal()) };
+        unsafe { libc::syscall(libc::SYS_kill, main, super::dispositions::notify_signal()) };
     }
     for slot in &shared.threads[1..] {
         let pid = slot.pid.load(Ordering::Relaxed);
         if pid > 0 && pid != me && slot.state.load(Ordering::Relaxed) == thread_state::RUNNING {
             // SAFETY: signalling a process of this run.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            unsafe { libc::syscall(libc::SYS_kill, pid, libc::SIGKILL) };
         }
     }
     if main <= 0 || main == me {
@@ -325,7 +321,7 @@ pub(super) fn end_run_with_status(status: i32) {
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
     // SAFETY: as above.
-    unsafe { libc::kill(main, libc::SIGKILL) };
+    unsafe { libc::syscall(libc::SYS_kill, main, libc::SIGKILL) };
 }
 
 /// In the main process, in the handler of the runtime's notification signal: ends it with

@@ -55,8 +55,7 @@ impl Runtime {
         // SAFETY: fflush(NULL) flushes every open output stream; no pointer is passed.
         unsafe { libc::fflush(std::ptr::null_mut()) };
         line_buffer_stdout();
-        // SAFETY: getpid has no preconditions.
-        let creator = unsafe { libc::getpid() };
+        let creator = super::process::real_pid();
         // The new thread's end raises SIGCHLD here; the program's handler must not see it
         // (`super::sigchld`), so the child is in the set before that signal can be handled.
         let unblock = SigchldBlocked::block();
@@ -69,6 +68,8 @@ impl Runtime {
         }
         if pid == 0 {
             super::fork::in_thread_process();
+            // From here `getpid()` answers the program's id in this process.
+            super::process::became_thread(super::process::real_pid());
             CHILDREN.clear();
             drop(unblock);
             die_with_creator(creator);
@@ -232,7 +233,7 @@ impl Runtime {
     pub fn kill_thread(&self, handle: u64, signal: i32) -> i32 {
         match self.thread_pid(handle) {
             // SAFETY: kill has no memory preconditions.
-            Some(pid) => match unsafe { libc::kill(pid, signal) } {
+            Some(pid) => match unsafe { libc::syscall(libc::SYS_kill, pid, signal) } {
                 0 => 0,
                 _ => std::io::Error::last_os_error()
                     .raw_os_error()
@@ -249,8 +250,7 @@ impl Runtime {
             return None;
         }
         if handle == self.self_handle() {
-            // SAFETY: getpid has no preconditions.
-            return Some(unsafe { libc::getpid() });
+            return Some(super::process::real_pid());
         }
         Some(slot.pid.load(Ordering::Acquire)).filter(|&pid| pid > 0)
     }
@@ -320,8 +320,7 @@ impl Runtime {
 fn die_with_creator(creator: i32) {
     // SAFETY: prctl with an integer argument.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-    // SAFETY: getppid has no preconditions.
-    if unsafe { libc::getppid() } != creator {
+    if super::process::real_parent_pid() != creator {
         // SAFETY: ends this new process before it ran anything of the program.
         unsafe { libc::_exit(0) };
     }

@@ -21,6 +21,7 @@
  *   check        only the check line.
  * Prints DONE when main ends normally.
  */
+#define _GNU_SOURCE
 #include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
@@ -54,7 +55,9 @@ static void section(void) {
 }
 
 static void stall(void) {
-    printf("STALL pid=%d\n", (int)getpid());
+    /* The thread-process's own id, for the test to kill this thread alone: gettid(), since
+     * getpid() is the program's in every thread, as with pthreads. */
+    printf("STALL pid=%d\n", (int)gettid());
     fflush(stdout);
     for (;;) {
         pause();

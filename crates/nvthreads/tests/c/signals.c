@@ -32,6 +32,20 @@
  *                 handler once it ended and sends SIGINT to the process group; the run
  *                 goes on (the idle process died of it, killing its thread, and the run
  *                 ended with SIGKILL) and the handler runs.
+ *   pids          every thread has the program's process id and parent: getpid() and
+ *                 getppid() in a thread, and in a thread made by a thread, equal main's,
+ *                 while gettid() differs from getpid() there, as with pthreads (each
+ *                 thread-process answered its own id).
+ *   processkill   kill(getpid(), ...) is a signal to the program, taken by a thread that
+ *                 does not block it: main blocks SIGUSR1 and a thread waits for it with
+ *                 sigtimedwait; main's kill(getpid(), SIGUSR1) ends that wait. Then a thread
+ *                 that blocks SIGUSR2 sends kill(getpid(), SIGUSR2), and the program's
+ *                 handler runs (in main, which does not block it). Before, the first stayed
+ *                 pending in main and the second in the sending thread: neither arrived.
+ *   stopcont      SIGSTOP and SIGCONT sent to the program's id stop and continue every
+ *                 thread: a thread counts in a MAP_SHARED page; a child of the program sends
+ *                 SIGSTOP to its parent, sees the count stand still, sends SIGCONT and sees
+ *                 it move again (before, only main stopped and the thread counted on).
  * Every mode ends itself with alarm(10) if it hangs.
  */
 #define _GNU_SOURCE
@@ -43,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -320,6 +335,144 @@ static void endedthread(void) {
         fail("endedthread", "the SIGINT handler did not run");
 }
 
+static pid_t main_pid, main_ppid;
+static atomic_int pid_failures;
+
+static void check_pids(void) {
+    if (getpid() != main_pid || getppid() != main_ppid || gettid() == getpid())
+        atomic_fetch_add(&pid_failures, 1);
+}
+
+static void *pids_grandchild(void *unused) {
+    (void)unused;
+    check_pids();
+    return NULL;
+}
+
+static void *pids_child(void *unused) {
+    (void)unused;
+    check_pids();
+    pthread_t t;
+    pthread_create(&t, NULL, pids_grandchild, NULL);
+    pthread_join(t, NULL);
+    return NULL;
+}
+
+static void pids(void) {
+    main_pid = getpid();
+    main_ppid = getppid();
+    if (gettid() != main_pid)
+        fail("pids", "main's gettid() is not its getpid()");
+    pthread_t t;
+    pthread_create(&t, NULL, pids_child, NULL);
+    pthread_join(t, NULL);
+    if (atomic_load(&pid_failures) != 0)
+        fail("pids", "a thread's getpid() or getppid() differs from main's");
+}
+
+static atomic_int waited, usr2_calls;
+
+static void on_usr2(int signal) {
+    (void)signal;
+    atomic_fetch_add(&usr2_calls, 1);
+}
+
+static void *wait_for_usr1(void *unused) {
+    (void)unused;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    struct timespec limit = {3, 0};
+    if (sigtimedwait(&set, NULL, &limit) == SIGUSR1)
+        atomic_store(&waited, 1);
+    return NULL;
+}
+
+static void *send_usr2_blocked(void *unused) {
+    (void)unused;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR2);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    kill(getpid(), SIGUSR2);
+    return NULL;
+}
+
+static void processkill(void) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    pthread_t waiter;
+    pthread_create(&waiter, NULL, wait_for_usr1, NULL);
+    struct timespec step = {0, 100000000};
+    /* Sent again until taken: the waiter may not be waiting yet. */
+    for (int i = 0; i < 20 && !atomic_load(&waited); i++) {
+        kill(getpid(), SIGUSR1);
+        nanosleep(&step, NULL);
+    }
+    pthread_join(waiter, NULL);
+    if (!atomic_load(&waited))
+        fail("processkill", "kill(getpid(), SIGUSR1) did not reach the thread waiting for it");
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = on_usr2;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(SIGUSR2, &action, NULL) != 0)
+        fail("processkill", "sigaction");
+    pthread_t sender;
+    pthread_create(&sender, NULL, send_usr2_blocked, NULL);
+    pthread_join(sender, NULL);
+    for (int i = 0; i < 20 && atomic_load(&usr2_calls) == 0; i++)
+        nanosleep(&step, NULL);
+    if (atomic_load(&usr2_calls) != 1)
+        fail("processkill", "kill(getpid(), SIGUSR2) from a thread blocking it did not run the handler once");
+}
+
+static volatile long *stop_count;
+
+static void *count_until_stopped(void *unused) {
+    (void)unused;
+    while (!atomic_load(&stop_sleepers))
+        __atomic_add_fetch(stop_count, 1, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+static long count_after(long ms) {
+    struct timespec step = {0, ms * 1000000L};
+    nanosleep(&step, NULL);
+    return __atomic_load_n(stop_count, __ATOMIC_RELAXED);
+}
+
+static void stopcont(void) {
+    stop_count = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (stop_count == MAP_FAILED)
+        fail("stopcont", "mmap");
+    pthread_t counter;
+    pthread_create(&counter, NULL, count_until_stopped, NULL);
+    count_after(50);
+    pid_t child = fork();
+    if (child == 0) {
+        pid_t program = getppid();
+        kill(program, SIGSTOP);
+        long before = count_after(100);
+        long still = count_after(200);
+        kill(program, SIGCONT);
+        long first = count_after(100);
+        long moved = count_after(200);
+        _exit(before != still ? 1 : first == moved ? 2 : 0);
+    }
+    int status = 0;
+    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+    atomic_store(&stop_sleepers, 1);
+    pthread_join(counter, NULL);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) == 1)
+        fail("stopcont", "a thread went on counting while the program was stopped");
+    if (WEXITSTATUS(status) == 2)
+        fail("stopcont", "a thread did not count again once the program was continued");
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: signals MODE\n");
@@ -337,6 +490,12 @@ int main(int argc, char **argv) {
         oneshot();
     else if (strcmp(mode, "endedthread") == 0)
         endedthread();
+    else if (strcmp(mode, "pids") == 0)
+        pids();
+    else if (strcmp(mode, "processkill") == 0)
+        processkill();
+    else if (strcmp(mode, "stopcont") == 0)
+        stopcont();
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;

@@ -15,7 +15,7 @@
  *   buffering  an unbuffered stdout chosen by the program stays unbuffered once threads run;
  *   wait       wait() returns the program's own child, not a thread's process, and fails
  *              with ECHILD, instead of blocking, when only threads are left;
- *   orphan     main -> thread -> thread that sleeps; the last prints "PID <its pid>" and
+ *   orphan     main -> thread -> thread that sleeps; the last prints "PID <its gettid()>" and
  *              all block (the test kills main and checks that the grandchild dies with it);
  *   wakeups    every condition signal reaches a waiter at once: 400 rounds hand tokens to
  *              three waiting threads, one pthread_cond_signal per token (with the mutex
@@ -646,7 +646,8 @@ static void sigchld_mode(void) {
 
 static void *sleeper(void *arg) {
     (void)arg;
-    printf("PID %d\n", (int)getpid());
+    /* This thread-process's own id (getpid() is the program's in every thread). */
+    printf("PID %d\n", (int)syscall(SYS_gettid));
     fflush(stdout);
     for (;;)
         pause();
