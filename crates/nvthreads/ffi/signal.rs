@@ -1,11 +1,13 @@
-//! `sigaction`, `signal` and `bsd_signal` for `SIGCHLD`: a handler the program installs goes
+//! `sigaction`, `signal` and `bsd_signal` (and the System V `sysv_signal`, `sigset`,
+//! `sigignore` and `siginterrupt`, which go through `sigaction` here, where glibc's
+//! installed their action directly) for `SIGCHLD`: a handler the program installs goes
 //! behind the runtime's filter (`runtime::sigchld`), so it is not called when a thread
 //! ends (a thread-process's end raises `SIGCHLD` in its creator). For `SIGSEGV`: the
 //! program's action is recorded for the page tracker's handler, which stays installed and
 //! passes on the faults that are not tracked writes (`nvthreads::pages`). Every other
 //! signal, the default and ignored actions of `SIGCHLD`, and every call of a dormant runtime
-//! are glibc's. `sysv_signal` and `sigset` are glibc's too (documented in
-//! `docs/nvthreads.md` §3.1).
+//! are glibc's. `sigaltstack` keeps the program's alternate stack beside the runtime's
+//! (`nvthreads::pages::program_alt_stack`).
 //!
 //! An action set while threads exist is published to every thread-process
 //! (`runtime::dispositions`), as pthreads share one set of actions; `sigprocmask` and
@@ -216,4 +218,209 @@ pub unsafe extern "C" fn pthread_sigmask(
     let set = keep_notify_unblocked(how, set, &mut copy);
     // SAFETY: forwarded; `set` is the caller's or the copy.
     unsafe { real(how, set, old) }
+}
+
+/// `signal` through [`sigaction`] with `flags` and `mask` (the signal's own action
+/// otherwise as the caller gives it): the old handler, or `SIG_ERR`.
+///
+/// # Safety
+/// As `signal`.
+unsafe fn install_handler(
+    signal: c_int,
+    handler: sighandler_t,
+    flags: c_int,
+    block_itself: bool,
+) -> sighandler_t {
+    // SAFETY: a zeroed sigaction is a valid value; the mask is set up below.
+    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+    act.sa_sigaction = handler;
+    act.sa_flags = flags;
+    // SAFETY: `act.sa_mask` is a valid sigset_t.
+    unsafe {
+        libc::sigemptyset(&mut act.sa_mask);
+        if block_itself {
+            libc::sigaddset(&mut act.sa_mask, signal);
+        }
+    }
+    // SAFETY: a zeroed sigaction is a valid value to be overwritten.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are valid.
+    if unsafe { sigaction(signal, &act, &mut old) } != 0 {
+        return libc::SIG_ERR;
+    }
+    old.sa_sigaction
+}
+
+/// `sysv_signal(3)` (and `signal` under `_XOPEN_SOURCE` without `_GNU_SOURCE` or
+/// `_DEFAULT_SOURCE`): a one-shot handler (`SA_RESETHAND`), not blocked while it runs
+/// (`SA_NODEFER`), interrupted system calls not restarted. While the runtime runs, through
+/// [`sigaction`], so `SIGCHLD` goes behind its filter, `SIGSEGV` behind the page tracker,
+/// and the action reaches every thread (glibc's installed it directly, in one process).
+///
+/// # Safety
+/// As the C function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sysv_signal(signal: c_int, handler: sighandler_t) -> sighandler_t {
+    if crate::active().is_none() {
+        let real =
+            next!(c"sysv_signal" => unsafe extern "C" fn(c_int, sighandler_t) -> sighandler_t);
+        // SAFETY: forwarded.
+        return unsafe { real(signal, handler) };
+    }
+    if handler == libc::SIG_ERR || !(1..libc::SIGRTMAX()).contains(&signal) {
+        // SAFETY: `__errno_location` returns this thread's errno.
+        unsafe { *libc::__errno_location() = libc::EINVAL };
+        return libc::SIG_ERR;
+    }
+    // SAFETY: forwarded.
+    unsafe {
+        install_handler(
+            signal,
+            handler,
+            libc::SA_RESETHAND | libc::SA_NODEFER,
+            false,
+        )
+    }
+}
+
+/// glibc's `SIG_HOLD` (`<signal.h>`, X/Open): the disposition `sigset` takes to block.
+const SIG_HOLD: sighandler_t = 2;
+
+/// Whether `signal` is blocked in this thread, after changing the mask with `how` (`None`:
+/// only asked). `None` if `sigprocmask` failed.
+fn change_mask(signal: c_int, how: Option<c_int>) -> Option<bool> {
+    // SAFETY: zeroed sigset_t values are valid; `set` holds `signal`.
+    let (mut set, mut old): (libc::sigset_t, libc::sigset_t) =
+        unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    // SAFETY: both are valid sigset_t values.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, signal);
+    }
+    let (how, set) = match how {
+        Some(how) => (how, &set as *const libc::sigset_t),
+        None => (libc::SIG_BLOCK, std::ptr::null()),
+    };
+    // SAFETY: the library's sigprocmask with valid sets.
+    if unsafe { sigprocmask(how, set, &mut old) } != 0 {
+        return None;
+    }
+    // SAFETY: `old` is a valid sigset_t.
+    Some(unsafe { libc::sigismember(&old, signal) } == 1)
+}
+
+/// `sigset(3)` (System V): `SIG_HOLD` blocks the signal; any other disposition is installed
+/// (no flags, an empty mask) and unblocks it. Returns `SIG_HOLD` if the signal was blocked
+/// before, else the previous disposition. While the runtime runs, through [`sigaction`]
+/// and [`sigprocmask`], as [`sysv_signal`].
+///
+/// # Safety
+/// As the C function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sigset(signal: c_int, handler: sighandler_t) -> sighandler_t {
+    if crate::active().is_none() {
+        let real = next!(c"sigset" => unsafe extern "C" fn(c_int, sighandler_t) -> sighandler_t);
+        // SAFETY: forwarded.
+        return unsafe { real(signal, handler) };
+    }
+    if handler == SIG_HOLD {
+        let Some(was_blocked) = change_mask(signal, Some(libc::SIG_BLOCK)) else {
+            return libc::SIG_ERR;
+        };
+        if was_blocked {
+            return SIG_HOLD;
+        }
+        // SAFETY: a zeroed sigaction is a valid value to be overwritten.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: reading the action into `old`.
+        if unsafe { sigaction(signal, std::ptr::null(), &mut old) } != 0 {
+            return libc::SIG_ERR;
+        }
+        return old.sa_sigaction;
+    }
+    // SAFETY: forwarded.
+    let old = unsafe { install_handler(signal, handler, 0, false) };
+    if old == libc::SIG_ERR {
+        return old;
+    }
+    match change_mask(signal, Some(libc::SIG_UNBLOCK)) {
+        None => libc::SIG_ERR,
+        Some(true) => SIG_HOLD,
+        Some(false) => old,
+    }
+}
+
+/// `sigignore(3)`: `SIG_IGN` through [`sigaction`] while the runtime runs (glibc's
+/// installed it directly, in one process: for `SIGSEGV`, over the page tracker).
+///
+/// # Safety
+/// As the C function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sigignore(signal: c_int) -> c_int {
+    if crate::active().is_none() {
+        let real = next!(c"sigignore" => unsafe extern "C" fn(c_int) -> c_int);
+        // SAFETY: forwarded.
+        return unsafe { real(signal) };
+    }
+    // SAFETY: forwarded.
+    match unsafe { install_handler(signal, libc::SIG_IGN, 0, false) } {
+        libc::SIG_ERR => -1,
+        _ => 0,
+    }
+}
+
+/// `siginterrupt(3)`: the action's `SA_RESTART` cleared (`interrupt` nonzero) or set,
+/// through [`sigaction`] while the runtime runs.
+///
+/// # Safety
+/// As the C function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn siginterrupt(signal: c_int, interrupt: c_int) -> c_int {
+    if crate::active().is_none() {
+        let real = next!(c"siginterrupt" => unsafe extern "C" fn(c_int, c_int) -> c_int);
+        // SAFETY: forwarded.
+        return unsafe { real(signal, interrupt) };
+    }
+    // SAFETY: a zeroed sigaction is a valid value to be overwritten.
+    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: reading the action into `act`, then installing it changed.
+    unsafe {
+        if sigaction(signal, std::ptr::null(), &mut act) != 0 {
+            return -1;
+        }
+        if interrupt != 0 {
+            act.sa_flags &= !libc::SA_RESTART;
+        } else {
+            act.sa_flags |= libc::SA_RESTART;
+        }
+        sigaction(signal, &act, std::ptr::null_mut())
+    }
+}
+
+/// `sigaltstack(2)`: the program's alternate signal stack is kept beside the runtime's
+/// (`nvthreads::pages::program_alt_stack`): installed when it is at least as large as the
+/// runtime's, otherwise recorded and reported back while the runtime's stays installed.
+///
+/// # Safety
+/// As the C function: `stack` and `old` are null or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sigaltstack(
+    stack: *const libc::stack_t,
+    old: *mut libc::stack_t,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { pages::program_alt_stack(stack.as_ref()) } {
+        Ok(view) => {
+            if !old.is_null() {
+                // SAFETY: `old` is writable (the caller's contract).
+                unsafe { old.write(view) };
+            }
+            0
+        }
+        Err(errno) => {
+            // SAFETY: `__errno_location` returns this thread's errno.
+            unsafe { *libc::__errno_location() = errno };
+            -1
+        }
+    }
 }

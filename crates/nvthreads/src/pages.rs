@@ -1825,6 +1825,121 @@ pub(crate) fn glibc_sigaction(
     unsafe { real(signal, action, old) }
 }
 
+/// The runtime's alternate signal stack (its address; 0 until installed): the tracker's
+/// handler runs on it, `SA_ONSTACK`.
+static RUNTIME_STACK: AtomicUsize = AtomicUsize::new(0);
+/// The program's alternate stack as it set it in this process (address, size, flags), which
+/// `sigaltstack` reports back: none (`SS_DISABLE`) until it sets one, and in a new thread,
+/// as pthreads start a thread without one.
+static PROGRAM_STACK: AtomicUsize = AtomicUsize::new(0);
+static PROGRAM_STACK_SIZE: AtomicUsize = AtomicUsize::new(0);
+static PROGRAM_STACK_FLAGS: AtomicI32 = AtomicI32::new(libc::SS_DISABLE);
+
+/// Linux's `SS_AUTODISARM` (`<linux/signal.h>`; not in the `libc` crate): the stack is
+/// disarmed while a handler runs on it.
+const SS_AUTODISARM: i32 = 1 << 31;
+
+fn runtime_stack() -> libc::stack_t {
+    libc::stack_t {
+        ss_sp: RUNTIME_STACK.load(Ordering::Acquire) as *mut libc::c_void,
+        ss_flags: 0,
+        ss_size: ALT_STACK,
+    }
+}
+
+/// The `sigaltstack` system call (the name `sigaltstack` in the runtime's library is the
+/// program's, below); the error is the errno.
+fn raw_sigaltstack(
+    stack: Option<&libc::stack_t>,
+    old: Option<&mut libc::stack_t>,
+) -> Result<(), i32> {
+    let stack = stack.map_or(ptr::null(), |s| s as *const libc::stack_t);
+    let old = old.map_or(ptr::null_mut(), |o| o as *mut libc::stack_t);
+    // SAFETY: `stack` is null or a valid stack_t (whose memory the caller gives the kernel
+    // for signal frames); `old` is null or writable.
+    if unsafe { libc::syscall(libc::SYS_sigaltstack, stack, old) } != 0 {
+        // SAFETY: `__errno_location` returns this thread's errno.
+        return Err(unsafe { *libc::__errno_location() });
+    }
+    Ok(())
+}
+
+/// The program's `sigaltstack(stack, old)` while the tracker's handler is installed: its
+/// handler needs more than a small stack (the kernel's frame, its own, and the program's
+/// `SIGSEGV` handler it calls; a 2 KiB `MINSIGSTKSZ` stack of a program overflowed at the
+/// first tracked write and the thread died). So a program's stack at least as large as the
+/// runtime's (64 KiB) is installed as the program asks; a smaller one is checked by the
+/// kernel (installed, then the runtime's installed again) and recorded, and the runtime's
+/// stays installed: the program's `SA_ONSTACK` handlers run on that larger stack. `SS_DISABLE`
+/// leaves the runtime's installed too. Returns the program's view of its stack before the
+/// call (`SS_ONSTACK` when executing on the installed alternate stack), or the errno:
+/// `EPERM` to change it while on the alternate stack, `EINVAL` for unknown flags, the
+/// kernel's for a stack it refuses. Before the tracker is installed (or dormant), the
+/// kernel's `sigaltstack`.
+///
+/// # Safety
+/// `stack`, if given, describes memory the program gives the kernel for signal frames.
+pub unsafe fn program_alt_stack(stack: Option<&libc::stack_t>) -> Result<libc::stack_t, i32> {
+    if RUNTIME_STACK.load(Ordering::Acquire) == 0 {
+        // SAFETY: a zeroed stack_t is a valid value to be overwritten.
+        let mut old: libc::stack_t = unsafe { std::mem::zeroed() };
+        raw_sigaltstack(stack, Some(&mut old))?;
+        return Ok(old);
+    }
+    // SAFETY: a zeroed stack_t is a valid value to be overwritten.
+    let mut current: libc::stack_t = unsafe { std::mem::zeroed() };
+    raw_sigaltstack(None, Some(&mut current))?;
+    let on_stack = current.ss_flags & libc::SS_ONSTACK != 0;
+    let mut view = libc::stack_t {
+        ss_sp: PROGRAM_STACK.load(Ordering::Relaxed) as *mut libc::c_void,
+        ss_flags: PROGRAM_STACK_FLAGS.load(Ordering::Relaxed),
+        ss_size: PROGRAM_STACK_SIZE.load(Ordering::Relaxed),
+    };
+    if on_stack && view.ss_flags & libc::SS_DISABLE == 0 {
+        view.ss_flags = libc::SS_ONSTACK;
+    }
+    let Some(new) = stack else {
+        return Ok(view);
+    };
+    if on_stack {
+        return Err(libc::EPERM);
+    }
+    let mode = new.ss_flags & !SS_AUTODISARM;
+    if mode != 0 && mode != libc::SS_ONSTACK && mode != libc::SS_DISABLE {
+        return Err(libc::EINVAL);
+    }
+    if mode == libc::SS_DISABLE {
+        raw_sigaltstack(Some(&runtime_stack()), None)?;
+        PROGRAM_STACK.store(0, Ordering::Relaxed);
+        PROGRAM_STACK_SIZE.store(0, Ordering::Relaxed);
+        PROGRAM_STACK_FLAGS.store(libc::SS_DISABLE, Ordering::Relaxed);
+        return Ok(view);
+    }
+    // The kernel checks the program's stack (its minimum size) by installing it.
+    raw_sigaltstack(Some(new), None)?;
+    if new.ss_size < ALT_STACK {
+        raw_sigaltstack(Some(&runtime_stack()), None)?;
+    }
+    PROGRAM_STACK.store(new.ss_sp as usize, Ordering::Relaxed);
+    PROGRAM_STACK_SIZE.store(new.ss_size, Ordering::Relaxed);
+    PROGRAM_STACK_FLAGS.store(new.ss_flags & SS_AUTODISARM, Ordering::Relaxed);
+    Ok(view)
+}
+
+/// In a new thread-process: no alternate stack of the program's (a pthread starts without
+/// one), the runtime's installed (its creator's, inherited, may have been the program's).
+pub fn alt_stack_for_new_thread() {
+    PROGRAM_STACK.store(0, Ordering::Relaxed);
+    PROGRAM_STACK_SIZE.store(0, Ordering::Relaxed);
+    PROGRAM_STACK_FLAGS.store(libc::SS_DISABLE, Ordering::Relaxed);
+    if RUNTIME_STACK.load(Ordering::Acquire) != 0
+        && let Err(errno) = raw_sigaltstack(Some(&runtime_stack()), None)
+    {
+        let error = io::Error::from_raw_os_error(errno);
+        crate::runtime::fatal(&format!("sigaltstack in a new thread: {error}"));
+    }
+}
+
 /// Called (in the signal handler) when a fault is not the tracker's.
 static FATAL_HOOK: AtomicUsize = AtomicUsize::new(0);
 
@@ -1843,14 +1958,9 @@ fn install_handler() -> io::Result<()> {
         anon,
         -1,
     )?;
-    let alt = libc::stack_t {
-        ss_sp: stack.cast(),
-        ss_flags: 0,
-        ss_size: ALT_STACK,
-    };
-    // SAFETY: the stack is a fresh mapping that is never unmapped.
-    if unsafe { libc::sigaltstack(&alt, ptr::null_mut()) } != 0 {
-        return os_error("sigaltstack");
+    RUNTIME_STACK.store(stack as usize, Ordering::Release);
+    if let Err(errno) = raw_sigaltstack(Some(&runtime_stack()), None) {
+        return Err(io::Error::from_raw_os_error(errno));
     }
     // Probe MADV_POPULATE_WRITE on the stack's first page (writable, private, unused yet).
     // SAFETY: madvise on a mapping this function owns; populating changes no byte.

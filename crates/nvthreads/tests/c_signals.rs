@@ -77,3 +77,24 @@ fn a_signal_to_the_programs_pid_reaches_a_thread_that_takes_it() {
 fn stop_and_continue_of_the_programs_pid_reach_every_thread() {
     holds("stopcont");
 }
+
+/// A `SIGCHLD` handler installed with `sysv_signal` or `sigset` is called for the program's
+/// children only, as one installed with `sigaction`.
+#[test]
+fn a_sigchld_handler_of_sysv_signal_or_sigset_ignores_threads() {
+    holds("sysvchld");
+}
+
+/// A `SIGSEGV` handler installed with `sigset` or `sysv_signal` sees the program's faults,
+/// not the runtime's tracked writes (it replaced the tracker before).
+#[test]
+fn a_sigsegv_handler_of_sigset_or_sysv_signal_sees_the_programs_faults_only() {
+    holds("sysvsegv");
+}
+
+/// A thread's small alternate signal stack does not end the run at its first tracked write,
+/// and reads back as set.
+#[test]
+fn a_programs_small_alternate_stack_is_kept_beside_the_runtimes() {
+    holds("altstack");
+}

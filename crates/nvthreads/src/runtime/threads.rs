@@ -70,6 +70,7 @@ impl Runtime {
             super::fork::in_thread_process();
             // From here `getpid()` answers the program's id in this process.
             super::process::became_thread(super::process::real_pid());
+            crate::pages::alt_stack_for_new_thread();
             CHILDREN.clear();
             drop(unblock);
             die_with_creator(creator);

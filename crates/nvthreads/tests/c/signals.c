@@ -46,6 +46,22 @@
  *                 thread: a thread counts in a MAP_SHARED page; a child of the program sends
  *                 SIGSTOP to its parent, sees the count stand still, sends SIGCONT and sees
  *                 it move again (before, only main stopped and the thread counted on).
+ *   sysvchld      a SIGCHLD handler installed with sysv_signal (one-shot), then with sigset:
+ *                 each time 8 threads made and joined call no handler, a child's exit
+ *                 calls it once; sigset reports the one-shot handler reset to SIG_DFL.
+ *                 Before, glibc installed them directly and every thread's end called them.
+ *   sysvsegv      a SIGSEGV handler installed with sigset (and then sysv_signal) is called
+ *                 for the program's probes only, not for the runtime's tracked writes of
+ *                 threads adding to a persistent counter (before, it replaced the page
+ *                 tracker's handler: called at the first tracked write); the one-shot one
+ *                 reads back as SIG_DFL after main's probe.
+ *   altstack      a thread sets an alternate signal stack of 2 KiB (the classic
+ *                 MINSIGSTKSZ, or the kernel's minimum), writes 16 persistent pages under a
+ *                 mutex three times and reads its stack back as it set it; then sets one of
+ *                 128 KiB, on which a SA_ONSTACK handler runs, disables it and reads
+ *                 SS_DISABLE back; a new thread starts without one. Before, the tracked
+ *                 writes' faults were handled on the 2 KiB stack, which overflowed: the run
+ *                 ended killed.
  * Every mode ends itself with alarm(10) if it hangs.
  */
 #define _GNU_SOURCE
@@ -158,6 +174,16 @@ static int probe(void) {
 
 static pthread_mutex_t counter_lock = PTHREAD_MUTEX_INITIALIZER;
 static long *counter;
+
+static void *add_only(void *unused) {
+    (void)unused;
+    for (int i = 0; i < 1000; i++) {
+        pthread_mutex_lock(&counter_lock);
+        (*counter)++;
+        pthread_mutex_unlock(&counter_lock);
+    }
+    return NULL;
+}
 
 static void *add_then_probe(void *unused) {
     (void)unused;
@@ -473,6 +499,195 @@ static void stopcont(void) {
         fail("stopcont", "a thread did not count again once the program was continued");
 }
 
+/* sigset is deprecated in glibc's header, still exported, and still used by old programs. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static sighandler_t sysv_sigset(int signal, sighandler_t handler) {
+    return sigset(signal, handler);
+}
+#pragma GCC diagnostic pop
+
+static volatile sig_atomic_t plain_chld_calls;
+
+static void on_chld_plain(int signal) {
+    (void)signal;
+    plain_chld_calls++;
+}
+
+/* 8 threads made and joined call no handler; a child's exit calls it once. */
+static void threads_then_child(const char *mode) {
+    plain_chld_calls = 0;
+    for (int i = 0; i < 8; i++) {
+        pthread_t thread;
+        if (pthread_create(&thread, NULL, nothing, NULL) != 0 || pthread_join(thread, NULL) != 0)
+            fail(mode, "create or join");
+    }
+    wait_for(&plain_chld_calls, 50);
+    if (plain_chld_calls != 0)
+        fail(mode, "the SIGCHLD handler was called for a thread's end");
+    pid_t child = fork();
+    if (child == 0)
+        _exit(0);
+    wait_for(&plain_chld_calls, 2000);
+    if (plain_chld_calls != 1)
+        fail(mode, "the handler was not called once for the program's child");
+    int status;
+    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+}
+
+static void sysvchld(void) {
+    if (sysv_signal(SIGCHLD, on_chld_plain) == SIG_ERR)
+        fail("sysvchld", "sysv_signal");
+    threads_then_child("sysvchld");
+    if (sysv_sigset(SIGCHLD, on_chld_plain) != SIG_DFL)
+        fail("sysvchld", "the one-shot handler was not reset to SIG_DFL");
+    threads_then_child("sysvchld");
+    if (sysv_sigset(SIGCHLD, SIG_DFL) != on_chld_plain)
+        fail("sysvchld", "sigset does not report the handler back");
+}
+
+static void on_segv_plain(int signal) {
+    on_segv(signal, NULL, NULL);
+}
+
+static void sysvsegv(void) {
+    if (sysv_sigset(SIGSEGV, on_segv_plain) != SIG_DFL)
+        fail("sysvsegv", "sigset, or an old action other than SIG_DFL");
+    counter = nvmalloc(sizeof *counter, "counter");
+    if (counter == NULL)
+        fail("sysvsegv", "nvmalloc");
+    pthread_mutex_lock(&counter_lock);
+    *counter = 0;
+    pthread_mutex_unlock(&counter_lock);
+    pthread_t threads[2];
+    long probes = 0;
+    for (int i = 0; i < 2; i++)
+        pthread_create(&threads[i], NULL, add_then_probe, NULL);
+    for (int i = 0; i < 2; i++) {
+        void *faulted;
+        pthread_join(threads[i], &faulted);
+        probes += (long)faulted;
+    }
+    probes += probe();
+    if (probes != 3 || atomic_load(&segv_calls) != 3 || *counter != 2000)
+        fail("sysvsegv", "sigset: the handler did not see exactly the three probes");
+    /* One-shot: a thread's tracked writes do not use it up; main's probe does, and the
+     * default action is back (in main: a one-shot handler is reset in the thread-process
+     * that took the signal). */
+    if (sysv_signal(SIGSEGV, on_segv_plain) != on_segv_plain)
+        fail("sysvsegv", "sysv_signal does not report the sigset handler");
+    pthread_t thread;
+    pthread_create(&thread, NULL, add_only, NULL);
+    pthread_join(thread, NULL);
+    if (probe() != 1 || atomic_load(&segv_calls) != 4 || *counter != 3000)
+        fail("sysvsegv", "sysv_signal: the handler did not see exactly the probe");
+    if (sysv_sigset(SIGSEGV, SIG_DFL) != SIG_DFL)
+        fail("sysvsegv", "the one-shot handler was not reset to SIG_DFL");
+}
+
+static char *alt_base;
+static size_t alt_size;
+static atomic_int on_alt_stack;
+
+/* Finds itself on the program's alternate stack (a local's address inside it). */
+static void on_usr1_onstack(int signal) {
+    (void)signal;
+    char here;
+    stack_t now;
+    if (&here >= alt_base && &here < alt_base + alt_size && sigaltstack(NULL, &now) == 0 &&
+        (now.ss_flags & SS_ONSTACK))
+        atomic_store(&on_alt_stack, 1);
+}
+
+static pthread_mutex_t pages_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *pages;
+
+static void *alt_fresh(void *unused) {
+    (void)unused;
+    stack_t now;
+    if (sigaltstack(NULL, &now) != 0 || !(now.ss_flags & SS_DISABLE))
+        return (void *)1;
+    return NULL;
+}
+
+static const char *read_back(const stack_t *set) {
+    stack_t back;
+    if (sigaltstack(NULL, &back) != 0 || back.ss_sp != set->ss_sp ||
+        back.ss_size != set->ss_size || (back.ss_flags & (SS_DISABLE | SS_ONSTACK)))
+        return "the stack read back is not the one set";
+    return NULL;
+}
+
+static void *alt_thread(void *unused) {
+    (void)unused;
+    /* The classic MINSIGSTKSZ, 2 KiB (glibc's macro is larger with _GNU_SOURCE), enough for
+     * a small handler where the processor's register state is small; or twice as much until
+     * the kernel takes it. No signal is taken on it here. */
+    size_t size = 2048;
+    stack_t small = {.ss_sp = malloc(64 * 1024), .ss_size = size, .ss_flags = 0};
+    while (sigaltstack(&small, NULL) != 0) {
+        if (errno != ENOMEM || size >= 64 * 1024)
+            return "sigaltstack";
+        size *= 2;
+        small.ss_size = size;
+    }
+    for (int round = 0; round < 3; round++) {
+        pthread_mutex_lock(&pages_lock);
+        for (int page = 0; page < 16; page++)
+            pages[page * 4096 + round] += 1;
+        pthread_mutex_unlock(&pages_lock);
+    }
+    const char *why = read_back(&small);
+    if (why != NULL)
+        return (void *)why;
+    /* A large one is the stack the program's SA_ONSTACK handler runs on. */
+    alt_size = 128 * 1024;
+    alt_base = malloc(alt_size);
+    stack_t large = {.ss_sp = alt_base, .ss_size = alt_size, .ss_flags = 0};
+    if (sigaltstack(&large, NULL) != 0)
+        return "sigaltstack of a large stack";
+    pthread_kill(pthread_self(), SIGUSR1);
+    if (!atomic_load(&on_alt_stack))
+        return "the SA_ONSTACK handler did not run on the program's alternate stack";
+    if ((why = read_back(&large)) != NULL)
+        return (void *)why;
+    stack_t off = {.ss_sp = NULL, .ss_size = 0, .ss_flags = SS_DISABLE};
+    stack_t back;
+    if (sigaltstack(&off, NULL) != 0 || sigaltstack(NULL, &back) != 0 ||
+        !(back.ss_flags & SS_DISABLE))
+        return "SS_DISABLE not read back";
+    pthread_t fresh;
+    void *result;
+    pthread_create(&fresh, NULL, alt_fresh, NULL);
+    pthread_join(fresh, &result);
+    if (result != NULL)
+        return "a new thread starts with an alternate stack";
+    return NULL;
+}
+
+static void altstack(void) {
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = on_usr1_onstack;
+    action.sa_flags = SA_ONSTACK;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(SIGUSR1, &action, NULL) != 0)
+        fail("altstack", "sigaction");
+    pages = nvmalloc(16 * 4096, "pages");
+    if (pages == NULL)
+        fail("altstack", "nvmalloc");
+    pthread_t thread;
+    void *why;
+    pthread_create(&thread, NULL, alt_thread, NULL);
+    pthread_join(thread, &why);
+    if (why != NULL)
+        fail("altstack", why);
+    for (int page = 0; page < 16; page++)
+        if (pages[page * 4096] != 1 || pages[page * 4096 + 2] != 1)
+            fail("altstack", "a tracked write was lost");
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: signals MODE\n");
@@ -496,6 +711,12 @@ int main(int argc, char **argv) {
         processkill();
     else if (strcmp(mode, "stopcont") == 0)
         stopcont();
+    else if (strcmp(mode, "sysvchld") == 0)
+        sysvchld();
+    else if (strcmp(mode, "sysvsegv") == 0)
+        sysvsegv();
+    else if (strcmp(mode, "altstack") == 0)
+        altstack();
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
