@@ -2,8 +2,9 @@
  * A read-mostly lookup table behind one read-write lock (docs/nvthreads.md §10, read-write
  * locks): THREADS threads each make OPS operations, 95 % lookups under the read lock
  * (LOOKUPS keys, default 1, looked up in an open-addressed table of 4,096 entries in the
- * persistent heap, their values summed) and 5 % updates under the write lock (a value
- * changed). Prints
+ * persistent heap, their values summed; then, with WAIT_US > 0, a sleep of that many
+ * microseconds still holding the read lock, as a server's lookup that waits for a disk or
+ * a backend) and 5 % updates under the write lock (a value changed). Prints
  *   RESULT rwlock_lookup <digest>   (equal under every runtime: the updates commute)
  *   TIME <seconds>                  (from the first pthread_create to the last join)
  * Build (plain pthreads, or the runtime with LD_PRELOAD), then run:
@@ -12,7 +13,7 @@
  *   ./rwlock_lookup 4 200000
  *   NVT_POOL=/dev/shm/rwlock_lookup.pool \
  *      LD_PRELOAD=target/release/examples/libnvthreads_rt.so ./rwlock_lookup 4 200000
- * Usage: rwlock_lookup THREADS OPS [LOOKUPS]
+ * Usage: rwlock_lookup THREADS OPS [LOOKUPS [WAIT_US]]
  */
 #define _GNU_SOURCE
 #include <inttypes.h>
@@ -36,6 +37,7 @@ static struct entry *table;
 static pthread_rwlock_t lock = PTHREAD_RWLOCK_INITIALIZER;
 static long ops;
 static int lookups = 1;
+static long wait_us;
 static uint64_t sums[64];
 
 static uint64_t next_random(uint64_t *state) {
@@ -71,6 +73,10 @@ static void *worker(void *arg) {
             for (int l = 0; l < lookups; l++) {
                 sum += find((key + (uint64_t)l * 7919) % KEYS + 1)->value;
             }
+            if (wait_us > 0) {
+                struct timespec pause = {0, wait_us * 1000};
+                nanosleep(&pause, NULL);
+            }
             pthread_rwlock_unlock(&lock);
         }
     }
@@ -86,6 +92,9 @@ int main(int argc, char **argv) {
     ops = atol(argv[2]);
     if (argc > 3) {
         lookups = atoi(argv[3]);
+    }
+    if (argc > 4) {
+        wait_us = atol(argv[4]);
     }
     if (threads < 1 || threads > 64) {
         return 2;

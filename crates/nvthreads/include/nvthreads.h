@@ -5,9 +5,12 @@
  * libc on the link line, which is the default), or run it with LD_PRELOAD=libnvthreads_rt.so.
  * The library replaces pthread_create/join/exit/self/detach/kill, pthread_mutex_*,
  * pthread_cond_* (timed waits included), pthread_barrier_*, pthread_once, pthread_rwlock_*
- * and pthread_spin_* (as exclusive locks), C11 <threads.h> (thrd_*, mtx_*, cnd_*, tss_*,
- * call_once; on the same runtime) and the malloc family, and adds the persistence API
- * below. It starts before main. Design: docs/nvthreads.md.
+ * (readers share the lock, as with glibc: reader preference by default, writer preference
+ * with PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP; try, timed and clock variants),
+ * pthread_spin_* (as mutexes), C11 <threads.h> (thrd_*, mtx_*, cnd_*, tss_*, call_once; on
+ * the same runtime), the malloc family, getpid/getppid/kill/sigqueue (one process id, below)
+ * and the signal-action functions, and adds the persistence API below. It starts before
+ * main. Design: docs/nvthreads.md.
  *
  * Guarantee. Persistent data is what nvmalloc returns (and, with NVT_MALLOC=persistent,
  * what malloc returns). After a crash (the whole program killed, or power lost with the pool
@@ -15,7 +18,8 @@
  * when no thread held a lock:
  *   - a durable code section runs from the lock that takes a thread from holding no mutex to
  *     holding one, to the unlock that returns it to holding none (nested and chained locks
- *     form one section); it is all or nothing;
+ *     form one section; a read or write lock of a pthread_rwlock_t counts as a lock, so
+ *     readers holding one together each run a section of their own); it is all or nothing;
  *   - writes made outside sections are committed at the thread's next synchronisation
  *     operation (trylock or unlock at depth 0, cond wait/signal/broadcast, barrier wait,
  *     once, create, join, thread exit, nvmalloc, nvrecover, nvcheckpoint); a lock at depth
@@ -67,23 +71,32 @@
  * Threads are processes, also for signals and atomics. wait, waitpid, wait3, wait4 and
  * waitid skip threads' processes (a wait for any child returns only the program's own
  * children, ECHILD when only threads are left), and a SIGCHLD handler installed with
- * sigaction, signal or bsd_signal is called for the program's own children only (SIGCHLD
- * taken with sigwaitinfo or signalfd, or handled through sysv_signal or sigset, is raised
- * when a thread ends too). A SIGSEGV handler installed with sigaction, signal or bsd_signal
- * is called for the program's own faults only, not for the write faults the runtime uses to
- * track writes (its handler stays installed and passes the others on; one installed with
- * sysv_signal or sigset replaces it and breaks the runtime). A signal's action set with
- * sigaction, signal or bsd_signal while threads run is installed in every thread, as
- * pthreads share one set of actions (sigaction returns once every thread has it, or after
- * 50 ms); the runtime uses SIGRTMAX for it: sigaction of SIGRTMAX fails with EINVAL,
+ * sigaction, signal, bsd_signal, sysv_signal or sigset is called for the program's own
+ * children only (SIGCHLD taken with sigwaitinfo or signalfd is raised when a thread ends
+ * too). A SIGSEGV handler installed with any of them is called for the program's own
+ * faults only, not for the write faults the runtime uses to track writes (its handler
+ * stays installed and passes the others on). A signal's action set with sigaction, signal,
+ * bsd_signal, sysv_signal, sigset, sigignore or siginterrupt while threads run is installed
+ * in every thread, as pthreads share one set of actions (sigaction returns once every
+ * thread has it, or after 50 ms), except that a one-shot handler (SA_RESETHAND,
+ * sysv_signal) reset by a delivery is reset in the thread that took it only; the runtime
+ * uses SIGRTMAX for it: sigaction of SIGRTMAX fails with EINVAL,
  * sigprocmask and pthread_sigmask leave it unblocked, a sigwait on a set holding it may
  * return it, and a thread in pause, sleep, poll, select or another call a caught signal
  * interrupts returns early (EINTR) when another thread sets an action. A thread made by a
  * thread dies with the main process (a thread's process whose thread has ended stays, idle,
- * until the threads it made have ended). A signal goes to the process it is
- * sent to: kill(getpid(), ...) or raise() reaches only the calling thread (from main, only
- * the main thread: a thread blocked in sigwait never sees it); a signal to the process
- * group (Ctrl-C) runs the handler in every thread. Volatile malloc'd memory and globals
+ * until the threads it made have ended). One process id: getpid() and getppid() are the
+ * program's (the main thread's) in every thread, gettid() each thread's own; kill() or
+ * sigqueue() of getpid() from any thread of the program goes to one thread that does not
+ * block the signal (main first; a thread waiting for it in sigwait counts), as the kernel
+ * picks a thread of a process, and SIGSTOP/SIGCONT stop and continue every thread; raise()
+ * and pthread_kill() reach the thread they name, as with pthreads. A signal sent to the
+ * program's pid from outside it (a shell's kill) reaches the main thread only (blocked
+ * there, it stays pending in main even if another thread waits for it), a signal to the
+ * process group (Ctrl-C) runs the handler in every thread, and a handler's si_pid names
+ * the sending thread (its gettid()). A program's alternate signal stack (sigaltstack) of
+ * at least 64 KiB is used as with pthreads; a smaller or disabled one is reported back as
+ * set, but SA_ONSTACK handlers run on the runtime's 64 KiB stack. Volatile malloc'd memory and globals
  * are written in place by every thread, so atomics (C11 <stdatomic.h>, __atomic) and
  * lock-free synchronisation there work as with pthreads. In memory the runtime merges (the
  * persistent heap; malloc'd memory and globals too when persistent or with
@@ -144,8 +157,7 @@
  * handlers run (in that thread), a line on stderr says so, the other threads are killed
  * and main ends with _exit(status) (output main buffered and did not flush is lost), and
  * the pool is left as after a crash (the next run recovers it).
- * getpid() and gettid() return the calling thread's own process id (getpid() differs
- * between threads; pthread_self() and pthread_equal() behave as with pthreads). A death no handler sees is noticed
+ * A death no handler sees is noticed
  * within 0.2 s by any thread waiting in the runtime (a lock, a condition variable, a join).
  * The pool keeps every committed section; the next run recovers it.
  *

@@ -539,9 +539,12 @@ pub struct SyncSlot {
     pub arrived: AtomicU32,
     /// Barrier: threads per generation. Read-write lock: writers waiting.
     pub count: AtomicU32,
-    /// Read-write lock: the wake-up sequence its sleepers wait on (bumped by a release
-    /// that may let them in while any is counted in `arrived`).
+    /// Read-write lock: the wake-up sequence its sleeping readers wait on (bumped by a
+    /// writer's release while any is counted in `arrived`).
     pub wake: AtomicU32,
+    /// Read-write lock: the wake-up sequence its sleeping writers wait on (bumped, and one
+    /// writer woken, by a release that frees the lock while writers wait, `count`).
+    pub wake_writers: AtomicU32,
     /// Mutex: one of [`mutex_kind`]. Condition variable: its clock (0 realtime, 1
     /// monotonic).
     pub kind: AtomicU32,
@@ -567,8 +570,12 @@ impl SyncSlot {
         // A read-write lock's sleepers wait for a change of `wake` (destroying a lock that
         // threads wait for is undefined behaviour; none should be asleep).
         self.wake.fetch_add(1, Ordering::SeqCst);
+        self.wake_writers.fetch_add(1, Ordering::SeqCst);
         if self.arrived.load(Ordering::SeqCst) != 0 {
             futex_wake(&self.wake, i32::MAX);
+        }
+        if self.count.load(Ordering::SeqCst) != 0 {
+            futex_wake(&self.wake_writers, i32::MAX);
         }
         match table {
             Table::Cond | Table::Barrier => {

@@ -157,8 +157,12 @@ impl Runtime {
         if mode == Mode::Write {
             slot.count.fetch_sub(1, Ordering::SeqCst);
             if result.is_err() {
-                // Readers of a writer-preferring lock may have waited for this writer only.
-                wake_sleepers(slot);
+                // Readers of a writer-preferring lock may have waited for this writer only,
+                // and the wake-up of one writer may have been this one's.
+                wake_readers(slot);
+                if slot.seq.load(Ordering::SeqCst) == 0 {
+                    wake_writer(slot);
+                }
             }
         }
         result
@@ -183,23 +187,35 @@ impl Runtime {
         if spin_until(looks_free) && try_take() {
             return Ok(());
         }
+        // Readers count themselves in `arrived` for each sleep; a writer is counted in
+        // `count` for its whole wait (`rwlock_wait`).
+        let (sequence, counted) = match mode {
+            Mode::Read => (&slot.wake, Some(&slot.arrived)),
+            Mode::Write => (&slot.wake_writers, None),
+        };
         loop {
             self.before_blocking();
             let _blocked = self.shared.profile.time(crate::profile::Step::Blocked);
             // Counted before the sequence is read and the state tried again: a release
             // after the try sees the count and bumps the sequence, so the kernel does not
             // let this thread sleep on the old value (both sides sequentially consistent).
-            slot.arrived.fetch_add(1, Ordering::SeqCst);
-            let seen = slot.wake.load(Ordering::SeqCst);
+            if let Some(counted) = counted {
+                counted.fetch_add(1, Ordering::SeqCst);
+            }
+            let seen = sequence.load(Ordering::SeqCst);
             if try_take() {
-                slot.arrived.fetch_sub(1, Ordering::SeqCst);
+                if let Some(counted) = counted {
+                    counted.fetch_sub(1, Ordering::SeqCst);
+                }
                 return Ok(());
             }
             let end = match deadline {
-                None => futex_wait_watched(&slot.wake, seen),
-                Some((clock, at)) => futex_wait_until_end(&slot.wake, seen, clock, at),
+                None => futex_wait_watched(sequence, seen),
+                Some((clock, at)) => futex_wait_until_end(sequence, seen, clock, at),
             };
-            slot.arrived.fetch_sub(1, Ordering::SeqCst);
+            if let Some(counted) = counted {
+                counted.fetch_sub(1, Ordering::SeqCst);
+            }
             if try_take() {
                 return Ok(());
             }
@@ -276,11 +292,14 @@ impl Runtime {
             // Alone: every reader before it left, and it depends on what they marked.
             slot.dep.store(self.dependency(), Ordering::Release);
             slot.seq.store(0, Ordering::SeqCst);
-            wake_sleepers(slot);
+            wake_readers(slot);
+            wake_writer(slot);
         } else {
             self.mark(&slot.dep);
+            // Only a writer waits for readers (a reader waits for a writer, or for a
+            // waiting writer of a writer-preferring lock, which a writer's release wakes).
             if slot.seq.fetch_sub(1, Ordering::SeqCst) == 1 {
-                wake_sleepers(slot);
+                wake_writer(slot);
             }
         }
     }
@@ -313,11 +332,21 @@ fn try_write(slot: &SyncSlot) -> bool {
         .is_ok()
 }
 
-/// After a release that may let sleepers in: bumps the wake-up sequence and wakes them all
-/// (readers all enter; of writers, one wins and the others sleep again), if any is counted.
-fn wake_sleepers(slot: &SyncSlot) {
+/// After a release that may let readers in: bumps their wake-up sequence and wakes them
+/// all, if any is counted asleep.
+fn wake_readers(slot: &SyncSlot) {
     if slot.arrived.load(Ordering::SeqCst) != 0 {
         slot.wake.fetch_add(1, Ordering::SeqCst);
         futex_wake(&slot.wake, i32::MAX);
+    }
+}
+
+/// After a release that freed the lock: bumps the writers' wake-up sequence and wakes one,
+/// if any waits. The one woken takes the lock, or sleeps again if another took it first
+/// (whose release wakes the next); one that gives up at its deadline passes the wake-up on.
+fn wake_writer(slot: &SyncSlot) {
+    if slot.count.load(Ordering::SeqCst) != 0 {
+        slot.wake_writers.fetch_add(1, Ordering::SeqCst);
+        futex_wake(&slot.wake_writers, 1);
     }
 }
