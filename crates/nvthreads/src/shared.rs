@@ -543,8 +543,12 @@ pub struct SyncSlot {
     /// writer's release while any is counted in `arrived`).
     pub wake: AtomicU32,
     /// Read-write lock: the wake-up sequence its sleeping writers wait on (bumped, and one
-    /// writer woken, by a release that frees the lock while writers wait, `count`).
+    /// writer woken, by a release that frees the lock while a writer sleeps).
     pub wake_writers: AtomicU32,
+    /// Read-write lock: writers between counting themselves and returning from a sleep on
+    /// `wake_writers` (a writer still watching the state is not counted: a release makes no
+    /// system call for it).
+    pub writers_asleep: AtomicU32,
     /// Mutex: one of [`mutex_kind`]. Condition variable: its clock (0 realtime, 1
     /// monotonic).
     pub kind: AtomicU32,
@@ -574,7 +578,7 @@ impl SyncSlot {
         if self.arrived.load(Ordering::SeqCst) != 0 {
             futex_wake(&self.wake, i32::MAX);
         }
-        if self.count.load(Ordering::SeqCst) != 0 {
+        if self.writers_asleep.load(Ordering::SeqCst) != 0 {
             futex_wake(&self.wake_writers, i32::MAX);
         }
         match table {
@@ -590,6 +594,7 @@ impl SyncSlot {
             Table::Mutex | Table::Once => self.seq.store(0, Ordering::Relaxed),
         }
         for field in [
+            &self.writers_asleep,
             &self.arrived,
             &self.count,
             &self.kind,

@@ -20,13 +20,15 @@
 //! - an inner unlock is deferred to the section's end, as a mutex's: a reader keeps its
 //!   share (a writer its exclusion) until the outermost unlock has merged.
 //!
-//! The lock's state is one futex-free word (`SyncSlot::seq`: readers counted, or [`WRITER`]);
-//! sleepers wait on a separate sequence (`SyncSlot::wake`) that a release bumps when any
-//! sleeper is counted (`SyncSlot::arrived`), so a state that returns to the value a sleeper
-//! saw (readers leaving and others entering) cannot hide a release from it. Which
-//! read locks this thread holds, and how many times, is private to its process.
+//! The lock's state is one word (`SyncSlot::seq`: readers counted, or [`WRITER`]) that
+//! nobody sleeps on: sleeping readers wait on one sequence (`SyncSlot::wake`, counted in
+//! `SyncSlot::arrived`), writers on another (`SyncSlot::wake_writers`, counted in
+//! `SyncSlot::writers_asleep`), which releases bump before they wake, so a state
+//! that returns to the value a sleeper saw (readers leaving and others entering) cannot
+//! hide a release from it. Which read locks this thread holds, and how many times, is
+//! private to its process.
 
-use super::sync::{deferred, spin_until};
+use super::sync::{deferred, leave_count, spin_until};
 use super::{LOCAL, Runtime, depth, me_tag};
 use crate::shared::{
     Clock, SyncSlot, WaitEnd, deadline_passed, futex_wait_until_end, futex_wait_watched,
@@ -187,11 +189,12 @@ impl Runtime {
         if spin_until(looks_free) && try_take() {
             return Ok(());
         }
-        // Readers count themselves in `arrived` for each sleep; a writer is counted in
-        // `count` for its whole wait (`rwlock_wait`).
+        // Sleepers count themselves for each sleep: readers in `arrived`, writers in
+        // `writers_asleep` (a writer is also in `count` for its whole wait, `rwlock_wait`,
+        // which writer-preferring readers defer to).
         let (sequence, counted) = match mode {
-            Mode::Read => (&slot.wake, Some(&slot.arrived)),
-            Mode::Write => (&slot.wake_writers, None),
+            Mode::Read => (&slot.wake, &slot.arrived),
+            Mode::Write => (&slot.wake_writers, &slot.writers_asleep),
         };
         loop {
             self.before_blocking();
@@ -199,22 +202,20 @@ impl Runtime {
             // Counted before the sequence is read and the state tried again: a release
             // after the try sees the count and bumps the sequence, so the kernel does not
             // let this thread sleep on the old value (both sides sequentially consistent).
-            if let Some(counted) = counted {
-                counted.fetch_add(1, Ordering::SeqCst);
-            }
+            counted.fetch_add(1, Ordering::SeqCst);
             let seen = sequence.load(Ordering::SeqCst);
             if try_take() {
-                if let Some(counted) = counted {
-                    counted.fetch_sub(1, Ordering::SeqCst);
-                }
+                counted.fetch_sub(1, Ordering::SeqCst);
                 return Ok(());
             }
             let end = match deadline {
                 None => futex_wait_watched(sequence, seen),
                 Some((clock, at)) => futex_wait_until_end(sequence, seen, clock, at),
             };
-            if let Some(counted) = counted {
-                counted.fetch_sub(1, Ordering::SeqCst);
+            // A waker takes those it woke off the count itself (as a condition variable's
+            // signal does): a sleeper woken and not yet running draws no more wake-ups.
+            if end != WaitEnd::Woken {
+                leave_count(counted, 1);
             }
             if try_take() {
                 return Ok(());
@@ -337,16 +338,21 @@ fn try_write(slot: &SyncSlot) -> bool {
 fn wake_readers(slot: &SyncSlot) {
     if slot.arrived.load(Ordering::SeqCst) != 0 {
         slot.wake.fetch_add(1, Ordering::SeqCst);
-        futex_wake(&slot.wake, i32::MAX);
+        let woken = futex_wake(&slot.wake, i32::MAX);
+        if woken > 0 {
+            leave_count(&slot.arrived, woken);
+        }
     }
 }
 
 /// After a release that freed the lock: bumps the writers' wake-up sequence and wakes one,
-/// if any waits. The one woken takes the lock, or sleeps again if another took it first
+/// if any sleeps. The one woken takes the lock, or sleeps again if another took it first
 /// (whose release wakes the next); one that gives up at its deadline passes the wake-up on.
 fn wake_writer(slot: &SyncSlot) {
-    if slot.count.load(Ordering::SeqCst) != 0 {
+    if slot.writers_asleep.load(Ordering::SeqCst) != 0 {
         slot.wake_writers.fetch_add(1, Ordering::SeqCst);
-        futex_wake(&slot.wake_writers, 1);
+        if futex_wake(&slot.wake_writers, 1) > 0 {
+            leave_count(&slot.writers_asleep, 1);
+        }
     }
 }
