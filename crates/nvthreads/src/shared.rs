@@ -534,21 +534,18 @@ pub struct SyncSlot {
     pub seq: AtomicU32,
     /// Barrier: threads arrived in this generation. Condition variable: threads waiting
     /// that no wake-up has reached yet (a signal with none makes no system call; see
-    /// `Runtime::wait_for_signal`). Read-write lock: threads between counting themselves
-    /// and returning from a sleep on `wake`.
+    /// `Runtime::wait_for_signal`). Read-write lock: the newest value of `wake` a reader
+    /// read before going to sleep (its "armed" value; `runtime::rwlock`).
     pub arrived: AtomicU32,
     /// Barrier: threads per generation. Read-write lock: writers waiting.
     pub count: AtomicU32,
-    /// Read-write lock: the wake-up sequence its sleeping readers wait on (bumped by a
-    /// writer's release while any is counted in `arrived`).
+    /// Read-write lock: the wake-up sequence its sleeping readers wait on.
     pub wake: AtomicU32,
-    /// Read-write lock: the wake-up sequence its sleeping writers wait on (bumped, and one
-    /// writer woken, by a release that frees the lock while a writer sleeps).
+    /// Read-write lock: the wake-up sequence its sleeping writers wait on.
     pub wake_writers: AtomicU32,
-    /// Read-write lock: writers between counting themselves and returning from a sleep on
-    /// `wake_writers` (a writer still watching the state is not counted: a release makes no
-    /// system call for it).
-    pub writers_asleep: AtomicU32,
+    /// Read-write lock: the newest value of `wake_writers` a writer read before going to
+    /// sleep.
+    pub writers_armed: AtomicU32,
     /// Mutex: one of [`mutex_kind`]. Condition variable: its clock (0 realtime, 1
     /// monotonic).
     pub kind: AtomicU32,
@@ -573,13 +570,11 @@ impl SyncSlot {
         self.word.force_free();
         // A read-write lock's sleepers wait for a change of `wake` (destroying a lock that
         // threads wait for is undefined behaviour; none should be asleep).
-        self.wake.fetch_add(1, Ordering::SeqCst);
-        self.wake_writers.fetch_add(1, Ordering::SeqCst);
-        if self.arrived.load(Ordering::SeqCst) != 0 {
-            futex_wake(&self.wake, i32::MAX);
-        }
-        if self.writers_asleep.load(Ordering::SeqCst) != 0 {
-            futex_wake(&self.wake_writers, i32::MAX);
+        if table == Table::Mutex {
+            for wake in [&self.wake, &self.wake_writers] {
+                wake.fetch_add(1, Ordering::SeqCst);
+                futex_wake(wake, i32::MAX);
+            }
         }
         match table {
             Table::Cond | Table::Barrier => {
@@ -594,7 +589,7 @@ impl SyncSlot {
             Table::Mutex | Table::Once => self.seq.store(0, Ordering::Relaxed),
         }
         for field in [
-            &self.writers_asleep,
+            &self.writers_armed,
             &self.arrived,
             &self.count,
             &self.kind,

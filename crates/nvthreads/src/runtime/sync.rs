@@ -527,7 +527,7 @@ impl Runtime {
 /// Takes `n` off a condition variable's count of waiters, stopping at 0: a waiter counted
 /// in a slot that `pthread_cond_destroy` and a new `pthread_cond_init` reset meanwhile (its
 /// wait ended by the reset's new sequence) must not wrap the new object's count.
-pub(super) fn leave_count(count: &std::sync::atomic::AtomicU32, n: u32) {
+fn leave_count(count: &std::sync::atomic::AtomicU32, n: u32) {
     let _ = count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| {
         Some(now.saturating_sub(n))
     });
