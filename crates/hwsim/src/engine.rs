@@ -138,10 +138,11 @@ impl World {
 
     /// The words of `req` (a mask over its 256 B line) whose data the persistence domain does
     /// not hold yet. A whole-line data write (write-back, flush, staged line) carries the
-    /// changed words its line had when it left the caches; a partial one (an in-place update
-    /// from a log) changes every word it carries; log writes are all new data.
+    /// changed words its line had when it left the caches; words from a log (in-place
+    /// updates, partial or a coalesced whole line: `log_words`) and log writes are all new
+    /// data.
     fn changed_words(&mut self, req: &WriteReq) -> u32 {
-        if req.kind == WriteKind::Log || req.bytes < 64 {
+        if req.kind == WriteKind::Log || req.log_words || req.bytes < 64 {
             return u32::MAX;
         }
         let line = req.addr >> 6;

@@ -551,3 +551,30 @@ fn silo_acknowledges_a_commit_once_its_last_entry_is_in_the_buffer() {
     assert_eq!(m.stalls.drain, 217);
     assert_eq!(m.stalls.commit, (251 + 128) - 219);
 }
+
+#[test]
+fn coalesced_in_place_updates_of_a_whole_line_program_every_word() {
+    // One transaction changes all eight words of line 0. Without coalescing they are eight
+    // 8 B LUs; with it, one 64 B write. Either way PM receives eight new words (64 B
+    // programmed) and the line's final-drain write-back finds nothing left to program. A
+    // 64 B coalesced LU used to be taken for a line leaving the caches: its changed words
+    // were looked up among the caches' in-flight write-backs, found none, and it programmed
+    // nothing.
+    let mut events = vec![Event::TxBegin];
+    events.extend((0..8).map(|w| st(8 * w, 0, w + 1)));
+    events.push(Event::TxEnd);
+    let mut cfg = Config::default().with_cores(1);
+    let apart = run(DesignKind::Silo, &cfg, &events);
+    cfg.silo.coalesce_lus = true;
+    let together = run(DesignKind::Silo, &cfg, &events);
+    assert_eq!(
+        (apart.pm.in_place.requests, apart.pm.in_place.bytes),
+        (8, 64)
+    );
+    assert_eq!(
+        (together.pm.in_place.requests, together.pm.in_place.bytes),
+        (1, 64)
+    );
+    assert_eq!(apart.pm.programmed_bytes, 64);
+    assert_eq!(together.pm.programmed_bytes, 64);
+}

@@ -319,6 +319,7 @@ impl Silo {
                 WriteReq {
                     data: ctx.attach(data),
                     seq: e.seq,
+                    log_words: true,
                     ..WriteReq::new(e.word, 8, WriteKind::InPlace, core)
                 }
             }
