@@ -11,8 +11,9 @@
 //!   (the write-back was captured after the entry's last store: `WriteReq::seq > entry.seq`),
 //!   the entry's flush-bit is set: PM already has the new value, the old value is kept for undo.
 //!   A later store to the word clears it again (the PM copy is stale once more).
-//! * **Commit**: once the transaction's last entry has arrived, the buffer acknowledges after
-//!   its access latency; at that instant the core's persistent commit register is set. Then
+//! * **Commit**: the commit request follows the entries over the path; once it and the
+//!   transaction's last entry have arrived, the buffer acknowledges (after its access latency
+//!   for the entry); at that instant the core's persistent commit register is set. Then
 //!   entries with flush-bit 1 free at once and the others queue an 8 B in-place update (LU) to
 //!   the MC write queue; each frees when its LU is accepted. LUs coalesce with evictions in the
 //!   on-PM buffer.
@@ -542,8 +543,11 @@ impl Design for Silo {
         let c = &mut self.cores[core];
         c.committing = true;
         // The controller acknowledges once the last entry is written into the buffer (its
-        // arrival plus the buffer's access latency) and the commit request is there.
-        let ack = ctx.now().max(c.last_arrival + self.cfg.buffer_latency);
+        // arrival plus the buffer's access latency) and the commit request is there: the
+        // log generator sends it over the same path as the entries, so it reaches the MC
+        // one path trip after `TxEnd` at the earliest (as Base's commit message does).
+        let request = ctx.now() + self.path;
+        let ack = request.max(c.last_arrival + self.cfg.buffer_latency);
         Step::block(Wake::At(ack), Stall::Commit)
     }
 
