@@ -580,3 +580,39 @@ fn coalesced_in_place_updates_of_a_whole_line_program_every_word() {
     assert_eq!(apart.pm.programmed_bytes, 64);
     assert_eq!(together.pm.programmed_bytes, 64);
 }
+
+#[test]
+fn a_silo_transaction_that_fits_the_buffer_exactly_does_not_overflow() {
+    // Twenty distinct changed words fill the 20-entry buffer with live entries, and no
+    // further entry comes: nothing overflows (§III-F retires entries when a new one finds
+    // no slot). Retirement used to start as soon as an append took the last slot, writing
+    // 14 undo records and in-place updates before commit for a transaction that fits.
+    let cfg = Config::default().with_cores(1);
+    let tx = |words: u64| {
+        let mut events = vec![Event::TxBegin];
+        events.extend((0..words).map(|w| st(64 * w, 0, w + 1)));
+        events.push(Event::TxEnd);
+        events
+    };
+    let fits = run(DesignKind::Silo, &cfg, &tx(20));
+    let log = fits.log.expect("silo logs");
+    assert_eq!(log.max_entries_per_tx, 20);
+    assert_eq!(
+        (log.overflow_tx, log.overflowed_entries, log.undo_records),
+        (0, 0, 0)
+    );
+    assert_eq!(fits.pm.log.requests, 0);
+    // One word more overflows: the 21st entry finds every slot live, and the oldest 14
+    // retire (one batch of 14 × 18 B, written as 256 B at most).
+    let over = run(DesignKind::Silo, &cfg, &tx(21));
+    let log = over.log.expect("silo logs");
+    assert_eq!(
+        (
+            log.overflow_tx,
+            log.overflow_batches,
+            log.overflowed_entries
+        ),
+        (1, 1, 14)
+    );
+    assert_eq!((over.pm.log.requests, over.pm.log.bytes), (1, 256));
+}

@@ -21,8 +21,10 @@
 //!   transactions (or entries already retiring) are draining; if every slot holds a live entry
 //!   of the running transaction, the oldest ones (up to ⌊256/18⌋ = 14) retire: their 18 B undo
 //!   records go to the core's PM log region in one batched write, and those with flush-bit 0
-//!   write their new word in place (LU). A retiring entry frees when both are accepted. The
-//!   core stalls only while no slot is free.
+//!   write their new word in place (LU). A retiring entry frees when both are accepted; the
+//!   entries that follow take the freed slots while the rest of the batch drains. The core
+//!   stalls only while no slot is free. A transaction whose entries fill the buffer exactly
+//!   does not overflow.
 //! * **Failure**: the battery flushes, per entry still in a buffer, the undo record (entries of
 //!   uncommitted transactions) or the redo record (entries of committed transactions with
 //!   flush-bit 0) to the log region.
@@ -495,10 +497,16 @@ impl Design for Silo {
         }
         self.cores[core].waiting = Some(st.word);
         self.make_room(ctx, core);
+        // The retirement's writes may have been accepted at once (an idle write queue),
+        // freeing slots now: no MC change would follow to wake a waiting core.
+        if self.cores[core].free_slot().is_some() {
+            self.cores[core].waiting = None;
+            return Step::Done;
+        }
         Self::room_wait()
     }
 
-    fn post_store(&mut self, ctx: &mut Ctx<'_>, core: usize, st: &StoreInfo) -> Step {
+    fn post_store(&mut self, _ctx: &mut Ctx<'_>, core: usize, st: &StoreInfo) -> Step {
         self.stats.tx_stores += 1;
         if st.silent {
             self.stats.silent_ignored += 1;
@@ -528,14 +536,8 @@ impl Design for Silo {
         c.tx_entries += 1;
         self.stats.appended += 1;
         self.stats.max_entries_per_tx = self.stats.max_entries_per_tx.max(c.tx_entries);
-        if c.free_slot().is_none() {
-            // The buffer is full of this transaction's entries: start retiring the oldest
-            // now, in parallel with the next appends (§III-F), rather than when the next
-            // entry finds no slot. This also retires entries of a transaction that fits
-            // exactly (no further append comes): a known model issue, see docs/hwsim.md,
-            // "Known model issues".
-            self.make_room(ctx, core);
-        }
+        // A full buffer retires nothing yet: overflow is an entry that finds no slot
+        // (`pre_store`), and a transaction whose entries fill the buffer exactly fits.
         Step::Done
     }
 
