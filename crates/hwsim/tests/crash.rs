@@ -178,7 +178,7 @@ proptest! {
 
     #[test]
     fn every_design_recovers_all_or_nothing(
-        programs in prop::collection::vec(short_program(), 2..=2),
+        programs in prop::collection::vec(core_program(), 2..=2),
         crash_points in prop::collection::vec(0.0f64..1.05, 6),
     ) {
         let trace = build_trace(&programs);
