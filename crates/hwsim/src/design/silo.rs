@@ -238,7 +238,11 @@ impl Silo {
                 lu: !e.flush,
             };
             entries.push((slot, e.order));
-            if !e.flush {
+            if e.flush {
+                // PM already has its newest value from an eviction: the LU is skipped, as
+                // at commit.
+                self.stats.updates_skipped += 1;
+            } else {
                 self.jobs.push_back(Job::Lu {
                     core,
                     slot,
