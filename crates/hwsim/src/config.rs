@@ -563,8 +563,11 @@ impl Config {
 
     fn validate_baselines(&self) -> Result<(), ConfigError> {
         let bad = |m: &str| Err(ConfigError::Invalid(m.to_string()));
-        if self.base.record_bytes == 0 {
-            return bad("base.record_bytes must be ≥ 1");
+        // A log record is one write request; beyond a 256 B line the MC and the on-PM
+        // buffer would split nothing and charge it as one (2^40 B records also stalled the
+        // host for minutes).
+        if !(1..=256).contains(&self.base.record_bytes) {
+            return bad("base.record_bytes must be in 1..=256");
         }
         let (f, m, l) = (&self.fwb, &self.morlog, &self.lad);
         if f.log_buffer == 0 || f.records_per_write == 0 || f.record_bytes == 0 {
@@ -581,6 +584,12 @@ impl Config {
         }
         if m.meta_bytes == 0 || m.log_bytes < 4 * m.write_bytes {
             return bad("morlog: meta_bytes ≥ 1 and log_bytes ≥ 4 writes");
+        }
+        // The largest record (metadata, an 8 B undo and an 8 B redo part) must fit one log
+        // write: a pack is sent as at most 256 B, so a larger record was charged as less
+        // traffic than it is, and one larger than the log never found room (a deadlock).
+        if m.meta_bytes + 16 > m.write_bytes {
+            return bad("morlog: meta_bytes + 16 (one undo+redo record) must fit write_bytes");
         }
         if l.spec_limit == 0 {
             return bad("lad: spec_limit must be ≥ 1 (it is capped at write_queue − 1)");
@@ -733,6 +742,26 @@ mod tests {
         assert!(refused(&|c| c.silo.redo_record_bytes = 0).contains("redo_record_bytes"));
         assert!(refused(&|c| c.silo.entry_bytes = 0).contains("entry_bytes"));
         assert!(refused(&|c| c.base.record_bytes = 0).contains("base.record_bytes"));
+    }
+
+    #[test]
+    fn log_records_larger_than_one_log_write_are_refused() {
+        let refused = |change: &dyn Fn(&mut Config)| {
+            let mut c = Config::default();
+            change(&mut c);
+            c.validate().expect_err("too large").to_string()
+        };
+        assert!(refused(&|c| c.base.record_bytes = 257).contains("base.record_bytes"));
+        assert!(refused(&|c| c.base.record_bytes = 1 << 40).contains("base.record_bytes"));
+        // 49 B of metadata + 16 B of data do not fit MorLog's 64 B log write.
+        assert!(refused(&|c| c.morlog.meta_bytes = 49).contains("morlog: meta_bytes"));
+        assert!(refused(&|c| c.morlog.meta_bytes = 1 << 20).contains("morlog: meta_bytes"));
+        let mut at_the_bounds = Config::default();
+        at_the_bounds.base.record_bytes = 256;
+        at_the_bounds.morlog.meta_bytes = 48;
+        at_the_bounds
+            .validate()
+            .expect("records that fill one log write are allowed");
     }
 
     #[test]

@@ -52,7 +52,7 @@ pub enum Violation {
         /// Design name.
         design: String,
     },
-    /// The run could not be set up.
+    /// The run could not be set up, or it deadlocked before the crash cycle.
     #[error("cannot simulate: {0}")]
     Setup(#[from] SimError),
     /// A word some transaction wrote was recovered with the wrong value.
@@ -120,7 +120,7 @@ pub fn crash_check_with(
         crash_at: Some(cycle),
     };
     let mut sim = Sim::new(config, design, trace, opts)?;
-    sim.run();
+    sim.run()?;
     let metrics = sim.metrics();
     let open_tx = sim.open_transactions();
     let ran_to_completion = sim.finished();

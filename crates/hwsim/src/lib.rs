@@ -54,6 +54,6 @@ pub fn simulate(
     trace: &trace::Trace,
 ) -> Result<Metrics, SimError> {
     let mut sim = Sim::new(config, design.build(config), trace, RunOptions::default())?;
-    sim.run();
+    sim.run()?;
     Ok(sim.metrics())
 }

@@ -89,6 +89,11 @@ pub struct WriteReq {
     pub seq: u64,
     /// Data words (`WriteBack`, `Flush`, `InPlace` in value-tracking runs).
     pub data: DataRef,
+    /// The data are words taken from a design's log (Silo's in-place updates, one or a
+    /// coalesced line of them): every word carried is new to PM, whatever the size. A
+    /// whole-line data write without it carries a line that left the caches, whose changed
+    /// words the engine tracks.
+    pub log_words: bool,
 }
 
 impl WriteReq {
@@ -101,6 +106,7 @@ impl WriteReq {
             core,
             seq: 0,
             data: DataRef::NONE,
+            log_words: false,
         }
     }
 }

@@ -520,3 +520,38 @@ fn tiny_machine_exercises_scans_and_overflow() {
     let silo = log(DesignKind::Silo);
     assert!(silo.overflow_batches > 0, "{silo:?}");
 }
+
+/// Smaller programs than [`core_program`], so that crashing at every cycle stays quick.
+fn short_program() -> impl Strategy<Value = (Vec<Vec<Op>>, bool)> {
+    (
+        prop::collection::vec(prop::collection::vec(op(), 1..9), 1..4),
+        prop::bool::weighted(0.2),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    /// Not a sample of crash points: a crash right after *every* cycle of the run (so after
+    /// every event of every actor: a store, an acceptance, an issue, a commit), on the tiny
+    /// and the congested machine.
+    #[test]
+    fn every_design_recovers_after_a_crash_at_every_cycle(
+        programs in prop::collection::vec(short_program(), 2..=2),
+    ) {
+        let trace = build_trace(&programs);
+        let mut coalescing = congested(2);
+        coalescing.silo.coalesce_lus = true;
+        let runs = CONSISTENT
+            .iter()
+            .flat_map(|&d| [(tiny(2), d), (congested(2), d)])
+            .chain([(coalescing, DesignKind::Silo)]);
+        for (cfg, design) in runs {
+            let end = total_cycles(&cfg, design, &trace);
+            for cycle in 0..=end {
+                let report = crash_check(&cfg, design, &trace, cycle);
+                prop_assert!(report.is_ok(), "{design:?} at {cycle} of {end}: {report:?}");
+            }
+        }
+    }
+}

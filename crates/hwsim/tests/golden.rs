@@ -534,8 +534,10 @@ fn a_miss_during_a_write_drain_waits_for_the_drain() {
 #[test]
 fn silo_acknowledges_a_commit_once_its_last_entry_is_in_the_buffer() {
     // The entries arrive long before TxEnd (a long computation after the store): the
-    // commit costs nothing. With TxEnd right after the store it waits for the entry's
-    // arrival (32-cycle path) plus the buffer's access latency.
+    // commit still costs the commit request's trip to the log controller at the MC (32
+    // cycles, as Base's commit message and FWB's acknowledgement do; it was free). With
+    // TxEnd right after the store it waits for the entry's arrival (32-cycle path) plus the
+    // buffer's access latency.
     let late = vec![
         Event::TxBegin,
         st(0, 0, 1),
@@ -545,9 +547,72 @@ fn silo_acknowledges_a_commit_once_its_last_entry_is_in_the_buffer() {
     let mut cfg = Config::default().with_cores(1);
     cfg.silo.buffer_latency = 128;
     let m = run(DesignKind::Silo, &cfg, &late);
-    assert_eq!(m.stalls.commit, 0);
+    assert_eq!(m.stalls.commit, 32);
     // Store at 0 misses: in the L1 at 218, its entry at the buffer at 250, written at 378.
     let m = run(DesignKind::Silo, &cfg, &two_stores());
     assert_eq!(m.stalls.drain, 217);
     assert_eq!(m.stalls.commit, (251 + 128) - 219);
+}
+
+#[test]
+fn coalesced_in_place_updates_of_a_whole_line_program_every_word() {
+    // One transaction changes all eight words of line 0. Without coalescing they are eight
+    // 8 B LUs; with it, one 64 B write. Either way PM receives eight new words (64 B
+    // programmed) and the line's final-drain write-back finds nothing left to program. A
+    // 64 B coalesced LU used to be taken for a line leaving the caches: its changed words
+    // were looked up among the caches' in-flight write-backs, found none, and it programmed
+    // nothing.
+    let mut events = vec![Event::TxBegin];
+    events.extend((0..8).map(|w| st(8 * w, 0, w + 1)));
+    events.push(Event::TxEnd);
+    let mut cfg = Config::default().with_cores(1);
+    let apart = run(DesignKind::Silo, &cfg, &events);
+    cfg.silo.coalesce_lus = true;
+    let together = run(DesignKind::Silo, &cfg, &events);
+    assert_eq!(
+        (apart.pm.in_place.requests, apart.pm.in_place.bytes),
+        (8, 64)
+    );
+    assert_eq!(
+        (together.pm.in_place.requests, together.pm.in_place.bytes),
+        (1, 64)
+    );
+    assert_eq!(apart.pm.programmed_bytes, 64);
+    assert_eq!(together.pm.programmed_bytes, 64);
+}
+
+#[test]
+fn a_silo_transaction_that_fits_the_buffer_exactly_does_not_overflow() {
+    // Twenty distinct changed words fill the 20-entry buffer with live entries, and no
+    // further entry comes: nothing overflows (§III-F retires entries when a new one finds
+    // no slot). Retirement used to start as soon as an append took the last slot, writing
+    // 14 undo records and in-place updates before commit for a transaction that fits.
+    let cfg = Config::default().with_cores(1);
+    let tx = |words: u64| {
+        let mut events = vec![Event::TxBegin];
+        events.extend((0..words).map(|w| st(64 * w, 0, w + 1)));
+        events.push(Event::TxEnd);
+        events
+    };
+    let fits = run(DesignKind::Silo, &cfg, &tx(20));
+    let log = fits.log.expect("silo logs");
+    assert_eq!(log.max_entries_per_tx, 20);
+    assert_eq!(
+        (log.overflow_tx, log.overflowed_entries, log.undo_records),
+        (0, 0, 0)
+    );
+    assert_eq!(fits.pm.log.requests, 0);
+    // One word more overflows: the 21st entry finds every slot live, and the oldest 14
+    // retire (one batch of 14 × 18 B, written as 256 B at most).
+    let over = run(DesignKind::Silo, &cfg, &tx(21));
+    let log = over.log.expect("silo logs");
+    assert_eq!(
+        (
+            log.overflow_tx,
+            log.overflow_batches,
+            log.overflowed_entries
+        ),
+        (1, 1, 14)
+    );
+    assert_eq!((over.pm.log.requests, over.pm.log.bytes), (1, 256));
 }

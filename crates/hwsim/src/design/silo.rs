@@ -11,8 +11,9 @@
 //!   (the write-back was captured after the entry's last store: `WriteReq::seq > entry.seq`),
 //!   the entry's flush-bit is set: PM already has the new value, the old value is kept for undo.
 //!   A later store to the word clears it again (the PM copy is stale once more).
-//! * **Commit**: once the transaction's last entry has arrived, the buffer acknowledges after
-//!   its access latency; at that instant the core's persistent commit register is set. Then
+//! * **Commit**: the commit request follows the entries over the path; once it and the
+//!   transaction's last entry have arrived, the buffer acknowledges (after its access latency
+//!   for the entry); at that instant the core's persistent commit register is set. Then
 //!   entries with flush-bit 1 free at once and the others queue an 8 B in-place update (LU) to
 //!   the MC write queue; each frees when its LU is accepted. LUs coalesce with evictions in the
 //!   on-PM buffer.
@@ -20,8 +21,10 @@
 //!   transactions (or entries already retiring) are draining; if every slot holds a live entry
 //!   of the running transaction, the oldest ones (up to ⌊256/18⌋ = 14) retire: their 18 B undo
 //!   records go to the core's PM log region in one batched write, and those with flush-bit 0
-//!   write their new word in place (LU). A retiring entry frees when both are accepted. The
-//!   core stalls only while no slot is free.
+//!   write their new word in place (LU). A retiring entry frees when both are accepted; the
+//!   entries that follow take the freed slots while the rest of the batch drains. The core
+//!   stalls only while no slot is free. A transaction whose entries fill the buffer exactly
+//!   does not overflow.
 //! * **Failure**: the battery flushes, per entry still in a buffer, the undo record (entries of
 //!   uncommitted transactions) or the redo record (entries of committed transactions with
 //!   flush-bit 0) to the log region.
@@ -235,7 +238,11 @@ impl Silo {
                 lu: !e.flush,
             };
             entries.push((slot, e.order));
-            if !e.flush {
+            if e.flush {
+                // PM already has its newest value from an eviction: the LU is skipped, as
+                // at commit.
+                self.stats.updates_skipped += 1;
+            } else {
                 self.jobs.push_back(Job::Lu {
                     core,
                     slot,
@@ -319,6 +326,7 @@ impl Silo {
                 WriteReq {
                     data: ctx.attach(data),
                     seq: e.seq,
+                    log_words: true,
                     ..WriteReq::new(e.word, 8, WriteKind::InPlace, core)
                 }
             }
@@ -493,10 +501,16 @@ impl Design for Silo {
         }
         self.cores[core].waiting = Some(st.word);
         self.make_room(ctx, core);
+        // The retirement's writes may have been accepted at once (an idle write queue),
+        // freeing slots now: no MC change would follow to wake a waiting core.
+        if self.cores[core].free_slot().is_some() {
+            self.cores[core].waiting = None;
+            return Step::Done;
+        }
         Self::room_wait()
     }
 
-    fn post_store(&mut self, ctx: &mut Ctx<'_>, core: usize, st: &StoreInfo) -> Step {
+    fn post_store(&mut self, _ctx: &mut Ctx<'_>, core: usize, st: &StoreInfo) -> Step {
         self.stats.tx_stores += 1;
         if st.silent {
             self.stats.silent_ignored += 1;
@@ -526,14 +540,8 @@ impl Design for Silo {
         c.tx_entries += 1;
         self.stats.appended += 1;
         self.stats.max_entries_per_tx = self.stats.max_entries_per_tx.max(c.tx_entries);
-        if c.free_slot().is_none() {
-            // The buffer is full of this transaction's entries: start retiring the oldest
-            // now, in parallel with the next appends (§III-F), rather than when the next
-            // entry finds no slot. This also retires entries of a transaction that fits
-            // exactly (no further append comes): a known model issue, see docs/hwsim.md,
-            // "Known model issues".
-            self.make_room(ctx, core);
-        }
+        // A full buffer retires nothing yet: overflow is an entry that finds no slot
+        // (`pre_store`), and a transaction whose entries fill the buffer exactly fits.
         Step::Done
     }
 
@@ -541,8 +549,11 @@ impl Design for Silo {
         let c = &mut self.cores[core];
         c.committing = true;
         // The controller acknowledges once the last entry is written into the buffer (its
-        // arrival plus the buffer's access latency) and the commit request is there.
-        let ack = ctx.now().max(c.last_arrival + self.cfg.buffer_latency);
+        // arrival plus the buffer's access latency) and the commit request is there: the
+        // log generator sends it over the same path as the entries, so it reaches the MC
+        // one path trip after `TxEnd` at the earliest (as Base's commit message does).
+        let request = ctx.now() + self.path;
+        let ack = request.max(c.last_arrival + self.cfg.buffer_latency);
         Step::block(Wake::At(ack), Stall::Commit)
     }
 
