@@ -577,8 +577,11 @@ fn run_history(kind: Kind, mode: LogMode, history: &[Plan], seed: u64) -> Result
     Ok(())
 }
 
+/// Histories of mostly short transactions, some with up to 40 steps (past the write set's
+/// 24-write index threshold).
 fn history(max_txs: usize, large: bool) -> impl Strategy<Value = Vec<Plan>> {
-    proptest::collection::vec(plan(8, large), 1..max_txs)
+    let plan = prop_oneof![4 => plan(8, large), 1 => plan(40, large)];
+    proptest::collection::vec(plan, 1..max_txs)
 }
 
 fn cases(base: u32) -> ProptestConfig {
@@ -685,7 +688,7 @@ fn crash_config(sim: SimMode, seed: u64) -> Config {
             random: 12,
         },
         double_crash: Some(DoubleCrash {
-            points: 6,
+            points: 64,
             budget: Budget {
                 exhaustive_max: 4,
                 random: 2,
@@ -1154,4 +1157,63 @@ proptest! {
         let result = damaged_pools(Kind::Undo, LogMode::ALL[mode], &history, seed, 150);
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
+}
+
+/// A long history of small transactions, so that redo's sequence numbers run past 2^16 (the
+/// records keep only their low 16 bits) while the run crashes at random points and goes on
+/// from the recovered pool.
+fn long_history(kind: Kind, mode: LogMode, txs: usize, seed: u64) -> Result<u64, String> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let plans: Vec<Plan> = (0..txs)
+        .map(|i| {
+            let off = rng.random_range(0..BLOB_LEN as u16);
+            let mut steps = vec![Step::BlobWrite {
+                off,
+                len: rng.random_range(1..24),
+                seed: i as u8,
+            }];
+            if i % 97 == 0 {
+                steps.push(Step::Alloc {
+                    slot: rng.random_range(0..SLOTS as u8),
+                    size: rng.random_range(1..600),
+                    seed: i as u8,
+                    zeroed: rng.random(),
+                });
+            }
+            let end = if i % 13 == 0 { End::Abort } else { End::Commit };
+            Plan { steps, end }
+        })
+        .collect();
+    let crash_every = txs / 6;
+    let mut offset = rng.random_range(0..crash_every);
+    let pool_size = 512 << 10;
+    let mut pm = SimPm::new(pool_size, pmem_config());
+    let mut live = Live::create(kind, pm.clone(), pool_size, mode);
+    let mut model = Model::new();
+    let mut committed = 0;
+    for (i, plan) in plans.iter().enumerate() {
+        let outcome = with_engine!(&live, e => execute(e, plan, &mut model))
+            .map_err(|e| format!("tx {i}: {e}"))?;
+        committed += u64::from(outcome == Outcome::Committed);
+        if i == offset {
+            offset += crash_every;
+            let (recovered, recovered_pm) = crash_and_recover(kind, mode, &pm, &model, &mut rng)
+                .map_err(|e| format!("crash after tx {i}: {e}"))?;
+            drop(std::mem::replace(&mut live, recovered));
+            pm = recovered_pm;
+        }
+    }
+    let got = state(&live)?;
+    if got != model {
+        return Err(format!("at the end: {got:?}, expected {model:?}"));
+    }
+    Ok(committed)
+}
+
+#[test]
+fn redo_sequence_numbers_wrap_their_16_bits_across_crashes() {
+    quiet_planned_panics();
+    let txs = 80_000 * soak() as usize;
+    let committed = long_history(Kind::Redo, LogMode::Auto, txs, 5).expect("history");
+    assert!(committed > 70_000, "{committed} commits");
 }
