@@ -936,9 +936,23 @@ fn run_threads(
     threads: usize,
     ops: usize,
     seed: u64,
+    every_fence: bool,
 ) -> Result<(), String> {
     let pool_size = 512 << 10;
-    let pm = SimPm::new(pool_size, pmem_config());
+    // The platform varies with the seed: ADR or eADR, clwb or clflush.
+    let sim = crashsim::SimConfig {
+        mode: if seed & 1 == 0 {
+            SimMode::Adr
+        } else {
+            SimMode::Eadr
+        },
+        flush: if seed & 2 == 0 {
+            pmem::FlushInstr::Clwb
+        } else {
+            pmem::FlushInstr::Clflush
+        },
+    };
+    let pm = SimPm::new(pool_size, sim);
     let live = Live::create(kind, pm.clone(), pool_size, mode);
     with_engine!(&live, e => e.transaction(|tx| {
         let root = tx.root::<()>();
@@ -952,13 +966,15 @@ fn run_threads(
         failure: Mutex::new(None),
     });
     let done = Arc::new(AtomicBool::new(false));
-    let snapshots = std::thread::scope(|scope| {
+    // Either a snapshot before every fence of the run, or some at random moments.
+    pm.set_capture(every_fence);
+    let mut snapshots = std::thread::scope(|scope| {
         let crasher = {
             let (pm, done) = (pm.clone(), Arc::clone(&done));
             scope.spawn(move || {
                 let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xC4A5);
                 let mut taken = Vec::new();
-                while !done.load(Ordering::Relaxed) && taken.len() < 24 {
+                while !every_fence && !done.load(Ordering::Relaxed) && taken.len() < 24 {
                     for _ in 0..rng.random_range(0..300) {
                         std::thread::yield_now();
                     }
@@ -986,6 +1002,8 @@ fn run_threads(
         done.store(true, Ordering::Relaxed);
         crasher.join().expect("crasher")
     });
+    pm.set_capture(false);
+    snapshots.extend(pm.take_snapshots());
     if let Some(failure) = shared.failure.lock().take() {
         return Err(failure);
     }
@@ -1025,13 +1043,30 @@ proptest! {
 
     #[test]
     fn redo_threads_keep_their_invariants_through_crashes(threads in 2..=4usize, seed: u64, mode in 0..4usize) {
-        let result = run_threads(Kind::Redo, LogMode::ALL[mode], threads, 1000, seed);
+        let result = run_threads(Kind::Redo, LogMode::ALL[mode], threads, 1000, seed, false);
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
 
     #[test]
     fn undo_threads_keep_their_invariants_through_crashes(threads in 2..=4usize, seed: u64, mode in 0..4usize) {
-        let result = run_threads(Kind::Undo, LogMode::ALL[mode], threads, 1000, seed);
+        let result = run_threads(Kind::Undo, LogMode::ALL[mode], threads, 1000, seed, false);
+        prop_assert!(result.is_ok(), "{}", result.unwrap_err());
+    }
+}
+
+proptest! {
+    #![proptest_config(cases(4))]
+
+    /// The threaded run, short, crashed before every one of its fences.
+    #[test]
+    fn redo_threads_keep_their_invariants_at_every_fence(threads in 2..=3usize, seed: u64, mode in 0..4usize) {
+        let result = run_threads(Kind::Redo, LogMode::ALL[mode], threads, 40, seed, true);
+        prop_assert!(result.is_ok(), "{}", result.unwrap_err());
+    }
+
+    #[test]
+    fn undo_threads_keep_their_invariants_at_every_fence(threads in 2..=3usize, seed: u64, mode in 0..4usize) {
+        let result = run_threads(Kind::Undo, LogMode::ALL[mode], threads, 40, seed, true);
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
 }
