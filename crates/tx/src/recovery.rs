@@ -83,6 +83,8 @@ pub(crate) fn scan_redo<P: Persist>(pm: &P, layout: &EngineLayout) -> TxResult<R
         exact_wrap: true,
     };
     let mut newest_per_lane = Vec::with_capacity(layout.lane_count as usize);
+    // Lanes without an intact live record, and where their next record would have gone.
+    let mut idle = Vec::new();
     for lane in 0..layout.lane_count as usize {
         let base = layout.lane(lane);
         let intact = read_redo_lane(pm, base, layout.lane_size, watermark, &mut scan)?;
@@ -106,11 +108,59 @@ pub(crate) fn scan_redo<P: Persist>(pm: &P, layout: &EngineLayout) -> TxResult<R
             .map(|r| r.stamp)
             .filter(|&s| s > watermark)
             .max();
+        if lane_newest.is_none() {
+            idle.push((lane, idle_lane_next(shape, &intact)));
+        }
         newest_per_lane.push(lane_newest.unwrap_or(watermark));
     }
+    report_idle_torn_tails(pm, layout, &idle, &mut scan);
     scan.pending.sort_by_key(|r| r.seq);
     account_sequences(&mut scan, &newest_per_lane);
     Ok(scan)
+}
+
+/// Where the next record of a lane with no intact live record went: at the lane start (a
+/// ring whose records the watermark all covers places its next one there), or after the
+/// lane's newest intact record (its ring may still have held records the persisted watermark
+/// covers, but the in-memory one did not yet), minus the places that hold an intact record.
+fn idle_lane_next(shape: LaneShape, intact: &[Found]) -> Vec<u64> {
+    let after_newest = intact
+        .iter()
+        .max_by_key(|r| r.stamp)
+        .map(|r| (r.pos + r.len).next_multiple_of(CACHE_LINE) % shape.size);
+    let mut next: Vec<u64> = std::iter::once(0)
+        .chain(after_newest)
+        .filter(|&pos| !intact.iter().any(|r| r.pos == pos))
+        .collect();
+    next.dedup();
+    next
+}
+
+/// Reports the torn tail of lanes with no intact live record. A torn record there is the
+/// only trace of the commit a crash interrupted (or of damage to the lane's only live
+/// record); without a live record to follow, what lies where the next record goes is most
+/// often what an earlier lap of the ring left, so only a header that claims a sequence
+/// number the lane could have been writing counts: above the watermark, and at most one
+/// per lane above the newest intact record.
+fn report_idle_torn_tails<P: Persist>(
+    pm: &P,
+    layout: &EngineLayout,
+    idle: &[(usize, Vec<u64>)],
+    scan: &mut RedoScan,
+) {
+    let highest = scan.newest + u64::from(layout.lane_count);
+    for (lane, next) in idle {
+        let (base, limit) = (layout.lane(*lane), layout.lane(*lane) + layout.lane_size);
+        let torn = next.iter().find_map(|&pos| {
+            let claimed = record::claimed_seq(pm, base + pos, limit, scan.watermark)?;
+            (scan.watermark < claimed && claimed <= highest).then_some((pos, claimed))
+        });
+        if let Some((pos, claimed)) = torn {
+            let name = redo_lane_name(*lane);
+            scan.findings
+                .push(torn_finding(&name, base + pos, Some(claimed)));
+        }
+    }
 }
 
 /// Whether the record header at `at` holds anything (the lane is zeroed at creation).
@@ -203,7 +253,22 @@ fn account_sequences(scan: &mut RedoScan, newest_per_lane: &[u64]) {
     lanes.sort_unstable();
     for (i, &seq) in missing.iter().enumerate() {
         let eligible = lanes.iter().filter(|&&newest| newest < seq).count();
-        if eligible <= i {
+        if eligible > i {
+            // A commit is lost: say so, even when no lane shows where it was torn (a lane
+            // whose only live record was being written, or damage to a lane's oldest live
+            // record that such a lane's torn commit would explain).
+            scan.findings.push(Finding::new(
+                Severity::Recovery,
+                "redo log",
+                None,
+                format!(
+                    "no intact record carries sequence number {seq}, below the newest \
+                     ({}): the commit a crash interrupted in a lane with no newer intact \
+                     record, discarded by recovery (damage to that record looks the same)",
+                    scan.pending.last().map_or(scan.newest, |r| r.seq)
+                ),
+            ));
+        } else {
             scan.findings.push(Finding::new(
                 Severity::Damage,
                 "redo log",

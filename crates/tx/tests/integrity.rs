@@ -177,6 +177,47 @@ fn a_torn_newest_record_is_discarded_and_reported() {
     assert_eq!(check_damage(&torn, EngineKind::Redo), 0);
 }
 
+/// A lane whose only live record is torn has no intact live record to place its next
+/// commit after: its torn record lies at the lane start or after the lane's newest (dead)
+/// record. Recovery used to look for a torn tail only after a live record, so it discarded
+/// this commit without a word (and `pool check` called the pool clean).
+#[test]
+fn a_torn_record_in_a_lane_with_no_other_live_record_is_reported() {
+    let (image, layout) = crashed_redo(1);
+    let (live, lane) = live_records(&image, &layout);
+    assert_eq!(live.len(), 1, "one live record");
+    let (at, len) = live[0];
+    for byte in [at + 1, at + len / 2, at + len - 1] {
+        let mut torn = image.clone();
+        torn[byte as usize] ^= 0x80;
+        let engine = Redo::open(attach(&torn), &EngineOptions::small()).expect("torn tail");
+        let report = engine.recovery_report();
+        assert_eq!(report.replayed, 0);
+        assert!(
+            report
+                .findings
+                .iter()
+                .any(|f| f.severity == Severity::Recovery && f.structure == lane),
+            "byte {byte:#x}: {report:?}"
+        );
+        assert_eq!(check_damage(&torn, EngineKind::Redo), 0);
+    }
+    // The same lanes after a clean close report nothing.
+    let engine = Redo::open(attach(&image), &EngineOptions::small()).expect("intact");
+    assert_eq!(engine.recovery_report().replayed, 1);
+    drop(engine);
+    let pm = SimPm::from_image(image.clone(), SimConfig::default());
+    let pool = Pool::attach(pm.clone(), LAYOUT).expect("pool");
+    drop(Redo::open(pool, &EngineOptions::small()).expect("open"));
+    let closed = pm.volatile_image();
+    let engine = Redo::open(attach(&closed), &EngineOptions::small()).expect("closed");
+    assert!(
+        engine.recovery_report().findings.is_empty(),
+        "{:?}",
+        engine.recovery_report()
+    );
+}
+
 /// An undo pool crashed in the middle of a transaction that wrote the accounts one
 /// `write_raw` (one snapshot batch) at a time, and the offsets of its live entries.
 fn crashed_undo() -> (Vec<u8>, Vec<u64>) {
