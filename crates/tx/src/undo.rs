@@ -412,12 +412,15 @@ impl<P: Persist> Lifecycle for UndoTx<'_, P> {
                 .map(|r| engine.heap.publish_action(r))
                 .chain(work.frees.iter().map(|f| engine.heap.free_action(f))),
         );
+        // Before the "nothing to commit" return: a write refused because the pool is
+        // poisoned left its undo entries in the log without marking anything modified, and
+        // a body that ignored that error must not see its transaction commit.
+        if pm.is_poisoned() {
+            return Err(TxError::Poisoned);
+        }
         if work.modified.is_empty() && work.zeroed.is_empty() && work.actions.is_empty() {
             debug_assert!(work.snapshots.is_empty());
             return Ok(());
-        }
-        if pm.is_poisoned() {
-            return Err(TxError::Poisoned);
         }
         let record_len = ACTION_HEADER_LEN + (work.actions.len() * ACTION_LEN) as u64;
         if record_len > self.lane.action_area {

@@ -417,6 +417,34 @@ fn a_failed_run_creation_reaches_the_transaction_with_its_own_error() {
     assert!(matches!(result, Err(TxError::Poisoned)), "{result:?}");
 }
 
+/// A write that failed because the pool is poisoned leaves its undo entries in the log; a
+/// body that ignores the error must not see its transaction commit (it would return with
+/// those entries live, and a later rollback could restore their stale bytes).
+#[test]
+fn an_undo_transaction_that_ignored_a_poisoned_write_does_not_commit() {
+    let inner = SimPm::new(SIZE, SimConfig::default());
+    let pm = Poisonable {
+        inner,
+        poisoned: false.into(),
+    };
+    let pool = Pool::format(pm, &CreateOptions::new("engines", SIZE)).expect("format");
+    let engine = Undo::create(pool, &EngineOptions::small()).expect("undo");
+    let block: PPtr = engine
+        .transaction(|tx| tx.alloc(64))
+        .expect("allocation before the failure");
+    engine
+        .pool()
+        .pm()
+        .poisoned
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let result = engine.transaction(|tx| {
+        let write = tx.write_u64(block, 0, 7);
+        assert!(matches!(write, Err(TxError::Poisoned)), "{write:?}");
+        Ok(())
+    });
+    assert!(matches!(result, Err(TxError::Poisoned)), "{result:?}");
+}
+
 /// Opening a pool with the wrong engine is refused before anything is written, so the pool
 /// keeps the clean flag it had: a cleanly closed pool is not left looking crashed, and a
 /// crashed one is not made to look clean.
