@@ -4,7 +4,9 @@
 //! physical ones, at every level, with deliberate aborts) on shared accounts, so their
 //! operation records interleave across the lanes, one transaction re-executes on another's
 //! result, and checkpoints and write-backs (the lanes' own, or the background reclaimer's)
-//! run between them. Every fence and durability point of the run is a crash point: its
+//! run between them. Each transfer also replaces its thread's receipt, a 16-byte block
+//! (allocated, written in place, the old one freed), so the threads' heap actions interleave
+//! too and their new blocks share chunks. Every fence and durability point of the run is a crash point: its
 //! images (structured and random) are recovered, each recovery is crashed again at sampled
 //! points and recovered a second time (it must reach the first recovery's state), and the
 //! result must satisfy the model:
@@ -14,7 +16,8 @@
 //! - an unacknowledged one is all or nothing: the counter is at most the number started,
 //!   and every account equals its initial balance plus the transfers the counters say
 //!   committed (transfers commute, so this does not depend on their order), untorn;
-//! - the sum of the accounts is conserved.
+//! - the sum of the accounts is conserved;
+//! - each thread's receipt names its counter, and the heap holds exactly the receipts.
 //!
 //! **The schedule.** The threads are driven step by step: a worker stops at *gates* — before
 //! each transaction, at the start of each attempt of its body (after its snapshot is taken,
@@ -65,6 +68,11 @@ fn account_at(i: u64) -> u64 {
 
 fn counter_at(thread: usize) -> u64 {
     COUNTER_AT + 64 * thread as u64
+}
+
+/// Thread `t`'s latest receipt (a pointer), beside its counter.
+fn receipt_at(thread: usize) -> u64 {
+    counter_at(thread) + 8
 }
 
 /// Transfer `k` of thread `t` in the run with `seed`: from, to, amount.
@@ -139,6 +147,17 @@ fn transfer<T: Tx>(tx: &mut T, args: [u64; 5]) -> Result<(), Fail> {
     write_account(tx, from, a.wrapping_sub(amount))?;
     write_account(tx, to, b.wrapping_add(amount))?;
     tx.write_u64(root, counter_at(thread as usize), k + 1)?;
+    // A receipt replaces the previous one: a 16-byte block (the threads' receipts share
+    // chunks), written in place, published with the commit, and the old one freed.
+    let at = receipt_at(thread as usize);
+    let old: tx::PPtr = tx.read_ptr(root, at)?;
+    if !old.is_null() {
+        tx.free(old)?;
+    }
+    let receipt: tx::PPtr = tx.alloc(16)?;
+    tx.write_u64(receipt, 0, thread)?;
+    tx.write_u64(receipt, 8, k + 1)?;
+    tx.write_ptr(root, at, receipt)?;
     Ok(())
 }
 
@@ -329,6 +348,10 @@ impl Persist for Gated {
 struct State {
     counters: Vec<u64>,
     accounts: Vec<u64>,
+    /// Each thread's receipt (its two words), if it has one.
+    receipts: Vec<Option<(u64, u64)>>,
+    /// Blocks the recovered heap holds.
+    blocks: u64,
 }
 
 fn recovery_options() -> MvccOptions {
@@ -368,10 +391,27 @@ fn recover(pm: SimPm, threads: usize) -> Result<State, String> {
             let accounts = (0..ACCOUNTS)
                 .map(|i| read_account(tx, i))
                 .collect::<Result<Vec<_>, _>>()?;
-            Ok::<_, Fail>(State { counters, accounts })
+            let receipts = (0..threads)
+                .map(|t| {
+                    let receipt: tx::PPtr = tx.read_ptr(root, receipt_at(t))?;
+                    if receipt.is_null() {
+                        return Ok(None);
+                    }
+                    Ok(Some((tx.read_u64(receipt, 0)?, tx.read_u64(receipt, 8)?)))
+                })
+                .collect::<Result<Vec<_>, Fail>>()?;
+            Ok::<_, Fail>(State {
+                counters,
+                accounts,
+                receipts,
+                blocks: 0,
+            })
         })
         .map_err(|e| format!("reading the recovered state: {e}"))?;
-    Ok(state)
+    Ok(State {
+        blocks: engine.allocated_blocks(),
+        ..state
+    })
 }
 
 /// Whether `state` is one the model allows at a crash point with `bounds`.
@@ -391,6 +431,23 @@ fn judge(seed: u64, threads: usize, state: &State, bounds: &Bounds) -> Result<()
             expected[from as usize] = expected[from as usize].wrapping_sub(amount);
             expected[to as usize] = expected[to as usize].wrapping_add(amount);
         }
+    }
+    for t in 0..threads {
+        let c = state.counters[t];
+        let want = (c > 0).then_some((t as u64, c));
+        if state.receipts[t] != want {
+            return Err(format!(
+                "thread {t}'s receipt is {:?}, its counter {c}",
+                state.receipts[t]
+            ));
+        }
+    }
+    let receipts = state.receipts.iter().flatten().count() as u64;
+    if state.blocks != receipts {
+        return Err(format!(
+            "{} blocks allocated for {receipts} receipts",
+            state.blocks
+        ));
     }
     let sum = state.accounts.iter().fold(0u64, |s, &a| s.wrapping_add(a));
     if sum != INITIAL * ACCOUNTS {
@@ -524,6 +581,8 @@ fn worker(engine: &Mvcc<Gated, Transfers>, schedule: &Schedule, seed: u64, me: u
             schedule.set_phase(mask, false);
             let aborted = engine.transaction(|tx| {
                 schedule.stop(Gate::Body(mask));
+                let junk: tx::PPtr = tx.alloc(16)?;
+                tx.write_u64(junk, 0, u64::MAX)?;
                 write_account(tx, from, 7)?;
                 tx.write_u64(tx.root::<()>(), counter_at(me), u64::MAX)?;
                 Err::<(), _>(Fail::Abort)

@@ -5,7 +5,8 @@
 //! time; the same with 2–4 threads under invariants (conserved sums, untorn multi-chunk
 //! values, objects whose content names their id, freed blocks never seen reused by a
 //! snapshot that can still reach them); crashes at every fence of short random histories;
-//! and damaged logs and headers, which must open as typed errors, never panics.
+//! damaged logs and headers, which must open as typed errors, never panics; and damaged heap
+//! metadata, which must also never make the heap hand out a live block.
 //!
 //! `MVCC_MODEL_SOAK=N` multiplies the number of cases and rounds (a longer run outside CI).
 
