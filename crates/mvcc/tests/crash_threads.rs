@@ -35,7 +35,7 @@
 
 use crashsim::image::choices;
 use crashsim::{Budget, SimConfig, SimMode, SimPm, Snapshot};
-use mvcc::{Level, Mutant, Mvcc, MvccOptions};
+use mvcc::{ClockMode, Level, Mutant, Mvcc, MvccOptions};
 use pmem::{CreateOptions, Persist, Pool, WriteClass};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -219,6 +219,8 @@ struct Plan {
     /// The accounts of each worker's current transaction, and whether its body returned.
     mask: [u64; MAX_THREADS],
     committing: [bool; MAX_THREADS],
+    /// Whether each worker is inside a transaction call (it may hold a lane).
+    in_txn: [bool; MAX_THREADS],
     /// The worker let on, until it takes its turn.
     go: Option<usize>,
 }
@@ -271,6 +273,14 @@ impl Schedule {
         }
         plan.go = None;
         plan.at[me] = None;
+        // Past this gate a transaction takes a lane.
+        plan.in_txn[me] |= gate == Gate::Begin;
+    }
+
+    /// The calling worker's transaction call returned: it holds no lane.
+    fn end_txn(&self) {
+        let me = WORKER.with(Cell::get);
+        self.plan.lock().expect("plan").in_txn[me] = false;
     }
 
     fn fence_gate(&self) {
@@ -367,19 +377,25 @@ fn recovery_options() -> MvccOptions {
     // on every run.
     MvccOptions {
         background: false,
-        ..run_options(false)
+        ..run_options(false, 4)
     }
 }
 
 /// Small logs and version logs: a lane checkpoints every few transfers, and the checkpoint
 /// log fills (a write-back) every few checkpoints.
-fn run_options(background: bool) -> MvccOptions {
+fn run_options(background: bool, lanes: u32) -> MvccOptions {
     MvccOptions {
-        lanes: 4,
+        lanes,
         olog_size: 4 << 10,
         clog_size: 4 << 10,
         // With the reclaimer, short enough that the lanes hand it work often.
         tlog_versions: if background { 48 } else { 96 },
+        // `MVCC_MODEL_CLOCK=tsc` (outside CI): the TSC clock, whose stamps wait out its
+        // uncertainty and whose commits always validate by walking.
+        clock: match std::env::var("MVCC_MODEL_CLOCK").as_deref() {
+            Ok("tsc") => ClockMode::Tsc,
+            _ => ClockMode::Counter,
+        },
         cool_headers: 0,
         background,
         ..MvccOptions::small()
@@ -595,6 +611,7 @@ fn worker(engine: &Mvcc<Gated, Transfers>, schedule: &Schedule, seed: u64, me: u
                 tx.write_u64(tx.root::<()>(), counter_at(me), u64::MAX)?;
                 Err::<(), _>(Fail::Abort)
             });
+            schedule.end_txn();
             if let Err(e) = aborted
                 && !matches!(e, Fail::Abort)
             {
@@ -626,6 +643,7 @@ fn worker(engine: &Mvcc<Gated, Transfers>, schedule: &Schedule, seed: u64, me: u
                 [Level::Snapshot, Level::Serializable, Level::Linearizable][rng.random_range(0..3)];
             engine.transaction_with(level, body)
         };
+        schedule.end_txn();
         if let Err(e) = result {
             panic!("thread {me}'s transfer {k} failed: {e}");
         }
@@ -644,9 +662,11 @@ struct Counts {
 
 /// Runs `threads` workers of `count` transfers each under the schedule of `seed`, checking
 /// the crash points as they are taken.
+#[allow(clippy::too_many_arguments)]
 fn crash_run(
     seed: u64,
     threads: usize,
+    lanes: u32,
     count: u64,
     background: bool,
     mode: SimMode,
@@ -665,7 +685,7 @@ fn crash_run(
     let pool = Pool::format(gated, &CreateOptions::new(LAYOUT, POOL)).expect("format");
     let options = MvccOptions {
         mutant,
-        ..run_options(background)
+        ..run_options(background, lanes)
     };
     let engine = Mvcc::create(pool, &options, Transfers).expect("create");
     engine
@@ -774,6 +794,14 @@ fn crash_run(
                     o != t
                         && matches!(plan.at[o], Some(Gate::Fence { commit: true, mask: m }) if m & mask != 0)
                 }),
+                // Every lane taken by a stopped transaction: it would wait for one.
+                Some(Gate::Begin) => {
+                    stopped
+                        .iter()
+                        .filter(|&&o| o != t && plan.in_txn[o])
+                        .count()
+                        >= lanes as usize
+                }
                 // Its checkpoints wait for every transaction that runs, and for the lock
                 // a stopped checkpoint holds.
                 Some(Gate::Sync) => stopped
@@ -813,13 +841,21 @@ fn crash_run(
     Ok((counts, checker))
 }
 
-fn run_and_report(seed: u64, threads: usize, count: u64, background: bool, mode: SimMode) {
+fn run_and_report(
+    seed: u64,
+    threads: usize,
+    lanes: u32,
+    count: u64,
+    background: bool,
+    mode: SimMode,
+) {
     let start = Instant::now();
-    match crash_run(seed, threads, count, background, mode, Mutant::None) {
+    match crash_run(seed, threads, lanes, count, background, mode, Mutant::None) {
         Ok((counts, checker)) => {
             if std::env::var_os("MVCC_MODEL_STATS").is_some() {
                 eprintln!(
-                    "seed {seed}, {threads} threads × {count}, background {background}, {}: \
+                    "seed {seed}, {threads} threads × {count} on {lanes} lanes, background \
+                     {background}, {}: \
                      {} steps ({} passed over), {} crash points, {} images, {} second-level \
                      images, {:.1} s\n  {:?}",
                     mode.name(),
@@ -834,7 +870,8 @@ fn run_and_report(seed: u64, threads: usize, count: u64, background: bool, mode:
             }
         }
         Err(e) => panic!(
-            "seed {seed}, {threads} threads × {count}, background {background}, {}: {e}",
+            "seed {seed}, {threads} threads × {count} on {lanes} lanes, background {background}, \
+             {}: {e}",
             mode.name()
         ),
     }
@@ -854,10 +891,18 @@ fn soak() -> u64 {
 fn concurrent_commits_survive_a_crash_at_every_fence() {
     let count = if cfg!(debug_assertions) { 4 } else { 20 };
     for seed in 0..soak() {
-        run_and_report(seed * 4, 2, count, false, SimMode::Adr);
-        run_and_report(seed * 4 + 1, 2, count, true, SimMode::Adr);
-        run_and_report(seed * 4 + 2, 3, count * 2 / 3, seed % 2 == 0, SimMode::Adr);
-        run_and_report(seed * 4 + 3, 2, count, true, SimMode::Eadr);
+        run_and_report(seed * 4, 2, 4, count, false, SimMode::Adr);
+        run_and_report(seed * 4 + 1, 2, 4, count, true, SimMode::Adr);
+        // Three threads on two lanes: a lane's log holds records of different threads.
+        run_and_report(
+            seed * 4 + 2,
+            3,
+            2,
+            count * 2 / 3,
+            seed % 2 == 0,
+            SimMode::Adr,
+        );
+        run_and_report(seed * 4 + 3, 2, 4, count, true, SimMode::Eadr);
     }
 }
 
@@ -871,7 +916,7 @@ fn the_concurrent_crash_check_catches_the_mutants() {
         Mutant::EagerFree,
     ] {
         let caught = (0..4)
-            .find_map(|seed| crash_run(seed, 2, 12, seed % 2 == 1, SimMode::Adr, mutant).err());
+            .find_map(|seed| crash_run(seed, 2, 4, 12, seed % 2 == 1, SimMode::Adr, mutant).err());
         let Some(failure) = caught else {
             panic!("{mutant:?} passed the concurrent crash check");
         };
