@@ -454,6 +454,7 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             )));
         }
         let mut need = None;
+        let mut written_back = false;
         loop {
             let outcome = Outcome::default();
             let (lane, mut state) = self.lanes.acquire();
@@ -501,6 +502,22 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
                     .try_for_each(|(addr, bytes)| tx::Tx::write_raw(tx, *addr, bytes)),
             });
             match outcome.retry.get() {
+                // More chunks than a transaction may lock. The commit wrote its new blocks in
+                // place, without versions, but a commit with an older timestamp that wrote a
+                // neighbour sharing one of their chunks — after the in-place write, before
+                // this commit — was replayed first and left a header there, so the blocks'
+                // writes now go through versions. Checkpointing and writing back everything
+                // replayed so far (the clock sits below this record's timestamp) takes those
+                // headers out; the blocks then go in place again, as when the commit ran, and
+                // its other chunks are the ones it locked then.
+                Some(Retry::Versions(n))
+                    if result.is_err()
+                        && !written_back
+                        && n > self.options.tlog_versions * 3 / 4 =>
+                {
+                    written_back = true;
+                    self.quiesce()?;
+                }
                 Some(retry @ Retry::Versions(_)) if result.is_err() => need = Some(retry),
                 _ => return result,
             }

@@ -5,7 +5,8 @@
 //! time; the same with 2–4 threads under invariants (conserved sums, untorn multi-chunk
 //! values, objects whose content names their id, freed blocks never seen reused by a
 //! snapshot that can still reach them); crashes at every fence of short random histories;
-//! and damaged logs and headers, which must open as typed errors, never panics.
+//! damaged logs and headers, which must open as typed errors, never panics; and damaged heap
+//! metadata, which must also never make the heap hand out a live block.
 //!
 //! `MVCC_MODEL_SOAK=N` multiplies the number of cases and rounds (a longer run outside CI).
 
@@ -1809,4 +1810,369 @@ fn an_aborted_attempts_in_place_bytes_are_flushed_before_a_checkpoint_omits_them
     let (_, pool) = crash_image(engine, false);
     let engine = Mvcc::open(pool, &options, Steps).expect("recover");
     check_state(&engine, &model, "recovered").expect("the committed byte survives");
+}
+
+// ---------------------------------------------------------------------------------------
+// Damage: the heap's own metadata (its header, the chunk descriptors, run markers, bitmaps)
+
+/// Where the heap's metadata lies in a pool image: its layout, the decodable descriptors
+/// (chunk, descriptor) and the byte ranges of the header, the descriptor array and the
+/// marker and bitmap of every run the descriptors name.
+struct HeapMeta {
+    layout: heap::Layout,
+    descriptors: Vec<(u64, heap::Descriptor)>,
+    ranges: Vec<std::ops::Range<usize>>,
+}
+
+fn word_at(image: &[u8], at: u64) -> u64 {
+    u64::from_le_bytes(image[at as usize..at as usize + 8].try_into().expect("8"))
+}
+
+fn put_word(image: &mut [u8], at: u64, word: u64) {
+    image[at as usize..at as usize + 8].copy_from_slice(&word.to_le_bytes());
+}
+
+fn heap_meta(image: &[u8], region: pmem::Region) -> HeapMeta {
+    let pm = SimPm::from_image(image.to_vec(), Default::default());
+    let layout = heap::Layout::read(&pm, region).expect("an undamaged heap header");
+    let mut ranges = vec![
+        layout.start as usize..(layout.start + heap::layout::HEADER_LEN) as usize,
+        layout.descriptors as usize..(layout.descriptors + 8 * layout.chunk_count) as usize,
+    ];
+    let descriptors: Vec<(u64, heap::Descriptor)> = (0..layout.chunk_count)
+        .map(|chunk| {
+            let word = word_at(image, layout.descriptor_at(chunk));
+            let descriptor =
+                heap::Descriptor::decode(word, chunk).expect("an undamaged descriptor");
+            (chunk, descriptor)
+        })
+        .collect();
+    for &(chunk, descriptor) in &descriptors {
+        if let heap::Descriptor::Run { class } = descriptor {
+            let geometry = layout.run_geometry(class.into()).expect("a usable class");
+            let start = layout.chunk_start(chunk) as usize;
+            ranges.push(start..start + 8 + 8 * geometry.bitmap_words as usize);
+        }
+    }
+    HeapMeta {
+        layout,
+        descriptors,
+        ranges,
+    }
+}
+
+/// Damages the heap metadata of `image` once, at random, and says how. Besides bytes
+/// flipped or overwritten (which checks must catch): a descriptor, a run marker or a bitmap
+/// word rewritten with a valid check to a state the format detects as inconsistent, or that
+/// can only leak — never one that frees (a span freed or shortened, a bit cleared, an empty
+/// run freed), which is indistinguishable from a legitimate free (heap-format §15).
+fn damage_heap(rng: &mut ChaCha8Rng, image: &mut [u8], meta: &HeapMeta) -> String {
+    let layout = &meta.layout;
+    let runs: Vec<(u64, u8)> = meta
+        .descriptors
+        .iter()
+        .filter_map(|&(chunk, d)| match d {
+            heap::Descriptor::Run { class } => Some((chunk, class)),
+            _ => None,
+        })
+        .collect();
+    match rng.random_range(0..10) {
+        0..=4 => {
+            // Bytes of one metadata structure: the header, a descriptor near the used ones,
+            // or a run's marker and bitmap.
+            let range = &meta.ranges[rng.random_range(0..meta.ranges.len())];
+            let mut flips = Vec::new();
+            for _ in 0..rng.random_range(1..=3) {
+                let at = rng.random_range(range.clone());
+                damage_byte(rng, image, at);
+                flips.push(at);
+            }
+            format!("bytes {flips:x?} damaged")
+        }
+        5..=7 => {
+            let (chunk, was) = meta.descriptors[rng.random_range(0..meta.descriptors.len())];
+            let class = rng.random_range(0..heap::SIZE_CLASSES.len() as u8 + 2);
+            let span = rng.random_range(1..=4u32);
+            let now = match was {
+                heap::Descriptor::Run { class: old } => {
+                    if rng.random_bool(0.5) && class != old {
+                        heap::Descriptor::Run { class }
+                    } else {
+                        heap::Descriptor::Large { span }
+                    }
+                }
+                heap::Descriptor::Large { span: old } => {
+                    heap::Descriptor::Large { span: old + span }
+                }
+                heap::Descriptor::Free => {
+                    if rng.random_bool(0.5) {
+                        heap::Descriptor::Run { class }
+                    } else {
+                        heap::Descriptor::Large { span }
+                    }
+                }
+            };
+            put_word(image, layout.descriptor_at(chunk), now.encode(chunk));
+            format!("descriptor of chunk {chunk} resealed from {was:?} to {now:?}")
+        }
+        8 if !runs.is_empty() => {
+            let (chunk, old) = runs[rng.random_range(0..runs.len())];
+            let class = (old + rng.random_range(1..heap::SIZE_CLASSES.len() as u8)) % 20;
+            let at = layout.chunk_start(chunk);
+            let word = pmem::checked::seal(heap::layout::run_marker(class), at, "marker")
+                .expect("a marker fits");
+            put_word(image, at, word);
+            format!("marker of the run in chunk {chunk} resealed to class {class}")
+        }
+        _ if !runs.is_empty() => {
+            // Half the time a word with allocated units (most words are empty).
+            let words: Vec<u64> = runs
+                .iter()
+                .flat_map(|&(chunk, class)| {
+                    let geometry = layout.run_geometry(class.into()).expect("a usable class");
+                    (0..geometry.bitmap_words).map(move |w| layout.bitmap_word_at(chunk, w))
+                })
+                .collect();
+            let used: Vec<u64> = words
+                .iter()
+                .copied()
+                .filter(|&at| {
+                    pmem::checked::open(word_at(image, at), at, "bitmap").is_ok_and(|v| v != 0)
+                })
+                .collect();
+            let at = if !used.is_empty() && rng.random_bool(0.5) {
+                used[rng.random_range(0..used.len())]
+            } else {
+                words[rng.random_range(0..words.len())]
+            };
+            let value = pmem::checked::open(word_at(image, at), at, "bitmap")
+                .expect("an undamaged bitmap word");
+            let clear: Vec<u32> = (0..48).filter(|b| value & (1 << b) == 0).collect();
+            let bit = if clear.is_empty() {
+                0
+            } else {
+                clear[rng.random_range(0..clear.len())]
+            };
+            let sealed = pmem::checked::seal(value | 1 << bit, at, "bitmap").expect("48 bits");
+            put_word(image, at, sealed);
+            format!("bitmap word at {at:#x} resealed with bit {bit} set")
+        }
+        _ => "nothing (no run to damage)".to_owned(),
+    }
+}
+
+/// The blocks the state in `engine` reaches: each slot's object, `(offset, size)`.
+fn live_blocks(engine: &Eng) -> Vec<(u64, u64)> {
+    engine
+        .read_only(|tx| {
+            let mut blocks = Vec::new();
+            for slot in 0..SLOTS {
+                let at = slot_addr(tx, slot);
+                let obj: PPtr = tx.read_ptr(at, 0)?;
+                if !obj.is_null() {
+                    blocks.push((obj.offset(), tx.read_u64(at, 8)?.max(1)));
+                }
+            }
+            Ok::<_, TxError>(blocks)
+        })
+        .expect("reading the slots")
+}
+
+/// After a damaged pool opened: the state is the undamaged pool's, no block it hands out
+/// overlaps a live object, another new block or the heap's metadata, writing the new blocks
+/// changes nothing live, and the pool opens again to the same state.
+fn probe_opened(engine: Eng, reference: &Model, meta: &HeapMeta) -> Result<(), String> {
+    let state = engine
+        .read_only(|tx| read_state(tx))
+        .map_err(|e| format!("reading the state: {e}"))?;
+    if &state != reference {
+        return Err(format!(
+            "opened to another state: {}",
+            differences(&state, reference)
+        ));
+    }
+    if engine.allocated_blocks() < reference.live_objects() {
+        return Err(format!(
+            "{} blocks allocated, {} objects live",
+            engine.allocated_blocks(),
+            reference.live_objects()
+        ));
+    }
+    let mut taken: Vec<(u64, u64)> = live_blocks(&engine);
+    let live = taken.len();
+    // The heap's own index must hold every live block as allocated (a free of it can start).
+    for &(at, size) in &taken {
+        let freeing = engine
+            .heap()
+            .prepare_free(at)
+            .map_err(|e| format!("live object at {at:#x} (+{size}) is not allocated: {e}"))?;
+        engine.heap().cancel_free(&freeing);
+    }
+    let metadata: Vec<(u64, u64)> = meta
+        .ranges
+        .iter()
+        .map(|r| (r.start as u64, (r.end - r.start) as u64))
+        .collect();
+    // The live objects' sizes (their classes' runs) first, then spans.
+    let mut sizes: Vec<u64> = taken.iter().map(|&(_, size)| size).collect();
+    sizes.extend([16, 96, 384, 4000, 9000]);
+    let mut exhausted = vec![false; sizes.len()];
+    let mut new = Vec::new();
+    for round in 0..600 {
+        let which = round % sizes.len();
+        if exhausted.iter().all(|&e| e) {
+            break;
+        }
+        if exhausted[which] {
+            continue;
+        }
+        let size = sizes[which];
+        let seed = round as u8;
+        let got = engine.transaction(|tx| {
+            let block: PPtr = tx.alloc(size)?;
+            let bytes: Vec<u8> = (0..size as usize).map(|i| fill(seed, i)).collect();
+            tx.write(block, 0, &bytes)?;
+            Ok::<_, TxError>(block.offset())
+        });
+        let at = match got {
+            Ok(at) => at,
+            Err(TxError::OutOfSpace { .. }) => {
+                exhausted[which] = true;
+                continue;
+            }
+            Err(e) => return Err(format!("allocating {size} bytes: {e}")),
+        };
+        let overlaps = |&(o, l): &(u64, u64)| at < o + l && o < at + size;
+        if let Some(hit) = taken.iter().position(overlaps) {
+            let what = if hit < live {
+                "a live object"
+            } else {
+                "a new block"
+            };
+            return Err(format!(
+                "block {at:#x} of {size} bytes overlaps {what} at {:#x} (+{})",
+                taken[hit].0, taken[hit].1
+            ));
+        }
+        if let Some(hit) = metadata.iter().find(|m| overlaps(m)) {
+            return Err(format!(
+                "block {at:#x} of {size} bytes overlaps heap metadata at {:#x} (+{})",
+                hit.0, hit.1
+            ));
+        }
+        taken.push((at, size));
+        new.push((at, size, seed));
+    }
+    let again = engine
+        .read_only(|tx| read_state(tx))
+        .map_err(|e| format!("reading the state after allocating: {e}"))?;
+    if &again != reference {
+        return Err(format!(
+            "allocating changed live data: {}",
+            differences(&again, reference)
+        ));
+    }
+    // The new blocks are not linked from anywhere; the pool must still open, to the same state.
+    let (_, pool) = crash_image(engine, true);
+    let reopened = Mvcc::open(pool, &crash_options(false), Steps)
+        .map_err(|e| format!("reopening after {} allocations: {e}", new.len()))?;
+    let state = reopened
+        .read_only(|tx| read_state(tx))
+        .map_err(|e| format!("reading the reopened state: {e}"))?;
+    if &state != reference {
+        return Err(format!(
+            "reopened to another state: {}",
+            differences(&state, reference)
+        ));
+    }
+    Ok(())
+}
+
+/// Heap metadata damaged at random — bytes of the heap header, descriptors, run markers and
+/// bitmap words flipped or overwritten; descriptors, markers and bitmap words rewritten with
+/// valid checks to states the format detects (a run's class changed, a run made a span, a
+/// free chunk made a run or a span, a span grown) or that only leak (a bit set) — under
+/// operation records whose heap actions recovery applies on top: strict open and salvage
+/// give a typed error or open to the undamaged state, never panic, and an opened pool never
+/// hands out a block that overlaps a live object, another new block or heap metadata.
+#[test]
+fn damaged_heap_metadata_is_refused_or_never_hands_a_block_out_twice() {
+    let trials = if cfg!(debug_assertions) { 40 } else { 240 } * soak() as usize;
+    let mut problems = Vec::new();
+    let (mut opened, mut refused) = (0, 0);
+    for seed in 0..4u64 {
+        let (image, layout) = damaged_pool_source(seed);
+        let meta = heap_meta(&image, layout.heap);
+        let reference = {
+            let pm = SimPm::from_image(image.clone(), Default::default());
+            let pool = Pool::attach(pm, LAYOUT).expect("attach");
+            let engine = Mvcc::open(pool, &crash_options(false), Steps).expect("undamaged open");
+            engine
+                .read_only(|tx| read_state(tx))
+                .expect("undamaged state")
+        };
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x4ea9);
+        for trial in 0..trials / 4 {
+            let mut damaged = image.clone();
+            let damage = damage_heap(&mut rng, &mut damaged, &meta);
+            let run = || -> Result<bool, String> {
+                let mut any_open = false;
+                for salvage in [false, true] {
+                    let pm = SimPm::from_image(damaged.clone(), Default::default());
+                    pm.set_step_limit(Some(50_000_000));
+                    let pool = Pool::attach(pm, LAYOUT).expect("attach");
+                    let options = crash_options(false);
+                    let opened = if salvage {
+                        Mvcc::salvage(pool, &options, Steps)
+                    } else {
+                        Mvcc::open(pool, &options, Steps)
+                    };
+                    match opened {
+                        Ok(engine) => {
+                            any_open = true;
+                            probe_opened(engine, &reference, &meta)
+                                .map_err(|e| format!("salvage {salvage}: {e}"))?;
+                        }
+                        Err(TxError::Corrupted(_)) => {}
+                        Err(e) => return Err(format!("salvage {salvage}: untyped refusal {e:?}")),
+                    }
+                }
+                let pm = SimPm::from_image(damaged.clone(), Default::default());
+                let pool = Pool::attach(pm.clone(), LAYOUT).expect("attach");
+                let _ = mvcc::check::check_area(&pm, pool.arena());
+                Ok(any_open)
+            };
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+                Ok(Ok(true)) => opened += 1,
+                Ok(Ok(false)) => refused += 1,
+                Ok(Err(problem)) => {
+                    problems.push(format!("seed {seed} trial {trial}, {damage}: {problem}"))
+                }
+                Err(panic) => {
+                    let message = panic
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                        .unwrap_or_else(|| "a panic".to_owned());
+                    problems.push(format!(
+                        "seed {seed} trial {trial}, {damage}: panic: {message}"
+                    ));
+                }
+            }
+        }
+    }
+    if std::env::var_os("MVCC_MODEL_STATS").is_some() {
+        eprintln!("heap damage: {opened} opened, {refused} refused");
+    }
+    assert!(
+        problems.is_empty(),
+        "{} problems:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+    // Both outcomes happen: the damage is not all caught by one check, nor all harmless.
+    assert!(
+        opened > 0 && refused > 0,
+        "{opened} opened, {refused} refused"
+    );
 }
