@@ -10,6 +10,8 @@
 //!
 //! `MVCC_MODEL_SOAK=N` multiplies the number of cases and rounds (a longer run outside CI).
 
+mod common;
+use common::{ACCOUNT_WORDS, read_account_words, write_account_words};
 use crashsim::{Budget, Config, DoubleCrash, Scenario, SimMode, SimPm};
 use mvcc::{Level, Mvcc, MvccOptions};
 use pmem::{CreateOptions, Pool};
@@ -725,7 +727,6 @@ fn a_physical_commit_with_a_block_wider_than_the_version_log_recovers() {
 /// chunks): a reader that sees two different words saw a torn value.
 const ACCOUNTS: u64 = 6;
 const ACCOUNT_AT: u64 = 40;
-const ACCOUNT_WORDS: u64 = 12;
 const START_BALANCE: u64 = 1000;
 /// Object slots: the object's pointer word and its id; every word of the object is the id.
 const OBJ_SLOTS: u64 = 4;
@@ -744,25 +745,12 @@ fn account_at(i: u64) -> u64 {
 
 /// Reads account `i` whole and checks it is untorn.
 fn read_account<T: Tx>(tx: &mut T, i: u64) -> Result<u64, Fail> {
-    let root = tx.root::<()>();
-    let mut bytes = [0u8; (ACCOUNT_WORDS * 8) as usize];
-    tx.read(root, account_at(i), &mut bytes)?;
-    let words: Vec<u64> = bytes
-        .chunks(8)
-        .map(|w| u64::from_le_bytes(w.try_into().expect("8")))
-        .collect();
-    if words.iter().any(|&w| w != words[0]) {
-        return Err(Fail::Mismatch(format!("account {i} is torn: {words:?}")));
-    }
-    Ok(words[0])
+    read_account_words(tx, account_at(i))?
+        .map_err(|words| Fail::Mismatch(format!("account {i} is torn: {words:?}")))
 }
 
 fn write_account<T: Tx>(tx: &mut T, i: u64, balance: u64) -> TxResult<()> {
-    let root = tx.root::<()>();
-    let bytes: Vec<u8> = (0..ACCOUNT_WORDS)
-        .flat_map(|_| balance.to_le_bytes())
-        .collect();
-    tx.write(root, account_at(i), &bytes)
+    write_account_words(tx, account_at(i), balance)
 }
 
 fn transfer<T: Tx>(tx: &mut T, from: u64, to: u64, amount: u64) -> Result<(), Fail> {
