@@ -18,8 +18,8 @@
  *                 that sleep in a loop, then installs a SIGUSR1 handler (sigaction) and
  *                 ignores SIGPIPE (signal); a thread reads the SIGUSR1 action back, the
  *                 group gets SIGUSR1 (kill(0, ...), as a terminal's Ctrl-C) and nobody
- *                 dies (the handler runs, in every thread: at least once), and a thread's
- *                 write to a pipe without a reader fails with EPIPE instead of killing it.
+ *                 dies (the handler runs; once, see groupsignal), and a thread's write to
+ *                 a pipe without a reader fails with EPIPE instead of killing it.
  *                 Before, the threads kept the default actions of their creation: the
  *                 group signal killed them and the run ended with SIGKILL.
  *   oneshot       a one-shot SIGCHLD handler (SA_RESETHAND | SA_NOCLDSTOP | SA_SIGINFO,
