@@ -121,3 +121,11 @@ fn a_signal_from_outside_reaches_a_thread_in_sigwait() {
 fn a_one_shot_handler_is_reset_in_every_thread() {
     holds("oneshotall");
 }
+
+/// A terminal's Ctrl-C (`SI_KERNEL`, to the foreground process group) runs the handler
+/// once per ^C, in main, as with pthreads: three ^C 100 ms apart (one key: code
+/// `SI_KERNEL`, pid and uid 0) are three calls, not one nor twelve.
+#[test]
+fn a_terminals_ctrl_c_runs_the_handler_once_per_key_press() {
+    holds("ttyint");
+}

@@ -80,10 +80,15 @@
  *                 is reset in every thread: a thread raises it, and main and a third thread
  *                 then read SIG_DFL back; main raises the sysv_signal one, and a thread reads
  *                 SIG_DFL back. Before, the kernel reset it in the taking thread only.
+ *   ttyint        a terminal's Ctrl-C: the program makes itself a session whose controlling
+ *                 terminal is a new pseudo-terminal, starts 3 threads and installs a SIGINT
+ *                 handler; each of three ^C written to the terminal's master side, 100 ms
+ *                 apart, runs it once, in main, with SI_KERNEL (before: 4 calls each).
  * Every mode ends itself with alarm(10) if it hangs.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -934,6 +939,59 @@ static void oneshotall(void) {
         fail("oneshotall", "sysv_signal's handler taken by main was not reset in a thread");
 }
 
+static atomic_int tty_calls, tty_kernel, tty_in_main;
+
+static void on_tty_int(int signal, siginfo_t *info, void *context) {
+    (void)signal;
+    (void)context;
+    atomic_fetch_add(&tty_calls, 1);
+    if (info->si_code == SI_KERNEL)
+        atomic_fetch_add(&tty_kernel, 1);
+    if (gettid() == group_main_tid)
+        atomic_fetch_add(&tty_in_main, 1);
+}
+
+static void ttyint(void) {
+    /* A session of its own whose controlling terminal is a new pseudo-terminal: a ^C
+     * written to its master side is the terminal's SIGINT to the foreground group. */
+    if (setsid() < 0)
+        fail("ttyint", "setsid");
+    int master = posix_openpt(O_RDWR | O_NOCTTY);
+    if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0)
+        fail("ttyint", "posix_openpt");
+    int terminal = open(ptsname(master), O_RDWR);
+    if (terminal < 0)
+        fail("ttyint", "open the terminal");
+    group_main_tid = gettid();
+    pthread_t threads[3];
+    for (int i = 0; i < 3; i++)
+        pthread_create(&threads[i], NULL, group_sleeper, (void *)(long)i);
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = on_tty_int;
+    action.sa_flags = SA_SIGINFO;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(SIGINT, &action, NULL) != 0)
+        fail("ttyint", "sigaction");
+    struct timespec pause = {0, 100000000};
+    for (int i = 1; i <= 3; i++) {
+        if (write(master, "\x03", 1) != 1)
+            fail("ttyint", "write ^C");
+        if (settle(&tty_calls, i, 2000) != i)
+            fail("ttyint", "a ^C did not run the handler once");
+        nanosleep(&pause, NULL);
+    }
+    if (atomic_load(&tty_kernel) != 3 || atomic_load(&tty_in_main) != 3)
+        fail("ttyint", "the terminal's SIGINT did not run in main with SI_KERNEL");
+    atomic_store(&group_stop, 1);
+    for (int i = 0; i < 3; i++)
+        pthread_join(threads[i], NULL);
+    /* Closing the master hangs the terminal up: SIGHUP to its foreground group. */
+    signal(SIGHUP, SIG_IGN);
+    close(terminal);
+    close(master);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: signals MODE\n");
@@ -969,6 +1027,8 @@ int main(int argc, char **argv) {
         pidsigwait();
     else if (strcmp(mode, "oneshotall") == 0)
         oneshotall();
+    else if (strcmp(mode, "ttyint") == 0)
+        ttyint();
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
