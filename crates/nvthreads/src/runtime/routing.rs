@@ -50,7 +50,7 @@
 use super::commit::shared_block;
 use super::process::real_pid;
 use crate::shared::thread_state;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// Signals 1 to 64 (index 0 unused).
 const SIGNALS: usize = 65;
@@ -100,8 +100,6 @@ pub struct Routing {
 /// Per process: the program's action for each signal installed behind [`trampoline`].
 static PROGRAM: [[AtomicU64; WORDS]; SIGNALS] =
     [const { [const { AtomicU64::new(0) }; WORDS] }; SIGNALS];
-/// Per process: whether [`trampoline`] is installed for the signal.
-static WRAPPED: [AtomicBool; SIGNALS] = [const { AtomicBool::new(false) }; SIGNALS];
 
 fn index(signal: i32) -> Option<usize> {
     usize::try_from(signal)
@@ -142,13 +140,11 @@ pub fn to_install(signal: i32, wanted: &libc::sigaction) -> libc::sigaction {
     };
     let handler = wanted.sa_sigaction;
     if !routed(signal) || handler == libc::SIG_DFL || handler == libc::SIG_IGN {
-        WRAPPED[i].store(false, Ordering::SeqCst);
         return *wanted;
     }
     for (slot, word) in PROGRAM[i].iter().zip(to_words(wanted)) {
         slot.store(word, Ordering::Relaxed);
     }
-    WRAPPED[i].store(true, Ordering::SeqCst);
     let mut installed = *wanted;
     let trampoline: extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void) = trampoline;
     installed.sa_sigaction = trampoline as usize;
@@ -595,7 +591,6 @@ extern "C" fn trampoline(signal: i32, info: *mut libc::siginfo_t, context: *mut 
             // pthreads share one action, before the handler (which may install it again).
             let mut reset = action;
             reset.sa_sigaction = libc::SIG_DFL;
-            WRAPPED[i].store(false, Ordering::SeqCst);
             if shared_block().is_some() && !super::fork::forked() {
                 super::dispositions::publish(signal, &reset);
             }
