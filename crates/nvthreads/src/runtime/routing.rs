@@ -22,7 +22,9 @@
 //! pick ([`pick`]: main unless it blocks the signal, else the first running thread that
 //! does not), and only once: the pick *claims* it in [`Routing::claims`] by its sender's key
 //! (code, pid, uid), and a second copy with the same key within [`WINDOW_MS`] is a copy of
-//! the same group signal. A thread that is not the pick drops its copy when the pick has
+//! the same group signal, unless the thread that takes it took a copy of the claimed one
+//! already ([`Routing::seen`]: each thread gets one copy of a group signal, so that is the
+//! next one, a second Ctrl-C). A thread that is not the pick drops its copy when the pick has
 //! one too (pending there, or claimed); a lone copy (sent from outside to the
 //! thread-process's own id, which under pthreads names the process) is forwarded to the
 //! pick. A pick other than main takes main's blocked copy of the same signal away
@@ -34,14 +36,15 @@
 //! takes it out of its pending set in its notification handler and forwards it. The waiter
 //! looks every [`PULL_PERIOD`] while it waits.
 //!
-//! What cannot be told apart: two group signals of the same number from the same sender
-//! within [`WINDOW_MS`] whose copies reach a thread (not main) before the pick took the
-//! first (one may be dropped; standard signals coalesce that way under pthreads too), and a
+//! What cannot be told apart: a copy taken more than [`WINDOW_MS`] late (a thread stopped,
+//! or blocking the signal and unblocking it later) from a new signal (it runs again), and a
 //! signal sent from outside to a thread-process's own id within [`WINDOW_MS`] after a group
-//! signal of the same number from the same sender (dropped as its copy). A terminal's
+//! signal of the same number from the same sender from a copy of that one (it is dropped).
+//! A terminal's
 //! `SIGINT` and a `kill -INT -PGID` are both process-directed; `SIGALRM`, `SIGXCPU`,
 //! `SIGPROF`, `SIGVTALRM` (`SI_KERNEL` from a thread-process's own timers) stay the
-//! thread's. A signal read with `signalfd` is not routed.
+//! thread's. A signal main holds pending reaches only a thread waiting for it in the
+//! `sigwait` family, not one that merely leaves it unblocked, nor a `signalfd` reader.
 //!
 //! Forwarded copies carry [`FORWARDED`] as their code and the original code in `si_errno`
 //! (the system call refuses non-negative codes from user space to another process); the
