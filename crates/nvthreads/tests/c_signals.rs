@@ -129,3 +129,11 @@ fn a_one_shot_handler_is_reset_in_every_thread() {
 fn a_terminals_ctrl_c_runs_the_handler_once_per_key_press() {
     holds("ttyint");
 }
+
+/// A signal sent from outside to the program's pid that main blocks runs its handler in a
+/// thread that leaves it unblocked (main's watchdog hands it over while main waits in a
+/// join), as the kernel gives it to such a thread.
+#[test]
+fn a_signal_main_blocks_reaches_a_thread_that_does_not() {
+    holds("heldhandler");
+}

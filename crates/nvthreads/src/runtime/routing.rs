@@ -34,7 +34,9 @@
 //! A thread waiting for a signal (`sigwait`, `sigwaitinfo`, `sigtimedwait`: [`wait`]) that
 //! main holds pending because main blocks it asks main for it ([`Routing::pulls`]): main
 //! takes it out of its pending set in its notification handler and forwards it. The waiter
-//! looks every [`PULL_PERIOD`] while it waits.
+//! looks every [`PULL_PERIOD`] while it waits. A thread that does not block such a signal
+//! gets it when main's watchdog looks ([`release_held_in_main`], while main waits in a
+//! join, a lock or a condition variable).
 //!
 //! What cannot be told apart: a copy taken more than [`WINDOW_MS`] late (a thread stopped,
 //! or blocking the signal and unblocking it later) from a new signal (it runs again), and a
@@ -43,8 +45,9 @@
 //! A terminal's
 //! `SIGINT` and a `kill -INT -PGID` are both process-directed; `SIGALRM`, `SIGXCPU`,
 //! `SIGPROF`, `SIGVTALRM` (`SI_KERNEL` from a thread-process's own timers) stay the
-//! thread's. A signal main holds pending reaches only a thread waiting for it in the
-//! `sigwait` family, not one that merely leaves it unblocked, nor a `signalfd` reader.
+//! thread's. A signal main holds pending reaches a thread that merely leaves it unblocked
+//! only while main waits in the runtime (its watchdog: [`release_held_in_main`]), and never
+//! a `signalfd` reader.
 //!
 //! Forwarded copies carry [`FORWARDED`] as their code and the original code in `si_errno`
 //! (the system call refuses non-negative codes from user space to another process); the
@@ -284,9 +287,31 @@ fn claim(shared: &crate::shared::Shared, i: usize, key: u32) -> bool {
     !copy
 }
 
-/// The signal sets of process `pid` from `/proc/<pid>/status`: (pending, blocked).
-/// `None` if it cannot be read (the process is gone).
-fn signal_sets(pid: i32) -> Option<(u64, u64)> {
+/// The signal sets of a process, from `/proc/<pid>/status`.
+#[derive(Clone, Copy)]
+struct SignalSets {
+    /// Pending for its thread (`SigPnd`: `tgkill`, faults): each thread-process has one.
+    private: u64,
+    /// Pending for the process (`ShdPnd`: `kill`, a process group's signals).
+    shared: u64,
+    /// Blocked (`SigBlk`).
+    blocked: u64,
+}
+
+impl SignalSets {
+    fn pending(&self) -> u64 {
+        self.private | self.shared
+    }
+
+    /// Pending for the process and not for its thread, and blocked: held for a thread that
+    /// takes it (a signal to main's thread itself stays main's).
+    fn held(&self) -> u64 {
+        self.shared & !self.private & self.blocked
+    }
+}
+
+/// The signal sets of process `pid`; `None` if they cannot be read (the process is gone).
+fn signal_sets(pid: i32) -> Option<SignalSets> {
     let mut buffer = [0u8; 2048];
     let mut path = [0u8; 40];
     let len = super::sigchld::read_file(
@@ -304,7 +329,11 @@ fn signal_sets(pid: i32) -> Option<(u64, u64)> {
                 Some(mask.checked_mul(16)? | u64::from((digit as char).to_digit(16)?))
             })
     };
-    Some((field(b"SigPnd:")? | field(b"ShdPnd:")?, field(b"SigBlk:")?))
+    Some(SignalSets {
+        private: field(b"SigPnd:")?,
+        shared: field(b"ShdPnd:")?,
+        blocked: field(b"SigBlk:")?,
+    })
 }
 
 fn bit(signal: i32) -> u64 {
@@ -325,7 +354,7 @@ fn pick(shared: &crate::shared::Shared, signal: i32, me: i32) -> i32 {
         if pid == me {
             return me;
         }
-        if signal_sets(pid).is_some_and(|(_, blocked)| blocked & bit(signal) == 0) {
+        if signal_sets(pid).is_some_and(|sets| sets.blocked & bit(signal) == 0) {
             return pid;
         }
     }
@@ -392,7 +421,7 @@ fn takes(signal: i32, info: &mut libc::siginfo_t, waiting: bool) -> bool {
     // Not the pick: a copy of a group signal if the pick has one too.
     for _ in 0..=COPY_WAIT_MS {
         let claimed = fresh(shared.routing.claims[i].load(Ordering::SeqCst), key);
-        let pending = signal_sets(target).is_some_and(|(pending, _)| pending & bit(signal) != 0);
+        let pending = signal_sets(target).is_some_and(|sets| sets.pending() & bit(signal) != 0);
         if claimed || pending {
             return false;
         }
@@ -406,7 +435,7 @@ fn takes(signal: i32, info: &mut libc::siginfo_t, waiting: bool) -> bool {
 /// Main holds a blocked copy of `signal` keyed `key` that this process took: main is told
 /// to take it out of its pending set.
 fn discard_in_main(shared: &crate::shared::Shared, i: usize, signal: i32, main: i32, key: u32) {
-    if signal_sets(main).is_some_and(|(pending, _)| pending & bit(signal) != 0) {
+    if signal_sets(main).is_some_and(|sets| sets.held() & bit(signal) != 0) {
         shared.routing.discards[i].store(u64::from(key), Ordering::SeqCst);
         // SAFETY: signalling the main process of this run; its handler was installed at start.
         unsafe { libc::syscall(libc::SYS_kill, main, super::dispositions::notify_signal()) };
@@ -481,6 +510,53 @@ pub(super) fn serve_main() {
     }
 }
 
+/// In main, from the watchdog of its long waits (a join, a lock, a condition variable,
+/// every `shared::WATCHDOG_PERIOD`): the signals to the program that main holds pending
+/// because it blocks them go to the first running thread that does not block them, as the
+/// kernel would have given them (a thread waiting for one in the `sigwait` family asks
+/// for it itself, sooner: [`wait`]). Async-signal-safe.
+pub(super) fn release_held_in_main() {
+    if super::me() != 0 || super::get(&super::LOCAL.child) || super::fork::forked() {
+        return;
+    }
+    let Some(shared) = shared_block() else {
+        return;
+    };
+    let main = real_pid();
+    let Some(sets) = signal_sets(main) else {
+        return;
+    };
+    let held = sets.held();
+    if held == 0 {
+        return;
+    }
+    for i in 1..SIGNALS {
+        let signal = i as i32;
+        if held & bit(signal) == 0 || !routed(signal) {
+            continue;
+        }
+        let Some(taker) = shared.threads[1..]
+            .iter()
+            .filter(|slot| slot.state.load(Ordering::Acquire) == thread_state::RUNNING)
+            .map(|slot| slot.pid.load(Ordering::Acquire))
+            .filter(|&pid| pid > 0 && pid != main)
+            .find(|&pid| signal_sets(pid).is_some_and(|sets| sets.blocked & bit(signal) == 0))
+        else {
+            continue;
+        };
+        let Some(mut info) = dequeue(signal) else {
+            continue;
+        };
+        // Main claims it for the taker (which takes a forwarded copy as it is).
+        let duplicate = !unforward(&mut info)
+            && process_directed(shared, signal, &info)
+            && !claim(shared, i, key_of(&info));
+        if !duplicate && !forward(taker, signal, &info) {
+            requeue(signal, &info);
+        }
+    }
+}
+
 /// Asks main for the signals of `set` it holds pending and blocks (this process waits for
 /// them).
 fn pull_from_main(set: &libc::sigset_t) {
@@ -492,7 +568,7 @@ fn pull_from_main(set: &libc::sigset_t) {
     if main <= 0 || main == me {
         return;
     }
-    let Some((pending, blocked)) = signal_sets(main) else {
+    let Some(sets) = signal_sets(main) else {
         return;
     };
     let mut asked = false;
@@ -500,7 +576,7 @@ fn pull_from_main(set: &libc::sigset_t) {
         let signal = i as i32;
         // SAFETY: `set` is a valid sigset_t.
         let wanted = unsafe { libc::sigismember(set, signal) } == 1;
-        if wanted && pending & blocked & bit(signal) != 0 {
+        if wanted && sets.held() & bit(signal) != 0 {
             shared.routing.pulls[i].store(me, Ordering::SeqCst);
             asked = true;
         }

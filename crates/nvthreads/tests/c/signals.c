@@ -84,6 +84,10 @@
  *                 terminal is a new pseudo-terminal, starts 3 threads and installs a SIGINT
  *                 handler; each of three ^C written to the terminal's master side, 100 ms
  *                 apart, runs it once, in main, with SI_KERNEL (before: 4 calls each).
+ *   heldhandler   main blocks SIGUSR2, whose handler is installed, and joins a thread that
+ *                 leaves it unblocked; SIGUSR2 sent to the program's pid from outside runs
+ *                 the handler once, in that thread, and is no longer pending in main
+ *                 (before: it stayed pending in main and the thread waited in vain).
  * Every mode ends itself with alarm(10) if it hangs.
  */
 #define _GNU_SOURCE
@@ -992,6 +996,57 @@ static void ttyint(void) {
     close(master);
 }
 
+static atomic_int held_calls, held_in_thread, held_ready;
+static pid_t held_thread_tid;
+
+static void on_held(int signal) {
+    (void)signal;
+    atomic_fetch_add(&held_calls, 1);
+    if (gettid() == held_thread_tid)
+        atomic_fetch_add(&held_in_thread, 1);
+}
+
+/* Leaves SIGUSR2 unblocked (main blocks it) and sleeps until its handler ran, 3 s at most. */
+static void *take_held(void *unused) {
+    (void)unused;
+    held_thread_tid = gettid();
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR2);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    atomic_store(&held_ready, 1);
+    struct timespec step = {0, 1000000};
+    for (int i = 0; i < 3000 && atomic_load(&held_calls) == 0; i++)
+        nanosleep(&step, NULL);
+    return NULL;
+}
+
+static void heldhandler(void) {
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = on_held;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(SIGUSR2, &action, NULL) != 0)
+        fail("heldhandler", "sigaction");
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR2);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    pthread_t taker;
+    pthread_create(&taker, NULL, take_held, NULL);
+    struct timespec step = {0, 1000000};
+    while (!atomic_load(&held_ready))
+        nanosleep(&step, NULL);
+    kill_from_outside(getpid(), SIGUSR2);
+    pthread_join(taker, NULL);
+    if (atomic_load(&held_calls) != 1 || atomic_load(&held_in_thread) != 1)
+        fail("heldhandler", "SIGUSR2 to the program's pid, blocked by main, did not run once in the thread");
+    sigset_t pending;
+    sigpending(&pending);
+    if (sigismember(&pending, SIGUSR2))
+        fail("heldhandler", "SIGUSR2 is still pending in main");
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: signals MODE\n");
@@ -1029,6 +1084,8 @@ int main(int argc, char **argv) {
         oneshotall();
     else if (strcmp(mode, "ttyint") == 0)
         ttyint();
+    else if (strcmp(mode, "heldhandler") == 0)
+        heldhandler();
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
