@@ -545,3 +545,22 @@ pub unsafe extern "C" fn sigwait(set: *const libc::sigset_t, signal: *mut c_int)
         }
     }
 }
+
+/// `signalfd(2)`: in a thread other than main, the signals of `mask` that main holds
+/// pending (sent to the program's pid from outside, blocked in main) are handed to this
+/// thread by main's watchdog while main waits in the runtime (`runtime::routing`).
+///
+/// # Safety
+/// As the C function: `mask` is valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn signalfd(fd: c_int, mask: *const libc::sigset_t, flags: c_int) -> c_int {
+    let real =
+        next!(c"signalfd" => unsafe extern "C" fn(c_int, *const libc::sigset_t, c_int) -> c_int);
+    // SAFETY: forwarded.
+    let result = unsafe { real(fd, mask, flags) };
+    if result >= 0 && !mask.is_null() && crate::active().is_some() {
+        // SAFETY: `mask` is valid (the caller's contract).
+        routing::reading_signalfd(unsafe { &*mask });
+    }
+    result
+}

@@ -97,9 +97,10 @@
  * thread's id, Ctrl-C, kill -INT -PGID, the program's kill(0, ...)) runs the handler once,
  * in main unless main blocks it, else in the first thread that does not; one main blocks
  * reaches a thread waiting for it in sigwait, sigwaitinfo or sigtimedwait (within 10 ms,
- * with the sender's si_code and si_pid), and one that leaves it unblocked only while main
- * waits in a join, lock or condition variable (within 0.2 s; under pthreads at once,
- * whatever main does), never a signalfd. Such signals are told by si_code and
+ * with the sender's si_code and si_pid), and one that leaves it unblocked or reads it from
+ * a signalfd only while main waits in a join, lock or condition variable (within 0.2 s;
+ * under pthreads at once, whatever main does; the signalfd's ssi_code is then -0x4e56,
+ * with the sender's code in ssi_errno). Such signals are told by si_code and
  * si_pid (SI_KERNEL for the terminal's SIGINT, SIGQUIT, SIGTSTP, SIGHUP, SIGWINCH,
  * SIGTTIN, SIGTTOU; SI_USER or SI_QUEUE from outside the program): two group signals of
  * one number from one sender count as one for a thread that took no copy of the first, a

@@ -137,3 +137,10 @@ fn a_terminals_ctrl_c_runs_the_handler_once_per_key_press() {
 fn a_signal_main_blocks_reaches_a_thread_that_does_not() {
     holds("heldhandler");
 }
+
+/// A signal sent from outside to the program's pid reaches a thread reading it from a
+/// `signalfd` while every thread blocks it and main joins that thread.
+#[test]
+fn a_signal_from_outside_reaches_a_threads_signalfd() {
+    holds("signalfdthread");
+}

@@ -45,9 +45,9 @@
 //! A terminal's
 //! `SIGINT` and a `kill -INT -PGID` are both process-directed; `SIGALRM`, `SIGXCPU`,
 //! `SIGPROF`, `SIGVTALRM` (`SI_KERNEL` from a thread-process's own timers) stay the
-//! thread's. A signal main holds pending reaches a thread that merely leaves it unblocked
-//! only while main waits in the runtime (its watchdog: [`release_held_in_main`]), and never
-//! a `signalfd` reader.
+//! thread's. A signal main holds pending reaches a thread that merely leaves it unblocked,
+//! or reads it from a `signalfd`, only while main waits in the runtime (its watchdog:
+//! [`release_held_in_main`]); the `signalfd` reader sees the forwarded code.
 //!
 //! Forwarded copies carry [`FORWARDED`] as their code and the original code in `si_errno`
 //! (the system call refuses non-negative codes from user space to another process); the
@@ -99,6 +99,9 @@ pub struct Routing {
     group_senders: [AtomicU64; SIGNALS],
     /// Per signal: the process (its pid) waiting for it while main holds it pending.
     pulls: [AtomicI32; SIGNALS],
+    /// Per thread slot: the signals it made a `signalfd` for (bit `signal - 1`; kept until
+    /// the slot is reused).
+    signalfds: [AtomicU64; crate::shared::MAX_THREADS],
     /// Per signal: the key of a copy main holds pending that another thread took (0: none).
     discards: [AtomicU64; SIGNALS],
 }
@@ -535,12 +538,25 @@ pub(super) fn release_held_in_main() {
         if held & bit(signal) == 0 || !routed(signal) {
             continue;
         }
-        let Some(taker) = shared.threads[1..]
-            .iter()
-            .filter(|slot| slot.state.load(Ordering::Acquire) == thread_state::RUNNING)
-            .map(|slot| slot.pid.load(Ordering::Acquire))
-            .filter(|&pid| pid > 0 && pid != main)
-            .find(|&pid| signal_sets(pid).is_some_and(|sets| sets.blocked & bit(signal) == 0))
+        let running = || {
+            shared
+                .threads
+                .iter()
+                .enumerate()
+                .skip(1)
+                .filter(|(_, slot)| slot.state.load(Ordering::Acquire) == thread_state::RUNNING)
+                .map(|(index, slot)| (index, slot.pid.load(Ordering::Acquire)))
+                .filter(|&(_, pid)| pid > 0 && pid != main)
+        };
+        // A thread that does not block it, else one that reads it from a signalfd.
+        let Some(taker) = running()
+            .find(|&(_, pid)| signal_sets(pid).is_some_and(|sets| sets.blocked & bit(signal) == 0))
+            .or_else(|| {
+                running().find(|&(index, _)| {
+                    shared.routing.signalfds[index].load(Ordering::Acquire) & bit(signal) != 0
+                })
+            })
+            .map(|(_, pid)| pid)
         else {
             continue;
         };
@@ -554,6 +570,30 @@ pub(super) fn release_held_in_main() {
         if !duplicate && !forward(taker, signal, &info) {
             requeue(signal, &info);
         }
+    }
+}
+
+/// The calling thread made a `signalfd` for the signals of `set`: main's watchdog hands it
+/// the ones main holds ([`release_held_in_main`]).
+pub fn reading_signalfd(set: &libc::sigset_t) {
+    let Some(shared) = shared_block() else {
+        return;
+    };
+    let mut bits = 0;
+    for signal in 1..SIGNALS as i32 {
+        // SAFETY: `set` is a valid sigset_t.
+        if unsafe { libc::sigismember(set, signal) } == 1 {
+            bits |= bit(signal);
+        }
+    }
+    shared.routing.signalfds[super::me() as usize].fetch_or(bits, Ordering::AcqRel);
+}
+
+/// The calling thread ends: its slot's `signalfd` signals are forgotten (a thread made in
+/// the slot later has its own).
+pub(super) fn forget_signalfds() {
+    if let Some(shared) = shared_block() {
+        shared.routing.signalfds[super::me() as usize].store(0, Ordering::Release);
     }
 }
 

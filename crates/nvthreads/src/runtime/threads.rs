@@ -122,6 +122,7 @@ impl Runtime {
         slot.retval.store(retval, Ordering::Release);
         self.shared.live_threads.fetch_sub(1, Ordering::AcqRel);
         ignore_signals_once_ended();
+        super::routing::forget_signalfds();
         slot.state.store(thread_state::DONE, Ordering::SeqCst);
         if slot.detached.load(Ordering::SeqCst) == 1 {
             free_if_done(slot);

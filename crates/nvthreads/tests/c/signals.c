@@ -88,6 +88,9 @@
  *                 leaves it unblocked; SIGUSR2 sent to the program's pid from outside runs
  *                 the handler once, in that thread, and is no longer pending in main
  *                 (before: it stayed pending in main and the thread waited in vain).
+ *   signalfdthread every thread blocks SIGTERM and one reads it from a signalfd while main
+ *                 joins it; SIGTERM sent to the program's pid from outside reaches that
+ *                 signalfd with the sender's pid (before: it stayed pending in main).
  * Every mode ends itself with alarm(10) if it hangs.
  */
 #define _GNU_SOURCE
@@ -101,6 +104,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1047,6 +1051,49 @@ static void heldhandler(void) {
         fail("heldhandler", "SIGUSR2 is still pending in main");
 }
 
+static atomic_int sfd_signal, sfd_sender, sfd_ready;
+
+/* Reads one signal from a signalfd for SIGTERM (blocked in every thread). */
+static void *read_signalfd(void *unused) {
+    (void)unused;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    int fd = signalfd(-1, &set, 0);
+    if (fd < 0)
+        return NULL;
+    atomic_store(&sfd_ready, 1);
+    struct signalfd_siginfo info;
+    if (read(fd, &info, sizeof info) == (ssize_t)sizeof info) {
+        atomic_store(&sfd_signal, (int)info.ssi_signo);
+        atomic_store(&sfd_sender, (int)info.ssi_pid);
+    }
+    close(fd);
+    return NULL;
+}
+
+static void signalfdthread(void) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    pthread_t reader;
+    pthread_create(&reader, NULL, read_signalfd, NULL);
+    struct timespec step = {0, 1000000};
+    while (!atomic_load(&sfd_ready))
+        nanosleep(&step, NULL);
+    pid_t child = fork();
+    if (child == 0) {
+        setpgid(0, 0);
+        syscall(SYS_kill, getppid(), SIGTERM);
+        _exit(0);
+    }
+    waitpid(child, NULL, 0);
+    pthread_join(reader, NULL);
+    if (atomic_load(&sfd_signal) != SIGTERM || atomic_load(&sfd_sender) != child)
+        fail("signalfdthread", "SIGTERM to the program's pid did not reach the thread's signalfd");
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: signals MODE\n");
@@ -1086,6 +1133,8 @@ int main(int argc, char **argv) {
         ttyint();
     else if (strcmp(mode, "heldhandler") == 0)
         heldhandler();
+    else if (strcmp(mode, "signalfdthread") == 0)
+        signalfdthread();
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
