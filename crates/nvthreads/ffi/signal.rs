@@ -18,6 +18,7 @@ use crate::next;
 use libc::{c_int, sighandler_t};
 use nvthreads::pages::{self, Tracker};
 use nvthreads::runtime::dispositions::{self, notify_signal};
+use nvthreads::runtime::routing;
 use nvthreads::runtime::sigchld::{self, SigactionFn, SigchldBlocked};
 
 fn real_sigaction() -> SigactionFn {
@@ -90,8 +91,32 @@ unsafe fn install_here(
 ) -> c_int {
     let real = real_sigaction();
     if !filtered(signal) {
-        // SAFETY: forwarded.
-        return unsafe { real(signal, act, old) };
+        if crate::active().is_none() {
+            // SAFETY: forwarded.
+            return unsafe { real(signal, act, old) };
+        }
+        // A handler goes behind the runtime's trampoline (`runtime::routing`), and the
+        // program reads back its own.
+        // SAFETY: a zeroed sigaction is a valid value to be overwritten.
+        let mut before: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: reading the current action into `before`.
+        if unsafe { real(signal, std::ptr::null(), &mut before) } != 0 {
+            return -1;
+        }
+        let view = routing::program_view(signal, &before);
+        if !act.is_null() {
+            // SAFETY: `act` is valid (the caller's contract).
+            let install = routing::to_install(signal, unsafe { &*act });
+            // SAFETY: a valid action.
+            if unsafe { real(signal, &install, std::ptr::null_mut()) } != 0 {
+                return -1;
+            }
+        }
+        if !old.is_null() {
+            // SAFETY: `old` is writable (the caller's contract).
+            unsafe { old.write(view) };
+        }
+        return 0;
     }
     if signal == libc::SIGSEGV {
         // SAFETY: the caller's contract.
@@ -423,4 +448,119 @@ pub unsafe extern "C" fn sigaltstack(
             -1
         }
     }
+}
+
+/// The wait of `sigtimedwait` for the program while the runtime runs (`runtime::routing`):
+/// a copy of a signal to the program that another thread took is not returned, and a signal
+/// main holds pending (blocked there) is fetched for a thread waiting for it.
+///
+/// # Safety
+/// As the C function: `set` is valid, `info` and `timeout` are null or valid.
+unsafe fn routed_wait(
+    set: *const libc::sigset_t,
+    info: *mut libc::siginfo_t,
+    timeout: *const libc::timespec,
+) -> c_int {
+    let limit = if timeout.is_null() {
+        None
+    } else {
+        // SAFETY: `timeout` is valid (the caller's contract).
+        let spec = unsafe { &*timeout };
+        if spec.tv_sec < 0 || !(0..1_000_000_000).contains(&spec.tv_nsec) {
+            // SAFETY: `__errno_location` returns this thread's errno.
+            unsafe { *libc::__errno_location() = libc::EINVAL };
+            return -1;
+        }
+        Some(std::time::Duration::new(
+            spec.tv_sec as u64,
+            spec.tv_nsec as u32,
+        ))
+    };
+    // SAFETY: `set` is valid and `info` null or writable (the caller's contract).
+    unsafe { routing::wait(&*set, info.as_mut(), limit) }
+}
+
+/// `sigtimedwait(2)`, routed while the runtime runs (see [`routed_wait`]).
+///
+/// # Safety
+/// As the C function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sigtimedwait(
+    set: *const libc::sigset_t,
+    info: *mut libc::siginfo_t,
+    timeout: *const libc::timespec,
+) -> c_int {
+    if crate::active().is_none() || set.is_null() {
+        let real = next!(c"sigtimedwait" => unsafe extern "C" fn(*const libc::sigset_t, *mut libc::siginfo_t, *const libc::timespec) -> c_int);
+        // SAFETY: forwarded.
+        return unsafe { real(set, info, timeout) };
+    }
+    // SAFETY: the caller's contract.
+    unsafe { routed_wait(set, info, timeout) }
+}
+
+/// `sigwaitinfo(2)`, routed while the runtime runs (see [`routed_wait`]).
+///
+/// # Safety
+/// As the C function.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sigwaitinfo(
+    set: *const libc::sigset_t,
+    info: *mut libc::siginfo_t,
+) -> c_int {
+    if crate::active().is_none() || set.is_null() {
+        let real = next!(c"sigwaitinfo" => unsafe extern "C" fn(*const libc::sigset_t, *mut libc::siginfo_t) -> c_int);
+        // SAFETY: forwarded.
+        return unsafe { real(set, info) };
+    }
+    // SAFETY: the caller's contract.
+    unsafe { routed_wait(set, info, std::ptr::null()) }
+}
+
+/// `sigwait(3)`: the signal in `*signal` and 0, or an error number; interrupted waits go
+/// on, as glibc's do. Routed while the runtime runs (see [`routed_wait`]).
+///
+/// # Safety
+/// As the C function: `set` and `signal` are valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sigwait(set: *const libc::sigset_t, signal: *mut c_int) -> c_int {
+    if crate::active().is_none() || set.is_null() {
+        let real =
+            next!(c"sigwait" => unsafe extern "C" fn(*const libc::sigset_t, *mut c_int) -> c_int);
+        // SAFETY: forwarded.
+        return unsafe { real(set, signal) };
+    }
+    loop {
+        // SAFETY: the caller's contract.
+        let got = unsafe { routed_wait(set, std::ptr::null_mut(), std::ptr::null()) };
+        if got > 0 {
+            // SAFETY: `signal` is writable (the caller's contract).
+            unsafe { signal.write(got) };
+            return 0;
+        }
+        // SAFETY: `__errno_location` returns this thread's errno.
+        let errno = unsafe { *libc::__errno_location() };
+        if errno != libc::EINTR {
+            return errno;
+        }
+    }
+}
+
+/// `signalfd(2)`: in a thread other than main, the signals of `mask` that main holds
+/// pending (sent to the program's pid from outside, blocked in main) are handed to this
+/// thread by main's watchdog while main waits in the runtime (`runtime::routing`).
+///
+/// # Safety
+/// As the C function: `mask` is valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn signalfd(fd: c_int, mask: *const libc::sigset_t, flags: c_int) -> c_int {
+    let real =
+        next!(c"signalfd" => unsafe extern "C" fn(c_int, *const libc::sigset_t, c_int) -> c_int);
+    // SAFETY: forwarded.
+    let result = unsafe { real(fd, mask, flags) };
+    if result >= 0 && !mask.is_null() && crate::active().is_some() {
+        // SAFETY: `mask` is valid (the caller's contract).
+        routing::reading_signalfd(unsafe { &*mask });
+    }
+    result
 }

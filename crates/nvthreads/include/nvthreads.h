@@ -78,9 +78,11 @@
  * stays installed and passes the others on). A signal's action set with sigaction, signal,
  * bsd_signal, sysv_signal, sigset, sigignore or siginterrupt while threads run is installed
  * in every thread, as pthreads share one set of actions (sigaction returns once every
- * thread has it, or after 50 ms), except that a one-shot handler (SA_RESETHAND,
- * sysv_signal) reset by a delivery is reset in the thread that took it only; the runtime
- * uses SIGRTMAX for it: sigaction of SIGRTMAX fails with EINVAL,
+ * thread has it, or after 50 ms), and a one-shot handler (SA_RESETHAND, sysv_signal) taken
+ * by one thread is reset in every thread (a one-shot SIGCHLD or SIGSEGV handler in the
+ * thread that took it only); handlers other than SIGCHLD's and SIGSEGV's run behind the
+ * runtime's trampoline (sigaction reads back the program's own); the runtime uses SIGRTMAX
+ * for it: sigaction of SIGRTMAX fails with EINVAL,
  * sigprocmask and pthread_sigmask leave it unblocked, a sigwait on a set holding it may
  * return it, and a thread in pause, sleep, poll, select or another call a caught signal
  * interrupts returns early (EINTR) when another thread sets an action. A thread made by a
@@ -90,11 +92,23 @@
  * sigqueue() of getpid() from any thread of the program goes to one thread that does not
  * block the signal (main first; a thread waiting for it in sigwait counts), as the kernel
  * picks a thread of a process, and SIGSTOP/SIGCONT stop and continue every thread; raise()
- * and pthread_kill() reach the thread they name, as with pthreads. A signal sent to the
- * program's pid from outside it (a shell's kill) reaches the main thread only (blocked
- * there, it stays pending in main even if another thread waits for it), a signal to the
- * process group (Ctrl-C) runs the handler in every thread, and a handler's si_pid names
- * the sending thread (its gettid()). A program's alternate signal stack (sigaltstack) of
+ * and pthread_kill() reach the thread they name, as with pthreads. A signal to the whole
+ * program from outside it or to its process group (a shell's kill of its pid or of a
+ * thread's id, Ctrl-C, kill -INT -PGID, the program's kill(0, ...)) runs the handler once,
+ * in main unless main blocks it, else in the first thread that does not; one main blocks
+ * reaches a thread waiting for it in sigwait, sigwaitinfo or sigtimedwait (within 10 ms,
+ * with the sender's si_code and si_pid), and one that leaves it unblocked or reads it from
+ * a signalfd only while main waits in a join, lock or condition variable (within 0.2 s;
+ * under pthreads at once, whatever main does; the signalfd's ssi_code is then -0x4e56,
+ * with the sender's code in ssi_errno). Such signals are told by si_code and
+ * si_pid (SI_KERNEL for the terminal's SIGINT, SIGQUIT, SIGTSTP, SIGHUP, SIGWINCH,
+ * SIGTTIN, SIGTTOU; SI_USER or SI_QUEUE from outside the program): two group signals of
+ * one number from one sender count as one for a thread that took no copy of the first, a
+ * copy taken more than 1 s late runs again, and a signal from outside to a thread's own id
+ * within 1 s after such a group signal is taken for its copy; SIGALRM and other SI_KERNEL
+ * signals stay the receiving thread's. A group SIGCHLD or SIGSEGV runs its handler in every
+ * thread. A handler's si_pid for a signal from inside the program names the sending thread
+ * (its gettid()). A program's alternate signal stack (sigaltstack) of
  * at least 64 KiB is used as with pthreads; a smaller or disabled one is reported back as
  * set, but SA_ONSTACK handlers run on the runtime's 64 KiB stack. Volatile malloc'd memory and globals
  * are written in place by every thread, so atomics (C11 <stdatomic.h>, __atomic) and
@@ -113,7 +127,9 @@
  * value for every key, but with a copy of its creator's thread-local variables (__thread,
  * _Thread_local); pthread and C11 calls never change errno, as with glibc; at most 255
  * threads exist at a time (pthread_create returns EAGAIN beyond); pthread_atfork handlers
- * do not run at pthread_create, except where descriptors are copied (above). read, pread and fread into the persistent heap (and persistent globals or
+ * do not run at pthread_create, except where descriptors are copied (above). PMFS's preload
+ * (libpmfs_preload.so) does not work with it yet: its threads hang or find the pool busy
+ * (docs/nvthreads.md §9). read, pread and fread into the persistent heap (and persistent globals or
  * malloc'd memory) are wrapped to work; other system calls that write into persistent
  * memory (recv, readv, ...) fail with EFAULT unless the thread wrote to those pages since its
  * last synchronisation (into volatile malloc'd memory and globals they all work). fork()

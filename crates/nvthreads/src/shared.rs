@@ -809,6 +809,8 @@ pub struct Shared {
     pub exit_status: AtomicU32,
     /// Signal actions the program set while threads existed, for every thread-process.
     pub dispositions: crate::runtime::dispositions::Dispositions,
+    /// Signals to the program as a whole: claims, group senders, pulls and discards.
+    pub routing: crate::runtime::routing::Routing,
     /// Serialises claims and releases of each table's slots (lookups take no lock).
     table_locks: [LockWord; 4],
     mutexes: [SyncSlot; MAX_MUTEXES],

@@ -98,3 +98,49 @@ fn a_sigsegv_handler_of_sigset_or_sysv_signal_sees_the_programs_faults_only() {
 fn a_programs_small_alternate_stack_is_kept_beside_the_runtimes() {
     holds("altstack");
 }
+
+/// A signal to the process group (a terminal's Ctrl-C, `kill -INT -PGID`) runs the
+/// handler once, in the thread the kernel would pick (main, or a thread when main blocks
+/// it), not once in every thread-process; a thread's own signals still reach it.
+#[test]
+fn a_signal_to_the_process_group_runs_the_handler_once() {
+    holds("groupsignal");
+}
+
+/// A signal sent from outside to the program's pid reaches a thread waiting for it in
+/// `sigwait` or `sigwaitinfo` while every thread blocks it (the server pattern), with the
+/// sender's code and pid.
+#[test]
+fn a_signal_from_outside_reaches_a_thread_in_sigwait() {
+    holds("pidsigwait");
+}
+
+/// A one-shot handler (`SA_RESETHAND`, `sysv_signal`) is reset in every thread when one
+/// thread takes it.
+#[test]
+fn a_one_shot_handler_is_reset_in_every_thread() {
+    holds("oneshotall");
+}
+
+/// A terminal's Ctrl-C (`SI_KERNEL`, to the foreground process group) runs the handler
+/// once per ^C, in main, as with pthreads: three ^C 100 ms apart (one key: code
+/// `SI_KERNEL`, pid and uid 0) are three calls, not one nor twelve.
+#[test]
+fn a_terminals_ctrl_c_runs_the_handler_once_per_key_press() {
+    holds("ttyint");
+}
+
+/// A signal sent from outside to the program's pid that main blocks runs its handler in a
+/// thread that leaves it unblocked (main's watchdog hands it over while main waits in a
+/// join), as the kernel gives it to such a thread.
+#[test]
+fn a_signal_main_blocks_reaches_a_thread_that_does_not() {
+    holds("heldhandler");
+}
+
+/// A signal sent from outside to the program's pid reaches a thread reading it from a
+/// `signalfd` while every thread blocks it and main joins that thread.
+#[test]
+fn a_signal_from_outside_reaches_a_threads_signalfd() {
+    holds("signalfdthread");
+}

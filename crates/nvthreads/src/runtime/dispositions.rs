@@ -106,6 +106,7 @@ extern "C" fn on_notify(_signal: i32) {
     // SAFETY: `__errno_location` returns this thread's errno; saved for the interrupted code.
     let errno = unsafe { *libc::__errno_location() };
     apply_pending();
+    super::routing::serve_main();
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
 }
@@ -152,7 +153,8 @@ fn install(signal: i32, action: &libc::sigaction) {
         let installed = unsafe { super::sigchld::to_install(action, via_glibc) };
         crate::pages::glibc_sigaction(signal, &installed, std::ptr::null_mut());
     } else {
-        crate::pages::glibc_sigaction(signal, action, std::ptr::null_mut());
+        let installed = super::routing::to_install(signal, action);
+        crate::pages::glibc_sigaction(signal, &installed, std::ptr::null_mut());
     }
 }
 

@@ -29,6 +29,7 @@ pub mod env;
 pub mod fork;
 pub mod layout;
 pub mod process;
+pub mod routing;
 pub mod rwlock;
 pub mod sigchld;
 pub mod signals;

@@ -83,7 +83,7 @@ fn parent_of(pid: i32) -> Option<i32> {
 }
 
 /// `/proc/<pid><file>` NUL-terminated in `buffer`.
-fn proc_path<'b>(buffer: &'b mut [u8; 40], pid: i32, file: &[u8]) -> &'b [u8] {
+pub(super) fn proc_path<'b>(buffer: &'b mut [u8; 40], pid: i32, file: &[u8]) -> &'b [u8] {
     let prefix = b"/proc/";
     let mut digits = [0u8; 20];
     let number = super::signals::decimal(&mut digits, u64::from(pid.unsigned_abs()));
@@ -170,6 +170,11 @@ pub fn kill(pid: i32, signal: i32) -> i32 {
             }
         }
         return sys_kill(program, signal);
+    }
+    if pid <= 0 && signal != 0 {
+        // To a process group (or every process): its copies that reach the program's
+        // processes are one signal to the program (`super::routing`).
+        super::routing::sending_to_group(signal);
     }
     sys_kill(signal_target(pid, signal), signal)
 }

@@ -103,6 +103,7 @@ pub(super) fn check_run() {
     let Some(shared) = commit::shared_block() else {
         return;
     };
+    super::routing::release_held_in_main();
     let me = super::process::real_pid();
     for (index, slot) in shared.threads.iter().enumerate() {
         let pid = slot.pid.load(Ordering::SeqCst);

@@ -122,6 +122,7 @@ impl Runtime {
         slot.retval.store(retval, Ordering::Release);
         self.shared.live_threads.fetch_sub(1, Ordering::AcqRel);
         ignore_signals_once_ended();
+        super::routing::forget_signalfds();
         slot.state.store(thread_state::DONE, Ordering::SeqCst);
         if slot.detached.load(Ordering::SeqCst) == 1 {
             free_if_done(slot);
@@ -230,11 +231,15 @@ impl Runtime {
         0
     }
 
-    /// `pthread_kill`: sends `signal` to the thread-process (0 only checks it exists).
+    /// `pthread_kill`: sends `signal` to the thread-process (0 only checks it exists), with
+    /// `tgkill` as glibc's does: the delivery's code is `SI_TKILL`, a signal to one thread,
+    /// which `super::routing` never takes for a copy of a signal to the program (a `kill`'s
+    /// `SI_USER` from a process that had just sent the signal to its group was).
     pub fn kill_thread(&self, handle: u64, signal: i32) -> i32 {
         match self.thread_pid(handle) {
-            // SAFETY: kill has no memory preconditions.
-            Some(pid) => match unsafe { libc::syscall(libc::SYS_kill, pid, signal) } {
+            // SAFETY: tgkill has no memory preconditions; each thread-process is the only
+            // thread of its thread group.
+            Some(pid) => match unsafe { libc::syscall(libc::SYS_tgkill, pid, pid, signal) } {
                 0 => 0,
                 _ => std::io::Error::last_os_error()
                     .raw_os_error()

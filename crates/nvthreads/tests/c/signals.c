@@ -18,8 +18,8 @@
  *                 that sleep in a loop, then installs a SIGUSR1 handler (sigaction) and
  *                 ignores SIGPIPE (signal); a thread reads the SIGUSR1 action back, the
  *                 group gets SIGUSR1 (kill(0, ...), as a terminal's Ctrl-C) and nobody
- *                 dies (the handler runs, in every thread: at least once), and a thread's
- *                 write to a pipe without a reader fails with EPIPE instead of killing it.
+ *                 dies (the handler runs; once, see groupsignal), and a thread's write to
+ *                 a pipe without a reader fails with EPIPE instead of killing it.
  *                 Before, the threads kept the default actions of their creation: the
  *                 group signal killed them and the run ended with SIGKILL.
  *   oneshot       a one-shot SIGCHLD handler (SA_RESETHAND | SA_NOCLDSTOP | SA_SIGINFO,
@@ -62,10 +62,40 @@
  *                 SS_DISABLE back; a new thread starts without one. Before, the tracked
  *                 writes' faults were handled on the 2 KiB stack, which overflowed: the run
  *                 ended killed.
+ *   groupsignal   a signal to the process group runs the program's handler once, as with
+ *                 pthreads: 3 threads sleep, main installs a SIGINT handler, a child sends
+ *                 SIGINT to the group with the kill system call (as a terminal's Ctrl-C or
+ *                 a shell's kill -INT -PGID): one call, in main; main's kill(0, SIGINT):
+ *                 one call; a group SIGUSR1 while main blocks it: one call, in a thread, and
+ *                 none more when main unblocks it; pthread_kill of each thread still runs
+ *                 it in each; a signal from outside to a thread's own id runs it once, in
+ *                 main; two group signals from one sender 50 ms apart run it twice. Before,
+ *                 every thread-process ran it: 4 calls for each group signal.
+ *   pidsigwait    the server pattern: every thread blocks SIGTERM and SIGHUP and one waits
+ *                 for them with sigwait, then sigwaitinfo; SIGTERM and SIGHUP sent to the
+ *                 program's pid from outside (the kill system call, as a shell's kill) end
+ *                 those waits, and sigwaitinfo reports SI_USER and the sender's pid. Before,
+ *                 they stayed pending in main for ever.
+ *   oneshotall    a one-shot handler (SA_RESETHAND, then sysv_signal) taken by one thread
+ *                 is reset in every thread: a thread raises it, and main and a third thread
+ *                 then read SIG_DFL back; main raises the sysv_signal one, and a thread reads
+ *                 SIG_DFL back. Before, the kernel reset it in the taking thread only.
+ *   ttyint        a terminal's Ctrl-C: the program makes itself a session whose controlling
+ *                 terminal is a new pseudo-terminal, starts 3 threads and installs a SIGINT
+ *                 handler; each of three ^C written to the terminal's master side, 100 ms
+ *                 apart, runs it once, in main, with SI_KERNEL (before: 4 calls each).
+ *   heldhandler   main blocks SIGUSR2, whose handler is installed, and joins a thread that
+ *                 leaves it unblocked; SIGUSR2 sent to the program's pid from outside runs
+ *                 the handler once, in that thread, and is no longer pending in main
+ *                 (before: it stayed pending in main and the thread waited in vain).
+ *   signalfdthread every thread blocks SIGTERM and one reads it from a signalfd while main
+ *                 joins it; SIGTERM sent to the program's pid from outside reaches that
+ *                 signalfd with the sender's pid (before: it stayed pending in main).
  * Every mode ends itself with alarm(10) if it hangs.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -74,6 +104,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -688,6 +720,380 @@ static void altstack(void) {
             fail("altstack", "a tracked write was lost");
 }
 
+/* Sends `signal` to `target` (a process id, or minus a process group's) from a child with
+ * the kill system call, as a shell's kill would, from outside the program (not through the
+ * library's kill) and from another process group, and waits for the child. */
+static void kill_from_outside_times(pid_t target, int signal, int times) {
+    pid_t child = fork();
+    if (child == 0) {
+        /* Out of the program's group, as a shell is (and the child's handler, which would
+         * count in the globals it shares with the program, is not in the group's way). */
+        setpgid(0, 0);
+        struct timespec pause = {0, 50000000};
+        for (int i = 0; i < times; i++) {
+            if (i > 0)
+                nanosleep(&pause, NULL);
+            syscall(SYS_kill, target, signal);
+        }
+        _exit(0);
+    }
+    waitpid(child, NULL, 0);
+}
+
+static void kill_from_outside(pid_t target, int signal) {
+    kill_from_outside_times(target, signal, 1);
+}
+
+static atomic_int group_calls;
+static atomic_int group_in_main;
+static pid_t group_main_tid;
+static atomic_int group_stop;
+
+static void on_group(int signal) {
+    (void)signal;
+    atomic_fetch_add(&group_calls, 1);
+    if (gettid() == group_main_tid)
+        atomic_fetch_add(&group_in_main, 1);
+}
+
+static atomic_int group_tids[3];
+
+static void *group_sleeper(void *slot) {
+    atomic_store(&group_tids[(long)slot], gettid());
+    struct timespec step = {0, 1000000};
+    while (!atomic_load(&group_stop))
+        nanosleep(&step, NULL);
+    return NULL;
+}
+
+/* Waits up to `ms` milliseconds for *count to reach `want`, then 100 ms more for a count
+ * past it; returns the count. */
+static int settle(atomic_int *count, int want, int ms) {
+    struct timespec step = {0, 1000000};
+    for (int i = 0; i < ms && atomic_load(count) < want; i++)
+        nanosleep(&step, NULL);
+    for (int i = 0; i < 100; i++)
+        nanosleep(&step, NULL);
+    return atomic_load(count);
+}
+
+static void groupsignal(void) {
+    if (setpgid(0, 0) != 0)
+        fail("groupsignal", "setpgid");
+    group_main_tid = gettid();
+    pthread_t threads[3];
+    for (int i = 0; i < 3; i++)
+        pthread_create(&threads[i], NULL, group_sleeper, (void *)(long)i);
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = on_group;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(SIGINT, &action, NULL) != 0 || sigaction(SIGUSR1, &action, NULL) != 0)
+        fail("groupsignal", "sigaction");
+    /* A group signal from outside: once, in main. */
+    kill_from_outside(-getpgid(0), SIGINT);
+    if (settle(&group_calls, 1, 2000) != 1)
+        fail("groupsignal", "a signal to the process group did not run the handler once");
+    if (atomic_load(&group_in_main) != 1)
+        fail("groupsignal", "the group signal's handler did not run in main");
+    /* The program's own kill(0, ...): once. */
+    kill(0, SIGINT);
+    if (settle(&group_calls, 2, 2000) != 2)
+        fail("groupsignal", "kill(0, SIGINT) did not run the handler once");
+    if (atomic_load(&group_in_main) != 2)
+        fail("groupsignal", "kill(0, SIGINT)'s handler did not run in main");
+    /* Main blocks SIGUSR1: once, in a thread, and main does not run it when it unblocks. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    kill_from_outside(-getpgid(0), SIGUSR1);
+    if (settle(&group_calls, 3, 2000) != 3)
+        fail("groupsignal", "a group signal main blocks did not run the handler once");
+    if (atomic_load(&group_in_main) != 2)
+        fail("groupsignal", "a group signal main blocks ran in main");
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    if (settle(&group_calls, 4, 0) != 3)
+        fail("groupsignal", "main ran the group signal again when it unblocked it");
+    /* A thread's own signals still reach it: pthread_kill of each thread. */
+    for (int i = 0; i < 3; i++)
+        pthread_kill(threads[i], SIGINT);
+    if (settle(&group_calls, 6, 2000) != 6)
+        fail("groupsignal", "pthread_kill of each thread did not run the handler in each");
+    if (atomic_load(&group_in_main) != 2)
+        fail("groupsignal", "pthread_kill of a thread ran the handler in main");
+    /* A signal from outside to a thread-process's own id names the program (a thread's id
+     * is the process's under pthreads): once, in main. */
+    kill_from_outside(atomic_load(&group_tids[1]), SIGINT);
+    if (settle(&group_calls, 7, 2000) != 7 || atomic_load(&group_in_main) != 3)
+        fail("groupsignal", "a signal from outside to a thread's id did not run once in main");
+    /* Two group signals from one sender 50 ms apart (as two Ctrl-Cs): two calls. */
+    kill_from_outside_times(-getpgid(0), SIGINT, 2);
+    if (settle(&group_calls, 9, 2000) != 9 || atomic_load(&group_in_main) != 5)
+        fail("groupsignal", "two group signals from one sender did not run the handler twice");
+    atomic_store(&group_stop, 1);
+    for (int i = 0; i < 3; i++)
+        pthread_join(threads[i], NULL);
+}
+
+static atomic_int term_waited;
+static atomic_int term_code;
+static atomic_int term_sender;
+
+static void *wait_for_term(void *unused) {
+    (void)unused;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    int got;
+    if (sigwait(&set, &got) == 0 && got == SIGTERM)
+        atomic_store(&term_waited, 1);
+    siginfo_t info;
+    if (sigwaitinfo(&set, &info) == SIGHUP) {
+        atomic_store(&term_code, info.si_code);
+        atomic_store(&term_sender, info.si_pid);
+        atomic_store(&term_waited, 2);
+    }
+    return NULL;
+}
+
+static void pidsigwait(void) {
+    /* The usual server: every thread blocks the signals, one waits for them. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    pthread_t waiter;
+    pthread_create(&waiter, NULL, wait_for_term, NULL);
+    struct timespec step = {0, 50000000};
+    nanosleep(&step, NULL);
+    kill_from_outside(getpid(), SIGTERM);
+    for (int i = 0; i < 40 && atomic_load(&term_waited) != 1; i++)
+        nanosleep(&step, NULL);
+    if (atomic_load(&term_waited) != 1)
+        fail("pidsigwait", "SIGTERM sent to the program's pid did not reach the thread in sigwait");
+    pid_t child = fork();
+    if (child == 0) {
+        syscall(SYS_kill, getppid(), SIGHUP);
+        _exit(0);
+    }
+    waitpid(child, NULL, 0);
+    pthread_join(waiter, NULL);
+    if (atomic_load(&term_waited) != 2)
+        fail("pidsigwait", "SIGHUP sent to the program's pid did not reach the thread in sigwaitinfo");
+    if (atomic_load(&term_code) != SI_USER || atomic_load(&term_sender) != child)
+        fail("pidsigwait", "sigwaitinfo did not report the sender's code and pid");
+}
+
+static atomic_int oneshot_calls;
+
+static void on_oneshot(int signal) {
+    (void)signal;
+    atomic_fetch_add(&oneshot_calls, 1);
+}
+
+static atomic_int reset_seen;
+
+/* Waits until the one-shot handler ran (in another thread), then reads its action. */
+static void *read_reset(void *unused) {
+    (void)unused;
+    struct timespec step = {0, 1000000};
+    for (int i = 0; i < 2000 && atomic_load(&oneshot_calls) == 0; i++)
+        nanosleep(&step, NULL);
+    struct sigaction seen;
+    if (sigaction(SIGUSR2, NULL, &seen) == 0 && seen.sa_handler == SIG_DFL)
+        atomic_store(&reset_seen, 1);
+    return NULL;
+}
+
+static void *take_oneshot(void *unused) {
+    (void)unused;
+    raise(SIGUSR2);
+    return NULL;
+}
+
+static void oneshotall(void) {
+    pthread_t reader;
+    pthread_create(&reader, NULL, read_reset, NULL);
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = on_oneshot;
+    action.sa_flags = SA_RESETHAND;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(SIGUSR2, &action, NULL) != 0)
+        fail("oneshotall", "sigaction");
+    pthread_t taker;
+    pthread_create(&taker, NULL, take_oneshot, NULL);
+    pthread_join(taker, NULL);
+    pthread_join(reader, NULL);
+    if (atomic_load(&oneshot_calls) != 1)
+        fail("oneshotall", "the one-shot handler did not run once");
+    struct sigaction seen;
+    if (sigaction(SIGUSR2, NULL, &seen) != 0 || seen.sa_handler != SIG_DFL)
+        fail("oneshotall", "main still has the one-shot handler another thread took");
+    if (!atomic_load(&reset_seen))
+        fail("oneshotall", "a third thread still has the one-shot handler");
+    /* sysv_signal's one-shot handler, taken by main: reset in the other thread too. */
+    atomic_store(&oneshot_calls, 0);
+    atomic_store(&reset_seen, 0);
+    pthread_create(&reader, NULL, read_reset, NULL);
+    if (sysv_signal(SIGUSR2, on_oneshot) == SIG_ERR)
+        fail("oneshotall", "sysv_signal");
+    raise(SIGUSR2);
+    pthread_join(reader, NULL);
+    if (atomic_load(&oneshot_calls) != 1 || !atomic_load(&reset_seen))
+        fail("oneshotall", "sysv_signal's handler taken by main was not reset in a thread");
+}
+
+static atomic_int tty_calls, tty_kernel, tty_in_main;
+
+static void on_tty_int(int signal, siginfo_t *info, void *context) {
+    (void)signal;
+    (void)context;
+    atomic_fetch_add(&tty_calls, 1);
+    if (info->si_code == SI_KERNEL)
+        atomic_fetch_add(&tty_kernel, 1);
+    if (gettid() == group_main_tid)
+        atomic_fetch_add(&tty_in_main, 1);
+}
+
+static void ttyint(void) {
+    /* A session of its own whose controlling terminal is a new pseudo-terminal: a ^C
+     * written to its master side is the terminal's SIGINT to the foreground group. */
+    if (setsid() < 0)
+        fail("ttyint", "setsid");
+    int master = posix_openpt(O_RDWR | O_NOCTTY);
+    if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0)
+        fail("ttyint", "posix_openpt");
+    int terminal = open(ptsname(master), O_RDWR);
+    if (terminal < 0)
+        fail("ttyint", "open the terminal");
+    group_main_tid = gettid();
+    pthread_t threads[3];
+    for (int i = 0; i < 3; i++)
+        pthread_create(&threads[i], NULL, group_sleeper, (void *)(long)i);
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = on_tty_int;
+    action.sa_flags = SA_SIGINFO;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(SIGINT, &action, NULL) != 0)
+        fail("ttyint", "sigaction");
+    struct timespec pause = {0, 100000000};
+    for (int i = 1; i <= 3; i++) {
+        if (write(master, "\x03", 1) != 1)
+            fail("ttyint", "write ^C");
+        if (settle(&tty_calls, i, 2000) != i)
+            fail("ttyint", "a ^C did not run the handler once");
+        nanosleep(&pause, NULL);
+    }
+    if (atomic_load(&tty_kernel) != 3 || atomic_load(&tty_in_main) != 3)
+        fail("ttyint", "the terminal's SIGINT did not run in main with SI_KERNEL");
+    atomic_store(&group_stop, 1);
+    for (int i = 0; i < 3; i++)
+        pthread_join(threads[i], NULL);
+    /* Closing the master hangs the terminal up: SIGHUP to its foreground group. */
+    signal(SIGHUP, SIG_IGN);
+    close(terminal);
+    close(master);
+}
+
+static atomic_int held_calls, held_in_thread, held_ready;
+static pid_t held_thread_tid;
+
+static void on_held(int signal) {
+    (void)signal;
+    atomic_fetch_add(&held_calls, 1);
+    if (gettid() == held_thread_tid)
+        atomic_fetch_add(&held_in_thread, 1);
+}
+
+/* Leaves SIGUSR2 unblocked (main blocks it) and sleeps until its handler ran, 3 s at most. */
+static void *take_held(void *unused) {
+    (void)unused;
+    held_thread_tid = gettid();
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR2);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    atomic_store(&held_ready, 1);
+    struct timespec step = {0, 1000000};
+    for (int i = 0; i < 3000 && atomic_load(&held_calls) == 0; i++)
+        nanosleep(&step, NULL);
+    return NULL;
+}
+
+static void heldhandler(void) {
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = on_held;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(SIGUSR2, &action, NULL) != 0)
+        fail("heldhandler", "sigaction");
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR2);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    pthread_t taker;
+    pthread_create(&taker, NULL, take_held, NULL);
+    struct timespec step = {0, 1000000};
+    while (!atomic_load(&held_ready))
+        nanosleep(&step, NULL);
+    kill_from_outside(getpid(), SIGUSR2);
+    pthread_join(taker, NULL);
+    if (atomic_load(&held_calls) != 1 || atomic_load(&held_in_thread) != 1)
+        fail("heldhandler", "SIGUSR2 to the program's pid, blocked by main, did not run once in the thread");
+    sigset_t pending;
+    sigpending(&pending);
+    if (sigismember(&pending, SIGUSR2))
+        fail("heldhandler", "SIGUSR2 is still pending in main");
+}
+
+static atomic_int sfd_signal, sfd_sender, sfd_ready;
+
+/* Reads one signal from a signalfd for SIGTERM (blocked in every thread). */
+static void *read_signalfd(void *unused) {
+    (void)unused;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    int fd = signalfd(-1, &set, 0);
+    if (fd < 0)
+        return NULL;
+    atomic_store(&sfd_ready, 1);
+    struct signalfd_siginfo info;
+    if (read(fd, &info, sizeof info) == (ssize_t)sizeof info) {
+        atomic_store(&sfd_signal, (int)info.ssi_signo);
+        atomic_store(&sfd_sender, (int)info.ssi_pid);
+    }
+    close(fd);
+    return NULL;
+}
+
+static void signalfdthread(void) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    pthread_t reader;
+    pthread_create(&reader, NULL, read_signalfd, NULL);
+    struct timespec step = {0, 1000000};
+    while (!atomic_load(&sfd_ready))
+        nanosleep(&step, NULL);
+    pid_t child = fork();
+    if (child == 0) {
+        setpgid(0, 0);
+        syscall(SYS_kill, getppid(), SIGTERM);
+        _exit(0);
+    }
+    waitpid(child, NULL, 0);
+    pthread_join(reader, NULL);
+    if (atomic_load(&sfd_signal) != SIGTERM || atomic_load(&sfd_sender) != child)
+        fail("signalfdthread", "SIGTERM to the program's pid did not reach the thread's signalfd");
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: signals MODE\n");
@@ -717,6 +1123,18 @@ int main(int argc, char **argv) {
         sysvsegv();
     else if (strcmp(mode, "altstack") == 0)
         altstack();
+    else if (strcmp(mode, "groupsignal") == 0)
+        groupsignal();
+    else if (strcmp(mode, "pidsigwait") == 0)
+        pidsigwait();
+    else if (strcmp(mode, "oneshotall") == 0)
+        oneshotall();
+    else if (strcmp(mode, "ttyint") == 0)
+        ttyint();
+    else if (strcmp(mode, "heldhandler") == 0)
+        heldhandler();
+    else if (strcmp(mode, "signalfdthread") == 0)
+        signalfdthread();
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
