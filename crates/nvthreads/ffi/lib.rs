@@ -193,6 +193,14 @@ pub extern "C" fn nvt_init() {
     let _ = api();
 }
 
+/// 1 if the runtime runs in this process (its threads are processes), 0 if it is dormant:
+/// for a library whose state cannot be shared by thread-processes (PMFS's preload) to
+/// refuse with a message instead of misbehaving.
+#[unsafe(no_mangle)]
+pub extern "C" fn nvt_active() -> c_int {
+    c_int::from(active().is_some())
+}
+
 /// Whether the previous run of the program did not exit cleanly.
 #[unsafe(no_mangle)]
 pub extern "C" fn crashed() -> c_int {

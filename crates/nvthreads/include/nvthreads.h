@@ -128,8 +128,8 @@
  * _Thread_local); pthread and C11 calls never change errno, as with glibc; at most 255
  * threads exist at a time (pthread_create returns EAGAIN beyond); pthread_atfork handlers
  * do not run at pthread_create, except where descriptors are copied (above). PMFS's preload
- * (libpmfs_preload.so) does not work with it yet: its threads hang or find the pool busy
- * (docs/nvthreads.md §9). read, pread and fread into the persistent heap (and persistent globals or
+ * (libpmfs_preload.so) does not work with it: it refuses (its served calls fail with
+ * EOPNOTSUPP and it says why on stderr); use the FUSE mount (docs/nvthreads.md §9). read, pread and fread into the persistent heap (and persistent globals or
  * malloc'd memory) are wrapped to work; other system calls that write into persistent
  * memory (recv, readv, ...) fail with EFAULT unless the thread wrote to those pages since its
  * last synchronisation (into volatile malloc'd memory and globals they all work). fork()
@@ -283,6 +283,13 @@ NVT_API uint64_t nvt_section_epoch(void);
 
 /* Starts the runtime now (it otherwise starts before main, or on first use). */
 NVT_API void nvt_init(void);
+
+/*
+ * 1 if the runtime runs in this process (its threads are processes), 0 if it is dormant
+ * (NVT_DISABLE=1, a wrapper, a system() child of a running program). Libraries whose state
+ * cannot be shared between processes use it to refuse loudly: PMFS's preload does.
+ */
+NVT_API int nvt_active(void);
 
 #ifdef __cplusplus
 }

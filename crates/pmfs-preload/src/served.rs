@@ -232,6 +232,16 @@ static WAIT_RAN_OUT: AtomicBool = AtomicBool::new(false);
 /// [`open`], trying a pool that another process holds again every 2 ms for up to
 /// [`BUSY_WAIT`] (not at all after a wait that ran out). Called under [`MOUNTING`].
 fn open_waiting(config: &Config) -> Result<Served, Refusal> {
+    if nvthreads_active() {
+        return Err(Refusal {
+            errno: Errno::EOPNOTSUPP,
+            why: "the NVthreads runtime runs this program, whose threads are processes: \
+                  they cannot share this library's file system (its locks wake threads \
+                  of one process only, and a pool is open in one process at a time); \
+                  mount the pool with `ferrite fs mount POOL DIR` and use DIR instead"
+                .into(),
+        });
+    }
     let deadline = Instant::now() + BUSY_WAIT;
     loop {
         match open(config) {
@@ -249,6 +259,20 @@ fn open_waiting(config: &Config) -> Result<Served, Refusal> {
             Err(refusal) => return Err(refusal),
         }
     }
+}
+
+/// Whether NVthreads' runtime (`libnvthreads_rt.so`, loaded beside this library) runs in
+/// this process: it exports `nvt_active`, 1 unless it is dormant.
+fn nvthreads_active() -> bool {
+    // SAFETY: dlsym with the default handle and a NUL-terminated name.
+    let found = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"nvt_active".as_ptr()) };
+    if found.is_null() {
+        return false;
+    }
+    // SAFETY: NVthreads defines `nvt_active` as `int nvt_active(void)` (`nvthreads.h`).
+    let active: unsafe extern "C" fn() -> libc::c_int = unsafe { std::mem::transmute(found) };
+    // SAFETY: it takes no argument and only reads the runtime's start state.
+    unsafe { active() == 1 }
 }
 
 /// Registers (once) [`forget_after_fork`] to run in every child `fork` makes.
