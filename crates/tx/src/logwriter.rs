@@ -31,8 +31,10 @@ pub enum LogMode {
 /// In `Auto` mode, appends of at least this many bytes are streamed as they are
 /// (non-temporal); smaller ones are packed into whole lines. Chosen from the log-writer study
 /// (`ferrite eval`, section `logstudy`) for the engines' pattern, where every append is
-/// followed by a fence: streaming beat cacheable stores plus flush at every record size there,
-/// packing was as fast or faster below one line, and plain streaming was faster above it.
+/// followed by a fence: streaming beat cacheable stores plus flush at every record size there.
+/// Between packing and plain streaming the study finds a tie at one record per fence (the
+/// threshold is not where a measured advantage turns); packing wins only when several small
+/// records share a fence (`docs/tx-format.md`, the log-writer study).
 pub const AUTO_THRESHOLD: usize = 64;
 
 impl LogMode {
