@@ -23,12 +23,31 @@ pub struct Teardown {
     id: u64,
 }
 
+/// A guard id no other guard has.
+fn next_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
 /// Registers `action` to run if the process is interrupted while the returned guard lives.
 pub fn on_interrupt(action: impl FnOnce() + Send + 'static) -> Teardown {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    let id = next_id();
     PENDING.lock().push((id, Box::new(action)));
     Teardown { id }
+}
+
+/// Runs `create`, then registers `action` to take down what it made, with no moment between
+/// the two at which an interrupt finds one without the other ([`tear_down_all`] waits for
+/// `create`). Nothing is registered when `create` fails.
+pub fn create_with_teardown<E>(
+    create: impl FnOnce() -> Result<(), E>,
+    action: impl FnOnce() + Send + 'static,
+) -> Result<Teardown, E> {
+    let mut pending = PENDING.lock();
+    create()?;
+    let id = next_id();
+    pending.push((id, Box::new(action)));
+    Ok(Teardown { id })
 }
 
 impl Drop for Teardown {

@@ -4,7 +4,9 @@
 //! and ext4 on a loop device. All sit on the same medium (DRAM): the pools and the ext4
 //! image are files in the pool directory (`/dev/shm` by default).
 
-use crate::scratch::{ScratchDir, ScratchFile, Teardown, child_command, on_interrupt};
+use crate::scratch::{
+    ScratchDir, ScratchFile, Teardown, child_command, create_with_teardown, on_interrupt,
+};
 use fsmount::{MountConfig, Mounted};
 use pmem::Pool;
 use pmfs::{Fs, MkfsOptions, MountOptions};
@@ -258,17 +260,21 @@ impl FuseTarget {
         let pool = ScratchFile::new(pool_dir.join(format!("ferrite-eval-fuse-{tag}-{id}.pool")));
         let dir = std::env::temp_dir().join(format!("ferrite-eval-fuse-{tag}-{id}"));
         let _ = std::fs::remove_file(pool.path());
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let teardown = unmount_on_interrupt(&dir);
-        let created =
-            Pool::create(pool.path(), &pmfs::pool_options(size)).map_err(|e| e.to_string())?;
-        let fs = Fs::mkfs(created, &MkfsOptions::default(), MountOptions::default())
-            .map_err(|e| e.to_string())?;
+        let teardown = mount_point(&dir)?;
         let config = MountConfig {
             writeback_cache: writeback,
             ..MountConfig::default()
         };
-        let mounted = fsmount::spawn(fs, &dir, &config).map_err(|e| e.to_string())?;
+        let mounted = Pool::create(pool.path(), &pmfs::pool_options(size))
+            .map_err(|e| e.to_string())
+            .and_then(|created| {
+                Fs::mkfs(created, &MkfsOptions::default(), MountOptions::default())
+                    .map_err(|e| e.to_string())
+            })
+            .and_then(|fs| fsmount::spawn(fs, &dir, &config).map_err(|e| e.to_string()))
+            .inspect_err(|_| {
+                let _ = std::fs::remove_dir(&dir);
+            })?;
         Ok(FuseTarget {
             mounted: Some(mounted),
             dir,
@@ -309,10 +315,12 @@ impl FuseFloor {
         }
         let dir =
             std::env::temp_dir().join(format!("ferrite-eval-fuse-floor-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let teardown = unmount_on_interrupt(&dir);
-        let mounted =
-            fsmount::spawn_null(&dir, &MountConfig::default()).map_err(|e| e.to_string())?;
+        let teardown = mount_point(&dir)?;
+        let mounted = fsmount::spawn_null(&dir, &MountConfig::default())
+            .map_err(|e| e.to_string())
+            .inspect_err(|_| {
+                let _ = std::fs::remove_dir(&dir);
+            })?;
         Ok(FuseFloor {
             mounted: Some(mounted),
             dir,
@@ -430,12 +438,26 @@ impl Drop for Ext4Loop {
 /// A teardown that detaches the FUSE mount on `dir` (served by this process, which is about
 /// to exit: detached first, even while a benchmark program still works in it, it is not left
 /// as a dead "transport endpoint") and removes the mount point.
-fn unmount_on_interrupt(dir: &Path) -> Teardown {
-    let dir = dir.to_owned();
-    on_interrupt(move || {
-        let _ = fsmount::detach(&dir);
-        let _ = std::fs::remove_dir(&dir);
-    })
+/// Creates the mount point `dir` with its teardown on interrupt registered in the same step.
+/// The teardown detaches and removes it; the owner may be mounting on another thread at that
+/// moment, and a mount that lands after the detach keeps the directory busy, so it detaches
+/// and tries again until the directory is gone (1 s at most).
+fn mount_point(dir: &Path) -> Result<Teardown, String> {
+    let doomed = dir.to_owned();
+    create_with_teardown(
+        || std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display())),
+        move || {
+            for _ in 0..20 {
+                let _ = fsmount::detach(&doomed);
+                match std::fs::remove_dir(&doomed) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        std::thread::sleep(std::time::Duration::from_millis(50));
+                    }
+                    _ => return,
+                }
+            }
+        },
+    )
 }
 
 #[cfg(test)]
