@@ -161,22 +161,8 @@ pub unsafe extern "C" fn signal(signal: c_int, handler: sighandler_t) -> sighand
         // SAFETY: forwarded.
         return unsafe { real(signal, handler) };
     }
-    // SAFETY: a zeroed sigaction is a valid value; the mask is set up below.
-    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
-    act.sa_sigaction = handler;
-    act.sa_flags = libc::SA_RESTART;
-    // SAFETY: `act.sa_mask` is a valid sigset_t.
-    unsafe {
-        libc::sigemptyset(&mut act.sa_mask);
-        libc::sigaddset(&mut act.sa_mask, signal);
-    }
-    // SAFETY: a zeroed sigaction is a valid value to be overwritten.
-    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: both pointers are valid.
-    if unsafe { sigaction(signal, &act, &mut old) } != 0 {
-        return libc::SIG_ERR;
-    }
-    old.sa_sigaction
+    // SAFETY: the caller's contract (`signal`'s).
+    unsafe { install_handler(signal, handler, libc::SA_RESTART, true) }
 }
 
 /// `bsd_signal(3)`: `signal`.
