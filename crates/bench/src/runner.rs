@@ -423,9 +423,43 @@ fn measure<E: Engine, W: Workload>(
         turn,
         progress,
     )?;
-    workload.check(engine).map_err(RunError::Check)?;
+    let content = workload.check(engine).map_err(RunError::Check)?;
+    if spec.params.threads.max(1) == 1 {
+        compare_with_model(workload, &content, indexes_run(spec))?;
+    }
     measurement.checked = true;
     Ok(measurement)
+}
+
+/// Operation indexes one thread ran over the warm-up and the timed runs of `spec` (each
+/// thread runs `0..indexes_run`; see [`measure_subject`]).
+pub(crate) fn indexes_run(spec: &RunSpec) -> u64 {
+    let threads = spec.params.threads.max(1) as u64;
+    spec.warmup_ops.div_ceil(threads) + spec.runs.max(1) as u64 * spec.ops.div_ceil(threads)
+}
+
+/// Checks a single-threaded run's content against the workload's model of operations
+/// `0..indexes` of thread 0 applied to its initial content. The structural check alone
+/// cannot see an engine that lost or never applied an operation's writes when the result
+/// is still well formed (Array swaps left undone are still a permutation; an upsert that
+/// kept its old value is still a valid map entry). With several threads the order of
+/// operations is not known, and only the structural check applies.
+fn compare_with_model<W: Workload>(
+    workload: &W,
+    content: &W::Model,
+    indexes: u64,
+) -> Result<(), RunError> {
+    let mut model = workload.initial_model();
+    for index in 0..indexes {
+        workload.apply_to_model(&mut model, 0, index);
+    }
+    if *content != model {
+        return Err(RunError::Check(format!(
+            "the content differs from the model of the {indexes} operations run \
+             (the structure is well formed, so an operation's writes were lost or misapplied)"
+        )));
+    }
+    Ok(())
 }
 
 /// Warms `subject` up, then times `spec.runs` runs of it (everything after its setup and
@@ -766,6 +800,44 @@ mod tests {
         assert!(m.throughput.max <= 1000.0, "{:?}", m.throughput);
         assert!(m.throughput.median > 50.0, "{:?}", m.throughput);
         assert_eq!(m.throughput.runs, 3);
+    }
+
+    /// Runs operations `0..ops` of thread 0 except `skip` on `workload` over a volatile
+    /// engine, asserts that the workload's structural check passes, and returns whether the
+    /// comparison with the model of operations `0..ops` does.
+    fn matches_model<W: Workload>(workload: &W, ops: u64, skip: Option<u64>) -> bool {
+        let engine = tx::MemEngine::new(16 << 20);
+        workload.setup(&engine).unwrap();
+        for index in (0..ops).filter(|&index| Some(index) != skip) {
+            workload.run_op(&engine, 0, index).unwrap();
+        }
+        let content = workload.check(&engine).expect("the structure stays well formed");
+        compare_with_model(workload, &content, ops).is_ok()
+    }
+
+    /// A run whose operation lost its writes leaves a well-formed structure that the
+    /// workloads' own checks accept; the single-threaded comparison with the model rejects it.
+    #[test]
+    fn a_lost_operation_fails_the_check_after_a_single_threaded_run() {
+        let params = Params {
+            keys: 64,
+            update_percent: 100,
+            ..Params::default()
+        };
+        let array = workloads::array::ArrayWorkload::new(params.clone());
+        assert_eq!(matches_model(&array, 40, None), true);
+        assert_eq!(matches_model(&array, 40, Some(17)), false);
+        let hash = workloads::hash::silo_hash(params);
+        assert_eq!(matches_model(&hash, 40, None), true);
+        assert_eq!(matches_model(&hash, 40, Some(39)), false);
+        let spec = RunSpec {
+            params: Params {
+                threads: 3,
+                ..Params::default()
+            },
+            ..spec(10, 5, 2)
+        };
+        assert_eq!(indexes_run(&spec), 2 + 2 * 4, "per thread, as measure_subject runs");
     }
 
     #[test]
