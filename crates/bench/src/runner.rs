@@ -753,10 +753,26 @@ mod tests {
     #[test]
     fn traffic_is_the_timed_delta_per_operation_and_per_commit() {
         let subject = Counting::new(std::time::Duration::ZERO);
-        let m = measure_subject(&spec(10, 4, 3), "w".into(), &subject, &Turn::Always, &|_| {})
-            .unwrap();
-        let indexes: Vec<u64> = subject.indexes.lock().unwrap().iter().map(|i| i.1).collect();
-        assert_eq!(indexes, (0..34).collect::<Vec<_>>(), "runs follow the warm-up");
+        let m = measure_subject(
+            &spec(10, 4, 3),
+            "w".into(),
+            &subject,
+            &Turn::Always,
+            &|_| {},
+        )
+        .unwrap();
+        let indexes: Vec<u64> = subject
+            .indexes
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|i| i.1)
+            .collect();
+        assert_eq!(
+            indexes,
+            (0..34).collect::<Vec<_>>(),
+            "runs follow the warm-up"
+        );
         assert_eq!(m.ops, 30);
         // Timed: 30 operations (indexes 4..34, 15 of them odd) and 3 syncs.
         assert_eq!(m.counters.fences, 63);
@@ -771,7 +787,10 @@ mod tests {
         assert_eq!(t.user_bytes_per_op, 8.0);
         assert_eq!(t.write_amplification, Some(3.0));
         // 90 flushed lines and 480 streamed bytes (8 whole lines) over 240 user bytes.
-        assert_eq!(t.media_write_amplification, Some((90.0 * 64.0 + 512.0) / 240.0));
+        assert_eq!(
+            t.media_write_amplification,
+            Some((90.0 * 64.0 + 512.0) / 240.0)
+        );
         let mix: Vec<(&str, u64)> = m.mix.iter().map(|(k, v)| (k.as_str(), *v)).collect();
         assert_eq!(mix, [("Read", 15), ("Update", 15)]);
     }
@@ -811,7 +830,9 @@ mod tests {
         for index in (0..ops).filter(|&index| Some(index) != skip) {
             workload.run_op(&engine, 0, index).unwrap();
         }
-        let content = workload.check(&engine).expect("the structure stays well formed");
+        let content = workload
+            .check(&engine)
+            .expect("the structure stays well formed");
         compare_with_model(workload, &content, ops).is_ok()
     }
 
@@ -837,7 +858,11 @@ mod tests {
             },
             ..spec(10, 5, 2)
         };
-        assert_eq!(indexes_run(&spec), 2 + 2 * 4, "per thread, as measure_subject runs");
+        assert_eq!(
+            indexes_run(&spec),
+            2 + 2 * 4,
+            "per thread, as measure_subject runs"
+        );
     }
 
     #[test]

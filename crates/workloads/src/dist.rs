@@ -127,8 +127,16 @@ mod tests {
         }
         // P(rank 0) is 1/H: 0.2745 at theta 0.99 and 0.1317 at 0.5 over 20 ranks.
         let share = |count: u32| f64::from(count) / f64::from(draws);
-        assert!((share(rank0[0]) - 0.2745).abs() < 0.005, "{}", share(rank0[0]));
-        assert!((share(rank0[1]) - 0.1317).abs() < 0.005, "{}", share(rank0[1]));
+        assert!(
+            (share(rank0[0]) - 0.2745).abs() < 0.005,
+            "{}",
+            share(rank0[0])
+        );
+        assert!(
+            (share(rank0[1]) - 0.1317).abs() < 0.005,
+            "{}",
+            share(rank0[1])
+        );
     }
 
     /// Scrambling spreads the popular ranks over the key space (the hottest key is not key 0
@@ -148,7 +156,11 @@ mod tests {
             .enumerate()
             .max_by_key(|(_, count)| **count)
             .expect("keys");
-        assert_eq!(hottest as u64, fnv1a(0) % n, "rank 0 lands where FNV puts it");
+        assert_eq!(
+            hottest as u64,
+            fnv1a(0) % n,
+            "rank 0 lands where FNV puts it"
+        );
         assert!(hottest > 10, "hottest key {hottest} not scattered");
         let h: f64 = (1..=n).map(|i| (i as f64).powf(-YCSB_ZIPF_THETA)).sum();
         let rank0 = f64::from(draws) / h;
