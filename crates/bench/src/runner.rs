@@ -846,11 +846,11 @@ mod tests {
             ..Params::default()
         };
         let array = workloads::array::ArrayWorkload::new(params.clone());
-        assert_eq!(matches_model(&array, 40, None), true);
-        assert_eq!(matches_model(&array, 40, Some(17)), false);
+        assert!(matches_model(&array, 40, None));
+        assert!(!matches_model(&array, 40, Some(17)));
         let hash = workloads::hash::silo_hash(params);
-        assert_eq!(matches_model(&hash, 40, None), true);
-        assert_eq!(matches_model(&hash, 40, Some(39)), false);
+        assert!(matches_model(&hash, 40, None));
+        assert!(!matches_model(&hash, 40, Some(39)));
         let spec = RunSpec {
             params: Params {
                 threads: 3,
