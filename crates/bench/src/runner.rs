@@ -423,9 +423,43 @@ fn measure<E: Engine, W: Workload>(
         turn,
         progress,
     )?;
-    workload.check(engine).map_err(RunError::Check)?;
+    let content = workload.check(engine).map_err(RunError::Check)?;
+    if spec.params.threads.max(1) == 1 {
+        compare_with_model(workload, &content, indexes_run(spec))?;
+    }
     measurement.checked = true;
     Ok(measurement)
+}
+
+/// Operation indexes one thread ran over the warm-up and the timed runs of `spec` (each
+/// thread runs `0..indexes_run`; see [`measure_subject`]).
+pub(crate) fn indexes_run(spec: &RunSpec) -> u64 {
+    let threads = spec.params.threads.max(1) as u64;
+    spec.warmup_ops.div_ceil(threads) + spec.runs.max(1) as u64 * spec.ops.div_ceil(threads)
+}
+
+/// Checks a single-threaded run's content against the workload's model of operations
+/// `0..indexes` of thread 0 applied to its initial content. The structural check alone
+/// cannot see an engine that lost or never applied an operation's writes when the result
+/// is still well formed (Array swaps left undone are still a permutation; an upsert that
+/// kept its old value is still a valid map entry). With several threads the order of
+/// operations is not known, and only the structural check applies.
+fn compare_with_model<W: Workload>(
+    workload: &W,
+    content: &W::Model,
+    indexes: u64,
+) -> Result<(), RunError> {
+    let mut model = workload.initial_model();
+    for index in 0..indexes {
+        workload.apply_to_model(&mut model, 0, index);
+    }
+    if *content != model {
+        return Err(RunError::Check(format!(
+            "the content differs from the model of the {indexes} operations run \
+             (the structure is well formed, so an operation's writes were lost or misapplied)"
+        )));
+    }
+    Ok(())
 }
 
 /// Warms `subject` up, then times `spec.runs` runs of it (everything after its setup and
@@ -540,6 +574,16 @@ fn run_ops<S: Subject>(
     })
 }
 
+/// The nearest-rank `p` quantile of `sorted` (ascending): the smallest value with at least
+/// `p` of the values at or below it; 0 for no values.
+fn nearest_rank(sorted: &[u32], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let index = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    u64::from(sorted[index])
+}
+
 fn summarise(
     spec: &RunSpec,
     workload: String,
@@ -553,13 +597,7 @@ fn summarise(
         .flat_map(|l| l.latencies.iter().copied())
         .collect();
     latencies.sort_unstable();
-    let percentile = |p: f64| -> u64 {
-        if latencies.is_empty() {
-            return 0;
-        }
-        let index = ((latencies.len() as f64 * p).ceil() as usize).clamp(1, latencies.len()) - 1;
-        u64::from(latencies[index])
-    };
+    let percentile = |p: f64| nearest_rank(&latencies, p);
     let mut mix = BTreeMap::new();
     for log in &logs {
         for (kind, &n) in OpKind::ALL.iter().zip(&log.mix).filter(|(_, n)| **n > 0) {
@@ -659,6 +697,183 @@ mod tests {
             }
         }
         blocks
+    }
+
+    /// A subject whose every operation moves the counters by a known amount: 2 fences,
+    /// 3 flushed lines, 8 user bytes stored in place and 16 log bytes streamed, and a commit
+    /// for every odd operation index; `sync` adds one fence (deferred work). It records the
+    /// indexes it ran and sleeps `op_sleep` per operation.
+    struct Counting {
+        counters: Mutex<Counters>,
+        indexes: Mutex<Vec<(usize, u64)>>,
+        op_sleep: std::time::Duration,
+    }
+
+    impl Counting {
+        fn new(op_sleep: std::time::Duration) -> Self {
+            Counting {
+                counters: Mutex::new(Counters::default()),
+                indexes: Mutex::new(Vec::new()),
+                op_sleep,
+            }
+        }
+    }
+
+    impl Subject for Counting {
+        fn run_op(&self, thread: usize, index: u64) -> Result<OpKind, TxError> {
+            std::thread::sleep(self.op_sleep);
+            let mut c = self.counters.lock().unwrap();
+            c.fences += 2;
+            c.flushed_lines += 3;
+            c.user_bytes += 8;
+            c.stored_bytes[WriteClass::User.index()] += 8;
+            c.nt_bytes[WriteClass::Log.index()] += 16;
+            c.durability_points += index % 2;
+            self.indexes.lock().unwrap().push((thread, index));
+            Ok(if index % 2 == 1 {
+                OpKind::Update
+            } else {
+                OpKind::Read
+            })
+        }
+
+        fn sync(&self) -> Result<(), TxError> {
+            self.counters.lock().unwrap().fences += 1;
+            Ok(())
+        }
+
+        fn counters(&self) -> Counters {
+            *self.counters.lock().unwrap()
+        }
+    }
+
+    /// The per-operation and per-commit figures are the timed runs' counter deltas (warm-up
+    /// excluded, each run's deferred work included) divided by the timed operations and by
+    /// the commits, as docs/bench-json.md defines them.
+    #[test]
+    fn traffic_is_the_timed_delta_per_operation_and_per_commit() {
+        let subject = Counting::new(std::time::Duration::ZERO);
+        let m = measure_subject(
+            &spec(10, 4, 3),
+            "w".into(),
+            &subject,
+            &Turn::Always,
+            &|_| {},
+        )
+        .unwrap();
+        let indexes: Vec<u64> = subject
+            .indexes
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|i| i.1)
+            .collect();
+        assert_eq!(
+            indexes,
+            (0..34).collect::<Vec<_>>(),
+            "runs follow the warm-up"
+        );
+        assert_eq!(m.ops, 30);
+        // Timed: 30 operations (indexes 4..34, 15 of them odd) and 3 syncs.
+        assert_eq!(m.counters.fences, 63);
+        assert_eq!(m.counters.durability_points, 15);
+        let t = m.traffic;
+        assert_eq!(t.fences_per_op, 63.0 / 30.0);
+        assert_eq!(t.flushes_per_op, 3.0);
+        assert_eq!(t.fences_per_commit, Some(63.0 / 15.0));
+        assert_eq!(t.flushes_per_commit, Some(6.0));
+        assert_eq!(t.pm_bytes_per_op, 24.0);
+        assert_eq!(t.log_bytes_per_op, 16.0);
+        assert_eq!(t.user_bytes_per_op, 8.0);
+        assert_eq!(t.write_amplification, Some(3.0));
+        // 90 flushed lines and 480 streamed bytes (8 whole lines) over 240 user bytes.
+        assert_eq!(
+            t.media_write_amplification,
+            Some((90.0 * 64.0 + 512.0) / 240.0)
+        );
+        let mix: Vec<(&str, u64)> = m.mix.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        assert_eq!(mix, [("Read", 15), ("Update", 15)]);
+    }
+
+    /// With several threads each runs `ops / threads` rounded up, on its own indexes, and a
+    /// run's throughput is that run's operations over its own time (not all runs' operations).
+    #[test]
+    fn threads_split_the_operations_and_throughput_is_per_run() {
+        let subject = Counting::new(std::time::Duration::from_millis(2));
+        let spec = RunSpec {
+            params: Params {
+                threads: 2,
+                ..Params::default()
+            },
+            ..spec(9, 2, 3)
+        };
+        let m = measure_subject(&spec, "w".into(), &subject, &Turn::Always, &|_| {}).unwrap();
+        assert_eq!(m.ops, 30, "9 per run rounded up to 5 per thread, 3 runs");
+        let mut indexes = subject.indexes.lock().unwrap().clone();
+        indexes.sort_unstable();
+        let want: Vec<(usize, u64)> = (0..2).flat_map(|t| (0..16).map(move |i| (t, i))).collect();
+        assert_eq!(indexes, want, "each thread: 1 warm-up, then 3 runs of 5");
+        // Two threads, each sleeping at least 2 ms per operation: at most 1000 operations
+        // per second per run; dividing all runs' operations by one run's time would give
+        // three times that.
+        assert!(m.throughput.max <= 1000.0, "{:?}", m.throughput);
+        assert!(m.throughput.median > 50.0, "{:?}", m.throughput);
+        assert_eq!(m.throughput.runs, 3);
+    }
+
+    /// Runs operations `0..ops` of thread 0 except `skip` on `workload` over a volatile
+    /// engine, asserts that the workload's structural check passes, and returns whether the
+    /// comparison with the model of operations `0..ops` does.
+    fn matches_model<W: Workload>(workload: &W, ops: u64, skip: Option<u64>) -> bool {
+        let engine = tx::MemEngine::new(16 << 20);
+        workload.setup(&engine).unwrap();
+        for index in (0..ops).filter(|&index| Some(index) != skip) {
+            workload.run_op(&engine, 0, index).unwrap();
+        }
+        let content = workload
+            .check(&engine)
+            .expect("the structure stays well formed");
+        compare_with_model(workload, &content, ops).is_ok()
+    }
+
+    /// A run whose operation lost its writes leaves a well-formed structure that the
+    /// workloads' own checks accept; the single-threaded comparison with the model rejects it.
+    #[test]
+    fn a_lost_operation_fails_the_check_after_a_single_threaded_run() {
+        let params = Params {
+            keys: 64,
+            update_percent: 100,
+            ..Params::default()
+        };
+        let array = workloads::array::ArrayWorkload::new(params.clone());
+        assert!(matches_model(&array, 40, None));
+        assert!(!matches_model(&array, 40, Some(17)));
+        let hash = workloads::hash::silo_hash(params);
+        assert!(matches_model(&hash, 40, None));
+        assert!(!matches_model(&hash, 40, Some(39)));
+        let spec = RunSpec {
+            params: Params {
+                threads: 3,
+                ..Params::default()
+            },
+            ..spec(10, 5, 2)
+        };
+        assert_eq!(
+            indexes_run(&spec),
+            2 + 2 * 4,
+            "per thread, as measure_subject runs"
+        );
+    }
+
+    #[test]
+    fn latency_percentiles_are_nearest_ranks() {
+        let values: Vec<u32> = (1..=1000).collect();
+        assert_eq!(nearest_rank(&values, 0.50), 500);
+        assert_eq!(nearest_rank(&values, 0.99), 990);
+        assert_eq!(nearest_rank(&values, 0.999), 999);
+        assert_eq!(nearest_rank(&[7], 0.999), 7);
+        assert_eq!(nearest_rank(&[1, 2, 3], 0.5), 2);
+        assert_eq!(nearest_rank(&[], 0.5), 0);
     }
 
     #[test]

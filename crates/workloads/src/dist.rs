@@ -88,6 +88,85 @@ mod tests {
         );
     }
 
+    /// Chi-square statistic of `draws` rank samples against `P(rank i) = (i+1)^-theta / H`,
+    /// the Zipfian law YCSB's generator follows (ranks from 0, rank 0 the most popular).
+    fn chi_square_against_the_formula(n: u64, theta: f64, draws: u32, seed: u64) -> f64 {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let mut counts = vec![0u32; n as usize];
+        for _ in 0..draws {
+            counts[zipf_rank(&mut rng, n, theta) as usize] += 1;
+        }
+        let weights: Vec<f64> = (1..=n).map(|i| (i as f64).powf(-theta)).collect();
+        let total: f64 = weights.iter().sum();
+        counts
+            .iter()
+            .zip(&weights)
+            .map(|(&count, &weight)| {
+                let expected = f64::from(draws) * weight / total;
+                (f64::from(count) - expected).powi(2) / expected
+            })
+            .sum()
+    }
+
+    /// The rank generator follows the Zipfian formula for the theta it is given, not some
+    /// other skew: on 20 ranks (19 degrees of freedom, whose chi-square 99.9th percentile is
+    /// 43.8) the statistic against its own theta stays below 45, and rank 0's share is the
+    /// formula's `1/H` for each theta (a generator that ignored theta would fail one).
+    #[test]
+    fn zipf_ranks_follow_the_formula_for_their_theta() {
+        let (n, draws) = (20, 200_000);
+        for (seed, theta) in [(3, YCSB_ZIPF_THETA), (4, 0.5)] {
+            let own = chi_square_against_the_formula(n, theta, draws, seed);
+            assert!(own < 45.0, "theta {theta}: chi-square {own}");
+        }
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let mut rank0 = [0u32; 2];
+        for _ in 0..draws {
+            rank0[0] += u32::from(zipf_rank(&mut rng, n, YCSB_ZIPF_THETA) == 0);
+            rank0[1] += u32::from(zipf_rank(&mut rng, n, 0.5) == 0);
+        }
+        // P(rank 0) is 1/H: 0.2745 at theta 0.99 and 0.1317 at 0.5 over 20 ranks.
+        let share = |count: u32| f64::from(count) / f64::from(draws);
+        assert!(
+            (share(rank0[0]) - 0.2745).abs() < 0.005,
+            "{}",
+            share(rank0[0])
+        );
+        assert!(
+            (share(rank0[1]) - 0.1317).abs() < 0.005,
+            "{}",
+            share(rank0[1])
+        );
+    }
+
+    /// Scrambling spreads the popular ranks over the key space (the hottest key is not key 0
+    /// or its neighbours, as an unscrambled Zipfian would make it) while keeping the skew:
+    /// the hottest key of 1000 gets rank 0's share or more (collisions can only add).
+    #[test]
+    fn scrambled_zipfian_keeps_the_skew_and_moves_the_hot_keys() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(6);
+        let n = 1000;
+        let draws = 100_000;
+        let mut counts = vec![0u32; n as usize];
+        for _ in 0..draws {
+            counts[KeyDist::ZIPFIAN.sample(&mut rng, n) as usize] += 1;
+        }
+        let (hottest, &top) = counts
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, count)| **count)
+            .expect("keys");
+        assert_eq!(
+            hottest as u64,
+            fnv1a(0) % n,
+            "rank 0 lands where FNV puts it"
+        );
+        assert!(hottest > 10, "hottest key {hottest} not scattered");
+        let h: f64 = (1..=n).map(|i| (i as f64).powf(-YCSB_ZIPF_THETA)).sum();
+        let rank0 = f64::from(draws) / h;
+        assert!(f64::from(top) > 0.95 * rank0, "{top} vs {rank0}");
+    }
+
     #[test]
     fn latest_favours_the_newest_keys() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(2);

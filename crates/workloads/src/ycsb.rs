@@ -395,6 +395,63 @@ impl<M: PersistentMap> Workload for Ycsb<M> {
 mod tests {
     use super::*;
 
+    /// Each letter's mix is the one YCSB's core workloads define, and D draws its reads
+    /// from the newest records while the others draw scattered Zipfian ones.
+    #[test]
+    fn mixes_are_the_letters_of_ycsb() {
+        use crate::hash::HashMap;
+        let draws = 40_000u64;
+        let expected = [
+            (YcsbMix::A, [50, 50, 0, 0, 0]),
+            (YcsbMix::B, [95, 5, 0, 0, 0]),
+            (YcsbMix::C, [100, 0, 0, 0, 0]),
+            (YcsbMix::D, [95, 0, 5, 0, 0]),
+            (YcsbMix::E, [0, 0, 5, 95, 0]),
+            (YcsbMix::F, [50, 0, 0, 0, 50]),
+            (YcsbMix::Silo, [20, 80, 0, 0, 0]),
+        ];
+        let records = 1000;
+        for (mix, percent) in expected {
+            let ycsb = Ycsb::<HashMap>::new(Params::default(), mix);
+            let mut counts = [0u64; 5];
+            let mut newest_reads = 0u64;
+            for index in 0..draws {
+                let slot = match ycsb.plan(0, index, records) {
+                    Op::Read { key } => {
+                        newest_reads += u64::from(key == record_key(records - 1));
+                        0
+                    }
+                    Op::Update { .. } => 1,
+                    Op::Insert { key, .. } => {
+                        assert_eq!(key, record_key(records), "inserts append");
+                        2
+                    }
+                    Op::Scan { len, .. } => {
+                        assert!((1..=DEFAULT_MAX_SCAN).contains(&len));
+                        3
+                    }
+                    Op::ReadModifyWrite { .. } => 4,
+                };
+                counts[slot] += 1;
+            }
+            for (slot, &want) in percent.iter().enumerate() {
+                let got = counts[slot] as f64 * 100.0 / draws as f64;
+                assert!(
+                    (got - f64::from(want)).abs() < 1.0,
+                    "{mix:?} slot {slot}: {got:.2}% for {want}%"
+                );
+            }
+            // Latest: the newest record is Zipfian rank 0 (about 13 % of reads over 1000
+            // records); no scrambled Zipfian puts it there more than rarely.
+            let share = newest_reads as f64 / counts[0].max(1) as f64;
+            if mix == YcsbMix::D {
+                assert!(share > 0.10, "{mix:?}: newest record {share:.3} of reads");
+            } else {
+                assert!(share < 0.05, "{mix:?}: newest record {share:.3} of reads");
+            }
+        }
+    }
+
     #[test]
     fn record_keys_are_distinct() {
         let keys: std::collections::HashSet<u64> = (0..100_000).map(record_key).collect();

@@ -161,7 +161,9 @@ pub(crate) fn run(
         WorkloadChoice::Array => {
             let array = RawArray::format(pool, &spec.params, durability, LOG_BYTES)?;
             let mut measurement = measure_subject(spec, "array".into(), &array, turn, progress)?;
-            array.check().map_err(RunError::Check)?;
+            array
+                .check_after(crate::runner::indexes_run(spec))
+                .map_err(RunError::Check)?;
             measurement.checked = true;
             Ok(measurement)
         }
