@@ -34,7 +34,7 @@
 //! e.g. a checkpoint lock held by a stopped worker) is passed over for that step.
 
 mod common;
-use common::{ACCOUNT_WORDS, read_account_words, write_account_words};
+use common::{ACCOUNT_WORDS, arg_word, read_account_words, write_account_words};
 use crashsim::image::choices;
 use crashsim::{Budget, SimConfig, SimMode, SimPm, Snapshot};
 use mvcc::{ClockMode, Level, Mutant, Mvcc, MvccOptions};
@@ -171,7 +171,7 @@ impl Replay for Transfers {
         if op.id != TRANSFER || op.args.len() != 40 {
             return Err(TxError::Corrupted(format!("not a transfer: {op:?}")));
         }
-        let word = |i: usize| u64::from_le_bytes(op.args[8 * i..8 * i + 8].try_into().expect("8"));
+        let word = |i| arg_word(op.args, i);
         match transfer(tx, [word(0), word(1), word(2), word(3), word(4)]) {
             Ok(()) => Ok(()),
             Err(Fail::Tx(e)) => Err(e),
@@ -973,7 +973,7 @@ impl Replay for Grow {
         if op.id != GROW || op.args.len() != 16 {
             return Err(TxError::Corrupted(format!("not a GROW: {op:?}")));
         }
-        let word = |i: usize| u64::from_le_bytes(op.args[8 * i..8 * i + 8].try_into().expect("8"));
+        let word = |i| arg_word(op.args, i);
         let blocks = grow_blocks(tx, word(0), word(1))?;
         link_grown(tx, &blocks)
     }

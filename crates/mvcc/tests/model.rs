@@ -11,7 +11,7 @@
 //! `MVCC_MODEL_SOAK=N` multiplies the number of cases and rounds (a longer run outside CI).
 
 mod common;
-use common::{ACCOUNT_WORDS, read_account_words, write_account_words};
+use common::{ACCOUNT_WORDS, arg_word, read_account_words, write_account_words};
 use crashsim::{Budget, Config, DoubleCrash, Scenario, SimMode, SimPm};
 use mvcc::{Level, Mvcc, MvccOptions};
 use pmem::{CreateOptions, Pool};
@@ -774,7 +774,7 @@ impl Replay for Transfers {
         if op.id != TRANSFER || op.args.len() != 24 {
             return Err(TxError::Corrupted(format!("not a transfer: {op:?}")));
         }
-        let word = |i: usize| u64::from_le_bytes(op.args[8 * i..8 * i + 8].try_into().expect("8"));
+        let word = |i| arg_word(op.args, i);
         match transfer(tx, word(0), word(1), word(2)) {
             Ok(()) => Ok(()),
             Err(Fail::Tx(e)) => Err(e),

@@ -30,3 +30,9 @@ pub fn write_account_words<T: Tx>(tx: &mut T, at: u64, balance: u64) -> TxResult
         .collect();
     tx.write(root, at, &bytes)
 }
+
+/// Word `i` of a logged operation's arguments (little-endian `u64`s; the caller checked the
+/// length).
+pub fn arg_word(args: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(args[8 * i..8 * i + 8].try_into().expect("8 bytes"))
+}
