@@ -154,8 +154,13 @@ pub struct Native {
     stats: Stats,
     /// Set when an `msync` failed: the pool's durability can no longer be trusted.
     poisoned: AtomicBool,
-    /// Write protection, once installed by [`Native::protect`] (empty: unprotected).
+    /// Write protection, once installed by [`Native::protect`] (empty: unprotected). Dropped
+    /// after `map`, so an MPK key is freed only once the pages it tagged are unmapped.
     guard: OnceLock<Guard>,
+    /// Serialises [`Native::protect`]: two guards installed at once would each change the
+    /// mapping's protection, and the one that lost the race would be dropped while its
+    /// protection (or its MPK key's tag) stayed in force.
+    protecting: parking_lot::Mutex<()>,
     /// Holds the advisory lock for as long as the backend lives (last, so it is released
     /// after the mapping is gone).
     _file: PoolFile,
@@ -228,6 +233,7 @@ impl Native {
             stats: Stats::new(),
             poisoned: AtomicBool::new(false),
             guard: OnceLock::new(),
+            protecting: parking_lot::Mutex::new(()),
             _file: file,
         })
     }
@@ -259,6 +265,7 @@ impl Native {
         if mode == Protection::None {
             return Ok(self.protection());
         }
+        let _installing = self.protecting.lock();
         if let Some(guard) = self.guard.get() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::AlreadyExists,
@@ -267,9 +274,8 @@ impl Native {
         }
         let guard = Guard::install(self.map.base(), self.len as usize, mode)?;
         let active = guard.mode();
-        self.guard
-            .set(guard)
-            .map_err(|_| std::io::Error::other("protected concurrently"))?;
+        // Cannot fail: the guard is only ever set here, under `protecting`.
+        let _ = self.guard.set(guard);
         Ok(active)
     }
 
@@ -413,6 +419,9 @@ impl Persist for Native {
     }
 
     fn write_nt(&self, off: u64, src: &[u8], class: WriteClass) {
+        // Bounds first, as `write` does: the window changes the protection of the pages of
+        // `[off, off + len)`, which must be pages of this mapping.
+        assert_in_bounds(off, src.len() as u64, self.len);
         self.storing(off, src.len(), || self.write_nt_unguarded(off, src, class));
     }
 
