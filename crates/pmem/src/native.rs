@@ -197,7 +197,8 @@ pub struct NativeInfo {
 }
 
 impl Native {
-    /// Maps all `len` bytes of `file` (which must be at least that long). The backend keeps
+    /// Maps the first `len` bytes of `file`; a file shorter than `len` is refused
+    /// (`InvalidInput`). The backend keeps
     /// `file` open, so an advisory lock taken on it lasts as long as the backend.
     /// If mapping fails, the file's lock is released before the error returns.
     pub fn map(file: File, len: u64, options: &NativeOptions) -> std::io::Result<Self> {
@@ -210,6 +211,16 @@ impl Native {
             ));
         }
         let size = usize::try_from(len).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+        // A mapping longer than its file raises SIGBUS on the first touch past the end; refuse
+        // it here, where it is still an error (`Pool::open` has checked the length already,
+        // a direct caller may not have).
+        let file_len = file.0.metadata()?.len();
+        if file_len < len {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("the file has {file_len} bytes, fewer than the {len} to map"),
+            ));
+        }
         let map = Mapping::new(&file.0, size)?;
         let media = if map.is_sync() {
             Media::Dax

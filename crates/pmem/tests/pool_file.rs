@@ -472,3 +472,61 @@ fn unaligned_word_writes_do_not_recurse() {
     pool.pm().read(8192 + 3, &mut back);
     assert_eq!(back, [1; 8]);
 }
+
+/// `Native::map` of a file shorter than the mapping is an error, not a mapping whose tail
+/// raises SIGBUS when it is touched.
+#[test]
+fn mapping_more_than_the_file_holds_is_refused() {
+    let dir = shm_dir();
+    let path = dir.path().join("short");
+    std::fs::write(&path, vec![0u8; 4096]).expect("write");
+    let file = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .expect("open")
+    };
+    let error = pmem::Native::map(file(), 64 << 10, &NativeOptions::default())
+        .expect_err("the file is 4 KiB, the mapping 64 KiB");
+    assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput, "{error}");
+    let native = pmem::Native::map(file(), 4096, &NativeOptions::default()).expect("exact");
+    assert_eq!(native.read_u64(4088), 0);
+}
+
+/// A FIFO is not a pool, and neither opening nor inspecting it blocks waiting for a writer
+/// (files are opened with `O_NONBLOCK`); creating over it is `AlreadyExists`.
+#[test]
+fn a_fifo_is_not_a_pool_and_does_not_block() {
+    let dir = shm_dir();
+    let fifo = dir.path().join("fifo");
+    let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: a NUL-terminated path; mkfifo only creates the file.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0, "mkfifo");
+    let error = open(&fifo).expect_err("a FIFO");
+    assert!(matches!(error, PoolError::NotAPool { .. }), "{error:?}");
+    let error = pmem::inspect(&fifo).expect_err("a FIFO");
+    assert!(matches!(error, PoolError::NotAPool { .. }), "{error:?}");
+    let error = Pool::create(&fifo, &CreateOptions::new(LAYOUT, SIZE)).expect_err("exists");
+    assert!(matches!(error, PoolError::AlreadyExists), "{error:?}");
+    assert!(fifo.exists(), "create left the FIFO alone");
+}
+
+/// A symlink to a pool opens the pool it names, and holds the same lock: the pool cannot be
+/// opened twice through two names. `create` never follows a symlink, even a dangling one.
+#[test]
+fn a_symlink_names_its_target_and_shares_its_lock() {
+    let dir = shm_dir();
+    let path = create(dir.path());
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&path, &link).expect("symlink");
+    let held = open(&link).expect("open through the link");
+    assert!(matches!(open(&path), Err(PoolError::AlreadyOpen)));
+    drop(held);
+    let dangling = dir.path().join("dangling");
+    let target = dir.path().join("not-yet");
+    std::os::unix::fs::symlink(&target, &dangling).expect("symlink");
+    let error = Pool::create(&dangling, &CreateOptions::new(LAYOUT, SIZE)).expect_err("a link");
+    assert!(matches!(error, PoolError::AlreadyExists), "{error:?}");
+    assert!(!target.exists(), "create wrote through a dangling symlink");
+}
