@@ -218,9 +218,10 @@ impl Guard {
     }
 
     fn mprotect(&self, off: usize, len: usize, prot: libc::c_int) -> io::Result<()> {
-        // SAFETY: [base + off, base + off + len) lies within the backend's live mapping
-        // (pages() clamps to it) and base + off is page-aligned; changing its protection
-        // touches no Rust-visible memory.
+        // SAFETY: [base + off, base + off + len) lies within the backend's live mapping (the
+        // whole of it at install; for a window, the pages of a range the backend checked to
+        // be in bounds before opening it, the end clamped by pages()) and base + off is
+        // page-aligned; changing its protection touches no Rust-visible memory.
         let rc = unsafe { libc::mprotect((self.base + off) as *mut libc::c_void, len, prot) };
         if rc == 0 {
             Ok(())
