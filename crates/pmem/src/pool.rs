@@ -444,9 +444,19 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<FileReport, PoolError> {
 pub fn read_image(path: impl AsRef<Path>) -> Result<(Vec<u8>, FileReport), PoolError> {
     let report = inspect(path.as_ref())?;
     let file = open_regular(OpenOptions::new().read(true), path.as_ref())?;
-    let len = usize::try_from(report.header.pool_size)
-        .map_err(|_| PoolError::InvalidArgument("pool too large to read into memory".into()))?;
-    let mut bytes = vec![0u8; len];
+    let size = report.header.pool_size;
+    let too_large = || {
+        PoolError::Io(std::io::Error::new(
+            std::io::ErrorKind::OutOfMemory,
+            format!("a pool of {size} bytes does not fit in memory"),
+        ))
+    };
+    let len = usize::try_from(size).map_err(|_| too_large())?;
+    // The size comes from the file (a sparse file can claim terabytes): an allocation that
+    // fails is this error, not the process abort of `vec!`.
+    let mut bytes = Vec::new();
+    bytes.try_reserve_exact(len).map_err(|_| too_large())?;
+    bytes.resize(len, 0);
     read_at(&file, 0, &mut bytes)?;
     Ok((bytes, report))
 }

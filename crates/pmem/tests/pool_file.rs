@@ -530,3 +530,78 @@ fn a_symlink_names_its_target_and_shares_its_lock() {
     assert!(matches!(error, PoolError::AlreadyExists), "{error:?}");
     assert!(!target.exists(), "create wrote through a dangling symlink");
 }
+
+const IMAGE_CHILD_ENV: &str = "FERRITE_TEST_READ_IMAGE";
+
+/// `read_image` of a valid pool larger than the memory the process may use is an error:
+/// the size comes from the file (a sparse file can claim any size), so the allocation must
+/// not abort the process. The child runs with a 2 GiB address-space limit.
+#[test]
+fn reading_an_image_larger_than_memory_is_an_error() {
+    use std::os::unix::process::CommandExt;
+    let dir = shm_dir();
+    let path = dir.path().join("sparse.pool");
+    let size: u64 = 64 << 30;
+    let header = pmem::Header::new(LAYOUT, size, 4096).expect("header");
+    let file = std::fs::File::create_new(&path).expect("create");
+    file.set_len(size).expect("sparse length");
+    use std::os::unix::fs::FileExt;
+    file.write_all_at(&header.encode(), 0).expect("header");
+    file.write_all_at(&header.encode(), COPY_OFFSET)
+        .expect("copy");
+    let state = pmem::header::encode_state(pmem::header::FLAG_CLEAN, &header.uuid);
+    file.write_all_at(&state.to_le_bytes(), pmem::header::STATE_OFFSET)
+        .expect("state word");
+    assert_eq!(
+        pmem::inspect(&path).expect("a valid pool").header.pool_size,
+        size
+    );
+    let mut command = std::process::Command::new(std::env::current_exe().expect("test binary"));
+    command
+        .args([
+            "--exact",
+            "read_image_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(IMAGE_CHILD_ENV, &path);
+    // SAFETY: setrlimit is async-signal-safe and touches only the child's own limits.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 2 << 30,
+                rlim_max: 2 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let output = command.output().expect("child");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("REFUSED"),
+        "{}\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The child half of `reading_an_image_larger_than_memory_is_an_error`.
+#[test]
+#[ignore = "run by reading_an_image_larger_than_memory_is_an_error in a child process"]
+fn read_image_child() {
+    let path = std::env::var(IMAGE_CHILD_ENV).expect("run by the parent test");
+    match pmem::read_image(&path) {
+        Err(PoolError::Io(error)) if error.kind() == std::io::ErrorKind::OutOfMemory => {
+            println!("REFUSED: {error}")
+        }
+        other => panic!(
+            "expected an out-of-memory error, got {:?}",
+            other.map(|_| ())
+        ),
+    }
+}
