@@ -16,7 +16,9 @@
 //! calling it again in that transaction would be fatal (`abort()` of the whole process). The
 //! failure is mapped from `errno` (`ENOMEM` → `OutOfSpace`, `EINVAL` → `InvalidArgument`),
 //! the body's later writes, allocations and frees fail with `Aborted` without reaching the
-//! library, and the transaction returns the first failure.
+//! library, and the transaction returns the first failure. A nested transaction (a body that
+//! calls `transaction` again) that aborts aborts the ones around it, as in libpmemobj; their
+//! later calls fail with `Aborted` the same way.
 //!
 //! `free` checks only that the address lies in the pool: libpmemobj (release build) trusts
 //! the object offset it is given, so freeing an address that is not the start of an object
