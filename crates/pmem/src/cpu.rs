@@ -174,11 +174,15 @@ pub unsafe fn copy_nontemporal(dst: *mut u8, src: &[u8]) -> NtCopy {
         }
         done += 16;
     }
-    // Tail: 8, 4, then single bytes.
+    // Tail: 8, 4, then single bytes. It starts 16-byte aligned (the head loop stops at the
+    // first 16-byte boundary, or at the end of the copy, when this loop does not run), and
+    // fewer than 16 bytes remain: at most one 8-byte store on that boundary, then at most one
+    // 4-byte store on the 8-byte boundary after it, so each is aligned.
     while done < len {
         let addr = dst as usize + done;
         let left = len - done;
-        // SAFETY: as for the head loop.
+        // SAFETY: addr..addr+n is inside dst's valid range (n <= left) and aligned to n for
+        // the streaming stores (above); the source slice has the same bytes available.
         unsafe {
             if left >= 8 {
                 stream8(addr as *mut u8, &src[done..done + 8]);

@@ -393,6 +393,21 @@ mod tests {
         Header::new("ferrite-test", 1 << 20, 4096).expect("valid header")
     }
 
+    /// A header area as a clean close leaves it: header, state word, copy.
+    fn sample_area() -> Vec<u8> {
+        let header = sample();
+        let mut area = vec![0u8; HEADER_AREA as usize];
+        area[..HEADER_LEN].copy_from_slice(&header.encode());
+        let copy = COPY_OFFSET as usize;
+        area[copy..copy + HEADER_LEN].copy_from_slice(&header.encode());
+        put_u64(
+            &mut area,
+            STATE_OFFSET as usize,
+            encode_state(FLAG_CLEAN, &header.uuid),
+        );
+        area
+    }
+
     #[test]
     fn round_trips() {
         let header = sample();
@@ -487,6 +502,50 @@ mod tests {
         #[test]
         fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
             let _ = Header::decode(&bytes);
+        }
+
+        #[test]
+        fn decode_area_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..4200)) {
+            let _ = decode_area(&bytes);
+        }
+
+        /// Random bytes written anywhere in a valid header area (header, state word, copy,
+        /// unused bytes), and areas cut short: decoding gives a header or a typed error.
+        #[test]
+        fn decode_area_never_panics_on_mutated_areas(
+            flips in proptest::collection::vec((0usize..HEADER_AREA as usize, any::<u8>()), 1..12),
+            cut in 0usize..=HEADER_AREA as usize,
+        ) {
+            let mut area = sample_area();
+            for (at, value) in flips {
+                area[at] = value;
+            }
+            let _ = decode_area(&area);
+            let _ = decode_area(&area[..cut]);
+        }
+
+        /// What the checksums cover, byte for byte (docs/pool-format.md §1, §4): bytes outside
+        /// the header, its copy and the state word are covered by nothing, and changing them
+        /// never changes what the area decodes to.
+        #[test]
+        fn bytes_outside_header_copy_and_state_word_are_not_covered(
+            flips in proptest::collection::vec((0usize..HEADER_AREA as usize, any::<u8>()), 1..12),
+        ) {
+            let mut area = sample_area();
+            let expected = decode_area(&area).expect("valid").header;
+            let covered = |at: usize| {
+                at < HEADER_LEN
+                    || (STATE_OFFSET as usize..STATE_OFFSET as usize + 8).contains(&at)
+                    || (COPY_OFFSET as usize..COPY_OFFSET as usize + HEADER_LEN).contains(&at)
+            };
+            for (at, value) in flips.into_iter().filter(|&(at, _)| !covered(at)) {
+                area[at] = value;
+            }
+            let decoded = decode_area(&area).expect("still valid");
+            prop_assert_eq!(&decoded.header, &expected);
+            prop_assert!(decoded.primary_damage.is_none() && !decoded.copy_damaged);
+            let state = decode_state(get_u64(&area, STATE_OFFSET as usize), &decoded.header.uuid);
+            prop_assert_eq!(state.ok(), Some(FLAG_CLEAN));
         }
 
         #[test]

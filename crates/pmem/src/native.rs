@@ -154,8 +154,13 @@ pub struct Native {
     stats: Stats,
     /// Set when an `msync` failed: the pool's durability can no longer be trusted.
     poisoned: AtomicBool,
-    /// Write protection, once installed by [`Native::protect`] (empty: unprotected).
+    /// Write protection, once installed by [`Native::protect`] (empty: unprotected). Dropped
+    /// after `map`, so an MPK key is freed only once the pages it tagged are unmapped.
     guard: OnceLock<Guard>,
+    /// Serialises [`Native::protect`]: two guards installed at once would each change the
+    /// mapping's protection, and the one that lost the race would be dropped while its
+    /// protection (or its MPK key's tag) stayed in force.
+    protecting: parking_lot::Mutex<()>,
     /// Holds the advisory lock for as long as the backend lives (last, so it is released
     /// after the mapping is gone).
     _file: PoolFile,
@@ -192,7 +197,8 @@ pub struct NativeInfo {
 }
 
 impl Native {
-    /// Maps all `len` bytes of `file` (which must be at least that long). The backend keeps
+    /// Maps the first `len` bytes of `file`; a file shorter than `len` is refused
+    /// (`InvalidInput`). The backend keeps
     /// `file` open, so an advisory lock taken on it lasts as long as the backend.
     /// If mapping fails, the file's lock is released before the error returns.
     pub fn map(file: File, len: u64, options: &NativeOptions) -> std::io::Result<Self> {
@@ -205,6 +211,16 @@ impl Native {
             ));
         }
         let size = usize::try_from(len).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+        // A mapping longer than its file raises SIGBUS on the first touch past the end; refuse
+        // it here, where it is still an error (`Pool::open` has checked the length already,
+        // a direct caller may not have).
+        let file_len = file.0.metadata()?.len();
+        if file_len < len {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("the file has {file_len} bytes, fewer than the {len} to map"),
+            ));
+        }
         let map = Mapping::new(&file.0, size)?;
         let media = if map.is_sync() {
             Media::Dax
@@ -228,6 +244,7 @@ impl Native {
             stats: Stats::new(),
             poisoned: AtomicBool::new(false),
             guard: OnceLock::new(),
+            protecting: parking_lot::Mutex::new(()),
             _file: file,
         })
     }
@@ -259,6 +276,7 @@ impl Native {
         if mode == Protection::None {
             return Ok(self.protection());
         }
+        let _installing = self.protecting.lock();
         if let Some(guard) = self.guard.get() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::AlreadyExists,
@@ -267,9 +285,8 @@ impl Native {
         }
         let guard = Guard::install(self.map.base(), self.len as usize, mode)?;
         let active = guard.mode();
-        self.guard
-            .set(guard)
-            .map_err(|_| std::io::Error::other("protected concurrently"))?;
+        // Cannot fail: the guard is only ever set here, under `protecting`.
+        let _ = self.guard.set(guard);
         Ok(active)
     }
 
@@ -413,6 +430,9 @@ impl Persist for Native {
     }
 
     fn write_nt(&self, off: u64, src: &[u8], class: WriteClass) {
+        // Bounds first, as `write` does: the window changes the protection of the pages of
+        // `[off, off + len)`, which must be pages of this mapping.
+        assert_in_bounds(off, src.len() as u64, self.len);
         self.storing(off, src.len(), || self.write_nt_unguarded(off, src, class));
     }
 

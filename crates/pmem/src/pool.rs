@@ -444,9 +444,19 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<FileReport, PoolError> {
 pub fn read_image(path: impl AsRef<Path>) -> Result<(Vec<u8>, FileReport), PoolError> {
     let report = inspect(path.as_ref())?;
     let file = open_regular(OpenOptions::new().read(true), path.as_ref())?;
-    let len = usize::try_from(report.header.pool_size)
-        .map_err(|_| PoolError::InvalidArgument("pool too large to read into memory".into()))?;
-    let mut bytes = vec![0u8; len];
+    let size = report.header.pool_size;
+    let too_large = || {
+        PoolError::Io(std::io::Error::new(
+            std::io::ErrorKind::OutOfMemory,
+            format!("a pool of {size} bytes does not fit in memory"),
+        ))
+    };
+    let len = usize::try_from(size).map_err(|_| too_large())?;
+    // The size comes from the file (a sparse file can claim terabytes): an allocation that
+    // fails is this error, not the process abort of `vec!`.
+    let mut bytes = Vec::new();
+    bytes.try_reserve_exact(len).map_err(|_| too_large())?;
+    bytes.resize(len, 0);
     read_at(&file, 0, &mut bytes)?;
     Ok((bytes, report))
 }
@@ -569,12 +579,71 @@ fn reserve(file: &File, size: u64) -> Result<(), PoolError> {
     // SAFETY: posix_fallocate only reads its integer arguments and acts on our own fd.
     match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
         0 => Ok(()),
-        libc::ENOSPC | libc::EFBIG => Err(PoolError::OutOfSpace { requested: size }),
-        libc::EOPNOTSUPP | libc::EINVAL => file.set_len(size).map_err(|error| match error.kind() {
-            std::io::ErrorKind::StorageFull => PoolError::OutOfSpace { requested: size },
-            _ => PoolError::from(error),
-        }),
-        errno => Err(PoolError::Io(std::io::Error::from_raw_os_error(errno))),
+        // glibc emulates fallocate where the file system lacks it; a C library that does not
+        // (musl) reports EOPNOTSUPP, and older kernels EINVAL.
+        libc::EOPNOTSUPP | libc::EINVAL => reserve_by_writing(file, size),
+        errno => Err(space_error(std::io::Error::from_raw_os_error(errno), size)),
+    }
+}
+
+/// Allocates the blocks of `[0, size)` by writing zeros over them: a sparse file (`set_len`)
+/// would defer running out of space to a SIGBUS at the first store into a hole.
+fn reserve_by_writing(file: &File, size: u64) -> Result<(), PoolError> {
+    use std::os::unix::fs::FileExt;
+    const CHUNK: u64 = 1 << 20;
+    let zeros = vec![0u8; CHUNK as usize];
+    let mut done = 0;
+    while done < size {
+        let n = (size - done).min(CHUNK);
+        file.write_all_at(&zeros[..n as usize], done)
+            .map_err(|error| space_error(error, size))?;
+        done += n;
+    }
+    Ok(())
+}
+
+/// The error of a failed reservation: a full file system, a quota or a file-size limit is
+/// `OutOfSpace`, anything else its I/O error.
+fn space_error(error: std::io::Error, size: u64) -> PoolError {
+    match error.raw_os_error() {
+        Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG) => {
+            PoolError::OutOfSpace { requested: size }
+        }
+        _ => PoolError::from(error),
+    }
+}
+
+#[cfg(test)]
+mod reserve_tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn the_fallback_reservation_allocates_every_block() {
+        let dir = tempfile::tempdir_in(DEFAULT_POOL_DIR).expect("tempdir");
+        let file = File::create_new(dir.path().join("p")).expect("create");
+        let size = (3 << 20) + 4096;
+        reserve_by_writing(&file, size).expect("reserve");
+        let meta = file.metadata().expect("metadata");
+        assert_eq!(meta.len(), size);
+        assert!(
+            meta.blocks() * 512 >= size,
+            "{} of {size} bytes allocated: a sparse file",
+            meta.blocks() * 512
+        );
+    }
+
+    #[test]
+    fn a_full_disk_a_quota_and_a_size_limit_are_out_of_space() {
+        for errno in [libc::ENOSPC, libc::EDQUOT, libc::EFBIG] {
+            let error = space_error(std::io::Error::from_raw_os_error(errno), 1 << 20);
+            assert!(
+                matches!(error, PoolError::OutOfSpace { requested: 1048576 }),
+                "errno {errno}: {error:?}"
+            );
+        }
+        let other = space_error(std::io::Error::from_raw_os_error(libc::EIO), 1);
+        assert!(matches!(other, PoolError::Io(_)), "{other:?}");
     }
 }
 

@@ -124,7 +124,14 @@ impl Guard {
             windows: AtomicU64::new(0),
         };
         match guard.kind {
-            Kind::Mprotect(_) => guard.mprotect(0, len, libc::PROT_READ)?,
+            Kind::Mprotect(_) => {
+                if let Err(error) = guard.mprotect(0, len, libc::PROT_READ) {
+                    // mprotect may have changed part of the range before it failed; give the
+                    // whole mapping back writable, since no guard will open windows on it.
+                    let _ = guard.mprotect(0, len, libc::PROT_READ | libc::PROT_WRITE);
+                    return Err(error);
+                }
+            }
             Kind::Mpk(key) => {
                 // SAFETY: base/len describe a live mapping owned by the backend; tagging its
                 // pages with our key keeps them readable and writable at the page-table level
@@ -160,6 +167,10 @@ impl Guard {
     }
 
     /// Runs `store` with `[off, off + len)` of the mapping writable.
+    /// The caller has checked that `[off, off + len)` lies inside the mapping.
+    ///
+    /// The window closes when `store` returns and also when it unwinds: a panic caught
+    /// further up must not leave the pages (mprotect) or the thread (MPK) writable.
     #[inline]
     pub(crate) fn window<R>(&self, off: u64, len: usize, store: impl FnOnce() -> R) -> R {
         self.windows.fetch_add(1, Ordering::Relaxed);
@@ -169,16 +180,18 @@ impl Guard {
                 let (start, end) = self.pages(off as usize, len);
                 self.mprotect(start, end - start, libc::PROT_READ | libc::PROT_WRITE)
                     .expect("mprotect opening a write window");
-                let result = store();
-                self.mprotect(start, end - start, libc::PROT_READ)
-                    .expect("mprotect closing a write window");
-                result
+                // Declared after the lock guard, so it is dropped (and the pages made
+                // read-only again) before the lock is released.
+                let _close = CloseWindow(|| {
+                    self.mprotect(start, end - start, libc::PROT_READ)
+                        .expect("mprotect closing a write window")
+                });
+                store()
             }
             &Kind::Mpk(key) => {
                 set_rights(key, 0);
-                let result = store();
-                set_rights(key, PKEY_DISABLE_WRITE);
-                result
+                let _close = CloseWindow(|| set_rights(key, PKEY_DISABLE_WRITE));
+                store()
             }
         }
     }
@@ -205,9 +218,10 @@ impl Guard {
     }
 
     fn mprotect(&self, off: usize, len: usize, prot: libc::c_int) -> io::Result<()> {
-        // SAFETY: [base + off, base + off + len) lies within the backend's live mapping
-        // (pages() clamps to it) and base + off is page-aligned; changing its protection
-        // touches no Rust-visible memory.
+        // SAFETY: [base + off, base + off + len) lies within the backend's live mapping (the
+        // whole of it at install; for a window, the pages of a range the backend checked to
+        // be in bounds before opening it, the end clamped by pages()) and base + off is
+        // page-aligned; changing its protection touches no Rust-visible memory.
         let rc = unsafe { libc::mprotect((self.base + off) as *mut libc::c_void, len, prot) };
         if rc == 0 {
             Ok(())
@@ -217,18 +231,26 @@ impl Guard {
     }
 }
 
+/// Runs its closure when dropped: closes a write window on return and on unwind.
+struct CloseWindow<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for CloseWindow<F> {
+    fn drop(&mut self) {
+        (self.0)()
+    }
+}
+
+/// Dropping a guard never touches the protection of `[base, base + len)`. The backend drops
+/// its guard after its mapping (fields drop in declaration order), when those addresses may
+/// already belong to another mapping of this process: an mprotect there would change the
+/// protection of memory the guard does not own. (Unmapping removes the protection anyway.)
 impl Drop for Guard {
     fn drop(&mut self) {
-        match self.kind {
-            // The mapping is unmapped right after; give it back writable for tidiness.
-            Kind::Mprotect(_) => {
-                let _ = self.mprotect(0, self.len, libc::PROT_READ | libc::PROT_WRITE);
-            }
-            Kind::Mpk(key) => {
-                // SAFETY: frees the key this guard allocated; the mapping it tagged is
-                // being unmapped by the backend.
-                unsafe { libc::syscall(libc::SYS_pkey_free, key) };
-            }
+        if let Kind::Mpk(key) = self.kind {
+            // SAFETY: frees the key this guard allocated; only its own mapping was tagged
+            // with it, and that mapping is gone (the backend unmaps it before dropping the
+            // guard), as pkey_free(2) asks.
+            unsafe { libc::syscall(libc::SYS_pkey_free, key) };
         }
     }
 }
@@ -254,4 +276,100 @@ fn set_rights(key: libc::c_int, rights: libc::c_uint) {
     // call only writes the calling thread's PKRU register.
     let rc = unsafe { pkey_set(key, rights) };
     assert_eq!(rc, 0, "pkey_set({key}, {rights}) failed");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shared anonymous mapping of `pages` pages, unmapped on drop.
+    struct Scratch {
+        base: *mut u8,
+        len: usize,
+    }
+
+    impl Scratch {
+        fn new(pages: usize) -> Self {
+            let len = pages * crate::mapping::page_size();
+            // SAFETY: a fresh anonymous mapping (no address hint); checked against MAP_FAILED.
+            let base = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(base, libc::MAP_FAILED, "mmap");
+            Scratch {
+                base: base.cast(),
+                len,
+            }
+        }
+
+        /// The permissions `/proc/self/maps` shows for the page at `base + off` ("r--s").
+        fn perms(&self, off: usize) -> String {
+            let addr = self.base as usize + off;
+            let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");
+            maps.lines()
+                .find_map(|line| {
+                    let (range, rest) = line.split_once(' ')?;
+                    let (start, end) = range.split_once('-')?;
+                    let start = usize::from_str_radix(start, 16).ok()?;
+                    let end = usize::from_str_radix(end, 16).ok()?;
+                    (start..end).contains(&addr).then(|| rest[..4].to_owned())
+                })
+                .expect("the scratch mapping is listed")
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            // SAFETY: base/len describe the mapping made in `new`, unmapped only here.
+            unsafe { libc::munmap(self.base.cast(), self.len) };
+        }
+    }
+
+    #[test]
+    fn dropping_a_guard_leaves_the_protection_alone() {
+        // The backend drops its guard after unmapping, when the addresses may already be
+        // someone else's; and a second guard over the same pages must not lift the first's
+        // protection when it goes away.
+        let scratch = Scratch::new(4);
+        let first = Guard::install(scratch.base, scratch.len, Protection::Mprotect).expect("1st");
+        let second = Guard::install(scratch.base, scratch.len, Protection::Mprotect).expect("2nd");
+        assert_eq!(scratch.perms(0), "r--s");
+        drop(second);
+        assert_eq!(
+            scratch.perms(0),
+            "r--s",
+            "a dropped guard made the pages writable"
+        );
+        assert_eq!(scratch.perms(scratch.len - 1), "r--s");
+        drop(first);
+    }
+
+    #[test]
+    fn a_window_closes_when_its_store_panics() {
+        let page = crate::mapping::page_size();
+        let scratch = Scratch::new(4);
+        let guard = Guard::install(scratch.base, scratch.len, Protection::Mprotect).expect("guard");
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            guard.window(page as u64, 8, || {
+                assert_eq!(scratch.perms(page), "rw-s", "open inside the window");
+                panic!("store failed");
+            })
+        }));
+        assert!(caught.is_err());
+        assert_eq!(
+            scratch.perms(page),
+            "r--s",
+            "the window stayed open after its store unwound"
+        );
+        // The window lock was released too: another window opens.
+        guard.window(page as u64, 8, || ());
+        assert_eq!(scratch.perms(page), "r--s");
+    }
 }

@@ -295,6 +295,47 @@ mod tests {
         assert!(stats.per_thread().iter().all(|(_, c)| c.fences % 1000 == 0));
     }
 
+    /// More threads than slots, some alive at once (the overflow slot shares atomics) and
+    /// some after others exited (their slots are reused): no count is lost or doubled.
+    #[test]
+    fn reused_and_overflow_slots_lose_no_count() {
+        let stats = std::sync::Arc::new(Stats::new());
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(MAX_THREAD_SLOTS + 20));
+        for _wave in 0..3 {
+            let handles: Vec<_> = (0..MAX_THREAD_SLOTS + 20)
+                .map(|_| {
+                    let (stats, barrier) = (stats.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        // Every thread of the wave holds its slot before any counts.
+                        stats.record_fence();
+                        barrier.wait();
+                        for _ in 0..200 {
+                            stats.record_flush(2);
+                            stats.record_store(WriteClass::Log, 3);
+                        }
+                    })
+                })
+                .collect();
+            for handle in handles {
+                handle.join().expect("counting thread panicked");
+            }
+        }
+        let threads = 3 * (MAX_THREAD_SLOTS as u64 + 20);
+        let total = stats.snapshot();
+        assert_eq!(total.fences, threads);
+        assert_eq!(total.flushed_lines, threads * 400);
+        assert_eq!(total.stored_bytes[WriteClass::Log.index()], threads * 600);
+        let overflow = stats
+            .per_thread()
+            .into_iter()
+            .find(|(slot, _)| *slot == OVERFLOW_SLOT)
+            .map(|(_, counters)| counters.fences);
+        assert!(
+            overflow.is_some_and(|fences| fences >= 3 * 20),
+            "threads past the {MAX_THREAD_SLOTS} slots shared the overflow slot: {overflow:?}"
+        );
+    }
+
     #[test]
     fn since_gives_deltas() {
         let stats = Stats::new();

@@ -472,3 +472,136 @@ fn unaligned_word_writes_do_not_recurse() {
     pool.pm().read(8192 + 3, &mut back);
     assert_eq!(back, [1; 8]);
 }
+
+/// `Native::map` of a file shorter than the mapping is an error, not a mapping whose tail
+/// raises SIGBUS when it is touched.
+#[test]
+fn mapping_more_than_the_file_holds_is_refused() {
+    let dir = shm_dir();
+    let path = dir.path().join("short");
+    std::fs::write(&path, vec![0u8; 4096]).expect("write");
+    let file = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .expect("open")
+    };
+    let error = pmem::Native::map(file(), 64 << 10, &NativeOptions::default())
+        .expect_err("the file is 4 KiB, the mapping 64 KiB");
+    assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput, "{error}");
+    let native = pmem::Native::map(file(), 4096, &NativeOptions::default()).expect("exact");
+    assert_eq!(native.read_u64(4088), 0);
+}
+
+/// A FIFO is not a pool, and neither opening nor inspecting it blocks waiting for a writer
+/// (files are opened with `O_NONBLOCK`); creating over it is `AlreadyExists`.
+#[test]
+fn a_fifo_is_not_a_pool_and_does_not_block() {
+    let dir = shm_dir();
+    let fifo = dir.path().join("fifo");
+    let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: a NUL-terminated path; mkfifo only creates the file.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0, "mkfifo");
+    let error = open(&fifo).expect_err("a FIFO");
+    assert!(matches!(error, PoolError::NotAPool { .. }), "{error:?}");
+    let error = pmem::inspect(&fifo).expect_err("a FIFO");
+    assert!(matches!(error, PoolError::NotAPool { .. }), "{error:?}");
+    let error = Pool::create(&fifo, &CreateOptions::new(LAYOUT, SIZE)).expect_err("exists");
+    assert!(matches!(error, PoolError::AlreadyExists), "{error:?}");
+    assert!(fifo.exists(), "create left the FIFO alone");
+}
+
+/// A symlink to a pool opens the pool it names, and holds the same lock: the pool cannot be
+/// opened twice through two names. `create` never follows a symlink, even a dangling one.
+#[test]
+fn a_symlink_names_its_target_and_shares_its_lock() {
+    let dir = shm_dir();
+    let path = create(dir.path());
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&path, &link).expect("symlink");
+    let held = open(&link).expect("open through the link");
+    assert!(matches!(open(&path), Err(PoolError::AlreadyOpen)));
+    drop(held);
+    let dangling = dir.path().join("dangling");
+    let target = dir.path().join("not-yet");
+    std::os::unix::fs::symlink(&target, &dangling).expect("symlink");
+    let error = Pool::create(&dangling, &CreateOptions::new(LAYOUT, SIZE)).expect_err("a link");
+    assert!(matches!(error, PoolError::AlreadyExists), "{error:?}");
+    assert!(!target.exists(), "create wrote through a dangling symlink");
+}
+
+const IMAGE_CHILD_ENV: &str = "FERRITE_TEST_READ_IMAGE";
+
+/// `read_image` of a valid pool larger than the memory the process may use is an error:
+/// the size comes from the file (a sparse file can claim any size), so the allocation must
+/// not abort the process. The child runs with a 2 GiB address-space limit.
+#[test]
+fn reading_an_image_larger_than_memory_is_an_error() {
+    use std::os::unix::process::CommandExt;
+    let dir = shm_dir();
+    let path = dir.path().join("sparse.pool");
+    let size: u64 = 64 << 30;
+    let header = pmem::Header::new(LAYOUT, size, 4096).expect("header");
+    let file = std::fs::File::create_new(&path).expect("create");
+    file.set_len(size).expect("sparse length");
+    use std::os::unix::fs::FileExt;
+    file.write_all_at(&header.encode(), 0).expect("header");
+    file.write_all_at(&header.encode(), COPY_OFFSET)
+        .expect("copy");
+    let state = pmem::header::encode_state(pmem::header::FLAG_CLEAN, &header.uuid);
+    file.write_all_at(&state.to_le_bytes(), pmem::header::STATE_OFFSET)
+        .expect("state word");
+    assert_eq!(
+        pmem::inspect(&path).expect("a valid pool").header.pool_size,
+        size
+    );
+    let mut command = std::process::Command::new(std::env::current_exe().expect("test binary"));
+    command
+        .args([
+            "--exact",
+            "read_image_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(IMAGE_CHILD_ENV, &path);
+    // SAFETY: setrlimit is async-signal-safe and touches only the child's own limits.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 2 << 30,
+                rlim_max: 2 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let output = command.output().expect("child");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("REFUSED"),
+        "{}\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The child half of `reading_an_image_larger_than_memory_is_an_error`.
+#[test]
+#[ignore = "run by reading_an_image_larger_than_memory_is_an_error in a child process"]
+fn read_image_child() {
+    let path = std::env::var(IMAGE_CHILD_ENV).expect("run by the parent test");
+    match pmem::read_image(&path) {
+        Err(PoolError::Io(error)) if error.kind() == std::io::ErrorKind::OutOfMemory => {
+            println!("REFUSED: {error}")
+        }
+        other => panic!(
+            "expected an out-of-memory error, got {:?}",
+            other.map(|_| ())
+        ),
+    }
+}

@@ -39,6 +39,38 @@ fn seam_stores_go_through_mprotect_windows() {
     std::fs::remove_file(&path).expect("remove");
 }
 
+/// An out-of-range `write_nt` on a protected pool is the seam's bounds panic, as for every
+/// other store, raised before the write window changes the protection of any page (the
+/// pages of an out-of-range window are not the pool's).
+#[test]
+fn an_out_of_bounds_nt_store_is_refused_before_its_window_opens() {
+    let path = format!("/dev/shm/ferrite-protect-oob-{}.pool", std::process::id());
+    let pool = pool(&path);
+    let pm = pool.pm();
+    pm.protect(Protection::Mprotect).expect("protect");
+    let windows = pm.write_windows();
+    for off in [pm.len() - 4, pm.len() + (64 << 10)] {
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pm.write_nt(off, &[1u8; 8], WriteClass::User)
+        }));
+        let panic = caught.expect_err("out of bounds");
+        let message = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .unwrap_or_default();
+        assert!(
+            message.contains("PM access out of bounds"),
+            "offset {off:#x}: {message:?}"
+        );
+    }
+    assert_eq!(pm.write_windows(), windows, "no window was opened");
+    // The pool still works.
+    pm.write_nt(pool.arena().offset, &[2u8; 64], WriteClass::User);
+    pm.fence();
+    pool.close().expect("close");
+    std::fs::remove_file(&path).expect("remove");
+}
+
 #[test]
 fn mpk_is_detected_and_auto_falls_back() {
     let path = format!("/dev/shm/ferrite-protect-auto-{}.pool", std::process::id());
