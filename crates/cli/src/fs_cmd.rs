@@ -71,9 +71,16 @@ fn parse_owner(text: &str) -> Result<(u32, u32), String> {
     let (uid, gid) = text
         .split_once(':')
         .ok_or_else(|| format!("owner {text:?} is not UID:GID"))?;
-    let number = |part: &str| {
-        part.parse::<u32>()
-            .map_err(|_| format!("owner {text:?}: {part:?} is not a number"))
+    // 4294967295 is (uid_t)-1 / (gid_t)-1, which chown(2) reads as "leave unchanged" and
+    // the kernel never gives a user or group: a root directory owned by it is nobody's.
+    let number = |part: &str| match part.parse::<u32>() {
+        Ok(u32::MAX) => Err(format!(
+            "owner {text:?}: {part} is (uid_t)-1, which is no user or group"
+        )),
+        Ok(id) => Ok(id),
+        Err(_) => Err(format!(
+            "owner {text:?}: {part:?} is not a number from 0 to 4294967294"
+        )),
     };
     Ok((number(uid)?, number(gid)?))
 }
@@ -112,8 +119,11 @@ pub struct MountArgs {
     /// How long the kernel caches attributes and names, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     attr_ttl_ms: u64,
-    /// Threads serving requests (at least 1).
-    #[arg(long, default_value_t = 1, value_parser = crate::at_least_one())]
+    /// Threads serving requests, 1 to 256 (each past the first holds a descriptor of
+    /// its own; the file system runs one operation at a time).
+    #[arg(long, default_value_t = 1,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new()
+              .range(1..=fsmount::MAX_THREADS as u64))]
     threads: usize,
     /// The kernel's write-back cache: faster writes, durable only at fsync or unmount (not
     /// when write returns).
@@ -535,6 +545,10 @@ fn recovery_done(before: Option<&fsmount::CheckReport>) -> Option<String> {
 }
 
 fn fsck_repair(pool: &Path, json: bool, out: &mut dyn Write) -> anyhow::Result<()> {
+    // A repair writes the pool through the native backend: FERRITE_PERSIST_MODE and
+    // FERRITE_FLUSH apply as to every `fs` command that writes (they were ignored here),
+    // and a value they do not take is refused before anything is read.
+    let native = NativeOptions::default().try_with_env_overrides()?;
     if let Some(error) = uncheckable(pool) {
         return cannot_check(pool, json, &error, out);
     }
@@ -551,7 +565,7 @@ fn fsck_repair(pool: &Path, json: bool, out: &mut dyn Write) -> anyhow::Result<(
         }
         return Ok(());
     }
-    let report = match fsmount::repair_offline(pool) {
+    let report = match fsmount::repair_offline(pool, &native) {
         Ok(report) => report,
         Err(error) => return fsck_failed(pool, json, &error, out),
     };

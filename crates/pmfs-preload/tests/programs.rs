@@ -147,7 +147,10 @@ fn a_pool_the_library_would_open_through_itself_is_refused_not_hung() {
         .output_within_20_s_or_hang();
     let err = String::from_utf8_lossy(&relative.stderr);
     assert!(!relative.status.success(), "{err}");
-    assert!(err.contains("PMFS_POOL") && err.contains("not an absolute path"), "{err}");
+    assert!(
+        err.contains("PMFS_POOL") && err.contains("not an absolute path"),
+        "{err}"
+    );
 
     let under = Command::new("cat")
         .arg(dir.join("anything"))
@@ -166,7 +169,11 @@ fn a_pool_the_library_would_open_through_itself_is_refused_not_hung() {
 fn a_prefix_that_is_not_normalised_is_refused() {
     let _serial = serial();
     let pool = TestPool::new("prefix", 16 << 20);
-    for prefix in [format!("/{PREFIX}"), format!("{PREFIX}/."), format!("/x/..{PREFIX}")] {
+    for prefix in [
+        format!("/{PREFIX}"),
+        format!("{PREFIX}/."),
+        format!("/x/..{PREFIX}"),
+    ] {
         let output = Command::new("cat")
             .arg("/proc/self/stat")
             .env("LD_PRELOAD", library())
