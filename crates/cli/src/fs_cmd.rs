@@ -225,7 +225,8 @@ fn remove_unformatted(path: &Path) {
         return;
     }
     if let Err(remove) = std::fs::remove_file(path) {
-        eprintln!(
+        let _ = writeln!(
+            std::io::stderr(),
             "ferrite: {}: removing the unformatted file: {remove}",
             path.display()
         );
@@ -258,7 +259,8 @@ fn mount_foreground(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
         Err(error) => return notify_failure(args, where_in_use(error, &args.pool), &args.pool),
     };
     for repair in fs.repairs() {
-        eprintln!(
+        let _ = writeln!(
+            std::io::stderr(),
             "ferrite: {}: repaired at mount: {repair}",
             args.pool.display()
         );
@@ -282,7 +284,7 @@ fn mount_foreground(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
         Err(error) => return notify_failure(args, anyhow::Error::new(error), &args.dir),
     };
     if let Some(error) = ready_error {
-        eprintln!("ferrite: reporting the mount: {error}");
+        let _ = writeln!(std::io::stderr(), "ferrite: reporting the mount: {error}");
     }
     let how = match ended {
         fsmount::Ended::External => "unmounted from outside".to_owned(),
@@ -292,7 +294,7 @@ fn mount_foreground(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
     if notify {
         // The background parent stopped reading at "ready": the server's own lines go to
         // its log (stderr, unbuffered), so the log ends with how the pool was closed.
-        eprintln!("{closed}");
+        let _ = writeln!(std::io::stderr(), "{closed}");
     } else {
         writeln!(out, "{closed}")?;
     }
@@ -301,6 +303,11 @@ fn mount_foreground(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
 
 /// Says the mount is up: in the foreground on `out`; as a background server, "ready PID"
 /// on `out` for the parent and the mount line on stderr, its log.
+///
+/// Every line a server writes to stderr is written with `let _ = writeln!`, never
+/// `eprintln!`: stderr is the `--log` file, which may be on a full file system, and
+/// `eprintln!` panics when the write fails — with the mount up, which the panic left dead
+/// ("transport endpoint is not connected").
 fn report_mounted(args: &MountArgs, out: &mut dyn Write) -> std::io::Result<()> {
     let pid = std::process::id();
     let dir = args.dir.display();
@@ -308,7 +315,8 @@ fn report_mounted(args: &MountArgs, out: &mut dyn Write) -> std::io::Result<()> 
     if args.notify_ready {
         writeln!(out, "ready {pid}")?;
         out.flush()?;
-        eprintln!(
+        let _ = writeln!(
+            std::io::stderr(),
             "{mounted} (server pid {pid}; `ferrite fs unmount {}` to unmount)",
             fsmount::shell_word(&args.dir)
         );
@@ -514,7 +522,11 @@ fn report_failure(
         writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
     }
     out.flush()?;
-    eprintln!("ferrite: {}: {verdict}: {error}", pool.display());
+    let _ = writeln!(
+        std::io::stderr(),
+        "ferrite: {}: {verdict}: {error}",
+        pool.display()
+    );
     std::process::exit(i32::from(code));
 }
 

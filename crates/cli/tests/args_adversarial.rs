@@ -169,3 +169,109 @@ fn a_reproduction_whose_traces_cannot_be_generated_is_a_usage_error() {
         stderr(&output)
     );
 }
+
+/// A background server's stderr is its `--log`; a log that cannot be written (a full file
+/// system, here `/dev/full`) made its first line panic with the mount up, leaving it dead.
+#[test]
+fn a_mount_whose_log_cannot_be_written_still_serves() {
+    if !Path::new("/dev/fuse").exists() {
+        eprintln!("SKIPPED: no /dev/fuse");
+        return;
+    }
+    let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
+    let pool = pmfs_pool(dir.path());
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).expect("mount point");
+    let mounted = ferrite(
+        &[
+            "fs",
+            "mount",
+            "--background",
+            "--log",
+            "/dev/full",
+            text(&pool),
+            text(&mnt),
+        ],
+        &[],
+    );
+    if !mounted.status.success() {
+        eprintln!("SKIPPED: cannot mount here: {}", stderr(&mounted));
+        return;
+    }
+    // The server wrote its "mounted" line to the log by the time the parent returned.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let written = std::fs::write(mnt.join("file"), b"kept");
+    let read = std::fs::read(mnt.join("file"));
+    let unmounted = ferrite(&["fs", "unmount", text(&mnt)], &[]);
+    written.expect("the mount serves writes");
+    assert_eq!(read.expect("and reads"), b"kept");
+    assert!(unmounted.status.success(), "{}", stderr(&unmounted));
+    // The server closed the pool cleanly: it is consistent and holds the file.
+    let checked = ferrite(&["fs", "fsck", text(&pool)], &[]);
+    assert!(checked.status.success(), "{}", stderr(&checked));
+    assert!(
+        String::from_utf8_lossy(&checked.stdout).contains("closed cleanly"),
+        "{}",
+        String::from_utf8_lossy(&checked.stdout)
+    );
+}
+
+#[test]
+fn sim_run_refuses_a_json_output_that_is_its_trace_or_config() {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
+    let trace = dir.path().join("t.trace");
+    let written = ferrite(
+        &[
+            "sim",
+            "trace",
+            "--workload",
+            "hash",
+            "--cores",
+            "1",
+            "--tx",
+            "5",
+            "--keys",
+            "64",
+            "--out",
+            text(&trace),
+        ],
+        &[],
+    );
+    assert!(written.status.success(), "{}", stderr(&written));
+    // One core, said in the singular.
+    assert!(
+        String::from_utf8_lossy(&written.stdout).contains("hash on 1 core, "),
+        "{}",
+        String::from_utf8_lossy(&written.stdout)
+    );
+    let before = std::fs::read(&trace).expect("trace");
+    let config = dir.path().join("machine.json");
+    std::fs::write(&config, "{}").expect("config");
+    // The trace through another path naming the same file.
+    let alias = dir.path().join(".").join("t.trace");
+    for (json, option) in [(&alias, "--trace"), (&config, "--config")] {
+        let output = ferrite(
+            &[
+                "sim",
+                "run",
+                "--design",
+                "silo",
+                "--trace",
+                text(&trace),
+                "--config",
+                text(&config),
+                "--json",
+                text(json),
+            ],
+            &[],
+        );
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        assert!(stderr(&output).contains(option), "{}", stderr(&output));
+    }
+    assert_eq!(
+        std::fs::read(&trace).expect("trace"),
+        before,
+        "the trace is intact"
+    );
+    assert_eq!(std::fs::read_to_string(&config).expect("config"), "{}");
+}

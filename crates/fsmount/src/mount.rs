@@ -8,6 +8,7 @@ use fuser::{Config, MountOption, Session, SessionACL};
 use nix::sys::signal::{SigSet, Signal};
 use pmem::Persist;
 use pmfs::Fs;
+use std::io::Write;
 use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
@@ -389,10 +390,15 @@ fn serve_blocked<B: Persist + 'static>(
             Signal::SIGUSR1 => break,
             signal => match running.unmount() {
                 Ok(()) => ended = Ended::Signal(signal),
-                Err(error) => eprintln!(
-                    "ferrite: cannot unmount {} on {signal}: {error}; still serving",
-                    dir.display()
-                ),
+                Err(error) => {
+                    // Not `eprintln!`: stderr is a background server's log, which may be
+                    // full, and a panic here would leave the mount dead.
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "ferrite: cannot unmount {} on {signal}: {error}; still serving",
+                        dir.display()
+                    );
+                }
             },
         }
     }
@@ -405,7 +411,8 @@ fn serve_blocked<B: Persist + 'static>(
         // endpoint is not connected" to everyone, until it is unmounted. This server made
         // it, so it removes it (when it is still its own and topmost) before reporting.
         if let Err(unmount) = running.unmount() {
-            eprintln!(
+            let _ = writeln!(
+                std::io::stderr(),
                 "ferrite: the FUSE session on {} failed; cannot unmount it: {unmount}",
                 dir.display()
             );

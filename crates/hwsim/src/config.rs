@@ -777,7 +777,10 @@ mod tests {
         refused(&|c| c.core.cpi = MAX_LATENCY_CYCLES + 1);
         refused(&|c| c.l1.latency = u64::MAX);
         let error = refused(&|c| c.mem.write_ns = 1e300);
-        assert!(error.to_string().contains("mem.write_ns = 1e300 "), "{error}");
+        assert!(
+            error.to_string().contains("mem.write_ns = 1e300 "),
+            "{error}"
+        );
         let error = refused(&|c| c.mem.burst_ns = f64::NAN);
         assert!(error.to_string().contains("mem.burst_ns = NaN "), "{error}");
         refused(&|c| c.mem.read_ns = -1.0);

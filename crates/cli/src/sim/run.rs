@@ -100,6 +100,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     refuse_silo_options_elsewhere(args)?;
     if let Some(path) = &args.json {
         crate::output::file_can_be_written(path)?;
+        refuse_json_over_an_input(path, args)?;
     }
     let (file, file_cores) = match &args.config {
         Some(path) => read_config(path)?,
@@ -132,6 +133,30 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         let text = serde_json::to_string_pretty(&record)?;
         crate::output::replace_file(path, text.as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// `--json` naming the `--trace` or `--config` file (the same file, by any path) would
+/// replace the run's input with its record: refused before the run.
+fn refuse_json_over_an_input(json: &Path, args: &RunArgs) -> Result<(), UsageError> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(output) = std::fs::metadata(json) else {
+        // Not there yet: no input can be it.
+        return Ok(());
+    };
+    let inputs = [("--trace", &args.trace), ("--config", &args.config)];
+    for (option, input) in inputs {
+        let same = input
+            .as_deref()
+            .and_then(|input| std::fs::metadata(input).ok())
+            .is_some_and(|input| (input.dev(), input.ino()) == (output.dev(), output.ino()));
+        if same {
+            return Err(UsageError(format!(
+                "{}: --json names the {option} file: the record would replace it",
+                json.display()
+            )));
+        }
     }
     Ok(())
 }
