@@ -275,3 +275,32 @@ fn sim_run_refuses_a_json_output_that_is_its_trace_or_config() {
     );
     assert_eq!(std::fs::read_to_string(&config).expect("config"), "{}");
 }
+
+/// `--trace` and `--config` of a device that never ends were read until memory ran out
+/// (9 GB in 15 s here). Run under a 2 GiB address-space limit, so that without the fix the
+/// command fails at once instead of taking the machine's memory.
+#[test]
+fn sim_run_inputs_that_never_end_are_refused_from_their_first_bytes() {
+    for (args, expected) in [
+        ("--trace /dev/zero", "not a Ferrite trace"),
+        (
+            "--workload hash --tx 5 --keys 64 --config /dev/zero",
+            "larger than 1024 KiB",
+        ),
+    ] {
+        let script = format!(
+            "ulimit -v 2097152 && exec {} sim run --design silo {args}",
+            env!("CARGO_BIN_EXE_ferrite")
+        );
+        let output = Command::new("sh")
+            .args(["-c", &script])
+            .output()
+            .expect("sh");
+        assert_eq!(output.status.code(), Some(2), "{args}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains(expected),
+            "{args}: {}",
+            stderr(&output)
+        );
+    }
+}

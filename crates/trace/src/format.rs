@@ -217,14 +217,7 @@ impl Trace {
     /// Parses and fully validates a serialised trace.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, TraceError> {
         let mut at = 0usize;
-        let magic = take(bytes, &mut at, 8, "header")?;
-        if magic != MAGIC {
-            return Err(TraceError::NotATrace);
-        }
-        let version = u32_at(take(bytes, &mut at, 4, "header")?);
-        if version != VERSION {
-            return Err(TraceError::UnsupportedVersion(version));
-        }
+        check_magic_and_version(bytes, &mut at)?;
         let stream_count = u32_at(take(bytes, &mut at, 4, "header")?);
         let meta_len = u32_at(take(bytes, &mut at, 4, "header")?) as usize;
         let meta_crc = u32_at(take(bytes, &mut at, 4, "header")?);
@@ -270,10 +263,36 @@ impl Trace {
         Ok(std::fs::write(path, self.to_bytes())?)
     }
 
-    /// Reads and validates a trace file.
+    /// Reads and validates a trace file. The magic and version are read and checked first,
+    /// so a file that is no trace is refused without reading it whole: `/dev/zero` (or
+    /// another device that never ends) was read until memory ran out.
     pub fn read(path: &Path) -> Result<Self, TraceError> {
-        Self::from_bytes(&std::fs::read(path)?)
+        use std::io::Read;
+        let mut file = std::fs::File::open(path)?;
+        let mut bytes = Vec::new();
+        (&mut file)
+            .take(MAGIC_AND_VERSION as u64)
+            .read_to_end(&mut bytes)?;
+        check_magic_and_version(&bytes, &mut 0)?;
+        file.read_to_end(&mut bytes)?;
+        Self::from_bytes(&bytes)
     }
+}
+
+/// The bytes of the magic and the version.
+const MAGIC_AND_VERSION: usize = 12;
+
+/// Checks the magic and the version at the start of `bytes`, moving `at` past them.
+fn check_magic_and_version(bytes: &[u8], at: &mut usize) -> Result<(), TraceError> {
+    let magic = take(bytes, at, MAGIC.len(), "header")?;
+    if magic != MAGIC {
+        return Err(TraceError::NotATrace);
+    }
+    let version = u32_at(take(bytes, at, 4, "header")?);
+    if version != VERSION {
+        return Err(TraceError::UnsupportedVersion(version));
+    }
+    Ok(())
 }
 
 fn take<'a>(
@@ -547,6 +566,26 @@ mod tests {
             }),
             any::<u32>().prop_map(|instructions| Event::Compute { instructions }),
         ]
+    }
+
+    /// A device that never ends is refused from its first bytes, not read until memory
+    /// runs out (the test would not end without the fix).
+    #[test]
+    fn reading_a_file_that_is_no_trace_stops_at_its_magic() {
+        let zero = Trace::read(Path::new("/dev/zero")).expect_err("no trace");
+        assert!(matches!(zero, TraceError::NotATrace), "{zero}");
+        let dir = std::env::temp_dir().join(format!("trace-read-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let short = dir.join("short");
+        std::fs::write(&short, &MAGIC[..5]).expect("write");
+        let error = Trace::read(&short).expect_err("truncated");
+        assert!(matches!(error, TraceError::Truncated("header")), "{error}");
+        let file = dir.join("t");
+        let mut trace = Trace::new(TraceMeta::default());
+        trace.add_stream(3, Encoder::default());
+        trace.write(&file).expect("write");
+        assert_eq!(Trace::read(&file).expect("read").stream_core(0), 3);
+        std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 
     /// The file of one stream holding `body` as `events` events, with valid checksums.
