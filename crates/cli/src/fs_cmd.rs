@@ -71,9 +71,16 @@ fn parse_owner(text: &str) -> Result<(u32, u32), String> {
     let (uid, gid) = text
         .split_once(':')
         .ok_or_else(|| format!("owner {text:?} is not UID:GID"))?;
-    let number = |part: &str| {
-        part.parse::<u32>()
-            .map_err(|_| format!("owner {text:?}: {part:?} is not a number"))
+    // 4294967295 is (uid_t)-1 / (gid_t)-1, which chown(2) reads as "leave unchanged" and
+    // the kernel never gives a user or group: a root directory owned by it is nobody's.
+    let number = |part: &str| match part.parse::<u32>() {
+        Ok(u32::MAX) => Err(format!(
+            "owner {text:?}: {part} is (uid_t)-1, which is no user or group"
+        )),
+        Ok(id) => Ok(id),
+        Err(_) => Err(format!(
+            "owner {text:?}: {part:?} is not a number from 0 to 4294967294"
+        )),
     };
     Ok((number(uid)?, number(gid)?))
 }
@@ -112,8 +119,11 @@ pub struct MountArgs {
     /// How long the kernel caches attributes and names, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     attr_ttl_ms: u64,
-    /// Threads serving requests (at least 1).
-    #[arg(long, default_value_t = 1, value_parser = crate::at_least_one())]
+    /// Threads serving requests, 1 to 256 (each past the first holds a descriptor of
+    /// its own; the file system runs one operation at a time).
+    #[arg(long, default_value_t = 1,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new()
+              .range(1..=fsmount::MAX_THREADS as u64))]
     threads: usize,
     /// The kernel's write-back cache: faster writes, durable only at fsync or unmount (not
     /// when write returns).
@@ -215,7 +225,8 @@ fn remove_unformatted(path: &Path) {
         return;
     }
     if let Err(remove) = std::fs::remove_file(path) {
-        eprintln!(
+        let _ = writeln!(
+            std::io::stderr(),
             "ferrite: {}: removing the unformatted file: {remove}",
             path.display()
         );
@@ -248,7 +259,8 @@ fn mount_foreground(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
         Err(error) => return notify_failure(args, where_in_use(error, &args.pool), &args.pool),
     };
     for repair in fs.repairs() {
-        eprintln!(
+        let _ = writeln!(
+            std::io::stderr(),
             "ferrite: {}: repaired at mount: {repair}",
             args.pool.display()
         );
@@ -272,7 +284,7 @@ fn mount_foreground(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
         Err(error) => return notify_failure(args, anyhow::Error::new(error), &args.dir),
     };
     if let Some(error) = ready_error {
-        eprintln!("ferrite: reporting the mount: {error}");
+        let _ = writeln!(std::io::stderr(), "ferrite: reporting the mount: {error}");
     }
     let how = match ended {
         fsmount::Ended::External => "unmounted from outside".to_owned(),
@@ -282,7 +294,7 @@ fn mount_foreground(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
     if notify {
         // The background parent stopped reading at "ready": the server's own lines go to
         // its log (stderr, unbuffered), so the log ends with how the pool was closed.
-        eprintln!("{closed}");
+        let _ = writeln!(std::io::stderr(), "{closed}");
     } else {
         writeln!(out, "{closed}")?;
     }
@@ -291,6 +303,11 @@ fn mount_foreground(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
 
 /// Says the mount is up: in the foreground on `out`; as a background server, "ready PID"
 /// on `out` for the parent and the mount line on stderr, its log.
+///
+/// Every line a server writes to stderr is written with `let _ = writeln!`, never
+/// `eprintln!`: stderr is the `--log` file, which may be on a full file system, and
+/// `eprintln!` panics when the write fails — with the mount up, which the panic left dead
+/// ("transport endpoint is not connected").
 fn report_mounted(args: &MountArgs, out: &mut dyn Write) -> std::io::Result<()> {
     let pid = std::process::id();
     let dir = args.dir.display();
@@ -298,7 +315,8 @@ fn report_mounted(args: &MountArgs, out: &mut dyn Write) -> std::io::Result<()> 
     if args.notify_ready {
         writeln!(out, "ready {pid}")?;
         out.flush()?;
-        eprintln!(
+        let _ = writeln!(
+            std::io::stderr(),
             "{mounted} (server pid {pid}; `ferrite fs unmount {}` to unmount)",
             fsmount::shell_word(&args.dir)
         );
@@ -504,7 +522,11 @@ fn report_failure(
         writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
     }
     out.flush()?;
-    eprintln!("ferrite: {}: {verdict}: {error}", pool.display());
+    let _ = writeln!(
+        std::io::stderr(),
+        "ferrite: {}: {verdict}: {error}",
+        pool.display()
+    );
     std::process::exit(i32::from(code));
 }
 
@@ -535,6 +557,10 @@ fn recovery_done(before: Option<&fsmount::CheckReport>) -> Option<String> {
 }
 
 fn fsck_repair(pool: &Path, json: bool, out: &mut dyn Write) -> anyhow::Result<()> {
+    // A repair writes the pool through the native backend: FERRITE_PERSIST_MODE and
+    // FERRITE_FLUSH apply as to every `fs` command that writes (they were ignored here),
+    // and a value they do not take is refused before anything is read.
+    let native = NativeOptions::default().try_with_env_overrides()?;
     if let Some(error) = uncheckable(pool) {
         return cannot_check(pool, json, &error, out);
     }
@@ -551,7 +577,7 @@ fn fsck_repair(pool: &Path, json: bool, out: &mut dyn Write) -> anyhow::Result<(
         }
         return Ok(());
     }
-    let report = match fsmount::repair_offline(pool) {
+    let report = match fsmount::repair_offline(pool, &native) {
         Ok(report) => report,
         Err(error) => return fsck_failed(pool, json, &error, out),
     };

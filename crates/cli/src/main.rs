@@ -686,7 +686,11 @@ fn pool_exit_code(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
         Some(fsmount::MountError::MissingMountPoint(_)) => {
             return Some(pmem::PoolError::NotFound.exit_code());
         }
-        Some(fsmount::MountError::NotADirectory(_)) => return Some(i32::from(USAGE_EXIT)),
+        Some(
+            fsmount::MountError::NotADirectory(_)
+            | fsmount::MountError::Threads(_)
+            | fsmount::MountError::Descriptors { .. },
+        ) => return Some(i32::from(USAGE_EXIT)),
         _ => {}
     }
     if let Some(failure) = error.downcast_ref::<fs_cmd::ServerFailed>() {

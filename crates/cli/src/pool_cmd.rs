@@ -230,6 +230,14 @@ impl std::error::Error for CheckFailure {}
 /// whose owner recovers it, or an MVCC area (its recovery re-executes operations only the
 /// application can) is refused with the pool left untouched.
 pub fn check(path: &Path, request: CheckRequest, out: &mut dyn Write) -> anyhow::Result<()> {
+    // `--repair` and `--salvage` may write the pool through the native backend, which
+    // FERRITE_PERSIST_MODE and FERRITE_FLUSH configure: a value they do not take is refused
+    // first, as for every command that writes a pool (they were ignored here).
+    let native = if request.repair || request.salvage {
+        NativeOptions::default().try_with_env_overrides()?
+    } else {
+        NativeOptions::default()
+    };
     let (image, report) = match pmem::read_image(path) {
         Ok(found) => found,
         Err(error) => {
@@ -276,7 +284,7 @@ pub fn check(path: &Path, request: CheckRequest, out: &mut dyn Write) -> anyhow:
     if let Some(error) = refusal {
         return Err(refused(path, request.json, error, out));
     }
-    let action = mode.map(|mode| recover(path, &report.header, mode));
+    let action = mode.map(|mode| recover(path, &report.header, mode, &native));
     let report = match &action {
         // The recovery closed the pool cleanly: describe it as it is now.
         Some(Ok(_)) => pmem::inspect(path).map_err(failure(path))?,
@@ -452,9 +460,8 @@ type Recovered = anyhow::Result<Vec<Finding>>;
 
 /// Opens the pool's redo or undo engine (running its recovery, or its salvage) and closes it
 /// cleanly. [`may_recover`] has vetted the area.
-fn recover(path: &Path, header: &Header, mode: RecoveryMode) -> Recovered {
-    let pool =
-        pmem::Pool::open(path, &header.layout, &NativeOptions::default()).map_err(failure(path))?;
+fn recover(path: &Path, header: &Header, mode: RecoveryMode, native: &NativeOptions) -> Recovered {
+    let pool = pmem::Pool::open(path, &header.layout, native).map_err(failure(path))?;
     let arena = pool.arena();
     let salvage = mode == RecoveryMode::Salvage;
     let options = tx::EngineOptions::default();

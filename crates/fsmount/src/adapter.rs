@@ -21,6 +21,7 @@ use fuser::{
 use pmem::Persist;
 use pmfs::{Attr, Caller, FileType, Fs, SetAttr, SetMode, TimeSet};
 use std::ffi::OsStr;
+use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -81,7 +82,9 @@ impl<B: Persist + 'static> FuseFs<B> {
         if e == pmfs::Errno::EIO
             && let Some(line) = self.damage.line(op, ino, pmfs::error::take_damage())
         {
-            eprintln!("{line}");
+            // Not `eprintln!`: stderr is the server's log, which may be full; a panic in a
+            // request would end the session and leave the mount dead.
+            let _ = writeln!(std::io::stderr(), "{line}");
         }
         errno(e)
     }
@@ -207,7 +210,7 @@ impl<B: Persist + 'static> Filesystem for FuseFs<B> {
         if let Some(fs) = self.fs.take() {
             // Everything is durable already; this marks the pool clean.
             if let Err(error) = fs.unmount() {
-                eprintln!("ferrite-fs: unmount: {error}");
+                let _ = writeln!(std::io::stderr(), "ferrite-fs: unmount: {error}");
             }
         }
     }

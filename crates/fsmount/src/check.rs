@@ -163,12 +163,16 @@ pub struct RepairReport {
 }
 
 /// Repairs the pool file at `path` in place (`Fs::repair`: every change journaled), closes
-/// it cleanly, then checks it as [`check_offline`] does.
-pub fn repair_offline(path: &Path) -> Result<RepairReport, CheckError> {
+/// it cleanly, then checks it as [`check_offline`] does. The pool is written through the
+/// native backend with `native` (the caller applies the environment's overrides).
+pub fn repair_offline(
+    path: &Path,
+    native: &pmem::NativeOptions,
+) -> Result<RepairReport, CheckError> {
     if pmem::inspect(path)?.in_use {
         return Err(in_use_error(path));
     }
-    let pool = Pool::open(path, pmfs::LAYOUT, &pmem::NativeOptions::default())?;
+    let pool = Pool::open(path, pmfs::LAYOUT, native)?;
     let (fs, repairs) = match Fs::repair(pool, MountOptions::default()) {
         Ok(repaired) => repaired,
         Err(pmfs::FsError::Pool(e)) => return Err(e.into()),

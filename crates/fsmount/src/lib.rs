@@ -16,7 +16,8 @@ pub use adapter::{FuseFs, errno, file_attr};
 pub use check::{CheckError, CheckReport, RepairReport, check_offline, repair_offline};
 pub use memory::OverlayPm;
 pub use mount::{
-    Ended, MountConfig, MountError, Mounted, check_mount_point, serve, spawn, spawn_null,
+    Ended, MAX_THREADS, MountConfig, MountError, Mounted, check_mount_point, serve, spawn,
+    spawn_null,
 };
 pub use null::NullFs;
 

@@ -8,10 +8,19 @@ use fuser::{Config, MountOption, Session, SessionACL};
 use nix::sys::signal::{SigSet, Signal};
 use pmem::Persist;
 use pmfs::Fs;
+use std::io::Write;
 use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+/// The most threads a session may serve requests with. Each thread past the first reads
+/// from its own clone of the `/dev/fuse` descriptor, so the count costs descriptors, and
+/// fuser starts them only after the mount is up: 2^64 - 1 threads made it panic (a
+/// capacity overflow) and 2000 ran out of descriptors under a 1024-descriptor limit, each
+/// time after the mount had been reported. The file system serialises its operations behind
+/// one lock, so more threads than this overlap nothing more.
+pub const MAX_THREADS: usize = 256;
 
 /// How the file system is presented to the kernel.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,7 +32,8 @@ pub struct MountConfig {
     /// Source name shown in `/proc/mounts`.
     pub fsname: String,
     /// Threads reading requests (each with its own cloned `/dev/fuse` descriptor when more
-    /// than one).
+    /// than one), 1 to [`MAX_THREADS`]: a mount with another count is refused before it is
+    /// made.
     pub threads: usize,
     /// The kernel's write-back cache: writes return once in the page cache and reach the
     /// file system later; durable at `fsync` or unmount only.
@@ -57,10 +67,40 @@ impl MountConfig {
             SessionACL::Owner
         };
         // The file system serialises every operation behind one lock; more threads overlap
-        // the kernel's side of requests.
-        config.n_threads = Some(self.threads.max(1));
+        // the kernel's side of requests. `check` has held the count to 1..=MAX_THREADS.
+        config.n_threads = Some(self.threads);
         config.clone_fd = self.threads > 1;
         config
+    }
+
+    /// Refuses a configuration the session could not run with, before anything is
+    /// mounted: fuser clones the descriptors of the threads past the first only once the
+    /// mount is up, and a failure there used to be reported after "mounted".
+    fn check(&self) -> Result<(), MountError> {
+        if !(1..=MAX_THREADS).contains(&self.threads) {
+            return Err(MountError::Threads(self.threads));
+        }
+        if self.threads == 1 {
+            return Ok(());
+        }
+        let Ok((limit, _)) =
+            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        else {
+            return Ok(());
+        };
+        let open = std::fs::read_dir("/proc/self/fd").map_or(0, |fds| fds.count()) as u64;
+        // The session's own `/dev/fuse` descriptor and a few the process may open while it
+        // serves (the mount table read at unmount, a log line).
+        const SPARE: u64 = 8;
+        let clones = self.threads as u64 - 1;
+        if open + clones + SPARE <= limit {
+            return Ok(());
+        }
+        Err(MountError::Descriptors {
+            threads: self.threads,
+            open,
+            limit,
+        })
     }
 }
 
@@ -99,6 +139,23 @@ pub enum MountError {
     /// Signal handling failed.
     #[error("signals: {0}")]
     Signals(#[from] nix::Error),
+    /// A thread count out of 1..=[`MAX_THREADS`].
+    #[error("{0} threads: a mount serves with 1 to {MAX_THREADS}")]
+    Threads(usize),
+    /// More threads than the process's descriptor limit leaves descriptors for.
+    #[error(
+        "{threads} threads need {} more descriptors, and {open} of the {limit} this \
+         process may open (`ulimit -n`) are in use: fewer --threads, or a higher limit",
+        threads - 1 + 8
+    )]
+    Descriptors {
+        /// The threads asked for.
+        threads: usize,
+        /// Descriptors open now.
+        open: u64,
+        /// The soft `RLIMIT_NOFILE`.
+        limit: u64,
+    },
 }
 
 /// A FUSE session served by a thread of this process, and the mount it made.
@@ -208,6 +265,7 @@ fn new_session<B: Persist + 'static>(
     dir: &Path,
     config: &MountConfig,
 ) -> Result<Session<FuseFs<B>>, MountError> {
+    config.check()?;
     let adapter = FuseFs::new(fs, config.ttl).with_writeback_cache(config.writeback_cache);
     Session::new(adapter, dir, &config.fuser())
         .map_err(|error| mount_failed(error, Path::new(FUSE_DEVICE)))
@@ -253,6 +311,7 @@ pub fn spawn<B: Persist + 'static>(
 /// a background thread of this process, with `config`'s threads.
 pub fn spawn_null(dir: &Path, config: &MountConfig) -> Result<Mounted, MountError> {
     let dir = canonical_dir(dir)?;
+    config.check()?;
     let session = Session::new(crate::NullFs::default(), &dir, &config.fuser())
         .map_err(|error| mount_failed(error, Path::new(FUSE_DEVICE)))?;
     Ok(Mounted {
@@ -331,16 +390,35 @@ fn serve_blocked<B: Persist + 'static>(
             Signal::SIGUSR1 => break,
             signal => match running.unmount() {
                 Ok(()) => ended = Ended::Signal(signal),
-                Err(error) => eprintln!(
-                    "ferrite: cannot unmount {} on {signal}: {error}; still serving",
-                    dir.display()
-                ),
+                Err(error) => {
+                    // Not `eprintln!`: stderr is a background server's log, which may be
+                    // full, and a panic here would leave the mount dead.
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "ferrite: cannot unmount {} on {signal}: {error}; still serving",
+                        dir.display()
+                    );
+                }
             },
         }
     }
-    worker
+    let served = worker
         .join()
-        .map_err(|_| std::io::Error::other("the FUSE session thread panicked"))??;
+        .map_err(|_| std::io::Error::other("the FUSE session thread panicked"))?;
+    if let Err(error) = served {
+        // The session failed with its mount up (a thread it could not start, a read of
+        // the device that failed): the kernel keeps the mount, answering "transport
+        // endpoint is not connected" to everyone, until it is unmounted. This server made
+        // it, so it removes it (when it is still its own and topmost) before reporting.
+        if let Err(unmount) = running.unmount() {
+            let _ = writeln!(
+                std::io::stderr(),
+                "ferrite: the FUSE session on {} failed; cannot unmount it: {unmount}",
+                dir.display()
+            );
+        }
+        return Err(error.into());
+    }
     Ok(ended)
 }
 

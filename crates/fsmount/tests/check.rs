@@ -212,7 +212,7 @@ fn repair_makes_a_pool_one_flipped_byte_made_unmountable_mountable_again() {
     let error = check_offline(&path).expect_err("damaged");
     assert_eq!(error.exit_code(), 4, "{error}");
     assert_eq!(std::fs::read(&path).expect("read"), image);
-    let report = fsmount::repair_offline(&path).expect("repair");
+    let report = fsmount::repair_offline(&path, &pmem::NativeOptions::default()).expect("repair");
     assert!(
         report
             .repairs
@@ -225,7 +225,9 @@ fn repair_makes_a_pool_one_flipped_byte_made_unmountable_mountable_again() {
     assert_eq!(report.check.files, 1);
     // Idempotent: a second repair finds nothing; the kept file reads back whole.
     assert_eq!(
-        fsmount::repair_offline(&path).expect("again").repairs,
+        fsmount::repair_offline(&path, &pmem::NativeOptions::default())
+            .expect("again")
+            .repairs,
         vec![]
     );
     let pool = Pool::open(&path, pmfs::LAYOUT, &pmem::NativeOptions::default()).expect("open");

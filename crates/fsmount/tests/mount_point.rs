@@ -42,7 +42,8 @@ fn a_pool_in_use_and_a_busy_mount_say_what_to_do() {
     };
     let mount_point = fsmount::shell_word(&dir.path().canonicalize().expect("canonical"));
     let check = fsmount::check_offline(&pool).expect_err("in use");
-    let repair = fsmount::repair_offline(&pool).expect_err("in use");
+    let repair =
+        fsmount::repair_offline(&pool, &pmem::NativeOptions::default()).expect_err("in use");
     // A file open under the mount point makes it busy.
     let held = std::fs::File::create(dir.path().join("held")).expect("create");
     let busy = fsmount::unmount(dir.path()).expect_err("busy");

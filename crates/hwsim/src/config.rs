@@ -516,8 +516,9 @@ impl Config {
             ("mem.burst_ns", m.burst_ns),
         ] {
             if !(0.0..=MAX_LATENCY_NS).contains(&ns) {
+                // `{:?}`: 1e300 as itself, not as its 301 digits.
                 return Err(ConfigError::Invalid(format!(
-                    "{name} = {ns} (0..={MAX_LATENCY_NS} ns)"
+                    "{name} = {ns:?} (0..={MAX_LATENCY_NS} ns)"
                 )));
             }
         }
@@ -775,7 +776,13 @@ mod tests {
         assert!(error.to_string().contains("path_cycles"), "{error}");
         refused(&|c| c.core.cpi = MAX_LATENCY_CYCLES + 1);
         refused(&|c| c.l1.latency = u64::MAX);
-        refused(&|c| c.mem.write_ns = 1e300);
+        let error = refused(&|c| c.mem.write_ns = 1e300);
+        assert!(
+            error.to_string().contains("mem.write_ns = 1e300 "),
+            "{error}"
+        );
+        let error = refused(&|c| c.mem.burst_ns = f64::NAN);
+        assert!(error.to_string().contains("mem.burst_ns = NaN "), "{error}");
         refused(&|c| c.mem.read_ns = -1.0);
         refused(&|c| c.llc.size_bytes = 1 << 40);
         refused(&|c| c.mem.onpm_lines = 1 << 40);

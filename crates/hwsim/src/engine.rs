@@ -48,8 +48,9 @@ pub enum SimError {
     Config(#[from] ConfigError),
     /// The trace has fewer streams than the configuration has cores.
     #[error(
-        "the trace has {}, fewer than the {need} cores to simulate (a core runs one stream)",
-        streams(*.have)
+        "the trace has {}, fewer than the {} to simulate (a core runs one stream)",
+        streams(*.have),
+        if *.need == 1 { "1 core".to_owned() } else { format!("{need} cores") }
     )]
     TooFewStreams {
         /// Cores configured.
@@ -1288,6 +1289,11 @@ mod error_tests {
         assert_eq!(
             one.to_string(),
             "the trace has 1 stream, fewer than the 2 cores to simulate (a core runs one stream)"
+        );
+        let none = SimError::TooFewStreams { need: 1, have: 0 };
+        assert_eq!(
+            none.to_string(),
+            "the trace has 0 streams, fewer than the 1 core to simulate (a core runs one stream)"
         );
         let three = SimError::TooFewStreams { need: 8, have: 3 };
         assert!(

@@ -42,17 +42,30 @@ pub(crate) fn config() -> Option<&'static Config> {
                     return None;
                 }
             };
-            let usable = prefix.starts_with('/') && prefix.len() > 1;
+            let usable = prefix_is_usable(&prefix);
             if !usable {
                 let _ = writeln!(
                     std::io::stderr(),
                     "pmfs-preload: PMFS_PREFIX={prefix:?} is not an absolute directory other \
-                     than /: nothing is served"
+                     than / without empty, \".\" or \"..\" components: nothing is served"
                 );
             }
             usable.then_some(Config { pool, prefix })
         })
         .as_ref()
+}
+
+/// Whether `prefix` (trailing slashes removed) can be served: absolute, not `/`, and
+/// spelled the one way the kernel would name it. Routing compares bytes, so `//pmfs` served
+/// `//pmfs/a` only, while `/pmfs/a` (the same file to the kernel) went to the kernel, and
+/// `/x/../pmfs` matched nothing a program passes.
+fn prefix_is_usable(prefix: &str) -> bool {
+    match prefix.strip_prefix('/') {
+        Some(rest) if !rest.is_empty() => rest
+            .split('/')
+            .all(|component| !matches!(component, "" | "." | "..")),
+        _ => false,
+    }
 }
 
 /// The path inside the file system of `path` when it is under the prefix. Paths are bytes,
@@ -336,7 +349,34 @@ fn refusal_of(pool: &std::path::Path, error: &pmem::PoolError) -> Refusal {
     }
 }
 
+/// Refuses a pool path the library cannot open: opening it goes through this library's
+/// own `open`, which serves an absolute path under the prefix, and a relative one while
+/// the working directory is served, from the pool being mounted, so the open waited on
+/// itself and the program hung.
+fn check_pool_path(config: &Config) -> Result<(), Refusal> {
+    let pool = &config.pool;
+    let why = if !pool.is_absolute() {
+        format!(
+            "PMFS_POOL={pool:?} is not an absolute path (a relative one would be looked up in \
+             the served working directory, inside the pool itself)"
+        )
+    } else if route(config, pool.as_os_str().as_encoded_bytes()).is_some() {
+        format!(
+            "PMFS_POOL={pool:?} is under PMFS_PREFIX={:?}: the pool cannot be a file of its \
+             own file system",
+            config.prefix
+        )
+    } else {
+        return Ok(());
+    };
+    Err(Refusal {
+        errno: Errno::EINVAL,
+        why,
+    })
+}
+
 fn open(config: &Config) -> Result<Served, Refusal> {
+    check_pool_path(config)?;
     let native = NativeOptions::default()
         .try_with_env_overrides()
         .map_err(|e| Refusal::io(e.to_string()))?;
@@ -404,5 +444,39 @@ mod tests {
         assert_eq!(route(&config, b"/pmfsx/a"), None);
         assert_eq!(route(&config, b"/tmp/pmfs"), None);
         assert_eq!(route(&config, b"pmfs/a"), None);
+    }
+
+    #[test]
+    fn only_a_prefix_spelled_as_the_kernel_names_it_is_served() {
+        for good in ["/pmfs", "/mnt/pmfs", "/a.b/..c"] {
+            assert!(prefix_is_usable(good), "{good}");
+        }
+        for bad in [
+            "",
+            "/",
+            "pmfs",
+            "//pmfs",
+            "/pmfs/.",
+            "/x/../pmfs",
+            "/a//b",
+            "/..",
+        ] {
+            assert!(!prefix_is_usable(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_pool_the_library_would_open_through_itself_is_refused() {
+        let config = |pool: &str| Config {
+            pool: PathBuf::from(pool),
+            prefix: "/pmfs".to_owned(),
+        };
+        assert!(check_pool_path(&config("/dev/shm/p")).is_ok());
+        assert!(check_pool_path(&config("/pmfsx/p")).is_ok());
+        for bad in ["p", "", "./p", "/pmfs/p", "/pmfs"] {
+            let refusal = check_pool_path(&config(bad)).expect_err(bad);
+            assert_eq!(refusal.errno, Errno::EINVAL, "{bad}");
+            assert!(refusal.why.contains("PMFS_POOL"), "{}", refusal.why);
+        }
     }
 }

@@ -109,6 +109,96 @@ fn a_missing_pool_or_a_relative_prefix_is_said_plainly() {
     );
 }
 
+/// Runs `command` for at most 20 s: its output, or `None` when it had to be killed.
+fn output_within_20_s(command: &mut Command) -> Option<std::process::Output> {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Some(child.wait_with_output().expect("output"))
+}
+
+/// A pool the library would open through itself — a relative `PMFS_POOL` looked up from a
+/// served working directory, or a pool under the prefix — hung the program (the open
+/// waited on the mount it was part of); now served calls fail at once, naming the variable.
+#[test]
+fn a_pool_the_library_would_open_through_itself_is_refused_not_hung() {
+    let _serial = serial();
+    let pool = TestPool::new("self", 16 << 20);
+    let dir = pool.0.parent().expect("/dev/shm");
+    let name = pool.0.file_name().expect("pool name");
+    let relative = Command::new("sh")
+        // `exec`: the program that hangs is the one a timeout kills.
+        .args(["-c", &format!("cd {PREFIX} && exec cat anything")])
+        .current_dir(dir)
+        .env("LD_PRELOAD", library())
+        .env("PMFS_POOL", name)
+        .env("PMFS_PREFIX", PREFIX)
+        .output_within_20_s_or_hang();
+    let err = String::from_utf8_lossy(&relative.stderr);
+    assert!(!relative.status.success(), "{err}");
+    assert!(
+        err.contains("PMFS_POOL") && err.contains("not an absolute path"),
+        "{err}"
+    );
+
+    let under = Command::new("cat")
+        .arg(dir.join("anything"))
+        .env("LD_PRELOAD", library())
+        .env("PMFS_POOL", &pool.0)
+        .env("PMFS_PREFIX", dir)
+        .output_within_20_s_or_hang();
+    let err = String::from_utf8_lossy(&under.stderr);
+    assert!(!under.status.success(), "{err}");
+    assert!(err.contains("is under PMFS_PREFIX"), "{err}");
+}
+
+/// A prefix spelled another way than the kernel names it (`//x`, `/x/.`, `/a/../x`)
+/// served only paths spelled the same way; it is refused like a relative one.
+#[test]
+fn a_prefix_that_is_not_normalised_is_refused() {
+    let _serial = serial();
+    let pool = TestPool::new("prefix", 16 << 20);
+    for prefix in [
+        format!("/{PREFIX}"),
+        format!("{PREFIX}/."),
+        format!("/x/..{PREFIX}"),
+    ] {
+        let output = Command::new("cat")
+            .arg("/proc/self/stat")
+            .env("LD_PRELOAD", library())
+            .env("PMFS_POOL", &pool.0)
+            .env("PMFS_PREFIX", &prefix)
+            .output()
+            .expect("cat");
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            err.contains("PMFS_PREFIX") && err.contains("nothing is served"),
+            "{prefix}: {err}"
+        );
+    }
+}
+
+trait HangGuard {
+    fn output_within_20_s_or_hang(&mut self) -> std::process::Output;
+}
+
+impl HangGuard for Command {
+    fn output_within_20_s_or_hang(&mut self) -> std::process::Output {
+        output_within_20_s(self).unwrap_or_else(|| panic!("{self:?} hung (killed after 20 s)"))
+    }
+}
+
 /// A C program: `writer START` creates files `f<i>` (8 KiB of byte `i % 251`) through a
 /// temporary name, `fsync`, `rename`, and prints `i` once each is durable, forever;
 /// `mapper` writes a pattern through a shared mapping, `msync`s it and exits.

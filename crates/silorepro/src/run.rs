@@ -57,7 +57,7 @@ pub(crate) fn plan_traces(spec: &ReproSpec) -> Result<PlanTraces, String> {
 
 /// The workload traces of `discipline` with `transactions` per core, at the plan's largest
 /// core count.
-fn trace_specs(
+pub(crate) fn trace_specs(
     spec: &ReproSpec,
     discipline: StoreDiscipline,
     transactions: u64,

@@ -132,9 +132,47 @@ impl ReproSpec {
                 "sensitivity_transactions must be ≥ 1",
             ),
         ];
-        match checks.iter().find(|(ok, _)| !ok) {
-            Some((_, why)) => Err((*why).to_string()),
-            None => self.config.validate().map_err(|e| e.to_string()),
+        if let Some((_, why)) = checks.iter().find(|(ok, _)| !ok) {
+            return Err((*why).to_string());
         }
+        self.config.validate().map_err(|e| e.to_string())?;
+        // Every trace the plan generates, checked before any is: generation checks each
+        // when it reaches it, by which time the others (minutes of work in the full plan)
+        // have run, and the failure was a run error rather than a refused plan.
+        crate::run::trace_specs(self, self.discipline, self.transactions)
+            .into_iter()
+            .chain(crate::run::other_discipline_specs(self))
+            .chain(crate::run::small_trace_specs(self))
+            .try_for_each(|(name, trace)| {
+                trace
+                    .validate()
+                    .map_err(|why| format!("the {name} trace: {why}"))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trace_the_plan_cannot_generate_refuses_the_plan() {
+        assert_eq!(ReproSpec::quick().validate(), Ok(()));
+        assert_eq!(ReproSpec::default().validate(), Ok(()));
+        let huge = ReproSpec {
+            transactions: u64::MAX,
+            ..ReproSpec::quick()
+        };
+        let why = huge.validate().expect_err("no memory holds it");
+        assert!(
+            why.starts_with("the array trace: ") && why.contains("MiB of memory"),
+            "{why}"
+        );
+        let tiny = ReproSpec {
+            keys: Some(1),
+            ..ReproSpec::quick()
+        };
+        let why = tiny.validate().expect_err("one key");
+        assert!(why.contains("keys must be in 2..=2^28"), "{why}");
     }
 }

@@ -50,11 +50,17 @@ fn tiny() -> Config {
     c
 }
 
+/// Crash points per run: `SILO_CRASH_POINTS`, else 16. A value that is not a count of at
+/// least 1 stops the test with a message naming it (it was ignored, or, at 0, divided by).
 fn points() -> u64 {
-    std::env::var("SILO_CRASH_POINTS")
+    let Some(raw) = std::env::var_os("SILO_CRASH_POINTS") else {
+        return 16;
+    };
+    let text = raw.to_string_lossy();
+    text.parse()
         .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(16)
+        .filter(|&points| points >= 1)
+        .unwrap_or_else(|| panic!("SILO_CRASH_POINTS={text:?} is not a count of at least 1"))
 }
 
 #[test]

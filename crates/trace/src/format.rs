@@ -72,7 +72,8 @@ impl Encoder {
     pub fn push(&mut self, event: &Event) {
         debug_assert!(
             match *event {
-                Event::Load { size, .. } => (1..=64).contains(&size),
+                Event::Load { addr, size } =>
+                    (1..=64).contains(&size) && addr.checked_add(u64::from(size) - 1).is_some(),
                 Event::Store { addr, size, .. } => size >= 1 && addr % 8 + u64::from(size) <= 8,
                 _ => true,
             },
@@ -216,14 +217,7 @@ impl Trace {
     /// Parses and fully validates a serialised trace.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, TraceError> {
         let mut at = 0usize;
-        let magic = take(bytes, &mut at, 8, "header")?;
-        if magic != MAGIC {
-            return Err(TraceError::NotATrace);
-        }
-        let version = u32_at(take(bytes, &mut at, 4, "header")?);
-        if version != VERSION {
-            return Err(TraceError::UnsupportedVersion(version));
-        }
+        check_magic_and_version(bytes, &mut at)?;
         let stream_count = u32_at(take(bytes, &mut at, 4, "header")?);
         let meta_len = u32_at(take(bytes, &mut at, 4, "header")?) as usize;
         let meta_crc = u32_at(take(bytes, &mut at, 4, "header")?);
@@ -269,10 +263,36 @@ impl Trace {
         Ok(std::fs::write(path, self.to_bytes())?)
     }
 
-    /// Reads and validates a trace file.
+    /// Reads and validates a trace file. The magic and version are read and checked first,
+    /// so a file that is no trace is refused without reading it whole: `/dev/zero` (or
+    /// another device that never ends) was read until memory ran out.
     pub fn read(path: &Path) -> Result<Self, TraceError> {
-        Self::from_bytes(&std::fs::read(path)?)
+        use std::io::Read;
+        let mut file = std::fs::File::open(path)?;
+        let mut bytes = Vec::new();
+        (&mut file)
+            .take(MAGIC_AND_VERSION as u64)
+            .read_to_end(&mut bytes)?;
+        check_magic_and_version(&bytes, &mut 0)?;
+        file.read_to_end(&mut bytes)?;
+        Self::from_bytes(&bytes)
     }
+}
+
+/// The bytes of the magic and the version.
+const MAGIC_AND_VERSION: usize = 12;
+
+/// Checks the magic and the version at the start of `bytes`, moving `at` past them.
+fn check_magic_and_version(bytes: &[u8], at: &mut usize) -> Result<(), TraceError> {
+    let magic = take(bytes, at, MAGIC.len(), "header")?;
+    if magic != MAGIC {
+        return Err(TraceError::NotATrace);
+    }
+    let version = u32_at(take(bytes, at, 4, "header")?);
+    if version != VERSION {
+        return Err(TraceError::UnsupportedVersion(version));
+    }
+    Ok(())
 }
 
 fn take<'a>(
@@ -337,6 +357,11 @@ impl Decoder<'_> {
         let mut value = 0u64;
         for shift in (0..64).step_by(7) {
             let byte = self.byte()?;
+            // The tenth byte (shift 63) holds bit 63 alone: any higher bit set there is a
+            // number above u64::MAX, which the shift would silently drop.
+            if shift == 63 && byte & 0x7E != 0 {
+                return Err(TraceError::Malformed("integer larger than 64 bits".into()));
+            }
             value |= u64::from(byte & 0x7F) << shift;
             if byte & 0x80 == 0 {
                 return Ok(value);
@@ -364,10 +389,15 @@ impl Decoder<'_> {
                 if !(1..=64).contains(&size) {
                     return Err(TraceError::Malformed(format!("load of {size} bytes")));
                 }
-                Event::Load {
-                    addr: self.address()?,
-                    size,
+                let addr = self.address()?;
+                // The last byte must not wrap past the top of the address space: a load is
+                // one range of lines, and a simulator computing its last line would wrap too.
+                if addr.checked_add(u64::from(size) - 1).is_none() {
+                    return Err(TraceError::Malformed(format!(
+                        "load of {size} bytes at {addr:#x} wraps past the top of the address space"
+                    )));
                 }
+                Event::Load { addr, size }
             }
             TAG_STORE => {
                 let size = self.byte()?;
@@ -521,7 +551,10 @@ mod tests {
         prop_oneof![
             Just(Event::TxBegin),
             Just(Event::TxEnd),
-            (any::<u64>(), 1u8..=64).prop_map(|(addr, size)| Event::Load { addr, size }),
+            (any::<u64>(), 1u8..=64).prop_map(|(addr, size)| Event::Load {
+                addr: addr.min(u64::MAX - u64::from(size - 1)),
+                size
+            }),
             (any::<u64>(), 1u8..=8, any::<u64>(), any::<u64>()).prop_map(|(a, s, old, new)| {
                 let addr = (a & !7) + u64::from(8 - s) / 2;
                 Event::Store {
@@ -533,6 +566,135 @@ mod tests {
             }),
             any::<u32>().prop_map(|instructions| Event::Compute { instructions }),
         ]
+    }
+
+    /// A device that never ends is refused from its first bytes, not read until memory
+    /// runs out (the test would not end without the fix).
+    #[test]
+    fn reading_a_file_that_is_no_trace_stops_at_its_magic() {
+        let zero = Trace::read(Path::new("/dev/zero")).expect_err("no trace");
+        assert!(matches!(zero, TraceError::NotATrace), "{zero}");
+        let dir = std::env::temp_dir().join(format!("trace-read-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let short = dir.join("short");
+        std::fs::write(&short, &MAGIC[..5]).expect("write");
+        let error = Trace::read(&short).expect_err("truncated");
+        assert!(matches!(error, TraceError::Truncated("header")), "{error}");
+        let file = dir.join("t");
+        let mut trace = Trace::new(TraceMeta::default());
+        trace.add_stream(3, Encoder::default());
+        trace.write(&file).expect("write");
+        assert_eq!(Trace::read(&file).expect("read").stream_core(0), 3);
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    /// The file of one stream holding `body` as `events` events, with valid checksums.
+    fn one_stream(events: u64, body: &[u8]) -> Vec<u8> {
+        let meta = br#"{"workload":"x","params":{}}"#;
+        let mut out = MAGIC.to_vec();
+        for word in [VERSION, 1, meta.len() as u32, crc32fast::hash(meta)] {
+            out.extend_from_slice(&word.to_le_bytes());
+        }
+        out.extend_from_slice(meta);
+        out.extend_from_slice(&0u32.to_le_bytes());
+        out.extend_from_slice(&events.to_le_bytes());
+        out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+        out.extend_from_slice(&crc32fast::hash(body).to_le_bytes());
+        out.extend_from_slice(body);
+        out
+    }
+
+    #[test]
+    fn a_ten_byte_number_above_u64_max_is_refused() {
+        // Compute of u64::MAX in ten bytes (the tenth holds bit 63 only): it fits, so the
+        // decoder reads it, and refuses it as a compute count.
+        let mut max = vec![4];
+        max.extend_from_slice(&[0xFF; 9]);
+        max.push(0x01);
+        let error = Trace::from_bytes(&one_stream(1, &max)).expect_err("not a u32");
+        assert!(error.to_string().contains("compute count"), "{error}");
+        // The same with the tenth byte 0x7F: 2^70 - 1, which no u64 holds. As an old value
+        // of a store it used to decode (silently as u64::MAX) and load.
+        let mut store = vec![0, 3, 8, 0x80, 0x01];
+        store.extend_from_slice(&[0xFF; 9]);
+        store.extend_from_slice(&[0x7F, 0, 1]);
+        let error = Trace::from_bytes(&one_stream(3, &store)).expect_err("over 64 bits");
+        assert!(error.to_string().contains("larger than 64 bits"), "{error}");
+        *store.get_mut(14).expect("tenth byte") = 0x01;
+        let trace = Trace::from_bytes(&one_stream(3, &store)).expect("u64::MAX fits");
+        let old = trace.events(0).find_map(|e| match e {
+            Event::Store { old, .. } => Some(old),
+            _ => None,
+        });
+        assert_eq!(old, Some(u64::MAX));
+    }
+
+    #[test]
+    fn a_load_wrapping_past_the_top_of_the_address_space_is_refused() {
+        // Load 64 B at u64::MAX - 63 (delta -64, zigzag 127): its last byte is u64::MAX.
+        let reaches_top = one_stream(1, &[2, 64, 127]);
+        let trace = Trace::from_bytes(&reaches_top).expect("ends at the top");
+        assert_eq!(
+            trace.events(0).next(),
+            Some(Event::Load {
+                addr: u64::MAX - 63,
+                size: 64
+            })
+        );
+        // One byte further (delta -63, zigzag 125): the range wraps to address 0.
+        let error = Trace::from_bytes(&one_stream(1, &[2, 64, 125])).expect_err("wraps");
+        assert!(error.to_string().contains("wraps past the top"), "{error}");
+    }
+
+    /// The example of `docs/trace-format.md` §3, byte for byte: what the encoder writes and
+    /// what the reader reads back.
+    #[test]
+    fn the_documented_example_is_what_the_encoder_writes() {
+        let documented = "
+            46 45 52 54 52 41 43 45 01 00 00 00 01 00 00 00
+            1c 00 00 00 ef ce 18 67 7b 22 77 6f 72 6b 6c 6f
+            61 64 22 3a 22 78 22 2c 22 70 61 72 61 6d 73 22
+            3a 7b 7d 7d 01 00 00 00 06 00 00 00 00 00 00 00
+            19 00 00 00 00 00 00 00 6c 57 5c 11 04 64 00 02
+            40 80 81 81 80 80 80 80 01 03 08 10 05 02 03 04
+            0f 82 02 00 01";
+        let documented: Vec<u8> = documented
+            .split_whitespace()
+            .map(|byte| u8::from_str_radix(byte, 16).expect("hex"))
+            .collect();
+        let base = 0x1_0000_0000_2040;
+        let events = [
+            Event::Compute { instructions: 100 },
+            Event::TxBegin,
+            Event::Load {
+                addr: base,
+                size: 64,
+            },
+            Event::Store {
+                addr: base + 8,
+                size: 8,
+                old: 5,
+                new: 7,
+            },
+            Event::Store {
+                addr: base,
+                size: 4,
+                old: 0x102,
+                new: 0x102,
+            },
+            Event::TxEnd,
+        ];
+        let mut encoder = Encoder::default();
+        events.iter().for_each(|e| encoder.push(e));
+        let mut trace = Trace::new(TraceMeta {
+            workload: "x".into(),
+            params: serde_json::json!({}),
+        });
+        trace.add_stream(1, encoder);
+        assert_eq!(trace.to_bytes(), documented);
+        let read = Trace::from_bytes(&documented).expect("valid");
+        assert_eq!(read.stream_core(0), 1);
+        assert_eq!(read.events(0).collect::<Vec<_>>(), events);
     }
 
     proptest! {

@@ -100,6 +100,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     refuse_silo_options_elsewhere(args)?;
     if let Some(path) = &args.json {
         crate::output::file_can_be_written(path)?;
+        refuse_json_over_an_input(path, args)?;
     }
     let (file, file_cores) = match &args.config {
         Some(path) => read_config(path)?,
@@ -132,6 +133,30 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         let text = serde_json::to_string_pretty(&record)?;
         crate::output::replace_file(path, text.as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// `--json` naming the `--trace` or `--config` file (the same file, by any path) would
+/// replace the run's input with its record: refused before the run.
+fn refuse_json_over_an_input(json: &Path, args: &RunArgs) -> Result<(), UsageError> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(output) = std::fs::metadata(json) else {
+        // Not there yet: no input can be it.
+        return Ok(());
+    };
+    let inputs = [("--trace", &args.trace), ("--config", &args.config)];
+    for (option, input) in inputs {
+        let same = input
+            .as_deref()
+            .and_then(|input| std::fs::metadata(input).ok())
+            .is_some_and(|input| (input.dev(), input.ino()) == (output.dev(), output.ino()));
+        if same {
+            return Err(UsageError(format!(
+                "{}: --json names the {option} file: the record would replace it",
+                json.display()
+            )));
+        }
     }
     Ok(())
 }
@@ -235,7 +260,14 @@ fn machine(args: &RunArgs, mut config: Config, cores: usize) -> anyhow::Result<C
 /// the file's `cores` when it names them, held to `--cores`' range.
 fn read_config(path: &Path) -> anyhow::Result<(Config, Option<u64>)> {
     let usage = |why: String| UsageError(format!("{}: {why}", path.display()));
-    let text = std::fs::read_to_string(path).map_err(|e| unreadable(path, e))?;
+    let text = read_small_text(path).map_err(|e| unreadable(path, e))?;
+    if text.len() > MAX_CONFIG_BYTES {
+        return Err(usage(format!(
+            "not a simulator configuration: larger than {} KiB",
+            MAX_CONFIG_BYTES >> 10
+        ))
+        .into());
+    }
     let not_config = |e: serde_json::Error| usage(format!("not a simulator configuration: {e}"));
     let given: serde_json::Value = serde_json::from_str(&text).map_err(not_config)?;
     if !given.is_object() {
@@ -261,6 +293,21 @@ fn read_config(path: &Path) -> anyhow::Result<(Config, Option<u64>)> {
         .into());
     }
     Ok((config, Some(cores)))
+}
+
+/// The largest configuration file read: every field of hwsim's `Config` takes about 2 KiB
+/// of JSON, so a larger file is no configuration (`/dev/zero` was read until memory ran
+/// out).
+const MAX_CONFIG_BYTES: usize = 1 << 20;
+
+/// The text of `path`, at most one byte past [`MAX_CONFIG_BYTES`].
+fn read_small_text(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_CONFIG_BYTES as u64 + 1)
+        .read_to_string(&mut text)?;
+    Ok(text)
 }
 
 /// An input file that cannot be read: a missing one is the table's "no such file" (19),

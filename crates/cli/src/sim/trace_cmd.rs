@@ -16,10 +16,10 @@ pub fn run(args: &TraceArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         .with_context(|| format!("writing the trace to {}", args.out.display()))?;
     writeln!(
         out,
-        "wrote {}: {} on {} cores, {} transactions per core, {} keys, seed {}; {} events, {}",
+        "wrote {}: {} on {}, {} transactions per core, {} keys, seed {}; {} events, {}",
         args.out.display(),
         spec.workload,
-        trace.cores(),
+        crate::eval::silo::cores_text(trace.cores()),
         spec.transactions,
         spec.keys,
         spec.seed,
