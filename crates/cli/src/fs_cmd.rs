@@ -404,8 +404,16 @@ fn mount_background(args: &MountArgs, out: &mut dyn Write) -> anyhow::Result<()>
 }
 
 /// The log of a background server, opened for appending; a failure has the exit code of
-/// the README's table (19 no such file, 16 permission denied).
+/// the README's table (19 no such file, 16 permission denied, 2 a directory: a wrong
+/// argument, as a mount point that is a file is).
 fn open_log(path: &Path) -> anyhow::Result<std::fs::File> {
+    if path.is_dir() {
+        return Err(crate::UsageError(format!(
+            "--log {} is a directory; name a file for the server's log",
+            path.display()
+        ))
+        .into());
+    }
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)

@@ -304,3 +304,29 @@ fn sim_run_inputs_that_never_end_are_refused_from_their_first_bytes() {
         );
     }
 }
+
+/// A `--log` that is a directory is a wrong argument (exit 2), as a mount point that is a
+/// file is; it exited 1 with the system's "Is a directory". Refused before any server
+/// starts, so nothing is mounted.
+#[test]
+fn a_background_mount_refuses_a_log_that_is_a_directory() {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
+    let pool = pmfs_pool(dir.path());
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).expect("mount point");
+    let output = ferrite(
+        &[
+            "fs",
+            "mount",
+            "--background",
+            "--log",
+            text(dir.path()),
+            text(&pool),
+            text(&mnt),
+        ],
+        &[],
+    );
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(stderr(&output).contains("--log"), "{}", stderr(&output));
+    assert_eq!(std::fs::read_dir(&mnt).expect("list").count(), 0);
+}
