@@ -564,9 +564,11 @@ mod tests {
         let mut table = Table::new("ns per update (* fastest)", &["bytes", "packed", "mode"]);
         table.push(vec!["4".into(), "110.4 *".into(), "packed".into()]);
         table.push(vec!["32".into(), "1239.3".into(), "packed".into()]);
+        table.push(vec!["64".into(), "107.4 ~".into(), "packed".into()]);
         let mut html = String::new();
         render_table(&mut html, &table);
         assert!(html.contains("<td class=\"num\">110.4 *</td>"), "{html}");
+        assert!(html.contains("<td class=\"num\">107.4 ~</td>"), "{html}");
         assert!(html.contains("<td class=\"num\">1239.3</td>"), "{html}");
         assert!(html.contains("<td>packed</td>"), "{html}");
     }
