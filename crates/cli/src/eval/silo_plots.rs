@@ -66,9 +66,11 @@ fn battery(rep: &Reproduction) -> Result<Plot> {
         id: "battery".to_owned(),
         title: format!(
             "Table IV: energy to flush what each design keeps on chip at a power failure, {}: \
-             eADR the whole cache hierarchy (45 % dirty), BBB its persist buffers, Silo its log \
-             buffers (11.228 nJ/B)",
-            cores_text(t.cores)
+             eADR the whole cache hierarchy ({:.0} % dirty), BBB its persist buffers, Silo its \
+             log buffers and log registers ({} nJ/B)",
+            cores_text(t.cores),
+            t.params.eadr_dirty_fraction * 100.0,
+            t.params.nj_per_byte
         ),
         svg: log_bar_chart("Battery: failure-time flush energy", "energy (µJ)", &bars)?,
     })
