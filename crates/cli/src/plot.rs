@@ -14,9 +14,10 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 /// Pixel size of every chart.
 const SIZE: (u32, u32) = (720, 420);
 /// Series colours: Okabe and Ito's colour-blind-friendly palette, most distinct first, then
-/// black and a dark red for charts with more series (the Silo sweeps: seven workloads, their
-/// mean and the paper's point).
-const PALETTE: [RGBColor; 9] = [
+/// black, a dark red, a violet and an olive for charts with more series (the Silo
+/// transaction-size sweep: seven workloads, their mean, the mean write growth and the
+/// paper's two marks). A chart with more series than this repeats colours.
+const PALETTE: [RGBColor; 11] = [
     RGBColor(0, 114, 178),
     RGBColor(230, 159, 0),
     RGBColor(0, 158, 115),
@@ -26,6 +27,8 @@ const PALETTE: [RGBColor; 9] = [
     RGBColor(90, 90, 90),
     RGBColor(0, 0, 0),
     RGBColor(150, 20, 40),
+    RGBColor(110, 60, 190),
+    RGBColor(140, 140, 20),
 ];
 const FONT: &str = "sans-serif";
 
@@ -285,8 +288,18 @@ fn log2_tick_label(milli: i64) -> String {
     }
 }
 
-/// Pixel width of the legend panel right of a [`fitted_log2_line_chart`].
+/// Pixel width of the legend panel right of a [`fitted_log2_line_chart`] or a
+/// [`log_grouped_bar_chart`], at least.
 const LEGEND_PANEL: u32 = 180;
+
+/// Pixel width of a legend panel for `names`: the swatch, then the longest name whole (a
+/// fixed panel cut "paper at 16×: throughput, writes (≤)" at its edge).
+fn legend_panel<'a>(names: impl Iterator<Item = &'a str>) -> u32 {
+    let longest = names.map(|name| name.chars().count()).max().unwrap_or(0);
+    u32::try_from(36 + longest * LABEL_CHAR_PX + 8)
+        .unwrap_or(u32::MAX)
+        .max(LEGEND_PANEL)
+}
 
 /// A line chart over a base-2 logarithmic x axis, labelled at exactly the x values of the
 /// points, whose y axis spans the data rather than starting at zero: made for relative
@@ -305,10 +318,10 @@ pub fn fitted_log2_line_chart(
     let key_xs = log2_key_xs(series);
     let (y_min, y_max) = fitted_y_range(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)));
     let decimals = decimals_for(y_max - y_min);
+    let panel = legend_panel(series.iter().map(|s| s.name.as_str()));
     let mut svg = String::new();
     {
-        let root =
-            SVGBackend::with_string(&mut svg, (SIZE.0 + LEGEND_PANEL, SIZE.1)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (SIZE.0 + panel, SIZE.1)).into_drawing_area();
         root.fill(&WHITE)?;
         let (plot_area, legend_area) = root.split_horizontally(SIZE.0);
         let x_range = (milli(x_min - 0.15)..milli(x_max + 0.15)).with_key_points(key_xs);
@@ -514,8 +527,8 @@ pub fn log_grouped_bar_chart(
     let mut svg = String::new();
     {
         let width = grouped_width(categories, series.len());
-        let root =
-            SVGBackend::with_string(&mut svg, (width + LEGEND_PANEL, SIZE.1)).into_drawing_area();
+        let panel = legend_panel(series.iter().map(|s| s.name.as_str()));
+        let root = SVGBackend::with_string(&mut svg, (width + panel, SIZE.1)).into_drawing_area();
         root.fill(&WHITE)?;
         let (plot_area, legend_area) = root.split_horizontally(width);
         let mut chart = grouped_builder(&plot_area, title).build_cartesian_2d(
@@ -958,6 +971,69 @@ pub(crate) mod tests {
             .expect("svg width");
         let (last_x, last) = centres[centres.len() - 1];
         assert!(last_x + half(last) <= width, "{last} runs past {width}");
+    }
+
+    /// The colour of each legend swatch of a chart with a side legend (its lines are 3
+    /// pixels wide, the plotted lines 2).
+    pub(crate) fn legend_colours(svg: &str) -> Vec<String> {
+        svg.split("<polyline")
+            .skip(1)
+            .filter(|element| element.contains("stroke-width=\"3\""))
+            .filter_map(|element| {
+                Some(
+                    element
+                        .split("stroke=\"")
+                        .nth(1)?
+                        .split('"')
+                        .next()?
+                        .to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// The SVG's width attribute.
+    fn svg_width(svg: &str) -> f64 {
+        svg.split("width=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .and_then(|w| w.parse().ok())
+            .expect("svg width")
+    }
+
+    /// The Silo transaction-size sweep's eleven series (seven workloads, their mean, the
+    /// mean write growth, the paper's two marks): every one its own colour, and every
+    /// legend name whole inside the picture (a fixed 180-pixel panel cut the longest).
+    #[test]
+    fn a_side_legend_has_a_colour_per_series_and_room_for_its_longest_name() {
+        let long = "paper at 16×: throughput, writes (≤)";
+        let series: Vec<Series> = (0..10)
+            .map(|i| Series {
+                name: format!("series {i}"),
+                points: vec![(1.0, 1.0), (16.0, 0.9 + f64::from(i) / 100.0)],
+            })
+            .chain(std::iter::once(Series {
+                name: long.to_owned(),
+                points: vec![(16.0, 1.9)],
+            }))
+            .collect();
+        let svg = fitted_log2_line_chart("Transaction size", "x", "y", &series).expect("chart");
+        let colours = legend_colours(&svg);
+        let mut distinct = colours.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(colours.len(), 11, "{colours:?}");
+        assert_eq!(distinct.len(), 11, "a colour used twice: {colours:?}");
+        let (x, _) = placed_texts(&svg)
+            .into_iter()
+            .find(|(_, text)| text.contains("paper at 16×"))
+            .expect("the long name");
+        let end = x + long.chars().count() as f64 * 6.5;
+        assert!(
+            end <= svg_width(&svg),
+            "the name ends at {end}, past {}",
+            svg_width(&svg)
+        );
     }
 
     /// Bar and line charts of small values (ratios below 1) label their y ticks with the
