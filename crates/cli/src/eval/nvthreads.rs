@@ -618,18 +618,18 @@ fn ratio(value: f64) -> String {
 
 fn kernel_table(kernels: &[KernelResult]) -> Table {
     let mut table = Table::new(
-        "Phoenix-style kernels: compute phase (ms, median) and slowdown vs pthreads; whole \
-         program in the last columns",
+        "Phoenix-style kernels: compute phase (ms, median) and slowdown vs pthreads (×); the \
+         whole program's slowdown (wall time, start-up and input included) in the last columns",
         &[
             "kernel",
             "size",
             "pthreads ms",
             "nvthreads ms",
-            "slowdown",
+            "slowdown ×",
             "persistent malloc ms",
-            "slowdown (persistent)",
-            "whole: nvthreads",
-            "whole: persistent",
+            "slowdown × (persistent)",
+            "whole-program slowdown ×",
+            "whole-program slowdown × (persistent)",
             "same result",
         ],
     );
@@ -858,6 +858,21 @@ fn recovery_json(recovery: &KmeansRecovery) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every measured column of the kernel table names its unit: the whole-program columns
+    /// were "whole: nvthreads", which read as a time as easily as a ratio.
+    #[test]
+    fn every_kernel_column_names_its_unit() {
+        let table = kernel_table(&[]);
+        for column in &table.columns {
+            let descriptive = ["kernel", "size", "same result"].contains(&column.as_str());
+            assert!(
+                descriptive || column.contains(" ms") || column.contains('×'),
+                "{column}"
+            );
+        }
+        assert!(table.title.contains("wall time"), "{}", table.title);
+    }
 
     fn recovery(speedup: f64) -> KmeansRecovery {
         KmeansRecovery {

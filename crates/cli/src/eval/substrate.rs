@@ -73,7 +73,8 @@ fn summary(results: &SubstrateResults, quick: bool) -> Vec<String> {
             ns(results.fence.after_nt_store_ns.median)
         ),
         format!(
-            "Every number is the median of {} runs (min and max in the tables and JSON).",
+            "Every number is the median of {} runs (min and max in the persist and fence \
+             tables, and for every number in the JSON).",
             results.settings.runs
         ),
     ];
