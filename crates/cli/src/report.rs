@@ -432,6 +432,9 @@ pub fn render_html(report: &Report) -> String {
         );
     }
     html.push_str("</ul></nav>\n");
+    if !report.sections.is_empty() {
+        html.push_str(BADGE_LEGEND);
+    }
     render_headlines(&mut html, report);
     for section in &report.sections {
         render_section(&mut html, section);
@@ -477,6 +480,14 @@ fn render_headlines(html: &mut String, report: &Report) {
     html.push_str("</table>\n");
     html.push_str(VERDICT_LEGEND);
 }
+
+/// What a section's badge means. Without it a reader takes a section's PASS for its paper's
+/// claims met, beside headline rows of the same section saying "not met".
+const BADGE_LEGEND: &str = "<p class=\"meta\">Section badges: <b>PASS</b> / <b>FAIL</b>: the \
+section's correctness checks (crash images recovered, results equal to the reference \
+program's, a killed run resumed) held or not, or (FAIL) the section or a run of it could not \
+run; <b>INFO</b>: measurements only. Neither judges performance: the claims, where a \
+section has any, are judged in the table of claims.</p>\n";
 
 /// What each verdict of the first-screen table means.
 const VERDICT_LEGEND: &str = "<p class=\"meta\">Verdicts: <b>met</b> / <b>not met</b>: ours \
@@ -639,6 +650,19 @@ mod tests {
         assert!(html.contains("<a href=\"#first\">"));
         assert!(html.contains("Paper &lt;X&gt;: 2× faster"));
         assert!(html.contains("<td class=\"claim met\">met</td>"));
+    }
+
+    /// The badges beside the sections say what they judge, before the first screen's
+    /// verdicts (a PASS beside "not met" rows reads as a contradiction otherwise).
+    #[test]
+    fn the_section_badges_are_explained_before_the_headlines() {
+        let html = render_html(&sample_report());
+        let legend = html
+            .find("Section badges: <b>PASS</b>")
+            .expect("badge legend");
+        let table = html.find("class=\"headlines\"").expect("headline table");
+        assert!(legend < table, "the legend precedes the verdicts");
+        assert!(html[legend..].contains("Neither judges performance"));
     }
 
     #[test]
