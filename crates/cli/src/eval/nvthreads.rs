@@ -356,8 +356,13 @@ fn headlines(
         .find(|k| k.kernel.id == KernelId::ReverseIndex)
     {
         let slowdown = reverse.slowdown(Variant::PersistentMalloc);
+        // The claim states the bound the verdict applies: "5.5×" alone leaves a reader to
+        // guess whether 5.8× meets it.
         rows.push(Headline::new(
-            "reverse_index 5.5× pthreads (one short section per link; every malloc persistent)",
+            format!(
+                "reverse_index {PAPER_REVERSE_INDEX}× pthreads (one short section per link; \
+                 every malloc persistent); met at most {REVERSE_INDEX_GOAL}×"
+            ),
             format!("{slowdown:.1}×"),
             verdict(slowdown <= REVERSE_INDEX_GOAL),
         ));
@@ -377,6 +382,8 @@ fn runs_text(runs: usize) -> String {
 
 /// The paper's overhead bound for most applications (< 28 %).
 const PAPER_OVERHEAD: f64 = 1.28;
+/// reverse_index's slowdown in the paper, every malloc persistent.
+const PAPER_REVERSE_INDEX: f64 = 5.5;
 /// reverse_index: the paper's 5.5×, with the goal's margin (≤ 6×).
 const REVERSE_INDEX_GOAL: f64 = 6.0;
 /// The paper's range of NVthreads' speedup over fine-grained tracking.
@@ -872,6 +879,40 @@ mod tests {
             );
         }
         assert!(table.title.contains("wall time"), "{}", table.title);
+    }
+
+    /// The reverse_index row states the bound its verdict applies: 5.8× is met (at most
+    /// 6×) although it is above the paper's 5.5×, which the claim alone would not tell.
+    #[test]
+    fn the_reverse_index_claim_states_its_bound() {
+        let times = |seconds: f64| {
+            vec![nvt::RunTimes {
+                compute_s: seconds,
+                wall_s: seconds,
+                stats: Default::default(),
+            }]
+        };
+        let reverse = KernelResult {
+            kernel: *KernelId::ReverseIndex.kernel(),
+            size: 1,
+            runs: [
+                (Variant::Pthreads, times(1.0)),
+                (Variant::Nvthreads, times(1.5)),
+                (Variant::PersistentMalloc, times(5.8)),
+            ]
+            .into_iter()
+            .collect(),
+            digests_match: true,
+            digest: String::new(),
+        };
+        let full = Settings::new(std::path::PathBuf::from("/dev/shm"), false);
+        let row = headlines(&full, &[reverse], &[], &recovery(1.66))
+            .into_iter()
+            .find(|h| h.claim.starts_with("reverse_index"))
+            .expect("the reverse_index headline");
+        assert_eq!(row.ours, "5.8×");
+        assert_eq!(row.verdict, ClaimVerdict::Met);
+        assert!(row.claim.contains("met at most 6×"), "{}", row.claim);
     }
 
     fn recovery(speedup: f64) -> KmeansRecovery {
