@@ -409,8 +409,10 @@ fn sqlite_table(results: &PmfsResults) -> Table {
     let mut table = Table::new(
         format!(
             "sqlite3: {} inserts, one transaction each (rollback journal, synchronous=FULL), \
-             median of {} runs ({} on the mounts) (s)",
-            settings.inserts, settings.runs, settings.mount_runs
+             median of {} ({} on the mounts) (s)",
+            settings.inserts,
+            silorepro::results::count(settings.runs as u64, "run"),
+            settings.mount_runs
         ),
         &["target", "seconds", "min", "max", "/ tmpfs"],
     );
@@ -601,6 +603,14 @@ mod tests {
             claim.contains("met at 10x ext4's IOPS or more on fio randwrite 4k"),
             "{claim}"
         );
+        let mut one_run = results.settings;
+        one_run.sqlite.runs = 1;
+        let title = sqlite_table(&PmfsResults {
+            settings: one_run,
+            ..results_with(&[])
+        })
+        .title;
+        assert!(title.contains("median of 1 run ("), "{title}");
         let missing = results_with(&[(FioTarget::Preload, RANDWRITE_4K, 1.0)]);
         assert_eq!(paper_comparison(&missing), None);
     }
