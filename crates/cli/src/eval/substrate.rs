@@ -240,7 +240,7 @@ fn copy_plot(results: &SubstrateResults) -> anyhow::Result<Plot> {
     let title = "Copy then make durable";
     Ok(Plot {
         id: "copy".to_owned(),
-        title: format!("{title}: median ns per operation by size (log scale)"),
+        title: format!("{title}: median ns per operation by size (log-scale x axis, linear y)"),
         svg: log2_line_chart(title, "bytes per operation", "ns per operation", &series)?,
     })
 }
