@@ -464,13 +464,24 @@ fn render_headlines(html: &mut String, report: &Report) {
          claims, ours, and the verdict</caption>\n<tr><th>System</th><th>Claim</th>\
          <th>Ours</th><th>Verdict</th></tr>\n",
     );
+    // A section's rows share one system cell (a section of thirteen goals repeated its long
+    // title thirteen times down the first screen).
+    let mut previous: Option<&str> = None;
     for (section, headline) in rows {
+        let system = if previous == Some(section.id.as_str()) {
+            String::new()
+        } else {
+            format!(
+                "<td rowspan=\"{}\"><a href=\"#{}\">{}</a></td>",
+                section.headlines.len(),
+                escape_html(&section.id),
+                escape_html(&section.title)
+            )
+        };
+        previous = Some(section.id.as_str());
         let _ = writeln!(
             html,
-            "<tr><td><a href=\"#{}\">{}</a></td><td>{}</td><td>{}</td>\
-             <td class=\"claim {}\">{}</td></tr>",
-            escape_html(&section.id),
-            escape_html(&section.title),
+            "<tr>{system}<td>{}</td><td>{}</td><td class=\"claim {}\">{}</td></tr>",
             escape_html(&headline.claim),
             escape_html(&headline.ours),
             headline.verdict.label().replace(' ', "-"),
@@ -650,6 +661,34 @@ mod tests {
         assert!(html.contains("<a href=\"#first\">"));
         assert!(html.contains("Paper &lt;X&gt;: 2× faster"));
         assert!(html.contains("<td class=\"claim met\">met</td>"));
+    }
+
+    /// A section's headline rows share one cell naming it, spanning them all.
+    #[test]
+    fn a_sections_headlines_name_it_once() {
+        let mut report = sample_report();
+        report.sections[0]
+            .headlines
+            .push(Headline::new("Paper <Y>", "3×", ClaimVerdict::NotMet));
+        let html = render_html(&report);
+        assert_eq!(
+            html.matches("<a href=\"#first\">").count(),
+            2,
+            "nav and one cell"
+        );
+        assert!(
+            html.contains("<td rowspan=\"2\"><a href=\"#first\">"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<td rowspan=\"1\"><a href=\"#second\">"),
+            "{html}"
+        );
+        let rows = html
+            .split("<tr>")
+            .filter(|row| row.contains("class=\"claim "))
+            .count();
+        assert_eq!(rows, 3, "every headline keeps its row");
     }
 
     /// The badges beside the sections say what they judge, before the first screen's
