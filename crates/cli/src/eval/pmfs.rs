@@ -92,7 +92,12 @@ fn fio_ratio(results: &PmfsResults, target: FioTarget, job: FioJob) -> Option<f6
 fn at_least(claim: &str, ours: Option<(String, bool)>) -> Headline {
     match ours {
         Some((text, holds)) => Headline::new(claim, text, ClaimVerdict::from_holds(holds)),
-        None => Headline::new(claim, "did not run here", ClaimVerdict::NotMeasured),
+        None => Headline::new(
+            claim,
+            "did not run here (the section's summary says why: a tool, a mount or a target \
+             was unavailable)",
+            ClaimVerdict::NotMeasured,
+        ),
     }
 }
 
@@ -611,8 +616,20 @@ mod tests {
         })
         .title;
         assert!(title.contains("median of 1 run ("), "{title}");
-        let missing = results_with(&[(FioTarget::Preload, RANDWRITE_4K, 1.0)]);
+        let mut missing = results_with(&[(FioTarget::Preload, RANDWRITE_4K, 1.0)]);
         assert_eq!(paper_comparison(&missing), None);
+        // A claim that could not be measured points at the reason, which the summary gives.
+        missing
+            .notes
+            .push("fio on ext4 (loop) skipped: no loop device".to_owned());
+        let section = section_of(&missing).expect("section");
+        assert_eq!(section.headlines[0].verdict, ClaimVerdict::NotMeasured);
+        assert!(section.headlines[0].ours.contains("summary says why"));
+        assert!(
+            section.summary.iter().any(|l| l.contains("no loop device")),
+            "{:?}",
+            section.summary
+        );
     }
 
     /// Every target's fio bar is readable however far apart the targets are (the preload
