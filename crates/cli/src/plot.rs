@@ -14,9 +14,10 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 /// Pixel size of every chart.
 const SIZE: (u32, u32) = (720, 420);
 /// Series colours: Okabe and Ito's colour-blind-friendly palette, most distinct first, then
-/// black and a dark red for charts with more series (the Silo sweeps: seven workloads, their
-/// mean and the paper's point).
-const PALETTE: [RGBColor; 9] = [
+/// black, a dark red, a violet and an olive for charts with more series (the Silo
+/// transaction-size sweep: seven workloads, their mean, the mean write growth and the
+/// paper's two marks). A chart with more series than this repeats colours.
+const PALETTE: [RGBColor; 11] = [
     RGBColor(0, 114, 178),
     RGBColor(230, 159, 0),
     RGBColor(0, 158, 115),
@@ -26,6 +27,8 @@ const PALETTE: [RGBColor; 9] = [
     RGBColor(90, 90, 90),
     RGBColor(0, 0, 0),
     RGBColor(150, 20, 40),
+    RGBColor(110, 60, 190),
+    RGBColor(140, 140, 20),
 ];
 const FONT: &str = "sans-serif";
 
@@ -101,12 +104,13 @@ pub fn bar_chart(title: &str, y_label: &str, bars: &[(String, f64)]) -> Result<S
             .y_label_area_size(64)
             .build_cartesian_2d(segments(bars.len()), 0.0..y_max)?;
         let label_of = segment_label(bars);
+        let decimals = decimals_for(y_max);
         chart
             .configure_mesh()
             .disable_x_mesh()
             .x_labels(bars.len().max(1))
             .x_label_formatter(&label_of)
-            .y_label_formatter(&|v: &f64| format!("{v:.0}"))
+            .y_label_formatter(&|v: &f64| format!("{v:.decimals$}"))
             .max_light_lines(1)
             .y_desc(y_label)
             .label_style((FONT, 14))
@@ -182,10 +186,11 @@ pub fn log2_line_chart(
             .x_label_area_size(44)
             .y_label_area_size(64)
             .build_cartesian_2d(x_range, 0.0..y_max)?;
+        let decimals = decimals_for(y_max);
         chart
             .configure_mesh()
             .x_label_formatter(&|x: &i64| log2_tick_label(*x))
-            .y_label_formatter(&|v: &f64| format!("{v:.0}"))
+            .y_label_formatter(&|v: &f64| format!("{v:.decimals$}"))
             .max_light_lines(1)
             .x_desc(x_label)
             .y_desc(y_label)
@@ -283,8 +288,18 @@ fn log2_tick_label(milli: i64) -> String {
     }
 }
 
-/// Pixel width of the legend panel right of a [`fitted_log2_line_chart`].
+/// Pixel width of the legend panel right of a [`fitted_log2_line_chart`] or a
+/// [`log_grouped_bar_chart`], at least.
 const LEGEND_PANEL: u32 = 180;
+
+/// Pixel width of a legend panel for `names`: the swatch, then the longest name whole (a
+/// fixed panel cut "paper at 16×: throughput, writes (≤)" at its edge).
+fn legend_panel<'a>(names: impl Iterator<Item = &'a str>) -> u32 {
+    let longest = names.map(|name| name.chars().count()).max().unwrap_or(0);
+    u32::try_from(36 + longest * LABEL_CHAR_PX + 8)
+        .unwrap_or(u32::MAX)
+        .max(LEGEND_PANEL)
+}
 
 /// A line chart over a base-2 logarithmic x axis, labelled at exactly the x values of the
 /// points, whose y axis spans the data rather than starting at zero: made for relative
@@ -303,10 +318,10 @@ pub fn fitted_log2_line_chart(
     let key_xs = log2_key_xs(series);
     let (y_min, y_max) = fitted_y_range(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)));
     let decimals = decimals_for(y_max - y_min);
+    let panel = legend_panel(series.iter().map(|s| s.name.as_str()));
     let mut svg = String::new();
     {
-        let root =
-            SVGBackend::with_string(&mut svg, (SIZE.0 + LEGEND_PANEL, SIZE.1)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (SIZE.0 + panel, SIZE.1)).into_drawing_area();
         root.fill(&WHITE)?;
         let (plot_area, legend_area) = root.split_horizontally(SIZE.0);
         let x_range = (milli(x_min - 0.15)..milli(x_max + 0.15)).with_key_points(key_xs);
@@ -368,7 +383,8 @@ fn fitted_y_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
     }
 }
 
-/// Decimals of the y labels of an axis spanning `span`: enough to tell the ticks apart.
+/// Decimals of the y labels of an axis spanning `span`: enough to tell the ticks apart (an
+/// axis of ratios up to 0.5 labelled without decimals reads 0, 0, 0, 0, 1).
 fn decimals_for(span: f64) -> usize {
     match span {
         s if s < 0.1 => 3,
@@ -464,10 +480,10 @@ fn grouped_chart(
     } else {
         1.0
     };
-    let decimals = if max < 10.0 { 1 } else { 0 };
+    let decimals = decimals_for(y_max);
     let mut svg = String::new();
     {
-        let width = grouped_width(categories.len(), series.len());
+        let width = grouped_width(categories, series.len());
         let root = SVGBackend::with_string(&mut svg, (width, SIZE.1)).into_drawing_area();
         root.fill(&WHITE)?;
         let mut chart = grouped_builder(&root, title)
@@ -510,9 +526,9 @@ pub fn log_grouped_bar_chart(
     let (y_min, y_max) = log_y_range(series_values(series));
     let mut svg = String::new();
     {
-        let width = grouped_width(categories.len(), series.len());
-        let root =
-            SVGBackend::with_string(&mut svg, (width + LEGEND_PANEL, SIZE.1)).into_drawing_area();
+        let width = grouped_width(categories, series.len());
+        let panel = legend_panel(series.iter().map(|s| s.name.as_str()));
+        let root = SVGBackend::with_string(&mut svg, (width + panel, SIZE.1)).into_drawing_area();
         root.fill(&WHITE)?;
         let (plot_area, legend_area) = root.split_horizontally(width);
         let mut chart = grouped_builder(&plot_area, title).build_cartesian_2d(
@@ -712,10 +728,22 @@ where
     Ok(())
 }
 
-/// Pixel width of a grouped bar chart: room for every bar and every category label.
-fn grouped_width(categories: usize, series: usize) -> u32 {
-    let per_category = (series * 18).max(80);
-    u32::try_from(categories * per_category + 140)
+/// Pixels a character of a category label takes at most on average: plotters writes the
+/// labels' size 14 as an 11.3-pixel sans-serif font, where a browser draws
+/// `linear_regression` about 90 pixels wide.
+const LABEL_CHAR_PX: usize = 7;
+
+/// Pixel width of a grouped bar chart: room for every bar and for every category label with
+/// a gap beside it, so that long names (`linear_regression`, `matrix_multiply`) neither run
+/// into each other nor past the plot's end.
+fn grouped_width(categories: &[String], series: usize) -> u32 {
+    let longest = categories
+        .iter()
+        .map(|c| c.chars().count())
+        .max()
+        .unwrap_or(0);
+    let per_category = (series * 18).max(80).max(longest * LABEL_CHAR_PX + 16);
+    u32::try_from(categories.len() * per_category + 140)
         .unwrap_or(u32::MAX)
         .max(SIZE.0)
 }
@@ -864,7 +892,183 @@ pub(crate) mod tests {
         // Background, three bars, two legend swatches (and the legend box).
         assert!(svg.matches("<rect").count() >= 6, "{svg}");
         grouped_bar_chart("empty", "x", &[], &[]).expect("no bars");
-        assert!(grouped_width(40, 6) > SIZE.0, "many bars widen the chart");
+        let many: Vec<String> = (0..40).map(|i| format!("c{i}")).collect();
+        assert!(
+            grouped_width(&many, 6) > SIZE.0,
+            "many bars widen the chart"
+        );
+    }
+
+    /// The `x` and the text of every `<text>` element of an SVG chart.
+    fn placed_texts(svg: &str) -> Vec<(f64, String)> {
+        svg.split("<text")
+            .skip(1)
+            .filter_map(|element| {
+                let x = element
+                    .split("x=\"")
+                    .nth(1)?
+                    .split('"')
+                    .next()?
+                    .parse()
+                    .ok()?;
+                let body = element.split_once('>')?.1.split_once("</text>")?.0;
+                Some((x, body.trim().to_owned()))
+            })
+            .collect()
+    }
+
+    /// The NVthreads kernels' names under their bars: each centred label keeps clear of its
+    /// neighbours (at 6.5 pixels a character, what a browser draws at plotters' label
+    /// size), and the last one of the plot's right end.
+    #[test]
+    fn long_category_labels_do_not_run_into_each_other() {
+        let names = [
+            "histogram",
+            "kmeans",
+            "linear_regression",
+            "matrix_multiply",
+            "pca",
+            "string_match",
+            "word_count",
+            "reverse_index",
+        ];
+        let categories: Vec<String> = names.iter().map(|&n| n.to_owned()).collect();
+        let series = [
+            BarSeries {
+                name: "shared".into(),
+                values: vec![Some(2.0); names.len()],
+            },
+            BarSeries {
+                name: "persistent".into(),
+                values: vec![Some(5.0); names.len()],
+            },
+        ];
+        let svg = grouped_bar_chart("Kernels", "slowdown", &categories, &series).expect("chart");
+        let texts = placed_texts(&svg);
+        let centres: Vec<(f64, &str)> = names
+            .iter()
+            .map(|&name| {
+                let (x, _) = texts
+                    .iter()
+                    .find(|(_, text)| text == name)
+                    .unwrap_or_else(|| panic!("{name} missing"));
+                (*x, name)
+            })
+            .collect();
+        let half = |name: &str| name.len() as f64 * 6.5 / 2.0;
+        for pair in centres.windows(2) {
+            let [(left_x, left), (right_x, right)] = [pair[0], pair[1]];
+            assert!(
+                right_x - left_x >= half(left) + half(right) + 4.0,
+                "{left} at {left_x} and {right} at {right_x} overlap"
+            );
+        }
+        let width: f64 = svg
+            .split("width=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .and_then(|w| w.parse().ok())
+            .expect("svg width");
+        let (last_x, last) = centres[centres.len() - 1];
+        assert!(last_x + half(last) <= width, "{last} runs past {width}");
+    }
+
+    /// The colour of each legend swatch of a chart with a side legend (its lines are 3
+    /// pixels wide, the plotted lines 2).
+    pub(crate) fn legend_colours(svg: &str) -> Vec<String> {
+        svg.split("<polyline")
+            .skip(1)
+            .filter(|element| element.contains("stroke-width=\"3\""))
+            .filter_map(|element| {
+                Some(
+                    element
+                        .split("stroke=\"")
+                        .nth(1)?
+                        .split('"')
+                        .next()?
+                        .to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// The SVG's width attribute.
+    fn svg_width(svg: &str) -> f64 {
+        svg.split("width=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .and_then(|w| w.parse().ok())
+            .expect("svg width")
+    }
+
+    /// The Silo transaction-size sweep's eleven series (seven workloads, their mean, the
+    /// mean write growth, the paper's two marks): every one its own colour, and every
+    /// legend name whole inside the picture (a fixed 180-pixel panel cut the longest).
+    #[test]
+    fn a_side_legend_has_a_colour_per_series_and_room_for_its_longest_name() {
+        let long = "paper at 16×: throughput, writes (≤)";
+        let series: Vec<Series> = (0..10)
+            .map(|i| Series {
+                name: format!("series {i}"),
+                points: vec![(1.0, 1.0), (16.0, 0.9 + f64::from(i) / 100.0)],
+            })
+            .chain(std::iter::once(Series {
+                name: long.to_owned(),
+                points: vec![(16.0, 1.9)],
+            }))
+            .collect();
+        let svg = fitted_log2_line_chart("Transaction size", "x", "y", &series).expect("chart");
+        let colours = legend_colours(&svg);
+        let mut distinct = colours.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(colours.len(), 11, "{colours:?}");
+        assert_eq!(distinct.len(), 11, "a colour used twice: {colours:?}");
+        let (x, _) = placed_texts(&svg)
+            .into_iter()
+            .find(|(_, text)| text.contains("paper at 16×"))
+            .expect("the long name");
+        let end = x + long.chars().count() as f64 * 6.5;
+        assert!(
+            end <= svg_width(&svg),
+            "the name ends at {end}, past {}",
+            svg_width(&svg)
+        );
+    }
+
+    /// Bar and line charts of small values (ratios below 1) label their y ticks with the
+    /// decimals that tell them apart, not "0, 0, 0, 1".
+    #[test]
+    fn small_values_get_distinct_y_tick_labels() {
+        let bars = [("a".to_owned(), 0.2), ("b".to_owned(), 0.45)];
+        let line = [Series {
+            name: "ratio".into(),
+            points: vec![(1.0, 0.1), (2.0, 0.4)],
+        }];
+        let grouped = [BarSeries {
+            name: "ratio".into(),
+            values: vec![Some(0.2), Some(0.3)],
+        }];
+        let categories = ["x".to_owned(), "y".to_owned()];
+        for svg in [
+            bar_chart("small", "ratio", &bars).expect("bar chart"),
+            log2_line_chart("small", "n", "ratio", &line).expect("line chart"),
+            grouped_bar_chart("small", "ratio", &categories, &grouped).expect("grouped chart"),
+        ] {
+            let ticks: Vec<String> = text_labels(&svg)
+                .into_iter()
+                .filter(|label| label.parse::<f64>().is_ok_and(|v| v < 1.0))
+                .collect();
+            let mut distinct = ticks.clone();
+            distinct.sort();
+            distinct.dedup();
+            assert!(ticks.len() >= 3, "{ticks:?}");
+            assert_eq!(
+                distinct.len(),
+                ticks.len(),
+                "repeated tick labels: {ticks:?}"
+            );
+        }
     }
 
     /// A ratio chart's axis reaches 1.0 even when every bar is far below it, and a dashed

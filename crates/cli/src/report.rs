@@ -432,6 +432,9 @@ pub fn render_html(report: &Report) -> String {
         );
     }
     html.push_str("</ul></nav>\n");
+    if !report.sections.is_empty() {
+        html.push_str(BADGE_LEGEND);
+    }
     render_headlines(&mut html, report);
     for section in &report.sections {
         render_section(&mut html, section);
@@ -461,13 +464,24 @@ fn render_headlines(html: &mut String, report: &Report) {
          claims, ours, and the verdict</caption>\n<tr><th>System</th><th>Claim</th>\
          <th>Ours</th><th>Verdict</th></tr>\n",
     );
+    // A section's rows share one system cell (a section of thirteen goals repeated its long
+    // title thirteen times down the first screen).
+    let mut previous: Option<&str> = None;
     for (section, headline) in rows {
+        let system = if previous == Some(section.id.as_str()) {
+            String::new()
+        } else {
+            format!(
+                "<td rowspan=\"{}\"><a href=\"#{}\">{}</a></td>",
+                section.headlines.len(),
+                escape_html(&section.id),
+                escape_html(&section.title)
+            )
+        };
+        previous = Some(section.id.as_str());
         let _ = writeln!(
             html,
-            "<tr><td><a href=\"#{}\">{}</a></td><td>{}</td><td>{}</td>\
-             <td class=\"claim {}\">{}</td></tr>",
-            escape_html(&section.id),
-            escape_html(&section.title),
+            "<tr>{system}<td>{}</td><td>{}</td><td class=\"claim {}\">{}</td></tr>",
             escape_html(&headline.claim),
             escape_html(&headline.ours),
             headline.verdict.label().replace(' ', "-"),
@@ -477,6 +491,14 @@ fn render_headlines(html: &mut String, report: &Report) {
     html.push_str("</table>\n");
     html.push_str(VERDICT_LEGEND);
 }
+
+/// What a section's badge means. Without it a reader takes a section's PASS for its paper's
+/// claims met, beside headline rows of the same section saying "not met".
+const BADGE_LEGEND: &str = "<p class=\"meta\">Section badges: <b>PASS</b> / <b>FAIL</b>: the \
+section's correctness checks (crash images recovered, results equal to the reference \
+program's, a killed run resumed) held or not, or (FAIL) the section or a run of it could not \
+run; <b>INFO</b>: measurements only. Neither judges performance: the claims, where a \
+section has any, are judged in the table of claims.</p>\n";
 
 /// What each verdict of the first-screen table means.
 const VERDICT_LEGEND: &str = "<p class=\"meta\">Verdicts: <b>met</b> / <b>not met</b>: ours \
@@ -564,9 +586,11 @@ mod tests {
         let mut table = Table::new("ns per update (* fastest)", &["bytes", "packed", "mode"]);
         table.push(vec!["4".into(), "110.4 *".into(), "packed".into()]);
         table.push(vec!["32".into(), "1239.3".into(), "packed".into()]);
+        table.push(vec!["64".into(), "107.4 ~".into(), "packed".into()]);
         let mut html = String::new();
         render_table(&mut html, &table);
         assert!(html.contains("<td class=\"num\">110.4 *</td>"), "{html}");
+        assert!(html.contains("<td class=\"num\">107.4 ~</td>"), "{html}");
         assert!(html.contains("<td class=\"num\">1239.3</td>"), "{html}");
         assert!(html.contains("<td>packed</td>"), "{html}");
     }
@@ -637,6 +661,47 @@ mod tests {
         assert!(html.contains("<a href=\"#first\">"));
         assert!(html.contains("Paper &lt;X&gt;: 2× faster"));
         assert!(html.contains("<td class=\"claim met\">met</td>"));
+    }
+
+    /// A section's headline rows share one cell naming it, spanning them all.
+    #[test]
+    fn a_sections_headlines_name_it_once() {
+        let mut report = sample_report();
+        report.sections[0]
+            .headlines
+            .push(Headline::new("Paper <Y>", "3×", ClaimVerdict::NotMet));
+        let html = render_html(&report);
+        assert_eq!(
+            html.matches("<a href=\"#first\">").count(),
+            2,
+            "nav and one cell"
+        );
+        assert!(
+            html.contains("<td rowspan=\"2\"><a href=\"#first\">"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<td rowspan=\"1\"><a href=\"#second\">"),
+            "{html}"
+        );
+        let rows = html
+            .split("<tr>")
+            .filter(|row| row.contains("class=\"claim "))
+            .count();
+        assert_eq!(rows, 3, "every headline keeps its row");
+    }
+
+    /// The badges beside the sections say what they judge, before the first screen's
+    /// verdicts (a PASS beside "not met" rows reads as a contradiction otherwise).
+    #[test]
+    fn the_section_badges_are_explained_before_the_headlines() {
+        let html = render_html(&sample_report());
+        let legend = html
+            .find("Section badges: <b>PASS</b>")
+            .expect("badge legend");
+        let table = html.find("class=\"headlines\"").expect("headline table");
+        assert!(legend < table, "the legend precedes the verdicts");
+        assert!(html[legend..].contains("Neither judges performance"));
     }
 
     #[test]

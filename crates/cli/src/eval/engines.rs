@@ -359,9 +359,21 @@ fn group_table(group: &[&Run]) -> Table {
             .map(|run| run.throughput())
     };
     let bases = [base(PMDK), base(IDEAL), base(RAW)];
-    let mut table = Table::new(group_title(group[0]), &COLUMNS);
+    // The ideal and raw references run on Silo's array and hash only: elsewhere their ratio
+    // columns would be n/a from top to bottom, with nothing to say why, so they are left
+    // out. PMDK's stays even when it was skipped: the summary says why it is n/a.
+    let kept: Vec<usize> = (0..COLUMNS.len())
+        .filter(|&column| match COLUMNS[column] {
+            "× ideal" => bases[1].is_some(),
+            "× raw" => bases[2].is_some(),
+            _ => true,
+        })
+        .collect();
+    let columns: Vec<&str> = kept.iter().map(|&column| COLUMNS[column]).collect();
+    let mut table = Table::new(group_title(group[0]), &columns);
     for run in group {
-        table.push(row(&run.measurement, bases));
+        let cells = row(&run.measurement, bases);
+        table.push(kept.iter().map(|&column| cells[column].clone()).collect());
     }
     table
 }
@@ -591,9 +603,42 @@ mod tests {
         let tables: Vec<Table> = groups(&runs).iter().map(|g| group_table(g)).collect();
         assert_eq!(tables.len(), 2);
         assert_eq!(tables[0].rows[0][2], "4.00", "redo over pmdk");
-        assert_eq!(tables[0].rows[0][3], "n/a", "no ideal in the group");
-        assert_eq!(tables[0].rows[1][9], "n/a", "PMDK's WA is not measured");
+        assert_eq!(
+            tables[0].columns[3], "p50 µs",
+            "no ideal or raw column without them"
+        );
+        assert_eq!(tables[0].columns[8], "WA (ours)");
+        assert_eq!(tables[0].rows[1][8], "n/a", "PMDK's WA is not measured");
         assert_eq!(tables[1].rows[0][1], "300.0 (300.0–300.0)");
+        assert_eq!(
+            tables[1].columns[2], "× pmdk",
+            "kept without PMDK: the summary says why"
+        );
+    }
+
+    /// A group with the ideal reference (Silo's array) keeps its ratio column, and only its
+    /// own: raw is not in it.
+    #[test]
+    fn a_reference_column_is_shown_only_where_the_reference_ran() {
+        let runs = vec![
+            fake::silo(WorkloadChoice::Array, REDO, 800.0, Some(2.5)),
+            fake::silo(WorkloadChoice::Array, IDEAL, 1600.0, Some(2.4)),
+        ];
+        let table = group_table(&groups(&runs)[0]);
+        let ideal = table.columns.iter().position(|c| c == "× ideal");
+        assert_eq!(ideal, Some(3), "{:?}", table.columns);
+        assert!(
+            !table.columns.iter().any(|c| c == "× raw"),
+            "{:?}",
+            table.columns
+        );
+        assert_eq!(table.rows[0][3], "0.50");
+        assert!(
+            table
+                .rows
+                .iter()
+                .all(|row| row.len() == table.columns.len())
+        );
     }
 
     #[test]

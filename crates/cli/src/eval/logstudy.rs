@@ -600,7 +600,7 @@ fn plot(results: &StudyResults, batch: usize) -> anyhow::Result<Plot> {
     Ok(Plot {
         id: format!("batch-{batch}"),
         title: format!(
-            "{}: median ns per update by record size (log scale), one line per mode",
+            "{}: median ns per update by record size (log-scale x axis, linear y), one line per mode",
             batch_name(batch)
         ),
         svg: log2_line_chart(&title, "record size (bytes)", "ns per update", &series)?,
@@ -739,6 +739,14 @@ mod tests {
         assert_eq!(section.tables[0].rows[0][5], "20.0");
         assert_eq!(section.tables[1].rows[0][2], "30.0");
         assert_eq!(section.plots.len(), 2);
+        // Only the x axis is logarithmic: "(log scale)" alone read as the times' axis too.
+        assert!(
+            section.plots[0]
+                .title
+                .contains("log-scale x axis, linear y"),
+            "{}",
+            section.plots[0].title
+        );
         assert_eq!(section.tables[0].rows.len(), 4);
         assert!(
             section.tables[0].rows[0][1].ends_with('*'),

@@ -205,6 +205,9 @@ pub fn print_summary(
             indicative.label()
         )?;
     }
+    if !report.sections.is_empty() {
+        writeln!(out, "\n{SECTION_MARKS}")?;
+    }
     for section in &report.sections {
         writeln!(out, "\n== {} [{}]", section.title, section.verdict.label())?;
         for line in &section.summary {
@@ -221,6 +224,13 @@ pub fn print_summary(
         dir.join("index.html").display()
     )
 }
+
+/// What the mark after each section's heading judges, as the HTML's badge legend says: a
+/// [PASS] beside a section whose claims are "not met" is not a contradiction.
+const SECTION_MARKS: &str = "(Section marks: [PASS] / [FAIL]: the section's correctness \
+checks held or not, or [FAIL] it or a run of it could not run; [INFO]: measurements only. \
+Neither judges performance: the claims, where a section has any, are judged in the table of \
+claims.)";
 
 /// A report table for the terminal, numeric columns right-aligned.
 pub(crate) fn terminal_table(table: &crate::report::Table) -> comfy_table::Table {
@@ -246,4 +256,33 @@ pub(crate) fn terminal_table(table: &crate::report::Table) -> comfy_table::Table
         }
     }
     rendered
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{ClaimVerdict, Headline};
+
+    /// The terminal summary says what a section's [PASS] judges before the first one, as the
+    /// HTML does.
+    #[test]
+    fn the_terminal_summary_explains_the_section_marks() {
+        let mut section = empty_section("nvthreads", "NVthreads");
+        section.verdict = Verdict::Pass;
+        section.headlines = vec![Headline::new("a claim", "2×", ClaimVerdict::NotMet)];
+        let report = Report {
+            title: "Ferrite evaluation".to_owned(),
+            generated: String::new(),
+            quick: false,
+            sections: vec![section],
+        };
+        let mut out = Vec::new();
+        print_summary(&report, std::path::Path::new("/tmp/r"), 3, &mut out).expect("printed");
+        let text = String::from_utf8(out).expect("UTF-8");
+        let marks = text
+            .find("(Section marks: [PASS]")
+            .expect("the marks explained");
+        let first = text.find("== NVthreads [PASS]").expect("the section");
+        assert!(marks < first, "{text}");
+    }
 }

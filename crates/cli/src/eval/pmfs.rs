@@ -92,7 +92,12 @@ fn fio_ratio(results: &PmfsResults, target: FioTarget, job: FioJob) -> Option<f6
 fn at_least(claim: &str, ours: Option<(String, bool)>) -> Headline {
     match ours {
         Some((text, holds)) => Headline::new(claim, text, ClaimVerdict::from_holds(holds)),
-        None => Headline::new(claim, "did not run here", ClaimVerdict::NotMeasured),
+        None => Headline::new(
+            claim,
+            "did not run here (the section's summary says why: a tool, a mount or a target \
+             was unavailable)",
+            ClaimVerdict::NotMeasured,
+        ),
     }
 }
 
@@ -126,7 +131,8 @@ fn paper_comparison(results: &PmfsResults) -> Option<(String, bool)> {
 /// The paper's claim, and the goals for the library, the preload and the mount.
 fn headlines(results: &PmfsResults) -> Vec<Headline> {
     let paper = at_least(
-        "Up to an order of magnitude faster than ext4 on a PM block device (PMFS, EuroSys'14)",
+        "Up to an order of magnitude faster than ext4 on a PM block device (PMFS, EuroSys'14); \
+         met at 10x ext4's IOPS or more on fio randwrite 4k",
         paper_comparison(results),
     );
     let io: Vec<(Op, f64, f64)> = [Op::Read4K, Op::Write4K]
@@ -408,8 +414,10 @@ fn sqlite_table(results: &PmfsResults) -> Table {
     let mut table = Table::new(
         format!(
             "sqlite3: {} inserts, one transaction each (rollback journal, synchronous=FULL), \
-             median of {} runs ({} on the mounts) (s)",
-            settings.inserts, settings.runs, settings.mount_runs
+             median of {} ({} on the mounts) (s)",
+            settings.inserts,
+            silorepro::results::count(settings.runs as u64, "run"),
+            settings.mount_runs
         ),
         &["target", "seconds", "min", "max", "/ tmpfs"],
     );
@@ -594,8 +602,34 @@ mod tests {
             (FioTarget::Ext4Loop, RANDWRITE_4K, 100_000.0),
         ]);
         assert!(paper_comparison(&results).expect("both ran").1);
-        let missing = results_with(&[(FioTarget::Preload, RANDWRITE_4K, 1.0)]);
+        // The claim says the bound and the job it is judged on, as the verdict applies it.
+        let claim = &headlines(&results)[0].claim;
+        assert!(
+            claim.contains("met at 10x ext4's IOPS or more on fio randwrite 4k"),
+            "{claim}"
+        );
+        let mut one_run = results.settings;
+        one_run.sqlite.runs = 1;
+        let title = sqlite_table(&PmfsResults {
+            settings: one_run,
+            ..results_with(&[])
+        })
+        .title;
+        assert!(title.contains("median of 1 run ("), "{title}");
+        let mut missing = results_with(&[(FioTarget::Preload, RANDWRITE_4K, 1.0)]);
         assert_eq!(paper_comparison(&missing), None);
+        // A claim that could not be measured points at the reason, which the summary gives.
+        missing
+            .notes
+            .push("fio on ext4 (loop) skipped: no loop device".to_owned());
+        let section = section_of(&missing).expect("section");
+        assert_eq!(section.headlines[0].verdict, ClaimVerdict::NotMeasured);
+        assert!(section.headlines[0].ours.contains("summary says why"));
+        assert!(
+            section.summary.iter().any(|l| l.contains("no loop device")),
+            "{:?}",
+            section.summary
+        );
     }
 
     /// Every target's fio bar is readable however far apart the targets are (the preload

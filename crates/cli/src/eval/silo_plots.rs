@@ -66,9 +66,11 @@ fn battery(rep: &Reproduction) -> Result<Plot> {
         id: "battery".to_owned(),
         title: format!(
             "Table IV: energy to flush what each design keeps on chip at a power failure, {}: \
-             eADR the whole cache hierarchy (45 % dirty), BBB its persist buffers, Silo its log \
-             buffers (11.228 nJ/B)",
-            cores_text(t.cores)
+             eADR the whole cache hierarchy ({:.0} % dirty), BBB its persist buffers, Silo its \
+             log buffers and log registers ({} nJ/B)",
+            cores_text(t.cores),
+            t.params.eadr_dirty_fraction * 100.0,
+            t.params.nj_per_byte
         ),
         svg: log_bar_chart("Battery: failure-time flush energy", "energy (µJ)", &bars)?,
     })
@@ -347,17 +349,18 @@ fn tx_size(rep: &Reproduction, sweep: &Sweep) -> Result<Plot> {
             .map(|p| (p.value as f64, p.relative_write_bytes))
             .collect(),
     });
-    // One series for both of the paper's marks (throughput, and the write-growth bound),
-    // so the legend stays within the palette's distinct colours; drawn only where the
-    // sweep has data.
+    // The paper's two marks (throughput, and the write-growth bound), drawn only where the
+    // sweep has data, each a point of its own: one series of both drew a vertical line
+    // between them that read as data.
     let paper_x = paper::TX_SIZE_LOSS.value;
     if sweep.points.iter().any(|p| p.value == paper_x) {
         lines.push(Series {
-            name: format!("paper at {paper_x}×: throughput, writes (≤)"),
-            points: vec![
-                paper_point(paper::TX_SIZE_LOSS),
-                (paper_x as f64, paper::TX_SIZE_WRITE_GROWTH_MAX),
-            ],
+            name: format!("paper at {paper_x}×: throughput"),
+            points: vec![paper_point(paper::TX_SIZE_LOSS)],
+        });
+        lines.push(Series {
+            name: format!("paper at {paper_x}×: writes (≤)"),
+            points: vec![(paper_x as f64, paper::TX_SIZE_WRITE_GROWTH_MAX)],
         });
     }
     Ok(Plot {
@@ -470,6 +473,43 @@ mod tests {
             figure.title
         );
         assert!(!figure.svg.contains("paper at 16×"));
+    }
+
+    /// At the paper's 16× the figure marks the paper's throughput and its write-growth bound
+    /// as two points, each in its own colour: drawn as one series they were joined by a
+    /// vertical line, in the colour of the first workload's line.
+    #[test]
+    fn the_papers_marks_at_16x_are_two_points_of_their_own() {
+        let rep = tiny();
+        let mut sweep = rep
+            .sweeps
+            .iter()
+            .find(|s| s.name == "tx_size")
+            .expect("a transaction-size sweep")
+            .clone();
+        let mut at_16 = sweep.points[sweep.points.len() - 1].clone();
+        at_16.value = paper::TX_SIZE_LOSS.value;
+        sweep.points.push(at_16);
+        let plot = tx_size(rep, &sweep).expect("plot");
+        let texts = crate::plot::tests::text_labels(&plot.svg);
+        for name in ["paper at 16×: throughput", "paper at 16×: writes (≤)"] {
+            assert!(texts.iter().any(|t| t == name), "{name}: {texts:?}");
+        }
+        let colours = crate::plot::tests::legend_colours(&plot.svg);
+        let mut distinct = colours.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), colours.len(), "{colours:?}");
+        // A point alone draws no line: the plotted lines (2 pixels wide, of two points or
+        // more) are the workloads', their mean's and the write growth's.
+        let lines = plot
+            .svg
+            .split("<polyline")
+            .filter(|e| e.contains("stroke-width=\"2\""))
+            .filter_map(|e| e.split("points=\"").nth(1)?.split('"').next())
+            .filter(|points| points.split_whitespace().count() >= 2)
+            .count();
+        assert_eq!(lines, colours.len() - 2, "{}", plot.svg);
     }
 
     #[test]
