@@ -9,22 +9,43 @@ use std::path::{Path, PathBuf};
 
 /// Checks that a file can be written at `path` without changing what is there: its
 /// directory exists, `path` is not a directory, and the file opens for writing (an existing
-/// file is opened without truncation; a new one is created, then removed again).
+/// file is opened without truncation, and a replacement can be made beside it, as
+/// [`replace_file`] makes one; a new file is created, then removed again).
 pub fn file_can_be_written(path: &Path) -> anyhow::Result<()> {
     if path.is_dir() {
         return Err(usage(path, "is a directory, not a file to write"));
     }
     parent_is_a_directory(path)?;
-    let opened = if path.exists() {
-        OpenOptions::new().write(true).open(path).map(|_| ())
-    } else {
-        OpenOptions::new()
+    let cannot_write = |error: io::Error| usage(path, &format!("cannot be written: {error}"));
+    if !path.exists() {
+        return OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(path)
             .and_then(|_| std::fs::remove_file(path))
-    };
-    opened.map_err(|error| usage(path, &format!("cannot be written: {error}")))
+            .map_err(cannot_write);
+    }
+    OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(cannot_write)?;
+    replacement_can_be_staged(path).map_err(|error| {
+        usage(
+            path,
+            &format!("cannot be replaced: no new file can be made beside it ({error})"),
+        )
+    })
+}
+
+/// Whether [`replace_file`] can stage a new copy of the existing regular file at `path`
+/// beside it (the directory may refuse new files where the file itself opens for writing,
+/// as `/proc` does); other kinds of file are written directly and need nothing beside them.
+fn replacement_can_be_staged(path: &Path) -> io::Result<()> {
+    let target = std::fs::canonicalize(path)?;
+    if !std::fs::metadata(&target)?.is_file() {
+        return Ok(());
+    }
+    Staged::new(&target).map(drop)
 }
 
 /// Writes `contents` to the file at `path` so that a failure (a full file system, a quota)
@@ -175,7 +196,11 @@ pub fn directory_of_new_file_exists(path: &Path) -> anyhow::Result<()> {
         _ => return Ok(()),
     };
     match std::fs::metadata(parent) {
-        Ok(_) => Ok(()),
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(usage(
+            path,
+            &format!("{} is not a directory", parent.display()),
+        )),
         Err(error) => {
             let failure = crate::pool_cmd::PoolFailure {
                 path: parent.to_owned(),
@@ -270,5 +295,25 @@ mod tests {
         folder_can_be_written(&folder).expect("writable");
         assert!(folder.is_dir());
         assert_eq!(std::fs::read_dir(&folder).expect("list").count(), 0);
+    }
+
+    #[test]
+    fn a_new_file_under_a_file_is_a_usage_error() {
+        let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
+        let file = dir.path().join("plain");
+        std::fs::write(&file, b"x").expect("file");
+        let error = directory_of_new_file_exists(&file.join("pool")).expect_err("under a file");
+        assert!(error.downcast_ref::<UsageError>().is_some(), "{error:#}");
+        assert!(
+            format!("{error:#}").contains("not a directory"),
+            "{error:#}"
+        );
+    }
+
+    #[test]
+    fn an_existing_file_whose_directory_takes_no_new_file_is_refused_up_front() {
+        // /proc/version opens for writing, but nothing can be staged beside it to replace it.
+        let error = file_can_be_written(Path::new("/proc/version")).expect_err("in /proc");
+        assert!(error.downcast_ref::<UsageError>().is_some(), "{error:#}");
     }
 }

@@ -16,12 +16,17 @@ pub const DEFAULT_WIDTH: u16 = 120;
 const MIN_WIDTH: u16 = 40;
 
 /// The width to fit tables to: `COLUMNS` when it is set to a number, else the width of the
-/// terminal on stdout, else [`DEFAULT_WIDTH`].
+/// terminal on stdout, else [`DEFAULT_WIDTH`]; never below [`MIN_WIDTH`]. A `COLUMNS` that is
+/// not a width is ignored with one warning on stderr (as GNU `ls` does), not silently.
 pub fn width() -> u16 {
-    let columns = std::env::var("COLUMNS")
-        .ok()
-        .and_then(|text| text.trim().parse::<u16>().ok())
-        .filter(|&columns| columns > 0);
+    let columns = match columns_setting(std::env::var_os("COLUMNS").as_deref()) {
+        Ok(columns) => columns,
+        Err(warning) => {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| eprintln!("ferrite: {warning}"));
+            None
+        }
+    };
     columns
         .or_else(|| {
             console::Term::stdout()
@@ -30,6 +35,25 @@ pub fn width() -> u16 {
         })
         .unwrap_or(DEFAULT_WIDTH)
         .max(MIN_WIDTH)
+}
+
+/// The width `COLUMNS` asks for: `None` when it is unset or empty (as a shell leaves it),
+/// an error naming the value when it is not a width from 1 to 65535.
+fn columns_setting(value: Option<&std::ffi::OsStr>) -> Result<Option<u16>, String> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let text = value.to_string_lossy();
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    match text.trim().parse::<u16>() {
+        Ok(columns) if columns > 0 => Ok(Some(columns)),
+        _ => Err(format!(
+            "ignoring COLUMNS={text:?}: not a width from 1 to 65535; fitting tables to the \
+             terminal instead"
+        )),
+    }
 }
 
 /// Makes `table` wrap its cells to fit `width` columns, each column at least as wide as its
@@ -334,5 +358,20 @@ mod tests {
             text.lines().all(|line| line.chars().count() <= 80),
             "{text}"
         );
+    }
+
+    #[test]
+    fn columns_that_are_not_a_width_are_named_not_ignored() {
+        use std::ffi::OsStr;
+        assert_eq!(columns_setting(None), Ok(None));
+        assert_eq!(columns_setting(Some(OsStr::new(""))), Ok(None));
+        assert_eq!(columns_setting(Some(OsStr::new(" 80 "))), Ok(Some(80)));
+        for bad in ["abc", "0", "-5", "70000", "8O"] {
+            let warning = columns_setting(Some(OsStr::new(bad))).expect_err(bad);
+            assert!(
+                warning.contains("COLUMNS") && warning.contains(bad),
+                "{warning}"
+            );
+        }
     }
 }

@@ -713,12 +713,12 @@ fn battery(rep: &Reproduction) -> Vec<Comparison> {
             scheme: target.scheme,
             quantity,
         };
-        let why = "BBB's 194 µJ is not 16 KB × 11.228 nJ/B (= 184 µJ): the paper took it from \
+        let why = "BBB's 194 µJ is not 16 KiB × 11.228 nJ/B (= 184 µJ): the paper took it from \
                    BBB's own model; its 3.2× volume ratio is 194 µJ / 61.1 µJ."
             .to_string();
         out.push(verdict(
             key(BatteryQuantity::FlushKb),
-            format!("battery {design}: flush size (KB)"),
+            format!("battery {design}: flush size (KiB)"),
             target.flush_kb,
             r.flush_kb,
             String::new(),

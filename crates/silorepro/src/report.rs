@@ -206,7 +206,7 @@ fn sensitivity(out: &mut String, rep: &Reproduction) {
 
 fn battery(out: &mut String, rep: &Reproduction) {
     let _ = writeln!(out, "### Battery ({} cores)\n", rep.battery.cores);
-    out.push_str("| design | flush size (KB) | energy (µJ) | super-cap (mm³) | Li thin film (mm³) | volume × Silo |\n|---|---|---|---|---|---|\n");
+    out.push_str("| design | flush size (KiB) | energy (µJ) | super-cap (mm³) | Li thin film (mm³) | volume × Silo |\n|---|---|---|---|---|---|\n");
     for r in &rep.battery.rows {
         let _ = writeln!(
             out,

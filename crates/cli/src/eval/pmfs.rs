@@ -113,16 +113,16 @@ fn paper_comparison(results: &PmfsResults) -> Option<(String, bool)> {
     let preload = results.fio(FioTarget::Preload, RANDWRITE_4K)?.iops;
     let ratio = preload / ext4;
     let peer = fio_ratio(results, FioTarget::Ext4Loop, RANDWRITE_4K)
-        .map_or(String::new(), |r| format!("; ext4 itself at {r:.2}x tmpfs"));
+        .map_or(String::new(), |r| format!("; ext4 itself at {r:.2}× tmpfs"));
     let fuse = results
         .fio(FioTarget::Fuse, RANDWRITE_4K)
         .map_or(String::new(), |f| {
-            format!("; through FUSE {:.2}x", f.iops / ext4)
+            format!("; through FUSE {:.2}×", f.iops / ext4)
         });
     Some((
         format!(
             "fio randwrite 4k (fixed job: write path, ext4 buffered and not durable on return), \
-             direct access vs ext4 on a loop device in /dev/shm: {ratio:.2}x the IOPS{fuse}{peer}"
+             direct access vs ext4 on a loop device in /dev/shm: {ratio:.2}× the IOPS{fuse}{peer}"
         ),
         ratio >= 10.0,
     ))
@@ -132,7 +132,7 @@ fn paper_comparison(results: &PmfsResults) -> Option<(String, bool)> {
 fn headlines(results: &PmfsResults) -> Vec<Headline> {
     let paper = at_least(
         "Up to an order of magnitude faster than ext4 on a PM block device (PMFS, EuroSys'14); \
-         met at 10x ext4's IOPS or more on fio randwrite 4k",
+         met at 10× ext4's IOPS or more on fio randwrite 4k",
         paper_comparison(results),
     );
     let io: Vec<(Op, f64, f64)> = [Op::Read4K, Op::Write4K]
@@ -145,25 +145,25 @@ fn headlines(results: &PmfsResults) -> Vec<Headline> {
         (io.len() == 2).then(|| {
             let text = io
                 .iter()
-                .map(|(op, l, t)| format!("{} {:.2}x tmpfs's time", op.label(), l / t))
+                .map(|(op, l, t)| format!("{} {:.2}× tmpfs's time", op.label(), l / t))
                 .collect::<Vec<_>>()
                 .join(", ");
             (text, io.iter().all(|(_, l, t)| l <= t))
         }),
     );
     let preload_io = at_least(
-        "Goal: direct-access preload at least 1.0x tmpfs on fio randwrite 4k and randread 4k",
+        "Goal: direct-access preload at least 1.0× tmpfs on fio randwrite 4k and randread 4k",
         fio_ratio(results, FioTarget::Preload, RANDWRITE_4K)
             .zip(fio_ratio(results, FioTarget::Preload, RANDREAD_4K))
             .map(|(w, r)| {
                 (
-                    format!("randwrite {w:.2}x, randread {r:.2}x tmpfs's IOPS"),
+                    format!("randwrite {w:.2}×, randread {r:.2}× tmpfs's IOPS"),
                     w >= 1.0 && r >= 1.0,
                 )
             }),
     );
     let sqlite = at_least(
-        "Goal: sqlite inserts (one transaction each) through the preload in at most 1.2x \
+        "Goal: sqlite inserts (one transaction each) through the preload in at most 1.2× \
          tmpfs's time",
         results
             .sqlite(FioTarget::Preload)
@@ -172,7 +172,7 @@ fn headlines(results: &PmfsResults) -> Vec<Headline> {
                 let ratio = p.median / t.median;
                 (
                     format!(
-                        "{} inserts: {:.2} s vs {:.2} s ({ratio:.2}x)",
+                        "{} inserts: {:.2} s vs {:.2} s ({ratio:.2}×)",
                         results.settings.sqlite.inserts, p.median, t.median
                     ),
                     ratio <= 1.2,
@@ -181,23 +181,23 @@ fn headlines(results: &PmfsResults) -> Vec<Headline> {
     );
     let floor = fio_ratio(results, FioTarget::FuseFloor, RANDWRITE_4K);
     let mount = at_least(
-        "Goal: the mount, durable on return, at least 0.25x tmpfs on fio randwrite 4k",
+        "Goal: the mount, durable on return, at least 0.25× tmpfs on fio randwrite 4k",
         fio_ratio(results, FioTarget::Fuse, RANDWRITE_4K).map(|r| {
             let bound = floor.map_or(String::new(), |f| {
-                format!("; a no-op FUSE file system reaches {f:.3}x in the same run")
+                format!("; a no-op FUSE file system reaches {f:.3}× in the same run")
             });
-            (format!("{r:.3}x tmpfs's IOPS{bound}"), r >= 0.25)
+            (format!("{r:.3}× tmpfs's IOPS{bound}"), r >= 0.25)
         }),
     );
     let vs_floor = at_least(
-        "Goal within FUSE's own bound: the durable mount at least 0.5x the IOPS of a no-op \
+        "Goal within FUSE's own bound: the durable mount at least 0.5× the IOPS of a no-op \
          FUSE file system on fio randwrite 4k (the file system's work costs no more than the \
          round trip)",
         fio_ratio(results, FioTarget::Fuse, RANDWRITE_4K)
             .zip(floor)
             .map(|(m, f)| {
                 let ratio = m / f;
-                (format!("{ratio:.2}x the no-op floor"), ratio >= 0.5)
+                (format!("{ratio:.2}× the no-op floor"), ratio >= 0.5)
             }),
     );
     vec![paper, library, preload_io, sqlite, mount, vs_floor]
@@ -212,7 +212,7 @@ fn summary(results: &PmfsResults) -> Vec<String> {
         .filter_map(|&op| {
             let (lib, tmpfs) = library_ratio(results, op)?;
             Some(format!(
-                "{} {} ns vs {} ns ({:.2}x, goal {})",
+                "{} {} ns vs {} ns ({:.2}×, goal {})",
                 op.label(),
                 ns(lib),
                 ns(tmpfs),
@@ -234,7 +234,7 @@ fn summary(results: &PmfsResults) -> Vec<String> {
         .iter()
         .filter_map(|&op| {
             let (lib, tmpfs) = library_ratio(results, op)?;
-            Some(format!("{} {:.2}x", op.label(), lib / tmpfs))
+            Some(format!("{} {:.2}×", op.label(), lib / tmpfs))
         })
         .collect();
     lines.push(format!(
@@ -284,7 +284,7 @@ fn protection_line(library: &Costs, guarded: &Guarded) -> String {
                 .iter()
                 .filter_map(|&op| {
                     let ratio = costs.get(op)?.ns / library.get(op)?.ns;
-                    Some(format!("{} {ratio:.1}x", op.label()))
+                    Some(format!("{} {ratio:.1}×", op.label()))
                 })
                 .collect();
             format!(
@@ -569,8 +569,8 @@ mod tests {
         ]);
         let (text, holds) = paper_comparison(&results).expect("both ran");
         assert!(!holds, "{text}");
-        assert!(text.contains("1.25x"), "{text}");
-        assert!(text.contains("ext4 itself at 0.89x tmpfs"), "{text}");
+        assert!(text.contains("1.25×"), "{text}");
+        assert!(text.contains("ext4 itself at 0.89× tmpfs"), "{text}");
     }
 
     #[test]
@@ -583,10 +583,10 @@ mod tests {
         let lines = headlines(&results);
         let mount = &lines[4];
         assert_eq!(mount.verdict, ClaimVerdict::NotMet, "{mount:?}");
-        assert!(mount.ours.contains("0.150x in the same run"), "{mount:?}");
+        assert!(mount.ours.contains("0.150× in the same run"), "{mount:?}");
         let floor = &lines[5];
         assert_eq!(floor.verdict, ClaimVerdict::Met, "{floor:?}");
-        assert!(floor.ours.contains("0.67x the no-op floor"), "{floor:?}");
+        assert!(floor.ours.contains("0.67× the no-op floor"), "{floor:?}");
         // At quick sizes the section shows the same numbers with no verdict.
         assert!(results.settings.quick);
         let quick = section_of(&results).expect("section");
@@ -605,7 +605,7 @@ mod tests {
         // The claim says the bound and the job it is judged on, as the verdict applies it.
         let claim = &headlines(&results)[0].claim;
         assert!(
-            claim.contains("met at 10x ext4's IOPS or more on fio randwrite 4k"),
+            claim.contains("met at 10× ext4's IOPS or more on fio randwrite 4k"),
             "{claim}"
         );
         let mut one_run = results.settings;
