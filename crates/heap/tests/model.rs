@@ -135,8 +135,7 @@ impl Model {
             u64::MAX,
             u64::from(u32::MAX) * chunk + 1,
         ]);
-        for class in 0..SIZE_CLASSES.len() {
-            let unit = SIZE_CLASSES[class];
+        for unit in SIZE_CLASSES {
             sizes.extend([unit - 1, unit, unit + 1]);
         }
         sizes
