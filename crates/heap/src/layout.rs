@@ -312,7 +312,14 @@ impl Layout {
                 half(8)
             )));
         }
-        let expected = Self::plan(region, half(12))?;
+        // The shift comes from the media: a checksummed header whose shift no heap of this
+        // region can have is damage (or another format), not a bad argument of the caller.
+        let expected = Self::plan(region, half(12)).map_err(|error| match error {
+            HeapError::InvalidArgument(text) => {
+                HeapError::Corrupted(format!("heap header geometry: {text}"))
+            }
+            other => other,
+        })?;
         let found = Layout {
             start: region.offset,
             chunk_shift: half(12),

@@ -224,3 +224,32 @@ fn a_rebuilt_heap_frees_what_damage_did_not_touch() {
     }
     assert_eq!(heap.usage().allocated_blocks, 0);
 }
+
+/// Rewrites the header's chunk shift and reseals its CRC: a header that passes its checksum
+/// but records a geometry no heap of this region can have.
+fn reseal_header_with_shift(pm: &SimPm, shift: u32) {
+    let mut header = [0u8; 64];
+    pm.read(REGION.offset, &mut header);
+    header[12..16].copy_from_slice(&shift.to_le_bytes());
+    let crc = crc32fast::hash(&header[..60]);
+    header[60..64].copy_from_slice(&crc.to_le_bytes());
+    pm.write(REGION.offset, &header, WriteClass::Meta);
+}
+
+#[test]
+fn a_checksummed_header_with_an_impossible_chunk_shift_is_corruption() {
+    // Out of 12..=24, and in range but too large for the 512 KiB region: both come from the
+    // media, not from the caller, so they are `Corrupted` (an engine reports `InvalidArgument`
+    // as a bad call of its own).
+    for shift in [0, 11, 25, 64, u32::MAX, 20, 24] {
+        let (pm, heap) = fresh();
+        drop(heap);
+        reseal_header_with_shift(&pm, shift);
+        let error = Heap::open(&pm, REGION).expect_err("impossible geometry");
+        assert!(
+            matches!(error, HeapError::Corrupted(_)),
+            "shift {shift}: {error:?}"
+        );
+        assert!(open_and_check(&pm).is_err());
+    }
+}
