@@ -253,3 +253,23 @@ fn a_checksummed_header_with_an_impossible_chunk_shift_is_corruption() {
         assert!(open_and_check(&pm).is_err());
     }
 }
+
+#[test]
+fn formatting_over_an_old_heap_gives_an_empty_heap() {
+    // The old runs' markers and bitmaps stay in the chunks; a new heap of the same or a
+    // smaller chunk size (whose chunks start where old runs started) must not read them as
+    // runs whose descriptors were lost.
+    for shift in [common::CHUNK_SHIFT, 12] {
+        let (pm, heap) = fresh();
+        for size in [64, 16, 1536, 20_000] {
+            alloc(&pm, &heap, size);
+        }
+        drop(heap);
+        let heap = Heap::format(&pm, REGION, shift).expect("format over an old heap");
+        assert_eq!(heap.usage().allocated_blocks, 0, "shift {shift}");
+        assert_eq!(heap.usage().free_chunks, heap.layout().chunk_count);
+        drop(heap);
+        let heap = open_and_check(&pm).expect("reopen");
+        alloc(&pm, &heap, 64);
+    }
+}
