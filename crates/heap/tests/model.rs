@@ -460,7 +460,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(128))]
+    #![proptest_config(ProptestConfig::with_cases(256))]
     #[test]
     fn the_heap_behaves_as_its_model(
         shift in prop_oneof![Just(12u32), Just(14)],
