@@ -273,3 +273,26 @@ fn formatting_over_an_old_heap_gives_an_empty_heap() {
         alloc(&pm, &heap, 64);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+    /// Actions come back from logs: whatever 16 bytes decode, the action stays inside the
+    /// pool, re-encodes to the same bytes, and applies without panicking.
+    #[test]
+    fn decoded_actions_stay_in_the_pool(
+        op in 0u64..8,
+        addr in prop_oneof![0u64..8192, any::<u64>()],
+        operand in prop_oneof![0u64..4096, Just(MAX_VALUE), any::<u64>()],
+    ) {
+        const POOL: u64 = 8192;
+        let mut bytes = [0u8; heap::ACTION_LEN];
+        bytes[..8].copy_from_slice(&((op << 56) | (addr & ((1 << 56) - 1))).to_le_bytes());
+        bytes[8..].copy_from_slice(&operand.to_le_bytes());
+        if let Ok(action) = heap::Action::decode(&bytes, POOL) {
+            prop_assert!(action.addr() + action.len() <= POOL, "{action:?}");
+            prop_assert_eq!(action.encode(), bytes);
+            let pm = SimPm::new(POOL, Default::default());
+            action.apply(&pm);
+        }
+    }
+}
