@@ -17,6 +17,7 @@
 //! was rewritten (with a valid check) disagrees with the marker of its chunk.
 
 use crate::HeapError;
+use pmem::checked;
 use pmem::{Persist, Region, WriteClass};
 
 /// Identifies a Ferrite heap.
@@ -272,17 +273,33 @@ impl Layout {
         b
     }
 
-    /// Writes a fresh heap (all chunks free) into `region` and persists it. The header is
-    /// persisted last, so an interrupted format leaves no valid heap.
+    /// Writes a fresh heap (all chunks free) into `region` and persists it. The region may
+    /// hold an old heap: its header is invalidated first and persisted, and the new header
+    /// last, so an interrupted format leaves no valid heap (not an old header over half-cleared
+    /// metadata).
     pub fn format<P: Persist>(pm: &P, region: Region, chunk_shift: u32) -> Result<Self, HeapError> {
         let layout = Self::plan(region, chunk_shift)?;
+        pm.fill(layout.start, HEADER_LEN, 0, WriteClass::Meta);
+        pm.persist(layout.start, HEADER_LEN);
         pm.fill(
             layout.descriptors,
             8 * layout.chunk_count,
             0,
             WriteClass::Meta,
         );
-        pm.persist(layout.descriptors, 8 * layout.chunk_count);
+        pm.flush(layout.descriptors, 8 * layout.chunk_count);
+        // A run marker left by an old heap over a FREE chunk reads, with its bitmap, as a run
+        // whose descriptor was lost, and rebuild refuses the heap: clear every valid marker
+        // (only those, so formatting a fresh, zeroed region writes no chunk).
+        for chunk in 0..layout.chunk_count {
+            let at = layout.chunk_start(chunk);
+            let marker = checked::open(pm.read_u64(at), at, MARKER_WORD).ok();
+            if marker.and_then(marker_class).is_some() {
+                pm.write_u64(at, 0, WriteClass::Meta);
+                pm.flush(at, 8);
+            }
+        }
+        pm.fence();
         pm.write(layout.start, &layout.encode_header(), WriteClass::Meta);
         pm.persist(layout.start, HEADER_LEN);
         Ok(layout)
@@ -312,7 +329,14 @@ impl Layout {
                 half(8)
             )));
         }
-        let expected = Self::plan(region, half(12))?;
+        // The shift comes from the media: a checksummed header whose shift no heap of this
+        // region can have is damage (or another format), not a bad argument of the caller.
+        let expected = Self::plan(region, half(12)).map_err(|error| match error {
+            HeapError::InvalidArgument(text) => {
+                HeapError::Corrupted(format!("heap header geometry: {text}"))
+            }
+            other => other,
+        })?;
         let found = Layout {
             start: region.offset,
             chunk_shift: half(12),
