@@ -144,3 +144,12 @@ fn a_signal_main_blocks_reaches_a_thread_that_does_not() {
 fn a_signal_from_outside_reaches_a_threads_signalfd() {
     holds("signalfdthread");
 }
+
+/// A handler that calls `sigaction` (async-signal-safe) while its thread is inside its own
+/// `sigaction` does not stall on the runtime's table lock that thread holds (it spun 100,000
+/// `sched_yield` calls, then took the lock away from the code it interrupted). The window is
+/// narrow: `runtime::dispositions`'s unit test constructs it deterministically.
+#[test]
+fn a_handlers_sigaction_does_not_wait_for_its_own_thread() {
+    holds("handleraction");
+}

@@ -91,6 +91,16 @@
  *   signalfdthread every thread blocks SIGTERM and one reads it from a signalfd while main
  *                 joins it; SIGTERM sent to the program's pid from outside reaches that
  *                 signalfd with the sender's pid (before: it stayed pending in main).
+ *   handleraction a thread's handler of a timer (SIGPROF every 500 us) calls sigaction, as
+ *                 a handler may (sigaction is async-signal-safe), while the thread itself
+ *                 calls sigaction in a loop for 0.25 s (each call publishes the action to
+ *                 main under the runtime's table lock): at least 20 handler calls are made
+ *                 and none of their sigaction calls stalls for 40 ms or more. Before, one
+ *                 that interrupted the thread's own sigaction while it held the lock spun
+ *                 100,000 sched_yield calls waiting for itself (38 and 72 ms seen), then took
+ *                 the lock away from the code it interrupted. The window is a few
+ *                 microseconds, so this run rarely hits it; the runtime's unit test
+ *                 (dispositions.rs) constructs the case deterministically.
  * Every mode ends itself with alarm(10) if it hangs.
  */
 #define _GNU_SOURCE
@@ -106,6 +116,7 @@
 #include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1094,6 +1105,87 @@ static void signalfdthread(void) {
         fail("signalfdthread", "SIGTERM to the program's pid did not reach the thread's signalfd");
 }
 
+static void on_nothing(int signal) {
+    (void)signal;
+}
+
+static long long monotonic_ns(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
+}
+
+static volatile sig_atomic_t prof_calls;
+static atomic_llong prof_slowest_ns;
+
+/* SIGPROF: installs SIGUSR1's (unchanged) action again, timing the call. */
+static void on_prof(int signal) {
+    (void)signal;
+    int saved = errno;
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = on_nothing;
+    sigemptyset(&action.sa_mask);
+    long long started = monotonic_ns();
+    sigaction(SIGUSR1, &action, NULL);
+    long long took = monotonic_ns() - started;
+    if (took > atomic_load(&prof_slowest_ns))
+        atomic_store(&prof_slowest_ns, took);
+    prof_calls++;
+    errno = saved;
+}
+
+static void *publish_in_a_loop(void *unused) {
+    (void)unused;
+    struct sigaction prof;
+    memset(&prof, 0, sizeof prof);
+    prof.sa_handler = on_prof;
+    prof.sa_flags = SA_RESTART;
+    sigemptyset(&prof.sa_mask);
+    if (sigaction(SIGPROF, &prof, NULL) != 0)
+        fail("handleraction", "sigaction(SIGPROF)");
+    /* A POSIX timer of this thread's process (its own signal, SI_TIMER), every 500 us of
+     * wall-clock time: most land between the loop's sigaction calls, some inside one. */
+    struct sigevent event;
+    memset(&event, 0, sizeof event);
+    event.sigev_notify = SIGEV_SIGNAL;
+    event.sigev_signo = SIGPROF;
+    timer_t timer;
+    if (timer_create(CLOCK_MONOTONIC, &event, &timer) != 0)
+        fail("handleraction", "timer_create");
+    struct itimerspec every = {{0, 500000}, {0, 500000}};
+    if (timer_settime(timer, 0, &every, NULL) != 0)
+        fail("handleraction", "timer_settime");
+    struct sigaction other;
+    memset(&other, 0, sizeof other);
+    other.sa_handler = on_nothing;
+    sigemptyset(&other.sa_mask);
+    long long deadline = monotonic_ns() + 250000000LL;
+    while (monotonic_ns() < deadline)
+        sigaction(SIGUSR2, &other, NULL);
+    timer_delete(timer);
+    return NULL;
+}
+
+static void handleraction(void) {
+    pthread_t thread;
+    pthread_create(&thread, NULL, publish_in_a_loop, NULL);
+    pthread_join(thread, NULL);
+    /* The thread's globals are in the persistent heap: main sees them after the join. */
+    long long slowest = atomic_load(&prof_slowest_ns);
+    fprintf(stderr, "handleraction: %d handler calls, slowest sigaction %lld ns\n",
+            (int)prof_calls, slowest);
+    if (prof_calls < 20) {
+        printf("handleraction: %d handler calls\n", (int)prof_calls);
+        fail("handleraction", "too few SIGPROF handler calls to tell");
+    }
+    if (slowest >= 40000000LL) {
+        printf("handleraction: slowest sigaction in the handler %lld ns (%d calls)\n", slowest,
+               (int)prof_calls);
+        fail("handleraction", "a handler's sigaction stalled on the table lock its thread held");
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: signals MODE\n");
@@ -1135,6 +1227,8 @@ int main(int argc, char **argv) {
         heldhandler();
     else if (strcmp(mode, "signalfdthread") == 0)
         signalfdthread();
+    else if (strcmp(mode, "handleraction") == 0)
+        handleraction();
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
