@@ -153,3 +153,12 @@ fn a_signal_from_outside_reaches_a_threads_signalfd() {
 fn a_handlers_sigaction_does_not_wait_for_its_own_thread() {
     holds("handleraction");
 }
+
+/// A signal that arrives while the program changes its action runs the old handler under
+/// the old action or the new one under the new action, never the new handler under the
+/// old action's mask and flags (the runtime's record of the program's action was updated
+/// before the kernel's).
+#[test]
+fn a_signal_during_sigaction_sees_one_whole_action() {
+    holds("tornaction");
+}

@@ -101,6 +101,14 @@
  *                 the lock away from the code it interrupted. The window is a few
  *                 microseconds, so this run rarely hits it; the runtime's unit test
  *                 (dispositions.rs) constructs the case deterministically.
+ *   tornaction    main switches SIGUSR1's action back and forth between two handlers with
+ *                 different masks (one blocks SIGUSR2 while it runs, the other does not)
+ *                 for 0.25 s while a timer sends it SIGUSR1 every 20 us: each handler runs
+ *                 with its own action's mask, never with the other's (before, a signal
+ *                 arriving while the library's sigaction recorded the new action for the
+ *                 runtime's trampoline, before the kernel had it, ran the new handler under
+ *                 the old action's mask and flags: a SA_SIGINFO handler could be called
+ *                 without its siginfo).
  * Every mode ends itself with alarm(10) if it hangs.
  */
 #define _GNU_SOURCE
@@ -1186,6 +1194,71 @@ static void handleraction(void) {
     }
 }
 
+static volatile sig_atomic_t torn_calls;
+static volatile sig_atomic_t torn_seen;
+
+static int usr2_blocked(void) {
+    sigset_t now;
+    sigprocmask(SIG_BLOCK, NULL, &now);
+    return sigismember(&now, SIGUSR2);
+}
+
+/* Installed with SIGUSR2 in its mask. */
+static void with_usr2_blocked(int signal) {
+    (void)signal;
+    int saved = errno;
+    torn_calls++;
+    if (!usr2_blocked())
+        torn_seen++;
+    errno = saved;
+}
+
+/* Installed with an empty mask. */
+static void with_usr2_open(int signal) {
+    (void)signal;
+    int saved = errno;
+    torn_calls++;
+    if (usr2_blocked())
+        torn_seen++;
+    errno = saved;
+}
+
+static void tornaction(void) {
+    struct sigaction blocking, open;
+    memset(&blocking, 0, sizeof blocking);
+    blocking.sa_handler = with_usr2_blocked;
+    sigemptyset(&blocking.sa_mask);
+    sigaddset(&blocking.sa_mask, SIGUSR2);
+    memset(&open, 0, sizeof open);
+    open.sa_handler = with_usr2_open;
+    sigemptyset(&open.sa_mask);
+    if (sigaction(SIGUSR1, &open, NULL) != 0)
+        fail("tornaction", "sigaction");
+    struct sigevent event;
+    memset(&event, 0, sizeof event);
+    event.sigev_notify = SIGEV_SIGNAL;
+    event.sigev_signo = SIGUSR1;
+    timer_t timer;
+    if (timer_create(CLOCK_MONOTONIC, &event, &timer) != 0)
+        fail("tornaction", "timer_create");
+    struct itimerspec every = {{0, 20000}, {0, 20000}};
+    if (timer_settime(timer, 0, &every, NULL) != 0)
+        fail("tornaction", "timer_settime");
+    long long deadline = monotonic_ns() + 250000000LL;
+    long switches = 0;
+    while (monotonic_ns() < deadline) {
+        sigaction(SIGUSR1, switches % 2 ? &open : &blocking, NULL);
+        switches++;
+    }
+    timer_delete(timer);
+    fprintf(stderr, "tornaction: %ld switches, %d handler calls, %d under the other's mask\n",
+            switches, (int)torn_calls, (int)torn_seen);
+    if (torn_calls < 100)
+        fail("tornaction", "too few handler calls to tell");
+    if (torn_seen != 0)
+        fail("tornaction", "a handler ran under the other action's mask");
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: signals MODE\n");
@@ -1229,6 +1302,8 @@ int main(int argc, char **argv) {
         signalfdthread();
     else if (strcmp(mode, "handleraction") == 0)
         handleraction();
+    else if (strcmp(mode, "tornaction") == 0)
+        tornaction();
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
