@@ -162,3 +162,10 @@ fn a_handlers_sigaction_does_not_wait_for_its_own_thread() {
 fn a_signal_during_sigaction_sees_one_whole_action() {
     holds("tornaction");
 }
+
+/// A signal handler's write to the persistent heap that lands in the runtime's merge of its
+/// thread's pages is neither taken for a crash nor lost.
+#[test]
+fn a_handlers_heap_write_during_a_merge_is_kept() {
+    holds("handlerwrites");
+}

@@ -342,3 +342,59 @@ pub(super) fn exit_if_asked() {
         unsafe { libc::_exit((asked - 1) as i32) };
     }
 }
+
+/// The program's handlers held off in this process until dropped (the mask before
+/// restored): every signal but the synchronous ones and the runtime's notification
+/// ([`crate::pages::asynchronous_signals`]; the notification's handler writes no tracked
+/// page) is blocked, with the system call (the library's `sigprocmask` is the program's).
+///
+/// Held across a merge and a catch-up, which change this process's dirty list,
+/// protections, twins and kept copies. A handler that wrote a tracked page in the middle
+/// (as a handler may write to a `volatile sig_atomic_t` or a lock-free atomic there) took
+/// its write fault on a page already write-protected but still marked dirty, which the
+/// tracker took for the program's own fault (the thread died of `SIGSEGV`), or dirtied a
+/// page that the end of the interval then dropped from its dirty list or discarded (the
+/// write lost). Held off, the handler runs when the merge is done, as if the signal had
+/// come a moment later.
+#[derive(Debug)]
+pub(super) struct HandlersHeldOff(libc::sigset_t);
+
+impl HandlersHeldOff {
+    pub(super) fn new() -> Self {
+        // SAFETY: a zeroed sigset_t is a valid value, filled below.
+        let mut block: libc::sigset_t = unsafe { std::mem::zeroed() };
+        crate::pages::asynchronous_signals(&mut block);
+        // SAFETY: `block` is a valid set.
+        unsafe { libc::sigdelset(&mut block, super::dispositions::notify_signal()) };
+        // SAFETY: a zeroed sigset_t is a valid value, overwritten by the system call.
+        let mut before: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: rt_sigprocmask with the kernel's sigset size (8 bytes) reads `block` and
+        // writes `before`.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_BLOCK,
+                &block as *const libc::sigset_t,
+                &mut before as *mut libc::sigset_t,
+                8usize,
+            )
+        };
+        Self(before)
+    }
+}
+
+impl Drop for HandlersHeldOff {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask read by `new`; a signal that arrived meanwhile is
+        // delivered as the system call returns.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_SETMASK,
+                &self.0 as *const libc::sigset_t,
+                std::ptr::null_mut::<libc::sigset_t>(),
+                8usize,
+            )
+        };
+    }
+}
