@@ -735,6 +735,11 @@ extern "C" fn trampoline(signal: i32, info: *mut libc::siginfo_t, context: *mut 
     };
     // SAFETY: `__errno_location` returns this thread's errno; saved for the program.
     let errno = unsafe { *libc::__errno_location() };
+    if super::signals::defer_if_held_off(signal, info, context) {
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = errno };
+        return;
+    }
     let action = from_words(std::array::from_fn(|w| {
         PROGRAM[i][w].load(Ordering::Relaxed)
     }));
