@@ -726,12 +726,16 @@ impl Tracker {
         diff::spans(self.private_page(page), self.twin_page(page), out);
     }
 
-    /// The private view of `page`. Only for pages that are dirty (private to this process):
-    /// other pages may change under the caller as other processes merge.
+    /// The private view of `page`, which must be dirty (private to this process): another
+    /// page may change under the caller as other processes merge, which a `&[u8]` must
+    /// not, so a page that is not dirty panics (this is a safe function).
     pub fn private_page(&self, page: usize) -> &[u8] {
+        assert!(is_set(&self.dirty_bits, page), "page {page} is not dirty");
         let (private, _) = self.addresses(page * PAGE);
-        // SAFETY: a whole page of a private mapping, which is always readable; the caller
-        // reads only dirty pages, which no other process can change (they are private copies).
+        // SAFETY: a whole page of a private mapping, which is always readable; the page is
+        // dirty (checked above): this process's own copy, which no other process changes,
+        // and which the program's handlers do not write while the runtime holds the slice
+        // (merges hold them off, `runtime::signals::HandlersHeldOff`).
         unsafe { std::slice::from_raw_parts(private, PAGE) }
     }
 
@@ -1733,8 +1737,9 @@ pub fn program_segv_action() -> libc::sigaction {
     action
 }
 
-/// Records `action` as the program's `SIGSEGV` action (the handler last, so a fault in
-/// between finds the previous handler or the new one with its flags and mask).
+/// Records `action` as the program's `SIGSEGV` action, the handler last. Not atomic: a
+/// fault in between (only from a handler of another signal interrupting this, as
+/// `SIGSEGV` is synchronous) finds the previous handler with the new mask and flags.
 pub fn set_program_segv_action(action: &libc::sigaction) {
     // SAFETY: sigset_t is MASK_WORDS plain 8-byte words.
     let mask: &[u64; MASK_WORDS] = unsafe { &*(&raw const action.sa_mask).cast() };

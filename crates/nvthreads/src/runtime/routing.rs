@@ -735,15 +735,21 @@ extern "C" fn trampoline(signal: i32, info: *mut libc::siginfo_t, context: *mut 
     };
     // SAFETY: `__errno_location` returns this thread's errno; saved for the program.
     let errno = unsafe { *libc::__errno_location() };
-    if super::signals::defer_if_held_off(signal, info, context) {
-        // SAFETY: as above.
-        unsafe { *libc::__errno_location() = errno };
-        return;
-    }
     let action = from_words(std::array::from_fn(|w| {
         PROGRAM[i][w].load(Ordering::Relaxed)
     }));
     let one_shot = action.sa_flags & libc::SA_RESETHAND != 0;
+    if super::signals::defer_if_held_off(signal, info, context) {
+        if one_shot {
+            // The kernel reset the action for this delivery, which comes again once the
+            // merge is done: it must find the trampoline (and is taken, or not, then).
+            let installed = to_install(signal, &action);
+            crate::pages::glibc_sigaction(signal, &installed, std::ptr::null_mut());
+        }
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = errno };
+        return;
+    }
     // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
     let taken = info.is_null() || takes(signal, unsafe { &mut *info }, false);
     if one_shot {
