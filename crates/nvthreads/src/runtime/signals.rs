@@ -367,10 +367,10 @@ static DEFERRED: AtomicU64 = AtomicU64::new(0);
 /// flag costs two atomic operations (0.120 s), and system calls only when a signal came
 /// meanwhile.
 #[derive(Debug)]
-pub(super) struct HandlersHeldOff(());
+pub(crate) struct HandlersHeldOff(());
 
 impl HandlersHeldOff {
-    pub(super) fn new() -> Self {
+    pub(crate) fn new() -> Self {
         HELD_OFF.fetch_add(1, Ordering::SeqCst);
         Self(())
     }
