@@ -96,27 +96,30 @@ unsafe fn install_here(
             return unsafe { real(signal, act, old) };
         }
         // A handler goes behind the runtime's trampoline (`runtime::routing`), and the
-        // program reads back its own.
-        // SAFETY: a zeroed sigaction is a valid value to be overwritten.
-        let mut before: libc::sigaction = unsafe { std::mem::zeroed() };
-        // SAFETY: reading the current action into `before`.
-        if unsafe { real(signal, std::ptr::null(), &mut before) } != 0 {
-            return -1;
-        }
-        let view = routing::program_view(signal, &before);
-        if !act.is_null() {
-            // SAFETY: `act` is valid (the caller's contract).
-            let install = routing::to_install(signal, unsafe { &*act });
-            // SAFETY: a valid action.
-            if unsafe { real(signal, &install, std::ptr::null_mut()) } != 0 {
+        // program reads back its own. The record and the kernel's action change together:
+        // the signal waits meanwhile (`routing::with_blocked`).
+        return routing::with_blocked(signal, || {
+            // SAFETY: a zeroed sigaction is a valid value to be overwritten.
+            let mut before: libc::sigaction = unsafe { std::mem::zeroed() };
+            // SAFETY: reading the current action into `before`.
+            if unsafe { real(signal, std::ptr::null(), &mut before) } != 0 {
                 return -1;
             }
-        }
-        if !old.is_null() {
-            // SAFETY: `old` is writable (the caller's contract).
-            unsafe { old.write(view) };
-        }
-        return 0;
+            let view = routing::program_view(signal, &before);
+            if !act.is_null() {
+                // SAFETY: `act` is valid (the caller's contract).
+                let install = routing::to_install(signal, unsafe { &*act });
+                // SAFETY: a valid action.
+                if unsafe { real(signal, &install, std::ptr::null_mut()) } != 0 {
+                    return -1;
+                }
+            }
+            if !old.is_null() {
+                // SAFETY: `old` is writable (the caller's contract).
+                unsafe { old.write(view) };
+            }
+            0
+        });
     }
     if signal == libc::SIGSEGV {
         // SAFETY: the caller's contract.

@@ -50,10 +50,15 @@ impl Runtime {
         };
         self.note_block(arena, &block);
         // The block may have been another thread's: this process's copies of its pages can
-        // predate that thread's merges.
+        // predate that thread's merges. A handler of the program writing another block of
+        // one of those pages in the middle (between a kept copy's removal and its discard)
+        // would lose its write and leave a dirty page whose twin predates the discard; it
+        // runs afterwards instead.
+        let held_off = crate::runtime::signals::HandlersHeldOff::new();
         self.tracker
             .refresh_range(block.addr, block.size)
             .unwrap_or_else(|e| fatal(&e.to_string()));
+        drop(held_off);
         let at = block.addr as *mut u8;
         if zero && !block.fresh {
             // SAFETY: the block is `block.size ≥ size` bytes of the arena's mapped region,

@@ -726,12 +726,16 @@ impl Tracker {
         diff::spans(self.private_page(page), self.twin_page(page), out);
     }
 
-    /// The private view of `page`. Only for pages that are dirty (private to this process):
-    /// other pages may change under the caller as other processes merge.
+    /// The private view of `page`, which must be dirty (private to this process): another
+    /// page may change under the caller as other processes merge, which a `&[u8]` must
+    /// not, so a page that is not dirty panics (this is a safe function).
     pub fn private_page(&self, page: usize) -> &[u8] {
+        assert!(is_set(&self.dirty_bits, page), "page {page} is not dirty");
         let (private, _) = self.addresses(page * PAGE);
-        // SAFETY: a whole page of a private mapping, which is always readable; the caller
-        // reads only dirty pages, which no other process can change (they are private copies).
+        // SAFETY: a whole page of a private mapping, which is always readable; the page is
+        // dirty (checked above): this process's own copy, which no other process changes,
+        // and which the program's handlers do not write while the runtime holds the slice
+        // (merges hold them off, `runtime::signals::HandlersHeldOff`).
         unsafe { std::slice::from_raw_parts(private, PAGE) }
     }
 
@@ -1733,8 +1737,9 @@ pub fn program_segv_action() -> libc::sigaction {
     action
 }
 
-/// Records `action` as the program's `SIGSEGV` action (the handler last, so a fault in
-/// between finds the previous handler or the new one with its flags and mask).
+/// Records `action` as the program's `SIGSEGV` action, the handler last. Not atomic: a
+/// fault in between (only from a handler of another signal interrupting this, as
+/// `SIGSEGV` is synchronous) finds the previous handler with the new mask and flags.
 pub fn set_program_segv_action(action: &libc::sigaction) {
     // SAFETY: sigset_t is MASK_WORDS plain 8-byte words.
     let mask: &[u64; MASK_WORDS] = unsafe { &*(&raw const action.sa_mask).cast() };
@@ -1745,10 +1750,36 @@ pub fn set_program_segv_action(action: &libc::sigaction) {
     PROGRAM_HANDLER.store(action.sa_sigaction, Ordering::Release);
 }
 
+/// Fills `set` with every signal but the synchronous ones (`SIGSEGV`, `SIGBUS`, `SIGILL`,
+/// `SIGFPE`, `SIGTRAP`, `SIGSYS`) and glibc's internal ones (`sigfillset` leaves those out):
+/// the mask of the tracker's handler. A handler of the program (behind the runtime's
+/// trampoline) that ran inside it and wrote a tracked page took its write fault while
+/// `SIGSEGV` was blocked, and the kernel killed the process (no handler, no message), or
+/// re-entered [`Tracker::on_fault`] halfway through a fault: the same twin slot and dirty
+/// list position given to two pages, or a page of the outer fault's window, already marked
+/// dirty but not yet writable, taken for the program's own fault.
+pub(crate) fn asynchronous_signals(set: &mut libc::sigset_t) {
+    // SAFETY: sigfillset and sigdelset write the sigset_t they are given.
+    unsafe {
+        libc::sigfillset(set);
+        for fault in [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGILL,
+            libc::SIGFPE,
+            libc::SIGTRAP,
+            libc::SIGSYS,
+        ] {
+            libc::sigdelset(set, fault);
+        }
+    }
+}
+
 /// Calls the program's `SIGSEGV` handler for a fault that is not a tracked write, as the
-/// kernel would have (its mask added to the signals blocked while it runs, `SA_NODEFER`
-/// and `SA_RESETHAND` honoured); false when the program has none (default or ignored: the
-/// process dies of the fault). Async-signal-safe.
+/// kernel would have: with the interrupted code's mask (from `context`; the tracker's
+/// handler blocks more, [`asynchronous_signals`]) plus the handler's own mask and, unless
+/// `SA_NODEFER`, `SIGSEGV`; `SA_RESETHAND` honoured. False when the program has none
+/// (default or ignored: the process dies of the fault). Async-signal-safe.
 fn pass_to_program(signal: i32, info: *mut libc::siginfo_t, context: *mut libc::c_void) -> bool {
     let handler = PROGRAM_HANDLER.load(Ordering::Acquire);
     if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
@@ -1758,18 +1789,36 @@ fn pass_to_program(signal: i32, info: *mut libc::siginfo_t, context: *mut libc::
     if flags & libc::SA_RESETHAND != 0 {
         PROGRAM_HANDLER.store(libc::SIG_DFL, Ordering::Release);
     }
-    let mut action = program_segv_action();
-    // SAFETY: sigprocmask on valid sets; the kernel restores the interrupted code's mask
-    // when this handler returns (a siglongjmp restores the one its sigsetjmp saved).
+    let action = program_segv_action();
+    // SAFETY: a zeroed sigset_t is a valid (empty) set.
+    let mut mask: libc::sigset_t = unsafe { std::mem::zeroed() };
+    if !context.is_null() {
+        // SAFETY: the kernel passes an SA_SIGINFO handler a valid ucontext_t, whose
+        // uc_sigmask is the mask of the code the fault interrupted.
+        mask = unsafe { (*context.cast::<libc::ucontext_t>()).uc_sigmask };
+    }
+    // SAFETY: set operations and the rt_sigprocmask system call (the library's
+    // `sigprocmask` is the program's) on valid sets, with the kernel's sigset size (8
+    // bytes); the kernel restores the interrupted code's mask when this handler returns (a
+    // siglongjmp restores the one its sigsetjmp saved).
     unsafe {
-        if flags & libc::SA_NODEFER != 0 {
-            libc::sigdelset(&mut action.sa_mask, signal);
-            let mut own: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut own);
-            libc::sigaddset(&mut own, signal);
-            libc::sigprocmask(libc::SIG_UNBLOCK, &own, ptr::null_mut());
+        for signal in 1..=64 {
+            if libc::sigismember(&action.sa_mask, signal) == 1 {
+                libc::sigaddset(&mut mask, signal);
+            }
         }
-        libc::sigprocmask(libc::SIG_BLOCK, &action.sa_mask, ptr::null_mut());
+        if flags & libc::SA_NODEFER == 0 {
+            libc::sigaddset(&mut mask, signal);
+        } else {
+            libc::sigdelset(&mut mask, signal);
+        }
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &mask as *const libc::sigset_t,
+            ptr::null_mut::<libc::sigset_t>(),
+            8usize,
+        );
     }
     call_program_handler(handler, flags, signal, info, context);
     true
@@ -1973,7 +2022,7 @@ fn install_handler() -> io::Result<()> {
         let handler: extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void) = on_segv;
         action.sa_sigaction = handler as usize;
         action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
-        libc::sigemptyset(&mut action.sa_mask);
+        asynchronous_signals(&mut action.sa_mask);
         if glibc_sigaction(libc::SIGSEGV, &action, ptr::null_mut()) != 0 {
             return os_error("sigaction(SIGSEGV)");
         }

@@ -144,3 +144,28 @@ fn a_signal_main_blocks_reaches_a_thread_that_does_not() {
 fn a_signal_from_outside_reaches_a_threads_signalfd() {
     holds("signalfdthread");
 }
+
+/// A handler that calls `sigaction` (async-signal-safe) while its thread is inside its own
+/// `sigaction` does not stall on the runtime's table lock that thread holds (it spun 100,000
+/// `sched_yield` calls, then took the lock away from the code it interrupted). The window is
+/// narrow: `runtime::dispositions`'s unit test constructs it deterministically.
+#[test]
+fn a_handlers_sigaction_does_not_wait_for_its_own_thread() {
+    holds("handleraction");
+}
+
+/// A signal that arrives while the program changes its action runs the old handler under
+/// the old action or the new one under the new action, never the new handler under the
+/// old action's mask and flags (the runtime's record of the program's action was updated
+/// before the kernel's).
+#[test]
+fn a_signal_during_sigaction_sees_one_whole_action() {
+    holds("tornaction");
+}
+
+/// A signal handler's write to the persistent heap that lands in the runtime's merge of its
+/// thread's pages is neither taken for a crash nor lost.
+#[test]
+fn a_handlers_heap_write_during_a_merge_is_kept() {
+    holds("handlerwrites");
+}

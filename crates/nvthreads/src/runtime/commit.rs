@@ -228,6 +228,7 @@ impl Runtime {
     /// published into since they were taken, and rebases dirty ones (after synchronising).
     pub(super) fn refresh_kept(&self) {
         let _timer = self.shared.profile.time(Step::CatchUp);
+        let _held_off = super::signals::HandlersHeldOff::new();
         self.tracker
             .catch_up()
             .unwrap_or_else(|e| fatal(&e.to_string()));
@@ -265,6 +266,7 @@ impl Runtime {
             // Unprofiled, no shared line is touched for the count (read only when profiled).
             profile.sections.fetch_add(1, Ordering::Relaxed);
         }
+        let _held_off = super::signals::HandlersHeldOff::new();
         let handover = profile.time(Step::Handover);
         self.merge_published(MergeEnd::Section);
         let reset_first = self.has_pending_frees();
@@ -298,6 +300,7 @@ impl Runtime {
     /// Logs this process's changes, publishes them to the shared view and ends the tracking
     /// interval; at a section's end, leaves its group (closing it if last).
     pub(super) fn merge(&self, end: MergeEnd, force_drop: bool) {
+        let _held_off = super::signals::HandlersHeldOff::new();
         self.merge_published(end);
         self.finish_interval(force_drop);
     }

@@ -59,6 +59,18 @@ pub fn notify_signal() -> i32 {
 }
 
 impl Dispositions {
+    /// Runs `section` holding the table's lock, every asynchronous signal blocked meanwhile
+    /// ([`Blocked`]): the lock is not reentrant, and the handlers that take it (the
+    /// notification's, a one-shot handler's reset, a program handler calling `sigaction`)
+    /// must not run in this process while it holds it.
+    fn locked<R>(&self, section: impl FnOnce() -> R) -> R {
+        let _blocked = Blocked::asynchronous();
+        self.lock();
+        let result = section();
+        self.unlock();
+        result
+    }
+
     fn lock(&self) {
         // Held only for a copy of a few words by a process that blocks the notification
         // meanwhile; a holder killed inside is not waited for more than a moment.
@@ -121,30 +133,30 @@ pub(super) fn apply_pending() {
     let mut generation = table.generation.load(Ordering::SeqCst);
     let applied = APPLIED.load(Ordering::Relaxed);
     if generation != applied {
-        let _blocked = Blocked::notify_and_sigchld();
-        table.lock();
-        generation = table.generation.load(Ordering::Relaxed);
-        for signal in 1..SIGNALS {
-            if table.changed[signal].load(Ordering::Relaxed) > applied {
-                // SAFETY: a zeroed sigaction is a valid value, overwritten word by word.
-                let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
-                // SAFETY: sigaction is WORDS plain 8-byte words.
-                let words: &mut [u64; WORDS] = unsafe { &mut *(&raw mut action).cast() };
-                for (word, published) in words.iter_mut().zip(&table.actions[signal]) {
-                    *word = published.load(Ordering::Relaxed);
+        generation = table.locked(|| {
+            let generation = table.generation.load(Ordering::Relaxed);
+            for signal in 1..SIGNALS {
+                if table.changed[signal].load(Ordering::Relaxed) > applied {
+                    // SAFETY: a zeroed sigaction is a valid value, overwritten word by word.
+                    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+                    // SAFETY: sigaction is WORDS plain 8-byte words.
+                    let words: &mut [u64; WORDS] = unsafe { &mut *(&raw mut action).cast() };
+                    for (word, published) in words.iter_mut().zip(&table.actions[signal]) {
+                        *word = published.load(Ordering::Relaxed);
+                    }
+                    install(signal as i32, &action);
                 }
-                install(signal as i32, &action);
             }
-        }
-        APPLIED.store(generation, Ordering::Relaxed);
-        table.unlock();
+            APPLIED.store(generation, Ordering::Relaxed);
+            generation
+        });
     }
     table.acked[super::me() as usize].fetch_max(generation, Ordering::Release);
 }
 
 /// Installs `action` for `signal` in this process as the library's `sigaction` would:
 /// `SIGSEGV`'s is recorded for the page tracker, `SIGCHLD`'s goes behind its filter.
-/// `SIGCHLD` is blocked by the caller.
+/// `SIGCHLD` is blocked by the caller (as every asynchronous signal, [`Dispositions::locked`]).
 fn install(signal: i32, action: &libc::sigaction) {
     if signal == libc::SIGSEGV && crate::pages::Tracker::active().is_some() {
         crate::pages::set_program_segv_action(action);
@@ -180,9 +192,7 @@ pub fn publish(signal: i32, action: &libc::sigaction) {
         return;
     }
     let table = &shared.dispositions;
-    let generation = {
-        let _blocked = Blocked::notify_and_sigchld();
-        table.lock();
+    let generation = table.locked(|| {
         // SAFETY: sigaction is WORDS plain 8-byte words.
         let words: &[u64; WORDS] = unsafe { &*(action as *const libc::sigaction).cast() };
         for (word, published) in words.iter().zip(&table.actions[index]) {
@@ -191,9 +201,8 @@ pub fn publish(signal: i32, action: &libc::sigaction) {
         let generation = table.generation.load(Ordering::Relaxed) + 1;
         table.changed[index].store(generation, Ordering::Relaxed);
         table.generation.store(generation, Ordering::SeqCst);
-        table.unlock();
         generation
-    };
+    });
     // This process has the action; it applies the others' it may not have yet.
     apply_pending();
     let me = super::me() as usize;
@@ -229,21 +238,37 @@ pub(super) fn thread_started(slot: &crate::shared::ThreadSlot) {
     apply_pending();
 }
 
-/// [`notify_signal`] and `SIGCHLD` blocked in this process until dropped (the mask before
-/// restored), with the system call: the library's `sigprocmask` keeps the notification
-/// unblocked.
+/// Every signal but the synchronous ones blocked in this process until dropped (the mask
+/// before restored), with the system call: the library's `sigprocmask` keeps the
+/// notification unblocked. Held around the table's lock, which is not reentrant: a handler
+/// that ran while this process held it and reached it again (the notification's
+/// [`apply_pending`], a one-shot handler's reset in `routing::trampoline`, or the program's
+/// own handler calling `sigaction`, which is async-signal-safe) spun for the lock its own
+/// process held, then took it and released it under the interrupted code. The faults
+/// (`SIGSEGV`, `SIGBUS`, `SIGILL`, `SIGFPE`, `SIGTRAP`, `SIGSYS`) stay unblocked: one raised
+/// by the code holding the lock would otherwise kill the process, and the section holding
+/// the lock writes nothing the page tracker faults on (the table and this module's statics
+/// only). glibc's internal signals (32 and 33) stay unblocked, as `sigfillset` leaves them.
 struct Blocked(libc::sigset_t);
 
 impl Blocked {
-    fn notify_and_sigchld() -> Self {
-        // SAFETY: sigset_t is plain data, filled by sigemptyset/sigaddset; rt_sigprocmask
+    fn asynchronous() -> Self {
+        // SAFETY: sigset_t is plain data, filled by sigfillset/sigdelset; rt_sigprocmask
         // with the kernel's sigset size (8 bytes) reads `block` and writes `before`.
         unsafe {
             let mut block: libc::sigset_t = std::mem::zeroed();
             let mut before: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut block);
-            libc::sigaddset(&mut block, notify_signal());
-            libc::sigaddset(&mut block, libc::SIGCHLD);
+            libc::sigfillset(&mut block);
+            for fault in [
+                libc::SIGSEGV,
+                libc::SIGBUS,
+                libc::SIGILL,
+                libc::SIGFPE,
+                libc::SIGTRAP,
+                libc::SIGSYS,
+            ] {
+                libc::sigdelset(&mut block, fault);
+            }
             libc::syscall(
                 libc::SYS_rt_sigprocmask,
                 libc::SIG_BLOCK,
@@ -258,7 +283,7 @@ impl Blocked {
 
 impl Drop for Blocked {
     fn drop(&mut self) {
-        // SAFETY: restores the mask read by `notify_and_sigchld`.
+        // SAFETY: restores the mask read by `asynchronous`.
         unsafe {
             libc::syscall(
                 libc::SYS_rt_sigprocmask,
@@ -268,5 +293,51 @@ impl Drop for Blocked {
                 8usize,
             )
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    // SAFETY: the table is atomics only, for which all zeroes is a valid (the empty) value.
+    static TABLE: Dispositions = unsafe { std::mem::zeroed() };
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+    static SAW_HELD: AtomicBool = AtomicBool::new(false);
+
+    /// Stands for a handler that takes the table's lock (the notification's, a one-shot
+    /// reset, a program handler calling `sigaction`): records whether the lock was held
+    /// when it ran, where its own `lock` would spin for the interrupted code's.
+    extern "C" fn takes_the_lock(_signal: i32) {
+        SAW_HELD.store(TABLE.lock.load(Ordering::SeqCst) != 0, Ordering::SeqCst);
+        CALLS.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A signal raised while this process holds the table's lock runs its handler after the
+    /// lock is released, not inside (before, only the notification and `SIGCHLD` were
+    /// blocked: a handler calling `sigaction` spun 100,000 `sched_yield` calls for the lock
+    /// its own process held, then took it).
+    #[test]
+    fn a_handler_never_runs_while_its_process_holds_the_table_lock() {
+        let signal = libc::SIGRTMIN() + 4;
+        let handler: extern "C" fn(i32) = takes_the_lock;
+        // SAFETY: a zeroed sigaction is a valid value; the handler is async-signal-safe
+        // (atomics only), installed for a signal nothing else in this test binary uses.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = handler as usize;
+            libc::sigemptyset(&mut action.sa_mask);
+            assert_eq!(libc::sigaction(signal, &action, std::ptr::null_mut()), 0);
+        }
+        let inside = TABLE.locked(|| {
+            // SAFETY: raise sends the signal to this thread; its handler is installed.
+            unsafe { libc::raise(signal) };
+            CALLS.load(Ordering::SeqCst)
+        });
+        assert_eq!(inside, 0, "the handler ran while the lock was held");
+        assert_eq!(CALLS.load(Ordering::SeqCst), 1, "the signal was lost");
+        assert!(!SAW_HELD.load(Ordering::SeqCst));
+        assert_eq!(TABLE.lock.load(Ordering::SeqCst), 0);
     }
 }

@@ -161,6 +161,43 @@ pub fn to_install(signal: i32, wanted: &libc::sigaction) -> libc::sigaction {
     installed
 }
 
+/// Runs `update` with `signal` blocked in this process (the system call: the library's
+/// `sigprocmask` is the program's), the mask before restored afterwards. The library's
+/// `sigaction` records the program's action for [`trampoline`] ([`to_install`]) and then
+/// gives the kernel the new action: a delivery between the two ran the trampoline under the
+/// kernel's old action (its mask and flags) with the new handler recorded, or with a record
+/// written in part (the handler new, the flags old), so a `SA_SIGINFO` handler could be
+/// called without its siginfo, and a handler ran without the signals its action blocks.
+/// Blocked, such a delivery waits until both are done, and runs the new action whole, as
+/// if it came a moment later.
+pub fn with_blocked<R>(signal: i32, update: impl FnOnce() -> R) -> R {
+    // SAFETY: sigset_t is plain data, filled by sigemptyset/sigaddset; rt_sigprocmask with
+    // the kernel's sigset size (8 bytes) reads `block` and writes `before`, then restores
+    // `before`. A signal that cannot be blocked (SIGKILL, SIGSTOP) is left out by the kernel.
+    unsafe {
+        let mut block: libc::sigset_t = std::mem::zeroed();
+        let mut before: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut block);
+        libc::sigaddset(&mut block, signal);
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_BLOCK,
+            &block as *const libc::sigset_t,
+            &mut before as *mut libc::sigset_t,
+            8usize,
+        );
+        let result = update();
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &before as *const libc::sigset_t,
+            std::ptr::null_mut::<libc::sigset_t>(),
+            8usize,
+        );
+        result
+    }
+}
+
 /// What the program sees as `signal`'s action when the kernel has `installed`: its own
 /// handler in place of [`trampoline`].
 pub fn program_view(signal: i32, installed: &libc::sigaction) -> libc::sigaction {
@@ -702,6 +739,17 @@ extern "C" fn trampoline(signal: i32, info: *mut libc::siginfo_t, context: *mut 
         PROGRAM[i][w].load(Ordering::Relaxed)
     }));
     let one_shot = action.sa_flags & libc::SA_RESETHAND != 0;
+    if super::signals::defer_if_held_off(signal, info, context) {
+        if one_shot {
+            // The kernel reset the action for this delivery, which comes again once the
+            // merge is done: it must find the trampoline (and is taken, or not, then).
+            let installed = to_install(signal, &action);
+            crate::pages::glibc_sigaction(signal, &installed, std::ptr::null_mut());
+        }
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = errno };
+        return;
+    }
     // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
     let taken = info.is_null() || takes(signal, unsafe { &mut *info }, false);
     if one_shot {

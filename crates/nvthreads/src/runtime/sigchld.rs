@@ -130,6 +130,11 @@ extern "C" fn on_sigchld(signal: i32, info: *mut libc::siginfo_t, context: *mut 
     }
     // SAFETY: `__errno_location` returns this thread's errno; saved for the interrupted code.
     let errno = unsafe { *libc::__errno_location() };
+    if super::signals::defer_if_held_off(signal, info, context) {
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = errno };
+        return;
+    }
     // SAFETY: the kernel passes a valid siginfo for an SA_SIGINFO handler.
     let about_thread = !info.is_null() && is_or_was_thread_process(unsafe { (*info).si_pid() });
     if !about_thread {
