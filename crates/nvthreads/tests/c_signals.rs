@@ -145,15 +145,6 @@ fn a_signal_from_outside_reaches_a_threads_signalfd() {
     holds("signalfdthread");
 }
 
-/// A handler that calls `sigaction` (async-signal-safe) while its thread is inside its own
-/// `sigaction` does not stall on the runtime's table lock that thread holds (it spun 100,000
-/// `sched_yield` calls, then took the lock away from the code it interrupted). The window is
-/// narrow: `runtime::dispositions`'s unit test constructs it deterministically.
-#[test]
-fn a_handlers_sigaction_does_not_wait_for_its_own_thread() {
-    holds("handleraction");
-}
-
 /// A signal that arrives while the program changes its action runs the old handler under
 /// the old action or the new one under the new action, never the new handler under the
 /// old action's mask and flags (the runtime's record of the program's action was updated
