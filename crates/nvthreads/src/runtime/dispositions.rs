@@ -253,22 +253,12 @@ struct Blocked(libc::sigset_t);
 
 impl Blocked {
     fn asynchronous() -> Self {
-        // SAFETY: sigset_t is plain data, filled by sigfillset/sigdelset; rt_sigprocmask
+        // SAFETY: sigset_t is plain data, filled by `asynchronous_signals`; rt_sigprocmask
         // with the kernel's sigset size (8 bytes) reads `block` and writes `before`.
         unsafe {
             let mut block: libc::sigset_t = std::mem::zeroed();
             let mut before: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut block);
-            for fault in [
-                libc::SIGSEGV,
-                libc::SIGBUS,
-                libc::SIGILL,
-                libc::SIGFPE,
-                libc::SIGTRAP,
-                libc::SIGSYS,
-            ] {
-                libc::sigdelset(&mut block, fault);
-            }
+            crate::pages::asynchronous_signals(&mut block);
             libc::syscall(
                 libc::SYS_rt_sigprocmask,
                 libc::SIG_BLOCK,
