@@ -50,8 +50,8 @@ fn columns_setting(value: Option<&std::ffi::OsStr>) -> Result<Option<u16>, Strin
     match text.trim().parse::<u16>() {
         Ok(columns) if columns > 0 => Ok(Some(columns)),
         _ => Err(format!(
-            "ignoring COLUMNS={text:?}: not a width from 1 to 65535; fitting tables to the \
-             terminal instead"
+            "ignoring COLUMNS={text:?}: not a width from 1 to 65535; using the terminal's \
+             width instead ({DEFAULT_WIDTH} columns when output is not a terminal)"
         )),
     }
 }
