@@ -284,6 +284,7 @@ impl Plan {
                 update_percent: config.update_percent,
                 threads: config.threads,
                 seed: SEED,
+                locks_at_one_thread: false,
             },
             ops,
             warmup_ops: (ops as f64 * self.warmup_share) as u64,

@@ -345,10 +345,17 @@ pub fn json_report(request: &BenchRequest, results: &[Measurement]) -> serde_jso
             "pool_dir": request.pool_dir.display().to_string(),
             "pm_line_ns": request.pm_latency.line_writeback_ns,
             "pm_fence_ns": request.pm_latency.fence_ns,
+            "locks_at_one_thread": request.params.locks_at_one_thread,
         },
         "measurements": measurements,
     })
 }
+
+/// Printed above the tables of a `--locks-at-one-thread` run, so a reader of a one-thread
+/// table knows which engines paid for locks.
+pub const LOCKS_AT_ONE_THREAD_NOTE: &str = "One-thread runs took the workloads' locks \
+     (--locks-at-one-thread): redo, undo, PMDK and ideal paid for them; mvcc isolates its \
+     transactions itself and takes none.";
 
 /// One table row of a measurement.
 pub fn row(m: &Measurement, base_throughput: Option<f64>) -> Vec<String> {

@@ -110,6 +110,12 @@ struct BenchArgs {
     /// Emulated PM: nanoseconds spun for every fence of Ferrite's pools (0: none).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=100_000))]
     pm_fence_ns: u64,
+    /// Workloads take their locks at one thread too (by default a one-thread run takes
+    /// none). Engines that leave isolation to their caller (redo, undo, PMDK, ideal) then
+    /// pay for the locks a concurrent service's code takes at any thread count; mvcc
+    /// isolates its transactions itself and takes none either way.
+    #[arg(long)]
+    locks_at_one_thread: bool,
     /// Engine the ratio column divides by (default: the first engine).
     #[arg(long, value_parser = parse_engine)]
     baseline: Option<bench::choice::EngineChoice>,
@@ -471,6 +477,7 @@ fn run_bench(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             update_percent: args.update,
             threads: 1,
             seed: args.seed,
+            locks_at_one_thread: args.locks_at_one_thread,
         },
         ops: args.ops,
         warmup: args.warmup,
@@ -483,6 +490,9 @@ fn run_bench(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         },
     };
     let results = bench_cmd::run(&request, args.quiet)?;
+    if args.locks_at_one_thread {
+        writeln!(out, "\n{}", bench_cmd::LOCKS_AT_ONE_THREAD_NOTE)?;
+    }
     let baseline = args.baseline.map(|b| b.to_string());
     bench_cmd::print_tables(&results, baseline.as_deref(), request.pm_latency, out)?;
     if let Some(path) = &args.json {

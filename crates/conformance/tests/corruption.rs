@@ -29,6 +29,7 @@ fn params() -> Params {
         update_percent: 80,
         threads: 1,
         seed: 23,
+        locks_at_one_thread: false,
     }
 }
 

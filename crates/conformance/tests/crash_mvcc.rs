@@ -29,6 +29,7 @@ fn params(update_percent: u32) -> Params {
         update_percent,
         threads: 1,
         seed: 5,
+        locks_at_one_thread: false,
     }
 }
 

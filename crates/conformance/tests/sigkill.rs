@@ -21,6 +21,7 @@ fn params() -> Params {
         update_percent: 80,
         threads: 1,
         seed: 9,
+        locks_at_one_thread: false,
     }
 }
 

@@ -162,6 +162,7 @@ fn with_workload(spec: &TraceSpec, core: u32, runner: Runner<'_>) -> Result<Core
         update_percent: spec.update_percent,
         threads: 1,
         seed: spec.core_seed(core),
+        locks_at_one_thread: false,
     };
     // The PMDK discipline runs the variants that store as libpmemobj programs do.
     let in_place = spec.discipline == StoreDiscipline::Pmdk;

@@ -193,7 +193,7 @@ impl ArrayWorkload {
     pub fn with_fill(params: Params, fill: ElementFill) -> Self {
         let stripes = (params.threads.max(1) * 64).min(4096);
         ArrayWorkload {
-            locks: StripedLocks::for_threads(params.threads, stripes),
+            locks: StripedLocks::for_workload(&params, stripes),
             params,
             fill,
             data: ValidatedOnce::default(),

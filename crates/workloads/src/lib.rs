@@ -41,6 +41,12 @@ pub struct Params {
     pub threads: usize,
     /// Seed of every random choice.
     pub seed: u64,
+    /// Take the workload's locks when it is prepared for one thread too. By default a
+    /// one-thread workload takes none: it has nobody to isolate itself from. Code written
+    /// for a concurrent service takes them whatever its thread count, and this measures an
+    /// engine that leaves isolation to its caller under that cost.
+    #[serde(default)]
+    pub locks_at_one_thread: bool,
 }
 
 impl Default for Params {
@@ -51,6 +57,7 @@ impl Default for Params {
             update_percent: 20,
             threads: 1,
             seed: 42,
+            locks_at_one_thread: false,
         }
     }
 }

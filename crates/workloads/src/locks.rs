@@ -35,10 +35,11 @@ impl StripedLocks {
         Self::new(1)
     }
 
-    /// `count` stripes for a workload run by `threads` threads; none for one thread, which
-    /// has nobody to isolate itself from (its operations then take no lock at all).
-    pub fn for_threads(threads: usize, count: usize) -> Self {
-        if threads <= 1 {
+    /// `count` stripes for a workload prepared by `params`; none for one thread, which has
+    /// nobody to isolate itself from (its operations then take no lock at all), unless
+    /// `params.locks_at_one_thread` asks for them.
+    pub fn for_workload(params: &crate::Params, count: usize) -> Self {
+        if params.threads <= 1 && !params.locks_at_one_thread {
             StripedLocks {
                 stripes: Vec::new(),
             }
@@ -91,5 +92,45 @@ impl StripedLocks {
             (second, first)
         };
         (Held::Write(low.write()), Held::Write(high.write()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Params;
+
+    fn params(threads: usize, locks_at_one_thread: bool) -> Params {
+        Params {
+            threads,
+            locks_at_one_thread,
+            ..Params::default()
+        }
+    }
+
+    #[test]
+    fn one_thread_takes_no_lock_unless_asked() {
+        let alone = StripedLocks::for_workload(&params(1, false), 4);
+        assert!(matches!(alone.read(Isolation::External, 7), Held::None));
+        assert!(matches!(alone.write(Isolation::External, 7), Held::None));
+
+        let asked = StripedLocks::for_workload(&params(1, true), 4);
+        assert!(matches!(asked.read(Isolation::External, 7), Held::Read(_)));
+        assert!(matches!(
+            asked.write(Isolation::External, 7),
+            Held::Write(_)
+        ));
+        let pair = asked.write_pair(Isolation::External, 1, 2);
+        assert!(matches!(pair.0, Held::Write(_)));
+    }
+
+    #[test]
+    fn several_threads_lock_and_internal_isolation_never_does() {
+        let shared = StripedLocks::for_workload(&params(2, false), 4);
+        assert!(matches!(shared.read(Isolation::External, 7), Held::Read(_)));
+        for locks in [shared, StripedLocks::for_workload(&params(1, true), 4)] {
+            assert!(matches!(locks.read(Isolation::Internal, 7), Held::None));
+            assert!(matches!(locks.write(Isolation::Internal, 7), Held::None));
+        }
     }
 }

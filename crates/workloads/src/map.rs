@@ -37,7 +37,7 @@ pub struct MapWorkload<M: PersistentMap> {
 impl<M: PersistentMap> MapWorkload<M> {
     /// A mix with `params.update_percent` updates of `style`, keys drawn by `dist`.
     pub fn new(params: Params, style: UpdateStyle, dist: KeyDist) -> Self {
-        let lock = StripedLocks::for_threads(params.threads, 1);
+        let lock = StripedLocks::for_workload(&params, 1);
         MapWorkload {
             params,
             style,

@@ -227,6 +227,7 @@ mod tests {
             update_percent: 100,
             threads: 1,
             seed: 7,
+            locks_at_one_thread: false,
         })
     }
 

@@ -159,7 +159,7 @@ impl Queue {
 impl QueueWorkload {
     /// The workload: `params.keys` initial items of `params.value_size` bytes.
     pub fn new(params: Params) -> Self {
-        let lock = StripedLocks::for_threads(params.threads, 1);
+        let lock = StripedLocks::for_workload(&params, 1);
         QueueWorkload { params, lock }
     }
 

@@ -950,6 +950,7 @@ mod tests {
             update_percent: 100,
             threads: 1,
             seed: 3,
+            locks_at_one_thread: false,
         };
         let (staged, in_place) = (silo_rbtree(params.clone()), silo_rbtree_in_place(params));
         let (a, b) = (MemEngine::new(4 << 20), MemEngine::new(4 << 20));

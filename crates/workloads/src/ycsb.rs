@@ -176,7 +176,7 @@ pub struct Ycsb<M: PersistentMap> {
 impl<M: PersistentMap> Ycsb<M> {
     /// Workload `mix` over `params.keys` records of `params.value_size` bytes.
     pub fn new(params: Params, mix: YcsbMix) -> Self {
-        let lock = StripedLocks::for_threads(params.threads, 1);
+        let lock = StripedLocks::for_workload(&params, 1);
         Ycsb {
             params,
             mix,

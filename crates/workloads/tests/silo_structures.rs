@@ -180,6 +180,7 @@ fn params(keys: u64, value_size: u32) -> Params {
         update_percent: 50,
         threads: 2,
         seed: 9,
+        locks_at_one_thread: false,
     }
 }
 

@@ -334,6 +334,7 @@ fn params(keys: u64, value_size: u32, update_percent: u32) -> Params {
         update_percent,
         threads: 2,
         seed: 7,
+        locks_at_one_thread: false,
     }
 }
 
