@@ -29,6 +29,15 @@ fn pmfs_pool(dir: &Path) -> std::path::PathBuf {
     pool
 }
 
+/// A scratch directory holding a fresh PMFS pool and an empty mount point.
+fn pool_and_mount_point() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
+    let pool = pmfs_pool(dir.path());
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).expect("mount point");
+    (dir, pool, mnt)
+}
+
 #[test]
 fn repairs_refuse_a_bad_persistence_variable_instead_of_ignoring_it() {
     let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
@@ -80,10 +89,7 @@ fn an_owner_of_uid_minus_one_is_refused() {
 
 #[test]
 fn mount_threads_out_of_range_are_refused_before_mounting() {
-    let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
-    let pool = pmfs_pool(dir.path());
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).expect("mount point");
+    let (_scratch, pool, mnt) = pool_and_mount_point();
     for threads in ["0", "257", "18446744073709551615"] {
         let output = ferrite(
             &[
@@ -118,10 +124,7 @@ fn mount_threads_beyond_the_descriptor_limit_are_refused_before_mounting() {
         eprintln!("SKIPPED: no /dev/fuse");
         return;
     }
-    let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
-    let pool = pmfs_pool(dir.path());
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).expect("mount point");
+    let (_scratch, pool, mnt) = pool_and_mount_point();
     let script = format!(
         "ulimit -n 64 && exec {} fs mount --background --threads 200 {} {}",
         env!("CARGO_BIN_EXE_ferrite"),
@@ -178,10 +181,7 @@ fn a_mount_whose_log_cannot_be_written_still_serves() {
         eprintln!("SKIPPED: no /dev/fuse");
         return;
     }
-    let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
-    let pool = pmfs_pool(dir.path());
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).expect("mount point");
+    let (_scratch, pool, mnt) = pool_and_mount_point();
     let mounted = ferrite(
         &[
             "fs",
@@ -310,10 +310,7 @@ fn sim_run_inputs_that_never_end_are_refused_from_their_first_bytes() {
 /// starts, so nothing is mounted.
 #[test]
 fn a_background_mount_refuses_a_log_that_is_a_directory() {
-    let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
-    let pool = pmfs_pool(dir.path());
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).expect("mount point");
+    let (dir, pool, mnt) = pool_and_mount_point();
     let output = ferrite(
         &[
             "fs",

@@ -80,15 +80,20 @@ fn on_threads<T: Send + 'static>(
     out.into_iter().map(|(_, result)| result).collect()
 }
 
-#[test]
-fn threads_get_distinct_blocks_and_lose_no_space() {
+/// A freshly formatted heap of 16 KiB chunks over `REGION`, shared by the test's threads.
+fn fresh_engine() -> Arc<Engine> {
     let pm = SimPm::new(REGION.end(), SimConfig::default());
     let heap = Heap::format(&pm, REGION, 14).expect("format");
-    let engine = Arc::new(Engine {
+    Arc::new(Engine {
         pm,
         heap,
         actions: Mutex::new(()),
-    });
+    })
+}
+
+#[test]
+fn threads_get_distinct_blocks_and_lose_no_space() {
+    let engine = fresh_engine();
     let kept = on_threads(&engine, |engine, thread| {
         let mut seed = 0x9E37_79B9_7F4A_7C15 ^ (thread + 1);
         let mut mine: Vec<(u64, u64)> = Vec::new();
@@ -159,13 +164,7 @@ fn threads_get_distinct_blocks_and_lose_no_space() {
 fn concurrent_run_creation_for_one_class_fills_runs_before_making_more() {
     // Every thread takes units of one class until the heap is full: the units are distinct
     // and every run is full (no run was created while another had room).
-    let pm = SimPm::new(REGION.end(), SimConfig::default());
-    let heap = Heap::format(&pm, REGION, 14).expect("format");
-    let engine = Arc::new(Engine {
-        pm,
-        heap,
-        actions: Mutex::new(()),
-    });
+    let engine = fresh_engine();
     let units = engine.heap.layout().run_geometry(12).expect("1536").units;
     let got = on_threads(&engine, |engine, _| {
         let mut mine = Vec::new();
