@@ -384,7 +384,13 @@ fn bit(signal: i32) -> u64 {
 /// `me`, which takes it (a handler runs or it waits for it): main unless main blocks it,
 /// else the first running thread (in slot order) that does not, `me` counted as not
 /// blocking it (the kernel blocks it while its handler runs).
-fn pick(shared: &crate::shared::Shared, signal: i32, me: i32) -> i32 {
+///
+/// `main_may_be_handling`: main blocking the signal with no copy of it pending counts as
+/// main taking it. The kernel blocks a signal while its handler runs, and main's copy is no
+/// longer pending then: main may be in its handler for this very signal, about to claim it
+/// (read as blocking, the copy ran in a thread and main's was dropped as a copy of it). A
+/// program that blocks the signal in main holds main's copy pending (see [`takes`]).
+fn pick(shared: &crate::shared::Shared, signal: i32, me: i32, main_may_be_handling: bool) -> i32 {
     let main = shared.threads[0].pid.load(Ordering::Acquire);
     for slot in shared.threads.iter() {
         let pid = slot.pid.load(Ordering::Acquire);
@@ -394,7 +400,11 @@ fn pick(shared: &crate::shared::Shared, signal: i32, me: i32) -> i32 {
         if pid == me {
             return me;
         }
-        if signal_sets(pid).is_some_and(|sets| sets.blocked & bit(signal) == 0) {
+        let takes_it = |sets: SignalSets| {
+            sets.blocked & bit(signal) == 0
+                || (main_may_be_handling && pid == main && sets.pending() & bit(signal) == 0)
+        };
+        if signal_sets(pid).is_some_and(takes_it) {
             return pid;
         }
     }
@@ -444,32 +454,92 @@ fn takes(signal: i32, info: &mut libc::siginfo_t, waiting: bool) -> bool {
     let key = key_of(info);
     let me = real_pid();
     let main = shared.threads[0].pid.load(Ordering::Acquire);
-    let target = if waiting || me == main {
-        me
-    } else {
-        pick(shared, signal, me)
-    };
-    if target == me {
-        if !claim(shared, i, key) {
-            return false;
-        }
-        if me != main && main > 0 {
-            discard_in_main(shared, i, signal, main, key);
-        }
-        return true;
+    if waiting || me == main {
+        return take(shared, i, signal, key, me, main);
     }
-    // Not the pick: a copy of a group signal if the pick has one too.
-    for _ in 0..=COPY_WAIT_MS {
-        let claimed = fresh(shared.routing.claims[i].load(Ordering::SeqCst), key);
-        let pending = signal_sets(target).is_some_and(|sets| sets.pending() & bit(signal) != 0);
-        if claimed || pending {
-            return false;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
+    let first = pick(shared, signal, me, true);
+    if first == me {
+        return take(shared, i, signal, key, me, main);
+    }
+    let found = pick_has(shared, i, signal, key, first, main);
+    if let PickHas::Copy = found {
+        return false;
+    }
+    // Main held its copy blocked, or the pick had none: the pick among those that do not
+    // block the signal, waited for in turn.
+    let target = pick(shared, signal, me, false);
+    if target == me {
+        return take(shared, i, signal, key, me, main);
+    }
+    let found = if target == first {
+        found
+    } else {
+        pick_has(shared, i, signal, key, target, main)
+    };
+    if !matches!(found, PickHas::Nothing) {
+        // A copy there (or main's held copy, main being the only one that can take it: it
+        // runs when main unblocks the signal).
+        return false;
     }
     // A lone copy, sent to this thread-process's own id: the program's, for the pick (which
     // takes a forwarded copy without claiming it).
     !forward(target, signal, info)
+}
+
+/// This process is the pick for the delivery keyed `key`: whether it runs it (it claims
+/// it, and takes main's blocked copy away), or it is a copy of one claimed already.
+fn take(
+    shared: &crate::shared::Shared,
+    i: usize,
+    signal: i32,
+    key: u32,
+    me: i32,
+    main: i32,
+) -> bool {
+    if !claim(shared, i, key) {
+        return false;
+    }
+    if me != main && main > 0 {
+        discard_in_main(shared, i, signal, main, key);
+    }
+    true
+}
+
+/// What a thread that is not the pick found about the pick's copy of a signal.
+enum PickHas {
+    /// The pick has a copy of it (pending, or claimed): this thread's copy is dropped.
+    Copy,
+    /// Main, picked while it might have been running its handler, holds its copy blocked.
+    HeldInMain,
+    /// No copy reached the pick within [`COPY_WAIT_MS`].
+    Nothing,
+}
+
+/// Waits up to [`COPY_WAIT_MS`] for process `target` to have a copy of the signal keyed
+/// `key` (pending, or claimed by anyone).
+fn pick_has(
+    shared: &crate::shared::Shared,
+    i: usize,
+    signal: i32,
+    key: u32,
+    target: i32,
+    main: i32,
+) -> PickHas {
+    for _ in 0..=COPY_WAIT_MS {
+        if fresh(shared.routing.claims[i].load(Ordering::SeqCst), key) {
+            return PickHas::Copy;
+        }
+        if let Some(sets) = signal_sets(target)
+            && sets.pending() & bit(signal) != 0
+        {
+            if target == main && sets.held() & bit(signal) != 0 {
+                return PickHas::HeldInMain;
+            }
+            return PickHas::Copy;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    PickHas::Nothing
 }
 
 /// Main holds a blocked copy of `signal` keyed `key` that this process took: main is told

@@ -34,14 +34,16 @@ pub fn library_dir() -> PathBuf {
 }
 
 pub struct Built {
-    pub _dir: tempfile::TempDir,
     pub linked: PathBuf,
     pub preload: PathBuf,
 }
 
 /// Builds `tests/c/<name>.c` twice: linked against the runtime, and without it (the API as
 /// weak references, bound at run time to the library given in `LD_PRELOAD`). Warnings are
-/// errors.
+/// errors. The programs go to Cargo's scratch directory for tests, one place per program
+/// (a temporary directory kept for the test process's life was never removed: statics are
+/// not dropped at exit); each is compiled beside its place and renamed into it, so test
+/// processes building the same program at once each see a whole one.
 pub fn build(name: &str) -> Built {
     require_cc();
     let library = nvthreads_programs::built_library().unwrap_or_else(|error| panic!("{error}"));
@@ -49,19 +51,22 @@ pub fn build(name: &str) -> Built {
     compiler.strict = true;
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
     let include = nvthreads_programs::include_dir();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let linked = dir.path().join(name);
-    let preload = dir.path().join(format!("{name}-preload"));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-programs");
+    std::fs::create_dir_all(&dir).expect("c-programs directory");
+    let linked = dir.join(name);
+    let preload = dir.join(format!("{name}-preload"));
     for (output, link) in [(&linked, Link::Runtime), (&preload, Link::Preload)] {
+        let staged = tempfile::Builder::new()
+            .prefix(&format!(".{name}"))
+            .tempdir_in(&dir)
+            .expect("staging directory");
+        let compiled = staged.path().join(name);
         compiler
-            .compile(&source, output, &include, link, &[])
+            .compile(&source, &compiled, &include, link, &[])
             .unwrap_or_else(|error| panic!("{error}"));
+        std::fs::rename(&compiled, output).expect("rename the compiled program into place");
     }
-    Built {
-        _dir: dir,
-        linked,
-        preload,
-    }
+    Built { linked, preload }
 }
 
 /// `tests/c/<name>.c`, built once per test process.

@@ -6,7 +6,7 @@
 use pmem::{NativeOptions, Pool};
 use pmfs::posix::O_RDONLY;
 use pmfs::{Fs, MkfsOptions, MountOptions, Posix};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub const PREFIX: &str = "/pmfs-test";
@@ -116,18 +116,27 @@ pub fn compile(tag: &str, source: &str) -> Option<PathBuf> {
     if !have("gcc") {
         return None;
     }
-    let dir = std::env::temp_dir().join(format!("ferrite-preload-{tag}-{}", std::process::id()));
+    // In Cargo's scratch directory for tests, one place per program (a directory under
+    // /tmp per test process was never removed); compiled under this process's names and
+    // renamed into place, so two test processes building it at once each run a whole one.
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("preload-programs")
+        .join(tag);
     std::fs::create_dir_all(&dir).expect("dir");
-    let source_path = dir.join("program.c");
+    let pid = std::process::id();
+    let source_path = dir.join(format!("program-{pid}.c"));
     std::fs::write(&source_path, source).expect("source");
-    let binary = dir.join("program");
+    let staged = dir.join(format!("program-{pid}"));
     let status = Command::new("gcc")
         .args(["-O2", "-Wall", "-o"])
-        .arg(&binary)
+        .arg(&staged)
         .arg(&source_path)
         .status()
         .expect("gcc");
+    let _ = std::fs::remove_file(&source_path);
     assert!(status.success(), "gcc failed");
+    let binary = dir.join("program");
+    std::fs::rename(&staged, &binary).expect("rename the program into place");
     Some(binary)
 }
 
