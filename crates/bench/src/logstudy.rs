@@ -185,6 +185,14 @@ impl StudyResults {
         Some(self.median_ns(mode, record, batch)? - self.baseline(record, batch)?.median)
     }
 
+    /// The range [`Self::log_ns`] can take over the runs: the mode's fastest run minus the
+    /// slowest loop without log writes, and its slowest minus the fastest.
+    pub fn log_ns_range(&self, mode: LogMode, record: usize, batch: usize) -> Option<(f64, f64)> {
+        let runs = &self.point(mode, record, batch)?.ns_per_update;
+        let loop_alone = self.baseline(record, batch)?;
+        Some((runs.min - loop_alone.max, runs.max - loop_alone.min))
+    }
+
     /// The fastest fixed mode at `(record, batch)` when its median is below every run of
     /// each other fixed mode; `None` when the runs of two modes overlap (a tie on this
     /// machine's noise) or nothing was measured.
