@@ -415,6 +415,12 @@ impl Drop for HandlersHeldOff {
 /// interrupted code (its mask in `context`, which the kernel restores on return) and
 /// returns true: the handler returns without running the program's. The guard's end
 /// unblocks it, and it is delivered again. Async-signal-safe.
+///
+/// The signal is blocked in this thread before it is queued again: a handler installed
+/// with `SA_NODEFER` (as `sysv_signal` installs one) runs with its signal unblocked, so the
+/// queued delivery came at once, into this same handler, which deferred it again — until
+/// the stack overflowed and the thread died of `SIGSEGV` (`sysvchld` of
+/// tests/c/signals.c: 9 of 200 runs on a loaded machine).
 pub(super) fn defer_if_held_off(
     signal: i32,
     info: *mut libc::siginfo_t,
@@ -427,9 +433,22 @@ pub(super) fn defer_if_held_off(
         return false;
     };
     // SAFETY: the kernel passes an SA_SIGINFO handler a valid siginfo and ucontext_t; the
-    // siginfo is copied for the system call (which reads it); gettid and rt_tgsigqueueinfo
-    // are system calls (async-signal-safe).
+    // siginfo is copied for the system call (which reads it); the zeroed sigset_t values
+    // are valid, filled by sigemptyset/sigaddset and by rt_sigprocmask (the kernel's sigset
+    // size, 8 bytes); gettid, rt_sigprocmask and rt_tgsigqueueinfo are system calls
+    // (async-signal-safe).
     unsafe {
+        let mut only: libc::sigset_t = std::mem::zeroed();
+        let mut before: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut only);
+        libc::sigaddset(&mut only, signal);
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_BLOCK,
+            &only as *const libc::sigset_t,
+            &mut before as *mut libc::sigset_t,
+            8usize,
+        );
         let mut again = *info;
         let queued = libc::syscall(
             libc::SYS_rt_tgsigqueueinfo,
@@ -439,7 +458,15 @@ pub(super) fn defer_if_held_off(
             &mut again as *mut libc::siginfo_t,
         );
         if queued != 0 {
-            // Not queued again (the queue of real-time signals is full): run it now.
+            // Not queued again (the queue of real-time signals is full): run it now, under
+            // the mask the handler came with.
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_SETMASK,
+                &before as *const libc::sigset_t,
+                std::ptr::null_mut::<libc::sigset_t>(),
+                8usize,
+            );
             return false;
         }
         libc::sigaddset(
