@@ -26,10 +26,15 @@ const _: () = assert!(std::mem::size_of::<libc::sigaction>().is_multiple_of(8));
 /// Signals 1 to 64 (index 0 unused).
 const SIGNALS: usize = 65;
 
-/// The longest a `sigaction` waits for the other thread-processes to install its action.
-/// One that blocks [`notify_signal`] (which the library's `sigprocmask` and
-/// `pthread_sigmask` keep unblocked) or is stopped installs it later.
+/// How long a `sigaction` waits for every other thread-process to install its action
+/// before it looks at those that have not: one that blocks [`notify_signal`] (which the
+/// library's `sigprocmask` and `pthread_sigmask` keep unblocked, so only inside a handler
+/// whose mask holds it) or is stopped installs it later, and is not waited for.
 pub const ACK_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+/// The longest a `sigaction` waits for a thread-process that will take the notification as
+/// soon as it runs: on a loaded machine it may wait for a processor far longer than
+/// [`ACK_WAIT`]. A bound against a hang only.
+pub const RUNNABLE_ACK_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The actions published by the program's `sigaction` calls (in the shared control block;
 /// all zeroes is the empty table).
@@ -179,8 +184,14 @@ extern "C" fn via_glibc(
 }
 
 /// Publishes `action`, which the program has just installed for `signal` in this process,
-/// to every other thread-process of the run, and waits (at most [`ACK_WAIT`]) until each
-/// has installed it. Nothing to do while no thread exists besides main.
+/// to every other thread-process of the run, and waits until each has installed it: at
+/// most [`ACK_WAIT`] for one that blocks the notification, is stopped, or took it out of
+/// its queue in a `sigwait`; for one that is yet to run its handler (pending, or running,
+/// perhaps waiting for a processor) until it has ([`RUNNABLE_ACK_WAIT`] at most). Returning
+/// after 50 ms whatever the others' state let a signal sent right after `sigaction` find a
+/// thread-process that had not run yet with the old action: `signals.c ttyint`'s `^C`
+/// killed such a thread (`SIG_DFL`), ending the run, on a loaded machine. Nothing to do
+/// while no thread exists besides main.
 pub fn publish(signal: i32, action: &libc::sigaction) {
     let Some(shared) = shared_block() else {
         return;
@@ -218,11 +229,20 @@ pub fn publish(signal: i32, action: &libc::sigaction) {
             told[slot] = unsafe { libc::syscall(libc::SYS_kill, pid, notify_signal()) } == 0;
         }
     }
-    let deadline = std::time::Instant::now() + ACK_WAIT;
-    while std::time::Instant::now() < deadline {
+    let started = std::time::Instant::now();
+    loop {
+        let waited = started.elapsed();
+        if waited >= RUNNABLE_ACK_WAIT {
+            return;
+        }
         let waiting = told.iter().enumerate().any(|(slot, &told)| {
             told && table.acked[slot].load(Ordering::Acquire) < generation
                 && shared.threads[slot].state.load(Ordering::SeqCst) == thread_state::RUNNING
+                && (waited < ACK_WAIT
+                    || super::process::yet_to_take(
+                        shared.threads[slot].pid.load(Ordering::SeqCst),
+                        notify_signal(),
+                    ))
         });
         if !waiting {
             return;

@@ -125,6 +125,56 @@ fn blocks(pid: i32, signal: i32) -> Option<bool> {
     Some((1..=64).contains(&signal) && mask & (1u64 << (signal - 1)) != 0)
 }
 
+/// Whether process `pid` is yet to run the handler of `signal`, sent to it, and will as
+/// soon as it runs: it is not stopped (or traced, or gone), does not block the signal, and
+/// either still has it pending or is running (inside the handler, on a loaded machine
+/// perhaps preempted there). A process that took the signal out of its queue and sleeps —
+/// a `sigwait` on a set holding it returned it to the program — is not waited for. From the
+/// `State`, `SigPnd`, `ShdPnd` and `SigBlk` lines of its `/proc/<pid>/status`.
+/// Async-signal-safe (system calls and stack buffers only).
+pub(super) fn yet_to_take(pid: i32, signal: i32) -> bool {
+    let mut path = [0u8; 40];
+    let mut buffer = [0u8; 2048];
+    let Some(len) = super::sigchld::read_file(proc_path(&mut path, pid, b"/status"), &mut buffer)
+    else {
+        return false;
+    };
+    let text = &buffer[..len];
+    let Some(at) = text.windows(6).position(|w| w == b"State:") else {
+        return false;
+    };
+    let state = text[at + 6..]
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .copied();
+    let bit = match u32::try_from(signal - 1) {
+        Ok(shift) if shift < 64 => 1u64 << shift,
+        _ => return false,
+    };
+    let has = |key: &[u8]| status_mask(text, key).is_some_and(|mask| mask & bit != 0);
+    let pending = has(b"SigPnd:") || has(b"ShdPnd:");
+    let blocked = status_mask(text, b"SigBlk:").is_none_or(|mask| mask & bit != 0);
+    // Stopped (T), traced (t), zombie (Z) or dead (X): no handler runs now.
+    match state {
+        Some(b'R') => !blocked,
+        Some(b'S' | b'D' | b'I') => !blocked && pending,
+        _ => false,
+    }
+}
+
+/// The hexadecimal signal mask on the `key` line of a `/proc/<pid>/status` text.
+fn status_mask(text: &[u8], key: &[u8]) -> Option<u64> {
+    let at = text.windows(key.len()).position(|w| w == key)? + key.len();
+    text[at..]
+        .iter()
+        .skip_while(|b| b.is_ascii_whitespace())
+        .take_while(|b| b.is_ascii_hexdigit())
+        .try_fold(0u64, |mask, &digit| {
+            let value = (digit as char).to_digit(16)?;
+            Some(mask.checked_mul(16)? | u64::from(value))
+        })
+}
+
 /// The process that takes `signal` sent to process `pid`: `pid` itself, unless it is the
 /// program's (the main process's id, while the runtime runs), which names the program as a
 /// whole. Then, as the kernel picks a thread of a process: the main process if it does not
@@ -194,6 +244,58 @@ mod tests {
         assert_eq!(parent_of(real_pid()), Some(real_parent_pid()));
         assert!(blocks(real_pid(), libc::SIGUSR1).is_some());
         assert_eq!(blocks(real_pid(), libc::SIGKILL), Some(false));
+    }
+
+    /// A signal pending for a sleeping process that does not block it is yet to be taken;
+    /// not once the process is stopped, nor once it is gone; and a sleeping process with
+    /// nothing pending has nothing to take (`dispositions::publish` stops waiting then).
+    #[test]
+    fn a_pending_signal_is_yet_to_be_taken_until_stopped_or_gone() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id() as i32;
+        let sleeping = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(") ")
+                    .is_some_and(|(_, s)| s.starts_with('S'))
+            })
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !sleeping() {
+            assert!(std::time::Instant::now() < deadline, "sleep never slept");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!yet_to_take(pid, libc::SIGWINCH), "nothing pending");
+        let mut status = 0;
+        // SAFETY: stops and waits for a child of this test; `status` is a valid out-pointer.
+        unsafe {
+            assert_eq!(libc::kill(pid, libc::SIGSTOP), 0);
+            assert_eq!(libc::waitpid(pid, &mut status, libc::WUNTRACED), pid);
+        }
+        assert!(libc::WIFSTOPPED(status), "status {status:#x}");
+        // SIGWINCH is ignored by default and kept pending while the process is stopped.
+        // SAFETY: signals a child of this test.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGWINCH) }, 0);
+        assert!(!yet_to_take(pid, libc::SIGWINCH), "stopped");
+        child.kill().expect("kill sleep");
+        child.wait().expect("reap sleep");
+        assert!(!yet_to_take(pid, libc::SIGWINCH), "gone");
+        // A process that never sleeps is running (or waits for a processor): a signal it
+        // does not block reaches its handler as soon as it runs.
+        let mut busy = std::process::Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .expect("spawn a busy loop");
+        // (Looked at until seen running: a fault in its start may hold it in `D` a moment.)
+        let taken = (0..1000).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            yet_to_take(busy.id() as i32, libc::SIGWINCH)
+        });
+        busy.kill().expect("kill the busy loop");
+        busy.wait().expect("reap the busy loop");
+        assert!(taken, "a running process");
     }
 
     #[test]
