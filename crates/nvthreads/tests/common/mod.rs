@@ -47,11 +47,23 @@ pub struct Built {
 pub fn build(name: &str) -> Built {
     require_cc();
     let library = nvthreads_programs::built_library().unwrap_or_else(|error| panic!("{error}"));
+    // One directory per runtime library (the debug and release test profiles share
+    // CARGO_TARGET_TMPDIR, and each links its own library).
+    let profile = library
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::file_name)
+        .map_or_else(
+            || "runtime".into(),
+            |name| name.to_string_lossy().into_owned(),
+        );
     let mut compiler = Compiler::new(library).unwrap_or_else(|error| panic!("{error}"));
     compiler.strict = true;
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
     let include = nvthreads_programs::include_dir();
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-programs");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("c-programs")
+        .join(profile);
     std::fs::create_dir_all(&dir).expect("c-programs directory");
     let linked = dir.join(name);
     let preload = dir.join(format!("{name}-preload"));
