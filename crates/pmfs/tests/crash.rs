@@ -291,7 +291,8 @@ impl FsScenario {
     /// to the one before it except for the written file, whose written words are each old
     /// or new (its other bytes those of the state before or after), and whose `ctime` and
     /// `mtime` are each old or new with a new `mtime` only beside a new `ctime` (the
-    /// overwrite path stores `ctime` first, docs/pmfs-format.md §9.2), is mapped to the
+    /// overwrite path stores `ctime` first, docs/pmfs-format.md §9.2) and a new time only
+    /// beside the whole new data (the data is fenced before the times), is mapped to the
     /// state before it.
     fn normalize(&self, state: &mut State) {
         if self.mode != DataMode::InPlace {
@@ -328,7 +329,15 @@ impl FsScenario {
                 && !(got.mtime == after.mtime
                     && after.mtime != before.mtime
                     && got.ctime != after.ctime);
-            if same_meta && times_ok && words_mix(&got.content, before, after, off, len) {
+            // The data is fenced before either time is stored: a new time only beside the
+            // whole new data.
+            let new_time = (got.ctime != before.ctime) || (got.mtime != before.mtime);
+            let data_first = !new_time || got.content == after.content;
+            if same_meta
+                && times_ok
+                && data_first
+                && words_mix(&got.content, before, after, off, len)
+            {
                 state.insert(path.to_owned(), before.clone());
                 return;
             }
