@@ -442,11 +442,14 @@ fn malloc_family_is_shared_between_threads() {
         .env("NVT_HEAP_MB", "64");
     assert_eq!(run(persistent), ok, "NVT_MALLOC=persistent");
     let mut private = command(&built.linked, &pool, &["2", "100", scratch]);
-    private.env("NVT_MALLOC", "private");
+    private.env("NVT_MALLOC", "private").stderr(Stdio::piped());
     let output = private.output().expect("spawn");
+    let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         !output.status.success(),
-        "with NVT_MALLOC=private, malloc'd memory cannot be shared"
+        "with NVT_MALLOC=private, malloc'd memory cannot be shared (a thread's realloc of \
+         main's buffer aborts it, or a thread's writes stay private): {:?}\n{stderr}",
+        output.status
     );
 }
 
