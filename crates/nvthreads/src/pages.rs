@@ -1797,10 +1797,7 @@ fn pass_to_program(signal: i32, info: *mut libc::siginfo_t, context: *mut libc::
         // uc_sigmask is the mask of the code the fault interrupted.
         mask = unsafe { (*context.cast::<libc::ucontext_t>()).uc_sigmask };
     }
-    // SAFETY: set operations and the rt_sigprocmask system call (the library's
-    // `sigprocmask` is the program's) on valid sets, with the kernel's sigset size (8
-    // bytes); the kernel restores the interrupted code's mask when this handler returns (a
-    // siglongjmp restores the one its sigsetjmp saved).
+    // SAFETY: set operations on valid sets.
     unsafe {
         for signal in 1..=64 {
             if libc::sigismember(&action.sa_mask, signal) == 1 {
@@ -1812,14 +1809,10 @@ fn pass_to_program(signal: i32, info: *mut libc::siginfo_t, context: *mut libc::
         } else {
             libc::sigdelset(&mut mask, signal);
         }
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_SETMASK,
-            &mask as *const libc::sigset_t,
-            ptr::null_mut::<libc::sigset_t>(),
-            8usize,
-        );
     }
+    // The kernel restores the interrupted code's mask when this handler returns (a
+    // siglongjmp restores the one its sigsetjmp saved).
+    crate::runtime::mask::restore(&mask);
     call_program_handler(handler, flags, signal, info, context);
     true
 }

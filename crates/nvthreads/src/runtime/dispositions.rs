@@ -273,36 +273,16 @@ struct Blocked(libc::sigset_t);
 
 impl Blocked {
     fn asynchronous() -> Self {
-        // SAFETY: sigset_t is plain data, filled by `asynchronous_signals`; rt_sigprocmask
-        // with the kernel's sigset size (8 bytes) reads `block` and writes `before`.
-        unsafe {
-            let mut block: libc::sigset_t = std::mem::zeroed();
-            let mut before: libc::sigset_t = std::mem::zeroed();
-            crate::pages::asynchronous_signals(&mut block);
-            libc::syscall(
-                libc::SYS_rt_sigprocmask,
-                libc::SIG_BLOCK,
-                &block as *const libc::sigset_t,
-                &mut before as *mut libc::sigset_t,
-                8usize,
-            );
-            Self(before)
-        }
+        // SAFETY: a zeroed sigset_t is a valid value, filled by `asynchronous_signals`.
+        let mut block: libc::sigset_t = unsafe { std::mem::zeroed() };
+        crate::pages::asynchronous_signals(&mut block);
+        Self(super::mask::change(libc::SIG_BLOCK, &block))
     }
 }
 
 impl Drop for Blocked {
     fn drop(&mut self) {
-        // SAFETY: restores the mask read by `asynchronous`.
-        unsafe {
-            libc::syscall(
-                libc::SYS_rt_sigprocmask,
-                libc::SIG_SETMASK,
-                &self.0 as *const libc::sigset_t,
-                std::ptr::null_mut::<libc::sigset_t>(),
-                8usize,
-            )
-        };
+        super::mask::restore(&self.0);
     }
 }
 

@@ -28,6 +28,7 @@ pub mod dispositions;
 pub mod env;
 pub mod fork;
 pub mod layout;
+pub(crate) mod mask;
 pub mod process;
 pub mod routing;
 pub mod rwlock;

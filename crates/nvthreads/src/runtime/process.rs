@@ -108,21 +108,17 @@ fn parse_decimal(text: &[u8]) -> Option<i32> {
 /// waits for while it waits (the kernel unblocks them for the wait), so it counts as taking
 /// them, as pthreads give a process-directed signal to a thread waiting for it.
 fn blocks(pid: i32, signal: i32) -> Option<bool> {
-    let mut path = [0u8; 40];
     let mut buffer = [0u8; 2048];
-    let len = super::sigchld::read_file(proc_path(&mut path, pid, b"/status"), &mut buffer)?;
-    let text = &buffer[..len];
-    let key = b"SigBlk:";
-    let at = text.windows(key.len()).position(|w| w == key)? + key.len();
-    let mask = text[at..]
-        .iter()
-        .skip_while(|b| b.is_ascii_whitespace())
-        .take_while(|b| b.is_ascii_hexdigit())
-        .try_fold(0u64, |mask, &digit| {
-            let value = (digit as char).to_digit(16)?;
-            Some(mask.checked_mul(16)? | u64::from(value))
-        })?;
+    let mask = status_mask(read_status(pid, &mut buffer)?, b"SigBlk:")?;
     Some((1..=64).contains(&signal) && mask & (1u64 << (signal - 1)) != 0)
+}
+
+/// The text of process `pid`'s `/proc/<pid>/status`, read into `buffer`; `None` if it
+/// cannot be read (the process is gone). Async-signal-safe (system calls only).
+pub(super) fn read_status(pid: i32, buffer: &mut [u8]) -> Option<&[u8]> {
+    let mut path = [0u8; 40];
+    let len = super::sigchld::read_file(proc_path(&mut path, pid, b"/status"), buffer)?;
+    Some(&buffer[..len])
 }
 
 /// Whether process `pid` is yet to run the handler of `signal`, sent to it, and will as
@@ -133,13 +129,10 @@ fn blocks(pid: i32, signal: i32) -> Option<bool> {
 /// `State`, `SigPnd`, `ShdPnd` and `SigBlk` lines of its `/proc/<pid>/status`.
 /// Async-signal-safe (system calls and stack buffers only).
 pub(super) fn yet_to_take(pid: i32, signal: i32) -> bool {
-    let mut path = [0u8; 40];
     let mut buffer = [0u8; 2048];
-    let Some(len) = super::sigchld::read_file(proc_path(&mut path, pid, b"/status"), &mut buffer)
-    else {
+    let Some(text) = read_status(pid, &mut buffer) else {
         return false;
     };
-    let text = &buffer[..len];
     let Some(at) = text.windows(6).position(|w| w == b"State:") else {
         return false;
     };
@@ -163,7 +156,7 @@ pub(super) fn yet_to_take(pid: i32, signal: i32) -> bool {
 }
 
 /// The hexadecimal signal mask on the `key` line of a `/proc/<pid>/status` text.
-fn status_mask(text: &[u8], key: &[u8]) -> Option<u64> {
+pub(super) fn status_mask(text: &[u8], key: &[u8]) -> Option<u64> {
     let at = text.windows(key.len()).position(|w| w == key)? + key.len();
     text[at..]
         .iter()

@@ -171,31 +171,10 @@ pub fn to_install(signal: i32, wanted: &libc::sigaction) -> libc::sigaction {
 /// Blocked, such a delivery waits until both are done, and runs the new action whole, as
 /// if it came a moment later.
 pub fn with_blocked<R>(signal: i32, update: impl FnOnce() -> R) -> R {
-    // SAFETY: sigset_t is plain data, filled by sigemptyset/sigaddset; rt_sigprocmask with
-    // the kernel's sigset size (8 bytes) reads `block` and writes `before`, then restores
-    // `before`. A signal that cannot be blocked (SIGKILL, SIGSTOP) is left out by the kernel.
-    unsafe {
-        let mut block: libc::sigset_t = std::mem::zeroed();
-        let mut before: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut block);
-        libc::sigaddset(&mut block, signal);
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_BLOCK,
-            &block as *const libc::sigset_t,
-            &mut before as *mut libc::sigset_t,
-            8usize,
-        );
-        let result = update();
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_SETMASK,
-            &before as *const libc::sigset_t,
-            std::ptr::null_mut::<libc::sigset_t>(),
-            8usize,
-        );
-        result
-    }
+    let before = super::mask::change(libc::SIG_BLOCK, &super::mask::set_of([signal]));
+    let result = update();
+    super::mask::restore(&before);
+    result
 }
 
 /// What the program sees as `signal`'s action when the kernel has `installed`: its own
@@ -352,27 +331,13 @@ impl SignalSets {
 
 /// The signal sets of process `pid`; `None` if they cannot be read (the process is gone).
 fn signal_sets(pid: i32) -> Option<SignalSets> {
+    use super::process::{read_status, status_mask};
     let mut buffer = [0u8; 2048];
-    let mut path = [0u8; 40];
-    let len = super::sigchld::read_file(
-        super::process::proc_path(&mut path, pid, b"/status"),
-        &mut buffer,
-    )?;
-    let text = &buffer[..len];
-    let field = |key: &[u8]| -> Option<u64> {
-        let at = text.windows(key.len()).position(|w| w == key)? + key.len();
-        text[at..]
-            .iter()
-            .skip_while(|b| b.is_ascii_whitespace())
-            .take_while(|b| b.is_ascii_hexdigit())
-            .try_fold(0u64, |mask, &digit| {
-                Some(mask.checked_mul(16)? | u64::from((digit as char).to_digit(16)?))
-            })
-    };
+    let text = read_status(pid, &mut buffer)?;
     Some(SignalSets {
-        private: field(b"SigPnd:")?,
-        shared: field(b"ShdPnd:")?,
-        blocked: field(b"SigBlk:")?,
+        private: status_mask(text, b"SigPnd:")?,
+        shared: status_mask(text, b"ShdPnd:")?,
+        blocked: status_mask(text, b"SigBlk:")?,
     })
 }
 

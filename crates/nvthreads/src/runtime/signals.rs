@@ -388,24 +388,9 @@ impl Drop for HandlersHeldOff {
         if deferred == 0 {
             return;
         }
-        // SAFETY: a zeroed sigset_t is a valid value, filled below; rt_sigprocmask with the
-        // kernel's sigset size (8 bytes) reads it.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            for signal in 1..=64 {
-                if deferred & (1u64 << (signal - 1)) != 0 {
-                    libc::sigaddset(&mut set, signal);
-                }
-            }
-            libc::syscall(
-                libc::SYS_rt_sigprocmask,
-                libc::SIG_UNBLOCK,
-                &set as *const libc::sigset_t,
-                std::ptr::null_mut::<libc::sigset_t>(),
-                8usize,
-            );
-        }
+        let set =
+            super::mask::set_of((1..=64).filter(|signal| deferred & (1u64 << (signal - 1)) != 0));
+        super::mask::change(libc::SIG_UNBLOCK, &set);
     }
 }
 
@@ -432,43 +417,29 @@ pub(super) fn defer_if_held_off(
     let Ok(bit) = u32::try_from(signal - 1).map(|shift| 1u64 << shift.min(63)) else {
         return false;
     };
-    // SAFETY: the kernel passes an SA_SIGINFO handler a valid siginfo and ucontext_t; the
-    // siginfo is copied for the system call (which reads it); the zeroed sigset_t values
-    // are valid, filled by sigemptyset/sigaddset and by rt_sigprocmask (the kernel's sigset
-    // size, 8 bytes); gettid, rt_sigprocmask and rt_tgsigqueueinfo are system calls
+    let before = super::mask::change(libc::SIG_BLOCK, &super::mask::set_of([signal]));
+    // SAFETY: the kernel passes an SA_SIGINFO handler a valid siginfo, copied here for the
+    // system call (which reads it); gettid and rt_tgsigqueueinfo are system calls
     // (async-signal-safe).
-    unsafe {
-        let mut only: libc::sigset_t = std::mem::zeroed();
-        let mut before: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut only);
-        libc::sigaddset(&mut only, signal);
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_BLOCK,
-            &only as *const libc::sigset_t,
-            &mut before as *mut libc::sigset_t,
-            8usize,
-        );
+    let queued = unsafe {
         let mut again = *info;
-        let queued = libc::syscall(
+        libc::syscall(
             libc::SYS_rt_tgsigqueueinfo,
             libc::c_long::from(super::process::real_pid()),
             libc::c_long::from(libc::gettid()),
             libc::c_long::from(signal),
             &mut again as *mut libc::siginfo_t,
-        );
-        if queued != 0 {
-            // Not queued again (the queue of real-time signals is full): run it now, under
-            // the mask the handler came with.
-            libc::syscall(
-                libc::SYS_rt_sigprocmask,
-                libc::SIG_SETMASK,
-                &before as *const libc::sigset_t,
-                std::ptr::null_mut::<libc::sigset_t>(),
-                8usize,
-            );
-            return false;
-        }
+        )
+    };
+    if queued != 0 {
+        // Not queued again (the queue of real-time signals is full): run it now, under the
+        // mask the handler came with.
+        super::mask::restore(&before);
+        return false;
+    }
+    // SAFETY: the kernel passes an SA_SIGINFO handler a valid ucontext_t, whose mask it
+    // restores when the handler returns.
+    unsafe {
         libc::sigaddset(
             &mut (*context.cast::<libc::ucontext_t>()).uc_sigmask,
             signal,
