@@ -34,9 +34,10 @@ fn exit_in_a_thread_ends_the_program_with_its_status() {
                 output.status
             );
             assert_eq!(stdout, "atexit\n", "preloaded: {preload}");
-            // The sleeping thread is ended too, not waited for.
+            // The sleeping thread is ended too, not waited for (it sleeps 10 s; the bound
+            // leaves a loaded machine all the time below that).
             assert!(
-                started.elapsed() < Duration::from_secs(5),
+                started.elapsed() < Duration::from_secs(9),
                 "preloaded: {preload}"
             );
         }
