@@ -60,8 +60,7 @@ impl Scenario for RunCreation {
             })
             .expect("reserve");
         assert_eq!(heap.usage().runs, runs + 1, "operation {op} creates a run");
-        heap.publish_action(&reservation).apply(pm);
-        pm.fence();
+        common::commit(pm, &[heap.publish_action(&reservation)]).expect("publish");
         pm.durability_point();
     }
 

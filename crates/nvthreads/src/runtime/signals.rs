@@ -491,9 +491,7 @@ mod tests {
                 action.sa_sigaction = deferring as *const () as usize;
                 action.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
                 libc::sigemptyset(&mut action.sa_mask);
-                let mut unblock: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut unblock);
-                libc::sigaddset(&mut unblock, libc::SIGUSR2);
+                let unblock = crate::runtime::mask::set_of([libc::SIGUSR2]);
                 if libc::sigaction(libc::SIGUSR2, &action, std::ptr::null_mut()) != 0
                     || libc::sigprocmask(libc::SIG_UNBLOCK, &unblock, std::ptr::null_mut()) != 0
                 {
