@@ -11,7 +11,10 @@
 //!
 //! Creating a new run (a chunk turned into units of one size class) is a system change made
 //! durable at once, through a callback the engine provides, because later transactions on other
-//! threads may allocate from the run before the creating transaction commits.
+//! threads may allocate from the run before the creating transaction commits. Returning a run
+//! whose units are all free to the free chunks is the other system change: made when a
+//! reservation finds no free chunk, so space freed by one size class serves any other and
+//! large objects.
 
 use crate::HeapError;
 use crate::action::Action;
@@ -25,6 +28,15 @@ use std::collections::HashSet;
 /// error type `E` is the engine's own, so an engine failure (a full log, a poisoned pool)
 /// reaches the allocating transaction unchanged.
 pub type SystemCommit<'a, E> = dyn FnMut(&[Action]) -> Result<(), E> + 'a;
+
+/// The engine's say on whether the chunk at `(start, len)` (bytes), an empty run's, may become
+/// free space now: false while something outside the heap could still write the chunk's old
+/// contents back over a new owner's (a pending write-back of a multi-version engine).
+pub type MayReturn<'a> = dyn Fn(u64, u64) -> bool + 'a;
+
+/// Most runs returned by one system change: one record of a logging engine holds their
+/// actions (16 bytes each).
+const RETURNS_PER_CHANGE: usize = 8;
 
 /// The persistent heap allocator.
 #[derive(Debug)]
@@ -59,7 +71,10 @@ pub(crate) struct Run {
 #[derive(Debug, Default)]
 pub(crate) struct State {
     pub(crate) chunks: Vec<ChunkUse>,
+    /// Runs by index; the indices in `vacant` are runs returned to the free chunks, kept
+    /// (unreachable: no chunk and no list names them) until a new run reuses the index.
     pub(crate) runs: Vec<Run>,
+    pub(crate) vacant: Vec<u32>,
     /// Per class, runs that may have free units (entries go stale; checked on use).
     pub(crate) available: Vec<Vec<u32>>,
     pub(crate) chunk_hint: u64,
@@ -74,8 +89,28 @@ impl State {
             allocated_bytes: self.allocated_bytes,
             allocated_blocks: self.allocated_blocks,
             free_chunks: self.chunks.iter().filter(|c| **c == ChunkUse::Free).count() as u64,
-            runs: self.runs.len() as u64,
+            runs: (self.runs.len() - self.vacant.len()) as u64,
         }
+    }
+
+    /// Whether some run has no allocated, reserved or being-freed unit.
+    fn has_empty_run(&self) -> bool {
+        self.live_runs().any(|(_, run)| run.is_empty())
+    }
+
+    fn live_runs(&self) -> impl Iterator<Item = (u32, &Run)> {
+        self.runs
+            .iter()
+            .enumerate()
+            .map(|(index, run)| (index as u32, run))
+            .filter(|&(index, run)| self.chunks[run.chunk as usize] == ChunkUse::Run(index))
+    }
+}
+
+impl Run {
+    /// No unit allocated, reserved or being freed (each holds its bit in `used`).
+    fn is_empty(&self) -> bool {
+        self.free_units == self.geometry.units
     }
 }
 
@@ -152,18 +187,36 @@ impl Heap {
         self.state.lock().usage()
     }
 
-    /// Reserves a block of at least `size` bytes. `system` makes run creation durable.
+    /// Reserves a block of at least `size` bytes. `system` makes run creation and run returns
+    /// durable; any empty run may be returned when no chunk is free.
     pub fn reserve<E: From<HeapError>>(
         &self,
         size: u64,
         system: &mut SystemCommit<'_, E>,
     ) -> Result<Reservation, E> {
+        self.reserve_returning(size, system, &|_, _| true)
+    }
+
+    /// [`Heap::reserve`], returning only the empty runs whose chunks `may_return` allows.
+    pub fn reserve_returning<E: From<HeapError>>(
+        &self,
+        size: u64,
+        system: &mut SystemCommit<'_, E>,
+        may_return: &MayReturn<'_>,
+    ) -> Result<Reservation, E> {
         let size = size.max(1);
         let mut state = self.state.lock();
+        let mut space = Space { system, may_return };
         match self.layout.class_for(size) {
-            Some(class) => self.reserve_unit(&mut state, class, system),
-            None => Ok(self.reserve_span(&mut state, size)?),
+            Some(class) => self.reserve_unit(&mut state, class, &mut space),
+            None => self.reserve_span(&mut state, size, &mut space),
         }
+    }
+
+    /// Whether some run has no allocated, reserved or being-freed unit: a reservation that
+    /// found no space may find it once such a run can be returned.
+    pub fn has_empty_runs(&self) -> bool {
+        self.state.lock().has_empty_run()
     }
 
     /// The action that publishes a reservation.
@@ -254,7 +307,7 @@ impl Heap {
         &self,
         state: &mut State,
         class: usize,
-        system: &mut SystemCommit<'_, E>,
+        space: &mut Space<'_, '_, E>,
     ) -> Result<Reservation, E> {
         while let Some(&run) = state.available[class].last() {
             if let Some(unit) = take_unit(&mut state.runs[run as usize]) {
@@ -271,8 +324,8 @@ impl Heap {
             state.available[class].pop();
             state.runs[run as usize].listed = false;
         }
-        self.create_run(state, class, system)?;
-        self.reserve_unit(state, class, system)
+        self.create_run(state, class, space)?;
+        self.reserve_unit(state, class, space)
     }
 
     /// Turns a free chunk into an empty run of `class`, durably.
@@ -280,16 +333,18 @@ impl Heap {
         &self,
         state: &mut State,
         class: usize,
-        system: &mut SystemCommit<'_, E>,
+        space: &mut Space<'_, '_, E>,
     ) -> Result<(), E> {
         let geometry = self
             .layout
             .run_geometry(class)
             .expect("class_for returns usable classes");
-        let chunk = find_free_span(state, 1).ok_or(HeapError::OutOfSpace {
-            size: geometry.unit,
-        })?;
-        system(&[
+        let chunk = self
+            .find_space(state, 1, space)?
+            .ok_or(HeapError::OutOfSpace {
+                size: geometry.unit,
+            })?;
+        (space.system)(&[
             Action::InitRun {
                 addr: self.layout.chunk_start(chunk),
                 class: class as u8,
@@ -309,17 +364,32 @@ impl Heap {
             hint: 0,
             listed: true,
         };
-        let index = state.runs.len() as u32;
-        state.runs.push(run);
+        let index = match state.vacant.pop() {
+            Some(index) => {
+                state.runs[index as usize] = run;
+                index
+            }
+            None => {
+                state.runs.push(run);
+                state.runs.len() as u32 - 1
+            }
+        };
         state.chunks[chunk as usize] = ChunkUse::Run(index);
         state.available[class].push(index);
         Ok(())
     }
 
-    fn reserve_span(&self, state: &mut State, size: u64) -> Result<Reservation, HeapError> {
+    fn reserve_span<E: From<HeapError>>(
+        &self,
+        state: &mut State,
+        size: u64,
+        space: &mut Space<'_, '_, E>,
+    ) -> Result<Reservation, E> {
         let span = size.div_ceil(self.layout.chunk_size());
         let span = u32::try_from(span).map_err(|_| HeapError::OutOfSpace { size })?;
-        let chunk = find_free_span(state, span).ok_or(HeapError::OutOfSpace { size })?;
+        let chunk = self
+            .find_space(state, span, space)?
+            .ok_or(HeapError::OutOfSpace { size })?;
         mark_span(state, chunk, span);
         let bytes = u64::from(span) << self.layout.chunk_shift;
         state.allocated_bytes += bytes;
@@ -329,6 +399,55 @@ impl Heap {
             size: bytes,
             block: Block::Span { chunk, span },
         })
+    }
+
+    /// First fit for `span` free chunks; when there is none, returns the empty runs the
+    /// engine allows (durably) and searches once more.
+    fn find_space<E: From<HeapError>>(
+        &self,
+        state: &mut State,
+        span: u32,
+        space: &mut Space<'_, '_, E>,
+    ) -> Result<Option<u64>, E> {
+        if let Some(chunk) = find_free_span(state, span) {
+            return Ok(Some(chunk));
+        }
+        if self.return_empty_runs(state, space)? == 0 {
+            return Ok(None);
+        }
+        Ok(find_free_span(state, span))
+    }
+
+    /// Returns every empty run the engine allows to the free chunks: their descriptors set to
+    /// FREE by system changes of at most [`RETURNS_PER_CHANGE`] actions, each durable before
+    /// its chunks are marked free here. The marker and the all-zero bitmap stay on the media,
+    /// as after a crash inside run creation (`docs/heap-format.md` §11). Returns how many.
+    fn return_empty_runs<E: From<HeapError>>(
+        &self,
+        state: &mut State,
+        space: &mut Space<'_, '_, E>,
+    ) -> Result<usize, E> {
+        let chunk_size = self.layout.chunk_size();
+        let empty: Vec<u32> = state
+            .live_runs()
+            .filter(|(_, run)| run.is_empty())
+            .filter(|(_, run)| (space.may_return)(self.layout.chunk_start(run.chunk), chunk_size))
+            .map(|(index, _)| index)
+            .collect();
+        for batch in empty.chunks(RETURNS_PER_CHANGE) {
+            let actions: Vec<Action> = batch
+                .iter()
+                .map(|&index| Action::Set {
+                    addr: self.layout.descriptor_at(state.runs[index as usize].chunk),
+                    value: 0,
+                })
+                .collect();
+            (space.system)(&actions)?;
+            for &index in batch {
+                retire_run(state, index);
+            }
+        }
+        Ok(empty.len())
     }
 
     fn release(&self, state: &mut State, block: Block) {
@@ -383,6 +502,26 @@ impl Heap {
             _ => None,
         }
     }
+}
+
+/// How a reservation may make room: the engine's system commit and its say on returning runs.
+struct Space<'s, 'a, E> {
+    system: &'s mut SystemCommit<'a, E>,
+    may_return: &'s MayReturn<'s>,
+}
+
+/// Forgets returned run `index` (its descriptor already FREE on the media): its chunk is free,
+/// no class list names it, and its index waits for the next new run.
+fn retire_run(state: &mut State, index: u32) {
+    let run = &mut state.runs[index as usize];
+    let (chunk, class) = (run.chunk, run.class);
+    run.used = Vec::new();
+    run.free_units = 0;
+    run.listed = false;
+    state.available[class].retain(|&listed| listed != index);
+    state.chunks[chunk as usize] = ChunkUse::Free;
+    state.chunk_hint = state.chunk_hint.min(chunk);
+    state.vacant.push(index);
 }
 
 /// Takes the first free unit of a run, if any.

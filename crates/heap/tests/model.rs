@@ -146,25 +146,98 @@ impl Model {
         self.blocks.range(start..start + self.chunk_size()).count() as u64
     }
 
-    /// Whether the model has room for a block of `size`.
-    fn has_room(&self, size: u64) -> bool {
-        let free = |c: &Kind| *c == Kind::Free;
+    /// Whether chunk `c` is free space: free, or (`counting_empty_runs`) a run with no block
+    /// in it, which the heap returns to the free chunks when it finds no free one.
+    fn is_space(&self, c: u64, counting_empty_runs: bool) -> bool {
+        match self.chunks[c as usize] {
+            Kind::Free => true,
+            Kind::Run(_) => counting_empty_runs && self.units_in_use(c) == 0,
+            Kind::SpanHead | Kind::SpanBody => false,
+        }
+    }
+
+    /// Whether the model has room for a block of `size`; with `counting_empty_runs`, the
+    /// empty runs count as the free chunks they can become.
+    fn has_room(&self, size: u64, counting_empty_runs: bool) -> bool {
+        let space: Vec<bool> = (0..self.layout.chunk_count)
+            .map(|c| self.is_space(c, counting_empty_runs))
+            .collect();
         match expected_block(self.chunk_size(), size) {
             Ok(class) => {
                 let units = units_per_run(self.chunk_size(), class).expect("usable");
-                self.chunks.iter().any(free)
+                space.iter().any(|&s| s)
                     || (0..self.layout.chunk_count).any(|c| {
                         self.chunks[c as usize] == Kind::Run(class) && self.units_in_use(c) < units
                     })
             }
             Err(span) => {
                 span <= u64::from(u32::MAX)
-                    && self
-                        .chunks
+                    && space
                         .windows(usize::try_from(span).unwrap_or(usize::MAX).max(1))
-                        .any(|w| w.iter().all(free))
+                        .any(|w| w.iter().all(|&s| s))
             }
         }
+    }
+
+    /// The chunk whose descriptor is at `addr`.
+    fn chunk_of_descriptor(&self, addr: u64) -> u64 {
+        (0..self.layout.chunk_count)
+            .find(|&c| self.layout.descriptor_at(c) == addr)
+            .expect("a descriptor's address")
+    }
+
+    /// Applies to the model one system change the heap made durable (`actions`, of which
+    /// `durable` reached the media): a run creation, or runs returned to the free chunks.
+    fn system_change(&mut self, actions: &[Action], durable: usize, could_do_without: bool) {
+        match actions[0] {
+            Action::InitRun { .. } => {
+                if durable >= actions.len() {
+                    self.run_created(actions[0]);
+                }
+            }
+            Action::Set { value: 0, .. } => {
+                assert!(
+                    !could_do_without,
+                    "runs returned while the request fitted without"
+                );
+                for action in &actions[..durable] {
+                    let Action::Set { addr, value: 0 } = *action else {
+                        panic!("a run return sets descriptors to 0, not {action:?}");
+                    };
+                    let chunk = self.chunk_of_descriptor(addr);
+                    assert!(
+                        matches!(self.chunks[chunk as usize], Kind::Run(_)),
+                        "chunk {chunk} returned but not a run"
+                    );
+                    assert_eq!(self.units_in_use(chunk), 0, "a run returned with blocks");
+                    self.chunks[chunk as usize] = Kind::Free;
+                }
+            }
+            other => panic!("unexpected system change starting with {other:?}"),
+        }
+    }
+
+    fn run_created(&mut self, action: Action) {
+        let Action::InitRun { addr, class, .. } = action else {
+            panic!("a run creation starts with InitRun, not {action:?}");
+        };
+        let chunk = self.layout.chunk_of(addr).expect("in the chunk area");
+        assert_eq!(self.layout.chunk_start(chunk), addr, "a run starts a chunk");
+        assert_eq!(
+            self.chunks[chunk as usize],
+            Kind::Free,
+            "run over a busy chunk"
+        );
+        // No free space is lost: a new run only when every run of its class is full.
+        let class = usize::from(class);
+        let units = units_per_run(self.chunk_size(), class).expect("usable");
+        let roomy = (0..self.layout.chunk_count)
+            .find(|&c| self.chunks[c as usize] == Kind::Run(class) && self.units_in_use(c) < units);
+        assert_eq!(
+            roomy, None,
+            "a new run of class {class} while this one has room"
+        );
+        self.chunks[chunk as usize] = Kind::Run(class);
     }
 
     fn check_usage(&self) {
@@ -185,50 +258,30 @@ impl Model {
     }
 
     fn reserve(&mut self, size: u64) {
-        let has_room = self.has_room(size);
+        let has_room = self.has_room(size, true);
+        let fits_as_is = self.has_room(size, false);
         let fault = self.fault.take();
         let pm = self.pm.clone();
-        let mut created = Vec::new();
+        // Each system change the heap asked for, with how many of its actions are durable.
+        let mut changes: Vec<(Vec<Action>, usize)> = Vec::new();
         let mut system = |actions: &[Action]| match fault {
             None => {
                 apply_durably(&pm, actions);
-                created.push(actions[0]);
+                changes.push((actions.to_vec(), actions.len()));
                 Ok(())
             }
             Some(Fault::Fail) => Err(EngineError::SystemCommitFailed),
             Some(Fault::CrashAfter(n)) => {
-                apply_durably(&pm, &actions[..n.min(actions.len())]);
-                // With its descriptor durable the run exists, even if the engine never
-                // returned.
-                if n >= actions.len() {
-                    created.push(actions[0]);
-                }
+                let durable = n.min(actions.len());
+                apply_durably(&pm, &actions[..durable]);
+                // What is durable exists, even if the engine never returned.
+                changes.push((actions.to_vec(), durable));
                 Err(EngineError::SystemCommitFailed)
             }
         };
         let result = self.heap.reserve(size, &mut system);
-        for action in created {
-            let Action::InitRun { addr, class, .. } = action else {
-                panic!("a run creation starts with InitRun, not {action:?}");
-            };
-            let chunk = self.layout.chunk_of(addr).expect("in the chunk area");
-            assert_eq!(self.layout.chunk_start(chunk), addr, "a run starts a chunk");
-            assert_eq!(
-                self.chunks[chunk as usize],
-                Kind::Free,
-                "run over a busy chunk"
-            );
-            // No free space is lost: a new run only when every run of its class is full.
-            let class = usize::from(class);
-            let units = units_per_run(self.chunk_size(), class).expect("usable");
-            let roomy = (0..self.layout.chunk_count).find(|&c| {
-                self.chunks[c as usize] == Kind::Run(class) && self.units_in_use(c) < units
-            });
-            assert_eq!(
-                roomy, None,
-                "a new run of class {class} while this one has room"
-            );
-            self.chunks[chunk as usize] = Kind::Run(class);
+        for (actions, durable) in changes {
+            self.system_change(&actions, durable, fits_as_is);
         }
         match result {
             Ok(r) => self.reserved(size, r),

@@ -1,12 +1,14 @@
 //! Fragmentation and reuse: after everything is freed the heap allocates its full capacity
-//! again, in a size class and as spans, and freed spans coalesce with free neighbours (there
+//! again, in a size class, in another class and as spans (empty runs go back to the free
+//! chunks, docs/heap-format.md §11), and freed spans coalesce with free neighbours (there
 //! is no coalescing structure: a span search sees per-chunk state, docs/heap-format.md §12).
 
 use crashsim::SimPm;
 use heap::{Heap, HeapError};
+use pmem::Persist;
 
 mod common;
-use common::{REGION, commit, fresh};
+use common::{CHUNK_SHIFT, REGION, commit, fresh};
 
 fn try_alloc(pm: &SimPm, heap: &Heap, size: u64) -> Option<u64> {
     match heap.reserve(size, &mut |a| commit(pm, a)) {
@@ -104,4 +106,78 @@ fn a_cancelled_span_is_free_for_its_neighbours() {
     free(&pm, &heap, a);
     let merged = try_alloc(&pm, &heap, 3 * chunk).expect("three chunks");
     assert_eq!(merged, a, "the freed chunk and the cancelled span coalesce");
+}
+
+#[test]
+fn space_freed_by_one_class_serves_other_classes_and_spans() {
+    for (first_size, then_size) in [(16u64, 1536u64), (1536, 16), (64, 1 << CHUNK_SHIFT)] {
+        for reopen in [false, true] {
+            let (pm, heap) = fresh();
+            let chunks = heap.layout().chunk_count;
+            let first = fill(&pm, &heap, first_size);
+            assert_eq!(
+                heap.usage().free_chunks,
+                0,
+                "{first_size} bytes fill the heap"
+            );
+            assert_eq!(heap.usage().runs, chunks, "one run per chunk");
+            for &addr in &first {
+                free(&pm, &heap, addr);
+            }
+            let heap = if reopen {
+                drop(heap);
+                Heap::open(&pm, REGION).expect("reopen")
+            } else {
+                heap
+            };
+            let then = fill(&pm, &heap, then_size);
+            let (alone_pm, alone) = fresh();
+            let expected = fill(&alone_pm, &alone, then_size).len();
+            assert_eq!(
+                then.len(),
+                expected,
+                "{then_size}-byte blocks after {first_size}-byte ones (reopen: {reopen}): as many as in a fresh heap"
+            );
+            let usage = heap.usage();
+            assert_eq!(usage.free_chunks, 0, "every chunk reused");
+            // What the media says agrees: a reopened heap counts the same blocks.
+            let reopened = Heap::open(&pm, REGION).expect("reopen");
+            assert_eq!(reopened.usage(), usage);
+        }
+    }
+}
+
+#[test]
+fn a_run_with_one_live_unit_is_not_returned() {
+    let (pm, heap) = fresh();
+    let first = fill(&pm, &heap, 16);
+    let keep = first[0];
+    pm.write(keep, &[0xa5; 16], pmem::WriteClass::User);
+    for &addr in &first[1..] {
+        free(&pm, &heap, addr);
+    }
+    let then = fill(&pm, &heap, 1536);
+    assert!(!then.is_empty());
+    // Every other run went back to the free chunks and now holds the new class.
+    assert_eq!(heap.usage().runs, 1 + then_runs(&heap, &then));
+    assert_eq!(heap.usage().free_chunks, 0);
+    let mut bytes = [0u8; 16];
+    pm.read(keep, &mut bytes);
+    assert_eq!(bytes, [0xa5; 16], "the live unit keeps its bytes");
+    let reopened = Heap::open(&pm, REGION).expect("reopen");
+    let freeing = reopened
+        .prepare_free(keep)
+        .expect("the live unit is still allocated");
+    reopened.cancel_free(&freeing);
+}
+
+/// Runs that hold `blocks` (distinct chunks).
+fn then_runs(heap: &Heap, blocks: &[u64]) -> u64 {
+    let mut chunks: Vec<u64> = blocks
+        .iter()
+        .map(|&a| heap.layout().chunk_of(a).expect("in the heap"))
+        .collect();
+    chunks.sort_unstable();
+    chunks.dedup();
+    chunks.len() as u64
 }

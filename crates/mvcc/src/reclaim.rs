@@ -1052,6 +1052,19 @@ impl<P: Persist> Core<P> {
         Ok(())
     }
 
+    /// Whether the heap may return the empty run whose chunk is `(start, len)` to free space
+    /// now: only once none of its lines has a header or bytes in a live CLog record, as for a
+    /// freed span ([`Core::reusable`]). A new owner writes the chunk in place (a new run's
+    /// bitmap outside any log, a fresh block's first bytes), and a stale header's write-back
+    /// or cooling, or a CLog replay, would put the old run's bytes over it. Called by the heap
+    /// with its lock held: `ckpt` after the heap's lock, as in [`Core::system_commit`].
+    pub(crate) fn may_return_run(&self, start: u64, len: u64) -> bool {
+        let ck = self.ckpt.lock();
+        let _reading = self.reclaiming();
+        (start / CHUNK..(start + len).div_ceil(CHUNK))
+            .all(|c| self.table.slot(c) == NO_HEADER && !ck.clog_chunks.contains(&c))
+    }
+
     /// The heap's run creation, made durable at once. The run's chunks were free large
     /// space, which is reused only once no header and no live CLog record covers it; if one
     /// does anyway, everything is written back first, so no recovery or write-back can put

@@ -837,15 +837,21 @@ impl<P: Persist, R: Replay> Tx for MvccTx<'_, P, R> {
         }
         let engine = self.engine;
         let mut system = |actions: &[Action]| engine.system_commit(actions);
+        let may_return = |start: u64, len: u64| engine.may_return_run(start, len);
         // The heap's size class, not rounded up to whole chunks: an 80-byte node takes 96
         // bytes and may share a chunk with a neighbour (a false conflict at worst; a fresh
         // block on a chunk with a header is written through the chain). Rounded to 128, every
         // node's first line would sit on an even line, in half the cache's sets (§10).
-        let reservation = match engine.heap.reserve(size, &mut system) {
-            // Blocks freed by committed transactions may be waiting for reuse: run again
-            // after the engine has checkpointed, written back and released them.
+        let reservation = match engine
+            .heap
+            .reserve_returning(size, &mut system, &may_return)
+        {
+            // Blocks freed by committed transactions may be waiting for reuse, or empty runs
+            // for their chunks' versions to go: run again after the engine has checkpointed,
+            // written back and released them.
             Err(TxError::OutOfSpace { .. })
-                if !self.outcome.space_asked.get() && engine.has_deferred_frees() =>
+                if !self.outcome.space_asked.get()
+                    && (engine.has_deferred_frees() || engine.heap.has_empty_runs()) =>
             {
                 return self.fail(Retry::Space);
             }

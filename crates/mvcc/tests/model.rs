@@ -1967,7 +1967,8 @@ fn live_blocks(engine: &Eng) -> Vec<(u64, u64)> {
 }
 
 /// After a damaged pool opened: the state is the undamaged pool's, no block it hands out
-/// overlaps a live object, another new block or the heap's metadata, writing the new blocks
+/// overlaps a live object, another new block or the heap's metadata (a run's only while it
+/// holds a live object), writing the new blocks
 /// changes nothing live, and the pool opens again to the same state.
 fn probe_opened(engine: Eng, reference: &Model, meta: &HeapMeta) -> Result<(), String> {
     let state = engine
@@ -1996,10 +1997,22 @@ fn probe_opened(engine: Eng, reference: &Model, meta: &HeapMeta) -> Result<(), S
             .map_err(|e| format!("live object at {at:#x} (+{size}) is not allocated: {e}"))?;
         engine.heap().cancel_free(&freeing);
     }
+    // A run's marker and bitmap stay metadata while the run holds a live object; an empty
+    // run (its objects freed, perhaps by an operation recovery re-executed) may go back to
+    // the free chunks when space runs out (docs/heap-format.md §11.1), and a new block may
+    // then cover them. The header and the descriptors lie outside the chunk area.
+    let holds_live = |start: u64| {
+        let chunk = meta.layout.chunk_of(start);
+        chunk.is_none()
+            || taken
+                .iter()
+                .any(|&(at, _)| meta.layout.chunk_of(at) == chunk)
+    };
     let metadata: Vec<(u64, u64)> = meta
         .ranges
         .iter()
         .map(|r| (r.start as u64, (r.end - r.start) as u64))
+        .filter(|&(start, _)| holds_live(start))
         .collect();
     // The live objects' sizes (their classes' runs) first, then spans.
     let mut sizes: Vec<u64> = taken.iter().map(|&(_, size)| size).collect();
