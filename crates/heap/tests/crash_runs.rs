@@ -1,14 +1,17 @@
-//! Run creation, and runs returned to the free chunks, crashed at every fence. A new run is two actions made durable one after the
-//! other by `apply_durably`: the run's marker and empty bitmap, then the descriptor that says
-//! "run". The descriptor and the run are on different cache lines, so under ADR the
-//! descriptor may reach the media before the marker unless a fence separates them; the
-//! heap then reads a run whose marker is missing and refuses to open (damage no crash may
-//! leave). The model test (`model.rs`) crashes only between whole actions, on the durable
-//! image, so it cannot see a missing fence between two of them: this test explores every
-//! pending store at each fence.
+//! Run creation, and runs returned to the free chunks, crashed at every fence.
+//!
+//! A new run is two actions made durable one after the other by `apply_durably`: the run's
+//! marker and empty bitmap, then the descriptor that says "run". The descriptor and the run
+//! are on different cache lines, so under ADR the descriptor may reach the media before the
+//! marker unless a fence separates them; the heap then reads a run whose marker is missing
+//! and refuses to open (damage no crash may leave). A run return is a batch of descriptors
+//! set to FREE, one fence each; a crash in between leaves some runs returned and the others
+//! empty runs, both of which a reopened heap must accept and may reuse. The model test
+//! (`model.rs`) crashes only between whole actions, on the durable image, so it cannot see a
+//! missing fence between two of them: these tests explore every pending store at each fence.
 
 use crashsim::{Config, Scenario, SimMode, SimPm, check};
-use heap::{Heap, SIZE_CLASSES, apply_durably, check_heap};
+use heap::{Action, Heap, HeapError, SIZE_CLASSES, apply_durably, check_heap};
 use pmem::Persist;
 
 mod common;
@@ -18,94 +21,56 @@ use common::{CHUNK_SHIFT, REGION};
 /// so every operation creates a run before it publishes its block.
 const CLASSES: [usize; 6] = [0, 3, 6, 9, 1, 12];
 
-struct RunCreation;
-
-impl Scenario for RunCreation {
-    /// Allocated blocks as the reopened heap counts them.
-    type Model = u64;
-    type Live = (SimPm, Heap);
-
-    fn name(&self) -> String {
-        "heap run creation".into()
-    }
-
-    fn pool_size(&self) -> u64 {
-        REGION.end()
-    }
-
-    fn op_count(&self) -> usize {
-        CLASSES.len()
-    }
-
-    fn initial_model(&self) -> u64 {
-        0
-    }
-
-    fn apply_to_model(&self, model: &mut u64, _op: usize) {
-        *model += 1;
-    }
-
-    fn setup(&self, pm: SimPm) -> (SimPm, Heap) {
-        let heap = Heap::format(&pm, REGION, CHUNK_SHIFT).expect("format");
-        (pm, heap)
-    }
-
-    fn run_op(&self, (pm, heap): &mut (SimPm, Heap), op: usize) {
-        let size = SIZE_CLASSES[CLASSES[op]];
-        let runs = heap.usage().runs;
-        let reservation = heap
-            .reserve(size, &mut |actions: &[heap::Action]| {
-                apply_durably(pm, actions);
-                Ok::<(), heap::HeapError>(())
-            })
-            .expect("reserve");
-        assert_eq!(heap.usage().runs, runs + 1, "operation {op} creates a run");
-        common::commit(pm, &[heap.publish_action(&reservation)]).expect("publish");
-        pm.durability_point();
-    }
-
-    fn recover(&self, pm: SimPm) -> Result<u64, String> {
-        let heap = Heap::open(&pm, REGION).map_err(|e| format!("open: {e}"))?;
-        let damage: Vec<String> = check_heap(&pm, REGION)
-            .findings
-            .iter()
-            .filter(|f| f.is_damage())
-            .map(ToString::to_string)
-            .collect();
-        if !damage.is_empty() {
-            return Err(format!("deep check: {damage:?}"));
-        }
-        Ok(heap.usage().allocated_blocks)
-    }
-}
-
-#[test]
-fn run_creation_survives_a_crash_at_every_fence() {
-    for mode in [SimMode::Adr, SimMode::Eadr] {
-        let report = check(&RunCreation, &Config::thorough(mode, 11));
-        eprintln!("{report}");
-        report.assert_passed();
-        assert!(report.crash_points > CLASSES.len() as u64, "{report}");
-    }
-}
-
-/// Runs returned to the free chunks, crashed at every fence. Setup fills the heap with
-/// 16-byte units (a run in every chunk) and frees them all; operation `i` then allocates a
-/// block of `SPANS[i]` chunks. The first finds no free chunk and returns every empty run,
-/// [`heap`]'s batches of descriptors set to FREE, one fence each; a crash anywhere in
-/// between leaves some runs returned and the others empty runs, both of which a reopened
-/// heap must accept and both of which it may reuse.
+/// Chunks of operation `i`'s large block in the run-return scenario. The first finds no free
+/// chunk (setup left an empty run in every one) and returns every empty run.
 const SPANS: [u64; 4] = [3, 1, 8, 2];
 
-struct RunReturn;
+/// One block allocated and published per operation, system changes made durable at once.
+struct Allocations {
+    name: &'static str,
+    /// Bytes of operation `i`'s block.
+    sizes: Vec<u64>,
+    /// Setup fills the heap with 16-byte units (a run in every chunk) and frees them all.
+    emptied_runs_first: bool,
+}
 
-impl Scenario for RunReturn {
+impl Allocations {
+    fn run_creation() -> Self {
+        Allocations {
+            name: "heap run creation",
+            sizes: CLASSES.iter().map(|&c| SIZE_CLASSES[c]).collect(),
+            emptied_runs_first: false,
+        }
+    }
+
+    fn run_return() -> Self {
+        Allocations {
+            name: "heap run return",
+            sizes: SPANS.iter().map(|&span| span << CHUNK_SHIFT).collect(),
+            emptied_runs_first: true,
+        }
+    }
+}
+
+/// Reserves `size` bytes, every system change made durable at once (as `undo` and `mvcc` do).
+fn reserve_now(pm: &SimPm, heap: &Heap, size: u64) -> Result<heap::Reservation, HeapError> {
+    heap.reserve(size, &mut |actions: &[Action]| {
+        apply_durably(pm, actions);
+        Ok::<(), HeapError>(())
+    })
+}
+
+fn publish(pm: &SimPm, heap: &Heap, reservation: &heap::Reservation) {
+    common::commit(pm, &[heap.publish_action(reservation)]).expect("publish");
+}
+
+impl Scenario for Allocations {
     /// Allocated blocks as the reopened heap counts them.
     type Model = u64;
     type Live = (SimPm, Heap);
 
     fn name(&self) -> String {
-        "heap run return".into()
+        self.name.into()
     }
 
     fn pool_size(&self) -> u64 {
@@ -113,7 +78,7 @@ impl Scenario for RunReturn {
     }
 
     fn op_count(&self) -> usize {
-        SPANS.len()
+        self.sizes.len()
     }
 
     fn initial_model(&self) -> u64 {
@@ -126,35 +91,37 @@ impl Scenario for RunReturn {
 
     fn setup(&self, pm: SimPm) -> (SimPm, Heap) {
         let heap = Heap::format(&pm, REGION, CHUNK_SHIFT).expect("format");
-        let mut units = Vec::new();
-        while let Ok(reservation) = heap.reserve(16, &mut |actions: &[heap::Action]| {
-            apply_durably(&pm, actions);
-            Ok::<(), heap::HeapError>(())
-        }) {
-            common::commit(&pm, &[heap.publish_action(&reservation)]).expect("publish");
-            units.push(reservation);
-        }
-        assert_eq!(heap.usage().free_chunks, 0, "16-byte units fill the heap");
-        for reservation in units {
-            let freeing = heap.prepare_free(reservation.addr).expect("prepare_free");
-            common::commit(&pm, &[heap.free_action(&freeing)]).expect("free");
-            heap.finish_free(&freeing);
+        if self.emptied_runs_first {
+            let units: Vec<_> = std::iter::from_fn(|| reserve_now(&pm, &heap, 16).ok()).collect();
+            units.iter().for_each(|unit| publish(&pm, &heap, unit));
+            assert_eq!(heap.usage().free_chunks, 0, "16-byte units fill the heap");
+            for unit in units {
+                let freeing = heap.prepare_free(unit.addr).expect("prepare_free");
+                common::commit(&pm, &[heap.free_action(&freeing)]).expect("free");
+                heap.finish_free(&freeing);
+            }
         }
         (pm, heap)
     }
 
     fn run_op(&self, (pm, heap): &mut (SimPm, Heap), op: usize) {
-        let size = SPANS[op] << CHUNK_SHIFT;
-        let reservation = heap
-            .reserve(size, &mut |actions: &[heap::Action]| {
-                apply_durably(pm, actions);
-                Ok::<(), heap::HeapError>(())
-            })
-            .expect("a span over returned runs");
-        common::commit(pm, &[heap.publish_action(&reservation)]).expect("publish");
+        let runs = heap.usage().runs;
+        let reservation = reserve_now(pm, heap, self.sizes[op]).expect("reserve");
+        if self.emptied_runs_first {
+            assert_eq!(
+                heap.usage().runs,
+                0,
+                "operation {op}: every empty run returned"
+            );
+        } else {
+            assert_eq!(heap.usage().runs, runs + 1, "operation {op} creates a run");
+        }
+        publish(pm, heap, &reservation);
         pm.durability_point();
     }
 
+    /// Opens the heap, runs the deep check, and allocates the operations still to come:
+    /// whatever a crash left returned or not, the heap must still take them.
     fn recover(&self, pm: SimPm) -> Result<u64, String> {
         let heap = Heap::open(&pm, REGION).map_err(|e| format!("open: {e}"))?;
         let damage: Vec<String> = check_heap(&pm, REGION)
@@ -166,26 +133,33 @@ impl Scenario for RunReturn {
         if !damage.is_empty() {
             return Err(format!("deep check: {damage:?}"));
         }
-        // Whatever was returned or not, the rest of the heap still takes the spans to come.
         let blocks = heap.usage().allocated_blocks;
-        let mut system = |actions: &[heap::Action]| {
-            apply_durably(&pm, actions);
-            Ok::<(), heap::HeapError>(())
-        };
-        for &span in &SPANS[blocks as usize..] {
-            heap.reserve(span << CHUNK_SHIFT, &mut system)
-                .map_err(|e| format!("after recovery, a span of {span}: {e}"))?;
+        for &size in self.sizes.get(blocks as usize..).unwrap_or_default() {
+            reserve_now(&pm, &heap, size)
+                .map_err(|e| format!("after recovery, {size} bytes: {e}"))?;
         }
         Ok(blocks)
     }
 }
 
-#[test]
-fn run_return_survives_a_crash_at_every_fence() {
+fn crash_at_every_fence(scenario: &Allocations) {
     for mode in [SimMode::Adr, SimMode::Eadr] {
-        let report = check(&RunReturn, &Config::thorough(mode, 11));
+        let report = check(scenario, &Config::thorough(mode, 11));
         eprintln!("{report}");
         report.assert_passed();
-        assert!(report.crash_points > SPANS.len() as u64, "{report}");
+        assert!(
+            report.crash_points > scenario.sizes.len() as u64,
+            "{report}"
+        );
     }
+}
+
+#[test]
+fn run_creation_survives_a_crash_at_every_fence() {
+    crash_at_every_fence(&Allocations::run_creation());
+}
+
+#[test]
+fn run_return_survives_a_crash_at_every_fence() {
+    crash_at_every_fence(&Allocations::run_return());
 }
