@@ -169,15 +169,31 @@ pub struct Native {
 /// A pool file whose advisory lock is released explicitly when it is dropped. Closing the
 /// descriptor is not enough: a `flock` belongs to the open file description, which a child
 /// forked by another thread shares until its exec closes its copy, so the lock would
-/// outlive the pool and a new open would be refused as "already open".
+/// outlive the pool and a new open would be refused as "already open". For the same
+/// reason only the process that opened the file releases it: a child forked without
+/// `exec` that drops its copy closes its descriptor and leaves the opener's lock alone.
 #[derive(Debug)]
-struct PoolFile(File);
+struct PoolFile {
+    file: File,
+    opener: u32,
+}
+
+impl PoolFile {
+    fn new(file: File) -> Self {
+        PoolFile {
+            file,
+            opener: std::process::id(),
+        }
+    }
+}
 
 impl Drop for PoolFile {
     fn drop(&mut self) {
         // Unlocking a file that holds no lock (an unlocked mapping, a test backend) is a
         // harmless no-op.
-        let _ = self.0.unlock();
+        if std::process::id() == self.opener {
+            let _ = self.file.unlock();
+        }
     }
 }
 
@@ -202,7 +218,7 @@ impl Native {
     /// `file` open, so an advisory lock taken on it lasts as long as the backend.
     /// If mapping fails, the file's lock is released before the error returns.
     pub fn map(file: File, len: u64, options: &NativeOptions) -> std::io::Result<Self> {
-        let file = PoolFile(file);
+        let file = PoolFile::new(file);
         let flush = options.flush.unwrap_or_else(FlushInstr::best_available);
         if !flush.is_supported() && options.mode.is_none_or(|mode| mode == PersistMode::Adr) {
             return Err(std::io::Error::new(
@@ -214,17 +230,17 @@ impl Native {
         // A mapping longer than its file raises SIGBUS on the first touch past the end; refuse
         // it here, where it is still an error (`Pool::open` has checked the length already,
         // a direct caller may not have).
-        let file_len = file.0.metadata()?.len();
+        let file_len = file.file.metadata()?.len();
         if file_len < len {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 format!("the file has {file_len} bytes, fewer than the {len} to map"),
             ));
         }
-        let map = Mapping::new(&file.0, size)?;
+        let map = Mapping::new(&file.file, size)?;
         let media = if map.is_sync() {
             Media::Dax
-        } else if mapping::fs_type(&file.0)? == mapping::TMPFS_MAGIC {
+        } else if mapping::fs_type(&file.file)? == mapping::TMPFS_MAGIC {
             Media::EmulatedTmpfs
         } else {
             Media::PageCache

@@ -72,6 +72,10 @@ pub struct Pool<B: Persist> {
     repaired: Vec<String>,
     path: Option<PathBuf>,
     closed: AtomicBool,
+    /// The process that opened the pool. A child forked without `exec` holds a copy of this
+    /// value and of the mapping; its copy never marks the pool clean (the opener may still be
+    /// writing it), and its backend never releases the opener's lock.
+    opener: u32,
 }
 
 impl<B: Persist> Pool<B> {
@@ -117,6 +121,7 @@ impl<B: Persist> Pool<B> {
             repaired: Vec::new(),
             path: None,
             closed: AtomicBool::new(false),
+            opener: std::process::id(),
         })
     }
 
@@ -168,6 +173,7 @@ impl<B: Persist> Pool<B> {
             repaired,
             path: None,
             closed: AtomicBool::new(false),
+            opener: std::process::id(),
         };
         pool.write_state(flags & !FLAG_CLEAN);
         Ok(pool)
@@ -233,7 +239,7 @@ impl<B: Persist> Pool<B> {
     }
 
     fn mark_closed(&mut self) -> Result<(), PoolError> {
-        if self.closed.swap(true, Ordering::AcqRel) {
+        if self.closed.swap(true, Ordering::AcqRel) || std::process::id() != self.opener {
             return Ok(());
         }
         if self.pm.is_poisoned() {
@@ -276,6 +282,7 @@ impl<B: Persist> Pool<B> {
             repaired,
             path,
             closed: AtomicBool::new(this.closed.load(Ordering::Acquire)),
+            opener: this.opener,
         })
     }
 

@@ -1,7 +1,9 @@
 //! The pool lock against processes forked by other threads: a child holds copies of its
 //! parent's descriptors from its fork until its exec closes them, and a `flock` belongs to
 //! the open file description those copies share. Closing a pool must release its lock even
-//! while such a child exists, so that the pool can be opened again at once.
+//! while such a child exists, so that the pool can be opened again at once; and a child that
+//! drops its copy of an open pool must neither release its opener's lock nor mark the pool
+//! clean.
 
 use pmem::PoolError;
 use std::io::{Read, Write};
@@ -80,5 +82,53 @@ fn opening_and_closing_while_other_threads_spawn_processes_is_never_refused() {
     assert_eq!(
         refused, 0,
         "spurious AlreadyOpen in {refused} of 300 rounds"
+    );
+}
+
+/// Forks a child that drops its copy of `pool` (as a child forked without `exec` does when it
+/// returns through its destructors) and exits; returns once it has.
+fn child_drops_its_copy<B: pmem::Persist>(pool: &mut Option<pmem::Pool<B>>) {
+    // SAFETY: the child only drops its copy of the pool (a `getpid`, an `munmap`, a `close`
+    // and glibc's `free`, which glibc's `fork` keeps usable in the child) and calls `_exit`;
+    // the parent only waits for it.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        drop(pool.take());
+        // SAFETY: ends the child without running the test harness's exit handlers.
+        unsafe { libc::_exit(0) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child just forked; `status` is a valid out-pointer.
+    let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(waited, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child did not exit cleanly: {status:#x}"
+    );
+}
+
+#[test]
+fn a_forked_child_dropping_its_copy_leaves_the_pool_to_its_opener() {
+    let dir = shm_dir();
+    let path = create(dir.path());
+    let mut pool = Some(open(&path).expect("open"));
+    child_drops_its_copy(&mut pool);
+    let second = open(&path);
+    assert!(
+        matches!(second, Err(PoolError::AlreadyOpen)),
+        "the child's drop released its opener's lock: {second:?}"
+    );
+    // The opener crashes now: the child must not have marked the pool clean for it.
+    pool.take().expect("the opener's pool").abandon();
+    let reopened = open(&path).expect("reopen after the opener's crash");
+    assert!(
+        !reopened.was_clean(),
+        "the child's drop marked a pool its opener was still using as cleanly closed"
+    );
+    drop(reopened);
+    assert!(
+        open(&path).expect("reopen").was_clean(),
+        "a clean close still reads as clean"
     );
 }
