@@ -1032,7 +1032,10 @@ impl<P: Persist> Core<P> {
         {
             let mut ck = self.ckpt.lock();
             let _reading = self.reclaiming();
-            if !ck.writeback.is_empty() {
+            // A free waits while its lines have bytes in a live CLog record, and only a
+            // write-back empties `clog_chunks`, also when no checkpointed base is left to
+            // write (cooling took their headers out of `writeback`).
+            if !ck.writeback.is_empty() || !ck.clog_chunks.is_empty() {
                 self.write_back(&mut ck)?;
             }
         }
