@@ -35,7 +35,7 @@ pub type SystemCommit<'a, E> = dyn FnMut(&[Action]) -> Result<(), E> + 'a;
 pub type MayReturn<'a> = dyn Fn(u64, u64) -> bool + 'a;
 
 /// Most runs returned by one system change: one record of a logging engine holds their
-/// actions (16 bytes each).
+/// actions (two of 16 bytes each).
 const RETURNS_PER_CHANGE: usize = 8;
 
 /// The persistent heap allocator.
@@ -418,10 +418,14 @@ impl Heap {
         Ok(find_free_span(state, span))
     }
 
-    /// Returns every empty run the engine allows to the free chunks: their descriptors set to
-    /// FREE by system changes of at most [`RETURNS_PER_CHANGE`] actions, each durable before
-    /// its chunks are marked free here. The marker and the all-zero bitmap stay on the media,
-    /// as after a crash inside run creation (`docs/heap-format.md` §11). Returns how many.
+    /// Returns every empty run the engine allows to the free chunks: per run its descriptor set
+    /// to FREE, then its marker cleared, by system changes of at most [`RETURNS_PER_CHANGE`]
+    /// runs, each durable before its chunks are marked free here. The marker goes because the
+    /// chunk's next owner may be a large span whose object bytes fill the bitmap's place: a
+    /// stale marker over object words that happen to pass a bitmap word's check reads as a run
+    /// whose descriptor was lost, and the heap would refuse to open. The descriptor goes first:
+    /// a crash between the two leaves a FREE chunk with a marker over an all-zero bitmap, as a
+    /// crash inside run creation does (`docs/heap-format.md` §11). Returns how many.
     fn return_empty_runs<E: From<HeapError>>(
         &self,
         state: &mut State,
@@ -437,9 +441,18 @@ impl Heap {
         for batch in empty.chunks(RETURNS_PER_CHANGE) {
             let actions: Vec<Action> = batch
                 .iter()
-                .map(|&index| Action::Set {
-                    addr: self.layout.descriptor_at(state.runs[index as usize].chunk),
-                    value: 0,
+                .flat_map(|&index| {
+                    let chunk = state.runs[index as usize].chunk;
+                    [
+                        Action::Set {
+                            addr: self.layout.descriptor_at(chunk),
+                            value: 0,
+                        },
+                        Action::Set {
+                            addr: self.layout.chunk_start(chunk),
+                            value: 0,
+                        },
+                    ]
                 })
                 .collect();
             (space.system)(&actions)?;

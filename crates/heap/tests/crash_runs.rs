@@ -5,7 +5,8 @@
 //! are on different cache lines, so under ADR the descriptor may reach the media before the
 //! marker unless a fence separates them; the heap then reads a run whose marker is missing
 //! and refuses to open (damage no crash may leave). A run return is a batch of descriptors
-//! set to FREE, one fence each; a crash in between leaves some runs returned and the others
+//! set to FREE, each followed by its run's marker cleared, one fence each; a crash in between
+//! leaves some runs returned (with or without their marker) and the others
 //! empty runs, both of which a reopened heap must accept and may reuse. The model test
 //! (`model.rs`) crashes only between whole actions, on the durable image, so it cannot see a
 //! missing fence between two of them: these tests explore every pending store at each fence.

@@ -200,10 +200,22 @@ impl Model {
                     !could_do_without,
                     "runs returned while the request fitted without"
                 );
-                for action in &actions[..durable] {
+                for (i, action) in actions[..durable].iter().enumerate() {
                     let Action::Set { addr, value: 0 } = *action else {
-                        panic!("a run return sets descriptors to 0, not {action:?}");
+                        panic!("a run return sets descriptors and markers to 0, not {action:?}");
                     };
+                    if i % 2 == 1 {
+                        // The marker of the run whose descriptor the action before freed.
+                        let Action::Set {
+                            addr: descriptor, ..
+                        } = actions[i - 1]
+                        else {
+                            unreachable!("checked on the previous action");
+                        };
+                        let chunk = self.chunk_of_descriptor(descriptor);
+                        assert_eq!(addr, self.layout.chunk_start(chunk), "not its marker");
+                        continue;
+                    }
                     let chunk = self.chunk_of_descriptor(addr);
                     assert!(
                         matches!(self.chunks[chunk as usize], Kind::Run(_)),
