@@ -412,6 +412,17 @@ impl Heap {
         if let Some(chunk) = find_free_span(state, span) {
             return Ok(Some(chunk));
         }
+        // Returning runs cannot make room for more chunks than are free or empty runs: a
+        // request that could not fit even then (one larger than the heap) changes nothing.
+        let free = state
+            .chunks
+            .iter()
+            .filter(|c| **c == ChunkUse::Free)
+            .count();
+        let empty = state.live_runs().filter(|(_, run)| run.is_empty()).count();
+        if (free + empty) < span as usize {
+            return Ok(None);
+        }
         if self.return_empty_runs(state, space)? == 0 {
             return Ok(None);
         }

@@ -181,3 +181,30 @@ fn then_runs(heap: &Heap, blocks: &[u64]) -> u64 {
     chunks.dedup();
     chunks.len() as u64
 }
+
+#[test]
+fn a_request_larger_than_the_heap_returns_no_run() {
+    let (pm, heap) = fresh();
+    let units = fill(&pm, &heap, 64);
+    for &addr in &units {
+        free(&pm, &heap, addr);
+    }
+    let runs = heap.usage().runs;
+    let whole = heap.layout().chunk_count << CHUNK_SHIFT;
+    let mut system_changes = 0;
+    let refused = heap.reserve(whole + 1, &mut |actions| {
+        system_changes += 1;
+        commit(&pm, actions)
+    });
+    assert!(
+        matches!(refused, Err(HeapError::OutOfSpace { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(
+        system_changes, 0,
+        "runs returned for a request no return can satisfy"
+    );
+    assert_eq!(heap.usage().runs, runs);
+    // The whole heap, though, fits once every empty run is back.
+    assert!(try_alloc(&pm, &heap, whole).is_some());
+}
