@@ -11,11 +11,12 @@
 
 use conformance::{Factory, LAYOUT, MvccFactory, RedoFactory, UndoFactory};
 use mvcc::MvccOptions;
-use pmem::{CreateOptions, MemPm, NativeOptions, Pool};
+use pmem::{CreateOptions, NativeOptions, Pool};
 use tx::{Engine, EngineOptions, LogMode, NoReplay, Tx, TxError};
 
-const POOL: u64 = 1 << 20;
-const CHUNK_SHIFT: u32 = 12;
+mod churn;
+use churn::{CHUNK_SHIFT, POOL};
+
 /// A small class: its runs fill the heap before a span is asked for.
 const SMALL: u64 = 256;
 
@@ -77,20 +78,14 @@ fn fill_free_then_span<E: Engine>(engine: &E, value: impl Fn(u64) -> u64) -> u64
 }
 
 fn reopen_after_span<F: Factory>(factory: &F) -> Result<(), String> {
-    let dir = tempfile::tempdir_in(pool_dir()).expect("tempdir");
+    let dir = tempfile::tempdir_in(churn::pool_dir()).expect("tempdir");
     let path = dir.path().join("pool");
     let pool = Pool::create(&path, &CreateOptions::new(LAYOUT, POOL)).expect("create the pool");
     let engine = factory.create(pool).expect("create the engine");
     let span = fill_free_then_span(&engine, integer_that_reads_as_a_bitmap_word);
     // A clean close: the engine quiesces on drop, nothing is left to recover.
     drop(engine);
-    let image = std::fs::read(&path).expect("read the pool file");
-    let copy = Pool::attach(MemPm::new(image), LAYOUT).expect("attach a copy");
-    let damage: Vec<String> = conformance::corrupt::check_engine_area(copy.pm(), copy.arena())
-        .iter()
-        .filter(|f| f.is_damage())
-        .map(|f| f.to_string())
-        .collect();
+    let damage = churn::file_damage(&path).expect("a copy of the pool file");
     let pool = Pool::open(&path, LAYOUT, &NativeOptions::default()).expect("open the pool");
     let reopened = factory.open(pool).map(drop);
     match (reopened, damage.is_empty()) {
@@ -99,14 +94,6 @@ fn reopen_after_span<F: Factory>(factory: &F) -> Result<(), String> {
             "span at {span:#x}: reopen {reopened:?}; deep check damage {damage:?}",
             reopened = reopened.map_err(|e| e.to_string())
         )),
-    }
-}
-
-fn pool_dir() -> &'static str {
-    if std::path::Path::new("/dev/shm").is_dir() {
-        "/dev/shm"
-    } else {
-        "/tmp"
     }
 }
 

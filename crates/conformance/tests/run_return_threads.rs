@@ -8,23 +8,24 @@
 //! must have been allocated after the heap was filled with runs, which only returned runs
 //! make possible.
 
-use conformance::{Factory, LAYOUT, MvccFactory, RedoFactory, UndoFactory};
+use conformance::{Factory, LAYOUT, RedoFactory, UndoFactory};
 use heap::Usage;
-use mvcc::MvccOptions;
-use pmem::{CreateOptions, MemPm, NativeOptions, Pool};
+use pmem::{CreateOptions, NativeOptions, Pool};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
-use tx::{Engine, EngineOptions, LogMode, NoReplay, Tx, TxError, TxResult};
+use tx::{Engine, Tx, TxError, TxResult};
 
 mod churn;
-use churn::{Live, alloc_into, free_slot, read_slot, update_slot, verify, write_slot};
+use churn::{
+    CHUNK, Live, POOL, alloc_into, free_slot, mvcc_factory, read_slot, tx_options, update_slot,
+    verify, write_slot,
+};
 
-const POOL: u64 = 1 << 20;
-const CHUNK_SHIFT: u32 = 12;
-const CHUNK: u64 = 1 << CHUNK_SHIFT;
 const THREADS: usize = 4;
+/// One lane a thread.
+const LANES: u32 = THREADS as u32;
 const CYCLES: u64 = 12;
 /// Slots per thread (its table is a large block of `SLOTS * 16` bytes).
 const SLOTS: u64 = 1024;
@@ -38,29 +39,6 @@ const CHURN_SLOTS: u64 = 200;
 /// The fill sizes (bytes), one per thread at a time, rotated every cycle: classes whose blocks
 /// share 64-byte lines (48, 96) and classes of whole lines.
 const FILL: [u64; THREADS] = [48, 256, 384, 96];
-
-fn tx_options() -> EngineOptions {
-    EngineOptions {
-        lanes: THREADS as u32,
-        lane_size: 32 << 10,
-        chunk_shift: CHUNK_SHIFT,
-        log_mode: LogMode::Auto,
-    }
-}
-
-fn mvcc_factory() -> MvccFactory<NoReplay> {
-    MvccFactory {
-        options: MvccOptions {
-            lanes: THREADS as u32,
-            olog_size: 32 << 10,
-            clog_size: 32 << 10,
-            chunk_shift: CHUNK_SHIFT,
-            tlog_versions: 256,
-            ..MvccOptions::small()
-        },
-        replay: NoReplay,
-    }
-}
 
 /// A barrier for the churning threads that a panicking thread breaks (`Drop` of `Breaker`),
 /// so the others fail instead of waiting for it forever.
@@ -457,13 +435,7 @@ fn check_reopened<F: Factory>(
     tables: &[u64],
     slots: &[Vec<Option<(u64, u64)>>],
 ) {
-    let image = std::fs::read(path).expect("read the pool file");
-    let copy = Pool::attach(MemPm::new(image), LAYOUT).expect("attach a copy");
-    let damage: Vec<String> = conformance::corrupt::check_engine_area(copy.pm(), copy.arena())
-        .iter()
-        .filter(|f| f.is_damage())
-        .map(|f| f.to_string())
-        .collect();
+    let damage = churn::file_damage(path).expect("a copy of the pool file");
     assert!(damage.is_empty(), "deep check: {damage:?}");
     let pool = Pool::open(path, LAYOUT, &NativeOptions::default()).expect("open the pool");
     let engine = factory.open(pool).expect("reopen the engine");
@@ -506,14 +478,16 @@ fn check_reopened<F: Factory>(
 
 #[test]
 fn redo_threads_churn_size_classes_with_run_return() {
-    churn_threads(&RedoFactory(tx_options()), &|e| e.heap().usage(), &|e| {
+    let factory = RedoFactory(tx_options(LANES));
+    churn_threads(&factory, &|e| e.heap().usage(), &|e| {
         e.sync().expect("sync")
     });
 }
 
 #[test]
 fn undo_threads_churn_size_classes_with_run_return() {
-    churn_threads(&UndoFactory(tx_options()), &|e| e.heap().usage(), &|e| {
+    let factory = UndoFactory(tx_options(LANES));
+    churn_threads(&factory, &|e| e.heap().usage(), &|e| {
         e.sync().expect("sync")
     });
 }
@@ -523,7 +497,8 @@ fn mvcc_threads_churn_size_classes_with_run_return() {
     // A write-back empties the checkpoint log; the checkpoint after it releases the frees
     // that waited for that. One round does not always release every free (seen: 2 to 6 left
     // in about 1 settle in 30 under load); a second always did.
-    churn_threads(&mvcc_factory(), &|e| e.heap().usage(), &|e| {
+    let factory = mvcc_factory(LANES);
+    churn_threads(&factory, &|e| e.heap().usage(), &|e| {
         for round in 1.. {
             e.quiesce().expect("quiesce");
             e.sync().expect("sync");

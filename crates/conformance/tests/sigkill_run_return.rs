@@ -11,10 +11,9 @@
 //! flight), no two blocks the tables name overlap, every block holds its bytes, and the heap's
 //! allocated blocks are exactly those blocks and the tables.
 
-use conformance::{Factory, LAYOUT, MvccFactory, RedoFactory, UndoFactory};
+use conformance::{Factory, LAYOUT, RedoFactory, UndoFactory};
 use heap::Usage;
-use mvcc::MvccOptions;
-use pmem::{CreateOptions, MemPm, NativeOptions, Pool};
+use pmem::{CreateOptions, NativeOptions, Pool};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::io::{BufRead, BufReader, Write};
@@ -22,10 +21,13 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
-use tx::{Engine, EngineOptions, LogMode, NoReplay, Tx, TxError, TxResult};
+use tx::{Engine, Tx, TxError, TxResult};
 
 mod churn;
-use churn::{Live, alloc_into, free_slot, read_slot, update_slot, verify};
+use churn::{
+    CHUNK, Live, POOL, alloc_into, free_slot, mvcc_factory, read_slot, tx_options, update_slot,
+    verify,
+};
 
 const ENV_CHILD: &str = "FERRITE_RUN_RETURN_CHILD";
 const ENV_POOL: &str = "FERRITE_RUN_RETURN_POOL";
@@ -33,10 +35,9 @@ const ENV_POOL: &str = "FERRITE_RUN_RETURN_POOL";
 const ENV_RECOVER_ONLY: &str = "FERRITE_RUN_RETURN_RECOVER_ONLY";
 const ENTRY: &str = "child_entry_point";
 
-const POOL: u64 = 1 << 20;
-const CHUNK_SHIFT: u32 = 12;
-const CHUNK: u64 = 1 << CHUNK_SHIFT;
 const THREADS: u64 = 2;
+/// One lane a thread.
+const LANES: u32 = THREADS as u32;
 const SLOTS: u64 = 1024;
 /// Operations per phase of a thread: small blocks, then large ones, and so on.
 const PHASE: u64 = 400;
@@ -44,29 +45,6 @@ const PHASE: u64 = 400;
 const KILLS: usize = 40;
 /// Longest a child runs before its kill.
 const MAX_RUN: Duration = Duration::from_millis(250);
-
-fn tx_options() -> EngineOptions {
-    EngineOptions {
-        lanes: THREADS as u32,
-        lane_size: 32 << 10,
-        chunk_shift: CHUNK_SHIFT,
-        log_mode: LogMode::Auto,
-    }
-}
-
-fn mvcc_factory() -> MvccFactory<NoReplay> {
-    MvccFactory {
-        options: MvccOptions {
-            lanes: THREADS as u32,
-            olog_size: 32 << 10,
-            clog_size: 32 << 10,
-            chunk_shift: CHUNK_SHIFT,
-            tlog_versions: 256,
-            ..MvccOptions::small()
-        },
-        replay: NoReplay,
-    }
-}
 
 /// Root words: thread `t`'s table at `8 t`, its operation counter at `64 + 8 t`.
 fn table_word(thread: u64) -> u64 {
@@ -221,9 +199,9 @@ fn child_entry_point() {
     let pool = std::env::var(ENV_POOL).expect("the pool's path");
     let pool = Path::new(&pool);
     let result = match engine.as_str() {
-        "redo" => factory_run(&RedoFactory(tx_options()), pool, |e| e.heap().usage()),
-        "undo" => factory_run(&UndoFactory(tx_options()), pool, |e| e.heap().usage()),
-        "mvcc" => factory_run(&mvcc_factory(), pool, |e| e.heap().usage()),
+        "redo" => factory_run(&RedoFactory(tx_options(LANES)), pool, |e| e.heap().usage()),
+        "undo" => factory_run(&UndoFactory(tx_options(LANES)), pool, |e| e.heap().usage()),
+        "mvcc" => factory_run(&mvcc_factory(LANES), pool, |e| e.heap().usage()),
         other => Err(format!("unknown engine {other}")),
     };
     if let Err(error) = result {
@@ -322,13 +300,7 @@ fn run_and_kill(engine: &str, pool: &Path, delay: Duration) -> Result<Acked, Str
 
 /// The deep check of the pool file as it is now (a kill left it), on a private copy.
 fn deep_check(path: &Path) -> Result<(), String> {
-    let image = std::fs::read(path).map_err(|e| e.to_string())?;
-    let copy = Pool::attach(MemPm::new(image), LAYOUT).map_err(|e| e.to_string())?;
-    let damage: Vec<String> = conformance::corrupt::check_engine_area(copy.pm(), copy.arena())
-        .iter()
-        .filter(|f| f.is_damage())
-        .map(|f| f.to_string())
-        .collect();
+    let damage = churn::file_damage(path)?;
     if damage.is_empty() {
         Ok(())
     } else {
@@ -433,15 +405,15 @@ fn campaign<F: Factory>(factory: &F, engine: &str, seed: u64) {
 
 #[test]
 fn redo_survives_sigkill_while_runs_are_returned() {
-    campaign(&RedoFactory(tx_options()), "redo", 1);
+    campaign(&RedoFactory(tx_options(LANES)), "redo", 1);
 }
 
 #[test]
 fn undo_survives_sigkill_while_runs_are_returned() {
-    campaign(&UndoFactory(tx_options()), "undo", 2);
+    campaign(&UndoFactory(tx_options(LANES)), "undo", 2);
 }
 
 #[test]
 fn mvcc_survives_sigkill_while_runs_are_returned() {
-    campaign(&mvcc_factory(), "mvcc", 3);
+    campaign(&mvcc_factory(LANES), "mvcc", 3);
 }

@@ -10,8 +10,16 @@
 // Each test binary uses part of this module.
 #![allow(dead_code)]
 
-use tx::{Tx, TxError, TxResult};
+use conformance::{LAYOUT, MvccFactory};
+use mvcc::MvccOptions;
+use pmem::{MemPm, Pool};
+use tx::{EngineOptions, LogMode, NoReplay, Tx, TxError, TxResult};
 
+/// Size of the suites' pool files.
+pub const POOL: u64 = 1 << 20;
+/// Chunks of 4 KiB: a 1 MiB pool has about 200, so the heap fills and returns runs often.
+pub const CHUNK_SHIFT: u32 = 12;
+pub const CHUNK: u64 = 1 << CHUNK_SHIFT;
 /// Bytes of one slot: address, tag.
 pub const SLOT: u64 = 16;
 /// Bytes of one stamp.
@@ -181,4 +189,46 @@ pub fn pool_dir() -> std::path::PathBuf {
     } else {
         std::env::temp_dir()
     }
+}
+
+/// Redo and undo options of the slot-table suites: `lanes` lanes of 32 KiB (one a thread),
+/// chunks of [`CHUNK`] bytes.
+pub fn tx_options(lanes: u32) -> EngineOptions {
+    EngineOptions {
+        lanes,
+        lane_size: 32 << 10,
+        chunk_shift: CHUNK_SHIFT,
+        log_mode: LogMode::Auto,
+    }
+}
+
+/// The MVCC engine of the slot-table suites, with the same lanes and chunks as
+/// [`tx_options`], logs of 32 KiB and 256 versions a thread log.
+pub fn mvcc_factory(lanes: u32) -> MvccFactory<NoReplay> {
+    MvccFactory {
+        options: MvccOptions {
+            lanes,
+            olog_size: 32 << 10,
+            clog_size: 32 << 10,
+            chunk_shift: CHUNK_SHIFT,
+            tlog_versions: 256,
+            ..MvccOptions::small()
+        },
+        replay: NoReplay,
+    }
+}
+
+/// The findings that are damage of the deep check (`conformance::corrupt::check_engine_area`)
+/// of the pool file at `path` as it is now, run on a private copy so that the file is left
+/// as a kill or a close left it.
+pub fn file_damage(path: &std::path::Path) -> Result<Vec<String>, String> {
+    let image = std::fs::read(path).map_err(|e| format!("read the pool file: {e}"))?;
+    let copy = Pool::attach(MemPm::new(image), LAYOUT).map_err(|e| e.to_string())?;
+    Ok(
+        conformance::corrupt::check_engine_area(copy.pm(), copy.arena())
+            .iter()
+            .filter(|f| f.is_damage())
+            .map(|f| f.to_string())
+            .collect(),
+    )
 }
