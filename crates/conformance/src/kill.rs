@@ -214,27 +214,10 @@ fn run_and_kill(
         .command(exe, entry)
         .spawn()
         .map_err(|e| format!("spawning the child: {e}"))?;
-    let stdout = child.stdout.take().ok_or("child has no stdout")?;
-    let stderr = child.stderr.take().ok_or("child has no stderr")?;
-    let errors = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = BufReader::new(stderr).read_to_string(&mut text);
-        text
-    });
-    let (lines, received) = mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if lines.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    // The test harness prints its own lines first; wait for ours.
-    let ready = received.iter().take(64).any(|line| line.ends_with("READY"));
-    if !ready {
+    let output = ChildOutput::take(&mut child)?;
+    if !output.became_ready() {
         kill(&mut child);
-        let _ = reader.join();
-        let errors = errors.join().unwrap_or_default();
+        let (_, errors) = output.finish();
         return Err(format!(
             "the child exited before it became ready; its stderr:\n{}",
             errors.trim_end()
@@ -243,12 +226,63 @@ fn run_and_kill(
     std::thread::sleep(delay);
     kill(&mut child);
     let mut last = None;
-    let _ = reader.join();
-    let _ = errors.join();
-    for line in received.try_iter() {
+    let (lines, _) = output.finish();
+    for line in lines {
         note_ack(&line, &mut last);
     }
     Ok(last)
+}
+
+/// A child's output read while it runs: its stdout line by line and its stderr whole, each on
+/// a thread of its own, so a child that writes much never blocks on a full pipe before the
+/// kill.
+#[derive(Debug)]
+pub struct ChildOutput {
+    lines: mpsc::Receiver<String>,
+    reader: std::thread::JoinHandle<()>,
+    errors: std::thread::JoinHandle<String>,
+}
+
+impl ChildOutput {
+    /// Starts reading `child`'s piped stdout and stderr.
+    pub fn take(child: &mut Child) -> Result<Self, String> {
+        let stdout = child.stdout.take().ok_or("child has no stdout")?;
+        let stderr = child.stderr.take().ok_or("child has no stderr")?;
+        let errors = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = BufReader::new(stderr).read_to_string(&mut text);
+            text
+        });
+        let (sender, lines) = mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(ChildOutput {
+            lines,
+            reader,
+            errors,
+        })
+    }
+
+    /// Waits for the child's line ending in `READY` (the test harness prints its own lines
+    /// first: up to 64 are looked at); false if the child ended without one.
+    pub fn became_ready(&self) -> bool {
+        self.lines
+            .iter()
+            .take(64)
+            .any(|line| line.ends_with("READY"))
+    }
+
+    /// After the child ended: the stdout lines not read yet, and its whole stderr.
+    pub fn finish(self) -> (Vec<String>, String) {
+        let _ = self.reader.join();
+        let errors = self.errors.join().unwrap_or_default();
+        (self.lines.try_iter().collect(), errors)
+    }
 }
 
 fn note_ack(line: &str, last: &mut Option<u64>) {

@@ -11,15 +11,15 @@
 //! flight), no two blocks the tables name overlap, every block holds its bytes, and the heap's
 //! allocated blocks are exactly those blocks and the tables.
 
+use conformance::kill::ChildOutput;
 use conformance::{Factory, LAYOUT, RedoFactory, UndoFactory};
 use heap::Usage;
 use pmem::{CreateOptions, NativeOptions, Pool};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 use tx::{Engine, Tx, TxError, TxResult};
 
@@ -248,34 +248,19 @@ fn run_and_kill(engine: &str, pool: &Path, delay: Duration) -> Result<Acked, Str
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("spawning the child: {e}"))?;
-    let stdout = child.stdout.take().ok_or("no stdout")?;
-    let stderr = child.stderr.take().ok_or("no stderr")?;
-    let errors = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut text);
-        text
-    });
-    let (lines, received) = mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if lines.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let ready = received.iter().take(64).any(|line| line.ends_with("READY"));
+    let output = ChildOutput::take(&mut child)?;
+    let ready = output.became_ready();
     if ready {
         std::thread::sleep(delay);
     }
     let _ = child.kill();
     let _ = child.wait();
-    let _ = reader.join();
-    let errors = errors.join().unwrap_or_default();
+    let (lines, errors) = output.finish();
     let mut acked = Acked {
         last: vec![None; THREADS as usize],
         returns: 0,
     };
-    for line in received.try_iter() {
+    for line in lines {
         let mut words = line.split_whitespace();
         if words.next() == Some("ACK") {
             let mut number = || -> Result<u64, String> {
