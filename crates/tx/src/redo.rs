@@ -350,7 +350,9 @@ impl<P: Persist> Redo<P> {
     /// (nor the one before it in its lane) may lie 2^15 or more away from it.
     fn keep_sequences_near_the_watermark(&self) -> TxResult<()> {
         let next = *self.next_seq.lock();
-        if next - self.watermark.load(Ordering::Acquire) >= record::SEQ_AHEAD {
+        // Other lanes may draw later numbers and checkpoint past `next` between the two
+        // reads: a watermark ahead of `next` leaves nothing to do.
+        if next.saturating_sub(self.watermark.load(Ordering::Acquire)) >= record::SEQ_AHEAD {
             self.checkpoint(next - 1)?;
         }
         Ok(())
