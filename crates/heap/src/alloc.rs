@@ -88,22 +88,24 @@ impl State {
         Usage {
             allocated_bytes: self.allocated_bytes,
             allocated_blocks: self.allocated_blocks,
-            free_chunks: self.chunks.iter().filter(|c| **c == ChunkUse::Free).count() as u64,
+            free_chunks: self.free_chunks() as u64,
             runs: (self.runs.len() - self.vacant.len()) as u64,
         }
     }
 
-    /// Whether some run has no allocated, reserved or being-freed unit.
-    fn has_empty_run(&self) -> bool {
-        self.live_runs().any(|(_, run)| run.is_empty())
+    fn free_chunks(&self) -> usize {
+        self.chunks.iter().filter(|c| **c == ChunkUse::Free).count()
     }
 
-    fn live_runs(&self) -> impl Iterator<Item = (u32, &Run)> {
+    /// The runs with no allocated, reserved or being-freed unit, by index (returned runs,
+    /// whose chunks no longer name them, left out).
+    fn empty_runs(&self) -> impl Iterator<Item = (u32, &Run)> {
         self.runs
             .iter()
             .enumerate()
             .map(|(index, run)| (index as u32, run))
             .filter(|&(index, run)| self.chunks[run.chunk as usize] == ChunkUse::Run(index))
+            .filter(|(_, run)| run.is_empty())
     }
 }
 
@@ -216,7 +218,7 @@ impl Heap {
     /// Whether some run has no allocated, reserved or being-freed unit: a reservation that
     /// found no space may find it once such a run can be returned.
     pub fn has_empty_runs(&self) -> bool {
-        self.state.lock().has_empty_run()
+        self.state.lock().empty_runs().next().is_some()
     }
 
     /// The action that publishes a reservation.
@@ -414,13 +416,7 @@ impl Heap {
         }
         // Returning runs cannot make room for more chunks than are free or empty runs: a
         // request that could not fit even then (one larger than the heap) changes nothing.
-        let free = state
-            .chunks
-            .iter()
-            .filter(|c| **c == ChunkUse::Free)
-            .count();
-        let empty = state.live_runs().filter(|(_, run)| run.is_empty()).count();
-        if (free + empty) < span as usize {
+        if state.free_chunks() + state.empty_runs().count() < span as usize {
             return Ok(None);
         }
         if self.return_empty_runs(state, space)? == 0 {
@@ -444,8 +440,7 @@ impl Heap {
     ) -> Result<usize, E> {
         let chunk_size = self.layout.chunk_size();
         let empty: Vec<u32> = state
-            .live_runs()
-            .filter(|(_, run)| run.is_empty())
+            .empty_runs()
             .filter(|(_, run)| (space.may_return)(self.layout.chunk_start(run.chunk), chunk_size))
             .map(|(index, _)| index)
             .collect();
