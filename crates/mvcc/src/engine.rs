@@ -582,6 +582,22 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
 }
 
 impl<P: Persist> Core<P> {
+    /// Whether some release took frees out of the deferred list and has not finished them
+    /// in the heap yet.
+    pub(crate) fn release_in_progress(&self) -> bool {
+        self.releases_finished.load(Ordering::SeqCst)
+            != self.releases_started.load(Ordering::SeqCst)
+    }
+
+    /// Waits until every release started so far has finished in the heap (each is a
+    /// handful of bitmap updates, run by whoever took the frees out of the list).
+    pub(crate) fn wait_for_started_releases(&self) {
+        let started = self.releases_started.load(Ordering::SeqCst);
+        while self.releases_finished.load(Ordering::SeqCst) < started {
+            std::thread::yield_now();
+        }
+    }
+
     /// The pool.
     pub fn pool(&self) -> &Pool<P> {
         &self.pool
@@ -747,9 +763,13 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             .extend(actions.iter().map(|a| (a.addr(), a.len())));
     }
 
-    /// Whether blocks freed by committed transactions wait for reuse.
+    /// Whether blocks freed by committed transactions wait for reuse, or are being handed to
+    /// the heap right now: a release takes its frees out of the list before it finishes them
+    /// in the heap, and a reservation in between finds neither the frees nor their space.
     pub(crate) fn has_deferred_frees(&self) -> bool {
-        !self.frees.lock().is_empty()
+        let frees = self.frees.lock();
+        // A release counts itself started while it holds `frees` (`Core::ready_frees`).
+        !frees.is_empty() || self.release_in_progress()
     }
 
     /// Keeps the blocks a commit at `ts` freed until a checkpoint covers the free.
@@ -996,6 +1016,59 @@ mod tests {
             assert!(!counting.is_finished(), "counted during a release");
             engine.core.releases_finished.fetch_add(1, Ordering::SeqCst);
             assert_eq!(counting.join().expect("count"), 1);
+        });
+    }
+
+    /// An allocation that finds no space while another thread is handing frees it released
+    /// to the heap (taken out of the deferred list, not yet finished) waits for that release
+    /// and gets the space. It used to fail with `OutOfSpace` at once: the deferred list was
+    /// empty, and the heap still counted the blocks as being freed.
+    #[test]
+    fn an_allocation_waits_for_a_release_under_way() {
+        use crashsim::SimPm;
+        use pmem::{CreateOptions, Pool};
+        use tx::{Engine, NoReplay, Tx, TxError};
+        const POOL: u64 = 1 << 20;
+        let pool = Pool::format(
+            SimPm::new(POOL, Default::default()),
+            &CreateOptions::new("mvcc-release", POOL),
+        )
+        .expect("format");
+        // No background reclaimer: nothing else releases the free this test takes.
+        let options = crate::MvccOptions::small().with_background(false);
+        let engine = Mvcc::create(pool, &options, NoReplay).expect("create");
+        let mut blocks = Vec::new();
+        loop {
+            match engine.transaction(|tx| tx.alloc::<()>(1024)) {
+                Ok(block) => blocks.push(block),
+                Err(TxError::OutOfSpace { .. }) => break,
+                Err(other) => panic!("allocating: {other}"),
+            }
+        }
+        let block = blocks.pop().expect("a block");
+        engine.transaction(|tx| tx.free(block)).expect("free");
+        // What `Core::ready_frees` does: the free leaves the list, the release starts.
+        let taken: Vec<heap::Freeing> = {
+            let mut frees = engine.core.frees.lock();
+            engine.core.releases_started.fetch_add(1, Ordering::SeqCst);
+            frees.drain(..).map(|(_, freeing)| freeing).collect()
+        };
+        assert_eq!(taken.len(), 1);
+        assert_eq!(engine.heap.usage().free_chunks, 0);
+        std::thread::scope(|s| {
+            let allocating = s.spawn(|| engine.transaction(|tx| tx.alloc::<()>(1024)));
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            assert!(
+                !allocating.is_finished(),
+                "the allocation ended during the release: {:?}",
+                allocating.join()
+            );
+            for freeing in &taken {
+                engine.heap.finish_free(freeing);
+            }
+            engine.core.releases_finished.fetch_add(1, Ordering::SeqCst);
+            let got = allocating.join().expect("allocating thread");
+            assert!(got.is_ok(), "{got:?}");
         });
     }
 }

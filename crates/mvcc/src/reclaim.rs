@@ -528,14 +528,21 @@ impl<P: Persist> Core<P> {
             let boundary = self.checkpoint_once(&mut ck)?;
             (boundary, self.ready_frees(boundary, &ck))
         };
-        if !ready.is_empty() {
-            for freeing in ready {
-                self.heap.finish_free(&freeing);
-            }
-            // Ends the release `ready_frees` started (`Mvcc::allocated_blocks`).
-            self.releases_finished.fetch_add(1, Ordering::SeqCst);
-        }
+        self.finish_frees(ready);
         Ok(boundary)
+    }
+
+    /// Hands frees `ready_frees` took out of the list to the heap (without `ckpt`: the heap
+    /// takes `ckpt` inside its own lock to create or return runs).
+    fn finish_frees(&self, ready: Vec<Freeing>) {
+        if ready.is_empty() {
+            return;
+        }
+        for freeing in ready {
+            self.heap.finish_free(&freeing);
+        }
+        // Ends the release `ready_frees` started (`Mvcc::allocated_blocks`).
+        self.releases_finished.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Checkpoints until every commit so far is covered, then writes back and takes out
@@ -1025,8 +1032,8 @@ impl<P: Persist> Core<P> {
 
     /// For an allocation that found no space: a checkpoint (covering the frees committed
     /// so far), a write-back (the checkpoint log then holds none of the freed blocks'
-    /// chunks, and empty headers leave the table), and another checkpoint, which releases
-    /// the frees that became reusable.
+    /// chunks, and empty headers leave the table), another checkpoint, which releases
+    /// the frees that became reusable, and a wait for releases other threads started.
     pub(crate) fn release_deferred_frees(&self) -> TxResult<()> {
         self.checkpoint_and_release()?;
         {
@@ -1040,17 +1047,27 @@ impl<P: Persist> Core<P> {
             }
         }
         self.checkpoint_and_release()?;
+        // Frees another thread (or the background reclaimer) took out of the list are in
+        // the heap before the retry looks for space.
+        self.wait_for_started_releases();
         Ok(())
     }
 
-    /// Checkpoints every commit and writes everything back: the next open replays nothing.
+    /// Checkpoints every commit and writes everything back: the next open replays nothing,
+    /// and every free committed so far is reusable (none waits for a checkpoint or for its
+    /// lines to leave the CLog).
     pub fn quiesce(&self) -> TxResult<()> {
         self.checkpoint_all()?;
-        {
+        let ready = {
             let mut ck = self.ckpt.lock();
             let _reading = self.reclaiming();
             self.write_back(&mut ck)?;
-        }
+            // The write-back emptied the CLog and took empty headers out: the frees that
+            // waited only for that are reusable at the last boundary.
+            let boundary = ck.last_t;
+            self.ready_frees(boundary, &ck)
+        };
+        self.finish_frees(ready);
         self.free_expired();
         Ok(())
     }
