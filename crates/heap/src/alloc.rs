@@ -169,13 +169,22 @@ impl Heap {
     /// descriptors and bitmaps (run after the engine's log recovery).
     pub fn open<P: Persist>(pm: &P, region: Region) -> Result<Self, HeapError> {
         let layout = Layout::read(pm, region)?;
-        let (state, problems) = scan(pm, &layout, true);
-        if let Some(problem) = problems.into_iter().next() {
+        let scanned = scan(pm, &layout, true);
+        if let Some(problem) = scanned.problems.into_iter().next() {
             return Err(HeapError::Corrupted(problem.message));
+        }
+        // A marker a crash left over a free chunk would outlive the chunk's next owner if that
+        // is a large span whose object never overwrites its first word, and object bytes that
+        // pass a bitmap word's check then read as a run whose descriptor was lost. Cleared
+        // here, before anything is allocated (`docs/heap-format.md` §11.1). A crash in the
+        // middle leaves some of them, which the next open clears.
+        if !scanned.stale_markers.is_empty() {
+            layout.clear_markers(pm, scanned.stale_markers);
+            pm.fence();
         }
         Ok(Heap {
             layout,
-            state: Mutex::new(state),
+            state: Mutex::new(scanned.state),
         })
     }
 

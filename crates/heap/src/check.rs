@@ -37,8 +37,10 @@ pub fn check_heap<P: Persist>(pm: &P, region: Region) -> HeapCheck {
             };
         }
     };
-    let (state, problems) = scan(pm, &layout, false);
-    let mut findings: Vec<Finding> = problems
+    let scanned = scan(pm, &layout, false);
+    let state = scanned.state;
+    let mut findings: Vec<Finding> = scanned
+        .problems
         .into_iter()
         .map(|p| Finding::damage(STRUCTURE, p.offset, p.message))
         .collect();
@@ -57,6 +59,19 @@ pub fn check_heap<P: Persist>(pm: &P, region: Region) -> HeapCheck {
             usage.free_chunks
         ),
     ));
+    if let Some(&first) = scanned.stale_markers.first() {
+        findings.push(Finding::new(
+            Severity::Note,
+            STRUCTURE,
+            Some(layout.chunk_start(first)),
+            format!(
+                "{} free chunks (the first is chunk {first}) keep the run marker of an empty \
+                 run, left by a crash while a run was created or returned; harmless, the next \
+                 open clears them",
+                scanned.stale_markers.len()
+            ),
+        ));
+    }
     HeapCheck {
         findings,
         usage: Some(usage),

@@ -291,18 +291,31 @@ impl Layout {
         // A run marker left by an old heap over a FREE chunk reads, with its bitmap, as a run
         // whose descriptor was lost, and rebuild refuses the heap: clear every valid marker
         // (only those, so formatting a fresh, zeroed region writes no chunk).
-        for chunk in 0..layout.chunk_count {
-            let at = layout.chunk_start(chunk);
-            let marker = checked::open(pm.read_u64(at), at, MARKER_WORD).ok();
-            if marker.and_then(marker_class).is_some() {
-                pm.write_u64(at, 0, WriteClass::Meta);
-                pm.flush(at, 8);
-            }
-        }
+        let marked = (0..layout.chunk_count).filter(|&chunk| layout.has_marker(pm, chunk));
+        layout.clear_markers(pm, marked);
         pm.fence();
         pm.write(layout.start, &layout.encode_header(), WriteClass::Meta);
         pm.persist(layout.start, HEADER_LEN);
         Ok(layout)
+    }
+
+    /// Whether the first word of `chunk` is a valid run marker.
+    pub(crate) fn has_marker<P: Persist>(&self, pm: &P, chunk: u64) -> bool {
+        let at = self.chunk_start(chunk);
+        checked::open(pm.read_u64(at), at, MARKER_WORD)
+            .ok()
+            .and_then(marker_class)
+            .is_some()
+    }
+
+    /// Zeroes and flushes the first word of each of `chunks` (chunks that hold no block: a
+    /// zeroed word is never a marker). The caller fences.
+    pub(crate) fn clear_markers<P: Persist>(&self, pm: &P, chunks: impl IntoIterator<Item = u64>) {
+        for chunk in chunks {
+            let at = self.chunk_start(chunk);
+            pm.write_u64(at, 0, WriteClass::Meta);
+            pm.flush(at, 8);
+        }
     }
 
     /// Reads and validates the header of the heap at `region`.

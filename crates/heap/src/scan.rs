@@ -18,38 +18,52 @@ pub(crate) struct Problem {
     pub message: String,
 }
 
+/// What a scan read back.
+pub(crate) struct Scanned {
+    /// The DRAM index.
+    pub state: State,
+    /// The problems found (only the first one if the scan stopped there).
+    pub problems: Vec<Problem>,
+    /// FREE chunks whose first word is still a valid run marker, over a bitmap with no
+    /// allocated unit: what a crash between the two actions of a run's creation or return
+    /// leaves. Harmless as long as the chunk stays free (section 9 of `docs/heap-format.md`).
+    pub stale_markers: Vec<u64>,
+}
+
 /// Rebuilds the DRAM index from the media, and the problems found on the way (only the first
 /// one if `first_only`). After a problem the scan goes on as if the word were absent: a bad
 /// descriptor or marker leaves its chunk out of the index, a bad bitmap word counts no unit.
-pub(crate) fn scan<P: Persist>(pm: &P, layout: &Layout, first_only: bool) -> (State, Vec<Problem>) {
+pub(crate) fn scan<P: Persist>(pm: &P, layout: &Layout, first_only: bool) -> Scanned {
     let mut scanner = Scanner {
         pm,
         layout,
-        state: State {
-            chunks: vec![ChunkUse::Free; layout.chunk_count as usize],
-            available: vec![Vec::new(); SIZE_CLASSES.len()],
-            ..State::default()
+        scanned: Scanned {
+            state: State {
+                chunks: vec![ChunkUse::Free; layout.chunk_count as usize],
+                available: vec![Vec::new(); SIZE_CLASSES.len()],
+                ..State::default()
+            },
+            problems: Vec::new(),
+            stale_markers: Vec::new(),
         },
-        problems: Vec::new(),
     };
     let mut chunk = 0;
-    let go_on = |scanner: &Scanner<'_, P>| !first_only || scanner.problems.is_empty();
+    let go_on = |scanner: &Scanner<'_, P>| !first_only || scanner.scanned.problems.is_empty();
     while chunk < layout.chunk_count && go_on(&scanner) {
         chunk += scanner.chunk(chunk);
     }
-    (scanner.state, scanner.problems)
+    scanner.scanned
 }
 
 struct Scanner<'a, P> {
     pm: &'a P,
     layout: &'a Layout,
-    state: State,
-    problems: Vec<Problem>,
+    scanned: Scanned,
 }
 
 impl<P: Persist> Scanner<'_, P> {
     fn problem(&mut self, offset: u64, message: String) {
-        self.problems.push(Problem { offset, message });
+        self.scanned.problems.push(Problem { offset, message });
     }
 
     /// Reads chunk `chunk` and returns how many chunks it covers.
@@ -61,7 +75,9 @@ impl<P: Persist> Scanner<'_, P> {
                 1
             }
             Ok(Descriptor::Free) => {
-                self.orphaned_run(chunk, "free chunk");
+                if self.orphaned_run(chunk, "free chunk") == Marker::Stale {
+                    self.scanned.stale_markers.push(chunk);
+                }
                 1
             }
             Ok(Descriptor::Run { class }) => {
@@ -125,7 +141,7 @@ impl<P: Persist> Scanner<'_, P> {
         geometry: crate::layout::RunGeometry,
         used: Vec<u64>,
     ) {
-        let state = &mut self.state;
+        let state = &mut self.scanned.state;
         let taken: u64 = used.iter().map(|w| u64::from(w.count_ones())).sum();
         let taken = taken.min(geometry.units);
         let index = state.runs.len() as u32;
@@ -163,25 +179,27 @@ impl<P: Persist> Scanner<'_, P> {
             }
         }
         self.orphaned_run(chunk, "chunk, the head of a large span,");
-        mark_span(&mut self.state, chunk, span);
-        self.state.allocated_bytes += u64::from(span) << self.layout.chunk_shift;
-        self.state.allocated_blocks += 1;
+        let state = &mut self.scanned.state;
+        mark_span(state, chunk, span);
+        state.allocated_bytes += u64::from(span) << self.layout.chunk_shift;
+        state.allocated_blocks += 1;
         u64::from(span)
     }
 
     /// Reports a chunk that is not a run by its descriptor but holds a run's marker and an
     /// intact bitmap with allocated units: a run whose descriptor was lost or rewritten. (A
-    /// crash between a run's initialisation and its descriptor leaves a marker over an empty
-    /// bitmap, which is harmless and not reported; object data that forms a valid marker and
-    /// bitmap for this very chunk would be reported too, and cannot happen by accident.)
-    fn orphaned_run(&mut self, chunk: u64, what: &str) {
+    /// crash between a run's initialisation and its descriptor, or between a return's
+    /// descriptor and marker, leaves a marker over an empty bitmap: harmless, not reported,
+    /// and [`Marker::Stale`]. Object data that forms a valid marker and bitmap for this very
+    /// chunk would be reported too, and cannot happen by accident.)
+    fn orphaned_run(&mut self, chunk: u64, what: &str) -> Marker {
         let start = self.layout.chunk_start(chunk);
         let read = |at: u64, name| checked::open(self.pm.read_u64(at), at, name).ok();
         let Some(class) = read(start, MARKER_WORD).and_then(marker_class) else {
-            return;
+            return Marker::None;
         };
         let Some(geometry) = self.layout.run_geometry(usize::from(class)) else {
-            return;
+            return Marker::Stale;
         };
         let units: Option<u64> = (0..geometry.bitmap_words)
             .map(|w| {
@@ -197,8 +215,21 @@ impl<P: Persist> Scanner<'_, P> {
                      {units} allocated units: its descriptor was lost"
                 ),
             );
+            return Marker::Orphaned;
         }
+        Marker::Stale
     }
+}
+
+/// What the first word of a chunk that is not a run says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Marker {
+    /// Not a valid run marker.
+    None,
+    /// A valid run marker over a bitmap with allocated units (reported as a problem).
+    Orphaned,
+    /// A valid run marker with no allocated unit under it.
+    Stale,
 }
 
 fn marker_text(value: u64) -> String {

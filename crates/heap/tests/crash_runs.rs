@@ -122,7 +122,12 @@ impl Scenario for Allocations {
     }
 
     /// Opens the heap, runs the deep check, and allocates the operations still to come:
-    /// whatever a crash left returned or not, the heap must still take them.
+    /// whatever a crash left returned or not, the heap must still take them. Each large
+    /// block gets, at its byte 8, an integer that reads as a bitmap word with a unit set and
+    /// its first 8 bytes are left alone, and the heap must then open again: a run marker a
+    /// crash left over a returned run's chunk (between its descriptor and its marker) would
+    /// make that block read as a run whose descriptor was lost, unless the open after the
+    /// crash cleared it.
     fn recover(&self, pm: SimPm) -> Result<u64, String> {
         let heap = Heap::open(&pm, REGION).map_err(|e| format!("open: {e}"))?;
         let damage: Vec<String> = check_heap(&pm, REGION)
@@ -135,10 +140,24 @@ impl Scenario for Allocations {
             return Err(format!("deep check: {damage:?}"));
         }
         let blocks = heap.usage().allocated_blocks;
+        drop(heap);
+        // On a copy of the image: recovery itself commits nothing, and a crash during it
+        // must recover to the same state.
+        let copy = SimPm::from_image(pm.durable_image(), pm.config());
+        let heap = Heap::open(&copy, REGION).map_err(|e| format!("open the copy: {e}"))?;
         for &size in self.sizes.get(blocks as usize..).unwrap_or_default() {
-            reserve_now(&pm, &heap, size)
+            let reservation = reserve_now(&copy, &heap, size)
                 .map_err(|e| format!("after recovery, {size} bytes: {e}"))?;
+            publish(&copy, &heap, &reservation);
+            if size >= 1 << CHUNK_SHIFT {
+                let at = reservation.addr + 8;
+                let integer = common::integer_that_reads_as_a_bitmap_word(at);
+                copy.write(at, &integer.to_le_bytes(), pmem::WriteClass::User);
+                copy.persist(at, 8);
+            }
         }
+        drop(heap);
+        Heap::open(&copy, REGION).map_err(|e| format!("reopen after the new blocks: {e}"))?;
         Ok(blocks)
     }
 }

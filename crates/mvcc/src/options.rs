@@ -31,6 +31,9 @@ pub enum Mutant {
     NoFreshFlush,
     /// A freed block is reusable at once, before a checkpoint covers its free.
     EagerFree,
+    /// The heap may return an empty run while its lines still have a version header or bytes
+    /// in a live CLog record (`Core::may_return_run` always allows).
+    ReturnAnyRun,
 }
 
 /// Format-time and run-time options.

@@ -1079,6 +1079,9 @@ impl<P: Persist> Core<P> {
     /// or cooling, or a CLog replay, would put the old run's bytes over it. Called by the heap
     /// with its lock held: `ckpt` after the heap's lock, as in [`Core::system_commit`].
     pub(crate) fn may_return_run(&self, start: u64, len: u64) -> bool {
+        if self.options.mutant == Mutant::ReturnAnyRun {
+            return true;
+        }
         let ck = self.ckpt.lock();
         let _reading = self.reclaiming();
         (start / CHUNK..(start + len).div_ceil(CHUNK))

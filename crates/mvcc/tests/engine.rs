@@ -1303,6 +1303,129 @@ fn quiesce_leaves_no_free_deferred() {
     }
 }
 
+/// Run return under write skew (`Core::may_return_run`). Under snapshot isolation a
+/// transaction B that read a pointer to block X before transaction A unlinked and freed X
+/// may still write X and commit (nothing B wrote was written after its snapshot). A reader C
+/// whose snapshot lies between the two commits holds the checkpoints' boundary there: A's
+/// free is covered and X released, so X's run R is empty, while B's version of X's line is
+/// newer than the boundary. Once C ends, a checkpoint puts that version in the CLog and
+/// cooling takes its header out; R's chunk then has bytes in a live CLog record. A span
+/// allocated over a returned R is written in place (no header), and a crash before the
+/// next write-back replays B's bytes over it: the guard keeps R until a write-back has
+/// emptied the CLog. Returns the span's first word at X's offset after the crash, and the
+/// span's address.
+fn span_over_a_run_with_bytes_in_the_clog(mutant: mvcc::Mutant) -> (u64, u64, u64) {
+    use std::sync::mpsc::channel;
+    const CHUNK: u64 = 4096;
+    const STALE: u64 = 0x57a1e;
+    const FRESH: u8 = 0xa5;
+    let options = MvccOptions {
+        lanes: 4,
+        background: false,
+        read_mostly_writeback: false,
+        mutant,
+        ..MvccOptions::small()
+    };
+    assert_eq!(options.chunk_shift, 12);
+    let engine = Mvcc::create(sim_pool(), &options, NoReplay).expect("create");
+    // X: a 256-byte block, the only block of its run, named by the root and never written.
+    let x: tx::PPtr = engine
+        .transaction(|tx| {
+            let x: tx::PPtr = tx.alloc(256)?;
+            let root = tx.root::<()>();
+            tx.write_ptr(root, 0, x)?;
+            Ok::<_, TxError>(x)
+        })
+        .expect("X");
+    // Every other chunk holds a span: no free chunk is left.
+    while engine.transaction(|tx| tx.alloc::<()>(CHUNK)).is_ok() {}
+    assert_eq!(engine.heap().usage().free_chunks, 0);
+    let attempts = std::sync::atomic::AtomicU32::new(0);
+    let (b_read, b_has_read) = channel();
+    let (b_go, b_may_go) = channel::<()>();
+    let (c_in, c_is_in) = channel();
+    let (c_go, c_may_go) = channel::<()>();
+    let (engine_ref, attempts) = (&engine, &attempts);
+    std::thread::scope(|s| {
+        let b = s.spawn(move || {
+            engine_ref.transaction(|tx| {
+                let root = tx.root::<()>();
+                let seen: tx::PPtr = tx.read_ptr(root, 0)?;
+                if attempts.fetch_add(1, Ordering::SeqCst) == 0 {
+                    b_read.send(()).expect("main waits");
+                    b_may_go.recv().expect("main says go");
+                }
+                tx.write_u64(seen, 0, STALE)
+            })
+        });
+        b_has_read.recv().expect("B read the pointer");
+        engine_ref
+            .transaction(|tx| {
+                let root = tx.root::<()>();
+                tx.write_ptr(root, 0, tx::PPtr::<()>::null())?;
+                tx.free(x)
+            })
+            .expect("A unlinks and frees X");
+        let c = s.spawn(move || {
+            // A transaction first, so that this lane's announcement (its previous snapshot)
+            // is past A's commit.
+            engine_ref
+                .read_only(|_| Ok::<_, TxError>(()))
+                .expect("C's first");
+            engine_ref.read_only(|_| {
+                c_in.send(()).expect("main waits");
+                c_may_go.recv().expect("main says go");
+                Ok::<_, TxError>(())
+            })
+        });
+        c_is_in.recv().expect("C runs");
+        b_go.send(()).expect("B waits");
+        b.join().expect("B").expect("B commits its write to X");
+        assert_eq!(attempts.load(Ordering::SeqCst), 1, "B retried");
+        // More than the heap: the allocation releases the deferred frees (X among them)
+        // and fails without returning a run.
+        let too_large = engine_ref.transaction(|tx| tx.alloc::<()>(1 << 30));
+        assert!(
+            matches!(too_large, Err(TxError::OutOfSpace { .. })),
+            "{too_large:?}"
+        );
+        assert!(engine_ref.heap().has_empty_runs(), "X was not released");
+        c_go.send(()).expect("C waits");
+        c.join().expect("C").expect("C");
+    });
+    // B's version to the CLog, then its header cooled out (no write-back).
+    engine.sync().expect("sync");
+    engine.sync().expect("sync");
+    let span: tx::PPtr = engine
+        .transaction(|tx| {
+            let span: tx::PPtr = tx.alloc(CHUNK)?;
+            tx.write_raw(span.offset(), &[FRESH; CHUNK as usize])?;
+            Ok::<_, TxError>(span)
+        })
+        .expect("a span over the returned run");
+    // The span's commit covered by a checkpoint: recovery does not re-apply it.
+    engine.sync().expect("sync");
+    let reopened = Mvcc::open(crash(engine), &options, NoReplay).expect("recover");
+    let word = reopened
+        .read_only(|tx| tx.read_u64(span, x.offset() - span.offset()))
+        .expect("read");
+    (word, span.offset(), x.offset())
+}
+
+#[test]
+fn a_run_with_bytes_in_the_checkpoint_log_is_returned_only_after_a_write_back() {
+    let fresh = u64::from_le_bytes([0xa5; 8]);
+    let (word, span, x) = span_over_a_run_with_bytes_in_the_clog(mvcc::Mutant::None);
+    assert_eq!(span, x & !4095, "the span is not over X's run");
+    assert_eq!(word, fresh, "the span's bytes after recovery");
+    let (word, span, x) = span_over_a_run_with_bytes_in_the_clog(mvcc::Mutant::ReturnAnyRun);
+    assert_eq!(span, x & !4095, "the span is not over X's run");
+    assert_eq!(
+        word, 0x57a1e,
+        "without the guard, B's bytes are replayed over the span"
+    );
+}
+
 /// The engine's shared state is a public, documented type: a user can name it and call its
 /// methods (they used to be reachable only through `Deref` to a type rustdoc did not show).
 #[test]

@@ -31,3 +31,11 @@ pub fn alloc(pm: &SimPm, heap: &Heap, size: u64) -> u64 {
     commit(pm, &[heap.publish_action(&reservation)]).expect("publish");
     reservation.addr
 }
+
+/// The smallest integer that, stored as a plain little-endian `u64` at `addr`, reads as a
+/// valid heap bitmap word with at least one unit set (about one value in 65 536 does).
+pub fn integer_that_reads_as_a_bitmap_word(addr: u64) -> u64 {
+    (1..1u64 << 24)
+        .find(|&v| pmem::checked::seal(v, addr, "probe") == Ok(v))
+        .expect("one integer in 65 536 passes")
+}
