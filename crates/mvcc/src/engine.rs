@@ -693,11 +693,11 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
         let _running = tx::api::enter(self).map_err(E::from)?;
         let mut attempt = 0u32;
         let mut need = None;
-        let mut space_asked = false;
+        let mut space_retries = 0;
         let id = op.map(|o| o.id).filter(|&id| self.replay.handles(id));
         loop {
             let outcome = Outcome::default();
-            outcome.space_asked.set(space_asked);
+            outcome.space_retries.set(space_retries);
             let (lane, mut state) = self.lanes.acquire();
             // Reclamation happens here, between transactions, never inside one; a read-only
             // transaction skips it (one that writes after all and lacks room retries with
@@ -728,7 +728,7 @@ impl<P: Persist, R: Replay> Mvcc<P, R> {
             let result = tx::api::run_transaction(tx, |tx| body(tx));
             match outcome.retry.get() {
                 Some(Retry::Space) if result.is_err() => {
-                    space_asked = true;
+                    space_retries += 1;
                     need = Some(Retry::Space);
                 }
                 Some(retry) if result.is_err() => {

@@ -244,6 +244,10 @@ fn hand_off_stride(capacity: u32) -> u32 {
     (capacity / 1024).min(7)
 }
 
+/// The longest an allocation that found no space waits for older snapshots to end before
+/// it releases the deferred frees ([`Core::release_deferred_frees`]).
+const SPACE_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Bytes of a checkpoint record's entry for one chunk, at most (header and 64 bytes).
 const MAX_ENTRY: u64 = 8 + CHUNK;
 
@@ -1035,6 +1039,7 @@ impl<P: Persist> Core<P> {
     /// chunks, and empty headers leave the table), another checkpoint, which releases
     /// the frees that became reusable, and a wait for releases other threads started.
     pub(crate) fn release_deferred_frees(&self) -> TxResult<()> {
+        self.wait_for_older_snapshots();
         self.checkpoint_and_release()?;
         {
             let mut ck = self.ckpt.lock();
@@ -1051,6 +1056,36 @@ impl<P: Persist> Core<P> {
         // the heap before the retry looks for space.
         self.wait_for_started_releases();
         Ok(())
+    }
+
+    /// Before a release for an allocation that found no space: waits (at most
+    /// [`SPACE_WAIT`]) until no running transaction's snapshot, and no unpublished commit,
+    /// is older than now, so that the checkpoint can cover every free committed so far.
+    /// A thread descheduled in the middle of a short transaction otherwise holds the
+    /// boundary back, and the allocation fails while those frees are about to be
+    /// reusable. Bounded, because a running transaction may itself wait for something the
+    /// calling thread holds (a lock of the application's, taken around its transaction).
+    /// The calling thread runs no transaction here (its lane announces nothing).
+    fn wait_for_older_snapshots(&self) {
+        if self.frees.lock().is_empty() {
+            return;
+        }
+        let target = self.clock.now();
+        let deadline = std::time::Instant::now() + SPACE_WAIT;
+        // Each look costs a `membarrier` (`grace_floor`): after a few yields, look every
+        // 50 µs (a descheduled thread is back within a scheduler tick or so).
+        for looks in 0u32.. {
+            if self.reachable().min(self.grace_floor()) >= target
+                || std::time::Instant::now() >= deadline
+            {
+                return;
+            }
+            if looks < 16 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
     }
 
     /// Checkpoints every commit and writes everything back: the next open replays nothing,

@@ -34,10 +34,16 @@ pub(crate) enum Retry {
 #[derive(Debug, Default)]
 pub(crate) struct Outcome {
     pub(crate) retry: Cell<Option<Retry>>,
-    /// An earlier attempt of this transaction already asked for [`Retry::Space`]: out of
-    /// space now is final.
-    pub(crate) space_asked: Cell<bool>,
+    /// Earlier attempts of this transaction that ended asking for [`Retry::Space`]; at
+    /// [`SPACE_RETRIES`], out of space is final.
+    pub(crate) space_retries: Cell<u32>,
 }
+
+/// Attempts a transaction may end asking for space (each preceded by a release of the
+/// deferred frees) before `OutOfSpace` is final. More than one: a thread racing this one
+/// may take the space a release freed, then free its own old block (an upsert), which the
+/// next release hands back.
+pub(crate) const SPACE_RETRIES: u32 = 3;
 
 /// Recovery's re-execution of one logged commit.
 #[derive(Debug)]
@@ -850,7 +856,7 @@ impl<P: Persist, R: Replay> Tx for MvccTx<'_, P, R> {
             // for their chunks' versions to go: run again after the engine has checkpointed,
             // written back and released them.
             Err(TxError::OutOfSpace { .. })
-                if !self.outcome.space_asked.get()
+                if self.outcome.space_retries.get() < SPACE_RETRIES
                     && (engine.has_deferred_frees() || engine.heap.has_empty_runs()) =>
             {
                 return self.fail(Retry::Space);
