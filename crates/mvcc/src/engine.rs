@@ -991,20 +991,24 @@ mod tests {
         assert!(spans.is_empty());
     }
 
+    /// An engine with `options` on a fresh 1 MiB simulated pool.
+    fn sim_engine(options: &crate::MvccOptions) -> Mvcc<crashsim::SimPm, tx::NoReplay> {
+        use pmem::{CreateOptions, Pool};
+        const POOL: u64 = 1 << 20;
+        let pool = Pool::format(
+            crashsim::SimPm::new(POOL, Default::default()),
+            &CreateOptions::new("mvcc-release", POOL),
+        )
+        .expect("format");
+        Mvcc::create(pool, options, tx::NoReplay).expect("create")
+    }
+
     /// Blocks a checkpoint took out of the deferred frees are in neither count until it
     /// hands them to the heap: the count waits for that release instead of missing them.
     #[test]
     fn allocated_blocks_waits_out_a_release_under_way() {
-        use crashsim::SimPm;
-        use pmem::{CreateOptions, Pool};
-        use tx::{Engine, NoReplay, Tx};
-        const POOL: u64 = 1 << 20;
-        let pool = Pool::format(
-            SimPm::new(POOL, Default::default()),
-            &CreateOptions::new("mvcc-release", POOL),
-        )
-        .expect("format");
-        let engine = Mvcc::create(pool, &crate::MvccOptions::small(), NoReplay).expect("create");
+        use tx::{Engine, Tx};
+        let engine = sim_engine(&crate::MvccOptions::small());
         engine
             .transaction(|tx| tx.alloc::<()>(64).map(drop))
             .expect("allocate");
@@ -1025,18 +1029,9 @@ mod tests {
     /// empty, and the heap still counted the blocks as being freed.
     #[test]
     fn an_allocation_waits_for_a_release_under_way() {
-        use crashsim::SimPm;
-        use pmem::{CreateOptions, Pool};
-        use tx::{Engine, NoReplay, Tx, TxError};
-        const POOL: u64 = 1 << 20;
-        let pool = Pool::format(
-            SimPm::new(POOL, Default::default()),
-            &CreateOptions::new("mvcc-release", POOL),
-        )
-        .expect("format");
+        use tx::{Engine, Tx, TxError};
         // No background reclaimer: nothing else releases the free this test takes.
-        let options = crate::MvccOptions::small().with_background(false);
-        let engine = Mvcc::create(pool, &options, NoReplay).expect("create");
+        let engine = sim_engine(&crate::MvccOptions::small().with_background(false));
         let mut blocks = Vec::new();
         loop {
             match engine.transaction(|tx| tx.alloc::<()>(1024)) {
