@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 mod bench_cmd;
+mod bench_space;
 mod cells;
 mod eval;
 mod fs_cmd;
@@ -540,31 +541,14 @@ fn bench_lists_are_consistent(args: &BenchArgs) -> Result<(), UsageError> {
     }
 }
 
-/// `--keys` that no run could load, refused before any pool is made: every workload but
-/// TPC-C (whose tables have fixed sizes) stores at least `--value-size` bytes per key in the
-/// pool, and some build their model of the initial content in DRAM before the pool runs out,
-/// so a key count far beyond the pool would abort on that allocation instead of failing on
-/// the pool. The array swaps two distinct elements, so one element gives it nothing to do.
+/// A `--pool-size` that cannot hold some configuration before its first operation (the
+/// engine's logs, the initial content as its allocator places it: `bench_space`), refused
+/// before any pool is made. Some workloads build their model of the initial content in DRAM
+/// before the pool runs out, so a key count far beyond the pool would abort on that
+/// allocation instead of failing on the pool. The array swaps two distinct elements, so one
+/// element gives it nothing to do.
 fn bench_keys_fit(args: &BenchArgs) -> Result<(), UsageError> {
     use bench::choice::WorkloadChoice;
-    let sized: Vec<String> = args
-        .workload
-        .iter()
-        .filter(|&&w| w != WorkloadChoice::Tpcc)
-        .map(|w| w.name())
-        .collect();
-    let least = args.keys.saturating_mul(u64::from(args.value_size));
-    if !sized.is_empty() && least > args.pool_size {
-        return Err(UsageError(format!(
-            "--keys {} of --value-size {} need at least {} of pool for {}, more than the \
-             --pool-size of {}; give a larger --pool-size or fewer --keys",
-            args.keys,
-            args.value_size,
-            size::format_bytes(least),
-            sized.join(", "),
-            size::format_bytes(args.pool_size)
-        )));
-    }
     if args.keys < 2 && args.workload.contains(&WorkloadChoice::Array) {
         return Err(UsageError(
             "--keys 1: the array workload swaps two distinct elements, so it needs --keys 2 \
@@ -572,7 +556,22 @@ fn bench_keys_fit(args: &BenchArgs) -> Result<(), UsageError> {
                 .to_owned(),
         ));
     }
-    Ok(())
+    let params = workloads::Params {
+        keys: args.keys,
+        value_size: args.value_size,
+        update_percent: args.update,
+        threads: args.threads.first().copied().unwrap_or(1),
+        seed: args.seed,
+        locks_at_one_thread: args.locks_at_one_thread,
+    };
+    let emulated = args.pm_line_ns > 0 || args.pm_fence_ns > 0;
+    bench_space::check(&bench_space::Request {
+        engines: &args.engine,
+        workloads: &args.workload,
+        params: &params,
+        pool_size: args.pool_size,
+        pmdk_runs: !emulated && pmdk::Pmdk::available().is_ok(),
+    })
 }
 
 /// Removes the scratch pools earlier runs left in `pool_dir` when they were killed before
@@ -681,7 +680,7 @@ fn pool_exit_code(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
     }
     // These wrap pool errors transparently: the chain skips the pool error, so look inside.
     if let Some(error) = error.downcast_ref::<tx::TxError>() {
-        return pool_error_of_tx(error).map(pmem::PoolError::exit_code);
+        return tx_exit_code(error);
     }
     if let Some(error) = error.downcast_ref::<pmfs::FsError>() {
         return match error {
@@ -707,7 +706,7 @@ fn pool_exit_code(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
         return Some(failure.exit_code);
     }
     if let Some(error) = error.downcast_ref::<bench::runner::RunError>() {
-        return pool_error_of_run(error).map(pmem::PoolError::exit_code);
+        return run_exit_code(error);
     }
     if error.downcast_ref::<UsageError>().is_some() {
         return Some(i32::from(USAGE_EXIT));
@@ -725,21 +724,26 @@ fn pool_exit_code(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
     None
 }
 
-fn pool_error_of_tx(error: &tx::TxError) -> Option<&pmem::PoolError> {
+/// The table's code of a transaction error: its pool error's, or "out of space" for a heap
+/// (or a PMDK pool, an ideal or raw reference) that had no room left.
+fn tx_exit_code(error: &tx::TxError) -> Option<i32> {
     match error {
-        tx::TxError::Pool(error) => Some(error),
+        tx::TxError::Pool(error) => Some(error.exit_code()),
+        tx::TxError::OutOfSpace { size } => {
+            Some(pmem::PoolError::OutOfSpace { requested: *size }.exit_code())
+        }
         _ => None,
     }
 }
 
-fn pool_error_of_run(error: &bench::runner::RunError) -> Option<&pmem::PoolError> {
+fn run_exit_code(error: &bench::runner::RunError) -> Option<i32> {
     use bench::choice::OpenError;
     use bench::runner::RunError;
     match error {
-        RunError::Open(OpenError::Pool(error)) => Some(error),
-        RunError::Open(OpenError::Tx(error)) | RunError::Operation(error) => {
-            pool_error_of_tx(error)
-        }
+        RunError::Open(OpenError::Pool(error)) => Some(error.exit_code()),
+        RunError::Open(OpenError::Tx(error))
+        | RunError::Setup(error)
+        | RunError::Operation(error) => tx_exit_code(error),
         _ => None,
     }
 }

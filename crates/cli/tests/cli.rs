@@ -1036,7 +1036,11 @@ fn bench_failures_name_the_directory_or_the_option() {
             "--pool-dir: /nonexistent-ferrite-dir: no such file",
         ),
         (&["--pool-dir", "/sys"], 16, "creating its pool in /sys"),
-        (&["--pool-size", "1M"], 1, "--pool-size 1 MiB"),
+        (
+            &["--pool-size", "1M"],
+            USAGE,
+            "--pool-size 1 MiB cannot hold hash on redo",
+        ),
     ];
     for (extra, code, named) in cases {
         let mut args = small.to_vec();
@@ -1048,9 +1052,9 @@ fn bench_failures_name_the_directory_or_the_option() {
     }
 }
 
-/// A hash table for more keys than any pool holds is refused before it runs (the keys'
-/// values alone exceed the pool: a usage error), naming the options to change, not an abort
-/// naming the workload's internal bound.
+/// A hash table for more keys than any pool holds is refused before it runs (its nodes
+/// alone exceed the pool: a usage error), naming the options to change, not an abort naming
+/// the workload's internal bound.
 #[test]
 fn keys_no_pool_can_hold_name_the_pool_size() {
     let output = bench(&[
@@ -1065,10 +1069,8 @@ fn keys_no_pool_can_hold_name_the_pool_size() {
     ]);
     let err = stderr(&output);
     assert_eq!(output.status.code(), Some(USAGE), "{err}");
-    assert!(
-        err.contains("give a larger --pool-size or fewer --keys"),
-        "{err}"
-    );
+    assert!(err.contains("give --pool-size 104T or more"), "{err}");
+    assert!(err.ends_with("or fewer --keys\n"), "{err}");
     assert!(!err.contains("transaction aborted"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
 }
