@@ -261,8 +261,10 @@ impl From<FlushArg> for pmem::FlushInstr {
 
 #[derive(Debug, Args)]
 struct EvalArgs {
-    /// Report folder (created if needed). Section files an earlier report there listed and
-    /// this run does not write (a section left out by --only) are removed.
+    /// Report folder (created if needed). With --only, the other sections of a report
+    /// already there are kept, marked with when they ran, and index.html shows them all (a
+    /// report there that cannot be read back is refused, exit 2); without it, every section
+    /// is replaced.
     #[arg(long, default_value = "report")]
     out: PathBuf,
     /// Small sizes everywhere: fast, numbers indicative only.
@@ -594,17 +596,26 @@ fn run_eval(args: &EvalArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     output::pool_dir_exists(&args.pool_dir)?;
     remove_abandoned_pools(&args.pool_dir);
     output::folder_can_be_written(&args.out)?;
+    // Read before the (long) run, so a report that cannot be kept is refused first.
+    let earlier = if args.only.is_empty() {
+        Vec::new()
+    } else {
+        earlier_sections(&args.out)?
+    };
     let options = eval::EvalOptions {
         quick: args.quick,
         pool_dir: args.pool_dir.clone(),
     };
-    let report = eval::run(&options, &args.only);
+    let mut report = eval::run(&options, &args.only);
+    eval::carry_over(&mut report, earlier);
     let written = report::write(&report, &args.out)
         .with_context(|| format!("writing the report to {}", args.out.display()))?;
     eval::print_summary(&report, &args.out, written.len(), out)?;
+    // Only the sections this run made judge it; a carried-over failure is the earlier run's.
     let failed: Vec<&str> = report
         .failed_sections()
         .iter()
+        .filter(|section| section.earlier.is_none())
         .map(|section| section.id.as_str())
         .collect();
     if !failed.is_empty() {
@@ -615,6 +626,18 @@ fn run_eval(args: &EvalArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The sections of the report already in `dir`, which a run of some sections keeps: one that
+/// cannot be read back would be lost, so it is refused (exit 2) before anything runs.
+pub(crate) fn earlier_sections(dir: &std::path::Path) -> Result<Vec<report::Section>, UsageError> {
+    report::read_sections(dir).map_err(|why| {
+        UsageError(format!(
+            "--out {}: the report there cannot be read back ({why}), so its other sections \
+             would be lost; move it away, or give another --out",
+            dir.display()
+        ))
+    })
 }
 
 /// The error and its causes on one line, joined with ": ". A cause whose text its wrapper
