@@ -54,9 +54,21 @@ enum Command {
     Fs(fs_cmd::FsCommand),
 }
 
-/// Counts of at least 1 (threads, runs): clap's range error otherwise.
-fn at_least_one() -> clap::builder::RangedU64ValueParser<usize> {
-    clap::builder::RangedU64ValueParser::new().range(1..)
+/// A count of at least 1 (keys, operations, runs, transactions). clap's range parser said
+/// "0 is not in 1..18446744073709551615"; the message here follows clap's "invalid value '0'
+/// for '--keys <KEYS>': ".
+pub(crate) fn count(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(0) => Err("must be at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(error) => Err(format!("expected a whole number of at least 1 ({error})")),
+    }
+}
+
+/// [`count`] as a `usize`.
+fn count_usize(text: &str) -> Result<usize, String> {
+    let n = count(text)?;
+    usize::try_from(n).map_err(|_| format!("{n} is too large"))
 }
 
 #[derive(Debug, Args)]
@@ -76,7 +88,7 @@ struct BenchArgs {
     threads: Vec<usize>,
     /// Keys (elements) loaded at setup (tpcc's tables have fixed sizes: it takes no --keys or
     /// --value-size, and runs one warehouse per thread).
-    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 100_000, value_parser = count)]
     keys: u64,
     /// Value (element) size in bytes, 1 to 64 KiB (K suffix as for sizes): one transaction
     /// may log up to 9 values (a B+tree split), and the undo engine's lane holds 768 KiB.
@@ -86,13 +98,13 @@ struct BenchArgs {
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=100))]
     update: u32,
     /// Operations per timed run.
-    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 200_000, value_parser = count)]
     ops: u64,
     /// Untimed warm-up operations.
     #[arg(long, default_value_t = 20_000)]
     warmup: u64,
     /// Timed runs per configuration (the median is reported).
-    #[arg(long, default_value_t = 5, value_parser = at_least_one())]
+    #[arg(long, default_value_t = 5, value_parser = count_usize)]
     runs: usize,
     /// Seed of every random choice.
     #[arg(long, default_value_t = 42)]

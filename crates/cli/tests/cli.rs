@@ -476,10 +476,15 @@ fn bench_pool_failures_exit_with_the_tables_codes() {
 
 #[test]
 fn bench_refuses_zero_counts_as_usage_errors() {
-    for flag in ["--ops", "--threads", "--runs", "--keys"] {
+    // "0 is not in 1..18446744073709551615" was clap's range parser talking.
+    for flag in ["--ops", "--runs", "--keys"] {
         let output = bench(&[flag, "0"]);
-        assert_usage_error(&output, "not in 1..", flag);
+        assert_usage_error(&output, &format!("for '{flag} <"), flag);
+        assert_usage_error(&output, "must be at least 1", flag);
+        assert!(!stderr(&output).contains("18446744073709551615"), "{flag}");
     }
+    let output = bench(&["--threads", "0"]);
+    assert_usage_error(&output, "not in 1..=1024", "--threads");
 }
 
 /// A usage error: exit 2, `needle` in the message, nothing on standard output.
