@@ -83,6 +83,9 @@ pub fn create(request: &CreateRequest, out: &mut dyn Write) -> anyhow::Result<()
     let header = pool.header().clone();
     let backend = pool.pm().info();
     pool.close().map_err(failure(path))?;
+    if let Some(warning) = not_durable_warning(path, backend.media, backend.mode) {
+        let _ = writeln!(std::io::stderr(), "ferrite: warning: {warning}");
+    }
     writeln!(
         out,
         "created {}: {} pool, layout {:?}, uuid {}, root {} at {:#x}, arena {} at {:#x} \
@@ -100,6 +103,36 @@ pub fn create(request: &CreateRequest, out: &mut dyn Write) -> anyhow::Result<()
         backend.flush.name()
     )?;
     Ok(())
+}
+
+/// Why a pool made in `mode` on `media` is not durable, when it is not: a file in the page
+/// cache (no DAX) is made durable by `msync` only, and the adr and eadr modes never call it
+/// (`docs/persistence-seam.md` §5, "An explicitly chosen mode is not checked against the
+/// media"). tmpfs, the emulation, keeps nothing across a power failure in any mode, as
+/// documented, and is not warned about.
+fn not_durable_warning(path: &Path, media: pmem::Media, mode: PersistMode) -> Option<String> {
+    if media != pmem::Media::PageCache {
+        return None;
+    }
+    let why = match mode {
+        PersistMode::Eadr => {
+            "mode eadr flushes nothing, trusting the CPU caches to be persistent, but the \
+             page cache is not persistent memory"
+        }
+        PersistMode::Adr => {
+            "mode adr's cache-line flushes reach the page cache, which is not persistent \
+             memory"
+        }
+        PersistMode::Msync => return None,
+    };
+    Some(format!(
+        "{} is on a file system without DAX (media page-cache): {why}, so what is written \
+         in mode {} (this pool's header included) is not durable until the kernel writes the \
+         pages back, and a power failure before that loses it; only --mode msync, the \
+         default on this media, makes page-cache data durable (docs/persistence-seam.md §5)",
+        path.display(),
+        mode.name()
+    ))
 }
 
 /// Prints the header of the pool at `path` (read-only; works while the pool is open).
