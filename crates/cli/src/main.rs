@@ -1,10 +1,13 @@
 //! `ferrite`: pool administration and the project's evaluation report.
 //!
-//! Exit codes: 0 success; 2 usage errors (from clap, invalid pool arguments, and arguments of
-//! `ferrite sim` clap cannot check: trace files, configurations); a pool
-//! error's [`pmem::PoolError::exit_code`] when a pool file is the problem; 1 for anything
-//! else, including an evaluation with a failed section. Errors are one line on stderr:
-//! `ferrite: <path>: <reason>`.
+//! Exit codes (README, "Exit codes of `ferrite`"): 0 success; 2 usage errors (from clap,
+//! invalid pool arguments, and arguments of `ferrite sim` clap cannot check: trace files,
+//! configurations); a pool error's [`pmem::PoolError::exit_code`] when a pool file is the
+//! problem, and its 18 for a heap or pool that ran out of space; 128 + N when `bench` or
+//! `eval`'s measuring process was killed by signal N; 1 for anything else, including an
+//! evaluation with a failed section. `fs fsck` keeps e2fsck's codes (`fs_cmd`). Errors are
+//! one line on stderr: `ferrite: <path>: <reason>`; all codes come from one mapping,
+//! [`exit_code_of`].
 
 #![forbid(unsafe_code)]
 
@@ -388,7 +391,18 @@ fn rerun_with_pmdk_environment() -> ExitCode {
         run.wait()
     });
     match status {
-        Ok(status) => ExitCode::from(exit_status_code(status)),
+        Ok(status) => {
+            if let Some(signal) = killed_by(status)
+                && !RERUN.interrupted.load(Ordering::SeqCst)
+            {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "ferrite: {}",
+                    rerun_killed_message(RERUN.pid.load(Ordering::SeqCst), signal)
+                );
+            }
+            ExitCode::from(exit_status_code(status))
+        }
         Err(error) => {
             let _ = writeln!(
                 std::io::stderr(),
@@ -436,6 +450,45 @@ impl Rerun {
             );
         }
     }
+}
+
+/// The signal that ended a process, if one did.
+fn killed_by(status: std::process::ExitStatus) -> Option<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal()
+}
+
+/// What to say when the re-run (the process that measures, see
+/// [`rerun_with_pmdk_environment`]) was ended by `signal` that this process did not forward:
+/// without it, the command exited 137 with no word. `SIGKILL` runs no teardown, so its
+/// scratch pools stay until the next run removes them.
+fn rerun_killed_message(pid: u32, signal: i32) -> String {
+    let command = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "ferrite".to_owned());
+    let name = nix::sys::signal::Signal::try_from(signal)
+        .map_or_else(|_| format!("signal {signal}"), |s| s.as_str().to_owned());
+    let (who, after) = if signal == libc_sigkill() {
+        (
+            " (by another process, or by the kernel's out-of-memory killer: `dmesg` says \
+             which)",
+            "; it could not clean up: its scratch pools stay on --pool-dir until the next \
+             bench or eval removes them",
+        )
+    } else {
+        ("", "")
+    };
+    format!(
+        "{command}: the measuring process {pid} (this command run again with {}=1) was \
+         killed by {name}{who}, exit status {}{after}",
+        pmdk::FORCE_ENV,
+        128 + signal
+    )
+}
+
+/// `SIGKILL`'s number.
+fn libc_sigkill() -> i32 {
+    nix::sys::signal::Signal::SIGKILL as i32
 }
 
 /// The exit code a shell would report for `status`: the code, or 128 + the signal that ended
@@ -739,6 +792,9 @@ fn pool_exit_code(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
     }
     if let Some(failure) = error.downcast_ref::<fs_cmd::ServerFailed>() {
         return Some(failure.exit_code);
+    }
+    if let Some(target) = error.downcast_ref::<fs_cmd::NotAMountPoint>() {
+        return Some(target.exit_code());
     }
     if let Some(error) = error.downcast_ref::<bench::runner::RunError>() {
         return run_exit_code(error);

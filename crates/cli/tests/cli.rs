@@ -329,10 +329,11 @@ fn a_bench_removes_the_pools_a_killed_bench_left_behind() {
     };
     // The process measuring (a re-run of `ferrite` that the command starts, named in the
     // pool's name) killed by SIGKILL, as the OOM killer kills it, runs no teardown: its pool
-    // stays.
-    let mut killed = bench("1000000000")
+    // stays. The command exits as a shell reports a SIGKILL (137), saying what happened (it
+    // once exited 137 with no word).
+    let killed = bench("1000000000")
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
@@ -353,7 +354,16 @@ fn a_bench_removes_the_pools_a_killed_bench_left_behind() {
         .expect("ferrite-bench-<pid>-<n>.pool");
     // SAFETY: `kill` only sends a signal, to the measuring process this test started.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    killed.wait().expect("reaped");
+    let parent = killed.wait_with_output().expect("reaped");
+    assert_eq!(parent.status.code(), Some(137), "{}", stderr(&parent));
+    let said = stderr(&parent);
+    assert!(
+        said.contains(&format!("the measuring process {pid}"))
+            && said.contains("was killed by SIGKILL")
+            && said.contains("until the next bench or eval removes them"),
+        "{said}"
+    );
+    assert_eq!(said.lines().count(), 1, "{said}");
     while std::path::Path::new(&format!("/proc/{pid}")).exists()
         && std::time::Instant::now() < deadline
     {
