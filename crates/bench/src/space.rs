@@ -175,10 +175,10 @@ pub fn need(
         EngineChoice::Pmdk => {
             let content = bump_bytes(&objects);
             Need {
-                // PMDK raises a smaller pool to its minimum; what its own metadata takes is
-                // not counted.
+                // PMDK raises a smaller pool to its minimum, so any size holds content that
+                // fits there; what its own metadata takes is not counted.
                 least: if content <= PMDK_MIN_POOL {
-                    pmem::header::MIN_POOL_SIZE
+                    1
                 } else {
                     content.next_multiple_of(PAGE)
                 },
