@@ -253,10 +253,23 @@ pub fn with_engine_ops<V: EngineVisitor>(
         }
         EngineChoice::Ideal => visitor.visit(&Ideal::new(native(path)?)?),
         EngineChoice::Pmdk => visitor.visit(&Pmdk::create(path, size)?),
-        EngineChoice::Mem => visitor.visit(&MemEngine::new(size)),
+        EngineChoice::Mem => visitor.visit(&mem_engine(size)?),
         EngineChoice::Mvcc => visitor.visit(&Mvcc::create(native(path)?, &mvcc_options(), ops)?),
         EngineChoice::Raw(_) => return Err(OpenError::NotAnEngine(choice)),
     })
+}
+
+/// The volatile engine of `size` bytes; a size that leaves it no heap, or that the host
+/// cannot reserve, is out of space (`MemEngine::new` would panic on either).
+fn mem_engine(size: u64) -> Result<MemEngine, OpenError> {
+    // `tx::mem` keeps a header page and the root below its heap.
+    const RESERVED: u64 = 8 << 10;
+    if size <= RESERVED {
+        return Err(OpenError::Tx(tx::TxError::OutOfSpace {
+            size: RESERVED + 1,
+        }));
+    }
+    MemEngine::try_new(size).map_err(|_| OpenError::Tx(tx::TxError::OutOfSpace { size }))
 }
 
 /// The native backend's options of a benchmark pool: the environment's overrides

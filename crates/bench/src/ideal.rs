@@ -13,9 +13,9 @@ use tx::writeset::{Coalesced, WriteSet};
 use tx::{Engine, Isolation, Tx, TxError, TxResult};
 
 /// Log bytes per lane.
-const LANE_BYTES: u64 = 1 << 20;
+pub(crate) const LANE_BYTES: u64 = 1 << 20;
 /// Lanes (concurrent transactions).
-const LANES: u64 = 16;
+pub(crate) const LANES: u64 = 16;
 
 /// The ideal reference engine over a pool on backend `P`.
 #[derive(Debug)]

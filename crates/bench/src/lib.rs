@@ -11,6 +11,8 @@
 //!   reference, with throughput, latency and PM traffic per operation.
 //! - [`raw`]: the raw reference — Array swap and hash upsert straight on the seam, the floor
 //!   the engines are measured against.
+//! - [`space`]: the pool a configuration needs before its first operation (a lower bound
+//!   from the formats), which `ferrite bench` checks before making any pool.
 //! - [`logstudy`]: cacheable vs non-temporal vs packed log writes, after "Logging in persistent
 //!   memory: to cache, or not to cache?" (MemSys 2017).
 //! - [`pmfs`]: the PMFS library, its FUSE mount and the kernel side by side.
@@ -31,6 +33,7 @@ pub mod pmfs;
 pub mod raw;
 pub mod runner;
 pub mod scratch;
+pub mod space;
 pub mod substrate;
 
 pub use measure::Summary;

@@ -118,6 +118,10 @@ pub enum RunError {
     /// The workload could not be built.
     #[error("workload: {0}")]
     Workload(String),
+    /// Loading the workload's initial content (or laying out the raw reference) failed,
+    /// before the first measured operation.
+    #[error("loading the workload: {0}")]
+    Setup(TxError),
     /// An operation failed.
     #[error("operation failed: {0}")]
     Operation(#[from] TxError),
@@ -415,7 +419,7 @@ fn measure<E: Engine, W: Workload>(
     turn: &Turn,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Measurement, RunError> {
-    workload.setup(engine)?;
+    workload.setup(engine).map_err(RunError::Setup)?;
     let mut measurement = measure_subject(
         spec,
         workload.name(),

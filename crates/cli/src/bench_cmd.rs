@@ -111,26 +111,39 @@ impl Skipped {
 }
 
 /// The error of a failed configuration, saying what ran where; the typed error is kept as
-/// the source, so its exit code comes from the pool error inside. A pool that could not be
-/// made names its directory; a pool too small for the engine and workload names the option.
+/// the source, so its exit code comes from the pool error inside (out of space: 18). A pool
+/// that could not be made names its directory; a pool too small for the engine and workload
+/// says what filled it and what would help (`bench_space::advice`).
 fn failed_run(spec: &RunSpec, error: bench::runner::RunError) -> anyhow::Error {
     use bench::choice::OpenError;
     use bench::runner::RunError;
     let what = format!("{} on {}", spec.workload.name(), spec.engine);
-    let out_of_space = matches!(
-        &error,
-        RunError::Open(OpenError::Tx(tx::TxError::OutOfSpace { .. }))
-            | RunError::Operation(tx::TxError::OutOfSpace { .. })
-    );
-    let context = match &error {
-        RunError::Open(OpenError::Pool(_)) => {
+    let out_of_space = |error: &tx::TxError| matches!(error, tx::TxError::OutOfSpace { .. });
+    let loading = match &error {
+        RunError::Open(OpenError::Tx(e)) | RunError::Setup(e) if out_of_space(e) => Some(true),
+        RunError::Operation(e) if out_of_space(e) => Some(false),
+        _ => None,
+    };
+    let context = match (&error, loading) {
+        (RunError::Open(OpenError::Pool(_)), _) => {
             format!("{what}: creating its pool in {}", spec.pool_dir.display())
         }
-        _ if out_of_space => format!(
-            "{what}: the pool (--pool-size {}) is too small for this engine, workload and \
-             --keys; give a larger --pool-size or fewer --keys",
-            crate::size::format_bytes(spec.pool_size)
-        ),
+        (_, Some(loading)) => {
+            let ops = crate::bench_space::Ops {
+                warmup: spec.warmup_ops,
+                per_run: spec.ops,
+                runs: spec.runs as u64,
+            };
+            let advice = crate::bench_space::advice(
+                spec.engine,
+                spec.workload,
+                &spec.params,
+                ops,
+                spec.pool_size,
+                loading,
+            );
+            format!("{what}: {advice}")
+        }
         _ => what,
     };
     anyhow::Error::new(error).context(context)

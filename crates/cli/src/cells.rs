@@ -30,6 +30,20 @@ pub fn kops(ops_per_s: f64) -> String {
     format!("{:.1}", ops_per_s / 1e3)
 }
 
+/// A throughput summary as "median (min–max)" in Kops/s; the median alone for one run,
+/// whose range would only repeat it ("1906.8 (1906.8–1906.8)").
+pub fn kops_spread(summary: &bench::Summary) -> String {
+    if summary.runs <= 1 {
+        return kops(summary.median);
+    }
+    format!(
+        "{} ({}–{})",
+        kops(summary.median),
+        kops(summary.min),
+        kops(summary.max)
+    )
+}
+
 /// Nanoseconds as microseconds, two decimals.
 pub fn micros(ns: u64) -> String {
     format!("{:.2}", ns as f64 / 1e3)
@@ -101,6 +115,14 @@ pub fn place(run: &EngineRun) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_run_shows_no_range() {
+        let one = bench::Summary::of(&[1_906_800.0]).expect("a run");
+        assert_eq!(kops_spread(&one), "1906.8");
+        let three = bench::Summary::of(&[1_000.0, 3_000.0, 2_000.0]).expect("runs");
+        assert_eq!(kops_spread(&three), "2.0 (1.0–3.0)");
+    }
 
     #[test]
     fn small_byte_counts_keep_a_decimal() {

@@ -140,9 +140,58 @@ pub struct MountArgs {
     notify_ready: bool,
 }
 
+/// A `fs unmount` argument that names no directory: exit 19 when nothing is there (as a
+/// missing `fs mount` mount point), 2 when it is a file (as `fs mount` of one).
+#[derive(Debug)]
+pub enum NotAMountPoint {
+    /// Nothing at the path.
+    Missing(PathBuf),
+    /// Something other than a directory.
+    NotADirectory(PathBuf),
+}
+
+impl std::fmt::Display for NotAMountPoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotAMountPoint::Missing(dir) => {
+                write!(f, "unmounting {}: no such directory", dir.display())
+            }
+            NotAMountPoint::NotADirectory(dir) => write!(
+                f,
+                "unmounting {}: not a directory, so nothing can be mounted there",
+                dir.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for NotAMountPoint {}
+
+impl NotAMountPoint {
+    /// The README's code: 19 for a missing path, 2 for one that is not a directory.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            NotAMountPoint::Missing(_) => pmem::PoolError::NotFound.exit_code(),
+            NotAMountPoint::NotADirectory(_) => 2,
+        }
+    }
+}
+
 /// Unmounts `dir` and returns once its server has closed the pool and exited, so that
-/// `fs fsck` or another mount can open the pool next.
+/// `fs fsck` or another mount can open the pool next. A directory where no ferrite file
+/// system is mounted is refused with exit 1, as `fusermount -u` refuses it.
 fn unmount(dir: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
+    // `lstat`, not `exists`: the root of a mount whose server died answers ENOTCONN, and
+    // that mount is what an unmount must still remove.
+    match std::fs::symlink_metadata(dir) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Err(NotAMountPoint::Missing(dir.to_owned()).into());
+        }
+        Ok(meta) if !meta.is_dir() => {
+            return Err(NotAMountPoint::NotADirectory(dir.to_owned()).into());
+        }
+        _ => {}
+    }
     let released =
         fsmount::unmount_and_wait(dir).with_context(|| format!("unmounting {}", dir.display()))?;
     writeln!(out, "unmounted {}", dir.display())?;

@@ -1,14 +1,18 @@
 //! `ferrite`: pool administration and the project's evaluation report.
 //!
-//! Exit codes: 0 success; 2 usage errors (from clap, invalid pool arguments, and arguments of
-//! `ferrite sim` clap cannot check: trace files, configurations); a pool
-//! error's [`pmem::PoolError::exit_code`] when a pool file is the problem; 1 for anything
-//! else, including an evaluation with a failed section. Errors are one line on stderr:
-//! `ferrite: <path>: <reason>`.
+//! Exit codes (README, "Exit codes of `ferrite`"): 0 success; 2 usage errors (from clap,
+//! invalid pool arguments, and arguments of `ferrite sim` clap cannot check: trace files,
+//! configurations); a pool error's [`pmem::PoolError::exit_code`] when a pool file is the
+//! problem, and its 18 for a heap or pool that ran out of space; 128 + N when `bench` or
+//! `eval`'s measuring process was killed by signal N; 1 for anything else, including an
+//! evaluation with a failed section. `fs fsck` keeps e2fsck's codes (`fs_cmd`). Errors are
+//! one line on stderr: `ferrite: <path>: <reason>`; all codes come from one mapping,
+//! [`exit_code_of`].
 
 #![forbid(unsafe_code)]
 
 mod bench_cmd;
+mod bench_space;
 mod cells;
 mod eval;
 mod fs_cmd;
@@ -53,9 +57,21 @@ enum Command {
     Fs(fs_cmd::FsCommand),
 }
 
-/// Counts of at least 1 (threads, runs): clap's range error otherwise.
-fn at_least_one() -> clap::builder::RangedU64ValueParser<usize> {
-    clap::builder::RangedU64ValueParser::new().range(1..)
+/// A count of at least 1 (keys, operations, runs, transactions). clap's range parser said
+/// "0 is not in 1..18446744073709551615"; the message here follows clap's "invalid value '0'
+/// for '--keys <KEYS>': ".
+pub(crate) fn count(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(0) => Err("must be at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(error) => Err(format!("expected a whole number of at least 1 ({error})")),
+    }
+}
+
+/// [`count`] as a `usize`.
+fn count_usize(text: &str) -> Result<usize, String> {
+    let n = count(text)?;
+    usize::try_from(n).map_err(|_| format!("{n} is too large"))
 }
 
 #[derive(Debug, Args)]
@@ -75,7 +91,7 @@ struct BenchArgs {
     threads: Vec<usize>,
     /// Keys (elements) loaded at setup (tpcc's tables have fixed sizes: it takes no --keys or
     /// --value-size, and runs one warehouse per thread).
-    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 100_000, value_parser = count)]
     keys: u64,
     /// Value (element) size in bytes, 1 to 64 KiB (K suffix as for sizes): one transaction
     /// may log up to 9 values (a B+tree split), and the undo engine's lane holds 768 KiB.
@@ -85,13 +101,13 @@ struct BenchArgs {
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=100))]
     update: u32,
     /// Operations per timed run.
-    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 200_000, value_parser = count)]
     ops: u64,
     /// Untimed warm-up operations.
     #[arg(long, default_value_t = 20_000)]
     warmup: u64,
     /// Timed runs per configuration (the median is reported).
-    #[arg(long, default_value_t = 5, value_parser = at_least_one())]
+    #[arg(long, default_value_t = 5, value_parser = count_usize)]
     runs: usize,
     /// Seed of every random choice.
     #[arg(long, default_value_t = 42)]
@@ -260,8 +276,10 @@ impl From<FlushArg> for pmem::FlushInstr {
 
 #[derive(Debug, Args)]
 struct EvalArgs {
-    /// Report folder (created if needed). Section files an earlier report there listed and
-    /// this run does not write (a section left out by --only) are removed.
+    /// Report folder (created if needed). With --only, the other sections of a report
+    /// already there are kept, marked with when they ran, and index.html shows them all (a
+    /// report there that cannot be read back is refused, exit 2); without it, every section
+    /// is replaced.
     #[arg(long, default_value = "report")]
     out: PathBuf,
     /// Small sizes everywhere: fast, numbers indicative only.
@@ -373,7 +391,18 @@ fn rerun_with_pmdk_environment() -> ExitCode {
         run.wait()
     });
     match status {
-        Ok(status) => ExitCode::from(exit_status_code(status)),
+        Ok(status) => {
+            if let Some(signal) = killed_by(status)
+                && !RERUN.interrupted.load(Ordering::SeqCst)
+            {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "ferrite: {}",
+                    rerun_killed_message(RERUN.pid.load(Ordering::SeqCst), signal)
+                );
+            }
+            ExitCode::from(exit_status_code(status))
+        }
         Err(error) => {
             let _ = writeln!(
                 std::io::stderr(),
@@ -421,6 +450,45 @@ impl Rerun {
             );
         }
     }
+}
+
+/// The signal that ended a process, if one did.
+fn killed_by(status: std::process::ExitStatus) -> Option<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal()
+}
+
+/// What to say when the re-run (the process that measures, see
+/// [`rerun_with_pmdk_environment`]) was ended by `signal` that this process did not forward:
+/// without it, the command exited 137 with no word. `SIGKILL` runs no teardown, so its
+/// scratch pools stay until the next run removes them.
+fn rerun_killed_message(pid: u32, signal: i32) -> String {
+    let command = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "ferrite".to_owned());
+    let name = nix::sys::signal::Signal::try_from(signal)
+        .map_or_else(|_| format!("signal {signal}"), |s| s.as_str().to_owned());
+    let (who, after) = if signal == libc_sigkill() {
+        (
+            " (by another process, or by the kernel's out-of-memory killer: `dmesg` says \
+             which)",
+            "; it could not clean up: its scratch pools stay on --pool-dir until the next \
+             bench or eval removes them",
+        )
+    } else {
+        ("", "")
+    };
+    format!(
+        "{command}: the measuring process {pid} (this command run again with {}=1) was \
+         killed by {name}{who}, exit status {}{after}",
+        pmdk::FORCE_ENV,
+        128 + signal
+    )
+}
+
+/// `SIGKILL`'s number.
+fn libc_sigkill() -> i32 {
+    nix::sys::signal::Signal::SIGKILL as i32
 }
 
 /// The exit code a shell would report for `status`: the code, or 128 + the signal that ended
@@ -540,31 +608,14 @@ fn bench_lists_are_consistent(args: &BenchArgs) -> Result<(), UsageError> {
     }
 }
 
-/// `--keys` that no run could load, refused before any pool is made: every workload but
-/// TPC-C (whose tables have fixed sizes) stores at least `--value-size` bytes per key in the
-/// pool, and some build their model of the initial content in DRAM before the pool runs out,
-/// so a key count far beyond the pool would abort on that allocation instead of failing on
-/// the pool. The array swaps two distinct elements, so one element gives it nothing to do.
+/// A `--pool-size` that cannot hold some configuration before its first operation (the
+/// engine's logs, the initial content as its allocator places it: `bench_space`), refused
+/// before any pool is made. Some workloads build their model of the initial content in DRAM
+/// before the pool runs out, so a key count far beyond the pool would abort on that
+/// allocation instead of failing on the pool. The array swaps two distinct elements, so one
+/// element gives it nothing to do.
 fn bench_keys_fit(args: &BenchArgs) -> Result<(), UsageError> {
     use bench::choice::WorkloadChoice;
-    let sized: Vec<String> = args
-        .workload
-        .iter()
-        .filter(|&&w| w != WorkloadChoice::Tpcc)
-        .map(|w| w.name())
-        .collect();
-    let least = args.keys.saturating_mul(u64::from(args.value_size));
-    if !sized.is_empty() && least > args.pool_size {
-        return Err(UsageError(format!(
-            "--keys {} of --value-size {} need at least {} of pool for {}, more than the \
-             --pool-size of {}; give a larger --pool-size or fewer --keys",
-            args.keys,
-            args.value_size,
-            size::format_bytes(least),
-            sized.join(", "),
-            size::format_bytes(args.pool_size)
-        )));
-    }
     if args.keys < 2 && args.workload.contains(&WorkloadChoice::Array) {
         return Err(UsageError(
             "--keys 1: the array workload swaps two distinct elements, so it needs --keys 2 \
@@ -572,7 +623,22 @@ fn bench_keys_fit(args: &BenchArgs) -> Result<(), UsageError> {
                 .to_owned(),
         ));
     }
-    Ok(())
+    let params = workloads::Params {
+        keys: args.keys,
+        value_size: args.value_size,
+        update_percent: args.update,
+        threads: args.threads.first().copied().unwrap_or(1),
+        seed: args.seed,
+        locks_at_one_thread: args.locks_at_one_thread,
+    };
+    let emulated = args.pm_line_ns > 0 || args.pm_fence_ns > 0;
+    bench_space::check(&bench_space::Request {
+        engines: &args.engine,
+        workloads: &args.workload,
+        params: &params,
+        pool_size: args.pool_size,
+        pmdk_runs: !emulated && pmdk::Pmdk::available().is_ok(),
+    })
 }
 
 /// Removes the scratch pools earlier runs left in `pool_dir` when they were killed before
@@ -595,17 +661,26 @@ fn run_eval(args: &EvalArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     output::pool_dir_exists(&args.pool_dir)?;
     remove_abandoned_pools(&args.pool_dir);
     output::folder_can_be_written(&args.out)?;
+    // Read before the (long) run, so a report that cannot be kept is refused first.
+    let earlier = if args.only.is_empty() {
+        Vec::new()
+    } else {
+        earlier_sections(&args.out)?
+    };
     let options = eval::EvalOptions {
         quick: args.quick,
         pool_dir: args.pool_dir.clone(),
     };
-    let report = eval::run(&options, &args.only);
+    let mut report = eval::run(&options, &args.only);
+    eval::carry_over(&mut report, earlier);
     let written = report::write(&report, &args.out)
         .with_context(|| format!("writing the report to {}", args.out.display()))?;
     eval::print_summary(&report, &args.out, written.len(), out)?;
+    // Only the sections this run made judge it; a carried-over failure is the earlier run's.
     let failed: Vec<&str> = report
         .failed_sections()
         .iter()
+        .filter(|section| section.earlier.is_none())
         .map(|section| section.id.as_str())
         .collect();
     if !failed.is_empty() {
@@ -616,6 +691,18 @@ fn run_eval(args: &EvalArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The sections of the report already in `dir`, which a run of some sections keeps: one that
+/// cannot be read back would be lost, so it is refused (exit 2) before anything runs.
+pub(crate) fn earlier_sections(dir: &std::path::Path) -> Result<Vec<report::Section>, UsageError> {
+    report::read_sections(dir).map_err(|why| {
+        UsageError(format!(
+            "--out {}: the report there cannot be read back ({why}), so its other sections \
+             would be lost; move it away, or give another --out",
+            dir.display()
+        ))
+    })
 }
 
 /// The error and its causes on one line, joined with ": ". A cause whose text its wrapper
@@ -681,7 +768,7 @@ fn pool_exit_code(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
     }
     // These wrap pool errors transparently: the chain skips the pool error, so look inside.
     if let Some(error) = error.downcast_ref::<tx::TxError>() {
-        return pool_error_of_tx(error).map(pmem::PoolError::exit_code);
+        return tx_exit_code(error);
     }
     if let Some(error) = error.downcast_ref::<pmfs::FsError>() {
         return match error {
@@ -706,8 +793,11 @@ fn pool_exit_code(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
     if let Some(failure) = error.downcast_ref::<fs_cmd::ServerFailed>() {
         return Some(failure.exit_code);
     }
+    if let Some(target) = error.downcast_ref::<fs_cmd::NotAMountPoint>() {
+        return Some(target.exit_code());
+    }
     if let Some(error) = error.downcast_ref::<bench::runner::RunError>() {
-        return pool_error_of_run(error).map(pmem::PoolError::exit_code);
+        return run_exit_code(error);
     }
     if error.downcast_ref::<UsageError>().is_some() {
         return Some(i32::from(USAGE_EXIT));
@@ -725,21 +815,26 @@ fn pool_exit_code(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
     None
 }
 
-fn pool_error_of_tx(error: &tx::TxError) -> Option<&pmem::PoolError> {
+/// The table's code of a transaction error: its pool error's, or "out of space" for a heap
+/// (or a PMDK pool, an ideal or raw reference) that had no room left.
+fn tx_exit_code(error: &tx::TxError) -> Option<i32> {
     match error {
-        tx::TxError::Pool(error) => Some(error),
+        tx::TxError::Pool(error) => Some(error.exit_code()),
+        tx::TxError::OutOfSpace { size } => {
+            Some(pmem::PoolError::OutOfSpace { requested: *size }.exit_code())
+        }
         _ => None,
     }
 }
 
-fn pool_error_of_run(error: &bench::runner::RunError) -> Option<&pmem::PoolError> {
+fn run_exit_code(error: &bench::runner::RunError) -> Option<i32> {
     use bench::choice::OpenError;
     use bench::runner::RunError;
     match error {
-        RunError::Open(OpenError::Pool(error)) => Some(error),
-        RunError::Open(OpenError::Tx(error)) | RunError::Operation(error) => {
-            pool_error_of_tx(error)
-        }
+        RunError::Open(OpenError::Pool(error)) => Some(error.exit_code()),
+        RunError::Open(OpenError::Tx(error))
+        | RunError::Setup(error)
+        | RunError::Operation(error) => tx_exit_code(error),
         _ => None,
     }
 }

@@ -83,6 +83,9 @@ pub fn create(request: &CreateRequest, out: &mut dyn Write) -> anyhow::Result<()
     let header = pool.header().clone();
     let backend = pool.pm().info();
     pool.close().map_err(failure(path))?;
+    if let Some(warning) = not_durable_warning(path, backend.media, backend.mode) {
+        let _ = writeln!(std::io::stderr(), "ferrite: warning: {warning}");
+    }
     writeln!(
         out,
         "created {}: {} pool, layout {:?}, uuid {}, root {} at {:#x}, arena {} at {:#x} \
@@ -100,6 +103,36 @@ pub fn create(request: &CreateRequest, out: &mut dyn Write) -> anyhow::Result<()
         backend.flush.name()
     )?;
     Ok(())
+}
+
+/// Why a pool made in `mode` on `media` is not durable, when it is not: a file in the page
+/// cache (no DAX) is made durable by `msync` only, and the adr and eadr modes never call it
+/// (`docs/persistence-seam.md` §5, "An explicitly chosen mode is not checked against the
+/// media"). tmpfs, the emulation, keeps nothing across a power failure in any mode, as
+/// documented, and is not warned about.
+fn not_durable_warning(path: &Path, media: pmem::Media, mode: PersistMode) -> Option<String> {
+    if media != pmem::Media::PageCache {
+        return None;
+    }
+    let why = match mode {
+        PersistMode::Eadr => {
+            "mode eadr flushes nothing, trusting the CPU caches to be persistent, but the \
+             page cache is not persistent memory"
+        }
+        PersistMode::Adr => {
+            "mode adr's cache-line flushes reach the page cache, which is not persistent \
+             memory"
+        }
+        PersistMode::Msync => return None,
+    };
+    Some(format!(
+        "{} is on a file system without DAX (media page-cache): {why}, so what is written \
+         in mode {} (this pool's header included) is not durable until the kernel writes the \
+         pages back, and a power failure before that loses it; only --mode msync, the \
+         default on this media, makes page-cache data durable (docs/persistence-seam.md §5)",
+        path.display(),
+        mode.name()
+    ))
 }
 
 /// Prints the header of the pool at `path` (read-only; works while the pool is open).
@@ -395,7 +428,9 @@ fn may_recover(
                 )),
             ));
         }
-        _ => Some("the pool holds no transaction engine area to recover".to_owned()),
+        // No engine area: the open restores the header area (what the next open would do)
+        // and there is nothing else to recover.
+        _ => None,
     };
     match refusal {
         Some(reason) => Err(check_failure(
@@ -410,9 +445,9 @@ fn may_recover(
 
 /// Whether the arena starts with zeros (no engine was ever formatted there), as
 /// `conformance::corrupt::check_engine_area` tells an empty arena from a damaged one.
-fn arena_is_empty(pm: &MemPm, arena: Region) -> bool {
+fn arena_is_empty(pm: &impl pmem::Persist, arena: Region) -> bool {
     let mut start = [0u8; 64];
-    pmem::Persist::read(pm, arena.offset, &mut start);
+    pm.read(arena.offset, &mut start);
     start.iter().all(|&b| b == 0)
 }
 
@@ -459,10 +494,36 @@ fn needs_recovery(findings: &[Finding], report: &FileReport) -> bool {
 type Recovered = anyhow::Result<Vec<Finding>>;
 
 /// Opens the pool's redo or undo engine (running its recovery, or its salvage) and closes it
-/// cleanly. [`may_recover`] has vetted the area.
+/// cleanly; a pool with no engine area is opened and closed, which restores its header area
+/// (a header from its copy, a copy from the header, the state word) as any open does.
+/// [`may_recover`] has vetted the area.
 fn recover(path: &Path, header: &Header, mode: RecoveryMode, native: &NativeOptions) -> Recovered {
     let pool = pmem::Pool::open(path, &header.layout, native).map_err(failure(path))?;
     let arena = pool.arena();
+    // What the open restored in the header area, reported before the engine's own recovery.
+    let mut done: Vec<Finding> = pool
+        .repaired()
+        .iter()
+        .map(|repair| {
+            Finding::new(
+                Severity::Recovery,
+                "pool header",
+                Some(0),
+                format!("{repair}; rewritten"),
+            )
+        })
+        .collect();
+    if tx::check::engine_kind(pool.pm(), arena).is_none() && arena_is_empty(pool.pm(), arena) {
+        pool.close().map_err(failure(path))?;
+        done.push(Finding::new(
+            Severity::Note,
+            "recovery",
+            None,
+            "no transaction engine area (an empty arena): nothing else to recover; the pool \
+             was closed cleanly",
+        ));
+        return Ok(done);
+    }
     let salvage = mode == RecoveryMode::Salvage;
     let options = tx::EngineOptions::default();
     let failed = |error| check_failure(path, CheckProblem::RecoveryFailed(error));
@@ -481,6 +542,10 @@ fn recover(path: &Path, header: &Header, mode: RecoveryMode, native: &NativeOpti
             ))
         }
     }
+    .map(|recovered| {
+        done.extend(recovered);
+        done
+    })
     .map_err(failed)
 }
 
@@ -530,7 +595,7 @@ fn print_text(
     }
     if let Some(Ok(done)) = action {
         for finding in done {
-            writeln!(out, "recovered: {finding}")?;
+            writeln!(out, "recovered: {}", recovered_text(finding))?;
         }
     }
     let damage = findings.iter().filter(|f| f.is_damage()).count();
@@ -593,6 +658,23 @@ fn print_text(
         }
     )?;
     Ok(())
+}
+
+/// A finding of the recovery after "recovered: ": its severity named only when it is not
+/// the recovery's own ("recovered: damage: …" of a salvage), and the recovery's notes as
+/// their message alone ("recovered: 3 log records replayed", not "recovered: note:
+/// recovery: 3 log records replayed").
+fn recovered_text(finding: &Finding) -> String {
+    match finding.severity {
+        Severity::Note if finding.structure == "recovery" => finding.message.clone(),
+        Severity::Note | Severity::Recovery => {
+            let at = finding
+                .offset
+                .map_or(String::new(), |offset| format!(" at {offset:#x}"));
+            format!("{}{at}: {}", finding.structure, finding.message)
+        }
+        _ => finding.to_string(),
+    }
 }
 
 /// What the user can do about a damaged pool: `--salvage` only where a trial salvage on a

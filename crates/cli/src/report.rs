@@ -7,10 +7,12 @@
 //! - `<section>-<plot>.svg`: each plot;
 //! - `index.html`: every section's summary and tables, with its plots inlined.
 //!
-//! A new evaluation adds a [`Section`]; nothing here changes.
+//! A new evaluation adds a [`Section`]; nothing here changes. A report's sections can be
+//! read back from its folder ([`read_sections`]), so a run of some sections keeps the others
+//! ([`Section::earlier`] says when they ran).
 
 use crate::output::Staged;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -18,7 +20,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 /// The outcome a section claims.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     /// Measurements only: nothing to pass or fail.
@@ -41,7 +43,7 @@ impl Verdict {
 }
 
 /// A table: named columns and rows of already-formatted cells.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Table {
     /// Caption.
     pub title: String,
@@ -80,7 +82,7 @@ pub struct Plot {
 }
 
 /// Whether one of a paper's headline claims holds in our measurements.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ClaimVerdict {
     /// Ours is within the stated tolerance of the paper's, or meets the stated goal.
@@ -117,7 +119,7 @@ impl ClaimVerdict {
 
 /// One headline claim of a paper (or one goal of ours) beside what we measured: the rows of
 /// the report's first screen.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Headline {
     /// The claim as the paper (venue and year) or the goal states it, with its number.
     pub claim: String,
@@ -172,6 +174,18 @@ pub struct Section {
     pub plots: Vec<Plot>,
     /// Every number behind the tables and plots, for further processing.
     pub json: Value,
+    /// Set for a section this run did not make: carried over from the report already in
+    /// the folder (`eval --only` runs some sections and keeps the others).
+    pub earlier: Option<Earlier>,
+}
+
+/// When a carried-over section was made, and at which sizes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Earlier {
+    /// When its run made it (RFC 3339).
+    pub generated: String,
+    /// Whether it ran at `--quick` sizes.
+    pub quick: bool,
 }
 
 impl Section {
@@ -187,6 +201,7 @@ impl Section {
             tables: Vec::new(),
             plots: Vec::new(),
             json: json!({ "error": crate::one_line(error) }),
+            earlier: None,
         }
     }
 
@@ -194,18 +209,24 @@ impl Section {
         format!("{}-{}.svg", self.id, plot.id)
     }
 
-    /// The section as it appears in the JSON files (plots by file name); `quick` is the
-    /// report's, so a section file read alone says whether its verdicts could be given
-    /// (`docs/bench-json.md`, "The evaluation's JSON").
-    fn to_json(&self, quick: bool) -> Value {
+    /// The section as it appears in the JSON files (plots by file name), with when it was
+    /// made and whether at `--quick` sizes: the report's for a section of this run, its own
+    /// for one carried over, so a section file read alone says whether its verdicts could be
+    /// given (`docs/bench-json.md`, "The evaluation's JSON").
+    fn to_json(&self, report: &Report) -> Value {
         let plots: Vec<Value> = self
             .plots
             .iter()
             .map(|plot| json!({ "id": plot.id, "title": plot.title, "file": self.plot_file(plot) }))
             .collect();
+        let (generated, quick) = match &self.earlier {
+            Some(earlier) => (earlier.generated.as_str(), earlier.quick),
+            None => (report.generated.as_str(), report.quick),
+        };
         json!({
             "id": self.id,
             "title": self.title,
+            "generated": generated,
             "quick": quick,
             "verdict": self.verdict,
             "headlines": self.headlines,
@@ -247,7 +268,7 @@ impl Report {
             "sections": self
                 .sections
                 .iter()
-                .map(|section| section.to_json(self.quick))
+                .map(|section| section.to_json(self))
                 .collect::<Vec<_>>(),
         })
     }
@@ -279,7 +300,7 @@ pub fn write(report: &Report, dir: &Path) -> io::Result<Vec<PathBuf>> {
     for section in &report.sections {
         put(
             format!("{}.json", section.id),
-            &pretty(&section.to_json(report.quick)),
+            &pretty(&section.to_json(report)),
         )?;
         for plot in &section.plots {
             put(section.plot_file(plot), &plot.svg)?;
@@ -331,6 +352,105 @@ fn files_of_earlier_report(dir: &Path) -> Vec<String> {
         }));
     }
     files
+}
+
+/// A section as `report.json` stores it.
+#[derive(Deserialize)]
+struct StoredSection {
+    id: String,
+    title: String,
+    verdict: Verdict,
+    headlines: Vec<Headline>,
+    summary: Vec<String>,
+    tables: Vec<Table>,
+    plots: Vec<StoredPlot>,
+    data: Value,
+    /// Absent in reports written before sections were carried over: the report's then.
+    generated: Option<String>,
+    quick: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct StoredPlot {
+    id: String,
+    title: String,
+    file: String,
+}
+
+#[derive(Deserialize)]
+struct StoredReport {
+    generated: String,
+    quick: bool,
+    sections: Vec<StoredSection>,
+}
+
+/// The sections of the report already in `dir`, read back from its `report.json` and plot
+/// files, each marked [`Section::earlier`]; none when `dir` holds no `report.json`. An error
+/// says what cannot be read back (a `report.json` that is not a report, a plot file that is
+/// missing).
+pub fn read_sections(dir: &Path) -> Result<Vec<Section>, String> {
+    let path = dir.join("report.json");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(format!("{}: {error}", path.display())),
+    };
+    let stored: StoredReport = serde_json::from_str(&text).map_err(|error| {
+        format!(
+            "{}: not a report of `ferrite eval` ({error})",
+            path.display()
+        )
+    })?;
+    stored
+        .sections
+        .into_iter()
+        .map(|section| {
+            check_id(&section.id).map_err(|error| format!("{}: {error}", path.display()))?;
+            let mut read = Section {
+                id: section.id,
+                title: section.title,
+                verdict: section.verdict,
+                headlines: section.headlines,
+                summary: section.summary,
+                tables: section.tables,
+                plots: Vec::new(),
+                json: section.data,
+                earlier: Some(Earlier {
+                    generated: section
+                        .generated
+                        .unwrap_or_else(|| stored.generated.clone()),
+                    quick: section.quick.unwrap_or(stored.quick),
+                }),
+            };
+            for plot in section.plots {
+                let read_plot = Plot {
+                    id: plot.id,
+                    title: plot.title,
+                    svg: String::new(),
+                };
+                // Only the name this section would give the plot: a hand-edited file name
+                // cannot point outside the folder.
+                let file = read.plot_file(&read_plot);
+                if check_id(&read_plot.id).is_err() || plot.file != file {
+                    return Err(format!(
+                        "{}: section {} names a plot file {:?} it would not write",
+                        path.display(),
+                        read.id,
+                        plot.file
+                    ));
+                }
+                let svg = std::fs::read_to_string(dir.join(&file)).map_err(|error| {
+                    format!(
+                        "{}: {error} (a plot of section {})",
+                        dir.join(&file).display(),
+                        read.id
+                    )
+                })?;
+                read.plots.push(Plot { svg, ..read_plot });
+            }
+            Ok(read)
+        })
+        .collect()
 }
 
 fn pretty(value: &Value) -> String {
@@ -413,22 +533,40 @@ pub fn render_html(report: &Report) -> String {
         html,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <title>{title}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<h1>{title}</h1>\n\
-         <p class=\"meta\">Generated {}{}.</p>\n",
+         <p class=\"meta\">Generated {}{}{}.</p>\n",
         escape_html(&report.generated),
         if report.quick {
             " with <code>--quick</code> (reduced sizes: numbers are indicative only)"
         } else {
             ""
+        },
+        match report
+            .sections
+            .iter()
+            .filter(|s| s.earlier.is_some())
+            .count()
+        {
+            0 => String::new(),
+            n => format!(
+                "; {n} section(s) carried over from earlier runs, each marked with when it ran"
+            ),
         }
     );
     html.push_str("<nav><ul>\n");
     for section in &report.sections {
         let _ = writeln!(
             html,
-            "<li><a href=\"#{}\">{}</a> {}</li>",
+            "<li><a href=\"#{}\">{}</a> {}{}</li>",
             escape_html(&section.id),
             escape_html(&section.title),
-            verdict_badge(section.verdict)
+            verdict_badge(section.verdict),
+            section
+                .earlier
+                .as_ref()
+                .map_or(String::new(), |earlier| format!(
+                    " <span class=\"meta\">({})</span>",
+                    escape_html(&carried_note(earlier))
+                ))
         );
     }
     html.push_str("</ul></nav>\n");
@@ -523,6 +661,13 @@ fn render_section(html: &mut String, section: &Section) {
         escape_html(&section.title),
         verdict_badge(section.verdict)
     );
+    if let Some(earlier) = &section.earlier {
+        let _ = writeln!(
+            html,
+            "<p class=\"meta\">{}: this run did not run it again.</p>",
+            escape_html(&upper_first(&carried_note(earlier)))
+        );
+    }
     if !section.summary.is_empty() {
         html.push_str("<ul>\n");
         for line in &section.summary {
@@ -548,6 +693,22 @@ fn render_section(html: &mut String, section: &Section) {
          <code>docs/bench-json.md</code>, \"The evaluation's JSON\")</p>\n</section>",
         escape_html(&section.id)
     );
+}
+
+/// "carried over from the run of 2026-11-20T10:00:00Z (quick)".
+pub fn carried_note(earlier: &Earlier) -> String {
+    format!(
+        "carried over from the run of {}{}",
+        earlier.generated,
+        if earlier.quick { " (--quick)" } else { "" }
+    )
+}
+
+fn upper_first(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map_or(String::new(), |first| {
+        first.to_uppercase().chain(chars).collect()
+    })
 }
 
 fn render_table(html: &mut String, table: &Table) {
@@ -615,6 +776,7 @@ mod tests {
                 svg: "<svg xmlns=\"http://www.w3.org/2000/svg\"></svg>".into(),
             }],
             json: json!({ "answer": 42 }),
+            earlier: None,
         }
     }
 

@@ -329,10 +329,11 @@ fn a_bench_removes_the_pools_a_killed_bench_left_behind() {
     };
     // The process measuring (a re-run of `ferrite` that the command starts, named in the
     // pool's name) killed by SIGKILL, as the OOM killer kills it, runs no teardown: its pool
-    // stays.
-    let mut killed = bench("1000000000")
+    // stays. The command exits as a shell reports a SIGKILL (137), saying what happened (it
+    // once exited 137 with no word).
+    let killed = bench("1000000000")
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
@@ -353,7 +354,16 @@ fn a_bench_removes_the_pools_a_killed_bench_left_behind() {
         .expect("ferrite-bench-<pid>-<n>.pool");
     // SAFETY: `kill` only sends a signal, to the measuring process this test started.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    killed.wait().expect("reaped");
+    let parent = killed.wait_with_output().expect("reaped");
+    assert_eq!(parent.status.code(), Some(137), "{}", stderr(&parent));
+    let said = stderr(&parent);
+    assert!(
+        said.contains(&format!("the measuring process {pid}"))
+            && said.contains("was killed by SIGKILL")
+            && said.contains("until the next bench or eval removes them"),
+        "{said}"
+    );
+    assert_eq!(said.lines().count(), 1, "{said}");
     while std::path::Path::new(&format!("/proc/{pid}")).exists()
         && std::time::Instant::now() < deadline
     {
@@ -476,10 +486,15 @@ fn bench_pool_failures_exit_with_the_tables_codes() {
 
 #[test]
 fn bench_refuses_zero_counts_as_usage_errors() {
-    for flag in ["--ops", "--threads", "--runs", "--keys"] {
+    // "0 is not in 1..18446744073709551615" was clap's range parser talking.
+    for flag in ["--ops", "--runs", "--keys"] {
         let output = bench(&[flag, "0"]);
-        assert_usage_error(&output, "not in 1..", flag);
+        assert_usage_error(&output, &format!("for '{flag} <"), flag);
+        assert_usage_error(&output, "must be at least 1", flag);
+        assert!(!stderr(&output).contains("18446744073709551615"), "{flag}");
     }
+    let output = bench(&["--threads", "0"]);
+    assert_usage_error(&output, "not in 1..=1024", "--threads");
 }
 
 /// A usage error: exit 2, `needle` in the message, nothing on standard output.
@@ -1036,7 +1051,11 @@ fn bench_failures_name_the_directory_or_the_option() {
             "--pool-dir: /nonexistent-ferrite-dir: no such file",
         ),
         (&["--pool-dir", "/sys"], 16, "creating its pool in /sys"),
-        (&["--pool-size", "1M"], 1, "--pool-size 1 MiB"),
+        (
+            &["--pool-size", "1M"],
+            USAGE,
+            "--pool-size 1 MiB cannot hold hash on redo",
+        ),
     ];
     for (extra, code, named) in cases {
         let mut args = small.to_vec();
@@ -1048,9 +1067,9 @@ fn bench_failures_name_the_directory_or_the_option() {
     }
 }
 
-/// A hash table for more keys than any pool holds is refused before it runs (the keys'
-/// values alone exceed the pool: a usage error), naming the options to change, not an abort
-/// naming the workload's internal bound.
+/// A hash table for more keys than any pool holds is refused before it runs (its nodes
+/// alone exceed the pool: a usage error), naming the options to change, not an abort naming
+/// the workload's internal bound.
 #[test]
 fn keys_no_pool_can_hold_name_the_pool_size() {
     let output = bench(&[
@@ -1065,10 +1084,8 @@ fn keys_no_pool_can_hold_name_the_pool_size() {
     ]);
     let err = stderr(&output);
     assert_eq!(output.status.code(), Some(USAGE), "{err}");
-    assert!(
-        err.contains("give a larger --pool-size or fewer --keys"),
-        "{err}"
-    );
+    assert!(err.contains("give --pool-size 104T or more"), "{err}");
+    assert!(err.ends_with("or fewer --keys\n"), "{err}");
     assert!(!err.contains("transaction aborted"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
 }

@@ -376,6 +376,18 @@ fn unmount_refuses_what_is_not_a_ferrite_mount() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("nothing is mounted there"), "{stderr}");
+    // No directory at all: exit 19, as a missing `fs mount` mount point (it was 1, with
+    // "nothing is mounted there"); a file: exit 2, as `fs mount` on one.
+    let missing = ferrite(&["fs", "unmount", tmp.path().join("gone").to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(missing.status.code(), Some(19), "{stderr}");
+    assert!(stderr.contains("no such directory"), "{stderr}");
+    let file = tmp.path().join("file");
+    std::fs::write(&file, b"x").expect("a file");
+    let output = ferrite(&["fs", "unmount", file.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("not a directory"), "{stderr}");
     if nix_is_root() {
         let tmpfs = tmp.path().join("tmpfs");
         std::fs::create_dir(&tmpfs).expect("tmpfs dir");

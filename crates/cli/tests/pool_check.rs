@@ -256,6 +256,109 @@ fn a_damaged_header_with_an_intact_copy_is_repaired_not_refused() {
     assert_every_commit_survived(&clean);
 }
 
+/// A pool `ferrite pool create` made holds no engine area: a damaged header with an intact
+/// copy is repaired all the same (restored from the copy, as the next open would) and the
+/// repair exits 0, since nothing else is left to recover; it once refused with exit 12 ("no
+/// transaction engine area to recover") while `pool info` and `pool check` said the next
+/// open repairs it.
+#[test]
+fn repair_restores_the_header_of_a_pool_with_no_engine_area() {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
+    let path = dir.path().join("empty.pool");
+    let created = ferrite(&["pool", "create", text(&path), "--size", "8M"]);
+    assert_eq!(created.status.code(), Some(0), "{}", stderr(&created));
+    let intact = std::fs::read(&path).expect("read");
+    let mut damaged = intact.clone();
+    damaged[32] ^= 0xff;
+    damaged[33] ^= 0xff;
+    std::fs::write(&path, &damaged).expect("write");
+
+    let check = ferrite(&["pool", "check", text(&path)]);
+    assert_eq!(check.status.code(), Some(0), "{}", stdout(&check));
+    assert!(
+        stdout(&check).contains("its copy at 0x800 is intact; the next open repairs it"),
+        "{}",
+        stdout(&check)
+    );
+    let repair = ferrite(&["pool", "check", "--repair", text(&path)]);
+    assert_eq!(
+        repair.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&repair),
+        stderr(&repair)
+    );
+    for says in [
+        "recovered: pool header at 0x0: pool header damaged",
+        "recovered: no transaction engine area (an empty arena): nothing else to recover",
+        "ok: ",
+    ] {
+        assert!(
+            stdout(&repair).contains(says),
+            "{says}: {}",
+            stdout(&repair)
+        );
+    }
+    let after = std::fs::read(&path).expect("read");
+    assert_eq!(after[..4096], intact[..4096], "the header area as created");
+    let info = ferrite(&["pool", "info", text(&path)]);
+    assert!(!stdout(&info).contains("repairable:"), "{}", stdout(&info));
+    assert!(
+        stdout(&info).contains("clean shutdown:  yes"),
+        "{}",
+        stdout(&info)
+    );
+    // A second repair finds nothing to do, and says ok.
+    let again = ferrite(&["pool", "check", "--repair", text(&path)]);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+}
+
+/// The recovery's own lines read "recovered: <what happened>", without a severity and a
+/// structure that repeat it ("recovered: note: recovery: 0 log records …").
+#[test]
+fn repair_output_does_not_stutter() {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
+    let (_, crashed) = redo_pools(dir.path());
+    let repair = ferrite(&["pool", "check", "--repair", text(&crashed)]);
+    assert_eq!(repair.status.code(), Some(0), "{}", stderr(&repair));
+    let out = stdout(&repair);
+    assert!(!out.contains("recovered: note"), "{out}");
+    assert!(!out.contains("recovered: recovery"), "{out}");
+    assert!(
+        out.lines().any(|line| line.starts_with("recovered: ")
+            && line.ends_with("log records replayed or rolled back")
+            && line["recovered: ".len()..].starts_with(char::is_numeric)),
+        "{out}"
+    );
+}
+
+/// A damaged heap descriptor is named once as heap damage: the refusal of the engine's
+/// open read "corrupt heap: corrupt heap: descriptor of chunk 0 …".
+#[test]
+fn heap_damage_is_named_once() {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("scratch");
+    let (clean, _) = redo_pools(dir.path());
+    let mut bytes = std::fs::read(&clean).expect("read");
+    let pool = Pool::attach(MemPm::new(bytes.clone()), LAYOUT).expect("attach");
+    let layout =
+        EngineLayout::read(pool.pm(), pool.arena(), EngineKind::Redo).expect("engine layout");
+    // The first descriptor, after the heap's 64-byte header (docs/heap-format.md §4).
+    bytes[(layout.heap.offset + 64) as usize] ^= 0x10;
+    std::fs::write(&clean, bytes).expect("write");
+    for args in [&["pool", "check"][..], &["pool", "check", "--salvage"][..]] {
+        let mut args = args.to_vec();
+        args.push(text(&clean));
+        let output = ferrite(&args);
+        assert_eq!(output.status.code(), Some(CORRUPT), "{}", stderr(&output));
+        let both = format!("{}{}", stdout(&output), stderr(&output));
+        assert!(
+            both.contains("descriptor of chunk 0 fails its check"),
+            "{both}"
+        );
+        assert!(!both.contains("corrupt heap: corrupt heap"), "{both}");
+    }
+}
+
 /// Opens a pool made by `redo_pools` and checks that its last transaction (the 30th, which
 /// wrote 29 into the block that root slot 29 % 16 points at) is there.
 fn assert_every_commit_survived(path: &Path) {

@@ -37,10 +37,40 @@ pub enum HeapError {
     /// transactions itself treats another transaction's free as a conflict.
     #[error("free of {0:#x}, which is already being freed")]
     BeingFreed(u64),
-    /// Persistent heap state is inconsistent.
-    #[error("corrupt heap: {0}")]
+    /// Persistent heap state is inconsistent. The text says what; the "corrupt heap: "
+    /// prefix is this variant's, and a text that already starts with it (a problem the
+    /// rebuild at open recorded as a decoded word's `Corrupted` error, then refused the heap
+    /// with) does not get it twice.
+    #[error("corrupt heap: {}", without_prefix(.0))]
     Corrupted(String),
     /// A parameter is out of range.
     #[error("invalid heap argument: {0}")]
     InvalidArgument(String),
+}
+
+/// The prefix [`HeapError::Corrupted`] writes.
+const CORRUPT_PREFIX: &str = "corrupt heap: ";
+
+/// `text` without the prefix [`HeapError::Corrupted`] writes.
+fn without_prefix(text: &str) -> &str {
+    text.strip_prefix(CORRUPT_PREFIX).unwrap_or(text)
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::HeapError;
+
+    /// A corrupt descriptor found at open read "corrupt heap: corrupt heap: descriptor of
+    /// chunk 0 fails its check": the rebuild kept the decoding error's text and the open
+    /// wrapped it again.
+    #[test]
+    fn a_corrupt_heap_is_said_once() {
+        let decoded = HeapError::Corrupted("descriptor of chunk 0 fails its check".into());
+        assert_eq!(
+            decoded.to_string(),
+            "corrupt heap: descriptor of chunk 0 fails its check"
+        );
+        let rewrapped = HeapError::Corrupted(decoded.to_string());
+        assert_eq!(rewrapped.to_string(), decoded.to_string());
+    }
 }

@@ -3,7 +3,7 @@
 
 use super::log::{RawLog, record_len};
 use super::{Durability, Geometry, Structure};
-use pmem::{Persist, Pool, WriteClass};
+use pmem::{Persist, Pool, Region, WriteClass};
 use tx::TxResult;
 use workloads::array::{ElementFill, swap_pair};
 use workloads::{OpKind, Params};
@@ -24,11 +24,16 @@ pub struct RawArray<P: Persist> {
     durability: Durability,
 }
 
+/// Where an array of `params` goes in `arena`, with about `log_bytes` of log.
+pub(crate) fn plan(arena: Region, params: &Params, log_bytes: u64) -> TxResult<Geometry> {
+    let size = params.value_size as usize;
+    let record = record_len([size, size]);
+    Geometry::plan(arena, (params.keys, size as u64), record, log_bytes)
+}
+
 impl<P: Persist> RawArray<P> {
     fn plan(pool: &Pool<P>, params: &Params, log_bytes: u64) -> TxResult<Geometry> {
-        let size = params.value_size as usize;
-        let record = record_len([size, size]);
-        Geometry::plan(pool.arena(), (params.keys, size as u64), record, log_bytes)
+        plan(pool.arena(), params, log_bytes)
     }
 
     /// Lays the array out in `pool`'s arena and loads its elements, durably.

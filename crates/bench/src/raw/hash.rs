@@ -11,7 +11,7 @@
 
 use super::log::{RawLog, record_len};
 use super::{Durability, Geometry, Structure};
-use pmem::{Persist, Pool, WriteClass};
+use pmem::{Persist, Pool, Region, WriteClass};
 use rand::Rng;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -70,12 +70,17 @@ fn model(params: &Params, ops: u64) -> HashMap<u64, Vec<u8>> {
         .collect()
 }
 
+/// Where a table of `params` goes in `arena`, with about `log_bytes` of log.
+pub(crate) fn plan(arena: Region, params: &Params, log_bytes: u64) -> TxResult<Geometry> {
+    let value = u64::from(params.value_size).next_multiple_of(8);
+    let slots = (4 * params.keys.max(1)).next_power_of_two();
+    let record = record_len([(KEY_LEN + value) as usize]);
+    Geometry::plan(arena, (slots, KEY_LEN + value), record, log_bytes)
+}
+
 impl<P: Persist> RawHash<P> {
     fn plan(pool: &Pool<P>, params: &Params, log_bytes: u64) -> TxResult<Geometry> {
-        let value = u64::from(params.value_size).next_multiple_of(8);
-        let slots = (4 * params.keys.max(1)).next_power_of_two();
-        let record = record_len([(KEY_LEN + value) as usize]);
-        Geometry::plan(pool.arena(), (slots, KEY_LEN + value), record, log_bytes)
+        plan(pool.arena(), params, log_bytes)
     }
 
     /// Lays the table out in `pool`'s arena and inserts the initial keys, durably.

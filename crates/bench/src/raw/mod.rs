@@ -25,6 +25,7 @@ use crate::choice::{LAYOUT, WorkloadChoice};
 use crate::runner::{Measurement, RunError, RunSpec, Subject, Turn, measure_subject};
 use pmem::{CreateOptions, Native, Persist, Pool, Region, WriteClass};
 use tx::{TxError, TxResult};
+use workloads::Params;
 
 /// Whether the raw reference persists its operations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -38,6 +39,8 @@ pub enum Durability {
 const MAGIC: u64 = u64::from_le_bytes(*b"FRRAWREF");
 const VERSION: u32 = 1;
 const HEADER_LEN: u64 = 64;
+/// Bytes of the raw reference's header, before its log.
+pub(crate) const HEADER_BYTES: u64 = HEADER_LEN;
 /// Bytes of log (the redo engine's default lane size).
 pub const LOG_BYTES: u64 = 1 << 20;
 
@@ -50,7 +53,7 @@ enum Structure {
 
 /// Where a raw structure's parts are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Geometry {
+pub(crate) struct Geometry {
     /// Elements (array) or table slots (hash).
     count: u64,
     /// Bytes per element (array) or per table slot (hash).
@@ -99,6 +102,16 @@ impl Geometry {
         self.log.len / self.slot_len
     }
 
+    /// Bytes of the log.
+    pub(crate) fn log_bytes(&self) -> u64 {
+        self.log.len
+    }
+
+    /// Bytes of the data (the array, or the table's slots).
+    pub(crate) fn data_bytes(&self) -> u64 {
+        self.data.len
+    }
+
     /// Writes the header and a zeroed log, durably.
     fn format<P: Persist>(&self, pm: &P, structure: Structure) {
         let at = self.log.offset - HEADER_LEN;
@@ -138,6 +151,39 @@ impl Geometry {
     }
 }
 
+/// The geometry of `workload`'s raw structure with `params` in `arena`, with the log of a
+/// measured run ([`LOG_BYTES`]); `OutOfSpace` when it does not fit, `Abort` for a workload
+/// the raw reference lacks.
+pub(crate) fn plan(workload: WorkloadChoice, arena: Region, params: &Params) -> TxResult<Geometry> {
+    match workload {
+        WorkloadChoice::Array => array::plan(arena, params, LOG_BYTES),
+        WorkloadChoice::Hash => hash::plan(arena, params, LOG_BYTES),
+        other => Err(TxError::abort(format!(
+            "the raw reference has only array and hash, not {}",
+            other.name()
+        ))),
+    }
+}
+
+/// Lays out and loads `workload`'s raw structure in a new pool of `size` bytes at `path` (the
+/// setup of a measured run, without the run; for the tests of `crate::space`).
+#[cfg(test)]
+pub(crate) fn format_only(
+    workload: WorkloadChoice,
+    path: &std::path::Path,
+    size: u64,
+    params: &Params,
+) -> TxResult<()> {
+    let _cleanup = crate::scratch::ScratchFile::new(path.to_owned());
+    let pool: Pool<Native> = Pool::create(path, &CreateOptions::new(LAYOUT, size))?;
+    let durability = Durability::Persistent;
+    match workload {
+        WorkloadChoice::Array => RawArray::format(pool, params, durability, LOG_BYTES).map(drop),
+        WorkloadChoice::Hash => RawHash::format(pool, params, durability, LOG_BYTES).map(drop),
+        other => Err(TxError::abort(format!("no raw {}", other.name()))),
+    }
+}
+
 /// Runs `spec` on the raw reference with `durability`: Array and Hash only, one thread.
 pub(crate) fn run(
     spec: &RunSpec,
@@ -159,7 +205,8 @@ pub(crate) fn run(
         Pool::create(&path, &options).map_err(crate::choice::OpenError::from)?;
     match spec.workload {
         WorkloadChoice::Array => {
-            let array = RawArray::format(pool, &spec.params, durability, LOG_BYTES)?;
+            let array = RawArray::format(pool, &spec.params, durability, LOG_BYTES)
+                .map_err(RunError::Setup)?;
             let mut measurement = measure_subject(spec, "array".into(), &array, turn, progress)?;
             array
                 .check_after(crate::runner::indexes_run(spec))
@@ -168,7 +215,8 @@ pub(crate) fn run(
             Ok(measurement)
         }
         WorkloadChoice::Hash => {
-            let table = RawHash::format(pool, &spec.params, durability, LOG_BYTES)?;
+            let table = RawHash::format(pool, &spec.params, durability, LOG_BYTES)
+                .map_err(RunError::Setup)?;
             let name = format!("hash-{}%", spec.params.update_percent);
             let mut measurement = measure_subject(spec, name, &table, turn, progress)?;
             table.check().map_err(RunError::Check)?;

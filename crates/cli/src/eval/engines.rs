@@ -337,7 +337,7 @@ fn groups(runs: &[Run]) -> Vec<Vec<&Run>> {
 
 const COLUMNS: [&str; 13] = [
     "engine",
-    "Kops/s median (min–max)",
+    "Kops/s median (min–max of the runs)",
     "× pmdk",
     "× ideal",
     "× raw",
@@ -417,12 +417,7 @@ fn row(m: &Measurement, [pmdk, ideal, raw]: [Option<f64>; 3]) -> Vec<String> {
     let t = &m.throughput;
     vec![
         m.engine.clone(),
-        format!(
-            "{} ({}–{})",
-            cells::kops(t.median),
-            cells::kops(t.min),
-            cells::kops(t.max)
-        ),
+        cells::kops_spread(t),
         cells::optional(cells::ratio(t.median, pmdk)),
         cells::optional(cells::ratio(t.median, ideal)),
         cells::optional(cells::ratio(t.median, raw)),
@@ -609,7 +604,8 @@ mod tests {
         );
         assert_eq!(tables[0].columns[8], "WA (ours)");
         assert_eq!(tables[0].rows[1][8], "n/a", "PMDK's WA is not measured");
-        assert_eq!(tables[1].rows[0][1], "300.0 (300.0–300.0)");
+        // One run: the median alone, no range that repeats it.
+        assert_eq!(tables[1].rows[0][1], "300.0");
         assert_eq!(
             tables[1].columns[2], "× pmdk",
             "kept without PMDK: the summary says why"

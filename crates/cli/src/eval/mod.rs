@@ -104,6 +104,25 @@ pub fn run(options: &EvalOptions, only: &[String]) -> Report {
     }
 }
 
+/// Adds to `report` the `earlier` sections it does not have (a report's folder holds every
+/// section a run of some of them did not make), all in report order; sections of ids this
+/// build does not know go last, in their earlier order.
+pub fn carry_over(report: &mut Report, earlier: Vec<Section>) {
+    for section in earlier {
+        if !report.sections.iter().any(|s| s.id == section.id) {
+            report.sections.push(section);
+        }
+    }
+    let rank = |id: &str| {
+        SECTIONS
+            .iter()
+            .position(|spec| spec.id == id)
+            .unwrap_or(SECTIONS.len())
+    };
+    // A stable sort: unknown ids keep their order among themselves.
+    report.sections.sort_by_key(|section| rank(&section.id));
+}
+
 /// Runs one section. With a terminal on stderr a progress bar shows its steps; without one
 /// (a pipe, a log file, CI) the bar is hidden, so one line marks the section's start and one
 /// its end with the elapsed time.
@@ -150,6 +169,7 @@ fn empty_section(id: &str, title: &str) -> Section {
         tables: Vec::new(),
         plots: Vec::new(),
         json: serde_json::Value::Null,
+        earlier: None,
     }
 }
 
@@ -209,6 +229,17 @@ pub fn print_summary(
         writeln!(out, "\n{SECTION_MARKS}")?;
     }
     for section in &report.sections {
+        if let Some(earlier) = &section.earlier {
+            writeln!(
+                out,
+                "\n== {} [{}], {} (not run again; in {})",
+                section.title,
+                section.verdict.label(),
+                crate::report::carried_note(earlier),
+                html
+            )?;
+            continue;
+        }
         writeln!(out, "\n== {} [{}]", section.title, section.verdict.label())?;
         for line in &section.summary {
             writeln!(out, "  - {line}")?;

@@ -71,7 +71,7 @@ pub struct CrashArgs {
 pub struct CrashShape {
     /// Committed transactions per core.
     #[arg(long = "tx", value_name = "N", default_value_t = 200,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = crate::count)]
     pub transactions: u64,
     /// Instance size per core.
     #[arg(long, default_value_t = 4096)]
@@ -97,7 +97,7 @@ impl CrashShape {
 pub struct WorkloadArgs {
     /// Committed transactions per core.
     #[arg(long = "tx", value_name = "N", default_value_t = DEFAULT_TRANSACTIONS,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = crate::count)]
     pub transactions: u64,
     /// Instance size per core (array elements, initial keys, queue items, YCSB records,
     /// TPC-C items); default: the workload's own, larger than the simulated LLC.
@@ -195,7 +195,7 @@ pub struct ReproduceArgs {
     #[arg(long, default_value = "report-silo")]
     pub out: PathBuf,
     /// Committed transactions per core of the workload traces (default: the plan's).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = crate::count)]
     pub transactions: Option<u64>,
     /// Host threads for the independent runs (default: every host core).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]

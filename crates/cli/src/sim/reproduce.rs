@@ -13,20 +13,23 @@ use std::time::Duration;
 
 /// Runs `sim reproduce`.
 pub fn run(args: &ReproduceArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    // Before the (long) plan runs, so an unusable `--out` fails first.
+    // Before the (long) plan runs, so an unusable `--out` fails first; the other sections
+    // of a report already there (an evaluation's) are kept beside the one this writes.
     crate::output::folder_can_be_written(&args.out)?;
+    let earlier = crate::earlier_sections(&args.out)?;
     let (spec, plan) = plan(args);
     let spinner = spinner(args.quiet, args.quick);
     let reproduction = silo::reproduce(&spec);
     spinner.finish_and_clear();
     let reproduction = reproduction?;
     let section = silo::section_of(&reproduction, plan)?;
-    let report = Report {
+    let mut report = Report {
         title: "Silo (HPCA'23) reproduction".to_owned(),
         generated: crate::time::now_rfc3339(),
         quick: args.quick,
         sections: vec![section],
     };
+    crate::eval::carry_over(&mut report, earlier);
     let mut written = report::write(&report, &args.out)
         .with_context(|| format!("writing the report to {}", args.out.display()))?;
     let markdown = args.out.join("reproduction.md");
