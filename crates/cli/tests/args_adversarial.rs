@@ -5,16 +5,15 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+mod common;
+use common::stderr;
+
 fn ferrite(args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ferrite"))
         .args(args)
         .envs(env.iter().copied())
         .output()
         .expect("the ferrite binary runs")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 fn text(path: &Path) -> &str {

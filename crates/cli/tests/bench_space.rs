@@ -7,6 +7,9 @@ use bench::choice::{EngineChoice, WorkloadChoice};
 use std::path::Path;
 use std::process::{Command, Output};
 
+mod common;
+use common::stderr;
+
 const USAGE: i32 = 2;
 const OUT_OF_SPACE: i32 = 18;
 
@@ -20,10 +23,6 @@ fn bench(dir: &Path, args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("the ferrite binary runs")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// Pools too small for the engines' own areas: 40 KiB passed the old check (two keys of 64

@@ -5,6 +5,9 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod common;
+use common::{ferrite, stderr, stdout};
+
 /// Exit codes of `pmem::PoolError::exit_code` that these tests expect.
 const NOT_A_POOL: i32 = 10;
 const TRUNCATED: i32 = 13;
@@ -12,21 +15,6 @@ const CORRUPT: i32 = 14;
 const ALREADY_EXISTS: i32 = 17;
 /// clap's exit code for usage errors.
 const USAGE: i32 = 2;
-
-fn ferrite(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ferrite"))
-        .args(args)
-        .output()
-        .expect("the ferrite binary runs")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
 
 fn scratch() -> tempfile::TempDir {
     tempfile::tempdir_in("/dev/shm").expect("scratch directory in /dev/shm")

@@ -5,6 +5,9 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
+mod common;
+use common::ferrite;
+
 /// `pmem::PoolError::OutOfSpace`'s exit code.
 const OUT_OF_SPACE: i32 = 18;
 
@@ -34,13 +37,6 @@ fn ferrite_with_file_limit(args: &[&str], limit: u64) -> Output {
         });
     }
     command.output().expect("the ferrite binary runs")
-}
-
-fn ferrite(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ferrite"))
-        .args(args)
-        .output()
-        .expect("the ferrite binary runs")
 }
 
 /// Every name in `dir`, sorted.

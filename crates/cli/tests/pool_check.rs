@@ -6,23 +6,15 @@ use pmem::{CreateOptions, MemPm, NativeOptions, Persist, Pool};
 use rand::{RngCore, SeedableRng};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use tx::layout::EngineLayout;
 use tx::{Engine, EngineKind, EngineOptions, Redo, Tx, TxError};
 
+mod common;
+use common::{ferrite, stderr, stdout};
+
 const CORRUPT: i32 = 14;
 const LAYOUT: &str = "check-test";
-
-fn ferrite(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ferrite"))
-        .args(args)
-        .output()
-        .expect("the ferrite binary runs")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
 
 fn text(path: &Path) -> &str {
     path.to_str().expect("scratch paths are UTF-8")
@@ -417,10 +409,6 @@ fn noise_in_redo_lanes_is_not_a_record_and_not_damage() {
     for path in [&clean, &crashed] {
         assert_every_commit_survived(path);
     }
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// A pool of `layout` copied while open: not cleanly closed, as a killed owner leaves it.

@@ -6,6 +6,9 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+mod common;
+use common::{stderr, stdout};
+
 fn create(path: &Path, mode: Option<&str>) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_ferrite"));
     command
@@ -19,14 +22,6 @@ fn create(path: &Path, mode: Option<&str>) -> Output {
         .env_remove("FERRITE_PERSIST_MODE")
         .output()
         .expect("the ferrite binary runs")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 #[test]

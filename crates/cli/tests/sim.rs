@@ -6,7 +6,10 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
+
+mod common;
+use common::{ferrite, stderr, stdout};
 
 /// clap's exit code for usage errors, which `ferrite sim` also uses for bad files.
 const USAGE: i32 = 2;
@@ -22,21 +25,6 @@ const TINY: [&str; 8] = [
     "--keys",
     "512",
 ];
-
-fn ferrite(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ferrite"))
-        .args(args)
-        .output()
-        .expect("the ferrite binary runs")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
 
 fn text(path: &Path) -> &str {
     path.to_str().expect("scratch paths are UTF-8")
