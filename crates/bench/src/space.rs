@@ -21,10 +21,10 @@ use workloads::ycsb::YcsbMix;
 const PAGE: u64 = 4096;
 /// The smallest pool PMDK makes: it raises any smaller size to this (`pmdk::MIN_POOL`).
 const PMDK_MIN_POOL: u64 = pmdk::MIN_POOL;
-/// What the volatile engine keeps below its heap (`tx::mem`: a header page and the root).
-const MEM_RESERVED: u64 = 8 << 10;
+/// What the volatile engine keeps below its heap (a header page and the root).
+const MEM_RESERVED: u64 = tx::mem::HEAP_START;
 /// Alignment of the bump allocators (the ideal reference's and the volatile engine's).
-const BUMP_ALIGN: u64 = 16;
+const BUMP_ALIGN: u64 = tx::mem::ALIGN;
 
 /// Objects of one kind the workload allocates at setup: `count` blocks of `size` bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -230,11 +230,12 @@ pub fn growth(workload: WorkloadChoice, params: &Params) -> Growth {
     }
 }
 
-/// The objects `workload` allocates at setup with `params` (from the layouts in each
-/// workload's module documentation). Only what is certain is listed: TPC-C's tables and the
+/// The objects `workload` allocates at setup with `params` (their sizes from the constants
+/// each workload's module exports for this). Only what is certain is listed: TPC-C's tables and the
 /// B+tree's inner nodes are left out, so the total stays a lower bound.
 pub fn initial_objects(workload: WorkloadChoice, params: &Params) -> Vec<Objects> {
     use WorkloadChoice as W;
+    use workloads::{bst, btree, hash, list, queue, rbtree};
     let keys = params.keys;
     let value = u64::from(params.value_size);
     let header = |what, size| Objects {
@@ -251,7 +252,7 @@ pub fn initial_objects(workload: WorkloadChoice, params: &Params) -> Vec<Objects
     };
     match workload {
         W::Array => vec![
-            header("array header", 32),
+            header("array header", workloads::array::HEADER_BYTES),
             Objects {
                 what: "array of elements",
                 count: 1,
@@ -259,7 +260,10 @@ pub fn initial_objects(workload: WorkloadChoice, params: &Params) -> Vec<Objects
                 per_value: None,
             },
         ],
-        W::Queue => vec![header("queue header", 40), nodes("queue node", 8)],
+        W::Queue => vec![
+            header("queue header", queue::HEADER_BYTES),
+            nodes("queue node", queue::NODE_BYTES_BEFORE_VALUE),
+        ],
         W::Hash | W::TsHash => {
             // `HashMap::create` is given twice the keys and rounds to a power of two.
             let buckets = keys
@@ -268,20 +272,19 @@ pub fn initial_objects(workload: WorkloadChoice, params: &Params) -> Vec<Objects
                 .checked_next_power_of_two()
                 .unwrap_or(u64::MAX);
             let mut objects = vec![
-                header("hash header", 56),
-                header("hash counter", 64),
+                header("hash header", hash::HEADER_BYTES),
+                header("hash counter", hash::COUNTER_BYTES),
                 Objects {
                     what: "bucket array",
                     count: 1,
                     size: buckets.saturating_mul(8),
                     per_value: None,
                 },
-                nodes("hash node", 16),
+                nodes("hash node", hash::NODE_BYTES_BEFORE_VALUE),
             ];
-            // A bucket array above 64 KiB is zeroed lazily, chunk by chunk, behind a bitmap
-            // of its chunks of buckets.
-            if buckets.saturating_mul(8) > 64 << 10 {
-                let chunks = buckets / workloads::hash::CHUNK_BUCKETS;
+            // A larger bucket array is zeroed lazily, behind a bitmap of its chunks.
+            if buckets.saturating_mul(8) > hash::EAGER_ZERO_BYTES {
+                let chunks = buckets / hash::CHUNK_BUCKETS;
                 objects.push(header("bucket bitmap", 8 * chunks.div_ceil(64)));
             }
             objects
@@ -289,31 +292,45 @@ pub fn initial_objects(workload: WorkloadChoice, params: &Params) -> Vec<Objects
         W::BTree | W::Ycsb(_) => {
             // Both load their keys in key order (Silo's B+tree its even keys ascending, YCSB
             // its records from a map sorted by key), and a leaf that overflows keeps
-            // LEAF_SPLIT = 9 of its 17 keys: every leaf but the last ends with 9 keys.
-            let leaves = 1 + keys.saturating_sub(8) / 9;
-            const KEYS_PER_LEAF: u64 = 16;
-            const LEAF_FIXED: u64 = 144;
-            // An inner node (280 B) has at most 17 children.
-            let inner = if leaves > 1 { leaves.div_ceil(17) } else { 0 };
+            // `LEAF_KEEPS` of its keys: every leaf but the last ends with that many.
+            let keeps = btree::LEAF_KEEPS;
+            let leaves = 1 + keys.saturating_sub(keeps - 1) / keeps;
+            let keys_per_leaf = btree::NODE_KEYS as u64;
+            let leaf_fixed = btree::LEAF_BYTES_BEFORE_VALUES;
+            // An inner node has at most `NODE_KEYS + 1` children.
+            let inner = if leaves > 1 {
+                leaves.div_ceil(keys_per_leaf + 1)
+            } else {
+                0
+            };
             vec![
-                header("B+tree header", 40),
+                header("B+tree header", btree::HEADER_BYTES),
                 Objects {
                     what: "B+tree leaf",
                     count: leaves,
-                    size: LEAF_FIXED + KEYS_PER_LEAF * value,
-                    per_value: Some((LEAF_FIXED, KEYS_PER_LEAF)),
+                    size: leaf_fixed + keys_per_leaf * value,
+                    per_value: Some((leaf_fixed, keys_per_leaf)),
                 },
                 Objects {
                     what: "B+tree inner node",
                     count: inner,
-                    size: 280,
+                    size: btree::INNER_NODE_BYTES,
                     per_value: None,
                 },
             ]
         }
-        W::RbTree => vec![header("RB-tree header", 32), nodes("RB-tree node", 40)],
-        W::List => vec![header("list header", 32), nodes("list node", 16)],
-        W::Bst => vec![header("BST header", 128), nodes("BST node", 24)],
+        W::RbTree => vec![
+            header("RB-tree header", rbtree::HEADER_BYTES),
+            nodes("RB-tree node", rbtree::NODE_BYTES_BEFORE_VALUE),
+        ],
+        W::List => vec![
+            header("list header", list::layout::HEADER_SIZE),
+            nodes("list node", list::layout::NODE_VALUE),
+        ],
+        W::Bst => vec![
+            header("BST header", bst::layout::HEADER_SIZE),
+            nodes("BST node", bst::layout::NODE_VALUE),
+        ],
         W::Tpcc => Vec::new(),
     }
 }

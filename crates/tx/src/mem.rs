@@ -13,8 +13,10 @@ use std::collections::BTreeMap;
 
 const ROOT_OFFSET: u64 = 4096;
 const ROOT_SIZE: u64 = 4096;
-const HEAP_START: u64 = ROOT_OFFSET + ROOT_SIZE;
-const ALIGN: u64 = 16;
+/// Bytes below the bump heap (a header page and the root), for sizing a pool before setup.
+pub const HEAP_START: u64 = ROOT_OFFSET + ROOT_SIZE;
+/// Alignment of every block the bump heap hands out.
+pub const ALIGN: u64 = 16;
 
 /// The volatile engine.
 #[derive(Debug)]

@@ -36,6 +36,9 @@ const H_LEN: usize = 16;
 const H_DATA: usize = 24;
 const HEADER_SIZE: usize = 32;
 
+/// Bytes of the header block, for sizing a pool before setup (`bench::space`).
+pub const HEADER_BYTES: u64 = HEADER_SIZE as u64;
+
 /// Bytes written per setup transaction (keeps each transaction's log within small lanes).
 const SETUP_TX_BYTES: usize = 4 << 10;
 /// Bytes read per access by the checker.

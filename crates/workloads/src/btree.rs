@@ -69,6 +69,16 @@ const LEAF_SPLIT: usize = (NODE_KEYS + 2) / 2;
 /// Keys kept by the left inner node of a split; the next key moves up.
 const INNER_SPLIT: usize = NODE_KEYS / 2;
 
+/// Bytes of the header block, for sizing a pool before setup (`bench::space`).
+pub const HEADER_BYTES: u64 = HEADER_SIZE as u64;
+/// Bytes of a leaf before its `NODE_KEYS` values.
+pub const LEAF_BYTES_BEFORE_VALUES: u64 = N_SLOTS as u64;
+/// Bytes of an inner node.
+pub const INNER_NODE_BYTES: u64 = INNER_SIZE as u64;
+/// Keys the left leaf of a split keeps: a load in key order leaves every leaf but the last
+/// with this many.
+pub const LEAF_KEEPS: u64 = LEAF_SPLIT as u64;
+
 const N_KIND: usize = 0;
 const N_COUNT: usize = 4;
 const N_NEXT: usize = 8;

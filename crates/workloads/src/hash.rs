@@ -72,10 +72,18 @@ const N_KEY: usize = 0;
 const N_NEXT: usize = 8;
 const N_VALUE: usize = 16;
 
+/// Bytes of the header block, for sizing a pool before setup (`bench::space`).
+pub const HEADER_BYTES: u64 = HEADER_SIZE as u64;
+/// Bytes of the counter block.
+pub const COUNTER_BYTES: u64 = COUNTER_SIZE;
+/// Bytes of a node before its value.
+pub const NODE_BYTES_BEFORE_VALUE: u64 = N_VALUE as u64;
+
 /// Buckets per chunk (the unit of lazy zeroing and of bucket sweeps).
 pub const CHUNK_BUCKETS: u64 = 64;
-/// Bucket arrays up to this size are zeroed at creation.
-const EAGER_ZERO_BYTES: u64 = 64 << 10;
+/// Bucket arrays up to this size are zeroed at creation; larger ones chunk by chunk, behind a
+/// bitmap of their chunks.
+pub const EAGER_ZERO_BYTES: u64 = 64 << 10;
 /// Largest value size accepted (guards allocations sized from PM content).
 const MAX_VALUE_SIZE: u64 = 1 << 20;
 /// Largest bucket array (2^40 buckets): anything larger is corruption.

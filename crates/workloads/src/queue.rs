@@ -40,6 +40,11 @@ const HEADER_SIZE: usize = 40;
 const N_NEXT: usize = 0;
 const N_VALUE: usize = 8;
 
+/// Bytes of the header block, for sizing a pool before setup (`bench::space`).
+pub const HEADER_BYTES: u64 = HEADER_SIZE as u64;
+/// Bytes of a node before its value.
+pub const NODE_BYTES_BEFORE_VALUE: u64 = N_VALUE as u64;
+
 enum Header {}
 enum Node {}
 

@@ -65,6 +65,11 @@ const N_KEY: usize = 0;
 const N_LINKS: usize = 8;
 const N_VALUE: usize = 40;
 
+/// Bytes of the header block, for sizing a pool before setup (`bench::space`).
+pub const HEADER_BYTES: u64 = HEADER_SIZE as u64;
+/// Bytes of a node before its value.
+pub const NODE_BYTES_BEFORE_VALUE: u64 = N_VALUE as u64;
+
 /// Link word indexes.
 const LEFT: usize = 0;
 const RIGHT: usize = 1;
